@@ -1,0 +1,49 @@
+// Autocast state: a thread-local, nestable scope that lowers the precision of the ops whose
+// policy allows it (see AutocastPolicy in kernels/registry.h). The op runner reads this state and
+// applies the op's policy to its inputs; amp/ builds the user-facing pieces on top.
+#pragma once
+
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace ember {
+class Tensor;
+enum class AutocastPolicy : uint8_t;
+}  // namespace ember
+
+namespace ember::autocast {
+
+bool is_enabled(DeviceType device);
+DType lower_dtype(DeviceType device);
+
+// Enables (or with enabled=false, disables) autocast for one device type in this scope.
+// Nested scopes restore the outer state on exit; leaving the outermost enabled scope clears the
+// cast cache.
+class Scope {
+ public:
+  Scope(DeviceType device, DType dtype, bool enabled = true);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  DeviceType device_;
+  bool prev_enabled_;
+  DType prev_dtype_;
+};
+
+// Casts `inputs` in place according to `policy` (kernels/autocast_policy.cpp).
+void apply_policy(AutocastPolicy policy, DeviceType device, std::vector<Tensor>& inputs);
+
+// Number of casts the cast cache performed / served since the last reset (for tests and logs).
+struct CacheStats {
+  uint64_t casts = 0;
+  uint64_t hits = 0;
+};
+CacheStats cache_stats();
+void reset_cache_stats();
+void clear_cache();
+
+}  // namespace ember::autocast

@@ -1,0 +1,198 @@
+// The caching pinned (page-locked) host allocator.
+//
+// Note [pinned reuse]: a pinned buffer handed to cudaMemcpyAsync is read by the copy engine after
+// the host call returns. Freeing the tensor must not let the next batch overwrite bytes that are
+// still being copied, so every stream that reads a block records an event on it
+// (record_pinned_use, which Tensor::to(non_blocking) calls), and a freed block goes back to the
+// free list only once all those events have completed. cudaHostAlloc is slow (it maps pages for
+// the device), so freed blocks are cached by size class and reused.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/cuda/check.h"
+#include "core/cuda/runtime.h"
+#include "core/storage.h"
+
+namespace ember::cuda {
+
+namespace {
+
+struct HostBlock {
+  void* ptr = nullptr;
+  size_t size = 0;
+  bool in_use = false;
+  std::vector<cudaEvent_t> events;  // recorded by streams that read or wrote the block
+};
+
+class PinnedAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override {
+    if (nbytes == 0) return nullptr;
+    size_t size = allocator_round_size(nbytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    process_events();
+    auto& list = free_[size];
+    if (!list.empty()) {
+      HostBlock* b = list.back();
+      list.pop_back();
+      b->in_use = true;
+      ++stats_.num_cache_hits;
+      stats_.allocated_bytes += b->size;
+      stats_.cached_bytes -= b->size;
+      return b->ptr;
+    }
+    void* p = nullptr;
+    cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      release_free_locked();
+      err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    }
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw OutOfMemoryError(str("out of pinned host memory: tried to allocate ", nbytes, " bytes (", stats_.allocated_bytes,
+                                 " in use, ", stats_.cached_bytes, " cached)"));
+    }
+    EMBER_CUDA_CHECK(err);
+    ++stats_.num_host_allocs;
+    auto* b = new HostBlock{p, size, true, {}};
+    blocks_[reinterpret_cast<uintptr_t>(p)] = b;
+    stats_.allocated_bytes += size;
+    return p;
+  }
+
+  void deallocate(void* p) override {
+    if (p == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(reinterpret_cast<uintptr_t>(p));
+    EMBER_CHECK(it != blocks_.end(), "pinned allocator: free of unknown pointer ", p);
+    HostBlock* b = it->second;
+    b->in_use = false;
+    stats_.allocated_bytes -= b->size;
+    stats_.cached_bytes += b->size;
+    if (b->events.empty()) free_[b->size].push_back(b);
+    else waiting_.push_back(b);
+  }
+
+  Device device() const override { return kCPU; }
+  bool pinned() const override { return true; }
+
+  void record(const void* ptr, Stream s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    HostBlock* b = find_locked(ptr);
+    EMBER_CHECK(b != nullptr, "record_pinned_use: ", ptr, " is not in a pinned block");
+    cudaEvent_t e = nullptr;
+    if (!spare_events_.empty()) {
+      e = spare_events_.back();
+      spare_events_.pop_back();
+    } else {
+      EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    EMBER_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(s.handle())));
+    b->events.push_back(e);
+  }
+
+  bool contains(const void* ptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return find_locked(ptr) != nullptr;
+  }
+
+  PinnedStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    PinnedStats s = stats_;
+    s.num_waiting_blocks = waiting_.size();
+    return s;
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    process_events();
+    release_free_locked();
+  }
+
+ private:
+  HostBlock* find_locked(const void* ptr) {
+    auto key = reinterpret_cast<uintptr_t>(ptr);
+    auto it = blocks_.upper_bound(key);
+    if (it == blocks_.begin()) return nullptr;
+    --it;
+    HostBlock* b = it->second;
+    return key < it->first + b->size ? b : nullptr;
+  }
+
+  // Drops completed events of every block; waiting blocks whose events are all done become free.
+  void process_events() {
+    for (auto& [addr, b] : blocks_) {
+      auto& ev = b->events;
+      for (size_t i = 0; i < ev.size();) {
+        cudaError_t q = cudaEventQuery(ev[i]);
+        if (q == cudaErrorNotReady) {
+          cudaGetLastError();
+          ++i;
+          continue;
+        }
+        spare_events_.push_back(ev[i]);
+        ev[i] = ev.back();
+        ev.pop_back();
+      }
+    }
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if ((*it)->events.empty()) {
+        free_[(*it)->size].push_back(*it);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void release_free_locked() {
+    for (auto& [size, list] : free_) {
+      for (HostBlock* b : list) {
+        cudaFreeHost(b->ptr);
+        cudaGetLastError();
+        stats_.cached_bytes -= b->size;
+        blocks_.erase(reinterpret_cast<uintptr_t>(b->ptr));
+        delete b;
+      }
+      list.clear();
+    }
+  }
+
+  std::mutex mu_;
+  std::map<uintptr_t, HostBlock*> blocks_;
+  std::map<size_t, std::vector<HostBlock*>> free_;
+  std::vector<HostBlock*> waiting_;
+  std::vector<cudaEvent_t> spare_events_;
+  PinnedStats stats_;
+};
+
+PinnedAllocator& pinned() {
+  static auto* a = new PinnedAllocator();  // never destroyed: pinned tensors may outlive main
+  return *a;
+}
+
+}  // namespace
+
+PinnedStats pinned_stats() { return device_count() > 0 ? pinned().stats() : PinnedStats{}; }
+
+void record_pinned_use(const void* ptr, Stream s) { pinned().record(ptr, s); }
+
+bool is_pinned_pointer(const void* ptr) { return device_count() > 0 && pinned().contains(ptr); }
+
+void pinned_empty_cache() {
+  if (device_count() > 0) pinned().empty_cache();
+}
+
+}  // namespace ember::cuda
+
+namespace ember {
+Allocator* pinned_allocator() {
+  if (cuda::device_count() == 0) return cpu_allocator();
+  return &cuda::pinned();
+}
+}  // namespace ember

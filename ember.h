@@ -1,0 +1,11 @@
+// ember: everything a program needs, in one include.
+#pragma once
+
+#include "core/autograd/engine.h"
+#include "core/autograd/node.h"
+#include "core/cuda/runtime.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/runtime.h"
+#include "core/tensor.h"
+#include "kernels/functional.h"

@@ -1,0 +1,20 @@
+#include <array>
+#include <mutex>
+
+#include "kernels/common/cuda_utils.cuh"
+
+namespace ember::cuda {
+
+int sm_count(int device) {
+  static std::array<int, 16> counts{};
+  static std::array<std::once_flag, 16> once;
+  EMBER_CHECK(device >= 0 && device < 16, "sm_count: bad device ", device);
+  std::call_once(once[device], [&] {
+    int n = 0;
+    EMBER_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    counts[device] = n;
+  });
+  return counts[device];
+}
+
+}  // namespace ember::cuda

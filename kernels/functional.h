@@ -1,0 +1,140 @@
+// The functional API: what nn/, optim/, data/, amp/ and users call. Every function checks its
+// arguments, runs an op from the registry (kernels/ops.def) and records autograd.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember {
+
+// ---- factories ----
+Tensor zeros(const Shape& shape, const TensorOptions& options = {});
+Tensor ones(const Shape& shape, const TensorOptions& options = {});
+Tensor full(const Shape& shape, double value, const TensorOptions& options = {});
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor full_like(const Tensor& t, double value);
+// [0, end) and [start, end) step `step` (default dtype i64 when every argument is integral).
+Tensor arange(double end, const TensorOptions& options = TensorOptions(DType::i64));
+Tensor arange(double start, double end, double step, const TensorOptions& options = TensorOptions(DType::i64));
+// Uniform in [low, high), standard normal, and 0/1 draws with probability p, from the default
+// Philox generator (the same numbers on CPU and CUDA for the same seed).
+Tensor rand(const Shape& shape, const TensorOptions& options = {});
+Tensor uniform(const Shape& shape, double low, double high, const TensorOptions& options = {});
+Tensor randn(const Shape& shape, const TensorOptions& options = {});
+Tensor normal(const Shape& shape, double mean, double std, const TensorOptions& options = {});
+Tensor bernoulli(const Shape& shape, double p, const TensorOptions& options = {});
+Tensor rand_like(const Tensor& t);
+Tensor randn_like(const Tensor& t);
+// Fills an existing tensor in place (no autograd): uniform_, normal_ are what nn initialisers use.
+Tensor& uniform_(Tensor& t, double low, double high);
+Tensor& normal_(Tensor& t, double mean, double std);
+// Copies host values into a new tensor of the given shape (CPU, then moved to options.device).
+Tensor tensor(const std::vector<double>& values, const Shape& shape, const TensorOptions& options = {});
+Tensor tensor(const std::vector<double>& values, const TensorOptions& options = {});
+Tensor tensor_i64(const std::vector<int64_t>& values, const Shape& shape, Device device = kCPU);
+Tensor scalar_tensor(double value, const TensorOptions& options = {});
+
+// ---- elementwise unary (floating; integer inputs are promoted to f32, except neg/abs/relu) ----
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact (erf) form, as torch.nn.functional.gelu's default
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor silu(const Tensor& x);
+
+// ---- elementwise binary with broadcasting and type promotion ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give f32
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor pow(const Tensor& a, double b);
+Tensor maximum(const Tensor& a, double b);
+Tensor minimum(const Tensor& a, double b);
+// Comparisons give bool tensors.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double b);
+Tensor ne(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor le(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+Tensor ge(const Tensor& a, double b);
+Tensor clamp(const Tensor& x, double lo, double hi);
+
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+
+// where(cond, a, b): a where cond is true, else b (broadcast together).
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, double b);
+
+// ---- conversion and copies ----
+Tensor cast(const Tensor& x, DType dtype);
+// Copies src into dst (broadcast, dtype conversion, any device pair); no autograd.
+void copy_(Tensor& dst, const Tensor& src, bool non_blocking = false);
+
+// ---- reductions (dims may be negative; an empty dims list reduces everything) ----
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor amax(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+Tensor max(const Tensor& x);  // all elements (amax)
+Tensor min(const Tensor& x);
+// Index of the first maximum along dim (i64); without dim, of the flattened tensor.
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& x);
+// Variance with Bessel's correction by default (correction = 1).
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, double correction = 1, bool keepdim = false);
+// Reduces a broadcast result back to `shape` (sums the broadcast dims): the gradient of expand.
+Tensor sum_to(const Tensor& x, const Shape& shape);
+// log(sum(exp(x))) over dim, computed stably.
+Tensor logsumexp(const Tensor& x, int64_t dim, bool keepdim = false);
+
+// ---- joining and indexing ----
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Rows (along dim) of x picked by a 1-D i32/i64 index.
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
+// out[i][j] = x[index[i][j]][j] for dim 0 (and likewise for other dims); index has x's rank.
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+// self + source scattered by index (the gradients of index_select and gather).
+Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source);
+Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src);
+
+// ---- linear algebra ----
+// Matrix product with numpy semantics: 1-D operands are promoted and the added dim removed;
+// batch dims broadcast.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+}  // namespace ember

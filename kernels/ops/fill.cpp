@@ -1,0 +1,146 @@
+#include "kernels/ops/fill.h"
+
+#include <cmath>
+
+#include "core/parallel.h"
+#include "kernels/common/cpu_loops.h"
+#include "kernels/common/samples.h"
+#include "kernels/functional.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+std::vector<TensorSpec> infer_inplace_self(std::span<const Tensor> in, const Attrs&) {
+  EMBER_CHECK(in.size() == 1, "expects the tensor to write into as the only input");
+  return {{in[0].shape(), in[0].dtype(), in[0].strides(), 0}};
+}
+
+void fill_cpu(const KernelCall& c) {
+  const Tensor& t = c.out[0];
+  double v = c.attr<ScalarAttrs>().value;
+  ElementwiseLayout L = make_layout({&t});
+  EMBER_DISPATCH_ALL(t.dtype(), "fill", [&] { cpu_map<scalar_t>(L, {&t}, FillFn<scalar_t>{convert<scalar_t, double>(v)}); });
+}
+
+std::vector<OpSample> fill_samples() {
+  std::vector<OpSample> out;
+  for (double v : {0.0, 1.5, -3.0, 1e4}) {
+    OpSample s;
+    s.name = "[1023] = " + std::to_string(v);
+    s.inputs = {samples::uniform({1023}, -1, 1, 1)};
+    s.attrs = ScalarAttrs{v};
+    s.gradcheck = false;
+    out.push_back(std::move(s));
+  }
+  OpSample tr;
+  tr.name = "transposed view";
+  tr.inputs = {samples::uniform({5, 6}, -1, 1, 2).transpose(0, 1)};
+  tr.attrs = ScalarAttrs{2.0};
+  tr.gradcheck = false;
+  out.push_back(std::move(tr));
+  OpSample e;
+  e.name = "empty";
+  e.inputs = {samples::uniform({0}, -1, 1, 3)};
+  e.attrs = ScalarAttrs{2.0};
+  e.gradcheck = false;
+  out.push_back(std::move(e));
+  return out;
+}
+
+std::vector<TensorSpec> infer_arange(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(in.size() == 1 && in[0].is_contiguous(), "arange: expects one contiguous tensor to fill");
+  return {{in[0].shape(), in[0].dtype(), {}, 0}};
+}
+
+void arange_cpu(const KernelCall& c) {
+  const Tensor& t = c.out[0];
+  const ArangeAttrs& a = c.attr<ArangeAttrs>();
+  EMBER_DISPATCH_NUMERIC(t.dtype(), "arange", [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.data_ptr());
+    parallel_for(0, t.numel(), 65536, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = convert<scalar_t, double>(a.start + static_cast<double>(i) * a.step);
+    });
+  });
+}
+
+std::vector<OpSample> arange_samples() {
+  OpSample s;
+  s.name = "[1000] from -3 step 0.25";
+  s.inputs = {samples::uniform({1000}, -1, 1, 1)};
+  s.attrs = ArangeAttrs{-3, 0.25};
+  s.gradcheck = false;
+  s.dtypes = {DType::f32, DType::f16, DType::bf16};
+  return {s};
+}
+
+Cost write_cost(const KernelCall& c) { return {static_cast<double>(c.out[0].nbytes()), 0}; }
+
+}  // namespace
+
+void define_op_fill(OpInfo& info) {
+  info.doc = "set every element to a value (in place)";
+  info.infer = infer_inplace_self;
+  info.samples = fill_samples;
+  info.cost = write_cost;
+  info.contiguous_inputs = false;
+  info.benches = [] { return std::vector<BenchCase>{{"2^26 f32", {{Shape{int64_t{1} << 26}, DType::f32}}, ScalarAttrs{1.5}, {}}}; };
+  info.add_variant({"cpu", DeviceType::cpu, fill_cpu, kAllTypes, 0, nullptr, "generic CPU elementwise loop"});
+}
+
+void define_op_arange(OpInfo& info) {
+  info.doc = "start + i * step (in place)";
+  info.infer = infer_arange;
+  info.samples = arange_samples;
+  info.cost = write_cost;
+  info.add_variant({"cpu", DeviceType::cpu, arange_cpu, kNumericTypes, 0, nullptr, "parallel CPU loop"});
+}
+
+// ---- factories ----
+
+Tensor full(const Shape& shape, double value, const TensorOptions& o) { return empty(shape, o).fill_(value); }
+Tensor zeros(const Shape& shape, const TensorOptions& o) { return full(shape, 0.0, o); }
+Tensor ones(const Shape& shape, const TensorOptions& o) { return full(shape, 1.0, o); }
+Tensor zeros_like(const Tensor& t) { return empty_like(t).fill_(0.0); }
+Tensor ones_like(const Tensor& t) { return empty_like(t).fill_(1.0); }
+Tensor full_like(const Tensor& t, double v) { return empty_like(t).fill_(v); }
+Tensor scalar_tensor(double value, const TensorOptions& o) { return full({}, value, o); }
+
+Tensor arange(double end, const TensorOptions& o) { return arange(0, end, 1, o); }
+
+Tensor arange(double start, double end, double step, const TensorOptions& o) {
+  EMBER_CHECK(step != 0, "arange: step must be non-zero");
+  EMBER_CHECK(std::isfinite(start) && std::isfinite(end) && std::isfinite(step), "arange: non-finite bounds");
+  EMBER_CHECK((end - start) / step >= 0 || start == end, "arange: step ", step, " goes away from end (start ", start,
+              ", end ", end, ")");
+  auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+  Tensor t = empty({std::max<int64_t>(n, 0)}, o);
+  call_into(OpId::arange, {t}, {t}, ArangeAttrs{start, step});
+  return t;
+}
+
+Tensor tensor(const std::vector<double>& values, const Shape& shape, const TensorOptions& o) {
+  EMBER_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "tensor: ", values.size(),
+              " values do not fill shape ", shape);
+  Tensor host = empty(shape, TensorOptions(DType::f64));
+  std::copy(values.begin(), values.end(), host.data<double>());
+  Tensor t = host.to(o.dtype_).to(o.device_);
+  if (t.is_same(host)) t = host;
+  if (o.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+
+Tensor tensor(const std::vector<double>& values, const TensorOptions& o) {
+  return tensor(values, {static_cast<int64_t>(values.size())}, o);
+}
+
+Tensor tensor_i64(const std::vector<int64_t>& values, const Shape& shape, Device device) {
+  EMBER_CHECK(static_cast<int64_t>(values.size()) == shape.numel(), "tensor_i64: ", values.size(),
+              " values do not fill shape ", shape);
+  Tensor host = empty(shape, TensorOptions(DType::i64));
+  std::copy(values.begin(), values.end(), host.data<int64_t>());
+  return host.to(device);
+}
+
+}  // namespace ember

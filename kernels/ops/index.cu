@@ -1,0 +1,324 @@
+// Indexing on CUDA. Bad indices are reported through the device error word (Note [device
+// errors]): the kernel skips the element and records the op, and the next synchronisation throws.
+//
+// Versions:
+//  index_select / gather: one thread per output element.
+//  index_add / scatter_add:
+//    ordered (default) - one thread per output element walks the indices in order: deterministic,
+//                        O(K) work per element (fine for the sizes gradients of batching produce)
+//    atomic            - one thread per source element, atomicAdd: faster for large K, but the
+//                        float sum order varies between runs (kNondeterministic; f32/f64 only)
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/ops/index.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+struct Split {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+Split split_at(const Shape& s, int d) {
+  Split r;
+  for (int i = 0; i < d; ++i) r.outer *= s[i];
+  r.size = s.size() > 0 ? s[d] : 1;
+  for (int i = d + 1; i < s.size(); ++i) r.inner *= s[i];
+  return r;
+}
+
+struct Dims {
+  int n;
+  int64_t index_shape[kMaxDims];
+  int64_t x_strides[kMaxDims];
+};
+Dims dims_of(const Tensor& index, const Tensor& x) {
+  Dims d{};
+  d.n = index.dim();
+  for (int k = 0; k < d.n; ++k) {
+    d.index_shape[k] = index.shape()[k];
+    d.x_strides[k] = x.strides()[k];
+  }
+  return d;
+}
+
+__device__ __forceinline__ void report(int* err, int code) { atomicCAS(err, 0, code); }
+
+template <class T>
+__device__ __forceinline__ void add_to(T& dst, T v) {
+  dst = static_cast<T>(static_cast<acc_t<T>>(dst) + static_cast<acc_t<T>>(v));
+}
+
+#define EMBER_GRID_LOOP(i, n)                                                           \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <class T, class I>
+__global__ void index_select_kernel(const T* __restrict__ x, const I* __restrict__ idx, T* __restrict__ out,
+                                    int64_t K, int64_t size, int64_t inner, int64_t n, int* err, int code) {
+  EMBER_GRID_LOOP(e, n) {
+    int64_t i = e % inner, ok = e / inner;
+    int64_t k = ok % K, o = ok / K;
+    int64_t j = static_cast<int64_t>(idx[k]);
+    if (j < 0 || j >= size) {
+      report(err, code);
+      continue;
+    }
+    out[e] = x[(o * size + j) * inner + i];
+  }
+}
+
+template <class T, class I>
+__global__ void gather_kernel(const T* __restrict__ x, const I* __restrict__ idx, T* __restrict__ out, Dims dims,
+                              int d, int64_t size, int64_t n, int* err, int code) {
+  EMBER_GRID_LOOP(e, n) {
+    int64_t j = static_cast<int64_t>(idx[e]);
+    if (j < 0 || j >= size) {
+      report(err, code);
+      continue;
+    }
+    int64_t rem = e, off = 0;
+    for (int k = dims.n - 1; k >= 0; --k) {
+      int64_t c = rem % dims.index_shape[k];
+      rem /= dims.index_shape[k];
+      off += (k == d ? j : c) * dims.x_strides[k];
+    }
+    out[e] = x[off];
+  }
+}
+
+template <class I>
+__global__ void check_index_kernel(const I* __restrict__ idx, int64_t n, int64_t size, int* err, int code) {
+  EMBER_GRID_LOOP(e, n) {
+    int64_t j = static_cast<int64_t>(idx[e]);
+    if (j < 0 || j >= size) report(err, code);
+  }
+}
+
+template <class T, class I>
+__global__ void index_add_ordered_kernel(const T* __restrict__ self, const I* __restrict__ idx,
+                                         const T* __restrict__ src, T* __restrict__ out, int64_t K, int64_t size,
+                                         int64_t inner, int64_t n) {
+  EMBER_GRID_LOOP(e, n) {
+    int64_t i = e % inner, oj = e / inner;
+    int64_t j = oj % size, o = oj / size;
+    acc_t<T> acc = static_cast<acc_t<T>>(self[e]);
+    for (int64_t k = 0; k < K; ++k)
+      if (static_cast<int64_t>(idx[k]) == j) acc += static_cast<acc_t<T>>(src[(o * K + k) * inner + i]);
+    out[e] = static_cast<T>(acc);
+  }
+}
+
+template <class T, class I>
+__global__ void index_add_atomic_kernel(const I* __restrict__ idx, const T* __restrict__ src, T* __restrict__ out,
+                                        int64_t K, int64_t size, int64_t inner, int64_t n) {
+  EMBER_GRID_LOOP(e, n) {
+    int64_t i = e % inner, ok = e / inner;
+    int64_t k = ok % K, o = ok / K;
+    int64_t j = static_cast<int64_t>(idx[k]);
+    if (j < 0 || j >= size) continue;  // reported by the check kernel
+    atomicAdd(out + (o * size + j) * inner + i, src[e]);
+  }
+}
+
+// scatter_add, ordered: thread per output element; walks the index positions that share its other
+// coordinates (dims.index_shape bounds them) along dim d.
+template <class T, class I>
+__global__ void scatter_add_ordered_kernel(const T* __restrict__ self, const I* __restrict__ idx,
+                                           const T* __restrict__ src, T* __restrict__ out, Dims out_dims,
+                                           Dims index_dims, int d, int64_t n) {
+  EMBER_GRID_LOOP(e, n) {
+    // coordinates of e in the output (out_dims.index_shape holds the output shape here)
+    int64_t coord[kMaxDims];
+    int64_t rem = e;
+    for (int k = out_dims.n - 1; k >= 0; --k) {
+      coord[k] = rem % out_dims.index_shape[k];
+      rem /= out_dims.index_shape[k];
+    }
+    acc_t<T> acc = static_cast<acc_t<T>>(self[e]);
+    bool inside = true;
+    for (int k = 0; k < index_dims.n; ++k)
+      if (k != d && coord[k] >= index_dims.index_shape[k]) inside = false;
+    if (inside) {
+      // offset of (coord with dim d = 0) in the contiguous index/src tensors
+      int64_t base = 0;
+      for (int k = 0; k < index_dims.n; ++k) base += (k == d ? 0 : coord[k]) * index_dims.x_strides[k];
+      int64_t step = index_dims.x_strides[d];
+      for (int64_t r = 0; r < index_dims.index_shape[d]; ++r) {
+        int64_t p = base + r * step;
+        if (static_cast<int64_t>(idx[p]) == coord[d]) acc += static_cast<acc_t<T>>(src[p]);
+      }
+    }
+    out[e] = static_cast<T>(acc);
+  }
+}
+
+template <class T, class I>
+__global__ void scatter_add_atomic_kernel(const I* __restrict__ idx, const T* __restrict__ src, T* __restrict__ out,
+                                          Dims dims, int d, int64_t size, int64_t n) {
+  EMBER_GRID_LOOP(e, n) {
+    int64_t j = static_cast<int64_t>(idx[e]);
+    if (j < 0 || j >= size) continue;  // reported by the check kernel
+    int64_t rem = e, off = 0;
+    for (int k = dims.n - 1; k >= 0; --k) {
+      int64_t c = rem % dims.index_shape[k];
+      rem /= dims.index_shape[k];
+      off += (k == d ? j : c) * dims.x_strides[k];
+    }
+    atomicAdd(out + off, src[e]);
+  }
+}
+
+int code_of(OpId id) { return static_cast<int>(id) + 1; }
+
+void index_select_cuda(const KernelCall& c) {
+  const Tensor &x = c.in[0], &index = c.in[1];
+  const Tensor& out = c.out[0];
+  if (out.numel() == 0) return;
+  int d = wrap_dim(c.attr<IndexAttrs>().dim, x.dim());
+  Split s = split_at(x.shape(), d);
+  cuda::DeviceScope guard(x.device());
+  int* err = cuda::device_error_word(x.device().index);
+  unsigned grid = cuda::grid_for(out.numel(), 256, x.device().index);
+  EMBER_DISPATCH_ALL(x.dtype(), "index_select", [&] {
+    EMBER_DISPATCH_INDEX(index.dtype(), "index_select", [&] {
+      index_select_kernel<<<grid, 256, 0, cuda::stream_for(x)>>>(
+          static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
+          static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size, s.inner, out.numel(), err,
+          code_of(OpId::index_select));
+      EMBER_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void gather_cuda(const KernelCall& c) {
+  const Tensor &x = c.in[0], &index = c.in[1];
+  const Tensor& out = c.out[0];
+  if (out.numel() == 0) return;
+  int d = wrap_dim(c.attr<IndexAttrs>().dim, std::max(x.dim(), 1));
+  int64_t size = x.dim() > 0 ? x.shape()[d] : 1;
+  cuda::DeviceScope guard(x.device());
+  int* err = cuda::device_error_word(x.device().index);
+  unsigned grid = cuda::grid_for(out.numel(), 256, x.device().index);
+  EMBER_DISPATCH_ALL(x.dtype(), "gather", [&] {
+    EMBER_DISPATCH_INDEX(index.dtype(), "gather", [&] {
+      gather_kernel<<<grid, 256, 0, cuda::stream_for(x)>>>(
+          static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
+          static_cast<scalar_t*>(out.data_ptr()), dims_of(index, x), d, size, out.numel(), err, code_of(OpId::gather));
+      EMBER_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+template <class I>
+void check_indices(const Tensor& index, int64_t size, OpId op) {
+  if (index.numel() == 0) return;
+  check_index_kernel<<<cuda::grid_for(index.numel(), 256, index.device().index), 256, 0, cuda::stream_for(index)>>>(
+      static_cast<const I*>(index.data_ptr()), index.numel(), size, cuda::device_error_word(index.device().index),
+      code_of(op));
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kAtomic>
+void index_add_cuda(const KernelCall& c) {
+  const Tensor &self = c.in[0], &index = c.in[1], &src = c.in[2];
+  const Tensor& out = c.out[0];
+  if (out.numel() == 0) return;
+  int d = wrap_dim(c.attr<IndexAttrs>().dim, self.dim());
+  Split s = split_at(self.shape(), d);
+  cuda::DeviceScope guard(self.device());
+  cudaStream_t stream = cuda::stream_for(self);
+  int device = self.device().index;
+  EMBER_DISPATCH_INDEX(index.dtype(), "index_add", [&] {
+    check_indices<index_t>(index, s.size, OpId::index_add);
+    auto run = [&]<class scalar_t>() {
+      if constexpr (kAtomic) {
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
+        if (src.numel() == 0) return;
+        index_add_atomic_kernel<<<cuda::grid_for(src.numel(), 256, device), 256, 0, stream>>>(
+            static_cast<const index_t*>(index.data_ptr()), static_cast<const scalar_t*>(src.data_ptr()),
+            static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size, s.inner, src.numel());
+      } else {
+        index_add_ordered_kernel<<<cuda::grid_for(out.numel(), 256, device), 256, 0, stream>>>(
+            static_cast<const scalar_t*>(self.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
+            static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size,
+            s.inner, out.numel());
+      }
+      EMBER_CUDA_CHECK_LAUNCH();
+    };
+    if constexpr (kAtomic) {
+      switch (self.dtype()) {
+        case DType::f32: run.template operator()<float>(); break;
+        case DType::f64: run.template operator()<double>(); break;
+        default: EMBER_FAIL("index_add atomic: f32/f64 only");
+      }
+    } else {
+      EMBER_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] { run.template operator()<scalar_t>(); });
+    }
+  });
+}
+
+template <bool kAtomic>
+void scatter_add_cuda(const KernelCall& c) {
+  const Tensor &self = c.in[0], &index = c.in[1], &src = c.in[2];
+  const Tensor& out = c.out[0];
+  if (out.numel() == 0) return;
+  int d = wrap_dim(c.attr<IndexAttrs>().dim, std::max(self.dim(), 1));
+  int64_t size = self.dim() > 0 ? self.shape()[d] : 1;
+  cuda::DeviceScope guard(self.device());
+  cudaStream_t stream = cuda::stream_for(self);
+  int device = self.device().index;
+  EMBER_DISPATCH_INDEX(index.dtype(), "scatter_add", [&] {
+    check_indices<index_t>(index, size, OpId::scatter_add);
+    auto run = [&]<class scalar_t>() {
+      if constexpr (kAtomic) {
+        EMBER_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
+        if (src.numel() == 0) return;
+        scatter_add_atomic_kernel<<<cuda::grid_for(src.numel(), 256, device), 256, 0, stream>>>(
+            static_cast<const index_t*>(index.data_ptr()), static_cast<const scalar_t*>(src.data_ptr()),
+            static_cast<scalar_t*>(out.data_ptr()), dims_of(index, out), d, size, src.numel());
+      } else {
+        Dims od{};
+        od.n = out.dim();
+        for (int k = 0; k < od.n; ++k) od.index_shape[k] = out.shape()[k];
+        Dims id = dims_of(index, index);  // index's own (contiguous) strides, shared by src
+        scatter_add_ordered_kernel<<<cuda::grid_for(out.numel(), 256, device), 256, 0, stream>>>(
+            static_cast<const scalar_t*>(self.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
+            static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()), od, id, d, out.numel());
+      }
+      EMBER_CUDA_CHECK_LAUNCH();
+    };
+    if constexpr (kAtomic) {
+      switch (self.dtype()) {
+        case DType::f32: run.template operator()<float>(); break;
+        case DType::f64: run.template operator()<double>(); break;
+        default: EMBER_FAIL("scatter_add atomic: f32/f64 only");
+      }
+    } else {
+      EMBER_DISPATCH_NUMERIC(self.dtype(), "scatter_add", [&] { run.template operator()<scalar_t>(); });
+    }
+  });
+}
+
+}  // namespace
+
+void register_cuda_index_select(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, index_select_cuda, kAllTypes, 0, nullptr, "thread per output element"});
+}
+void register_cuda_gather(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, gather_cuda, kAllTypes, 0, nullptr, "thread per output element"});
+}
+void register_cuda_index_add(OpInfo& info) {
+  info.add_variant({"ordered", DeviceType::cuda, index_add_cuda<false>, kNumericTypes, 0, nullptr,
+                    "thread per output element, indices in order (deterministic)"});
+  info.add_variant({"atomic", DeviceType::cuda, index_add_cuda<true>, DTypeSet{DType::f32, DType::f64},
+                    kNondeterministic, nullptr, "thread per source element, atomicAdd"});
+}
+void register_cuda_scatter_add(OpInfo& info) {
+  info.add_variant({"ordered", DeviceType::cuda, scatter_add_cuda<false>, kNumericTypes, 0, nullptr,
+                    "thread per output element, indices in order (deterministic)"});
+  info.add_variant({"atomic", DeviceType::cuda, scatter_add_cuda<true>, DTypeSet{DType::f32, DType::f64},
+                    kNondeterministic, nullptr, "thread per source element, atomicAdd"});
+}
+
+}  // namespace ember

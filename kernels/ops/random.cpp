@@ -1,0 +1,122 @@
+#include "kernels/ops/random.h"
+
+#include "core/parallel.h"
+#include "kernels/common/samples.h"
+#include "kernels/functional.h"
+#include "kernels/ops/copy.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+std::vector<TensorSpec> infer_random(std::span<const Tensor> in, const Attrs&) {
+  EMBER_CHECK(in.size() == 1 && in[0].is_contiguous(), "random fill: expects one contiguous tensor to fill");
+  return {{in[0].shape(), in[0].dtype(), {}, 0}};
+}
+
+template <class F>
+void random_cpu(const Tensor& t, F value_at) {
+  EMBER_DISPATCH_NUMERIC(t.dtype(), "random", [&] {
+    scalar_t* p = static_cast<scalar_t*>(t.data_ptr());
+    parallel_for(0, t.numel(), 16384, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) p[i] = convert<scalar_t, double>(value_at(i));
+    });
+  });
+}
+
+void uniform_cpu(const KernelCall& c) {
+  const RandomAttrs a = c.attr<RandomAttrs>();
+  random_cpu(c.out[0], [&](int64_t i) { return a.a + (a.b - a.a) * static_cast<double>(philox_uniform(a.seed, a.base, i)); });
+}
+void normal_cpu(const KernelCall& c) {
+  const RandomAttrs a = c.attr<RandomAttrs>();
+  random_cpu(c.out[0], [&](int64_t i) { return a.a + a.b * philox_normal(a.seed, a.base, i); });
+}
+void bernoulli_cpu(const KernelCall& c) {
+  const RandomAttrs a = c.attr<RandomAttrs>();
+  random_cpu(c.out[0], [&](int64_t i) { return static_cast<double>(philox_uniform(a.seed, a.base, i)) < a.a ? 1.0 : 0.0; });
+}
+
+std::vector<OpSample> random_samples(double a, double b) {
+  std::vector<OpSample> out;
+  for (auto [name, shape] : std::vector<std::pair<const char*, Shape>>{
+           {"[1]", {1}}, {"[7]", {7}}, {"[1023]", {1023}}, {"[2^20+3]", {(1 << 20) + 3}}, {"[0]", {0}}}) {
+    OpSample s;
+    s.name = name;
+    s.inputs = {samples::uniform(shape, 0, 1, 1)};
+    s.attrs = RandomAttrs{a, b, 1234, 56};
+    s.gradcheck = false;
+    s.dtypes = {DType::f32, DType::f16, DType::bf16};
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Cost write_cost(const KernelCall& c) { return {static_cast<double>(c.out[0].nbytes()), 0}; }
+
+void define_random(OpInfo& info, const char* doc, KernelFn cpu, SamplesFn s) {
+  info.doc = doc;
+  info.infer = infer_random;
+  info.samples = s;
+  info.cost = write_cost;
+  info.benches = [] {
+    return std::vector<BenchCase>{{"2^26 f32", {{Shape{int64_t{1} << 26}, DType::f32}}, RandomAttrs{0, 1, 7, 0}, {}}};
+  };
+  info.add_variant({"cpu", DeviceType::cpu, cpu, kNumericTypes, 0, nullptr, "Philox4x32-10 per element"});
+}
+
+Tensor random_fill(OpId op, Tensor t, double a, double b, uint64_t counters) {
+  Tensor target = t.is_contiguous() ? t : empty(t.shape(), TensorOptions().dtype(t.dtype()).device(t.device()));
+  Generator::Reservation r = default_generator().reserve(counters);
+  call_into(op, {target}, {target}, RandomAttrs{a, b, r.seed, r.base});
+  if (!target.is_same(t)) copy_(t, target);
+  return t;
+}
+
+}  // namespace
+
+void define_op_uniform(OpInfo& info) {
+  define_random(info, "uniform in [low, high) (in place)", uniform_cpu, [] { return random_samples(-2, 3); });
+}
+void define_op_normal(OpInfo& info) {
+  define_random(info, "normal(mean, std) (in place)", normal_cpu, [] { return random_samples(0.5, 2); });
+}
+void define_op_bernoulli(OpInfo& info) {
+  define_random(info, "0/1 with probability p (in place)", bernoulli_cpu, [] { return random_samples(0.3, 0); });
+}
+
+Tensor& uniform_(Tensor& t, double low, double high) {
+  EMBER_CHECK(low <= high, "uniform_: low ", low, " > high ", high);
+  random_fill(OpId::uniform, t, low, high, uniform_counters(t.numel()));
+  return t;
+}
+Tensor& normal_(Tensor& t, double mean, double std) {
+  EMBER_CHECK(std >= 0, "normal_: std must be >= 0, got ", std);
+  random_fill(OpId::normal, t, mean, std, normal_counters(t.numel()));
+  return t;
+}
+
+Tensor uniform(const Shape& shape, double low, double high, const TensorOptions& o) {
+  Tensor t = empty(shape, TensorOptions(o).requires_grad(false));
+  uniform_(t, low, high);
+  if (o.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+Tensor rand(const Shape& shape, const TensorOptions& o) { return uniform(shape, 0, 1, o); }
+Tensor normal(const Shape& shape, double mean, double std, const TensorOptions& o) {
+  Tensor t = empty(shape, TensorOptions(o).requires_grad(false));
+  normal_(t, mean, std);
+  if (o.requires_grad_) t.requires_grad_(true);
+  return t;
+}
+Tensor randn(const Shape& shape, const TensorOptions& o) { return normal(shape, 0, 1, o); }
+Tensor bernoulli(const Shape& shape, double p, const TensorOptions& o) {
+  EMBER_CHECK(p >= 0 && p <= 1, "bernoulli: p must be in [0, 1], got ", p);
+  Tensor t = empty(shape, o);
+  return random_fill(OpId::bernoulli, t, p, 0, uniform_counters(t.numel()));
+}
+Tensor rand_like(const Tensor& t) { return rand(t.shape(), TensorOptions().dtype(t.dtype()).device(t.device())); }
+Tensor randn_like(const Tensor& t) { return randn(t.shape(), TensorOptions().dtype(t.dtype()).device(t.device())); }
+
+}  // namespace ember

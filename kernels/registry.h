@@ -1,0 +1,247 @@
+// The op registry: every op is data (an OpInfo) built from kernels/ops.def, and one runner
+// (call()) executes any op: infer output shapes, allocate, pick a kernel variant, run it, record
+// autograd.
+//
+// Note [op registry]: kernels/ops.def is the single list of ops. It expands into the OpId enum,
+// the table of OpInfos, the generic tests (coverage, gradcheck, CPU-vs-CUDA parity) and bench_ops.
+// Each op provides, in its own files:
+//   define_op_<name>(OpInfo&)       (<op>.cpp) shape inference, backward, samples, cost, CPU kernel
+//   register_cuda_<name>(OpInfo&)   (<op>.cu)  its CUDA kernel variants
+// registry.cpp calls them in ops.def order when the registry is first used: no static
+// initialisers, so nothing is lost when the static library is linked.
+#pragma once
+
+#include <cstring>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "core/autograd/node.h"
+#include "core/tensor.h"
+
+namespace ember {
+
+enum class OpId : uint16_t {
+#define EMBER_OP(name, devices) name,
+#define EMBER_UNARY(name, Functor) name, name##_backward,
+#define EMBER_BINARY(name, Functor) name, name##_scalar,
+#include "kernels/ops.def"
+  kCount
+};
+inline constexpr int kNumOps = static_cast<int>(OpId::kCount);
+
+// Device flags used in ops.def.
+inline constexpr uint32_t CPU = 1u << static_cast<unsigned>(DeviceType::cpu);
+inline constexpr uint32_t CUDA = 1u << static_cast<unsigned>(DeviceType::cuda);
+
+// An op's non-tensor arguments: any trivially copyable struct of up to 192 bytes, stored inline
+// (no allocation per call). Attribute structs are value-initialised (`ConvAttrs a{}`) so their
+// bytes, which key the autotune cache, are deterministic.
+class Attrs {
+ public:
+  static constexpr size_t kCapacity = 192;
+  Attrs() = default;
+  template <class T, class = std::enable_if_t<!std::is_same_v<std::decay_t<T>, Attrs>>>
+  Attrs(const T& value) {  // NOLINT: implicit, call(op, in, ConvAttrs{...})
+    static_assert(std::is_trivially_copyable_v<T>, "op attributes must be trivially copyable");
+    static_assert(sizeof(T) <= kCapacity, "op attributes are limited to 192 bytes");
+    std::memcpy(buf_, &value, sizeof(T));
+    tag_ = &type_tag<T>;
+    size_ = sizeof(T);
+  }
+  template <class T>
+  const T& get() const {
+    EMBER_CHECK(tag_ == &type_tag<T>, "op attributes hold a different type than the kernel expects");
+    return *reinterpret_cast<const T*>(buf_);
+  }
+  bool empty() const { return tag_ == nullptr; }
+  // Bytes of the stored value (for cache keys).
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(buf_), size_}; }
+
+ private:
+  template <class T>
+  static inline const char type_tag = 0;
+  alignas(16) unsigned char buf_[kCapacity] = {};
+  const char* tag_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Common attribute structs.
+struct ScalarAttrs {
+  double value = 0;
+};
+
+struct KernelCall {
+  OpId op;
+  std::span<const Tensor> in;
+  std::span<Tensor> out;  // allocated by the runner (or aliases of inputs for in-place ops)
+  const Attrs& attrs;
+  template <class T>
+  const T& attr() const {
+    return attrs.get<T>();
+  }
+};
+using KernelFn = void (*)(const KernelCall&);
+
+enum VariantFlag : uint32_t {
+  kVendor = 1u << 0,            // cuBLAS / cuDNN
+  kNondeterministic = 1u << 1,  // e.g. float atomics: excluded in deterministic mode
+  kReference = 1u << 2,         // the naive kernel-level oracle: tested, benchmarked, never picked by default
+};
+
+struct Variant {
+  std::string name;  // "cpu", "v1_naive", "v2_tiled", "cublas", ...
+  DeviceType device = DeviceType::cpu;
+  KernelFn fn = nullptr;
+  DTypeSet dtypes = kAllTypes;
+  uint32_t flags = 0;
+  bool (*supports)(const KernelCall&) = nullptr;  // extra applicability check (shapes, alignment)
+  std::string note;                               // one line: what this version does
+  bool accepts(const KernelCall& c) const;
+};
+
+// What infer() says about each output.
+struct TensorSpec {
+  Shape shape;
+  DType dtype = kDefaultFloat;
+  Strides strides;  // empty: contiguous
+  int alias = -1;   // >= 0: the output is input `alias`, written in place
+};
+using InferFn = std::vector<TensorSpec> (*)(std::span<const Tensor> in, const Attrs& attrs);
+using ViewFn = Tensor (*)(const Tensor& self, const Attrs& attrs);
+
+enum class Save : uint8_t { nothing = 0, inputs = 1, outputs = 2, both = 3 };
+
+struct BackwardCtx {
+  std::vector<Tensor> inputs;    // saved inputs (undefined unless Save::inputs/both)
+  std::vector<Tensor> outputs;   // saved outputs (undefined unless Save::outputs/both)
+  std::vector<Tensor> grads;     // gradient of each output; undefined means zero
+  std::vector<bool> needs;       // which inputs want a gradient
+  std::vector<autograd::OutputMeta> input_meta;
+  std::vector<autograd::OutputMeta> output_meta;
+  const Attrs* attrs = nullptr;
+
+  bool needs_grad(size_t i) const { return i < needs.size() && needs[i]; }
+  // Gradient of output i (zeros when nothing flowed into it).
+  Tensor grad(size_t i = 0) const;
+  template <class T>
+  const T& attr() const {
+    return attrs->get<T>();
+  }
+};
+// Returns one gradient per input (undefined where not needed or not differentiable).
+using BackwardFn = std::vector<Tensor> (*)(const BackwardCtx& ctx);
+
+// How an op behaves under autocast (amp/): declared beside the op, read by the runner.
+enum class AutocastPolicy : uint8_t {
+  none,     // leave inputs alone (views, copies, integer ops)
+  lower,    // cast floating inputs to the autocast dtype (matmul, linear, conv)
+  fp32,     // cast floating inputs to f32 (softmax, losses, norms, reductions, exp/log/pow)
+  promote,  // cast floating inputs to the widest floating input dtype (binary elementwise, cat)
+};
+
+struct Tol {
+  double rtol, atol;
+};
+
+// One test case of an op, drawn by the generic driver (tests/test_ops.cpp).
+struct OpSample {
+  std::string name;
+  std::vector<Tensor> inputs;  // CPU tensors; floating ones in f64
+  Attrs attrs;
+  std::vector<int> grad_inputs;  // inputs to gradcheck; empty: every floating input
+  bool gradcheck = true;
+  bool parity = true;
+  DTypeSet dtypes{DType::f32, DType::f16, DType::bf16};  // CPU-vs-CUDA parity dtypes
+  std::vector<std::pair<DType, Tol>> tol;  // overrides of the default tolerances ...
+  std::string tol_note;                    // ... and why
+  // Indices of inputs that keep their dtype when the driver casts floating inputs (e.g. masks).
+  std::vector<int> keep_dtype;
+};
+using SamplesFn = std::vector<OpSample> (*)();
+
+struct Cost {
+  double bytes = 0;  // fewest bytes the op must move through memory
+  double flops = 0;
+};
+using CostFn = Cost (*)(const KernelCall& c);
+
+// A benchmark case: inputs are generated on the device (uniform in [-1, 1) unless integer).
+struct BenchCase {
+  std::string name;
+  std::vector<TensorSpec> inputs;
+  Attrs attrs;
+  // Optional: makes the inputs (e.g. valid indices); gets the device.
+  std::function<std::vector<Tensor>(Device)> make;
+};
+using BenchFn = std::vector<BenchCase> (*)();
+
+struct OpInfo {
+  OpId id{};
+  const char* name = "";
+  uint32_t devices = 0;  // from ops.def
+  InferFn infer = nullptr;
+  ViewFn view = nullptr;  // set for view ops (no kernel; the result shares storage)
+  BackwardFn backward = nullptr;
+  Save save = Save::nothing;
+  SamplesFn samples = nullptr;
+  CostFn cost = nullptr;
+  BenchFn benches = nullptr;
+  AutocastPolicy autocast = AutocastPolicy::none;
+  bool contiguous_inputs = true;  // the runner makes inputs contiguous before the kernel
+  std::vector<Variant> variants;
+  std::string doc;  // one line for --list
+
+  bool differentiable() const { return backward != nullptr; }
+  void add_variant(Variant v);
+  // The variant used when nothing else is asked for: the first non-reference, non-vendor variant
+  // registered for the device that accepts the call.
+  const Variant* default_variant(const KernelCall& c, DeviceType d) const;
+};
+
+const OpInfo& op_info(OpId id);
+std::span<const OpInfo> all_ops();
+const OpInfo* find_op(std::string_view name);
+
+// ---- the runner ----
+
+// Runs op `id` on `inputs` and returns its outputs, recording autograd when grad mode is on and an
+// input requires grad.
+std::vector<Tensor> call(OpId id, std::vector<Tensor> inputs, const Attrs& attrs = {});
+Tensor call1(OpId id, std::vector<Tensor> inputs, const Attrs& attrs = {});
+// Runs op `id` into given outputs (which must match what the op infers: shape and dtype), no
+// autograd: the in-place forms (add_, mul_, fused optimizer steps) use it.
+void call_into(OpId id, std::vector<Tensor> inputs, std::vector<Tensor> outputs, const Attrs& attrs = {});
+// Runs one given variant of an op into freshly allocated outputs, no autograd (tests, bench).
+std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> inputs, const Attrs& attrs = {});
+
+// ---- variant selection ----
+
+// Per-op backend preference: "" or "default" (ember's default variant), "vendor" (cuBLAS/cuDNN
+// where registered), "auto" (autotune: time the candidates once per shape), or a variant's name.
+void set_backend(OpId id, const std::string& preference);
+// The same for every op.
+void set_backend_all(const std::string& preference);
+std::string backend(OpId id);
+// Deterministic mode: variants flagged kNondeterministic are never chosen.
+void set_deterministic(bool on);
+bool deterministic();
+// Picks the variant that will run `c` on device type `d`.
+const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceType d);
+
+// Autotune plugs in here: given the accepting candidates, returns the one to use (or nullptr to
+// fall back to the default). Installed by kernels/autotune.cpp.
+using AutotuneFn = const Variant* (*)(const OpInfo& info, const KernelCall& c, std::span<const Variant* const> candidates);
+void set_autotune_hook(AutotuneFn fn);
+
+// ---- helpers for op implementations ----
+
+// Checks that every defined tensor is on the same device; names the op and the offending inputs.
+Device common_device(const char* op, std::span<const Tensor> in);
+// An undefined-safe zeros tensor with the given metadata.
+Tensor zeros_meta(const autograd::OutputMeta& m);
+
+}  // namespace ember

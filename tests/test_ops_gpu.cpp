@@ -1,0 +1,31 @@
+// The generic op tests on CUDA: every CUDA variant of every op against the CPU reference, per
+// dtype (f32, f16, bf16 as each sample lists), and gradients through autograd against the CPU's.
+#include <catch2/catch.hpp>
+
+#include "kernels/registry.h"
+#include "tests/op_driver.h"
+
+using namespace ember;
+
+namespace {
+
+void check_op_cuda(OpId id) {
+  const OpInfo& info = op_info(id);
+  for (const OpSample& s : info.samples()) {
+    INFO(info.name << " [" << s.name << "]");
+    for (const std::string& f : testing::variant_parity(info, s, DeviceType::cuda)) FAIL_CHECK(f);
+    for (const std::string& f : testing::backward_parity(info, s, DeviceType::cuda)) FAIL_CHECK(f);
+  }
+}
+
+}  // namespace
+
+#define EMBER_OP(name, devices) \
+  TEST_CASE("cuda op " #name, "[gpu][ops]") { check_op_cuda(OpId::name); }
+#define EMBER_UNARY(name, F)                                                          \
+  TEST_CASE("cuda op " #name, "[gpu][ops]") { check_op_cuda(OpId::name); }           \
+  TEST_CASE("cuda op " #name "_backward", "[gpu][ops]") { check_op_cuda(OpId::name##_backward); }
+#define EMBER_BINARY(name, F)                                                         \
+  TEST_CASE("cuda op " #name, "[gpu][ops]") { check_op_cuda(OpId::name); }           \
+  TEST_CASE("cuda op " #name "_scalar", "[gpu][ops]") { check_op_cuda(OpId::name##_scalar); }
+#include "kernels/ops.def"
