@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/ops/linear.h"
 
 namespace ember {
 
@@ -136,5 +137,12 @@ Tensor scatter_add(const Tensor& self, int64_t dim, const Tensor& index, const T
 // Matrix product with numpy semantics: 1-D operands are promoted and the added dim removed;
 // batch dims broadcast.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// x W^T + b (W is [out, in], b is [out] or undefined) with a fused activation.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              Activation activation = Activation::none);
+
+// The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
+#define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);
+#include "kernels/ops.def"
 
 }  // namespace ember

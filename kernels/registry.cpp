@@ -345,6 +345,7 @@ std::vector<Tensor> call(OpId id, std::vector<Tensor> in, const Attrs& attrs) {
   {
     runtime::CurrentOpScope scope(info.name);
     profiler::Range range(info.name, v.name.c_str(), device);
+    autograd::NoGradGuard no_grad;  // kernels built from other ops record nothing
     v.fn(c);
   }
   if (inplace)
@@ -384,6 +385,7 @@ void call_into(OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const A
   {
     runtime::CurrentOpScope scope(info.name);
     profiler::Range range(info.name, v.name.c_str(), device);
+    autograd::NoGradGuard no_grad;
     v.fn(c);
   }
   for (const Tensor& o : out) o.bump_version();
@@ -403,6 +405,7 @@ std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> 
   KernelCall c{id, in, out, attrs};
   EMBER_CHECK(v.accepts(c), "variant ", v.name, " of ", info.name, " does not accept these inputs");
   runtime::CurrentOpScope scope(info.name);
+  autograd::NoGradGuard no_grad;
   v.fn(c);
   if (inplace)
     for (const Tensor& o : out) o.bump_version();

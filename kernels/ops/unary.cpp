@@ -135,7 +135,8 @@ void define_unary_backward(OpInfo& info) {
   void define_op_##name##_backward(OpInfo& info) { define_unary_backward<unary::Functor>(info); }        \
   Tensor name(const Tensor& x) {                                                                         \
     return call1(OpId::name, {unary::Functor::kFloatOnly ? promote_to_float(x) : x});                    \
-  }
+  }                                                                                                      \
+  Tensor name##_backward(const Tensor& grad, const Tensor& x) { return call1(OpId::name##_backward, {grad, x}); }
 #include "kernels/ops.def"
 
 
