@@ -1,0 +1,163 @@
+// The CUDA runtime layer on a real device: caching allocator (reuse, stats, OOM message and
+// recovery, pass-through), pinned allocator, streams and events, Philox CPU == CUDA, device error
+// word, device mismatches, async copies, sync-debug.
+#include <catch2/catch.hpp>
+
+#include "core/runtime.h"
+#include "ember.h"
+
+using namespace ember;
+
+TEST_CASE("caching allocator reuses freed blocks on the same stream", "[gpu][allocator]") {
+  cuda::empty_cache();
+  auto before = cuda::allocator_stats(0);
+  void* first = nullptr;
+  {
+    Tensor a = empty({1 << 20}, kCUDA);
+    first = a.data_ptr();
+  }
+  auto mid = cuda::allocator_stats(0);
+  CHECK(mid.num_device_mallocs == before.num_device_mallocs + 1);
+  CHECK(mid.allocated_bytes == before.allocated_bytes);
+  Tensor b = empty({1 << 20}, kCUDA);
+  CHECK(b.data_ptr() == first);
+  auto after = cuda::allocator_stats(0);
+  CHECK(after.num_device_mallocs == mid.num_device_mallocs);  // a cache hit, no cudaMalloc
+  CHECK(after.num_cache_hits == mid.num_cache_hits + 1);
+  CHECK(after.reserved_bytes >= after.allocated_bytes);
+  CHECK(after.peak_allocated_bytes >= cuda::allocator_round_size(4u << 20));
+}
+
+TEST_CASE("steady-state training steps do not call cudaMalloc", "[gpu][allocator]") {
+  Tensor w = randn({256, 256}, kCUDA).requires_grad_();
+  auto step = [&] {
+    Tensor x = randn({64, 256}, kCUDA);
+    Tensor loss = mean(relu(matmul(x, w)));
+    w.reset_grad();
+    loss.backward();
+  };
+  step();
+  step();
+  auto s0 = cuda::allocator_stats(0);
+  for (int i = 0; i < 10; ++i) step();
+  auto s1 = cuda::allocator_stats(0);
+  CHECK(s1.num_device_mallocs == s0.num_device_mallocs);
+}
+
+TEST_CASE("out of memory names the request, retries after releasing the cache, and recovers", "[gpu][allocator]") {
+  size_t total = cuda::properties(0).total_memory;
+  {
+    Tensor cached = empty({1 << 28}, TensorOptions(DType::u8).device(kCUDA));  // 256 MiB, freed into the cache
+  }
+  auto s0 = cuda::allocator_stats(0);
+  CHECK_THROWS_AS(empty({static_cast<int64_t>(total) * 2}, TensorOptions(DType::u8).device(kCUDA)), OutOfMemoryError);
+  try {
+    empty({static_cast<int64_t>(total) * 2}, TensorOptions(DType::u8).device(kCUDA));
+  } catch (const OutOfMemoryError& e) {
+    std::string m = e.what();
+    CHECK(m.find("tried to allocate") != std::string::npos);
+    CHECK(m.find("in use") != std::string::npos);
+    CHECK(m.find("cached") != std::string::npos);
+    CHECK(m.find("free of") != std::string::npos);
+  }
+  auto s1 = cuda::allocator_stats(0);
+  CHECK(s1.num_oom_retries > s0.num_oom_retries);
+  CHECK(s1.num_ooms > s0.num_ooms);
+  Tensor ok = ones({1024}, kCUDA);  // the allocator still works
+  CHECK(sum(ok).item() == 1024);
+}
+
+TEST_CASE("a block used on another stream waits for that stream before reuse", "[gpu][allocator]") {
+  cuda::Stream side = cuda::Stream::create(0);
+  void* p = nullptr;
+  {
+    Tensor a = empty({1 << 22}, kCUDA);
+    p = a.data_ptr();
+    cuda::record_stream(p, side);
+  }
+  // the block is pending until the side stream's event completes: a new allocation right now may
+  // or may not get it, but after the side stream drains it must be reusable
+  side.synchronize();
+  Tensor b = empty({1 << 22}, kCUDA);
+  CHECK(b.data_ptr() == p);
+}
+
+TEST_CASE("pinned host memory: async copies, reuse only after the copy event", "[gpu][pinned]") {
+  Tensor h = arange(1 << 20, DType::f32).pin_memory();
+  CHECK(h.is_pinned());
+  CHECK(cuda::is_pinned_pointer(h.data_ptr()));
+  Tensor d = h.to(kCUDA, /*non_blocking=*/true);
+  CHECK(sum(d).item() == Approx(static_cast<double>((1 << 20) - 1) * (1 << 20) / 2));
+  auto st = cuda::pinned_stats();
+  CHECK(st.num_host_allocs >= 1);
+  Tensor back = d.to(kCPU, /*non_blocking=*/true);
+  CHECK(back.is_pinned());
+  cuda::current_stream(0).synchronize();
+  CHECK(back.to_vector<float>()[12345] == 12345.0f);
+}
+
+TEST_CASE("Philox gives the same numbers on CPU and CUDA", "[gpu][rng]") {
+  for (auto [name, fn] : std::vector<std::pair<const char*, Tensor (*)(const Shape&, const TensorOptions&)>>{
+           {"rand", rand}, {"randn", randn}}) {
+    INFO(name);
+    manual_seed(99);
+    Tensor c = fn({100003}, TensorOptions());
+    manual_seed(99);
+    Tensor g = fn({100003}, TensorOptions().device(kCUDA));
+    std::vector<float> a = c.to_vector<float>(), b = g.to_vector<float>();
+    int64_t diff = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::fabs(a[i] - b[i]) > 1e-6f * std::max(1.0f, std::fabs(a[i]))) ++diff;
+    CHECK(diff == 0);
+  }
+  manual_seed(5);
+  Tensor c = bernoulli({4099}, 0.4);
+  manual_seed(5);
+  Tensor g = bernoulli({4099}, 0.4, kCUDA);
+  CHECK(c.to_vector<float>() == g.to_vector<float>());
+}
+
+TEST_CASE("an out-of-range index on the device is reported at the next sync", "[gpu][bad-input]") {
+  Tensor x = zeros({4, 2}, kCUDA);
+  Tensor bad = tensor_i64({1, 7}, {2}, kCUDA);
+  Tensor y = index_select(x, 0, bad);  // no host sync here
+  CHECK_THROWS_WITH(cuda::current_stream(0).synchronize(), Catch::Contains("index_select") && Catch::Contains("out of range"));
+  // the error was cleared: the next sync is fine
+  cuda::current_stream(0).synchronize();
+}
+
+TEST_CASE("mismatched devices name both tensors", "[gpu][bad-input]") {
+  CHECK_THROWS_WITH(add(zeros({2}), zeros({2}, kCUDA)), Catch::Contains("cpu") && Catch::Contains("cuda:0") &&
+                                                           Catch::Contains("same device"));
+}
+
+TEST_CASE("sync-debug reports a host sync with the op that caused it", "[gpu][sync]") {
+  Tensor x = ones({16}, kCUDA);
+  runtime::set_sync_debug(runtime::SyncDebug::error);
+  CHECK_NOTHROW(relu(mul(x, 2.0)));  // no sync
+  CHECK_THROWS_WITH(sum(x).item(), Catch::Contains("item()"));
+  Tensor pageable = ones({16});
+  CHECK_THROWS_WITH(pageable.to(kCUDA), Catch::Contains("pageable"));
+  runtime::set_sync_debug(runtime::SyncDebug::off);
+}
+
+TEST_CASE("streams and events order work and time it", "[gpu][stream]") {
+  cuda::Stream s = cuda::Stream::create(0);
+  cuda::Event start(true), stop(true);
+  Tensor a = ones({1 << 20}, kCUDA);
+  cuda::Event ready;
+  ready.record();
+  Tensor b;
+  {
+    cuda::StreamGuard g(s);
+    ready.block(s);
+    start.record(s);
+    b = mul(a, 3.0);
+    stop.record(s);
+  }
+  cuda::record_stream(b.data_ptr(), cuda::current_stream(0));
+  stop.block(cuda::current_stream(0));
+  CHECK(sum(b).item() == 3.0 * (1 << 20));
+  CHECK(stop.query());
+  CHECK(start.elapsed_ms(stop) >= 0.0f);
+}
