@@ -18,8 +18,6 @@
 
 namespace ember {
 
-namespace {
-
 BnGeom bn_geometry(const Tensor& x) {
   BnGeom g;
   g.N = x.shape()[0];
@@ -38,6 +36,8 @@ BnGeom bn_geometry(const Tensor& x) {
   }
   return g;
 }
+
+namespace {
 
 void check_param(const char* op, const Tensor& t, const char* name, int64_t C, DType x, DType s) {
   if (!t.defined()) return;

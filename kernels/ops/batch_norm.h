@@ -44,4 +44,8 @@ struct BnGeom {
   int64_t M() const { return N * L; }
 };
 
+// The geometry of x as the kernels read it: x must already be NCHW-contiguous or (4-D)
+// channels-last, see contiguous_as in kernels/common/memory_format.h.
+BnGeom bn_geometry(const Tensor& x);
+
 }  // namespace ember
