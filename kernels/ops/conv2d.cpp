@@ -318,6 +318,31 @@ void im2col_nchw(const ConvGeom& g, const T* x, T* col) {
       }
 }
 
+// The transpose of im2col_nchw: colT[p Q + q][(c R + r) S + s] (the weight gradient's B operand).
+template <class T>
+void im2col_nchw_t(const ConvGeom& g, const T* x, T* colT) {
+  const int64_t CRS = g.Cg * g.R * g.S;
+  for (int64_t p = 0; p < g.P; ++p)
+    for (int64_t q = 0; q < g.Q; ++q) {
+      T* row = colT + (p * g.Q + q) * CRS;
+      for (int64_t c = 0; c < g.Cg; ++c) {
+        const T* plane = x + c * g.H * g.W;
+        for (int64_t r = 0; r < g.R; ++r) {
+          const int64_t h = p * g.sh - g.ph + r * g.dh;
+          T* dst = row + (c * g.R + r) * g.S;
+          if (h < 0 || h >= g.H) {
+            std::fill(dst, dst + g.S, T(0));
+            continue;
+          }
+          for (int64_t s = 0; s < g.S; ++s) {
+            const int64_t w = q * g.sw - g.pw + s * g.dw;
+            dst[s] = (w >= 0 && w < g.W) ? plane[h * g.W + w] : T(0);
+          }
+        }
+      }
+    }
+}
+
 template <class T>
 void col2im_nchw(const ConvGeom& g, const T* col, T* x) {  // x += col, scattered back
   const int64_t PQ = g.P * g.Q;
@@ -399,6 +424,12 @@ void conv_fwd_im2col(const ConvGeom& g, const Tensor& x, const Tensor& w, const 
   const T* xp = static_cast<const T*>(x.data_ptr());
   const T* bp = b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr;
   T* yp = static_cast<T*>(y.data_ptr());
+  // channels-last multiplies col [PQ, RSC] by W^T: transpose each group's weight once, so both
+  // GEMM operands are dense rows
+  std::vector<Tensor> wt(static_cast<size_t>(g.G));
+  if (g.channels_last)
+    for (int64_t grp = 0; grp < g.G; ++grp)
+      wt[static_cast<size_t>(grp)] = mview(w, g.Kg, CRS, CRS, grp * g.Kg * CRS).t().contiguous();
   for_image_chunks(g.N, [&](int64_t, int64_t n0, int64_t n1) {
     Tensor col = pw1 ? Tensor() : empty({CRS * PQ}, dtype_v<T>);
     for (int64_t n = n0; n < n1; ++n)
@@ -429,10 +460,11 @@ void conv_fwd_im2col(const ConvGeom& g, const Tensor& x, const Tensor& w, const 
             colv = mview(col, PQ, CRS, CRS, 0);
           }
           T* yn = yp + n * PQ * g.K + grp * g.Kg;
+          const Tensor& wtg = wt[static_cast<size_t>(grp)];
           if (g.G == 1) {
-            call_into(OpId::matmul, {colv, wg.t()}, {mview(y, PQ, g.K, g.K, n * PQ * g.K)});
+            call_into(OpId::matmul, {colv, wtg}, {mview(y, PQ, g.K, g.K, n * PQ * g.K)});
           } else {
-            Tensor t = matmul(colv, wg.t());  // [PQ, Kg], placed into every K-th row slot below
+            Tensor t = matmul(colv, wtg);  // [PQ, Kg], placed into every K-th row slot below
             copy_rows(t.data<T>(), yn, PQ, g.Kg, g.K, false);
           }
           if (bp)
@@ -489,14 +521,14 @@ void conv_bwd_weight_im2col(const ConvGeom& g, const Tensor& gy, const Tensor& x
       for (int64_t grp = 0; grp < g.G; ++grp) {
         Tensor t;
         if (!g.channels_last) {
-          Tensor colv;
+          Tensor colT;  // [PQ, CRS]
           if (pw1) {
-            colv = mview(x, g.Cg, HW, HW, n * g.C * HW + grp * g.Cg * HW);
+            colT = mview(x, g.Cg, HW, HW, n * g.C * HW + grp * g.Cg * HW).t();
           } else {
-            im2col_nchw(g, xp + n * g.C * HW + grp * g.Cg * HW, col.data<T>());
-            colv = mview(col, CRS, PQ, PQ, 0);
+            im2col_nchw_t(g, xp + n * g.C * HW + grp * g.Cg * HW, col.data<T>());
+            colT = mview(col, PQ, CRS, CRS, 0);
           }
-          t = matmul(mview(gy, g.Kg, PQ, PQ, n * g.K * PQ + grp * g.Kg * PQ), colv.t());  // [Kg, CRS]
+          t = matmul(mview(gy, g.Kg, PQ, PQ, n * g.K * PQ + grp * g.Kg * PQ), colT);  // [Kg, CRS]
         } else {
           Tensor colv;
           if (pw1) {

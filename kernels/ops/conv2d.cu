@@ -2,23 +2,26 @@
 //
 // Variants (per op, in the order the default picks from):
 //   direct      f32/f16/bf16, the small MNIST-style convolutions (NCHW, 3x3 or 5x5, stride 1, no
-//               dilation or groups, planes <= 32x32): one block per (image, output-channel slice)
-//               keeps the zero-padded input planes and the weight slice in shared memory (fp32);
-//               each thread computes 8 channels x TP pixels of one output row (TP = 7 when the width
-//               is a multiple of 7 - 28 and 14 - else 4), sliding the kernel along the row in
-//               registers: per (c, r) it loads TP + S - 1 inputs and S x 2 float4 weights for
-//               8 x TP x S FMAs (TP = 7, S = 3: 15 loads for 168 FMAs).
+//               dilation or groups, planes <= 32x32): one block per (image, slice of 8-32 output
+//               channels); input-channel chunks of the zero-padded planes and of the weight slice are
+//               staged in shared memory (fp32, <= 48 KB, so several blocks share an SM); each thread
+//               owns 8 output channels x TP pixels of one output row (TP = 7 when the width is a
+//               multiple of 7 - 28 and 14 - else 4) in registers and slides the kernel along the row:
+//               per (c, r) it loads TP + S - 1 inputs and S x 2 float4 weights for 8 x TP x S FMAs
+//               (TP = 7, S = 3: 15 shared loads for 168 FMAs, far below the shared-memory limit).
 //               backward_input is the same kernel on grad_output with the weight flipped and
 //               transposed (padding R - 1 - pad): a stride-1 transposed convolution is a convolution.
 //               backward_weight: blocks over (image split, k slice, c slice); each thread owns
 //               (4 output channels, one input channel, every tap) for a share of the output rows and
-//               walks them with a sliding window (7 loads per 36 FMAs for 3x3); the row shares are
-//               summed in shared memory, image splits by a deterministic second pass.
-//               Napkin math, MNIST conv2 (32->64, 14x14) forward at batch 512: 3.7 GFLOP, 25.7 MB
-//               moved: ~60 us at a realistic ~60 TFLOP/s-equivalent FMA rate... in practice
-//               shared-memory bound near 35-40% of FMA peak (~150 us); cuDNN's implicit GEMM pays the
-//               im2col gather instead. conv1 (1->32, 28x28) is memory bound: 64 x 32 x 784 x 4 B =
-//               6.4 MB written at batch 64 -> ~2 us.
+//               walks them with a sliding window (7 shared loads per 36 FMAs for 3x3); the row shares
+//               are summed in shared memory, the image splits by a second, ordered pass.
+//               Napkin math (H200: ~67 TFLOP/s fp32 FMA, ~4.5 TB/s): MNIST conv2 (32->64, 14x14)
+//               forward at batch 64 is 0.46 GFLOP (6.9 us at peak) over 4.8 MB (~1 us): compute bound;
+//               at the ~50% of peak this issue mix allows, ~14 us (batch 512: ~110 us), which is the
+//               bar for ">= 1.0x cuDNN" (cuDNN's FMA implicit GEMM pays the im2col gather and tile
+//               waste at K = 64). conv1 (1->32, 28x28) at batch 64 is 29 MFLOP but writes 6.4 MB:
+//               memory and launch bound, ~2-3 us; the implicit GEMM would waste 31/32 of each
+//               32-deep reduction tile on C = 1.
 //   igemm_mma   f16/bf16 implicit GEMM on tensor cores (conv2d_igemm.cu)
 //   igemm_simt  f32/f64 implicit GEMM on FMA units (conv2d_igemm.cu)
 //   cudnn       (kVendor) cuDNN's legacy API, algorithm cached per shape (conv2d_cudnn.cu);
@@ -292,126 +295,121 @@ void mma_backward_weight(const KernelCall& c) { convcuda::igemm_mma_backward_wei
 
 // ---- direct kernels (MNIST-sized convolutions) ----
 
-constexpr int kDirectTK = 8;  // output channels per thread (two float4 weight loads per tap)
+constexpr int kDirectTK = 8;        // output channels per thread (two float4 weight loads per tap)
+constexpr int kDirectSmemFloats = 12288;  // 48 KB: the default limit, several blocks per SM
 
 struct DirectGeom {
-  int N, Ci, H, W;    // input planes (x for forward, grad_output for backward_input)
-  int Co, P, Q;       // output planes
-  int pad;            // padding applied to the input planes
-  int KB;             // output channels per block (multiple of kDirectTK)
-  int QG;             // pixel groups per output row
-  int Hp, Wpa;        // shared plane: Hp = P + KS - 1 rows, Wpa = QG TP + KS - 1 columns (zero filled)
+  int N, Ci, H, W;  // input planes (x for forward, grad_output for backward_input)
+  int Co, P, Q;     // output planes
+  int pad;          // padding applied to the input planes
+  int KB;           // output channels per block (multiple of kDirectTK)
+  int QG;           // pixel groups per output row
+  int Hp, Wpa;      // shared plane: Hp = P + KS - 1 rows, Wpa = QG TP + KS - 1 columns (zero filled)
+  int CB;           // input channels per shared-memory chunk
+  int items;        // (KB / 8) P QG: one per thread
 };
 
-// y[n, k0 + kk, p, q] for one image and KB output channels. FLIP: the weight is read as the
-// transposed, flipped kernel of a [Ci_conv = Co, Co_conv = Ci] convolution (backward_input).
+// y[n, k0 + kk, p, q] for one image and KB output channels; thread = one item (8 channels x TP
+// pixels of a row), accumulated over input-channel chunks staged in shared memory. FLIP: the weight
+// is read as the transposed, flipped kernel of a [Co, Ci] convolution (backward_input).
 template <class T, int KS, int TP, bool FLIP>
 __global__ void __launch_bounds__(256)
     direct_kernel(const T* __restrict__ in, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ out,
                   DirectGeom g) {
-  extern __shared__ float4 smem4[];
+  __shared__ float4 smem4[kDirectSmemFloats / 4];
   float* smem = reinterpret_cast<float*>(smem4);
   const int plane = g.Hp * g.Wpa;
-  float* ws = smem;                          // [Ci][KS][KS][KB]
-  float* xs = smem + g.Ci * KS * KS * g.KB;  // [Ci][Hp][Wpa]
+  float* ws = smem;                          // [CB][KS][KS][KB]
+  float* xs = smem + g.CB * KS * KS * g.KB;  // [CB][Hp][Wpa]
   const int n = blockIdx.x;
   const int k0 = blockIdx.y * g.KB;
   const int tid = threadIdx.x, nt = blockDim.x;
+  const bool active = tid < g.items;
+  const int qg = tid % g.QG;
+  const int p = (tid / g.QG) % g.P;
+  const int kg = tid / (g.QG * g.P);
+  const int q0 = qg * TP;
+  float acc[kDirectTK][TP];
+#pragma unroll
+  for (int k = 0; k < kDirectTK; ++k)
+#pragma unroll
+    for (int i = 0; i < TP; ++i) acc[k][i] = 0.f;
 
-  // weights: ws[((c KS + r) KS + s) KB + kk]
-  const int wtotal = g.Ci * KS * KS * g.KB;
-  for (int i = tid; i < wtotal; i += nt) {
-    const int kk = i % g.KB;
-    int t = i / g.KB;
-    const int s = t % KS;
-    t /= KS;
-    const int r = t % KS;
-    const int c = t / KS;
-    const int k = k0 + kk;
-    float v = 0.f;
-    if (k < g.Co) {
-      // forward: w[k][c][r][s] ([Co, Ci, KS, KS]); backward_input: w[c][k][KS-1-r][KS-1-s] ([Ci, Co, KS, KS])
-      v = FLIP ? static_cast<float>(w[((c * g.Co + k) * KS + (KS - 1 - r)) * KS + (KS - 1 - s)])
-               : static_cast<float>(w[((k * g.Ci + c) * KS + r) * KS + s]);
-    }
-    ws[i] = v;
-  }
-  // zero-padded input planes
   const T* xn = in + static_cast<int64_t>(n) * g.Ci * g.H * g.W;
-  const int xtotal = g.Ci * plane;
-  for (int i = tid; i < xtotal; i += nt) {
-    const int c = i / plane;
-    const int rem = i - c * plane;
-    const int hh = rem / g.Wpa, ww = rem - hh * g.Wpa;
-    const int h = hh - g.pad, wi = ww - g.pad;
-    float v = 0.f;
-    if (h >= 0 && h < g.H && wi >= 0 && wi < g.W) v = static_cast<float>(xn[(c * g.H + h) * g.W + wi]);
-    xs[i] = v;
-  }
-  __syncthreads();
-
-  const int kgroups = g.KB / kDirectTK;
-  const int items = kgroups * g.P * g.QG;
-  T* yn = out + static_cast<int64_t>(n) * g.Co * g.P * g.Q;
-  for (int it = tid; it < items; it += nt) {
-    const int qg = it % g.QG;
-    int t = it / g.QG;
-    const int p = t % g.P;
-    const int kg = t / g.P;
-    const int q0 = qg * TP;
-    float acc[kDirectTK][TP];
+  for (int c0 = 0; c0 < g.Ci; c0 += g.CB) {
+    const int cb = ::min(g.CB, g.Ci - c0);
+    __syncthreads();  // the previous chunk is no longer read
+    // weights: ws[((c KS + r) KS + s) KB + kk]
+    const int wtotal = cb * KS * KS * g.KB;
+    for (int i = tid; i < wtotal; i += nt) {
+      const int kk = i % g.KB;
+      int t = i / g.KB;
+      const int s = t % KS;
+      t /= KS;
+      const int r = t % KS;
+      const int c = c0 + t / KS;
+      const int k = k0 + kk;
+      float v = 0.f;
+      if (k < g.Co) {
+        // forward: w[k][c][r][s] ([Co, Ci, KS, KS]); backward_input: w[c][k][KS-1-r][KS-1-s] ([Ci, Co, KS, KS])
+        v = FLIP ? static_cast<float>(w[((c * g.Co + k) * KS + (KS - 1 - r)) * KS + (KS - 1 - s)])
+                 : static_cast<float>(w[((k * g.Ci + c) * KS + r) * KS + s]);
+      }
+      ws[i] = v;
+    }
+    // zero-padded input planes
+    const int xtotal = cb * plane;
+    for (int i = tid; i < xtotal; i += nt) {
+      const int c = i / plane;
+      const int rem = i - c * plane;
+      const int hh = rem / g.Wpa, ww = rem - hh * g.Wpa;
+      const int h = hh - g.pad, wi = ww - g.pad;
+      float v = 0.f;
+      if (h >= 0 && h < g.H && wi >= 0 && wi < g.W) v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
+      xs[i] = v;
+    }
+    __syncthreads();
+    if (active) {
+      for (int c = 0; c < cb; ++c) {
+        const float* xc = xs + c * plane + p * g.Wpa + q0;
+        const float* wc = ws + c * KS * KS * g.KB + kg * kDirectTK;
 #pragma unroll
-    for (int k = 0; k < kDirectTK; ++k)
+        for (int r = 0; r < KS; ++r) {
+          float row[TP + KS - 1];
 #pragma unroll
-      for (int i = 0; i < TP; ++i) acc[k][i] = 0.f;
-    for (int c = 0; c < g.Ci; ++c) {
-      const float* xc = xs + c * plane + p * g.Wpa + q0;
-      const float* wc = ws + c * KS * KS * g.KB + kg * kDirectTK;
+          for (int i = 0; i < TP + KS - 1; ++i) row[i] = xc[r * g.Wpa + i];
 #pragma unroll
-      for (int r = 0; r < KS; ++r) {
-        float row[TP + KS - 1];
+          for (int s = 0; s < KS; ++s) {
+            const float4* wp = reinterpret_cast<const float4*>(wc + (r * KS + s) * g.KB);
+            const float4 w0 = wp[0], w1 = wp[1];
+            const float wv[kDirectTK] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-        for (int i = 0; i < TP + KS - 1; ++i) row[i] = xc[r * g.Wpa + i];
+            for (int k = 0; k < kDirectTK; ++k)
 #pragma unroll
-        for (int s = 0; s < KS; ++s) {
-          const float4* wp = reinterpret_cast<const float4*>(wc + (r * KS + s) * g.KB);
-          const float4 w0 = wp[0], w1 = wp[1];
-          const float wv[kDirectTK] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-          for (int k = 0; k < kDirectTK; ++k)
-#pragma unroll
-            for (int i = 0; i < TP; ++i) acc[k][i] = fmaf(wv[k], row[i + s], acc[k][i]);
+              for (int i = 0; i < TP; ++i) acc[k][i] = fmaf(wv[k], row[i + s], acc[k][i]);
+          }
         }
       }
     }
-#pragma unroll
-    for (int k = 0; k < kDirectTK; ++k) {
-      const int kk = k0 + kg * kDirectTK + k;
-      if (kk >= g.Co) continue;
-      const float bv = bias != nullptr ? static_cast<float>(bias[kk]) : 0.f;
-      T* yrow = yn + (static_cast<int64_t>(kk) * g.P + p) * g.Q;
-#pragma unroll
-      for (int i = 0; i < TP; ++i)
-        if (q0 + i < g.Q) yrow[q0 + i] = static_cast<T>(acc[k][i] + bv);
-    }
   }
-}
-
-// The direct kernels' domain: MNIST-like convolutions.
-bool direct_shape_ok(const ConvGeom& g) {
-  return !g.channels_last && g.G == 1 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.R == g.S &&
-         (g.R == 3 || g.R == 5) && g.ph == g.pw && g.ph <= g.R - 1 && g.H <= 32 && g.W <= 32 && g.C <= 64 &&
-         g.K <= 256 && convcuda::fits_int32(g);
+  if (!active) return;
+  T* yn = out + static_cast<int64_t>(n) * g.Co * g.P * g.Q;
+#pragma unroll
+  for (int k = 0; k < kDirectTK; ++k) {
+    const int kk = k0 + kg * kDirectTK + k;
+    if (kk >= g.Co) continue;
+    const float bv = bias != nullptr ? static_cast<float>(bias[kk]) : 0.f;
+    T* yrow = yn + (static_cast<int64_t>(kk) * g.P + p) * g.Q;
+#pragma unroll
+    for (int i = 0; i < TP; ++i)
+      if (q0 + i < g.Q) yrow[q0 + i] = static_cast<T>(acc[k][i] + bv);
+  }
 }
 
 int direct_tp(int64_t Q) { return Q % 7 == 0 ? 7 : 4; }
 
-size_t direct_smem_bytes(int Ci, int KS, int KB, int Hp, int Wpa) {
-  return sizeof(float) * (static_cast<size_t>(Ci) * KS * KS * KB + static_cast<size_t>(Ci) * Hp * Wpa);
-}
-constexpr size_t kDirectSmemLimit = 160 * 1024;
-
-// Picks the output-channel slice per block: the largest of 32/16/8 that gives >= 2 blocks per SM.
+// KB: the largest of 32/16/8 with one item per thread (<= 256), halved while there are fewer
+// blocks than SMs; CB: as many input channels as fit the 48 KB of shared memory. KB = 0: no fit.
 DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pad, int KS, int sms) {
   DirectGeom d{};
   d.N = N;
@@ -426,35 +424,28 @@ DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pa
   d.QG = (Q + tp - 1) / tp;
   d.Hp = P + KS - 1;
   d.Wpa = d.QG * tp + KS - 1;
-  d.KB = 8;
-  for (int kb : {32, 16}) {
-    if (int64_t{N} * ((Co + kb - 1) / kb) >= 2 * static_cast<int64_t>(sms)) {
+  auto items = [&](int kb) { return (kb / kDirectTK) * P * d.QG; };
+  d.KB = 0;
+  for (int kb : {32, 16, 8})
+    if (items(kb) <= 256) {
       d.KB = kb;
       break;
     }
-  }
-  d.KB = std::min(d.KB, (Co + 7) / 8 * 8);
+  if (d.KB == 0) return d;
+  while (d.KB > kDirectTK && int64_t{N} * ((Co + d.KB - 1) / d.KB) < sms) d.KB /= 2;
+  d.KB = std::min(d.KB, (Co + kDirectTK - 1) / kDirectTK * kDirectTK);
+  d.items = items(d.KB);
+  const int per_channel = KS * KS * d.KB + d.Hp * d.Wpa;
+  d.CB = std::min(Ci, kDirectSmemFloats / per_channel);
+  if (d.CB < 1) d.KB = 0;
   return d;
-}
-
-bool direct_fits(const ConvGeom& g, bool flip) {
-  const int Ci = static_cast<int>(flip ? g.K : g.C);
-  const int P = static_cast<int>(flip ? g.H : g.P), Q = static_cast<int>(flip ? g.W : g.Q);
-  const int KS = static_cast<int>(g.R);
-  const int tp = direct_tp(Q);
-  const int Wpa = (Q + tp - 1) / tp * tp + KS - 1;
-  return direct_smem_bytes(Ci, KS, 32, P + KS - 1, Wpa) <= kDirectSmemLimit;
 }
 
 template <class T, int KS, int TP, bool FLIP>
 void launch_direct_t(const DirectGeom& d, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
-  const size_t smem = direct_smem_bytes(d.Ci, KS, d.KB, d.Hp, d.Wpa);
-  auto kern = direct_kernel<T, KS, TP, FLIP>;
-  EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const int items = (d.KB / kDirectTK) * d.P * d.QG;
-  const int threads = std::min(256, std::max(32, (items + 31) / 32 * 32));
+  const int threads = (d.items + 31) / 32 * 32;
   dim3 grid(d.N, (d.Co + d.KB - 1) / d.KB);
-  kern<<<grid, threads, smem, st>>>(in, w, b, out, d);
+  direct_kernel<T, KS, TP, FLIP><<<grid, threads, 0, st>>>(in, w, b, out, d);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
@@ -480,15 +471,34 @@ void dispatch_half_float(DType t, const char* op, const F& f) {
   }
 }
 
+// The direct kernels' domain: MNIST-like convolutions.
+bool direct_shape_ok(const ConvGeom& g) {
+  return !g.channels_last && g.G == 1 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.R == g.S &&
+         (g.R == 3 || g.R == 5) && g.ph == g.pw && g.ph <= g.R - 1 && g.H <= 32 && g.W <= 32 && g.C <= 64 &&
+         g.K <= 256 && g.N <= 65535 && convcuda::fits_int32(g);
+}
+
+DirectGeom forward_direct_geom(const ConvGeom& g, int sms) {
+  return direct_geom(static_cast<int>(g.N), static_cast<int>(g.C), static_cast<int>(g.H), static_cast<int>(g.W),
+                     static_cast<int>(g.K), static_cast<int>(g.P), static_cast<int>(g.Q), static_cast<int>(g.ph),
+                     static_cast<int>(g.R), sms);
+}
+// dx = conv(grad_output, flip(w)^T) with padding R - 1 - pad: the input planes are [K, P, Q]
+DirectGeom backward_input_direct_geom(const ConvGeom& g, int sms) {
+  return direct_geom(static_cast<int>(g.N), static_cast<int>(g.K), static_cast<int>(g.P), static_cast<int>(g.Q),
+                     static_cast<int>(g.C), static_cast<int>(g.H), static_cast<int>(g.W),
+                     static_cast<int>(g.R - 1 - g.ph), static_cast<int>(g.R), sms);
+}
+
 bool direct_forward_supports(const KernelCall& c) {
   ConvGeom g = fwd_geom(c);
   g.channels_last = runs_channels_last(c.in[0]);
-  return direct_shape_ok(g) && direct_fits(g, false);
+  return direct_shape_ok(g) && forward_direct_geom(g, 1).KB > 0;
 }
 bool direct_backward_input_supports(const KernelCall& c) {
   ConvGeom g = bwi_geom(c);
   g.channels_last = runs_channels_last(c.in[0]);
-  return direct_shape_ok(g) && direct_fits(g, true);
+  return direct_shape_ok(g) && backward_input_direct_geom(g, 1).KB > 0;
 }
 
 void direct_forward(const KernelCall& c) {
@@ -496,10 +506,8 @@ void direct_forward(const KernelCall& c) {
   if (a.y.numel() == 0) return;
   const ConvGeom& g = a.g;
   cuda::DeviceScope scope(a.y.device());
-  const int sms = cuda::sm_count(a.y.device().index);
-  DirectGeom d = direct_geom(static_cast<int>(g.N), static_cast<int>(g.C), static_cast<int>(g.H), static_cast<int>(g.W),
-                             static_cast<int>(g.K), static_cast<int>(g.P), static_cast<int>(g.Q), static_cast<int>(g.ph),
-                             static_cast<int>(g.R), sms);
+  const DirectGeom d = forward_direct_geom(g, cuda::sm_count(a.y.device().index));
+  EMBER_CHECK(d.KB > 0, "conv2d direct: the shape does not fit the kernel");
   dispatch_half_float(a.y.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
     launch_direct<T, false>(d, static_cast<int>(g.R), cp<T>(a.x), cp<T>(a.w), cp<T>(a.b), mp<T>(a.y),
@@ -512,11 +520,8 @@ void direct_backward_input(const KernelCall& c) {
   if (a.x.numel() == 0) return;
   const ConvGeom& g = a.g;
   cuda::DeviceScope scope(a.x.device());
-  const int sms = cuda::sm_count(a.x.device().index);
-  // dx = conv(grad_output, flip(w)^T) with padding R - 1 - pad: the input planes are [K, P, Q]
-  DirectGeom d = direct_geom(static_cast<int>(g.N), static_cast<int>(g.K), static_cast<int>(g.P), static_cast<int>(g.Q),
-                             static_cast<int>(g.C), static_cast<int>(g.H), static_cast<int>(g.W),
-                             static_cast<int>(g.R - 1 - g.ph), static_cast<int>(g.R), sms);
+  const DirectGeom d = backward_input_direct_geom(g, cuda::sm_count(a.x.device().index));
+  EMBER_CHECK(d.KB > 0, "conv2d_backward_input direct: the shape does not fit the kernel");
   dispatch_half_float(a.x.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
     launch_direct<T, true>(d, static_cast<int>(g.R), cp<T>(a.y), cp<T>(a.w), nullptr, mp<T>(a.x), cuda::stream_for(a.x));
@@ -524,6 +529,8 @@ void direct_backward_input(const KernelCall& c) {
 }
 
 // ---- direct weight gradient ----
+
+constexpr size_t kDirectSmemLimit = 160 * 1024;  // opt-in dynamic shared memory
 
 constexpr int kWgTK3 = 4, kWgTK5 = 2;  // output channels per thread for 3x3 / 5x5
 
