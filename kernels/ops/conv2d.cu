@@ -28,8 +28,9 @@
 //               backward_weight also has cudnn_nondet (kVendor | kNondeterministic)
 //   naive       (kReference) one thread per output element, int64 indexing, any shape: the
 //               kernel-level oracle
-// Never run yet (written without a GPU): ember_gpu_tests checks each variant against the CPU
-// reference on every sample the first time a GPU is present.
+// Never run on a GPU yet (written without one): the direct kernels' index math was desk-checked by
+// tests/sim/conv_direct_sim.py; ember_gpu_tests checks each variant against the CPU reference on
+// every sample (and tests/test_cnn_ops_gpu.cpp at MNIST batch 64) the first time a GPU is present.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -33,8 +33,9 @@
 //   through registers (no cp.async, no warp specialisation) is the first thing to revisit if not.
 //   512->512 3x3 7x7 batch 32: M = 1568 rows is ~13 tiles of 128: too few for 132 SMs without
 //   split-K; the 64x64 config gives 200 blocks.
-// Never run yet (written without a GPU): the generic parity tests check every config reachable
-// from the samples against the CPU reference the first time a GPU is present.
+// Never run on a GPU yet (written without one): the index math was desk-checked by
+// tests/sim/conv_igemm_sim.py (every config, both layouts, vector loads, split-K); the generic
+// parity tests check every variant against the CPU reference the first time a GPU is present.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
