@@ -141,6 +141,13 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               Activation activation = Activation::none);
 
+// ---- mixed precision (the device side of amp::GradScaler; see kernels/ops/amp.h) ----
+// grads *= inv_scale in place; found_inf (f32 [1]) := 1 if any gradient has inf/NaN.
+void amp_unscale_(const std::vector<Tensor>& grads, Tensor& found_inf, const Tensor& inv_scale);
+// PyTorch's scale update rule on the device (scale f32 [1], growth_tracker i32 [1], skipped i64 [1]).
+void amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, Tensor& skipped,
+                       double growth_factor, double backoff_factor, int64_t growth_interval);
+
 // The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
 #define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);
 #include "kernels/ops.def"
