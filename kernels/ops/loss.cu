@@ -2,9 +2,10 @@
 //
 // cross_entropy forward: one fused kernel (online log-sum-exp + target logit + smoothing sums in a
 // single read of each row, the row kernels of kernels/common/row_kernels.cuh):
-//   small     mean/sum with rows * C <= 65536 and C <= 512 (the MNIST batches [64, 10], [512, 10]):
-//             ONE block of 1024 threads does every row (16 lanes per row for C = 10, 64 rows at a
-//             time) and the reduction, in a fixed order: one launch, deterministic, no atomics.
+//   small     mean/sum with C <= 128 and at most 8 passes of one block over the rows (the MNIST
+//             batches [64, 10], [512, 10]: 16 lanes per row, 64 rows per pass): ONE block of 1024
+//             threads does every row and the reduction, in a fixed order: one launch,
+//             deterministic, no atomics.
 //   rows      otherwise: the per-row kernel (regs / warp / block / cols) writes (loss_n, w_n) pairs
 //             in f64 to a workspace, and one block sums them in a fixed order (two launches).
 //   none      the per-row kernel writes l_n directly (and row 0 zeroes total_weight): one launch.
@@ -235,7 +236,16 @@ void launch_ce_small(const P& p, int64_t rows, int64_t C, int reduction, typenam
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
-// kForce: run the per-row kernels with this plan (and the workspace + finalize reduction) for every
+// The single-block path: rows of at most 128 classes, at most 8 passes of the 1024-thread block
+// over the rows (C = 10: 16 lanes per row, 64 rows per pass, so up to 512 rows).
+bool small_batch(const RowGeometry& g) {
+  if (g.B != 1 || g.C > 128) return false;
+  int64_t lanes = 1;
+  while (lanes < g.C && lanes < 32) lanes <<= 1;
+  return g.rows() <= 8 * (1024 / lanes);
+}
+
+// kForceRows: run the per-row kernels with this plan (and the workspace + finalize reduction) for every
 // size, skipping the single-block path: the extra variants the tests and bench_ops compare.
 template <rows::Plan kPlan, bool kForceRows>
 void cross_entropy_cuda(const KernelCall& c) {
@@ -273,12 +283,11 @@ void cross_entropy_cuda(const KernelCall& c) {
         return;
       }
       if constexpr (!std::is_same_v<scalar_t, double>) {
-        if (!kForceRows && g.B == 1 && g.C <= 512 && rows * g.C <= 65536) {
+        if (!kForceRows && small_batch(g)) {
           scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
           const int red = static_cast<int>(la.reduction);
           if (g.C <= 32) return launch_ce_small<P, 1>(p, rows, g.C, red, op, twp, stream);
-          if (g.C <= 128) return launch_ce_small<P, 4>(p, rows, g.C, red, op, twp, stream);
-          return launch_ce_small<P, 16>(p, rows, g.C, red, op, twp, stream);
+          return launch_ce_small<P, 4>(p, rows, g.C, red, op, twp, stream);
         }
       }
       Tensor ws = empty({2 * rows}, TensorOptions().dtype(DType::f64).device(x.device()));
@@ -386,7 +395,7 @@ void cross_entropy_backward_cuda(const KernelCall& c) {
 // Thread per row, grid-stride. none: writes l_n (block 0 thread 0 zeroes total_weight); mean/sum:
 // per-thread f64 sums reduced per block; one block writes the result, several write (l, w) pairs.
 template <class T, class I>
-__global__ void nll_kernel(const T* __restrict__ x, const I* __restrict__ target, const T* __restrict__ weight,
+__global__ void __launch_bounds__(1024) nll_kernel(const T* __restrict__ x, const I* __restrict__ target, const T* __restrict__ weight,
                            int64_t rows, int64_t C, int64_t B, int64_t ignore_index, int reduction,
                            T* __restrict__ out, acc_t<T>* __restrict__ tw, double* __restrict__ ws, int* err,
                            int code) {
