@@ -6,6 +6,7 @@
 
 #include "core/tensor.h"
 #include "kernels/ops/linear.h"
+#include "kernels/ops/loss.h"
 
 namespace ember {
 
@@ -147,6 +148,24 @@ void amp_unscale_(const std::vector<Tensor>& grads, Tensor& found_inf, const Ten
 // PyTorch's scale update rule on the device (scale f32 [1], growth_tracker i32 [1], skipped i64 [1]).
 void amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, Tensor& skipped,
                        double growth_factor, double backoff_factor, int64_t growth_interval);
+
+// ---- softmax, losses, dropout (kernels/ops/softmax.*, loss.*, dropout.*) ----
+// softmax / log_softmax over `dim` (any dim, negative allowed; integers are promoted to f32).
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// Their fused gradients given the forward output y: y (g - Σ g y) and g - exp(y) Σ g over dim.
+Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim);
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim);
+// Losses (Reduction, CrossEntropyOptions: kernels/ops/loss.h, with the exact formulas).
+// logits [N, C] or [N, C, d1, ...] (class dim 1) or [C]; target i64/i32 class indices [N] /
+// [N, d1, ...] / []. The result is a device tensor: nothing here synchronises the host.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o = {});  // label_smoothing must be 0
+// input and target broadcast together (like PyTorch, which warns).
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// Scales kept values by 1/(1-p); identity (the same tensor) when !training or p == 0. The mask comes
+// from the default Philox generator (the same on CPU and CUDA for the same seed and offset).
+Tensor dropout(const Tensor& x, double p, bool training = true);
 
 // The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
 #define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);
