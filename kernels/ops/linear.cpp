@@ -8,12 +8,19 @@
 // recomputed in backward (one extra GEMM instead of keeping another activation-sized buffer).
 // FLOPs: 2 * rows * in * out (+ rows * out for the epilogue).
 //
-// CPU: the reference computes z with the matmul op (so the fast CPU GEMM serves it too), then
-// bias and activation in one pass.
+// Numerics: z is accumulated in acc_t (f32 for f16/bf16), the bias and the activation are applied
+// in acc_t too, and the result is rounded to the output dtype once (as cuBLASLt's epilogues and
+// ember's CUDA kernels do; rounding z first and adding the bias after would round twice).
+//
+// CPU: "cpu" is the reference (kReference): z = x W^T by matmul's reference loop on inputs widened
+// to acc_t (exact), then bias and activation in one pass. "cpu_fused" (the default) runs the
+// blocked GEMM (kernels/gemm/cpu_gemm.h) with bias, activation and rounding applied to each output
+// micro-tile while it is still in L1.
 #include "kernels/ops/linear.h"
 
 #include "kernels/common/math.h"
 #include "kernels/common/samples.h"
+#include "kernels/gemm/cpu_gemm.h"
 #include "kernels/functional.h"
 #include "kernels/ops/unary.h"
 #include "kernels/registry.h"
@@ -43,6 +50,13 @@ std::vector<TensorSpec> infer_linear(std::span<const Tensor> in, const Attrs& a)
   return {{s, x.dtype(), {}}};
 }
 
+// Rows of x seen as a matrix (the product of the leading dims; explicit, so in_features = 0 works).
+int64_t leading_rows(const Tensor& x) {
+  int64_t r = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) r *= x.shape()[d];
+  return r;
+}
+
 template <class T>
 void epilogue_cpu(Tensor& z, const Tensor& b, Activation act) {
   T* zp = z.data<T>();
@@ -62,11 +76,39 @@ void linear_cpu(const KernelCall& c) {
   const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];
   Tensor& y = c.out[0];
   auto act = static_cast<Activation>(c.attr<LinearAttrs>().activation);
-  Tensor x2 = x.reshape({-1, x.shape().back()});
-  Tensor z = matmul(x2, w.t());  // runs the default CPU matmul variant
-  EMBER_DISPATCH_FLOAT(x.dtype(), "linear", [&] { epilogue_cpu<scalar_t>(z, b.defined() ? b.contiguous() : b, act); });
+  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor x2 = cast(x.reshape({leading_rows(x), x.shape().back()}), acc);
+  Tensor w2 = cast(w, acc);
+  const Variant& ref = op_info(OpId::matmul).variants.at(0);  // the reference loop, not the default
+  Tensor z = call_variant(ref, OpId::matmul, {x2, w2.t()}).at(0);
+  Tensor b2 = b.defined() ? cast(b, acc).contiguous() : b;
+  EMBER_DISPATCH_FLOAT(acc, "linear", [&] { epilogue_cpu<scalar_t>(z, b2, act); });
   Tensor yv = y.view(z.shape());
-  copy_(yv, z);
+  copy_(yv, z);  // the one rounding to y's dtype
+}
+
+void linear_cpu_fused(const KernelCall& c) {
+  const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];  // contiguous (the runner made them so)
+  const Tensor& y = c.out[0];
+  const int64_t in_f = w.shape()[1], out_f = w.shape()[0];
+  const int64_t rows = out_f == 0 ? 0 : y.numel() / out_f;
+  EMBER_DISPATCH_FLOAT(x.dtype(), "linear", [&] {
+    gemm::CpuGemm<scalar_t> g;
+    g.M = rows;
+    g.N = out_f;
+    g.K = in_f;
+    g.a = x.data<scalar_t>();
+    g.a_rs = in_f;
+    g.a_cs = 1;
+    g.b = w.data<scalar_t>();  // B = W^T: element (k, n) is w[n, k]
+    g.b_rs = 1;
+    g.b_cs = in_f;
+    g.c = y.data<scalar_t>();
+    g.c_rs = out_f;
+    g.bias = b.defined() ? b.data<scalar_t>() : nullptr;
+    g.act = static_cast<int>(c.attr<LinearAttrs>().activation);
+    gemm::cpu_gemm(g);
+  });
 }
 
 std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
@@ -81,10 +123,11 @@ std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
     dz = gelu_backward(g, z);
   }
   int64_t in_f = w.shape()[1], out_f = w.shape()[0];
-  Tensor dz2 = dz.reshape({-1, out_f});
+  const int64_t rows = leading_rows(x);
+  Tensor dz2 = dz.reshape({rows, out_f});
   Tensor dx, dw, db;
   if (ctx.needs_grad(0)) dx = matmul(dz2, w).reshape(x.shape());
-  if (ctx.needs_grad(1)) dw = matmul(dz2.t(), x.reshape({-1, in_f}));
+  if (ctx.needs_grad(1)) dw = matmul(dz2.t(), x.reshape({rows, in_f}));
   if (ctx.needs_grad(2) && b.defined()) db = sum(dz2, {0});
   return {dx, dw, db};
 }
@@ -143,8 +186,10 @@ void define_op_linear(OpInfo& info) {
   info.samples = linear_samples;
   info.cost = linear_cost;
   info.autocast = AutocastPolicy::lower;
-  info.add_variant({"cpu", DeviceType::cpu, linear_cpu, kFloatTypes, 0, nullptr,
-                    "matmul op, then bias and activation in one pass"});
+  info.add_variant({"cpu", DeviceType::cpu, linear_cpu, kFloatTypes, kReference, nullptr,
+                    "reference: matmul's loop in acc_t, then bias and activation in one pass"});
+  info.add_variant({"cpu_fused", DeviceType::cpu, linear_cpu_fused, kFloatTypes, 0, nullptr,
+                    "blocked GEMM with bias, activation and rounding fused into each output tile"});
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {

@@ -7,8 +7,10 @@
 // FLOPs 2*M*N*K per batch.
 //
 // CPU: a reference loop (i, k, j order, so the inner loop runs along rows of b and out), parallel
-// over batch x rows.
+// over batch x rows: the oracle (kReference). The default is "cpu_blocked" (kernels/gemm/cpu_gemm.h:
+// packed panels, cache blocking, a register-blocked SIMD micro-kernel, multi-threaded).
 #include "core/parallel.h"
+#include "kernels/gemm/cpu_gemm.h"
 #include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
@@ -88,6 +90,59 @@ void matmul_cpu(const KernelCall& c) {
   });
 }
 
+// Batch offsets (elements) of a and b for every flat batch index of the output.
+void batch_offsets(const Tensor& a, const Tensor& b, const Shape& batch, std::vector<int64_t>& ao,
+                   std::vector<int64_t>& bo) {
+  const int64_t n = batch.numel();
+  std::vector<int64_t> sa = batch_strides(a, batch), sb = batch_strides(b, batch);
+  ao.assign(static_cast<size_t>(n), 0);
+  bo.assign(static_cast<size_t>(n), 0);
+  for (int64_t bi = 0; bi < n; ++bi) {
+    int64_t rem = bi;
+    for (int d = batch.size() - 1; d >= 0; --d) {
+      int64_t idx = rem % batch[d];
+      rem /= batch[d];
+      ao[static_cast<size_t>(bi)] += idx * sa[static_cast<size_t>(d)];
+      bo[static_cast<size_t>(bi)] += idx * sb[static_cast<size_t>(d)];
+    }
+  }
+}
+
+void matmul_cpu_blocked(const KernelCall& c) {
+  const Tensor &a = c.in[0], &b = c.in[1];
+  const Tensor& out_arg = c.out[0];
+  // the kernel writes rows with unit column stride: a non-contiguous output goes through a copy
+  Tensor out = out_arg.is_contiguous() ? out_arg : empty(out_arg.shape(), TensorOptions(out_arg.dtype()));
+  const int64_t M = a.shape()[a.dim() - 2], K = a.shape()[a.dim() - 1], N = b.shape()[b.dim() - 1];
+  Shape batch(out.shape().begin(), out.shape().end() - 2);
+  std::vector<int64_t> ao, bo, co(static_cast<size_t>(batch.numel()));
+  batch_offsets(a, b, batch, ao, bo);
+  for (size_t i = 0; i < co.size(); ++i) co[i] = static_cast<int64_t>(i) * M * N;
+  EMBER_DISPATCH_FLOAT(a.dtype(), "matmul", [&] {
+    gemm::CpuGemm<scalar_t> g;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.a = static_cast<const scalar_t*>(a.data_ptr());
+    g.a_rs = a.strides()[a.dim() - 2];
+    g.a_cs = a.strides()[a.dim() - 1];
+    g.b = static_cast<const scalar_t*>(b.data_ptr());
+    g.b_rs = b.strides()[b.dim() - 2];
+    g.b_cs = b.strides()[b.dim() - 1];
+    g.c = static_cast<scalar_t*>(out.data_ptr());
+    g.c_rs = N;
+    g.batch = batch.numel();
+    g.a_off = ao.data();
+    g.b_off = bo.data();
+    g.c_off = co.data();
+    gemm::cpu_gemm(g);
+  });
+  if (!out.is_same(out_arg)) {
+    Tensor dst = out_arg;
+    copy_(dst, out);
+  }
+}
+
 std::vector<Tensor> matmul_vjp(const BackwardCtx& ctx) {
   const Tensor &a = ctx.inputs[0], &b = ctx.inputs[1];
   Tensor g = ctx.grad(0);
@@ -144,7 +199,11 @@ void define_op_matmul(OpInfo& info) {
   info.cost = matmul_cost;
   info.contiguous_inputs = false;
   info.autocast = AutocastPolicy::lower;
-  info.add_variant({"cpu", DeviceType::cpu, matmul_cpu, kFloatTypes, 0, nullptr, "reference loop, parallel over rows"});
+  // The reference loop stays first: the generic tests compare every other CPU variant with it.
+  info.add_variant({"cpu", DeviceType::cpu, matmul_cpu, kFloatTypes, kReference, nullptr,
+                    "reference loop, parallel over rows"});
+  info.add_variant({"cpu_blocked", DeviceType::cpu, matmul_cpu_blocked, kFloatTypes, 0, nullptr,
+                    "packed panels, cache blocking, SIMD micro-kernel (AVX-512/AVX2/generic), multi-threaded"});
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
