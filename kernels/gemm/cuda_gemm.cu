@@ -74,7 +74,52 @@ Args make_args(const Problem& p, int vec_bytes) {
   else a.b_vec = ptr_ok(p.b, V * es) && p.b_rs % V == 0 && p.N % V == 0 && batch_ok(p.b_bs, V);
   a.c_vec = ptr_ok(p.c, V * es) && p.c_rs % V == 0 && p.c_bs % V == 0;
   a.c_pair = ptr_ok(p.c, 2 * es) && p.c_rs % 2 == 0 && p.c_bs % 2 == 0;
+  a.kt_per_split = int64_t{1} << 40;  // one range holding every k tile
+  a.ws = nullptr;
   return a;
+}
+
+int choose_splits(int64_t tiles, int64_t ktiles, int64_t min_kt, int device) {
+  const int64_t sms = cuda::sm_count(device);
+  if (tiles * 2 > sms || ktiles < 2 * min_kt) return 1;
+  const int64_t want = (sms + tiles - 1) / tiles;
+  return static_cast<int>(std::max<int64_t>(1, std::min({want, ktiles / min_kt, int64_t{32}})));
+}
+
+int plan_splits(Args& args, const Problem& p, int64_t ktiles, int splits, int acc_bytes, Tensor& ws) {
+  const int64_t per = (ktiles + splits - 1) / splits;
+  const int used = static_cast<int>((ktiles + per - 1) / per);  // every split gets at least one k tile
+  const int64_t elems = used * args.batch * p.M * p.N;
+  ws = empty({elems}, TensorOptions(acc_bytes == 8 ? DType::f64 : DType::f32).device(p.device));
+  args.kt_per_split = per;
+  args.ws = ws.data_ptr();
+  return used;
+}
+
+// out[z, m, n] = act(sum over splits of ws[s][z][m][n] + bias[n]), the splits added in order.
+template <class T, class Acc>
+__global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int64_t total, int64_t M, int64_t N,
+                                     T* C, int64_t c_rs, int64_t c_bs, const T* bias, int act) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = i % N, m = (i / N) % M, z = i / (M * N);
+    Acc v = 0;
+    for (int s = 0; s < splits; ++s) v += ws[s * total + i];
+    if (bias != nullptr) v += static_cast<Acc>(bias[n]);
+    C[z * c_bs + m * c_rs + n] = static_cast<T>(activate(v, act));
+  }
+}
+
+void finish_splits(const Args& args, const Problem& p, int splits, cudaStream_t stream) {
+  const int64_t total = args.batch * p.M * p.N;
+  const unsigned grid = cuda::grid_for(total, 256, p.device.index);
+  EMBER_DISPATCH_FLOAT(p.dtype, "gemm split-K", [&] {
+    using Acc = acc_t<scalar_t>;
+    splitk_reduce_kernel<scalar_t, Acc><<<grid, 256, 0, stream>>>(
+        static_cast<const Acc*>(args.ws), splits, total, p.M, p.N, static_cast<scalar_t*>(p.c), p.c_rs, p.c_bs,
+        static_cast<const scalar_t*>(p.bias), p.act);
+  });
+  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dev

@@ -33,6 +33,11 @@ struct Args {
   // matrix edge (base pointer, leading dim, batch strides and that dim's extent all multiples of
   // 16 bytes), and whether C rows take 16-byte (c_vec) or 2-element (c_pair) stores.
   bool a_vec, b_vec, c_vec, c_pair;
+  // Split-K (Note [split-K]): blockIdx.y picks k tiles [y * kt_per_split, (y + 1) * kt_per_split);
+  // with ws set, blocks store their raw accumulators to ws[y][z][m][n] (no epilogue) and
+  // splitk_reduce sums the splits in order and applies the epilogue.
+  int64_t kt_per_split;
+  void* ws;
 };
 
 // Element offsets of A and B for flat batch index z.
@@ -68,13 +73,29 @@ __device__ __forceinline__ void tile_coords(int64_t pid, int64_t tiles_m, int64_
   tn = r / gsize;
 }
 
+__host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 template <class T, int N>
 struct alignas(sizeof(T) * N) Vec {
   T v[N];
 };
 
 // Host: kernel arguments from a problem; `vec_bytes` is the vector width the kernel loads.
+// (No split: kt_per_split covers every k tile, ws is null.)
 Args make_args(const Problem& p, int vec_bytes);
+
+// Note [split-K]: a problem with few output tiles and a long K (the MNIST layers: 64 x 784 -> 128
+// is one 128x128 tile) would run on one or two SMs. Split-K cuts the k tiles into `splits` ranges
+// run by separate blocks that write f32 (f64) partial tiles to a workspace from the caching
+// allocator; a second kernel adds the partials in split order (deterministic) and applies bias,
+// activation and rounding. Chosen when the tiles fill less than half of the SMs and every split
+// keeps at least `min_kt` k tiles. Returns the number of splits (1: none).
+int choose_splits(int64_t tiles, int64_t ktiles, int64_t min_kt, int device);
+// Sets up args for `splits` (allocating the workspace into `ws`) and, after the GEMM kernel ran,
+// finish_splits() reduces. acc_bytes: 4 (f32 accumulators) or 8 (f64).
+// Returns the splits actually used (no split left without k tiles).
+int plan_splits(Args& args, const Problem& p, int64_t ktiles, int splits, int acc_bytes, Tensor& ws);
+void finish_splits(const Args& args, const Problem& p, int splits, cudaStream_t stream);
 
 // Host: the grid's batch dimension (gridDim.z is at most 65535; kernels loop over the rest).
 inline unsigned grid_z(int64_t batch) { return static_cast<unsigned>(batch < 65535 ? batch : 65535); }

@@ -17,7 +17,8 @@
 // base, leading dim, batch strides or contiguous extent are not multiples of 8 elements are
 // loaded with guarded scalar loads into the same layout instead (same pipeline, loads not async).
 // Epilogue: bias, activation and rounding in registers; pairs of outputs stored as one 32-bit
-// store where aligned.
+// store where aligned. Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill less than
+// half the SMs (the MNIST layers).
 //
 // Napkin math (H200: 132 SMs, ~1.83 GHz under tensor load; dense f16/bf16 989 TFLOP/s with wgmma):
 // mma.sync cannot feed Hopper's tensor cores at full rate (wgmma's asynchronous, shared-memory-
@@ -123,6 +124,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
   const int m0 = static_cast<int>(tmi) * kMmaBM, n0 = static_cast<int>(tni) * kMmaBN;
   const int wm = (warp >> 1) * 64, wn = (warp & 1) * 64;  // the warp's 64x64 sub-tile
   const int ktiles = (K + kMmaBK - 1) / kMmaBK;
+  const int kt_begin = static_cast<int>(min64(ktiles, blockIdx.y * p.kt_per_split));
+  const int nkt = static_cast<int>(min64(ktiles, kt_begin + p.kt_per_split)) - kt_begin;  // k tiles here
 
   for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z) {
     int64_t ao, bo;
@@ -169,17 +172,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
 
 #pragma unroll
     for (int s = 0; s < kMmaStages - 1; ++s) {
-      if (s < ktiles) load_stage(s, s);
+      if (s < nkt) load_stage(s, kt_begin + s);
       cp_async_commit();
     }
-    for (int kt = 0; kt < ktiles; ++kt) {
-      cp_async_wait<kMmaStages - 2>();  // tile kt has landed (for this thread) ...
-      __syncthreads();                  // ... for every thread; and stage (kt-1) % 3 is free
-      const int next = kt + kMmaStages - 1;
-      if (next < ktiles) load_stage(next % kMmaStages, next);
+    for (int i = 0; i < nkt; ++i) {  // the i-th k tile of this block's range sits in stage i % 3
+      cp_async_wait<kMmaStages - 2>();  // tile i has landed (for this thread) ...
+      __syncthreads();                  // ... for every thread; and stage (i-1) % 3 is free
+      const int next = i + kMmaStages - 1;
+      if (next < nkt) load_stage(next % kMmaStages, kt_begin + next);
       cp_async_commit();
 
-      const unsigned char* sa = smem + (kt % kMmaStages) * kStageBytes;
+      const unsigned char* sa = smem + (i % kMmaStages) * kStageBytes;
       const unsigned char* sb = sa + kTileBytes;
       const int li = lane >> 3, lr = lane & 7;  // which 8x8 matrix this lane addresses, and its row
 #pragma unroll
@@ -222,9 +225,27 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
 
     // epilogue: thread (g, t4) of the warp holds rows g and g + 8, columns 2 t4 and 2 t4 + 1 of
     // each m16n8 tile
+    const int g = lane >> 2, t4 = lane & 3;
+    if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by splitk_reduce
+      float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int gm = m0 + wm + mt * 16 + g + h * 8;
+          if (gm >= M) continue;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            const int gn = n0 + wn + nt * 8 + t4 * 2;
+            if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[mt][nt][2 * h];
+            if (gn + 1 < N) W[static_cast<int64_t>(gm) * N + gn + 1] = acc[mt][nt][2 * h + 1];
+          }
+        }
+      __syncthreads();
+      continue;
+    }
     const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
-    const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -257,7 +278,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
 }
 
 template <class T, bool A_K, bool B_K>
-void launch_mma(const Args& args, int device, cudaStream_t stream) {
+void launch_mma(const Args& args, int splits, int device, cudaStream_t stream) {
   // the 96 KiB of dynamic shared memory must be allowed once per device
   static std::array<std::once_flag, 64> once;
   EMBER_CHECK(device >= 0 && device < 64, "gemm v3_mma: bad device ", device);
@@ -266,20 +287,26 @@ void launch_mma(const Args& args, int device, cudaStream_t stream) {
   });
   const int64_t tiles = ((args.M + kMmaBM - 1) / kMmaBM) * ((args.N + kMmaBN - 1) / kMmaBN);
   EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm v3_mma: too many tiles (", tiles, ")");
-  dim3 grid(static_cast<unsigned>(tiles), 1, grid_z(args.batch));
+  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
   mma_kernel<T, A_K, B_K><<<grid, kMmaThreads, kMmaSmem, stream>>>(args);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void dispatch_mma(const Problem& p, cudaStream_t stream) {
-  const Args args = make_args(p, 16);
+  Args args = make_args(p, 16);
+  const int64_t tiles = ((p.M + kMmaBM - 1) / kMmaBM) * ((p.N + kMmaBN - 1) / kMmaBN) * args.batch;
+  const int64_t ktiles = (p.K + kMmaBK - 1) / kMmaBK;
+  Tensor ws;
+  int splits = choose_splits(tiles, ktiles, 2, p.device.index);  // >= 128 k per split
+  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, 4, ws);
   const bool ak = p.a_kmajor(), bk = p.b_kmajor();
   const int d = p.device.index;
-  if (ak && bk) launch_mma<T, true, true>(args, d, stream);
-  else if (ak) launch_mma<T, true, false>(args, d, stream);
-  else if (bk) launch_mma<T, false, true>(args, d, stream);
-  else launch_mma<T, false, false>(args, d, stream);
+  if (ak && bk) launch_mma<T, true, true>(args, splits, d, stream);
+  else if (ak) launch_mma<T, true, false>(args, splits, d, stream);
+  else if (bk) launch_mma<T, false, true>(args, splits, d, stream);
+  else launch_mma<T, false, false>(args, splits, d, stream);
+  if (splits > 1) finish_splits(args, p, splits, stream);
 }
 
 }  // namespace dev

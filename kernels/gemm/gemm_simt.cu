@@ -9,6 +9,7 @@
 // (one 16-byte vector of A and one of B per thread) are issued before the current tile's 8 k
 // steps and stored after them; one __syncthreads per k tile. A is stored k-major (As[k][m]) so
 // the outer product reads contiguous rows; a k-contiguous operand is transposed on the way in.
+// Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill less than half the SMs.
 // Operands: row-major or transposed views in place (template on which stride is 1); 16-byte
 // vector loads when the base, leading dim, batch strides and the contiguous extent allow, else
 // guarded scalar loads. Epilogue: bias, activation, rounding, 16-byte stores where aligned.
@@ -86,6 +87,8 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   }
 
   const int ktiles = (K + BK - 1) / BK;
+  const int kt_begin = static_cast<int>(min64(ktiles, blockIdx.y * p.kt_per_split));
+  const int kt_end = static_cast<int>(min64(ktiles, kt_begin + p.kt_per_split));
   for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z) {
     int64_t ao, bo;
     batch_offsets(p, z, ao, bo);
@@ -158,14 +161,14 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
 #pragma unroll
       for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
 
-    if (ktiles > 0) {
-      load(0);
+    if (kt_begin < kt_end) {
+      load(kt_begin * BK);
       store(0);
     }
     __syncthreads();
-    for (int kt = 0; kt < ktiles; ++kt) {
-      const int buf = kt & 1;
-      if (kt + 1 < ktiles) load((kt + 1) * BK);  // in flight during the k steps below
+    for (int kt = kt_begin; kt < kt_end; ++kt) {
+      const int buf = (kt - kt_begin) & 1;
+      if (kt + 1 < kt_end) load((kt + 1) * BK);  // in flight during the k steps below
 #pragma unroll
       for (int kk = 0; kk < BK; ++kk) {
         const V a0 = As_raw[buf][kk][ty], a1 = As_raw[buf][kk][BM / 2 / VEC + ty];
@@ -186,10 +189,25 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
 #pragma unroll
           for (int j = 0; j < TN; ++j) acc[i][j] = fma(af[i], bf[j], acc[i][j]);
       }
-      if (kt + 1 < ktiles) store(buf ^ 1);  // the other buffer: nobody reads it until the sync
+      if (kt + 1 < kt_end) store(buf ^ 1);  // the other buffer: nobody reads it until the sync
       __syncthreads();
     }
 
+    if (p.ws != nullptr) {  // split-K: raw partial sums, reduced by splitk_reduce
+      T* W = static_cast<T*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+        if (gm >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const int gn = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
+          if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[i][j];
+        }
+      }
+      __syncthreads();
+      continue;
+    }
     // epilogue: bias, activation, store (16-byte vectors where aligned and inside N)
     const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
@@ -222,23 +240,30 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
 }
 
 template <class T, bool A_K, bool B_K>
-void launch_simt(const Args& args, cudaStream_t stream) {
+void launch_simt(const Args& args, int splits, cudaStream_t stream) {
   using Cfg = SimtCfg<T>;
   const int64_t tiles = ((args.M + Cfg::BM - 1) / Cfg::BM) * ((args.N + Cfg::BN - 1) / Cfg::BN);
   EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm v2_tiled: too many tiles (", tiles, ")");
-  dim3 grid(static_cast<unsigned>(tiles), 1, grid_z(args.batch));
+  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
   simt_kernel<T, A_K, B_K><<<grid, kSimtThreads, 0, stream>>>(args);
   EMBER_CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
 void dispatch_simt(const Problem& p, cudaStream_t stream) {
-  const Args args = make_args(p, 16);
+  using Cfg = SimtCfg<T>;
+  Args args = make_args(p, 16);
+  const int64_t tiles = ((p.M + Cfg::BM - 1) / Cfg::BM) * ((p.N + Cfg::BN - 1) / Cfg::BN) * args.batch;
+  const int64_t ktiles = (p.K + Cfg::BK - 1) / Cfg::BK;
+  Tensor ws;
+  int splits = choose_splits(tiles, ktiles, 16, p.device.index);  // >= 128 k per split
+  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, sizeof(T), ws);
   const bool ak = p.a_kmajor(), bk = p.b_kmajor();
-  if (ak && bk) launch_simt<T, true, true>(args, stream);
-  else if (ak) launch_simt<T, true, false>(args, stream);
-  else if (bk) launch_simt<T, false, true>(args, stream);
-  else launch_simt<T, false, false>(args, stream);
+  if (ak && bk) launch_simt<T, true, true>(args, splits, stream);
+  else if (ak) launch_simt<T, true, false>(args, splits, stream);
+  else if (bk) launch_simt<T, false, true>(args, splits, stream);
+  else launch_simt<T, false, false>(args, splits, stream);
+  if (splits > 1) finish_splits(args, p, splits, stream);
 }
 
 }  // namespace dev
