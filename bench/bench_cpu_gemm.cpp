@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string isas = gemm::supported_cpu_isas();
-  std::printf("threads %d, dtype %s, micro-kernel ISAs: %s\n", num_threads(), dtype_s.c_str(), isas.c_str());
+  std::printf("threads %d, dtype %s, micro-kernel ISAs: %s (default %s)\n", num_threads(), dtype_s.c_str(),
+              isas.c_str(), gemm::default_cpu_isa().c_str());
   std::printf("%-18s %12s", "M x K x N", ref ? "reference" : "");
   std::vector<std::string> isa_list;
   for (size_t p = 0; p < isas.size();) {

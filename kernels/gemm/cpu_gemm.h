@@ -17,8 +17,9 @@
 //
 // The micro-kernel is written once with GCC vector extensions and compiled for three ISAs, picked
 // at run time: AVX-512 (f32 12x32 / f64 12x16, 24 zmm accumulators), AVX2+FMA (6x16 / 6x8, 12 ymm
-// accumulators) and a portable 16-byte version (SSE2 on x86-64, NEON on arm64). The library is
-// built for baseline x86-64, so only these functions use the wider instructions.
+// accumulators) and a portable 16-byte version (SSE2 on x86-64, NEON on arm64), picked at run time
+// (AVX2 on AMD Zen 4, whose AVX-512 runs at half width). The library is built for baseline
+// x86-64, so only these functions use the wider instructions.
 #pragma once
 
 #include <cstdint>
@@ -50,12 +51,14 @@ struct CpuGemm {
 template <class T>
 void cpu_gemm(const CpuGemm<T>& g);
 
-// The micro-kernel ISA in use: "avx512", "avx2" or "generic" (the best the CPU supports unless
+// The micro-kernel ISA in use: "avx512", "avx2" or "generic" (default_cpu_isa() unless
 // overridden). set_cpu_isa("") restores automatic choice; asking for an ISA the CPU lacks throws.
 // For tests and benchmarks (every ISA path is checked against the reference loop).
 std::string cpu_isa();
 void set_cpu_isa(const std::string& isa);
-// The ISAs this CPU can run, best first.
+// The ISAs this CPU can run, widest first.
 std::string supported_cpu_isas();
+// The ISA picked automatically: the widest, except AVX2 where AVX-512 runs at half rate (Zen 4).
+std::string default_cpu_isa();
 
 }  // namespace ember::gemm
