@@ -27,7 +27,14 @@ void linear_cuda(const KernelCall& c, Layout L, void (*run)(const gemm::Problem&
 
 int act_of(const KernelCall& c) { return static_cast<int>(c.attr<LinearAttrs>().activation); }
 
-bool mma_ok(const KernelCall& c) { return gemm::mma_supported(c.in[0].device().index); }
+// The tiled kernels index with int32 inside a matrix.
+bool sizes_fit(const KernelCall& c) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  const Tensor &x = c.in[0], &w = c.in[1];
+  return w.shape()[0] <= kMax && w.shape()[1] <= kMax && (w.shape()[1] == 0 || x.numel() / w.shape()[1] <= kMax);
+}
+bool simt_ok(const KernelCall& c) { return sizes_fit(c); }
+bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
 
 bool no_gelu(const KernelCall& c) { return act_of(c) != static_cast<int>(Activation::gelu); }
 
@@ -53,7 +60,7 @@ void register_cuda_linear(OpInfo& info) {
   info.add_variant({"v1_naive", DeviceType::cuda, linear_v1, kFloatTypes, kReference,
                     nullptr, "one thread per output with the epilogue (the oracle)"});
   info.add_variant({"v2_tiled", DeviceType::cuda, linear_v2,
-                    DTypeSet{DType::f32, DType::f64}, 0, nullptr, "SIMT tiles with the epilogue fused"});
+                    DTypeSet{DType::f32, DType::f64}, 0, simt_ok, "SIMT tiles with the epilogue fused"});
   info.add_variant({"v3_mma", DeviceType::cuda, linear_v3,
                     DTypeSet{DType::f16, DType::bf16}, 0, mma_ok, "tensor cores (mma.sync) with the epilogue fused"});
   info.add_variant({"cublas", DeviceType::cuda, linear_cublas, kFloatTypes, kVendor,

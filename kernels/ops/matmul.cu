@@ -32,7 +32,14 @@ void matmul_cuda(const KernelCall& c, Layout L, void (*run)(const gemm::Problem&
   }
 }
 
-bool mma_ok(const KernelCall& c) { return gemm::mma_supported(c.in[0].device().index); }
+// The tiled kernels index with int32 inside a matrix.
+bool sizes_fit(const KernelCall& c) {
+  const Tensor &a = c.in[0], &b = c.in[1];
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  return a.shape()[a.dim() - 2] <= kMax && a.shape()[a.dim() - 1] <= kMax && b.shape()[b.dim() - 1] <= kMax;
+}
+bool simt_ok(const KernelCall& c) { return sizes_fit(c); }
+bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
 
 bool lt_ok(const KernelCall& c) {
   const Tensor &a = c.in[0], &b = c.in[1];
@@ -51,7 +58,7 @@ void register_cuda_matmul(OpInfo& info) {
   info.add_variant({"v1_naive", DeviceType::cuda, matmul_v1, kFloatTypes, kReference,
                     nullptr, "one thread per output, any strides (the oracle)"});
   info.add_variant({"v2_tiled", DeviceType::cuda, matmul_v2,
-                    DTypeSet{DType::f32, DType::f64}, 0, nullptr,
+                    DTypeSet{DType::f32, DType::f64}, 0, simt_ok,
                     "SIMT 128x128x8 tiles, 8x8 per thread, double-buffered shared memory"});
   info.add_variant({"v3_mma", DeviceType::cuda, matmul_v3,
                     DTypeSet{DType::f16, DType::bf16}, 0, mma_ok,
