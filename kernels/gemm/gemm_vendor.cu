@@ -170,25 +170,33 @@ void check_int(const char* what, int64_t v) {
 }
 
 // The outer batches (all batch dims but the last) one call each; the last dim is strided-batched.
+// With allow_broadcast false (cuBLASLt, whose strided batches are not documented for stride 0),
+// a last dim that broadcasts an operand is looped over too.
 struct BatchSplit {
   int64_t outer = 1, inner = 1;
   int64_t a_stride = 0, b_stride = 0;
+  int outer_dims = 0;  // the batch dims looped over on the host
 };
-BatchSplit split_batch(const Problem& p) {
+BatchSplit split_batch(const Problem& p, bool allow_broadcast) {
   BatchSplit s;
-  if (p.nb > 0) {
-    s.inner = p.bsize[p.nb - 1];
-    s.a_stride = p.a_bs[p.nb - 1];
-    s.b_stride = p.b_bs[p.nb - 1];
-    for (int d = 0; d + 1 < p.nb; ++d) s.outer *= p.bsize[d];
+  if (p.nb == 0) return s;
+  const int last = p.nb - 1;
+  if (allow_broadcast || (p.a_bs[last] != 0 && p.b_bs[last] != 0)) {
+    s.inner = p.bsize[last];
+    s.a_stride = p.a_bs[last];
+    s.b_stride = p.b_bs[last];
+    s.outer_dims = last;
+  } else {
+    s.outer_dims = p.nb;
   }
+  for (int d = 0; d < s.outer_dims; ++d) s.outer *= p.bsize[d];
   return s;
 }
-// Element offsets of A and B for outer batch o.
-void outer_offsets(const Problem& p, int64_t o, int64_t& ao, int64_t& bo) {
+// Element offsets of A and B for outer batch o (over the first s.outer_dims batch dims).
+void outer_offsets(const Problem& p, const BatchSplit& s, int64_t o, int64_t& ao, int64_t& bo) {
   ao = 0;
   bo = 0;
-  for (int d = p.nb - 2; d >= 0; --d) {
+  for (int d = s.outer_dims - 1; d >= 0; --d) {
     int64_t i = o % p.bsize[d];
     o /= p.bsize[d];
     ao += i * p.a_bs[d];
@@ -252,7 +260,7 @@ void run_cublas(const Problem& p) {
     return;
   }
   const CublasView v = to_cublas(p);
-  const BatchSplit bs = split_batch(p);
+  const BatchSplit bs = split_batch(p, true);
   check_int("M", p.M);
   check_int("N", p.N);
   check_int("K", p.K);
@@ -283,7 +291,7 @@ void run_cublas(const Problem& p) {
   const void* beta = p.dtype == DType::f64 ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta_f);
   for (int64_t o = 0; o < bs.outer; ++o) {
     int64_t ao, bo;
-    outer_offsets(p, o, ao, bo);
+    outer_offsets(p, bs, o, ao, bo);
     const char* A = static_cast<const char*>(p.a) + ao * static_cast<int64_t>(v.es);
     const char* B = static_cast<const char*>(p.b) + bo * static_cast<int64_t>(v.es);
     char* C = static_cast<char*>(p.c) + o * bs.inner * p.c_bs * static_cast<int64_t>(v.es);
@@ -316,7 +324,7 @@ void run_cublaslt(const Problem& p) {
     return;
   }
   const CublasView v = to_cublas(p);
-  const BatchSplit bs = split_batch(p);
+  const BatchSplit bs = split_batch(p, false);
   check_int("batch count", bs.inner);
   const int64_t es = static_cast<int64_t>(v.es);
   cuda::DeviceScope guard(p.device);
@@ -409,7 +417,7 @@ void run_cublaslt(const Problem& p) {
   const void* beta = p.dtype == DType::f64 ? static_cast<const void*>(&beta_d) : static_cast<const void*>(&beta_f);
   for (int64_t o = 0; o < bs.outer; ++o) {
     int64_t ao, bo;
-    outer_offsets(p, o, ao, bo);
+    outer_offsets(p, bs, o, ao, bo);
     const char* A = static_cast<const char*>(p.a) + ao * es;
     const char* B = static_cast<const char*>(p.b) + bo * es;
     char* C = static_cast<char*>(p.c) + o * bs.inner * p.c_bs * es;
