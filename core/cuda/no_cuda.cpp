@@ -26,6 +26,7 @@ Stream Stream::create(int, bool) { no_cuda("Stream::create"); }
 Stream Stream::compute(int) { no_cuda("Stream::compute"); }
 void Stream::synchronize() const { no_cuda("Stream::synchronize"); }
 bool Stream::query() const { no_cuda("Stream::query"); }
+bool Stream::is_capturing() const { return false; }
 Stream current_stream(int) { no_cuda("cuda::current_stream"); }
 void set_current_stream(Stream) { no_cuda("cuda::set_current_stream"); }
 StreamGuard::StreamGuard(Stream) { no_cuda("StreamGuard"); }
