@@ -65,14 +65,4 @@ size_t Graph::num_nodes() const {
   return n;
 }
 
-bool is_capturing(Stream s) {
-  if (!s.valid()) return false;
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(s.handle()), &st) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return st == cudaStreamCaptureStatusActive;
-}
-
 }  // namespace ember::cuda

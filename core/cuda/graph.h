@@ -44,7 +44,4 @@ class Graph {
   bool capturing_ = false;
 };
 
-// True while `s` is being captured.
-bool is_capturing(Stream s);
-
 }  // namespace ember::cuda

@@ -62,7 +62,6 @@ void Graph::capture_begin(Stream) { no_cuda("Graph::capture_begin"); }
 void Graph::capture_end() { no_cuda("Graph::capture_end"); }
 void Graph::replay() { no_cuda("Graph::replay"); }
 size_t Graph::num_nodes() const { return 0; }
-bool is_capturing(Stream) { return false; }
 
 PinnedStats pinned_stats() { return {}; }
 void record_pinned_use(const void*, Stream) { no_cuda("cuda::record_pinned_use"); }
