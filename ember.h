@@ -9,3 +9,5 @@
 #include "core/runtime.h"
 #include "core/tensor.h"
 #include "kernels/functional.h"
+// gemm branch: backend choice and autotuning (set_backends, autotune::set_cache_file)
+#include "kernels/autotune.h"

@@ -1,7 +1,14 @@
-// Profiler hooks. The op runner opens a Range around every kernel and every backward; a Range
-// always emits an NVTX range (in a CUDA build) so Nsight shows op names, and forwards to the
-// active Listener, if any (the Chrome-trace profiler installs one).
+// Profiling. The op runner opens a Range around every kernel and every backward; a Range always
+// emits an NVTX range (in a CUDA build, so Nsight shows op names) and forwards to the active
+// Listener, if any. TraceProfiler is the listener that writes a Chrome trace (chrome://tracing,
+// Perfetto): CPU ranges per thread, and for ops on a CUDA device the GPU time measured with CUDA
+// events on the stream they ran on (one track per stream), plus a top-ops table.
 #pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "core/device.h"
 
@@ -31,6 +38,45 @@ class Range {
   const char* detail_;
   Device device_;
   Listener* listener_;
+};
+
+struct OpStats {
+  std::string name;
+  int64_t calls = 0;
+  double cpu_us = 0;  // host time inside the op (launch overhead for CUDA ops)
+  double gpu_us = 0;  // device time between the events around the op's kernels
+};
+
+class TraceProfiler final : public Listener {
+ public:
+  TraceProfiler();
+  ~TraceProfiler() override;
+  TraceProfiler(const TraceProfiler&) = delete;
+  TraceProfiler& operator=(const TraceProfiler&) = delete;
+
+  // Installs this profiler as the listener (and records the GPU time reference).
+  void start();
+  // Uninstalls it. Collected events stay until clear().
+  void stop();
+  void clear();
+  bool active() const { return active_; }
+
+  void on_begin(const char* name, const char* detail, Device device) override;
+  void on_end(const char* name, const char* detail, Device device) override;
+
+  // Resolves GPU times (synchronises the devices: call it outside the measured region) and
+  // writes Chrome trace JSON. Returns the number of events written.
+  size_t write_chrome_trace(const std::string& path);
+  // Per-op totals, sorted by GPU time when there is any, else CPU time.
+  std::vector<OpStats> op_stats();
+  // A printable table of the top `n` ops.
+  std::string top_ops_table(size_t n = 15);
+
+  struct Impl;  // (opaque)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  bool active_ = false;
 };
 
 }  // namespace ember::profiler

@@ -7,6 +7,7 @@
 
 #include "core/tensor.h"
 #include "kernels/ops/linear.h"
+#include "kernels/ops/loss.h"
 #include "kernels/ops/conv2d.h"  // Conv2dOptions
 
 namespace ember {
@@ -142,6 +143,31 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x W^T + b (W is [out, in], b is [out] or undefined) with a fused activation.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               Activation activation = Activation::none);
+
+// ---- mixed precision (the device side of amp::GradScaler; see kernels/ops/amp.h) ----
+// grads *= inv_scale in place; found_inf (f32 [1]) := 1 if any gradient has inf/NaN.
+void amp_unscale_(const std::vector<Tensor>& grads, Tensor& found_inf, const Tensor& inv_scale);
+// PyTorch's scale update rule on the device (scale f32 [1], growth_tracker i32 [1], skipped i64 [1]).
+void amp_update_scale_(Tensor& scale, Tensor& growth_tracker, const Tensor& found_inf, Tensor& skipped,
+                       double growth_factor, double backoff_factor, int64_t growth_interval);
+
+// ---- softmax, losses, dropout (kernels/ops/softmax.*, loss.*, dropout.*) ----
+// softmax / log_softmax over `dim` (any dim, negative allowed; integers are promoted to f32).
+Tensor softmax(const Tensor& x, int64_t dim);
+Tensor log_softmax(const Tensor& x, int64_t dim);
+// Their fused gradients given the forward output y: y (g - Σ g y) and g - exp(y) Σ g over dim.
+Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim);
+Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim);
+// Losses (Reduction, CrossEntropyOptions: kernels/ops/loss.h, with the exact formulas).
+// logits [N, C] or [N, C, d1, ...] (class dim 1) or [C]; target i64/i32 class indices [N] /
+// [N, d1, ...] / []. The result is a device tensor: nothing here synchronises the host.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o = {});  // label_smoothing must be 0
+// input and target broadcast together (like PyTorch, which warns).
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// Scales kept values by 1/(1-p); identity (the same tensor) when !training or p == 0. The mask comes
+// from the default Philox generator (the same on CPU and CUDA for the same seed and offset).
+Tensor dropout(const Tensor& x, double p, bool training = true);
 
 // ---- convolution, pooling, batch norm (kernels/ops/conv2d.h, pool.h, batch_norm.h) ----
 // x [N, C, H, W] (NCHW or channels-last; a channels-last input gives a channels-last output),

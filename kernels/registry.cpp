@@ -29,6 +29,10 @@ namespace ember {
   void register_cuda_##name##_scalar(OpInfo& info);
 #include "kernels/ops.def"
 
+namespace autotune {
+void install();  // kernels/autotune.cpp: the hook behind set_backend(op, "auto")
+}  // namespace autotune
+
 namespace {
 
 struct Registry {
@@ -71,6 +75,7 @@ Registry& registry() {
   define(*reg, OpId::name##_scalar, #name "_scalar", CPU | CUDA, define_op_##name##_scalar,                \
          EMBER_CUDA_REGISTER(register_cuda_##name##_scalar, CUDA));
 #include "kernels/ops.def"
+    autotune::install();
     cuda::set_device_error_describer([](int code) -> std::string {
       int id = code - 1;
       const char* name = id >= 0 && id < kNumOps ? op_info(static_cast<OpId>(id)).name : "?";

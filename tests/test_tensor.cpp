@@ -206,7 +206,7 @@ TEST_CASE("no CUDA device: queries answer and CUDA requests fail clearly", "[cor
   }
   CHECK_FALSE(cuda::is_available());
   CHECK_FALSE(cuda::unavailable_reason().empty());
-  CHECK_THROWS_WITH(zeros({2}, kCUDA), Catch::Contains("not available"));
+  CHECK_THROWS_WITH(zeros({2}, kCUDA), Catch::Contains("not available") || Catch::Contains("built without CUDA"));
   CHECK_THROWS_WITH(ones({2}).to(kCUDA), Catch::Contains("to(cuda:0)"));
   // pinned memory falls back to plain host memory
   Tensor p = ones({4}).pin_memory();

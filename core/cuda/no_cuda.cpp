@@ -1,5 +1,6 @@
 // The CUDA runtime layer of a build without CUDA (EMBER_CUDA=OFF): no devices; anything that
 // needs one says so.
+#include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/storage.h"
@@ -25,6 +26,7 @@ Stream Stream::create(int, bool) { no_cuda("Stream::create"); }
 Stream Stream::compute(int) { no_cuda("Stream::compute"); }
 void Stream::synchronize() const { no_cuda("Stream::synchronize"); }
 bool Stream::query() const { no_cuda("Stream::query"); }
+bool Stream::is_capturing() const { return false; }
 Stream current_stream(int) { no_cuda("cuda::current_stream"); }
 void set_current_stream(Stream) { no_cuda("cuda::set_current_stream"); }
 StreamGuard::StreamGuard(Stream) { no_cuda("StreamGuard"); }
@@ -53,6 +55,13 @@ MemPool::MemPool(int device) : device_(device), id_(0) { no_cuda("MemPool"); }
 MemPool::~MemPool() = default;
 PoolScope::PoolScope(MemPool&) : prev_(0), device_(0) { no_cuda("PoolScope"); }
 PoolScope::~PoolScope() = default;
+
+Graph::Graph() = default;
+Graph::~Graph() = default;
+void Graph::capture_begin(Stream) { no_cuda("Graph::capture_begin"); }
+void Graph::capture_end() { no_cuda("Graph::capture_end"); }
+void Graph::replay() { no_cuda("Graph::replay"); }
+size_t Graph::num_nodes() const { return 0; }
 
 PinnedStats pinned_stats() { return {}; }
 void record_pinned_use(const void*, Stream) { no_cuda("cuda::record_pinned_use"); }

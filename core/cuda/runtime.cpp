@@ -196,6 +196,12 @@ void Stream::synchronize() const {
   check_device_errors();
 }
 
+bool Stream::is_capturing() const {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  EMBER_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(handle_), &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
 bool Stream::query() const {
   cudaError_t err = cudaStreamQuery(static_cast<cudaStream_t>(handle_));
   if (err == cudaErrorNotReady) {

@@ -61,6 +61,8 @@ class Stream {
   void synchronize() const;
   // True when all work on the stream has completed (no sync).
   bool query() const;
+  // True while the stream is capturing a CUDA graph (work queued now is recorded, not run).
+  bool is_capturing() const;
 
   friend bool operator==(const Stream& a, const Stream& b) { return a.handle_ == b.handle_; }
   friend bool operator!=(const Stream& a, const Stream& b) { return a.handle_ != b.handle_; }

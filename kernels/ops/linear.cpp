@@ -8,12 +8,19 @@
 // recomputed in backward (one extra GEMM instead of keeping another activation-sized buffer).
 // FLOPs: 2 * rows * in * out (+ rows * out for the epilogue).
 //
-// CPU: the reference computes z with the matmul op (so the fast CPU GEMM serves it too), then
-// bias and activation in one pass.
+// Numerics: z is accumulated in acc_t (f32 for f16/bf16), the bias and the activation are applied
+// in acc_t too, and the result is rounded to the output dtype once (as cuBLASLt's epilogues and
+// ember's CUDA kernels do; rounding z first and adding the bias after would round twice).
+//
+// CPU: "cpu" is the reference (kReference): z = x W^T by matmul's reference loop on inputs widened
+// to acc_t (exact), then bias and activation in one pass. "cpu_fused" (the default) runs the
+// blocked GEMM (kernels/gemm/cpu_gemm.h) with bias, activation and rounding applied to each output
+// micro-tile while it is still in L1.
 #include "kernels/ops/linear.h"
 
 #include "kernels/common/math.h"
 #include "kernels/common/samples.h"
+#include "kernels/gemm/cpu_gemm.h"
 #include "kernels/functional.h"
 #include "kernels/ops/unary.h"
 #include "kernels/registry.h"
@@ -43,6 +50,13 @@ std::vector<TensorSpec> infer_linear(std::span<const Tensor> in, const Attrs& a)
   return {{s, x.dtype(), {}}};
 }
 
+// Rows of x seen as a matrix (the product of the leading dims; explicit, so in_features = 0 works).
+int64_t leading_rows(const Tensor& x) {
+  int64_t r = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) r *= x.shape()[d];
+  return r;
+}
+
 template <class T>
 void epilogue_cpu(Tensor& z, const Tensor& b, Activation act) {
   T* zp = z.data<T>();
@@ -62,11 +76,39 @@ void linear_cpu(const KernelCall& c) {
   const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];
   Tensor& y = c.out[0];
   auto act = static_cast<Activation>(c.attr<LinearAttrs>().activation);
-  Tensor x2 = x.reshape({-1, x.shape().back()});
-  Tensor z = matmul(x2, w.t());  // runs the default CPU matmul variant
-  EMBER_DISPATCH_FLOAT(x.dtype(), "linear", [&] { epilogue_cpu<scalar_t>(z, b.defined() ? b.contiguous() : b, act); });
+  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor x2 = cast(x.reshape({leading_rows(x), x.shape().back()}), acc);
+  Tensor w2 = cast(w, acc);
+  const Variant& ref = op_info(OpId::matmul).variants.at(0);  // the reference loop, not the default
+  Tensor z = call_variant(ref, OpId::matmul, {x2, w2.t()}).at(0);
+  Tensor b2 = b.defined() ? cast(b, acc).contiguous() : b;
+  EMBER_DISPATCH_FLOAT(acc, "linear", [&] { epilogue_cpu<scalar_t>(z, b2, act); });
   Tensor yv = y.view(z.shape());
-  copy_(yv, z);
+  copy_(yv, z);  // the one rounding to y's dtype
+}
+
+void linear_cpu_fused(const KernelCall& c) {
+  const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];  // contiguous (the runner made them so)
+  const Tensor& y = c.out[0];
+  const int64_t in_f = w.shape()[1], out_f = w.shape()[0];
+  const int64_t rows = out_f == 0 ? 0 : y.numel() / out_f;
+  EMBER_DISPATCH_FLOAT(x.dtype(), "linear", [&] {
+    gemm::CpuGemm<scalar_t> g;
+    g.M = rows;
+    g.N = out_f;
+    g.K = in_f;
+    g.a = x.data<scalar_t>();
+    g.a_rs = in_f;
+    g.a_cs = 1;
+    g.b = w.data<scalar_t>();  // B = W^T: element (k, n) is w[n, k]
+    g.b_rs = 1;
+    g.b_cs = in_f;
+    g.c = y.data<scalar_t>();
+    g.c_rs = out_f;
+    g.bias = b.defined() ? b.data<scalar_t>() : nullptr;
+    g.act = static_cast<int>(c.attr<LinearAttrs>().activation);
+    gemm::cpu_gemm(g);
+  });
 }
 
 std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
@@ -81,10 +123,11 @@ std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
     dz = gelu_backward(g, z);
   }
   int64_t in_f = w.shape()[1], out_f = w.shape()[0];
-  Tensor dz2 = dz.reshape({-1, out_f});
+  const int64_t rows = leading_rows(x);
+  Tensor dz2 = dz.reshape({rows, out_f});
   Tensor dx, dw, db;
   if (ctx.needs_grad(0)) dx = matmul(dz2, w).reshape(x.shape());
-  if (ctx.needs_grad(1)) dw = matmul(dz2.t(), x.reshape({-1, in_f}));
+  if (ctx.needs_grad(1)) dw = matmul(dz2.t(), x.reshape({rows, in_f}));
   if (ctx.needs_grad(2) && b.defined()) db = sum(dz2, {0});
   return {dx, dw, db};
 }
@@ -101,9 +144,12 @@ std::vector<OpSample> linear_samples() {
     Tensor b = bias ? samples::uniform({out_f}, -1, 1, ++seed) : Tensor();
     s.inputs = {x, w, b};
     s.attrs = LinearAttrs{static_cast<int64_t>(act)};
-    if (in_f > 64) {
-      s.tol = {{DType::f32, {1e-5, 1e-4}}};
-      s.tol_note = "GEMM kernels sum the K products in another order than the CPU reference";
+    s.dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
+    int64_t rows = 1;
+    for (int d = 0; d + 1 < static_cast<int>(xs.size()); ++d) rows *= xs[d];
+    if (std::max({rows, in_f, out_f}) > 64) {  // forward sums over in_f, backward over rows and out_f
+      s.tol = {{DType::f32, {1e-5, 1e-4}}, {DType::f16, {1e-3, 1e-4}}, {DType::bf16, {1.6e-2, 1e-4}}};
+      s.tol_note = "GEMM kernels (tiles, tensor cores, cuBLAS) sum the products in another order than the CPU reference";
     }
     if (act == Activation::relu) {
       // keep pre-activations away from the kink at 0: gradcheck perturbations must not flip signs
@@ -121,6 +167,15 @@ std::vector<OpSample> linear_samples() {
   mk("[5, 6] -> 4 gelu", {5, 6}, 4, true, Activation::gelu);
   mk("[5, 6] -> 4 relu", {5, 6}, 4, true, Activation::relu);
   mk("[64, 784] -> 128 relu (MNIST)", {64, 784}, 128, true, Activation::relu);
+  // the CUDA kernels' paths: several tiles with ragged edges, aligned (16-byte) and unaligned
+  // operands, vectors, no input features
+  mk("[130, 264] -> 136 gelu", {130, 264}, 136, true, Activation::gelu);
+  mk("[130, 264] -> 136 relu no bias", {130, 264}, 136, false, Activation::relu);
+  mk("[130, 264] -> 136 no bias", {130, 264}, 136, false, Activation::none);
+  mk("[33, 17] -> 19 gelu", {33, 17}, 19, true, Activation::gelu);
+  mk("[2, 65, 64] -> 72 (leading dims, aligned)", {2, 65, 64}, 72, true, Activation::none);
+  mk("[1, 300] -> 200 relu (one row)", {1, 300}, 200, true, Activation::relu);
+  mk("[5, 0] -> 3 relu (no input features)", {5, 0}, 3, true, Activation::relu);
   return out;
 }
 
@@ -133,6 +188,30 @@ Cost linear_cost(const KernelCall& c) {
   return {bytes, 2.0 * rows * in_f * out_f};
 }
 
+// The MNIST models' layers (MLP 784 -> 128 -> 10, the CNN's 3136 -> 128 head) at batch 64, 128
+// and 512, in f32 and in bf16 (autocast), and one large layer with the gelu epilogue.
+std::vector<BenchCase> linear_benches() {
+  std::vector<BenchCase> out;
+  auto add = [&](int64_t rows, int64_t in_f, int64_t out_f, Activation act, DType dt) {
+    BenchCase c;
+    const char* an = act == Activation::relu ? " relu" : act == Activation::gelu ? " gelu" : "";
+    c.name = str("[", rows, ",", in_f, "] -> ", out_f, an, " ", dt);
+    c.inputs = {TensorSpec{Shape{rows, in_f}, dt, {}, -1}, TensorSpec{Shape{out_f, in_f}, dt, {}, -1},
+                TensorSpec{Shape{out_f}, dt, {}, -1}};
+    c.attrs = LinearAttrs{static_cast<int64_t>(act)};
+    out.push_back(std::move(c));
+  };
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t rows : {64, 128, 512}) {
+      add(rows, 784, 128, Activation::relu, dt);
+      add(rows, 128, 10, Activation::none, dt);
+      add(rows, 3136, 128, Activation::relu, dt);
+    }
+  add(4096, 4096, 4096, Activation::gelu, DType::bf16);
+  add(4096, 4096, 4096, Activation::none, DType::f32);
+  return out;
+}
+
 }  // namespace
 
 void define_op_linear(OpInfo& info) {
@@ -142,9 +221,12 @@ void define_op_linear(OpInfo& info) {
   info.save = Save::both;
   info.samples = linear_samples;
   info.cost = linear_cost;
+  info.benches = linear_benches;
   info.autocast = AutocastPolicy::lower;
-  info.add_variant({"cpu", DeviceType::cpu, linear_cpu, kFloatTypes, 0, nullptr,
-                    "matmul op, then bias and activation in one pass"});
+  info.add_variant({"cpu", DeviceType::cpu, linear_cpu, kFloatTypes, kReference, nullptr,
+                    "reference: matmul's loop in acc_t, then bias and activation in one pass"});
+  info.add_variant({"cpu_fused", DeviceType::cpu, linear_cpu_fused, kFloatTypes, 0, nullptr,
+                    "blocked GEMM with bias, activation and rounding fused into each output tile"});
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {

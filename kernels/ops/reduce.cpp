@@ -109,14 +109,33 @@ std::vector<TensorSpec> infer_reduce(std::span<const Tensor> in, const Attrs& a)
 template <class Op, class T, class Out, class Project>
 void reduce_loop_cpu(const T* x, Out* out, const ReducePlan& p, const Project& proj) {
   const int64_t A = p.A, R = p.R, B = p.B;
-  int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(R, 1));
-  parallel_for(0, A * B, grain, [&](int64_t lo, int64_t hi) {
-    for (int64_t o = lo; o < hi; ++o) {
-      int64_t a = o / B, b = o % B;
-      typename Op::acc_type acc = Op::init();
-      const T* base = x + a * R * B + b;
-      for (int64_t r = 0; r < R; ++r) acc = Op::step(acc, base[r * B], r);
-      out[o] = proj(acc);
+  if (B == 1) {  // rows: one output per row, the row read sequentially
+    int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(R, 1));
+    parallel_for(0, A, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t a = lo; a < hi; ++a) {
+        typename Op::acc_type acc = Op::init();
+        const T* row = x + a * R;
+        for (int64_t r = 0; r < R; ++r) acc = Op::step(acc, row[r], r);
+        out[a] = proj(acc);
+      }
+    });
+    return;
+  }
+  // columns: a tile of up to 256 outputs walks the R rows together, each row read contiguously
+  constexpr int64_t kTile = 256;
+  const int64_t tiles = (B + kTile - 1) / kTile;
+  int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(R * kTile, 1));
+  parallel_for(0, A * tiles, grain, [&](int64_t lo, int64_t hi) {
+    typename Op::acc_type acc[kTile];
+    for (int64_t t = lo; t < hi; ++t) {
+      int64_t a = t / tiles, b0 = (t % tiles) * kTile, nb = std::min(kTile, B - b0);
+      for (int64_t j = 0; j < nb; ++j) acc[j] = Op::init();
+      const T* base = x + a * R * B + b0;
+      for (int64_t r = 0; r < R; ++r) {
+        const T* row = base + r * B;
+        for (int64_t j = 0; j < nb; ++j) acc[j] = Op::step(acc[j], row[j], r);
+      }
+      for (int64_t j = 0; j < nb; ++j) out[a * B + b0 + j] = proj(acc[j]);
     }
   });
 }

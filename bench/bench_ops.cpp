@@ -1,0 +1,463 @@
+// bench_ops: times every kernel variant of every op on the shapes its OpInfo lists (benches()),
+// after checking the variant against a reference, and prints time, GB/s, TFLOP/s, % of the
+// rooflines measured in the same run, and the ratio to the vendor variant.
+//
+//   bench_ops --list                 ops and variants (no GPU needed)
+//   bench_ops --cases                the benchmark cases of every op
+//   bench_ops [--op add,matmul] [--variant cuda] [--device cuda|cpu] [--json out.json]
+//             [--min-time 0.2] [--quick] [Google Benchmark flags ...]
+//
+// Method (as ../shared/GPU.md asks): inputs are random (never zeros), the L2 cache is flushed
+// before every timed run, CUDA events bracket the kernel, medians are reported, and every variant
+// is checked first: against the CPU reference variant for cases of up to 2e10 FLOPs, else against
+// the vendor (or default) variant on the device, by relative L2 error. The rooflines: a large
+// device-to-device copy (bytes read + written per second) and, when a cuBLAS matmul variant is
+// registered, an 8192^3 bf16 GEMM.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/autograd/node.h"
+#include "core/cuda/runtime.h"
+#include "core/rng.h"
+#include "ember.h"
+#include "kernels/registry.h"
+
+using namespace ember;
+
+namespace {
+
+struct Options {
+  bool list = false, cases = false, quick = false;
+  std::vector<std::string> ops, variants;
+  std::string device = "auto", json;
+  double min_time = 0.2;
+};
+
+struct Result {
+  std::string op, variant, case_name, dtype, device, checked;
+  double median_us = 0, gbps = 0, tflops = 0, pct_bw = 0, pct_peak = 0, vs_vendor = 0;
+  bool ok = true;
+  std::string error;
+};
+
+Options g_opt;
+std::vector<Result> g_results;
+double g_copy_gbps = 0, g_peak_tflops = 0;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+bool wanted(const std::vector<std::string>& filter, const std::string& name) {
+  return filter.empty() || std::find(filter.begin(), filter.end(), name) != filter.end();
+}
+
+const char* flags_str(uint32_t f) {
+  static std::string s;
+  s.clear();
+  if (f & kReference) s += " reference";
+  if (f & kVendor) s += " vendor";
+  if (f & kNondeterministic) s += " nondeterministic";
+  return s.c_str();
+}
+
+void print_list() {
+  std::printf("ember ops and kernel variants (%s build%s)\n\n", cuda::compiled_with_cuda() ? "CUDA" : "CPU-only",
+              cuda::device_count() > 0 ? "" : ", no CUDA device here");
+  int nops = 0, nvars = 0;
+  for (const OpInfo& info : all_ops()) {
+    ++nops;
+    std::printf("%-24s %s%s\n", info.name, info.doc.c_str(), info.view ? " [view: no kernel]" : "");
+    for (const Variant& v : info.variants) {
+      ++nvars;
+      std::printf("    %-5s %-14s %s%s\n", v.device == DeviceType::cpu ? "cpu" : "cuda", v.name.c_str(), v.note.c_str(),
+                  flags_str(v.flags));
+    }
+  }
+  std::printf("\n%d ops, %d variants\n", nops, nvars);
+}
+
+std::string spec_str(const std::vector<TensorSpec>& in) {
+  std::string s;
+  for (const TensorSpec& t : in) s += (s.empty() ? "" : " ") + str(t.dtype, t.shape);
+  return s;
+}
+
+void print_cases() {
+  for (const OpInfo& info : all_ops()) {
+    if (!info.benches) continue;
+    for (const BenchCase& c : info.benches())
+      std::printf("%-24s %-40s %s\n", info.name, c.name.c_str(), c.make ? "(custom inputs)" : spec_str(c.inputs).c_str());
+  }
+}
+
+// ---- timing ----
+
+struct Timer {
+  Device device;
+  cuda::Event start{true}, stop{true};
+  std::chrono::steady_clock::time_point t0;
+  void begin() {
+    if (device.is_cuda()) start.record();
+    else t0 = std::chrono::steady_clock::now();
+  }
+  double end_us() {
+    if (device.is_cuda()) {
+      stop.record();
+      runtime::AllowSyncScope allow;
+      stop.synchronize();
+      return 1000.0 * start.elapsed_ms(stop);
+    }
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+// Writes a buffer twice the L2 size so the next kernel starts with a cold cache.
+void flush_l2(Device d) {
+  if (!d.is_cuda()) return;
+  static Tensor scratch;
+  if (!scratch.defined()) {
+    size_t l2 = cuda::properties(d.index).l2_cache_bytes;
+    scratch = empty({static_cast<int64_t>(std::max<size_t>(2 * l2, 1 << 24))}, TensorOptions(DType::u8).device(d));
+  }
+  scratch.fill_(1);
+}
+
+std::vector<Tensor> make_inputs(const BenchCase& c, Device d) {
+  if (c.make) return c.make(d);
+  std::vector<Tensor> in;
+  for (const TensorSpec& s : c.inputs) {
+    Tensor t = empty(s.shape, TensorOptions(s.dtype).device(d));
+    if (is_floating(s.dtype)) uniform_(t, -1, 1);
+    else if (s.dtype == DType::boolean) t.copy_(gt(uniform(s.shape, 0, 1, TensorOptions().device(d)), 0.5));
+    else t.fill_(1);
+    in.push_back(t);
+  }
+  return in;
+}
+
+double rel_error(const Tensor& got, const Tensor& want) {
+  Tensor g = got.to(kCPU).to(DType::f64), w = want.to(kCPU).to(DType::f64);
+  if (g.shape() != w.shape()) return INFINITY;
+  std::vector<double> a = g.to_vector<double>(), b = w.to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+    if (std::isnan(a[i])) continue;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+double check_tol(DType t) {
+  switch (t) {
+    case DType::f64: return 1e-10;
+    case DType::f32: return 1e-4;
+    case DType::f16: return 5e-3;
+    case DType::bf16: return 3e-2;
+    default: return 0;
+  }
+}
+
+DType case_dtype(const std::vector<Tensor>& in) {
+  for (const Tensor& t : in)
+    if (t.defined() && is_floating(t.dtype())) return t.dtype();
+  return in.empty() ? DType::f32 : in[0].dtype();
+}
+
+// Checks `v` on the case before it is timed. Returns "" and fills `how` when it passes.
+std::string validate(const OpInfo& info, const Variant& v, const BenchCase& bc, const std::vector<Tensor>& in,
+                     const Cost& cost, std::string* how) {
+  std::vector<Tensor> got = call_variant(v, info.id, in, bc.attrs);
+  const Variant* ref = nullptr;
+  std::vector<Tensor> ref_in;
+  Device ref_dev = kCPU;
+  if (cost.flops <= 2e10 || v.device == DeviceType::cpu) {
+    for (const Variant& r : info.variants)
+      if (r.device == DeviceType::cpu) {
+        ref = &r;
+        break;
+      }
+    for (const Tensor& t : in) ref_in.push_back(t.defined() ? t.to(kCPU) : t);
+    *how = "cpu";
+  } else {
+    for (const Variant& r : info.variants)
+      if (r.device == v.device && (r.flags & kVendor) && &r != &v) ref = &r;
+    if (ref == nullptr)
+      for (const Variant& r : info.variants)
+        if (r.device == v.device && &r != &v && !(r.flags & kReference)) {
+          ref = &r;
+          break;
+        }
+    ref_in = in;
+    ref_dev = in.empty() ? kCPU : in[0].device();
+    *how = ref ? ref->name : "none";
+  }
+  if (ref == nullptr || ref == &v) {
+    *how = "self (no other variant)";
+    return "";
+  }
+  (void)ref_dev;
+  std::vector<Tensor> want = call_variant(*ref, info.id, ref_in, bc.attrs);
+  for (size_t k = 0; k < got.size(); ++k) {
+    double tol = check_tol(want[k].dtype());
+    double err = rel_error(got[k], want[k]);
+    if (!(err <= tol)) return str("output ", k, " relative error ", err, " > ", tol, " against ", *how);
+  }
+  return "";
+}
+
+void run_case(benchmark::State& state, const OpInfo* info, const Variant* v, const BenchCase* bc, Device dev) {
+  Result r;
+  r.op = info->name;
+  r.variant = v->name;
+  r.case_name = bc->name;
+  r.device = dev.str();
+  try {
+    autograd::NoGradGuard ng;
+    std::vector<Tensor> in = make_inputs(*bc, dev);
+    r.dtype = std::string(dtype_name(case_dtype(in)));
+    // outputs and cost for this call
+    std::vector<TensorSpec> specs = info->infer(in, bc->attrs);
+    std::vector<Tensor> out;
+    for (const TensorSpec& s : specs)
+      out.push_back(s.alias >= 0 ? in[static_cast<size_t>(s.alias)] : empty(s.shape, TensorOptions(s.dtype).device(dev)));
+    KernelCall call{info->id, in, out, bc->attrs};
+    if (!v->accepts(call)) {
+      state.SkipWithError("variant does not accept this case");
+      return;
+    }
+    Cost cost = info->cost ? info->cost(call) : Cost{};
+    std::string err = validate(*info, *v, *bc, in, cost, &r.checked);
+    if (!err.empty()) {
+      r.ok = false;
+      r.error = err;
+      g_results.push_back(r);
+      state.SkipWithError(err.c_str());
+      return;
+    }
+    Timer timer{dev};
+    for (int i = 0; i < 3; ++i) v->fn(call);  // warm-up
+    std::vector<double> times;
+    for (auto _ : state) {
+      flush_l2(dev);
+      timer.begin();
+      v->fn(call);
+      double us = timer.end_us();
+      state.SetIterationTime(us * 1e-6);
+      times.push_back(us);
+    }
+    std::sort(times.begin(), times.end());
+    r.median_us = times[times.size() / 2];
+    double s = r.median_us * 1e-6;
+    r.gbps = cost.bytes / s / 1e9;
+    r.tflops = cost.flops / s / 1e12;
+    if (dev.is_cuda() && g_copy_gbps > 0) r.pct_bw = 100.0 * r.gbps / g_copy_gbps;
+    if (dev.is_cuda() && g_peak_tflops > 0) r.pct_peak = 100.0 * r.tflops / g_peak_tflops;
+    state.counters["GB/s"] = r.gbps;
+    state.counters["TFLOP/s"] = r.tflops;
+    if (r.pct_bw > 0) state.counters["%copyBW"] = r.pct_bw;
+    if (r.pct_peak > 0) state.counters["%bf16peak"] = r.pct_peak;
+  } catch (const std::exception& e) {
+    r.ok = false;
+    r.error = e.what();
+    state.SkipWithError(e.what());
+  }
+  g_results.push_back(r);
+}
+
+void measure_rooflines(Device d) {
+  if (!d.is_cuda()) return;
+  autograd::NoGradGuard ng;
+  int64_t n = int64_t{1} << 30;  // 1 GiB each way
+  Tensor a = empty({n}, TensorOptions(DType::u8).device(d)).fill_(3);
+  Tensor b = empty({n}, TensorOptions(DType::u8).device(d));
+  Timer t{d};
+  std::vector<double> us;
+  for (int i = 0; i < 12; ++i) {
+    t.begin();
+    b.copy_(a);
+    double x = t.end_us();
+    if (i >= 2) us.push_back(x);
+  }
+  std::sort(us.begin(), us.end());
+  g_copy_gbps = 2.0 * static_cast<double>(n) / (us[us.size() / 2] * 1e-6) / 1e9;
+  const OpInfo& mm = op_info(OpId::matmul);
+  for (const Variant& v : mm.variants) {
+    if (v.device != DeviceType::cuda || !(v.flags & kVendor)) continue;
+    Tensor x = uniform({8192, 8192}, -1, 1, TensorOptions(DType::bf16).device(d));
+    Tensor y = uniform({8192, 8192}, -1, 1, TensorOptions(DType::bf16).device(d));
+    std::vector<Tensor> in{x, y};
+    std::vector<Tensor> out{empty({8192, 8192}, TensorOptions(DType::bf16).device(d))};
+    KernelCall c{OpId::matmul, in, out, Attrs()};
+    if (!v.accepts(c)) continue;
+    for (int i = 0; i < 3; ++i) v.fn(c);
+    std::vector<double> ts;
+    for (int i = 0; i < 10; ++i) {
+      t.begin();
+      v.fn(c);
+      ts.push_back(t.end_us());
+    }
+    std::sort(ts.begin(), ts.end());
+    g_peak_tflops = 2.0 * 8192.0 * 8192.0 * 8192.0 / (ts[ts.size() / 2] * 1e-6) / 1e12;
+    break;
+  }
+}
+
+void fill_vendor_ratios() {
+  for (Result& r : g_results) {
+    if (!r.ok || r.median_us <= 0) continue;
+    const OpInfo* info = find_op(r.op);
+    double vendor = 0;
+    for (const Result& o : g_results) {
+      if (o.op != r.op || o.case_name != r.case_name || !o.ok || o.device != r.device) continue;
+      for (const Variant& v : info->variants)
+        if (v.name == o.variant && (v.flags & kVendor)) vendor = vendor == 0 ? o.median_us : std::min(vendor, o.median_us);
+    }
+    if (vendor > 0) r.vs_vendor = vendor / r.median_us;
+  }
+}
+
+void print_table() {
+  std::printf("\nrooflines measured in this run: device-to-device copy %.0f GB/s, bf16 GEMM %s\n",
+              g_copy_gbps, g_peak_tflops > 0 ? str(g_peak_tflops, " TFLOP/s (cuBLAS 8192^3)").c_str() : "n/a");
+  std::printf("%-22s %-14s %-30s %-5s %10s %9s %9s %7s %7s %8s  %s\n", "op", "variant", "case", "dtype", "time_us",
+              "GB/s", "TFLOP/s", "%copy", "%peak", "x_vendor", "checked vs");
+  for (const Result& r : g_results) {
+    if (!r.ok) {
+      std::printf("%-22s %-14s %-30s %-5s FAILED: %s\n", r.op.c_str(), r.variant.c_str(), r.case_name.c_str(),
+                  r.dtype.c_str(), r.error.c_str());
+      continue;
+    }
+    auto opt = [](double v, const char* fmt) {
+      static char buf[4][32];
+      static int k = 0;
+      k = (k + 1) % 4;
+      if (v <= 0) std::snprintf(buf[k], 32, "%s", "-");
+      else std::snprintf(buf[k], 32, fmt, v);
+      return buf[k];
+    };
+    std::printf("%-22s %-14s %-30s %-5s %10.2f %9.1f %9s %7s %7s %8s  %s\n", r.op.c_str(), r.variant.c_str(),
+                r.case_name.c_str(), r.dtype.c_str(), r.median_us, r.gbps, opt(r.tflops, "%.2f"),
+                opt(r.pct_bw, "%.1f"), opt(r.pct_peak, "%.1f"), opt(r.vs_vendor, "%.2f"), r.checked.c_str());
+  }
+}
+
+void write_json(const std::string& path) {
+  std::ofstream f(path);
+  f << "{\n  \"copy_gbps\": " << g_copy_gbps << ",\n  \"bf16_peak_tflops\": " << g_peak_tflops << ",\n  \"results\": [\n";
+  for (size_t i = 0; i < g_results.size(); ++i) {
+    const Result& r = g_results[i];
+    f << "    {\"op\": \"" << r.op << "\", \"variant\": \"" << r.variant << "\", \"case\": \"" << r.case_name
+      << "\", \"dtype\": \"" << r.dtype << "\", \"device\": \"" << r.device << "\", \"ok\": " << (r.ok ? "true" : "false")
+      << ", \"median_us\": " << r.median_us << ", \"gbps\": " << r.gbps << ", \"tflops\": " << r.tflops
+      << ", \"pct_copy_bw\": " << r.pct_bw << ", \"pct_bf16_peak\": " << r.pct_peak << ", \"x_vendor\": " << r.vs_vendor
+      << ", \"checked\": \"" << r.checked << "\"}" << (i + 1 < g_results.size() ? "," : "") << "\n";
+  }
+  f << "  ]\n}\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_ops: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--list") g_opt.list = true;
+    else if (a == "--cases") g_opt.cases = true;
+    else if (a == "--quick") g_opt.quick = true;
+    else if (a == "--op") g_opt.ops = split(value("--op"));
+    else if (a == "--variant") g_opt.variants = split(value("--variant"));
+    else if (a == "--device") g_opt.device = value("--device");
+    else if (a == "--json") g_opt.json = value("--json");
+    else if (a == "--min-time") g_opt.min_time = std::atof(value("--min-time").c_str());
+    else if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: bench_ops [--list] [--cases] [--op a,b] [--variant v] [--device auto|cpu|cuda] [--json FILE]\n"
+          "                 [--min-time SECONDS] [--quick] [Google Benchmark flags]\n");
+      return 0;
+    } else rest.push_back(argv[i]);
+  }
+  for (const std::string& name : g_opt.ops)
+    if (find_op(name) == nullptr) {
+      std::fprintf(stderr, "bench_ops: unknown op '%s' (see --list)\n", name.c_str());
+      return 2;
+    }
+  if (g_opt.list) {
+    print_list();
+    return 0;
+  }
+  if (g_opt.cases) {
+    print_cases();
+    return 0;
+  }
+  Device dev = kCPU;
+  if (g_opt.device == "cuda" || (g_opt.device == "auto" && cuda::device_count() > 0)) {
+    if (cuda::device_count() == 0) {
+      std::fprintf(stderr, "bench_ops: --device cuda but %s\n", cuda::unavailable_reason().c_str());
+      return 1;
+    }
+    dev = kCUDA;
+  } else if (g_opt.device != "cpu" && g_opt.device != "auto") {
+    std::fprintf(stderr, "bench_ops: bad --device '%s' (auto, cpu or cuda)\n", g_opt.device.c_str());
+    return 2;
+  }
+  manual_seed(1234);
+  if (dev.is_cuda()) {
+    auto p = cuda::properties(dev.index);
+    std::printf("device: %s (sm_%d%d, %d SMs, %.0f GiB)\n", p.name.c_str(), p.major, p.minor, p.sm_count,
+                static_cast<double>(p.total_memory) / (1 << 30));
+  } else {
+    std::printf("device: cpu (%d threads)\n", num_threads());
+  }
+  measure_rooflines(dev);
+  static std::vector<BenchCase> storage;  // keeps cases alive for the registered benchmarks
+  storage.reserve(4096);
+  for (const OpInfo& info : all_ops()) {
+    if (!info.benches || !wanted(g_opt.ops, info.name)) continue;
+    for (const BenchCase& c : info.benches()) {
+      storage.push_back(c);
+      const BenchCase* bc = &storage.back();
+      for (const Variant& v : info.variants) {
+        if (v.device != dev.type || !wanted(g_opt.variants, v.name)) continue;
+        // the CPU reference loops are too slow for the big cases: skip them on the CPU in --quick
+        std::string name = str(info.name, "/", v.name, "/", c.name);
+        auto* b = benchmark::RegisterBenchmark(name.c_str(), run_case, &info, &v, bc, dev);
+        b->UseManualTime()->Unit(benchmark::kMicrosecond);
+        if (g_opt.quick) b->Iterations(3);
+        else b->MinTime(g_opt.min_time);
+      }
+    }
+  }
+  int bargc = static_cast<int>(rest.size());
+  benchmark::Initialize(&bargc, rest.data());
+  benchmark::RunSpecifiedBenchmarks();
+  fill_vendor_ratios();
+  print_table();
+  if (!g_opt.json.empty()) write_json(g_opt.json);
+  bool any_failed = std::any_of(g_results.begin(), g_results.end(), [](const Result& r) { return !r.ok; });
+  return any_failed ? 1 : 0;
+}

@@ -1,0 +1,409 @@
+// Autotuning (see autotune.h).
+#include "kernels/autotune.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "core/autograd/engine.h"
+#include "core/cuda/runtime.h"
+#include "core/runtime.h"
+#include "kernels/functional.h"
+
+namespace ember {
+
+namespace autotune {
+
+namespace {
+
+constexpr const char* kHeader = "# ember autotune cache v1";
+
+struct State {
+  std::mutex mu;
+  std::map<std::string, Entry> cache;
+  std::string file;
+  bool file_ok = false;  // entries may be appended
+  Stats stats;
+  int warmup = 2, timed = 5;
+  std::string last_warning;
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: usable from other static destructors
+  return *s;
+}
+
+void warn(State& s, const std::string& msg) {
+  s.last_warning = msg;
+  std::fprintf(stderr, "ember autotune: warning: %s\n", msg.c_str());
+}
+
+// A line of the file as it can be shown in a warning: at most n characters, non-printable bytes escaped.
+std::string excerpt(const std::string& line, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < line.size() && i < n; ++i) {
+    unsigned char ch = static_cast<unsigned char>(line[i]);
+    if (ch >= 32 && ch < 127) out += static_cast<char>(ch);
+    else out += str("\\x", "0123456789abcdef"[ch >> 4], "0123456789abcdef"[ch & 15]);
+  }
+  return line.size() > n ? out + "..." : out;
+}
+
+void describe_tensor(std::ostringstream& os, const Tensor& t) {
+  if (!t.defined()) {
+    os << "-";
+    return;
+  }
+  os << t.dtype() << "[";
+  for (int d = 0; d < t.dim(); ++d) os << (d ? "," : "") << t.shape()[d];
+  os << "]{";
+  for (int d = 0; d < t.dim(); ++d) os << (d ? "," : "") << t.strides()[d];
+  os << "}";
+}
+
+std::string device_name(Device d) {
+  if (!d.is_cuda()) return str(d);
+  static std::mutex mu;
+  static std::map<int, std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = names.find(d.index);
+  if (it == names.end()) {
+    std::string n = cuda::properties(d.index).name;
+    for (char& ch : n)
+      if (ch == '\t' || ch == '|' || ch == '\n') ch = ' ';
+    it = names.emplace(d.index, str(d, ":", n)).first;
+  }
+  return it->second;
+}
+
+Device call_device(const KernelCall& c) {
+  for (const Tensor& t : c.in)
+    if (t.defined()) return t.device();
+  for (const Tensor& t : c.out)
+    if (t.defined()) return t.device();
+  return kCPU;
+}
+
+// Milliseconds of one run of v on c (median of the timed runs); throws what the kernel throws.
+double time_variant(const Variant& v, const KernelCall& c, Device dev, int warmup, int timed) {
+  for (int i = 0; i < warmup; ++i) v.fn(c);
+  std::vector<double> ms;
+  if (dev.is_cuda()) {
+    cuda::Stream s = cuda::current_stream(dev.index);
+    std::vector<cuda::Event> ev;
+    ev.reserve(static_cast<size_t>(2 * timed));
+    for (int i = 0; i < timed; ++i) {
+      ev.emplace_back(true);
+      ev.emplace_back(true);
+      ev[ev.size() - 2].record(s);
+      v.fn(c);
+      ev.back().record(s);
+    }
+    ev.back().synchronize();  // Note [autotune sync]: the one host sync of a new key
+    for (int i = 0; i < timed; ++i)
+      ms.push_back(ev[static_cast<size_t>(2 * i)].elapsed_ms(ev[static_cast<size_t>(2 * i + 1)]));
+  } else {
+    for (int i = 0; i < timed; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      v.fn(c);
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+const Variant* find_candidate(std::span<const Variant* const> cands, const std::string& name) {
+  for (const Variant* v : cands)
+    if (v->name == name) return v;
+  return nullptr;
+}
+
+void append_entry(State& s, const std::string& key, const std::string& variant) {
+  if (s.file.empty() || !s.file_ok) return;
+  std::ofstream f(s.file, std::ios::app);
+  if (!f) {
+    warn(s, str("cannot append to the cache file ", s.file, "; new entries stay in memory only"));
+    s.file_ok = false;
+    return;
+  }
+  f << key << '\t' << variant << '\n';
+}
+
+}  // namespace
+
+std::string key(const OpInfo& info, const KernelCall& c) {
+  std::ostringstream os;
+  os << info.name << "|" << device_name(call_device(c)) << "|det" << (deterministic() ? 1 : 0) << "|in";
+  for (const Tensor& t : c.in) {
+    os << " ";
+    describe_tensor(os, t);
+  }
+  os << "|out";
+  for (const Tensor& t : c.out) {
+    os << " ";
+    describe_tensor(os, t);
+  }
+  os << "|attrs ";
+  static const char* hex = "0123456789abcdef";
+  for (unsigned char ch : c.attrs.bytes()) os << hex[ch >> 4] << hex[ch & 15];
+  return os.str();
+}
+
+const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const Variant* const> candidates_in) {
+  State& s = state();
+  // the registry already filters these; filtering again keeps choose() safe to call directly
+  std::vector<const Variant*> candidates;
+  for (const Variant* v : candidates_in)
+    if (!(deterministic() && (v->flags & kNondeterministic))) candidates.push_back(v);
+  if (candidates.empty()) return nullptr;
+  if (candidates.size() == 1) return candidates[0];
+  const std::string k = key(info, c);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.cache.find(k);
+    if (it != s.cache.end()) {
+      if (const Variant* v = find_candidate(candidates, it->second.variant)) {
+        ++s.stats.hits;
+        return v;
+      }
+      s.cache.erase(it);  // stale (variant gone or not applicable): tune again
+    }
+  }
+  const Device dev = call_device(c);
+  if (dev.is_cuda() && cuda::current_stream(dev.index).is_capturing()) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.stats.capture_skips;
+    return nullptr;
+  }
+  int warmup, timed;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    warmup = s.warmup;
+    timed = s.timed;
+  }
+  // Scratch outputs (with the call's layouts); inputs the op writes in place are cloned.
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> in(c.in.begin(), c.in.end()), out;
+  for (const Tensor& o : c.out) {
+    auto alias = std::find_if(in.begin(), in.end(), [&](const Tensor& t) { return t.defined() && t.is_same(o); });
+    if (alias != in.end()) {
+      Tensor copy = empty_strided(o.shape(), o.strides(), TensorOptions().dtype(o.dtype()).device(o.device()));
+      copy_(copy, o);
+      *alias = copy;
+      out.push_back(copy);
+    } else if (o.defined()) {
+      out.push_back(empty_strided(o.shape(), o.strides(), TensorOptions().dtype(o.dtype()).device(o.device())));
+    } else {
+      out.push_back(o);
+    }
+  }
+  KernelCall tc{c.op, in, out, c.attrs};
+  const Variant* best = nullptr;
+  double best_ms = 0;
+  uint64_t failures = 0;
+  for (const Variant* v : candidates) {
+    double ms;
+    try {
+      ms = time_variant(*v, tc, dev, warmup, timed);
+    } catch (const std::exception&) {
+      ++failures;  // e.g. a vendor library that rejects this configuration: not a candidate
+      continue;
+    }
+    if (best == nullptr || ms < best_ms) {
+      best = v;
+      best_ms = ms;
+    }
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.stats.failures += failures;
+  if (best == nullptr) return nullptr;
+  ++s.stats.tunings;
+  s.cache[k] = Entry{k, best->name, best_ms};
+  append_entry(s, k, best->name);
+  return best;
+}
+
+void install() { set_autotune_hook(&choose); }
+
+void set_cache_file(const std::string& path) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.file = path;
+  s.file_ok = false;
+  if (path.empty()) return;
+  std::ifstream f(path);
+  if (!f) {
+    // a new file: created with its header
+    std::ofstream o(path);
+    if (!o) {
+      warn(s, str("cannot create the cache file ", path, "; entries stay in memory only"));
+      return;
+    }
+    o << kHeader << '\n';
+    s.file_ok = true;
+    return;
+  }
+  std::vector<std::pair<std::string, std::string>> loaded;
+  std::string line;
+  int64_t lineno = 0;
+  bool empty_file = true;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (lineno == 1) {
+      empty_file = false;
+      if (line != kHeader) {
+        warn(s, str("ignoring the cache file ", path, ": line 1 is '", excerpt(line, 60), "', expected '", kHeader,
+                    "' (delete the file to start a new cache)"));
+        return;
+      }
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    size_t tab = line.rfind('\t');
+    if (tab == std::string::npos || tab == 0 || tab + 1 == line.size() || line.find('|') == std::string::npos) {
+      warn(s, str("ignoring the cache file ", path, ": line ", lineno, " is not 'key<TAB>variant': '",
+                  excerpt(line, 80), "' (delete the file to start a new cache)"));
+      return;
+    }
+    loaded.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  }
+  if (empty_file) {
+    std::ofstream o(path, std::ios::app);
+    o << kHeader << '\n';
+  }
+  for (auto& [k, v] : loaded) s.cache[k] = Entry{k, v, 0};
+  s.file_ok = true;
+}
+
+std::string cache_file() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.file;
+}
+
+void clear() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.cache.clear();
+}
+
+std::vector<Entry> entries() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::vector<Entry> out;
+  for (const auto& [k, e] : s.cache) out.push_back(e);
+  return out;
+}
+
+Stats stats() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.stats;
+}
+
+void reset_stats() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.stats = Stats{};
+}
+
+void set_runs(int warmup, int timed) {
+  EMBER_CHECK(warmup >= 0 && timed >= 1, "autotune::set_runs: need warmup >= 0 and timed >= 1, got ", warmup, " and ",
+              timed);
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.warmup = warmup;
+  s.timed = timed;
+}
+
+std::string last_warning() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.last_warning;
+}
+
+}  // namespace autotune
+
+namespace {
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::string variant_names(const OpInfo& info) {
+  std::vector<std::string> names;
+  for (const Variant& v : info.variants)
+    if (std::find(names.begin(), names.end(), v.name) == names.end()) names.push_back(v.name);
+  std::string out;
+  for (const std::string& n : names) out.append(out.empty() ? "" : ", ").append(n);
+  return out;
+}
+
+void check_backend(const OpInfo& info, const std::string& backend) {
+  if (backend.empty() || backend == "default" || backend == "auto" || backend == "vendor") return;
+  for (const Variant& v : info.variants)
+    if (v.name == backend) return;
+  EMBER_FAIL("set_backends: op ", info.name, " has no backend '", backend,
+             "' (expected default, auto, vendor or one of its variants: ", variant_names(info), ")",
+             EMBER_WITH_CUDA ? "" : "; this ember was built without CUDA, so CUDA variants do not exist");
+}
+
+}  // namespace
+
+void set_backends(const std::string& spec) {
+  std::vector<std::pair<const OpInfo*, std::string>> plan;  // nullptr op: every op
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item = trim(item);
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    EMBER_CHECK(eq != std::string::npos, "set_backends: '", item, "' is not op=backend (in '", spec, "')");
+    std::string op = trim(item.substr(0, eq)), be = trim(item.substr(eq + 1));
+    EMBER_CHECK(!be.empty(), "set_backends: no backend given for '", op, "' (in '", spec, "')");
+    if (op == "*") {
+      if (be != "default" && be != "auto" && be != "vendor") {
+        // a variant name for every op: it must at least exist for one
+        bool any = false;
+        for (const OpInfo& o : all_ops())
+          for (const Variant& v : o.variants) any = any || v.name == be;
+        EMBER_CHECK(any, "set_backends: no op has a backend '", be, "' (for '*' use default, auto, vendor or a variant name)");
+      }
+      plan.emplace_back(nullptr, be);
+      continue;
+    }
+    const OpInfo* info = find_op(op);
+    if (info == nullptr) {
+      std::string known;
+      for (const OpInfo& o : all_ops())
+        if (o.view == nullptr) known.append(known.empty() ? "" : ", ").append(o.name);
+      EMBER_FAIL("set_backends: unknown op '", op, "' (in '", spec, "'); ops with kernels: ", known);
+    }
+    EMBER_CHECK(info->view == nullptr, "set_backends: ", op, " is a view and has no kernel to choose");
+    check_backend(*info, be);
+    plan.emplace_back(info, be);
+  }
+  for (const auto& [info, be] : plan) {
+    if (info == nullptr) set_backend_all(be);
+    else set_backend(info->id, be);
+  }
+}
+
+std::string backends() {
+  std::string out;
+  for (const OpInfo& o : all_ops()) {
+    std::string b = backend(o.id);
+    if (b.empty()) continue;
+    if (!out.empty()) out += ',';
+    out.append(o.name).append("=").append(b);
+  }
+  return out;
+}
+
+}  // namespace ember

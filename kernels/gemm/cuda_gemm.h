@@ -1,0 +1,89 @@
+// The CUDA GEMMs behind matmul's and linear's CUDA variants (CUDA translation units only).
+//
+//   C[z] = act(A[z] B[z] + bias)   A [M, K], B [K, N], C [M, N] row-major (unit column stride), per
+//                                  batch z; bias [N] contiguous or none; act none / relu / gelu (erf)
+//
+// Kernels (napkin math in each .cu header):
+//   run_naive   v1: one thread per output, any strides, acc_t accumulation (the oracle)
+//   run_simt    v2: f32/f64 SIMT, shared-memory tiles, register blocking (gemm_simt.cu)
+//   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)
+//   run_cublas, run_cublaslt: the vendor libraries (gemm_vendor.cu)
+//
+// Operand layouts: v2, v3 and the vendor paths read an operand in place when one of its two
+// matrix strides is 1 (row-major, or a transposed view); prepare() copies any other layout with
+// contiguous() first. Batch dims broadcast (stride 0) and are collapsed where they are contiguous.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace ember::gemm {
+
+inline constexpr int kMaxBatchDims = kMaxDims - 2;
+
+struct Problem {
+  DType dtype = DType::f32;
+  Device device;
+  int64_t M = 0, N = 0, K = 0;
+  const void* a = nullptr;
+  int64_t a_rs = 0, a_cs = 0;  // element strides of A's rows (m) and columns (k)
+  const void* b = nullptr;
+  int64_t b_rs = 0, b_cs = 0;  // element strides of B's rows (k) and columns (n)
+  void* c = nullptr;
+  int64_t c_rs = 0, c_bs = 0;  // C's row stride and batch stride (its column stride is 1)
+  // batch dims (outermost first): sizes and the element strides of A and B (0: broadcast)
+  int nb = 0;
+  int64_t bsize[kMaxBatchDims] = {}, a_bs[kMaxBatchDims] = {}, b_bs[kMaxBatchDims] = {};
+  const void* bias = nullptr;  // [N], contiguous, dtype as C
+  int act = 0;                 // 0 none, 1 relu, 2 gelu (exact erf form)
+
+  int64_t batch() const {
+    int64_t n = 1;
+    for (int d = 0; d < nb; ++d) n *= bsize[d];
+    return n;
+  }
+  // True when A's k stride is 1 (row-major A), else its m stride is 1 (a transposed view).
+  bool a_kmajor() const { return a_cs == 1; }
+  // True when B's k stride is 1 (a transposed view, e.g. W^T in linear), else its n stride is 1.
+  bool b_kmajor() const { return b_cs != 1; }
+};
+
+// What the kernel that will run needs of the operands' layouts.
+enum class Layout {
+  any,          // v1: any strides
+  unit_stride,  // v2/v3: each operand has a unit stride in one of its matrix dims
+  vendor,       // cuBLAS/cuBLASLt: unit stride and a leading dimension >= the matrix's extent
+};
+
+// A problem with the tensors it points into (copies made by contiguous() are kept alive here).
+struct Prepared {
+  Problem p;
+  std::vector<Tensor> keep;
+};
+
+// matmul: a [..., M, K], b [..., K, N], out [broadcast(...), M, N] contiguous.
+Prepared prepare_matmul(const Tensor& a, const Tensor& b, const Tensor& out, Layout need);
+// linear: x [rows, in] (any leading dims, contiguous), w [out, in], bias [out] or undefined,
+// y [rows, out]: C = act(x w^T + bias), i.e. B = w^T read in place (k-major).
+Prepared prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, int act, Layout need);
+
+void run_naive(const Problem& p);
+void run_simt(const Problem& p);  // f32, f64; needs Layout::unit_stride
+void run_mma(const Problem& p);   // f16, bf16 on sm_80+; needs Layout::unit_stride
+bool mma_supported(int device);   // compute capability >= 8.0
+// cuBLAS (cublasGemmStridedBatchedEx, pure FP32/FP64 compute, fp32 accumulation for f16/bf16).
+// The bias is added by cuBLAS itself (C prefilled with it, beta = 1); relu runs in place after;
+// gelu is not offered (act must be 0 or 1). Needs Layout::vendor.
+void run_cublas(const Problem& p);
+// cuBLASLt with its BIAS / RELU / RELU_BIAS epilogues (gelu not offered: cuBLASLt's GELU is the
+// tanh approximation). Needs Layout::vendor.
+void run_cublaslt(const Problem& p);
+// Whether cuBLASLt is offered for the problem (as PyTorch: both output dims > 1 and every dim
+// below 65535 * 32, and no gelu).
+bool cublaslt_accepts(int64_t M, int64_t N, int64_t K, int act);
+
+}  // namespace ember::gemm

@@ -1,0 +1,103 @@
+// Device-side pieces shared by the GEMM kernels (gemm_*.cu): the kernel arguments, batch offsets,
+// the epilogue, the tile order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/half.h"
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/gemm/cuda_gemm.h"
+#include "kernels/ops/unary.h"
+
+namespace ember::gemm::dev {
+
+// Kernel arguments (passed by value). Sizes are int64 here; the tiled kernels check on the host
+// that M, N and K fit in int32.
+struct Args {
+  int64_t M, N, K;
+  const void* a;
+  int64_t a_rs, a_cs;
+  const void* b;
+  int64_t b_rs, b_cs;
+  void* c;
+  int64_t c_rs, c_bs;
+  const void* bias;
+  int act;
+  int nb;
+  int64_t batch;
+  int64_t bsize[kMaxBatchDims], a_bs[kMaxBatchDims], b_bs[kMaxBatchDims];
+  // Whether 16-byte vectors along each operand's unit-stride dim are aligned and never cross the
+  // matrix edge (base pointer, leading dim, batch strides and that dim's extent all multiples of
+  // 16 bytes), and whether C rows take 16-byte (c_vec) or 2-element (c_pair) stores.
+  bool a_vec, b_vec, c_vec, c_pair;
+  // Split-K (Note [split-K]): blockIdx.y picks k tiles [y * kt_per_split, (y + 1) * kt_per_split);
+  // with ws set, blocks store their raw accumulators to ws[y][z][m][n] (no epilogue) and
+  // splitk_reduce sums the splits in order and applies the epilogue.
+  int64_t kt_per_split;
+  void* ws;
+};
+
+// Element offsets of A and B for flat batch index z.
+__device__ __forceinline__ void batch_offsets(const Args& p, int64_t z, int64_t& ao, int64_t& bo) {
+  ao = 0;
+  bo = 0;
+  for (int d = p.nb - 1; d >= 0; --d) {
+    const int64_t i = z % p.bsize[d];
+    z /= p.bsize[d];
+    ao += i * p.a_bs[d];
+    bo += i * p.b_bs[d];
+  }
+}
+
+// act(v): the same functors as the CPU reference and the unary ops.
+template <class Acc>
+__device__ __forceinline__ Acc activate(Acc v, int act) {
+  if (act == 1) return unary::Relu::f(v);
+  if (act == 2) return unary::Gelu::f(v);
+  return v;
+}
+
+// Grouped tile order: consecutive blocks walk down a group of 8 tile rows before moving right,
+// so the tiles of A and B that run at the same time overlap and stay in L2.
+__device__ __forceinline__ void tile_coords(int64_t pid, int64_t tiles_m, int64_t tiles_n, int64_t& tm, int64_t& tn) {
+  constexpr int64_t G = 8;
+  const int64_t in_group = G * tiles_n;
+  const int64_t group = pid / in_group;
+  const int64_t first_m = group * G;
+  const int64_t gsize = tiles_m - first_m < G ? tiles_m - first_m : G;
+  const int64_t r = pid % in_group;
+  tm = first_m + r % gsize;
+  tn = r / gsize;
+}
+
+__host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+// Host: kernel arguments from a problem; `vec_bytes` is the vector width the kernel loads.
+// (No split: kt_per_split covers every k tile, ws is null.)
+Args make_args(const Problem& p, int vec_bytes);
+
+// Note [split-K]: a problem with few output tiles and a long K (the MNIST layers: 64 x 784 -> 128
+// is one 128x128 tile) would run on one or two SMs. Split-K cuts the k tiles into `splits` ranges
+// run by separate blocks that write f32 (f64) partial tiles to a workspace from the caching
+// allocator; a second kernel adds the partials in split order (deterministic) and applies bias,
+// activation and rounding. Chosen when the tiles fill less than half of the SMs and every split
+// keeps at least `min_kt` k tiles. Returns the number of splits (1: none).
+int choose_splits(int64_t tiles, int64_t ktiles, int64_t min_kt, int device);
+// Sets up args for `splits` (allocating the workspace into `ws`) and, after the GEMM kernel ran,
+// finish_splits() reduces. acc_bytes: 4 (f32 accumulators) or 8 (f64).
+// Returns the splits actually used (no split left without k tiles).
+int plan_splits(Args& args, const Problem& p, int64_t ktiles, int splits, int acc_bytes, Tensor& ws);
+void finish_splits(const Args& args, const Problem& p, int splits, cudaStream_t stream);
+
+// Host: the grid's batch dimension (gridDim.z is at most 65535; kernels loop over the rest).
+inline unsigned grid_z(int64_t batch) { return static_cast<unsigned>(batch < 65535 ? batch : 65535); }
+
+}  // namespace ember::gemm::dev

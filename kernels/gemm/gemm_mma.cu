@@ -1,0 +1,337 @@
+// v3_mma: the f16/bf16 tensor-core GEMM (sm_80+): mma.sync.m16n8k16 with f32 accumulation,
+// ldmatrix fragments from swizzled shared memory, a 3-stage cp.async pipeline.
+//
+// Tiles: 128x128 per block, BK = 64, 4 warps (2x2), 64x64 per warp = 4 (m16) x 8 (n8) mma tiles:
+// 128 f32 accumulators per thread. Per k16 step a warp issues 8 ldmatrix.x4 (4 for A, 4 for B,
+// each B one covering two n8 tiles) and 32 mma.
+// Shared memory: per stage an A tile and a B tile of 16 KiB each, stored with the operand's
+// contiguous dim innermost: [128 rows][64 k] (128-byte rows) when k is contiguous, [64 k][128]
+// (256-byte rows) when m (or n) is. The 16-byte chunk c of row r is stored at chunk c ^ (r & 7):
+// the 8 rows an ldmatrix phase reads (and the 8 chunks a cp.async phase writes) fall in 8
+// different bank groups, so neither conflicts. ldmatrix (k contiguous) or ldmatrix.trans (m/n
+// contiguous) turns either layout into the row.col fragments mma wants, so row-major operands and
+// transposed views (x W^T in linear) are read in place.
+// Pipeline: 3 stages x 32 KiB = 96 KiB of dynamic shared memory, 2 blocks per SM (8 warps).
+// The tile for k step kt+2 is requested (cp.async.cg, 16 bytes per request, zero-filled outside
+// the matrix) before the warps compute on tile kt; one __syncthreads per k tile. Operands whose
+// base, leading dim, batch strides or contiguous extent are not multiples of 8 elements are
+// loaded with guarded scalar loads into the same layout instead (same pipeline, loads not async).
+// Epilogue: bias, activation and rounding in registers; pairs of outputs stored as one 32-bit
+// store where aligned. Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill less than
+// half the SMs (the MNIST layers).
+//
+// Napkin math (H200: 132 SMs, ~1.83 GHz under tensor load; dense f16/bf16 989 TFLOP/s with wgmma):
+// mma.sync cannot feed Hopper's tensor cores at full rate (wgmma's asynchronous, shared-memory-
+// sourced operands are what reach the 989): published Ampere-style kernels reach ~60-70% of the
+// H100's peak with mma.sync. Shared memory per k16 step and warp: 8 ldmatrix.x4 = 4 KiB for
+// 32 x 4096 MACs; per SM at ~1024 MAC/clk of mma.sync throughput that is 128 clk of math against
+// 32 clk of shared-memory bandwidth (4 warps): not the limit. Global: 32 KiB per block per k tile
+// for 2.1 MFLOP (64 FLOP/B). So at 4096^3 (137 GFLOP) expect ~0.22-0.25 ms, ~550-650 TFLOP/s,
+// i.e. ~70-85% of cuBLAS (whose sm_90 kernels use wgmma + TMA at ~700-750 TFLOP/s). The >= 90%
+// target needs v4 (wgmma + TMA), which is not written yet.
+#include <algorithm>
+#include <array>
+#include <mutex>
+
+#include "kernels/gemm/gemm_common.cuh"
+
+namespace ember::gemm {
+
+namespace dev {
+
+constexpr int kMmaBM = 128, kMmaBN = 128, kMmaBK = 64, kMmaStages = 3, kMmaThreads = 128;
+constexpr int kTileBytes = 128 * 64 * 2;                 // one operand's tile per stage
+constexpr int kStageBytes = 2 * kTileBytes;              // A then B
+constexpr int kMmaSmem = kMmaStages * kStageBytes;       // 96 KiB
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is not read then).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+
+// d += a b for one m16n8k16 tile (f32 accumulators).
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t b0, const uint32_t b1) {
+  if constexpr (std::is_same_v<T, Half>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile with `row_bytes`-byte rows.
+__device__ __forceinline__ int swz(int row, int chunk, int row_bytes) { return row * row_bytes + ((chunk ^ (row & 7)) << 4); }
+
+// One 16-byte chunk (8 elements along the operand's contiguous dim, starting at index `start` of
+// that dim, `extent` long) into shared memory. `row_ok`: the other index is inside the matrix.
+__device__ __forceinline__ void load_chunk(unsigned char* dst, const uint16_t* src, const uint16_t* safe, bool row_ok,
+                                           int start, int extent, bool vec) {
+  if (vec) {
+    const bool ok = row_ok && start < extent;  // extent % 8 == 0: the chunk is all in or all out
+    cp_async16(dst, ok ? src : safe, ok);
+  } else {
+    uint16_t v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = (row_ok && start + i < extent) ? src[i] : uint16_t(0);
+    uint4 packed;
+    packed.x = v[0] | (uint32_t(v[1]) << 16);
+    packed.y = v[2] | (uint32_t(v[3]) << 16);
+    packed.z = v[4] | (uint32_t(v[5]) << 16);
+    packed.w = v[6] | (uint32_t(v[7]) << 16);
+    *reinterpret_cast<uint4*>(dst) = packed;
+  }
+}
+
+template <class T, bool A_K, bool B_K>
+__global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int M = static_cast<int>(p.M), N = static_cast<int>(p.N), K = static_cast<int>(p.K);
+  const int64_t tiles_m = (p.M + kMmaBM - 1) / kMmaBM, tiles_n = (p.N + kMmaBN - 1) / kMmaBN;
+  int64_t tmi, tni;
+  tile_coords(blockIdx.x, tiles_m, tiles_n, tmi, tni);
+  const int m0 = static_cast<int>(tmi) * kMmaBM, n0 = static_cast<int>(tni) * kMmaBN;
+  const int wm = (warp >> 1) * 64, wn = (warp & 1) * 64;  // the warp's 64x64 sub-tile
+  const int ktiles = (K + kMmaBK - 1) / kMmaBK;
+  const int kt_begin = static_cast<int>(min64(ktiles, blockIdx.y * p.kt_per_split));
+  const int nkt = static_cast<int>(min64(ktiles, kt_begin + p.kt_per_split)) - kt_begin;  // k tiles here
+
+  for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z) {
+    int64_t ao, bo;
+    batch_offsets(p, z, ao, bo);
+    const uint16_t* A = static_cast<const uint16_t*>(p.a) + ao;
+    const uint16_t* B = static_cast<const uint16_t*>(p.b) + bo;
+
+    // Requests tile kt of A and B into `stage` (1024 chunks each, 8 per thread).
+    auto load_stage = [&](int stage, int kt) {
+      unsigned char* sa = smem + stage * kStageBytes;
+      unsigned char* sb = sa + kTileBytes;
+      const int k0 = kt * kMmaBK;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = tid + i * kMmaThreads;
+        if constexpr (A_K) {  // [128 m][64 k]: A[m, k] at A + m * a_rs + k
+          const int r = c >> 3, ch = c & 7;
+          const int gm = m0 + r, gk = k0 + ch * 8;
+          load_chunk(sa + swz(r, ch, 128), A + static_cast<int64_t>(gm) * p.a_rs + gk, A, gm < M, gk, K, p.a_vec);
+        } else {  // [64 k][128 m]: A[m, k] at A + m + k * a_cs
+          const int r = c >> 4, ch = c & 15;
+          const int gk = k0 + r, gm = m0 + ch * 8;
+          load_chunk(sa + swz(r, ch, 256), A + static_cast<int64_t>(gk) * p.a_cs + gm, A, gk < K, gm, M, p.a_vec);
+        }
+        if constexpr (B_K) {  // [128 n][64 k]: B[k, n] at B + k + n * b_cs
+          const int r = c >> 3, ch = c & 7;
+          const int gn = n0 + r, gk = k0 + ch * 8;
+          load_chunk(sb + swz(r, ch, 128), B + static_cast<int64_t>(gn) * p.b_cs + gk, B, gn < N, gk, K, p.b_vec);
+        } else {  // [64 k][128 n]: B[k, n] at B + k * b_rs + n
+          const int r = c >> 4, ch = c & 15;
+          const int gk = k0 + r, gn = n0 + ch * 8;
+          load_chunk(sb + swz(r, ch, 256), B + static_cast<int64_t>(gk) * p.b_rs + gn, B, gk < K, gn, N, p.b_vec);
+        }
+      }
+    };
+
+    float acc[4][8][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < kMmaStages - 1; ++s) {
+      if (s < nkt) load_stage(s, kt_begin + s);
+      cp_async_commit();
+    }
+    for (int i = 0; i < nkt; ++i) {  // the i-th k tile of this block's range sits in stage i % 3
+      cp_async_wait<kMmaStages - 2>();  // tile i has landed (for this thread) ...
+      __syncthreads();                  // ... for every thread; and stage (i-1) % 3 is free
+      const int next = i + kMmaStages - 1;
+      if (next < nkt) load_stage(next % kMmaStages, kt_begin + next);
+      cp_async_commit();
+
+      const unsigned char* sa = smem + (i % kMmaStages) * kStageBytes;
+      const unsigned char* sb = sa + kTileBytes;
+      const int li = lane >> 3, lr = lane & 7;  // which 8x8 matrix this lane addresses, and its row
+#pragma unroll
+      for (int ks = 0; ks < kMmaBK / 16; ++ks) {
+        uint32_t af[4][4], bf[8][2];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          const int mb = wm + mt * 16;
+          if constexpr (A_K) {  // matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+            const int r = mb + lr + (li & 1) * 8, ch = ks * 2 + (li >> 1);
+            ldmatrix_x4(af[mt], sa + swz(r, ch, 128));
+          } else {  // the same four, stored [k][m]: transposed on the way out
+            const int r = ks * 16 + lr + (li >> 1) * 8, ch = (mb >> 3) + (li & 1);
+            ldmatrix_x4_trans(af[mt], sa + swz(r, ch, 256));
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          const int nb = wn + np * 16;
+          uint32_t r4[4];
+          if constexpr (B_K) {  // matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+            const int r = nb + lr + (li >> 1) * 8, ch = ks * 2 + (li & 1);
+            ldmatrix_x4(r4, sb + swz(r, ch, 128));
+          } else {  // the same four, stored [k][n]
+            const int r = ks * 16 + lr + (li & 1) * 8, ch = (nb >> 3) + (li >> 1);
+            ldmatrix_x4_trans(r4, sb + swz(r, ch, 256));
+          }
+          bf[2 * np][0] = r4[0];
+          bf[2 * np][1] = r4[1];
+          bf[2 * np + 1][0] = r4[2];
+          bf[2 * np + 1][1] = r4[3];
+        }
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) mma16816<T>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+      }
+    }
+    cp_async_wait<0>();
+
+    // epilogue: thread (g, t4) of the warp holds rows g and g + 8, columns 2 t4 and 2 t4 + 1 of
+    // each m16n8 tile
+    const int g = lane >> 2, t4 = lane & 3;
+    if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by splitk_reduce
+      float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int gm = m0 + wm + mt * 16 + g + h * 8;
+          if (gm >= M) continue;
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            const int gn = n0 + wn + nt * 8 + t4 * 2;
+            if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[mt][nt][2 * h];
+            if (gn + 1 < N) W[static_cast<int64_t>(gm) * N + gn + 1] = acc[mt][nt][2 * h + 1];
+          }
+        }
+      __syncthreads();
+      continue;
+    }
+    const T* bias = static_cast<const T*>(p.bias);
+    T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int gm = m0 + wm + mt * 16 + g + h * 8;
+        if (gm >= M) continue;
+        T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int gn = n0 + wn + nt * 8 + t4 * 2;
+          float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+          if (bias != nullptr) {
+            if (gn < N) v0 += static_cast<float>(bias[gn]);
+            if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
+          }
+          const T o0(activate(v0, p.act)), o1(activate(v1, p.act));
+          if (p.c_pair && gn + 1 < N) {
+            *reinterpret_cast<uint32_t*>(crow + gn) = uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
+          } else {
+            if (gn < N) crow[gn] = o0;
+            if (gn + 1 < N) crow[gn + 1] = o1;
+          }
+        }
+      }
+    __syncthreads();  // the next batch reuses the stages
+  }
+#else
+  __trap();  // never launched: run_mma checks the device is sm_80+
+#endif
+}
+
+template <class T, bool A_K, bool B_K>
+void launch_mma(const Args& args, int splits, int device, cudaStream_t stream) {
+  // the 96 KiB of dynamic shared memory must be allowed once per device
+  static std::array<std::once_flag, 64> once;
+  EMBER_CHECK(device >= 0 && device < 64, "gemm v3_mma: bad device ", device);
+  std::call_once(once[static_cast<size_t>(device)], [] {
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(mma_kernel<T, A_K, B_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaSmem));
+  });
+  const int64_t tiles = ((args.M + kMmaBM - 1) / kMmaBM) * ((args.N + kMmaBN - 1) / kMmaBN);
+  EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm v3_mma: too many tiles (", tiles, ")");
+  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
+  mma_kernel<T, A_K, B_K><<<grid, kMmaThreads, kMmaSmem, stream>>>(args);
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void dispatch_mma(const Problem& p, cudaStream_t stream) {
+  Args args = make_args(p, 16);
+  const int64_t tiles = ((p.M + kMmaBM - 1) / kMmaBM) * ((p.N + kMmaBN - 1) / kMmaBN) * args.batch;
+  const int64_t ktiles = (p.K + kMmaBK - 1) / kMmaBK;
+  Tensor ws;
+  int splits = choose_splits(tiles, ktiles, 2, p.device.index);  // >= 128 k per split
+  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, 4, ws);
+  const bool ak = p.a_kmajor(), bk = p.b_kmajor();
+  const int d = p.device.index;
+  if (ak && bk) launch_mma<T, true, true>(args, splits, d, stream);
+  else if (ak) launch_mma<T, true, false>(args, splits, d, stream);
+  else if (bk) launch_mma<T, false, true>(args, splits, d, stream);
+  else launch_mma<T, false, false>(args, splits, d, stream);
+  if (splits > 1) finish_splits(args, p, splits, stream);
+}
+
+}  // namespace dev
+
+bool mma_supported(int device) {
+  static std::array<int, 64> major{};
+  static std::array<std::once_flag, 64> once;
+  if (device < 0 || device >= 64) return false;
+  std::call_once(once[static_cast<size_t>(device)], [&] { major[static_cast<size_t>(device)] = cuda::properties(device).major; });
+  return major[static_cast<size_t>(device)] >= 8;
+}
+
+void run_mma(const Problem& p) {
+  if (p.M == 0 || p.N == 0 || p.batch() == 0) return;
+  constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
+  EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm v3_mma: M, N, K must fit in int32, got ", p.M,
+              ", ", p.N, ", ", p.K);
+  EMBER_CHECK((p.a_cs == 1 || p.a_rs == 1) && (p.b_cs == 1 || p.b_rs == 1),
+              "gemm v3_mma: each operand needs a unit stride (prepare with Layout::unit_stride)");
+  EMBER_CHECK(mma_supported(p.device.index), "gemm v3_mma: needs a GPU of compute capability 8.0 or newer");
+  cuda::DeviceScope guard(p.device);
+  cudaStream_t stream = cuda::stream_for(p.device);
+  if (p.dtype == DType::f16) dev::dispatch_mma<Half>(p, stream);
+  else if (p.dtype == DType::bf16) dev::dispatch_mma<BFloat16>(p, stream);
+  else EMBER_FAIL("gemm v3_mma: dtype ", p.dtype, " is not supported (f16, bf16)");
+}
+
+}  // namespace ember::gemm

@@ -1,0 +1,285 @@
+// v2_tiled: the f32/f64 SIMT GEMM (CUDA cores, no tensor cores: pure FP32/FP64 arithmetic).
+//
+// Tiles: f32 128x128 per block, BK = 8, 256 threads, 8x8 outputs per thread; f64 64x64, BK = 8,
+// 256 threads, 4x4 per thread. A thread's outputs are a 2x2 grid of (TM/2)x(TN/2) sub-tiles
+// (rows ty*TM/2.. and BM/2 + ty*TM/2.., columns likewise), so each k step reads its 8+8 operands
+// with four 16-byte shared loads; a warp is a 4x8 grid of threads, so those loads are
+// broadcasts of 4 (A) and 8 (B) distinct vectors: one shared-memory wavefront each.
+// Pipeline: shared memory is double-buffered through registers: the next k tile's global loads
+// (one 16-byte vector of A and one of B per thread) are issued before the current tile's 8 k
+// steps and stored after them; one __syncthreads per k tile. A is stored k-major (As[k][m]) so
+// the outer product reads contiguous rows; a k-contiguous operand is transposed on the way in.
+// Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill less than half the SMs.
+// Operands: row-major or transposed views in place (template on which stride is 1); 16-byte
+// vector loads when the base, leading dim, batch strides and the contiguous extent allow, else
+// guarded scalar loads. Epilogue: bias, activation, rounding, 16-byte stores where aligned.
+//
+// Napkin math (H200: 132 SMs, ~1.98 GHz boost): FP32 peak = 132 SMs * 128 FMA/clk * 2 * 1.98e9
+// = 67 TFLOP/s; FP64 (non-tensor) 34 TFLOP/s. Per k step a warp issues 64 FFMA per thread
+// against 4 LDS.128 (4 wavefronts): the FMA pipe, not shared memory, is the limit. Per k tile a
+// block reads 8 KiB from L2 for 262k FLOPs (32 FLOP/B; the H200's L2 gives >10 TB/s, so 67
+// TFLOP/s needs ~2 TB/s). Registers: 64 accumulators + 16 operands + 8 prefetch ~ 120 per thread,
+// so 2 blocks (16 warps) per SM. 4096^3 = 137 GFLOP: 2.0 ms at peak; we expect ~75-85% of peak,
+// i.e. about cuBLAS's FP32 SGEMM (which runs at ~80-90% of peak without TF32). f64 runs at FP64
+// SIMT speed; cuBLAS's DGEMM uses the FP64 tensor cores (2x), so v2 f64 is ~40-50% of cuBLAS.
+#include <algorithm>
+
+#include "kernels/gemm/gemm_common.cuh"
+
+namespace ember::gemm {
+
+namespace dev {
+
+template <class T>
+struct SimtCfg;
+template <>
+struct SimtCfg<float> {
+  static constexpr int BM = 128, BN = 128, BK = 8, TM = 8, TN = 8;
+};
+template <>
+struct SimtCfg<double> {
+  static constexpr int BM = 64, BN = 64, BK = 8, TM = 4, TN = 4;
+};
+constexpr int kSimtThreads = 256;
+
+template <class T, bool A_K, bool B_K>
+__global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
+  using Cfg = SimtCfg<T>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
+  constexpr int VEC = 16 / sizeof(T);  // elements per 16-byte vector
+  constexpr int HM = TM / 2, HN = TN / 2;
+  static_assert(BM * BK == kSimtThreads * VEC && BN * BK == kSimtThreads * VEC, "one vector per thread per tile");
+  static_assert((BM / TM) * (BN / TN) == kSimtThreads && BM / TM == 16 && BN / TN == 16, "16x16 threads");
+  static_assert(HM == VEC && HN == VEC, "sub-tile rows are one 16-byte vector");
+  using V = Vec<T, VEC>;
+
+  __shared__ V As_raw[2][BK][BM / VEC];
+  __shared__ V Bs_raw[2][BK][BN / VEC];
+  auto As = [&](int buf, int k, int m) -> T& { return As_raw[buf][k][m / VEC].v[m % VEC]; };
+  auto Bs = [&](int buf, int k, int n) -> T& { return Bs_raw[buf][k][n / VEC].v[n % VEC]; };
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31, warp = tid >> 5;
+  const int ty = (warp >> 1) * 4 + (lane >> 3);  // 0..15: the thread's row group
+  const int tx = (warp & 1) * 8 + (lane & 7);    // 0..15: the thread's column group
+  const int M = static_cast<int>(p.M), N = static_cast<int>(p.N), K = static_cast<int>(p.K);
+  const int64_t tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
+  int64_t tmi, tni;
+  tile_coords(blockIdx.x, tiles_m, tiles_n, tmi, tni);
+  const int m0 = static_cast<int>(tmi) * BM, n0 = static_cast<int>(tni) * BN;
+
+  // loader positions: each thread moves one vector of A and one of B per k tile
+  int a_x, a_k;  // A_K: row a_x, k a_k..a_k+VEC; else k a_k, rows a_x..a_x+VEC
+  if constexpr (A_K) {
+    a_x = tid / (BK / VEC);
+    a_k = (tid % (BK / VEC)) * VEC;
+  } else {
+    a_k = tid / (BM / VEC);
+    a_x = (tid % (BM / VEC)) * VEC;
+  }
+  int b_x, b_k;  // B_K: column b_x, k b_k..; else k b_k, columns b_x..b_x+VEC
+  if constexpr (B_K) {
+    b_x = tid / (BK / VEC);
+    b_k = (tid % (BK / VEC)) * VEC;
+  } else {
+    b_k = tid / (BN / VEC);
+    b_x = (tid % (BN / VEC)) * VEC;
+  }
+
+  const int ktiles = (K + BK - 1) / BK;
+  const int kt_begin = static_cast<int>(min64(ktiles, blockIdx.y * p.kt_per_split));
+  const int kt_end = static_cast<int>(min64(ktiles, kt_begin + p.kt_per_split));
+  for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z) {
+    int64_t ao, bo;
+    batch_offsets(p, z, ao, bo);
+    const T* A = static_cast<const T*>(p.a) + ao;
+    const T* B = static_cast<const T*>(p.b) + bo;
+
+    V ra, rb;
+    auto load = [&](int k0) {
+      if constexpr (A_K) {  // A[m, k] at A + m * a_rs + k
+        const int gm = m0 + a_x, gk = k0 + a_k;
+        const T* src = A + static_cast<int64_t>(gm) * p.a_rs + gk;
+        if (p.a_vec) {
+          if (gm < M && gk < K) ra = *reinterpret_cast<const V*>(src);
+          else ra = V{};
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) ra.v[i] = (gm < M && gk + i < K) ? src[i] : T(0);
+        }
+      } else {  // A[m, k] at A + m + k * a_cs
+        const int gm = m0 + a_x, gk = k0 + a_k;
+        const T* src = A + static_cast<int64_t>(gk) * p.a_cs + gm;
+        if (p.a_vec) {
+          if (gk < K && gm < M) ra = *reinterpret_cast<const V*>(src);
+          else ra = V{};
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) ra.v[i] = (gk < K && gm + i < M) ? src[i] : T(0);
+        }
+      }
+      if constexpr (B_K) {  // B[k, n] at B + k + n * b_cs
+        const int gn = n0 + b_x, gk = k0 + b_k;
+        const T* src = B + static_cast<int64_t>(gn) * p.b_cs + gk;
+        if (p.b_vec) {
+          if (gn < N && gk < K) rb = *reinterpret_cast<const V*>(src);
+          else rb = V{};
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) rb.v[i] = (gn < N && gk + i < K) ? src[i] : T(0);
+        }
+      } else {  // B[k, n] at B + k * b_rs + n
+        const int gn = n0 + b_x, gk = k0 + b_k;
+        const T* src = B + static_cast<int64_t>(gk) * p.b_rs + gn;
+        if (p.b_vec) {
+          if (gk < K && gn < N) rb = *reinterpret_cast<const V*>(src);
+          else rb = V{};
+        } else {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) rb.v[i] = (gk < K && gn + i < N) ? src[i] : T(0);
+        }
+      }
+    };
+    auto store = [&](int buf) {
+      if constexpr (A_K) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) As(buf, a_k + i, a_x) = ra.v[i];
+      } else {
+        As_raw[buf][a_k][a_x / VEC] = ra;
+      }
+      if constexpr (B_K) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) Bs(buf, b_k + i, b_x) = rb.v[i];
+      } else {
+        Bs_raw[buf][b_k][b_x / VEC] = rb;
+      }
+    };
+
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+      for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+
+    if (kt_begin < kt_end) {
+      load(kt_begin * BK);
+      store(0);
+    }
+    __syncthreads();
+    for (int kt = kt_begin; kt < kt_end; ++kt) {
+      const int buf = (kt - kt_begin) & 1;
+      if (kt + 1 < kt_end) load((kt + 1) * BK);  // in flight during the k steps below
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        const V a0 = As_raw[buf][kk][ty], a1 = As_raw[buf][kk][BM / 2 / VEC + ty];
+        const V b0 = Bs_raw[buf][kk][tx], b1 = Bs_raw[buf][kk][BN / 2 / VEC + tx];
+        T af[TM], bf[TN];
+#pragma unroll
+        for (int i = 0; i < HM; ++i) {
+          af[i] = a0.v[i];
+          af[HM + i] = a1.v[i];
+        }
+#pragma unroll
+        for (int j = 0; j < HN; ++j) {
+          bf[j] = b0.v[j];
+          bf[HN + j] = b1.v[j];
+        }
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] = fma(af[i], bf[j], acc[i][j]);
+      }
+      if (kt + 1 < kt_end) store(buf ^ 1);  // the other buffer: nobody reads it until the sync
+      __syncthreads();
+    }
+
+    if (p.ws != nullptr) {  // split-K: raw partial sums, reduced by splitk_reduce
+      T* W = static_cast<T*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
+#pragma unroll
+      for (int i = 0; i < TM; ++i) {
+        const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+        if (gm >= M) continue;
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+          const int gn = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
+          if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[i][j];
+        }
+      }
+      __syncthreads();
+      continue;
+    }
+    // epilogue: bias, activation, store (16-byte vectors where aligned and inside N)
+    const T* bias = static_cast<const T*>(p.bias);
+    T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+      if (gm >= M) continue;
+      T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int gn0 = n0 + h * (BN / 2) + tx * HN;
+        V out;
+#pragma unroll
+        for (int j = 0; j < HN; ++j) {
+          T v = acc[i][h * HN + j];
+          if (bias != nullptr && gn0 + j < N) v += bias[gn0 + j];
+          out.v[j] = activate(v, p.act);
+        }
+        if (p.c_vec && gn0 + HN <= N) {
+          *reinterpret_cast<V*>(crow + gn0) = out;
+        } else {
+#pragma unroll
+          for (int j = 0; j < HN; ++j)
+            if (gn0 + j < N) crow[gn0 + j] = out.v[j];
+        }
+      }
+    }
+    __syncthreads();  // the next batch reuses the shared tiles
+  }
+}
+
+template <class T, bool A_K, bool B_K>
+void launch_simt(const Args& args, int splits, cudaStream_t stream) {
+  using Cfg = SimtCfg<T>;
+  const int64_t tiles = ((args.M + Cfg::BM - 1) / Cfg::BM) * ((args.N + Cfg::BN - 1) / Cfg::BN);
+  EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm v2_tiled: too many tiles (", tiles, ")");
+  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
+  simt_kernel<T, A_K, B_K><<<grid, kSimtThreads, 0, stream>>>(args);
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void dispatch_simt(const Problem& p, cudaStream_t stream) {
+  using Cfg = SimtCfg<T>;
+  Args args = make_args(p, 16);
+  const int64_t tiles = ((p.M + Cfg::BM - 1) / Cfg::BM) * ((p.N + Cfg::BN - 1) / Cfg::BN) * args.batch;
+  const int64_t ktiles = (p.K + Cfg::BK - 1) / Cfg::BK;
+  Tensor ws;
+  int splits = choose_splits(tiles, ktiles, 16, p.device.index);  // >= 128 k per split
+  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, sizeof(T), ws);
+  const bool ak = p.a_kmajor(), bk = p.b_kmajor();
+  if (ak && bk) launch_simt<T, true, true>(args, splits, stream);
+  else if (ak) launch_simt<T, true, false>(args, splits, stream);
+  else if (bk) launch_simt<T, false, true>(args, splits, stream);
+  else launch_simt<T, false, false>(args, splits, stream);
+  if (splits > 1) finish_splits(args, p, splits, stream);
+}
+
+}  // namespace dev
+
+void run_simt(const Problem& p) {
+  if (p.M == 0 || p.N == 0 || p.batch() == 0) return;
+  constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
+  EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm v2_tiled: M, N, K must fit in int32, got ",
+              p.M, ", ", p.N, ", ", p.K);
+  EMBER_CHECK((p.a_cs == 1 || p.a_rs == 1) && (p.b_cs == 1 || p.b_rs == 1),
+              "gemm v2_tiled: each operand needs a unit stride (prepare with Layout::unit_stride)");
+  cuda::DeviceScope guard(p.device);
+  cudaStream_t stream = cuda::stream_for(p.device);
+  if (p.dtype == DType::f32) dev::dispatch_simt<float>(p, stream);
+  else if (p.dtype == DType::f64) dev::dispatch_simt<double>(p, stream);
+  else EMBER_FAIL("gemm v2_tiled: dtype ", p.dtype, " is not supported (f32, f64)");
+}
+
+}  // namespace ember::gemm

@@ -1,0 +1,73 @@
+// linear on CUDA: y = act(x W^T + b) with the epilogue (bias, relu, exact gelu, rounding) fused
+// into the GEMM's output tile. B = W^T is read in place (k-major). Kernels in kernels/gemm/:
+//   v1_naive  (kReference) one thread per output (the oracle)
+//   v2_tiled  f32/f64 SIMT (gemm_simt.cu)
+//   v3_mma    f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
+//   cublas    (kVendor) bias added by cuBLAS (C prefilled, beta = 1), relu in place after; no gelu
+//   cublaslt  (kVendor) cuBLASLt's BIAS / RELU / RELU_BIAS epilogues; no gelu, because
+//             cuBLASLt's GELU epilogue is the tanh approximation and linear promises the erf form
+// Backward stays composite (linear.cpp): matmul, sum and relu_backward / gelu_backward.
+#include "kernels/functional.h"
+#include "kernels/gemm/cuda_gemm.h"
+#include "kernels/ops/linear.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+using gemm::Layout;
+
+void linear_cuda(const KernelCall& c, Layout L, void (*run)(const gemm::Problem&)) {
+  const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];
+  const int act = static_cast<int>(c.attr<LinearAttrs>().activation);
+  gemm::Prepared pr = gemm::prepare_linear(x, w, b, c.out[0], act, L);
+  run(pr.p);
+}
+
+int act_of(const KernelCall& c) { return static_cast<int>(c.attr<LinearAttrs>().activation); }
+
+// The tiled kernels index with int32 inside a matrix.
+bool sizes_fit(const KernelCall& c) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  const Tensor &x = c.in[0], &w = c.in[1];
+  return w.shape()[0] <= kMax && w.shape()[1] <= kMax && (w.shape()[1] == 0 || x.numel() / w.shape()[1] <= kMax);
+}
+bool simt_ok(const KernelCall& c) { return sizes_fit(c); }
+bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
+
+bool no_gelu(const KernelCall& c) { return act_of(c) != static_cast<int>(Activation::gelu); }
+
+bool lt_ok(const KernelCall& c) {
+  const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];
+  const int64_t in_f = w.shape()[1], out_f = w.shape()[0];
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.shape()[d];
+  // the bias epilogue reads the bias with vector loads
+  const bool bias_aligned = !b.defined() || reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
+  return bias_aligned && gemm::cublaslt_accepts(rows, out_f, in_f, act_of(c));
+}
+
+void linear_v1(const KernelCall& c) { linear_cuda(c, Layout::any, gemm::run_naive); }
+void linear_v2(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_simt); }
+void linear_v3(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_mma); }
+void linear_cublas(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublas); }
+void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublaslt); }
+
+}  // namespace
+
+void register_cuda_linear(OpInfo& info) {
+  info.add_variant({"v1_naive", DeviceType::cuda, linear_v1, kFloatTypes, kReference,
+                    nullptr, "one thread per output with the epilogue (the oracle)"});
+  info.add_variant({"v2_tiled", DeviceType::cuda, linear_v2,
+                    DTypeSet{DType::f32, DType::f64}, 0, simt_ok, "SIMT tiles with the epilogue fused"});
+  info.add_variant({"v3_mma", DeviceType::cuda, linear_v3,
+                    DTypeSet{DType::f16, DType::bf16}, 0, mma_ok, "tensor cores (mma.sync) with the epilogue fused"});
+  info.add_variant({"cublas", DeviceType::cuda, linear_cublas, kFloatTypes, kVendor,
+                    no_gelu, "cuBLAS with the bias as C (beta = 1), relu in place; no gelu"});
+  info.add_variant({"cublaslt", DeviceType::cuda, linear_cublaslt,
+                    DTypeSet{DType::f32, DType::f16, DType::bf16}, kVendor, lt_ok,
+                    "cuBLASLt with its BIAS/RELU epilogues; no gelu (its GELU is the tanh form)"});
+}
+
+}  // namespace ember

@@ -1,0 +1,798 @@
+// Losses: inference, the CPU references, gradients, samples, cost, benches and the functional API.
+// Formulas and the exact PyTorch semantics (weights, ignore_index, label smoothing, total_weight)
+// are in loss.h.
+//
+// CPU references: targets are validated first (serially, so the error names the first bad one),
+// then rows run in parallel computing in double; the reductions add the per-row values in row
+// order in double.
+#include "kernels/ops/loss.h"
+
+#include <cmath>
+#include <limits>
+
+#include "core/parallel.h"
+#include "kernels/common/samples.h"
+#include "kernels/functional.h"
+#include "kernels/ops/elementwise_common.h"
+#include "kernels/ops/softmax.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+const char* reduction_name(int64_t r) {
+  switch (r) {
+    case 0: return "none";
+    case 1: return "mean";
+    case 2: return "sum";
+  }
+  return "?";
+}
+
+void check_reduction(const char* op, int64_t r) {
+  EMBER_CHECK(r >= 0 && r <= 2, op, ": unknown reduction ", r, " (expected none = 0, mean = 1 or sum = 2)");
+}
+
+inline double nan_max(double a, double b) {
+  if (a != a || b != b) return kNaN;
+  return a > b ? a : b;
+}
+
+// ---- class-index losses: shapes ----
+
+// logits [N, C, d...] / [C] and targets [N, d...] / [] -> the row geometry (A = N, C, B = Π d).
+RowGeometry class_geometry(const char* op, const Tensor& x, const Tensor& t, const Tensor& w) {
+  EMBER_CHECK(is_floating(x.dtype()), op, ": input must be floating, got ", x.describe());
+  EMBER_CHECK(x.dim() >= 1, op, ": input must have a class dim ([C], [N, C] or [N, C, d1, ...]), got ", x.describe());
+  EMBER_CHECK(t.dtype() == DType::i64 || t.dtype() == DType::i32, op,
+              ": target must hold class indices as i64 or i32, got ", t.describe(),
+              " (class-probability targets are not supported)");
+  RowGeometry g;
+  if (x.dim() == 1) {
+    EMBER_CHECK(t.dim() == 0, op, ": input ", x.shape(), " (one sample of ", x.shape()[0],
+                " classes) needs a 0-d target, got ", t.shape());
+    g.C = x.shape()[0];
+  } else {
+    Shape want;
+    want.push_back(x.shape()[0]);
+    for (int i = 2; i < x.dim(); ++i) want.push_back(x.shape()[i]);
+    EMBER_CHECK(t.shape() == want, op, ": input ", x.shape(), " (classes along dim 1) needs target shape ", want,
+                ", got ", t.shape());
+    g = row_geometry(x.shape(), 1);
+  }
+  EMBER_CHECK(g.C > 0 || g.rows() == 0, op, ": input ", x.shape(), " has no classes");
+  if (w.defined()) {
+    EMBER_CHECK(w.dim() == 1 && w.shape()[0] == g.C, op, ": weight must be [", g.C, "] (one per class), got ",
+                w.shape());
+    EMBER_CHECK(w.dtype() == x.dtype(), op, ": weight ", w.describe(), " must have the input's dtype ", x.dtype());
+  }
+  return g;
+}
+
+std::vector<TensorSpec> class_loss_outputs(const Tensor& x, const Tensor& t, int64_t reduction) {
+  Shape out = reduction == 0 ? t.shape() : Shape{};
+  return {{out, x.dtype(), {}}, {Shape{}, loss_acc_dtype(x.dtype()), {}}};
+}
+
+template <bool kCE>
+std::vector<TensorSpec> infer_class_loss(std::span<const Tensor> in, const Attrs& a) {
+  const char* op = kCE ? "cross_entropy" : "nll_loss";
+  EMBER_CHECK(in.size() == 3, op, ": expects (input, target, weight)");
+  const LossAttrs& la = a.get<LossAttrs>();
+  check_reduction(op, la.reduction);
+  EMBER_CHECK(la.label_smoothing >= 0 && la.label_smoothing <= 1, op, ": label_smoothing must be in [0, 1], got ",
+              la.label_smoothing);
+  EMBER_CHECK(kCE || la.label_smoothing == 0, "nll_loss: label_smoothing is not supported (got ",
+              la.label_smoothing, "); use cross_entropy");
+  class_geometry(op, in[0], in[1], in[2]);
+  return class_loss_outputs(in[0], in[1], la.reduction);
+}
+
+// (grad, input, target, weight, total_weight) -> d input.
+template <bool kCE>
+std::vector<TensorSpec> infer_class_loss_backward(std::span<const Tensor> in, const Attrs& a) {
+  const char* op = kCE ? "cross_entropy_backward" : "nll_loss_backward";
+  EMBER_CHECK(in.size() == 5, op, ": expects (grad, input, target, weight, total_weight)");
+  const LossAttrs& la = a.get<LossAttrs>();
+  check_reduction(op, la.reduction);
+  const Tensor &g = in[0], &x = in[1], &t = in[2], &tw = in[4];
+  class_geometry(op, x, t, in[3]);
+  Shape gs = la.reduction == 0 ? t.shape() : Shape{};
+  EMBER_CHECK(g.shape() == gs && g.dtype() == x.dtype(), op, ": grad must be ", x.dtype(), gs, " for reduction ",
+              reduction_name(la.reduction), ", got ", g.describe());
+  EMBER_CHECK(tw.defined() && tw.numel() == 1 && is_floating(tw.dtype()), op,
+              ": total_weight must be a one-element floating tensor, got ",
+              tw.defined() ? tw.describe() : std::string("undefined"));
+  return {{x.shape(), x.dtype(), {}}};
+}
+
+// Throws for the first target outside [0, C) that is not ignore_index.
+template <class I>
+void check_targets(const char* op, const I* t, int64_t rows, int64_t C, int64_t ignore_index) {
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t v = static_cast<int64_t>(t[r]);
+    if (v == ignore_index) continue;
+    EMBER_CHECK(v >= 0 && v < C, op, ": target ", v, " (at flat position ", r, ") is out of range for ", C,
+                " classes; targets must be in [0, ", C, ") or equal ignore_index (", ignore_index, ")");
+  }
+}
+
+double scalar_value(const Tensor& t) {
+  return EMBER_DISPATCH_FLOAT(t.dtype(), "total_weight",
+                              [&] { return static_cast<double>(*static_cast<const scalar_t*>(t.data_ptr())); });
+}
+
+// Writes the reduced (or per-row) loss and total_weight from per-row values.
+template <class T>
+void write_reduced(const KernelCall& c, int64_t reduction, const std::vector<double>& l, const std::vector<double>& w) {
+  const Tensor &out = c.out[0], &tw = c.out[1];
+  T* op = static_cast<T*>(out.data_ptr());
+  double total = 0, wsum = 0;
+  if (reduction == 0) {
+    for (size_t r = 0; r < l.size(); ++r) op[r] = static_cast<T>(l[r]);
+  } else {
+    for (size_t r = 0; r < l.size(); ++r) {
+      total += l[r];
+      wsum += w[r];
+    }
+    op[0] = static_cast<T>(reduction == 1 ? total / wsum : total);  // mean over W = 0 is 0/0 = NaN
+  }
+  double twv = reduction == 0 ? 0.0 : wsum;
+  if (tw.dtype() == DType::f64) *static_cast<double*>(tw.data_ptr()) = twv;
+  else *static_cast<float*>(tw.data_ptr()) = static_cast<float>(twv);
+}
+
+// ---- cross_entropy: CPU ----
+
+// Per row: max, log Σ exp, in double. Returns lse (NaN/inf per the softmax rules).
+template <class T>
+double row_lse(const T* x, int64_t base, int64_t stride, int64_t C) {
+  double m = -kInf;
+  for (int64_t k = 0; k < C; ++k) m = nan_max(m, static_cast<double>(x[base + k * stride]));
+  double s = 0;
+  for (int64_t k = 0; k < C; ++k) s += std::exp(static_cast<double>(x[base + k * stride]) - m);
+  return m + std::log(s);
+}
+
+void cross_entropy_cpu(const KernelCall& c) {
+  const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  const RowGeometry g = class_geometry("cross_entropy", x, t, w);
+  const int64_t rows = g.rows(), C = g.C;
+  const double eps = la.label_smoothing;
+  std::vector<double> l(static_cast<size_t>(rows)), wn(static_cast<size_t>(rows));
+  EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy", [&] {
+    EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy", [&] {
+      const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
+      const index_t* tp = static_cast<const index_t*>(t.data_ptr());
+      const scalar_t* wp = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
+      check_targets("cross_entropy", tp, rows, C, la.ignore_index);
+      auto wc = [&](int64_t k) { return wp ? static_cast<double>(wp[k]) : 1.0; };
+      parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const int64_t tv = static_cast<int64_t>(tp[r]);
+          if (tv == la.ignore_index) {
+            l[r] = 0;
+            wn[r] = 0;
+            continue;
+          }
+          const int64_t base = (r / g.B) * C * g.B + r % g.B, stride = g.B;
+          const double lse = row_lse(xp, base, stride, C);
+          const double wt = wc(tv);
+          double loss = (1 - eps) * wt * (lse - static_cast<double>(xp[base + tv * stride]));
+          if (eps > 0) {
+            double smooth = 0;
+            for (int64_t k = 0; k < C; ++k) smooth += wc(k) * (lse - static_cast<double>(xp[base + k * stride]));
+            loss += eps / static_cast<double>(C) * smooth;
+          }
+          l[r] = loss;
+          wn[r] = wt;
+        }
+      });
+    });
+    write_reduced<scalar_t>(c, la.reduction, l, wn);
+  });
+}
+
+void cross_entropy_backward_cpu(const KernelCall& c) {
+  const Tensor &gr = c.in[0], &x = c.in[1], &t = c.in[2], &w = c.in[3];
+  const Tensor& dx = c.out[0];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  const RowGeometry g = class_geometry("cross_entropy_backward", x, t, w);
+  const int64_t rows = g.rows(), C = g.C;
+  const double eps = la.label_smoothing;
+  const double W = la.reduction == 1 ? scalar_value(c.in[4]) : 1.0;
+  EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy_backward", [&] {
+    EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_backward", [&] {
+      const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
+      const scalar_t* gp = static_cast<const scalar_t*>(gr.data_ptr());
+      const index_t* tp = static_cast<const index_t*>(t.data_ptr());
+      const scalar_t* wp = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
+      scalar_t* dp = static_cast<scalar_t*>(dx.data_ptr());
+      check_targets("cross_entropy_backward", tp, rows, C, la.ignore_index);
+      auto wc = [&](int64_t k) { return wp ? static_cast<double>(wp[k]) : 1.0; };
+      double wsum = 0;
+      for (int64_t k = 0; k < C; ++k) wsum += wc(k);
+      parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(C, 1)), [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const int64_t tv = static_cast<int64_t>(tp[r]);
+          const int64_t base = (r / g.B) * C * g.B + r % g.B, stride = g.B;
+          if (tv == la.ignore_index) {
+            for (int64_t k = 0; k < C; ++k) dp[base + k * stride] = static_cast<scalar_t>(0.0);
+            continue;
+          }
+          const double gv = static_cast<double>(gp[la.reduction == 0 ? r : 0]);
+          const double scale = la.reduction == 1 ? gv / W : gv;
+          const double lse = row_lse(xp, base, stride, C);
+          const double wt = wc(tv);
+          const double A = (1 - eps) * wt + eps / static_cast<double>(C) * wsum;
+          for (int64_t k = 0; k < C; ++k) {
+            double p = std::exp(static_cast<double>(xp[base + k * stride]) - lse);
+            double Bk = (k == tv ? (1 - eps) * wt : 0.0) + eps / static_cast<double>(C) * wc(k);
+            dp[base + k * stride] = static_cast<scalar_t>((p * A - Bk) * scale);
+          }
+        }
+      });
+    });
+  });
+}
+
+// ---- nll_loss: CPU ----
+
+void nll_loss_cpu(const KernelCall& c) {
+  const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  const RowGeometry g = class_geometry("nll_loss", x, t, w);
+  const int64_t rows = g.rows(), C = g.C;
+  std::vector<double> l(static_cast<size_t>(rows)), wn(static_cast<size_t>(rows));
+  EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss", [&] {
+    EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss", [&] {
+      const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
+      const index_t* tp = static_cast<const index_t*>(t.data_ptr());
+      const scalar_t* wp = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
+      check_targets("nll_loss", tp, rows, C, la.ignore_index);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t tv = static_cast<int64_t>(tp[r]);
+        if (tv == la.ignore_index) {
+          l[r] = wn[r] = 0;
+          continue;
+        }
+        const double wt = wp ? static_cast<double>(wp[tv]) : 1.0;
+        l[r] = -wt * static_cast<double>(xp[(r / g.B) * C * g.B + tv * g.B + r % g.B]);
+        wn[r] = wt;
+      }
+    });
+    write_reduced<scalar_t>(c, la.reduction, l, wn);
+  });
+}
+
+void nll_loss_backward_cpu(const KernelCall& c) {
+  const Tensor &gr = c.in[0], &x = c.in[1], &t = c.in[2], &w = c.in[3];
+  const Tensor& dx = c.out[0];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  const RowGeometry g = class_geometry("nll_loss_backward", x, t, w);
+  const int64_t rows = g.rows(), C = g.C;
+  const double W = la.reduction == 1 ? scalar_value(c.in[4]) : 1.0;
+  EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss_backward", [&] {
+    EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss_backward", [&] {
+      const scalar_t* gp = static_cast<const scalar_t*>(gr.data_ptr());
+      const index_t* tp = static_cast<const index_t*>(t.data_ptr());
+      const scalar_t* wp = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
+      scalar_t* dp = static_cast<scalar_t*>(dx.data_ptr());
+      check_targets("nll_loss_backward", tp, rows, C, la.ignore_index);
+      for (int64_t i = 0; i < dx.numel(); ++i) dp[i] = static_cast<scalar_t>(0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t tv = static_cast<int64_t>(tp[r]);
+        if (tv == la.ignore_index) continue;
+        const double gv = static_cast<double>(gp[la.reduction == 0 ? r : 0]);
+        const double scale = la.reduction == 1 ? gv / W : gv;
+        const double wt = wp ? static_cast<double>(wp[tv]) : 1.0;
+        dp[(r / g.B) * C * g.B + tv * g.B + r % g.B] = static_cast<scalar_t>(-wt * scale);
+      }
+    });
+  });
+}
+
+// ---- mse_loss: CPU ----
+
+std::vector<TensorSpec> infer_mse(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(in.size() == 2, "mse_loss: expects (input, target)");
+  const Tensor &x = in[0], &y = in[1];
+  const LossAttrs& la = a.get<LossAttrs>();
+  check_reduction("mse_loss", la.reduction);
+  EMBER_CHECK(is_floating(x.dtype()) && x.dtype() == y.dtype(), "mse_loss: input ", x.describe(), " and target ",
+              y.describe(), " must share a floating dtype");
+  EMBER_CHECK(x.shape() == y.shape(), "mse_loss: input ", x.shape(), " and target ", y.shape(),
+              " must have the same shape (the functional API broadcasts them)");
+  return {{la.reduction == 0 ? x.shape() : Shape{}, x.dtype(), {}}};
+}
+
+std::vector<TensorSpec> infer_mse_backward(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(in.size() == 3, "mse_loss_backward: expects (grad, input, target)");
+  const Tensor &g = in[0], &x = in[1], &y = in[2];
+  const LossAttrs& la = a.get<LossAttrs>();
+  check_reduction("mse_loss_backward", la.reduction);
+  EMBER_CHECK(is_floating(x.dtype()) && x.dtype() == y.dtype() && x.shape() == y.shape(), "mse_loss_backward: input ",
+              x.describe(), " and target ", y.describe(), " must match");
+  Shape gs = la.reduction == 0 ? x.shape() : Shape{};
+  EMBER_CHECK(g.shape() == gs && g.dtype() == x.dtype(), "mse_loss_backward: grad must be ", x.dtype(), gs,
+              " for reduction ", reduction_name(la.reduction), ", got ", g.describe());
+  return {{x.shape(), x.dtype(), {}}};
+}
+
+void mse_loss_cpu(const KernelCall& c) {
+  const Tensor &x = c.in[0], &y = c.in[1];
+  const Tensor& out = c.out[0];
+  const int64_t n = x.numel(), red = c.attr<LossAttrs>().reduction;
+  EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss", [&] {
+    const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
+    const scalar_t* yp = static_cast<const scalar_t*>(y.data_ptr());
+    scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
+    if (red == 0) {
+      parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          double d = static_cast<double>(xp[i]) - static_cast<double>(yp[i]);
+          op[i] = static_cast<scalar_t>(d * d);
+        }
+      });
+      return;
+    }
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double d = static_cast<double>(xp[i]) - static_cast<double>(yp[i]);
+      s += d * d;
+    }
+    op[0] = static_cast<scalar_t>(red == 1 ? s / static_cast<double>(n) : s);  // mean of nothing: 0/0 = NaN
+  });
+}
+
+void mse_loss_backward_cpu(const KernelCall& c) {
+  const Tensor &g = c.in[0], &x = c.in[1], &y = c.in[2];
+  const Tensor& dx = c.out[0];
+  const int64_t n = x.numel(), red = c.attr<LossAttrs>().reduction;
+  EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss_backward", [&] {
+    const scalar_t* gp = static_cast<const scalar_t*>(g.data_ptr());
+    const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
+    const scalar_t* yp = static_cast<const scalar_t*>(y.data_ptr());
+    scalar_t* dp = static_cast<scalar_t*>(dx.data_ptr());
+    const double s = red == 1 ? 2.0 / static_cast<double>(n) : 2.0;
+    parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        double gv = static_cast<double>(gp[red == 0 ? i : 0]);
+        dp[i] = static_cast<scalar_t>((static_cast<double>(xp[i]) - static_cast<double>(yp[i])) * gv * s);
+      }
+    });
+  });
+}
+
+// ---- gradients ----
+
+std::vector<Tensor> cross_entropy_vjp(const BackwardCtx& ctx) {
+  Tensor dx;
+  if (ctx.needs_grad(0))
+    dx = call1(OpId::cross_entropy_backward,
+               {ctx.grad(0), ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1]}, *ctx.attrs);
+  return {dx, Tensor(), Tensor()};  // no gradient for targets or class weights
+}
+
+std::vector<Tensor> nll_loss_vjp(const BackwardCtx& ctx) {
+  Tensor dx;
+  if (ctx.needs_grad(0))
+    dx = call1(OpId::nll_loss_backward, {ctx.grad(0), ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1]},
+               *ctx.attrs);
+  return {dx, Tensor(), Tensor()};
+}
+
+// nll_loss_backward is linear in g: its gradient w.r.t. g is nll_loss of the incoming gradient
+// with the same options, except that a mean over W = 0 (no targets) gives 0 here, not 0/0: the
+// gradient it differentiates is identically zero then.
+std::vector<Tensor> nll_loss_backward_vjp(const BackwardCtx& ctx) {
+  Tensor dg;
+  if (ctx.needs_grad(0)) {
+    LossAttrs a = ctx.attr<LossAttrs>();
+    if (a.reduction == 1) {
+      Tensor s = call(OpId::nll_loss, {ctx.grad(0), ctx.inputs[2], ctx.inputs[3]}, LossAttrs{2, a.ignore_index, 0})[0];
+      Tensor tw = to_dtype(ctx.inputs[4], s.dtype());
+      dg = where(eq(tw, 0.0), zeros_like(s), div(s, tw));  // on the device: no host sync
+    } else {
+      dg = call(OpId::nll_loss, {ctx.grad(0), ctx.inputs[2], ctx.inputs[3]}, a)[0];
+    }
+  }
+  return {dg, Tensor(), Tensor(), Tensor(), Tensor()};
+}
+
+std::vector<Tensor> mse_loss_vjp(const BackwardCtx& ctx) {
+  Tensor dx = call1(OpId::mse_loss_backward, {ctx.grad(0), ctx.inputs[0], ctx.inputs[1]}, *ctx.attrs);
+  return {ctx.needs_grad(0) ? dx : Tensor(), ctx.needs_grad(1) ? neg(dx) : Tensor()};
+}
+
+// dx = 2 s (x - y) g: d/dg = Σ 2 s (x - y) gg (or elementwise for none), d/dx = 2 s g gg = -d/dy.
+std::vector<Tensor> mse_loss_backward_vjp(const BackwardCtx& ctx) {
+  const Tensor &g = ctx.inputs[0], &x = ctx.inputs[1], &y = ctx.inputs[2];
+  const int64_t red = ctx.attr<LossAttrs>().reduction;
+  const double s = red == 1 ? 2.0 / static_cast<double>(x.numel()) : 2.0;
+  Tensor gg = ctx.grad(0);
+  Tensor dg, dx;
+  if (ctx.needs_grad(0)) {
+    Tensor t = mul(mul(gg, sub(x, y)), s);
+    dg = red == 0 ? t : sum(t);
+  }
+  if (ctx.needs_grad(1) || ctx.needs_grad(2)) dx = mul(mul(gg, g), s);
+  return {dg, ctx.needs_grad(1) ? dx : Tensor(), ctx.needs_grad(2) ? neg(dx) : Tensor()};
+}
+
+// ---- samples ----
+
+Tensor with_targets(std::vector<int64_t> v, const Shape& s) { return tensor_i64(v, s); }
+
+struct ClassCase {
+  std::string name;
+  Tensor x, t, w;
+  LossAttrs attrs;
+  bool gradcheck = true;
+};
+
+std::vector<ClassCase> class_cases(bool smoothing) {
+  std::vector<ClassCase> v;
+  uint64_t seed = 2100;
+  auto u = [&](Shape s, double lo = -3, double hi = 3) { return samples::uniform(s, lo, hi, ++seed); };
+  auto ri = [&](Shape s, int64_t C) { return samples::randint(s, C, ++seed); };
+  auto weights = [&](int64_t C) { return samples::uniform({C}, 0.2, 2.0, ++seed); };
+  const LossAttrs mean{1, -100, 0}, sum{2, -100, 0}, none{0, -100, 0};
+  v.push_back({"[5, 7] mean", u({5, 7}), ri({5}, 7), {}, mean});
+  v.push_back({"[5, 7] sum", u({5, 7}), ri({5}, 7), {}, sum});
+  v.push_back({"[5, 7] none", u({5, 7}), ri({5}, 7), {}, none});
+  v.push_back({"[6, 4] ignore_index -100 present, mean", u({6, 4}), with_targets({1, -100, 3, 0, -100, 2}, {6}), {},
+               mean});
+  v.push_back({"[6, 4] ignore_index 2 (a real class), none", u({6, 4}), with_targets({1, 2, 3, 0, 2, 2}, {6}), {},
+               LossAttrs{0, 2, 0}});
+  v.push_back({"[6, 4] weights, mean", u({6, 4}), ri({6}, 4), weights(4), mean});
+  v.push_back({"[6, 4] weights, sum", u({6, 4}), ri({6}, 4), weights(4), sum});
+  v.push_back({"[6, 4] weights, none", u({6, 4}), ri({6}, 4), weights(4), none});
+  v.push_back({"[6, 4] weights and ignore_index, mean", u({6, 4}), with_targets({3, -100, 0, 0, 2, -100}, {6}),
+               weights(4), mean});
+  v.push_back({"[2, 5, 3] class dim 1, mean", u({2, 5, 3}), ri({2, 3}, 5), {}, mean});
+  v.push_back({"[2, 5, 3] class dim 1, none", u({2, 5, 3}), ri({2, 3}, 5), {}, none});
+  v.push_back({"[2, 4, 3, 2] class dim 1 of 4-D, weights, ignore, mean", u({2, 4, 3, 2}),
+               with_targets({0, 1, 2, 3, -100, 1, 2, 2, 3, 0, -100, 1}, {2, 3, 2}), weights(4), mean});
+  v.push_back({"[7] one sample, 0-d target, mean", u({7}), tensor_i64({3}, Shape{}), {}, mean});
+  v.push_back({"[7] one sample, 0-d target, none", u({7}), tensor_i64({6}, Shape{}), {}, none});
+  v.push_back({"[0, 5] empty batch, mean (NaN)", u({0, 5}), ri({0}, 5), {}, mean});
+  v.push_back({"[0, 5] empty batch, sum", u({0, 5}), ri({0}, 5), {}, sum});
+  v.push_back({"[0, 5] empty batch, none", u({0, 5}), ri({0}, 5), {}, none});
+  v.push_back({"[3, 5] all ignored, mean (NaN)", u({3, 5}), with_targets({-100, -100, -100}, {3}), {}, mean, false});
+  {
+    ClassCase c{"[5, 7] i32 targets, mean", u({5, 7}), ri({5}, 7).to(DType::i32), {}, mean};
+    v.push_back(c);
+  }
+  v.push_back({"[64, 10] MNIST batch, mean", u({64, 10}), ri({64}, 10), {}, mean});
+  v.push_back({"[512, 10] MNIST batch, mean, i32 targets", u({512, 10}), ri({512}, 10).to(DType::i32), {}, mean});
+  v.push_back({"[8000, 10] mean (multi-block + finalize)", u({8000, 10}), ri({8000}, 10), {}, mean});
+  v.push_back({"[8000, 10] weights, sum", u({8000, 10}), ri({8000}, 10), weights(10), sum});
+  v.push_back({"[9, 100] mean", u({9, 100}), ri({9}, 100), {}, mean});
+  v.push_back({"[3, 700] none", u({3, 700}), ri({3}, 700), {}, none});
+  v.push_back({"[3, 5000] mean (block per row)", u({3, 5000}), ri({3}, 5000), {}, mean});
+  v.push_back({"[3, 60, 50] class dim 1 (strided), none", u({3, 60, 50}), ri({3, 50}, 60), {}, none});
+  v.push_back({"+-1e4 [16, 50] mean (large magnitudes)", u({16, 50}, -1e4, 1e4), ri({16}, 50), {}, mean});
+  v.push_back({"+-1e4 [4, 5000] none (large magnitudes, long)", u({4, 5000}, -1e4, 1e4), ri({4}, 5000), {}, none});
+  {
+    // -inf logits at non-target classes contribute exp(-inf) = 0
+    Tensor x = u({4, 6});
+    double* p = x.data<double>();
+    p[1] = -kInf;
+    p[8] = -kInf;
+    v.push_back({"-inf at non-target logits, none", x, with_targets({0, 3, 5, 2}, {4}), {}, none, false});
+  }
+  if (smoothing) {
+    const LossAttrs smean{1, -100, 0.1}, ssum{2, -100, 0.1}, snone{0, -100, 0.1};
+    v.push_back({"[5, 7] smoothing 0.1, mean", u({5, 7}), ri({5}, 7), {}, smean});
+    v.push_back({"[5, 7] smoothing 0.1, sum", u({5, 7}), ri({5}, 7), {}, ssum});
+    v.push_back({"[5, 7] smoothing 0.1, none", u({5, 7}), ri({5}, 7), {}, snone});
+    v.push_back({"[6, 4] smoothing 0.1, weights, ignore, mean", u({6, 4}),
+                 with_targets({3, -100, 0, 1, 2, -100}, {6}), weights(4), smean});
+    v.push_back({"[6, 4] smoothing 0.1, weights, ignore, none", u({6, 4}),
+                 with_targets({3, -100, 0, 1, 2, -100}, {6}), weights(4), snone});
+    v.push_back({"[2, 4, 3, 2] class dim 1, smoothing 0.1, weights, ignore, sum", u({2, 4, 3, 2}),
+                 with_targets({0, 1, 2, 3, -100, 1, 2, 2, 3, 0, -100, 1}, {2, 3, 2}), weights(4), ssum});
+    v.push_back({"[512, 10] smoothing 0.1, weights, mean", u({512, 10}), ri({512}, 10), weights(10), smean});
+    v.push_back({"[3, 5000] smoothing 0.1, weights, none (block per row)", u({3, 5000}), ri({3}, 5000),
+                 weights(5000), snone});
+    v.push_back({"[3, 60, 50] class dim 1 (strided), smoothing 0.1, weights, mean", u({3, 60, 50}), ri({3, 50}, 60),
+                 weights(60), smean});
+    v.push_back({"+-1e4 [16, 50] smoothing 0.1, weights, mean", u({16, 50}, -1e4, 1e4), ri({16}, 50), weights(50),
+                 smean});
+    v.push_back({"near-equal large [8, 100] smoothing 0.1, mean", u({8, 100}, 9000, 9001), ri({8}, 100), {}, smean});
+    v.push_back({"[4, 6] smoothing 1.0, mean", u({4, 6}), ri({4}, 6), {}, LossAttrs{1, -100, 1.0}});
+  }
+  return v;
+}
+
+// f32: sums over rows and classes in another order than the f64 reference. f16/bf16: the outputs
+// are rounded once more; the absolute tolerance covers the gradients of near-cancelling terms.
+void set_loss_tolerance(OpSample& s) {
+  s.tol = {{DType::f32, {1e-5, 1e-5}}, {DType::f16, {1e-3, 1e-3}}, {DType::bf16, {1.6e-2, 1e-2}}};
+  s.tol_note = "CUDA accumulates in f32 per row and in f64 across rows, in another order than the f64 reference";
+}
+
+template <bool kCE>
+std::vector<OpSample> class_loss_samples() {
+  std::vector<OpSample> out;
+  for (ClassCase& c : class_cases(kCE)) {
+    OpSample s;
+    s.name = c.name;
+    s.inputs = {kCE ? c.x : log_softmax(c.x, c.x.dim() == 1 ? 0 : 1), c.t, c.w};
+    s.attrs = c.attrs;
+    s.grad_inputs = {0};  // not the targets, not the class weights (no gradient, like PyTorch)
+    s.gradcheck = c.gradcheck;
+    set_loss_tolerance(s);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+template <bool kCE>
+std::vector<OpSample> class_loss_backward_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 2300;
+  for (ClassCase& c : class_cases(kCE)) {
+    OpSample s;
+    s.name = c.name;
+    Tensor x = kCE ? c.x : log_softmax(c.x, c.x.dim() == 1 ? 0 : 1);
+    std::vector<Tensor> fwd = call(kCE ? OpId::cross_entropy : OpId::nll_loss, {x, c.t, c.w}, c.attrs);
+    Tensor g = samples::uniform(fwd[0].shape(), 0.5, 2, ++seed);
+    s.inputs = {g, x, c.t, c.w, fwd[1]};
+    s.attrs = c.attrs;
+    s.grad_inputs = {0};
+    // cross_entropy_backward is not differentiated again; nll_loss_backward is (w.r.t. grad)
+    s.gradcheck = !kCE && c.gradcheck;
+    set_loss_tolerance(s);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<OpSample> mse_samples(bool backward) {
+  std::vector<OpSample> out;
+  uint64_t seed = 2500;
+  auto add = [&](std::string name, Tensor x, Tensor y, int64_t red) {
+    OpSample s;
+    s.name = std::move(name) + " " + reduction_name(red);
+    s.attrs = LossAttrs{red, -100, 0};
+    if (backward) {
+      Shape gs = red == 0 ? x.shape() : Shape{};
+      s.inputs = {samples::uniform(gs, -1, 1, ++seed), x, y};
+    } else {
+      s.inputs = {x, y};
+    }
+    if (x.numel() > 1000) {
+      s.tol = {{DType::f32, {1e-5, 1e-5}}};
+      s.tol_note = "CUDA sums in f32 per thread and f64 across threads, in another order than the f64 reference";
+    }
+    out.push_back(std::move(s));
+  };
+  auto pair = [&](std::string name, Shape shape, int64_t red, bool transposed = false) {
+    Tensor x = transposed ? samples::transposed(shape, -2, 2, ++seed) : samples::uniform(shape, -2, 2, ++seed);
+    Tensor y = samples::uniform(shape, -2, 2, ++seed);
+    add(std::move(name), x, y, red);
+  };
+  for (int64_t red : {0, 1, 2}) {
+    pair("[5, 6]", {5, 6}, red);
+    pair("scalar", {}, red);
+    pair("[7]", {7}, red);
+    pair("[0] empty", {0}, red);
+    pair("[1023]", {1023}, red);
+    pair("transposed [6, 5]", {6, 5}, red, true);
+    pair("[2^20+3]", {(1 << 20) + 3}, red);
+  }
+  pair("[300, 300] (multi-block)", {300, 300}, 1);
+  return out;
+}
+
+// ---- cost and benches ----
+
+Cost io_cost(const KernelCall& c) {
+  double b = 0;
+  for (const Tensor& t : c.in)
+    if (t.defined()) b += static_cast<double>(t.nbytes());
+  for (const Tensor& t : c.out) b += static_cast<double>(t.nbytes());
+  return {b, 0};
+}
+
+// cross_entropy: every logit is read once (exp, max, sum: ~4 FLOPs each); the backward also writes dx.
+Cost cross_entropy_cost(const KernelCall& c) {
+  Cost k = io_cost(c);
+  k.flops = 4.0 * static_cast<double>(c.in[0].numel());
+  return k;
+}
+Cost cross_entropy_backward_cost(const KernelCall& c) {
+  Cost k = io_cost(c);
+  k.flops = 6.0 * static_cast<double>(c.in[1].numel());
+  return k;
+}
+// nll_loss reads one element per row, not the whole input.
+Cost nll_loss_cost(const KernelCall& c) {
+  const Tensor &x = c.in[0], &t = c.in[1];
+  double b = static_cast<double>(t.nbytes() + static_cast<size_t>(t.numel()) * x.element_size());
+  for (const Tensor& o : c.out) b += static_cast<double>(o.nbytes());
+  return {b, static_cast<double>(t.numel())};
+}
+Cost nll_loss_backward_cost(const KernelCall& c) {
+  return {static_cast<double>(c.in[0].nbytes() + c.in[2].nbytes() + c.out[0].nbytes()), 0};
+}
+Cost mse_cost(const KernelCall& c) {
+  Cost k = io_cost(c);
+  k.flops = 3.0 * static_cast<double>(c.in[0].numel());
+  return k;
+}
+
+struct BenchShape {
+  const char* name;
+  int64_t N, C;
+  DType dt;
+};
+const std::vector<BenchShape>& class_bench_shapes() {
+  static const std::vector<BenchShape> v{{"[8192, 32768] f32", 8192, 32768, DType::f32},
+                                         {"[8192, 32768] bf16", 8192, 32768, DType::bf16},
+                                         {"[64, 10] f32", 64, 10, DType::f32},
+                                         {"[512, 10] f32", 512, 10, DType::f32}};
+  return v;
+}
+
+template <bool kBackward>
+std::vector<BenchCase> cross_entropy_benches() {
+  std::vector<BenchCase> v;
+  for (const BenchShape& b : class_bench_shapes()) {
+    BenchCase bc;
+    bc.name = b.name;
+    bc.attrs = LossAttrs{1, -100, 0};
+    bc.make = [b](Device d) {
+      Tensor x = uniform({b.N, b.C}, -1, 1, TensorOptions().dtype(b.dt).device(d));
+      Tensor t = samples::randint({b.N}, b.C, 7).to(d);
+      if (!kBackward) return std::vector<Tensor>{x, t, Tensor()};
+      Tensor g = full({}, 1.0, TensorOptions().dtype(b.dt).device(d));
+      Tensor tw = full({}, static_cast<double>(b.N), TensorOptions().dtype(loss_acc_dtype(b.dt)).device(d));
+      return std::vector<Tensor>{g, x, t, Tensor(), tw};
+    };
+    v.push_back(std::move(bc));
+  }
+  return v;
+}
+
+std::vector<BenchCase> nll_loss_benches() {
+  BenchCase bc;
+  bc.name = "[512, 10] f32";
+  bc.attrs = LossAttrs{1, -100, 0};
+  bc.make = [](Device d) {
+    return std::vector<Tensor>{uniform({512, 10}, -3, 0, TensorOptions().device(d)),
+                               samples::randint({512}, 10, 7).to(d), Tensor()};
+  };
+  return {bc};
+}
+
+std::vector<BenchCase> mse_benches() {
+  Shape s{int64_t{1} << 26};
+  return {{"2^26 f32 mean", {TensorSpec{s, DType::f32, {}}, TensorSpec{s, DType::f32, {}}}, LossAttrs{1, -100, 0}, {}}};
+}
+std::vector<BenchCase> mse_backward_benches() {
+  Shape s{int64_t{1} << 26};
+  return {{"2^26 f32 mean",
+           {TensorSpec{Shape{}, DType::f32, {}}, TensorSpec{s, DType::f32, {}}, TensorSpec{s, DType::f32, {}}},
+           LossAttrs{1, -100, 0},
+           {}}};
+}
+
+}  // namespace
+
+void define_op_cross_entropy(OpInfo& info) {
+  info.doc = "fused log-softmax + NLL over class dim 1 with weights, ignore_index, label smoothing";
+  info.infer = infer_class_loss<true>;
+  info.backward = cross_entropy_vjp;
+  info.save = Save::both;
+  info.samples = class_loss_samples<true>;
+  info.cost = cross_entropy_cost;
+  info.benches = cross_entropy_benches<false>;
+  info.autocast = AutocastPolicy::fp32;
+  info.add_variant({"cpu", DeviceType::cpu, cross_entropy_cpu, kFloatTypes, 0, nullptr,
+                    "per row in f64 (max, log Σ exp, target and smoothing terms), reduction in row order"});
+}
+void define_op_cross_entropy_backward(OpInfo& info) {
+  info.doc = "gradient of cross_entropy: (softmax * A - smoothed weighted one-hot) * scale, one pass per row";
+  info.infer = infer_class_loss_backward<true>;
+  info.samples = class_loss_backward_samples<true>;
+  info.cost = cross_entropy_backward_cost;
+  info.benches = cross_entropy_benches<true>;
+  info.add_variant({"cpu", DeviceType::cpu, cross_entropy_backward_cpu, kFloatTypes, 0, nullptr,
+                    "per row in f64: lse, then the gradient row"});
+}
+void define_op_nll_loss(OpInfo& info) {
+  info.doc = "negative log likelihood of class indices with weights and ignore_index";
+  info.infer = infer_class_loss<false>;
+  info.backward = nll_loss_vjp;
+  info.save = Save::both;
+  info.samples = class_loss_samples<false>;
+  info.cost = nll_loss_cost;
+  info.benches = nll_loss_benches;
+  info.autocast = AutocastPolicy::fp32;
+  info.add_variant({"cpu", DeviceType::cpu, nll_loss_cpu, kFloatTypes, 0, nullptr, "serial over rows in f64"});
+}
+void define_op_nll_loss_backward(OpInfo& info) {
+  info.doc = "gradient of nll_loss: -w_t * scale at the target, 0 elsewhere";
+  info.infer = infer_class_loss_backward<false>;
+  info.backward = nll_loss_backward_vjp;
+  info.save = Save::inputs;
+  info.samples = class_loss_backward_samples<false>;
+  info.cost = nll_loss_backward_cost;
+  info.add_variant({"cpu", DeviceType::cpu, nll_loss_backward_cpu, kFloatTypes, 0, nullptr,
+                    "zero fill, then one store per row"});
+}
+void define_op_mse_loss(OpInfo& info) {
+  info.doc = "mean squared error (none, mean, sum)";
+  info.infer = infer_mse;
+  info.backward = mse_loss_vjp;
+  info.save = Save::inputs;
+  info.samples = [] { return mse_samples(false); };
+  info.cost = mse_cost;
+  info.benches = mse_benches;
+  info.autocast = AutocastPolicy::fp32;
+  info.add_variant({"cpu", DeviceType::cpu, mse_loss_cpu, kFloatTypes, 0, nullptr, "f64 accumulation"});
+}
+void define_op_mse_loss_backward(OpInfo& info) {
+  info.doc = "gradient of mse_loss: 2 (x - y) g (/ n for mean)";
+  info.infer = infer_mse_backward;
+  info.backward = mse_loss_backward_vjp;
+  info.save = Save::inputs;
+  info.samples = [] { return mse_samples(true); };
+  info.cost = mse_cost;
+  info.benches = mse_backward_benches;
+  info.add_variant({"cpu", DeviceType::cpu, mse_loss_backward_cpu, kFloatTypes, 0, nullptr, "elementwise in f64"});
+}
+
+// ---- functional API ----
+
+namespace {
+LossAttrs loss_attrs(const char* op, const CrossEntropyOptions& o) {
+  int64_t r = static_cast<int64_t>(o.reduction);
+  check_reduction(op, r);
+  EMBER_CHECK(std::isfinite(o.label_smoothing) && o.label_smoothing >= 0 && o.label_smoothing <= 1, op,
+              ": label_smoothing must be in [0, 1], got ", o.label_smoothing);
+  return LossAttrs{r, o.ignore_index, o.label_smoothing};
+}
+Tensor class_weight(const Tensor& w, const Tensor& x) { return w.defined() ? to_dtype(w, x.dtype()) : w; }
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+  EMBER_CHECK(logits.defined() && target.defined(), "cross_entropy: logits and target must be defined tensors");
+  LossAttrs a = loss_attrs("cross_entropy", o);
+  Tensor x = promote_to_float(logits);
+  return call(OpId::cross_entropy, {x, target, class_weight(o.weight, x)}, a)[0];
+}
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {
+  EMBER_CHECK(log_probs.defined() && target.defined(), "nll_loss: log_probs and target must be defined tensors");
+  EMBER_CHECK(o.label_smoothing == 0, "nll_loss: label_smoothing must be 0 (got ", o.label_smoothing,
+              "); cross_entropy supports it");
+  LossAttrs a = loss_attrs("nll_loss", o);
+  Tensor x = promote_to_float(log_probs);
+  return call(OpId::nll_loss, {x, target, class_weight(o.weight, x)}, a)[0];
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  EMBER_CHECK(input.defined() && target.defined(), "mse_loss: input and target must be defined tensors");
+  int64_t r = static_cast<int64_t>(reduction);
+  check_reduction("mse_loss", r);
+  DType dt = promote_types(input.dtype(), target.dtype());
+  if (!is_floating(dt)) dt = kDefaultFloat;
+  Tensor x = to_dtype(input, dt), y = to_dtype(target, dt);
+  if (x.shape() != y.shape()) {  // PyTorch broadcasts (with a warning); so do we, silently
+    Shape s = broadcast_shapes(x.shape(), y.shape());
+    x = x.expand(s);
+    y = y.expand(s);
+  }
+  return call1(OpId::mse_loss, {x, y}, LossAttrs{r, -100, 0});
+}
+
+}  // namespace ember

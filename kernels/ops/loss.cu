@@ -1,0 +1,655 @@
+// Losses on CUDA (formulas in loss.h).
+//
+// cross_entropy forward: one fused kernel (online log-sum-exp + target logit + smoothing sums in a
+// single read of each row, the row kernels of kernels/common/row_kernels.cuh):
+//   small     mean/sum with C <= 128 and at most 8 passes of one block over the rows (the MNIST
+//             batches [64, 10], [512, 10]: 16 lanes per row, 64 rows per pass): ONE block of 1024
+//             threads does every row and the reduction, in a fixed order: one launch,
+//             deterministic, no atomics.
+//   rows      otherwise: the per-row kernel (regs / warp / block / cols) writes (loss_n, w_n) pairs
+//             in f64 to a workspace, and one block sums them in a fixed order (two launches).
+//   none      the per-row kernel writes l_n directly (and row 0 zeroes total_weight): one launch.
+// cross_entropy backward: one kernel for every size: each row recomputes its log-sum-exp (the row
+// is read once into shared memory/registers and again for the output: same HBM traffic as
+// softmax) and writes (p A - B) * scale; the mean's 1/W comes from the forward's total_weight, a
+// device scalar, so nothing waits for the host.
+// Napkin math, [8192, 32768] f32: forward reads 1 GiB (~0.25 ms at 4.3 TB/s); backward reads 1 GiB
+// and writes 1 GiB (~0.5 ms).
+//
+// nll_loss: one thread per row (a block per 64Ki rows at most) with the same single-block /
+// workspace-and-finalize split; backward: one thread per element of the (dense) gradient.
+// mse_loss: none is the generic elementwise kernel; mean/sum: per-thread f64 partial sums, one
+// block when n <= 65536 (one launch), else a fixed grid + finalize. Backward: one elementwise kernel.
+//
+// Bad targets set the device error word (Note [device errors]); the row gives NaN in the forward and
+// zeros in the backward, and the next synchronisation throws naming the op.
+#include "kernels/common/cuda_loops.cuh"
+#include "kernels/common/row_kernels.cuh"
+#include "kernels/functional.h"
+#include "kernels/ops/loss.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+__device__ __forceinline__ void report(int* err, int code) { atomicCAS(err, 0, code); }
+
+int code_of(OpId id) { return static_cast<int>(id) + 1; }
+
+// Row geometry of class-index losses: [N, C, d...] -> (N, C, Π d); [C] -> (1, C, 1).
+RowGeometry class_rows(const Tensor& x) { return x.dim() == 1 ? RowGeometry{1, x.shape()[0], 1} : row_geometry(x.shape(), 1); }
+
+// ---- block reduction of two doubles (fixed order) ----
+
+// Sums (a, b) over the block; the result is valid in thread 0. blockDim.x is a multiple of 32.
+__device__ __forceinline__ void block_sum2(double& a, double& b) {
+  __shared__ double sa[32], sb[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, off);
+    b += __shfl_xor_sync(0xffffffffu, b, off);
+  }
+  if (lane == 0) {
+    sa[warp] = a;
+    sb[warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < nwarps ? sa[lane] : 0.0;
+    b = lane < nwarps ? sb[lane] : 0.0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      a += __shfl_xor_sync(0xffffffffu, a, off);
+      b += __shfl_xor_sync(0xffffffffu, b, off);
+    }
+  }
+}
+
+// Sums n (loss, weight) pairs in a fixed order and writes the reduced loss and total_weight.
+// count > 0: the mean divides by count (mse) instead of by the summed weights.
+template <class T, class Acc>
+__global__ void __launch_bounds__(1024) finalize_kernel(const double* __restrict__ ws, int64_t n, int reduction,
+                                                        double count, T* __restrict__ out, Acc* __restrict__ tw) {
+  double l = 0, w = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    l += ws[2 * i];
+    w += ws[2 * i + 1];
+  }
+  block_sum2(l, w);
+  if (threadIdx.x == 0) {
+    const double den = count > 0 ? count : w;
+    out[0] = static_cast<T>(reduction == 1 ? l / den : l);
+    if (tw != nullptr) tw[0] = static_cast<Acc>(w);
+  }
+}
+
+template <class T, class Acc>
+void launch_finalize(const Tensor& ws, int64_t n, int reduction, double count, const Tensor& out, Acc* tw,
+                     cudaStream_t stream) {
+  finalize_kernel<T, Acc><<<1, 1024, 0, stream>>>(static_cast<const double*>(ws.data_ptr()), n, reduction, count,
+                                                   static_cast<T*>(out.data_ptr()), tw);
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+// ---- cross_entropy: forward policy ----
+
+enum RowState : int { kValid = 0, kIgnored = 1, kBad = 2 };
+
+template <class T, class Acc, class I>
+struct ClassRow {
+  int64_t t = 0;
+  Acc wt = 0, x0 = 0, scale = 0;
+  int state = kIgnored;
+};
+
+template <class T, class I>
+__device__ __forceinline__ int classify(I tv, int64_t C, int64_t ignore_index, int* err, int code) {
+  const int64_t t = static_cast<int64_t>(tv);
+  if (t == ignore_index) return kIgnored;
+  if (t < 0 || t >= C) {
+    report(err, code);
+    return kBad;
+  }
+  return kValid;
+}
+
+// Stats: (max, Σ exp(x - max), x_t, Σ w_c (x_c - x0), Σ w_c); x0 = the row's first logit (a
+// shift that keeps the smoothing sum accurate when all logits are large and close together).
+template <class T_, class I>
+struct CrossEntropyForward {
+  using T = T_;
+  using Acc = acc_t<T>;
+  static constexpr int kIn = 1, kStats = 5;
+  static constexpr bool kOut = false;
+  using Stats = rows::Stats<Acc, kStats>;
+  using Row = ClassRow<T, Acc, I>;
+
+  const T* in[kIn];
+  T* out;  // unused (no output row)
+  const I* target;
+  const T* weight;  // nullptr: all ones
+  int64_t C, ignore_index;
+  Acc eps;
+  int mode;      // 0: loss_out[r] = l_n (reduction none); 1: ws[2r], ws[2r + 1] = (l_n, w_n)
+  T* loss_out;   // mode 0
+  Acc* tw_out;   // mode 0: zeroed by row 0
+  double* ws;    // mode 1
+  int* err;
+  int code;
+
+  __device__ Row row(int64_t r, int64_t base) const {
+    Row rw;
+    rw.t = static_cast<int64_t>(target[r]);
+    rw.state = classify<T, I>(target[r], C, ignore_index, err, code);
+    if (rw.state == kValid) rw.wt = weight ? static_cast<Acc>(weight[rw.t]) : Acc(1);
+    const Acc x0 = static_cast<Acc>(in[0][base]);
+    rw.x0 = (x0 - x0 == Acc(0)) ? x0 : Acc(0);  // finite, else no shift
+    return rw;
+  }
+  __device__ Stats init() const { return {{rows::neg_inf<Acc>(), Acc(0), Acc(0), Acc(0), Acc(0)}}; }
+  __device__ void step(Stats& s, const Row& rw, int64_t c, const Acc (&v)[kIn]) const {
+    rows::online_step(s.v[0], s.v[1], v[0]);
+    if (c == rw.t) s.v[2] += v[0];
+    if (eps > Acc(0)) {
+      const Acc w = weight ? static_cast<Acc>(weight[c]) : Acc(1);
+      s.v[3] += w * (v[0] - rw.x0);
+      s.v[4] += w;
+    }
+  }
+  __device__ void merge(Stats& s, const Stats& o) const {
+    rows::online_merge(s.v[0], s.v[1], o.v[0], o.v[1]);
+    s.v[2] += o.v[2];
+    s.v[3] += o.v[3];
+    s.v[4] += o.v[4];
+  }
+  __device__ void finish(Stats&, const Row&) const {}
+  __device__ Acc value(const Stats&, const Row&, int64_t, const Acc (&)[kIn]) const { return Acc(0); }
+
+  // (l_n, w_n) of a finished row.
+  __device__ void row_loss(const Stats& s, const Row& rw, Acc& l, Acc& w) const {
+    if (rw.state != kValid) {
+      l = rw.state == kBad ? rows::quiet_nan<Acc>() : Acc(0);
+      w = Acc(0);
+      return;
+    }
+    const Acc log_s = math::log(s.v[1]);
+    l = (Acc(1) - eps) * rw.wt * ((s.v[0] - s.v[2]) + log_s);
+    if (eps > Acc(0)) l += eps / static_cast<Acc>(C) * (s.v[4] * ((s.v[0] - rw.x0) + log_s) - s.v[3]);
+    w = rw.wt;
+  }
+  __device__ void done(const Stats& s, const Row& rw, int64_t r) const {
+    Acc l, w;
+    row_loss(s, rw, l, w);
+    if (mode == 0) {
+      loss_out[r] = static_cast<T>(l);
+      if (r == 0) tw_out[0] = Acc(0);
+    } else {
+      ws[2 * r] = static_cast<double>(l);
+      ws[2 * r + 1] = static_cast<double>(w);
+    }
+  }
+};
+
+// One block does every row (groups of G lanes, K elements each) and the mean/sum.
+template <class P, int K>
+__global__ void __launch_bounds__(1024) ce_small_kernel(P p, int64_t rows, int C, int log2g, int reduction,
+                                                        typename P::T* __restrict__ out,
+                                                        typename P::Acc* __restrict__ tw) {
+  using Acc = typename P::Acc;
+  const int G = 1 << log2g;
+  const int lane = threadIdx.x & (G - 1);
+  const int group = threadIdx.x >> log2g, groups = blockDim.x >> log2g;
+  double lsum = 0, wsum = 0;
+  for (int64_t r0 = 0; r0 < rows; r0 += groups) {  // the same trip count for every thread
+    const int64_t row = r0 + group;
+    const bool active = row < rows;
+    typename P::Row rc{};
+    if (active) rc = p.row(row, row * C);
+    Acc v[K][P::kIn];
+    typename P::Stats st = rows::regs_phase1<P, K>(p, row, active, C, G, lane, rc, v);
+    if (active && lane == 0) {
+      Acc l, w;
+      p.row_loss(st, rc, l, w);
+      lsum += static_cast<double>(l);
+      wsum += static_cast<double>(w);
+    }
+  }
+  block_sum2(lsum, wsum);
+  if (threadIdx.x == 0) {
+    out[0] = static_cast<typename P::T>(reduction == 1 ? lsum / wsum : lsum);  // W = 0: NaN
+    tw[0] = static_cast<Acc>(wsum);
+  }
+}
+
+template <class P, int K>
+void launch_ce_small(const P& p, int64_t rows, int64_t C, int reduction, typename P::T* out, typename P::Acc* tw,
+                     cudaStream_t stream) {
+  int g = 1, log2g = 0;
+  const int64_t per_row = K == 1 ? C : 32;
+  while (g < per_row && g < 32) {
+    g <<= 1;
+    ++log2g;
+  }
+  ce_small_kernel<P, K><<<1, 1024, 0, stream>>>(p, rows, static_cast<int>(C), log2g, reduction, out, tw);
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+// The single-block path: rows of at most 128 classes, at most 8 passes of the 1024-thread block
+// over the rows (C = 10: 16 lanes per row, 64 rows per pass, so up to 512 rows).
+bool small_batch(const RowGeometry& g) {
+  if (g.B != 1 || g.C > 128) return false;
+  int64_t lanes = 1;
+  while (lanes < g.C && lanes < 32) lanes <<= 1;
+  return g.rows() <= 8 * (1024 / lanes);
+}
+
+// kForceRows: run the per-row kernels with this plan (and the workspace + finalize reduction) for every
+// size, skipping the single-block path: the extra variants the tests and bench_ops compare.
+template <rows::Plan kPlan, bool kForceRows>
+void cross_entropy_cuda(const KernelCall& c) {
+  const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2];
+  Tensor out = c.out[0], tw = c.out[1];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  cuda::DeviceScope guard(x.device());
+  cudaStream_t stream = cuda::stream_for(x);
+  const RowGeometry g = class_rows(x);
+  const int64_t rows = g.rows();
+  if (rows == 0) {  // empty batch: mean 0/0 = NaN, sum 0, none empty; W = 0
+    if (la.reduction != 0) out.fill_(la.reduction == 1 ? std::nan("") : 0.0);
+    tw.fill_(0.0);
+    return;
+  }
+  EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy", [&] {
+    EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy", [&] {
+      using P = CrossEntropyForward<scalar_t, index_t>;
+      using Acc = typename P::Acc;
+      P p{};
+      p.in[0] = static_cast<const scalar_t*>(x.data_ptr());
+      p.target = static_cast<const index_t*>(t.data_ptr());
+      p.weight = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
+      p.C = g.C;
+      p.ignore_index = la.ignore_index;
+      p.eps = static_cast<Acc>(la.label_smoothing);
+      p.err = cuda::device_error_word(x.device().index);
+      p.code = code_of(OpId::cross_entropy);
+      Acc* twp = static_cast<Acc*>(tw.data_ptr());
+      if (la.reduction == 0) {
+        p.mode = 0;
+        p.loss_out = static_cast<scalar_t*>(out.data_ptr());
+        p.tw_out = twp;
+        rows::launch(p, g, x.device(), kPlan);
+        return;
+      }
+      if constexpr (!std::is_same_v<scalar_t, double>) {
+        if (!kForceRows && small_batch(g)) {
+          scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
+          const int red = static_cast<int>(la.reduction);
+          if (g.C <= 32) return launch_ce_small<P, 1>(p, rows, g.C, red, op, twp, stream);
+          return launch_ce_small<P, 4>(p, rows, g.C, red, op, twp, stream);
+        }
+      }
+      Tensor ws = empty({2 * rows}, TensorOptions().dtype(DType::f64).device(x.device()));
+      p.mode = 1;
+      p.ws = static_cast<double*>(ws.data_ptr());
+      rows::launch(p, g, x.device(), kPlan);
+      launch_finalize<scalar_t, Acc>(ws, rows, static_cast<int>(la.reduction), 0, out, twp, stream);
+    });
+  });
+}
+
+// ---- cross_entropy: backward policy ----
+
+// Stats: (max, Σ exp(x - max), Σ w_c); after finish (max, log s, A).
+template <class T_, class I>
+struct CrossEntropyBackward {
+  using T = T_;
+  using Acc = acc_t<T>;
+  static constexpr int kIn = 1, kStats = 3;
+  static constexpr bool kOut = true;
+  using Stats = rows::Stats<Acc, kStats>;
+  using Row = ClassRow<T, Acc, I>;
+
+  const T* in[kIn];
+  T* out;
+  const I* target;
+  const T* weight;
+  const T* grad;
+  int64_t grad_stride;  // 1 for reduction none (g has the target's shape), 0 for a scalar g
+  const Acc* total_weight;
+  int reduction;
+  int64_t C, ignore_index;
+  Acc eps;
+  int* err;
+  int code;
+
+  __device__ Row row(int64_t r, int64_t) const {
+    Row rw;
+    rw.t = static_cast<int64_t>(target[r]);
+    rw.state = classify<T, I>(target[r], C, ignore_index, err, code);
+    if (rw.state == kValid) {
+      rw.wt = weight ? static_cast<Acc>(weight[rw.t]) : Acc(1);
+      const Acc g = static_cast<Acc>(grad[r * grad_stride]);
+      rw.scale = reduction == 1 ? g / total_weight[0] : g;
+    }
+    return rw;
+  }
+  __device__ Stats init() const { return {{rows::neg_inf<Acc>(), Acc(0), Acc(0)}}; }
+  __device__ void step(Stats& s, const Row&, int64_t c, const Acc (&v)[kIn]) const {
+    rows::online_step(s.v[0], s.v[1], v[0]);
+    if (eps > Acc(0)) s.v[2] += weight ? static_cast<Acc>(weight[c]) : Acc(1);
+  }
+  __device__ void merge(Stats& s, const Stats& o) const {
+    rows::online_merge(s.v[0], s.v[1], o.v[0], o.v[1]);
+    s.v[2] += o.v[2];
+  }
+  __device__ void finish(Stats& s, const Row& rw) const {
+    s.v[1] = math::log(s.v[1]);
+    s.v[2] = (Acc(1) - eps) * rw.wt + (eps > Acc(0) ? eps / static_cast<Acc>(C) * s.v[2] : Acc(0));
+  }
+  __device__ Acc value(const Stats& s, const Row& rw, int64_t c, const Acc (&v)[kIn]) const {
+    if (rw.state != kValid) return Acc(0);
+    const Acc p = math::exp((v[0] - s.v[0]) - s.v[1]);
+    Acc b = c == rw.t ? (Acc(1) - eps) * rw.wt : Acc(0);
+    if (eps > Acc(0)) b += eps / static_cast<Acc>(C) * (weight ? static_cast<Acc>(weight[c]) : Acc(1));
+    return (p * s.v[2] - b) * rw.scale;
+  }
+  __device__ void done(const Stats&, const Row&, int64_t) const {}
+};
+
+template <rows::Plan kPlan>
+void cross_entropy_backward_cuda(const KernelCall& c) {
+  const Tensor &g = c.in[0], &x = c.in[1], &t = c.in[2], &w = c.in[3];
+  const Tensor& dx = c.out[0];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  if (dx.numel() == 0) return;
+  cuda::DeviceScope guard(x.device());
+  const DType acc = loss_acc_dtype(x.dtype());
+  Tensor tw = c.in[4].dtype() == acc ? c.in[4] : cast(c.in[4], acc);  // (already so from the forward)
+  EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy_backward", [&] {
+    EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_backward", [&] {
+      using P = CrossEntropyBackward<scalar_t, index_t>;
+      using Acc = typename P::Acc;
+      P p{};
+      p.in[0] = static_cast<const scalar_t*>(x.data_ptr());
+      p.out = static_cast<scalar_t*>(dx.data_ptr());
+      p.target = static_cast<const index_t*>(t.data_ptr());
+      p.weight = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
+      p.grad = static_cast<const scalar_t*>(g.data_ptr());
+      p.grad_stride = la.reduction == 0 ? 1 : 0;
+      p.total_weight = static_cast<const Acc*>(tw.data_ptr());
+      p.reduction = static_cast<int>(la.reduction);
+      p.C = class_rows(x).C;
+      p.ignore_index = la.ignore_index;
+      p.eps = static_cast<Acc>(la.label_smoothing);
+      p.err = cuda::device_error_word(x.device().index);
+      p.code = code_of(OpId::cross_entropy_backward);
+      rows::launch(p, class_rows(x), x.device(), kPlan);
+    });
+  });
+}
+
+// ---- nll_loss ----
+
+// Thread per row, grid-stride. none: writes l_n (block 0 thread 0 zeroes total_weight); mean/sum:
+// per-thread f64 sums reduced per block; one block writes the result, several write (l, w) pairs.
+template <class T, class I>
+__global__ void __launch_bounds__(1024) nll_kernel(const T* __restrict__ x, const I* __restrict__ target, const T* __restrict__ weight,
+                           int64_t rows, int64_t C, int64_t B, int64_t ignore_index, int reduction,
+                           T* __restrict__ out, acc_t<T>* __restrict__ tw, double* __restrict__ ws, int* err,
+                           int code) {
+  double lsum = 0, wsum = 0;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int state = classify<T, I>(target[r], C, ignore_index, err, code);
+    double l = 0, w = 0;
+    if (state == kBad) {
+      l = NAN;
+    } else if (state == kValid) {
+      const int64_t t = static_cast<int64_t>(target[r]);
+      w = weight ? static_cast<double>(static_cast<acc_t<T>>(weight[t])) : 1.0;
+      l = -w * static_cast<double>(static_cast<acc_t<T>>(x[(r / B) * C * B + t * B + r % B]));
+    }
+    if (reduction == 0) out[r] = static_cast<T>(l);
+    lsum += l;
+    wsum += w;
+  }
+  if (reduction == 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) tw[0] = 0;
+    return;
+  }
+  block_sum2(lsum, wsum);
+  if (threadIdx.x == 0) {
+    if (gridDim.x == 1) {
+      out[0] = static_cast<T>(reduction == 1 ? lsum / wsum : lsum);
+      tw[0] = static_cast<acc_t<T>>(wsum);
+    } else {
+      ws[2 * blockIdx.x] = lsum;
+      ws[2 * blockIdx.x + 1] = wsum;
+    }
+  }
+}
+
+void nll_loss_cuda(const KernelCall& c) {
+  const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2];
+  Tensor out = c.out[0], tw = c.out[1];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  cuda::DeviceScope guard(x.device());
+  cudaStream_t stream = cuda::stream_for(x);
+  const RowGeometry g = class_rows(x);
+  const int64_t rows = g.rows();
+  if (rows == 0) {
+    if (la.reduction != 0) out.fill_(la.reduction == 1 ? std::nan("") : 0.0);
+    tw.fill_(0.0);
+    return;
+  }
+  // mean/sum: one block up to 64Ki rows (one launch), then a block per 64Ki rows + finalize;
+  // none: enough blocks to cover the rows.
+  constexpr int kThreads = 1024;
+  const int64_t blocks = la.reduction == 0 ? cuda::grid_for(rows, kThreads, x.device().index)
+                                           : std::min<int64_t>(1024, (rows + 65535) / 65536);
+  EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss", [&] {
+    EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss", [&] {
+      using Acc = acc_t<scalar_t>;
+      Tensor ws;
+      if (la.reduction != 0 && blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
+      nll_kernel<scalar_t, index_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(t.data_ptr()),
+          w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr, rows, g.C, g.B, la.ignore_index,
+          static_cast<int>(la.reduction), static_cast<scalar_t*>(out.data_ptr()), static_cast<Acc*>(tw.data_ptr()),
+          ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr, cuda::device_error_word(x.device().index),
+          code_of(OpId::nll_loss));
+      EMBER_CUDA_CHECK_LAUNCH();
+      if (ws.defined())
+        launch_finalize<scalar_t, Acc>(ws, blocks, static_cast<int>(la.reduction), 0, out,
+                                       static_cast<Acc*>(tw.data_ptr()), stream);
+    });
+  });
+}
+
+// Thread per element of the dense gradient: -w_t * scale where c == t, else 0.
+template <class T, class I>
+__global__ void nll_backward_kernel(const T* __restrict__ grad, int64_t grad_stride, const I* __restrict__ target,
+                                    const T* __restrict__ weight, const acc_t<T>* __restrict__ total_weight,
+                                    int reduction, T* __restrict__ dx, int64_t n, int64_t C, int64_t B,
+                                    int64_t ignore_index, int* err, int code) {
+  using Acc = acc_t<T>;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = e % B, ac = e / B;
+    const int64_t cls = ac % C, a = ac / C;
+    const int64_t r = a * B + b;
+    Acc v = 0;
+    const int64_t t = static_cast<int64_t>(target[r]);
+    if (t == cls && t != ignore_index) {
+      const Acc g = static_cast<Acc>(grad[r * grad_stride]);
+      const Acc wt = weight ? static_cast<Acc>(weight[t]) : Acc(1);
+      v = -wt * (reduction == 1 ? g / total_weight[0] : g);
+    } else if (cls == 0 && t != ignore_index && (t < 0 || t >= C)) {
+      report(err, code);
+    }
+    dx[e] = static_cast<T>(v);
+  }
+}
+
+void nll_loss_backward_cuda(const KernelCall& c) {
+  const Tensor &g = c.in[0], &x = c.in[1], &t = c.in[2], &w = c.in[3];
+  const Tensor& dx = c.out[0];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  if (dx.numel() == 0) return;
+  cuda::DeviceScope guard(x.device());
+  const DType acc = loss_acc_dtype(x.dtype());
+  Tensor tw = c.in[4].dtype() == acc ? c.in[4] : cast(c.in[4], acc);
+  const RowGeometry geo = class_rows(x);
+  EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss_backward", [&] {
+    EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss_backward", [&] {
+      nll_backward_kernel<scalar_t, index_t>
+          <<<cuda::grid_for(dx.numel(), 256, x.device().index), 256, 0, cuda::stream_for(x)>>>(
+              static_cast<const scalar_t*>(g.data_ptr()), la.reduction == 0 ? 1 : 0,
+              static_cast<const index_t*>(t.data_ptr()),
+              w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr,
+              static_cast<const acc_t<scalar_t>*>(tw.data_ptr()), static_cast<int>(la.reduction),
+              static_cast<scalar_t*>(dx.data_ptr()), dx.numel(), geo.C, geo.B, la.ignore_index,
+              cuda::device_error_word(x.device().index), code_of(OpId::nll_loss_backward));
+      EMBER_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+// ---- mse_loss ----
+
+struct SquaredDiff {
+  template <class T>
+  EMBER_HD acc_t<T> operator()(T a, T b) const {
+    const acc_t<T> d = static_cast<acc_t<T>>(a) - static_cast<acc_t<T>>(b);
+    return d * d;
+  }
+};
+
+// Per-thread f64 sums of (x - y)^2 over a grid-stride range, reduced per block.
+template <class T>
+__global__ void __launch_bounds__(256) sqdiff_sum_kernel(const T* __restrict__ x, const T* __restrict__ y, int64_t n,
+                                                         int reduction, T* __restrict__ out, double* __restrict__ ws) {
+  double s = 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double d = static_cast<double>(static_cast<acc_t<T>>(x[i])) - static_cast<double>(static_cast<acc_t<T>>(y[i]));
+    s += d * d;
+  }
+  double unused = 0;
+  block_sum2(s, unused);
+  if (threadIdx.x == 0) {
+    if (gridDim.x == 1) {
+      out[0] = static_cast<T>(reduction == 1 ? s / static_cast<double>(n) : s);  // n = 0: NaN
+    } else {
+      ws[2 * blockIdx.x] = s;
+      ws[2 * blockIdx.x + 1] = 0;
+    }
+  }
+}
+
+void mse_loss_cuda(const KernelCall& c) {
+  const Tensor &x = c.in[0], &y = c.in[1];
+  const Tensor& out = c.out[0];
+  const int64_t red = c.attr<LossAttrs>().reduction, n = x.numel();
+  if (red == 0) {
+    if (n == 0) return;
+    ElementwiseLayout L = make_layout({&out, &x, &y});
+    EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss",
+                         [&] { gpu_map<scalar_t, scalar_t, scalar_t>(L, {&out, &x, &y}, SquaredDiff{}); });
+    return;
+  }
+  cuda::DeviceScope guard(x.device());
+  cudaStream_t stream = cuda::stream_for(x);
+  constexpr int kThreads = 256;
+  const int64_t blocks = n <= 65536 ? 1 : std::min<int64_t>(1024, (n + 65535) / 65536);
+  EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss", [&] {
+    Tensor ws;
+    if (blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
+    sqdiff_sum_kernel<scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        static_cast<const scalar_t*>(x.data_ptr()), static_cast<const scalar_t*>(y.data_ptr()), n,
+        static_cast<int>(red), static_cast<scalar_t*>(out.data_ptr()),
+        ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr);
+    EMBER_CUDA_CHECK_LAUNCH();
+    if (ws.defined())
+      launch_finalize<scalar_t, acc_t<scalar_t>>(ws, blocks, static_cast<int>(red), static_cast<double>(n), out,
+                                                 nullptr, stream);
+  });
+}
+
+template <class T>
+__global__ void mse_backward_kernel(const T* __restrict__ g, int64_t g_stride, const T* __restrict__ x,
+                                    const T* __restrict__ y, T* __restrict__ dx, int64_t n, acc_t<T> s) {
+  using Acc = acc_t<T>;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dx[i] = static_cast<T>((static_cast<Acc>(x[i]) - static_cast<Acc>(y[i])) * static_cast<Acc>(g[i * g_stride]) * s);
+}
+
+void mse_loss_backward_cuda(const KernelCall& c) {
+  const Tensor &g = c.in[0], &x = c.in[1], &y = c.in[2];
+  const Tensor& dx = c.out[0];
+  const int64_t red = c.attr<LossAttrs>().reduction, n = x.numel();
+  if (n == 0) return;
+  cuda::DeviceScope guard(x.device());
+  EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss_backward", [&] {
+    const double s = red == 1 ? 2.0 / static_cast<double>(n) : 2.0;
+    mse_backward_kernel<scalar_t><<<cuda::grid_for(n, 256, x.device().index), 256, 0, cuda::stream_for(x)>>>(
+        static_cast<const scalar_t*>(g.data_ptr()), red == 0 ? 1 : 0, static_cast<const scalar_t*>(x.data_ptr()),
+        static_cast<const scalar_t*>(y.data_ptr()), static_cast<scalar_t*>(dx.data_ptr()), n,
+        static_cast<acc_t<scalar_t>>(s));
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+}
+
+bool class_innermost(const KernelCall& c, int x_index) { return class_rows(c.in[x_index]).B == 1; }
+
+}  // namespace
+
+void register_cuda_cross_entropy(OpInfo& info) {
+  info.add_variant({"fused", DeviceType::cuda, cross_entropy_cuda<rows::Plan::automatic, false>, kFloatTypes, 0,
+                    nullptr,
+                    "one kernel: online log-sum-exp + target + smoothing per row; one block does the "
+                    "mean for small batches, else per-row pairs + finalize"});
+  info.add_variant({"rows", DeviceType::cuda, cross_entropy_cuda<rows::Plan::automatic, true>, kFloatTypes, 0,
+                    nullptr, "per-row kernel (regs/warp/block/cols) + fixed-order finalize for every size"});
+  info.add_variant({"block", DeviceType::cuda, cross_entropy_cuda<rows::Plan::block_2pass, true>, kFloatTypes, 0,
+                    [](const KernelCall& c) { return class_innermost(c, 0); },
+                    "a block per row + finalize, for every C"});
+}
+void register_cuda_cross_entropy_backward(OpInfo& info) {
+  auto innermost = [](const KernelCall& c) { return class_innermost(c, 1); };
+  info.add_variant({"fused", DeviceType::cuda, cross_entropy_backward_cuda<rows::Plan::automatic>, kFloatTypes, 0,
+                    nullptr, "one kernel: lse per row (online), then (p A - B) * scale"});
+  info.add_variant({"warp", DeviceType::cuda, cross_entropy_backward_cuda<rows::Plan::warp>, kFloatTypes, 0,
+                    innermost, "a warp per row"});
+  info.add_variant({"block_2pass", DeviceType::cuda, cross_entropy_backward_cuda<rows::Plan::block_2pass>,
+                    kFloatTypes, 0, innermost, "a block per row, the row read twice"});
+  info.add_variant({"block_cached", DeviceType::cuda, cross_entropy_backward_cuda<rows::Plan::block_cached>,
+                    kFloatTypes, 0,
+                    [](const KernelCall& c) {
+                      const Tensor& x = c.in[1];
+                      RowGeometry g = class_rows(x);
+                      int dev = x.is_cuda() ? x.device().index : cuda::current_device();
+                      return g.B == 1 && static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
+                    },
+                    "a block per row, the row kept in shared memory"});
+}
+void register_cuda_nll_loss(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, nll_loss_cuda, kFloatTypes, 0, nullptr,
+                    "thread per row; one block (<= 64Ki rows) or blocks + finalize"});
+}
+void register_cuda_nll_loss_backward(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, nll_loss_backward_cuda, kFloatTypes, 0, nullptr,
+                    "thread per gradient element"});
+}
+void register_cuda_mse_loss(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, mse_loss_cuda, kFloatTypes, 0, nullptr,
+                    "elementwise (none); f64 per-thread sums, one block (<= 64Ki) or blocks + finalize"});
+}
+void register_cuda_mse_loss_backward(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, mse_loss_backward_cuda, kFloatTypes, 0, nullptr, "thread per element"});
+}
+
+}  // namespace ember

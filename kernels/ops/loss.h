@@ -1,0 +1,57 @@
+// Losses: cross_entropy (fused log-softmax + NLL), nll_loss, mse_loss, and their fused gradients.
+//
+// cross_entropy(x, t; weight w, reduction, ignore_index, label_smoothing ε) -> (loss, total_weight)
+//   x [N, C], [N, C, d1, ...] (classes along dim 1) or [C]; t i32/i64 class indices [N] /
+//   [N, d1, ...] / []. Each target position n (a row: the C logits x[n, :, ...]) has
+//     lse_n  = log Σ_c exp(x_nc)                                (computed as max + log Σ exp(x - max))
+//     l_n    = (1 - ε) w_{t_n} (lse_n - x_{n,t_n}) + (ε / C) Σ_c w_c (lse_n - x_nc)
+//   (w = 1 without weights; the smoothing term only when ε > 0), and l_n = 0 where
+//   t_n == ignore_index. With W = Σ_{n not ignored} w_{t_n}:
+//     none -> l (t's shape),  sum -> Σ l_n,  mean -> Σ l_n / W   (NaN when W = 0, e.g. no targets)
+//   which is PyTorch's definition: its label smoothing adds (ε/C) * the weighted smooth loss and,
+//   for mean, divides that part by the same W as the NLL part.
+//   total_weight (0-d, f32; f64 for f64 logits) is W for mean and sum, 0 for none; it is saved for
+//   the backward (PyTorch's nll_loss returns it too). Targets outside [0, C) that are not
+//   ignore_index are an error (the CPU throws naming the value; CUDA reports through the device
+//   error word, Note [device errors] in core/cuda/runtime.h, and writes NaN).
+// cross_entropy_backward(g, x, t, w, total_weight) -> dx, per row n and class c:
+//     p_c = exp(x_nc - lse_n),  A_n = (1 - ε) w_{t_n} + (ε / C) Σ_k w_k,
+//     B_nc = (1 - ε) w_{t_n} [c == t_n] + (ε / C) w_c
+//     dx_nc = (p_c A_n - B_nc) s_n,  s_n = g_n (none), g (sum), g / W (mean); 0 for ignored rows.
+//   Without weights A_n = 1 and this is (softmax - smoothed one-hot) * scale. There is no gradient
+//   for the weights or the targets. cross_entropy_backward is not differentiated again.
+//
+// nll_loss(lp, t; w, reduction, ignore_index) -> (loss, total_weight): l_n = -w_{t_n} lp_{n,t_n},
+//   the same shapes, reductions and W (label_smoothing must be 0).
+// nll_loss_backward(g, lp, t, w, total_weight) -> dlp: -w_{t_n} s_n at (n, t_n), 0 elsewhere.
+//   Its own gradient (w.r.t. g) is nll_loss of the incoming gradient with the same options.
+//
+// mse_loss(x, y; reduction): (x - y)^2 elementwise, then none / sum / mean (NaN for 0 elements).
+// mse_loss_backward(g, x, y) -> dx = 2 (x - y) g s (s = 1/n for mean); dy = -dx.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace ember {
+
+enum class Reduction : int64_t { none = 0, mean = 1, sum = 2 };
+
+struct CrossEntropyOptions {
+  Reduction reduction = Reduction::mean;
+  int64_t ignore_index = -100;
+  double label_smoothing = 0.0;
+  Tensor weight;  // [C] class weights or undefined
+};
+
+struct LossAttrs {
+  int64_t reduction = 1;  // Reduction
+  int64_t ignore_index = -100;
+  double label_smoothing = 0;
+};
+
+// The dtype total_weight has for logits of dtype t (the accumulation dtype).
+inline DType loss_acc_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+}  // namespace ember

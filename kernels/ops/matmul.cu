@@ -1,0 +1,72 @@
+// matmul on CUDA. The kernels live in kernels/gemm/ (cuda_gemm.h lists them, each .cu file has its
+// napkin math):
+//   v1_naive  (kReference) one thread per output, any strides: the kernel-level oracle
+//   v2_tiled  f32/f64 SIMT: 128x128x8 (f32) / 64x64x8 (f64) block tiles, 8x8 / 4x4 per thread,
+//             double-buffered shared memory, 16-byte loads where aligned (gemm_simt.cu)
+//   v3_mma    f16/bf16 tensor cores (sm_80+): mma.sync m16n8k16, ldmatrix from swizzled shared
+//             memory, 3-stage cp.async pipeline, 128x128x64 tiles (gemm_mma.cu)
+//   cublas    (kVendor) cublasGemmStridedBatchedEx, FP32 compute without TF32 (gemm_vendor.cu)
+//   cublaslt  (kVendor) cublasLtMatmul (f32/f16/bf16; M, N, K > 1 as PyTorch requires for it)
+// Operands that are row-major or transposed views are read in place; other layouts are copied
+// with contiguous() first. Batch dims broadcast as on the CPU.
+#include "kernels/functional.h"
+#include "kernels/gemm/cuda_gemm.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+using gemm::Layout;
+
+void matmul_cuda(const KernelCall& c, Layout L, void (*run)(const gemm::Problem&)) {
+  const Tensor &a = c.in[0], &b = c.in[1];
+  const Tensor& out = c.out[0];
+  // the kernels write C with unit column stride: a strided output (call_into) goes through a copy
+  Tensor o = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(out.dtype()).device(out.device()));
+  gemm::Prepared pr = gemm::prepare_matmul(a, b, o, L);
+  run(pr.p);
+  if (!o.is_same(out)) {
+    Tensor dst = out;
+    copy_(dst, o);
+  }
+}
+
+// The tiled kernels index with int32 inside a matrix.
+bool sizes_fit(const KernelCall& c) {
+  const Tensor &a = c.in[0], &b = c.in[1];
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  return a.shape()[a.dim() - 2] <= kMax && a.shape()[a.dim() - 1] <= kMax && b.shape()[b.dim() - 1] <= kMax;
+}
+bool simt_ok(const KernelCall& c) { return sizes_fit(c); }
+bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
+
+bool lt_ok(const KernelCall& c) {
+  const Tensor &a = c.in[0], &b = c.in[1];
+  return gemm::cublaslt_accepts(a.shape()[a.dim() - 2], b.shape()[b.dim() - 1], a.shape()[a.dim() - 1], 0);
+}
+
+void matmul_v1(const KernelCall& c) { matmul_cuda(c, Layout::any, gemm::run_naive); }
+void matmul_v2(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_simt); }
+void matmul_v3(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_mma); }
+void matmul_cublas(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublas); }
+void matmul_cublaslt(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublaslt); }
+
+}  // namespace
+
+void register_cuda_matmul(OpInfo& info) {
+  info.add_variant({"v1_naive", DeviceType::cuda, matmul_v1, kFloatTypes, kReference,
+                    nullptr, "one thread per output, any strides (the oracle)"});
+  info.add_variant({"v2_tiled", DeviceType::cuda, matmul_v2,
+                    DTypeSet{DType::f32, DType::f64}, 0, simt_ok,
+                    "SIMT 128x128x8 tiles, 8x8 per thread, double-buffered shared memory"});
+  info.add_variant({"v3_mma", DeviceType::cuda, matmul_v3,
+                    DTypeSet{DType::f16, DType::bf16}, 0, mma_ok,
+                    "tensor cores: mma.sync m16n8k16, ldmatrix, 3-stage cp.async, 128x128x64 tiles"});
+  info.add_variant({"cublas", DeviceType::cuda, matmul_cublas, kFloatTypes, kVendor,
+                    nullptr, "cublasGemmStridedBatchedEx (FP32 compute, no TF32)"});
+  info.add_variant({"cublaslt", DeviceType::cuda, matmul_cublaslt,
+                    DTypeSet{DType::f32, DType::f16, DType::bf16}, kVendor, lt_ok, "cublasLtMatmul (FP32 compute)"});
+}
+
+}  // namespace ember

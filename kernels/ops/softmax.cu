@@ -1,0 +1,156 @@
+// softmax / log_softmax and their fused gradients on CUDA: four policies for the row kernels of
+// kernels/common/row_kernels.cuh (which holds the kernel table, Note [online softmax] and the
+// napkin math).
+//
+// Variants (f32, f16, bf16 computing in f32; f64 in f64):
+//   fused         default: regs<K> for C <= 512 (several rows per warp for C <= 16), a warp per
+//                 row for C < 4096, a block per row beyond (the row cached in shared memory when it
+//                 fits: one HBM read + one write), the cols kernel when the dim is not innermost
+//   warp          a warp per row for every C (innermost dims only)
+//   block_2pass   a block per row, phase 2 re-reads the row from global memory (L2)
+//   block_cached  a block per row, the row kept in shared memory (rows that fit)
+// The last three exist to be compared by bench_ops and to run every kernel on every sample shape.
+//
+// Strided dims (B > 1): the cols kernel reads 32 adjacent rows per instruction, so it is coalesced
+// for any B >= 32 and fully uses 32-byte sectors from B >= 8 (f32). Its parallelism is A * B / 32
+// blocks; when there are fewer than 4096 rows and they are long (C >= 1024) it would leave most
+// SMs idle, so `fused` permutes the dim innermost first (a copy in and a copy out: 3x the traffic
+// of the ideal, but a block per row). Everything else runs strided in place: permuting would move
+// every byte two extra times, which costs more than the strided kernel's partial sectors.
+#include "kernels/common/row_kernels.cuh"
+#include "kernels/functional.h"
+#include "kernels/ops/softmax.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+template <class T_, bool kLog>
+struct SoftmaxPolicy {
+  using T = T_;
+  using Acc = acc_t<T>;
+  static constexpr int kIn = 1, kStats = 2;
+  static constexpr bool kOut = true;
+  using Stats = rows::Stats<Acc, kStats>;  // (max, Σ exp(x - max)); after finish (max, 1/s or log s)
+  struct Row {};
+
+  const T* in[kIn];
+  T* out;
+
+  __device__ Row row(int64_t, int64_t) const { return {}; }
+  __device__ Stats init() const { return {{rows::neg_inf<Acc>(), Acc(0)}}; }
+  __device__ void step(Stats& s, const Row&, int64_t, const Acc (&v)[kIn]) const {
+    rows::online_step(s.v[0], s.v[1], v[0]);
+  }
+  __device__ void merge(Stats& s, const Stats& o) const { rows::online_merge(s.v[0], s.v[1], o.v[0], o.v[1]); }
+  __device__ void finish(Stats& s, const Row&) const { s.v[1] = kLog ? math::log(s.v[1]) : Acc(1) / s.v[1]; }
+  __device__ Acc value(const Stats& s, const Row&, int64_t, const Acc (&v)[kIn]) const {
+    const Acc d = v[0] - s.v[0];
+    return kLog ? d - s.v[1] : math::exp(d) * s.v[1];
+  }
+  __device__ void done(const Stats&, const Row&, int64_t) const {}
+};
+
+// in[0] = g, in[1] = y.
+template <class T_, bool kLog>
+struct SoftmaxBackwardPolicy {
+  using T = T_;
+  using Acc = acc_t<T>;
+  static constexpr int kIn = 2, kStats = 1;
+  static constexpr bool kOut = true;
+  using Stats = rows::Stats<Acc, kStats>;  // Σ g (log) or Σ g y
+  struct Row {};
+
+  const T* in[kIn];
+  T* out;
+
+  __device__ Row row(int64_t, int64_t) const { return {}; }
+  __device__ Stats init() const { return {{Acc(0)}}; }
+  __device__ void step(Stats& s, const Row&, int64_t, const Acc (&v)[kIn]) const {
+    s.v[0] += kLog ? v[0] : v[0] * v[1];
+  }
+  __device__ void merge(Stats& s, const Stats& o) const { s.v[0] += o.v[0]; }
+  __device__ void finish(Stats&, const Row&) const {}
+  __device__ Acc value(const Stats& s, const Row&, int64_t, const Acc (&v)[kIn]) const {
+    return kLog ? v[0] - math::exp(v[1]) * s.v[0] : v[1] * (v[0] - s.v[0]);
+  }
+  __device__ void done(const Stats&, const Row&, int64_t) const {}
+};
+
+RowGeometry geometry_of(const KernelCall& c) {
+  const Tensor& x = c.in[0];
+  return row_geometry(x.shape(), wrap_dim(c.attr<SoftmaxAttrs>().dim, x.dim()));
+}
+
+// Few long rows along a strided dim: permute innermost (see the header comment).
+bool should_permute(const RowGeometry& g) { return g.B > 1 && g.rows() < 4096 && g.C >= 1024; }
+
+template <template <class, bool> class Policy, bool kLog, rows::Plan kPlan>
+void softmax_family_cuda(const KernelCall& c) {
+  const Tensor& y = c.out[0];
+  if (y.numel() == 0) return;
+  cuda::DeviceScope guard(y.device());
+  const int n = c.in[0].dim();
+  const int d = wrap_dim(c.attr<SoftmaxAttrs>().dim, n);
+  RowGeometry g = geometry_of(c);
+  EMBER_DISPATCH_FLOAT(y.dtype(), "softmax", [&] {
+    using P = Policy<scalar_t, kLog>;
+    if (kPlan == rows::Plan::automatic && should_permute(g)) {
+      std::vector<int64_t> perm;
+      for (int i = 0; i < n; ++i)
+        if (i != d) perm.push_back(i);
+      perm.push_back(d);
+      P p{};
+      std::vector<Tensor> keep;
+      for (int k = 0; k < P::kIn; ++k) {
+        keep.push_back(c.in[k].permute(perm).contiguous());
+        p.in[k] = static_cast<const scalar_t*>(keep.back().data_ptr());
+      }
+      Tensor yp = empty(keep[0].shape(), TensorOptions().dtype(y.dtype()).device(y.device()));
+      p.out = static_cast<scalar_t*>(yp.data_ptr());
+      rows::launch(p, RowGeometry{g.rows(), g.C, 1}, y.device());
+      Tensor yv = y.permute(perm);
+      copy_(yv, yp);
+      return;
+    }
+    P p{};
+    for (int k = 0; k < P::kIn; ++k) p.in[k] = static_cast<const scalar_t*>(c.in[k].data_ptr());
+    p.out = static_cast<scalar_t*>(y.data_ptr());
+    rows::launch(p, g, y.device(), kPlan);
+  });
+}
+
+// The forced plans run innermost dims only.
+bool innermost(const KernelCall& c) { return geometry_of(c).B == 1; }
+template <int kIn>
+bool innermost_and_fits(const KernelCall& c) {
+  RowGeometry g = geometry_of(c);
+  if (g.B != 1) return false;
+  const Tensor& x = c.in[0];
+  int dev = x.is_cuda() ? x.device().index : cuda::current_device();
+  return static_cast<size_t>(kIn) * static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
+}
+
+template <template <class, bool> class Policy, bool kLog>
+void register_family(OpInfo& info) {
+  constexpr int kIn = Policy<float, kLog>::kIn;
+  info.add_variant({"fused", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::automatic>, kFloatTypes,
+                    0, nullptr,
+                    "online max/sum in one read: regs (C <= 512), warp (< 4096), block (row in smem), cols (strided)"});
+  info.add_variant({"warp", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::warp>, kFloatTypes, 0,
+                    innermost, "a warp per row, the row read twice"});
+  info.add_variant({"block_2pass", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::block_2pass>,
+                    kFloatTypes, 0, innermost, "a block per row, 16-byte loads, the row read twice"});
+  info.add_variant({"block_cached", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::block_cached>,
+                    kFloatTypes, 0, innermost_and_fits<kIn>, "a block per row, the row kept in shared memory"});
+}
+
+}  // namespace
+
+void register_cuda_softmax(OpInfo& info) { register_family<SoftmaxPolicy, false>(info); }
+void register_cuda_log_softmax(OpInfo& info) { register_family<SoftmaxPolicy, true>(info); }
+void register_cuda_softmax_backward(OpInfo& info) { register_family<SoftmaxBackwardPolicy, false>(info); }
+void register_cuda_log_softmax_backward(OpInfo& info) { register_family<SoftmaxBackwardPolicy, true>(info); }
+
+}  // namespace ember

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Checks everything on a machine with an NVIDIA GPU: builds for sm_90 (override with ARCH=...),
+# runs the whole test suite including the `gpu` label, the kernel benchmark, the PyTorch op
+# benchmark and the end-to-end comparison when their prerequisites exist, and prints a short table
+# last. Logs and JSON go to $OUT (default: gpu-check-out/).
+#
+#   scripts/gpu_check.sh                 dependencies from the system (scripts/setup.sh)
+#   EMBER_DEPS=.deps scripts/gpu_check.sh dependencies gathered by scripts/gpu_deps.sh (bare machine)
+#   QUICK=1 ...                          short benchmark runs
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-check-out}
+ARCH=${ARCH:-90}
+JOBS=${JOBS:-$(nproc)}
+mkdir -p "$OUT"
+status=()
+note() { status+=("$1"); echo "== $1"; }
+
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+# ---- dependencies ----
+CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DEMBER_CUDA=ON)
+if [ -n "${EMBER_DEPS:-}" ]; then
+  DEPS=$(cd "$EMBER_DEPS" && pwd)
+  CMAKE_ARGS+=(-DCMAKE_PREFIX_PATH="$DEPS/usr;$DEPS/usr/lib/x86_64-linux-gnu/cmake;$DEPS/usr/share/cmake;$DEPS/usr/lib/cmake"
+               -DCMAKE_INCLUDE_PATH="$DEPS/usr/include" -DZLIB_ROOT="$DEPS/usr" -DZLIB_INCLUDE_DIR="$DEPS/usr/include"
+               -DZLIB_LIBRARY="$DEPS/usr/lib/x86_64-linux-gnu/libz.so")
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  export CPATH="$DEPS/usr/include:${CPATH:-}"
+fi
+# cuDNN may live in the toolkit or in PyTorch's site-packages (nvidia/cudnn)
+if ! ls /usr/local/cuda/lib64/libcudnn.so* >/dev/null 2>&1; then
+  CUDNN_LIB=$(find / -name 'libcudnn.so*' -not -path '*/proc/*' 2>/dev/null | head -1)
+  if [ -n "$CUDNN_LIB" ]; then
+    CUDNN_DIR=$(dirname "$CUDNN_LIB")
+    CUDNN_INC=$(find "$(dirname "$CUDNN_DIR")" -name cudnn.h 2>/dev/null | head -1)
+    [ -e "$CUDNN_DIR/libcudnn.so" ] || ln -sf "$CUDNN_LIB" "$CUDNN_DIR/libcudnn.so" 2>/dev/null || true
+    CMAKE_ARGS+=(-DEMBER_CUDNN_LIBRARY="$CUDNN_DIR/libcudnn.so")
+    [ -n "$CUDNN_INC" ] && CMAKE_ARGS+=(-DEMBER_CUDNN_INCLUDE="$(dirname "$CUDNN_INC")")
+    export LD_LIBRARY_PATH="$CUDNN_DIR:${LD_LIBRARY_PATH:-}"
+  fi
+fi
+
+# ---- build ----
+if cmake -S . -B build-gpu "${CMAKE_ARGS[@]}" > "$OUT/configure.log" 2>&1 && cmake --build build-gpu -j"$JOBS" > "$OUT/build.log" 2>&1; then
+  note "build sm_$ARCH: ok"
+else
+  note "build sm_$ARCH: FAILED (see $OUT/configure.log, $OUT/build.log)"
+  tail -40 "$OUT/build.log" 2>/dev/null || tail -40 "$OUT/configure.log"
+  printf '%s\n' "${status[@]}"
+  exit 1
+fi
+
+# ---- tests (all labels; the gpu binary in full with per-case results) ----
+ctest --test-dir build-gpu -j4 --output-on-failure > "$OUT/ctest.log" 2>&1
+note "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+build-gpu/bin/ember_gpu_tests -r compact > "$OUT/gpu_tests.log" 2>&1
+note "ember_gpu_tests: $(tail -1 "$OUT/gpu_tests.log")"
+
+# ---- benchmarks ----
+BENCH_ARGS=(--json "$OUT/bench_ops.json")
+[ -n "${QUICK:-}" ] && BENCH_ARGS+=(--quick)
+build-gpu/bin/bench_ops "${BENCH_ARGS[@]}" > "$OUT/bench_ops.log" 2>&1
+note "bench_ops: exit $? (table in $OUT/bench_ops.log)"
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && [ -f bench/torch_ops.py ]; then
+  PYTHONUNBUFFERED=1 python3 bench/torch_ops.py --json "$OUT/torch_ops.json" > "$OUT/torch_ops.log" 2>&1
+  note "torch_ops.py: exit $?"
+fi
+if [ -x bench/e2e/run.sh ]; then
+  bench/e2e/run.sh "$OUT" > "$OUT/e2e.log" 2>&1
+  note "e2e comparison: exit $? (table in $OUT/e2e.log)"
+fi
+[ -x build-gpu/bin/bench_loader ] && { build-gpu/bin/bench_loader > "$OUT/bench_loader.log" 2>&1; note "bench_loader: exit $?"; }
+
+# ---- short table last ----
+if [ -f "$OUT/bench_ops.json" ]; then
+  python3 scripts/bench_table.py "$OUT/bench_ops.json" ${OUT:+"$OUT/torch_ops.json"} > "$OUT/summary.md" 2>/dev/null && cat "$OUT/summary.md"
+fi
+echo
+echo "== summary =="
+printf '%s\n' "${status[@]}"

@@ -1,0 +1,22 @@
+# Installs the build into a temporary prefix, then configures, builds and runs
+# examples/find_package against it.
+set(prefix ${BUILD_DIR}/install-test/prefix)
+set(consumer ${BUILD_DIR}/install-test/consumer)
+file(REMOVE_RECURSE ${BUILD_DIR}/install-test)
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix} RESULT_VARIABLE r OUTPUT_QUIET)
+if(r)
+  message(FATAL_ERROR "cmake --install failed: ${r}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/find_package -B ${consumer} -G ${GENERATOR}
+                        -DCMAKE_PREFIX_PATH=${prefix} RESULT_VARIABLE r)
+if(r)
+  message(FATAL_ERROR "configuring the consumer against the install failed: ${r}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${consumer} RESULT_VARIABLE r)
+if(r)
+  message(FATAL_ERROR "building the consumer failed: ${r}")
+endif()
+execute_process(COMMAND ${consumer}/consumer RESULT_VARIABLE r)
+if(r)
+  message(FATAL_ERROR "the consumer ran but did not learn y = 2x + 1 (exit ${r})")
+endif()

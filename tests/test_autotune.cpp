@@ -1,0 +1,315 @@
+// The autotuner's host-side logic with CPU variants (timed with the host clock): cache keys, the
+// in-memory cache, the disk cache round trip, malformed cache files, deterministic filtering, the
+// registry's "auto" path, and the set_backends string API.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/rng.h"
+#include "kernels/autotune.h"
+#include "kernels/functional.h"
+#include "kernels/registry.h"
+
+using namespace ember;
+
+namespace {
+
+const Variant& variant(OpId op, const std::string& name) {
+  for (const Variant& v : op_info(op).variants)
+    if (v.device == DeviceType::cpu && v.name == name) return v;
+  throw std::runtime_error("no CPU variant " + name);
+}
+
+// A matmul call as the runner would make it.
+struct MatmulCall {
+  std::vector<Tensor> in, out;
+  Attrs attrs;
+  MatmulCall(const Tensor& a, const Tensor& b) : in{a, b} {
+    out.push_back(empty({a.shape()[0], b.shape()[1]}, TensorOptions(a.dtype())));
+  }
+  KernelCall call() { return KernelCall{OpId::matmul, in, out, attrs}; }
+};
+
+std::string temp_path(const std::string& name) {
+  return std::string(EMBER_BINARY_DIR) + "/autotune_test_" + name + ".txt";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  f << text;
+}
+
+struct Fresh {  // a clean tuner for each test, restored after
+  Fresh() {
+    autotune::set_cache_file("");
+    autotune::clear();
+    autotune::reset_stats();
+    autotune::set_runs(1, 3);
+  }
+  ~Fresh() {
+    autotune::set_cache_file("");
+    autotune::clear();
+    autotune::set_runs(2, 5);
+    set_deterministic(false);
+    set_backend_all("default");
+  }
+};
+
+// A correct but nondeterministic-flagged linear variant (the fused kernel under another name), added
+// once so the registry's "auto" path has two CPU candidates to choose from.
+void linear_test_variant(const KernelCall& c) { variant(OpId::linear, "cpu_fused").fn(c); }
+void add_test_variant_once() {
+  static bool added = [] {
+    auto& info = const_cast<OpInfo&>(op_info(OpId::linear));
+    info.add_variant({"test_nondet", DeviceType::cpu, linear_test_variant, kFloatTypes, kNondeterministic, nullptr,
+                      "test only: cpu_fused under another name, flagged nondeterministic"});
+    return true;
+  }();
+  (void)added;
+}
+
+}  // namespace
+
+TEST_CASE("autotune: the key names op, device, layouts, dtypes and attributes", "[autotune]") {
+  Fresh fresh;
+  const OpInfo& info = op_info(OpId::matmul);
+  Tensor a = uniform({8, 16}, -1, 1), b = uniform({16, 4}, -1, 1);
+  MatmulCall c1(a, b), c2(a, b), c3(uniform({8, 17}, -1, 1), uniform({17, 4}, -1, 1));
+  MatmulCall c4(a, uniform({4, 16}, -1, 1).t()), c5(a.to(DType::f64), b.to(DType::f64));
+  std::string k1 = autotune::key(info, c1.call());
+  CHECK(k1 == autotune::key(info, c2.call()));
+  CHECK(k1.find("matmul|cpu") == 0);
+  CHECK(k1.find("f32[8,16]{16,1}") != std::string::npos);
+  CHECK(k1 != autotune::key(info, c3.call()));  // shape
+  CHECK(k1 != autotune::key(info, c4.call()));  // strides (b transposed)
+  CHECK(k1 != autotune::key(info, c5.call()));  // dtype
+  set_deterministic(true);
+  CHECK(k1 != autotune::key(info, c1.call()));  // deterministic mode
+  set_deterministic(false);
+  // attributes
+  const OpInfo& lin = op_info(OpId::linear);
+  std::vector<Tensor> in{uniform({3, 4}, -1, 1), uniform({5, 4}, -1, 1), Tensor()};
+  std::vector<Tensor> out{empty({3, 5})};
+  Attrs relu = LinearAttrs{1}, gelu = LinearAttrs{2};
+  CHECK(autotune::key(lin, KernelCall{OpId::linear, in, out, relu}) !=
+        autotune::key(lin, KernelCall{OpId::linear, in, out, gelu}));
+  CHECK(autotune::key(lin, KernelCall{OpId::linear, in, out, relu}).find("|in f32[3,4]{4,1} f32[5,4]{4,1} -|") !=
+        std::string::npos);
+}
+
+TEST_CASE("autotune: tunes a new key once, then serves it from the cache", "[autotune]") {
+  Fresh fresh;
+  const OpInfo& info = op_info(OpId::matmul);
+  const Variant* cands[] = {&variant(OpId::matmul, "cpu"), &variant(OpId::matmul, "cpu_blocked")};
+  MatmulCall c(uniform({32, 48}, -1, 1), uniform({48, 24}, -1, 1));
+  Tensor before = c.out[0].clone();
+  const Variant* first = autotune::choose(info, c.call(), cands);
+  REQUIRE(first != nullptr);
+  CHECK((first == cands[0] || first == cands[1]));
+  CHECK(autotune::stats().tunings == 1);
+  // the candidates ran into scratch outputs: the call's output was not written
+  CHECK(c.out[0].data_ptr() != nullptr);
+  CHECK(std::memcmp(c.out[0].data_ptr(), before.data_ptr(), c.out[0].nbytes()) == 0);
+  for (int i = 0; i < 3; ++i) CHECK(autotune::choose(info, c.call(), cands) == first);
+  CHECK(autotune::stats().tunings == 1);
+  CHECK(autotune::stats().hits == 3);
+  auto es = autotune::entries();
+  REQUIRE(es.size() == 1);
+  CHECK(es[0].variant == first->name);
+  CHECK(es[0].ms > 0);
+  // a new shape is a new key
+  MatmulCall c2(uniform({33, 48}, -1, 1), uniform({48, 24}, -1, 1));
+  autotune::choose(info, c2.call(), cands);
+  CHECK(autotune::stats().tunings == 2);
+  // one candidate: nothing to time
+  autotune::choose(info, c2.call(), std::span<const Variant* const>(cands, 1));
+  CHECK(autotune::stats().tunings == 2);
+}
+
+TEST_CASE("autotune: in-place outputs are cloned while timing", "[autotune]") {
+  Fresh fresh;
+  // an op writing input 0 in place: the candidates must not touch it
+  Tensor x = ones({4, 4});
+  std::vector<Tensor> in{x, ones({4, 4})};
+  std::vector<Tensor> out{x};
+  int runs = 0;
+  static int* counter = nullptr;
+  counter = &runs;
+  auto add_into_out = [](const KernelCall& k) {
+    ++*counter;
+    float* o = k.out[0].data<float>();
+    for (int64_t i = 0; i < k.out[0].numel(); ++i) o[i] += 1;
+  };
+  Variant v1{"a", DeviceType::cpu, add_into_out, kFloatTypes, 0, nullptr, ""};
+  Variant v2{"b", DeviceType::cpu, add_into_out, kFloatTypes, 0, nullptr, ""};
+  const Variant* cands[] = {&v1, &v2};
+  const Variant* v = autotune::choose(op_info(OpId::add), KernelCall{OpId::add, in, out, Attrs{}}, cands);
+  CHECK(v != nullptr);
+  CHECK(runs == 2 * (1 + 3));  // warm-up + timed runs of both
+  CHECK(max(x).item() == 1.0);  // untouched
+}
+
+TEST_CASE("autotune: deterministic mode never picks a nondeterministic variant", "[autotune]") {
+  Fresh fresh;
+  const OpInfo& info = op_info(OpId::matmul);
+  auto noop = [](const KernelCall&) {};  // fastest possible, flagged nondeterministic
+  Variant nd{"nondet", DeviceType::cpu, noop, kFloatTypes, kNondeterministic, nullptr, ""};
+  const Variant* cands[] = {&variant(OpId::matmul, "cpu_blocked"), &nd};
+  MatmulCall c(uniform({64, 64}, -1, 1), uniform({64, 64}, -1, 1));
+  set_deterministic(true);
+  for (int i = 0; i < 3; ++i) CHECK(autotune::choose(info, c.call(), cands) == cands[0]);
+  set_deterministic(false);
+  // the same call outside deterministic mode is another key, and there the no-op may win
+  const Variant* v = autotune::choose(info, c.call(), cands);
+  CHECK(v != nullptr);
+
+  // through the registry: with a nondeterministic linear variant registered, "auto" tunes between
+  // the two fused variants, and deterministic mode filters the flagged one before tuning
+  add_test_variant_once();
+  set_backend(OpId::linear, "auto");
+  Tensor x = uniform({16, 32}, -1, 1), w = uniform({8, 32}, -1, 1), b = uniform({8}, -1, 1);
+  Tensor y = linear(x, w, b, Activation::relu);
+  Tensor want = call_variant(variant(OpId::linear, "cpu"), OpId::linear, {x, w, b}, LinearAttrs{1})[0];
+  CHECK(max(abs(sub(y, want))).item() < 1e-5);
+  uint64_t tuned = autotune::stats().tunings;
+  CHECK(tuned >= 2);  // the linear key was tuned (after the matmul keys above)
+  linear(x, w, b, Activation::relu);
+  CHECK(autotune::stats().tunings == tuned);  // cached
+  set_deterministic(true);
+  const OpInfo& lin = op_info(OpId::linear);
+  std::vector<Tensor> in{x, w, b};
+  std::vector<Tensor> out{empty({16, 8})};
+  Attrs attrs = LinearAttrs{1};
+  CHECK(select_variant(lin, KernelCall{OpId::linear, in, out, attrs}, DeviceType::cpu).name == "cpu_fused");
+  CHECK(autotune::stats().tunings == tuned);  // one candidate left: nothing timed
+}
+
+TEST_CASE("autotune: the disk cache round trip", "[autotune]") {
+  Fresh fresh;
+  std::string path = temp_path("roundtrip");
+  std::remove(path.c_str());
+  autotune::set_cache_file(path);
+  CHECK(autotune::cache_file() == path);
+  CHECK(read_file(path) == "# ember autotune cache v1\n");
+  const OpInfo& info = op_info(OpId::matmul);
+  const Variant* cands[] = {&variant(OpId::matmul, "cpu"), &variant(OpId::matmul, "cpu_blocked")};
+  MatmulCall c(uniform({20, 30}, -1, 1), uniform({30, 10}, -1, 1));
+  const Variant* v = autotune::choose(info, c.call(), cands);
+  REQUIRE(v != nullptr);
+  std::string key = autotune::key(info, c.call());
+  CHECK(read_file(path) == "# ember autotune cache v1\n" + key + "\t" + v->name + "\n");
+
+  // a new process (simulated): the entry comes back from the file, nothing is timed
+  autotune::set_cache_file("");
+  autotune::clear();
+  autotune::reset_stats();
+  // name the other variant in the file, to see that the answer really comes from it
+  const Variant* other = v == cands[0] ? cands[1] : cands[0];
+  write_file(path, "# ember autotune cache v1\n# a comment\n\n" + key + "\t" + other->name + "\n");
+  autotune::set_cache_file(path);
+  CHECK(autotune::last_warning().empty());
+  CHECK(autotune::entries().size() == 1);
+  CHECK(autotune::choose(info, c.call(), cands) == other);
+  CHECK(autotune::stats().tunings == 0);
+  CHECK(autotune::stats().hits == 1);
+
+  // a stale entry (a variant that does not exist) is tuned again and appended
+  autotune::set_cache_file("");
+  autotune::clear();
+  write_file(path, "# ember autotune cache v1\n" + key + "\tno_such_variant\n");
+  autotune::set_cache_file(path);
+  const Variant* again = autotune::choose(info, c.call(), cands);
+  CHECK(again != nullptr);
+  CHECK(autotune::stats().tunings == 1);
+  CHECK(read_file(path).find(key + "\t" + again->name + "\n") != std::string::npos);
+  std::remove(path.c_str());
+
+  // an existing empty file gets the header
+  write_file(path, "");
+  autotune::set_cache_file(path);
+  CHECK(read_file(path) == "# ember autotune cache v1\n");
+  autotune::set_cache_file("");
+  std::remove(path.c_str());
+}
+
+TEST_CASE("autotune: a malformed cache file is reported and ignored", "[autotune]") {
+  Fresh fresh;
+  const OpInfo& info = op_info(OpId::matmul);
+  const Variant* cands[] = {&variant(OpId::matmul, "cpu"), &variant(OpId::matmul, "cpu_blocked")};
+  MatmulCall c(uniform({20, 30}, -1, 1), uniform({30, 10}, -1, 1));
+  std::string path = temp_path("malformed");
+
+  SECTION("wrong header") {
+    write_file(path, "{\"not\": \"our format\"}\nmatmul|x\tcpu\n");
+    CHECK_NOTHROW(autotune::set_cache_file(path));
+    CHECK_THAT(autotune::last_warning(), Catch::Contains(path) && Catch::Contains("line 1"));
+  }
+  SECTION("a line without a variant") {
+    write_file(path, "# ember autotune cache v1\nmatmul|cpu|det0\tcpu\nmatmul|cpu|det0 garbage without tab\n");
+    CHECK_NOTHROW(autotune::set_cache_file(path));
+    CHECK_THAT(autotune::last_warning(), Catch::Contains(path) && Catch::Contains("line 3"));
+  }
+  SECTION("binary junk") {
+    write_file(path, std::string("\x00\x01\x02\xff\xfe", 5));
+    CHECK_NOTHROW(autotune::set_cache_file(path));
+    CHECK_THAT(autotune::last_warning(), Catch::Contains("line 1"));
+  }
+  std::string before = read_file(path);
+  CHECK(autotune::entries().empty());  // nothing loaded, not even the valid lines
+  CHECK(autotune::choose(info, c.call(), cands) != nullptr);  // tuning still works ...
+  CHECK(read_file(path) == before);                           // ... and the file is left alone
+  autotune::set_cache_file("");
+  std::remove(path.c_str());
+}
+
+TEST_CASE("autotune: a cache file that cannot be created gives a warning", "[autotune]") {
+  Fresh fresh;
+  std::string path = std::string(EMBER_BINARY_DIR) + "/no_such_dir/cache.txt";
+  CHECK_NOTHROW(autotune::set_cache_file(path));
+  CHECK_THAT(autotune::last_warning(), Catch::Contains("cannot create") && Catch::Contains(path));
+  const Variant* cands[] = {&variant(OpId::matmul, "cpu"), &variant(OpId::matmul, "cpu_blocked")};
+  MatmulCall c(uniform({4, 4}, -1, 1), uniform({4, 4}, -1, 1));
+  CHECK(autotune::choose(op_info(OpId::matmul), c.call(), cands) != nullptr);
+}
+
+TEST_CASE("set_backends: the string API", "[autotune]") {
+  Fresh fresh;
+  set_backends("matmul=cpu_blocked, linear=auto");
+  CHECK(backend(OpId::matmul) == "cpu_blocked");
+  CHECK(backend(OpId::linear) == "auto");
+  CHECK(backends() == "matmul=cpu_blocked,linear=auto");
+  set_backends("linear=default");
+  CHECK(backend(OpId::linear) == "");
+  CHECK_THROWS_WITH(set_backends("nosuch=auto"), Catch::Contains("unknown op 'nosuch'") && Catch::Contains("matmul"));
+  CHECK_THROWS_WITH(set_backends("matmul=warp_speed"),
+                    Catch::Contains("matmul has no backend 'warp_speed'") && Catch::Contains("cpu_blocked"));
+  CHECK_THROWS_WITH(set_backends("matmul"), Catch::Contains("'matmul' is not op=backend"));
+  CHECK_THROWS_WITH(set_backends("matmul="), Catch::Contains("no backend given"));
+  CHECK_THROWS_WITH(set_backends("view=auto"), Catch::Contains("view is a view"));
+  // all or nothing: the valid first item is not applied when a later one is wrong
+  CHECK_THROWS(set_backends("linear=vendor,matmul=nope"));
+  CHECK(backend(OpId::linear) == "");
+  set_backends("*=auto");
+  CHECK(backend(OpId::add) == "auto");
+  CHECK(backend(OpId::matmul) == "auto");
+  CHECK_THROWS_WITH(set_backends("*=nope"), Catch::Contains("no op has a backend 'nope'"));
+  set_backends("*=default");
+  CHECK(backends() == "");
+  // the chosen backend is what runs
+  set_backends("matmul=cpu");
+  Tensor a = uniform({3, 4}, -1, 1), b = uniform({4, 2}, -1, 1);
+  std::vector<Tensor> in{a, b};
+  std::vector<Tensor> out{empty({3, 2})};
+  CHECK(select_variant(op_info(OpId::matmul), KernelCall{OpId::matmul, in, out, Attrs{}}, DeviceType::cpu).name ==
+        "cpu");
+}

@@ -1,0 +1,179 @@
+// CUDA GEMM tests beyond the generic parity of the samples: shapes large enough for many tiles
+// (the grouped tile order, several waves), every operand layout, more batches than gridDim.z
+// holds, cuBLAS handles used from several threads, and autotuning on the device (including a CUDA
+// graph capture, during which nothing may be timed).
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "core/cuda/runtime.h"
+#include "core/rng.h"
+#include "kernels/autotune.h"
+#include "kernels/functional.h"
+#include "kernels/registry.h"
+#include "tests/op_driver.h"
+
+#if EMBER_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace ember;
+
+namespace {
+
+const Variant* find_variant(OpId op, DeviceType d, const std::string& name) {
+  for (const Variant& v : op_info(op).variants)
+    if (v.device == d && v.name == name) return &v;
+  return nullptr;
+}
+
+// Every CUDA variant of matmul that accepts (a, b) against the CPU reference.
+void check_all_variants(const Tensor& a_cpu, const Tensor& b_cpu, Tol tol, const std::string& what) {
+  const Variant* ref = find_variant(OpId::matmul, DeviceType::cpu, "cpu");
+  REQUIRE(ref != nullptr);
+  Tensor want = call_variant(*ref, OpId::matmul, {a_cpu, b_cpu})[0];
+  Tensor a = testing::to_device_same_layout(a_cpu, kCUDA), b = testing::to_device_same_layout(b_cpu, kCUDA);
+  std::vector<Tensor> in{a, b};
+  std::vector<Tensor> probe_out{empty({0}, TensorOptions(a.dtype()).device(kCUDA))};
+  KernelCall probe{OpId::matmul, in, probe_out, Attrs{}};
+  int ran = 0;
+  for (const Variant& v : op_info(OpId::matmul).variants) {
+    if (v.device != DeviceType::cuda || !v.accepts(probe)) continue;
+    Tensor got = call_variant(v, OpId::matmul, {a, b})[0].to(kCPU);
+    INFO(what << " variant " << v.name << " " << a_cpu.dtype());
+    CHECK(testing::compare(got, want, tol) == "");
+    ++ran;
+  }
+  CHECK(ran >= 3);
+}
+
+Tol gemm_tol(DType dt) {
+  switch (dt) {
+    case DType::f64: return {1e-10, 1e-10};
+    case DType::f32: return {1e-5, 2e-4};
+    case DType::f16: return {1e-3, 2e-4};
+    default: return {1.6e-2, 2e-4};
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda gemm: many tiles, every layout, every dtype", "[gpu][gemm]") {
+  manual_seed(3);
+  const int64_t M = 1100, K = 520, N = 700;  // 9 x 6 tiles of 128: a partial group of tile rows
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+    Tensor a = uniform({M, K}, -1, 1).to(dt), b = uniform({K, N}, -1, 1).to(dt);
+    Tensor at = uniform({K, M}, -1, 1).to(dt).t(), bt = uniform({N, K}, -1, 1).to(dt).t();
+    check_all_variants(a, b, gemm_tol(dt), "row-major x row-major");
+    check_all_variants(at, b, gemm_tol(dt), "transposed x row-major");
+    check_all_variants(a, bt, gemm_tol(dt), "row-major x transposed");
+    check_all_variants(at, bt, gemm_tol(dt), "transposed x transposed");
+  }
+}
+
+TEST_CASE("cuda gemm: more batches than one grid dimension holds", "[gpu][gemm]") {
+  manual_seed(4);
+  for (DType dt : {DType::f32, DType::f16}) {
+    Tensor a = uniform({70000, 3, 8}, -1, 1).to(dt), b = uniform({70000, 8, 2}, -1, 1).to(dt);
+    check_all_variants(a, b, gemm_tol(dt), "70000 batches");
+  }
+}
+
+TEST_CASE("cuda gemm: cuBLAS from several threads", "[gpu][gemm]") {
+  manual_seed(5);
+  Tensor a = uniform({300, 200}, -1, 1).cuda(), b = uniform({200, 100}, -1, 1).cuda();
+  const Variant* cublas = find_variant(OpId::matmul, DeviceType::cuda, "cublas");
+  REQUIRE(cublas != nullptr);
+  Tensor want = call_variant(*cublas, OpId::matmul, {a, b})[0].to(kCPU);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        for (int i = 0; i < 20; ++i) {
+          Tensor got = call_variant(*cublas, OpId::matmul, {a, b})[0].to(kCPU);
+          std::string msg = testing::compare(got, want, {0, 0});
+          if (!msg.empty()) errors[static_cast<size_t>(t)] = msg;
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(t)] = e.what();
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (const std::string& e : errors) CHECK(e == "");
+}
+
+TEST_CASE("cuda autotune: tunes once per key, never while a graph is captured", "[gpu][autotune]") {
+  autotune::clear();
+  autotune::reset_stats();
+  set_backend(OpId::matmul, "auto");
+  manual_seed(6);
+  Tensor a = uniform({256, 384}, -1, 1).cuda(), b = uniform({384, 128}, -1, 1).cuda();
+  Tensor want = matmul(a.cpu(), b.cpu());
+  Tensor y = matmul(a, b);
+  CHECK(testing::compare(y.cpu(), want, {1e-5, 1e-4}) == "");
+  CHECK(autotune::stats().tunings == 1);
+  auto es = autotune::entries();
+  REQUIRE(es.size() == 1);
+  CHECK(es[0].key.find("matmul|cuda:0:") == 0);
+  CHECK(es[0].ms > 0);
+  matmul(a, b);
+  CHECK(autotune::stats().tunings == 1);
+  CHECK(autotune::stats().hits >= 1);
+#if EMBER_WITH_CUDA
+  // a new key while capturing: the default variant is recorded, nothing is timed
+  cudaStream_t s = static_cast<cudaStream_t>(cuda::current_stream(0).handle());
+  Tensor a2 = uniform({96, 384}, -1, 1).cuda();
+  cuda::current_stream(0).synchronize();
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  Tensor y2;
+  bool threw = false;
+  try {
+    y2 = matmul(a2, b);
+  } catch (const std::exception&) {
+    threw = true;
+  }
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  CHECK(!threw);
+  CHECK(autotune::stats().capture_skips == 1);
+  CHECK(autotune::stats().tunings == 1);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+  cuda::current_stream(0).synchronize();
+  CHECK(testing::compare(y2.cpu(), matmul(a2.cpu(), b.cpu()), {1e-5, 1e-4}) == "");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  // eagerly, the same key is tuned
+  matmul(a2, b);
+  CHECK(autotune::stats().tunings == 2);
+#endif
+  set_backend(OpId::matmul, "default");
+  autotune::clear();
+}
+
+TEST_CASE("cuda linear: every variant at the MNIST shapes, with each epilogue", "[gpu][gemm]") {
+  manual_seed(7);
+  const Variant* ref = find_variant(OpId::linear, DeviceType::cpu, "cpu");
+  REQUIRE(ref != nullptr);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [rows, in_f, out_f] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {64, 784, 128}, {512, 784, 128}, {128, 128, 10}, {64, 3136, 128}})
+      for (int act = 0; act <= 2; ++act) {
+        Tensor x = uniform({rows, in_f}, -1, 1).to(dt), w = uniform({out_f, in_f}, -0.1, 0.1).to(dt);
+        Tensor bias = uniform({out_f}, -1, 1).to(dt);
+        Attrs attrs = LinearAttrs{act};
+        Tensor want = call_variant(*ref, OpId::linear, {x, w, bias}, attrs)[0];
+        std::vector<Tensor> in{x.cuda(), w.cuda(), bias.cuda()};
+        std::vector<Tensor> probe_out{empty({0}, TensorOptions(dt).device(kCUDA))};
+        KernelCall probe{OpId::linear, in, probe_out, attrs};
+        for (const Variant& v : op_info(OpId::linear).variants) {
+          if (v.device != DeviceType::cuda || !v.accepts(probe)) continue;
+          Tensor got = call_variant(v, OpId::linear, in, attrs)[0].to(kCPU);
+          INFO("linear [" << rows << "," << in_f << "] -> " << out_f << " act " << act << " " << dt << " variant "
+                          << v.name);
+          CHECK(testing::compare(got, want, gemm_tol(dt)) == "");
+        }
+      }
+}

@@ -1,0 +1,116 @@
+// softmax / cross_entropy / dropout on CUDA beyond the generic parity tests: the launch counts
+// the training loop relies on (one kernel for the MNIST-sized forward and backward, counted by
+// capturing the calls into a CUDA graph), no host synchronisation, the device error for a bad
+// target, and dropout's mask equal to the CPU's.
+#include <catch2/catch.hpp>
+
+#if EMBER_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "core/cuda/runtime.h"
+#include "core/rng.h"
+#include "core/runtime.h"
+#include "kernels/functional.h"
+#include "kernels/registry.h"
+
+using namespace ember;
+
+namespace {
+
+const Device kGPU(DeviceType::cuda, 0);
+
+// Kernel nodes that f enqueues on the current stream (captured into a graph, never run).
+size_t kernels_launched_by(const std::function<void()>& f) {
+  cudaStream_t s = static_cast<cudaStream_t>(cuda::current_stream(0).handle());
+  cuda::MemPool pool(0);
+  size_t kernels = 0;
+  {
+    cuda::PoolScope scope(pool);
+    REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    f();
+    cudaGraph_t graph = nullptr;
+    REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+    size_t n = 0;
+    REQUIRE(cudaGraphGetNodes(graph, nullptr, &n) == cudaSuccess);
+    std::vector<cudaGraphNode_t> nodes(n);
+    if (n > 0) REQUIRE(cudaGraphGetNodes(graph, nodes.data(), &n) == cudaSuccess);
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type;
+      REQUIRE(cudaGraphNodeGetType(node, &type) == cudaSuccess);
+      if (type == cudaGraphNodeTypeKernel) ++kernels;
+    }
+    REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+  }
+  return kernels;
+}
+
+Tensor logits(int64_t n, int64_t c) { return uniform({n, c}, -3, 3, TensorOptions().device(kGPU)); }
+
+// Deterministic class indices in [0, c) on the GPU.
+Tensor class_targets(int64_t n, int64_t c) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (i * 7 + 3) % c;
+  return tensor_i64(v, {n}).to(kGPU);
+}
+
+}  // namespace
+
+TEST_CASE("cuda: MNIST-sized cross_entropy forward and backward are one kernel each", "[gpu][loss]") {
+  for (int64_t n : {64, 512}) {
+    INFO("batch " << n);
+    Tensor x = logits(n, 10), t = class_targets(n, 10);
+    std::vector<Tensor> fwd = call(OpId::cross_entropy, {x, t, Tensor()}, LossAttrs{1, -100, 0});  // warm-up
+    CHECK(kernels_launched_by([&] { call(OpId::cross_entropy, {x, t, Tensor()}, LossAttrs{1, -100, 0}); }) == 1);
+    Tensor g = ones({}, TensorOptions().device(kGPU));
+    CHECK(kernels_launched_by([&] {
+            call(OpId::cross_entropy_backward, {g, x, t, Tensor(), fwd[1]}, LossAttrs{1, -100, 0});
+          }) == 1);
+    CHECK(kernels_launched_by([&] { softmax(x, 1); }) == 1);
+    CHECK(kernels_launched_by([&] { log_softmax(x, 1); }) == 1);
+  }
+  Tensor big = logits(64, 4096);
+  CHECK(kernels_launched_by([&] { softmax(big, 1); }) == 1);
+  Tensor h = uniform({1 << 20}, -1, 1, TensorOptions().device(kGPU));
+  CHECK(kernels_launched_by([&] { dropout(h, 0.5); }) == 1);
+}
+
+TEST_CASE("cuda: the loss path does not synchronise the host", "[gpu][loss]") {
+  Tensor x = logits(512, 10).requires_grad_(true), t = class_targets(512, 10);
+  Tensor w = uniform({10}, 0.5, 2, TensorOptions().device(kGPU));
+  CrossEntropyOptions o;
+  o.weight = w;
+  o.label_smoothing = 0.1;
+  cuda::device_synchronize(0);
+  const uint64_t before = runtime::host_sync_count();
+  Tensor loss = cross_entropy(x, t, o);
+  loss.backward();
+  Tensor y = log_softmax(dropout(x.detach(), 0.2), 1);
+  Tensor m = mse_loss(y, zeros_like(y));
+  CHECK(runtime::host_sync_count() == before);
+  CHECK(std::isfinite(loss.item()));
+  CHECK(std::isfinite(m.item()));
+}
+
+TEST_CASE("cuda: an out-of-range target raises the device error at the next sync", "[gpu][loss][bad_input]") {
+  cuda::device_synchronize(0);
+  Tensor x = logits(4, 10);
+  Tensor t = tensor_i64({1, 12, 3, 0}, {4}).to(kGPU);
+  Tensor loss = cross_entropy(x, t);  // asynchronous: nothing thrown yet
+  CHECK_THROWS_WITH(cuda::device_synchronize(0), Catch::Contains("cross_entropy"));
+  cuda::device_synchronize(0);  // the error word was cleared
+}
+
+TEST_CASE("cuda: dropout draws the CPU's mask for the same seed and offset", "[gpu][dropout]") {
+  Tensor x = uniform({4099}, 1, 2);
+  manual_seed(77);
+  std::vector<double> cpu = dropout(x, 0.4).to_vector<double>();
+  manual_seed(77);
+  std::vector<double> gpu = dropout(x.to(kGPU), 0.4).to_vector<double>();
+  CHECK(cpu == gpu);
+}
+
+#endif  // EMBER_WITH_CUDA
