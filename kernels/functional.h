@@ -141,6 +141,12 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               Activation activation = Activation::none);
 
+// ---- data ----
+// u8 images [N, C, ...] (or any shape with one channel) -> (x/255 - mean[c]) / std[c] in `dtype`,
+// one pass (torchvision's ToTensor + Normalize). mean/std: one entry per channel, or one for all.
+Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean = {0.0}, const std::vector<double>& std = {1.0},
+                    DType dtype = DType::f32);
+
 // The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
 #define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);
 #include "kernels/ops.def"
