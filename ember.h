@@ -9,3 +9,4 @@
 #include "core/runtime.h"
 #include "core/tensor.h"
 #include "kernels/functional.h"
+#include "data/data.h"

@@ -1,0 +1,141 @@
+#include "data/transforms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "data/image_decode.h"
+
+namespace ember::data {
+
+// ---- Compose ----
+
+Compose::Compose(std::vector<std::shared_ptr<const Transform>> transforms) : transforms_(std::move(transforms)) {
+  for (size_t i = 0; i < transforms_.size(); ++i)
+    EMBER_CHECK(transforms_[i] != nullptr, "Compose: transform ", i, " is null");
+}
+
+void Compose::apply(Image& image, Rng& rng) const {
+  for (const auto& t : transforms_) t->apply(image, rng);
+}
+
+std::string Compose::describe() const {
+  std::string s = "Compose(";
+  for (size_t i = 0; i < transforms_.size(); ++i) s += (i ? ", " : "") + transforms_[i]->describe();
+  return s + ")";
+}
+
+// ---- RandomCrop ----
+
+RandomCrop::RandomCrop(int64_t height, int64_t width, int64_t padding, uint8_t fill)
+    : height_(height), width_(width), padding_(padding), fill_(fill) {
+  EMBER_CHECK(height > 0 && width > 0 && padding >= 0, "RandomCrop: size ", height, " x ", width, " and padding ",
+              padding, " must be positive (padding >= 0)");
+}
+
+void RandomCrop::apply(Image& image, Rng& rng) const {
+  const int64_t ph = image.height + 2 * padding_, pw = image.width + 2 * padding_;
+  EMBER_CHECK(ph >= height_ && pw >= width_, "RandomCrop: cannot crop ", height_, " x ", width_, " from a ",
+              image.height, " x ", image.width, " image padded by ", padding_);
+  // Top-left corner of the window in padded coordinates.
+  const int64_t top = rng.randint(ph - height_ + 1), left = rng.randint(pw - width_ + 1);
+  Image out(image.channels, height_, width_);
+  for (int64_t c = 0; c < image.channels; ++c)
+    for (int64_t y = 0; y < height_; ++y) {
+      const int64_t sy = top + y - padding_;
+      for (int64_t x = 0; x < width_; ++x) {
+        const int64_t sx = left + x - padding_;
+        out.at(c, y, x) = (sy >= 0 && sy < image.height && sx >= 0 && sx < image.width) ? image.at(c, sy, sx) : fill_;
+      }
+    }
+  image = std::move(out);
+}
+
+std::string RandomCrop::describe() const {
+  return str("RandomCrop(", height_, "x", width_, ", padding=", padding_, ")");
+}
+
+// ---- RandomHorizontalFlip ----
+
+RandomHorizontalFlip::RandomHorizontalFlip(double p) : p_(p) {
+  EMBER_CHECK(p >= 0 && p <= 1, "RandomHorizontalFlip: p must be in [0, 1], got ", p);
+}
+
+void RandomHorizontalFlip::apply(Image& image, Rng& rng) const {
+  if (!rng.bernoulli(p_)) return;
+  for (int64_t c = 0; c < image.channels; ++c)
+    for (int64_t y = 0; y < image.height; ++y) {
+      uint8_t* row = &image.at(c, y, 0);
+      std::reverse(row, row + image.width);
+    }
+}
+
+std::string RandomHorizontalFlip::describe() const { return str("RandomHorizontalFlip(p=", p_, ")"); }
+
+// ---- RandomAffine ----
+
+RandomAffine::RandomAffine(RandomAffineOptions options) : o_(options) {
+  EMBER_CHECK(o_.degrees_ >= 0 && o_.degrees_ <= 180, "RandomAffine: degrees must be in [0, 180], got ", o_.degrees_);
+  EMBER_CHECK(o_.translate_ >= 0 && o_.translate_ <= 1, "RandomAffine: translate must be in [0, 1], got ", o_.translate_);
+  EMBER_CHECK(o_.scale_min_ > 0 && o_.scale_min_ <= o_.scale_max_, "RandomAffine: scale range [", o_.scale_min_, ", ",
+              o_.scale_max_, "] must be positive and ordered");
+}
+
+void RandomAffine::apply(Image& image, Rng& rng) const {
+  const double angle = o_.degrees_ > 0 ? rng.uniform(-o_.degrees_, o_.degrees_) : 0.0;
+  const double max_dx = o_.translate_ * static_cast<double>(image.width);
+  const double max_dy = o_.translate_ * static_cast<double>(image.height);
+  const double tx = o_.translate_ > 0 ? std::round(rng.uniform(-max_dx, max_dx)) : 0.0;
+  const double ty = o_.translate_ > 0 ? std::round(rng.uniform(-max_dy, max_dy)) : 0.0;
+  const double scale = o_.scale_max_ > o_.scale_min_ ? rng.uniform(o_.scale_min_, o_.scale_max_) : o_.scale_min_;
+  if (angle == 0 && tx == 0 && ty == 0 && scale == 1) return;
+
+  // Forward map about the centre c: p' = c + t + s R(angle) (p - c). The output pixel p' reads
+  // the input at p = c + R(-angle) (p' - c - t) / s.
+  const double a = angle * std::numbers::pi / 180.0;
+  const double cs = std::cos(a) / scale, sn = std::sin(a) / scale;
+  const double cx = (static_cast<double>(image.width) - 1) * 0.5, cy = (static_cast<double>(image.height) - 1) * 0.5;
+  Image out(image.channels, image.height, image.width);
+  for (int64_t y = 0; y < image.height; ++y)
+    for (int64_t x = 0; x < image.width; ++x) {
+      const double dx = static_cast<double>(x) - cx - tx, dy = static_cast<double>(y) - cy - ty;
+      const double sx = cx + cs * dx + sn * dy;
+      const double sy = cy - sn * dx + cs * dy;
+      for (int64_t c = 0; c < image.channels; ++c) {
+        uint8_t v = o_.fill_;
+        if (!o_.bilinear_) {
+          const auto ix = static_cast<int64_t>(std::lround(sx)), iy = static_cast<int64_t>(std::lround(sy));
+          if (ix >= 0 && ix < image.width && iy >= 0 && iy < image.height) v = image.at(c, iy, ix);
+        } else if (sx > -1 && sx < static_cast<double>(image.width) && sy > -1 && sy < static_cast<double>(image.height)) {
+          const auto x0 = static_cast<int64_t>(std::floor(sx)), y0 = static_cast<int64_t>(std::floor(sy));
+          const double fx = sx - static_cast<double>(x0), fy = sy - static_cast<double>(y0);
+          auto px = [&](int64_t yy, int64_t xx) -> double {
+            return (xx >= 0 && xx < image.width && yy >= 0 && yy < image.height) ? image.at(c, yy, xx) : o_.fill_;
+          };
+          const double top = px(y0, x0) * (1 - fx) + px(y0, x0 + 1) * fx;
+          const double bot = px(y0 + 1, x0) * (1 - fx) + px(y0 + 1, x0 + 1) * fx;
+          v = static_cast<uint8_t>(std::clamp(std::lround(top * (1 - fy) + bot * fy), 0l, 255l));
+        }
+        out.at(c, y, x) = v;
+      }
+    }
+  image = std::move(out);
+}
+
+std::string RandomAffine::describe() const {
+  return str("RandomAffine(degrees=", o_.degrees_, ", translate=", o_.translate_, ", scale=[", o_.scale_min_, ", ",
+             o_.scale_max_, "]", o_.bilinear_ ? ", bilinear" : "", ")");
+}
+
+// ---- Resize ----
+
+Resize::Resize(int64_t height, int64_t width) : height_(height), width_(width) {
+  EMBER_CHECK(height > 0 && width > 0, "Resize: size ", height, " x ", width, " must be positive");
+}
+
+void Resize::apply(Image& image, Rng&) const { image = resize_image(image, height_, width_); }
+
+std::string Resize::describe() const { return str("Resize(", height_, "x", width_, ")"); }
+
+}  // namespace ember::data
