@@ -97,29 +97,31 @@ void RandomAffine::apply(Image& image, Rng& rng) const {
   const double cs = std::cos(a) / scale, sn = std::sin(a) / scale;
   const double cx = (static_cast<double>(image.width) - 1) * 0.5, cy = (static_cast<double>(image.height) - 1) * 0.5;
   Image out(image.channels, image.height, image.width);
-  for (int64_t y = 0; y < image.height; ++y)
-    for (int64_t x = 0; x < image.width; ++x) {
-      const double dx = static_cast<double>(x) - cx - tx, dy = static_cast<double>(y) - cy - ty;
-      const double sx = cx + cs * dx + sn * dy;
-      const double sy = cy - sn * dx + cs * dy;
+  const int64_t H = image.height, W = image.width;
+  for (int64_t y = 0; y < H; ++y) {
+    // source coordinates move by (cs, -sn) per output column: start of the row, then add
+    const double dy = static_cast<double>(y) - cy - ty, dx0 = -cx - tx;
+    double sx = cx + cs * dx0 + sn * dy, sy = cy - sn * dx0 + cs * dy;
+    for (int64_t x = 0; x < W; ++x, sx += cs, sy -= sn) {
+      if (!o_.bilinear_) {
+        const auto ix = static_cast<int64_t>(std::floor(sx + 0.5)), iy = static_cast<int64_t>(std::floor(sy + 0.5));
+        const bool in = ix >= 0 && ix < W && iy >= 0 && iy < H;
+        for (int64_t c = 0; c < image.channels; ++c) out.at(c, y, x) = in ? image.at(c, iy, ix) : o_.fill_;
+        continue;
+      }
+      const double fx0 = std::floor(sx), fy0 = std::floor(sy);
+      const auto x0 = static_cast<int64_t>(fx0), y0 = static_cast<int64_t>(fy0);
+      const double fx = sx - fx0, fy = sy - fy0;
       for (int64_t c = 0; c < image.channels; ++c) {
-        uint8_t v = o_.fill_;
-        if (!o_.bilinear_) {
-          const auto ix = static_cast<int64_t>(std::lround(sx)), iy = static_cast<int64_t>(std::lround(sy));
-          if (ix >= 0 && ix < image.width && iy >= 0 && iy < image.height) v = image.at(c, iy, ix);
-        } else if (sx > -1 && sx < static_cast<double>(image.width) && sy > -1 && sy < static_cast<double>(image.height)) {
-          const auto x0 = static_cast<int64_t>(std::floor(sx)), y0 = static_cast<int64_t>(std::floor(sy));
-          const double fx = sx - static_cast<double>(x0), fy = sy - static_cast<double>(y0);
-          auto px = [&](int64_t yy, int64_t xx) -> double {
-            return (xx >= 0 && xx < image.width && yy >= 0 && yy < image.height) ? image.at(c, yy, xx) : o_.fill_;
-          };
-          const double top = px(y0, x0) * (1 - fx) + px(y0, x0 + 1) * fx;
-          const double bot = px(y0 + 1, x0) * (1 - fx) + px(y0 + 1, x0 + 1) * fx;
-          v = static_cast<uint8_t>(std::clamp(std::lround(top * (1 - fy) + bot * fy), 0l, 255l));
-        }
-        out.at(c, y, x) = v;
+        auto px = [&](int64_t yy, int64_t xx) -> double {
+          return (xx >= 0 && xx < W && yy >= 0 && yy < H) ? image.at(c, yy, xx) : o_.fill_;
+        };
+        const double top = px(y0, x0) * (1 - fx) + px(y0, x0 + 1) * fx;
+        const double bot = px(y0 + 1, x0) * (1 - fx) + px(y0 + 1, x0 + 1) * fx;
+        out.at(c, y, x) = static_cast<uint8_t>(std::clamp(std::floor(top * (1 - fy) + bot * fy + 0.5), 0.0, 255.0));
       }
     }
+  }
   image = std::move(out);
 }
 
