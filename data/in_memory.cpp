@@ -78,7 +78,7 @@ std::shared_ptr<InMemoryDataset> InMemoryDataset::from(std::shared_ptr<const Dat
   EMBER_CHECK(dataset != nullptr, "InMemoryDataset::from: no dataset");
   const int64_t n = dataset->size();
   EMBER_CHECK(n > 0, "InMemoryDataset::from: the dataset is empty");
-  DataLoader loader(dataset, DataLoaderOptions().batch_size(256).num_workers(num_workers));
+  DataLoader loader(dataset, DataLoaderOptions().batch_size(256).num_workers(num_workers).pin_memory(false));
   Tensor images, labels = empty({n}, TensorOptions(DType::i64));
   int64_t at = 0;
   for (Batch& b : loader) {

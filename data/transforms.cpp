@@ -2,12 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include "core/error.h"
 #include "data/image_decode.h"
 
 namespace ember::data {
+
+namespace {
+// floor() for the coordinates of the affine map (|v| is at most a few image sizes): without
+// SSE4.1 std::floor is a libm call per pixel.
+inline int64_t fast_floor(double v) {
+  const auto i = static_cast<int64_t>(v);
+  return i - (v < static_cast<double>(i) ? 1 : 0);
+}
+}  // namespace
 
 // ---- Compose ----
 
@@ -41,13 +51,21 @@ void RandomCrop::apply(Image& image, Rng& rng) const {
   // Top-left corner of the window in padded coordinates.
   const int64_t top = rng.randint(ph - height_ + 1), left = rng.randint(pw - width_ + 1);
   Image out(image.channels, height_, width_);
+  // Source columns [x0, x1) of each output row are inside the image; the rest is padding.
+  const int64_t sx0 = left - padding_;
+  const int64_t x0 = std::clamp<int64_t>(-sx0, 0, width_), x1 = std::clamp<int64_t>(image.width - sx0, x0, width_);
   for (int64_t c = 0; c < image.channels; ++c)
     for (int64_t y = 0; y < height_; ++y) {
       const int64_t sy = top + y - padding_;
-      for (int64_t x = 0; x < width_; ++x) {
-        const int64_t sx = left + x - padding_;
-        out.at(c, y, x) = (sy >= 0 && sy < image.height && sx >= 0 && sx < image.width) ? image.at(c, sy, sx) : fill_;
+      uint8_t* dst = &out.pixels[static_cast<size_t>((c * height_ + y) * width_)];
+      if (sy < 0 || sy >= image.height) {
+        std::fill(dst, dst + width_, fill_);
+        continue;
       }
+      std::fill(dst, dst + x0, fill_);
+      if (x1 > x0) std::memcpy(dst + x0, &image.pixels[static_cast<size_t>((c * image.height + sy) * image.width + sx0 + x0)],
+                               static_cast<size_t>(x1 - x0));
+      std::fill(dst + x1, dst + width_, fill_);
     }
   image = std::move(out);
 }
@@ -104,14 +122,13 @@ void RandomAffine::apply(Image& image, Rng& rng) const {
     double sx = cx + cs * dx0 + sn * dy, sy = cy - sn * dx0 + cs * dy;
     for (int64_t x = 0; x < W; ++x, sx += cs, sy -= sn) {
       if (!o_.bilinear_) {
-        const auto ix = static_cast<int64_t>(std::floor(sx + 0.5)), iy = static_cast<int64_t>(std::floor(sy + 0.5));
+        const int64_t ix = fast_floor(sx + 0.5), iy = fast_floor(sy + 0.5);
         const bool in = ix >= 0 && ix < W && iy >= 0 && iy < H;
         for (int64_t c = 0; c < image.channels; ++c) out.at(c, y, x) = in ? image.at(c, iy, ix) : o_.fill_;
         continue;
       }
-      const double fx0 = std::floor(sx), fy0 = std::floor(sy);
-      const auto x0 = static_cast<int64_t>(fx0), y0 = static_cast<int64_t>(fy0);
-      const double fx = sx - fx0, fy = sy - fy0;
+      const int64_t x0 = fast_floor(sx), y0 = fast_floor(sy);
+      const double fx = sx - static_cast<double>(x0), fy = sy - static_cast<double>(y0);
       for (int64_t c = 0; c < image.channels; ++c) {
         auto px = [&](int64_t yy, int64_t xx) -> double {
           return (xx >= 0 && xx < W && yy >= 0 && yy < H) ? image.at(c, yy, xx) : o_.fill_;
