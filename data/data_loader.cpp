@@ -114,6 +114,8 @@ struct DataLoader::Run {
   Rng inline_rng;  // num_workers == 0: the consumer acts as worker 0
   std::vector<int64_t> order;
   Tensor order_device;  // device-resident: the epoch's order on the device
+  cuda::Stream upload_stream;  // ... uploaded on this stream
+  cuda::Event uploaded;        // ... recorded after the upload
 
   Run(int nworkers, int nslots) : workers(nworkers), slots_n(nslots), status(static_cast<size_t>(nworkers)),
                                   slots(static_cast<size_t>(nslots)) {}
@@ -255,6 +257,8 @@ void DataLoader::start_epoch() {
     Tensor host = empty({static_cast<int64_t>(order.size())}, TensorOptions(DType::i64).pinned_memory(true));
     if (!order.empty()) std::memcpy(host.data_ptr(), order.data(), order.size() * sizeof(int64_t));
     run->order_device = host.to(o_.device_, /*non_blocking=*/true);
+    run->upload_stream = cuda::current_stream(o_.device_.index);
+    run->uploaded.record(run->upload_stream);
   }
   run->order = std::move(order);
   run_ = std::move(run);
@@ -435,6 +439,12 @@ std::optional<Batch> DataLoader::next_resident(Run& r) {
   const int64_t start = b * o_.batch_size_;
   const auto n = static_cast<int64_t>(r.batches[static_cast<size_t>(b)].size());
   autograd::NoGradGuard no_grad;
+  const cuda::Stream stream = cuda::current_stream(o_.device_.index);
+  if (stream != r.upload_stream) {
+    // iterating on another stream than the one the order was uploaded on
+    r.uploaded.block(stream);
+    cuda::record_stream(r.order_device.storage()->data(), stream);
+  }
   Tensor ids = r.order_device.slice(0, start, start + n);
   Batch out;
   out.images = index_select(mem->images(), 0, ids);
