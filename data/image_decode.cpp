@@ -27,8 +27,10 @@
 #pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
 #pragma GCC diagnostic ignored "-Wunused-but-set-variable"
 #pragma GCC diagnostic ignored "-Wtype-limits"
+#if defined(__GNUC__) && !defined(__clang__)
 // (kept to the end of the file: GCC reports stb code where it is inlined into ours)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <stb/stb_image.h>
 #include <stb/stb_image_resize.h>
 
