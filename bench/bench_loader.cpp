@@ -155,11 +155,12 @@ void bandwidth(const Args& a) {
     CK(cudaHostAlloc(&hp, bytes, cudaHostAllocDefault));
     CK(cudaMalloc(&dp, bytes));
     std::memset(hp, 1, bytes);
-    // the reference: plain synchronous cudaMemcpy from pinned memory
+    // the reference: plain synchronous cudaMemcpy from pinned memory (it runs on the legacy
+    // default stream, so the events go there too; ember's streams do not synchronise with it)
     CK(cudaMemcpy(dp, hp, bytes, cudaMemcpyHostToDevice));
-    CK(cudaEventRecord(e0, s));
+    CK(cudaEventRecord(e0, nullptr));
     for (int r = 0; r < reps; ++r) CK(cudaMemcpy(dp, hp, bytes, cudaMemcpyHostToDevice));
-    CK(cudaEventRecord(e1, s));
+    CK(cudaEventRecord(e1, nullptr));
     CK(cudaEventSynchronize(e1));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, e0, e1));
