@@ -11,3 +11,4 @@
 #include "kernels/functional.h"
 // gemm branch: backend choice and autotuning (set_backends, autotune::set_cache_file)
 #include "kernels/autotune.h"
+#include "data/data.h"

@@ -195,6 +195,11 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 // weight/bias may be undefined (affine = false). f16/bf16 x may come with f32 weight/bias/running stats.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
                   bool training, double momentum = 0.1, double eps = 1e-5);
+// ---- data ----
+// u8 images [N, C, ...] (or any shape with one channel) -> (x/255 - mean[c]) / std[c] in `dtype`,
+// one pass (torchvision's ToTensor + Normalize). mean/std: one entry per channel, or one for all.
+Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean = {0.0}, const std::vector<double>& std = {1.0},
+                    DType dtype = DType::f32);
 
 // The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
 #define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);
