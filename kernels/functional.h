@@ -2,11 +2,13 @@
 // arguments, runs an op from the registry (kernels/ops.def) and records autograd.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "core/tensor.h"
 #include "kernels/ops/linear.h"
 #include "kernels/ops/loss.h"
+#include "kernels/ops/conv2d.h"  // Conv2dOptions
 
 namespace ember {
 
@@ -166,6 +168,32 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 // Scales kept values by 1/(1-p); identity (the same tensor) when !training or p == 0. The mask comes
 // from the default Philox generator (the same on CPU and CUDA for the same seed and offset).
 Tensor dropout(const Tensor& x, double p, bool training = true);
+// ---- convolution, pooling, batch norm (kernels/ops/conv2d.h, pool.h, batch_norm.h) ----
+// x [N, C, H, W] (NCHW or channels-last; a channels-last input gives a channels-last output),
+// weight [K, C/groups, R, S], bias [K] or undefined.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& o = {});
+// The gradient ops conv2d's backward runs (each its own op): dx of size input_hw, dw of size kernel_rs.
+Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, std::array<int64_t, 2> input_hw,
+                             const Conv2dOptions& o = {});
+Tensor conv2d_backward_weight(const Tensor& grad_output, const Tensor& x, std::array<int64_t, 2> kernel_rs,
+                              const Conv2dOptions& o = {});
+// Pooling as PyTorch (floor mode; padding at most half the kernel). stride {0, 0} means the kernel size.
+Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0} /*0: = kernel*/,
+                  std::array<int64_t, 2> padding = {0, 0});
+// (out, indices): indices (i64) of each maximum in its (n, c) plane, h * W + w, first maximum on ties.
+std::vector<Tensor> max_pool2d_with_indices(const Tensor& x, std::array<int64_t, 2> kernel,
+                                            std::array<int64_t, 2> stride = {0, 0},
+                                            std::array<int64_t, 2> padding = {0, 0});
+Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                  std::array<int64_t, 2> padding = {0, 0}, bool count_include_pad = true);
+// Output bins [floor(i H / OH), ceil((i + 1) H / OH)) (PyTorch's); output 1x1 is the global average.
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
+// x (N, C) or (N, C, *). training: normalise with the batch statistics (biased variance) and, when
+// running_mean/running_var are defined, update them in place: r = (1 - momentum) r + momentum s with
+// the unbiased batch variance (as PyTorch). Eval: normalise with the running statistics.
+// weight/bias may be undefined (affine = false). f16/bf16 x may come with f32 weight/bias/running stats.
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
+                  bool training, double momentum = 0.1, double eps = 1e-5);
 
 // The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
 #define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);

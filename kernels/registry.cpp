@@ -280,9 +280,11 @@ void record(const OpInfo& info, const std::vector<Tensor>& in, const std::vector
   bool save_in = info.save == Save::inputs || info.save == Save::both;
   bool save_out = info.save == Save::outputs || info.save == Save::both;
   if (save_in)
-    for (const Tensor& t : in) node->saved_in.emplace_back(t);
+    for (size_t i = 0; i < in.size(); ++i)
+      node->saved_in.emplace_back(i < 64 && ((info.save_inputs_mask >> i) & 1) ? in[i] : Tensor());
   if (save_out)
-    for (const Tensor& t : out) node->saved_out.emplace_back(t);
+    for (size_t i = 0; i < out.size(); ++i)
+      node->saved_out.emplace_back(i < 64 && ((info.save_outputs_mask >> i) & 1) ? out[i] : Tensor());
   autograd::set_history(node, out);
 }
 

@@ -187,6 +187,11 @@ struct OpInfo {
   ViewFn view = nullptr;  // set for view ops (no kernel; the result shares storage)
   BackwardFn backward = nullptr;
   Save save = Save::nothing;
+  // With Save::inputs / outputs / both: which ones are kept (bit i = input or output i); the others
+  // reach the backward undefined. E.g. batch_norm must not save the running statistics it updates
+  // in place (a second call before backward would fail the saved-version check).
+  uint64_t save_inputs_mask = ~uint64_t{0};
+  uint64_t save_outputs_mask = ~uint64_t{0};
   SamplesFn samples = nullptr;
   CostFn cost = nullptr;
   BenchFn benches = nullptr;

@@ -1,0 +1,540 @@
+// batch_norm on CUDA: fused, deterministic (no float atomics), two kernels per direction.
+//
+// Layouts (batch_norm.h, BnGeom): "planar" NCHW (each channel is N runs of L contiguous values)
+// and "columnar" (channels fastest: channels-last 4-D, or 2-D (N, C)).
+//   forward, training
+//     1. partial statistics: blocks over (channel, image split) [planar: one warp per image, lanes
+//        along the plane] or (32-channel tile, row split) [columnar: 32 x 8 threads, lanes along
+//        channels, coalesced]; Welford per thread, merged across the block in a fixed order, one
+//        (mean, M2, count) per block into a workspace
+//     2. normalise: every block first merges its channel's partials in split order (all blocks get
+//        the same bits), block 0 of the channel writes mean / invstd and updates the running stats
+//        (momentum, unbiased variance); then y = (x - mean) invstd w + b over the block's share
+//   forward, eval: statistics from the running buffers (one tiny kernel), then the same apply
+//   backward: 1. partial (sum g, sum g (x - mean)) per block; 2. merge, dweight / dbias from block
+//     0, dx = w invstd (g - sum g / M - xhat dweight / M) (training) or w invstd g (eval)
+// Statistics and parameters run in f32 (f64 for f64 inputs); f16/bf16 parameters and running stats
+// are converted on the way in and out (f32 ones, as AMP keeps them, are used in place).
+// Napkin math, [512, 64, 14, 14] f32 training (25.7 MB): forward reads x twice and writes y (77 MB)
+// -> ~17 us at 4.5 TB/s; backward reads g and x twice and writes dx (128 MB) -> ~28 us. A fused
+// single-pass version would keep x in shared memory between the passes; left for later.
+// Never run yet (written without a GPU).
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/memory_format.h"
+#include "kernels/ops/batch_norm.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+template <class S>
+struct Wf {
+  S mean, m2;
+  int n;
+};
+
+template <class S>
+__device__ __forceinline__ Wf<S> wf_push(Wf<S> a, S x) {
+  a.n += 1;
+  const S d = x - a.mean;
+  a.mean += d / static_cast<S>(a.n);
+  a.m2 += d * (x - a.mean);
+  return a;
+}
+
+template <class S>
+__device__ __forceinline__ Wf<S> wf_merge(Wf<S> a, Wf<S> b) {
+  if (b.n == 0) return a;
+  if (a.n == 0) return b;
+  const int n = a.n + b.n;
+  const S d = b.mean - a.mean;
+  const S f = static_cast<S>(b.n) / static_cast<S>(n);
+  a.mean += d * f;
+  a.m2 += b.m2 + d * d * static_cast<S>(a.n) * f;
+  a.n = n;
+  return a;
+}
+
+template <class S>
+__device__ __forceinline__ Wf<S> wf_shfl_down(Wf<S> a, int off) {
+  return {__shfl_down_sync(0xffffffffu, a.mean, off), __shfl_down_sync(0xffffffffu, a.m2, off),
+          __shfl_down_sync(0xffffffffu, a.n, off)};
+}
+
+template <class S>
+struct Sums {
+  S g, gx;
+};
+
+template <class S>
+__device__ __forceinline__ Sums<S> sums_merge(Sums<S> a, Sums<S> b) {
+  return {a.g + b.g, a.gx + b.gx};
+}
+template <class S>
+__device__ __forceinline__ Sums<S> sums_shfl_down(Sums<S> a, int off) {
+  return {__shfl_down_sync(0xffffffffu, a.g, off), __shfl_down_sync(0xffffffffu, a.gx, off)};
+}
+
+template <class S>
+__device__ __forceinline__ S rsqrt_s(S v) {
+  if constexpr (std::is_same_v<S, double>) return 1.0 / sqrt(v);
+  else return rsqrtf(v);
+}
+
+constexpr int kPlanarThreads = 256;
+constexpr int kColTile = 32, kColRows = 8;
+
+// Block-wide merge of per-thread accumulators (planar blocks: 1-D, kPlanarThreads); result in thread 0.
+template <class A, class Merge, class Shfl>
+__device__ __forceinline__ A block_merge(A a, Merge merge, Shfl shfl) {
+  __shared__ A warps[kPlanarThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) a = merge(a, shfl(a, off));
+  if (lane == 0) warps[warp] = a;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) a = merge(a, warps[w]);
+  return a;
+}
+
+struct BnDims {
+  int N, C, L;       // planar: x[(n C + c) L + l]; columnar: x[m C + c] with m < M = N L
+  int64_t M;
+  int per_split;     // images (planar) or rows (columnar) per split
+  int splits;
+};
+
+// The per-channel constants every apply kernel needs, from the merged statistics.
+// y = (x - mean) scale + bias (subtracting first keeps precision when |mean| >> std)
+template <class S>
+struct Affine {
+  S mean, scale, bias;
+};
+
+// ---- forward ----
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads) stats_planar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
+  const int c = blockIdx.x, sp = blockIdx.y;
+  const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  Wf<S> a{S(0), S(0), 0};
+  for (int n = n0 + warp; n < n1; n += nw) {
+    const T* row = x + (static_cast<int64_t>(n) * d.C + c) * d.L;
+    for (int l = lane; l < d.L; l += 32) a = wf_push(a, static_cast<S>(row[l]));
+  }
+  a = block_merge(a, [](Wf<S> p, Wf<S> q) { return wf_merge(p, q); }, [](Wf<S> p, int o) { return wf_shfl_down(p, o); });
+  if (threadIdx.x == 0) ws[c * d.splits + sp] = a;
+}
+
+template <class T, class S>
+__global__ void stats_columnar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
+  __shared__ Wf<S> sm[kColRows][kColTile + 1];
+  const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
+  const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
+  Wf<S> a{S(0), S(0), 0};
+  if (c < d.C)
+    for (int64_t m = m0 + threadIdx.y; m < m1; m += kColRows) a = wf_push(a, static_cast<S>(x[m * d.C + c]));
+  sm[threadIdx.y][threadIdx.x] = a;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < d.C) {
+    for (int r = 1; r < kColRows; ++r) a = wf_merge(a, sm[r][threadIdx.x]);
+    ws[c * d.splits + sp] = a;
+  }
+}
+
+struct FwdParams {
+  double eps, momentum;
+  int update;  // update running stats
+};
+
+// Merges channel c's partials; writes the statistics (and running stats) when `owner`.
+template <class S>
+__device__ __forceinline__ Affine<S> finalize(const Wf<S>* ws, int c, int splits, const S* w, const S* b, S* rm, S* rv,
+                                              S* save_mean, S* save_invstd, FwdParams fp, bool owner) {
+  Wf<S> a{S(0), S(0), 0};
+  for (int s = 0; s < splits; ++s) a = wf_merge(a, ws[c * splits + s]);
+  const S var = a.m2 / static_cast<S>(a.n);
+  const S inv = rsqrt_s(var + static_cast<S>(fp.eps));
+  const S wc = w != nullptr ? w[c] : S(1), bc = b != nullptr ? b[c] : S(0);
+  if (owner) {
+    save_mean[c] = a.mean;
+    save_invstd[c] = inv;
+    if (fp.update) {
+      const S mom = static_cast<S>(fp.momentum);
+      const S unbiased = a.m2 / static_cast<S>(a.n - 1);
+      rm[c] = (S(1) - mom) * rm[c] + mom * a.mean;
+      rv[c] = (S(1) - mom) * rv[c] + mom * unbiased;
+    }
+  }
+  return {a.mean, inv * wc, bc};
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads)
+    apply_planar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
+                 const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+  __shared__ Affine<S> af;
+  const int c = blockIdx.x, sp = blockIdx.y;
+  if (threadIdx.x == 0) af = finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0);
+  __syncthreads();
+  const Affine<S> k = af;
+  const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int n = n0 + warp; n < n1; n += nw) {
+    const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
+    for (int l = lane; l < d.L; l += 32) y[base + l] = static_cast<T>((static_cast<S>(x[base + l]) - k.mean) * k.scale + k.bias);
+  }
+}
+
+template <class T, class S>
+__global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws,
+                               const S* w, const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+  __shared__ Affine<S> af[kColTile];
+  const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
+  if (threadIdx.y == 0 && c < d.C) af[threadIdx.x] = finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0);
+  __syncthreads();
+  if (c >= d.C) return;
+  const Affine<S> k = af[threadIdx.x];
+  const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
+  for (int64_t m = m0 + threadIdx.y; m < m1; m += kColRows)
+    y[m * d.C + c] = static_cast<T>((static_cast<S>(x[m * d.C + c]) - k.mean) * k.scale + k.bias);
+}
+
+// eval: statistics from the running buffers
+template <class S>
+__global__ void eval_stats_kernel(const S* rm, const S* rv, S* save_mean, S* save_invstd, int C, double eps) {
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+    save_mean[c] = rm[c];
+    save_invstd[c] = rsqrt_s(rv[c] + static_cast<S>(eps));
+  }
+}
+
+// eval: y = (x - mean) invstd w + b elementwise; channel = (i / L) % C (planar) or i % C (columnar)
+template <class T, class S>
+__global__ void eval_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, int C, int L, bool columnar,
+                                  const S* mean, const S* invstd, const S* w, const S* b) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c = columnar ? static_cast<int>(i % C) : static_cast<int>((i / L) % C);
+    const S scale = invstd[c] * (w != nullptr ? w[c] : S(1));
+    y[i] = static_cast<T>((static_cast<S>(x[i]) - mean[c]) * scale + (b != nullptr ? b[c] : S(0)));
+  }
+}
+
+// ---- backward ----
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads)
+    bwd_sums_planar(const T* __restrict__ gy, const T* __restrict__ x, const S* __restrict__ mean, BnDims d,
+                    Sums<S>* __restrict__ ws) {
+  const int c = blockIdx.x, sp = blockIdx.y;
+  const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const S mu = mean[c];
+  Sums<S> a{S(0), S(0)};
+  for (int n = n0 + warp; n < n1; n += nw) {
+    const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
+    for (int l = lane; l < d.L; l += 32) {
+      const S g = static_cast<S>(gy[base + l]);
+      a.g += g;
+      a.gx += g * (static_cast<S>(x[base + l]) - mu);
+    }
+  }
+  a = block_merge(a, [](Sums<S> p, Sums<S> q) { return sums_merge(p, q); },
+                  [](Sums<S> p, int o) { return sums_shfl_down(p, o); });
+  if (threadIdx.x == 0) ws[c * d.splits + sp] = a;
+}
+
+template <class T, class S>
+__global__ void bwd_sums_columnar(const T* __restrict__ gy, const T* __restrict__ x, const S* __restrict__ mean, BnDims d,
+                                  Sums<S>* __restrict__ ws) {
+  __shared__ Sums<S> sm[kColRows][kColTile + 1];
+  const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
+  const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
+  Sums<S> a{S(0), S(0)};
+  if (c < d.C) {
+    const S mu = mean[c];
+    for (int64_t m = m0 + threadIdx.y; m < m1; m += kColRows) {
+      const S g = static_cast<S>(gy[m * d.C + c]);
+      a.g += g;
+      a.gx += g * (static_cast<S>(x[m * d.C + c]) - mu);
+    }
+  }
+  sm[threadIdx.y][threadIdx.x] = a;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < d.C) {
+    for (int r = 1; r < kColRows; ++r) a = sums_merge(a, sm[r][threadIdx.x]);
+    ws[c * d.splits + sp] = a;
+  }
+}
+
+// dx = k1 g + k2 (x - mean) + k0
+template <class S>
+struct BwdCoef {
+  S k1, k2, k0, mean;
+};
+
+template <class S>
+__device__ __forceinline__ BwdCoef<S> bwd_finalize(const Sums<S>* ws, int c, int splits, const S* mean, const S* invstd,
+                                                   const S* w, S* dweight, S* dbias, int64_t M, bool training,
+                                                   bool owner) {
+  Sums<S> a{S(0), S(0)};
+  for (int s = 0; s < splits; ++s) a = sums_merge(a, ws[c * splits + s]);
+  const S inv = invstd[c];
+  const S dw = a.gx * inv, db = a.g;
+  if (owner) {
+    dweight[c] = dw;
+    dbias[c] = db;
+  }
+  const S k = (w != nullptr ? w[c] : S(1)) * inv;
+  const S m = static_cast<S>(M);
+  if (!training) return {k, S(0), S(0), mean[c]};
+  return {k, -k * inv * dw / m, -k * db / m, mean[c]};
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads)
+    bwd_apply_planar(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
+                     const Sums<S>* __restrict__ ws, const S* mean, const S* invstd, const S* w, S* dweight, S* dbias,
+                     int training) {
+  __shared__ BwdCoef<S> co;
+  const int c = blockIdx.x, sp = blockIdx.y;
+  if (threadIdx.x == 0) co = bwd_finalize(ws, c, d.splits, mean, invstd, w, dweight, dbias, d.M, training != 0, sp == 0);
+  __syncthreads();
+  const BwdCoef<S> k = co;
+  const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int n = n0 + warp; n < n1; n += nw) {
+    const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
+    for (int l = lane; l < d.L; l += 32)
+      dx[base + l] = static_cast<T>(k.k1 * static_cast<S>(gy[base + l]) + k.k2 * (static_cast<S>(x[base + l]) - k.mean) + k.k0);
+  }
+}
+
+template <class T, class S>
+__global__ void bwd_apply_columnar(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
+                                   const Sums<S>* __restrict__ ws, const S* mean, const S* invstd, const S* w,
+                                   S* dweight, S* dbias, int training) {
+  __shared__ BwdCoef<S> co[kColTile];
+  const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
+  if (threadIdx.y == 0 && c < d.C)
+    co[threadIdx.x] = bwd_finalize(ws, c, d.splits, mean, invstd, w, dweight, dbias, d.M, training != 0, sp == 0);
+  __syncthreads();
+  if (c >= d.C) return;
+  const BwdCoef<S> k = co[threadIdx.x];
+  const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
+  for (int64_t m = m0 + threadIdx.y; m < m1; m += kColRows) {
+    const int64_t o = m * d.C + c;
+    dx[o] = static_cast<T>(k.k1 * static_cast<S>(gy[o]) + k.k2 * (static_cast<S>(x[o]) - k.mean) + k.k0);
+  }
+}
+
+// ---- host side ----
+
+template <class T>
+const T* cp(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T>
+T* mp(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+// A [C] parameter in the statistics dtype (converted when it is the input's 16-bit dtype).
+Tensor as_stats(const Tensor& t, DType s) {
+  if (!t.defined()) return t;
+  if (t.dtype() == s) return t.is_contiguous() ? t : t.contiguous();
+  return t.to(s).contiguous();
+}
+
+// Splits of the reduction dim: ~4 blocks per SM in all, each split >= 8 images (planar) or 64 rows.
+BnDims bn_dims(const BnGeom& g, int sms) {
+  BnDims d{};
+  d.N = static_cast<int>(g.N);
+  d.C = static_cast<int>(g.C);
+  d.L = static_cast<int>(g.L);
+  d.M = g.M();
+  const int64_t target = 4 * static_cast<int64_t>(sms);
+  if (!g.channels_last) {
+    const int64_t want = std::max<int64_t>(1, (target + g.C - 1) / g.C);
+    const int64_t splits = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, g.N / 8));
+    d.per_split = static_cast<int>((g.N + splits - 1) / splits);
+    d.splits = static_cast<int>((g.N + d.per_split - 1) / d.per_split);
+  } else {
+    const int64_t tiles = (g.C + kColTile - 1) / kColTile;
+    const int64_t want = std::max<int64_t>(1, (target + tiles - 1) / tiles);
+    const int64_t splits = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, d.M / 64));
+    d.per_split = static_cast<int>((d.M + splits - 1) / splits);
+    d.splits = static_cast<int>((d.M + d.per_split - 1) / d.per_split);
+  }
+  return d;
+}
+
+bool bn_supports(const KernelCall& c) {
+  const Tensor& x = c.op == OpId::batch_norm ? c.in[0] : c.in[1];
+  return x.numel() < INT32_MAX && x.shape()[1] < 65535 * int64_t{kColTile};
+}
+
+template <class T, class S>
+void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g) {
+  const auto& a = c.attr<BatchNormAttrs>();
+  const DType sd = dtype_v<S>;
+  const Device dev = x.device();
+  cudaStream_t st = cuda::stream_for(x);
+  const Tensor &y = c.out[0], &save_mean = c.out[1], &save_invstd = c.out[2];
+  Tensor w = as_stats(c.in[1], sd), b = as_stats(c.in[2], sd);
+  const Tensor &rm_in = c.in[3], &rv_in = c.in[4];
+  const bool training = a.training != 0;
+  const int sms = cuda::sm_count(dev.index);
+  if (!training) {
+    Tensor rm = as_stats(rm_in, sd), rv = as_stats(rv_in, sd);
+    eval_stats_kernel<S><<<cuda::grid_for(g.C, 256, dev.index), 256, 0, st>>>(cp<S>(rm), cp<S>(rv), mp<S>(save_mean),
+                                                                               mp<S>(save_invstd), static_cast<int>(g.C), a.eps);
+    EMBER_CUDA_CHECK_LAUNCH();
+    const int64_t n = x.numel();
+    if (n > 0) {
+      eval_apply_kernel<T, S><<<cuda::grid_for(n, 256, dev.index), 256, 0, st>>>(
+          cp<T>(x), mp<T>(y), n, static_cast<int>(g.C), static_cast<int>(g.L), g.channels_last, cp<S>(save_mean),
+          cp<S>(save_invstd), cp<S>(w), cp<S>(b));
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
+  if (x.numel() == 0) {  // statistics of nothing; running stats untouched
+    Tensor m = save_mean, v = save_invstd;
+    m.fill_(NAN);
+    v.fill_(NAN);
+    return;
+  }
+  // running stats: updated in place when they are already the statistics dtype, else via a copy
+  const bool update = rm_in.defined();
+  Tensor rm, rv;
+  if (update) {
+    rm = rm_in.dtype() == sd ? rm_in : rm_in.to(sd);
+    rv = rv_in.dtype() == sd ? rv_in : rv_in.to(sd);
+  }
+  BnDims d = bn_dims(g, sms);
+  Tensor ws = empty({static_cast<int64_t>(g.C) * d.splits * static_cast<int64_t>(sizeof(Wf<S>))},
+                    TensorOptions().dtype(DType::u8).device(dev));
+  Wf<S>* wsp = static_cast<Wf<S>*>(ws.data_ptr());
+  FwdParams fp{a.eps, a.momentum, update ? 1 : 0};
+  if (!g.channels_last) {
+    dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
+    stats_planar<T, S><<<grid, kPlanarThreads, 0, st>>>(cp<T>(x), d, wsp);
+    EMBER_CUDA_CHECK_LAUNCH();
+    apply_planar<T, S><<<grid, kPlanarThreads, 0, st>>>(cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm),
+                                                        mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
+    EMBER_CUDA_CHECK_LAUNCH();
+  } else {
+    dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
+    dim3 block(kColTile, kColRows);
+    stats_columnar<T, S><<<grid, block, 0, st>>>(cp<T>(x), d, wsp);
+    EMBER_CUDA_CHECK_LAUNCH();
+    apply_columnar<T, S><<<grid, block, 0, st>>>(cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm), mp<S>(rv),
+                                                 mp<S>(save_mean), mp<S>(save_invstd), fp);
+    EMBER_CUDA_CHECK_LAUNCH();
+  }
+  if (update) {
+    if (!rm.is_same(rm_in)) {
+      Tensor t = rm_in;
+      t.copy_(rm);
+    }
+    if (!rv.is_same(rv_in)) {
+      Tensor t = rv_in;
+      t.copy_(rv);
+    }
+    rm_in.bump_version();
+    rv_in.bump_version();
+  }
+}
+
+void batch_norm_cuda(const KernelCall& c) {
+  const Tensor x = contiguous_as(c.in[0], runs_channels_last(c.in[0]));
+  const BnGeom g = bn_geometry(x);
+  cuda::DeviceScope scope(x.device());
+  switch (x.dtype()) {
+    case DType::f32: forward_impl<float, float>(c, x, g); break;
+    case DType::f64: forward_impl<double, double>(c, x, g); break;
+    case DType::f16: forward_impl<Half, float>(c, x, g); break;
+    case DType::bf16: forward_impl<BFloat16, float>(c, x, g); break;
+    default: EMBER_FAIL("batch_norm: expects a floating input, got ", x.dtype());
+  }
+}
+
+template <class T, class S>
+void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const BnGeom& g) {
+  const auto& a = c.attr<BatchNormAttrs>();
+  const DType sd = dtype_v<S>;
+  const Device dev = x.device();
+  cudaStream_t st = cuda::stream_for(x);
+  const Tensor &dx = c.out[0], &dweight_out = c.out[1], &dbias_out = c.out[2];
+  Tensor w = as_stats(c.in[2], sd), mean = as_stats(c.in[3], sd), invstd = as_stats(c.in[4], sd);
+  Tensor dweight = dweight_out.dtype() == sd ? dweight_out : empty({g.C}, TensorOptions().dtype(sd).device(dev));
+  Tensor dbias = dbias_out.dtype() == sd ? dbias_out : empty({g.C}, TensorOptions().dtype(sd).device(dev));
+  if (x.numel() == 0) {
+    dweight.zero_();
+    dbias.zero_();
+  } else {
+    BnDims d = bn_dims(g, cuda::sm_count(dev.index));
+    Tensor ws = empty({static_cast<int64_t>(g.C) * d.splits * static_cast<int64_t>(sizeof(Sums<S>))},
+                      TensorOptions().dtype(DType::u8).device(dev));
+    Sums<S>* wsp = static_cast<Sums<S>*>(ws.data_ptr());
+    const int training = a.training != 0 ? 1 : 0;
+    if (!g.channels_last) {
+      dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
+      bwd_sums_planar<T, S><<<grid, kPlanarThreads, 0, st>>>(cp<T>(gy), cp<T>(x), cp<S>(mean), d, wsp);
+      EMBER_CUDA_CHECK_LAUNCH();
+      bwd_apply_planar<T, S><<<grid, kPlanarThreads, 0, st>>>(cp<T>(gy), cp<T>(x), mp<T>(dx), d, wsp, cp<S>(mean),
+                                                              cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias),
+                                                              training);
+      EMBER_CUDA_CHECK_LAUNCH();
+    } else {
+      dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
+      dim3 block(kColTile, kColRows);
+      bwd_sums_columnar<T, S><<<grid, block, 0, st>>>(cp<T>(gy), cp<T>(x), cp<S>(mean), d, wsp);
+      EMBER_CUDA_CHECK_LAUNCH();
+      bwd_apply_columnar<T, S><<<grid, block, 0, st>>>(cp<T>(gy), cp<T>(x), mp<T>(dx), d, wsp, cp<S>(mean),
+                                                       cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias), training);
+      EMBER_CUDA_CHECK_LAUNCH();
+    }
+  }
+  if (!dweight.is_same(dweight_out)) {
+    Tensor t = dweight_out;
+    t.copy_(dweight);
+  }
+  if (!dbias.is_same(dbias_out)) {
+    Tensor t = dbias_out;
+    t.copy_(dbias);
+  }
+}
+
+void batch_norm_backward_cuda(const KernelCall& c) {
+  const bool cl = runs_channels_last(c.in[1]);
+  const Tensor x = contiguous_as(c.in[1], cl), gy = contiguous_as(c.in[0], cl);
+  const BnGeom g = bn_geometry(x);
+  cuda::DeviceScope scope(x.device());
+  switch (x.dtype()) {
+    case DType::f32: backward_impl<float, float>(c, gy, x, g); break;
+    case DType::f64: backward_impl<double, double>(c, gy, x, g); break;
+    case DType::f16: backward_impl<Half, float>(c, gy, x, g); break;
+    case DType::bf16: backward_impl<BFloat16, float>(c, gy, x, g); break;
+    default: EMBER_FAIL("batch_norm_backward: expects a floating input, got ", x.dtype());
+  }
+}
+
+}  // namespace
+
+void register_cuda_batch_norm(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, batch_norm_cuda, kFloatTypes, 0, bn_supports,
+                    "Welford partials per block + normalise (2 kernels, deterministic), NCHW or channels-last"});
+}
+
+void register_cuda_batch_norm_backward(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, batch_norm_backward_cuda, kFloatTypes, 0, bn_supports,
+                    "per-block (sum g, sum g (x - mean)) partials + fused dx/dweight/dbias (2 kernels)"});
+}
+
+}  // namespace ember

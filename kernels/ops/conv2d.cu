@@ -1,0 +1,784 @@
+// conv2d on CUDA: every variant of the three convolution ops is registered here.
+//
+// Variants (per op, in the order the default picks from):
+//   direct      f32/f16/bf16, the small MNIST-style convolutions (NCHW, 3x3 or 5x5, stride 1, no
+//               dilation or groups, planes <= 32x32): one block per (image, slice of 8-32 output
+//               channels); input-channel chunks of the zero-padded planes and of the weight slice are
+//               staged in shared memory (fp32, <= 48 KB, so several blocks share an SM); each thread
+//               owns 8 output channels x TP pixels of one output row (TP = 7 when the width is a
+//               multiple of 7 - 28 and 14 - else 4) in registers and slides the kernel along the row:
+//               per (c, r) it loads TP + S - 1 inputs and S x 2 float4 weights for 8 x TP x S FMAs
+//               (TP = 7, S = 3: 15 shared loads for 168 FMAs, far below the shared-memory limit).
+//               backward_input is the same kernel on grad_output with the weight flipped and
+//               transposed (padding R - 1 - pad): a stride-1 transposed convolution is a convolution.
+//               backward_weight: blocks over (image split, k slice, c slice); each thread owns
+//               (4 output channels, one input channel, every tap) for a share of the output rows and
+//               walks them with a sliding window (7 shared loads per 36 FMAs for 3x3); the row shares
+//               are summed in shared memory, the image splits by a second, ordered pass.
+//               Napkin math (H200: ~67 TFLOP/s fp32 FMA, ~4.5 TB/s): MNIST conv2 (32->64, 14x14)
+//               forward at batch 64 is 0.46 GFLOP (6.9 us at peak) over 4.8 MB (~1 us): compute bound;
+//               at the ~50% of peak this issue mix allows, ~14 us (batch 512: ~110 us), which is the
+//               bar for ">= 1.0x cuDNN" (cuDNN's FMA implicit GEMM pays the im2col gather and tile
+//               waste at K = 64). conv1 (1->32, 28x28) at batch 64 is 29 MFLOP but writes 6.4 MB:
+//               memory and launch bound, ~2-3 us; the implicit GEMM would waste 31/32 of each
+//               32-deep reduction tile on C = 1.
+//   igemm_mma   f16/bf16 implicit GEMM on tensor cores (conv2d_igemm.cu)
+//   igemm_simt  f32/f64 implicit GEMM on FMA units (conv2d_igemm.cu)
+//   cudnn       (kVendor) cuDNN's legacy API, algorithm cached per shape (conv2d_cudnn.cu);
+//               backward_weight also has cudnn_nondet (kVendor | kNondeterministic)
+//   naive       (kReference) one thread per output element, int64 indexing, any shape: the
+//               kernel-level oracle
+// Never run on a GPU yet (written without one): the direct kernels' index math was desk-checked by
+// tests/sim/conv_direct_sim.py; ember_gpu_tests checks each variant against the CPU reference on
+// every sample (and tests/test_cnn_ops_gpu.cpp at MNIST batch 64) the first time a GPU is present.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/memory_format.h"
+#include "kernels/ops/conv2d_cuda.h"
+
+namespace ember {
+
+namespace convcuda {
+
+bool fits_int32(const ConvGeom& g) {
+  const int64_t lim = INT32_MAX;
+  return g.N * g.C * g.H * g.W < lim && g.N * g.K * g.P * g.Q < lim && g.K * g.Cg * g.R * g.S < lim &&
+         g.N * g.P * g.Q < lim && g.G <= 65535;
+}
+
+ConvArgs forward_args(const KernelCall& c) {
+  ConvArgs a;
+  a.g = conv_geometry("conv2d", c.in[0].shape(), c.in[1].shape(), c.attr<Conv2dAttrs>());
+  a.g.channels_last = runs_channels_last(c.in[0]);
+  a.x = contiguous_as(c.in[0], a.g.channels_last);
+  a.w = contiguous_as(c.in[1], a.g.channels_last);
+  a.b = c.in[2].defined() ? c.in[2].contiguous() : Tensor();
+  a.y = c.out[0];
+  return a;
+}
+
+ConvArgs backward_input_args(const KernelCall& c) {
+  ConvArgs a;
+  a.g = conv_geometry("conv2d_backward_input", c.out[0].shape(), c.in[1].shape(), c.attr<Conv2dAttrs>());
+  a.g.channels_last = runs_channels_last(c.in[0]);
+  a.y = contiguous_as(c.in[0], a.g.channels_last);
+  a.w = contiguous_as(c.in[1], a.g.channels_last);
+  a.x = c.out[0];
+  return a;
+}
+
+ConvArgs backward_weight_args(const KernelCall& c) {
+  ConvArgs a;
+  a.g = conv_geometry("conv2d_backward_weight", c.in[1].shape(), c.out[0].shape(), c.attr<Conv2dAttrs>());
+  a.g.channels_last = runs_channels_last(c.in[1]);
+  a.y = contiguous_as(c.in[0], a.g.channels_last);
+  a.x = contiguous_as(c.in[1], a.g.channels_last);
+  a.w = c.out[0];
+  return a;
+}
+
+}  // namespace convcuda
+
+namespace {
+
+using convcuda::ConvArgs;
+
+// ---- naive (kReference): one thread per output element, any shape, int64 ----
+
+struct NaiveGeom {
+  int64_t N, C, H, W, K, R, S, P, Q, Cg, Kg;
+  int64_t sh, sw, ph, pw, dh, dw;
+  bool cl;
+};
+NaiveGeom naive_geom(const ConvGeom& g) {
+  return {g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.P, g.Q, g.Cg, g.Kg, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.channels_last};
+}
+// offsets of logical (n, c, h, w) in a [N, C, H, W] tensor of either layout
+__device__ __forceinline__ int64_t off4(bool cl, int64_t n, int64_t c, int64_t h, int64_t w, int64_t C, int64_t H,
+                                        int64_t W) {
+  return cl ? ((n * H + h) * W + w) * C + c : ((n * C + c) * H + h) * W + w;
+}
+
+#define EMBER_GRID_LOOP64(i, n)                                                           \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <class T>
+__global__ void naive_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                     T* __restrict__ y, NaiveGeom g) {
+  using Acc = acc_t<T>;
+  const int64_t total = g.N * g.K * g.P * g.Q;
+  EMBER_GRID_LOOP64(i, total) {
+    // logical (n, k, p, q) of the i-th element in memory order
+    int64_t n, k, p, q;
+    if (g.cl) {
+      k = i % g.K;
+      int64_t r = i / g.K;
+      q = r % g.Q;
+      r /= g.Q;
+      p = r % g.P;
+      n = r / g.P;
+    } else {
+      q = i % g.Q;
+      int64_t r = i / g.Q;
+      p = r % g.P;
+      r /= g.P;
+      k = r % g.K;
+      n = r / g.K;
+    }
+    const int64_t grp = k / g.Kg;
+    Acc acc = b != nullptr ? static_cast<Acc>(b[k]) : Acc(0);
+    for (int64_t c = 0; c < g.Cg; ++c)
+      for (int64_t r = 0; r < g.R; ++r) {
+        const int64_t h = p * g.sh - g.ph + r * g.dh;
+        if (h < 0 || h >= g.H) continue;
+        for (int64_t s = 0; s < g.S; ++s) {
+          const int64_t ww = q * g.sw - g.pw + s * g.dw;
+          if (ww < 0 || ww >= g.W) continue;
+          acc += static_cast<Acc>(x[off4(g.cl, n, grp * g.Cg + c, h, ww, g.C, g.H, g.W)]) *
+                 static_cast<Acc>(w[off4(g.cl, k, c, r, s, g.Cg, g.R, g.S)]);
+        }
+      }
+    y[i] = static_cast<T>(acc);
+  }
+}
+
+template <class T>
+__global__ void naive_backward_input_kernel(const T* __restrict__ gy, const T* __restrict__ w, T* __restrict__ dx,
+                                            NaiveGeom g) {
+  using Acc = acc_t<T>;
+  const int64_t total = g.N * g.C * g.H * g.W;
+  EMBER_GRID_LOOP64(i, total) {
+    int64_t n, cc, h, ww;
+    if (g.cl) {
+      cc = i % g.C;
+      int64_t r = i / g.C;
+      ww = r % g.W;
+      r /= g.W;
+      h = r % g.H;
+      n = r / g.H;
+    } else {
+      ww = i % g.W;
+      int64_t r = i / g.W;
+      h = r % g.H;
+      r /= g.H;
+      cc = r % g.C;
+      n = r / g.C;
+    }
+    const int64_t grp = cc / g.Cg, c = cc % g.Cg;
+    Acc acc = 0;
+    for (int64_t kk = 0; kk < g.Kg; ++kk) {
+      const int64_t k = grp * g.Kg + kk;
+      for (int64_t r = 0; r < g.R; ++r) {
+        const int64_t t = h + g.ph - r * g.dh;
+        if (t < 0 || t % g.sh != 0 || t / g.sh >= g.P) continue;
+        for (int64_t s = 0; s < g.S; ++s) {
+          const int64_t u = ww + g.pw - s * g.dw;
+          if (u < 0 || u % g.sw != 0 || u / g.sw >= g.Q) continue;
+          acc += static_cast<Acc>(gy[off4(g.cl, n, k, t / g.sh, u / g.sw, g.K, g.P, g.Q)]) *
+                 static_cast<Acc>(w[off4(g.cl, k, c, r, s, g.Cg, g.R, g.S)]);
+        }
+      }
+    }
+    dx[i] = static_cast<T>(acc);
+  }
+}
+
+template <class T>
+__global__ void naive_backward_weight_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dw,
+                                             NaiveGeom g) {
+  using Acc = acc_t<T>;
+  const int64_t total = g.K * g.Cg * g.R * g.S;
+  EMBER_GRID_LOOP64(i, total) {
+    int64_t k, c, r, s;
+    if (g.cl) {  // KRSC memory
+      c = i % g.Cg;
+      int64_t t = i / g.Cg;
+      s = t % g.S;
+      t /= g.S;
+      r = t % g.R;
+      k = t / g.R;
+    } else {
+      s = i % g.S;
+      int64_t t = i / g.S;
+      r = t % g.R;
+      t /= g.R;
+      c = t % g.Cg;
+      k = t / g.Cg;
+    }
+    const int64_t grp = k / g.Kg;
+    Acc acc = 0;
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t p = 0; p < g.P; ++p) {
+        const int64_t h = p * g.sh - g.ph + r * g.dh;
+        if (h < 0 || h >= g.H) continue;
+        for (int64_t q = 0; q < g.Q; ++q) {
+          const int64_t ww = q * g.sw - g.pw + s * g.dw;
+          if (ww < 0 || ww >= g.W) continue;
+          acc += static_cast<Acc>(gy[off4(g.cl, n, k, p, q, g.K, g.P, g.Q)]) *
+                 static_cast<Acc>(x[off4(g.cl, n, grp * g.Cg + c, h, ww, g.C, g.H, g.W)]);
+        }
+      }
+    dw[i] = static_cast<T>(acc);
+  }
+}
+
+template <class T>
+const T* cp(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T>
+T* mp(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+void naive_forward(const KernelCall& c) {
+  ConvArgs a = convcuda::forward_args(c);
+  const int64_t n = a.y.numel();
+  if (n == 0) return;
+  cuda::DeviceScope scope(a.y.device());
+  EMBER_DISPATCH_FLOAT(a.y.dtype(), "conv2d", [&] {
+    naive_forward_kernel<scalar_t><<<cuda::grid_for(n, 256, a.y.device().index), 256, 0, cuda::stream_for(a.y)>>>(
+        cp<scalar_t>(a.x), cp<scalar_t>(a.w), cp<scalar_t>(a.b), mp<scalar_t>(a.y), naive_geom(a.g));
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void naive_backward_input(const KernelCall& c) {
+  ConvArgs a = convcuda::backward_input_args(c);
+  const int64_t n = a.x.numel();
+  if (n == 0) return;
+  cuda::DeviceScope scope(a.x.device());
+  EMBER_DISPATCH_FLOAT(a.x.dtype(), "conv2d_backward_input", [&] {
+    naive_backward_input_kernel<scalar_t><<<cuda::grid_for(n, 256, a.x.device().index), 256, 0, cuda::stream_for(a.x)>>>(
+        cp<scalar_t>(a.y), cp<scalar_t>(a.w), mp<scalar_t>(a.x), naive_geom(a.g));
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void naive_backward_weight(const KernelCall& c) {
+  ConvArgs a = convcuda::backward_weight_args(c);
+  const int64_t n = a.w.numel();
+  cuda::DeviceScope scope(a.w.device());
+  EMBER_DISPATCH_FLOAT(a.w.dtype(), "conv2d_backward_weight", [&] {
+    naive_backward_weight_kernel<scalar_t><<<cuda::grid_for(n, 256, a.w.device().index), 256, 0, cuda::stream_for(a.w)>>>(
+        cp<scalar_t>(a.y), cp<scalar_t>(a.x), mp<scalar_t>(a.w), naive_geom(a.g));
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+}
+
+// ---- implicit GEMM entry points ----
+
+bool igemm_supports(const KernelCall& c, ConvGeom (*geom)(const KernelCall&)) { return convcuda::fits_int32(geom(c)); }
+ConvGeom fwd_geom(const KernelCall& c) {
+  return conv_geometry("conv2d", c.in[0].shape(), c.in[1].shape(), c.attr<Conv2dAttrs>());
+}
+// (from the inputs and attributes: `supports` may see placeholder outputs)
+ConvGeom bwi_geom(const KernelCall& c) {
+  const auto& a = c.attr<Conv2dAttrs>();
+  const Shape &gy = c.in[0].shape(), &w = c.in[1].shape();
+  return conv_geometry("conv2d_backward_input", {gy[0], w[1] * a.groups, a.size[0], a.size[1]}, w, a);
+}
+ConvGeom bww_geom(const KernelCall& c) {
+  const auto& a = c.attr<Conv2dAttrs>();
+  const Shape &gy = c.in[0].shape(), &x = c.in[1].shape();
+  return conv_geometry("conv2d_backward_weight", x, {gy[1], x[1] / a.groups, a.size[0], a.size[1]}, a);
+}
+
+void simt_forward(const KernelCall& c) { convcuda::igemm_simt_forward(convcuda::forward_args(c)); }
+void simt_backward_input(const KernelCall& c) { convcuda::igemm_simt_backward_input(convcuda::backward_input_args(c)); }
+void simt_backward_weight(const KernelCall& c) { convcuda::igemm_simt_backward_weight(convcuda::backward_weight_args(c)); }
+void mma_forward(const KernelCall& c) { convcuda::igemm_mma_forward(convcuda::forward_args(c)); }
+void mma_backward_input(const KernelCall& c) { convcuda::igemm_mma_backward_input(convcuda::backward_input_args(c)); }
+void mma_backward_weight(const KernelCall& c) { convcuda::igemm_mma_backward_weight(convcuda::backward_weight_args(c)); }
+
+// ---- direct kernels (MNIST-sized convolutions) ----
+
+constexpr int kDirectTK = 8;        // output channels per thread (two float4 weight loads per tap)
+constexpr int kDirectSmemFloats = 12288;  // 48 KB: the default limit, several blocks per SM
+
+struct DirectGeom {
+  int N, Ci, H, W;  // input planes (x for forward, grad_output for backward_input)
+  int Co, P, Q;     // output planes
+  int pad;          // padding applied to the input planes
+  int KB;           // output channels per block (multiple of kDirectTK)
+  int QG;           // pixel groups per output row
+  int Hp, Wpa;      // shared plane: Hp = P + KS - 1 rows, Wpa = QG TP + KS - 1 columns (zero filled)
+  int CB;           // input channels per shared-memory chunk
+  int items;        // (KB / 8) P QG: one per thread
+};
+
+// y[n, k0 + kk, p, q] for one image and KB output channels; thread = one item (8 channels x TP
+// pixels of a row), accumulated over input-channel chunks staged in shared memory. FLIP: the weight
+// is read as the transposed, flipped kernel of a [Co, Ci] convolution (backward_input).
+template <class T, int KS, int TP, bool FLIP>
+__global__ void __launch_bounds__(256)
+    direct_kernel(const T* __restrict__ in, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ out,
+                  DirectGeom g) {
+  __shared__ float4 smem4[kDirectSmemFloats / 4];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int plane = g.Hp * g.Wpa;
+  float* ws = smem;                          // [CB][KS][KS][KB]
+  float* xs = smem + g.CB * KS * KS * g.KB;  // [CB][Hp][Wpa]
+  const int n = blockIdx.x;
+  const int k0 = blockIdx.y * g.KB;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const bool active = tid < g.items;
+  const int qg = tid % g.QG;
+  const int p = (tid / g.QG) % g.P;
+  const int kg = tid / (g.QG * g.P);
+  const int q0 = qg * TP;
+  float acc[kDirectTK][TP];
+#pragma unroll
+  for (int k = 0; k < kDirectTK; ++k)
+#pragma unroll
+    for (int i = 0; i < TP; ++i) acc[k][i] = 0.f;
+
+  const T* xn = in + static_cast<int64_t>(n) * g.Ci * g.H * g.W;
+  for (int c0 = 0; c0 < g.Ci; c0 += g.CB) {
+    const int cb = ::min(g.CB, g.Ci - c0);
+    __syncthreads();  // the previous chunk is no longer read
+    // weights: ws[((c KS + r) KS + s) KB + kk]
+    const int wtotal = cb * KS * KS * g.KB;
+    for (int i = tid; i < wtotal; i += nt) {
+      const int kk = i % g.KB;
+      int t = i / g.KB;
+      const int s = t % KS;
+      t /= KS;
+      const int r = t % KS;
+      const int c = c0 + t / KS;
+      const int k = k0 + kk;
+      float v = 0.f;
+      if (k < g.Co) {
+        // forward: w[k][c][r][s] ([Co, Ci, KS, KS]); backward_input: w[c][k][KS-1-r][KS-1-s] ([Ci, Co, KS, KS])
+        v = FLIP ? static_cast<float>(w[((c * g.Co + k) * KS + (KS - 1 - r)) * KS + (KS - 1 - s)])
+                 : static_cast<float>(w[((k * g.Ci + c) * KS + r) * KS + s]);
+      }
+      ws[i] = v;
+    }
+    // zero-padded input planes
+    const int xtotal = cb * plane;
+    for (int i = tid; i < xtotal; i += nt) {
+      const int c = i / plane;
+      const int rem = i - c * plane;
+      const int hh = rem / g.Wpa, ww = rem - hh * g.Wpa;
+      const int h = hh - g.pad, wi = ww - g.pad;
+      float v = 0.f;
+      if (h >= 0 && h < g.H && wi >= 0 && wi < g.W) v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
+      xs[i] = v;
+    }
+    __syncthreads();
+    if (active) {
+      for (int c = 0; c < cb; ++c) {
+        const float* xc = xs + c * plane + p * g.Wpa + q0;
+        const float* wc = ws + c * KS * KS * g.KB + kg * kDirectTK;
+#pragma unroll
+        for (int r = 0; r < KS; ++r) {
+          float row[TP + KS - 1];
+#pragma unroll
+          for (int i = 0; i < TP + KS - 1; ++i) row[i] = xc[r * g.Wpa + i];
+#pragma unroll
+          for (int s = 0; s < KS; ++s) {
+            const float4* wp = reinterpret_cast<const float4*>(wc + (r * KS + s) * g.KB);
+            const float4 w0 = wp[0], w1 = wp[1];
+            const float wv[kDirectTK] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+            for (int k = 0; k < kDirectTK; ++k)
+#pragma unroll
+              for (int i = 0; i < TP; ++i) acc[k][i] = fmaf(wv[k], row[i + s], acc[k][i]);
+          }
+        }
+      }
+    }
+  }
+  if (!active) return;
+  T* yn = out + static_cast<int64_t>(n) * g.Co * g.P * g.Q;
+#pragma unroll
+  for (int k = 0; k < kDirectTK; ++k) {
+    const int kk = k0 + kg * kDirectTK + k;
+    if (kk >= g.Co) continue;
+    const float bv = bias != nullptr ? static_cast<float>(bias[kk]) : 0.f;
+    T* yrow = yn + (static_cast<int64_t>(kk) * g.P + p) * g.Q;
+#pragma unroll
+    for (int i = 0; i < TP; ++i)
+      if (q0 + i < g.Q) yrow[q0 + i] = static_cast<T>(acc[k][i] + bv);
+  }
+}
+
+int direct_tp(int64_t Q) { return Q % 7 == 0 ? 7 : 4; }
+
+// KB: the largest of 32/16/8 with one item per thread (<= 256), halved while there are fewer
+// blocks than SMs; CB: as many input channels as fit the 48 KB of shared memory. KB = 0: no fit.
+DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pad, int KS, int sms) {
+  DirectGeom d{};
+  d.N = N;
+  d.Ci = Ci;
+  d.H = H;
+  d.W = W;
+  d.Co = Co;
+  d.P = P;
+  d.Q = Q;
+  d.pad = pad;
+  const int tp = direct_tp(Q);
+  d.QG = (Q + tp - 1) / tp;
+  d.Hp = P + KS - 1;
+  d.Wpa = d.QG * tp + KS - 1;
+  auto items = [&](int kb) { return (kb / kDirectTK) * P * d.QG; };
+  d.KB = 0;
+  for (int kb : {32, 16, 8})
+    if (items(kb) <= 256) {
+      d.KB = kb;
+      break;
+    }
+  if (d.KB == 0) return d;
+  while (d.KB > kDirectTK && int64_t{N} * ((Co + d.KB - 1) / d.KB) < sms) d.KB /= 2;
+  d.KB = std::min(d.KB, (Co + kDirectTK - 1) / kDirectTK * kDirectTK);
+  d.items = items(d.KB);
+  const int per_channel = KS * KS * d.KB + d.Hp * d.Wpa;
+  d.CB = std::min(Ci, kDirectSmemFloats / per_channel);
+  if (d.CB < 1) d.KB = 0;
+  return d;
+}
+
+template <class T, int KS, int TP, bool FLIP>
+void launch_direct_t(const DirectGeom& d, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
+  const int threads = (d.items + 31) / 32 * 32;
+  dim3 grid(d.N, (d.Co + d.KB - 1) / d.KB);
+  direct_kernel<T, KS, TP, FLIP><<<grid, threads, 0, st>>>(in, w, b, out, d);
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, bool FLIP>
+void launch_direct(const DirectGeom& d, int KS, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
+  const bool tp7 = d.Q % 7 == 0;
+  if (KS == 3) {
+    if (tp7) launch_direct_t<T, 3, 7, FLIP>(d, in, w, b, out, st);
+    else launch_direct_t<T, 3, 4, FLIP>(d, in, w, b, out, st);
+  } else {
+    if (tp7) launch_direct_t<T, 5, 7, FLIP>(d, in, w, b, out, st);
+    else launch_direct_t<T, 5, 4, FLIP>(d, in, w, b, out, st);
+  }
+}
+
+template <class F>
+void dispatch_half_float(DType t, const char* op, const F& f) {
+  switch (t) {
+    case DType::f32: f(float{}); break;
+    case DType::f16: f(Half{}); break;
+    case DType::bf16: f(BFloat16{}); break;
+    default: EMBER_FAIL(op, ": the direct kernels take f32, f16 or bf16, got ", t);
+  }
+}
+
+// The direct kernels' domain: MNIST-like convolutions.
+bool direct_shape_ok(const ConvGeom& g) {
+  return !g.channels_last && g.G == 1 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.R == g.S &&
+         (g.R == 3 || g.R == 5) && g.ph == g.pw && g.ph <= g.R - 1 && g.H <= 32 && g.W <= 32 && g.C <= 64 &&
+         g.K <= 256 && g.N <= 65535 && convcuda::fits_int32(g);
+}
+
+DirectGeom forward_direct_geom(const ConvGeom& g, int sms) {
+  return direct_geom(static_cast<int>(g.N), static_cast<int>(g.C), static_cast<int>(g.H), static_cast<int>(g.W),
+                     static_cast<int>(g.K), static_cast<int>(g.P), static_cast<int>(g.Q), static_cast<int>(g.ph),
+                     static_cast<int>(g.R), sms);
+}
+// dx = conv(grad_output, flip(w)^T) with padding R - 1 - pad: the input planes are [K, P, Q]
+DirectGeom backward_input_direct_geom(const ConvGeom& g, int sms) {
+  return direct_geom(static_cast<int>(g.N), static_cast<int>(g.K), static_cast<int>(g.P), static_cast<int>(g.Q),
+                     static_cast<int>(g.C), static_cast<int>(g.H), static_cast<int>(g.W),
+                     static_cast<int>(g.R - 1 - g.ph), static_cast<int>(g.R), sms);
+}
+
+bool direct_forward_supports(const KernelCall& c) {
+  ConvGeom g = fwd_geom(c);
+  g.channels_last = runs_channels_last(c.in[0]);
+  return direct_shape_ok(g) && forward_direct_geom(g, 1).KB > 0;
+}
+bool direct_backward_input_supports(const KernelCall& c) {
+  ConvGeom g = bwi_geom(c);
+  g.channels_last = runs_channels_last(c.in[0]);
+  return direct_shape_ok(g) && backward_input_direct_geom(g, 1).KB > 0;
+}
+
+void direct_forward(const KernelCall& c) {
+  ConvArgs a = convcuda::forward_args(c);
+  if (a.y.numel() == 0) return;
+  const ConvGeom& g = a.g;
+  cuda::DeviceScope scope(a.y.device());
+  const DirectGeom d = forward_direct_geom(g, cuda::sm_count(a.y.device().index));
+  EMBER_CHECK(d.KB > 0, "conv2d direct: the shape does not fit the kernel");
+  dispatch_half_float(a.y.dtype(), "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    launch_direct<T, false>(d, static_cast<int>(g.R), cp<T>(a.x), cp<T>(a.w), cp<T>(a.b), mp<T>(a.y),
+                            cuda::stream_for(a.y));
+  });
+}
+
+void direct_backward_input(const KernelCall& c) {
+  ConvArgs a = convcuda::backward_input_args(c);
+  if (a.x.numel() == 0) return;
+  const ConvGeom& g = a.g;
+  cuda::DeviceScope scope(a.x.device());
+  const DirectGeom d = backward_input_direct_geom(g, cuda::sm_count(a.x.device().index));
+  EMBER_CHECK(d.KB > 0, "conv2d_backward_input direct: the shape does not fit the kernel");
+  dispatch_half_float(a.x.dtype(), "conv2d_backward_input", [&](auto tag) {
+    using T = decltype(tag);
+    launch_direct<T, true>(d, static_cast<int>(g.R), cp<T>(a.y), cp<T>(a.w), nullptr, mp<T>(a.x), cuda::stream_for(a.x));
+  });
+}
+
+// ---- direct weight gradient ----
+
+constexpr size_t kDirectSmemLimit = 160 * 1024;  // opt-in dynamic shared memory
+
+constexpr int kWgTK3 = 4, kWgTK5 = 2;  // output channels per thread for 3x3 / 5x5
+
+struct DirectWgradGeom {
+  int N, C, H, W, K, P, Q, pad;
+  int KB, CB;      // output / input channels per block
+  int PS;          // output-row shares per (k group, c)
+  int splits, ipb; // image splits and images per split
+  int Hp, Wp;      // padded input plane in shared memory
+};
+
+// Partial dW for images [split ipb, (split + 1) ipb) and a (k, c) slice, into ws[split][K][C][KS][KS].
+template <class T, int KS, int TK>
+__global__ void __launch_bounds__(256)
+    direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x, float* __restrict__ ws, DirectWgradGeom g) {
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int xplane = g.Hp * g.Wp, gplane = g.P * g.Q;
+  float* xs = smem;                  // [CB][Hp][Wp]
+  float* gs = smem + g.CB * xplane;  // [KB][P][Q]
+  const int split = blockIdx.x;
+  const int k0 = blockIdx.y * g.KB, c0 = blockIdx.z * g.CB;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const int kgroups = g.KB / TK;
+  const int units = kgroups * g.CB * g.PS;
+  // unit u = (ps, c, kg) with kg fastest
+  const bool active = tid < units;
+  const int kg = tid % kgroups;
+  const int cc = (tid / kgroups) % g.CB;
+  const int ps = tid / (kgroups * g.CB);
+
+  float acc[TK][KS][KS];
+#pragma unroll
+  for (int t = 0; t < TK; ++t)
+#pragma unroll
+    for (int r = 0; r < KS; ++r)
+#pragma unroll
+      for (int s = 0; s < KS; ++s) acc[t][r][s] = 0.f;
+
+  const int n_begin = split * g.ipb, n_end = ::min(g.N, n_begin + g.ipb);
+  for (int n = n_begin; n < n_end; ++n) {
+    __syncthreads();  // the previous image's planes are no longer read
+    const T* xn = x + static_cast<int64_t>(n) * g.C * g.H * g.W;
+    for (int i = tid; i < g.CB * xplane; i += nt) {
+      const int c = i / xplane;
+      const int rem = i - c * xplane;
+      const int hh = rem / g.Wp, w = rem - hh * g.Wp;
+      const int h = hh - g.pad, wi = w - g.pad;
+      float v = 0.f;
+      if (c0 + c < g.C && h >= 0 && h < g.H && wi >= 0 && wi < g.W) v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
+      xs[i] = v;
+    }
+    const T* gn = gy + static_cast<int64_t>(n) * g.K * gplane;
+    for (int i = tid; i < g.KB * gplane; i += nt) {
+      const int k = i / gplane;
+      gs[i] = k0 + k < g.K ? static_cast<float>(gn[(k0 + k) * gplane + (i - k * gplane)]) : 0.f;
+    }
+    __syncthreads();
+    if (active) {
+      const float* xc = xs + cc * xplane;
+      const float* gk = gs + kg * TK * gplane;
+      for (int p = ps; p < g.P; p += g.PS) {
+        float win[KS][KS];
+#pragma unroll
+        for (int r = 0; r < KS; ++r)
+#pragma unroll
+          for (int s = 0; s < KS - 1; ++s) win[r][s + 1] = xc[(p + r) * g.Wp + s];
+        for (int q = 0; q < g.Q; ++q) {
+#pragma unroll
+          for (int r = 0; r < KS; ++r) {
+#pragma unroll
+            for (int s = 0; s < KS - 1; ++s) win[r][s] = win[r][s + 1];
+            win[r][KS - 1] = xc[(p + r) * g.Wp + q + KS - 1];
+          }
+          float gv[TK];
+#pragma unroll
+          for (int t = 0; t < TK; ++t) gv[t] = gk[t * gplane + p * g.Q + q];
+#pragma unroll
+          for (int t = 0; t < TK; ++t)
+#pragma unroll
+            for (int r = 0; r < KS; ++r)
+#pragma unroll
+              for (int s = 0; s < KS; ++s) acc[t][r][s] = fmaf(gv[t], win[r][s], acc[t][r][s]);
+        }
+      }
+    }
+  }
+  // sum the row shares in shared memory (fixed order), then one partial per block
+  __syncthreads();
+  constexpr int V = TK * KS * KS;
+  float* red = smem;  // [units][V]
+  if (active) {
+#pragma unroll
+    for (int t = 0; t < TK; ++t)
+#pragma unroll
+      for (int r = 0; r < KS; ++r)
+#pragma unroll
+        for (int s = 0; s < KS; ++s) red[tid * V + (t * KS + r) * KS + s] = acc[t][r][s];
+  }
+  __syncthreads();
+  const int per_share = kgroups * g.CB;  // units with ps = 0
+  const int outs = per_share * V;
+  float* wsp = ws + static_cast<int64_t>(split) * g.K * g.C * KS * KS;
+  for (int i = tid; i < outs; i += nt) {
+    const int u = i / V, v = i - u * V;
+    float s = 0.f;
+    for (int p = 0; p < g.PS; ++p) s += red[(p * per_share + u) * V + v];
+    const int ukg = u % kgroups, uc = u / kgroups;
+    const int t = v / (KS * KS), rs = v - t * KS * KS;
+    const int k = k0 + ukg * TK + t, c = c0 + uc;
+    if (k < g.K && c < g.C) wsp[(k * g.C + c) * KS * KS + rs] = s;
+  }
+}
+
+template <class T>
+__global__ void direct_wgrad_reduce(const float* __restrict__ ws, int splits, int n, T* __restrict__ out) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    float s = 0.f;
+    for (int k = 0; k < splits; ++k) s += ws[static_cast<int64_t>(k) * n + i];
+    out[i] = static_cast<T>(s);
+  }
+}
+
+int wgrad_tk(int KS) { return KS == 3 ? kWgTK3 : kWgTK5; }
+
+size_t wgrad_smem(const DirectWgradGeom& d, int KS) {
+  const int TK = wgrad_tk(KS);
+  const size_t planes = sizeof(float) * (static_cast<size_t>(d.CB) * d.Hp * d.Wp + static_cast<size_t>(d.KB) * d.P * d.Q);
+  const size_t units = static_cast<size_t>(d.KB / TK) * d.CB * d.PS;
+  return std::max(planes, sizeof(float) * units * TK * KS * KS);
+}
+
+// Slices: up to 64 output and 8 input channels per block (halved until the planes fit shared
+// memory); row shares fill up to 256 threads; image splits give ~2 blocks per SM.
+DirectWgradGeom wgrad_geom(const ConvGeom& g, int sms) {
+  const int KS = static_cast<int>(g.R), TK = wgrad_tk(KS);
+  DirectWgradGeom d{};
+  d.N = static_cast<int>(g.N);
+  d.C = static_cast<int>(g.C);
+  d.H = static_cast<int>(g.H);
+  d.W = static_cast<int>(g.W);
+  d.K = static_cast<int>(g.K);
+  d.P = static_cast<int>(g.P);
+  d.Q = static_cast<int>(g.Q);
+  d.pad = static_cast<int>(g.ph);
+  d.Hp = d.P + KS - 1;
+  d.Wp = d.Q + KS - 1;
+  d.KB = std::min(64, (d.K + TK - 1) / TK * TK);
+  d.CB = std::min(8, d.C);
+  d.PS = 1;
+  while (wgrad_smem(d, KS) > kDirectSmemLimit && d.KB > TK) d.KB = std::max(TK, d.KB / 2 / TK * TK);
+  while (wgrad_smem(d, KS) > kDirectSmemLimit && d.CB > 1) d.CB /= 2;
+  const int pairs = (d.KB / TK) * d.CB;  // <= 32 x 8 = 256
+  d.PS = std::max(1, std::min(d.P, 256 / pairs));
+  while (d.PS > 1 && wgrad_smem(d, KS) > kDirectSmemLimit) --d.PS;
+  const int slices = ((d.K + d.KB - 1) / d.KB) * ((d.C + d.CB - 1) / d.CB);
+  d.splits = std::max(1, std::min(d.N, (2 * sms + slices - 1) / slices));
+  d.ipb = std::max(1, (d.N + d.splits - 1) / d.splits);
+  d.splits = std::max(1, (d.N + d.ipb - 1) / d.ipb);
+  return d;
+}
+
+bool direct_wgrad_supports(const KernelCall& c) {
+  ConvGeom g = bww_geom(c);
+  g.channels_last = runs_channels_last(c.in[1]);
+  return direct_shape_ok(g) && wgrad_smem(wgrad_geom(g, 1), static_cast<int>(g.R)) <= kDirectSmemLimit;
+}
+
+void direct_backward_weight(const KernelCall& c) {
+  ConvArgs a = convcuda::backward_weight_args(c);
+  const ConvGeom& g = a.g;
+  cuda::DeviceScope scope(a.w.device());
+  if (g.N == 0) {
+    Tensor w = a.w;
+    w.zero_();
+    return;
+  }
+  const int KS = static_cast<int>(g.R);
+  const DirectWgradGeom d = wgrad_geom(g, cuda::sm_count(a.w.device().index));
+  const size_t smem = wgrad_smem(d, KS);
+  EMBER_CHECK(smem <= kDirectSmemLimit, "conv2d_backward_weight direct: shared memory ", smem, " bytes over the limit");
+  const int units = (d.KB / wgrad_tk(KS)) * d.CB * d.PS;
+  Tensor ws = empty({static_cast<int64_t>(d.splits) * g.K * g.C * KS * KS},
+                    TensorOptions().dtype(DType::f32).device(a.w.device()));
+  cudaStream_t st = cuda::stream_for(a.w);
+  const int threads = (units + 31) / 32 * 32;
+  dim3 grid(d.splits, (d.K + d.KB - 1) / d.KB, (d.C + d.CB - 1) / d.CB);
+  dispatch_half_float(a.w.dtype(), "conv2d_backward_weight", [&](auto tag) {
+    using T = decltype(tag);
+    auto kern = KS == 3 ? direct_wgrad_kernel<T, 3, kWgTK3> : direct_wgrad_kernel<T, 5, kWgTK5>;
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kern<<<grid, threads, smem, st>>>(cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d);
+    EMBER_CUDA_CHECK_LAUNCH();
+    const int n = static_cast<int>(g.K * g.C * KS * KS);
+    direct_wgrad_reduce<T><<<cuda::grid_for(n, 256, a.w.device().index), 256, 0, st>>>(mp<float>(ws), d.splits, n,
+                                                                                        mp<T>(a.w));
+    EMBER_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+void register_cuda_conv2d(OpInfo& info) {
+  info.add_variant({"direct", DeviceType::cuda, direct_forward, {DType::f32, DType::f16, DType::bf16}, 0,
+                    direct_forward_supports, "MNIST-sized: planes and weights in shared memory, 8 ch x 7 px per thread"});
+  info.add_variant({"igemm_mma", DeviceType::cuda, mma_forward, {DType::f16, DType::bf16}, 0,
+                    [](const KernelCall& c) { return igemm_supports(c, fwd_geom); },
+                    "implicit GEMM, mma.sync m16n8k16 tensor cores, fp32 accumulation"});
+  info.add_variant({"igemm_simt", DeviceType::cuda, simt_forward, {DType::f32, DType::f64}, 0,
+                    [](const KernelCall& c) { return igemm_supports(c, fwd_geom); },
+                    "implicit GEMM on FMA units, 128x128 / 64x64 tiles, register-staged double buffering"});
+#if EMBER_WITH_CUDNN
+  convcuda::register_cudnn_forward(info);
+#endif
+  info.add_variant({"naive", DeviceType::cuda, naive_forward, kFloatTypes, kReference, nullptr,
+                    "one thread per output element (the oracle)"});
+}
+
+void register_cuda_conv2d_backward_input(OpInfo& info) {
+  info.add_variant({"direct", DeviceType::cuda, direct_backward_input, {DType::f32, DType::f16, DType::bf16}, 0,
+                    direct_backward_input_supports, "the direct forward kernel on grad_output with the flipped kernel"});
+  info.add_variant({"igemm_mma", DeviceType::cuda, mma_backward_input, {DType::f16, DType::bf16}, 0,
+                    [](const KernelCall& c) { return igemm_supports(c, bwi_geom); },
+                    "implicit GEMM (dgrad), tensor cores"});
+  info.add_variant({"igemm_simt", DeviceType::cuda, simt_backward_input, {DType::f32, DType::f64}, 0,
+                    [](const KernelCall& c) { return igemm_supports(c, bwi_geom); }, "implicit GEMM (dgrad), FMA units"});
+#if EMBER_WITH_CUDNN
+  convcuda::register_cudnn_backward_input(info);
+#endif
+  info.add_variant({"naive", DeviceType::cuda, naive_backward_input, kFloatTypes, kReference, nullptr,
+                    "one thread per input element (the oracle)"});
+}
+
+void register_cuda_conv2d_backward_weight(OpInfo& info) {
+  info.add_variant({"direct", DeviceType::cuda, direct_backward_weight, {DType::f32, DType::f16, DType::bf16}, 0,
+                    direct_wgrad_supports, "MNIST-sized: sliding windows over shared planes, image splits summed in order"});
+  info.add_variant({"igemm_mma", DeviceType::cuda, mma_backward_weight, {DType::f16, DType::bf16}, 0,
+                    [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
+                    "implicit GEMM (wgrad), tensor cores, deterministic split-K"});
+  info.add_variant({"igemm_simt", DeviceType::cuda, simt_backward_weight, {DType::f32, DType::f64}, 0,
+                    [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
+                    "implicit GEMM (wgrad), FMA units, deterministic split-K"});
+#if EMBER_WITH_CUDNN
+  convcuda::register_cudnn_backward_weight(info);
+#endif
+  info.add_variant({"naive", DeviceType::cuda, naive_backward_weight, kFloatTypes, kReference, nullptr,
+                    "one thread per weight element (the oracle)"});
+}
+
+}  // namespace ember

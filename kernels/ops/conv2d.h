@@ -1,0 +1,77 @@
+// conv2d: 2-D convolution (cross-correlation, as PyTorch) and its two gradient ops.
+//
+// Shapes: x [N, C, H, W], weight [K, C/G, R, S], bias [K] or undefined -> y [N, K, P, Q] with
+//   P = floor((H + 2 ph - dh (R - 1) - 1) / sh) + 1,  Q likewise with (W, pw, dw, S, sw);
+//   G groups: output channels [g K/G, (g+1) K/G) see input channels [g C/G, (g+1) C/G).
+// Forward (k in group g, Cg = C/G):
+//   y[n,k,p,q] = b[k] + sum_{c<Cg, r<R, s<S} x[n, g Cg + c, p sh - ph + r dh, q sw - pw + s dw] w[k,c,r,s]
+//   (x is zero outside [0,H) x [0,W)).
+// Gradients (g = dL/dy):
+//   conv2d_backward_input:  dx[n, gCg+c, h, w] = sum_{k in g, r, s} g[n,k,p,q] w[k,c,r,s]
+//                           over (p, q) with p sh = h + ph - r dh, q sw = w + pw - s dw (exact division)
+//   conv2d_backward_weight: dw[k,c,r,s] = sum_{n,p,q} g[n,k,p,q] x[n, gCg+c, p sh - ph + r dh, q sw - pw + s dw]
+//   db[k] = sum_{n,p,q} g[n,k,p,q]   (the sum op, in conv2d's composite vjp)
+// Both gradient ops are linear in each argument, so their own vjps are convolutions again
+// (double backward): backward_input(g, w) has d/dg = conv2d(G, w), d/dw = backward_weight(g, G);
+// backward_weight(g, x) has d/dg = conv2d(x, G), d/dx = backward_input(g, G).
+// FLOPs (each of the three): 2 N K P Q (C/G) R S.
+//
+// Layouts: NCHW and channels-last (Note [channels-last decision] in kernels/common/memory_format.h).
+// The layout follows x (forward), g (backward_input) or x (backward_weight); the output (and dw)
+// comes out in that layout; a channels-last dw is [K, C/G, R, S] with KRSC memory.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace ember {
+
+struct Conv2dOptions {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+
+// Op attributes: the options plus, for the gradient ops, the size that cannot be recovered from the
+// other operands: the input's (H, W) for backward_input, the kernel's (R, S) for backward_weight.
+struct Conv2dAttrs {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+  int64_t size[2] = {0, 0};
+};
+
+inline Conv2dAttrs conv2d_attrs(const Conv2dOptions& o, int64_t s0 = 0, int64_t s1 = 0) {
+  Conv2dAttrs a{};
+  for (int i = 0; i < 2; ++i) {
+    a.stride[i] = o.stride[i];
+    a.padding[i] = o.padding[i];
+    a.dilation[i] = o.dilation[i];
+  }
+  a.groups = o.groups;
+  a.size[0] = s0;
+  a.size[1] = s1;
+  return a;
+}
+
+// Every size of one convolution, validated.
+struct ConvGeom {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input
+  int64_t K = 0, R = 0, S = 0;         // weight [K, C/G, R, S]
+  int64_t P = 0, Q = 0;                // output spatial
+  int64_t G = 1, Cg = 0, Kg = 0;       // groups, channels per group
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  bool channels_last = false;          // the layout the op runs in
+
+  double flops() const { return 2.0 * N * K * P * Q * Cg * R * S; }
+};
+
+// Validates and returns the geometry from the shapes of x [N,C,H,W] and weight [K,C/G,R,S]
+// (`op` names the op in messages). Throws on every bad combination, naming the shapes and values.
+ConvGeom conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dAttrs& a);
+
+}  // namespace ember

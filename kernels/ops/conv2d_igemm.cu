@@ -1,0 +1,1040 @@
+// Implicit-GEMM convolution kernels: forward, backward_input and backward_weight, fp32/fp64 SIMT
+// and f16/bf16 tensor cores (mma.sync m16n8k16, fp32 accumulation). Any shape: the im2col matrix
+// is gathered on the fly tile by tile (zero outside the input, the channel range and the GEMM
+// bounds), so odd channel counts, C = 1, K not a multiple of the tile all work.
+//
+// The three GEMMs (per group g; Cg = C/G, Kg = K/G):
+//   forward          rows m = (n, p, q) output pixels [N P Q], cols k [Kg],  reduction (r, s, c) [R S Cg]
+//                    A = x gathered, B = weight
+//   backward_input   rows m = (n, h, w) input pixels [N H W],  cols c [Cg],  reduction (r, s, k) [R S Kg]
+//                    A = grad_output gathered (p = (h + ph - r dh) / sh when exact), B = weight
+//   backward_weight  rows k [Kg], cols (c, r, s) in the weight's memory order [Cg R S], reduction
+//                    (n, p, q) [N P Q]; split over the reduction ("split-K") into fp32 partials that
+//                    a second kernel adds in split order (deterministic, no atomics)
+// The reduction of the data GEMMs runs (r, s) outermost and channels innermost, so a k-tile is one
+// (r, s) and BK consecutive channels: the gather address of a row is computed once per tile and
+// channels-last inputs are read as contiguous 16-byte vectors (when channels % 8 == 0).
+//
+// SIMT (f32, f64): block tile BM x BN x BK, 256 threads, each TM x TN outputs in registers, A and B
+//   staged through registers into double-buffered shared memory (the next tile's global loads are in
+//   flight while the current one is multiplied). Configs: 128x128x8 (8x8 per thread) when there are
+//   enough tiles, else 64x64x16 (4x4). Per k step a thread does TM + TN shared loads for TM TN FMAs
+//   (16 : 64 in the big config), at the 1 : 4 ratio shared-memory bandwidth allows.
+// MMA (f16, bf16): BK = 32, warp tiles of 64x32 or 32x32 built from m16n8k16 mma.sync with ldmatrix
+//   fragment loads from padded shared rows (40 halves: conflict-free ldmatrix phases). Configs:
+//   128x128 (8 warps), 128x64 and 64x64 (4 warps), chosen by tile count. fp32 accumulators, bias and
+//   conversion in the epilogue.
+//
+// Napkin math (H200: ~67 TFLOP/s fp32 FMA, ~990 TFLOP/s dense f16/bf16 tensor, ~4.8 TB/s HBM):
+//   ResNet-50 64->64 3x3 56x56 batch 32: 2 * 32 * 64 * 3136 * 576 = 7.4 GFLOP. f32: >= 110 us at
+//   peak FMA; cuDNN's FMA kernels reach roughly 60-70% (~170 us), the target is 80% of that. f16: the
+//   tensor cores need 7.5 us, the 2 x 12.8 MB of activations 5.3 us: both bounds matter; cuDNN lands
+//   near 20-25 us, so 80% means <= ~30 us, i.e. >= 250 TFLOP/s: this kernel's shared-memory staging
+//   through registers (no cp.async, no warp specialisation) is the first thing to revisit if not.
+//   512->512 3x3 7x7 batch 32: M = 1568 rows is ~13 tiles of 128: too few for 132 SMs without
+//   split-K; the 64x64 config gives 200 blocks.
+// Never run on a GPU yet (written without one): the index math was desk-checked by
+// tests/sim/conv_igemm_sim.py (every config, both layouts, vector loads, split-K); the generic
+// parity tests check every variant against the CPU reference the first time a GPU is present.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/ops/conv2d_cuda.h"
+
+namespace ember::convcuda {
+
+namespace {
+
+// ---- problem descriptions (int indexing: every tensor has < 2^31 elements, checked) ----
+
+struct DataGemm {
+  int M;           // rows: output pixels of the GEMM (N Ho Wo)
+  int HoWo, Wo;
+  int Ca, Ha, Wa;  // the gathered operand: x (forward) or grad_output (backward_input)
+  int img;         // Ca Ha Wa
+  int Co;          // channels of the written tensor
+  int red;         // reduction channels per group: Cg (forward) or Kg (backward_input)
+  int ncol;        // columns per group: Kg (forward) or Cg (backward_input)
+  int Kg, Cg, RS, S;
+  int sh, sw, ph, pw, dh, dw;
+};
+
+DataGemm data_gemm(const ConvGeom& g, bool dgrad) {
+  DataGemm p{};
+  const int N = static_cast<int>(g.N);
+  if (!dgrad) {
+    p.Wo = static_cast<int>(g.Q);
+    p.HoWo = static_cast<int>(g.P * g.Q);
+    p.Ca = static_cast<int>(g.C);
+    p.Ha = static_cast<int>(g.H);
+    p.Wa = static_cast<int>(g.W);
+    p.Co = static_cast<int>(g.K);
+    p.red = static_cast<int>(g.Cg);
+    p.ncol = static_cast<int>(g.Kg);
+  } else {
+    p.Wo = static_cast<int>(g.W);
+    p.HoWo = static_cast<int>(g.H * g.W);
+    p.Ca = static_cast<int>(g.K);
+    p.Ha = static_cast<int>(g.P);
+    p.Wa = static_cast<int>(g.Q);
+    p.Co = static_cast<int>(g.C);
+    p.red = static_cast<int>(g.Kg);
+    p.ncol = static_cast<int>(g.Cg);
+  }
+  p.M = N * p.HoWo;
+  p.img = p.Ca * p.Ha * p.Wa;
+  p.Kg = static_cast<int>(g.Kg);
+  p.Cg = static_cast<int>(g.Cg);
+  p.RS = static_cast<int>(g.R * g.S);
+  p.S = static_cast<int>(g.S);
+  p.sh = static_cast<int>(g.sh);
+  p.sw = static_cast<int>(g.sw);
+  p.ph = static_cast<int>(g.ph);
+  p.pw = static_cast<int>(g.pw);
+  p.dh = static_cast<int>(g.dh);
+  p.dw = static_cast<int>(g.dw);
+  return p;
+}
+
+struct RowInfo {
+  int base, h0, w0;
+  bool ok;
+};
+
+template <bool DGRAD>
+__device__ __forceinline__ RowInfo row_info(const DataGemm& p, int m) {
+  RowInfo ri{0, 0, 0, m < p.M};
+  if (ri.ok) {
+    const int n = m / p.HoWo;
+    const int rem = m - n * p.HoWo;
+    const int oh = rem / p.Wo;
+    const int ow = rem - oh * p.Wo;
+    ri.base = n * p.img;
+    if (!DGRAD) {
+      ri.h0 = oh * p.sh - p.ph;
+      ri.w0 = ow * p.sw - p.pw;
+    } else {
+      ri.h0 = oh + p.ph;
+      ri.w0 = ow + p.pw;
+    }
+  }
+  return ri;
+}
+
+// Offset of channel 0 of the gathered element for kernel tap (r, s), or -1 when it is zero padding.
+template <bool DGRAD, bool CL>
+__device__ __forceinline__ int gather_offset(const DataGemm& p, const RowInfo& ri, int r, int s) {
+  if (!ri.ok) return -1;
+  int ih, iw;
+  if (!DGRAD) {
+    ih = ri.h0 + r * p.dh;
+    iw = ri.w0 + s * p.dw;
+    if (static_cast<unsigned>(ih) >= static_cast<unsigned>(p.Ha) || static_cast<unsigned>(iw) >= static_cast<unsigned>(p.Wa))
+      return -1;
+  } else {
+    const int th = ri.h0 - r * p.dh, tw = ri.w0 - s * p.dw;
+    if (th < 0 || tw < 0) return -1;
+    ih = th / p.sh;
+    iw = tw / p.sw;
+    if (ih * p.sh != th || iw * p.sw != tw || ih >= p.Ha || iw >= p.Wa) return -1;
+  }
+  return CL ? ri.base + (ih * p.Wa + iw) * p.Ca : ri.base + ih * p.Wa + iw;
+}
+
+// Weight element for reduction channel c_red, GEMM column col, tap rs (KCRS or KRSC memory).
+template <bool DGRAD, bool CL>
+__device__ __forceinline__ int weight_index(const DataGemm& p, int g, int c_red, int col, int rs) {
+  const int kidx = g * p.Kg + (DGRAD ? c_red : col);
+  const int cidx = DGRAD ? col : c_red;
+  return CL ? (kidx * p.RS + rs) * p.Cg + cidx : (kidx * p.Cg + cidx) * p.RS + rs;
+}
+
+template <bool CL>
+__device__ __forceinline__ int out_index(const DataGemm& p, int m, int oc) {
+  if (CL) return m * p.Co + oc;
+  const int n = m / p.HoWo;
+  return (n * p.Co + oc) * p.HoWo + (m - n * p.HoWo);
+}
+
+struct WgradGemm {
+  int Kg, ncol;  // GEMM rows (k) and columns ((c, r, s) in the weight's memory order) per group
+  int J;         // reduction length N P Q
+  int P, Q, PQ;
+  int K, C, H, W, HW;
+  int Cg, RS, S;
+  int sh, sw, ph, pw, dh, dw;
+  int G, splits, tiles_per_split;
+};
+
+WgradGemm wgrad_gemm(const ConvGeom& g) {
+  WgradGemm p{};
+  p.Kg = static_cast<int>(g.Kg);
+  p.ncol = static_cast<int>(g.Cg * g.R * g.S);
+  p.J = static_cast<int>(g.N * g.P * g.Q);
+  p.P = static_cast<int>(g.P);
+  p.Q = static_cast<int>(g.Q);
+  p.PQ = p.P * p.Q;
+  p.K = static_cast<int>(g.K);
+  p.C = static_cast<int>(g.C);
+  p.H = static_cast<int>(g.H);
+  p.W = static_cast<int>(g.W);
+  p.HW = p.H * p.W;
+  p.Cg = static_cast<int>(g.Cg);
+  p.RS = static_cast<int>(g.R * g.S);
+  p.S = static_cast<int>(g.S);
+  p.sh = static_cast<int>(g.sh);
+  p.sw = static_cast<int>(g.sw);
+  p.ph = static_cast<int>(g.ph);
+  p.pw = static_cast<int>(g.pw);
+  p.dh = static_cast<int>(g.dh);
+  p.dw = static_cast<int>(g.dw);
+  p.G = static_cast<int>(g.G);
+  return p;
+}
+
+// Position (n, p, q) of reduction index j, stepped one at a time.
+struct JPos {
+  int j, n, p, q;
+};
+__device__ __forceinline__ JPos jpos(const WgradGemm& w, int j) {
+  JPos a;
+  a.j = j;
+  a.n = j / w.PQ;
+  const int pq = j - a.n * w.PQ;
+  a.p = pq / w.Q;
+  a.q = pq - a.p * w.Q;
+  return a;
+}
+__device__ __forceinline__ void jstep(const WgradGemm& w, JPos& a) {
+  ++a.j;
+  if (++a.q == w.Q) {
+    a.q = 0;
+    if (++a.p == w.P) {
+      a.p = 0;
+      ++a.n;
+    }
+  }
+}
+
+// One column (c, r, s) of the weight gradient: where its x elements are.
+struct ColInfo {
+  int xc;      // channel offset into x: (g Cg + c) for channels-last, (g Cg + c) H W for NCHW
+  int hr, wr;  // r dh - ph, s dw - pw
+  bool ok;
+};
+template <bool CL>
+__device__ __forceinline__ ColInfo col_info(const WgradGemm& w, int g, int col) {
+  ColInfo ci{0, 0, 0, col < w.ncol};
+  if (ci.ok) {
+    int c, rs;
+    if (CL) {
+      rs = col / w.Cg;
+      c = col - rs * w.Cg;
+    } else {
+      c = col / w.RS;
+      rs = col - c * w.RS;
+    }
+    const int r = rs / w.S, s = rs - r * w.S;
+    ci.xc = CL ? g * w.Cg + c : (g * w.Cg + c) * w.HW;
+    ci.hr = r * w.dh - w.ph;
+    ci.wr = s * w.dw - w.pw;
+  }
+  return ci;
+}
+
+// x element of column ci at reduction position a (or -1 for padding / past the end).
+template <bool CL>
+__device__ __forceinline__ int wgrad_x_index(const WgradGemm& w, const ColInfo& ci, const JPos& a) {
+  if (!ci.ok || a.j >= w.J) return -1;
+  const int ih = a.p * w.sh + ci.hr, iw = a.q * w.sw + ci.wr;
+  if (static_cast<unsigned>(ih) >= static_cast<unsigned>(w.H) || static_cast<unsigned>(iw) >= static_cast<unsigned>(w.W))
+    return -1;
+  return CL ? (a.n * w.HW + ih * w.W + iw) * w.C + ci.xc : a.n * w.C * w.HW + ci.xc + ih * w.W + iw;
+}
+
+// grad_output element of row k at position a (or -1).
+template <bool CL>
+__device__ __forceinline__ int wgrad_g_index(const WgradGemm& w, int g, int k, const JPos& a) {
+  if (k >= w.Kg || a.j >= w.J) return -1;
+  const int kk = g * w.Kg + k;
+  return CL ? a.j * w.K + kk : (a.n * w.K + kk) * w.PQ + a.p * w.Q + a.q;
+}
+
+template <class T>
+struct AccOf {
+  using type = float;
+};
+template <>
+struct AccOf<double> {
+  using type = double;
+};
+
+// Sums split-K partials in split order and converts.
+template <class Acc, class T>
+__global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int n, T* __restrict__ out) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    Acc s = 0;
+    for (int k = 0; k < splits; ++k) s += ws[static_cast<int64_t>(k) * n + i];
+    out[i] = static_cast<T>(s);
+  }
+}
+
+// ======================= SIMT kernels =======================
+
+template <class T, int BM, int BN, int BK, int TM, int TN, bool CL, bool DGRAD>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    data_simt_kernel(const T* __restrict__ src, const T* __restrict__ wt, const T* __restrict__ bias,
+                     T* __restrict__ out, DataGemm p) {
+  constexpr int MBT = BM / TM, NBT = BN / TN, NT = MBT * NBT;
+  constexpr int A_LD = BM * BK / NT, B_LD = BN * BK / NT;
+  static_assert(NT % BK == 0 && NT % BM == 0 && (BM * BK) % NT == 0 && (BN * BK) % NT == 0, "tile/thread mismatch");
+  constexpr int A_ROWS = CL ? A_LD : 1;
+  __shared__ T As[2][BK][BM + 1];
+  __shared__ T Bs[2][BK][BN + 1];
+
+  const int tid = threadIdx.x;
+  const int g = blockIdx.z;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  // loads: channels-last A walks channels across threads (contiguous), NCHW A walks pixels
+  int a_row[A_LD], a_kk[A_LD];
+#pragma unroll
+  for (int i = 0; i < A_LD; ++i) {
+    if (CL) {
+      a_row[i] = tid / BK + i * (NT / BK);
+      a_kk[i] = tid % BK;
+    } else {
+      a_row[i] = tid % BM;
+      a_kk[i] = tid / BM + i * (NT / BM);
+    }
+  }
+  RowInfo ri[A_ROWS];
+#pragma unroll
+  for (int i = 0; i < A_ROWS; ++i) ri[i] = row_info<DGRAD>(p, m0 + a_row[i]);
+  const int b_kk = tid % BK;
+  int b_col[B_LD];
+#pragma unroll
+  for (int i = 0; i < B_LD; ++i) b_col[i] = tid / BK + i * (NT / BK);
+  // compute: consecutive threads take consecutive output rows (NCHW) or columns (channels-last)
+  const int tm = CL ? tid / NBT : tid % MBT;
+  const int tn = CL ? tid % NBT : tid / MBT;
+
+  const int CT = (p.red + BK - 1) / BK;
+  const int tiles = p.RS * CT;
+  const int chs = CL ? 1 : p.Ha * p.Wa;
+  T a_reg[A_LD], b_reg[B_LD];
+  auto load = [&](int t) {
+    const int rs = t / CT;
+    const int c0 = (t - rs * CT) * BK;
+    const int r = rs / p.S, s = rs - r * p.S;
+    int off[A_ROWS];
+#pragma unroll
+    for (int i = 0; i < A_ROWS; ++i) off[i] = gather_offset<DGRAD, CL>(p, ri[i], r, s);
+#pragma unroll
+    for (int i = 0; i < A_LD; ++i) {
+      const int c = c0 + a_kk[i];
+      const int o = off[CL ? i : 0];
+      a_reg[i] = (o >= 0 && c < p.red) ? src[o + (g * p.red + c) * chs] : T(0);
+    }
+#pragma unroll
+    for (int i = 0; i < B_LD; ++i) {
+      const int c = c0 + b_kk, col = n0 + b_col[i];
+      b_reg[i] = (c < p.red && col < p.ncol) ? wt[weight_index<DGRAD, CL>(p, g, c, col, rs)] : T(0);
+    }
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < A_LD; ++i) As[buf][a_kk[i]][a_row[i]] = a_reg[i];
+#pragma unroll
+    for (int i = 0; i < B_LD; ++i) Bs[buf][b_kk][b_col[i]] = b_reg[i];
+  };
+
+  T acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+
+  if (tiles > 0) {
+    load(0);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = 0; t < tiles; ++t) {
+    const int cur = t & 1;
+    if (t + 1 < tiles) load(t + 1);
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      T av[TM], bv[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) av[i] = As[cur][k][tm + i * MBT];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][k][tn + j * NBT];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+    }
+    if (t + 1 < tiles) store(cur ^ 1);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int m = m0 + tm + i * MBT;
+    if (m >= p.M) continue;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int c = n0 + tn + j * NBT;
+      if (c >= p.ncol) continue;
+      const int oc = g * p.ncol + c;
+      T v = acc[i][j];
+      if (bias != nullptr) v += bias[oc];
+      out[out_index<CL>(p, m, oc)] = v;
+    }
+  }
+}
+
+// Weight gradient, SIMT: rows k, columns (c, r, s), reduction over (n, p, q) in BK-long runs;
+// each thread loads a run of consecutive reduction indices for one row (or column).
+template <class T, int BM, int BN, int BK, int TM, int TN, bool CL>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    wgrad_simt_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dw,
+                      typename AccOf<T>::type* __restrict__ ws, WgradGemm p) {
+  constexpr int MBT = BM / TM, NBT = BN / TN, NT = MBT * NBT;
+  constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
+  static_assert(BK % A_RUN == 0 && BK % B_RUN == 0, "runs must tile BK");
+  constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;  // threads per row / column
+  __shared__ T As[2][BK][BM + 1];
+  __shared__ T Bs[2][BK][BN + 1];
+
+  const int tid = threadIdx.x;
+  const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
+  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  const int a_row = tid / A_TPR, a_kk0 = (tid % A_TPR) * A_RUN;
+  const int b_col = tid / B_TPR, b_kk0 = (tid % B_TPR) * B_RUN;
+  const ColInfo ci = col_info<CL>(p, g, n0 + b_col);
+  const int tm = tid / NBT, tn = tid % NBT;
+
+  const int total = (p.J + BK - 1) / BK;
+  const int t0 = sp * p.tiles_per_split;
+  const int t1 = min(total, t0 + p.tiles_per_split);
+  T a_reg[A_RUN], b_reg[B_RUN];
+  auto load = [&](int t) {
+    JPos a = jpos(p, t * BK + a_kk0);
+#pragma unroll
+    for (int e = 0; e < A_RUN; ++e) {
+      const int o = wgrad_g_index<CL>(p, g, m0 + a_row, a);
+      a_reg[e] = o >= 0 ? gy[o] : T(0);
+      jstep(p, a);
+    }
+    JPos b = jpos(p, t * BK + b_kk0);
+#pragma unroll
+    for (int e = 0; e < B_RUN; ++e) {
+      const int o = wgrad_x_index<CL>(p, ci, b);
+      b_reg[e] = o >= 0 ? x[o] : T(0);
+      jstep(p, b);
+    }
+  };
+  auto store = [&](int buf) {
+#pragma unroll
+    for (int e = 0; e < A_RUN; ++e) As[buf][a_kk0 + e][a_row] = a_reg[e];
+#pragma unroll
+    for (int e = 0; e < B_RUN; ++e) Bs[buf][b_kk0 + e][b_col] = b_reg[e];
+  };
+
+  T acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+  if (t0 < t1) {
+    load(t0);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = t0; t < t1; ++t) {
+    const int cur = (t - t0) & 1;
+    if (t + 1 < t1) load(t + 1);
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      T av[TM], bv[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) av[i] = As[cur][k][tm + i * MBT];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][k][tn + j * NBT];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
+    }
+    if (t + 1 < t1) store(cur ^ 1);
+    __syncthreads();
+  }
+
+  const int nout = p.G * p.Kg * p.ncol;
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int k = m0 + tm + i * MBT;
+    if (k >= p.Kg) continue;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int col = n0 + tn + j * NBT;
+      if (col >= p.ncol) continue;
+      const int o = (g * p.Kg + k) * p.ncol + col;
+      if (p.splits == 1) dw[o] = acc[i][j];
+      else ws[static_cast<int64_t>(sp) * nout + o] = acc[i][j];
+    }
+  }
+}
+
+// ======================= tensor-core (mma.sync) kernels =======================
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&d)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(smem_addr(p)));
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <bool BF16>
+__device__ __forceinline__ float bits_to_float(uint16_t b) {
+  if constexpr (BF16) return static_cast<float>(BFloat16::from_bits(b));
+  else return static_cast<float>(Half::from_bits(b));
+}
+template <bool BF16>
+__device__ __forceinline__ uint16_t float_to_bits(float v) {
+  if constexpr (BF16) return BFloat16(v).bits;
+  else return Half(v).bits;
+}
+
+constexpr int kMmaBK = 32;
+constexpr int kMmaLDS = kMmaBK + 8;  // padded row: 80 bytes, conflict-free ldmatrix phases
+
+// One BK-deep step of the warp tile: acc[MT][NT8] += A[wm0.., :] B[wn0.., :]^T from shared rows.
+template <bool BF16, int MT, int NT8>
+__device__ __forceinline__ void mma_tile(const uint16_t (*As)[kMmaLDS], const uint16_t (*Bs)[kMmaLDS], int wm0, int wn0,
+                                         int lane, float (&acc)[MT][NT8][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kMmaBK; ks += 16) {
+    unsigned af[MT][4];
+    unsigned bf[NT8][2];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) ldmatrix_x4(af[i], &As[wm0 + i * 16 + (lane & 15)][ks + (lane >> 4) * 8]);
+#pragma unroll
+    for (int jj = 0; jj < NT8 / 2; ++jj) {
+      unsigned d[4];
+      ldmatrix_x4(d, &Bs[wn0 + jj * 16 + (lane & 7) + ((lane >> 4) << 3)][ks + ((lane >> 3) & 1) * 8]);
+      bf[2 * jj][0] = d[0];
+      bf[2 * jj][1] = d[1];
+      bf[2 * jj + 1][0] = d[2];
+      bf[2 * jj + 1][1] = d[3];
+    }
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT8; ++j) mma_16816<BF16>(acc[i][j], af[i], bf[j][0], bf[j][1]);
+  }
+}
+
+__device__ __forceinline__ unsigned pack2(uint16_t lo, uint16_t hi) {
+  return static_cast<unsigned>(lo) | (static_cast<unsigned>(hi) << 16);
+}
+
+// Stores a run of RUN halves (RUN % 8 == 0) at a 16-byte aligned shared address.
+template <int RUN>
+__device__ __forceinline__ void store_run(uint16_t* dst, const unsigned (&w)[RUN / 2]) {
+#pragma unroll
+  for (int v = 0; v < RUN / 8; ++v)
+    reinterpret_cast<uint4*>(dst)[v] = make_uint4(w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
+}
+
+template <bool BF16, int BM, int BN, int WM, int WN, bool CL, bool DGRAD, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    data_mma_kernel(const uint16_t* __restrict__ src, const uint16_t* __restrict__ wt,
+                    const uint16_t* __restrict__ bias, uint16_t* __restrict__ out, DataGemm p) {
+  constexpr int BK = kMmaBK;
+  constexpr int WARPS_M = BM / WM, NT = WARPS_M * (BN / WN) * 32;
+  constexpr int MT = WM / 16, NT8 = WN / 8;
+  constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
+  constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;
+  static_assert(A_RUN % 8 == 0 && B_RUN % 8 == 0 && BK % A_RUN == 0 && BK % B_RUN == 0, "runs of whole vectors");
+  static_assert(NT % BM == 0 && NT8 % 2 == 0, "thread mapping");
+  static_assert(!VEC || CL, "vector loads need channels-last");
+  __shared__ __align__(16) uint16_t As[2][BM][kMmaLDS];
+  __shared__ __align__(16) uint16_t Bs[2][BN][kMmaLDS];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = blockIdx.z;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  const int wm0 = (warp % WARPS_M) * WM, wn0 = (warp / WARPS_M) * WN;
+  // A: channels-last -> one row, a run of A_RUN consecutive channels; NCHW -> one row, channels
+  // tid / BM + i NT / BM (consecutive threads take consecutive pixels: coalesced)
+  const int a_row = CL ? tid / A_TPR : tid % BM;
+  const int a_kk0 = CL ? (tid % A_TPR) * A_RUN : tid / BM;
+  const RowInfo ri = row_info<DGRAD>(p, m0 + a_row);
+  const int b_col = tid / B_TPR, b_kk0 = (tid % B_TPR) * B_RUN;
+  const int colg = n0 + b_col;
+  constexpr bool B_VEC = VEC && !DGRAD;  // forward KRSC weights: the run is contiguous
+
+  const int CT = (p.red + BK - 1) / BK;
+  const int tiles = p.RS * CT;
+  const int chs = CL ? 1 : p.Ha * p.Wa;
+  unsigned a_w[A_RUN / 2];
+  uint16_t a_s[CL ? 1 : A_RUN];
+  unsigned b_w[B_RUN / 2];
+  auto load = [&](int t) {
+    const int rs = t / CT;
+    const int c0 = (t - rs * CT) * BK;
+    const int r = rs / p.S, s = rs - r * p.S;
+    const int off = gather_offset<DGRAD, CL>(p, ri, r, s);
+    if constexpr (CL) {
+      const int cb = c0 + a_kk0;
+      if constexpr (VEC) {
+#pragma unroll
+        for (int v = 0; v < A_RUN / 8; ++v) {
+          const int c = cb + 8 * v;
+          uint4 q = make_uint4(0, 0, 0, 0);
+          if (off >= 0 && c < p.red) q = *reinterpret_cast<const uint4*>(src + off + g * p.red + c);
+          a_w[4 * v] = q.x;
+          a_w[4 * v + 1] = q.y;
+          a_w[4 * v + 2] = q.z;
+          a_w[4 * v + 3] = q.w;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < A_RUN; e += 2) {
+          const int c = cb + e;
+          const uint16_t lo = (off >= 0 && c < p.red) ? src[off + g * p.red + c] : uint16_t(0);
+          const uint16_t hi = (off >= 0 && c + 1 < p.red) ? src[off + g * p.red + c + 1] : uint16_t(0);
+          a_w[e / 2] = pack2(lo, hi);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < A_RUN; ++i) {
+        const int c = c0 + a_kk0 + i * (NT / BM);
+        a_s[i] = (off >= 0 && c < p.red) ? src[off + (g * p.red + c) * chs] : uint16_t(0);
+      }
+    }
+    const int cb = c0 + b_kk0;
+    if constexpr (B_VEC) {
+#pragma unroll
+      for (int v = 0; v < B_RUN / 8; ++v) {
+        const int c = cb + 8 * v;
+        uint4 q = make_uint4(0, 0, 0, 0);
+        if (colg < p.ncol && c < p.red) q = *reinterpret_cast<const uint4*>(wt + weight_index<DGRAD, CL>(p, g, c, colg, rs));
+        b_w[4 * v] = q.x;
+        b_w[4 * v + 1] = q.y;
+        b_w[4 * v + 2] = q.z;
+        b_w[4 * v + 3] = q.w;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < B_RUN; e += 2) {
+        const int c = cb + e;
+        const bool okc = colg < p.ncol;
+        const uint16_t lo = (okc && c < p.red) ? wt[weight_index<DGRAD, CL>(p, g, c, colg, rs)] : uint16_t(0);
+        const uint16_t hi = (okc && c + 1 < p.red) ? wt[weight_index<DGRAD, CL>(p, g, c + 1, colg, rs)] : uint16_t(0);
+        b_w[e / 2] = pack2(lo, hi);
+      }
+    }
+  };
+  auto store = [&](int buf) {
+    if constexpr (CL) {
+      store_run<A_RUN>(&As[buf][a_row][a_kk0], a_w);
+    } else {
+#pragma unroll
+      for (int i = 0; i < A_RUN; ++i) As[buf][a_row][a_kk0 + i * (NT / BM)] = a_s[i];
+    }
+    store_run<B_RUN>(&Bs[buf][b_col][b_kk0], b_w);
+  };
+
+  float acc[MT][NT8][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+  if (tiles > 0) {
+    load(0);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = 0; t < tiles; ++t) {
+    const int cur = t & 1;
+    if (t + 1 < tiles) load(t + 1);
+    mma_tile<BF16, MT, NT8>(As[cur], Bs[cur], wm0, wn0, lane, acc);
+    if (t + 1 < tiles) store(cur ^ 1);
+    __syncthreads();
+  }
+
+  const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int m = m0 + wm0 + i * 16 + gid + e2 * 8;
+      if (m >= p.M) continue;
+#pragma unroll
+      for (int j = 0; j < NT8; ++j)
+#pragma unroll
+        for (int e1 = 0; e1 < 2; ++e1) {
+          const int c = n0 + wn0 + j * 8 + tig * 2 + e1;
+          if (c >= p.ncol) continue;
+          const int oc = g * p.ncol + c;
+          float v = acc[i][j][e2 * 2 + e1];
+          if (bias != nullptr) v += bits_to_float<BF16>(bias[oc]);
+          out[out_index<CL>(p, m, oc)] = float_to_bits<BF16>(v);
+        }
+    }
+}
+
+// Weight gradient on tensor cores: rows k, columns (c, r, s), reduction runs of (n, p, q).
+template <bool BF16, int BM, int BN, int WM, int WN, bool CL>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    wgrad_mma_kernel(const uint16_t* __restrict__ gy, const uint16_t* __restrict__ x, uint16_t* __restrict__ dw,
+                     float* __restrict__ ws, WgradGemm p) {
+  constexpr int BK = kMmaBK;
+  constexpr int WARPS_M = BM / WM, NT = WARPS_M * (BN / WN) * 32;
+  constexpr int MT = WM / 16, NT8 = WN / 8;
+  constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
+  constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;
+  static_assert(A_RUN % 8 == 0 && B_RUN % 8 == 0 && BK % A_RUN == 0 && BK % B_RUN == 0, "runs of whole vectors");
+  static_assert(NT8 % 2 == 0, "ldmatrix.x4 loads pairs of n8 tiles");
+  __shared__ __align__(16) uint16_t As[2][BM][kMmaLDS];
+  __shared__ __align__(16) uint16_t Bs[2][BN][kMmaLDS];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
+  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  const int wm0 = (warp % WARPS_M) * WM, wn0 = (warp / WARPS_M) * WN;
+  const int a_row = tid / A_TPR, a_kk0 = (tid % A_TPR) * A_RUN;
+  const int b_col = tid / B_TPR, b_kk0 = (tid % B_TPR) * B_RUN;
+  const ColInfo ci = col_info<CL>(p, g, n0 + b_col);
+
+  const int total = (p.J + BK - 1) / BK;
+  const int t0 = sp * p.tiles_per_split;
+  const int t1 = min(total, t0 + p.tiles_per_split);
+  unsigned a_w[A_RUN / 2], b_w[B_RUN / 2];
+  auto load = [&](int t) {
+    JPos a = jpos(p, t * BK + a_kk0);
+#pragma unroll
+    for (int e = 0; e < A_RUN; e += 2) {
+      const int o0 = wgrad_g_index<CL>(p, g, m0 + a_row, a);
+      jstep(p, a);
+      const int o1 = wgrad_g_index<CL>(p, g, m0 + a_row, a);
+      jstep(p, a);
+      a_w[e / 2] = pack2(o0 >= 0 ? gy[o0] : uint16_t(0), o1 >= 0 ? gy[o1] : uint16_t(0));
+    }
+    JPos b = jpos(p, t * BK + b_kk0);
+#pragma unroll
+    for (int e = 0; e < B_RUN; e += 2) {
+      const int o0 = wgrad_x_index<CL>(p, ci, b);
+      jstep(p, b);
+      const int o1 = wgrad_x_index<CL>(p, ci, b);
+      jstep(p, b);
+      b_w[e / 2] = pack2(o0 >= 0 ? x[o0] : uint16_t(0), o1 >= 0 ? x[o1] : uint16_t(0));
+    }
+  };
+  auto store = [&](int buf) {
+    store_run<A_RUN>(&As[buf][a_row][a_kk0], a_w);
+    store_run<B_RUN>(&Bs[buf][b_col][b_kk0], b_w);
+  };
+
+  float acc[MT][NT8][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  if (t0 < t1) {
+    load(t0);
+    store(0);
+  }
+  __syncthreads();
+  for (int t = t0; t < t1; ++t) {
+    const int cur = (t - t0) & 1;
+    if (t + 1 < t1) load(t + 1);
+    mma_tile<BF16, MT, NT8>(As[cur], Bs[cur], wm0, wn0, lane, acc);
+    if (t + 1 < t1) store(cur ^ 1);
+    __syncthreads();
+  }
+
+  const int gid = lane >> 2, tig = lane & 3;
+  const int nout = p.G * p.Kg * p.ncol;
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int k = m0 + wm0 + i * 16 + gid + e2 * 8;
+      if (k >= p.Kg) continue;
+#pragma unroll
+      for (int j = 0; j < NT8; ++j)
+#pragma unroll
+        for (int e1 = 0; e1 < 2; ++e1) {
+          const int col = n0 + wn0 + j * 8 + tig * 2 + e1;
+          if (col >= p.ncol) continue;
+          const int o = (g * p.Kg + k) * p.ncol + col;
+          const float v = acc[i][j][e2 * 2 + e1];
+          if (p.splits == 1) dw[o] = float_to_bits<BF16>(v);
+          else ws[static_cast<int64_t>(sp) * nout + o] = v;
+        }
+    }
+}
+
+// ======================= launchers =======================
+
+int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+template <class T>
+const T* cptr(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T>
+T* mptr(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+template <class T, int BM, int BN, int BK, int TM, int TN, bool CL, bool DGRAD>
+void launch_data_simt(const DataGemm& p, int G, const T* src, const T* wt, const T* bias, T* out, cudaStream_t st) {
+  dim3 grid(ceil_div(p.M, BM), ceil_div(p.ncol, BN), G);
+  data_simt_kernel<T, BM, BN, BK, TM, TN, CL, DGRAD><<<grid, (BM / TM) * (BN / TN), 0, st>>>(src, wt, bias, out, p);
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, bool CL, bool DGRAD>
+void data_simt(const ConvArgs& a, const T* src, const T* wt, const T* bias, T* out) {
+  DataGemm p = data_gemm(a.g, DGRAD);
+  if (p.M == 0) return;
+  const int G = static_cast<int>(a.g.G);
+  cudaStream_t st = cuda::stream_for(a.y);
+  const int sms = cuda::sm_count(a.y.device().index);
+  const int64_t big_blocks = int64_t{ceil_div(p.M, 128)} * ceil_div(p.ncol, 128) * G;
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.ncol > 64 && big_blocks >= sms) {
+      launch_data_simt<T, 128, 128, 8, 8, 8, CL, DGRAD>(p, G, src, wt, bias, out, st);
+      return;
+    }
+  }
+  launch_data_simt<T, 64, 64, 16, 4, 4, CL, DGRAD>(p, G, src, wt, bias, out, st);
+}
+
+template <class T, bool DGRAD>
+void data_simt_dispatch(const ConvArgs& a) {
+  // forward reads x, writes y; backward_input reads grad_output (a.y), writes grad_input (a.x)
+  const T* src = DGRAD ? cptr<T>(a.y) : cptr<T>(a.x);
+  T* out = DGRAD ? mptr<T>(a.x) : mptr<T>(a.y);
+  const T* bias = DGRAD ? nullptr : cptr<T>(a.b);
+  if (a.g.channels_last) data_simt<T, true, DGRAD>(a, src, cptr<T>(a.w), bias, out);
+  else data_simt<T, false, DGRAD>(a, src, cptr<T>(a.w), bias, out);
+}
+
+// split-K factor for the weight gradient: enough blocks for ~2 waves, >= 8 tiles per split
+void choose_splits(WgradGemm& p, int64_t mn_blocks, int bk, int sms) {
+  const int total = ceil_div(p.J, bk);
+  int64_t splits = std::max<int64_t>(1, (2 * static_cast<int64_t>(sms) + mn_blocks - 1) / std::max<int64_t>(mn_blocks, 1));
+  splits = std::min<int64_t>(splits, std::max(1, total / 8));
+  splits = std::min<int64_t>(splits, 65535 / std::max(1, p.G));
+  splits = std::max<int64_t>(splits, 1);
+  p.tiles_per_split = std::max(1, ceil_div(total, splits));
+  p.splits = std::max(1, ceil_div(total, p.tiles_per_split));
+}
+
+template <class T, int BM, int BN, int BK, int TM, int TN, bool CL>
+void launch_wgrad_simt(const ConvArgs& a, WgradGemm p) {
+  using Acc = typename AccOf<T>::type;
+  const int sms = cuda::sm_count(a.w.device().index);
+  const int64_t mn = int64_t{ceil_div(p.ncol, BN)} * ceil_div(p.Kg, BM) * p.G;
+  choose_splits(p, mn, BK, sms);
+  cudaStream_t st = cuda::stream_for(a.w);
+  const int nout = p.G * p.Kg * p.ncol;
+  Tensor ws;
+  if (p.splits > 1)
+    ws = empty({static_cast<int64_t>(p.splits) * nout}, TensorOptions().dtype(dtype_v<Acc>).device(a.w.device()));
+  dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
+  wgrad_simt_kernel<T, BM, BN, BK, TM, TN, CL><<<grid, (BM / TM) * (BN / TN), 0, st>>>(
+      cptr<T>(a.y), cptr<T>(a.x), mptr<T>(a.w), p.splits > 1 ? mptr<Acc>(ws) : nullptr, p);
+  EMBER_CUDA_CHECK_LAUNCH();
+  if (p.splits > 1) {
+    splitk_reduce_kernel<Acc, T><<<cuda::grid_for(nout, 256, a.w.device().index), 256, 0, st>>>(
+        mptr<Acc>(ws), p.splits, nout, mptr<T>(a.w));
+    EMBER_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <class T>
+void wgrad_simt(const ConvArgs& a) {
+  WgradGemm p = wgrad_gemm(a.g);
+  if (p.J == 0) {
+    Tensor w = a.w;
+    w.zero_();
+    return;
+  }
+  const bool big = std::is_same_v<T, float> && p.Kg > 64 && p.ncol > 64;
+  if (a.g.channels_last) {
+    if (big) launch_wgrad_simt<T, 128, 128, 8, 8, 8, true>(a, p);
+    else launch_wgrad_simt<T, 64, 64, 16, 4, 4, true>(a, p);
+  } else {
+    if (big) launch_wgrad_simt<T, 128, 128, 8, 8, 8, false>(a, p);
+    else launch_wgrad_simt<T, 64, 64, 16, 4, 4, false>(a, p);
+  }
+}
+
+template <bool BF16, int BM, int BN, int WM, int WN, bool CL, bool DGRAD, bool VEC>
+void launch_data_mma(const DataGemm& p, int G, const uint16_t* src, const uint16_t* wt, const uint16_t* bias,
+                     uint16_t* out, cudaStream_t st) {
+  dim3 grid(ceil_div(p.M, BM), ceil_div(p.ncol, BN), G);
+  data_mma_kernel<BF16, BM, BN, WM, WN, CL, DGRAD, VEC><<<grid, (BM / WM) * (BN / WN) * 32, 0, st>>>(src, wt, bias, out, p);
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+// 0: 128x128 (8 warps), 1: 128x64 (4 warps), 2: 64x64 (4 warps)
+int mma_config(int64_t rows, int64_t cols, int64_t G, int sms) {
+  auto blocks = [&](int bm, int bn) { return int64_t{ceil_div(rows, bm)} * ceil_div(cols, bn) * G; };
+  if (cols > 64 && blocks(128, 128) >= sms) return 0;
+  if (blocks(128, 64) >= sms) return 1;
+  return 2;
+}
+
+template <bool BF16, bool CL, bool DGRAD, bool VEC>
+void data_mma_cfg(const DataGemm& p, int G, int sms, const uint16_t* src, const uint16_t* wt, const uint16_t* bias,
+                  uint16_t* out, cudaStream_t st) {
+  switch (mma_config(p.M, p.ncol, G, sms)) {
+    case 0: launch_data_mma<BF16, 128, 128, 64, 32, CL, DGRAD, VEC>(p, G, src, wt, bias, out, st); break;
+    case 1: launch_data_mma<BF16, 128, 64, 64, 32, CL, DGRAD, VEC>(p, G, src, wt, bias, out, st); break;
+    default: launch_data_mma<BF16, 64, 64, 32, 32, CL, DGRAD, VEC>(p, G, src, wt, bias, out, st); break;
+  }
+}
+
+template <bool BF16, bool DGRAD>
+void data_mma(const ConvArgs& a) {
+  DataGemm p = data_gemm(a.g, DGRAD);
+  if (p.M == 0) return;
+  const int G = static_cast<int>(a.g.G);
+  const Tensor& src_t = DGRAD ? a.y : a.x;
+  const Tensor& out_t = DGRAD ? a.x : a.y;
+  const uint16_t* src = cptr<uint16_t>(src_t);
+  const uint16_t* wt = cptr<uint16_t>(a.w);
+  const uint16_t* bias = DGRAD ? nullptr : cptr<uint16_t>(a.b);
+  uint16_t* out = mptr<uint16_t>(out_t);
+  cudaStream_t st = cuda::stream_for(out_t);
+  const int sms = cuda::sm_count(out_t.device().index);
+  if (!a.g.channels_last) {
+    data_mma_cfg<BF16, false, DGRAD, false>(p, G, sms, src, wt, bias, out, st);
+    return;
+  }
+  // 16-byte channel vectors: the reduction channels come in whole vectors and every row is aligned
+  bool vec = p.red % 8 == 0 && p.Ca % 8 == 0 && aligned16(src_t);
+  if (!DGRAD) vec = vec && p.Cg % 8 == 0 && aligned16(a.w);
+  if (vec) data_mma_cfg<BF16, true, DGRAD, true>(p, G, sms, src, wt, bias, out, st);
+  else data_mma_cfg<BF16, true, DGRAD, false>(p, G, sms, src, wt, bias, out, st);
+}
+
+template <bool BF16, int BM, int BN, int WM, int WN, bool CL>
+void launch_wgrad_mma(const ConvArgs& a, WgradGemm p) {
+  const int sms = cuda::sm_count(a.w.device().index);
+  const int64_t mn = int64_t{ceil_div(p.ncol, BN)} * ceil_div(p.Kg, BM) * p.G;
+  choose_splits(p, mn, kMmaBK, sms);
+  cudaStream_t st = cuda::stream_for(a.w);
+  const int nout = p.G * p.Kg * p.ncol;
+  Tensor ws;
+  if (p.splits > 1)
+    ws = empty({static_cast<int64_t>(p.splits) * nout}, TensorOptions().dtype(DType::f32).device(a.w.device()));
+  dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
+  wgrad_mma_kernel<BF16, BM, BN, WM, WN, CL><<<grid, (BM / WM) * (BN / WN) * 32, 0, st>>>(
+      cptr<uint16_t>(a.y), cptr<uint16_t>(a.x), mptr<uint16_t>(a.w), p.splits > 1 ? mptr<float>(ws) : nullptr, p);
+  EMBER_CUDA_CHECK_LAUNCH();
+  if (p.splits > 1) {
+    const int dev = a.w.device().index;
+    if constexpr (BF16)
+      splitk_reduce_kernel<float, BFloat16><<<cuda::grid_for(nout, 256, dev), 256, 0, st>>>(
+          mptr<float>(ws), p.splits, nout, mptr<BFloat16>(a.w));
+    else
+      splitk_reduce_kernel<float, Half><<<cuda::grid_for(nout, 256, dev), 256, 0, st>>>(mptr<float>(ws), p.splits,
+                                                                                        nout, mptr<Half>(a.w));
+    EMBER_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <bool BF16, bool CL>
+void wgrad_mma_cl(const ConvArgs& a, const WgradGemm& p) {
+  const int sms = cuda::sm_count(a.w.device().index);
+  switch (mma_config(p.Kg, p.ncol, p.G, sms)) {
+    case 0: launch_wgrad_mma<BF16, 128, 128, 64, 32, CL>(a, p); break;
+    case 1: launch_wgrad_mma<BF16, 128, 64, 64, 32, CL>(a, p); break;
+    default: launch_wgrad_mma<BF16, 64, 64, 32, 32, CL>(a, p); break;
+  }
+}
+
+template <bool BF16>
+void wgrad_mma(const ConvArgs& a) {
+  WgradGemm p = wgrad_gemm(a.g);
+  if (p.J == 0) {
+    Tensor w = a.w;
+    w.zero_();
+    return;
+  }
+  if (a.g.channels_last) wgrad_mma_cl<BF16, true>(a, p);
+  else wgrad_mma_cl<BF16, false>(a, p);
+}
+
+}  // namespace
+
+void igemm_simt_forward(const ConvArgs& a) {
+  cuda::DeviceScope scope(a.y.device());
+  if (a.x.dtype() == DType::f64) data_simt_dispatch<double, false>(a);
+  else data_simt_dispatch<float, false>(a);
+}
+void igemm_simt_backward_input(const ConvArgs& a) {
+  cuda::DeviceScope scope(a.x.device());
+  if (a.x.dtype() == DType::f64) data_simt_dispatch<double, true>(a);
+  else data_simt_dispatch<float, true>(a);
+}
+void igemm_simt_backward_weight(const ConvArgs& a) {
+  cuda::DeviceScope scope(a.w.device());
+  if (a.w.dtype() == DType::f64) wgrad_simt<double>(a);
+  else wgrad_simt<float>(a);
+}
+void igemm_mma_forward(const ConvArgs& a) {
+  cuda::DeviceScope scope(a.y.device());
+  if (a.x.dtype() == DType::bf16) data_mma<true, false>(a);
+  else data_mma<false, false>(a);
+}
+void igemm_mma_backward_input(const ConvArgs& a) {
+  cuda::DeviceScope scope(a.x.device());
+  if (a.x.dtype() == DType::bf16) data_mma<true, true>(a);
+  else data_mma<false, true>(a);
+}
+void igemm_mma_backward_weight(const ConvArgs& a) {
+  cuda::DeviceScope scope(a.w.device());
+  if (a.w.dtype() == DType::bf16) wgrad_mma<true>(a);
+  else wgrad_mma<false>(a);
+}
+
+}  // namespace ember::convcuda

@@ -1,0 +1,786 @@
+// Pooling ops: shape inference, the CPU reference kernels (plain loops over any strides,
+// accumulating in double, parallel over (n, c) planes), vjps, samples, cost, benches and the
+// functional API. See pool.h for the definitions.
+#include "kernels/ops/pool.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/parallel.h"
+#include "kernels/common/memory_format.h"
+#include "kernels/common/samples.h"
+#include "kernels/functional.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+PoolGeom pool_geometry(const char* op, const Shape& x, const PoolAttrs& a) {
+  EMBER_CHECK(x.size() == 4, op, ": expects a 4-D input [N, C, H, W], got ", x, " (", x.size(), " dims)");
+  PoolGeom g;
+  g.N = x[0];
+  g.C = x[1];
+  g.H = x[2];
+  g.W = x[3];
+  g.kh = a.kernel[0];
+  g.kw = a.kernel[1];
+  g.sh = a.stride[0];
+  g.sw = a.stride[1];
+  g.ph = a.padding[0];
+  g.pw = a.padding[1];
+  g.count_include_pad = a.count_include_pad != 0;
+  EMBER_CHECK(g.kh >= 1 && g.kw >= 1, op, ": kernel size must be positive, got (", g.kh, ", ", g.kw, ")");
+  EMBER_CHECK(g.sh >= 1 && g.sw >= 1, op, ": stride must be positive, got (", g.sh, ", ", g.sw, ")");
+  EMBER_CHECK(g.ph >= 0 && g.pw >= 0, op, ": padding must be non-negative, got (", g.ph, ", ", g.pw, ")");
+  EMBER_CHECK(2 * g.ph <= g.kh && 2 * g.pw <= g.kw, op, ": padding (", g.ph, ", ", g.pw,
+              ") must be at most half the kernel size (", g.kh, ", ", g.kw, ")");
+  EMBER_CHECK(g.H + 2 * g.ph >= g.kh && g.W + 2 * g.pw >= g.kw, op, ": the kernel ", g.kh, "x", g.kw,
+              " is larger than the padded input ", g.H + 2 * g.ph, "x", g.W + 2 * g.pw, " (input ", x, ", padding ", g.ph,
+              "x", g.pw, "): the output would be empty");
+  g.P = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
+  g.Q = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
+  return g;
+}
+
+PoolGeom adaptive_geometry(const char* op, const Shape& x, const AdaptivePoolAttrs& a) {
+  EMBER_CHECK(x.size() == 4, op, ": expects a 4-D input [N, C, H, W], got ", x, " (", x.size(), " dims)");
+  EMBER_CHECK(a.output[0] >= 1 && a.output[1] >= 1, op, ": output size must be positive, got (", a.output[0], ", ",
+              a.output[1], ")");
+  EMBER_CHECK(x[2] >= 1 && x[3] >= 1, op, ": the input ", x, " has an empty spatial dimension");
+  PoolGeom g;
+  g.N = x[0];
+  g.C = x[1];
+  g.H = x[2];
+  g.W = x[3];
+  g.P = a.output[0];
+  g.Q = a.output[1];
+  return g;
+}
+
+namespace {
+
+template <class T>
+struct Plane {  // strided element access of one 4-D tensor
+  T* p;
+  int64_t s0, s1, s2, s3;
+  T& at(int64_t n, int64_t c, int64_t h, int64_t w) const { return p[n * s0 + c * s1 + h * s2 + w * s3]; }
+};
+template <class T>
+Plane<T> plane(const Tensor& t) {
+  return {static_cast<T*>(t.data_ptr()), t.strides()[0], t.strides()[1], t.strides()[2], t.strides()[3]};
+}
+
+void check_float(const char* op, const Tensor& x) {
+  EMBER_CHECK(is_floating(x.dtype()), op, ": expects a floating input, got ", x.describe());
+}
+
+// ---- max_pool2d ----
+
+std::vector<TensorSpec> infer_max_pool2d(std::span<const Tensor> in, const Attrs& attrs) {
+  EMBER_CHECK(in.size() == 1, "max_pool2d: expects one input");
+  const Tensor& x = in[0];
+  check_float("max_pool2d", x);
+  PoolGeom g = pool_geometry("max_pool2d", x.shape(), attrs.get<PoolAttrs>());
+  Shape s{g.N, g.C, g.P, g.Q};
+  Strides st = layout_strides(s, runs_channels_last(x));
+  return {{s, x.dtype(), st}, {s, DType::i64, st}};
+}
+
+template <class T>
+void max_pool_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y, const Tensor& ind) {
+  auto X = plane<const T>(x);
+  auto Y = plane<T>(y);
+  auto I = plane<int64_t>(ind);
+  parallel_for(0, g.N * g.C, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      const int64_t n = nc / g.C, c = nc % g.C;
+      for (int64_t p = 0; p < g.P; ++p) {
+        int64_t h0, h1;
+        pool::max_window(p, g.sh, g.ph, g.kh, g.H, h0, h1);
+        for (int64_t q = 0; q < g.Q; ++q) {
+          int64_t w0, w1;
+          pool::max_window(q, g.sw, g.pw, g.kw, g.W, w0, w1);
+          double best = -INFINITY;
+          int64_t idx = h0 * g.W + w0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) {
+              const double v = static_cast<double>(X.at(n, c, h, w));
+              if (v > best || std::isnan(v)) {
+                best = v;
+                idx = h * g.W + w;
+              }
+            }
+          Y.at(n, c, p, q) = static_cast<T>(best);
+          I.at(n, c, p, q) = idx;
+        }
+      }
+    }
+  });
+}
+
+void max_pool2d_cpu(const KernelCall& c) {
+  PoolGeom g = pool_geometry("max_pool2d", c.in[0].shape(), c.attr<PoolAttrs>());
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "max_pool2d",
+                       [&] { max_pool_cpu_impl<scalar_t>(g, c.in[0], c.out[0], c.out[1]); });
+}
+
+PoolAttrs with_input_size(PoolAttrs a, int64_t h, int64_t w) {
+  a.size[0] = h;
+  a.size[1] = w;
+  return a;
+}
+
+std::vector<Tensor> max_pool2d_vjp(const BackwardCtx& ctx) {
+  const Shape& xs = ctx.input_meta[0].shape;
+  const Tensor& ind = ctx.outputs[1];
+  Tensor g = contiguous_as(ctx.grad(0), runs_channels_last(ind));
+  return {call1(OpId::max_pool2d_backward, {g, ind}, with_input_size(ctx.attr<PoolAttrs>(), xs[2], xs[3]))};
+}
+
+// ---- max_pool2d_backward ----
+
+std::vector<TensorSpec> infer_max_pool2d_backward(std::span<const Tensor> in, const Attrs& attrs) {
+  EMBER_CHECK(in.size() == 2, "max_pool2d_backward: expects (grad_output, indices)");
+  const Tensor &gy = in[0], &ind = in[1];
+  const auto& a = attrs.get<PoolAttrs>();
+  check_float("max_pool2d_backward", gy);
+  EMBER_CHECK(ind.dtype() == DType::i64, "max_pool2d_backward: indices must be i64, got ", ind.describe());
+  EMBER_CHECK(gy.dim() == 4, "max_pool2d_backward: expects a 4-D grad_output, got ", gy.shape());
+  PoolGeom g = pool_geometry("max_pool2d_backward", {gy.shape()[0], gy.shape()[1], a.size[0], a.size[1]}, a);
+  Shape ys{g.N, g.C, g.P, g.Q};
+  EMBER_CHECK(gy.shape() == ys && ind.shape() == ys, "max_pool2d_backward: grad_output ", gy.shape(), " and indices ",
+              ind.shape(), " must both be ", ys, ", the output of pooling an input of size ", a.size[0], "x", a.size[1]);
+  Shape xs{g.N, g.C, g.H, g.W};
+  return {{xs, gy.dtype(), layout_strides(xs, runs_channels_last(gy))}};
+}
+
+template <class T>
+void max_pool_backward_cpu_impl(const PoolGeom& g, const Tensor& gy, const Tensor& ind, const Tensor& dx) {
+  auto G = plane<const T>(gy);
+  auto I = plane<const int64_t>(ind);
+  auto DX = plane<T>(dx);
+  parallel_for(0, g.N * g.C, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<double> acc(static_cast<size_t>(g.H * g.W));
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      const int64_t n = nc / g.C, c = nc % g.C;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t p = 0; p < g.P; ++p)
+        for (int64_t q = 0; q < g.Q; ++q) {
+          const int64_t idx = I.at(n, c, p, q);
+          EMBER_CHECK(idx >= 0 && idx < g.H * g.W, "max_pool2d_backward: index ", idx, " at [", n, ", ", c, ", ", p, ", ",
+                      q, "] is out of range for an input plane of ", g.H, "x", g.W);
+          acc[static_cast<size_t>(idx)] += static_cast<double>(G.at(n, c, p, q));
+        }
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w) DX.at(n, c, h, w) = static_cast<T>(acc[static_cast<size_t>(h * g.W + w)]);
+    }
+  });
+}
+
+void max_pool2d_backward_cpu(const KernelCall& c) {
+  const auto& a = c.attr<PoolAttrs>();
+  PoolGeom g = pool_geometry("max_pool2d_backward", {c.in[0].shape()[0], c.in[0].shape()[1], a.size[0], a.size[1]}, a);
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "max_pool2d_backward",
+                       [&] { max_pool_backward_cpu_impl<scalar_t>(g, c.in[0], c.in[1], c.out[0]); });
+}
+
+std::vector<Tensor> max_pool2d_backward_vjp(const BackwardCtx& ctx) {
+  // linear in grad_output: d/dg = the upstream gradient gathered at the indices
+  const Tensor& ind = ctx.inputs[1];
+  Tensor G = ctx.grad(0).contiguous();
+  const int64_t N = G.shape()[0], C = G.shape()[1], HW = G.shape()[2] * G.shape()[3];
+  Tensor flat_ind = ind.contiguous().reshape({N, C, ind.shape()[2] * ind.shape()[3]});
+  Tensor dg = gather(G.reshape({N, C, HW}), 2, flat_ind).reshape(ind.shape());
+  return {dg, Tensor()};
+}
+
+// ---- avg_pool2d ----
+
+std::vector<TensorSpec> infer_avg_pool2d(std::span<const Tensor> in, const Attrs& attrs) {
+  EMBER_CHECK(in.size() == 1, "avg_pool2d: expects one input");
+  const Tensor& x = in[0];
+  check_float("avg_pool2d", x);
+  PoolGeom g = pool_geometry("avg_pool2d", x.shape(), attrs.get<PoolAttrs>());
+  Shape s{g.N, g.C, g.P, g.Q};
+  return {{s, x.dtype(), layout_strides(s, runs_channels_last(x))}};
+}
+
+template <class T>
+void avg_pool_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y) {
+  auto X = plane<const T>(x);
+  auto Y = plane<T>(y);
+  parallel_for(0, g.N * g.C, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      const int64_t n = nc / g.C, c = nc % g.C;
+      for (int64_t p = 0; p < g.P; ++p) {
+        int64_t h0, h1, eh;
+        pool::avg_window(p, g.sh, g.ph, g.kh, g.H, g.count_include_pad, h0, h1, eh);
+        for (int64_t q = 0; q < g.Q; ++q) {
+          int64_t w0, w1, ew;
+          pool::avg_window(q, g.sw, g.pw, g.kw, g.W, g.count_include_pad, w0, w1, ew);
+          double s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += static_cast<double>(X.at(n, c, h, w));
+          Y.at(n, c, p, q) = static_cast<T>(s / static_cast<double>(eh * ew));
+        }
+      }
+    }
+  });
+}
+
+void avg_pool2d_cpu(const KernelCall& c) {
+  PoolGeom g = pool_geometry("avg_pool2d", c.in[0].shape(), c.attr<PoolAttrs>());
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "avg_pool2d", [&] { avg_pool_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
+}
+
+std::vector<Tensor> avg_pool2d_vjp(const BackwardCtx& ctx) {
+  const autograd::OutputMeta& xm = ctx.input_meta[0];
+  Tensor g = ctx.grad(0);
+  return {call1(OpId::avg_pool2d_backward, {g}, with_input_size(ctx.attr<PoolAttrs>(), xm.shape[2], xm.shape[3]))};
+}
+
+std::vector<TensorSpec> infer_avg_pool2d_backward(std::span<const Tensor> in, const Attrs& attrs) {
+  EMBER_CHECK(in.size() == 1, "avg_pool2d_backward: expects (grad_output)");
+  const Tensor& gy = in[0];
+  const auto& a = attrs.get<PoolAttrs>();
+  check_float("avg_pool2d_backward", gy);
+  EMBER_CHECK(gy.dim() == 4, "avg_pool2d_backward: expects a 4-D grad_output, got ", gy.shape());
+  PoolGeom g = pool_geometry("avg_pool2d_backward", {gy.shape()[0], gy.shape()[1], a.size[0], a.size[1]}, a);
+  Shape ys{g.N, g.C, g.P, g.Q};
+  EMBER_CHECK(gy.shape() == ys, "avg_pool2d_backward: grad_output ", gy.shape(), " must be ", ys,
+              ", the output of pooling an input of size ", a.size[0], "x", a.size[1]);
+  Shape xs{g.N, g.C, g.H, g.W};
+  return {{xs, gy.dtype(), layout_strides(xs, runs_channels_last(gy))}};
+}
+
+template <class T>
+void avg_pool_backward_cpu_impl(const PoolGeom& g, const Tensor& gy, const Tensor& dx) {
+  auto G = plane<const T>(gy);
+  auto DX = plane<T>(dx);
+  parallel_for(0, g.N * g.C, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      const int64_t n = nc / g.C, c = nc % g.C;
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w) {
+          int64_t p0, p1, q0, q1;
+          pool::covering(h, g.sh, g.ph, g.kh, g.P, p0, p1);
+          pool::covering(w, g.sw, g.pw, g.kw, g.Q, q0, q1);
+          double s = 0;
+          for (int64_t p = p0; p < p1; ++p) {
+            int64_t h0, h1, eh;
+            pool::avg_window(p, g.sh, g.ph, g.kh, g.H, g.count_include_pad, h0, h1, eh);
+            for (int64_t q = q0; q < q1; ++q) {
+              int64_t w0, w1, ew;
+              pool::avg_window(q, g.sw, g.pw, g.kw, g.W, g.count_include_pad, w0, w1, ew);
+              s += static_cast<double>(G.at(n, c, p, q)) / static_cast<double>(eh * ew);
+            }
+          }
+          DX.at(n, c, h, w) = static_cast<T>(s);
+        }
+    }
+  });
+}
+
+void avg_pool2d_backward_cpu(const KernelCall& c) {
+  const auto& a = c.attr<PoolAttrs>();
+  PoolGeom g = pool_geometry("avg_pool2d_backward", {c.in[0].shape()[0], c.in[0].shape()[1], a.size[0], a.size[1]}, a);
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "avg_pool2d_backward",
+                       [&] { avg_pool_backward_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
+}
+
+std::vector<Tensor> avg_pool2d_backward_vjp(const BackwardCtx& ctx) {
+  PoolAttrs a = ctx.attr<PoolAttrs>();
+  a.size[0] = a.size[1] = 0;
+  return {call1(OpId::avg_pool2d, {ctx.grad(0)}, a)};
+}
+
+// ---- adaptive_avg_pool2d ----
+
+std::vector<TensorSpec> infer_adaptive(std::span<const Tensor> in, const Attrs& attrs) {
+  EMBER_CHECK(in.size() == 1, "adaptive_avg_pool2d: expects one input");
+  const Tensor& x = in[0];
+  check_float("adaptive_avg_pool2d", x);
+  PoolGeom g = adaptive_geometry("adaptive_avg_pool2d", x.shape(), attrs.get<AdaptivePoolAttrs>());
+  Shape s{g.N, g.C, g.P, g.Q};
+  return {{s, x.dtype(), layout_strides(s, runs_channels_last(x))}};
+}
+
+template <class T>
+void adaptive_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y) {
+  auto X = plane<const T>(x);
+  auto Y = plane<T>(y);
+  parallel_for(0, g.N * g.C, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      const int64_t n = nc / g.C, c = nc % g.C;
+      for (int64_t p = 0; p < g.P; ++p) {
+        const int64_t h0 = pool::bin_start(p, g.H, g.P), h1 = pool::bin_end(p, g.H, g.P);
+        for (int64_t q = 0; q < g.Q; ++q) {
+          const int64_t w0 = pool::bin_start(q, g.W, g.Q), w1 = pool::bin_end(q, g.W, g.Q);
+          double s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += static_cast<double>(X.at(n, c, h, w));
+          Y.at(n, c, p, q) = static_cast<T>(s / static_cast<double>((h1 - h0) * (w1 - w0)));
+        }
+      }
+    }
+  });
+}
+
+void adaptive_cpu(const KernelCall& c) {
+  PoolGeom g = adaptive_geometry("adaptive_avg_pool2d", c.in[0].shape(), c.attr<AdaptivePoolAttrs>());
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "adaptive_avg_pool2d", [&] { adaptive_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
+}
+
+std::vector<Tensor> adaptive_vjp(const BackwardCtx& ctx) {
+  const autograd::OutputMeta& xm = ctx.input_meta[0];
+  AdaptivePoolAttrs a = ctx.attr<AdaptivePoolAttrs>();
+  a.size[0] = xm.shape[2];
+  a.size[1] = xm.shape[3];
+  return {call1(OpId::adaptive_avg_pool2d_backward, {ctx.grad(0)}, a)};
+}
+
+std::vector<TensorSpec> infer_adaptive_backward(std::span<const Tensor> in, const Attrs& attrs) {
+  EMBER_CHECK(in.size() == 1, "adaptive_avg_pool2d_backward: expects (grad_output)");
+  const Tensor& gy = in[0];
+  const auto& a = attrs.get<AdaptivePoolAttrs>();
+  check_float("adaptive_avg_pool2d_backward", gy);
+  EMBER_CHECK(gy.dim() == 4, "adaptive_avg_pool2d_backward: expects a 4-D grad_output, got ", gy.shape());
+  PoolGeom g =
+      adaptive_geometry("adaptive_avg_pool2d_backward", {gy.shape()[0], gy.shape()[1], a.size[0], a.size[1]}, a);
+  Shape ys{g.N, g.C, g.P, g.Q};
+  EMBER_CHECK(gy.shape() == ys, "adaptive_avg_pool2d_backward: grad_output ", gy.shape(), " must be ", ys);
+  Shape xs{g.N, g.C, g.H, g.W};
+  return {{xs, gy.dtype(), layout_strides(xs, runs_channels_last(gy))}};
+}
+
+template <class T>
+void adaptive_backward_cpu_impl(const PoolGeom& g, const Tensor& gy, const Tensor& dx) {
+  auto G = plane<const T>(gy);
+  auto DX = plane<T>(dx);
+  parallel_for(0, g.N * g.C, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t nc = lo; nc < hi; ++nc) {
+      const int64_t n = nc / g.C, c = nc % g.C;
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w) {
+          int64_t p0, p1, q0, q1;
+          pool::bins_covering(h, g.H, g.P, p0, p1);
+          pool::bins_covering(w, g.W, g.Q, q0, q1);
+          double s = 0;
+          for (int64_t p = p0; p < p1; ++p) {
+            const int64_t h0 = pool::bin_start(p, g.H, g.P), h1 = pool::bin_end(p, g.H, g.P);
+            if (h < h0 || h >= h1) continue;
+            for (int64_t q = q0; q < q1; ++q) {
+              const int64_t w0 = pool::bin_start(q, g.W, g.Q), w1 = pool::bin_end(q, g.W, g.Q);
+              if (w < w0 || w >= w1) continue;
+              s += static_cast<double>(G.at(n, c, p, q)) / static_cast<double>((h1 - h0) * (w1 - w0));
+            }
+          }
+          DX.at(n, c, h, w) = static_cast<T>(s);
+        }
+    }
+  });
+}
+
+void adaptive_backward_cpu(const KernelCall& c) {
+  const auto& a = c.attr<AdaptivePoolAttrs>();
+  PoolGeom g = adaptive_geometry("adaptive_avg_pool2d_backward",
+                                 {c.in[0].shape()[0], c.in[0].shape()[1], a.size[0], a.size[1]}, a);
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "adaptive_avg_pool2d_backward",
+                       [&] { adaptive_backward_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
+}
+
+std::vector<Tensor> adaptive_backward_vjp(const BackwardCtx& ctx) {
+  AdaptivePoolAttrs a = ctx.attr<AdaptivePoolAttrs>();
+  a.size[0] = a.size[1] = 0;
+  return {call1(OpId::adaptive_avg_pool2d, {ctx.grad(0)}, a)};
+}
+
+// ---- samples ----
+
+PoolAttrs pattrs(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, bool include_pad = true) {
+  PoolAttrs a{};
+  a.kernel[0] = kh;
+  a.kernel[1] = kw;
+  a.stride[0] = sh;
+  a.stride[1] = sw;
+  a.padding[0] = ph;
+  a.padding[1] = pw;
+  a.count_include_pad = include_pad ? 1 : 0;
+  return a;
+}
+
+struct PoolCase {
+  std::string name;
+  Shape x;
+  PoolAttrs a;
+  bool channels_last = false;
+};
+
+std::vector<PoolCase> pool_cases() {
+  return {
+      {"2x2 stride 2 [2,3,6,6]", {2, 3, 6, 6}, pattrs(2, 2, 2, 2, 0, 0)},
+      {"3x3 stride 2 pad 1 (overlapping) [2,2,7,5]", {2, 2, 7, 5}, pattrs(3, 3, 2, 2, 1, 1)},
+      {"3x3 stride 1 pad 1 [1,2,5,5]", {1, 2, 5, 5}, pattrs(3, 3, 1, 1, 1, 1)},
+      {"3x3 stride 2 no pad, rows left over [2,2,8,8]", {2, 2, 8, 8}, pattrs(3, 3, 2, 2, 0, 0)},
+      {"non-square 2x3 stride (1,2) pad (1,1) [1,3,5,7]", {1, 3, 5, 7}, pattrs(2, 3, 1, 2, 1, 1)},
+      {"count_include_pad=false 3x3 pad 1 [2,2,5,6]", {2, 2, 5, 6}, pattrs(3, 3, 2, 2, 1, 1, false)},
+      {"kernel = input [2,3,4,4]", {2, 3, 4, 4}, pattrs(4, 4, 4, 4, 0, 0)},
+      {"channels-last 3x3 stride 2 pad 1 [2,5,7,6]", {2, 5, 7, 6}, pattrs(3, 3, 2, 2, 1, 1), true},
+      {"channels-last 2x2 [2,8,4,4]", {2, 8, 4, 4}, pattrs(2, 2, 2, 2, 0, 0), true},
+      {"MNIST 2x2 after conv1 [4,32,28,28]", {4, 32, 28, 28}, pattrs(2, 2, 2, 2, 0, 0)},
+      {"MNIST 2x2 after conv2 [4,64,14,14]", {4, 64, 14, 14}, pattrs(2, 2, 2, 2, 0, 0)},
+      {"empty batch [0,2,4,4]", {0, 2, 4, 4}, pattrs(2, 2, 2, 2, 0, 0)},
+  };
+}
+
+Tensor pool_input(const PoolCase& pc, uint64_t seed, bool distinct) {
+  Tensor x = distinct ? samples::distinct(pc.x, -2, 2, seed) : samples::uniform(pc.x, -2, 2, seed);
+  return pc.channels_last ? contiguous_as(x, true) : x;
+}
+
+std::vector<OpSample> max_pool2d_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 5000;
+  for (const PoolCase& pc : pool_cases()) {
+    OpSample s;
+    s.name = pc.name;
+    s.inputs = {pool_input(pc, ++seed, true)};  // distinct: no ties within the gradcheck step
+    s.attrs = pc.a;
+    out.push_back(std::move(s));
+  }
+  // ties: the first maximum wins (exactly representable values, equal in every dtype)
+  {
+    OpSample s;
+    s.name = "ties: first maximum wins [1,1,4,4] 2x2 stride 1";
+    s.inputs = {tensor({1, 1, 0, 0, 1, 1, 0, 2, -1, -1, 2, 2, -1, -1, 2, 2}, {1, 1, 4, 4}, DType::f64)};
+    s.attrs = pattrs(2, 2, 1, 1, 0, 0);
+    s.gradcheck = false;  // a kink at every tie
+    out.push_back(std::move(s));
+  }
+  {
+    OpSample s;
+    s.name = "NaN and -inf inputs [1,1,3,4] 2x2";
+    s.inputs = {tensor({NAN, 1, -INFINITY, -INFINITY, 2, NAN, -INFINITY, -INFINITY, 0, 0, 0, 0}, {1, 1, 3, 4}, DType::f64)};
+    s.attrs = pattrs(2, 2, 2, 2, 0, 0);
+    s.gradcheck = false;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<OpSample> max_pool2d_backward_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 5100;
+  for (const PoolCase& pc : pool_cases()) {
+    Tensor x = pool_input(pc, ++seed, true);
+    std::vector<Tensor> fwd = call(OpId::max_pool2d, {x}, pc.a);
+    OpSample s;
+    s.name = pc.name;
+    Tensor gy = samples::uniform(fwd[0].shape(), -1, 1, ++seed);
+    s.inputs = {pc.channels_last ? contiguous_as(gy, true) : gy, fwd[1]};
+    s.attrs = with_input_size(pc.a, pc.x[2], pc.x[3]);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<OpSample> avg_pool2d_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 5200;
+  for (const PoolCase& pc : pool_cases()) {
+    for (bool include_pad : {true, false}) {
+      if (!include_pad && pc.a.padding[0] == 0 && pc.a.padding[1] == 0) continue;  // the same result
+      OpSample s;
+      s.name = pc.name + (include_pad ? "" : " count_include_pad=false");
+      s.inputs = {pool_input(pc, ++seed, false)};
+      PoolAttrs a = pc.a;
+      a.count_include_pad = include_pad ? 1 : 0;
+      s.attrs = a;
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+std::vector<OpSample> avg_pool2d_backward_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 5300;
+  for (const PoolCase& pc : pool_cases()) {
+    PoolGeom g = pool_geometry("avg_pool2d", pc.x, pc.a);
+    OpSample s;
+    s.name = pc.name;
+    Tensor gy = samples::uniform({g.N, g.C, g.P, g.Q}, -1, 1, ++seed);
+    s.inputs = {pc.channels_last ? contiguous_as(gy, true) : gy};
+    s.attrs = with_input_size(pc.a, pc.x[2], pc.x[3]);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+struct AdaptiveCase {
+  std::string name;
+  Shape x;
+  int64_t oh, ow;
+  bool channels_last = false;
+};
+
+std::vector<AdaptiveCase> adaptive_cases() {
+  return {
+      {"1x1 (global average) [2,3,5,5]", {2, 3, 5, 5}, 1, 1},
+      {"1x1 channels-last [2,6,7,7]", {2, 6, 7, 7}, 1, 1, true},
+      {"1x1 ResNet head [2,16,7,7]", {2, 16, 7, 7}, 1, 1},
+      {"divisible 6x6 -> 3x2 [2,2,6,6]", {2, 2, 6, 6}, 3, 2},
+      {"overlapping bins 7x5 -> 3x3 [1,2,7,5]", {1, 2, 7, 5}, 3, 3},
+      {"upsampling 3x2 -> 5x4 [1,2,3,2]", {1, 2, 3, 2}, 5, 4},
+      {"channels-last 10x9 -> 4x3 [2,4,10,9]", {2, 4, 10, 9}, 4, 3, true},
+      {"same size 4x4 -> 4x4 [1,2,4,4]", {1, 2, 4, 4}, 4, 4},
+      {"empty batch [0,2,4,4]", {0, 2, 4, 4}, 2, 2},
+  };
+}
+
+AdaptivePoolAttrs aattrs(int64_t oh, int64_t ow, int64_t h = 0, int64_t w = 0) {
+  AdaptivePoolAttrs a{};
+  a.output[0] = oh;
+  a.output[1] = ow;
+  a.size[0] = h;
+  a.size[1] = w;
+  return a;
+}
+
+std::vector<OpSample> adaptive_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 5400;
+  for (const AdaptiveCase& ac : adaptive_cases()) {
+    OpSample s;
+    s.name = ac.name;
+    Tensor x = samples::uniform(ac.x, -2, 2, ++seed);
+    s.inputs = {ac.channels_last ? contiguous_as(x, true) : x};
+    s.attrs = aattrs(ac.oh, ac.ow);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<OpSample> adaptive_backward_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 5500;
+  for (const AdaptiveCase& ac : adaptive_cases()) {
+    OpSample s;
+    s.name = ac.name;
+    Tensor gy = samples::uniform({ac.x[0], ac.x[1], ac.oh, ac.ow}, -1, 1, ++seed);
+    s.inputs = {ac.channels_last ? contiguous_as(gy, true) : gy};
+    s.attrs = aattrs(ac.oh, ac.ow, ac.x[2], ac.x[3]);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// ---- cost and benches ----
+
+Cost pool_cost(const KernelCall& c) {
+  double bytes = 0;
+  for (const Tensor& t : c.in)
+    if (t.defined()) bytes += static_cast<double>(t.nbytes());
+  for (const Tensor& t : c.out) bytes += static_cast<double>(t.nbytes());
+  // one add or compare per window element read
+  double window = 1;
+  if (c.op == OpId::max_pool2d || c.op == OpId::avg_pool2d) {
+    const auto& a = c.attr<PoolAttrs>();
+    window = static_cast<double>(a.kernel[0] * a.kernel[1]);
+    return {bytes, window * static_cast<double>(c.out[0].numel())};
+  }
+  return {bytes, static_cast<double>(std::max(c.in[0].numel(), c.out[0].numel()))};
+}
+
+// The MNIST CNN's activations (after conv1 and conv2) and ResNet-50's stem pool and head.
+std::vector<BenchCase> pool_benches(int kind) {
+  struct S {
+    const char* name;
+    Shape x;
+    PoolAttrs a;
+    bool cl;
+    DType dt;
+  };
+  std::vector<S> shapes;
+  for (int64_t n : {64, 512}) {
+    shapes.push_back({"mnist pool1 2x2", {n, 32, 28, 28}, pattrs(2, 2, 2, 2, 0, 0), false, DType::f32});
+    shapes.push_back({"mnist pool2 2x2", {n, 64, 14, 14}, pattrs(2, 2, 2, 2, 0, 0), false, DType::f32});
+  }
+  shapes.push_back({"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, pattrs(3, 3, 2, 2, 1, 1), true, DType::f16});
+  shapes.push_back({"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, pattrs(3, 3, 2, 2, 1, 1), false, DType::f32});
+  std::vector<BenchCase> out;
+  for (const S& s : shapes) {
+    PoolGeom g = pool_geometry("bench", s.x, s.a);
+    BenchCase b;
+    b.name = str(s.name, " ", s.x, " ", s.dt, s.cl ? " channels-last" : "");
+    b.attrs = kind == 0 ? s.a : with_input_size(s.a, g.H, g.W);
+    Shape xs = s.x;
+    PoolAttrs a = s.a;
+    bool cl = s.cl;
+    DType dt = s.dt;
+    b.make = [xs, a, cl, dt, kind, g](Device d) {
+      Tensor x = uniform(xs, -1, 1, TensorOptions().dtype(dt).device(d));
+      if (cl) x = contiguous_as(x, true);
+      if (kind == 0) return std::vector<Tensor>{x};
+      Shape ys{g.N, g.C, g.P, g.Q};
+      Tensor gy = contiguous_as(uniform(ys, -1, 1, TensorOptions().dtype(dt).device(d)), cl);
+      if (kind == 1) return std::vector<Tensor>{gy};
+      return std::vector<Tensor>{gy, call(OpId::max_pool2d, {x}, a)[1]};  // kind 2: max backward
+    };
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::vector<BenchCase> adaptive_benches(bool backward) {
+  std::vector<BenchCase> out;
+  struct S {
+    const char* name;
+    Shape x;
+    int64_t oh, ow;
+    bool cl;
+    DType dt;
+  };
+  for (const S& s : std::vector<S>{{"resnet50 head 7x7 -> 1x1", {32, 2048, 7, 7}, 1, 1, false, DType::f32},
+                                   {"resnet50 head 7x7 -> 1x1", {32, 2048, 7, 7}, 1, 1, true, DType::f16},
+                                   {"mnist 7x7 -> 1x1", {512, 64, 7, 7}, 1, 1, false, DType::f32},
+                                   {"14x14 -> 6x6 (overlapping bins)", {64, 64, 14, 14}, 6, 6, false, DType::f32}}) {
+    BenchCase b;
+    b.name = str(s.name, " ", s.x, " ", s.dt, s.cl ? " channels-last" : "");
+    b.attrs = backward ? aattrs(s.oh, s.ow, s.x[2], s.x[3]) : aattrs(s.oh, s.ow);
+    Shape shape = backward ? Shape{s.x[0], s.x[1], s.oh, s.ow} : s.x;
+    bool cl = s.cl;
+    DType dt = s.dt;
+    b.make = [shape, cl, dt](Device d) {
+      return std::vector<Tensor>{contiguous_as(uniform(shape, -1, 1, TensorOptions().dtype(dt).device(d)), cl)};
+    };
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+}  // namespace
+
+void define_op_max_pool2d(OpInfo& info) {
+  info.doc = "2-D max pooling with argmax indices (NCHW or channels-last)";
+  info.infer = infer_max_pool2d;
+  info.backward = max_pool2d_vjp;
+  info.save = Save::outputs;
+  info.save_outputs_mask = 0b10;  // only the indices
+  info.samples = max_pool2d_samples;
+  info.cost = pool_cost;
+  info.benches = [] { return pool_benches(0); };
+  info.contiguous_inputs = false;
+  info.add_variant({"cpu", DeviceType::cpu, max_pool2d_cpu, kFloatTypes, 0, nullptr, "loop per (n, c) plane"});
+}
+
+void define_op_max_pool2d_backward(OpInfo& info) {
+  info.doc = "gradient of max_pool2d: grad_output routed to the saved argmax";
+  info.infer = infer_max_pool2d_backward;
+  info.backward = max_pool2d_backward_vjp;
+  info.save = Save::inputs;
+  info.save_inputs_mask = 0b10;  // only the indices
+  info.samples = max_pool2d_backward_samples;
+  info.cost = pool_cost;
+  info.benches = [] { return pool_benches(2); };
+  info.contiguous_inputs = false;
+  info.add_variant({"cpu", DeviceType::cpu, max_pool2d_backward_cpu, kFloatTypes, 0, nullptr,
+                    "scatter per (n, c) plane into a double buffer, indices checked"});
+}
+
+void define_op_avg_pool2d(OpInfo& info) {
+  info.doc = "2-D average pooling (count_include_pad as PyTorch)";
+  info.infer = infer_avg_pool2d;
+  info.backward = avg_pool2d_vjp;
+  info.samples = avg_pool2d_samples;
+  info.cost = pool_cost;
+  info.benches = [] { return pool_benches(0); };
+  info.contiguous_inputs = false;
+  info.add_variant({"cpu", DeviceType::cpu, avg_pool2d_cpu, kFloatTypes, 0, nullptr, "loop per (n, c) plane"});
+}
+
+void define_op_avg_pool2d_backward(OpInfo& info) {
+  info.doc = "gradient of avg_pool2d (gather form: each input sums its windows)";
+  info.infer = infer_avg_pool2d_backward;
+  info.backward = avg_pool2d_backward_vjp;
+  info.samples = avg_pool2d_backward_samples;
+  info.cost = pool_cost;
+  info.benches = [] { return pool_benches(1); };
+  info.contiguous_inputs = false;
+  info.add_variant({"cpu", DeviceType::cpu, avg_pool2d_backward_cpu, kFloatTypes, 0, nullptr, "gather per input element"});
+}
+
+void define_op_adaptive_avg_pool2d(OpInfo& info) {
+  info.doc = "2-D adaptive average pooling (PyTorch's bins; 1x1 = global average)";
+  info.infer = infer_adaptive;
+  info.backward = adaptive_vjp;
+  info.samples = adaptive_samples;
+  info.cost = pool_cost;
+  info.benches = [] { return adaptive_benches(false); };
+  info.contiguous_inputs = false;
+  info.add_variant({"cpu", DeviceType::cpu, adaptive_cpu, kFloatTypes, 0, nullptr, "loop per (n, c) plane"});
+}
+
+void define_op_adaptive_avg_pool2d_backward(OpInfo& info) {
+  info.doc = "gradient of adaptive_avg_pool2d (gather form)";
+  info.infer = infer_adaptive_backward;
+  info.backward = adaptive_backward_vjp;
+  info.samples = adaptive_backward_samples;
+  info.cost = pool_cost;
+  info.benches = [] { return adaptive_benches(true); };
+  info.contiguous_inputs = false;
+  info.add_variant({"cpu", DeviceType::cpu, adaptive_backward_cpu, kFloatTypes, 0, nullptr, "gather per input element"});
+}
+
+namespace {
+
+PoolAttrs functional_attrs(const char* op, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                           std::array<int64_t, 2> padding, bool count_include_pad) {
+  EMBER_CHECK(stride[0] >= 0 && stride[1] >= 0, op, ": stride must be positive (or 0 for the kernel size), got (",
+              stride[0], ", ", stride[1], ")");
+  PoolAttrs a{};
+  for (int i = 0; i < 2; ++i) {
+    a.kernel[i] = kernel[static_cast<size_t>(i)];
+    a.stride[i] = stride[static_cast<size_t>(i)] == 0 ? kernel[static_cast<size_t>(i)] : stride[static_cast<size_t>(i)];
+    a.padding[i] = padding[static_cast<size_t>(i)];
+  }
+  a.count_include_pad = count_include_pad ? 1 : 0;
+  return a;
+}
+
+// Unbatched (C, H, W) inputs run as a batch of one, as PyTorch allows.
+template <class F>
+Tensor unbatched(const Tensor& x, const F& f) {
+  if (x.defined() && x.dim() == 3) return f(x.unsqueeze(0)).squeeze(0);
+  return f(x);
+}
+
+}  // namespace
+
+std::vector<Tensor> max_pool2d_with_indices(const Tensor& x, std::array<int64_t, 2> kernel,
+                                            std::array<int64_t, 2> stride, std::array<int64_t, 2> padding) {
+  PoolAttrs a = functional_attrs("max_pool2d", kernel, stride, padding, true);
+  if (x.defined() && x.dim() == 3) {
+    std::vector<Tensor> r = call(OpId::max_pool2d, {x.unsqueeze(0)}, a);
+    return {r[0].squeeze(0), r[1].squeeze(0)};
+  }
+  return call(OpId::max_pool2d, {x}, a);
+}
+
+Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                  std::array<int64_t, 2> padding) {
+  return max_pool2d_with_indices(x, kernel, stride, padding)[0];
+}
+
+Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                  std::array<int64_t, 2> padding, bool count_include_pad) {
+  PoolAttrs a = functional_attrs("avg_pool2d", kernel, stride, padding, count_include_pad);
+  return unbatched(x, [&](const Tensor& t) { return call1(OpId::avg_pool2d, {t}, a); });
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
+  return unbatched(x, [&](const Tensor& t) {
+    return call1(OpId::adaptive_avg_pool2d, {t}, aattrs(output_size[0], output_size[1]));
+  });
+}
+
+}  // namespace ember

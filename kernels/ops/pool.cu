@@ -1,0 +1,347 @@
+// Pooling on CUDA (see pool.h for the definitions). One variant per op ("cuda"):
+//   forward ops   one thread per output element in memory order (NCHW: along w; channels-last:
+//                 along c, so a warp reads 32 consecutive channels of each window pixel: coalesced)
+//   adaptive 1x1  NCHW global average: one warp per (n, c) plane, coalesced along the plane
+//   gradients     gather form: one thread per input element sums the windows that cover it in
+//                 increasing (p, q) order (deterministic, no atomics); max_pool2d_backward compares
+//                 the saved argmax of each covering window with its own position
+// Napkin math, max_pool2d 2x2 on MNIST conv1 activations [512, 32, 28, 28] f32: 51 MB read +
+// 13 MB out + 26 MB indices = 90 MB -> ~20 us at 4.5 TB/s; backward reads 13 + 26 MB and writes
+// 51 MB -> ~20 us. adaptive 7x7 -> 1x1 on [32, 2048, 7, 7] f16: 6.4 MB -> ~1.5 us (launch bound).
+// Never run yet (written without a GPU).
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/memory_format.h"
+#include "kernels/ops/pool.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+struct Dims {
+  int64_t N, C, H, W, P, Q;
+  int64_t kh, kw, sh, sw, ph, pw;
+  bool include_pad;
+};
+
+Dims dims_of(const PoolGeom& g) {
+  return {g.N, g.C, g.H, g.W, g.P, g.Q, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.count_include_pad};
+}
+
+// logical (n, c, a, b) of the i-th element (memory order) of a [N, C, A, B] tensor
+template <bool CL>
+__device__ __forceinline__ void unravel(int64_t i, int64_t C, int64_t A, int64_t B, int64_t& n, int64_t& c, int64_t& a,
+                                        int64_t& b) {
+  if (CL) {
+    c = i % C;
+    i /= C;
+    b = i % B;
+    i /= B;
+    a = i % A;
+    n = i / A;
+  } else {
+    b = i % B;
+    i /= B;
+    a = i % A;
+    i /= A;
+    c = i % C;
+    n = i / C;
+  }
+}
+template <bool CL>
+__device__ __forceinline__ int64_t offset(int64_t n, int64_t c, int64_t a, int64_t b, int64_t C, int64_t A, int64_t B) {
+  return CL ? ((n * A + a) * B + b) * C + c : ((n * C + c) * A + a) * B + b;
+}
+
+#define EMBER_POOL_LOOP(i, n)                                                             \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <class T, bool CL>
+__global__ void max_pool_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t* __restrict__ ind, Dims d) {
+  const int64_t total = d.N * d.C * d.P * d.Q;
+  EMBER_POOL_LOOP(i, total) {
+    int64_t n, c, p, q;
+    unravel<CL>(i, d.C, d.P, d.Q, n, c, p, q);
+    int64_t h0, h1, w0, w1;
+    pool::max_window(p, d.sh, d.ph, d.kh, d.H, h0, h1);
+    pool::max_window(q, d.sw, d.pw, d.kw, d.W, w0, w1);
+    acc_t<T> best = -INFINITY;
+    int64_t idx = h0 * d.W + w0;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) {
+        const acc_t<T> v = static_cast<acc_t<T>>(x[offset<CL>(n, c, h, w, d.C, d.H, d.W)]);
+        if (v > best || v != v) {
+          best = v;
+          idx = h * d.W + w;
+        }
+      }
+    y[i] = static_cast<T>(best);
+    ind[i] = idx;
+  }
+}
+
+template <class T, bool CL>
+__global__ void max_pool_backward_kernel(const T* __restrict__ gy, const int64_t* __restrict__ ind, T* __restrict__ dx,
+                                         Dims d) {
+  const int64_t total = d.N * d.C * d.H * d.W;
+  EMBER_POOL_LOOP(i, total) {
+    int64_t n, c, h, w;
+    unravel<CL>(i, d.C, d.H, d.W, n, c, h, w);
+    int64_t p0, p1, q0, q1;
+    pool::covering(h, d.sh, d.ph, d.kh, d.P, p0, p1);
+    pool::covering(w, d.sw, d.pw, d.kw, d.Q, q0, q1);
+    const int64_t me = h * d.W + w;
+    acc_t<T> acc = 0;
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t o = offset<CL>(n, c, p, q, d.C, d.P, d.Q);
+        if (ind[o] == me) acc += static_cast<acc_t<T>>(gy[o]);
+      }
+    dx[i] = static_cast<T>(acc);
+  }
+}
+
+template <class T, bool CL>
+__global__ void avg_pool_kernel(const T* __restrict__ x, T* __restrict__ y, Dims d) {
+  const int64_t total = d.N * d.C * d.P * d.Q;
+  EMBER_POOL_LOOP(i, total) {
+    int64_t n, c, p, q;
+    unravel<CL>(i, d.C, d.P, d.Q, n, c, p, q);
+    int64_t h0, h1, eh, w0, w1, ew;
+    pool::avg_window(p, d.sh, d.ph, d.kh, d.H, d.include_pad, h0, h1, eh);
+    pool::avg_window(q, d.sw, d.pw, d.kw, d.W, d.include_pad, w0, w1, ew);
+    acc_t<T> s = 0;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) s += static_cast<acc_t<T>>(x[offset<CL>(n, c, h, w, d.C, d.H, d.W)]);
+    y[i] = static_cast<T>(s / static_cast<acc_t<T>>(eh * ew));
+  }
+}
+
+template <class T, bool CL>
+__global__ void avg_pool_backward_kernel(const T* __restrict__ gy, T* __restrict__ dx, Dims d) {
+  const int64_t total = d.N * d.C * d.H * d.W;
+  EMBER_POOL_LOOP(i, total) {
+    int64_t n, c, h, w;
+    unravel<CL>(i, d.C, d.H, d.W, n, c, h, w);
+    int64_t p0, p1, q0, q1;
+    pool::covering(h, d.sh, d.ph, d.kh, d.P, p0, p1);
+    pool::covering(w, d.sw, d.pw, d.kw, d.Q, q0, q1);
+    acc_t<T> acc = 0;
+    for (int64_t p = p0; p < p1; ++p) {
+      int64_t h0, h1, eh;
+      pool::avg_window(p, d.sh, d.ph, d.kh, d.H, d.include_pad, h0, h1, eh);
+      for (int64_t q = q0; q < q1; ++q) {
+        int64_t w0, w1, ew;
+        pool::avg_window(q, d.sw, d.pw, d.kw, d.W, d.include_pad, w0, w1, ew);
+        acc += static_cast<acc_t<T>>(gy[offset<CL>(n, c, p, q, d.C, d.P, d.Q)]) / static_cast<acc_t<T>>(eh * ew);
+      }
+    }
+    dx[i] = static_cast<T>(acc);
+  }
+}
+
+template <class T, bool CL>
+__global__ void adaptive_kernel(const T* __restrict__ x, T* __restrict__ y, Dims d) {
+  const int64_t total = d.N * d.C * d.P * d.Q;
+  EMBER_POOL_LOOP(i, total) {
+    int64_t n, c, p, q;
+    unravel<CL>(i, d.C, d.P, d.Q, n, c, p, q);
+    const int64_t h0 = pool::bin_start(p, d.H, d.P), h1 = pool::bin_end(p, d.H, d.P);
+    const int64_t w0 = pool::bin_start(q, d.W, d.Q), w1 = pool::bin_end(q, d.W, d.Q);
+    acc_t<T> s = 0;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) s += static_cast<acc_t<T>>(x[offset<CL>(n, c, h, w, d.C, d.H, d.W)]);
+    y[i] = static_cast<T>(s / static_cast<acc_t<T>>((h1 - h0) * (w1 - w0)));
+  }
+}
+
+// NCHW global average: one warp per (n, c) plane.
+template <class T>
+__global__ void global_avg_nchw_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t planes, int64_t HW) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t pl = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32; pl < planes; pl += warps) {
+    const T* p = x + pl * HW;
+    acc_t<T> s = 0;
+    for (int64_t i = lane; i < HW; i += 32) s += static_cast<acc_t<T>>(p[i]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+    if (lane == 0) y[pl] = static_cast<T>(s / static_cast<acc_t<T>>(HW));
+  }
+}
+
+template <class T, bool CL>
+__global__ void adaptive_backward_kernel(const T* __restrict__ gy, T* __restrict__ dx, Dims d) {
+  const int64_t total = d.N * d.C * d.H * d.W;
+  EMBER_POOL_LOOP(i, total) {
+    int64_t n, c, h, w;
+    unravel<CL>(i, d.C, d.H, d.W, n, c, h, w);
+    int64_t p0, p1, q0, q1;
+    pool::bins_covering(h, d.H, d.P, p0, p1);
+    pool::bins_covering(w, d.W, d.Q, q0, q1);
+    acc_t<T> acc = 0;
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t h0 = pool::bin_start(p, d.H, d.P), h1 = pool::bin_end(p, d.H, d.P);
+      if (h < h0 || h >= h1) continue;
+      for (int64_t q = q0; q < q1; ++q) {
+        const int64_t w0 = pool::bin_start(q, d.W, d.Q), w1 = pool::bin_end(q, d.W, d.Q);
+        if (w < w0 || w >= w1) continue;
+        acc += static_cast<acc_t<T>>(gy[offset<CL>(n, c, p, q, d.C, d.P, d.Q)]) / static_cast<acc_t<T>>((h1 - h0) * (w1 - w0));
+      }
+    }
+    dx[i] = static_cast<T>(acc);
+  }
+}
+
+// ---- launchers ----
+
+template <class F>
+void dispatch(DType t, const char* op, const F& f) {
+  switch (t) {
+    case DType::f32: f(float{}); break;
+    case DType::f64: f(double{}); break;
+    case DType::f16: f(Half{}); break;
+    case DType::bf16: f(BFloat16{}); break;
+    default: EMBER_FAIL(op, ": expects a floating dtype, got ", t);
+  }
+}
+
+template <class T>
+const T* cp(const Tensor& t) {
+  return static_cast<const T*>(t.data_ptr());
+}
+template <class T>
+T* mp(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+// Runs `launch(bool_constant<CL>, grid, stream)` for `n` threads' worth of elements.
+template <class F>
+void launch_elems(const Tensor& out, int64_t n, bool cl, const F& launch) {
+  if (n == 0) return;
+  cuda::DeviceScope scope(out.device());
+  const unsigned grid = cuda::grid_for(n, 256, out.device().index);
+  cudaStream_t st = cuda::stream_for(out);
+  if (cl) launch(std::true_type{}, grid, st);
+  else launch(std::false_type{}, grid, st);
+  EMBER_CUDA_CHECK_LAUNCH();
+}
+
+void max_pool2d_cuda(const KernelCall& c) {
+  const bool cl = runs_channels_last(c.in[0]);
+  Tensor x = contiguous_as(c.in[0], cl);
+  Dims d = dims_of(pool_geometry("max_pool2d", x.shape(), c.attr<PoolAttrs>()));
+  dispatch(x.dtype(), "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
+      max_pool_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(x), mp<T>(c.out[0]), mp<int64_t>(c.out[1]), d);
+    });
+  });
+}
+
+PoolGeom backward_geom(const char* op, const KernelCall& c) {
+  const auto& a = c.attr<PoolAttrs>();
+  return pool_geometry(op, {c.in[0].shape()[0], c.in[0].shape()[1], a.size[0], a.size[1]}, a);
+}
+
+void max_pool2d_backward_cuda(const KernelCall& c) {
+  const bool cl = runs_channels_last(c.in[0]);
+  Tensor gy = contiguous_as(c.in[0], cl), ind = contiguous_as(c.in[1], cl);
+  Dims d = dims_of(backward_geom("max_pool2d_backward", c));
+  dispatch(gy.dtype(), "max_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
+      max_pool_backward_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(gy), cp<int64_t>(ind), mp<T>(c.out[0]), d);
+    });
+  });
+}
+
+void avg_pool2d_cuda(const KernelCall& c) {
+  const bool cl = runs_channels_last(c.in[0]);
+  Tensor x = contiguous_as(c.in[0], cl);
+  Dims d = dims_of(pool_geometry("avg_pool2d", x.shape(), c.attr<PoolAttrs>()));
+  dispatch(x.dtype(), "avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
+      avg_pool_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(x), mp<T>(c.out[0]), d);
+    });
+  });
+}
+
+void avg_pool2d_backward_cuda(const KernelCall& c) {
+  const bool cl = runs_channels_last(c.in[0]);
+  Tensor gy = contiguous_as(c.in[0], cl);
+  Dims d = dims_of(backward_geom("avg_pool2d_backward", c));
+  dispatch(gy.dtype(), "avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
+      avg_pool_backward_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(gy), mp<T>(c.out[0]), d);
+    });
+  });
+}
+
+void adaptive_cuda(const KernelCall& c) {
+  const bool cl = runs_channels_last(c.in[0]);
+  Tensor x = contiguous_as(c.in[0], cl);
+  PoolGeom g = adaptive_geometry("adaptive_avg_pool2d", x.shape(), c.attr<AdaptivePoolAttrs>());
+  Dims d = dims_of(g);
+  const Tensor& y = c.out[0];
+  if (y.numel() == 0) return;
+  dispatch(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    if (!cl && g.P == 1 && g.Q == 1 && g.H * g.W >= 16) {
+      cuda::DeviceScope scope(y.device());
+      const int64_t planes = g.N * g.C;
+      const unsigned grid = cuda::grid_for(planes * 32, 256, y.device().index);
+      global_avg_nchw_kernel<T><<<grid, 256, 0, cuda::stream_for(y)>>>(cp<T>(x), mp<T>(y), planes, g.H * g.W);
+      EMBER_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    launch_elems(y, y.numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
+      adaptive_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(x), mp<T>(y), d);
+    });
+  });
+}
+
+void adaptive_backward_cuda(const KernelCall& c) {
+  const bool cl = runs_channels_last(c.in[0]);
+  Tensor gy = contiguous_as(c.in[0], cl);
+  const auto& a = c.attr<AdaptivePoolAttrs>();
+  Dims d = dims_of(adaptive_geometry("adaptive_avg_pool2d_backward",
+                                     {gy.shape()[0], gy.shape()[1], a.size[0], a.size[1]}, a));
+  dispatch(gy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
+      adaptive_backward_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(gy), mp<T>(c.out[0]), d);
+    });
+  });
+}
+
+}  // namespace
+
+void register_cuda_max_pool2d(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, max_pool2d_cuda, kFloatTypes, 0, nullptr,
+                    "thread per output, first maximum, NCHW or channels-last"});
+}
+void register_cuda_max_pool2d_backward(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, max_pool2d_backward_cuda, kFloatTypes, 0, nullptr,
+                    "gather: thread per input element over its covering windows (no atomics)"});
+}
+void register_cuda_avg_pool2d(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, avg_pool2d_cuda, kFloatTypes, 0, nullptr, "thread per output"});
+}
+void register_cuda_avg_pool2d_backward(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, avg_pool2d_backward_cuda, kFloatTypes, 0, nullptr,
+                    "gather: thread per input element (no atomics)"});
+}
+void register_cuda_adaptive_avg_pool2d(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, adaptive_cuda, kFloatTypes, 0, nullptr,
+                    "thread per output; NCHW 1x1: warp per plane"});
+}
+void register_cuda_adaptive_avg_pool2d_backward(OpInfo& info) {
+  info.add_variant({"cuda", DeviceType::cuda, adaptive_backward_cuda, kFloatTypes, 0, nullptr,
+                    "gather: thread per input element (no atomics)"});
+}
+
+}  // namespace ember

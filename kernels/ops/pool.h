@@ -1,0 +1,89 @@
+// 2-D pooling: max_pool2d (+ indices), avg_pool2d, adaptive_avg_pool2d and their gradient ops.
+//
+// Shapes: x [N, C, H, W] (NCHW or channels-last; the outputs follow x's layout) -> [N, C, P, Q].
+// max/avg (PyTorch semantics, floor mode): P = floor((H + 2 ph - kh) / sh) + 1 (Q likewise);
+//   padding at most half the kernel; window of (p, q): rows [p sh - ph, p sh - ph + kh) clipped.
+//   max_pool2d:  out = max over the window (padding never wins), indices = h W + w of the first
+//                maximum (a NaN counts as the maximum; the last NaN wins, as PyTorch's kernels)
+//   avg_pool2d:  out = sum over the window / divisor; divisor = the window clipped to the padded
+//                input (count_include_pad) or to the input (not counting padding)
+//   adaptive_avg_pool2d(OH, OW): bin i covers rows [floor(i H / OH), ceil((i + 1) H / OH)), the mean
+// Gradients (g = dL/dout):
+//   max_pool2d_backward(g, indices):  dx[n, c, idx] += g[n, c, p, q] with idx = indices[n, c, p, q]
+//   avg_pool2d_backward(g):           dx[h, w] = sum over windows containing (h, w) of g / divisor
+//   adaptive_avg_pool2d_backward(g):  dx[h, w] = sum over bins containing (h, w) of g / bin size
+// The gradient ops are linear in g; their vjps are the forwards again (max: gather by indices).
+// Both devices compute the gradients in gather form (each input element sums the windows that
+// cover it, in increasing (p, q) order): deterministic, no atomics, the same order as the CPU.
+#pragma once
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ember {
+
+struct PoolAttrs {
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};  // resolved: never 0 here
+  int64_t padding[2] = {0, 0};
+  int64_t count_include_pad = 1;
+  int64_t size[2] = {0, 0};  // gradient ops: the input's (H, W)
+};
+
+struct AdaptivePoolAttrs {
+  int64_t output[2] = {1, 1};
+  int64_t size[2] = {0, 0};  // gradient op: the input's (H, W)
+};
+
+struct PoolGeom {
+  int64_t N = 0, C = 0, H = 0, W = 0, P = 0, Q = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0;
+  bool count_include_pad = true;
+};
+
+// Validates x's shape [N, C, H, W] against the attributes (named `op` in messages).
+PoolGeom pool_geometry(const char* op, const Shape& x, const PoolAttrs& a);
+PoolGeom adaptive_geometry(const char* op, const Shape& x, const AdaptivePoolAttrs& a);
+
+namespace pool {
+
+// First and one-past-last input row of the max-pool window (clipped to the input).
+EMBER_HD inline void max_window(int64_t o, int64_t s, int64_t p, int64_t k, int64_t in, int64_t& b, int64_t& e) {
+  b = o * s - p;
+  e = b + k < in ? b + k : in;
+  b = b > 0 ? b : 0;
+}
+
+// The avg-pool window (clipped to the input) and its divisor's extent along one dim.
+EMBER_HD inline void avg_window(int64_t o, int64_t s, int64_t p, int64_t k, int64_t in, bool include_pad, int64_t& b,
+                                int64_t& e, int64_t& extent) {
+  b = o * s - p;
+  e = b + k < in + p ? b + k : in + p;
+  const int64_t padded = e - b;
+  b = b > 0 ? b : 0;
+  e = e < in ? e : in;
+  extent = include_pad ? padded : e - b;
+}
+
+// Outputs whose window may cover input row i: [first, last) (before checking the exact window).
+EMBER_HD inline void covering(int64_t i, int64_t s, int64_t p, int64_t k, int64_t out, int64_t& first, int64_t& last) {
+  first = i + p < k ? 0 : (i + p - k) / s + 1;
+  const int64_t l = (i + p) / s + 1;
+  last = l < out ? l : out;
+}
+
+// Adaptive bins.
+EMBER_HD inline int64_t bin_start(int64_t o, int64_t in, int64_t out) { return (o * in) / out; }
+EMBER_HD inline int64_t bin_end(int64_t o, int64_t in, int64_t out) { return ((o + 1) * in + out - 1) / out; }
+// Bins that may contain input row i (each is then checked exactly).
+EMBER_HD inline void bins_covering(int64_t i, int64_t in, int64_t out, int64_t& first, int64_t& last) {
+  first = (i * out) / in;
+  const int64_t l = ((i + 1) * out + in - 1) / in;
+  last = l < out ? l : out;
+}
+
+}  // namespace pool
+
+}  // namespace ember

@@ -1,0 +1,171 @@
+// Convolution, pooling and batch norm on a GPU, beyond the generic per-sample parity tests: the
+// large shapes that reach split-K / multi-split paths (MNIST at batch 64, ResNet-like channel
+// counts), running statistics updated on the device, mixed-precision batch norm, deterministic
+// variant selection, and a CNN training step that matches the CPU.
+#include <catch2/catch.hpp>
+
+#include "ember.h"
+#include "kernels/common/memory_format.h"
+#include "kernels/registry.h"
+#include "tests/op_driver.h"
+
+using namespace ember;
+
+namespace {
+
+Conv2dOptions conv_opts(int64_t stride, int64_t pad, int64_t groups = 1) {
+  Conv2dOptions o;
+  o.stride[0] = o.stride[1] = stride;
+  o.padding[0] = o.padding[1] = pad;
+  o.groups = groups;
+  return o;
+}
+
+Conv2dAttrs attrs_of(const Conv2dOptions& o, int64_t s0 = 0, int64_t s1 = 0) {
+  Conv2dAttrs a{};
+  for (int i = 0; i < 2; ++i) {
+    a.stride[i] = o.stride[i];
+    a.padding[i] = o.padding[i];
+    a.dilation[i] = o.dilation[i];
+  }
+  a.groups = o.groups;
+  a.size[0] = s0;
+  a.size[1] = s1;
+  return a;
+}
+
+// Every CUDA variant of `op` on `inputs` (CPU tensors in the test dtype) against the CPU default.
+void all_variants_match(OpId op, const std::vector<Tensor>& inputs, const Attrs& attrs, Tol tol) {
+  const OpInfo& info = op_info(op);
+  std::vector<Tensor> want = call(op, inputs, attrs);
+  std::vector<Tensor> din;
+  for (const Tensor& t : inputs) din.push_back(testing::to_device_same_layout(t, kCUDA));
+  int ran = 0;
+  for (const Variant& v : info.variants) {
+    if (v.device != DeviceType::cuda || (v.flags & kReference)) continue;
+    std::vector<TensorSpec> specs = info.infer(din, attrs);
+    std::vector<Tensor> probe_out;
+    for (const TensorSpec& sp : specs) probe_out.push_back(empty({0}, TensorOptions(sp.dtype)));
+    KernelCall probe{op, din, probe_out, attrs};
+    if (!v.accepts(probe)) continue;
+    INFO(info.name << " variant " << v.name);
+    std::vector<Tensor> got = call_variant(v, op, din, attrs);
+    ++ran;
+    for (size_t k = 0; k < want.size(); ++k) {
+      std::string msg = testing::compare(got[k].to(kCPU), want[k], tol);
+      CHECK(msg == "");
+    }
+  }
+  CHECK(ran > 0);
+}
+
+}  // namespace
+
+TEST_CASE("conv2d variants at MNIST batch 64 (split-K and multi-block paths)", "[gpu][conv]") {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    Tol tol = dt == DType::f32 ? Tol{1e-4, 1e-3} : Tol{2e-2, 2e-2};
+    INFO("dtype " << dt);
+    Conv2dOptions o = conv_opts(1, 1);
+    Tensor x1 = uniform({64, 1, 28, 28}, -1, 1).to(dt), w1 = uniform({32, 1, 3, 3}, -1, 1).to(dt);
+    Tensor x2 = uniform({64, 32, 14, 14}, -1, 1).to(dt), w2 = uniform({64, 32, 3, 3}, -1, 1).to(dt);
+    Tensor b2 = uniform({64}, -1, 1).to(dt);
+    all_variants_match(OpId::conv2d, {x1, w1, Tensor()}, attrs_of(o), tol);
+    all_variants_match(OpId::conv2d, {x2, w2, b2}, attrs_of(o), tol);
+    Tensor g2 = uniform({64, 64, 14, 14}, -1, 1).to(dt);
+    all_variants_match(OpId::conv2d_backward_input, {g2, w2}, attrs_of(o, 14, 14), tol);
+    all_variants_match(OpId::conv2d_backward_weight, {g2, x2}, attrs_of(o, 3, 3), tol);
+    Tensor g1 = uniform({64, 32, 28, 28}, -1, 1).to(dt);
+    all_variants_match(OpId::conv2d_backward_weight, {g1, x1}, attrs_of(o, 3, 3), tol);
+  }
+}
+
+TEST_CASE("conv2d variants on ResNet-like channel counts, NCHW and channels-last", "[gpu][conv]") {
+  for (DType dt : {DType::f32, DType::f16}) {
+    for (bool cl : {false, true}) {
+      INFO("dtype " << dt << (cl ? " channels-last" : ""));
+      Tol tol = dt == DType::f32 ? Tol{1e-4, 1e-3} : Tol{5e-3, 5e-3};
+      Conv2dOptions o = conv_opts(1, 1);
+      Tensor x = contiguous_as(uniform({4, 64, 14, 14}, -1, 1).to(dt), cl);
+      Tensor w = contiguous_as(uniform({128, 64, 3, 3}, -0.2, 0.2).to(dt), cl);
+      Tensor g = contiguous_as(uniform({4, 128, 14, 14}, -1, 1).to(dt), cl);
+      all_variants_match(OpId::conv2d, {x, w, Tensor()}, attrs_of(o), tol);
+      all_variants_match(OpId::conv2d_backward_input, {g, w}, attrs_of(o, 14, 14), tol);
+      all_variants_match(OpId::conv2d_backward_weight, {g, x}, attrs_of(o, 3, 3), tol);
+      // 1x1 stride 2 (a ResNet downsample) and a grouped 3x3
+      Conv2dOptions o2 = conv_opts(2, 0);
+      Tensor w2 = contiguous_as(uniform({96, 64, 1, 1}, -0.2, 0.2).to(dt), cl);
+      all_variants_match(OpId::conv2d, {x, w2, Tensor()}, attrs_of(o2), tol);
+      Conv2dOptions o3 = conv_opts(1, 1, 4);
+      Tensor w3 = contiguous_as(uniform({64, 16, 3, 3}, -0.3, 0.3).to(dt), cl);
+      all_variants_match(OpId::conv2d, {x, w3, Tensor()}, attrs_of(o3), tol);
+    }
+  }
+}
+
+TEST_CASE("deterministic mode never picks a nondeterministic cuDNN algorithm", "[gpu][conv]") {
+  Tensor g = uniform({8, 16, 10, 10}, -1, 1, kCUDA), x = uniform({8, 8, 10, 10}, -1, 1, kCUDA);
+  Conv2dAttrs a = attrs_of(conv_opts(1, 1), 3, 3);
+  const OpInfo& info = op_info(OpId::conv2d_backward_weight);
+  std::vector<Tensor> in{g, x};
+  std::vector<Tensor> out{empty({16, 8, 3, 3}, kCUDA)};
+  KernelCall c{OpId::conv2d_backward_weight, in, out, a};
+  set_backend(OpId::conv2d_backward_weight, "cudnn_nondet");
+  set_deterministic(true);
+  const Variant& v = select_variant(info, c, DeviceType::cuda);
+  CHECK((v.flags & kNondeterministic) == 0);
+  set_deterministic(false);
+  set_backend(OpId::conv2d_backward_weight, "default");
+}
+
+TEST_CASE("batch_norm on the GPU updates the running statistics like the CPU", "[gpu][bn]") {
+  for (bool cl : {false, true}) {
+    INFO((cl ? "channels-last" : "NCHW"));
+    Tensor x = contiguous_as(uniform({64, 32, 14, 14}, -2, 3), cl);
+    Tensor w = uniform({32}, 0.5, 1.5), b = uniform({32}, -1, 1);
+    Tensor rm = uniform({32}, -0.5, 0.5), rv = uniform({32}, 0.5, 2);
+    Tensor rm_d = rm.to(kCUDA), rv_d = rv.to(kCUDA);
+    Tensor y = batch_norm(x, w, b, rm, rv, true, 0.2, 1e-5);
+    Tensor y_d = batch_norm(x.to(kCUDA), w.to(kCUDA), b.to(kCUDA), rm_d, rv_d, true, 0.2, 1e-5);
+    CHECK(y_d.is_channels_last() == cl);
+    CHECK(testing::compare(y_d.to(kCPU), y, {1e-5, 1e-5}) == "");
+    CHECK(testing::compare(rm_d.to(kCPU), rm, {1e-5, 1e-6}) == "");
+    CHECK(testing::compare(rv_d.to(kCPU), rv, {1e-5, 1e-6}) == "");
+  }
+}
+
+TEST_CASE("batch_norm mixed precision on the GPU: bf16 activations, f32 parameters and statistics", "[gpu][bn]") {
+  Tensor x = uniform({32, 16, 8, 8}, -2, 2).to(DType::bf16);
+  Tensor w = uniform({16}, 0.5, 1.5), b = uniform({16}, -1, 1), rm = zeros({16}), rv = ones({16});
+  Tensor rm_d = rm.to(kCUDA), rv_d = rv.to(kCUDA);
+  Tensor xd = x.to(kCUDA).requires_grad_(), wd = w.to(kCUDA).requires_grad_(), bd = b.to(kCUDA).requires_grad_();
+  Tensor y_d = batch_norm(xd, wd, bd, rm_d, rv_d, true);
+  Tensor y = batch_norm(x, w, b, rm, rv, true);
+  CHECK(y_d.dtype() == DType::bf16);
+  CHECK(testing::compare(y_d.to(kCPU), y, {1.6e-2, 1e-2}) == "");
+  CHECK(testing::compare(rm_d.to(kCPU), rm, {1e-5, 1e-6}) == "");
+  sum(mul(y_d, y_d.detach())).backward();
+  CHECK(wd.grad().dtype() == DType::f32);
+  CHECK(xd.grad().dtype() == DType::bf16);
+}
+
+TEST_CASE("a CNN training step on the GPU matches the CPU", "[gpu][conv][bn][pool]") {
+  Tensor x = uniform({16, 1, 28, 28}, 0, 1);
+  Tensor w1 = uniform({32, 1, 3, 3}, -0.3, 0.3), b1 = zeros({32});
+  Tensor w2 = uniform({64, 32, 3, 3}, -0.1, 0.1), b2 = zeros({64});
+  auto run = [&](Device d) {
+    Tensor xw1 = w1.to(d).requires_grad_(), xw2 = w2.to(d).requires_grad_();
+    Tensor rm = zeros({32}, d), rv = ones({32}, d);
+    Tensor h = relu(batch_norm(conv2d(x.to(d), xw1, b1.to(d), conv_opts(1, 1)), Tensor(), Tensor(), rm, rv, true));
+    h = max_pool2d(h, {2, 2});
+    h = relu(conv2d(h, xw2, b2.to(d), conv_opts(1, 1)));
+    h = adaptive_avg_pool2d(max_pool2d(h, {2, 2}), {1, 1});
+    Tensor loss = sum(mul(h, h));
+    loss.backward();
+    return std::vector<Tensor>{loss.to(kCPU), xw1.grad().to(kCPU), xw2.grad().to(kCPU), rm.to(kCPU)};
+  };
+  std::vector<Tensor> cpu = run(kCPU), gpu = run(kCUDA);
+  CHECK(testing::compare(gpu[0], cpu[0], {1e-4, 1e-4}) == "");
+  CHECK(testing::compare(gpu[1], cpu[1], {1e-3, 1e-4}) == "");
+  CHECK(testing::compare(gpu[2], cpu[2], {1e-3, 1e-4}) == "");
+  CHECK(testing::compare(gpu[3], cpu[3], {1e-5, 1e-6}) == "");
+}
