@@ -9,3 +9,9 @@
 #include "core/runtime.h"
 #include "core/tensor.h"
 #include "kernels/functional.h"
+
+// nn, optim, checkpoints (the nn/optim issue)
+#include "ckpt/training_checkpoint.h"
+#include "io/safetensors.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
