@@ -11,3 +11,9 @@
 #include "kernels/functional.h"
 // gemm branch: backend choice and autotuning (set_backends, autotune::set_cache_file)
 #include "kernels/autotune.h"
+
+// nn, optim, checkpoints (the nn/optim issue)
+#include "ckpt/training_checkpoint.h"
+#include "io/safetensors.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
