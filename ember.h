@@ -17,3 +17,4 @@
 #include "io/safetensors.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "data/data.h"

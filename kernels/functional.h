@@ -211,6 +211,11 @@ void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std
 Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type = 2.0);
 // tensors *= min(1, max_norm / (norm + 1e-6)), computed on the device from `norm` (no host sync).
 void clip_by_total_norm_(const std::vector<Tensor>& tensors, const Tensor& norm, double max_norm);
+// ---- data ----
+// u8 images [N, C, ...] (or any shape with one channel) -> (x/255 - mean[c]) / std[c] in `dtype`,
+// one pass (torchvision's ToTensor + Normalize). mean/std: one entry per channel, or one for all.
+Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean = {0.0}, const std::vector<double>& std = {1.0},
+                    DType dtype = DType::f32);
 
 // The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
 #define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);

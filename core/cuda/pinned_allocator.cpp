@@ -85,6 +85,9 @@ class PinnedAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     HostBlock* b = find_locked(ptr);
     EMBER_CHECK(b != nullptr, "record_pinned_use: ", ptr, " is not in a pinned block");
+    // A long-lived block (a loader's staging buffer) is copied from many times without being
+    // freed: drop its completed events here, or they would pile up until the next allocation.
+    drop_completed(*b);
     cudaEvent_t e = nullptr;
     if (!spare_events_.empty()) {
       e = spare_events_.back();
@@ -124,22 +127,25 @@ class PinnedAllocator final : public Allocator {
     return key < it->first + b->size ? b : nullptr;
   }
 
+  // Moves the completed events of a block to the spare list.
+  void drop_completed(HostBlock& b) {
+    auto& ev = b.events;
+    for (size_t i = 0; i < ev.size();) {
+      cudaError_t q = cudaEventQuery(ev[i]);
+      if (q == cudaErrorNotReady) {
+        cudaGetLastError();
+        ++i;
+        continue;
+      }
+      spare_events_.push_back(ev[i]);
+      ev[i] = ev.back();
+      ev.pop_back();
+    }
+  }
+
   // Drops completed events of every block; waiting blocks whose events are all done become free.
   void process_events() {
-    for (auto& [addr, b] : blocks_) {
-      auto& ev = b->events;
-      for (size_t i = 0; i < ev.size();) {
-        cudaError_t q = cudaEventQuery(ev[i]);
-        if (q == cudaErrorNotReady) {
-          cudaGetLastError();
-          ++i;
-          continue;
-        }
-        spare_events_.push_back(ev[i]);
-        ev[i] = ev.back();
-        ev.pop_back();
-      }
-    }
+    for (auto& [addr, b] : blocks_) drop_completed(*b);
     for (auto it = waiting_.begin(); it != waiting_.end();) {
       if ((*it)->events.empty()) {
         free_[(*it)->size].push_back(*it);

@@ -1,0 +1,50 @@
+// ImageFolder: images stored as root/<class>/<image>, torchvision's layout.
+//
+// Classes are the subdirectories of root, sorted by name (label = position); images are the files
+// in each class directory (recursively) whose extension is one of options.extensions (case
+// insensitive), sorted by path. Images are decoded when a sample is read (in the loader's worker
+// threads): an unreadable or undecodable file raises an error naming its path and the reason.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/dataset.h"
+
+namespace ember::data {
+
+struct ImageFolderOptions {
+  int channels_ = 3;        // 1 greyscale, 3 RGB, 4 RGBA (converted as needed); 0 as stored
+  int64_t height_ = 0;      // resize every image to height x width (0: keep each image's size)
+  int64_t width_ = 0;
+  std::vector<std::string> extensions_ = {".png", ".jpg", ".jpeg", ".bmp"};
+
+  ImageFolderOptions& channels(int c) { channels_ = c; return *this; }
+  ImageFolderOptions& resize(int64_t h, int64_t w) { height_ = h; width_ = w; return *this; }
+  ImageFolderOptions& extensions(std::vector<std::string> e) { extensions_ = std::move(e); return *this; }
+};
+
+class ImageFolder final : public Dataset {
+ public:
+  explicit ImageFolder(std::string root, ImageFolderOptions options = {});
+
+  int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
+  Sample get(int64_t i) const override;
+  // Known when images are resized and converted to a fixed number of channels.
+  std::optional<Shape> sample_shape() const override;
+  std::vector<std::string> classes() const override { return classes_; }
+
+  const std::string& root() const { return root_; }
+  // (path, label) of every sample, in sample order.
+  const std::vector<std::pair<std::string, int64_t>>& samples() const { return samples_; }
+
+ private:
+  std::string root_;
+  ImageFolderOptions options_;
+  std::vector<std::string> classes_;
+  std::vector<std::pair<std::string, int64_t>> samples_;
+};
+
+}  // namespace ember::data

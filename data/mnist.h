@@ -1,0 +1,30 @@
+// MNIST-format datasets (MNIST, Fashion-MNIST, KMNIST, ...): a pair of IDX files, images
+// (magic 0x00000803, u8 [N, rows, cols]) and labels (magic 0x00000801, u8 [N]), raw or gzip'd.
+//
+// find_mnist_files looks in a directory (and its raw/, MNIST/raw/ and FashionMNIST/raw/
+// subdirectories, torchvision's layout) for the standard names
+//   train-images-idx3-ubyte  train-labels-idx1-ubyte  t10k-images-idx3-ubyte  t10k-labels-idx1-ubyte
+// also with '.' before "idx" and/or a ".gz" suffix. Debian's dataset-fashion-mnist installs them
+// gzip'd in /usr/share/datasets/fashion-mnist.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "data/in_memory.h"
+
+namespace ember::data {
+
+enum class Split { train, test };
+
+struct MnistFiles {
+  std::string images, labels;
+};
+
+// Throws an error listing what was looked for when the files are not there.
+MnistFiles find_mnist_files(const std::string& dir, Split split);
+// The split as an in-memory dataset: images u8 [N, 1, rows, cols], labels i64 [N], classes "0"...
+std::shared_ptr<InMemoryDataset> load_mnist(const std::string& dir, Split split = Split::train);
+std::shared_ptr<InMemoryDataset> load_mnist_files(const std::string& images_path, const std::string& labels_path);
+
+}  // namespace ember::data
