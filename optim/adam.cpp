@@ -40,8 +40,9 @@ void AdamOptions::validate() const {
   EMBER_CHECK(weight_decay_ >= 0, "Adam: invalid weight_decay ", weight_decay_, " (must be >= 0)");
 }
 
-AdamBase::AdamBase(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, bool decoupled)
-    : Optimizer(std::move(groups), std::move(defaults)), decoupled_(decoupled) {
+AdamBase::AdamBase(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, bool decoupled,
+                   std::string name)
+    : Optimizer(std::move(groups), std::move(defaults), std::move(name)), decoupled_(decoupled) {
   for (const ParamGroup& g : param_groups())
     EMBER_CHECK(dynamic_cast<const AdamOptions*>(&g.options()) != nullptr,
                 "Adam/AdamW: parameter group options must be AdamOptions");
@@ -87,11 +88,11 @@ void AdamBase::step(const GradScaling& scaling) {
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& defaults)
     : Adam(std::vector<ParamGroup>{ParamGroup(std::move(params))}, defaults) {}
 Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& defaults)
-    : AdamBase(std::move(groups), std::make_unique<AdamOptions>(defaults), false) {}
+    : AdamBase(std::move(groups), std::make_unique<AdamOptions>(defaults), false, "Adam") {}
 
-AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& defaults)
+AdamW::AdamW(std::vector<Tensor> params, const AdamOptions& defaults)
     : AdamW(std::vector<ParamGroup>{ParamGroup(std::move(params))}, defaults) {}
-AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& defaults)
-    : AdamBase(std::move(groups), std::make_unique<AdamWOptions>(defaults), true) {}
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamOptions& defaults)
+    : AdamBase(std::move(groups), defaults.clone(), true, "AdamW") {}
 
 }  // namespace ember::optim

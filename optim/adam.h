@@ -39,7 +39,6 @@ class Adam : public AdamBase {
  public:
   Adam(std::vector<Tensor> params, const AdamOptions& defaults = AdamOptions());
   Adam(std::vector<ParamGroup> groups, const AdamOptions& defaults = AdamOptions());
-  std::string name() const override { return "Adam"; }
 };
 
 }  // namespace ember::optim

@@ -11,11 +11,12 @@ struct AdamWOptions : AdamOptions {
   std::unique_ptr<OptimizerOptions> clone() const override { return std::make_unique<AdamWOptions>(*this); }
 };
 
+// (The options type is AdamOptions so that AdamWOptions(1e-3).eps(1e-6), whose chained setters
+// return AdamOptions&, is accepted; AdamWOptions only changes the weight decay default.)
 class AdamW : public AdamBase {
  public:
-  AdamW(std::vector<Tensor> params, const AdamWOptions& defaults = AdamWOptions());
-  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& defaults = AdamWOptions());
-  std::string name() const override { return "AdamW"; }
+  AdamW(std::vector<Tensor> params, const AdamOptions& defaults = AdamWOptions());
+  AdamW(std::vector<ParamGroup> groups, const AdamOptions& defaults = AdamWOptions());
 };
 
 }  // namespace ember::optim

@@ -36,8 +36,8 @@ const OptimizerOptions& ParamGroup::options() const {
 
 // ---- Optimizer ----
 
-Optimizer::Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults)
-    : defaults_(std::move(defaults)) {
+Optimizer::Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, std::string name)
+    : name_(std::move(name)), defaults_(std::move(defaults)) {
   EMBER_CHECK(defaults_ != nullptr, "Optimizer: no default options");
   defaults_->validate();
   for (ParamGroup& g : groups) add_param_group(std::move(g));

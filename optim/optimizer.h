@@ -80,7 +80,7 @@ struct GradScaling {
 
 class Optimizer : public Stateful {
  public:
-  Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults);
+  Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, std::string name);
   ~Optimizer() override;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
@@ -107,7 +107,8 @@ class Optimizer : public Stateful {
   // Per-parameter state ("exp_avg", "step", ...), empty before the first step.
   const TensorDict& state(const Tensor& param) const;
 
-  virtual std::string name() const = 0;
+  // "SGD", "Adam", "AdamW".
+  const std::string& name() const { return name_; }
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
 
@@ -139,6 +140,7 @@ class Optimizer : public Stateful {
   HyperSlot& slot(size_t group, Device device);
   void upload(HyperSlot& s, const std::vector<double>& values);
 
+  std::string name_;
   std::vector<ParamGroup> groups_;
   std::unique_ptr<OptimizerOptions> defaults_;
   std::unordered_map<const TensorImpl*, TensorDict> state_;

@@ -44,7 +44,7 @@ SGD::SGD(std::vector<Tensor> params, const SGDOptions& defaults)
     : SGD(std::vector<ParamGroup>{ParamGroup(std::move(params))}, defaults) {}
 
 SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& defaults)
-    : Optimizer(std::move(groups), std::make_unique<SGDOptions>(defaults)) {}
+    : Optimizer(std::move(groups), std::make_unique<SGDOptions>(defaults), "SGD") {}
 
 std::vector<double> SGD::hyper_values(const OptimizerOptions& base) const {
   const auto& o = static_cast<const SGDOptions&>(base);

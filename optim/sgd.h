@@ -38,7 +38,6 @@ class SGD : public Optimizer {
 
   using Optimizer::step;
   void step(const GradScaling& scaling) override;
-  std::string name() const override { return "SGD"; }
 
  protected:
   std::vector<double> hyper_values(const OptimizerOptions& o) const override;
