@@ -109,10 +109,13 @@ TrainingProgress TrainingCheckpoint::restore(const StateDict& state, bool strict
     }
     return -1;
   };
+  std::vector<std::string> unowned;
   for (const auto& [k, t] : state.tensors) {
     int i = owner(k);
-    EMBER_CHECK(i >= 0 || !strict, where, ": tensor '", k, "' belongs to no registered component");
-    if (i < 0) continue;
+    if (i < 0) {
+      unowned.push_back(k);
+      continue;
+    }
     parts[static_cast<size_t>(i)].tensors.insert(k.substr(entries_[static_cast<size_t>(i)].name.size() + 1), t);
     present[static_cast<size_t>(i)] = true;
   }
@@ -128,6 +131,9 @@ TrainingProgress TrainingCheckpoint::restore(const StateDict& state, bool strict
     EMBER_CHECK(present[i] || in_list, where, ": no state for component '", entries_[i].name, "' (the checkpoint has: ",
                 listed.empty() ? std::string("nothing") : listed, ")");
   }
+  EMBER_CHECK(!strict || unowned.empty(), where, ": tensor '", unowned.empty() ? std::string() : unowned[0],
+              "' belongs to no registered component (the checkpoint has: ", listed,
+              "); register it or load with strict=false");
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].module != nullptr) entries_[i].module->load_state_dict(parts[i].tensors, strict);
     else entries_[i].stateful->load_state_dict(parts[i]);
