@@ -301,3 +301,63 @@ TEST_CASE("nn checkpoint replays the forward's random numbers and trains a first
   sum(y2).backward();
   CHECK_THROWS_WITH(sum(y2).backward(), Catch::Contains("second time"));
 }
+
+TEST_CASE("nn Dropout: train zeroes and rescales, eval is the identity, the seed reproduces the mask", "[nn]") {
+  nn::Dropout drop(nn::DropoutOptions(0.25));
+  Tensor x = ones({100000});
+  manual_seed(21);
+  Tensor y = drop(x);
+  std::vector<float> v = y.to_vector<float>();
+  size_t zeros_n = 0, wrong = 0;
+  for (float e : v) {
+    if (e == 0) ++zeros_n;
+    else if (e != 1 / 0.75f) ++wrong;  // the kept ones are scaled by exactly 1 / (1 - p) in f32
+  }
+  CHECK(wrong == 0);
+  CHECK(static_cast<double>(zeros_n) / v.size() == Approx(0.25).margin(0.01));
+  manual_seed(21);
+  CHECK(drop(x).to_vector<float>() == v);
+  drop->eval();
+  CHECK(drop(x).to_vector<float>() == x.to_vector<float>());
+  std::ostringstream os;
+  os << *drop;
+  CHECK(os.str() == "Dropout(p=0.25)");
+  CHECK_THROWS_WITH(nn::Dropout(1.5), Catch::Contains("must be in [0, 1]"));
+}
+
+TEST_CASE("nn loss modules: CrossEntropyLoss, NLLLoss, MSELoss match their functional forms", "[nn]") {
+  manual_seed(8);
+  Tensor logits = randn({6, 5}), target = tensor_i64({0, 4, 2, -100, 1, 3}, {6});
+  Tensor w = tensor({1.0, 2.0, 0.5, 1.0, 3.0});
+  nn::CrossEntropyLoss ce(nn::CrossEntropyLossOptions().weight(w).label_smoothing(0.1));
+  CrossEntropyOptions o;
+  o.weight = w;
+  o.label_smoothing = 0.1;
+  CHECK(ce(logits, target).item() == cross_entropy(logits, target, o).item());
+  CHECK(ce->state_dict().keys() == std::vector<std::string>{"weight"});  // saved and moved with the module
+  // without smoothing, cross entropy is nll of log_softmax
+  nn::CrossEntropyLoss plain;
+  nn::NLLLoss nll;
+  CHECK(plain(logits, target).item() == Approx(nll(log_softmax(logits, 1), target).item()).epsilon(1e-6));
+  // reference value of the unweighted mean over the non-ignored rows
+  std::vector<float> lv = logits.to_vector<float>();
+  std::vector<int64_t> tv = target.to_vector<int64_t>();
+  double total = 0;
+  int count = 0;
+  for (int n = 0; n < 6; ++n) {
+    if (tv[static_cast<size_t>(n)] == -100) continue;
+    double m = -1e30, s = 0;
+    for (int c = 0; c < 5; ++c) m = std::max(m, static_cast<double>(lv[static_cast<size_t>(n * 5 + c)]));
+    for (int c = 0; c < 5; ++c) s += std::exp(lv[static_cast<size_t>(n * 5 + c)] - m);
+    total += m + std::log(s) - lv[static_cast<size_t>(n * 5 + tv[static_cast<size_t>(n)])];
+    ++count;
+  }
+  CHECK(plain(logits, target).item() == Approx(total / count).epsilon(1e-5));
+  nn::MSELoss mse_sum(Reduction::sum), mse_mean;
+  Tensor a = tensor({1.0, 2.0, 3.0}), b = tensor({1.5, 2.0, 1.0});
+  CHECK(mse_sum(a, b).item() == Approx(0.25 + 4.0));
+  CHECK(mse_mean(a, b).item() == Approx(4.25 / 3));
+  std::ostringstream os;
+  os << *mse_sum << " " << *plain;
+  CHECK(os.str() == "MSELoss(reduction=sum) CrossEntropyLoss(reduction=mean, ignore_index=-100, label_smoothing=0)");
+}

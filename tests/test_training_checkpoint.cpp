@@ -52,7 +52,8 @@ struct Run {
 
   explicit Run(uint64_t seed) {
     manual_seed(seed);
-    model = nn::Sequential(nn::Linear(8, 32), nn::GELU(), nn::Linear(32, 32), nn::ReLU(), nn::Linear(32, 2));
+    model = nn::Sequential(nn::Linear(8, 32), nn::GELU(), nn::Dropout(0.2), nn::Linear(32, 32), nn::ReLU(),
+                           nn::Linear(32, 2));
     opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions(1e-2).amsgrad(true));
     warm = std::make_shared<optim::LinearLR>(*opt, 0.1, 1.0, 3);
     cosine = std::make_shared<optim::CosineAnnealingLR>(*opt, 20);
@@ -61,7 +62,8 @@ struct Run {
     ckpt.model(*model).optimizer(*opt).scheduler(*sched).add("scaler", counter);
   }
 
-  // One step: fresh random data (the RNG state matters), forward, backward, clip, step, schedule.
+  // One step: fresh random data and a dropout mask (the RNG state matters), forward, backward,
+  // clip, step, schedule.
   double step() {
     Tensor x = randn({16, 8});
     Tensor y = cat({sum(x, {1}, true), mean(mul(x, x), {1}, true)}, 1);
