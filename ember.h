@@ -13,7 +13,6 @@
 #include "kernels/autotune.h"
 #include "data/data.h"
 
-
 // nn, optim, checkpoints (the nn/optim issue)
 #include "ckpt/training_checkpoint.h"
 #include "io/safetensors.h"

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "core/autograd/node.h"
-#include "core/cuda/graph.h"
+#include "core/cuda/runtime.h"
 #include "kernels/functional.h"
 
 namespace ember::optim {
@@ -125,7 +125,7 @@ void Optimizer::upload(HyperSlot& s, const std::vector<double>& values) {
     // Graph mode (Note [optimizer hyperparameters on the device]): the graph holds only the kernels;
     // the upload happens eagerly, stream-ordered, before each replay. A copy captured here would
     // read a transient host buffer at every replay.
-    EMBER_CHECK(!cuda::is_capturing(cuda::current_stream(s.tensor.device().index)), name_,
+    EMBER_CHECK(!cuda::current_stream(s.tensor.device().index).is_capturing(), name_,
                 ": a hyperparameter (lr, momentum, betas, ...) changed inside a CUDA graph capture; call "
                 "sync_hyperparameters() after scheduler.step() and before capture_begin() and each replay()");
     // A fresh pinned block per upload: the pinned caching allocator reuses it only after the copy
