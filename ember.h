@@ -11,10 +11,10 @@
 #include "kernels/functional.h"
 // gemm branch: backend choice and autotuning (set_backends, autotune::set_cache_file)
 #include "kernels/autotune.h"
+#include "data/data.h"
 
 // nn, optim, checkpoints (the nn/optim issue)
 #include "ckpt/training_checkpoint.h"
 #include "io/safetensors.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
-#include "data/data.h"

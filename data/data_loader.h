@@ -125,6 +125,7 @@ class DataLoader {
   // Seed of worker w's augmentation Rng in an epoch (Note [loader determinism]).
   uint64_t worker_seed(int64_t epoch, int worker) const;
 
+  // An input iterator over one epoch's batches (move-only; it must not outlive its loader).
   class Iterator {
    public:
     using iterator_concept = std::input_iterator_tag;

@@ -168,6 +168,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction =
 // Scales kept values by 1/(1-p); identity (the same tensor) when !training or p == 0. The mask comes
 // from the default Philox generator (the same on CPU and CUDA for the same seed and offset).
 Tensor dropout(const Tensor& x, double p, bool training = true);
+
 // ---- convolution, pooling, batch norm (kernels/ops/conv2d.h, pool.h, batch_norm.h) ----
 // x [N, C, H, W] (NCHW or channels-last; a channels-last input gives a channels-last output),
 // weight [K, C/groups, R, S], bias [K] or undefined.
@@ -194,6 +195,11 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 // weight/bias may be undefined (affine = false). f16/bf16 x may come with f32 weight/bias/running stats.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
                   bool training, double momentum = 0.1, double eps = 1e-5);
+// ---- data ----
+// u8 images [N, C, ...] (or any shape with one channel) -> (x/255 - mean[c]) / std[c] in `dtype`,
+// one pass (torchvision's ToTensor + Normalize). mean/std: one entry per channel, or one for all.
+Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean = {0.0}, const std::vector<double>& std = {1.0},
+                    DType dtype = DType::f32);
 
 // ---- fused multi-tensor optimizer steps and gradient clipping (kernels/ops/optim.h, grad_norm.h) ----
 // In place on params and state (run under no_grad internally). `hyper` is the optimizer's f64
@@ -211,11 +217,6 @@ void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std
 Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type = 2.0);
 // tensors *= min(1, max_norm / (norm + 1e-6)), computed on the device from `norm` (no host sync).
 void clip_by_total_norm_(const std::vector<Tensor>& tensors, const Tensor& norm, double max_norm);
-// ---- data ----
-// u8 images [N, C, ...] (or any shape with one channel) -> (x/255 - mean[c]) / std[c] in `dtype`,
-// one pass (torchvision's ToTensor + Normalize). mean/std: one entry per channel, or one for all.
-Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean = {0.0}, const std::vector<double>& std = {1.0},
-                    DType dtype = DType::f32);
 
 // The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
 #define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);

@@ -8,11 +8,16 @@
 
 namespace ember::nn::functional {
 
+using ember::adaptive_avg_pool2d;  // (x, output_size)
+using ember::avg_pool2d;           // (x, kernel, stride, padding, count_include_pad)
+using ember::batch_norm;  // (x, weight, bias, running_mean, running_var, training, momentum, eps)
+using ember::conv2d;      // (x, weight, bias, Conv2dOptions)
 using ember::cross_entropy;  // (logits, target, CrossEntropyOptions)
 using ember::dropout;        // (x, p, training)
 using ember::gelu;
 using ember::linear;  // (x, weight [out, in], bias, activation)
 using ember::log_softmax;
+using ember::max_pool2d;  // (x, kernel, stride, padding)
 using ember::mse_loss;  // (input, target, Reduction)
 using ember::nll_loss;  // (log_probs, target, CrossEntropyOptions)
 using ember::relu;

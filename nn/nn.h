@@ -2,6 +2,11 @@
 #pragma once
 
 #include "nn/activation_checkpoint.h"
+#include "nn/adaptive_avg_pool2d.h"
+#include "nn/avg_pool2d.h"
+#include "nn/batch_norm1d.h"
+#include "nn/batch_norm2d.h"
+#include "nn/conv2d.h"
 #include "nn/cross_entropy_loss.h"
 #include "nn/dropout.h"
 #include "nn/flatten.h"
@@ -10,6 +15,7 @@
 #include "nn/identity.h"
 #include "nn/init.h"
 #include "nn/linear.h"
+#include "nn/max_pool2d.h"
 #include "nn/module.h"
 #include "nn/mse_loss.h"
 #include "nn/nll_loss.h"

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "core/autograd/node.h"
-#include "core/cuda/graph.h"
+#include "core/cuda/runtime.h"
 #include "kernels/functional.h"
 
 namespace ember::optim {
@@ -161,7 +161,7 @@ void Optimizer::sync_hyperparameters() {
 
 Tensor Optimizer::on_device(const Tensor& t, Device device) {
   if (!t.defined() || t.device() == device) return t;
-  return t.to(device, /*non_blocking=*/true);
+  return t.to(device, /*non_blocking=*/device.is_cuda());  // a host copy must land before the CPU kernel reads it
 }
 
 // ---- state dict ----

@@ -141,6 +141,19 @@ View4<T> view4(const Tensor& t) {
   return {static_cast<T*>(t.data_ptr()), t.strides()[0], t.strides()[1], t.strides()[2], t.strides()[3]};
 }
 
+// Output positions o in [0, out) whose input index o * stride + off lies in [0, in).
+struct Range {
+  int64_t lo, hi;
+};
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+Range valid_range(int64_t off, int64_t stride, int64_t in, int64_t out) {
+  const int64_t lo = std::max<int64_t>(0, -floor_div(off, stride));  // ceil(-off / stride)
+  const int64_t hi = std::min<int64_t>(out, floor_div(in - 1 - off, stride) + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+// The formula, one (image, output channel) plane at a time: every tap (c, r, s) adds w x over the
+// output positions whose input is inside the image (no padding branches in the inner loop).
 template <class T>
 void conv_fwd_naive(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y) {
   auto X = view4<const T>(x), Wt = view4<const T>(w);
@@ -148,55 +161,64 @@ void conv_fwd_naive(const ConvGeom& g, const Tensor& x, const Tensor& w, const T
   const T* bp = b.defined() ? static_cast<const T*>(b.data_ptr()) : nullptr;
   const int64_t bs = b.defined() ? b.strides()[0] : 0;
   parallel_for(0, g.N * g.K, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<double> acc(static_cast<size_t>(g.P * g.Q));
     for (int64_t nk = lo; nk < hi; ++nk) {
       const int64_t n = nk / g.K, k = nk % g.K, grp = k / g.Kg;
-      for (int64_t p = 0; p < g.P; ++p)
-        for (int64_t q = 0; q < g.Q; ++q) {
-          double acc = bp ? static_cast<double>(bp[k * bs]) : 0.0;
-          for (int64_t c = 0; c < g.Cg; ++c)
-            for (int64_t r = 0; r < g.R; ++r) {
-              const int64_t h = p * g.sh - g.ph + r * g.dh;
-              if (h < 0 || h >= g.H) continue;
-              for (int64_t s = 0; s < g.S; ++s) {
-                const int64_t ww = q * g.sw - g.pw + s * g.dw;
-                if (ww < 0 || ww >= g.W) continue;
-                acc += static_cast<double>(X(n, grp * g.Cg + c, h, ww)) * static_cast<double>(Wt(k, c, r, s));
-              }
+      std::fill(acc.begin(), acc.end(), bp ? static_cast<double>(bp[k * bs]) : 0.0);
+      for (int64_t c = 0; c < g.Cg; ++c)
+        for (int64_t r = 0; r < g.R; ++r) {
+          const Range pr = valid_range(r * g.dh - g.ph, g.sh, g.H, g.P);
+          for (int64_t s = 0; s < g.S; ++s) {
+            const Range qr = valid_range(s * g.dw - g.pw, g.sw, g.W, g.Q);
+            const double wv = static_cast<double>(Wt(k, c, r, s));
+            for (int64_t p = pr.lo; p < pr.hi; ++p) {
+              const T* xrow = &X(n, grp * g.Cg + c, p * g.sh - g.ph + r * g.dh, 0);
+              double* arow = acc.data() + p * g.Q;
+              const int64_t step = g.sw * X.s3, base = (s * g.dw - g.pw) * X.s3;
+              for (int64_t q = qr.lo; q < qr.hi; ++q) arow[q] += wv * static_cast<double>(xrow[q * step + base]);
             }
-          Y(n, k, p, q) = static_cast<T>(acc);
+          }
         }
+      for (int64_t p = 0; p < g.P; ++p)
+        for (int64_t q = 0; q < g.Q; ++q) Y(n, k, p, q) = static_cast<T>(acc[static_cast<size_t>(p * g.Q + q)]);
     }
   });
 }
 
+// dx, one (image, input channel) plane at a time: every (k, r, s) scatters w g into the input
+// positions its valid outputs read (the adjoint of the forward loop).
 template <class T>
 void conv_bwd_input_naive(const ConvGeom& g, const Tensor& gy, const Tensor& w, const Tensor& dx) {
   auto GY = view4<const T>(gy), Wt = view4<const T>(w);
   auto DX = view4<T>(dx);
   parallel_for(0, g.N * g.C, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<double> acc(static_cast<size_t>(g.H * g.W));
     for (int64_t nc = lo; nc < hi; ++nc) {
       const int64_t n = nc / g.C, cc = nc % g.C, grp = cc / g.Cg, c = cc % g.Cg;
-      for (int64_t h = 0; h < g.H; ++h)
-        for (int64_t ww = 0; ww < g.W; ++ww) {
-          double acc = 0;
-          for (int64_t kk = 0; kk < g.Kg; ++kk) {
-            const int64_t k = grp * g.Kg + kk;
-            for (int64_t r = 0; r < g.R; ++r) {
-              const int64_t t = h + g.ph - r * g.dh;
-              if (t < 0 || t % g.sh != 0 || t / g.sh >= g.P) continue;
-              for (int64_t s = 0; s < g.S; ++s) {
-                const int64_t u = ww + g.pw - s * g.dw;
-                if (u < 0 || u % g.sw != 0 || u / g.sw >= g.Q) continue;
-                acc += static_cast<double>(GY(n, k, t / g.sh, u / g.sw)) * static_cast<double>(Wt(k, c, r, s));
-              }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t kk = 0; kk < g.Kg; ++kk) {
+        const int64_t k = grp * g.Kg + kk;
+        for (int64_t r = 0; r < g.R; ++r) {
+          const Range pr = valid_range(r * g.dh - g.ph, g.sh, g.H, g.P);
+          for (int64_t s = 0; s < g.S; ++s) {
+            const Range qr = valid_range(s * g.dw - g.pw, g.sw, g.W, g.Q);
+            const double wv = static_cast<double>(Wt(k, c, r, s));
+            for (int64_t p = pr.lo; p < pr.hi; ++p) {
+              const T* grow = &GY(n, k, p, 0);
+              const int64_t base = (p * g.sh - g.ph + r * g.dh) * g.W + (s * g.dw - g.pw);  // + q sw >= 0
+              for (int64_t q = qr.lo; q < qr.hi; ++q)
+                acc[static_cast<size_t>(base + q * g.sw)] += wv * static_cast<double>(grow[q * GY.s3]);
             }
           }
-          DX(n, cc, h, ww) = static_cast<T>(acc);
         }
+      }
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t ww = 0; ww < g.W; ++ww) DX(n, cc, h, ww) = static_cast<T>(acc[static_cast<size_t>(h * g.W + ww)]);
     }
   });
 }
 
+// dw[k, c, r, s] = sum over images and valid output positions of g x.
 template <class T>
 void conv_bwd_weight_naive(const ConvGeom& g, const Tensor& gy, const Tensor& x, const Tensor& dw) {
   auto GY = view4<const T>(gy), X = view4<const T>(x);
@@ -204,21 +226,22 @@ void conv_bwd_weight_naive(const ConvGeom& g, const Tensor& gy, const Tensor& x,
   parallel_for(0, g.K * g.Cg, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t kc = lo; kc < hi; ++kc) {
       const int64_t k = kc / g.Cg, c = kc % g.Cg, grp = k / g.Kg;
-      for (int64_t r = 0; r < g.R; ++r)
+      for (int64_t r = 0; r < g.R; ++r) {
+        const Range pr = valid_range(r * g.dh - g.ph, g.sh, g.H, g.P);
         for (int64_t s = 0; s < g.S; ++s) {
+          const Range qr = valid_range(s * g.dw - g.pw, g.sw, g.W, g.Q);
           double acc = 0;
           for (int64_t n = 0; n < g.N; ++n)
-            for (int64_t p = 0; p < g.P; ++p) {
-              const int64_t h = p * g.sh - g.ph + r * g.dh;
-              if (h < 0 || h >= g.H) continue;
-              for (int64_t q = 0; q < g.Q; ++q) {
-                const int64_t ww = q * g.sw - g.pw + s * g.dw;
-                if (ww < 0 || ww >= g.W) continue;
-                acc += static_cast<double>(GY(n, k, p, q)) * static_cast<double>(X(n, grp * g.Cg + c, h, ww));
-              }
+            for (int64_t p = pr.lo; p < pr.hi; ++p) {
+              const T* grow = &GY(n, k, p, 0);
+              const T* xrow = &X(n, grp * g.Cg + c, p * g.sh - g.ph + r * g.dh, 0);
+              const int64_t step = g.sw * X.s3, base = (s * g.dw - g.pw) * X.s3;
+              for (int64_t q = qr.lo; q < qr.hi; ++q)
+                acc += static_cast<double>(grow[q * GY.s3]) * static_cast<double>(xrow[q * step + base]);
             }
           DW(k, c, r, s) = static_cast<T>(acc);
         }
+      }
     }
   });
 }

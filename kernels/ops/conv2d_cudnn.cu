@@ -3,7 +3,7 @@
 //
 // - Algorithm: cudnnGet*Algorithm_v7 (heuristics: no sync, no allocation) by default; with
 //   EMBER_CUDNN_BENCHMARK=1, cudnnFind*AlgorithmEx times the candidates once per shape (it
-//   synchronises: the cudnn.benchmark idea). Either way the choice is cached per shape, dtype,
+//   synchronises: the cudnn.benchmark idea; heuristics instead while a graph is being captured). Either way the choice is cached per shape, dtype,
 //   layout and determinism requirement, and the first usable algorithm wins: status success,
 //   workspace <= 1 GiB, deterministic unless the variant is cudnn_nondet (kNondeterministic, so
 //   deterministic mode never picks it), and for f32 no tensor-op (TF32) math.
@@ -216,7 +216,8 @@ struct Ptrs {
 Choice choose(Kind kind, cudnnHandle_t h, Descs& d, DType t, bool nondet, const Ptrs* bufs, Device dev) {
   constexpr int kMax = 16;
   int n = 0;
-  if (bufs != nullptr && benchmark_mode()) {
+  // Find times the candidates and synchronises: never while a CUDA graph is being captured
+  if (bufs != nullptr && benchmark_mode() && !cuda::current_stream(dev.index).is_capturing()) {
     Tensor ws = empty({static_cast<int64_t>(kMaxWorkspace / 4)}, TensorOptions().dtype(DType::u8).device(dev));
     const size_t wss = kMaxWorkspace / 4;
     switch (kind) {

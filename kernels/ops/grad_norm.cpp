@@ -208,7 +208,8 @@ Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type) {
     norms.push_back(nrm);
   }
   DType dt = any_f64 ? DType::f64 : DType::f32;
-  for (Tensor& n : norms) n = n.to(dev, dt, true);
+  // Asynchronous only towards a GPU: a device-to-host copy must land before the CPU reads it.
+  for (Tensor& n : norms) n = n.to(dev, dt, /*non_blocking=*/dev.is_cuda());
   // the norm of the bucket norms (counts of nonzeros add up)
   return call1(OpId::total_norm, norms, TotalNormAttrs{norm_type == 0 ? 1.0 : norm_type});
 }
@@ -221,7 +222,8 @@ void clip_by_total_norm_(const std::vector<Tensor>& tensors, const Tensor& norm,
     buckets[{static_cast<int>(t.device().type) * 256 + t.device().index, static_cast<int>(t.dtype())}].push_back(t);
   }
   for (auto& [key, list] : buckets) {
-    Tensor nrm = norm.device() == list[0].device() ? norm : norm.to(list[0].device(), true);
+    const Device d = list[0].device();
+    Tensor nrm = norm.device() == d ? norm : norm.to(d, /*non_blocking=*/d.is_cuda());
     std::vector<Tensor> in{nrm};
     in.insert(in.end(), list.begin(), list.end());
     call(OpId::clip_by_total_norm, std::move(in), ClipByNormAttrs{max_norm});

@@ -4,6 +4,7 @@
 #include "kernels/ops/pool.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/parallel.h"
@@ -101,14 +102,23 @@ void max_pool_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y, cons
           pool::max_window(q, g.sw, g.pw, g.kw, g.W, w0, w1);
           double best = -INFINITY;
           int64_t idx = h0 * g.W + w0;
-          for (int64_t h = h0; h < h1; ++h)
+          const T* plane = &X.at(n, c, 0, 0);
+          for (int64_t h = h0; h < h1; ++h) {
+            const T* row = plane + h * X.s2;
             for (int64_t w = w0; w < w1; ++w) {
-              const double v = static_cast<double>(X.at(n, c, h, w));
-              if (v > best || std::isnan(v)) {
-                best = v;
-                idx = h * g.W + w;
-              }
+              const double v = static_cast<double>(row[w * X.s3]);
+              // a branch-free select: on real data the comparison is a coin flip, and compilers
+              // turn the obvious ternaries back into mispredicted branches
+              const uint64_t take = static_cast<uint64_t>((v > best) | (v != v));
+              const uint64_t mask = uint64_t{0} - take;
+              uint64_t vb, bb;
+              std::memcpy(&vb, &v, 8);
+              std::memcpy(&bb, &best, 8);
+              bb = (vb & mask) | (bb & ~mask);
+              std::memcpy(&best, &bb, 8);
+              idx += static_cast<int64_t>(take) * (h * g.W + w - idx);
             }
+          }
           Y.at(n, c, p, q) = static_cast<T>(best);
           I.at(n, c, p, q) = idx;
         }
@@ -218,8 +228,11 @@ void avg_pool_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y) {
           int64_t w0, w1, ew;
           pool::avg_window(q, g.sw, g.pw, g.kw, g.W, g.count_include_pad, w0, w1, ew);
           double s = 0;
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) s += static_cast<double>(X.at(n, c, h, w));
+          const T* plane = &X.at(n, c, 0, 0);
+          for (int64_t h = h0; h < h1; ++h) {
+            const T* row = plane + h * X.s2;
+            for (int64_t w = w0; w < w1; ++w) s += static_cast<double>(row[w * X.s3]);
+          }
           Y.at(n, c, p, q) = static_cast<T>(s / static_cast<double>(eh * ew));
         }
       }
