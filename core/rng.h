@@ -65,7 +65,7 @@ EMBER_HD inline double philox_normal(uint64_t seed, uint64_t base, int64_t i) {
   int lane = static_cast<int>(i % 2) * 2;
   double u1 = uint_to_unit_open(r.v[lane]);
   double u2 = uint_to_unit(r.v[lane + 1]);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+  return ::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2);
 }
 
 // The process-wide generator. Thread-safe.

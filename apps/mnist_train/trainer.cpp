@@ -13,6 +13,7 @@
 #include "ckpt/training_checkpoint.h"
 #include "core/autocast.h"
 #include "core/profiler.h"
+#include "core/rng.h"
 #include "core/runtime.h"
 #include "io/safetensors.h"
 #include "kernels/autotune.h"
@@ -26,6 +27,12 @@ namespace mnist {
 using namespace ember;
 
 namespace {
+
+std::string fmt_pct(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f%%", v);
+  return b;
+}
 
 double now_s() {
   static const auto t0 = std::chrono::steady_clock::now();
@@ -130,7 +137,6 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
   } else if (o_.amp == "bf16") {
     amp_dtype_ = DType::bf16;
   }
-  TensorOptions dev = TensorOptions().device(device_);
   loss_sum_ = zeros({1}, TensorOptions(DType::f32).device(device_));
   correct_ = zeros({1}, TensorOptions(DType::i64).device(device_));
   if (!o_.log.empty()) {
@@ -518,7 +524,7 @@ RunResult Trainer::run() {
     if (!o_.silent)
       std::printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  val acc %s  test acc %.2f%%  %.1f s  %.0f samples/s  lr %.3g\n",
                 er.epoch, o_.epochs, er.train_loss, er.train_acc,
-                splits_.val ? str(er.val_acc, "%").c_str() : "-", er.test_acc, er.seconds, er.samples_per_s, er.lr);
+                splits_.val ? fmt_pct(er.val_acc).c_str() : "-", er.test_acc, er.seconds, er.samples_per_s, er.lr);
     std::fflush(stdout);
     if (logs_->jsonl.is_open()) {
       nlohmann::json j = {{"type", "epoch"},          {"epoch", er.epoch},       {"train_loss", er.train_loss},
