@@ -12,3 +12,9 @@
 // gemm branch: backend choice and autotuning (set_backends, autotune::set_cache_file)
 #include "kernels/autotune.h"
 #include "data/data.h"
+
+// nn, optim, checkpoints (the nn/optim issue)
+#include "ckpt/training_checkpoint.h"
+#include "io/safetensors.h"
+#include "nn/nn.h"
+#include "optim/optim.h"

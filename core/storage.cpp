@@ -1,5 +1,8 @@
 #include "core/storage.h"
 
+#include <malloc.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <new>
 
@@ -9,6 +12,9 @@ namespace ember {
 
 namespace {
 
+std::atomic<size_t> g_host_bytes{0};
+std::atomic<size_t> g_host_peak{0};
+
 class CpuAllocator final : public Allocator {
  public:
   void* allocate(size_t nbytes) override {
@@ -16,13 +22,26 @@ class CpuAllocator final : public Allocator {
     size_t rounded = (nbytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded);
     EMBER_CHECK(p != nullptr, "out of host memory: could not allocate ", nbytes, " bytes");
+    size_t now = g_host_bytes.fetch_add(malloc_usable_size(p), std::memory_order_relaxed) + malloc_usable_size(p);
+    size_t peak = g_host_peak.load(std::memory_order_relaxed);
+    while (now > peak && !g_host_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
     return p;
   }
-  void deallocate(void* p) override { std::free(p); }
+  void deallocate(void* p) override {
+    if (p != nullptr) g_host_bytes.fetch_sub(malloc_usable_size(p), std::memory_order_relaxed);
+    std::free(p);
+  }
   Device device() const override { return kCPU; }
 };
 
 }  // namespace
+
+HostAllocatorStats cpu_allocator_stats() {
+  return {g_host_bytes.load(std::memory_order_relaxed), g_host_peak.load(std::memory_order_relaxed)};
+}
+
+void reset_cpu_peak_stats() { g_host_peak.store(g_host_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 Allocator* cpu_allocator() {
   static CpuAllocator a;

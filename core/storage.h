@@ -26,6 +26,14 @@ class Allocator {
 
 // The plain host allocator (64-byte aligned).
 Allocator* cpu_allocator();
+// Bytes held by cpu_allocator() now and at the peak since the last reset (as malloc_usable_size
+// reports them), for memory tests (e.g. activation checkpointing lowers the peak).
+struct HostAllocatorStats {
+  size_t allocated_bytes = 0;
+  size_t peak_allocated_bytes = 0;
+};
+HostAllocatorStats cpu_allocator_stats();
+void reset_cpu_peak_stats();
 // Page-locked host memory (cudaHostAlloc) from a caching allocator; falls back to plain host memory
 // when there is no CUDA device (pinned() then reports false).
 Allocator* pinned_allocator();

@@ -201,6 +201,23 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
 Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean = {0.0}, const std::vector<double>& std = {1.0},
                     DType dtype = DType::f32);
 
+// ---- fused multi-tensor optimizer steps and gradient clipping (kernels/ops/optim.h, grad_norm.h) ----
+// In place on params and state (run under no_grad internally). `hyper` is the optimizer's f64
+// device tensor of hyperparameters; `steps` are f32 scalar step counters the op increments;
+// found_inf / inv_scale (f32 [1], optional) are the loss scaler's hooks: see kernels/ops/optim.h.
+void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+              const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov, bool maximize,
+              const Tensor& found_inf = Tensor(), const Tensor& inv_scale = Tensor());
+void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+               const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, bool decoupled_weight_decay,
+               bool maximize, const Tensor& found_inf = Tensor(), const Tensor& inv_scale = Tensor());
+// The p-norm of all elements of all tensors (inf for the max norm), as a device scalar (f32; f64
+// for f64 tensors). Tensors may mix devices and dtypes (one launch per bucket).
+Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type = 2.0);
+// tensors *= min(1, max_norm / (norm + 1e-6)), computed on the device from `norm` (no host sync).
+void clip_by_total_norm_(const std::vector<Tensor>& tensors, const Tensor& norm, double max_norm);
+
 // The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
 #define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);
 #include "kernels/ops.def"

@@ -1,0 +1,95 @@
+// GradScaler: dynamic loss scaling for fp16 training, with PyTorch's semantics and defaults, and
+// no host synchronisation.
+//
+//   amp::GradScaler scaler;                         // init scale 65536, growth 2, backoff 0.5, interval 2000
+//   for (...) {
+//     opt.zero_grad();
+//     Tensor loss;
+//     { amp::autocast ac(DeviceType::cuda, DType::f16); loss = model_and_loss(x, y); }
+//     scaler.scale(loss).backward();
+//     scaler.unscale_(opt);                          // optional: before clipping
+//     optim::clip_grad_norm_(params, 1.0);
+//     scaler.step(opt);                              // skipped on the device when a grad is inf/NaN
+//     scaler.update();
+//   }
+//
+// Note [sync-free loss scaling]: the scale, the growth tracker, each optimizer's found_inf flag and
+// the count of skipped steps are device tensors. unscale_ runs the fused amp_unscale op (grads *=
+// 1/scale and the non-finite check in one pass); step passes found_inf to the fused optimizer op,
+// which leaves params, state and step counters untouched when it is set; update runs
+// amp_update_scale on the device. Nothing reads a value back, so the whole AMP step can be captured
+// in a CUDA graph. scale_value() and skipped_steps() read back (they sync): call them once per log
+// interval, not per step.
+//
+// With bf16 autocast no scaler is needed; using one is allowed and harmless (the scale just grows).
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "core/tensor.h"
+#include "io/state_dict.h"
+#include "optim/optimizer.h"
+
+namespace ember::amp {
+
+struct GradScalerOptions {
+  double init_scale_ = 65536.0;
+  double growth_factor_ = 2.0;
+  double backoff_factor_ = 0.5;
+  int64_t growth_interval_ = 2000;
+  bool enabled_ = true;
+  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
+  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
+  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
+  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
+  GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
+};
+
+class GradScaler : public Stateful {
+ public:
+  explicit GradScaler(GradScalerOptions options = {});
+
+  // loss * scale (a device multiply; the scale lives on the loss's device from the first call).
+  Tensor scale(const Tensor& loss);
+  // Divides the optimizer's gradients by the scale in place and records whether any is inf/NaN.
+  // At most once per optimizer between update() calls.
+  void unscale_(optim::Optimizer& optimizer);
+  // unscale_ (if not done yet), then the optimizer's step, skipped on the device when found_inf.
+  void step(optim::Optimizer& optimizer);
+  // Grows or backs off the scale on the device and resets the per-step state.
+  void update();
+  // Forgets unscale_/step calls since the last update() without touching the device (after a
+  // CUDA graph capture that failed half-way: nothing it queued ran).
+  void discard_step();
+
+  bool enabled() const { return options_.enabled_; }
+  // The scale as a device tensor (no sync).
+  Tensor scale_tensor() const { return scale_; }
+  // Reads back (syncs): once per log interval.
+  double scale_value() const;
+  int64_t skipped_steps() const;
+
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
+
+ private:
+  enum class Stage { ready, unscaled, stepped };
+  struct PerOptimizer {
+    Stage stage = Stage::ready;
+    Tensor found_inf;  // f32 [1]
+  };
+  void lazy_init(Device device);
+  PerOptimizer& state_of(optim::Optimizer& optimizer);
+
+  GradScalerOptions options_;
+  Device device_;
+  bool initialised_ = false;
+  Tensor scale_;           // f32 [1]
+  Tensor growth_tracker_;  // i32 [1]
+  Tensor skipped_;         // i64 [1]
+  Tensor found_any_;       // f32 [1]: the sum over optimizers, for update()
+  std::map<const optim::Optimizer*, PerOptimizer> per_opt_;
+};
+
+}  // namespace ember::amp

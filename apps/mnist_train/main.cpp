@@ -1,0 +1,71 @@
+// mnist_train: trains and evaluates a classifier on an MNIST-format IDX set. See --help.
+//
+// Exit codes: 0 success, 1 runtime error (missing data, no GPU for --device cuda, a bad
+// checkpoint ...), 2 usage error (unknown flag, bad value). Errors are one line on stderr.
+#include <cstdio>
+#include <exception>
+
+#include "apps/mnist_train/ablation.h"
+#include "apps/mnist_train/options.h"
+#include "apps/mnist_train/report.h"
+#include "apps/mnist_train/trainer.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+
+using namespace ember;
+
+namespace {
+
+Device pick_device(const std::string& flag) {
+  if (flag == "auto") return cuda::device_count() > 0 ? kCUDA : kCPU;
+  Device d = Device::parse(flag);
+  if (d.is_cuda()) {
+    EMBER_CHECK(cuda::device_count() > 0, "--device ", flag, ": ", cuda::unavailable_reason());
+    EMBER_CHECK(d.index < cuda::device_count(), "--device ", flag, ": only ", cuda::device_count(), " CUDA device(s)");
+  }
+  return d;
+}
+
+std::string describe(Device d) {
+  if (d.is_cpu()) return "cpu";
+  return d.str() + " (" + cuda::properties(d.index).name + ")";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mnist::ParseResult parsed = mnist::parse_options(argc, argv);
+  if (!parsed.options) return parsed.exit_code;
+  const mnist::Options& o = *parsed.options;
+  try {
+    Device device = pick_device(o.device);
+    if (!o.quiet) {
+      std::string why = device.is_cpu() && o.device == "auto" ? " (" + cuda::unavailable_reason() + ")" : "";
+      std::printf("mnist_train: %s on %s%s, data %s\n", o.model.c_str(), describe(device).c_str(), why.c_str(),
+                  o.data.c_str());
+    }
+    mnist::Splits splits = mnist::load_splits(o.data, o.val_split, o.seed);
+    if (!o.quiet)
+      std::printf("data: %lld train, %lld validation, %lld test images (normalised with mean %.4f, std %.4f)\n",
+                  static_cast<long long>(splits.train->size()),
+                  static_cast<long long>(splits.val ? splits.val->size() : 0),
+                  static_cast<long long>(splits.test->size()), splits.mean, splits.std);
+    if (o.ablation) return mnist::run_ablation(o, device, splits);
+    mnist::Trainer trainer(o, device, splits);
+    if (!o.eval_only.empty()) {
+      trainer.load_model(o.eval_only);
+      mnist::EvalResult e = trainer.evaluate(splits.test);
+      std::printf("test accuracy %.2f%% on %lld images (model from %s)\n", e.accuracy,
+                  static_cast<long long>(e.samples), o.eval_only.c_str());
+      mnist::print_confusion(e, splits.classes);
+      return 0;
+    }
+    mnist::RunResult r = trainer.run();
+    mnist::print_summary(o, r, splits.classes, describe(device));
+    if (!o.plot.empty()) mnist::write_plot(o.plot, r);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mnist_train: error: %s\n", e.what());
+    return 1;
+  }
+}

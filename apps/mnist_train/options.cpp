@@ -1,0 +1,152 @@
+#include "apps/mnist_train/options.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "core/device.h"
+#include "core/error.h"
+
+namespace mnist {
+
+ParseResult parse_options(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "mnist_train: trains and evaluates a classifier on an MNIST-format IDX set (Fashion-MNIST by default), on the "
+      "GPU when there is one, else on the CPU, and measures what each training speed-up is worth (--ablation).",
+      "mnist_train"};
+  app.option_defaults()->always_capture_default();
+  app.get_formatter()->column_width(34);
+
+  // data
+  app.add_option("--data", o.data, "directory with the IDX files (raw or .gz; MNIST and Fashion-MNIST names)")
+      ->group("Data");
+  app.add_option("--val-split", o.val_split, "fraction of the training set held out for validation")
+      ->check(CLI::Range(0.0, 0.5))
+      ->group("Data");
+  app.add_option("--workers", o.workers, "loader worker threads (0: load in the training thread)")
+      ->check(CLI::Range(0, 64))
+      ->group("Data");
+  app.add_flag("--pin-memory,!--no-pin-memory", o.pin_memory, "page-locked staging buffers and non-blocking copies")
+      ->group("Data");
+  app.add_flag("--device-resident", o.device_resident,
+               "upload the whole set to the GPU once as uint8 and gather batches there")
+      ->group("Data");
+  app.add_flag("--augment", o.augment, "random crop (pad 2) and horizontal flip on the host")->group("Data");
+
+  // training
+  app.add_option("--model", o.model, "mlp (784-128-64-10), cnn (two conv layers), fast (BN-CNN tuned for time-to-accuracy)")
+      ->check(CLI::IsMember({"mlp", "cnn", "fast"}))
+      ->group("Training");
+  app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::Range(1, 1000))->group("Training");
+  app.add_option("--batch-size", o.batch_size, "samples per optimizer step (per micro-batch with --grad-accum)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->group("Training");
+  app.add_option("--lr", o.lr, "learning rate (the peak lr with onecycle/cyclic)")
+      ->check(CLI::PositiveNumber)
+      ->group("Training");
+  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->group("Training");
+  app.add_option("--weight-decay", o.weight_decay, "weight decay (decoupled for adamw)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Training");
+  app.add_option("--momentum", o.momentum, "SGD momentum (nesterov), or Adam's beta1")
+      ->check(CLI::Range(0.0, 0.9999))
+      ->group("Training");
+  app.add_option("--scheduler", o.scheduler, "none, onecycle, cyclic, cosine or step")
+      ->check(CLI::IsMember({"none", "onecycle", "cyclic", "cosine", "step"}))
+      ->group("Training");
+  app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step (the loss is divided by N)")
+      ->check(CLI::Range(1, 1024))
+      ->group("Training");
+  app.add_option("--clip-grad", o.clip_grad, "clip the gradients' total 2-norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Training");
+  app.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")
+      ->check(CLI::Range(0.0, 0.99))
+      ->group("Training");
+  app.add_option("--seed", o.seed, "seed for initialisation, shuffling, augmentation and the split")->group("Training");
+  app.add_flag("--deterministic", o.deterministic, "only deterministic kernels (bitwise repeatable runs)")
+      ->group("Training");
+  app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N")->group("Training");
+  app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps in all (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Training");
+
+  // speed
+  app.add_flag("--graph", o.graph,
+               "capture the whole training step in a CUDA graph after warm-up and replay it (eager fallback if "
+               "capture is impossible)")
+      ->group("Speed");
+  app.add_flag("--autotune", o.autotune, "time every kernel variant once per shape and keep the fastest")
+      ->group("Speed");
+  app.add_flag("--sync-debug", o.sync_debug, "report every host synchronisation inside a step, with the op")
+      ->group("Speed");
+  app.add_option("--amp", o.amp, "mixed precision: off, fp16 (with loss scaling) or bf16")
+      ->check(CLI::IsMember({"off", "fp16", "bf16"}))
+      ->group("Speed");
+  app.add_flag("--channels-last", o.channels_last, "NHWC activations for the conv models")->group("Speed");
+  app.add_flag("--zero-grad-to-none,!--zero-grad-fill", o.zero_grad_to_none,
+               "set gradients to none between steps (else fill them with zeros)")
+      ->group("Speed");
+  app.add_flag("--sync-every-step", o.sync_every_step,
+               "read the loss back every step (the naive loop; off: once per log interval)")
+      ->group("Speed");
+
+  // observability
+  app.add_option("--log", o.log, "append one JSON object per log interval and per epoch to this file")
+      ->group("Logging");
+  app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files into this directory")->group("Logging");
+  app.add_option("--plot", o.plot, "write loss and accuracy curves to this SVG file")->group("Logging");
+  app.add_option("--profile", o.profile, "profile a few steps into this Chrome-trace JSON file and print the top ops")
+      ->group("Logging");
+  app.add_option("--log-interval", o.log_interval, "steps between progress updates (the only host reads)")
+      ->check(CLI::Range(1, 1000000))
+      ->group("Logging");
+  app.add_flag("--quiet", o.quiet, "no progress bar, only epoch lines and the summary")->group("Logging");
+
+  // checkpoints
+  app.add_option("--save", o.save, "save a training checkpoint (safetensors, atomic) after every epoch")
+      ->group("Checkpoints");
+  app.add_option("--resume", o.resume, "continue from a training checkpoint")->group("Checkpoints");
+  app.add_option("--eval-only", o.eval_only, "load the model from a checkpoint and only evaluate")
+      ->group("Checkpoints");
+
+  // ablation
+  app.add_flag("--ablation", o.ablation, "run the speed-up ladder and print one table")->group("Ablation");
+  app.add_option("--ablation-steps", o.ablation_steps, "optimizer steps per rung of the ablation")
+      ->check(CLI::Range(int64_t{20}, int64_t{1000000}))
+      ->group("Ablation");
+
+  ParseResult r;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {  // --help
+      std::printf("%s", app.help().c_str());
+      r.exit_code = 0;
+      return r;
+    }
+    std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", e.what());
+    r.exit_code = 2;
+    return r;
+  }
+  auto usage = [&](const std::string& msg) {
+    std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", msg.c_str());
+    r.exit_code = 2;
+    return r;
+  };
+  try {
+    if (o.device != "auto") (void)ember::Device::parse(o.device);
+  } catch (const ember::Error& e) {
+    return usage(std::string("--device: ") + e.what());
+  }
+  if (!o.eval_only.empty() && !o.resume.empty()) return usage("--eval-only and --resume cannot be combined");
+  if (o.ablation && (!o.eval_only.empty() || !o.resume.empty()))
+    return usage("--ablation runs its own trainings; it cannot be combined with --eval-only or --resume");
+  if (o.channels_last && o.model == "mlp") return usage("--channels-last applies to the conv models (cnn, fast)");
+  r.options = o;
+  return r;
+}
+
+}  // namespace mnist

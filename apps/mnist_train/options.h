@@ -1,0 +1,67 @@
+// mnist_train's command line: every flag, its default, and validation (exit code 2 on bad usage).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mnist {
+
+struct Options {
+  // data
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  double val_split = 0.1;
+  int workers = 2;
+  bool pin_memory = true;
+  bool device_resident = false;
+  bool augment = false;
+  // model and training
+  std::string model = "mlp";
+  int epochs = 8;
+  int64_t batch_size = 128;
+  double lr = 3e-3;
+  std::string optimizer = "adamw";
+  double weight_decay = 1e-4;
+  double momentum = 0.9;
+  std::string scheduler = "onecycle";
+  int grad_accum = 1;
+  double clip_grad = 0;  // 0: off
+  double label_smoothing = 0;
+  uint64_t seed = 0;
+  bool deterministic = false;
+  std::string device = "auto";
+  int64_t max_steps = 0;  // 0: the whole epochs (a cap, for quick runs and the ablation)
+  // speed
+  bool graph = false;
+  bool autotune = false;
+  bool sync_debug = false;
+  std::string amp = "off";
+  bool channels_last = false;
+  bool zero_grad_to_none = true;
+  bool sync_every_step = false;
+  // observability
+  std::string log;
+  std::string tensorboard;
+  std::string plot;
+  std::string profile;
+  int log_interval = 50;
+  bool quiet = false;
+  bool silent = false;  // not a flag: no per-epoch lines (the ablation's runs)
+  // checkpoints
+  std::string save;
+  std::string resume;
+  std::string eval_only;
+  // the ablation
+  bool ablation = false;
+  int64_t ablation_steps = 400;
+};
+
+// Parses argv. Returns the options, or an exit code: 0 after --help, 2 after a usage error (the
+// one-line message is already printed on stderr).
+struct ParseResult {
+  std::optional<Options> options;
+  int exit_code = 0;
+};
+ParseResult parse_options(int argc, char** argv);
+
+}  // namespace mnist

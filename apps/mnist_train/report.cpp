@@ -1,0 +1,63 @@
+#include "apps/mnist_train/report.h"
+
+#include <cstdio>
+
+#include "logging/svg_plot.h"
+
+namespace mnist {
+
+void print_confusion(const EvalResult& e, const std::vector<std::string>& classes) {
+  std::printf("\nper-class test accuracy:\n");
+  for (int t = 0; t < 10; ++t) {
+    int64_t total = 0;
+    for (int p = 0; p < 10; ++p) total += e.confusion[t][p];
+    double acc = total > 0 ? 100.0 * static_cast<double>(e.confusion[t][t]) / static_cast<double>(total) : 0.0;
+    std::printf("  %d %-12s %6.2f%%  (%lld samples)\n", t, classes[static_cast<size_t>(t)].c_str(), acc,
+                static_cast<long long>(total));
+  }
+  std::printf("\nconfusion matrix (rows: true class, columns: predicted):\n     ");
+  for (int p = 0; p < 10; ++p) std::printf("%6d", p);
+  std::printf("\n");
+  for (int t = 0; t < 10; ++t) {
+    std::printf("  %d  ", t);
+    for (int p = 0; p < 10; ++p) std::printf("%6lld", static_cast<long long>(e.confusion[t][p]));
+    std::printf("\n");
+  }
+}
+
+void print_summary(const Options& o, const RunResult& r, const std::vector<std::string>& classes, const std::string& device) {
+  std::printf("\nsummary: model %s on %s, %zu epochs, %lld optimizer steps, batch %lld\n", o.model.c_str(),
+              device.c_str(), r.epochs.size(), static_cast<long long>(r.steps), static_cast<long long>(o.batch_size));
+  std::printf("  total time            %.2f s (loading and evaluation included)\n", r.total_seconds);
+  std::printf("  training time         %.2f s, %.0f samples/s\n", r.train_seconds, r.samples_per_s);
+  std::printf("  test accuracy         %.2f%% (best %.2f%%, reached after %.2f s)\n", r.final_test.accuracy,
+              r.best_test_acc, r.time_to_best);
+  std::printf("  data wait             %.1f%% of the training time (host waiting for the loader)\n",
+              100.0 * r.data_wait_fraction);
+  if (r.gpu_idle_fraction >= 0)
+    std::printf("  GPU idle between steps %.1f%% (CUDA events around each step)\n", 100.0 * r.gpu_idle_fraction);
+  if (o.graph) std::printf("  CUDA graph            %s\n", r.graph_used ? "captured and replayed" : "not used");
+  if (o.amp == "fp16") std::printf("  loss scaler           %lld steps skipped (inf/NaN gradients)\n",
+                                   static_cast<long long>(r.skipped_steps));
+  for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
+  print_confusion(r.final_test, classes);
+}
+
+void write_plot(const std::string& path, const RunResult& r) {
+  using ember::logging::Chart;
+  using ember::logging::Series;
+  Chart loss{"training loss", "optimizer step", "loss", {{"train (per log interval)", r.curve_steps, r.curve_loss}}};
+  Series train_acc{"train", {}, {}}, val_acc{"validation", {}, {}}, test_acc{"test", {}, {}};
+  for (const EpochResult& e : r.epochs) {
+    train_acc.x.push_back(e.epoch);
+    train_acc.y.push_back(e.train_acc);
+    val_acc.x.push_back(e.epoch);
+    val_acc.y.push_back(e.val_acc);
+    test_acc.x.push_back(e.epoch);
+    test_acc.y.push_back(e.test_acc);
+  }
+  Chart acc{"accuracy", "epoch", "accuracy (%)", {train_acc, val_acc, test_acc}};
+  ember::logging::write_svg(path, {loss, acc});
+}
+
+}  // namespace mnist

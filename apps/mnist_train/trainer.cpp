@@ -1,0 +1,562 @@
+#include "apps/mnist_train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "apps/mnist_train/models.h"
+#include "ckpt/training_checkpoint.h"
+#include "core/autocast.h"
+#include "core/profiler.h"
+#include "core/rng.h"
+#include "core/runtime.h"
+#include "io/safetensors.h"
+#include "kernels/autotune.h"
+#include "kernels/functional.h"
+#include "kernels/registry.h"
+#include "logging/progress.h"
+#include "logging/tensorboard.h"
+
+namespace mnist {
+
+using namespace ember;
+
+namespace {
+
+std::string fmt_pct(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f%%", v);
+  return b;
+}
+
+double now_s() {
+  static const auto t0 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const std::vector<std::string> kFashionClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                  "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+
+// Makes activations channels-last (NHWC memory) so the conv layers after it run in that layout.
+class ToChannelsLastImpl : public nn::Module {
+ public:
+  ToChannelsLastImpl() : Module("ToChannelsLast") {}
+  Tensor forward(const Tensor& x) override {
+    if (x.dim() != 4 || x.is_channels_last()) return x;
+    return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+  }
+};
+
+}  // namespace
+
+// ---- data ----
+
+Splits load_splits(const std::string& dir, double val_split, uint64_t seed) {
+  Splits s;
+  auto train = data::load_mnist(dir, data::Split::train);
+  s.test = data::load_mnist(dir, data::Split::test);
+  const int64_t n = train->size();
+  const auto nv = static_cast<int64_t>(std::llround(static_cast<double>(n) * val_split));
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(seed ^ 0x5eedULL);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int64_t> val(perm.begin(), perm.begin() + nv), tr(perm.begin() + nv, perm.end());
+  std::sort(val.begin(), val.end());
+  std::sort(tr.begin(), tr.end());
+  auto subset = [&](const std::vector<int64_t>& idx) {
+    Tensor i = tensor_i64(idx, {static_cast<int64_t>(idx.size())});
+    return std::make_shared<data::InMemoryDataset>(index_select(train->images(), 0, i),
+                                                   index_select(train->labels(), 0, i), train->classes());
+  };
+  s.train = subset(tr);
+  s.val = nv > 0 ? subset(val) : nullptr;
+  // pixel statistics of the training split, for normalisation (0.2860 / 0.3530 on Fashion-MNIST)
+  const Tensor& img = s.train->images();
+  const auto* p = img.data<uint8_t>();
+  double sum = 0, sq = 0;
+  const int64_t m = img.numel();
+  for (int64_t k = 0; k < m; ++k) {
+    double v = p[k] / 255.0;
+    sum += v;
+    sq += v * v;
+  }
+  s.mean = m > 0 ? sum / static_cast<double>(m) : 0.0;
+  s.std = m > 0 ? std::sqrt(std::max(sq / static_cast<double>(m) - s.mean * s.mean, 1e-12)) : 1.0;
+  std::string lower = dir;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  s.classes = lower.find("fashion") != std::string::npos ? kFashionClasses
+                                                         : std::vector<std::string>{"0", "1", "2", "3", "4",
+                                                                                    "5", "6", "7", "8", "9"};
+  return s;
+}
+
+// ---- logs ----
+
+struct Trainer::Logs {
+  std::ofstream jsonl;
+  std::unique_ptr<logging::TensorBoardWriter> tb;
+  std::unique_ptr<logging::Progress> progress;
+  std::unique_ptr<profiler::TraceProfiler> prof;
+  bool prof_done = false;
+  int64_t prof_start = 10, prof_end = 20;
+  double interval_start = 0;
+  int64_t loader_waits_base = 0;
+};
+
+// ---- construction ----
+
+Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o), device_(device), splits_(splits) {
+  logs_ = std::make_unique<Logs>();
+  manual_seed(o_.seed);
+  if (o_.deterministic) set_deterministic(true);
+  if (o_.autotune) set_backend_all("auto");
+  model_ = make_model(o_.model);
+  if (o_.channels_last && device_.is_cuda()) {
+    // after the first conv (the input has one channel, so NCHW and NHWC coincide there)
+    auto* seq = dynamic_cast<nn::SequentialImpl*>(model_.get());
+    auto rebuilt = std::make_shared<nn::SequentialImpl>();
+    for (size_t i = 0; seq != nullptr && i < seq->size(); ++i) {
+      rebuilt->push_back((*seq)[i]);
+      if (i == 0) rebuilt->push_back("to_channels_last", std::make_shared<ToChannelsLastImpl>());
+    }
+    if (seq != nullptr) model_ = rebuilt;
+  }
+  model_->to(device_);
+  params_ = model_->parameters();
+  build_optimizer();
+  if (o_.amp == "fp16") {
+    EMBER_CHECK(device_.is_cuda(), "--amp fp16 needs a CUDA device (the CPU's autocast supports bf16: use --amp bf16)");
+    amp_dtype_ = DType::f16;
+    scaler_ = std::make_unique<amp::GradScaler>();
+  } else if (o_.amp == "bf16") {
+    amp_dtype_ = DType::bf16;
+  }
+  loss_sum_ = zeros({1}, TensorOptions(DType::f32).device(device_));
+  correct_ = zeros({1}, TensorOptions(DType::i64).device(device_));
+  if (!o_.log.empty()) {
+    logs_->jsonl.open(o_.log, std::ios::app);
+    EMBER_CHECK(logs_->jsonl.good(), "--log: cannot open ", o_.log, " for writing");
+  }
+  if (!o_.tensorboard.empty()) logs_->tb = std::make_unique<logging::TensorBoardWriter>(o_.tensorboard);
+  if (!o_.profile.empty()) logs_->prof = std::make_unique<profiler::TraceProfiler>();
+}
+
+Trainer::~Trainer() {
+  if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
+}
+
+void Trainer::build_optimizer() {
+  if (o_.optimizer == "sgd") {
+    opt_ = std::make_unique<optim::SGD>(
+        params_, optim::SGDOptions(o_.lr).momentum(o_.momentum).nesterov(o_.momentum > 0).weight_decay(o_.weight_decay));
+  } else if (o_.optimizer == "adam") {
+    opt_ = std::make_unique<optim::Adam>(
+        params_, optim::AdamOptions(o_.lr).betas(std::make_tuple(o_.momentum, 0.999)).weight_decay(o_.weight_decay));
+  } else {
+    optim::AdamOptions a = optim::AdamWOptions(o_.lr);
+    a.betas(std::make_tuple(o_.momentum, 0.999)).weight_decay(o_.weight_decay);
+    opt_ = std::make_unique<optim::AdamW>(params_, a);
+  }
+}
+
+void Trainer::build_scheduler(int64_t total_steps) {
+  total_steps = std::max<int64_t>(total_steps, 1);
+  if (o_.scheduler == "onecycle") {
+    sched_ = std::make_unique<optim::OneCycleLR>(*opt_, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(0.25));
+  } else if (o_.scheduler == "cyclic") {
+    int64_t half = std::max<int64_t>(1, total_steps / 4);  // two triangles over the run
+    optim::CyclicLROptions c(o_.lr / 10, o_.lr);
+    c.step_size_up(half).cycle_momentum(o_.optimizer == "sgd" && o_.momentum > 0);
+    sched_ = std::make_unique<optim::CyclicLR>(*opt_, c);
+  } else if (o_.scheduler == "cosine") {
+    sched_ = std::make_unique<optim::CosineAnnealingLR>(*opt_, total_steps);
+  } else if (o_.scheduler == "step") {
+    sched_ = std::make_unique<optim::StepLR>(*opt_, std::max<int64_t>(1, total_steps / 3), 0.1);
+  }
+}
+
+std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InMemoryDataset> ds, bool train) {
+  data::DataLoaderOptions lo;
+  lo.batch_size(train ? o_.batch_size : 1000)
+      .shuffle(train)
+      .drop_last(train && o_.graph)  // graph mode replays one static batch shape
+      .num_workers(train ? o_.workers : std::min(o_.workers, 2))
+      .pin_memory(o_.pin_memory)
+      .non_blocking(o_.pin_memory)
+      .device(device_)
+      .seed(o_.seed)
+      .normalize({splits_.mean}, {splits_.std})
+      .dtype(DType::f32);
+  if (train && o_.augment)
+    lo.transform(std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
+        std::make_shared<data::RandomCrop>(28, 28, 2), std::make_shared<data::RandomHorizontalFlip>(0.5)}));
+  return std::make_unique<data::DataLoader>(ds, lo);
+}
+
+// ---- the step ----
+
+void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
+  Tensor logits, loss;
+  {
+    std::optional<autocast::Scope> ac;
+    if (amp_dtype_ != DType::f32) ac.emplace(device_.type, amp_dtype_);
+    logits = model_->forward(x);
+    CrossEntropyOptions ce;
+    ce.label_smoothing = o_.label_smoothing;
+    loss = cross_entropy(logits, y, ce);
+  }
+  Tensor scaled = o_.grad_accum > 1 ? div(loss, static_cast<double>(o_.grad_accum)) : loss;
+  if (scaler_) scaled = scaler_->scale(scaled);
+  scaled.backward();
+  {
+    autograd::NoGradGuard ng;
+    loss_sum_.add_(loss.detach().to(DType::f32).reshape({1}));
+    correct_.add_(sum(eq(argmax(logits.detach(), 1), y)).reshape({1}));
+  }
+  if (do_step) optimizer_step();
+  if (o_.sync_every_step) {
+    runtime::AllowSyncScope allow;
+    (void)loss.item();  // the naive loop: a host read every step
+  }
+}
+
+void Trainer::optimizer_step() {
+  if (o_.clip_grad > 0) {
+    if (scaler_) scaler_->unscale_(*opt_);
+    optim::clip_grad_norm_(params_, o_.clip_grad);
+  }
+  if (scaler_) {
+    scaler_->step(*opt_);
+    scaler_->update();
+  } else {
+    opt_->step();
+  }
+  opt_->zero_grad(o_.zero_grad_to_none);
+}
+
+bool Trainer::capture_graph(const Tensor& x, const Tensor& y) {
+  static_x_ = empty(x.shape(), TensorOptions(x.dtype()).device(device_));
+  static_y_ = empty(y.shape(), TensorOptions(y.dtype()).device(device_));
+  copy_(static_x_, x, true);
+  copy_(static_y_, y, true);
+  opt_->sync_hyperparameters();
+  {
+    runtime::AllowSyncScope allow;
+    cuda::device_synchronize(device_.index);
+  }
+  graph_ = std::make_unique<cuda::Graph>();
+  try {
+    graph_->capture_begin(cuda::current_stream(device_.index));
+    opt_->zero_grad(true);  // the grads the step writes are allocated inside the graph's pool
+    eager_step(static_x_, static_y_, true);
+    graph_->capture_end();
+  } catch (const std::exception& e) {
+    graph_.reset();
+    graph_failed_ = true;
+    if (scaler_) scaler_->discard_step();
+    opt_->zero_grad(true);
+    std::fprintf(stderr, "mnist_train: --graph: the training step cannot be captured (%s); continuing eagerly\n",
+                 e.what());
+    return false;
+  }
+  // the capture did not run the step: replay it once for this batch
+  graph_->replay();
+  return true;
+}
+
+void Trainer::graph_step(const Tensor& x, const Tensor& y) {
+  copy_(static_x_, x, true);
+  copy_(static_y_, y, true);
+  graph_->replay();
+  if (o_.sync_every_step) {
+    runtime::AllowSyncScope allow;
+    (void)loss_sum_.item();
+  }
+}
+
+// ---- logging ----
+
+void Trainer::mark_step_event() {
+  if (!device_.is_cuda()) return;
+  if (events_used_ == events_.size()) events_.emplace_back(true);
+  events_[events_used_++].record(cuda::current_stream(device_.index));
+}
+
+std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t step_in_epoch) {
+  if (interval_steps_ == 0) return {0, 0};
+  runtime::AllowSyncScope allow;  // the one read per interval
+  double loss_sum = loss_sum_.item();
+  double correct = correct_.item();
+  {
+    autograd::NoGradGuard ng;
+    loss_sum_.zero_();
+    correct_.zero_();
+  }
+  double loss = loss_sum / static_cast<double>(interval_steps_);
+  double acc = 100.0 * correct / static_cast<double>(interval_samples_);
+  // GPU busy and idle time from the step events, all complete after the reads above. Events come
+  // in (start, end) pairs; slot 0 may hold the previous interval's last end event.
+  if (events_used_ >= 2) {
+    size_t first = events_used_ % 2;  // 1 when slot 0 is a carried-over end event
+    for (size_t k = first; k + 1 < events_used_; k += 2) {
+      gpu_busy_ms_ += events_[k].elapsed_ms(events_[k + 1]);
+      if (k >= 1) gpu_idle_ms_ += events_[k - 1].elapsed_ms(events_[k]);
+    }
+    std::swap(events_[0], events_[events_used_ - 1]);  // the last end event starts the next gap
+    events_used_ = 1;
+  }
+  double now = now_s();
+  double rate = static_cast<double>(interval_samples_) / std::max(now - logs_->interval_start, 1e-9);
+  double lr = sched_ ? sched_->get_last_lr().at(0) : o_.lr;
+  r.curve_steps.push_back(static_cast<double>(global_step_));
+  r.curve_loss.push_back(loss);
+  if (logs_->progress) {
+    char extra[64];
+    std::snprintf(extra, sizeof extra, "loss %.4f acc %.2f%%", loss, acc);
+    logs_->progress->update(step_in_epoch, step_in_epoch * o_.batch_size, extra);
+  }
+  if (logs_->jsonl.is_open()) {
+    nlohmann::json j = {{"type", "step"}, {"epoch", epoch + 1}, {"step", global_step_}, {"loss", loss},
+                        {"accuracy", acc}, {"lr", lr}, {"samples_per_s", rate}};
+    logs_->jsonl << j.dump() << "\n";
+    logs_->jsonl.flush();
+  }
+  if (logs_->tb) {
+    logs_->tb->scalar("train/loss", loss, global_step_);
+    logs_->tb->scalar("train/accuracy", acc, global_step_);
+    logs_->tb->scalar("train/lr", lr, global_step_);
+    logs_->tb->scalar("train/samples_per_s", rate, global_step_);
+  }
+  interval_samples_ = 0;
+  interval_steps_ = 0;
+  logs_->interval_start = now;
+  return {loss_sum, correct};
+}
+
+void Trainer::save_checkpoint(int epoch, int64_t step) {
+  TrainingCheckpoint ck;
+  ck.model(*model_).optimizer(*opt_);
+  if (sched_) ck.scheduler(*sched_);
+  if (scaler_) ck.add("scaler", *scaler_);
+  runtime::AllowSyncScope allow;
+  ck.save(o_.save, {epoch, step});
+}
+
+void Trainer::load_model(const std::string& path) {
+  io::SafetensorsFile f = io::load_safetensors(path, kCPU);
+  TensorDict model_state;
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind("model.", 0) == 0) model_state.insert(name.substr(6), t);
+  if (model_state.empty()) model_state = f.tensors;  // a plain model state dict
+  model_->load_state_dict(model_state, true);
+}
+
+// ---- evaluation ----
+
+EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
+  autograd::NoGradGuard ng;
+  bool was_training = model_->is_training();
+  model_->eval();
+  auto loader = make_loader(ds, false);
+  Tensor counts = zeros({100}, TensorOptions(DType::i64).device(device_));
+  int64_t n = 0;
+  for (data::Batch& b : *loader) {
+    Tensor logits;
+    {
+      std::optional<autocast::Scope> ac;
+      if (amp_dtype_ != DType::f32) ac.emplace(device_.type, amp_dtype_);
+      logits = model_->forward(b.images);
+    }
+    Tensor pred = argmax(logits, 1);
+    Tensor cell = add(mul(b.labels, 10.0), pred);
+    counts = index_add(counts, 0, cell, ones({b.size()}, TensorOptions(DType::i64).device(device_)));
+    n += b.size();
+  }
+  EvalResult r;
+  r.samples = n;
+  std::vector<int64_t> c;
+  {
+    runtime::AllowSyncScope allow;
+    c = counts.to_vector<int64_t>();
+  }
+  int64_t right = 0;
+  for (int t = 0; t < 10; ++t)
+    for (int p = 0; p < 10; ++p) {
+      r.confusion[t][p] = c[static_cast<size_t>(t * 10 + p)];
+      if (t == p) right += r.confusion[t][p];
+    }
+  r.accuracy = n > 0 ? 100.0 * static_cast<double>(right) / static_cast<double>(n) : 0;
+  model_->train(was_training);
+  return r;
+}
+
+// ---- the run ----
+
+RunResult Trainer::run() {
+  RunResult r;
+  const double t_start = now_s();
+  if (o_.device_resident && device_.is_cuda()) {  // uploaded once, as uint8
+    train_dev_ = splits_.train->to(device_);
+    if (splits_.val) val_dev_ = splits_.val->to(device_);
+    test_dev_ = splits_.test->to(device_);
+  } else if (o_.device_resident) {
+    r.notes.push_back("--device-resident needs a CUDA device: the data stayed on the host");
+  }
+  auto loader = make_loader(train_dev_ ? train_dev_ : splits_.train, true);
+  const int64_t micro_per_epoch = loader->size();
+  const int64_t steps_per_epoch = std::max<int64_t>(1, micro_per_epoch / o_.grad_accum);
+  int64_t total_steps = steps_per_epoch * o_.epochs;
+  if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
+  build_scheduler(total_steps);
+  if (!o_.resume.empty()) {
+    TrainingCheckpoint ck;
+    ck.model(*model_).optimizer(*opt_);
+    if (sched_) ck.scheduler(*sched_);
+    if (scaler_) ck.add("scaler", *scaler_);
+    TrainingProgress p = ck.load(o_.resume);
+    start_epoch_ = static_cast<int>(p.epoch);
+    global_step_ = p.step;
+    if (!o_.quiet) std::printf("resumed from %s at epoch %lld, step %lld\n", o_.resume.c_str(),
+                               static_cast<long long>(p.epoch), static_cast<long long>(p.step));
+  }
+  bool want_graph = o_.graph;
+  if (want_graph && !device_.is_cuda()) {
+    r.notes.push_back("--graph needs a CUDA device: ran eagerly on the CPU");
+    want_graph = false;
+  }
+  if (want_graph && o_.grad_accum > 1) {
+    r.notes.push_back("--graph with --grad-accum > 1 is not captured (the step is not one static unit): ran eagerly");
+    want_graph = false;
+  }
+  if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::warn);
+  const bool use_events = device_.is_cuda();
+  events_used_ = 0;
+  double best = -1;
+  double wait_total = 0, train_total = 0;
+  const int warmup = 3;
+  bool stop = false;
+  for (int epoch = start_epoch_; epoch < o_.epochs && !stop; ++epoch) {
+    model_->train();
+    loader->set_epoch(epoch);
+    events_used_ = 0;  // the gap across the evaluation is not idle time between steps
+    const double wait_before = loader->stats().wait_seconds;
+    const double e_start = now_s();
+    logs_->interval_start = e_start;
+    if (!o_.quiet && !o_.silent)
+      logs_->progress = std::make_unique<logging::Progress>(str("epoch ", epoch + 1, "/", o_.epochs), micro_per_epoch);
+    int64_t micro_in_epoch = 0, samples_in_epoch = 0;
+    double loss_acc = 0, correct_acc = 0;
+    for (data::Batch& b : *loader) {
+      mark_step_event();
+      if (logs_->prof && !logs_->prof_done && global_step_ == logs_->prof_start) logs_->prof->start();
+      ++micro_;
+      const bool do_step = micro_ % o_.grad_accum == 0;
+      if (want_graph && !graph_ && !graph_failed_ && global_step_ >= warmup && do_step) {
+        if (capture_graph(b.images, b.labels)) r.graph_used = true;
+        else r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
+      } else if (graph_) {
+        graph_step(b.images, b.labels);
+      } else {
+        eager_step(b.images, b.labels, do_step);
+      }
+      mark_step_event();
+      ++micro_in_epoch;
+      samples_in_epoch += b.size();
+      interval_samples_ += b.size();
+      ++interval_steps_;
+      if (do_step) {
+        ++global_step_;
+        if (sched_) sched_->step();
+        if (graph_) opt_->sync_hyperparameters();  // the next replay reads the new lr from the device
+      }
+      if (logs_->prof && !logs_->prof_done && global_step_ == logs_->prof_end) {
+        runtime::AllowSyncScope allow;
+        logs_->prof->stop();
+        logs_->prof_done = true;
+      }
+      if (micro_in_epoch % o_.log_interval == 0 || micro_in_epoch == micro_per_epoch) {
+        auto [l, c] = log_interval(r, epoch, micro_in_epoch);
+        loss_acc += l;
+        correct_acc += c;
+      }
+      if (o_.max_steps > 0 && global_step_ >= o_.max_steps) {
+        stop = true;
+        break;
+      }
+    }
+    if (interval_steps_ > 0) {
+      auto [l, c] = log_interval(r, epoch, micro_in_epoch);
+      loss_acc += l;
+      correct_acc += c;
+    }
+    if (logs_->progress) logs_->progress->finish();
+    if (use_events) {
+      runtime::AllowSyncScope allow;
+      cuda::current_stream(device_.index).synchronize();
+    }
+    const double e_train = now_s() - e_start;
+    train_total += e_train;
+    wait_total += loader->stats().wait_seconds - wait_before;
+    EpochResult er;
+    er.epoch = epoch + 1;
+    er.seconds = e_train;
+    er.samples_per_s = static_cast<double>(samples_in_epoch) / std::max(e_train, 1e-9);
+    er.train_loss = micro_in_epoch > 0 ? loss_acc / static_cast<double>(micro_in_epoch) : 0;
+    er.train_acc = samples_in_epoch > 0 ? 100.0 * correct_acc / static_cast<double>(samples_in_epoch) : 0;
+    er.lr = sched_ ? sched_->get_last_lr().at(0) : o_.lr;
+    if (splits_.val) er.val_acc = evaluate(val_dev_ ? val_dev_ : splits_.val).accuracy;
+    EvalResult test = evaluate(test_dev_ ? test_dev_ : splits_.test);
+    er.test_acc = test.accuracy;
+    r.final_test = test;
+    r.samples += samples_in_epoch;
+    if (test.accuracy > best) {
+      best = test.accuracy;
+      r.best_test_acc = best;
+      r.time_to_best = now_s() - t_start;
+    }
+    r.epochs.push_back(er);
+    if (!o_.silent)
+      std::printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  val acc %s  test acc %.2f%%  %.1f s  %.0f samples/s  lr %.3g\n",
+                er.epoch, o_.epochs, er.train_loss, er.train_acc,
+                splits_.val ? fmt_pct(er.val_acc).c_str() : "-", er.test_acc, er.seconds, er.samples_per_s, er.lr);
+    std::fflush(stdout);
+    if (logs_->jsonl.is_open()) {
+      nlohmann::json j = {{"type", "epoch"},          {"epoch", er.epoch},       {"train_loss", er.train_loss},
+                          {"train_accuracy", er.train_acc}, {"val_accuracy", er.val_acc}, {"test_accuracy", er.test_acc},
+                          {"seconds", er.seconds},    {"samples_per_s", er.samples_per_s}, {"lr", er.lr}};
+      logs_->jsonl << j.dump() << "\n";
+      logs_->jsonl.flush();
+    }
+    if (logs_->tb) {
+      logs_->tb->scalar("epoch/train_loss", er.train_loss, er.epoch);
+      logs_->tb->scalar("epoch/val_accuracy", er.val_acc, er.epoch);
+      logs_->tb->scalar("epoch/test_accuracy", er.test_acc, er.epoch);
+      logs_->tb->scalar("epoch/samples_per_s", er.samples_per_s, er.epoch);
+      logs_->tb->flush();
+    }
+    if (!o_.save.empty()) save_checkpoint(epoch + 1, global_step_);
+  }
+  if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
+  r.steps = global_step_;
+  r.train_seconds = train_total;
+  r.samples_per_s = static_cast<double>(r.samples) / std::max(train_total, 1e-9);
+  r.data_wait_fraction = train_total > 0 ? wait_total / train_total : 0;
+  if (use_events && gpu_busy_ms_ + gpu_idle_ms_ > 0) r.gpu_idle_fraction = gpu_idle_ms_ / (gpu_busy_ms_ + gpu_idle_ms_);
+  if (scaler_) r.skipped_steps = scaler_->skipped_steps();
+  if (logs_->prof) {
+    if (!logs_->prof_done) logs_->prof->stop();
+    size_t n = logs_->prof->write_chrome_trace(o_.profile);
+    std::printf("\nprofile: %zu events written to %s (open in Perfetto or chrome://tracing)\n%s", n,
+                o_.profile.c_str(), logs_->prof->top_ops_table(15).c_str());
+  }
+  r.total_seconds = now_s() - t_start;
+  return r;
+}
+
+}  // namespace mnist

@@ -1,0 +1,129 @@
+// The training loop of mnist_train: data, model, optimizer, schedule, loss scaling, the eager step
+// and the CUDA-graph step, evaluation, logging and checkpoints.
+//
+// Note [no host syncs in the step]: the loss and the number of correct predictions accumulate in
+// device tensors; the host reads them once per log interval (one sync), never per step, unless
+// --sync-every-step asks for the naive loop. The GPU's idle time between steps is measured with
+// CUDA events around each step and read at the same interval.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "amp/grad_scaler.h"
+#include "apps/mnist_train/options.h"
+#include "core/cuda/graph.h"
+#include "core/cuda/runtime.h"
+#include "data/data.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+namespace mnist {
+
+struct Splits {
+  std::shared_ptr<ember::data::InMemoryDataset> train, val, test;
+  std::vector<std::string> classes;
+  double mean = 0, std = 1;  // pixel statistics of the training split (on the [0, 1] scale)
+};
+
+// Loads the IDX set in `dir`, holds out `val_split` of the training set (a seeded permutation).
+Splits load_splits(const std::string& dir, double val_split, uint64_t seed);
+
+struct EvalResult {
+  double accuracy = 0;          // percent
+  std::array<std::array<int64_t, 10>, 10> confusion{};  // [true][predicted]
+  int64_t samples = 0;
+};
+
+struct EpochResult {
+  int epoch = 0;
+  double train_loss = 0, train_acc = 0, val_acc = 0, test_acc = 0;
+  double seconds = 0;          // training time of the epoch (evaluation excluded)
+  double samples_per_s = 0;
+  double lr = 0;
+};
+
+struct RunResult {
+  std::vector<EpochResult> epochs;
+  EvalResult final_test;
+  double total_seconds = 0;        // wall time of the whole run (loading and evaluation included)
+  double train_seconds = 0;        // time inside training epochs
+  double time_to_best = 0;         // wall time when the best test accuracy was first reached
+  double best_test_acc = 0;
+  int64_t steps = 0, samples = 0;
+  double samples_per_s = 0;        // training throughput
+  double gpu_idle_fraction = -1;   // share of the GPU's step time spent idle between steps (-1: n/a)
+  double data_wait_fraction = 0;   // share of the training time the host waited for the loader
+  bool graph_used = false;
+  int64_t skipped_steps = 0;       // steps the loss scaler skipped
+  std::vector<std::string> notes;  // fallbacks and warnings worth repeating in the summary
+  // curves for the plot: (step, interval loss)
+  std::vector<double> curve_steps, curve_loss;
+};
+
+class Trainer {
+ public:
+  Trainer(const Options& options, ember::Device device, const Splits& splits);
+  ~Trainer();
+
+  RunResult run();
+  EvalResult evaluate(const std::shared_ptr<ember::data::InMemoryDataset>& ds);
+  // Loads the model part of a training checkpoint (for --eval-only).
+  void load_model(const std::string& path);
+  ember::nn::Module& model() { return *model_; }
+
+ private:
+  void build_optimizer();
+  void build_scheduler(int64_t total_steps);
+  std::unique_ptr<ember::data::DataLoader> make_loader(std::shared_ptr<ember::data::InMemoryDataset> ds, bool train);
+  // One micro-batch: forward, loss, backward, metrics; with do_step the optimizer step too.
+  void eager_step(const ember::Tensor& x, const ember::Tensor& y, bool do_step);
+  void optimizer_step();
+  bool capture_graph(const ember::Tensor& x, const ember::Tensor& y);
+  void graph_step(const ember::Tensor& x, const ember::Tensor& y);
+  // Reads the device accumulators (the one host sync of an interval), logs, resets them; returns
+  // the interval's (loss sum, correct count).
+  std::pair<double, double> log_interval(RunResult& r, int epoch, int64_t step_in_epoch);
+  void mark_step_event();
+  void save_checkpoint(int epoch, int64_t step);
+
+  Options o_;
+  ember::Device device_;
+  const Splits& splits_;
+  std::shared_ptr<ember::nn::Module> model_;
+  std::vector<ember::Tensor> params_;
+  std::unique_ptr<ember::optim::Optimizer> opt_;
+  std::unique_ptr<ember::optim::LRScheduler> sched_;
+  std::unique_ptr<ember::amp::GradScaler> scaler_;
+  ember::DType amp_dtype_ = ember::DType::f32;
+
+  // device accumulators (Note [no host syncs in the step])
+  ember::Tensor loss_sum_, correct_;
+  int64_t interval_samples_ = 0, interval_steps_ = 0;
+  int64_t micro_ = 0;  // micro-batches since the last optimizer step
+
+  // graph mode
+  std::unique_ptr<ember::cuda::Graph> graph_;
+  ember::Tensor static_x_, static_y_;
+  bool graph_failed_ = false;
+
+  // GPU idle time between steps, from events around each step: a ring reused every interval
+  std::vector<ember::cuda::Event> events_;
+  size_t events_used_ = 0;
+  double gpu_busy_ms_ = 0, gpu_idle_ms_ = 0;
+  // device-resident copies of the splits (uploaded once)
+  std::shared_ptr<ember::data::InMemoryDataset> train_dev_, val_dev_, test_dev_;
+
+  std::function<void(const std::string&, double, int64_t)> scalar_sink_;
+  struct Logs;
+  std::unique_ptr<Logs> logs_;
+  int64_t global_step_ = 0;
+  int start_epoch_ = 0;
+};
+
+}  // namespace mnist

@@ -1,0 +1,395 @@
+// sgd_step and adam_step: shape checks, the CPU loops (the specification), samples, costs and the
+// functional entry points. Formulas and the hyperparameter protocol: kernels/ops/optim.h.
+#include "kernels/ops/optim.h"
+
+#include <cmath>
+
+#include "core/autograd/node.h"
+#include "core/parallel.h"
+#include "kernels/common/samples.h"
+#include "kernels/functional.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+using namespace optim_layout;
+
+// Checks the scalar inputs shared by both ops and returns the device.
+Device check_scalars(const char* op, std::span<const Tensor> in, int hyper_len) {
+  const Tensor& hyper = in[kHyper];
+  EMBER_CHECK(hyper.defined(), op, ": the hyperparameter tensor is undefined");
+  EMBER_CHECK(hyper.dtype() == DType::f64 && hyper.numel() == hyper_len && hyper.is_contiguous(), op,
+              ": hyperparameters must be a contiguous f64 tensor of ", hyper_len, " values, got ", hyper.describe());
+  for (int k : {kFoundInf, kInvScale}) {
+    const Tensor& t = in[k];
+    if (!t.defined()) continue;
+    EMBER_CHECK(t.dtype() == DType::f32 && t.numel() == 1, op, ": ", k == kFoundInf ? "found_inf" : "inv_scale",
+                " must be an f32 tensor of one element, got ", t.describe());
+    EMBER_CHECK(t.device() == hyper.device(), op, ": ", k == kFoundInf ? "found_inf" : "inv_scale", " is on ",
+                t.device(), " but the hyperparameters are on ", hyper.device());
+  }
+  return hyper.device();
+}
+
+// Checks list `list` (0 = params, 1 = grads, ...) of n tensors against the params.
+void check_list(const char* op, const char* what, std::span<const Tensor> in, int64_t n, int list, Device dev) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor& p = in[static_cast<size_t>(kFirstTensor + i)];
+    const Tensor& t = in[static_cast<size_t>(kFirstTensor + list * n + i)];
+    EMBER_CHECK(t.defined(), op, ": ", what, " ", i, " is undefined");
+    EMBER_CHECK(t.device() == dev, op, ": ", what, " ", i, " is on ", t.device(), " but the hyperparameters are on ", dev,
+                "; every tensor of one step must be on one device");
+    EMBER_CHECK(t.is_contiguous(), op, ": ", what, " ", i, " (", t.describe(), ") must be contiguous");
+    if (list == 0) {
+      EMBER_CHECK(is_floating(t.dtype()), op, ": parameter ", i, " must be floating, got ", t.describe());
+      const Tensor& p0 = in[static_cast<size_t>(kFirstTensor)];
+      EMBER_CHECK(t.dtype() == p0.dtype(), op, ": parameter ", i, " is ", t.dtype(), " but parameter 0 is ", p0.dtype(),
+                  "; one call updates parameters of one dtype (the optimizer groups them)");
+    } else {
+      EMBER_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(), op, ": ", what, " ", i, " is ", t.describe(),
+                  " but parameter ", i, " is ", p.describe());
+    }
+  }
+}
+
+void check_steps(const char* op, std::span<const Tensor> in, int64_t n, int list, Device dev) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Tensor& t = in[static_cast<size_t>(kFirstTensor + list * n + i)];
+    EMBER_CHECK(t.defined() && t.dtype() == DType::f32 && t.numel() == 1 && t.device() == dev, op, ": step counter ", i,
+                " must be an f32 scalar on ", dev, ", got ", t.defined() ? t.describe() : std::string("undefined"));
+  }
+}
+
+int sgd_lists(const SgdStepAttrs& a) { return a.momentum_buffers ? 4 : 2; }
+int adam_lists(const AdamStepAttrs& a) { return a.amsgrad ? 6 : 5; }
+
+std::vector<TensorSpec> alias_specs(std::span<const Tensor> in, int64_t n, std::initializer_list<int> lists) {
+  std::vector<TensorSpec> out;
+  for (int list : lists)
+    for (int64_t i = 0; i < n; ++i) {
+      int idx = static_cast<int>(kFirstTensor + list * n + i);
+      const Tensor& t = in[static_cast<size_t>(idx)];
+      out.push_back({t.shape(), t.dtype(), {}, idx});
+    }
+  return out;
+}
+
+std::vector<TensorSpec> infer_sgd(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& a = attrs.get<SgdStepAttrs>();
+  EMBER_CHECK(a.n >= 0, "sgd_step: negative parameter count ", a.n);
+  const int lists = sgd_lists(a);
+  EMBER_CHECK(static_cast<int64_t>(in.size()) == kFirstTensor + lists * a.n, "sgd_step: expects ", kFirstTensor,
+              " scalar inputs and ", lists, " lists of ", a.n, " tensors, got ", in.size(), " inputs");
+  Device dev = check_scalars("sgd_step", in, kSgdHyper);
+  check_list("sgd_step", "parameter", in, a.n, 0, dev);
+  check_list("sgd_step", "gradient", in, a.n, 1, dev);
+  if (a.momentum_buffers) {
+    check_list("sgd_step", "momentum buffer", in, a.n, 2, dev);
+    check_steps("sgd_step", in, a.n, 3, dev);
+    return alias_specs(in, a.n, {0, 2, 3});
+  }
+  return alias_specs(in, a.n, {0});
+}
+
+std::vector<TensorSpec> infer_adam(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& a = attrs.get<AdamStepAttrs>();
+  EMBER_CHECK(a.n >= 0, "adam_step: negative parameter count ", a.n);
+  const int lists = adam_lists(a);
+  EMBER_CHECK(static_cast<int64_t>(in.size()) == kFirstTensor + lists * a.n, "adam_step: expects ", kFirstTensor,
+              " scalar inputs and ", lists, " lists of ", a.n, " tensors, got ", in.size(), " inputs");
+  Device dev = check_scalars("adam_step", in, kAdamHyper);
+  check_list("adam_step", "parameter", in, a.n, 0, dev);
+  check_list("adam_step", "gradient", in, a.n, 1, dev);
+  check_list("adam_step", "exp_avg", in, a.n, 2, dev);
+  check_list("adam_step", "exp_avg_sq", in, a.n, 3, dev);
+  if (a.amsgrad) {
+    check_list("adam_step", "max_exp_avg_sq", in, a.n, 4, dev);
+    check_steps("adam_step", in, a.n, 5, dev);
+    return alias_specs(in, a.n, {0, 2, 3, 4, 5});
+  }
+  check_steps("adam_step", in, a.n, 4, dev);
+  return alias_specs(in, a.n, {0, 2, 3, 4});
+}
+
+// found_inf / inv_scale as host values (CPU tensors).
+bool skip_step(const KernelCall& c) {
+  const Tensor& f = c.in[kFoundInf];
+  return f.defined() && f.data<float>()[0] != 0.0f;
+}
+double inv_scale_of(const KernelCall& c) {
+  const Tensor& s = c.in[kInvScale];
+  return s.defined() ? static_cast<double>(s.data<float>()[0]) : 1.0;
+}
+
+template <class T>
+T* ptr(const KernelCall& c, int64_t n, int list, int64_t i) {
+  return static_cast<T*>(c.in[static_cast<size_t>(kFirstTensor + list * n + i)].data_ptr());
+}
+float* step_ptr(const KernelCall& c, int64_t n, int list, int64_t i) { return ptr<float>(c, n, list, i); }
+int64_t numel_of(const KernelCall& c, int64_t i) { return c.in[static_cast<size_t>(kFirstTensor + i)].numel(); }
+
+constexpr int64_t kGrain = 32768;
+
+void sgd_cpu(const KernelCall& c) {
+  const auto& a = c.attr<SgdStepAttrs>();
+  if (a.n == 0 || skip_step(c)) return;
+  const double* hyper = c.in[kHyper].data<double>();
+  const double inv_scale = inv_scale_of(c);
+  const bool scale = c.in[kInvScale].defined();
+  EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "sgd_step", [&] {
+    using A = acc_t<scalar_t>;
+    for (int64_t i = 0; i < a.n; ++i) {
+      float step = 0;
+      if (a.momentum_buffers) {
+        float* st = step_ptr(c, a.n, 3, i);
+        *st += 1.0f;
+        step = *st;
+      }
+      SgdScalars<A> s = make_sgd_scalars<A>(hyper, inv_scale, step, a);
+      scalar_t* p = ptr<scalar_t>(c, a.n, 0, i);
+      const scalar_t* g = ptr<scalar_t>(c, a.n, 1, i);
+      scalar_t* buf = a.momentum_buffers ? ptr<scalar_t>(c, a.n, 2, i) : nullptr;
+      parallel_for(0, numel_of(c, i), kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) sgd_update<scalar_t, A>(p, g, buf, j, s, scale);
+      });
+    }
+  });
+}
+
+void adam_cpu(const KernelCall& c) {
+  const auto& a = c.attr<AdamStepAttrs>();
+  if (a.n == 0 || skip_step(c)) return;
+  const double* hyper = c.in[kHyper].data<double>();
+  const double inv_scale = inv_scale_of(c);
+  const bool scale = c.in[kInvScale].defined();
+  const int step_list = a.amsgrad ? 5 : 4;
+  EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "adam_step", [&] {
+    using A = acc_t<scalar_t>;
+    for (int64_t i = 0; i < a.n; ++i) {
+      float* st = step_ptr(c, a.n, step_list, i);
+      *st += 1.0f;
+      AdamScalars<A> s = make_adam_scalars<A>(hyper, inv_scale, *st, a);
+      scalar_t* p = ptr<scalar_t>(c, a.n, 0, i);
+      const scalar_t* g = ptr<scalar_t>(c, a.n, 1, i);
+      scalar_t* m = ptr<scalar_t>(c, a.n, 2, i);
+      scalar_t* v = ptr<scalar_t>(c, a.n, 3, i);
+      scalar_t* vmax = a.amsgrad ? ptr<scalar_t>(c, a.n, 4, i) : nullptr;
+      parallel_for(0, numel_of(c, i), kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) adam_update<scalar_t, A>(p, g, m, v, vmax, j, s, scale);
+      });
+    }
+  });
+}
+
+// ---- samples ----
+
+std::vector<Shape> sample_shapes(bool big) {
+  std::vector<Shape> s{{7}, {3, 5}, {1}, {0}, {}, {1023}};
+  if (big) s.push_back({(int64_t{1} << 20) + 3});
+  return s;
+}
+
+struct SampleOpts {
+  std::string name;
+  bool big = false;
+  float step = 0;       // initial step counters
+  double found_inf = -1;  // < 0: undefined
+  double inv_scale = -1;  // < 0: undefined
+};
+
+Tensor f32_scalar(double v, Shape shape = {}) { return full(shape, v, DType::f32); }
+
+std::vector<OpSample> sgd_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 7100;
+  auto mk = [&](const SampleOpts& o, std::vector<double> hyper, bool bufs, bool nesterov, bool maximize) {
+    OpSample s;
+    s.name = o.name;
+    s.gradcheck = false;
+    std::vector<Shape> shapes = sample_shapes(o.big);
+    int64_t n = static_cast<int64_t>(shapes.size());
+    s.inputs.push_back(tensor(hyper, DType::f64));
+    s.inputs.push_back(o.found_inf >= 0 ? f32_scalar(o.found_inf, {1}) : Tensor());
+    s.inputs.push_back(o.inv_scale >= 0 ? f32_scalar(o.inv_scale, {1}) : Tensor());
+    for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
+    for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
+    if (bufs) {
+      for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
+      for (int64_t i = 0; i < n; ++i) s.inputs.push_back(f32_scalar(o.step));
+    }
+    s.keep_dtype = {kHyper, kFoundInf, kInvScale};
+    if (bufs)
+      for (int64_t i = 0; i < n; ++i) s.keep_dtype.push_back(static_cast<int>(kFirstTensor + 3 * n + i));
+    s.attrs = SgdStepAttrs{n, bufs ? 1 : 0, nesterov ? 1 : 0, maximize ? 1 : 0};
+    out.push_back(std::move(s));
+  };
+  mk({"plain lr 0.1"}, {0.1, 0, 0, 0}, false, false, false);
+  mk({"weight decay, maximize"}, {0.05, 0, 0, 0.01}, false, false, true);
+  mk({"momentum first step (buffer = grad)", true}, {0.1, 0.9, 0.1, 0}, true, false, false);
+  mk({"momentum later step, dampening, weight decay", false, 4.0f}, {0.1, 0.9, 0.1, 1e-2}, true, false, false);
+  mk({"nesterov later step", false, 2.0f}, {0.03, 0.8, 0, 5e-4}, true, true, false);
+  mk({"inv_scale 0.5", false, 1.0f, -1, 0.5}, {0.1, 0.9, 0, 0}, true, false, false);
+  mk({"found_inf set: nothing changes", false, 3.0f, 1.0, 0.5}, {0.1, 0.9, 0, 0.1}, true, true, false);
+  mk({"found_inf clear", false, 3.0f, 0.0, 0.25}, {0.1, 0.9, 0, 0.1}, true, true, false);
+  return out;
+}
+
+std::vector<OpSample> adam_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 7300;
+  auto mk = [&](const SampleOpts& o, std::vector<double> hyper, bool amsgrad, bool decoupled, bool maximize) {
+    OpSample s;
+    s.name = o.name;
+    s.gradcheck = false;
+    std::vector<Shape> shapes = sample_shapes(o.big);
+    int64_t n = static_cast<int64_t>(shapes.size());
+    s.inputs.push_back(tensor(hyper, DType::f64));
+    s.inputs.push_back(o.found_inf >= 0 ? f32_scalar(o.found_inf, {1}) : Tensor());
+    s.inputs.push_back(o.inv_scale >= 0 ? f32_scalar(o.inv_scale, {1}) : Tensor());
+    for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // params
+    for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // grads
+    bool fresh = o.step == 0;
+    for (const Shape& sh : shapes)  // exp_avg
+      s.inputs.push_back(fresh ? zeros(sh, DType::f64) : samples::uniform(sh, -0.1, 0.1, ++seed));
+    for (const Shape& sh : shapes)  // exp_avg_sq >= 0
+      s.inputs.push_back(fresh ? zeros(sh, DType::f64) : samples::uniform(sh, 0, 0.05, ++seed));
+    if (amsgrad)
+      for (const Shape& sh : shapes) s.inputs.push_back(fresh ? zeros(sh, DType::f64) : samples::uniform(sh, 0, 0.05, ++seed));
+    for (int64_t i = 0; i < n; ++i) s.inputs.push_back(f32_scalar(o.step));
+    s.keep_dtype = {kHyper, kFoundInf, kInvScale};
+    int step_list = amsgrad ? 5 : 4;
+    for (int64_t i = 0; i < n; ++i) s.keep_dtype.push_back(static_cast<int>(kFirstTensor + step_list * n + i));
+    s.attrs = AdamStepAttrs{n, amsgrad ? 1 : 0, decoupled ? 1 : 0, maximize ? 1 : 0};
+    s.tol = {{DType::f32, {1e-5, 1e-6}}};
+    s.tol_note = "m / (sqrt(v) + eps) amplifies one-ulp differences of m and v (nvcc contracts a*b+c into FMAs)";
+    out.push_back(std::move(s));
+  };
+  mk({"adam first step", true}, {1e-3, 0.9, 0.999, 1e-8, 0}, false, false, false);
+  mk({"adam step 10, weight decay (L2)", false, 9.0f}, {1e-2, 0.9, 0.999, 1e-8, 0.1}, false, false, false);
+  mk({"adamw step 5, decoupled weight decay", false, 4.0f}, {1e-2, 0.85, 0.99, 1e-6, 0.05}, false, true, false);
+  mk({"adamw amsgrad step 3, maximize", false, 2.0f}, {3e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, true);
+  mk({"amsgrad first step", false, 0.0f}, {1e-3, 0.9, 0.999, 1e-8, 0}, true, false, false);
+  mk({"inv_scale 1/1024", false, 1.0f, -1, 1.0 / 1024}, {1e-3, 0.9, 0.999, 1e-8, 0}, false, false, false);
+  mk({"found_inf set: nothing changes", false, 6.0f, 1.0, 0.5}, {1e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, false);
+  mk({"found_inf clear", false, 6.0f, 0.0, 0.5}, {1e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, false);
+  return out;
+}
+
+// ---- cost ----
+
+Cost list_cost(const KernelCall& c, int64_t n, int read_lists, int rw_lists) {
+  double elems = 0, bytes_per = 0;
+  for (int64_t i = 0; i < n; ++i) elems += static_cast<double>(numel_of(c, i));
+  if (n > 0) bytes_per = static_cast<double>(c.in[kFirstTensor].element_size());
+  return {elems * bytes_per * (read_lists + 2.0 * rw_lists), elems * 10.0};
+}
+
+Cost sgd_cost(const KernelCall& c) {
+  const auto& a = c.attr<SgdStepAttrs>();
+  return list_cost(c, a.n, 1, a.momentum_buffers ? 2 : 1);
+}
+Cost adam_cost(const KernelCall& c) {
+  const auto& a = c.attr<AdamStepAttrs>();
+  return list_cost(c, a.n, 1, a.amsgrad ? 4 : 3);
+}
+
+// Benchmark: a ResNet-ish list of 60 tensors, 25M parameters in all.
+std::vector<Tensor> bench_lists(Device d, int lists, int step_list, std::vector<double> hyper) {
+  std::vector<Tensor> in;
+  in.push_back(tensor(hyper, DType::f64).to(d));
+  in.push_back(Tensor());
+  in.push_back(Tensor());
+  const int n = 60;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < n; ++i) sizes.push_back(i % 3 == 0 ? 1000003 : (i % 3 == 1 ? 200003 : 64));
+  for (int l = 0; l < lists; ++l)
+    for (int i = 0; i < n; ++i) {
+      if (l == step_list) in.push_back(zeros({}, TensorOptions(DType::f32).device(d)));
+      else in.push_back(uniform({sizes[static_cast<size_t>(i)]}, 0, 0.1, TensorOptions(DType::f32).device(d)));
+    }
+  return in;
+}
+
+}  // namespace
+
+void define_op_sgd_step(OpInfo& info) {
+  info.doc = "fused multi-tensor SGD step (momentum, dampening, nesterov, weight decay), in place";
+  info.infer = infer_sgd;
+  info.samples = sgd_samples;
+  info.cost = sgd_cost;
+  info.contiguous_inputs = false;  // in place: params and state must stay the caller's tensors
+  info.benches = [] {
+    BenchCase b{"60 tensors, 25M params, momentum", {}, SgdStepAttrs{60, 1, 0, 0},
+                [](Device d) { return bench_lists(d, 4, 3, {0.1, 0.9, 0, 1e-4}); }};
+    return std::vector<BenchCase>{b};
+  };
+  info.add_variant({"cpu", DeviceType::cpu, sgd_cpu, kFloatTypes, 0, nullptr, "loop over tensors, parallel over elements"});
+}
+
+void define_op_adam_step(OpInfo& info) {
+  info.doc = "fused multi-tensor Adam/AdamW step (amsgrad, maximize, loss-scale aware), in place";
+  info.infer = infer_adam;
+  info.samples = adam_samples;
+  info.cost = adam_cost;
+  info.contiguous_inputs = false;
+  info.benches = [] {
+    BenchCase b{"60 tensors, 25M params, AdamW", {}, AdamStepAttrs{60, 0, 1, 0},
+                [](Device d) { return bench_lists(d, 5, 4, {1e-3, 0.9, 0.999, 1e-8, 0.01}); }};
+    return std::vector<BenchCase>{b};
+  };
+  info.add_variant({"cpu", DeviceType::cpu, adam_cpu, kFloatTypes, 0, nullptr, "loop over tensors, parallel over elements"});
+}
+
+// ---- functional entry points ----
+
+namespace {
+void check_same_count(const char* op, const char* what, size_t got, size_t want) {
+  EMBER_CHECK(got == want, op, ": ", want, " parameters but ", got, " ", what);
+}
+}  // namespace
+
+void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+              const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov, bool maximize,
+              const Tensor& found_inf, const Tensor& inv_scale) {
+  const size_t n = params.size();
+  check_same_count("sgd_step", "gradients", grads.size(), n);
+  const bool bufs = !momentum_buffers.empty();
+  if (bufs) {
+    check_same_count("sgd_step", "momentum buffers", momentum_buffers.size(), n);
+    check_same_count("sgd_step", "step counters", steps.size(), n);
+  }
+  EMBER_CHECK(!nesterov || bufs, "sgd_step: nesterov needs momentum buffers");
+  std::vector<Tensor> in{hyper, found_inf, inv_scale};
+  for (const auto* list : {&params, &grads}) in.insert(in.end(), list->begin(), list->end());
+  if (bufs) {
+    in.insert(in.end(), momentum_buffers.begin(), momentum_buffers.end());
+    in.insert(in.end(), steps.begin(), steps.end());
+  }
+  autograd::NoGradGuard no_grad;
+  call(OpId::sgd_step, std::move(in),
+       SgdStepAttrs{static_cast<int64_t>(n), bufs ? 1 : 0, nesterov ? 1 : 0, maximize ? 1 : 0});
+}
+
+void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+               const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, bool decoupled_weight_decay,
+               bool maximize, const Tensor& found_inf, const Tensor& inv_scale) {
+  const size_t n = params.size();
+  check_same_count("adam_step", "gradients", grads.size(), n);
+  check_same_count("adam_step", "exp_avg tensors", exp_avgs.size(), n);
+  check_same_count("adam_step", "exp_avg_sq tensors", exp_avg_sqs.size(), n);
+  check_same_count("adam_step", "step counters", steps.size(), n);
+  const bool amsgrad = !max_exp_avg_sqs.empty();
+  if (amsgrad) check_same_count("adam_step", "max_exp_avg_sq tensors", max_exp_avg_sqs.size(), n);
+  std::vector<Tensor> in{hyper, found_inf, inv_scale};
+  for (const auto* list : {&params, &grads, &exp_avgs, &exp_avg_sqs}) in.insert(in.end(), list->begin(), list->end());
+  if (amsgrad) in.insert(in.end(), max_exp_avg_sqs.begin(), max_exp_avg_sqs.end());
+  in.insert(in.end(), steps.begin(), steps.end());
+  autograd::NoGradGuard no_grad;
+  call(OpId::adam_step, std::move(in),
+       AdamStepAttrs{static_cast<int64_t>(n), amsgrad ? 1 : 0, decoupled_weight_decay ? 1 : 0, maximize ? 1 : 0});
+}
+
+}  // namespace ember

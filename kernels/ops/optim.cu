@@ -1,0 +1,153 @@
+// sgd_step and adam_step on CUDA: multi-tensor kernels (kernels/common/multi_tensor.cuh).
+//
+// Versions:
+//   v1_multi_tensor  one block per 64K-element chunk, grid-stride within the chunk, the element
+//                    math is the EMBER_HD functor the CPU loop runs (optim.h); every parameter of a
+//                    call is updated by one launch per table (one launch for up to 32 tensors).
+// Launch sequence of one step, all on the params' current stream, no host sync, no H2D copy:
+//   1. increment_steps: step += 1 for every step counter (skipped when *found_inf != 0)
+//   2. the update kernel(s): read hyper (f64 on the device), found_inf, inv_scale and the step
+//      counter of their tensor; return at once when *found_inf != 0.
+// Napkin math (H200, ~4.3 TB/s): Adam f32 moves 28 B/element -> 25M params in ~0.16 ms; SGD with
+// momentum 24 B/element.
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/multi_tensor.cuh"
+#include "kernels/ops/optim.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+namespace {
+
+using namespace optim_layout;
+
+__global__ void increment_steps_kernel(const __grid_constant__ mt::StepTable tab, const float* found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < tab.n) *tab.step[i] += 1.0f;
+}
+
+void increment_steps(const std::vector<float*>& steps, const float* found_inf, cudaStream_t stream) {
+  mt::StepTable tab;
+  tab.n = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    tab.step[tab.n++] = steps[i];
+    if (tab.n == mt::kMaxSteps || i + 1 == steps.size()) {
+      const int threads = 128;
+      increment_steps_kernel<<<(tab.n + threads - 1) / threads, threads, 0, stream>>>(tab, found_inf);
+      EMBER_CUDA_CHECK_LAUNCH();
+      tab.n = 0;
+    }
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(mt::kThreads)
+    sgd_kernel(const __grid_constant__ mt::Table<3> tab, const double* __restrict__ hyper,
+               const float* __restrict__ found_inf, const float* __restrict__ inv_scale, SgdStepAttrs a) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  using A = acc_t<T>;
+  const mt::BlockWork w = mt::block_work(tab);
+  const float step = tab.step[w.t] != nullptr ? *tab.step[w.t] : 0.0f;
+  const SgdScalars<A> s =
+      make_sgd_scalars<A>(hyper, inv_scale != nullptr ? static_cast<double>(*inv_scale) : 1.0, step, a);
+  T* p = static_cast<T*>(tab.ptr[0][w.t]);
+  const T* g = static_cast<const T*>(tab.ptr[1][w.t]);
+  T* buf = static_cast<T*>(tab.ptr[2][w.t]);
+  const bool scale = inv_scale != nullptr;
+  for (int64_t i = w.begin + threadIdx.x; i < w.end; i += blockDim.x) sgd_update<T, A>(p, g, buf, i, s, scale);
+}
+
+template <class T>
+__global__ void __launch_bounds__(mt::kThreads)
+    adam_kernel(const __grid_constant__ mt::Table<5> tab, const double* __restrict__ hyper,
+                const float* __restrict__ found_inf, const float* __restrict__ inv_scale, AdamStepAttrs a) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  using A = acc_t<T>;
+  const mt::BlockWork w = mt::block_work(tab);
+  const AdamScalars<A> s =
+      make_adam_scalars<A>(hyper, inv_scale != nullptr ? static_cast<double>(*inv_scale) : 1.0, *tab.step[w.t], a);
+  T* p = static_cast<T*>(tab.ptr[0][w.t]);
+  const T* g = static_cast<const T*>(tab.ptr[1][w.t]);
+  T* m = static_cast<T*>(tab.ptr[2][w.t]);
+  T* v = static_cast<T*>(tab.ptr[3][w.t]);
+  T* vmax = static_cast<T*>(tab.ptr[4][w.t]);
+  const bool scale = inv_scale != nullptr;
+  for (int64_t i = w.begin + threadIdx.x; i < w.end; i += blockDim.x) adam_update<T, A>(p, g, m, v, vmax, i, s, scale);
+}
+
+const float* opt_f32(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+void* in_ptr(const KernelCall& c, int64_t n, int list, int64_t i) {
+  return c.in[static_cast<size_t>(kFirstTensor + list * n + i)].data_ptr();
+}
+
+void sgd_cuda(const KernelCall& c) {
+  const auto& a = c.attr<SgdStepAttrs>();
+  if (a.n == 0) return;
+  const Tensor& hyper = c.in[kHyper];
+  cuda::DeviceScope guard(hyper.device());
+  cudaStream_t stream = cuda::stream_for(hyper);
+  const float* found_inf = opt_f32(c.in[kFoundInf]);
+  const float* inv_scale = opt_f32(c.in[kInvScale]);
+  std::vector<mt::Entry<3>> entries(static_cast<size_t>(a.n));
+  std::vector<float*> steps;
+  for (int64_t i = 0; i < a.n; ++i) {
+    auto& e = entries[static_cast<size_t>(i)];
+    e.ptr = {in_ptr(c, a.n, 0, i), in_ptr(c, a.n, 1, i), a.momentum_buffers ? in_ptr(c, a.n, 2, i) : nullptr};
+    e.numel = c.in[static_cast<size_t>(kFirstTensor + i)].numel();
+    if (a.momentum_buffers) {
+      e.step = static_cast<float*>(in_ptr(c, a.n, 3, i));
+      steps.push_back(e.step);
+    }
+  }
+  if (!steps.empty()) increment_steps(steps, found_inf, stream);
+  EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "sgd_step", [&] {
+    mt::for_each_table<3>(entries, [&](const mt::Table<3>& tab, int nblocks, int64_t) {
+      sgd_kernel<scalar_t><<<nblocks, mt::kThreads, 0, stream>>>(tab, hyper.data<double>(), found_inf, inv_scale, a);
+      EMBER_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void adam_cuda(const KernelCall& c) {
+  const auto& a = c.attr<AdamStepAttrs>();
+  if (a.n == 0) return;
+  const Tensor& hyper = c.in[kHyper];
+  cuda::DeviceScope guard(hyper.device());
+  cudaStream_t stream = cuda::stream_for(hyper);
+  const float* found_inf = opt_f32(c.in[kFoundInf]);
+  const float* inv_scale = opt_f32(c.in[kInvScale]);
+  const int step_list = a.amsgrad ? 5 : 4;
+  std::vector<mt::Entry<5>> entries(static_cast<size_t>(a.n));
+  std::vector<float*> steps;
+  for (int64_t i = 0; i < a.n; ++i) {
+    auto& e = entries[static_cast<size_t>(i)];
+    e.ptr = {in_ptr(c, a.n, 0, i), in_ptr(c, a.n, 1, i), in_ptr(c, a.n, 2, i), in_ptr(c, a.n, 3, i),
+             a.amsgrad ? in_ptr(c, a.n, 4, i) : nullptr};
+    e.numel = c.in[static_cast<size_t>(kFirstTensor + i)].numel();
+    e.step = static_cast<float*>(in_ptr(c, a.n, step_list, i));
+    steps.push_back(e.step);
+  }
+  increment_steps(steps, found_inf, stream);
+  EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "adam_step", [&] {
+    mt::for_each_table<5>(entries, [&](const mt::Table<5>& tab, int nblocks, int64_t) {
+      adam_kernel<scalar_t><<<nblocks, mt::kThreads, 0, stream>>>(tab, hyper.data<double>(), found_inf, inv_scale, a);
+      EMBER_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace
+
+void register_cuda_sgd_step(OpInfo& info) {
+  info.add_variant({"v1_multi_tensor", DeviceType::cuda, sgd_cuda, kFloatTypes, 0, nullptr,
+                    "one launch per table of 32 tensors / 256 chunks; hyperparameters read from the device"});
+}
+
+void register_cuda_adam_step(OpInfo& info) {
+  info.add_variant({"v1_multi_tensor", DeviceType::cuda, adam_cuda, kFloatTypes, 0, nullptr,
+                    "one launch per table of 32 tensors / 256 chunks; step counters and hyperparameters on the device"});
+}
+
+}  // namespace ember

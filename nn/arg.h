@@ -1,0 +1,21 @@
+// EMBER_ARG: chainable option fields, as libtorch's TORCH_ARG.
+//
+//   struct LinearOptions {
+//     LinearOptions(int64_t in, int64_t out) : in_features_(in), out_features_(out) {}
+//     EMBER_ARG(int64_t, in_features);
+//     EMBER_ARG(bool, bias) = true;
+//   };
+//   LinearOptions(784, 128).bias(false);   o.bias() reads it.
+#pragma once
+
+#define EMBER_ARG(T, name)                                   \
+ public:                                                     \
+  auto name(const T& new_##name)->decltype(*this) {          \
+    this->name##_ = new_##name;                              \
+    return *this;                                            \
+  }                                                          \
+  const T& name() const noexcept { return this->name##_; }  \
+  T& name() noexcept { return this->name##_; }               \
+                                                             \
+ private:                                                    \
+  T name##_

@@ -1,0 +1,292 @@
+#include "optim/optimizer.h"
+
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/autograd/node.h"
+#include "core/cuda/runtime.h"
+#include "kernels/functional.h"
+
+namespace ember::optim {
+
+using json = nlohmann::json;
+
+// ---- ParamGroup ----
+
+ParamGroup::ParamGroup(std::vector<Tensor> params) : params_(std::move(params)) {}
+ParamGroup::ParamGroup(std::vector<Tensor> params, std::unique_ptr<OptimizerOptions> options)
+    : params_(std::move(params)), options_(std::move(options)) {}
+ParamGroup::ParamGroup(const ParamGroup& o)
+    : initial_lr(o.initial_lr), params_(o.params_), options_(o.options_ ? o.options_->clone() : nullptr) {}
+ParamGroup& ParamGroup::operator=(const ParamGroup& o) {
+  if (this != &o) {
+    params_ = o.params_;
+    options_ = o.options_ ? o.options_->clone() : nullptr;
+    initial_lr = o.initial_lr;
+  }
+  return *this;
+}
+OptimizerOptions& ParamGroup::options() {
+  EMBER_CHECK(options_ != nullptr, "ParamGroup has no options (it was not added to an optimizer)");
+  return *options_;
+}
+const OptimizerOptions& ParamGroup::options() const {
+  EMBER_CHECK(options_ != nullptr, "ParamGroup has no options (it was not added to an optimizer)");
+  return *options_;
+}
+
+// ---- Optimizer ----
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, std::string name)
+    : name_(std::move(name)), defaults_(std::move(defaults)) {
+  EMBER_CHECK(defaults_ != nullptr, "Optimizer: no default options");
+  defaults_->validate();
+  for (ParamGroup& g : groups) add_param_group(std::move(g));
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::add_param_group(ParamGroup group) {
+  if (!group.has_options()) group.set_options(defaults_->clone());
+  group.options().validate();
+  std::set<const TensorImpl*> seen;
+  for (const ParamGroup& g : groups_)
+    for (const Tensor& p : g.params()) seen.insert(p.impl());
+  for (size_t i = 0; i < group.params().size(); ++i) {
+    const Tensor& p = group.params()[i];
+    EMBER_CHECK(p.defined(), name(), ": parameter ", i, " of the new group is undefined");
+    EMBER_CHECK(is_floating(p.dtype()), name(), ": parameter ", i, " is ", p.describe(), "; only floating tensors can be optimized");
+    EMBER_CHECK(p.is_leaf(), name(), ": parameter ", i, " is not a leaf tensor (", p.describe(),
+                "); optimize the leaves (e.g. module->parameters())");
+    EMBER_CHECK(seen.insert(p.impl()).second, name(), ": parameter ", i, " (", p.describe(),
+                ") appears in more than one parameter group (or twice in one)");
+  }
+  groups_.push_back(std::move(group));
+}
+
+size_t Optimizer::size() const {
+  size_t n = 0;
+  for (const ParamGroup& g : groups_) n += g.params().size();
+  return n;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  autograd::NoGradGuard ng;
+  for (ParamGroup& g : groups_)
+    for (Tensor& p : g.params()) {
+      if (set_to_none) {
+        p.reset_grad();
+      } else if (p.grad().defined()) {
+        Tensor gr = p.grad();
+        gr.zero_();
+      }
+    }
+}
+
+const TensorDict& Optimizer::state(const Tensor& param) const {
+  static const TensorDict empty_state;
+  auto it = state_.find(param.impl());
+  return it == state_.end() ? empty_state : it->second;
+}
+
+TensorDict& Optimizer::mutable_state(const Tensor& param) { return state_[param.impl()]; }
+
+std::vector<Optimizer::Bucket> Optimizer::buckets(size_t group) const {
+  std::vector<Bucket> out;
+  for (const Tensor& p : groups_.at(group).params()) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    EMBER_CHECK(p.is_contiguous(), name(), ": parameter ", p.describe(), " must be contiguous");
+    if (!g.is_contiguous()) g = g.contiguous();
+    Bucket* b = nullptr;
+    for (Bucket& x : out)
+      if (x.device == p.device() && x.dtype == p.dtype()) b = &x;
+    if (b == nullptr) {
+      out.push_back({p.device(), p.dtype(), {}, {}});
+      b = &out.back();
+    }
+    b->params.push_back(p);
+    b->grads.push_back(g);
+  }
+  return out;
+}
+
+Optimizer::HyperSlot& Optimizer::slot(size_t group, Device device) {
+  int key = static_cast<int>(device.type) * 256 + device.index;
+  return hyper_[{group, key}];
+}
+
+void Optimizer::upload(HyperSlot& s, const std::vector<double>& values) {
+  if (s.uploaded == values && s.tensor.defined()) return;
+  if (s.tensor.device().is_cpu()) {
+    // CPU kernels run synchronously: the previous step has finished reading.
+    std::copy(values.begin(), values.end(), s.tensor.data<double>());
+  } else {
+    // Graph mode (Note [optimizer hyperparameters on the device]): the graph holds only the kernels;
+    // the upload happens eagerly, stream-ordered, before each replay. A copy captured here would
+    // read a transient host buffer at every replay.
+    EMBER_CHECK(!cuda::current_stream(s.tensor.device().index).is_capturing(), name_,
+                ": a hyperparameter (lr, momentum, betas, ...) changed inside a CUDA graph capture; call "
+                "sync_hyperparameters() after scheduler.step() and before capture_begin() and each replay()");
+    // A fresh pinned block per upload: the pinned caching allocator reuses it only after the copy
+    // has read it (an event recorded by the copy), so the host never waits and never overwrites
+    // bytes a pending copy still has to read.
+    Tensor staging = empty({static_cast<int64_t>(values.size())}, TensorOptions(DType::f64).pinned_memory(true));
+    std::copy(values.begin(), values.end(), staging.data<double>());
+    s.tensor.copy_(staging, /*non_blocking=*/true);
+  }
+  s.uploaded = values;
+}
+
+Tensor Optimizer::hyper(size_t group, Device device) {
+  std::vector<double> values = hyper_values(groups_.at(group).options());
+  HyperSlot& s = slot(group, device);
+  if (!s.tensor.defined())
+    s.tensor = empty({static_cast<int64_t>(values.size())}, TensorOptions(DType::f64).device(device));
+  upload(s, values);
+  return s.tensor;
+}
+
+Tensor Optimizer::hyperparameter_tensor(size_t group, Device device) { return hyper(group, device); }
+
+void Optimizer::sync_hyperparameters() {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::set<int> devices;
+    for (const Tensor& p : groups_[g].params()) {
+      Device d = p.device();
+      if (devices.insert(static_cast<int>(d.type) * 256 + d.index).second) hyper(g, d);
+    }
+  }
+}
+
+Tensor Optimizer::on_device(const Tensor& t, Device device) {
+  if (!t.defined() || t.device() == device) return t;
+  return t.to(device, /*non_blocking=*/device.is_cuda());  // a host copy must land before the CPU kernel reads it
+}
+
+// ---- state dict ----
+
+StateDict Optimizer::state_dict() const {
+  StateDict sd;
+  json groups = json::array();
+  int64_t k = 0;
+  for (const ParamGroup& g : groups_) {
+    json jg = json::object();
+    json opts = json::object();
+    for (const auto& [key, v] : g.options().to_map()) opts[key] = v;
+    jg["options"] = opts;
+    json idx = json::array();
+    for (const Tensor& p : g.params()) {
+      idx.push_back(k);
+      auto it = state_.find(p.impl());
+      if (it != state_.end())
+        for (const auto& [name, t] : it->second) sd.tensors.insert("state." + std::to_string(k) + "." + name, t);
+      ++k;
+    }
+    jg["params"] = idx;
+    if (g.initial_lr) jg["initial_lr"] = *g.initial_lr;
+    groups.push_back(jg);
+  }
+  sd.metadata["optimizer"] = name();
+  sd.metadata["param_groups"] = groups.dump();
+  return sd;
+}
+
+void Optimizer::load_state_dict(const StateDict& sd) {
+  auto it = sd.metadata.find("optimizer");
+  EMBER_CHECK(it != sd.metadata.end(), name(), ".load_state_dict: the state has no 'optimizer' metadata entry");
+  EMBER_CHECK(it->second == name(), name(), ".load_state_dict: the state is from a ", it->second, " optimizer");
+  auto jt = sd.metadata.find("param_groups");
+  EMBER_CHECK(jt != sd.metadata.end(), name(), ".load_state_dict: the state has no 'param_groups' metadata entry");
+  json groups;
+  try {
+    groups = json::parse(jt->second);
+  } catch (const json::exception& e) {
+    EMBER_FAIL(name(), ".load_state_dict: 'param_groups' is not valid JSON: ", e.what());
+  }
+  EMBER_CHECK(groups.is_array() && groups.size() == groups_.size(), name(), ".load_state_dict: the state has ",
+              groups.is_array() ? groups.size() : 0, " parameter groups, the optimizer ", groups_.size());
+  // Check everything first.
+  std::vector<std::unique_ptr<OptimizerOptions>> new_options;
+  std::vector<std::optional<double>> new_initial;
+  std::vector<const Tensor*> params;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    const json& jg = groups[gi];
+    EMBER_CHECK(jg.is_object() && jg.contains("options") && jg.contains("params") && jg["params"].is_array(), name(),
+                ".load_state_dict: parameter group ", gi, " is malformed");
+    EMBER_CHECK(jg["params"].size() == groups_[gi].params().size(), name(), ".load_state_dict: parameter group ", gi,
+                " has ", jg["params"].size(), " parameters in the state but ", groups_[gi].params().size(),
+                " in the optimizer");
+    std::map<std::string, double> m;
+    for (auto o = jg["options"].begin(); o != jg["options"].end(); ++o) {
+      EMBER_CHECK(o.value().is_number(), name(), ".load_state_dict: option '", o.key(), "' of group ", gi,
+                  " is not a number");
+      m[o.key()] = o.value().get<double>();
+    }
+    auto opts = groups_[gi].options().clone();
+    opts->from_map(m);
+    opts->validate();
+    new_options.push_back(std::move(opts));
+    new_initial.push_back(jg.contains("initial_lr") ? std::optional<double>(jg["initial_lr"].get<double>())
+                                                    : std::nullopt);
+    for (const Tensor& p : groups_[gi].params()) params.push_back(&p);
+  }
+  std::vector<std::map<std::string, Tensor>> per_param(params.size());
+  for (const auto& [key, t] : sd.tensors) {
+    EMBER_CHECK(key.rfind("state.", 0) == 0, name(), ".load_state_dict: unexpected tensor '", key, "'");
+    size_t dot = key.find('.', 6);
+    EMBER_CHECK(dot != std::string::npos && dot > 6, name(), ".load_state_dict: malformed state key '", key, "'");
+    size_t k = 0;
+    try {
+      k = std::stoul(key.substr(6, dot - 6));
+    } catch (...) {
+      EMBER_FAIL(name(), ".load_state_dict: malformed parameter index in '", key, "'");
+    }
+    EMBER_CHECK(k < params.size(), name(), ".load_state_dict: state for parameter ", k, " but the optimizer has ",
+                params.size());
+    per_param[k][key.substr(dot + 1)] = t;
+  }
+  size_t k = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    std::vector<std::string> names = state_names(*new_options[gi]);
+    for (size_t j = 0; j < groups_[gi].params().size(); ++j, ++k) {
+      const Tensor& p = *params[k];
+      if (per_param[k].empty()) continue;  // never stepped
+      for (const auto& [sname, t] : per_param[k]) {
+        bool known = std::find(names.begin(), names.end(), sname) != names.end();
+        EMBER_CHECK(known, name(), ".load_state_dict: unexpected state '", sname, "' for parameter ", k);
+        if (sname == "step") {
+          EMBER_CHECK(t.numel() == 1, name(), ".load_state_dict: 'step' of parameter ", k, " must have one element, got ",
+                      t.describe());
+        } else {
+          EMBER_CHECK(t.shape() == p.shape(), name(), ".load_state_dict: state '", sname, "' of parameter ", k, " is ",
+                      t.shape(), " but the parameter is ", p.shape());
+        }
+      }
+      for (const std::string& n : names)
+        EMBER_CHECK(per_param[k].count(n), name(), ".load_state_dict: parameter ", k, " lacks state '", n, "'");
+    }
+  }
+  // Apply.
+  autograd::NoGradGuard ng;
+  state_.clear();
+  k = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    groups_[gi].set_options(std::move(new_options[gi]));
+    groups_[gi].initial_lr = new_initial[gi];
+    for (size_t j = 0; j < groups_[gi].params().size(); ++j, ++k) {
+      const Tensor& p = *params[k];
+      if (per_param[k].empty()) continue;
+      TensorDict& st = state_[p.impl()];
+      for (const auto& [sname, t] : per_param[k]) {
+        TensorOptions o = TensorOptions(sname == "step" ? DType::f32 : p.dtype()).device(p.device());
+        Tensor dst = empty(sname == "step" ? Shape{} : p.shape(), o);
+        dst.copy_(sname == "step" ? t.reshape({}) : t);
+        st.set(sname, dst);
+      }
+    }
+  }
+  hyper_.clear();  // re-upload with the loaded options
+}
+
+}  // namespace ember::optim

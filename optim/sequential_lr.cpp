@@ -1,0 +1,51 @@
+#include "optim/sequential_lr.h"
+
+#include <algorithm>
+
+namespace ember::optim {
+
+SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                           std::vector<int64_t> milestones)
+    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+  EMBER_CHECK(!schedulers_.empty(), "SequentialLR: expects at least one scheduler");
+  EMBER_CHECK(milestones_.size() == schedulers_.size() - 1, "SequentialLR: ", schedulers_.size(),
+              " schedulers need ", schedulers_.size() - 1, " milestones, got ", milestones_.size());
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    EMBER_CHECK(schedulers_[i] != nullptr, "SequentialLR: scheduler ", i, " is empty");
+    EMBER_CHECK(&schedulers_[i]->optimizer() == &optimizer, "SequentialLR: scheduler ", i,
+                " belongs to another optimizer");
+  }
+  last_epoch_ = 0;
+  for (ParamGroup& g : optimizer_.param_groups()) g.options().set_lr(*g.initial_lr);
+  for (auto& s : schedulers_) s->last_epoch_ -= 1;
+  schedulers_[0]->initial_step();
+  last_lr_ = schedulers_[0]->get_last_lr();
+}
+
+void SequentialLR::step() {
+  ++last_epoch_;
+  ++step_count_;
+  size_t idx = static_cast<size_t>(std::upper_bound(milestones_.begin(), milestones_.end(), last_epoch_) -
+                                   milestones_.begin());
+  LRScheduler& s = *schedulers_[idx];
+  if (idx > 0 && milestones_[idx - 1] == last_epoch_) s.step_to(0);
+  else s.step();
+  last_lr_ = s.get_last_lr();
+}
+
+void SequentialLR::save_extra(Metadata& m) const {
+  for (size_t i = 0; i < schedulers_.size(); ++i)
+    for (const auto& [k, v] : schedulers_[i]->state_dict().metadata) m[std::to_string(i) + "." + k] = v;
+}
+
+void SequentialLR::load_extra(const Metadata& m) {
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    StateDict sd;
+    std::string prefix = std::to_string(i) + ".";
+    for (const auto& [k, v] : m)
+      if (k.rfind(prefix, 0) == 0) sd.metadata[k.substr(prefix.size())] = v;
+    schedulers_[i]->load_state_dict(sd);
+  }
+}
+
+}  // namespace ember::optim

@@ -1,0 +1,233 @@
+// Optimizers, clipping and checkpointing on CUDA: the fused multi-tensor kernels against the CPU
+// loops over several steps (with the lr changing every step, so the device hyperparameter tensor
+// is re-uploaded), found_inf / inv_scale read on the device, no host sync inside a step, many
+// tensors (several multi-tensor tables), and activation checkpointing's lower peak memory.
+// (The per-op parity of sgd_step/adam_step/total_norm/clip_by_total_norm on every sample and dtype
+// is in the generic test_ops_gpu.cpp.)
+#include <catch2/catch.hpp>
+
+#include "core/cuda/graph.h"
+#include "core/cuda/runtime.h"
+#include "core/rng.h"
+#include "core/runtime.h"
+#include "kernels/functional.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+
+using namespace ember;
+
+namespace {
+
+// A model-like list of parameters: 40 tensors (more than one 32-tensor table), one of them over
+// 256 chunks of 64K elements (more than one table of blocks).
+std::vector<int64_t> sizes() {
+  std::vector<int64_t> s;
+  for (int i = 0; i < 40; ++i) s.push_back(i == 3 ? (int64_t{256} * 65536 + 17) : (i % 4 == 0 ? 0 : 1000 + 37 * i));
+  return s;
+}
+
+std::vector<Tensor> make_params(Device d, uint64_t seed) {
+  std::vector<Tensor> out;
+  manual_seed(seed);
+  for (int64_t n : sizes()) {
+    Tensor t = uniform({n}, -1, 1, TensorOptions().device(d));  // Philox: the same numbers on both devices
+    t.requires_grad_(true);
+    out.push_back(t);
+  }
+  return out;
+}
+
+void set_grads(std::vector<Tensor>& ps, uint64_t seed) {
+  manual_seed(seed);
+  for (Tensor& p : ps) p.set_grad(normal({p.numel()}, 0, 1, TensorOptions().device(p.device())));
+}
+
+std::unique_ptr<optim::Optimizer> make_opt(int which, std::vector<Tensor> ps) {
+  switch (which) {
+    case 0: return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.1).momentum(0.9).dampening(0.1).weight_decay(1e-4));
+    case 1: return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.05).momentum(0.8).nesterov(true));
+    case 2: return std::make_unique<optim::Adam>(ps, optim::AdamOptions(1e-3).weight_decay(1e-2));
+    default: return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions(1e-3).amsgrad(true));
+  }
+}
+
+void compare(const std::vector<Tensor>& a, const std::vector<Tensor>& b, double rtol, double atol) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::vector<float> x = a[i].to_vector<float>(), y = b[i].to_vector<float>();
+    REQUIRE(x.size() == y.size());
+    size_t bad = 0;
+    for (size_t j = 0; j < x.size(); ++j)
+      if (!(std::fabs(x[j] - y[j]) <= atol + rtol * std::fabs(y[j]))) ++bad;
+    INFO("tensor " << i << " (" << x.size() << " elements)");
+    CHECK(bad == 0);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda optimizers: fused multi-tensor kernels match the CPU loops over steps with a schedule",
+          "[gpu][optim]") {
+  for (int which = 0; which < 4; ++which) {
+    INFO("optimizer " << which);
+    std::vector<Tensor> pc = make_params(kCPU, 1), pg = make_params(kCUDA, 1);
+    auto oc = make_opt(which, pc), og = make_opt(which, pg);
+    optim::OneCycleLR sc(*oc, optim::OneCycleLROptions(which < 2 ? 0.2 : 3e-3, 10));
+    optim::OneCycleLR sg(*og, optim::OneCycleLROptions(which < 2 ? 0.2 : 3e-3, 10));
+    for (int s = 0; s < 3; ++s) {
+      set_grads(pc, 100 + s);
+      set_grads(pg, 100 + s);
+      oc->step();
+      og->step();
+      sc.step();
+      sg.step();
+    }
+    // f32, 3 steps: FMA contraction on the GPU makes the last bits differ
+    compare(pg, pc, 1e-5, 1e-6);
+    for (size_t i = 0; i < pc.size(); ++i) {
+      const TensorDict& a = og->state(pg[i]);
+      const TensorDict& b = oc->state(pc[i]);
+      REQUIRE(a.size() == b.size());
+      for (const auto& [name, t] : b) CHECK(a.at(name).device().is_cuda());
+      if (b.contains("step")) CHECK(a.at("step").item() == b.at("step").item());
+    }
+  }
+}
+
+TEST_CASE("cuda optimizers: found_inf skips and inv_scale unscales on the device; no host sync in a step",
+          "[gpu][optim]") {
+  std::vector<Tensor> p = make_params(kCUDA, 2), q = make_params(kCUDA, 2);
+  optim::AdamW a(p), b(q);
+  optim::StepLR sched(a, 1, 0.5);  // the lr changes every step: the hyperparameters are re-uploaded
+  set_grads(p, 7);
+  for (Tensor& t : p) {
+    Tensor g = t.grad();
+    g.mul_(1024.0);
+  }
+  set_grads(q, 7);
+  std::vector<std::vector<float>> before;
+  for (const Tensor& t : p) before.push_back(t.to_vector<float>());
+  Tensor found = full({1}, 1.0, kCUDA), inv = full({1}, 1.0 / 1024, kCUDA);
+  a.step({found, inv});  // skipped
+  for (size_t i = 0; i < p.size(); ++i) CHECK(p[i].to_vector<float>() == before[i]);
+  CHECK(a.state(p[1]).at("step").item() == 0);
+  found.fill_(0.0);
+  // From here on, nothing may block the host: sync-debug turns a hidden sync into an error.
+  runtime::set_sync_debug(runtime::SyncDebug::error);
+  uint64_t syncs = runtime::host_sync_count();
+  a.step({found, inv});
+  b.step();
+  sched.step();
+  a.step({found, inv});
+  Tensor norm = optim::clip_grad_norm_(p, 1.0);
+  runtime::set_sync_debug(runtime::SyncDebug::off);
+  CHECK(runtime::host_sync_count() == syncs);
+  CHECK(norm.is_cuda());
+  CHECK(a.state(p[1]).at("step").item() == 2);
+  (void)b;
+}
+
+TEST_CASE("cuda optimizer step replayed from a CUDA graph sees new lrs and advancing step counters",
+          "[gpu][optim][graph]") {
+  // p is stepped by graph replays, q eagerly; same start, same (static) gradients, same schedule.
+  std::vector<Tensor> p = make_params(kCUDA, 4), q = make_params(kCUDA, 4);
+  set_grads(p, 11);
+  set_grads(q, 11);
+  optim::AdamW a(p, optim::AdamWOptions(1e-2).amsgrad(true)), b(q, optim::AdamWOptions(1e-2).amsgrad(true));
+  optim::StepLR sa(a, 1, 0.7), sb(b, 1, 0.7);
+  cuda::Stream st = cuda::Stream::create(0);
+  cuda::device_synchronize(0);
+  cuda::Graph g;
+  {
+    cuda::StreamGuard guard(st);
+    a.step();  // warm-up: creates the state outside the capture
+    sa.step();
+    a.sync_hyperparameters();  // nothing changes inside the capture
+    g.capture_begin(st);
+    a.step();
+    g.capture_end();
+    // 1 launch increments the 40 step counters, 2 update all parameters (the 16.7M-element tensor
+    // fills one table of 256 chunks and spills into a second); no copies, no memsets
+    CHECK(g.num_nodes() == 3);
+    // A changed lr inside a capture is an error naming the fix.
+    cuda::Graph bad;
+    bad.capture_begin(st);
+    a.param_groups()[0].options().set_lr(0.5);
+    CHECK_THROWS_WITH(a.step(), Catch::Contains("sync_hyperparameters()"));
+    a.param_groups()[0].options().set_lr(sa.get_last_lr()[0]);
+  }
+  b.step();
+  sb.step();
+  for (int i = 0; i < 4; ++i) {
+    {
+      cuda::StreamGuard guard(st);
+      a.sync_hyperparameters();  // eager, stream-ordered before the replay
+      g.replay();
+      sa.step();
+    }
+    b.step();
+    sb.step();
+  }
+  cuda::device_synchronize(0);
+  compare(p, q, 0, 0);  // the same kernels on the same data: bit for bit
+  CHECK(a.state(p[1]).at("step").item() == 5);
+}
+
+TEST_CASE("cuda clip_grad_norm_ matches the CPU over many tensors", "[gpu][optim]") {
+  for (double p : {2.0, 1.0, static_cast<double>(INFINITY), 3.0}) {
+    std::vector<Tensor> pc = make_params(kCPU, 3), pg = make_params(kCUDA, 3);
+    set_grads(pc, 9);
+    set_grads(pg, 9);
+    Tensor nc = optim::clip_grad_norm_(pc, 5.0, p), ng = optim::clip_grad_norm_(pg, 5.0, p);
+    INFO("norm type " << p);
+    CHECK(ng.item() == Approx(nc.item()).epsilon(1e-6));
+    std::vector<Tensor> gc, gg;
+    for (size_t i = 0; i < pc.size(); ++i) {
+      gc.push_back(pc[i].grad());
+      gg.push_back(pg[i].grad());
+    }
+    compare(gg, gc, 2e-6, 1e-7);
+  }
+}
+
+TEST_CASE("cuda activation checkpointing lowers the peak device memory, same gradients", "[gpu][checkpoint]") {
+  auto make = [](bool ckpt) {
+    manual_seed(11);
+    nn::Sequential net;
+    for (int i = 0; i < 4; ++i) {
+      nn::Sequential block;
+      for (int j = 0; j < 4; ++j) {
+        block->push_back(nn::Linear(1024, 1024));
+        block->push_back(nn::GELU());
+      }
+      if (ckpt) net->push_back(nn::Checkpoint(block));
+      else net->push_back(block);
+    }
+    net->to(kCUDA);
+    return net;
+  };
+  manual_seed(5);
+  Tensor x = randn({4096, 1024}).to(kCUDA);
+  auto run = [&](nn::Sequential& net, size_t* peak) {
+    cuda::device_synchronize(0);
+    cuda::reset_peak_stats(0);
+    size_t base = cuda::allocator_stats(0).allocated_bytes;
+    Tensor loss = mean(net(x));
+    loss.backward();
+    cuda::device_synchronize(0);
+    *peak = cuda::allocator_stats(0).peak_allocated_bytes - base;
+    return loss.item();
+  };
+  nn::Sequential plain = make(false), ck = make(true);
+  size_t peak_plain = 0, peak_ck = 0;
+  double l1 = run(plain, &peak_plain), l2 = run(ck, &peak_ck);
+  CHECK(l1 == Approx(l2).epsilon(1e-6));
+  WARN("CUDA peak: " << peak_plain / 1048576.0 << " MiB without checkpointing, " << peak_ck / 1048576.0 << " MiB with");
+  CHECK(static_cast<double>(peak_ck) < 0.6 * static_cast<double>(peak_plain));
+  auto g1 = plain->parameters(), g2 = ck->parameters();
+  std::vector<Tensor> a, b;
+  for (size_t i = 0; i < g1.size(); ++i) {
+    a.push_back(g2[i].grad());
+    b.push_back(g1[i].grad());
+  }
+  compare(a, b, 1e-5, 1e-6);
+}
