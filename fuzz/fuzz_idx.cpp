@@ -1,9 +1,9 @@
 // libFuzzer target for the IDX parser (data/idx.cpp): any bytes must either parse or raise
 // ember::Error, never crash, hang, read out of bounds or allocate what the input cannot justify
-// (Note [validate before allocating]). Seeds: tests/corpus/idx (make_corpus.py).
+// (Note [validate before allocating]). Seeds: tests/corpus/idx (make_corpus.py); built by fuzz/CMakeLists.txt.
 //
 //   cmake -S . -B build-fuzz -G Ninja -DEMBER_FUZZ=ON -DEMBER_CUDA=OFF -DCMAKE_CXX_COMPILER=clang++-14
-//   ninja -C build-fuzz fuzz_idx && build-fuzz/bin/fuzz_idx -max_total_time=60 /tmp/idx-work tests/corpus/idx
+//   ninja -C build-fuzz fuzz_idx && ctest --test-dir build-fuzz -L fuzz   (fuzz/CMakeLists.txt)
 #include <cstddef>
 #include <cstdint>
 
