@@ -9,12 +9,13 @@
 #include "core/runtime.h"
 #include "core/tensor.h"
 #include "kernels/functional.h"
-// gemm branch: backend choice and autotuning (set_backends, autotune::set_cache_file)
+// backend choice and autotuning (set_backends, autotune::set_cache_file)
 #include "kernels/autotune.h"
 #include "data/data.h"
 
-// nn, optim, checkpoints (the nn/optim issue)
+// nn modules, optimizers and schedules, checkpoints, mixed precision
 #include "ckpt/training_checkpoint.h"
 #include "io/safetensors.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "amp/grad_scaler.h"
