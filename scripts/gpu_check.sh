@@ -70,12 +70,31 @@ if [ -x bench/e2e/run.sh ]; then
   bench/e2e/run.sh "$OUT" > "$OUT/e2e.log" 2>&1
   note "e2e comparison: exit $? (table in $OUT/e2e.log)"
 fi
+# ---- mnist_train on the GPU: the default run, the ablation ladder, mixed precision vs fp32 ----
+if [ -x build-gpu/bin/mnist_train ]; then
+  build-gpu/bin/mnist_train --quiet > "$OUT/mnist_default.log" 2>&1
+  note "mnist_train default: exit $? ($(grep -m1 'test accuracy' "$OUT/mnist_default.log" | tr -s ' '))"
+  build-gpu/bin/mnist_train --ablation > "$OUT/mnist_ablation.log" 2>&1
+  note "mnist_train --ablation: exit $? (table in $OUT/mnist_ablation.log)"
+  echo "model batch amp samples/s test_acc" > "$OUT/mnist_amp.txt"
+  for model in cnn fast; do
+    for bs in 128 512; do
+      for amp in off fp16 bf16; do
+        log="$OUT/mnist_amp_${model}_${bs}_${amp}.log"
+        build-gpu/bin/mnist_train --quiet --model "$model" --batch-size "$bs" --amp "$amp" --epochs 5 --device-resident --graph > "$log" 2>&1
+        echo "$model $bs $amp $(grep -m1 'training time' "$log" | grep -oE '[0-9.]+ samples/s' | cut -d' ' -f1) $(grep -m1 'test accuracy' "$log" | grep -oE '[0-9.]+%' | head -1)" >> "$OUT/mnist_amp.txt"
+      done
+    done
+  done
+  note "mnist_train --amp table: $OUT/mnist_amp.txt"
+fi
 [ -x build-gpu/bin/bench_loader ] && { build-gpu/bin/bench_loader > "$OUT/bench_loader.log" 2>&1; note "bench_loader: exit $?"; }
 
 # ---- short table last ----
 if [ -f "$OUT/bench_ops.json" ]; then
   python3 scripts/bench_table.py "$OUT/bench_ops.json" ${OUT:+"$OUT/torch_ops.json"} > "$OUT/summary.md" 2>/dev/null && cat "$OUT/summary.md"
 fi
+[ -f "$OUT/mnist_amp.txt" ] && column -t "$OUT/mnist_amp.txt"
 echo
 echo "== summary =="
 printf '%s\n' "${status[@]}"
