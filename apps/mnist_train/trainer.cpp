@@ -60,6 +60,14 @@ Splits load_splits(const std::string& dir, double val_split, uint64_t seed) {
   Splits s;
   auto train = data::load_mnist(dir, data::Split::train);
   s.test = data::load_mnist(dir, data::Split::test);
+  // the models have 10 outputs and the confusion matrix 10 rows: say so here, not as an index
+  // error inside the loss or the evaluation
+  for (const auto& [name, ds] : {std::pair{"training", train}, std::pair{"test", s.test}}) {
+    const auto* y = ds->labels().data<int64_t>();
+    for (int64_t i = 0; i < ds->size(); ++i)
+      EMBER_CHECK(y[i] >= 0 && y[i] < 10, dir, ": label ", y[i], " of ", name, " image ", i,
+                  " is not a class 0-9 (mnist_train trains 10-class models)");
+  }
   const int64_t n = train->size();
   const auto nv = static_cast<int64_t>(std::llround(static_cast<double>(n) * val_split));
   std::vector<int64_t> perm(static_cast<size_t>(n));
@@ -168,7 +176,10 @@ void Trainer::build_optimizer() {
 void Trainer::build_scheduler(int64_t total_steps) {
   total_steps = std::max<int64_t>(total_steps, 1);
   if (o_.scheduler == "onecycle") {
-    sched_ = std::make_unique<optim::OneCycleLR>(*opt_, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(0.25));
+    // The warm-up phase ends at step pct_start * total_steps - 1; at exactly 0 (4 steps in all) it
+    // is empty, which OneCycleLR rejects (PyTorch divides by zero there): warm up over 2 steps.
+    const double pct_start = 0.25 * static_cast<double>(total_steps) == 1.0 ? 0.5 : 0.25;
+    sched_ = std::make_unique<optim::OneCycleLR>(*opt_, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(pct_start));
   } else if (o_.scheduler == "cyclic") {
     int64_t half = std::max<int64_t>(1, total_steps / 4);  // two triangles over the run
     optim::CyclicLROptions c(o_.lr / 10, o_.lr);
