@@ -553,6 +553,12 @@ RunResult Trainer::run() {
     }
     if (!o_.save.empty()) save_checkpoint(epoch + 1, global_step_);
   }
+  if (r.epochs.empty()) {  // resumed at or past --epochs: report the loaded model, not an empty result
+    r.final_test = evaluate(test_dev_ ? test_dev_ : splits_.test);
+    r.best_test_acc = r.final_test.accuracy;
+    r.notes.push_back(str("the checkpoint is at epoch ", start_epoch_, " of ", o_.epochs,
+                          ": nothing left to train (raise --epochs to continue)"));
+  }
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
   r.steps = global_step_;
   r.train_seconds = train_total;
