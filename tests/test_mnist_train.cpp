@@ -746,6 +746,14 @@ TEST_CASE("mnist_train: resuming gives the same weights as an uninterrupted run"
   // the resumed run trains epochs 2 and 3 only
   CHECK(b2.out.find("epoch 1/3") == std::string::npos);
   CHECK(b2.out.find("epoch 3/3") != std::string::npos);
+  // resuming a finished run trains nothing and reports the loaded model's accuracy
+  RunResult done = run_app(args("3", {"--resume", full}), tmp.path());
+  require_success(done);
+  INFO(done.out);
+  CHECK(done.out.find("train loss") == std::string::npos);  // no epoch line
+  CHECK(done.out.find("0 epochs, 51 optimizer steps") != std::string::npos);
+  CHECK(done.out.find("nothing left to train") != std::string::npos);
+  CHECK(reported_test_accuracy(done.out) == reported_test_accuracy(a.out));
   // and the same run twice is bitwise the same (what makes the comparison meaningful)
   const std::string again = tmp.path() + "/again.safetensors";
   require_success(run_app(args("3", {"--save", again}), tmp.path()));
