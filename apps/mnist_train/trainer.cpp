@@ -421,7 +421,9 @@ RunResult Trainer::run() {
   }
   auto loader = make_loader(train_dev_ ? train_dev_ : splits_.train, true);
   const int64_t micro_per_epoch = loader->size();
-  const int64_t steps_per_epoch = std::max<int64_t>(1, micro_per_epoch / o_.grad_accum);
+  // With --grad-accum N the last group of an epoch may be short: it steps too, so a group never
+  // spans two epochs (the scheduler's step count is exact, and a checkpoint holds no pending grads).
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (micro_per_epoch + o_.grad_accum - 1) / o_.grad_accum);
   int64_t total_steps = steps_per_epoch * o_.epochs;
   if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
   build_scheduler(total_steps);
@@ -462,12 +464,14 @@ RunResult Trainer::run() {
     if (!o_.quiet && !o_.silent)
       logs_->progress = std::make_unique<logging::Progress>(str("epoch ", epoch + 1, "/", o_.epochs), micro_per_epoch);
     int64_t micro_in_epoch = 0, samples_in_epoch = 0;
+    micro_ = 0;
     double loss_acc = 0, correct_acc = 0;
     for (data::Batch& b : *loader) {
       mark_step_event();
       if (logs_->prof && !logs_->prof_done && global_step_ == logs_->prof_start) logs_->prof->start();
       ++micro_;
-      const bool do_step = micro_ % o_.grad_accum == 0;
+      const bool do_step = micro_ == o_.grad_accum || micro_in_epoch + 1 == micro_per_epoch;
+      if (do_step) micro_ = 0;
       if (want_graph && !graph_ && !graph_failed_ && global_step_ >= warmup && do_step) {
         if (capture_graph(b.images, b.labels)) r.graph_used = true;
         else r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
