@@ -676,6 +676,12 @@ TEST_CASE("mnist_train: short runs work with every schedule", "[mnist_train]") {
       INFO(r.out);
       CHECK(r.out.find(" " + std::to_string(steps) + " optimizer steps") != std::string::npos);
     }
+  // --grad-accum 3 over 17 micro-batches an epoch: groups of 3, 3, 3, 3, 3, 2 (the last group of an
+  // epoch steps too), so onecycle's step count matches what the run does
+  RunResult r = run_app(quick(tmp.path(), {"--epochs", "2", "--grad-accum", "3"}), tmp.path());
+  require_success(r);
+  INFO(r.out);
+  CHECK(r.out.find("2 epochs, 12 optimizer steps") != std::string::npos);
 }
 
 TEST_CASE("mnist_train: the MLP reaches 80% on 10k Fashion-MNIST samples in one CPU epoch", "[mnist_train][mnist]") {
@@ -746,6 +752,12 @@ TEST_CASE("mnist_train: resuming gives the same weights as an uninterrupted run"
   // the resumed run trains epochs 2 and 3 only
   CHECK(b2.out.find("epoch 1/3") == std::string::npos);
   CHECK(b2.out.find("epoch 3/3") != std::string::npos);
+  // the same with --grad-accum 3, whose last group of an epoch is short
+  const std::string full_acc = tmp.path() + "/full_acc.safetensors", part_acc = tmp.path() + "/part_acc.safetensors";
+  require_success(run_app(args("2", {"--grad-accum", "3", "--save", full_acc}), tmp.path()));
+  require_success(run_app(args("1", {"--grad-accum", "3", "--save", part_acc}), tmp.path()));
+  require_success(run_app(args("2", {"--grad-accum", "3", "--resume", part_acc, "--save", part_acc}), tmp.path()));
+  CHECK(read_file(part_acc) == read_file(full_acc));
   // resuming a finished run trains nothing and reports the loaded model's accuracy
   RunResult done = run_app(args("3", {"--resume", full}), tmp.path());
   require_success(done);
