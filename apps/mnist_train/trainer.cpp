@@ -111,8 +111,8 @@ struct Trainer::Logs {
   std::unique_ptr<logging::TensorBoardWriter> tb;
   std::unique_ptr<logging::Progress> progress;
   std::unique_ptr<profiler::TraceProfiler> prof;
-  bool prof_done = false;
-  int64_t prof_start = 10, prof_end = 20;
+  bool prof_started = false, prof_done = false;
+  int64_t prof_start = 10, prof_end = 20;  // optimizer steps; the window is 10 steps long
   double interval_start = 0;
   int64_t loader_waits_base = 0;
 };
@@ -427,6 +427,9 @@ RunResult Trainer::run() {
   int64_t total_steps = steps_per_epoch * o_.epochs;
   if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
   build_scheduler(total_steps);
+  // profile 10 steps after 10 of warm-up, earlier in shorter runs (a run of 10 steps or fewer
+  // is profiled from its first step)
+  logs_->prof_start = std::min<int64_t>(10, std::max<int64_t>(0, total_steps - 10));
   if (!o_.resume.empty()) {
     TrainingCheckpoint ck;
     ck.model(*model_).optimizer(*opt_);
@@ -468,7 +471,11 @@ RunResult Trainer::run() {
     double loss_acc = 0, correct_acc = 0;
     for (data::Batch& b : *loader) {
       mark_step_event();
-      if (logs_->prof && !logs_->prof_done && global_step_ == logs_->prof_start) logs_->prof->start();
+      if (logs_->prof && !logs_->prof_started && global_step_ >= logs_->prof_start) {
+        logs_->prof->start();
+        logs_->prof_started = true;
+        logs_->prof_end = global_step_ + 10;
+      }
       ++micro_;
       const bool do_step = micro_ == o_.grad_accum || micro_in_epoch + 1 == micro_per_epoch;
       if (do_step) micro_ = 0;
@@ -490,7 +497,7 @@ RunResult Trainer::run() {
         if (sched_) sched_->step();
         if (graph_) opt_->sync_hyperparameters();  // the next replay reads the new lr from the device
       }
-      if (logs_->prof && !logs_->prof_done && global_step_ == logs_->prof_end) {
+      if (logs_->prof && logs_->prof_started && !logs_->prof_done && global_step_ == logs_->prof_end) {
         runtime::AllowSyncScope allow;
         logs_->prof->stop();
         logs_->prof_done = true;
