@@ -956,6 +956,19 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
     CHECK(r.out.find("profile: ") != std::string::npos);
   }
 
+  SECTION("a short run is profiled too") {
+    const std::string short_prof = tmp.path() + "/short.json";
+    RunResult s = run_app(quick(d, {"--epochs", "1", "--max-steps", "4", "--grad-accum", "2", "--profile", short_prof}),
+                          tmp.path());
+    require_success(s);
+    nlohmann::json j;
+    REQUIRE_NOTHROW(j = nlohmann::json::parse(read_file(short_prof)));
+    int steps = 0;
+    for (const auto& e : j["traceEvents"])
+      if (e["ph"] == "X" && e["name"].get<std::string>().rfind("adam_step", 0) == 0) ++steps;
+    CHECK(steps == 4);  // every step of the run, each once
+  }
+
   SECTION("the plot: well-formed SVG with both charts") {
     const std::string svg = read_file(plot);
     std::string error;
