@@ -26,6 +26,20 @@ Device pick_device(const std::string& flag) {
   return d;
 }
 
+// Errors are one line on stderr; some messages list things on indented lines of their own.
+std::string one_line(const std::string& msg) {
+  std::string out;
+  for (size_t i = 0; i < msg.size(); ++i) {
+    if (msg[i] != '\n') {
+      out += msg[i];
+      continue;
+    }
+    while (i + 1 < msg.size() && (msg[i + 1] == ' ' || msg[i + 1] == '\t' || msg[i + 1] == '\n')) ++i;
+    if (i + 1 < msg.size()) out += ' ';
+  }
+  return out;
+}
+
 std::string describe(Device d) {
   if (d.is_cpu()) return "cpu";
   return d.str() + " (" + cuda::properties(d.index).name + ")";
@@ -65,7 +79,7 @@ int main(int argc, char** argv) {
     if (!o.plot.empty()) mnist::write_plot(o.plot, r);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mnist_train: error: %s\n", e.what());
+    std::fprintf(stderr, "mnist_train: error: %s\n", one_line(e.what()).c_str());
     return 1;
   }
 }

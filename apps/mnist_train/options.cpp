@@ -1,12 +1,43 @@
 #include "apps/mnist_train/options.h"
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
 
 #include "core/device.h"
 #include "core/error.h"
 
 namespace mnist {
+
+namespace {
+
+// CLI11's PositiveNumber and NonNegativeNumber are ranges up to DBL_MAX, and their error message
+// prints that bound in full (300 digits); this says what is wanted in a few words.
+CLI::Validator at_least(double lo, bool strict) {
+  return CLI::Validator(
+      [lo, strict](std::string& text) -> std::string {
+        double v = 0;
+        const std::string want = std::string(strict ? "a finite number > " : "a finite number >= ") + CLI::detail::to_string(lo);
+        if (!CLI::detail::lexical_cast(text, v)) return "expected " + want + ", got '" + text + "'";
+        if (!std::isfinite(v) || (strict ? !(v > lo) : !(v >= lo))) return "expected " + want + ", got " + text;
+        return std::string();
+      },
+      strict ? "POSITIVE" : "NONNEGATIVE");
+}
+
+// CLI::Range lets "nan" through (every comparison with it is false): the ranged floats check this first.
+const CLI::Validator kFinite(
+    [](std::string& text) -> std::string {
+      double v = 0;
+      if (CLI::detail::lexical_cast(text, v) && !std::isfinite(v)) return "expected a finite number, got " + text;
+      return std::string();
+    },
+    "");
+
+const CLI::Validator kPositive = at_least(0, true);
+const CLI::Validator kNonNegative = at_least(0, false);
+
+}  // namespace
 
 ParseResult parse_options(int argc, char** argv) {
   Options o;
@@ -21,6 +52,7 @@ ParseResult parse_options(int argc, char** argv) {
   app.add_option("--data", o.data, "directory with the IDX files (raw or .gz; MNIST and Fashion-MNIST names)")
       ->group("Data");
   app.add_option("--val-split", o.val_split, "fraction of the training set held out for validation")
+      ->check(kFinite)
       ->check(CLI::Range(0.0, 0.5))
       ->group("Data");
   app.add_option("--workers", o.workers, "loader worker threads (0: load in the training thread)")
@@ -42,15 +74,16 @@ ParseResult parse_options(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->group("Training");
   app.add_option("--lr", o.lr, "learning rate (the peak lr with onecycle/cyclic)")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->group("Training");
   app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->group("Training");
   app.add_option("--weight-decay", o.weight_decay, "weight decay (decoupled for adamw)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->group("Training");
   app.add_option("--momentum", o.momentum, "SGD momentum (nesterov), or Adam's beta1")
+      ->check(kFinite)
       ->check(CLI::Range(0.0, 0.9999))
       ->group("Training");
   app.add_option("--scheduler", o.scheduler, "none, onecycle, cyclic, cosine or step")
@@ -60,17 +93,20 @@ ParseResult parse_options(int argc, char** argv) {
       ->check(CLI::Range(1, 1024))
       ->group("Training");
   app.add_option("--clip-grad", o.clip_grad, "clip the gradients' total 2-norm to this (0: off)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->group("Training");
   app.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")
+      ->check(kFinite)
       ->check(CLI::Range(0.0, 0.99))
       ->group("Training");
-  app.add_option("--seed", o.seed, "seed for initialisation, shuffling, augmentation and the split")->group("Training");
+  app.add_option("--seed", o.seed, "seed for initialisation, shuffling, augmentation and the split")
+      ->check(kNonNegative)  // a uint64: without the check "-1" would wrap around
+      ->group("Training");
   app.add_flag("--deterministic", o.deterministic, "only deterministic kernels (bitwise repeatable runs)")
       ->group("Training");
   app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N")->group("Training");
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps in all (0: no limit)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNonNegative)
       ->group("Training");
 
   // speed

@@ -60,6 +60,14 @@ Splits load_splits(const std::string& dir, double val_split, uint64_t seed) {
   Splits s;
   auto train = data::load_mnist(dir, data::Split::train);
   s.test = data::load_mnist(dir, data::Split::test);
+  // the models have 10 outputs and the confusion matrix 10 rows: say so here, not as an index
+  // error inside the loss or the evaluation
+  for (const auto& [name, ds] : {std::pair{"training", train}, std::pair{"test", s.test}}) {
+    const auto* y = ds->labels().data<int64_t>();
+    for (int64_t i = 0; i < ds->size(); ++i)
+      EMBER_CHECK(y[i] >= 0 && y[i] < 10, dir, ": label ", y[i], " of ", name, " image ", i,
+                  " is not a class 0-9 (mnist_train trains 10-class models)");
+  }
   const int64_t n = train->size();
   const auto nv = static_cast<int64_t>(std::llround(static_cast<double>(n) * val_split));
   std::vector<int64_t> perm(static_cast<size_t>(n));
@@ -103,8 +111,8 @@ struct Trainer::Logs {
   std::unique_ptr<logging::TensorBoardWriter> tb;
   std::unique_ptr<logging::Progress> progress;
   std::unique_ptr<profiler::TraceProfiler> prof;
-  bool prof_done = false;
-  int64_t prof_start = 10, prof_end = 20;
+  bool prof_started = false, prof_done = false;
+  int64_t prof_start = 10, prof_end = 20;  // optimizer steps; the window is 10 steps long
   double interval_start = 0;
   int64_t loader_waits_base = 0;
 };
@@ -168,7 +176,10 @@ void Trainer::build_optimizer() {
 void Trainer::build_scheduler(int64_t total_steps) {
   total_steps = std::max<int64_t>(total_steps, 1);
   if (o_.scheduler == "onecycle") {
-    sched_ = std::make_unique<optim::OneCycleLR>(*opt_, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(0.25));
+    // The warm-up phase ends at step pct_start * total_steps - 1; at exactly 0 (4 steps in all) it
+    // is empty, which OneCycleLR rejects (PyTorch divides by zero there): warm up over 2 steps.
+    const double pct_start = 0.25 * static_cast<double>(total_steps) == 1.0 ? 0.5 : 0.25;
+    sched_ = std::make_unique<optim::OneCycleLR>(*opt_, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(pct_start));
   } else if (o_.scheduler == "cyclic") {
     int64_t half = std::max<int64_t>(1, total_steps / 4);  // two triangles over the run
     optim::CyclicLROptions c(o_.lr / 10, o_.lr);
@@ -410,10 +421,15 @@ RunResult Trainer::run() {
   }
   auto loader = make_loader(train_dev_ ? train_dev_ : splits_.train, true);
   const int64_t micro_per_epoch = loader->size();
-  const int64_t steps_per_epoch = std::max<int64_t>(1, micro_per_epoch / o_.grad_accum);
+  // With --grad-accum N the last group of an epoch may be short: it steps too, so a group never
+  // spans two epochs (the scheduler's step count is exact, and a checkpoint holds no pending grads).
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (micro_per_epoch + o_.grad_accum - 1) / o_.grad_accum);
   int64_t total_steps = steps_per_epoch * o_.epochs;
   if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
   build_scheduler(total_steps);
+  // profile 10 steps after 10 of warm-up, earlier in shorter runs (a run of 10 steps or fewer
+  // is profiled from its first step)
+  logs_->prof_start = std::min<int64_t>(10, std::max<int64_t>(0, total_steps - 10));
   if (!o_.resume.empty()) {
     TrainingCheckpoint ck;
     ck.model(*model_).optimizer(*opt_);
@@ -451,12 +467,18 @@ RunResult Trainer::run() {
     if (!o_.quiet && !o_.silent)
       logs_->progress = std::make_unique<logging::Progress>(str("epoch ", epoch + 1, "/", o_.epochs), micro_per_epoch);
     int64_t micro_in_epoch = 0, samples_in_epoch = 0;
+    micro_ = 0;
     double loss_acc = 0, correct_acc = 0;
     for (data::Batch& b : *loader) {
       mark_step_event();
-      if (logs_->prof && !logs_->prof_done && global_step_ == logs_->prof_start) logs_->prof->start();
+      if (logs_->prof && !logs_->prof_started && global_step_ >= logs_->prof_start) {
+        logs_->prof->start();
+        logs_->prof_started = true;
+        logs_->prof_end = global_step_ + 10;
+      }
       ++micro_;
-      const bool do_step = micro_ % o_.grad_accum == 0;
+      const bool do_step = micro_ == o_.grad_accum || micro_in_epoch + 1 == micro_per_epoch;
+      if (do_step) micro_ = 0;
       if (want_graph && !graph_ && !graph_failed_ && global_step_ >= warmup && do_step) {
         if (capture_graph(b.images, b.labels)) r.graph_used = true;
         else r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
@@ -475,7 +497,7 @@ RunResult Trainer::run() {
         if (sched_) sched_->step();
         if (graph_) opt_->sync_hyperparameters();  // the next replay reads the new lr from the device
       }
-      if (logs_->prof && !logs_->prof_done && global_step_ == logs_->prof_end) {
+      if (logs_->prof && logs_->prof_started && !logs_->prof_done && global_step_ == logs_->prof_end) {
         runtime::AllowSyncScope allow;
         logs_->prof->stop();
         logs_->prof_done = true;
@@ -541,6 +563,12 @@ RunResult Trainer::run() {
       logs_->tb->flush();
     }
     if (!o_.save.empty()) save_checkpoint(epoch + 1, global_step_);
+  }
+  if (r.epochs.empty()) {  // resumed at or past --epochs: report the loaded model, not an empty result
+    r.final_test = evaluate(test_dev_ ? test_dev_ : splits_.test);
+    r.best_test_acc = r.final_test.accuracy;
+    r.notes.push_back(str("the checkpoint is at epoch ", start_epoch_, " of ", o_.epochs,
+                          ": nothing left to train (raise --epochs to continue)"));
   }
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
   r.steps = global_step_;
