@@ -6,6 +6,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "kernels/autotune.h"
 
 namespace mnist {
 
@@ -115,6 +116,21 @@ ParseResult parse_options(int argc, char** argv) {
                "capture is impossible)")
       ->group("Speed");
   app.add_flag("--autotune", o.autotune, "time every kernel variant once per shape and keep the fastest")
+      ->group("Speed");
+  app.add_option("--backends", o.backends,
+                 "kernel choice per op, e.g. matmul=cublas,linear=auto,conv2d=cudnn (op or *, = default, auto, vendor "
+                 "or a variant name from bench_ops --list; applied after --autotune; the ablation sets its own)")
+      ->check(CLI::Validator(
+          [](std::string& spec) -> std::string {
+            try {
+              ember::set_backends(spec);  // validates the whole string; the trainer applies it again
+              ember::set_backend_all("");
+              return "";
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          "SPEC", "backends"))
       ->group("Speed");
   app.add_flag("--sync-debug", o.sync_debug, "report every host synchronisation inside a step, with the op")
       ->group("Speed");

@@ -36,6 +36,7 @@ struct Options {
   bool autotune = false;
   bool sync_debug = false;
   std::string amp = "off";
+  std::string backends;  // e.g. "matmul=cublas,conv2d=auto" (kernels/autotune.h set_backends)
   bool channels_last = false;
   bool zero_grad_to_none = true;
   bool sync_every_step = false;

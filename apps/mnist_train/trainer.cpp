@@ -124,6 +124,7 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
   manual_seed(o_.seed);
   if (o_.deterministic) set_deterministic(true);
   if (o_.autotune) set_backend_all("auto");
+  if (!o_.backends.empty()) set_backends(o_.backends);
   model_ = make_model(o_.model);
   if (o_.channels_last && device_.is_cuda()) {
     // after the first conv (the input has one channel, so NCHW and NHWC coincide there)
