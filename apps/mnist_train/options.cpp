@@ -127,7 +127,11 @@ ParseResult parse_options(int argc, char** argv) {
               ember::set_backend_all("");
               return "";
             } catch (const std::exception& e) {
-              return e.what();
+              // The library lists every op with kernels after an unknown op name: too long for one line here.
+              std::string msg = e.what();
+              if (size_t cut = msg.find("; ops with kernels:"); cut != std::string::npos)
+                msg = msg.substr(0, cut) + "; bench_ops --list names the ops and their variants";
+              return msg;
             }
           },
           "SPEC", "backends"))
