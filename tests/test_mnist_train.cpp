@@ -769,6 +769,14 @@ TEST_CASE("mnist_train: resuming gives the same weights as an uninterrupted run"
   CHECK(done.out.find("0 epochs, 51 optimizer steps") != std::string::npos);
   CHECK(done.out.find("nothing left to train") != std::string::npos);
   CHECK(reported_test_accuracy(done.out) == reported_test_accuracy(a.out));
+  // --max-steps stopping in the middle of epoch 2 keeps the checkpoint of epoch 1 (a resume must
+  // not skip the rest of epoch 2)
+  const std::string mid = tmp.path() + "/mid.safetensors";
+  RunResult m = run_app(args("2", {"--max-steps", "25", "--save", mid}), tmp.path());
+  require_success(m);
+  INFO(m.out);
+  CHECK(m.out.find("no checkpoint for the partial epoch") != std::string::npos);
+  CHECK(read_file(mid) == after_one);
   // and the same run twice is bitwise the same (what makes the comparison meaningful)
   const std::string again = tmp.path() + "/again.safetensors";
   require_success(run_app(args("3", {"--save", again}), tmp.path()));

@@ -563,7 +563,16 @@ RunResult Trainer::run() {
       logs_->tb->scalar("epoch/samples_per_s", er.samples_per_s, er.epoch);
       logs_->tb->flush();
     }
-    if (!o_.save.empty()) save_checkpoint(epoch + 1, global_step_);
+    if (!o_.save.empty()) {
+      // A checkpoint marks a finished epoch (resume starts the next one); a --max-steps stop in the
+      // middle of an epoch would otherwise be resumed as if the rest of that epoch had run.
+      if (micro_in_epoch == micro_per_epoch)
+        save_checkpoint(epoch + 1, global_step_);
+      else
+        r.notes.push_back(str("--max-steps stopped epoch ", epoch + 1, " after ", micro_in_epoch, " of ", micro_per_epoch,
+                              " micro-batches: no checkpoint for the partial epoch (", o_.save,
+                              epoch > start_epoch_ ? " holds the last finished one)" : " was not written)"));
+    }
   }
   if (r.epochs.empty()) {  // resumed at or past --epochs: report the loaded model, not an empty result
     r.final_test = evaluate(test_dev_ ? test_dev_ : splits_.test);
