@@ -2,7 +2,10 @@
 //
 // Exit codes: 0 success, 1 runtime error (missing data, no GPU for --device cuda, a bad
 // checkpoint ...), 2 usage error (unknown flag, bad value). Errors are one line on stderr.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <exception>
 
 #include "apps/mnist_train/ablation.h"
@@ -40,6 +43,19 @@ std::string one_line(const std::string& msg) {
   return out;
 }
 
+// Output files are checked before anything trains: a typo in --save must not cost the run.
+void check_output_path(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  EMBER_CHECK(fs::exists(dir, ec), flag, " ", path, ": the directory ", dir.string(), " does not exist");
+  EMBER_CHECK(fs::is_directory(dir, ec), flag, " ", path, ": ", dir.string(), " is not a directory");
+  EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, flag, " ", path, ": the directory ", dir.string(), " is not writable");
+  EMBER_CHECK(!fs::is_directory(p, ec), flag, " ", path, " is a directory, expected a file name");
+}
+
 std::string describe(Device d) {
   if (d.is_cpu()) return "cpu";
   return d.str() + " (" + cuda::properties(d.index).name + ")";
@@ -52,6 +68,10 @@ int main(int argc, char** argv) {
   if (!parsed.options) return parsed.exit_code;
   const mnist::Options& o = *parsed.options;
   try {
+    check_output_path("--save", o.save);
+    check_output_path("--plot", o.plot);
+    check_output_path("--profile", o.profile);
+    check_output_path("--log", o.log);
     Device device = pick_device(o.device);
     if (!o.quiet) {
       std::string why = device.is_cpu() && o.device == "auto" ? " (" + cuda::unavailable_reason() + ")" : "";
