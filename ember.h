@@ -18,4 +18,5 @@
 #include "io/safetensors.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "amp/autocast.h"
 #include "amp/grad_scaler.h"

@@ -26,8 +26,8 @@ void GradScaler::lazy_init(Device device) {
   device_ = device;
   TensorOptions f32 = TensorOptions(DType::f32).device(device);
   scale_ = full({1}, options_.init_scale_, f32);
-  growth_tracker_ = zeros({1}, TensorOptions(DType::i32).device(device));
-  skipped_ = zeros({1}, TensorOptions(DType::i64).device(device));
+  growth_tracker_ = full({1}, static_cast<double>(loaded_tracker_), TensorOptions(DType::i32).device(device));
+  skipped_ = full({1}, static_cast<double>(loaded_skipped_), TensorOptions(DType::i64).device(device));
   found_any_ = zeros({1}, f32);
   initialised_ = true;
 }
@@ -110,18 +110,19 @@ double GradScaler::scale_value() const {
 }
 
 int64_t GradScaler::skipped_steps() const {
-  if (!initialised_) return 0;
+  if (!initialised_) return loaded_skipped_;
   runtime::AllowSyncScope allow;
   return static_cast<int64_t>(skipped_.item());
 }
 
 StateDict GradScaler::state_dict() const {
+  runtime::AllowSyncScope allow;  // reads the device values back (a checkpoint is a deliberate read)
   StateDict sd;
   nlohmann::json j = {{"scale", scale_value()},
                       {"growth_factor", options_.growth_factor_},
                       {"backoff_factor", options_.backoff_factor_},
                       {"growth_interval", options_.growth_interval_},
-                      {"growth_tracker", initialised_ ? static_cast<int64_t>(growth_tracker_.item()) : 0},
+                      {"growth_tracker", initialised_ ? static_cast<int64_t>(growth_tracker_.item()) : loaded_tracker_},
                       {"skipped_steps", skipped_steps()}};
   sd.metadata["grad_scaler"] = j.dump();
   return sd;
@@ -143,13 +144,16 @@ void GradScaler::load_state_dict(const StateDict& state) {
   options_.growth_factor_ = j["growth_factor"].get<double>();
   options_.backoff_factor_ = j["backoff_factor"].get<double>();
   options_.growth_interval_ = j["growth_interval"].get<int64_t>();
-  Device d = initialised_ ? device_ : kCPU;
-  initialised_ = false;
-  lazy_init(d);
+  loaded_tracker_ = j["growth_tracker"].get<int64_t>();
+  loaded_skipped_ = j["skipped_steps"].get<int64_t>();
+  options_.init_scale_ = scale;
+  // Before the first scale() the device is unknown (a checkpoint is loaded before training
+  // resumes on the GPU): the values wait for lazy_init, which puts them on the loss's device.
+  if (!initialised_) return;
   autograd::NoGradGuard ng;
   scale_.fill_(scale);
-  growth_tracker_.fill_(static_cast<double>(j["growth_tracker"].get<int64_t>()));
-  skipped_.fill_(static_cast<double>(j["skipped_steps"].get<int64_t>()));
+  growth_tracker_.fill_(static_cast<double>(loaded_tracker_));
+  skipped_.fill_(static_cast<double>(loaded_skipped_));
 }
 
 }  // namespace ember::amp

@@ -89,6 +89,10 @@ class GradScaler : public Stateful {
   Tensor growth_tracker_;  // i32 [1]
   Tensor skipped_;         // i64 [1]
   Tensor found_any_;       // f32 [1]: the sum over optimizers, for update()
+  // A state loaded before the first scale() (resuming from a checkpoint): the device is not known
+  // yet, so these wait for lazy_init (the scale waits in options_.init_scale_).
+  int64_t loaded_tracker_ = 0;
+  int64_t loaded_skipped_ = 0;
   std::map<const optim::Optimizer*, PerOptimizer> per_opt_;
 };
 

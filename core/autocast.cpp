@@ -40,6 +40,17 @@ Scope::~Scope() {
   if (--t_state.depth == 0) t_state.cache.clear();
 }
 
+Suspend::Suspend() {
+  for (int i = 0; i < kNumDeviceTypes; ++i) {
+    prev_[i] = t_state.enabled[static_cast<size_t>(i)];
+    t_state.enabled[static_cast<size_t>(i)] = false;
+  }
+}
+
+Suspend::~Suspend() {
+  for (int i = 0; i < kNumDeviceTypes; ++i) t_state.enabled[static_cast<size_t>(i)] = prev_[i];
+}
+
 CacheStats cache_stats() { return t_state.stats; }
 void reset_cache_stats() { t_state.stats = {}; }
 void clear_cache() { t_state.cache.clear(); }

@@ -34,6 +34,21 @@ class Scope {
   DType prev_dtype_;
 };
 
+// Turns autocast off for every device type while it lives, without opening a scope (the cast
+// cache is kept). The op runner holds one around a kernel: a kernel built from other ops (the CPU
+// convolutions call the matmul op) works on the dtypes it was given, as PyTorch's autocast
+// excludes itself below an autocast op.
+class Suspend {
+ public:
+  Suspend();
+  ~Suspend();
+  Suspend(const Suspend&) = delete;
+  Suspend& operator=(const Suspend&) = delete;
+
+ private:
+  bool prev_[kNumDeviceTypes];
+};
+
 // Casts `inputs` in place according to `policy` (kernels/autocast_policy.cpp).
 void apply_policy(AutocastPolicy policy, DeviceType device, std::vector<Tensor>& inputs);
 

@@ -1,6 +1,7 @@
 // Applies an op's autocast policy to its inputs (called by the op runner; see core/autocast.h).
 #include "core/autocast.h"
 #include "core/autocast_cache.h"
+#include "core/autograd/node.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
@@ -18,7 +19,16 @@ Tensor cached_cast(const Tensor& t, DType dtype) {
       return hit;
     }
   }
-  Tensor r = cast(t, dtype);
+  Tensor r;
+  if (cacheable) {
+    // The cached cast is served to every later use in the scope, with grad mode on or off. Made
+    // under no_grad (an evaluation pass) it would carry no autograd history, and a later training
+    // pass in the same scope would silently give the weight no gradient: record it always.
+    autograd::EnableGradGuard with_grad;
+    r = cast(t, dtype);
+  } else {
+    r = cast(t, dtype);
+  }
   ++thread_cache_stats().casts;
   if (cacheable) cache.insert(t, dtype, r);
   return r;

@@ -352,7 +352,8 @@ std::vector<Tensor> call(OpId id, std::vector<Tensor> in, const Attrs& attrs) {
   {
     runtime::CurrentOpScope scope(info.name);
     profiler::Range range(info.name, v.name.c_str(), device);
-    autograd::NoGradGuard no_grad;  // kernels built from other ops record nothing
+    autograd::NoGradGuard no_grad;  // kernels built from other ops record nothing ...
+    autocast::Suspend no_autocast;  // ... and are not cast again by autocast
     v.fn(c);
   }
   if (inplace)
@@ -393,6 +394,7 @@ void call_into(OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const A
     runtime::CurrentOpScope scope(info.name);
     profiler::Range range(info.name, v.name.c_str(), device);
     autograd::NoGradGuard no_grad;
+    autocast::Suspend no_autocast;
     v.fn(c);
   }
   for (const Tensor& o : out) o.bump_version();
@@ -413,6 +415,7 @@ std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> 
   EMBER_CHECK(v.accepts(c), "variant ", v.name, " of ", info.name, " does not accept these inputs");
   runtime::CurrentOpScope scope(info.name);
   autograd::NoGradGuard no_grad;
+  autocast::Suspend no_autocast;
   v.fn(c);
   if (inplace)
     for (const Tensor& o : out) o.bump_version();
