@@ -26,19 +26,8 @@ void ChainedScheduler::step() {
   last_lr_ = group_lrs();
 }
 
-void ChainedScheduler::save_extra(Metadata& m) const {
-  for (size_t i = 0; i < schedulers_.size(); ++i)
-    for (const auto& [k, v] : schedulers_[i]->state_dict().metadata) m[std::to_string(i) + "." + k] = v;
-}
+void ChainedScheduler::save_extra(Metadata& m) const { save_children(schedulers_, m); }
 
-void ChainedScheduler::load_extra(const Metadata& m) {
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    StateDict sd;
-    std::string prefix = std::to_string(i) + ".";
-    for (const auto& [k, v] : m)
-      if (k.rfind(prefix, 0) == 0) sd.metadata[k.substr(prefix.size())] = v;
-    schedulers_[i]->load_state_dict(sd);
-  }
-}
+void ChainedScheduler::load_extra(const Metadata& m) { load_children(schedulers_, m); }
 
 }  // namespace ember::optim

@@ -83,4 +83,19 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
   step_count_ = count;
 }
 
+void LRScheduler::save_children(const std::vector<std::shared_ptr<LRScheduler>>& children, Metadata& m) {
+  for (size_t i = 0; i < children.size(); ++i)
+    for (const auto& [k, v] : children[i]->state_dict().metadata) m[std::to_string(i) + "." + k] = v;
+}
+
+void LRScheduler::load_children(const std::vector<std::shared_ptr<LRScheduler>>& children, const Metadata& m) {
+  for (size_t i = 0; i < children.size(); ++i) {
+    StateDict sd;
+    const std::string prefix = std::to_string(i) + ".";
+    for (const auto& [k, v] : m)
+      if (k.rfind(prefix, 0) == 0) sd.metadata[k.substr(prefix.size())] = v;
+    children[i]->load_state_dict(sd);
+  }
+}
+
 }  // namespace ember::optim

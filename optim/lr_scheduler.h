@@ -17,6 +17,7 @@
 // load_state_dict), as with PyTorch.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,9 @@ class LRScheduler : public Stateful {
   // Extra state of a subclass, under its own metadata keys.
   virtual void save_extra(Metadata&) const {}
   virtual void load_extra(const Metadata&) {}
+  // For schedulers made of others (SequentialLR, ChainedScheduler): each child's state under "<i>.".
+  static void save_children(const std::vector<std::shared_ptr<LRScheduler>>& children, Metadata& m);
+  static void load_children(const std::vector<std::shared_ptr<LRScheduler>>& children, const Metadata& m);
 
   Optimizer& optimizer_;
   std::vector<double> base_lrs_;

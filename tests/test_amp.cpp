@@ -20,9 +20,11 @@
 #include "kernels/registry.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "tests/amp_test_util.h"
 #include "tests/op_driver.h"
 
 using namespace ember;
+using namespace ember::amp_testing;
 
 namespace {
 
@@ -39,70 +41,11 @@ void expect_error(F&& f, const std::string& needle) {
   }
 }
 
-// Bitwise snapshot of tensors' values (f32 as raw bits, so -0/+0 and NaN payloads count).
-std::vector<std::vector<uint32_t>> bits(const std::vector<Tensor>& ts) {
-  std::vector<std::vector<uint32_t>> out;
-  for (const Tensor& t : ts) {
-    std::vector<float> v = t.to_vector<float>();
-    std::vector<uint32_t> b(v.size());
-    if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
 bool all_finite(const std::vector<Tensor>& ts) {
   for (const Tensor& t : ts)
     for (float v : t.to_vector<float>())
       if (!std::isfinite(v)) return false;
   return true;
-}
-
-void copy_values(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
-  autograd::NoGradGuard ng;
-  REQUIRE(dst.size() == src.size());
-  for (size_t i = 0; i < dst.size(); ++i) {
-    Tensor d = dst[i];
-    d.copy_(src[i]);
-  }
-}
-
-void check_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, Tol tol, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO(what << " " << i);
-    CHECK(testing::compare(got[i], want[i], tol) == "");
-  }
-}
-
-// Two Linear(8, 8) layers with a ReLU between them.
-struct TwoLayer {
-  nn::Linear l1{8, 8}, l2{8, 8};
-  Tensor operator()(const Tensor& x) { return l2(relu(l1(x))); }
-  std::vector<Tensor> params() const { return {l1->weight, l1->bias, l2->weight, l2->bias}; }
-};
-
-struct Batch {
-  Tensor x, y;
-};
-
-// Deterministic batches; the class of a row is the argmax of its first `classes` features, so the
-// data is learnable.
-std::vector<Batch> make_batches(int n, int64_t rows, int64_t features, int64_t classes, uint64_t seed) {
-  manual_seed(seed);
-  std::vector<Batch> out;
-  for (int i = 0; i < n; ++i) {
-    Tensor x = uniform({rows, features}, -1, 1);
-    out.push_back({x, argmax(x.slice(1, 0, classes), 1)});
-  }
-  return out;
-}
-
-// The batch with one input element replaced by `value` (a copy: the clean batch stays clean).
-Tensor poisoned(const Tensor& x, double value) {
-  Tensor c = x.clone();
-  c.data<float>()[3] = static_cast<float>(value);
-  return c;
 }
 
 enum class OptKind { sgd, sgd_momentum, adam };
@@ -117,14 +60,6 @@ std::unique_ptr<optim::Optimizer> make_opt(OptKind k, const std::vector<Tensor>&
 
 const char* opt_name(OptKind k) {
   return k == OptKind::sgd ? "SGD lr 1" : k == OptKind::sgd_momentum ? "SGD lr 1 momentum 0.9" : "Adam lr 1e-2";
-}
-
-// Every state tensor of every parameter, in a fixed order.
-std::vector<Tensor> opt_state(const optim::Optimizer& opt, const std::vector<Tensor>& ps) {
-  std::vector<Tensor> out;
-  for (const Tensor& p : ps)
-    for (const auto& [name, t] : opt.state(p)) out.push_back(t);
-  return out;
 }
 
 std::vector<std::string> opt_state_names(const optim::Optimizer& opt, const std::vector<Tensor>& ps) {

@@ -19,9 +19,11 @@
 #include "kernels/functional.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "tests/amp_test_util.h"
 #include "tests/op_driver.h"
 
 using namespace ember;
+using namespace ember::amp_testing;
 
 namespace {
 
@@ -32,73 +34,6 @@ constexpr DType kLowTypes[] = {DType::f16, DType::bf16};
 // tolerance: f16 (eps 2^-11) rtol 1e-2 / atol 2e-3, bf16 (eps 2^-8) rtol 5e-2 / atol 2e-2, for
 // inputs in [-1, 1) and weights at PyTorch's default initialisation scale.
 Tol vs_f32_tol(DType t) { return t == DType::f16 ? Tol{1e-2, 2e-3} : Tol{5e-2, 2e-2}; }
-
-void copy_values(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
-  autograd::NoGradGuard ng;
-  REQUIRE(dst.size() == src.size());
-  for (size_t i = 0; i < dst.size(); ++i) {
-    Tensor d = dst[i];
-    d.copy_(src[i]);
-  }
-}
-
-std::vector<std::vector<uint32_t>> bits(const std::vector<Tensor>& ts) {
-  runtime::AllowSyncScope allow;
-  std::vector<std::vector<uint32_t>> out;
-  for (const Tensor& t : ts) {
-    std::vector<float> v = t.to_vector<float>();
-    std::vector<uint32_t> b(v.size());
-    if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
-void check_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, Tol tol, const std::string& what) {
-  runtime::AllowSyncScope allow;
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO(what << " " << i);
-    CHECK(testing::compare(got[i].cpu(), want[i].cpu(), tol) == "");
-  }
-}
-
-std::vector<Tensor> opt_state(const optim::Optimizer& opt, const std::vector<Tensor>& ps) {
-  std::vector<Tensor> out;
-  for (const Tensor& p : ps)
-    for (const auto& [name, t] : opt.state(p)) out.push_back(t);
-  return out;
-}
-
-struct TwoLayer {
-  nn::Linear l1{8, 8}, l2{8, 8};
-  Tensor operator()(const Tensor& x) { return l2(relu(l1(x))); }
-  std::vector<Tensor> params() const { return {l1->weight, l1->bias, l2->weight, l2->bias}; }
-  void to(Device d) {
-    l1->to(d);
-    l2->to(d);
-  }
-};
-
-struct Batch {
-  Tensor x, y;
-};
-
-std::vector<Batch> make_batches(int n, int64_t rows, int64_t features, int64_t classes, uint64_t seed, Device d) {
-  manual_seed(seed);
-  std::vector<Batch> out;
-  for (int i = 0; i < n; ++i) {
-    Tensor x = uniform({rows, features}, -1, 1, TensorOptions().device(d));
-    out.push_back({x, argmax(x.slice(1, 0, classes), 1)});
-  }
-  return out;
-}
-
-Tensor poisoned(const Tensor& x, double value) {
-  Tensor c = x.cpu().clone();
-  c.data<float>()[3] = static_cast<float>(value);
-  return c.to(x.device());
-}
 
 }  // namespace
 

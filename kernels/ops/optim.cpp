@@ -201,20 +201,27 @@ struct SampleOpts {
 
 Tensor f32_scalar(double v, Shape shape = {}) { return full(shape, v, DType::f32); }
 
+// What every optimizer sample starts with: the hyper-parameters, found_inf, inv_scale, then the
+// params and the grads, one tensor per shape. Returns the shapes.
+std::vector<Shape> start_sample(OpSample& s, const SampleOpts& o, std::vector<double> hyper, uint64_t& seed) {
+  s.name = o.name;
+  s.gradcheck = false;
+  std::vector<Shape> shapes = sample_shapes(o.big);
+  s.inputs.push_back(tensor(hyper, DType::f64));
+  s.inputs.push_back(o.found_inf >= 0 ? f32_scalar(o.found_inf, {1}) : Tensor());
+  s.inputs.push_back(o.inv_scale >= 0 ? f32_scalar(o.inv_scale, {1}) : Tensor());
+  for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // params
+  for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // grads
+  return shapes;
+}
+
 std::vector<OpSample> sgd_samples() {
   std::vector<OpSample> out;
   uint64_t seed = 7100;
   auto mk = [&](const SampleOpts& o, std::vector<double> hyper, bool bufs, bool nesterov, bool maximize) {
     OpSample s;
-    s.name = o.name;
-    s.gradcheck = false;
-    std::vector<Shape> shapes = sample_shapes(o.big);
+    std::vector<Shape> shapes = start_sample(s, o, hyper, seed);
     int64_t n = static_cast<int64_t>(shapes.size());
-    s.inputs.push_back(tensor(hyper, DType::f64));
-    s.inputs.push_back(o.found_inf >= 0 ? f32_scalar(o.found_inf, {1}) : Tensor());
-    s.inputs.push_back(o.inv_scale >= 0 ? f32_scalar(o.inv_scale, {1}) : Tensor());
-    for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
-    for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
     if (bufs) {
       for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
       for (int64_t i = 0; i < n; ++i) s.inputs.push_back(f32_scalar(o.step));
@@ -241,15 +248,8 @@ std::vector<OpSample> adam_samples() {
   uint64_t seed = 7300;
   auto mk = [&](const SampleOpts& o, std::vector<double> hyper, bool amsgrad, bool decoupled, bool maximize) {
     OpSample s;
-    s.name = o.name;
-    s.gradcheck = false;
-    std::vector<Shape> shapes = sample_shapes(o.big);
+    std::vector<Shape> shapes = start_sample(s, o, hyper, seed);
     int64_t n = static_cast<int64_t>(shapes.size());
-    s.inputs.push_back(tensor(hyper, DType::f64));
-    s.inputs.push_back(o.found_inf >= 0 ? f32_scalar(o.found_inf, {1}) : Tensor());
-    s.inputs.push_back(o.inv_scale >= 0 ? f32_scalar(o.inv_scale, {1}) : Tensor());
-    for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // params
-    for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // grads
     bool fresh = o.step == 0;
     for (const Shape& sh : shapes)  // exp_avg
       s.inputs.push_back(fresh ? zeros(sh, DType::f64) : samples::uniform(sh, -0.1, 0.1, ++seed));

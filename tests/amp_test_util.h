@@ -1,0 +1,97 @@
+// Helpers shared by the mixed-precision suites (tests/test_amp.cpp on the CPU, tests/test_amp_gpu.cpp):
+// the two-layer model of PyTorch's GradScaler recipe, deterministic learnable batches, bitwise
+// snapshots, and comparisons that read device tensors back (allowed syncs: these are checks).
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/autograd/node.h"
+#include "core/rng.h"
+#include "core/runtime.h"
+#include "kernels/functional.h"
+#include "nn/nn.h"
+#include "optim/optim.h"
+#include "tests/op_driver.h"
+
+namespace ember::amp_testing {
+
+// Two Linear(8, 8) layers with a ReLU between them.
+struct TwoLayer {
+  nn::Linear l1{8, 8}, l2{8, 8};
+  Tensor operator()(const Tensor& x) { return l2(relu(l1(x))); }
+  std::vector<Tensor> params() const { return {l1->weight, l1->bias, l2->weight, l2->bias}; }
+  void to(Device d) {
+    l1->to(d);
+    l2->to(d);
+  }
+};
+
+struct Batch {
+  Tensor x, y;
+};
+
+// Deterministic batches; the class of a row is the argmax of its first `classes` features, so the
+// data is learnable.
+inline std::vector<Batch> make_batches(int n, int64_t rows, int64_t features, int64_t classes, uint64_t seed,
+                                       Device d = kCPU) {
+  manual_seed(seed);
+  std::vector<Batch> out;
+  for (int i = 0; i < n; ++i) {
+    Tensor x = uniform({rows, features}, -1, 1, TensorOptions().device(d));
+    out.push_back({x, argmax(x.slice(1, 0, classes), 1)});
+  }
+  return out;
+}
+
+// The batch with one input element replaced by `value` (a copy: the clean batch stays clean).
+inline Tensor poisoned(const Tensor& x, double value) {
+  Tensor c = x.cpu().clone();
+  c.data<float>()[3] = static_cast<float>(value);
+  return c.to(x.device());
+}
+
+inline void copy_values(const std::vector<Tensor>& dst, const std::vector<Tensor>& src) {
+  autograd::NoGradGuard ng;
+  REQUIRE(dst.size() == src.size());
+  for (size_t i = 0; i < dst.size(); ++i) {
+    Tensor d = dst[i];
+    d.copy_(src[i]);
+  }
+}
+
+// Bitwise snapshot of f32 tensors' values (raw bits, so -0/+0 and NaN payloads count).
+inline std::vector<std::vector<uint32_t>> bits(const std::vector<Tensor>& ts) {
+  runtime::AllowSyncScope allow;
+  std::vector<std::vector<uint32_t>> out;
+  for (const Tensor& t : ts) {
+    std::vector<float> v = t.to_vector<float>();
+    std::vector<uint32_t> b(v.size());
+    if (!v.empty()) std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+inline void check_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, Tol tol,
+                        const std::string& what) {
+  runtime::AllowSyncScope allow;
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO(what << " " << i);
+    CHECK(testing::compare(got[i].cpu(), want[i].cpu(), tol) == "");
+  }
+}
+
+// Every state tensor of every parameter, in a fixed order.
+inline std::vector<Tensor> opt_state(const optim::Optimizer& opt, const std::vector<Tensor>& ps) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : ps)
+    for (const auto& [name, t] : opt.state(p)) out.push_back(t);
+  return out;
+}
+
+}  // namespace ember::amp_testing
