@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the IDX parser's fuzz target (tests/fuzz/fuzz_idx.cpp) next to this
+"""Writes the seed corpus of the IDX parser's fuzz target (fuzz/fuzz_idx.cpp) next to this
 script. Each file is raw bytes handed to ember::data::parse_idx: valid arrays of every element type
 and awkward shapes, plus the malformed cases the parser must reject with an error. Deterministic:
 rerunning it rewrites the same files.
