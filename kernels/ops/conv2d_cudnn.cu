@@ -23,6 +23,8 @@
 
 #include <cudnn.h>
 
+#include "kernels/common/cudnn_utils.h"
+
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -35,81 +37,11 @@ namespace ember::convcuda {
 
 namespace {
 
-#define EMBER_CUDNN_CHECK(expr)                                                      \
-  do {                                                                               \
-    cudnnStatus_t ember_st_ = (expr);                                                \
-    if (ember_st_ != CUDNN_STATUS_SUCCESS) [[unlikely]]                              \
-      EMBER_FAIL("cuDNN call ", #expr, " failed: ", cudnnGetErrorString(ember_st_)); \
-  } while (0)
-
-// ---- handles: per (thread, device), pooled across threads ----
-
-struct HandlePool {
-  std::mutex mu;
-  std::vector<std::pair<int, cudnnHandle_t>> free;
-};
-HandlePool& handle_pool() {
-  static auto* p = new HandlePool();  // outlives every thread's holder
-  return *p;
-}
-struct ThreadHandles {
-  std::vector<std::pair<int, cudnnHandle_t>> mine;
-  ~ThreadHandles() {
-    std::lock_guard<std::mutex> lock(handle_pool().mu);
-    for (auto& h : mine) handle_pool().free.push_back(h);
-  }
-};
-
-// The calling thread's handle for `device` (the current device), bound to `stream`.
-cudnnHandle_t handle_for(int device, cudaStream_t stream) {
-  thread_local ThreadHandles th;
-  cudnnHandle_t h = nullptr;
-  for (auto& [d, hh] : th.mine)
-    if (d == device) h = hh;
-  if (h == nullptr) {
-    {
-      std::lock_guard<std::mutex> lock(handle_pool().mu);
-      auto& f = handle_pool().free;
-      for (size_t i = 0; i < f.size(); ++i)
-        if (f[i].first == device) {
-          h = f[i].second;
-          f.erase(f.begin() + static_cast<std::ptrdiff_t>(i));
-          break;
-        }
-    }
-    if (h == nullptr) EMBER_CUDNN_CHECK(cudnnCreate(&h));
-    th.mine.push_back({device, h});
-  }
-  EMBER_CUDNN_CHECK(cudnnSetStream(h, stream));
-  return h;
-}
+using cudnn::handle_for;
+using cudnn::TensorDesc;
+cudnnDataType_t data_type(DType t) { return cudnn::data_type(t, "cuDNN convolution"); }
 
 // ---- descriptors ----
-
-cudnnDataType_t data_type(DType t) {
-  switch (t) {
-    case DType::f32: return CUDNN_DATA_FLOAT;
-    case DType::f64: return CUDNN_DATA_DOUBLE;
-    case DType::f16: return CUDNN_DATA_HALF;
-    case DType::bf16: return CUDNN_DATA_BFLOAT16;
-    default: EMBER_FAIL("cuDNN convolution: unsupported dtype ", t);
-  }
-}
-
-struct TensorDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc() { EMBER_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d)); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  // A logical [N, C, H, W] tensor with the given element strides.
-  void set(DType t, const int64_t (&size)[4], const int64_t (&stride)[4]) {
-    EMBER_CUDNN_CHECK(cudnnSetTensor4dDescriptorEx(d, data_type(t), static_cast<int>(size[0]), static_cast<int>(size[1]),
-                                                   static_cast<int>(size[2]), static_cast<int>(size[3]),
-                                                   static_cast<int>(stride[0]), static_cast<int>(stride[1]),
-                                                   static_cast<int>(stride[2]), static_cast<int>(stride[3])));
-  }
-};
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;

@@ -9,7 +9,8 @@
 //   warp          a warp per row for every C (innermost dims only)
 //   block_2pass   a block per row, phase 2 re-reads the row from global memory (L2)
 //   block_cached  a block per row, the row kept in shared memory (rows that fit)
-// The last three exist to be compared by bench_ops and to run every kernel on every sample shape.
+//   cudnn         vendor (cudnnSoftmaxForward/Backward; f32, f64, f16): what bench_ops compares with
+// The three after `fused` exist to be compared by bench_ops and to run every kernel on every sample shape.
 //
 // Strided dims (B > 1): the cols kernel reads 32 adjacent rows per instruction, so it is coalesced
 // for any B >= 32 and fully uses 32-byte sectors from B >= 8 (f32). Its parallelism is A * B / 32
@@ -17,10 +18,16 @@
 // SMs idle, so `fused` permutes the dim innermost first (a copy in and a copy out: 3x the traffic
 // of the ideal, but a block per row). Everything else runs strided in place: permuting would move
 // every byte two extra times, which costs more than the strided kernel's partial sectors.
+#include <type_traits>
+
 #include "kernels/common/row_kernels.cuh"
 #include "kernels/functional.h"
 #include "kernels/ops/softmax.h"
 #include "kernels/registry.h"
+
+#if EMBER_WITH_CUDNN
+#include "kernels/common/cudnn_utils.h"
+#endif
 
 namespace ember {
 
@@ -132,6 +139,45 @@ bool innermost_and_fits(const KernelCall& c) {
   return static_cast<size_t>(kIn) * static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
 }
 
+#if EMBER_WITH_CUDNN
+// cuDNN's softmax (cudnnSoftmaxForward/Backward, CHANNEL mode) over the [A, C, B] view as an
+// [N=A, C, H=B, W=1] tensor: the vendor variant to compare against. ACCURATE subtracts the max
+// as ours does. cuDNN takes int dimensions, so tensors beyond 2^31 elements are left to ours.
+bool cudnn_ok(const KernelCall& c) {
+  const Tensor& x = c.in[0];
+  constexpr int64_t kMax = 0x7fffffff;
+  return x.numel() > 0 && x.numel() <= kMax && x.dtype() != DType::bf16;
+}
+
+template <bool kLog, bool kBackward>
+void softmax_cudnn(const KernelCall& c) {
+  const Tensor& x = c.in[0];
+  const Tensor& y = c.out[0];
+  const RowGeometry g = geometry_of(c);
+  cuda::DeviceScope guard(x.device());
+  cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
+  cudnn::TensorDesc desc;
+  const int64_t size[4] = {g.A, g.C, g.B, 1};
+  const int64_t stride[4] = {g.C * g.B, g.B, 1, 1};
+  desc.set(x.dtype(), size, stride, kLog ? "cuDNN log_softmax" : "cuDNN softmax");
+  const cudnnSoftmaxAlgorithm_t algo = kLog ? CUDNN_SOFTMAX_LOG : CUDNN_SOFTMAX_ACCURATE;
+  // scaling factors are double for double data, float otherwise
+  const double one_d = 1, zero_d = 0;
+  const float one_f = 1, zero_f = 0;
+  const bool dbl = x.dtype() == DType::f64;
+  const void* one = dbl ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
+  const void* zero = dbl ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
+  if constexpr (!kBackward) {
+    EMBER_CUDNN_CHECK(cudnnSoftmaxForward(h, algo, CUDNN_SOFTMAX_MODE_CHANNEL, one, desc.d, x.data_ptr(), zero,
+                                          desc.d, y.data_ptr()));
+  } else {
+    const Tensor &grad = c.in[0], &out = c.in[1];
+    EMBER_CUDNN_CHECK(cudnnSoftmaxBackward(h, algo, CUDNN_SOFTMAX_MODE_CHANNEL, one, desc.d, out.data_ptr(), desc.d,
+                                           grad.data_ptr(), zero, desc.d, y.data_ptr()));
+  }
+}
+#endif
+
 template <template <class, bool> class Policy, bool kLog>
 void register_family(OpInfo& info) {
   constexpr int kIn = Policy<float, kLog>::kIn;
@@ -144,6 +190,13 @@ void register_family(OpInfo& info) {
                     kFloatTypes, 0, innermost, "a block per row, 16-byte loads, the row read twice"});
   info.add_variant({"block_cached", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::block_cached>,
                     kFloatTypes, 0, innermost_and_fits<kIn>, "a block per row, the row kept in shared memory"});
+#if EMBER_WITH_CUDNN
+  constexpr bool kBackward = std::is_same_v<Policy<float, kLog>, SoftmaxBackwardPolicy<float, kLog>>;
+  info.add_variant({"cudnn", DeviceType::cuda, softmax_cudnn<kLog, kBackward>,
+                    DTypeSet{DType::f32, DType::f64, DType::f16}, kVendor, cudnn_ok,
+                    kBackward ? "cudnnSoftmaxBackward (CHANNEL mode over the [A, C, B] view)"
+                              : "cudnnSoftmaxForward (ACCURATE or LOG, CHANNEL mode over the [A, C, B] view)"});
+#endif
 }
 
 }  // namespace
