@@ -24,6 +24,10 @@
 #include "kernels/ops/batch_norm.h"
 #include "kernels/registry.h"
 
+#if EMBER_WITH_CUDNN
+#include "kernels/common/cudnn_utils.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -525,16 +529,159 @@ void batch_norm_backward_cuda(const KernelCall& c) {
   }
 }
 
+#if EMBER_WITH_CUDNN
+// ---- cuDNN's batch norm (legacy API, SPATIAL mode): the vendor variant to compare against ----
+// x is described as [N, C, L, 1] with its real strides (NCHW or channels-last). Scale, bias and
+// statistics are float (double for f64 data), as cuDNN requires; an undefined weight or bias is
+// passed as ones or zeros. cuDNN's saved inverse variance is 1 / sqrt(var + eps), our invstd, and
+// its running variance update uses the unbiased variance, as ours. Its backward is the training
+// formula only, so eval-mode gradients stay with our kernel; bf16 is left to ours too.
+
+// A [C] statistics-dtype tensor filled with `v` (an undefined weight or bias).
+Tensor filled(int64_t C, double v, const TensorOptions& so) {
+  Tensor t = empty({C}, so);
+  t.fill_(v);
+  return t;
+}
+
+bool cudnn_bn_ok(const KernelCall& c) {
+  const bool fwd = c.op == OpId::batch_norm;
+  const Tensor& x = fwd ? c.in[0] : c.in[1];
+  const auto& a = c.attr<BatchNormAttrs>();
+  if (!bn_supports(c) || x.numel() == 0 || x.dtype() == DType::bf16 || a.eps < CUDNN_BN_MIN_EPSILON) return false;
+  if (fwd) return a.training != 0 || (c.in[3].defined() && c.in[4].defined());
+  return a.training != 0;
+}
+
+void bn_desc(cudnn::TensorDesc& d, const Tensor& t, const BnGeom& g) {
+  const int64_t size[4] = {g.N, g.C, g.L, 1};
+  const int64_t stride[4] = {g.sn, g.sc, g.sl, 1};
+  d.set(t.dtype(), size, stride, "cuDNN batch_norm");
+}
+
+// alpha = 1, beta = 0 in the type cuDNN reads for this data (double for f64, else float).
+struct Scaling {
+  double one_d = 1, zero_d = 0;
+  float one_f = 1, zero_f = 0;
+  bool dbl;
+  explicit Scaling(DType t) : dbl(t == DType::f64) {}
+  const void* one() const { return dbl ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f); }
+  const void* zero() const { return dbl ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f); }
+};
+
+void batch_norm_cudnn(const KernelCall& c) {
+  const auto& a = c.attr<BatchNormAttrs>();
+  const Tensor x = contiguous_as(c.in[0], runs_channels_last(c.in[0]));
+  const Tensor &y = c.out[0], &save_mean = c.out[1], &save_invstd = c.out[2];
+  const BnGeom gx = bn_geometry(x), gy = bn_geometry(y);
+  const DType sd = bn_stats_dtype(x.dtype());
+  const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
+  cuda::DeviceScope scope(x.device());
+  cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
+  cudnn::TensorDesc xd, yd, pd;
+  bn_desc(xd, x, gx);
+  bn_desc(yd, y, gy);
+  EMBER_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(pd.d, xd.d, CUDNN_BATCHNORM_SPATIAL));
+  const Tensor w = c.in[1].defined() ? as_stats(c.in[1], sd) : filled(gx.C, 1, so);
+  const Tensor b = c.in[2].defined() ? as_stats(c.in[2], sd) : filled(gx.C, 0, so);
+  const Scaling k(x.dtype());
+  const Tensor &rm_in = c.in[3], &rv_in = c.in[4];
+  if (a.training == 0) {
+    const Tensor rm = as_stats(rm_in, sd), rv = as_stats(rv_in, sd);
+    EMBER_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, k.one(), k.zero(), xd.d,
+                                                              x.data_ptr(), yd.d, y.data_ptr(), pd.d, w.data_ptr(),
+                                                              b.data_ptr(), rm.data_ptr(), rv.data_ptr(), a.eps));
+    // the op's other outputs, as our kernel gives them (mean, 1 / sqrt(var + eps))
+    const int C = static_cast<int>(gx.C);
+    const int blocks = cuda::grid_for(gx.C, 256, x.device().index);
+    cudaStream_t st = cuda::stream_for(x);
+    if (sd == DType::f64)
+      eval_stats_kernel<double><<<blocks, 256, 0, st>>>(cp<double>(rm), cp<double>(rv), mp<double>(save_mean),
+                                                        mp<double>(save_invstd), C, a.eps);
+    else
+      eval_stats_kernel<float><<<blocks, 256, 0, st>>>(cp<float>(rm), cp<float>(rv), mp<float>(save_mean),
+                                                       mp<float>(save_invstd), C, a.eps);
+    EMBER_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const bool update = rm_in.defined();
+  Tensor rm, rv;
+  if (update) {
+    rm = rm_in.dtype() == sd ? rm_in : rm_in.to(sd);
+    rv = rv_in.dtype() == sd ? rv_in : rv_in.to(sd);
+  }
+  EMBER_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+      h, CUDNN_BATCHNORM_SPATIAL, k.one(), k.zero(), xd.d, x.data_ptr(), yd.d, y.data_ptr(), pd.d, w.data_ptr(),
+      b.data_ptr(), a.momentum, update ? rm.data_ptr() : nullptr, update ? rv.data_ptr() : nullptr, a.eps,
+      save_mean.data_ptr(), save_invstd.data_ptr()));
+  if (update) {
+    if (!rm.is_same(rm_in)) {
+      Tensor t = rm_in;
+      t.copy_(rm);
+    }
+    if (!rv.is_same(rv_in)) {
+      Tensor t = rv_in;
+      t.copy_(rv);
+    }
+    rm_in.bump_version();
+    rv_in.bump_version();
+  }
+}
+
+void batch_norm_backward_cudnn(const KernelCall& c) {
+  const auto& a = c.attr<BatchNormAttrs>();
+  const bool cl = runs_channels_last(c.in[1]);
+  const Tensor x = contiguous_as(c.in[1], cl), gy = contiguous_as(c.in[0], cl);
+  const Tensor& dx = c.out[0];
+  const Tensor &dweight_out = c.out[1], &dbias_out = c.out[2];
+  const BnGeom gx = bn_geometry(x), gg = bn_geometry(gy), gd = bn_geometry(dx);
+  const DType sd = bn_stats_dtype(x.dtype());
+  const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
+  cuda::DeviceScope scope(x.device());
+  cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
+  cudnn::TensorDesc xd, gd_desc, dxd, pd;
+  bn_desc(xd, x, gx);
+  bn_desc(gd_desc, gy, gg);
+  bn_desc(dxd, dx, gd);
+  EMBER_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(pd.d, xd.d, CUDNN_BATCHNORM_SPATIAL));
+  const Tensor w = c.in[2].defined() ? as_stats(c.in[2], sd) : filled(gx.C, 1, so);
+  const Tensor mean = as_stats(c.in[3], sd), invstd = as_stats(c.in[4], sd);
+  Tensor dweight = dweight_out.dtype() == sd ? dweight_out : empty({gx.C}, so);
+  Tensor dbias = dbias_out.dtype() == sd ? dbias_out : empty({gx.C}, so);
+  const Scaling k(x.dtype());
+  EMBER_CUDNN_CHECK(cudnnBatchNormalizationBackward(
+      h, CUDNN_BATCHNORM_SPATIAL, k.one(), k.zero(), k.one(), k.zero(), xd.d, x.data_ptr(), gd_desc.d, gy.data_ptr(),
+      dxd.d, dx.data_ptr(), pd.d, w.data_ptr(), dweight.data_ptr(), dbias.data_ptr(), a.eps, mean.data_ptr(),
+      invstd.data_ptr()));
+  if (!dweight.is_same(dweight_out)) {
+    Tensor t = dweight_out;
+    t.copy_(dweight);
+  }
+  if (!dbias.is_same(dbias_out)) {
+    Tensor t = dbias_out;
+    t.copy_(dbias);
+  }
+}
+#endif  // EMBER_WITH_CUDNN
+
 }  // namespace
 
 void register_cuda_batch_norm(OpInfo& info) {
   info.add_variant({"cuda", DeviceType::cuda, batch_norm_cuda, kFloatTypes, 0, bn_supports,
                     "Welford partials per block + normalise (2 kernels, deterministic), NCHW or channels-last"});
+#if EMBER_WITH_CUDNN
+  info.add_variant({"cudnn", DeviceType::cuda, batch_norm_cudnn, DTypeSet{DType::f32, DType::f64, DType::f16}, kVendor,
+                    cudnn_bn_ok, "cudnnBatchNormalizationForwardTraining / ForwardInference (SPATIAL)"});
+#endif
 }
 
 void register_cuda_batch_norm_backward(OpInfo& info) {
   info.add_variant({"cuda", DeviceType::cuda, batch_norm_backward_cuda, kFloatTypes, 0, bn_supports,
                     "per-block (sum g, sum g (x - mean)) partials + fused dx/dweight/dbias (2 kernels)"});
+#if EMBER_WITH_CUDNN
+  info.add_variant({"cudnn", DeviceType::cuda, batch_norm_backward_cudnn, DTypeSet{DType::f32, DType::f64, DType::f16},
+                    kVendor, cudnn_bn_ok, "cudnnBatchNormalizationBackward (SPATIAL, training mode)"});
+#endif
 }
 
 }  // namespace ember
