@@ -14,6 +14,10 @@
 #include "kernels/ops/pool.h"
 #include "kernels/registry.h"
 
+#if EMBER_WITH_CUDNN
+#include "kernels/common/cudnn_utils.h"
+#endif
+
 namespace ember {
 
 namespace {
@@ -318,6 +322,55 @@ void adaptive_backward_cuda(const KernelCall& c) {
   });
 }
 
+#if EMBER_WITH_CUDNN
+// cuDNN's average pooling forward (cudnnPoolingForward, AVERAGE_COUNT_INCLUDE/EXCLUDE_PADDING, which
+// are count_include_pad), the vendor variant to compare against. Descriptors carry the real strides
+// (NCHW or channels-last). Max pooling has no cuDNN variant: cuDNN does not return the argmax
+// indices the backward op reads.
+bool cudnn_avg_ok(const KernelCall& c) {
+  const Tensor& x = c.in[0];
+  return x.numel() > 0 && x.numel() <= 0x7fffffff && c.out[0].numel() > 0 && x.dtype() != DType::bf16;
+}
+
+void nchw_desc(cudnn::TensorDesc& d, const Tensor& t) {
+  const int64_t size[4] = {t.shape()[0], t.shape()[1], t.shape()[2], t.shape()[3]};
+  const int64_t stride[4] = {t.strides()[0], t.strides()[1], t.strides()[2], t.strides()[3]};
+  d.set(t.dtype(), size, stride, "cuDNN avg_pool2d");
+}
+
+struct PoolingDesc {
+  cudnnPoolingDescriptor_t d = nullptr;
+  PoolingDesc() { EMBER_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&d)); }
+  ~PoolingDesc() { cudnnDestroyPoolingDescriptor(d); }
+  PoolingDesc(const PoolingDesc&) = delete;
+  PoolingDesc& operator=(const PoolingDesc&) = delete;
+};
+
+void avg_pool2d_cudnn(const KernelCall& c) {
+  const bool cl = runs_channels_last(c.in[0]);
+  const Tensor x = contiguous_as(c.in[0], cl);
+  const Tensor& y = c.out[0];
+  const auto& a = c.attr<PoolAttrs>();
+  cuda::DeviceScope scope(x.device());
+  cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
+  cudnn::TensorDesc xd, yd;
+  nchw_desc(xd, x);
+  nchw_desc(yd, y);
+  PoolingDesc pd;
+  const cudnnPoolingMode_t mode =
+      a.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+  EMBER_CUDNN_CHECK(cudnnSetPooling2dDescriptor(pd.d, mode, CUDNN_PROPAGATE_NAN, static_cast<int>(a.kernel[0]),
+                                                static_cast<int>(a.kernel[1]), static_cast<int>(a.padding[0]),
+                                                static_cast<int>(a.padding[1]), static_cast<int>(a.stride[0]),
+                                                static_cast<int>(a.stride[1])));
+  const double one_d = 1, zero_d = 0;
+  const float one_f = 1, zero_f = 0;
+  const bool dbl = x.dtype() == DType::f64;
+  EMBER_CUDNN_CHECK(cudnnPoolingForward(h, pd.d, dbl ? static_cast<const void*>(&one_d) : &one_f, xd.d, x.data_ptr(),
+                                        dbl ? static_cast<const void*>(&zero_d) : &zero_f, yd.d, y.data_ptr()));
+}
+#endif
+
 }  // namespace
 
 void register_cuda_max_pool2d(OpInfo& info) {
@@ -330,6 +383,10 @@ void register_cuda_max_pool2d_backward(OpInfo& info) {
 }
 void register_cuda_avg_pool2d(OpInfo& info) {
   info.add_variant({"cuda", DeviceType::cuda, avg_pool2d_cuda, kFloatTypes, 0, nullptr, "thread per output"});
+#if EMBER_WITH_CUDNN
+  info.add_variant({"cudnn", DeviceType::cuda, avg_pool2d_cudnn, DTypeSet{DType::f32, DType::f64, DType::f16}, kVendor,
+                    cudnn_avg_ok, "cudnnPoolingForward (AVERAGE, count_include_pad as the mode)"});
+#endif
 }
 void register_cuda_avg_pool2d_backward(OpInfo& info) {
   info.add_variant({"cuda", DeviceType::cuda, avg_pool2d_backward_cuda, kFloatTypes, 0, nullptr,
