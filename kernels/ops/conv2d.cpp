@@ -842,7 +842,9 @@ std::vector<BenchCase> conv_benches(int kind) {
     std::vector<std::pair<DType, bool>> configs;  // dtype, channels-last
     if (mnist) configs = {{DType::f32, false}, {DType::bf16, false}};
     else configs = {{DType::f32, false}, {DType::f16, true}, {DType::bf16, true}};
-    for (auto [dt, cl] : configs) {
+    for (const auto& config : configs) {
+      const DType dt = config.first;  // not a structured binding: clang 14 cannot capture those
+      const bool cl = config.second;
       Conv2dOptions o = opts(b.stride, b.stride, b.pad, b.pad);
       ConvGeom g = conv_geometry("conv2d", {b.N, b.C, b.H, b.W}, {b.K, b.C, b.R, b.R}, conv2d_attrs(o));
       Conv2dAttrs attrs = kind == 0 ? conv2d_attrs(o) : kind == 1 ? conv2d_attrs(o, g.H, g.W) : conv2d_attrs(o, g.R, g.S);
