@@ -354,6 +354,14 @@ Tensor as_stats(const Tensor& t, DType s) {
   return t.to(s).contiguous();
 }
 
+// Writes `computed` into `out` when they differ (the statistics-dtype copy of a 16-bit parameter,
+// running statistic or gradient).
+void write_back(const Tensor& computed, const Tensor& out) {
+  if (computed.is_same(out)) return;
+  Tensor t = out;
+  t.copy_(computed);
+}
+
 // Splits of the reduction dim: ~4 blocks per SM in all, each split >= 8 images (planar) or 64 rows.
 BnDims bn_dims(const BnGeom& g, int sms) {
   BnDims d{};
@@ -442,14 +450,8 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g) {
     EMBER_CUDA_CHECK_LAUNCH();
   }
   if (update) {
-    if (!rm.is_same(rm_in)) {
-      Tensor t = rm_in;
-      t.copy_(rm);
-    }
-    if (!rv.is_same(rv_in)) {
-      Tensor t = rv_in;
-      t.copy_(rv);
-    }
+    write_back(rm, rm_in);
+    write_back(rv, rv_in);
     rm_in.bump_version();
     rv_in.bump_version();
   }
@@ -505,14 +507,8 @@ void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const
       EMBER_CUDA_CHECK_LAUNCH();
     }
   }
-  if (!dweight.is_same(dweight_out)) {
-    Tensor t = dweight_out;
-    t.copy_(dweight);
-  }
-  if (!dbias.is_same(dbias_out)) {
-    Tensor t = dbias_out;
-    t.copy_(dbias);
-  }
+  write_back(dweight, dweight_out);
+  write_back(dbias, dbias_out);
 }
 
 void batch_norm_backward_cuda(const KernelCall& c) {
@@ -615,14 +611,8 @@ void batch_norm_cudnn(const KernelCall& c) {
       b.data_ptr(), a.momentum, update ? rm.data_ptr() : nullptr, update ? rv.data_ptr() : nullptr, a.eps,
       save_mean.data_ptr(), save_invstd.data_ptr()));
   if (update) {
-    if (!rm.is_same(rm_in)) {
-      Tensor t = rm_in;
-      t.copy_(rm);
-    }
-    if (!rv.is_same(rv_in)) {
-      Tensor t = rv_in;
-      t.copy_(rv);
-    }
+    write_back(rm, rm_in);
+    write_back(rv, rv_in);
     rm_in.bump_version();
     rv_in.bump_version();
   }
@@ -653,14 +643,8 @@ void batch_norm_backward_cudnn(const KernelCall& c) {
       h, CUDNN_BATCHNORM_SPATIAL, k.one(), k.zero(), k.one(), k.zero(), xd.d, x.data_ptr(), gd_desc.d, gy.data_ptr(),
       dxd.d, dx.data_ptr(), pd.d, w.data_ptr(), dweight.data_ptr(), dbias.data_ptr(), a.eps, mean.data_ptr(),
       invstd.data_ptr()));
-  if (!dweight.is_same(dweight_out)) {
-    Tensor t = dweight_out;
-    t.copy_(dweight);
-  }
-  if (!dbias.is_same(dbias_out)) {
-    Tensor t = dbias_out;
-    t.copy_(dbias);
-  }
+  write_back(dweight, dweight_out);
+  write_back(dbias, dbias_out);
 }
 #endif  // EMBER_WITH_CUDNN
 
