@@ -29,6 +29,7 @@ void GradScaler::lazy_init(Device device) {
   growth_tracker_ = full({1}, static_cast<double>(loaded_tracker_), TensorOptions(DType::i32).device(device));
   skipped_ = full({1}, static_cast<double>(loaded_skipped_), TensorOptions(DType::i64).device(device));
   found_any_ = zeros({1}, f32);
+  one_ = ones({1}, f32);
   initialised_ = true;
 }
 
@@ -63,7 +64,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
                     " but the loss was scaled on ", device_);
         grads.push_back(p.grad());
       }
-  Tensor inv = div(ones({1}, TensorOptions(DType::f32).device(device_)), scale_);  // on the device: no sync
+  Tensor inv = div(one_, scale_);  // on the device: no sync
   amp_unscale_(grads, s.found_inf, inv);
   s.stage = Stage::unscaled;
 }

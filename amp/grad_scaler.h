@@ -89,6 +89,7 @@ class GradScaler : public Stateful {
   Tensor growth_tracker_;  // i32 [1]
   Tensor skipped_;         // i64 [1]
   Tensor found_any_;       // f32 [1]: the sum over optimizers, for update()
+  Tensor one_;             // f32 [1] = 1, the numerator of 1 / scale in unscale_ (not re-made per step)
   // A state loaded before the first scale() (resuming from a checkpoint): the device is not known
   // yet, so these wait for lazy_init (the scale waits in options_.init_scale_).
   int64_t loaded_tracker_ = 0;
