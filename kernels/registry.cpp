@@ -96,6 +96,10 @@ std::atomic<AutotuneFn> g_autotune{nullptr};
 }  // namespace
 
 bool Variant::accepts(const KernelCall& c) const {
+#if EMBER_CUDA_SIM
+  // Vendor libraries (cuBLAS, cuDNN) ship machine code for real GPUs only.
+  if (flags & kVendor) return false;
+#endif
   // Every floating operand must be a supported dtype; ops without floating operands (integer
   // math, fill of an int tensor) are judged by their first operand.
   bool any_float = false;
@@ -115,10 +119,41 @@ bool Variant::accepts(const KernelCall& c) const {
   return supports == nullptr || supports(c);
 }
 
+namespace {
+constexpr int kMaxVariants = 1024;
+std::atomic<int> g_next_variant{0};
+std::atomic<uint64_t> g_variant_runs[kMaxVariants][kNumDTypes];
+
+// The dtype a call is counted under: the most common dtype among its floating operands (an
+// optimizer step's f16 params and grads, not its f64 hyper-parameters), else its first operand's.
+DType call_dtype(const KernelCall& c) {
+  int count[kNumDTypes] = {};
+  const Tensor* first = nullptr;
+  for (std::span<const Tensor> ts : {c.in, std::span<const Tensor>(c.out)})
+    for (const Tensor& t : ts) {
+      if (!t.defined()) continue;
+      if (first == nullptr) first = &t;
+      if (is_floating(t.dtype())) ++count[static_cast<int>(t.dtype())];
+    }
+  int best = -1;
+  for (int d = 0; d < kNumDTypes; ++d)
+    if (count[d] > 0 && (best < 0 || count[d] > count[best])) best = d;
+  if (best >= 0) return static_cast<DType>(best);
+  return first != nullptr ? first->dtype() : DType::f32;
+}
+}  // namespace
+
 void OpInfo::add_variant(Variant v) {
   for (const Variant& o : variants)
     EMBER_CHECK(!(o.name == v.name && o.device == v.device), "op ", name, ": variant ", v.name, " registered twice");
+  v.index = g_next_variant.fetch_add(1);
+  EMBER_CHECK(v.index < kMaxVariants, "op registry: more than ", kMaxVariants, " variants");
   variants.push_back(std::move(v));
+}
+
+uint64_t variant_runs(const Variant& v, DType dtype) {
+  if (v.index < 0) return 0;
+  return g_variant_runs[v.index][static_cast<int>(dtype)].load(std::memory_order_relaxed);
 }
 
 const Variant* OpInfo::default_variant(const KernelCall& c, DeviceType d) const {
@@ -323,6 +358,20 @@ Device run_device(const OpInfo& info, std::span<const Tensor> in) {
 
 }  // namespace
 
+namespace {
+// The one place a kernel variant runs: the op's name for error messages and sync-debug, a profiler
+// range, no autograd recording and no autocast inside (kernels built from other ops stay as they
+// are), and the run count.
+void run_variant(const OpInfo& info, const Variant& v, const KernelCall& c, Device device) {
+  if (v.index >= 0) g_variant_runs[v.index][static_cast<int>(call_dtype(c))].fetch_add(1, std::memory_order_relaxed);
+  runtime::CurrentOpScope scope(info.name);
+  profiler::Range range(info.name, v.name.c_str(), device);
+  autograd::NoGradGuard no_grad;
+  autocast::Suspend no_autocast;
+  v.fn(c);
+}
+}  // namespace
+
 std::vector<Tensor> call(OpId id, std::vector<Tensor> in, const Attrs& attrs) {
   const OpInfo& info = op_info(id);
   Device device = run_device(info, in);
@@ -348,14 +397,7 @@ std::vector<Tensor> call(OpId id, std::vector<Tensor> in, const Attrs& attrs) {
                   o.describe(), "); run it under NoGradGuard or use the out-of-place op");
   }
   KernelCall c{id, in, out, attrs};
-  const Variant& v = select_variant(info, c, device.type);
-  {
-    runtime::CurrentOpScope scope(info.name);
-    profiler::Range range(info.name, v.name.c_str(), device);
-    autograd::NoGradGuard no_grad;  // kernels built from other ops record nothing ...
-    autocast::Suspend no_autocast;  // ... and are not cast again by autocast
-    v.fn(c);
-  }
+  run_variant(info, select_variant(info, c, device.type), c, device);
   if (inplace)
     for (const Tensor& o : out) o.bump_version();
   if (need_grad) record(info, in, out, attrs);
@@ -389,14 +431,7 @@ void call_into(OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const A
                 " must be contiguous for this op");
   }
   KernelCall c{id, in, out, attrs};
-  const Variant& v = select_variant(info, c, device.type);
-  {
-    runtime::CurrentOpScope scope(info.name);
-    profiler::Range range(info.name, v.name.c_str(), device);
-    autograd::NoGradGuard no_grad;
-    autocast::Suspend no_autocast;
-    v.fn(c);
-  }
+  run_variant(info, select_variant(info, c, device.type), c, device);
   for (const Tensor& o : out) o.bump_version();
 }
 
@@ -413,10 +448,7 @@ std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> 
   std::vector<Tensor> out = allocate_outputs(info, in, attrs, device, &inplace);
   KernelCall c{id, in, out, attrs};
   EMBER_CHECK(v.accepts(c), "variant ", v.name, " of ", info.name, " does not accept these inputs");
-  runtime::CurrentOpScope scope(info.name);
-  autograd::NoGradGuard no_grad;
-  autocast::Suspend no_autocast;
-  v.fn(c);
+  run_variant(info, v, c, device);
   if (inplace)
     for (const Tensor& o : out) o.bump_version();
   return out;

@@ -100,6 +100,7 @@ struct Variant {
   uint32_t flags = 0;
   bool (*supports)(const KernelCall&) = nullptr;  // extra applicability check (shapes, alignment)
   std::string note;                               // one line: what this version does
+  int index = -1;                                  // set by add_variant: its slot in variant_runs()
   bool accepts(const KernelCall& c) const;
 };
 
@@ -222,6 +223,11 @@ Tensor call1(OpId id, std::vector<Tensor> inputs, const Attrs& attrs = {});
 void call_into(OpId id, std::vector<Tensor> inputs, std::vector<Tensor> outputs, const Attrs& attrs = {});
 // Runs one given variant of an op into freshly allocated outputs, no autograd (tests, bench).
 std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> inputs, const Attrs& attrs = {});
+
+// How often variant `v` has run in this process, per dtype of its call (the most common dtype of its
+// floating operands, else its first operand's): the GPU suites use it to show that every kernel ran
+// (tests/main_gpu.cpp).
+uint64_t variant_runs(const Variant& v, DType dtype);
 
 // ---- variant selection ----
 

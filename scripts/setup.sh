@@ -12,6 +12,7 @@ PACKAGES=(
   nlohmann-json3-dev     # safetensors headers, JSON logs
   libstb-dev             # ImageFolder decoding (stb_image)
   libcli11-dev           # command lines of the programs
+  libboost-context-dev   # the SIMT simulator's fibers (-DEMBER_CUDA_SIM=ON)
   dataset-fashion-mnist  # the main job's data: /usr/share/datasets/fashion-mnist
   python3 python3-pip    # interop tests (safetensors), helper scripts
 )

@@ -19,7 +19,10 @@
 // relaxed capture mode (cudaMalloc is not a stream operation and is legal then).
 //
 // EMBER_CUDA_ALLOC=passthrough: every allocation is a cudaMalloc and every free a cudaFree, so
-// compute-sanitizer sees each buffer's true bounds.
+// compute-sanitizer sees each buffer's true bounds. The SIMT simulator needs no such mode: the
+// allocator tells it, in stream order, how much of each block a tensor uses and when the block goes
+// back to the free list (annotate below), so it catches reads past a tensor's end and uses after
+// free inside cached blocks.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -35,6 +38,9 @@
 #include "core/cuda/runtime.h"
 #include "core/runtime.h"
 #include "core/storage.h"
+#if EMBER_CUDA_SIM
+#include "core/cuda/sim/sim.h"
+#endif
 
 namespace ember::cuda {
 
@@ -60,6 +66,17 @@ using FreeKey = std::tuple<uint64_t, cudaStream_t, size_t>;
 
 thread_local std::array<uint64_t, kMaxDevices> t_pool{};  // active private pool per device (0 = shared)
 std::atomic<uint64_t> g_next_pool{1};
+
+// The part of block `p` a tensor now uses (0: back in the free list), in `s` order; nothing on a GPU.
+inline void annotate(void* p, size_t bytes, cudaStream_t s) {
+#if EMBER_CUDA_SIM
+  sim::annotate_block(p, bytes, s);
+#else
+  static_cast<void>(p);
+  static_cast<void>(bytes);
+  static_cast<void>(s);
+#endif
+}
 
 // Runs cudaMalloc/cudaEventCreate in relaxed capture mode so they are legal while this thread
 // captures a graph.
@@ -105,6 +122,7 @@ class DeviceAllocator {
       auto* b = new Block{p, nbytes, stream, 0, {}};
       live_[p] = b;
       add_allocated(nbytes);
+      annotate(p, nbytes, stream);
       return p;
     }
     size_t size = allocator_round_size(nbytes);
@@ -117,12 +135,14 @@ class DeviceAllocator {
       ++stats_.num_cache_hits;
       live_[b->ptr] = b;
       add_allocated(b->size);
+      annotate(b->ptr, nbytes, stream);
       return b->ptr;
     }
     void* p = device_malloc(size, nbytes, stream);
     auto* b = new Block{p, size, stream, pool, {}};
     live_[p] = b;
     add_allocated(size);
+    annotate(p, nbytes, stream);
     return p;
   }
 
@@ -155,6 +175,7 @@ class DeviceAllocator {
       return;
     }
     b->uses.clear();
+    annotate(b->ptr, 0, b->stream);
     free_[FreeKey{b->pool, b->stream, b->size}].push_back(b);
   }
 
@@ -276,6 +297,7 @@ class DeviceAllocator {
       for (cudaEvent_t e : it->events) events_.push_back(e);
       Block* b = it->block;
       if (!pools_alive_.count(b->pool) && b->pool != 0) b->pool = 0;
+      annotate(b->ptr, 0, b->stream);
       free_[FreeKey{b->pool, b->stream, b->size}].push_back(b);
       it = pending_.erase(it);
     }

@@ -19,6 +19,23 @@
 // set on every call; the workspace (32 MiB on sm_90, 4 MiB before, as NVIDIA recommends) comes from
 // the caching allocator on the current stream, so it is graph-capture safe and costs no cudaMalloc
 // in steady state. cuBLASLt's algorithm choice (its heuristic query) is cached per problem shape.
+#if EMBER_CUDA_SIM
+// The simulator runs ember's own kernels from their source; cuBLAS ships only machine code for real
+// GPUs. Its variants stay registered (so they are listed) and refuse every call here.
+#include "kernels/gemm/gemm_common.cuh"
+
+namespace ember::gemm {
+namespace {
+[[noreturn]] void no_vendor(const char* lib) {
+  EMBER_FAIL(lib, " is not available in the simulator build (-DEMBER_CUDA_SIM=ON): vendor libraries run on a GPU only");
+}
+}  // namespace
+void run_cublas(const Problem&) { no_vendor("cuBLAS"); }
+void run_cublaslt(const Problem&) { no_vendor("cuBLASLt"); }
+bool cublaslt_accepts(int64_t, int64_t, int64_t, int) { return false; }
+}  // namespace ember::gemm
+
+#else
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -281,8 +298,7 @@ void run_cublas(const Problem& p) {
       auto* C = static_cast<scalar_t*>(p.c);
       auto* bias = static_cast<const scalar_t*>(p.bias);
       unsigned grid = cuda::grid_for(total, 256, p.device.index);
-      bias_fill_kernel<scalar_t><<<grid, 256, 0, stream>>>(C, bias, p.M, p.N, p.c_rs, p.c_bs, total);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(bias_fill_kernel<scalar_t>, grid, 256, 0, stream, C, bias, p.M, p.N, p.c_rs, p.c_bs, total);
     });
   }
   const float alpha_f = 1.f, beta_f = p.bias != nullptr ? 1.f : 0.f;
@@ -303,9 +319,8 @@ void run_cublas(const Problem& p) {
   if (p.act == 1) {
     EMBER_DISPATCH_FLOAT(p.dtype, "cuBLAS gemm relu", [&] {
       unsigned grid = cuda::grid_for(total, 256, p.device.index);
-      relu_inplace_kernel<scalar_t><<<grid, 256, 0, stream>>>(static_cast<scalar_t*>(p.c), p.M, p.N, p.c_rs, p.c_bs,
-                                                             total);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(relu_inplace_kernel<scalar_t>, grid, 256, 0, stream, static_cast<scalar_t*>(p.c), p.M, p.N, p.c_rs,
+                   p.c_bs, total);
     });
   }
 }
@@ -427,3 +442,5 @@ void run_cublaslt(const Problem& p) {
 }
 
 }  // namespace ember::gemm
+
+#endif  // EMBER_CUDA_SIM
