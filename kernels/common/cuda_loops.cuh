@@ -38,13 +38,13 @@ struct OffsetCalc {
 
   template <class Index>
   __device__ __forceinline__ void get(Index linear, int64_t (&off)[N]) const {
-#pragma unroll
+EMBER_UNROLL
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = ndim - 1; d >= 0; --d) {
       Index size = static_cast<Index>(sizes[d]);
       Index i = linear % size;
       linear /= size;
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < N; ++k) off[k] += static_cast<int64_t>(i) * strides[k][d];
     }
   }
@@ -64,7 +64,7 @@ __device__ __forceinline__ void vec_step(const F& f, Out* __restrict__ out, cons
   ::cuda::std::tuple<AlignedVec<Ins, VEC>...> loaded{
       *reinterpret_cast<const AlignedVec<Ins, VEC>*>(reinterpret_cast<const Ins*>(in.p[I]) + i)...};
   AlignedVec<Out, VEC> r;
-#pragma unroll
+EMBER_UNROLL
   for (int j = 0; j < VEC; ++j) r.v[j] = static_cast<Out>(f(::cuda::std::get<I>(loaded).v[j]...));
   *reinterpret_cast<AlignedVec<Out, VEC>*>(out + i) = r;
 }
@@ -129,9 +129,8 @@ void gpu_map(const ElementwiseLayout& L, std::array<const Tensor*, 1 + sizeof...
   if (L.contiguous() && aligned) {
     constexpr int VEC = 16 / detail::max_size<Out, Ins...>() > 0 ? 16 / detail::max_size<Out, Ins...>() : 1;
     unsigned grid = cuda::grid_for((L.numel + VEC - 1) / VEC, kThreads, device);
-    detail::elementwise_vec_kernel<VEC, Out, F, Ins...>
-        <<<grid, kThreads, 0, stream>>>(L.numel, f, static_cast<Out*>(operands[0]->data_ptr()), in);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(detail::elementwise_vec_kernel<VEC, Out, F, Ins...>, grid, kThreads, 0, stream, L.numel, f,
+                 static_cast<Out*>(operands[0]->data_ptr()), in);
     return;
   }
 
@@ -145,13 +144,12 @@ void gpu_map(const ElementwiseLayout& L, std::array<const Tensor*, 1 + sizeof...
   char* out = static_cast<char*>(operands[0]->data_ptr());
   unsigned grid = cuda::grid_for(L.numel, kThreads, device);
   if (L.numel <= INT32_MAX) {
-    detail::elementwise_strided_kernel<uint32_t, Out, F, Ins...>
-        <<<grid, kThreads, 0, stream>>>(static_cast<uint32_t>(L.numel), f, calc, out, in);
+    cuda::launch(detail::elementwise_strided_kernel<uint32_t, Out, F, Ins...>, grid, kThreads, 0, stream,
+                 static_cast<uint32_t>(L.numel), f, calc, out, in);
   } else {
-    detail::elementwise_strided_kernel<int64_t, Out, F, Ins...>
-        <<<grid, kThreads, 0, stream>>>(L.numel, f, calc, out, in);
+    cuda::launch(detail::elementwise_strided_kernel<int64_t, Out, F, Ins...>, grid, kThreads, 0, stream, L.numel, f,
+                 calc, out, in);
   }
-  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace ember

@@ -1,4 +1,5 @@
-// Small helpers every .cu file uses: the stream to launch on, a device guard, grid sizing.
+// Small helpers every .cu file uses: the stream to launch on, a device guard, grid sizing; and, through
+// core/cuda/kernel.cuh, cuda::launch and the EMBER_SHARED macros every kernel is written with.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include "core/cuda/check.h"
+#include "core/cuda/kernel.cuh"
 #include "core/cuda/runtime.h"
 #include "core/tensor.h"
 

@@ -109,7 +109,7 @@ __device__ __forceinline__ void online_merge(Acc& m, Acc& s, Acc m2, Acc s2) {
 template <class Acc, int N>
 __device__ __forceinline__ Stats<Acc, N> shfl_xor(const Stats<Acc, N>& s, int lane_mask) {
   Stats<Acc, N> r;
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < N; ++i) r.v[i] = __shfl_xor_sync(0xffffffffu, s.v[i], lane_mask);
   return r;
 }
@@ -149,16 +149,16 @@ __device__ __forceinline__ typename P::Stats regs_phase1(const P& p, int64_t row
                                                          typename P::Acc (&v)[K][P::kIn]) {
   using Acc = typename P::Acc;
   const int64_t base = row * C;
-#pragma unroll
+EMBER_UNROLL
   for (int j = 0; j < K; ++j) {
     const int c = lane + j * G;
     if (active && c < C) {
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < P::kIn; ++k) v[j][k] = static_cast<Acc>(p.in[k][base + c]);
     }
   }
   typename P::Stats st = p.init();
-#pragma unroll
+EMBER_UNROLL
   for (int j = 0; j < K; ++j) {
     const int c = lane + j * G;
     if (active && c < C) p.step(st, rc, c, v[j]);
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(128) regs_kernel(P p, int64_t rows, int C, int
   typename P::Stats st = regs_phase1<P, K>(p, row, active, C, G, lane, rc, v);
   if (!active) return;  // after the shuffles, which need every lane
   if constexpr (P::kOut) {
-#pragma unroll
+EMBER_UNROLL
     for (int j = 0; j < K; ++j) {
       const int c = lane + j * G;
       if (c < C) p.out[row * C + c] = static_cast<T>(p.value(st, rc, c, v[j]));
@@ -203,20 +203,20 @@ __global__ void __launch_bounds__(256) warp_kernel(P p, int64_t rows, int64_t C)
   const int64_t base = row * C;
   const typename P::Row rc = p.row(row, base);
   typename P::Stats st = p.init();
-#pragma unroll 4
+EMBER_UNROLL_N(4)
   for (int64_t c = lane; c < C; c += 32) {
     Acc v[P::kIn];
-#pragma unroll
+EMBER_UNROLL
     for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(p.in[k][base + c]);
     p.step(st, rc, c, v);
   }
   group_allreduce(p, st, 32);
   p.finish(st, rc);
   if constexpr (P::kOut) {
-#pragma unroll 4
+EMBER_UNROLL_N(4)
     for (int64_t c = lane; c < C; c += 32) {
       Acc v[P::kIn];
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(p.in[k][base + c]);
       p.out[base + c] = static_cast<T>(p.value(st, rc, c, v));
     }
@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
   using T = typename P::T;
   using V = detail::AlignedVec<T, VEC>;
   constexpr int U = 4;  // vector loads in flight per thread
-  extern __shared__ __align__(16) unsigned char dyn_smem[];
-  __shared__ typename P::Stats red[33];
+  EMBER_DYNAMIC_SHARED(unsigned char, dyn_smem);
+  EMBER_SHARED(typename P::Stats[33], red);
   V* cache = reinterpret_cast<V*>(dyn_smem);  // [kIn][nvec] when kCache
   const int64_t row = blockIdx.x;
   const int64_t base = row * C;
@@ -244,26 +244,26 @@ __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
   typename P::Stats st = p.init();
   for (int64_t i0 = threadIdx.x; i0 < nvec; i0 += U * nthreads) {
     V a[U][P::kIn];
-#pragma unroll
+EMBER_UNROLL
     for (int u = 0; u < U; ++u) {
       const int64_t i = i0 + u * nthreads;
       if (i < nvec) {
-#pragma unroll
+EMBER_UNROLL
         for (int k = 0; k < P::kIn; ++k) a[u][k] = reinterpret_cast<const V*>(p.in[k] + base)[i];
       }
     }
-#pragma unroll
+EMBER_UNROLL
     for (int u = 0; u < U; ++u) {
       const int64_t i = i0 + u * nthreads;
       if (i < nvec) {
         if constexpr (kCache) {
-#pragma unroll
+EMBER_UNROLL
           for (int k = 0; k < P::kIn; ++k) cache[k * nvec + i] = a[u][k];
         }
-#pragma unroll
+EMBER_UNROLL
         for (int j = 0; j < VEC; ++j) {
           Acc v[P::kIn];
-#pragma unroll
+EMBER_UNROLL
           for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(a[u][k].v[j]);
           p.step(st, rc, i * VEC + j, v);
         }
@@ -275,24 +275,24 @@ __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
   if constexpr (P::kOut) {
     for (int64_t i0 = threadIdx.x; i0 < nvec; i0 += U * nthreads) {
       V a[U][P::kIn];
-#pragma unroll
+EMBER_UNROLL
       for (int u = 0; u < U; ++u) {
         const int64_t i = i0 + u * nthreads;
         if (i < nvec) {
-#pragma unroll
+EMBER_UNROLL
           for (int k = 0; k < P::kIn; ++k)
             a[u][k] = kCache ? cache[k * nvec + i] : reinterpret_cast<const V*>(p.in[k] + base)[i];
         }
       }
-#pragma unroll
+EMBER_UNROLL
       for (int u = 0; u < U; ++u) {
         const int64_t i = i0 + u * nthreads;
         if (i < nvec) {
           V o;
-#pragma unroll
+EMBER_UNROLL
           for (int j = 0; j < VEC; ++j) {
             Acc v[P::kIn];
-#pragma unroll
+EMBER_UNROLL
             for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(a[u][k].v[j]);
             o.v[j] = static_cast<T>(p.value(st, rc, i * VEC + j, v));
           }
@@ -312,7 +312,7 @@ template <class P>
 __global__ void __launch_bounds__(kColsX * kColsY) cols_kernel(P p, int64_t C, int64_t B) {
   using Acc = typename P::Acc;
   using T = typename P::T;
-  __shared__ typename P::Stats sm[kColsY][kColsX];
+  EMBER_SHARED(typename P::Stats[kColsY][kColsX], sm);
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t tiles = (B + kColsX - 1) / kColsX;
   const int64_t a = blockIdx.x / tiles;
@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(kColsX * kColsY) cols_kernel(P p, int64_t C, i
   if (valid) {
     for (int64_t c = ty; c < C; c += kColsY) {
       Acc v[P::kIn];
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(p.in[k][base + c * B]);
       p.step(st, rc, c, v);
     }
@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kColsX * kColsY) cols_kernel(P p, int64_t C, i
   sm[ty][tx] = st;
   __syncthreads();
   if (ty == 0) {
-#pragma unroll
+EMBER_UNROLL
     for (int k = 1; k < kColsY; ++k) p.merge(st, sm[k][tx]);
     sm[0][tx] = st;
   }
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kColsX * kColsY) cols_kernel(P p, int64_t C, i
   if constexpr (P::kOut) {
     for (int64_t c = ty; c < C; c += kColsY) {
       Acc v[P::kIn];
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(p.in[k][base + c * B]);
       p.out[base + c * B] = static_cast<T>(p.value(st, rc, c, v));
     }
@@ -410,8 +410,7 @@ void launch_block(const P& p, int64_t rows, int64_t C, int device, cudaStream_t 
   auto kernel = block_kernel<P, VEC, kCache>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), device, smem);
   EMBER_CHECK(rows <= 0x7fffffff, "row kernels: ", rows, " rows exceed the grid limit");
-  kernel<<<static_cast<unsigned>(rows), threads, smem, stream>>>(p, C);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(kernel, static_cast<unsigned>(rows), threads, smem, stream, p, C);
 }
 
 template <class P, bool kCache>
@@ -433,8 +432,8 @@ void launch_regs(const P& p, int64_t rows, int64_t C, cudaStream_t stream) {
   const int64_t rows_per_block = kThreads / g;
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   EMBER_CHECK(blocks <= 0x7fffffff, "row kernels: ", rows, " rows exceed the grid limit");
-  regs_kernel<P, K><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, rows, static_cast<int>(C), log2g);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(regs_kernel<P, K>, static_cast<unsigned>(blocks), kThreads, 0, stream, p, rows, static_cast<int>(C),
+               log2g);
 }
 
 template <class P>
@@ -442,8 +441,7 @@ void launch_warp(const P& p, int64_t rows, int64_t C, cudaStream_t stream) {
   constexpr int kThreads = 256, kRowsPerBlock = kThreads / 32;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   EMBER_CHECK(blocks <= 0x7fffffff, "row kernels: ", rows, " rows exceed the grid limit");
-  warp_kernel<P><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, rows, C);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(warp_kernel<P>, static_cast<unsigned>(blocks), kThreads, 0, stream, p, rows, C);
 }
 
 template <class P>
@@ -451,8 +449,7 @@ void launch_cols(const P& p, const RowGeometry& g, cudaStream_t stream) {
   const int64_t tiles = (g.B + kColsX - 1) / kColsX;
   const int64_t blocks = g.A * tiles;
   EMBER_CHECK(blocks <= 0x7fffffff, "row kernels: ", g.A, " x ", tiles, " column tiles exceed the grid limit");
-  cols_kernel<P><<<static_cast<unsigned>(blocks), dim3(kColsX, kColsY), 0, stream>>>(p, g.C, g.B);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(cols_kernel<P>, static_cast<unsigned>(blocks), dim3(kColsX, kColsY), 0, stream, p, g.C, g.B);
 }
 
 // Runs policy p over every row of geometry g on the current stream of `device`.

@@ -115,11 +115,10 @@ void finish_splits(const Args& args, const Problem& p, int splits, cudaStream_t 
   const unsigned grid = cuda::grid_for(total, 256, p.device.index);
   EMBER_DISPATCH_FLOAT(p.dtype, "gemm split-K", [&] {
     using Acc = acc_t<scalar_t>;
-    splitk_reduce_kernel<scalar_t, Acc><<<grid, 256, 0, stream>>>(
-        static_cast<const Acc*>(args.ws), splits, total, p.M, p.N, static_cast<scalar_t*>(p.c), p.c_rs, p.c_bs,
-        static_cast<const scalar_t*>(p.bias), p.act);
+    cuda::launch(splitk_reduce_kernel<scalar_t, Acc>, grid, 256, 0, stream, static_cast<const Acc*>(args.ws), splits,
+                 total, p.M, p.N, static_cast<scalar_t*>(p.c), p.c_rs, p.c_bs, static_cast<const scalar_t*>(p.bias),
+                 p.act);
   });
-  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dev
@@ -257,8 +256,8 @@ void run_naive(const Problem& p) {
   dim3 block(16, 16);
   dim3 grid(static_cast<unsigned>((p.N + 15) / 16), static_cast<unsigned>(std::min<int64_t>((p.M + 15) / 16, 65535)),
             dev::grid_z(batch));
-  EMBER_DISPATCH_FLOAT(p.dtype, "gemm v1_naive", [&] { dev::naive_kernel<scalar_t><<<grid, block, 0, stream>>>(args); });
-  EMBER_CUDA_CHECK_LAUNCH();
+  EMBER_DISPATCH_FLOAT(p.dtype, "gemm v1_naive",
+                       [&] { cuda::launch(dev::naive_kernel<scalar_t>, grid, block, 0, stream, args); });
 }
 
 }  // namespace ember::gemm

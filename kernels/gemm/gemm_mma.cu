@@ -33,6 +33,7 @@
 #include <array>
 #include <mutex>
 
+#include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
 
 namespace ember::gemm {
@@ -44,51 +45,6 @@ constexpr int kTileBytes = 128 * 64 * 2;                 // one operand's tile p
 constexpr int kStageBytes = 2 * kTileBytes;              // A then B
 constexpr int kMmaSmem = kMmaStages * kStageBytes;       // 96 KiB
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is not read then).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
-               : "memory");
-}
-
-// d += a b for one m16n8k16 tile (f32 accumulators).
-template <class T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t b0, const uint32_t b1) {
-  if constexpr (std::is_same_v<T, Half>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile with `row_bytes`-byte rows.
 __device__ __forceinline__ int swz(int row, int chunk, int row_bytes) { return row * row_bytes + ((chunk ^ (row & 7)) << 4); }
 
@@ -98,10 +54,10 @@ __device__ __forceinline__ void load_chunk(unsigned char* dst, const uint16_t* s
                                            int start, int extent, bool vec) {
   if (vec) {
     const bool ok = row_ok && start < extent;  // extent % 8 == 0: the chunk is all in or all out
-    cp_async16(dst, ok ? src : safe, ok);
+    ptx::cp_async_16(dst, ok ? src : safe, ok);
   } else {
     uint16_t v[8];
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < 8; ++i) v[i] = (row_ok && start + i < extent) ? src[i] : uint16_t(0);
     uint4 packed;
     packed.x = v[0] | (uint32_t(v[1]) << 16);
@@ -114,8 +70,8 @@ __device__ __forceinline__ void load_chunk(unsigned char* dst, const uint16_t* s
 
 template <class T, bool A_K, bool B_K>
 __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(128) unsigned char smem[];
+#if EMBER_DEVICE_ARCH >= 800
+  EMBER_DYNAMIC_SHARED(unsigned char, smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int M = static_cast<int>(p.M), N = static_cast<int>(p.N), K = static_cast<int>(p.K);
   const int64_t tiles_m = (p.M + kMmaBM - 1) / kMmaBM, tiles_n = (p.N + kMmaBN - 1) / kMmaBN;
@@ -138,7 +94,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
       unsigned char* sa = smem + stage * kStageBytes;
       unsigned char* sb = sa + kTileBytes;
       const int k0 = kt * kMmaBK;
-#pragma unroll
+EMBER_UNROLL
       for (int i = 0; i < 8; ++i) {
         const int c = tid + i * kMmaThreads;
         if constexpr (A_K) {  // [128 m][64 k]: A[m, k] at A + m * a_rs + k
@@ -163,78 +119,79 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
     };
 
     float acc[4][8][4];
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < 4; ++i)
-#pragma unroll
+EMBER_UNROLL
       for (int j = 0; j < 8; ++j)
-#pragma unroll
+EMBER_UNROLL
         for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
 
-#pragma unroll
+EMBER_UNROLL
     for (int s = 0; s < kMmaStages - 1; ++s) {
       if (s < nkt) load_stage(s, kt_begin + s);
-      cp_async_commit();
+      ptx::cp_async_commit();
     }
     for (int i = 0; i < nkt; ++i) {  // the i-th k tile of this block's range sits in stage i % 3
-      cp_async_wait<kMmaStages - 2>();  // tile i has landed (for this thread) ...
-      __syncthreads();                  // ... for every thread; and stage (i-1) % 3 is free
+      ptx::cp_async_wait<kMmaStages - 2>();  // tile i has landed (for this thread) ...
+      __syncthreads();                       // ... for every thread; and stage (i-1) % 3 is free
       const int next = i + kMmaStages - 1;
       if (next < nkt) load_stage(next % kMmaStages, kt_begin + next);
-      cp_async_commit();
+      ptx::cp_async_commit();
 
       const unsigned char* sa = smem + (i % kMmaStages) * kStageBytes;
       const unsigned char* sb = sa + kTileBytes;
       const int li = lane >> 3, lr = lane & 7;  // which 8x8 matrix this lane addresses, and its row
-#pragma unroll
+EMBER_UNROLL
       for (int ks = 0; ks < kMmaBK / 16; ++ks) {
         uint32_t af[4][4], bf[8][2];
-#pragma unroll
+EMBER_UNROLL
         for (int mt = 0; mt < 4; ++mt) {
           const int mb = wm + mt * 16;
           if constexpr (A_K) {  // matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
             const int r = mb + lr + (li & 1) * 8, ch = ks * 2 + (li >> 1);
-            ldmatrix_x4(af[mt], sa + swz(r, ch, 128));
+            ptx::ldmatrix_x4(af[mt], sa + swz(r, ch, 128));
           } else {  // the same four, stored [k][m]: transposed on the way out
             const int r = ks * 16 + lr + (li >> 1) * 8, ch = (mb >> 3) + (li & 1);
-            ldmatrix_x4_trans(af[mt], sa + swz(r, ch, 256));
+            ptx::ldmatrix_x4_trans(af[mt], sa + swz(r, ch, 256));
           }
         }
-#pragma unroll
+EMBER_UNROLL
         for (int np = 0; np < 4; ++np) {
           const int nb = wn + np * 16;
           uint32_t r4[4];
           if constexpr (B_K) {  // matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
             const int r = nb + lr + (li >> 1) * 8, ch = ks * 2 + (li & 1);
-            ldmatrix_x4(r4, sb + swz(r, ch, 128));
+            ptx::ldmatrix_x4(r4, sb + swz(r, ch, 128));
           } else {  // the same four, stored [k][n]
             const int r = ks * 16 + lr + (li & 1) * 8, ch = (nb >> 3) + (li >> 1);
-            ldmatrix_x4_trans(r4, sb + swz(r, ch, 256));
+            ptx::ldmatrix_x4_trans(r4, sb + swz(r, ch, 256));
           }
           bf[2 * np][0] = r4[0];
           bf[2 * np][1] = r4[1];
           bf[2 * np + 1][0] = r4[2];
           bf[2 * np + 1][1] = r4[3];
         }
-#pragma unroll
+EMBER_UNROLL
         for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) mma16816<T>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+EMBER_UNROLL
+          for (int nt = 0; nt < 8; ++nt)
+            ptx::mma_m16n8k16(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1], std::is_same_v<T, BFloat16>);
       }
     }
-    cp_async_wait<0>();
+    ptx::cp_async_wait<0>();
 
     // epilogue: thread (g, t4) of the warp holds rows g and g + 8, columns 2 t4 and 2 t4 + 1 of
     // each m16n8 tile
     const int g = lane >> 2, t4 = lane & 3;
     if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by splitk_reduce
       float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
-#pragma unroll
+EMBER_UNROLL
       for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
+EMBER_UNROLL
         for (int h = 0; h < 2; ++h) {
           const int gm = m0 + wm + mt * 16 + g + h * 8;
           if (gm >= M) continue;
-#pragma unroll
+EMBER_UNROLL
           for (int nt = 0; nt < 8; ++nt) {
             const int gn = n0 + wn + nt * 8 + t4 * 2;
             if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[mt][nt][2 * h];
@@ -246,14 +203,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
     }
     const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
-#pragma unroll
+EMBER_UNROLL
     for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
+EMBER_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int gm = m0 + wm + mt * 16 + g + h * 8;
         if (gm >= M) continue;
         T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
-#pragma unroll
+EMBER_UNROLL
         for (int nt = 0; nt < 8; ++nt) {
           const int gn = n0 + wn + nt * 8 + t4 * 2;
           float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
@@ -283,13 +240,13 @@ void launch_mma(const Args& args, int splits, int device, cudaStream_t stream) {
   static std::array<std::once_flag, 64> once;
   EMBER_CHECK(device >= 0 && device < 64, "gemm v3_mma: bad device ", device);
   std::call_once(once[static_cast<size_t>(device)], [] {
-    EMBER_CUDA_CHECK(cudaFuncSetAttribute(mma_kernel<T, A_K, B_K>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaSmem));
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&mma_kernel<T, A_K, B_K>),
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaSmem));
   });
   const int64_t tiles = ((args.M + kMmaBM - 1) / kMmaBM) * ((args.N + kMmaBN - 1) / kMmaBN);
   EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm v3_mma: too many tiles (", tiles, ")");
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
-  mma_kernel<T, A_K, B_K><<<grid, kMmaThreads, kMmaSmem, stream>>>(args);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(mma_kernel<T, A_K, B_K>, grid, kMmaThreads, kMmaSmem, stream, args);
 }
 
 template <class T>

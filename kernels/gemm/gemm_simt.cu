@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   static_assert(HM == VEC && HN == VEC, "sub-tile rows are one 16-byte vector");
   using V = Vec<T, VEC>;
 
-  __shared__ V As_raw[2][BK][BM / VEC];
-  __shared__ V Bs_raw[2][BK][BN / VEC];
+  EMBER_SHARED(V[2][BK][BM / VEC], As_raw);
+  EMBER_SHARED(V[2][BK][BN / VEC], Bs_raw);
   auto As = [&](int buf, int k, int m) -> T& { return As_raw[buf][k][m / VEC].v[m % VEC]; };
   auto Bs = [&](int buf, int k, int n) -> T& { return Bs_raw[buf][k][n / VEC].v[n % VEC]; };
 
@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
           if (gm < M && gk < K) ra = *reinterpret_cast<const V*>(src);
           else ra = V{};
         } else {
-#pragma unroll
+EMBER_UNROLL
           for (int i = 0; i < VEC; ++i) ra.v[i] = (gm < M && gk + i < K) ? src[i] : T(0);
         }
       } else {  // A[m, k] at A + m + k * a_cs
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
           if (gk < K && gm < M) ra = *reinterpret_cast<const V*>(src);
           else ra = V{};
         } else {
-#pragma unroll
+EMBER_UNROLL
           for (int i = 0; i < VEC; ++i) ra.v[i] = (gk < K && gm + i < M) ? src[i] : T(0);
         }
       }
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
           if (gn < N && gk < K) rb = *reinterpret_cast<const V*>(src);
           else rb = V{};
         } else {
-#pragma unroll
+EMBER_UNROLL
           for (int i = 0; i < VEC; ++i) rb.v[i] = (gn < N && gk + i < K) ? src[i] : T(0);
         }
       } else {  // B[k, n] at B + k * b_rs + n
@@ -135,20 +135,20 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
           if (gk < K && gn < N) rb = *reinterpret_cast<const V*>(src);
           else rb = V{};
         } else {
-#pragma unroll
+EMBER_UNROLL
           for (int i = 0; i < VEC; ++i) rb.v[i] = (gk < K && gn + i < N) ? src[i] : T(0);
         }
       }
     };
     auto store = [&](int buf) {
       if constexpr (A_K) {
-#pragma unroll
+EMBER_UNROLL
         for (int i = 0; i < VEC; ++i) As(buf, a_k + i, a_x) = ra.v[i];
       } else {
         As_raw[buf][a_k][a_x / VEC] = ra;
       }
       if constexpr (B_K) {
-#pragma unroll
+EMBER_UNROLL
         for (int i = 0; i < VEC; ++i) Bs(buf, b_k + i, b_x) = rb.v[i];
       } else {
         Bs_raw[buf][b_k][b_x / VEC] = rb;
@@ -156,9 +156,9 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
     };
 
     T acc[TM][TN];
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < TM; ++i)
-#pragma unroll
+EMBER_UNROLL
       for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
 
     if (kt_begin < kt_end) {
@@ -169,24 +169,24 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
     for (int kt = kt_begin; kt < kt_end; ++kt) {
       const int buf = (kt - kt_begin) & 1;
       if (kt + 1 < kt_end) load((kt + 1) * BK);  // in flight during the k steps below
-#pragma unroll
+EMBER_UNROLL
       for (int kk = 0; kk < BK; ++kk) {
         const V a0 = As_raw[buf][kk][ty], a1 = As_raw[buf][kk][BM / 2 / VEC + ty];
         const V b0 = Bs_raw[buf][kk][tx], b1 = Bs_raw[buf][kk][BN / 2 / VEC + tx];
         T af[TM], bf[TN];
-#pragma unroll
+EMBER_UNROLL
         for (int i = 0; i < HM; ++i) {
           af[i] = a0.v[i];
           af[HM + i] = a1.v[i];
         }
-#pragma unroll
+EMBER_UNROLL
         for (int j = 0; j < HN; ++j) {
           bf[j] = b0.v[j];
           bf[HN + j] = b1.v[j];
         }
-#pragma unroll
+EMBER_UNROLL
         for (int i = 0; i < TM; ++i)
-#pragma unroll
+EMBER_UNROLL
           for (int j = 0; j < TN; ++j) acc[i][j] = fma(af[i], bf[j], acc[i][j]);
       }
       if (kt + 1 < kt_end) store(buf ^ 1);  // the other buffer: nobody reads it until the sync
@@ -195,11 +195,11 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
 
     if (p.ws != nullptr) {  // split-K: raw partial sums, reduced by splitk_reduce
       T* W = static_cast<T*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
-#pragma unroll
+EMBER_UNROLL
       for (int i = 0; i < TM; ++i) {
         const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
         if (gm >= M) continue;
-#pragma unroll
+EMBER_UNROLL
         for (int j = 0; j < TN; ++j) {
           const int gn = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
           if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[i][j];
@@ -211,16 +211,16 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
     // epilogue: bias, activation, store (16-byte vectors where aligned and inside N)
     const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < TM; ++i) {
       const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
       if (gm >= M) continue;
       T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
-#pragma unroll
+EMBER_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int gn0 = n0 + h * (BN / 2) + tx * HN;
         V out;
-#pragma unroll
+EMBER_UNROLL
         for (int j = 0; j < HN; ++j) {
           T v = acc[i][h * HN + j];
           if (bias != nullptr && gn0 + j < N) v += bias[gn0 + j];
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
         if (p.c_vec && gn0 + HN <= N) {
           *reinterpret_cast<V*>(crow + gn0) = out;
         } else {
-#pragma unroll
+EMBER_UNROLL
           for (int j = 0; j < HN; ++j)
             if (gn0 + j < N) crow[gn0 + j] = out.v[j];
         }
@@ -245,8 +245,7 @@ void launch_simt(const Args& args, int splits, cudaStream_t stream) {
   const int64_t tiles = ((args.M + Cfg::BM - 1) / Cfg::BM) * ((args.N + Cfg::BN - 1) / Cfg::BN);
   EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm v2_tiled: too many tiles (", tiles, ")");
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
-  simt_kernel<T, A_K, B_K><<<grid, kSimtThreads, 0, stream>>>(args);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(simt_kernel<T, A_K, B_K>, grid, kSimtThreads, 0, stream, args);
 }
 
 template <class T>

@@ -73,8 +73,7 @@ void unscale_cuda(const KernelCall& c) {
     }
     if (largest == 0) continue;
     dim3 grid(cuda::grid_for(largest, 256, device), static_cast<unsigned>(count));
-    unscale_kernel<<<grid, 256, 0, stream>>>(table, found.data<float>(), inv.data<float>());
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(unscale_kernel, grid, 256, 0, stream, table, found.data<float>(), inv.data<float>());
   }
 }
 
@@ -97,10 +96,8 @@ __global__ void update_scale_kernel(float* scale, int32_t* tracker, const float*
 
 void update_cuda(const KernelCall& c) {
   cuda::DeviceScope guard(c.in[0].device());
-  update_scale_kernel<<<1, 1, 0, cuda::stream_for(c.in[0])>>>(c.in[0].data<float>(), c.in[1].data<int32_t>(),
-                                                              c.in[2].data<float>(), c.in[3].data<int64_t>(),
-                                                              c.attr<AmpScaleAttrs>());
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(update_scale_kernel, 1, 1, 0, cuda::stream_for(c.in[0]), c.in[0].data<float>(), c.in[1].data<int32_t>(),
+               c.in[2].data<float>(), c.in[3].data<int64_t>(), c.attr<AmpScaleAttrs>());
 }
 
 }  // namespace

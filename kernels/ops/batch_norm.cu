@@ -92,9 +92,9 @@ constexpr int kColTile = 32, kColRows = 8;
 // Block-wide merge of per-thread accumulators (planar blocks: 1-D, kPlanarThreads); result in thread 0.
 template <class A, class Merge, class Shfl>
 __device__ __forceinline__ A block_merge(A a, Merge merge, Shfl shfl) {
-  __shared__ A warps[kPlanarThreads / 32];
+  EMBER_SHARED(A[kPlanarThreads / 32], warps);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
+EMBER_UNROLL
   for (int off = 16; off > 0; off >>= 1) a = merge(a, shfl(a, off));
   if (lane == 0) warps[warp] = a;
   __syncthreads();
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kPlanarThreads) stats_planar(const T* __restri
 
 template <class T, class S>
 __global__ void stats_columnar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
-  __shared__ Wf<S> sm[kColRows][kColTile + 1];
+  EMBER_SHARED(Wf<S>[kColRows][kColTile + 1], sm);
   const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
   Wf<S> a{S(0), S(0), 0};
@@ -180,7 +180,7 @@ template <class T, class S>
 __global__ void __launch_bounds__(kPlanarThreads)
     apply_planar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
                  const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
-  __shared__ Affine<S> af;
+  EMBER_SHARED(Affine<S>, af);
   const int c = blockIdx.x, sp = blockIdx.y;
   if (threadIdx.x == 0) af = finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0);
   __syncthreads();
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kPlanarThreads)
 template <class T, class S>
 __global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws,
                                const S* w, const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
-  __shared__ Affine<S> af[kColTile];
+  EMBER_SHARED(Affine<S>[kColTile], af);
   const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
   if (threadIdx.y == 0 && c < d.C) af[threadIdx.x] = finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0);
   __syncthreads();
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kPlanarThreads)
 template <class T, class S>
 __global__ void bwd_sums_columnar(const T* __restrict__ gy, const T* __restrict__ x, const S* __restrict__ mean, BnDims d,
                                   Sums<S>* __restrict__ ws) {
-  __shared__ Sums<S> sm[kColRows][kColTile + 1];
+  EMBER_SHARED(Sums<S>[kColRows][kColTile + 1], sm);
   const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
   Sums<S> a{S(0), S(0)};
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kPlanarThreads)
     bwd_apply_planar(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
                      const Sums<S>* __restrict__ ws, const S* mean, const S* invstd, const S* w, S* dweight, S* dbias,
                      int training) {
-  __shared__ BwdCoef<S> co;
+  EMBER_SHARED(BwdCoef<S>, co);
   const int c = blockIdx.x, sp = blockIdx.y;
   if (threadIdx.x == 0) co = bwd_finalize(ws, c, d.splits, mean, invstd, w, dweight, dbias, d.M, training != 0, sp == 0);
   __syncthreads();
@@ -322,7 +322,7 @@ template <class T, class S>
 __global__ void bwd_apply_columnar(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
                                    const Sums<S>* __restrict__ ws, const S* mean, const S* invstd, const S* w,
                                    S* dweight, S* dbias, int training) {
-  __shared__ BwdCoef<S> co[kColTile];
+  EMBER_SHARED(BwdCoef<S>[kColTile], co);
   const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
   if (threadIdx.y == 0 && c < d.C)
     co[threadIdx.x] = bwd_finalize(ws, c, d.splits, mean, invstd, w, dweight, dbias, d.M, training != 0, sp == 0);
@@ -403,15 +403,13 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g) {
   const int sms = cuda::sm_count(dev.index);
   if (!training) {
     Tensor rm = as_stats(rm_in, sd), rv = as_stats(rv_in, sd);
-    eval_stats_kernel<S><<<cuda::grid_for(g.C, 256, dev.index), 256, 0, st>>>(cp<S>(rm), cp<S>(rv), mp<S>(save_mean),
-                                                                               mp<S>(save_invstd), static_cast<int>(g.C), a.eps);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(eval_stats_kernel<S>, cuda::grid_for(g.C, 256, dev.index), 256, 0, st, cp<S>(rm), cp<S>(rv),
+                 mp<S>(save_mean), mp<S>(save_invstd), static_cast<int>(g.C), a.eps);
     const int64_t n = x.numel();
     if (n > 0) {
-      eval_apply_kernel<T, S><<<cuda::grid_for(n, 256, dev.index), 256, 0, st>>>(
-          cp<T>(x), mp<T>(y), n, static_cast<int>(g.C), static_cast<int>(g.L), g.channels_last, cp<S>(save_mean),
-          cp<S>(save_invstd), cp<S>(w), cp<S>(b));
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(eval_apply_kernel<T, S>, cuda::grid_for(n, 256, dev.index), 256, 0, st, cp<T>(x), mp<T>(y), n,
+                   static_cast<int>(g.C), static_cast<int>(g.L), g.channels_last, cp<S>(save_mean), cp<S>(save_invstd),
+                   cp<S>(w), cp<S>(b));
     }
     return;
   }
@@ -435,19 +433,15 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g) {
   FwdParams fp{a.eps, a.momentum, update ? 1 : 0};
   if (!g.channels_last) {
     dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
-    stats_planar<T, S><<<grid, kPlanarThreads, 0, st>>>(cp<T>(x), d, wsp);
-    EMBER_CUDA_CHECK_LAUNCH();
-    apply_planar<T, S><<<grid, kPlanarThreads, 0, st>>>(cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm),
-                                                        mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(stats_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), d, wsp);
+    cuda::launch(apply_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b),
+                 mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
   } else {
     dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
     dim3 block(kColTile, kColRows);
-    stats_columnar<T, S><<<grid, block, 0, st>>>(cp<T>(x), d, wsp);
-    EMBER_CUDA_CHECK_LAUNCH();
-    apply_columnar<T, S><<<grid, block, 0, st>>>(cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm), mp<S>(rv),
-                                                 mp<S>(save_mean), mp<S>(save_invstd), fp);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(stats_columnar<T, S>, grid, block, 0, st, cp<T>(x), d, wsp);
+    cuda::launch(apply_columnar<T, S>, grid, block, 0, st, cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm),
+                 mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
   }
   if (update) {
     write_back(rm, rm_in);
@@ -491,20 +485,15 @@ void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const
     const int training = a.training != 0 ? 1 : 0;
     if (!g.channels_last) {
       dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
-      bwd_sums_planar<T, S><<<grid, kPlanarThreads, 0, st>>>(cp<T>(gy), cp<T>(x), cp<S>(mean), d, wsp);
-      EMBER_CUDA_CHECK_LAUNCH();
-      bwd_apply_planar<T, S><<<grid, kPlanarThreads, 0, st>>>(cp<T>(gy), cp<T>(x), mp<T>(dx), d, wsp, cp<S>(mean),
-                                                              cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias),
-                                                              training);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(bwd_sums_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(gy), cp<T>(x), cp<S>(mean), d, wsp);
+      cuda::launch(bwd_apply_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(gy), cp<T>(x), mp<T>(dx), d, wsp,
+                   cp<S>(mean), cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias), training);
     } else {
       dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
       dim3 block(kColTile, kColRows);
-      bwd_sums_columnar<T, S><<<grid, block, 0, st>>>(cp<T>(gy), cp<T>(x), cp<S>(mean), d, wsp);
-      EMBER_CUDA_CHECK_LAUNCH();
-      bwd_apply_columnar<T, S><<<grid, block, 0, st>>>(cp<T>(gy), cp<T>(x), mp<T>(dx), d, wsp, cp<S>(mean),
-                                                       cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias), training);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(bwd_sums_columnar<T, S>, grid, block, 0, st, cp<T>(gy), cp<T>(x), cp<S>(mean), d, wsp);
+      cuda::launch(bwd_apply_columnar<T, S>, grid, block, 0, st, cp<T>(gy), cp<T>(x), mp<T>(dx), d, wsp, cp<S>(mean),
+                   cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias), training);
     }
   }
   write_back(dweight, dweight_out);
@@ -592,12 +581,11 @@ void batch_norm_cudnn(const KernelCall& c) {
     const int blocks = cuda::grid_for(gx.C, 256, x.device().index);
     cudaStream_t st = cuda::stream_for(x);
     if (sd == DType::f64)
-      eval_stats_kernel<double><<<blocks, 256, 0, st>>>(cp<double>(rm), cp<double>(rv), mp<double>(save_mean),
-                                                        mp<double>(save_invstd), C, a.eps);
+      cuda::launch(eval_stats_kernel<double>, blocks, 256, 0, st, cp<double>(rm), cp<double>(rv), mp<double>(save_mean),
+                   mp<double>(save_invstd), C, a.eps);
     else
-      eval_stats_kernel<float><<<blocks, 256, 0, st>>>(cp<float>(rm), cp<float>(rv), mp<float>(save_mean),
-                                                       mp<float>(save_invstd), C, a.eps);
-    EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(eval_stats_kernel<float>, blocks, 256, 0, st, cp<float>(rm), cp<float>(rv), mp<float>(save_mean),
+                   mp<float>(save_invstd), C, a.eps);
     return;
   }
   const bool update = rm_in.defined();

@@ -240,9 +240,9 @@ void naive_forward(const KernelCall& c) {
   if (n == 0) return;
   cuda::DeviceScope scope(a.y.device());
   EMBER_DISPATCH_FLOAT(a.y.dtype(), "conv2d", [&] {
-    naive_forward_kernel<scalar_t><<<cuda::grid_for(n, 256, a.y.device().index), 256, 0, cuda::stream_for(a.y)>>>(
-        cp<scalar_t>(a.x), cp<scalar_t>(a.w), cp<scalar_t>(a.b), mp<scalar_t>(a.y), naive_geom(a.g));
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(naive_forward_kernel<scalar_t>, cuda::grid_for(n, 256, a.y.device().index), 256, 0,
+                 cuda::stream_for(a.y), cp<scalar_t>(a.x), cp<scalar_t>(a.w), cp<scalar_t>(a.b), mp<scalar_t>(a.y),
+                 naive_geom(a.g));
   });
 }
 
@@ -252,9 +252,8 @@ void naive_backward_input(const KernelCall& c) {
   if (n == 0) return;
   cuda::DeviceScope scope(a.x.device());
   EMBER_DISPATCH_FLOAT(a.x.dtype(), "conv2d_backward_input", [&] {
-    naive_backward_input_kernel<scalar_t><<<cuda::grid_for(n, 256, a.x.device().index), 256, 0, cuda::stream_for(a.x)>>>(
-        cp<scalar_t>(a.y), cp<scalar_t>(a.w), mp<scalar_t>(a.x), naive_geom(a.g));
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(naive_backward_input_kernel<scalar_t>, cuda::grid_for(n, 256, a.x.device().index), 256, 0,
+                 cuda::stream_for(a.x), cp<scalar_t>(a.y), cp<scalar_t>(a.w), mp<scalar_t>(a.x), naive_geom(a.g));
   });
 }
 
@@ -263,9 +262,8 @@ void naive_backward_weight(const KernelCall& c) {
   const int64_t n = a.w.numel();
   cuda::DeviceScope scope(a.w.device());
   EMBER_DISPATCH_FLOAT(a.w.dtype(), "conv2d_backward_weight", [&] {
-    naive_backward_weight_kernel<scalar_t><<<cuda::grid_for(n, 256, a.w.device().index), 256, 0, cuda::stream_for(a.w)>>>(
-        cp<scalar_t>(a.y), cp<scalar_t>(a.x), mp<scalar_t>(a.w), naive_geom(a.g));
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(naive_backward_weight_kernel<scalar_t>, cuda::grid_for(n, 256, a.w.device().index), 256, 0,
+                 cuda::stream_for(a.w), cp<scalar_t>(a.y), cp<scalar_t>(a.x), mp<scalar_t>(a.w), naive_geom(a.g));
   });
 }
 
@@ -317,7 +315,7 @@ template <class T, int KS, int TP, bool FLIP>
 __global__ void __launch_bounds__(256)
     direct_kernel(const T* __restrict__ in, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ out,
                   DirectGeom g) {
-  __shared__ float4 smem4[kDirectSmemFloats / 4];
+  EMBER_SHARED(float4[kDirectSmemFloats / 4], smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   const int plane = g.Hp * g.Wpa;
   float* ws = smem;                          // [CB][KS][KS][KB]
@@ -331,9 +329,9 @@ __global__ void __launch_bounds__(256)
   const int kg = tid / (g.QG * g.P);
   const int q0 = qg * TP;
   float acc[kDirectTK][TP];
-#pragma unroll
+EMBER_UNROLL
   for (int k = 0; k < kDirectTK; ++k)
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < TP; ++i) acc[k][i] = 0.f;
 
   const T* xn = in + static_cast<int64_t>(n) * g.Ci * g.H * g.W;
@@ -374,19 +372,19 @@ __global__ void __launch_bounds__(256)
       for (int c = 0; c < cb; ++c) {
         const float* xc = xs + c * plane + p * g.Wpa + q0;
         const float* wc = ws + c * KS * KS * g.KB + kg * kDirectTK;
-#pragma unroll
+EMBER_UNROLL
         for (int r = 0; r < KS; ++r) {
           float row[TP + KS - 1];
-#pragma unroll
+EMBER_UNROLL
           for (int i = 0; i < TP + KS - 1; ++i) row[i] = xc[r * g.Wpa + i];
-#pragma unroll
+EMBER_UNROLL
           for (int s = 0; s < KS; ++s) {
             const float4* wp = reinterpret_cast<const float4*>(wc + (r * KS + s) * g.KB);
             const float4 w0 = wp[0], w1 = wp[1];
             const float wv[kDirectTK] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
+EMBER_UNROLL
             for (int k = 0; k < kDirectTK; ++k)
-#pragma unroll
+EMBER_UNROLL
               for (int i = 0; i < TP; ++i) acc[k][i] = fmaf(wv[k], row[i + s], acc[k][i]);
           }
         }
@@ -395,13 +393,13 @@ __global__ void __launch_bounds__(256)
   }
   if (!active) return;
   T* yn = out + static_cast<int64_t>(n) * g.Co * g.P * g.Q;
-#pragma unroll
+EMBER_UNROLL
   for (int k = 0; k < kDirectTK; ++k) {
     const int kk = k0 + kg * kDirectTK + k;
     if (kk >= g.Co) continue;
     const float bv = bias != nullptr ? static_cast<float>(bias[kk]) : 0.f;
     T* yrow = yn + (static_cast<int64_t>(kk) * g.P + p) * g.Q;
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < TP; ++i)
       if (q0 + i < g.Q) yrow[q0 + i] = static_cast<T>(acc[k][i] + bv);
   }
@@ -446,8 +444,7 @@ template <class T, int KS, int TP, bool FLIP>
 void launch_direct_t(const DirectGeom& d, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
   const int threads = (d.items + 31) / 32 * 32;
   dim3 grid(d.N, (d.Co + d.KB - 1) / d.KB);
-  direct_kernel<T, KS, TP, FLIP><<<grid, threads, 0, st>>>(in, w, b, out, d);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(direct_kernel<T, KS, TP, FLIP>, grid, threads, 0, st, in, w, b, out, d);
 }
 
 template <class T, bool FLIP>
@@ -547,7 +544,7 @@ struct DirectWgradGeom {
 template <class T, int KS, int TK>
 __global__ void __launch_bounds__(256)
     direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x, float* __restrict__ ws, DirectWgradGeom g) {
-  extern __shared__ float4 smem4[];
+  EMBER_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   const int xplane = g.Hp * g.Wp, gplane = g.P * g.Q;
   float* xs = smem;                  // [CB][Hp][Wp]
@@ -564,11 +561,11 @@ __global__ void __launch_bounds__(256)
   const int ps = tid / (kgroups * g.CB);
 
   float acc[TK][KS][KS];
-#pragma unroll
+EMBER_UNROLL
   for (int t = 0; t < TK; ++t)
-#pragma unroll
+EMBER_UNROLL
     for (int r = 0; r < KS; ++r)
-#pragma unroll
+EMBER_UNROLL
       for (int s = 0; s < KS; ++s) acc[t][r][s] = 0.f;
 
   const int n_begin = split * g.ipb, n_end = ::min(g.N, n_begin + g.ipb);
@@ -595,25 +592,25 @@ __global__ void __launch_bounds__(256)
       const float* gk = gs + kg * TK * gplane;
       for (int p = ps; p < g.P; p += g.PS) {
         float win[KS][KS];
-#pragma unroll
+EMBER_UNROLL
         for (int r = 0; r < KS; ++r)
-#pragma unroll
+EMBER_UNROLL
           for (int s = 0; s < KS - 1; ++s) win[r][s + 1] = xc[(p + r) * g.Wp + s];
         for (int q = 0; q < g.Q; ++q) {
-#pragma unroll
+EMBER_UNROLL
           for (int r = 0; r < KS; ++r) {
-#pragma unroll
+EMBER_UNROLL
             for (int s = 0; s < KS - 1; ++s) win[r][s] = win[r][s + 1];
             win[r][KS - 1] = xc[(p + r) * g.Wp + q + KS - 1];
           }
           float gv[TK];
-#pragma unroll
+EMBER_UNROLL
           for (int t = 0; t < TK; ++t) gv[t] = gk[t * gplane + p * g.Q + q];
-#pragma unroll
+EMBER_UNROLL
           for (int t = 0; t < TK; ++t)
-#pragma unroll
+EMBER_UNROLL
             for (int r = 0; r < KS; ++r)
-#pragma unroll
+EMBER_UNROLL
               for (int s = 0; s < KS; ++s) acc[t][r][s] = fmaf(gv[t], win[r][s], acc[t][r][s]);
         }
       }
@@ -624,11 +621,11 @@ __global__ void __launch_bounds__(256)
   constexpr int V = TK * KS * KS;
   float* red = smem;  // [units][V]
   if (active) {
-#pragma unroll
+EMBER_UNROLL
     for (int t = 0; t < TK; ++t)
-#pragma unroll
+EMBER_UNROLL
       for (int r = 0; r < KS; ++r)
-#pragma unroll
+EMBER_UNROLL
         for (int s = 0; s < KS; ++s) red[tid * V + (t * KS + r) * KS + s] = acc[t][r][s];
   }
   __syncthreads();
@@ -723,12 +720,10 @@ void direct_backward_weight(const KernelCall& c) {
     using T = decltype(tag);
     auto kern = KS == 3 ? direct_wgrad_kernel<T, 3, kWgTK3> : direct_wgrad_kernel<T, 5, kWgTK5>;
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kern<<<grid, threads, smem, st>>>(cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(kern, grid, threads, smem, st, cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d);
     const int n = static_cast<int>(g.K * g.C * KS * KS);
-    direct_wgrad_reduce<T><<<cuda::grid_for(n, 256, a.w.device().index), 256, 0, st>>>(mp<float>(ws), d.splits, n,
-                                                                                        mp<T>(a.w));
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(direct_wgrad_reduce<T>, cuda::grid_for(n, 256, a.w.device().index), 256, 0, st, mp<float>(ws),
+                 d.splits, n, mp<T>(a.w));
   });
 }
 

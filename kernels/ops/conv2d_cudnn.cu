@@ -236,26 +236,23 @@ void add_bias(const ConvArgs& a) {
   const int64_t PQ = a.g.P * a.g.Q;
   switch (a.y.dtype()) {
     case DType::f32:
-      add_bias_kernel<float><<<grid, 256, 0, st>>>(static_cast<float*>(a.y.data_ptr()),
-                                                  static_cast<const float*>(a.b.data_ptr()), n, a.g.K, PQ, a.g.channels_last);
+      cuda::launch(add_bias_kernel<float>, grid, 256, 0, st, static_cast<float*>(a.y.data_ptr()),
+                   static_cast<const float*>(a.b.data_ptr()), n, a.g.K, PQ, a.g.channels_last);
       break;
     case DType::f64:
-      add_bias_kernel<double><<<grid, 256, 0, st>>>(static_cast<double*>(a.y.data_ptr()),
-                                                   static_cast<const double*>(a.b.data_ptr()), n, a.g.K, PQ,
-                                                   a.g.channels_last);
+      cuda::launch(add_bias_kernel<double>, grid, 256, 0, st, static_cast<double*>(a.y.data_ptr()),
+                   static_cast<const double*>(a.b.data_ptr()), n, a.g.K, PQ, a.g.channels_last);
       break;
     case DType::f16:
-      add_bias_kernel<Half><<<grid, 256, 0, st>>>(static_cast<Half*>(a.y.data_ptr()),
-                                                 static_cast<const Half*>(a.b.data_ptr()), n, a.g.K, PQ, a.g.channels_last);
+      cuda::launch(add_bias_kernel<Half>, grid, 256, 0, st, static_cast<Half*>(a.y.data_ptr()),
+                   static_cast<const Half*>(a.b.data_ptr()), n, a.g.K, PQ, a.g.channels_last);
       break;
     case DType::bf16:
-      add_bias_kernel<BFloat16><<<grid, 256, 0, st>>>(static_cast<BFloat16*>(a.y.data_ptr()),
-                                                     static_cast<const BFloat16*>(a.b.data_ptr()), n, a.g.K, PQ,
-                                                     a.g.channels_last);
+      cuda::launch(add_bias_kernel<BFloat16>, grid, 256, 0, st, static_cast<BFloat16*>(a.y.data_ptr()),
+                   static_cast<const BFloat16*>(a.b.data_ptr()), n, a.g.K, PQ, a.g.channels_last);
       break;
     default: EMBER_FAIL("conv2d cudnn: unsupported dtype ", a.y.dtype());
   }
-  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 // ---- running one op ----

@@ -40,6 +40,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/ptx.cuh"
 #include "kernels/ops/conv2d_cuda.h"
 
 namespace ember::convcuda {
@@ -290,15 +291,15 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr int A_LD = BM * BK / NT, B_LD = BN * BK / NT;
   static_assert(NT % BK == 0 && NT % BM == 0 && (BM * BK) % NT == 0 && (BN * BK) % NT == 0, "tile/thread mismatch");
   constexpr int A_ROWS = CL ? A_LD : 1;
-  __shared__ T As[2][BK][BM + 1];
-  __shared__ T Bs[2][BK][BN + 1];
+  EMBER_SHARED(T[2][BK][BM + 1], As);
+  EMBER_SHARED(T[2][BK][BN + 1], Bs);
 
   const int tid = threadIdx.x;
   const int g = blockIdx.z;
   const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
   // loads: channels-last A walks channels across threads (contiguous), NCHW A walks pixels
   int a_row[A_LD], a_kk[A_LD];
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < A_LD; ++i) {
     if (CL) {
       a_row[i] = tid / BK + i * (NT / BK);
@@ -309,11 +310,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     }
   }
   RowInfo ri[A_ROWS];
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < A_ROWS; ++i) ri[i] = row_info<DGRAD>(p, m0 + a_row[i]);
   const int b_kk = tid % BK;
   int b_col[B_LD];
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < B_LD; ++i) b_col[i] = tid / BK + i * (NT / BK);
   // compute: consecutive threads take consecutive output rows (NCHW) or columns (channels-last)
   const int tm = CL ? tid / NBT : tid % MBT;
@@ -328,31 +329,31 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     const int c0 = (t - rs * CT) * BK;
     const int r = rs / p.S, s = rs - r * p.S;
     int off[A_ROWS];
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < A_ROWS; ++i) off[i] = gather_offset<DGRAD, CL>(p, ri[i], r, s);
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < A_LD; ++i) {
       const int c = c0 + a_kk[i];
       const int o = off[CL ? i : 0];
       a_reg[i] = (o >= 0 && c < p.red) ? src[o + (g * p.red + c) * chs] : T(0);
     }
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < B_LD; ++i) {
       const int c = c0 + b_kk, col = n0 + b_col[i];
       b_reg[i] = (c < p.red && col < p.ncol) ? wt[weight_index<DGRAD, CL>(p, g, c, col, rs)] : T(0);
     }
   };
   auto store = [&](int buf) {
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < A_LD; ++i) As[buf][a_kk[i]][a_row[i]] = a_reg[i];
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < B_LD; ++i) Bs[buf][b_kk][b_col[i]] = b_reg[i];
   };
 
   T acc[TM][TN];
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < TM; ++i)
-#pragma unroll
+EMBER_UNROLL
     for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
 
   if (tiles > 0) {
@@ -363,27 +364,27 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   for (int t = 0; t < tiles; ++t) {
     const int cur = t & 1;
     if (t + 1 < tiles) load(t + 1);
-#pragma unroll
+EMBER_UNROLL
     for (int k = 0; k < BK; ++k) {
       T av[TM], bv[TN];
-#pragma unroll
+EMBER_UNROLL
       for (int i = 0; i < TM; ++i) av[i] = As[cur][k][tm + i * MBT];
-#pragma unroll
+EMBER_UNROLL
       for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][k][tn + j * NBT];
-#pragma unroll
+EMBER_UNROLL
       for (int i = 0; i < TM; ++i)
-#pragma unroll
+EMBER_UNROLL
         for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
     }
     if (t + 1 < tiles) store(cur ^ 1);
     __syncthreads();
   }
 
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < TM; ++i) {
     const int m = m0 + tm + i * MBT;
     if (m >= p.M) continue;
-#pragma unroll
+EMBER_UNROLL
     for (int j = 0; j < TN; ++j) {
       const int c = n0 + tn + j * NBT;
       if (c >= p.ncol) continue;
@@ -405,8 +406,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
   static_assert(BK % A_RUN == 0 && BK % B_RUN == 0, "runs must tile BK");
   constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;  // threads per row / column
-  __shared__ T As[2][BK][BM + 1];
-  __shared__ T Bs[2][BK][BN + 1];
+  EMBER_SHARED(T[2][BK][BM + 1], As);
+  EMBER_SHARED(T[2][BK][BN + 1], Bs);
 
   const int tid = threadIdx.x;
   const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
@@ -422,14 +423,14 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   T a_reg[A_RUN], b_reg[B_RUN];
   auto load = [&](int t) {
     JPos a = jpos(p, t * BK + a_kk0);
-#pragma unroll
+EMBER_UNROLL
     for (int e = 0; e < A_RUN; ++e) {
       const int o = wgrad_g_index<CL>(p, g, m0 + a_row, a);
       a_reg[e] = o >= 0 ? gy[o] : T(0);
       jstep(p, a);
     }
     JPos b = jpos(p, t * BK + b_kk0);
-#pragma unroll
+EMBER_UNROLL
     for (int e = 0; e < B_RUN; ++e) {
       const int o = wgrad_x_index<CL>(p, ci, b);
       b_reg[e] = o >= 0 ? x[o] : T(0);
@@ -437,16 +438,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     }
   };
   auto store = [&](int buf) {
-#pragma unroll
+EMBER_UNROLL
     for (int e = 0; e < A_RUN; ++e) As[buf][a_kk0 + e][a_row] = a_reg[e];
-#pragma unroll
+EMBER_UNROLL
     for (int e = 0; e < B_RUN; ++e) Bs[buf][b_kk0 + e][b_col] = b_reg[e];
   };
 
   T acc[TM][TN];
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < TM; ++i)
-#pragma unroll
+EMBER_UNROLL
     for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
   if (t0 < t1) {
     load(t0);
@@ -456,16 +457,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   for (int t = t0; t < t1; ++t) {
     const int cur = (t - t0) & 1;
     if (t + 1 < t1) load(t + 1);
-#pragma unroll
+EMBER_UNROLL
     for (int k = 0; k < BK; ++k) {
       T av[TM], bv[TN];
-#pragma unroll
+EMBER_UNROLL
       for (int i = 0; i < TM; ++i) av[i] = As[cur][k][tm + i * MBT];
-#pragma unroll
+EMBER_UNROLL
       for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][k][tn + j * NBT];
-#pragma unroll
+EMBER_UNROLL
       for (int i = 0; i < TM; ++i)
-#pragma unroll
+EMBER_UNROLL
         for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
     }
     if (t + 1 < t1) store(cur ^ 1);
@@ -473,11 +474,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   }
 
   const int nout = p.G * p.Kg * p.ncol;
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < TM; ++i) {
     const int k = m0 + tm + i * MBT;
     if (k >= p.Kg) continue;
-#pragma unroll
+EMBER_UNROLL
     for (int j = 0; j < TN; ++j) {
       const int col = n0 + tn + j * NBT;
       if (col >= p.ncol) continue;
@@ -489,33 +490,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 }
 
 // ======================= tensor-core (mma.sync) kernels =======================
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&d)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-               : "r"(smem_addr(p)));
-}
-
-template <bool BF16>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  if constexpr (BF16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
 
 template <bool BF16>
 __device__ __forceinline__ float bits_to_float(uint16_t b) {
@@ -535,25 +509,25 @@ constexpr int kMmaLDS = kMmaBK + 8;  // padded row: 80 bytes, conflict-free ldma
 template <bool BF16, int MT, int NT8>
 __device__ __forceinline__ void mma_tile(const uint16_t (*As)[kMmaLDS], const uint16_t (*Bs)[kMmaLDS], int wm0, int wn0,
                                          int lane, float (&acc)[MT][NT8][4]) {
-#pragma unroll
+EMBER_UNROLL
   for (int ks = 0; ks < kMmaBK; ks += 16) {
     unsigned af[MT][4];
     unsigned bf[NT8][2];
-#pragma unroll
-    for (int i = 0; i < MT; ++i) ldmatrix_x4(af[i], &As[wm0 + i * 16 + (lane & 15)][ks + (lane >> 4) * 8]);
-#pragma unroll
+EMBER_UNROLL
+    for (int i = 0; i < MT; ++i) ptx::ldmatrix_x4(af[i], &As[wm0 + i * 16 + (lane & 15)][ks + (lane >> 4) * 8]);
+EMBER_UNROLL
     for (int jj = 0; jj < NT8 / 2; ++jj) {
       unsigned d[4];
-      ldmatrix_x4(d, &Bs[wn0 + jj * 16 + (lane & 7) + ((lane >> 4) << 3)][ks + ((lane >> 3) & 1) * 8]);
+      ptx::ldmatrix_x4(d, &Bs[wn0 + jj * 16 + (lane & 7) + ((lane >> 4) << 3)][ks + ((lane >> 3) & 1) * 8]);
       bf[2 * jj][0] = d[0];
       bf[2 * jj][1] = d[1];
       bf[2 * jj + 1][0] = d[2];
       bf[2 * jj + 1][1] = d[3];
     }
-#pragma unroll
+EMBER_UNROLL
     for (int i = 0; i < MT; ++i)
-#pragma unroll
-      for (int j = 0; j < NT8; ++j) mma_16816<BF16>(acc[i][j], af[i], bf[j][0], bf[j][1]);
+EMBER_UNROLL
+      for (int j = 0; j < NT8; ++j) ptx::mma_m16n8k16(acc[i][j], af[i], bf[j][0], bf[j][1], BF16);
   }
 }
 
@@ -564,7 +538,7 @@ __device__ __forceinline__ unsigned pack2(uint16_t lo, uint16_t hi) {
 // Stores a run of RUN halves (RUN % 8 == 0) at a 16-byte aligned shared address.
 template <int RUN>
 __device__ __forceinline__ void store_run(uint16_t* dst, const unsigned (&w)[RUN / 2]) {
-#pragma unroll
+EMBER_UNROLL
   for (int v = 0; v < RUN / 8; ++v)
     reinterpret_cast<uint4*>(dst)[v] = make_uint4(w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
 }
@@ -581,8 +555,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   static_assert(A_RUN % 8 == 0 && B_RUN % 8 == 0 && BK % A_RUN == 0 && BK % B_RUN == 0, "runs of whole vectors");
   static_assert(NT % BM == 0 && NT8 % 2 == 0, "thread mapping");
   static_assert(!VEC || CL, "vector loads need channels-last");
-  __shared__ __align__(16) uint16_t As[2][BM][kMmaLDS];
-  __shared__ __align__(16) uint16_t Bs[2][BN][kMmaLDS];
+  EMBER_SHARED(uint16_t[2][BM][kMmaLDS], As);
+  EMBER_SHARED(uint16_t[2][BN][kMmaLDS], Bs);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = blockIdx.z;
@@ -611,7 +585,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     if constexpr (CL) {
       const int cb = c0 + a_kk0;
       if constexpr (VEC) {
-#pragma unroll
+EMBER_UNROLL
         for (int v = 0; v < A_RUN / 8; ++v) {
           const int c = cb + 8 * v;
           uint4 q = make_uint4(0, 0, 0, 0);
@@ -622,7 +596,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
           a_w[4 * v + 3] = q.w;
         }
       } else {
-#pragma unroll
+EMBER_UNROLL
         for (int e = 0; e < A_RUN; e += 2) {
           const int c = cb + e;
           const uint16_t lo = (off >= 0 && c < p.red) ? src[off + g * p.red + c] : uint16_t(0);
@@ -631,7 +605,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
         }
       }
     } else {
-#pragma unroll
+EMBER_UNROLL
       for (int i = 0; i < A_RUN; ++i) {
         const int c = c0 + a_kk0 + i * (NT / BM);
         a_s[i] = (off >= 0 && c < p.red) ? src[off + (g * p.red + c) * chs] : uint16_t(0);
@@ -639,7 +613,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     }
     const int cb = c0 + b_kk0;
     if constexpr (B_VEC) {
-#pragma unroll
+EMBER_UNROLL
       for (int v = 0; v < B_RUN / 8; ++v) {
         const int c = cb + 8 * v;
         uint4 q = make_uint4(0, 0, 0, 0);
@@ -650,7 +624,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
         b_w[4 * v + 3] = q.w;
       }
     } else {
-#pragma unroll
+EMBER_UNROLL
       for (int e = 0; e < B_RUN; e += 2) {
         const int c = cb + e;
         const bool okc = colg < p.ncol;
@@ -664,18 +638,18 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     if constexpr (CL) {
       store_run<A_RUN>(&As[buf][a_row][a_kk0], a_w);
     } else {
-#pragma unroll
+EMBER_UNROLL
       for (int i = 0; i < A_RUN; ++i) As[buf][a_row][a_kk0 + i * (NT / BM)] = a_s[i];
     }
     store_run<B_RUN>(&Bs[buf][b_col][b_kk0], b_w);
   };
 
   float acc[MT][NT8][4];
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < MT; ++i)
-#pragma unroll
+EMBER_UNROLL
     for (int j = 0; j < NT8; ++j)
-#pragma unroll
+EMBER_UNROLL
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
   if (tiles > 0) {
@@ -692,15 +666,15 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   }
 
   const int gid = lane >> 2, tig = lane & 3;
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < MT; ++i)
-#pragma unroll
+EMBER_UNROLL
     for (int e2 = 0; e2 < 2; ++e2) {
       const int m = m0 + wm0 + i * 16 + gid + e2 * 8;
       if (m >= p.M) continue;
-#pragma unroll
+EMBER_UNROLL
       for (int j = 0; j < NT8; ++j)
-#pragma unroll
+EMBER_UNROLL
         for (int e1 = 0; e1 < 2; ++e1) {
           const int c = n0 + wn0 + j * 8 + tig * 2 + e1;
           if (c >= p.ncol) continue;
@@ -724,8 +698,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;
   static_assert(A_RUN % 8 == 0 && B_RUN % 8 == 0 && BK % A_RUN == 0 && BK % B_RUN == 0, "runs of whole vectors");
   static_assert(NT8 % 2 == 0, "ldmatrix.x4 loads pairs of n8 tiles");
-  __shared__ __align__(16) uint16_t As[2][BM][kMmaLDS];
-  __shared__ __align__(16) uint16_t Bs[2][BN][kMmaLDS];
+  EMBER_SHARED(uint16_t[2][BM][kMmaLDS], As);
+  EMBER_SHARED(uint16_t[2][BN][kMmaLDS], Bs);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
@@ -741,7 +715,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   unsigned a_w[A_RUN / 2], b_w[B_RUN / 2];
   auto load = [&](int t) {
     JPos a = jpos(p, t * BK + a_kk0);
-#pragma unroll
+EMBER_UNROLL
     for (int e = 0; e < A_RUN; e += 2) {
       const int o0 = wgrad_g_index<CL>(p, g, m0 + a_row, a);
       jstep(p, a);
@@ -750,7 +724,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
       a_w[e / 2] = pack2(o0 >= 0 ? gy[o0] : uint16_t(0), o1 >= 0 ? gy[o1] : uint16_t(0));
     }
     JPos b = jpos(p, t * BK + b_kk0);
-#pragma unroll
+EMBER_UNROLL
     for (int e = 0; e < B_RUN; e += 2) {
       const int o0 = wgrad_x_index<CL>(p, ci, b);
       jstep(p, b);
@@ -765,11 +739,11 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
   };
 
   float acc[MT][NT8][4];
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < MT; ++i)
-#pragma unroll
+EMBER_UNROLL
     for (int j = 0; j < NT8; ++j)
-#pragma unroll
+EMBER_UNROLL
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
   if (t0 < t1) {
     load(t0);
@@ -786,15 +760,15 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 
   const int gid = lane >> 2, tig = lane & 3;
   const int nout = p.G * p.Kg * p.ncol;
-#pragma unroll
+EMBER_UNROLL
   for (int i = 0; i < MT; ++i)
-#pragma unroll
+EMBER_UNROLL
     for (int e2 = 0; e2 < 2; ++e2) {
       const int k = m0 + wm0 + i * 16 + gid + e2 * 8;
       if (k >= p.Kg) continue;
-#pragma unroll
+EMBER_UNROLL
       for (int j = 0; j < NT8; ++j)
-#pragma unroll
+EMBER_UNROLL
         for (int e1 = 0; e1 < 2; ++e1) {
           const int col = n0 + wn0 + j * 8 + tig * 2 + e1;
           if (col >= p.ncol) continue;
@@ -824,8 +798,8 @@ bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr(
 template <class T, int BM, int BN, int BK, int TM, int TN, bool CL, bool DGRAD>
 void launch_data_simt(const DataGemm& p, int G, const T* src, const T* wt, const T* bias, T* out, cudaStream_t st) {
   dim3 grid(ceil_div(p.M, BM), ceil_div(p.ncol, BN), G);
-  data_simt_kernel<T, BM, BN, BK, TM, TN, CL, DGRAD><<<grid, (BM / TM) * (BN / TN), 0, st>>>(src, wt, bias, out, p);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(data_simt_kernel<T, BM, BN, BK, TM, TN, CL, DGRAD>, grid, (BM / TM) * (BN / TN), 0, st, src, wt, bias,
+               out, p);
 }
 
 template <class T, bool CL, bool DGRAD>
@@ -878,13 +852,11 @@ void launch_wgrad_simt(const ConvArgs& a, WgradGemm p) {
   if (p.splits > 1)
     ws = empty({static_cast<int64_t>(p.splits) * nout}, TensorOptions().dtype(dtype_v<Acc>).device(a.w.device()));
   dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
-  wgrad_simt_kernel<T, BM, BN, BK, TM, TN, CL><<<grid, (BM / TM) * (BN / TN), 0, st>>>(
-      cptr<T>(a.y), cptr<T>(a.x), mptr<T>(a.w), p.splits > 1 ? mptr<Acc>(ws) : nullptr, p);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(wgrad_simt_kernel<T, BM, BN, BK, TM, TN, CL>, grid, (BM / TM) * (BN / TN), 0, st, cptr<T>(a.y),
+               cptr<T>(a.x), mptr<T>(a.w), p.splits > 1 ? mptr<Acc>(ws) : nullptr, p);
   if (p.splits > 1) {
-    splitk_reduce_kernel<Acc, T><<<cuda::grid_for(nout, 256, a.w.device().index), 256, 0, st>>>(
-        mptr<Acc>(ws), p.splits, nout, mptr<T>(a.w));
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(splitk_reduce_kernel<Acc, T>, cuda::grid_for(nout, 256, a.w.device().index), 256, 0, st, mptr<Acc>(ws),
+                 p.splits, nout, mptr<T>(a.w));
   }
 }
 
@@ -910,8 +882,8 @@ template <bool BF16, int BM, int BN, int WM, int WN, bool CL, bool DGRAD, bool V
 void launch_data_mma(const DataGemm& p, int G, const uint16_t* src, const uint16_t* wt, const uint16_t* bias,
                      uint16_t* out, cudaStream_t st) {
   dim3 grid(ceil_div(p.M, BM), ceil_div(p.ncol, BN), G);
-  data_mma_kernel<BF16, BM, BN, WM, WN, CL, DGRAD, VEC><<<grid, (BM / WM) * (BN / WN) * 32, 0, st>>>(src, wt, bias, out, p);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(data_mma_kernel<BF16, BM, BN, WM, WN, CL, DGRAD, VEC>, grid, (BM / WM) * (BN / WN) * 32, 0, st, src, wt,
+               bias, out, p);
 }
 
 // 0: 128x128 (8 warps), 1: 128x64 (4 warps), 2: 64x64 (4 warps)
@@ -967,18 +939,16 @@ void launch_wgrad_mma(const ConvArgs& a, WgradGemm p) {
   if (p.splits > 1)
     ws = empty({static_cast<int64_t>(p.splits) * nout}, TensorOptions().dtype(DType::f32).device(a.w.device()));
   dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
-  wgrad_mma_kernel<BF16, BM, BN, WM, WN, CL><<<grid, (BM / WM) * (BN / WN) * 32, 0, st>>>(
-      cptr<uint16_t>(a.y), cptr<uint16_t>(a.x), mptr<uint16_t>(a.w), p.splits > 1 ? mptr<float>(ws) : nullptr, p);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(wgrad_mma_kernel<BF16, BM, BN, WM, WN, CL>, grid, (BM / WM) * (BN / WN) * 32, 0, st, cptr<uint16_t>(a.y),
+               cptr<uint16_t>(a.x), mptr<uint16_t>(a.w), p.splits > 1 ? mptr<float>(ws) : nullptr, p);
   if (p.splits > 1) {
     const int dev = a.w.device().index;
     if constexpr (BF16)
-      splitk_reduce_kernel<float, BFloat16><<<cuda::grid_for(nout, 256, dev), 256, 0, st>>>(
-          mptr<float>(ws), p.splits, nout, mptr<BFloat16>(a.w));
+      cuda::launch(splitk_reduce_kernel<float, BFloat16>, cuda::grid_for(nout, 256, dev), 256, 0, st, mptr<float>(ws),
+                   p.splits, nout, mptr<BFloat16>(a.w));
     else
-      splitk_reduce_kernel<float, Half><<<cuda::grid_for(nout, 256, dev), 256, 0, st>>>(mptr<float>(ws), p.splits,
-                                                                                        nout, mptr<Half>(a.w));
-    EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(splitk_reduce_kernel<float, Half>, cuda::grid_for(nout, 256, dev), 256, 0, st, mptr<float>(ws),
+                   p.splits, nout, mptr<Half>(a.w));
   }
 }
 

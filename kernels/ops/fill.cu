@@ -28,9 +28,8 @@ void arange_cuda(const KernelCall& c) {
   const ArangeAttrs& a = c.attr<ArangeAttrs>();
   cuda::DeviceScope guard(t.device());
   EMBER_DISPATCH_NUMERIC(t.dtype(), "arange", [&] {
-    arange_kernel<<<cuda::grid_for(t.numel(), 256, t.device().index), 256, 0, cuda::stream_for(t)>>>(
-        static_cast<scalar_t*>(t.data_ptr()), t.numel(), a.start, a.step);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(arange_kernel<scalar_t>, cuda::grid_for(t.numel(), 256, t.device().index), 256, 0, cuda::stream_for(t),
+                 static_cast<scalar_t*>(t.data_ptr()), t.numel(), a.start, a.step);
   });
 }
 

@@ -22,16 +22,16 @@ using norm_detail::combine;
 
 // Combines v over the block; the result is valid in thread 0. blockDim.x is a multiple of 32.
 __device__ double block_combine(double v, int kind) {
-  __shared__ double warps[32];
+  EMBER_SHARED(double[32], warps);
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-#pragma unroll
+EMBER_UNROLL
   for (int off = 16; off > 0; off >>= 1) v = combine(v, __shfl_down_sync(0xffffffffu, v, off), kind);
   if (lane == 0) warps[warp] = v;
   __syncthreads();
   const int nwarps = static_cast<int>(blockDim.x / 32);
   if (warp == 0) {
     v = lane < nwarps ? warps[lane] : 0.0;
-#pragma unroll
+EMBER_UNROLL
     for (int off = 16; off > 0; off >>= 1) v = combine(v, __shfl_down_sync(0xffffffffu, v, off), kind);
   }
   return v;
@@ -71,15 +71,13 @@ void total_norm_cuda(const KernelCall& c) {
   double* part = partials.data<double>();
   EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "total_norm", [&] {
     mt::for_each_table<1>(entries, [&](const mt::Table<1>& tab, int nb, int64_t first) {
-      norm_partials_kernel<scalar_t><<<nb, mt::kThreads, 0, stream>>>(tab, part + first, kind, p);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(norm_partials_kernel<scalar_t>, nb, mt::kThreads, 0, stream, tab, part + first, kind, p);
     });
   });
   if (out.dtype() == DType::f64)
-    norm_finish_kernel<double><<<1, 1024, 0, stream>>>(part, nblocks, out.data<double>(), kind, p);
+    cuda::launch(norm_finish_kernel<double>, 1, 1024, 0, stream, part, nblocks, out.data<double>(), kind, p);
   else
-    norm_finish_kernel<float><<<1, 1024, 0, stream>>>(part, nblocks, out.data<float>(), kind, p);
-  EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(norm_finish_kernel<float>, 1, 1024, 0, stream, part, nblocks, out.data<float>(), kind, p);
 }
 
 template <class T, class N>
@@ -103,10 +101,9 @@ void clip_cuda(const KernelCall& c) {
   EMBER_DISPATCH_FLOAT(c.in[1].dtype(), "clip_by_total_norm", [&] {
     mt::for_each_table<1>(entries, [&](const mt::Table<1>& tab, int nb, int64_t) {
       if (norm.dtype() == DType::f64)
-        clip_kernel<scalar_t, double><<<nb, mt::kThreads, 0, stream>>>(tab, norm.data<double>(), max_norm);
+        cuda::launch(clip_kernel<scalar_t, double>, nb, mt::kThreads, 0, stream, tab, norm.data<double>(), max_norm);
       else
-        clip_kernel<scalar_t, float><<<nb, mt::kThreads, 0, stream>>>(tab, norm.data<float>(), max_norm);
-      EMBER_CUDA_CHECK_LAUNCH();
+        cuda::launch(clip_kernel<scalar_t, float>, nb, mt::kThreads, 0, stream, tab, norm.data<float>(), max_norm);
     });
   });
 }

@@ -182,11 +182,10 @@ void index_select_cuda(const KernelCall& c) {
   unsigned grid = cuda::grid_for(out.numel(), 256, x.device().index);
   EMBER_DISPATCH_ALL(x.dtype(), "index_select", [&] {
     EMBER_DISPATCH_INDEX(index.dtype(), "index_select", [&] {
-      index_select_kernel<<<grid, 256, 0, cuda::stream_for(x)>>>(
-          static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
-          static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size, s.inner, out.numel(), err,
-          code_of(OpId::index_select));
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(index_select_kernel<scalar_t, index_t>, grid, 256, 0, cuda::stream_for(x),
+                   static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
+                   static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size, s.inner, out.numel(), err,
+                   code_of(OpId::index_select));
     });
   });
 }
@@ -202,10 +201,10 @@ void gather_cuda(const KernelCall& c) {
   unsigned grid = cuda::grid_for(out.numel(), 256, x.device().index);
   EMBER_DISPATCH_ALL(x.dtype(), "gather", [&] {
     EMBER_DISPATCH_INDEX(index.dtype(), "gather", [&] {
-      gather_kernel<<<grid, 256, 0, cuda::stream_for(x)>>>(
-          static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
-          static_cast<scalar_t*>(out.data_ptr()), dims_of(index, x), d, size, out.numel(), err, code_of(OpId::gather));
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(gather_kernel<scalar_t, index_t>, grid, 256, 0, cuda::stream_for(x),
+                   static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
+                   static_cast<scalar_t*>(out.data_ptr()), dims_of(index, x), d, size, out.numel(), err,
+                   code_of(OpId::gather));
     });
   });
 }
@@ -213,10 +212,9 @@ void gather_cuda(const KernelCall& c) {
 template <class I>
 void check_indices(const Tensor& index, int64_t size, OpId op) {
   if (index.numel() == 0) return;
-  check_index_kernel<<<cuda::grid_for(index.numel(), 256, index.device().index), 256, 0, cuda::stream_for(index)>>>(
-      static_cast<const I*>(index.data_ptr()), index.numel(), size, cuda::device_error_word(index.device().index),
-      code_of(op));
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(check_index_kernel<I>, cuda::grid_for(index.numel(), 256, index.device().index), 256, 0,
+               cuda::stream_for(index), static_cast<const I*>(index.data_ptr()), index.numel(), size,
+               cuda::device_error_word(index.device().index), code_of(op));
 }
 
 template <bool kAtomic>
@@ -235,16 +233,16 @@ void index_add_cuda(const KernelCall& c) {
       if constexpr (kAtomic) {
         EMBER_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
         if (src.numel() == 0) return;
-        index_add_atomic_kernel<<<cuda::grid_for(src.numel(), 256, device), 256, 0, stream>>>(
-            static_cast<const index_t*>(index.data_ptr()), static_cast<const scalar_t*>(src.data_ptr()),
-            static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size, s.inner, src.numel());
+        cuda::launch(index_add_atomic_kernel<scalar_t, index_t>, cuda::grid_for(src.numel(), 256, device), 256, 0,
+                     stream, static_cast<const index_t*>(index.data_ptr()),
+                     static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()),
+                     index.numel(), s.size, s.inner, src.numel());
       } else {
-        index_add_ordered_kernel<<<cuda::grid_for(out.numel(), 256, device), 256, 0, stream>>>(
-            static_cast<const scalar_t*>(self.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
-            static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size,
-            s.inner, out.numel());
+        cuda::launch(index_add_ordered_kernel<scalar_t, index_t>, cuda::grid_for(out.numel(), 256, device), 256, 0,
+                     stream, static_cast<const scalar_t*>(self.data_ptr()),
+                     static_cast<const index_t*>(index.data_ptr()), static_cast<const scalar_t*>(src.data_ptr()),
+                     static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size, s.inner, out.numel());
       }
-      EMBER_CUDA_CHECK_LAUNCH();
     };
     if constexpr (kAtomic) {
       switch (self.dtype()) {
@@ -274,19 +272,20 @@ void scatter_add_cuda(const KernelCall& c) {
       if constexpr (kAtomic) {
         EMBER_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
         if (src.numel() == 0) return;
-        scatter_add_atomic_kernel<<<cuda::grid_for(src.numel(), 256, device), 256, 0, stream>>>(
-            static_cast<const index_t*>(index.data_ptr()), static_cast<const scalar_t*>(src.data_ptr()),
-            static_cast<scalar_t*>(out.data_ptr()), dims_of(index, out), d, size, src.numel());
+        cuda::launch(scatter_add_atomic_kernel<scalar_t, index_t>, cuda::grid_for(src.numel(), 256, device), 256, 0,
+                     stream, static_cast<const index_t*>(index.data_ptr()),
+                     static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()),
+                     dims_of(index, out), d, size, src.numel());
       } else {
         Dims od{};
         od.n = out.dim();
         for (int k = 0; k < od.n; ++k) od.index_shape[k] = out.shape()[k];
         Dims id = dims_of(index, index);  // index's own (contiguous) strides, shared by src
-        scatter_add_ordered_kernel<<<cuda::grid_for(out.numel(), 256, device), 256, 0, stream>>>(
-            static_cast<const scalar_t*>(self.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
-            static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()), od, id, d, out.numel());
+        cuda::launch(scatter_add_ordered_kernel<scalar_t, index_t>, cuda::grid_for(out.numel(), 256, device), 256, 0,
+                     stream, static_cast<const scalar_t*>(self.data_ptr()),
+                     static_cast<const index_t*>(index.data_ptr()), static_cast<const scalar_t*>(src.data_ptr()),
+                     static_cast<scalar_t*>(out.data_ptr()), od, id, d, out.numel());
       }
-      EMBER_CUDA_CHECK_LAUNCH();
     };
     if constexpr (kAtomic) {
       switch (self.dtype()) {

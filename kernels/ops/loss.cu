@@ -44,9 +44,10 @@ RowGeometry class_rows(const Tensor& x) { return x.dim() == 1 ? RowGeometry{1, x
 
 // Sums (a, b) over the block; the result is valid in thread 0. blockDim.x is a multiple of 32.
 __device__ __forceinline__ void block_sum2(double& a, double& b) {
-  __shared__ double sa[32], sb[32];
+  EMBER_SHARED(double[32], sa);
+  EMBER_SHARED(double[32], sb);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-#pragma unroll
+EMBER_UNROLL
   for (int off = 16; off > 0; off >>= 1) {
     a += __shfl_xor_sync(0xffffffffu, a, off);
     b += __shfl_xor_sync(0xffffffffu, b, off);
@@ -59,7 +60,7 @@ __device__ __forceinline__ void block_sum2(double& a, double& b) {
   if (warp == 0) {
     a = lane < nwarps ? sa[lane] : 0.0;
     b = lane < nwarps ? sb[lane] : 0.0;
-#pragma unroll
+EMBER_UNROLL
     for (int off = 16; off > 0; off >>= 1) {
       a += __shfl_xor_sync(0xffffffffu, a, off);
       b += __shfl_xor_sync(0xffffffffu, b, off);
@@ -88,9 +89,8 @@ __global__ void __launch_bounds__(1024) finalize_kernel(const double* __restrict
 template <class T, class Acc>
 void launch_finalize(const Tensor& ws, int64_t n, int reduction, double count, const Tensor& out, Acc* tw,
                      cudaStream_t stream) {
-  finalize_kernel<T, Acc><<<1, 1024, 0, stream>>>(static_cast<const double*>(ws.data_ptr()), n, reduction, count,
-                                                   static_cast<T*>(out.data_ptr()), tw);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(finalize_kernel<T, Acc>, 1, 1024, 0, stream, static_cast<const double*>(ws.data_ptr()), n, reduction,
+               count, static_cast<T*>(out.data_ptr()), tw);
 }
 
 // ---- cross_entropy: forward policy ----
@@ -232,8 +232,7 @@ void launch_ce_small(const P& p, int64_t rows, int64_t C, int reduction, typenam
     g <<= 1;
     ++log2g;
   }
-  ce_small_kernel<P, K><<<1, 1024, 0, stream>>>(p, rows, static_cast<int>(C), log2g, reduction, out, tw);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(ce_small_kernel<P, K>, 1, 1024, 0, stream, p, rows, static_cast<int>(C), log2g, reduction, out, tw);
 }
 
 // The single-block path: rows of at most 128 classes, at most 8 passes of the 1024-thread block
@@ -454,13 +453,12 @@ void nll_loss_cuda(const KernelCall& c) {
       using Acc = acc_t<scalar_t>;
       Tensor ws;
       if (la.reduction != 0 && blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
-      nll_kernel<scalar_t, index_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(t.data_ptr()),
-          w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr, rows, g.C, g.B, la.ignore_index,
-          static_cast<int>(la.reduction), static_cast<scalar_t*>(out.data_ptr()), static_cast<Acc*>(tw.data_ptr()),
-          ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr, cuda::device_error_word(x.device().index),
-          code_of(OpId::nll_loss));
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(nll_kernel<scalar_t, index_t>, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                   static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(t.data_ptr()),
+                   w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr, rows, g.C, g.B, la.ignore_index,
+                   static_cast<int>(la.reduction), static_cast<scalar_t*>(out.data_ptr()),
+                   static_cast<Acc*>(tw.data_ptr()), ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr,
+                   cuda::device_error_word(x.device().index), code_of(OpId::nll_loss));
       if (ws.defined())
         launch_finalize<scalar_t, Acc>(ws, blocks, static_cast<int>(la.reduction), 0, out,
                                        static_cast<Acc*>(tw.data_ptr()), stream);
@@ -504,15 +502,13 @@ void nll_loss_backward_cuda(const KernelCall& c) {
   const RowGeometry geo = class_rows(x);
   EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss_backward", [&] {
     EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss_backward", [&] {
-      nll_backward_kernel<scalar_t, index_t>
-          <<<cuda::grid_for(dx.numel(), 256, x.device().index), 256, 0, cuda::stream_for(x)>>>(
-              static_cast<const scalar_t*>(g.data_ptr()), la.reduction == 0 ? 1 : 0,
-              static_cast<const index_t*>(t.data_ptr()),
-              w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr,
-              static_cast<const acc_t<scalar_t>*>(tw.data_ptr()), static_cast<int>(la.reduction),
-              static_cast<scalar_t*>(dx.data_ptr()), dx.numel(), geo.C, geo.B, la.ignore_index,
-              cuda::device_error_word(x.device().index), code_of(OpId::nll_loss_backward));
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(nll_backward_kernel<scalar_t, index_t>, cuda::grid_for(dx.numel(), 256, x.device().index), 256, 0,
+                   cuda::stream_for(x), static_cast<const scalar_t*>(g.data_ptr()), la.reduction == 0 ? 1 : 0,
+                   static_cast<const index_t*>(t.data_ptr()),
+                   w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr,
+                   static_cast<const acc_t<scalar_t>*>(tw.data_ptr()), static_cast<int>(la.reduction),
+                   static_cast<scalar_t*>(dx.data_ptr()), dx.numel(), geo.C, geo.B, la.ignore_index,
+                   cuda::device_error_word(x.device().index), code_of(OpId::nll_loss_backward));
     });
   });
 }
@@ -567,11 +563,10 @@ void mse_loss_cuda(const KernelCall& c) {
   EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss", [&] {
     Tensor ws;
     if (blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
-    sqdiff_sum_kernel<scalar_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        static_cast<const scalar_t*>(x.data_ptr()), static_cast<const scalar_t*>(y.data_ptr()), n,
-        static_cast<int>(red), static_cast<scalar_t*>(out.data_ptr()),
-        ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(sqdiff_sum_kernel<scalar_t>, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                 static_cast<const scalar_t*>(x.data_ptr()), static_cast<const scalar_t*>(y.data_ptr()), n,
+                 static_cast<int>(red), static_cast<scalar_t*>(out.data_ptr()),
+                 ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr);
     if (ws.defined())
       launch_finalize<scalar_t, acc_t<scalar_t>>(ws, blocks, static_cast<int>(red), static_cast<double>(n), out,
                                                  nullptr, stream);
@@ -595,11 +590,10 @@ void mse_loss_backward_cuda(const KernelCall& c) {
   cuda::DeviceScope guard(x.device());
   EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss_backward", [&] {
     const double s = red == 1 ? 2.0 / static_cast<double>(n) : 2.0;
-    mse_backward_kernel<scalar_t><<<cuda::grid_for(n, 256, x.device().index), 256, 0, cuda::stream_for(x)>>>(
-        static_cast<const scalar_t*>(g.data_ptr()), red == 0 ? 1 : 0, static_cast<const scalar_t*>(x.data_ptr()),
-        static_cast<const scalar_t*>(y.data_ptr()), static_cast<scalar_t*>(dx.data_ptr()), n,
-        static_cast<acc_t<scalar_t>>(s));
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(mse_backward_kernel<scalar_t>, cuda::grid_for(n, 256, x.device().index), 256, 0, cuda::stream_for(x),
+                 static_cast<const scalar_t*>(g.data_ptr()), red == 0 ? 1 : 0,
+                 static_cast<const scalar_t*>(x.data_ptr()), static_cast<const scalar_t*>(y.data_ptr()),
+                 static_cast<scalar_t*>(dx.data_ptr()), n, static_cast<acc_t<scalar_t>>(s));
   });
 }
 

@@ -44,10 +44,9 @@ void launch(const Tensor& x, const Tensor& out, const NormalizeU8Attrs& a) {
     for (int d = 2; d < x.dim(); ++d) plane *= x.size(d);
   const int64_t n = x.numel();
   constexpr int kThreads = 256;
-  normalize_u8_kernel<T, Acc><<<cuda::grid_for(n, kThreads, x.device().index), kThreads, 0, cuda::stream_for(x)>>>(
-      static_cast<const uint8_t*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), n, std::max<int64_t>(plane, 1),
-      a.channels, p);
-  EMBER_CUDA_CHECK_LAUNCH();
+  cuda::launch(normalize_u8_kernel<T, Acc>, cuda::grid_for(n, kThreads, x.device().index), kThreads, 0,
+               cuda::stream_for(x), static_cast<const uint8_t*>(x.data_ptr()), static_cast<T*>(out.data_ptr()), n,
+               std::max<int64_t>(plane, 1), a.channels, p);
 }
 
 void normalize_u8_cuda(const KernelCall& c) {

@@ -34,8 +34,7 @@ void increment_steps(const std::vector<float*>& steps, const float* found_inf, c
     tab.step[tab.n++] = steps[i];
     if (tab.n == mt::kMaxSteps || i + 1 == steps.size()) {
       const int threads = 128;
-      increment_steps_kernel<<<(tab.n + threads - 1) / threads, threads, 0, stream>>>(tab, found_inf);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(increment_steps_kernel, (tab.n + threads - 1) / threads, threads, 0, stream, tab, found_inf);
       tab.n = 0;
     }
   }
@@ -104,8 +103,8 @@ void sgd_cuda(const KernelCall& c) {
   if (!steps.empty()) increment_steps(steps, found_inf, stream);
   EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "sgd_step", [&] {
     mt::for_each_table<3>(entries, [&](const mt::Table<3>& tab, int nblocks, int64_t) {
-      sgd_kernel<scalar_t><<<nblocks, mt::kThreads, 0, stream>>>(tab, hyper.data<double>(), found_inf, inv_scale, a);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(sgd_kernel<scalar_t>, nblocks, mt::kThreads, 0, stream, tab, hyper.data<double>(), found_inf,
+                   inv_scale, a);
     });
   });
 }
@@ -132,8 +131,8 @@ void adam_cuda(const KernelCall& c) {
   increment_steps(steps, found_inf, stream);
   EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "adam_step", [&] {
     mt::for_each_table<5>(entries, [&](const mt::Table<5>& tab, int nblocks, int64_t) {
-      adam_kernel<scalar_t><<<nblocks, mt::kThreads, 0, stream>>>(tab, hyper.data<double>(), found_inf, inv_scale, a);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(adam_kernel<scalar_t>, nblocks, mt::kThreads, 0, stream, tab, hyper.data<double>(), found_inf,
+                   inv_scale, a);
     });
   });
 }

@@ -169,7 +169,7 @@ __global__ void global_avg_nchw_kernel(const T* __restrict__ x, T* __restrict__ 
     const T* p = x + pl * HW;
     acc_t<T> s = 0;
     for (int64_t i = lane; i < HW; i += 32) s += static_cast<acc_t<T>>(p[i]);
-#pragma unroll
+EMBER_UNROLL
     for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
     if (lane == 0) y[pl] = static_cast<T>(s / static_cast<acc_t<T>>(HW));
   }
@@ -229,7 +229,6 @@ void launch_elems(const Tensor& out, int64_t n, bool cl, const F& launch) {
   cudaStream_t st = cuda::stream_for(out);
   if (cl) launch(std::true_type{}, grid, st);
   else launch(std::false_type{}, grid, st);
-  EMBER_CUDA_CHECK_LAUNCH();
 }
 
 void max_pool2d_cuda(const KernelCall& c) {
@@ -239,7 +238,8 @@ void max_pool2d_cuda(const KernelCall& c) {
   dispatch(x.dtype(), "max_pool2d", [&](auto tag) {
     using T = decltype(tag);
     launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
-      max_pool_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(x), mp<T>(c.out[0]), mp<int64_t>(c.out[1]), d);
+      cuda::launch(max_pool_kernel<T, decltype(CL)::value>, grid, 256, 0, st, cp<T>(x), mp<T>(c.out[0]),
+                   mp<int64_t>(c.out[1]), d);
     });
   });
 }
@@ -256,7 +256,8 @@ void max_pool2d_backward_cuda(const KernelCall& c) {
   dispatch(gy.dtype(), "max_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
-      max_pool_backward_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(gy), cp<int64_t>(ind), mp<T>(c.out[0]), d);
+      cuda::launch(max_pool_backward_kernel<T, decltype(CL)::value>, grid, 256, 0, st, cp<T>(gy), cp<int64_t>(ind),
+                   mp<T>(c.out[0]), d);
     });
   });
 }
@@ -268,7 +269,7 @@ void avg_pool2d_cuda(const KernelCall& c) {
   dispatch(x.dtype(), "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
-      avg_pool_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(x), mp<T>(c.out[0]), d);
+      cuda::launch(avg_pool_kernel<T, decltype(CL)::value>, grid, 256, 0, st, cp<T>(x), mp<T>(c.out[0]), d);
     });
   });
 }
@@ -280,7 +281,7 @@ void avg_pool2d_backward_cuda(const KernelCall& c) {
   dispatch(gy.dtype(), "avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
-      avg_pool_backward_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(gy), mp<T>(c.out[0]), d);
+      cuda::launch(avg_pool_backward_kernel<T, decltype(CL)::value>, grid, 256, 0, st, cp<T>(gy), mp<T>(c.out[0]), d);
     });
   });
 }
@@ -298,12 +299,11 @@ void adaptive_cuda(const KernelCall& c) {
       cuda::DeviceScope scope(y.device());
       const int64_t planes = g.N * g.C;
       const unsigned grid = cuda::grid_for(planes * 32, 256, y.device().index);
-      global_avg_nchw_kernel<T><<<grid, 256, 0, cuda::stream_for(y)>>>(cp<T>(x), mp<T>(y), planes, g.H * g.W);
-      EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(global_avg_nchw_kernel<T>, grid, 256, 0, cuda::stream_for(y), cp<T>(x), mp<T>(y), planes, g.H * g.W);
       return;
     }
     launch_elems(y, y.numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
-      adaptive_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(x), mp<T>(y), d);
+      cuda::launch(adaptive_kernel<T, decltype(CL)::value>, grid, 256, 0, st, cp<T>(x), mp<T>(y), d);
     });
   });
 }
@@ -317,7 +317,7 @@ void adaptive_backward_cuda(const KernelCall& c) {
   dispatch(gy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
-      adaptive_backward_kernel<T, decltype(CL)::value><<<grid, 256, 0, st>>>(cp<T>(gy), mp<T>(c.out[0]), d);
+      cuda::launch(adaptive_backward_kernel<T, decltype(CL)::value>, grid, 256, 0, st, cp<T>(gy), mp<T>(c.out[0]), d);
     });
   });
 }

@@ -35,7 +35,7 @@ __device__ __forceinline__ reduce::WelfordAcc<V> shfl_down(reduce::WelfordAcc<V>
 
 template <class Op, class Acc>
 __device__ __forceinline__ Acc warp_reduce(Acc acc) {
-#pragma unroll
+EMBER_UNROLL
   for (int off = 16; off > 0; off >>= 1) acc = Op::merge(acc, shfl_down(acc, off));
   return acc;
 }
@@ -43,7 +43,7 @@ __device__ __forceinline__ Acc warp_reduce(Acc acc) {
 // Result valid in thread 0. blockDim.x is a multiple of 32 and at most 1024.
 template <class Op, class Acc>
 __device__ __forceinline__ Acc block_reduce(Acc acc) {
-  __shared__ Acc warps[32];
+  EMBER_SHARED(Acc[32], warps);
   int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   acc = warp_reduce<Op>(acc);
   if (lane == 0) warps[warp] = acc;
@@ -103,7 +103,7 @@ __global__ void rows_block_kernel(const T* __restrict__ x, int64_t R, int64_t ch
   const T* p = x + row * R;
   constexpr int kIlp = 4;
   Acc acc[kIlp];
-#pragma unroll
+EMBER_UNROLL
   for (int k = 0; k < kIlp; ++k) acc[k] = Op::init();
   if constexpr (VEC > 1) {
     // begin is a multiple of VEC (chunk is), rows are 16-byte aligned (checked on the host)
@@ -112,16 +112,16 @@ __global__ void rows_block_kernel(const T* __restrict__ x, int64_t R, int64_t ch
     int64_t i = begin + static_cast<int64_t>(threadIdx.x) * VEC;
     for (; i + (kIlp - 1) * stride < vend; i += kIlp * stride) {
       detail::AlignedVec<T, VEC> v[kIlp];
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < kIlp; ++k) v[k] = *reinterpret_cast<const detail::AlignedVec<T, VEC>*>(p + i + k * stride);
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < kIlp; ++k)
-#pragma unroll
+EMBER_UNROLL
         for (int j = 0; j < VEC; ++j) acc[k] = Op::step(acc[k], v[k].v[j], i + k * stride + j);
     }
     for (; i < vend; i += stride) {
       detail::AlignedVec<T, VEC> v = *reinterpret_cast<const detail::AlignedVec<T, VEC>*>(p + i);
-#pragma unroll
+EMBER_UNROLL
       for (int j = 0; j < VEC; ++j) acc[0] = Op::step(acc[0], v.v[j], i + j);
     }
     for (int64_t t = vend + threadIdx.x; t < end; t += blockDim.x) acc[0] = Op::step(acc[0], p[t], t);
@@ -130,15 +130,15 @@ __global__ void rows_block_kernel(const T* __restrict__ x, int64_t R, int64_t ch
     const int64_t stride = blockDim.x;
     for (; i + (kIlp - 1) * stride < end; i += kIlp * stride) {
       T v[kIlp];
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < kIlp; ++k) v[k] = p[i + k * stride];
-#pragma unroll
+EMBER_UNROLL
       for (int k = 0; k < kIlp; ++k) acc[k] = Op::step(acc[k], v[k], i + k * stride);
     }
     for (; i < end; i += stride) acc[0] = Op::step(acc[0], p[i], i);
   }
   Acc total = acc[0];
-#pragma unroll
+EMBER_UNROLL
   for (int k = 1; k < kIlp; ++k) total = Op::merge(total, acc[k]);
   total = block_reduce<Op>(total);
   if (threadIdx.x == 0) {
@@ -153,7 +153,7 @@ template <class Op, class T, class Out, class Proj>
 __global__ void cols_kernel(const T* __restrict__ x, int64_t A, int64_t R, int64_t B, int64_t chunk,
                             Out* __restrict__ out, typename Op::acc_type* __restrict__ partial, Proj proj) {
   using Acc = typename Op::acc_type;
-  __shared__ Acc sm[kColLanes][kColTile + 1];
+  EMBER_SHARED(Acc[kColLanes][kColTile + 1], sm);
   const int64_t tiles_per_a = (B + kColTile - 1) / kColTile;
   const int64_t a = blockIdx.x / tiles_per_a;
   const int64_t b = (blockIdx.x % tiles_per_a) * kColTile + threadIdx.x;
@@ -167,7 +167,7 @@ __global__ void cols_kernel(const T* __restrict__ x, int64_t A, int64_t R, int64
   sm[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && b < B) {
-#pragma unroll
+EMBER_UNROLL
     for (int k = 1; k < kColLanes; ++k) acc = Op::merge(acc, sm[k][threadIdx.x]);
     int64_t o = a * B + b;
     if (splits == 1) out[o] = proj(acc);
@@ -200,8 +200,7 @@ void launch_reduce(const Tensor& x, const ReducePlan& p, const Tensor& out_t, Pr
   if (B == 1 && R <= 4096) {
     constexpr int kThreads = 256, kRowsPerBlock = kThreads / 32;
     unsigned grid = static_cast<unsigned>((A + kRowsPerBlock - 1) / kRowsPerBlock);
-    rows_warp_kernel<Op, T, Out, Proj><<<grid, kThreads, 0, stream>>>(xp, A, R, out, proj);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(rows_warp_kernel<Op, T, Out, Proj>, grid, kThreads, 0, stream, xp, A, R, out, proj);
     return;
   }
 
@@ -227,10 +226,9 @@ void launch_reduce(const Tensor& x, const ReducePlan& p, const Tensor& out_t, Pr
     dim3 grid(static_cast<unsigned>(A), static_cast<unsigned>(splits));
     bool aligned = reinterpret_cast<uintptr_t>(xp) % 16 == 0 && (R * static_cast<int64_t>(sizeof(T))) % 16 == 0;
     if (aligned && VEC > 1)
-      rows_block_kernel<VEC, Op, T, Out, Proj><<<grid, 256, 0, stream>>>(xp, R, chunk, out, partial, proj);
+      cuda::launch(rows_block_kernel<VEC, Op, T, Out, Proj>, grid, 256, 0, stream, xp, R, chunk, out, partial, proj);
     else
-      rows_block_kernel<1, Op, T, Out, Proj><<<grid, 256, 0, stream>>>(xp, R, chunk, out, partial, proj);
-    EMBER_CUDA_CHECK_LAUNCH();
+      cuda::launch(rows_block_kernel<1, Op, T, Out, Proj>, grid, 256, 0, stream, xp, R, chunk, out, partial, proj);
   } else {
     int64_t tiles = A * ((B + kColTile - 1) / kColTile);
     splits = std::clamp<int64_t>((target_blocks + tiles - 1) / tiles, 1, std::max<int64_t>(1, R / 64));
@@ -240,13 +238,12 @@ void launch_reduce(const Tensor& x, const ReducePlan& p, const Tensor& out_t, Pr
     make_workspace();
     dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits));
     dim3 block(kColTile, kColLanes);
-    cols_kernel<Op, T, Out, Proj><<<grid, block, 0, stream>>>(xp, A, R, B, std::max<int64_t>(chunk, 1), out, partial, proj);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(cols_kernel<Op, T, Out, Proj>, grid, block, 0, stream, xp, A, R, B, std::max<int64_t>(chunk, 1), out,
+                 partial, proj);
   }
   if (splits > 1) {
-    finalize_kernel<Op, Out, Proj><<<cuda::grid_for(outputs, 256, device), 256, 0, stream>>>(
-        partial, outputs, static_cast<int>(splits), out, proj);
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(finalize_kernel<Op, Out, Proj>, cuda::grid_for(outputs, 256, device), 256, 0, stream, partial, outputs,
+                 static_cast<int>(splits), out, proj);
   }
   // `workspace` is released here; the caching allocator reuses it only for later work on this
   // stream, which runs after the kernels above.
