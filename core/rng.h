@@ -68,6 +68,22 @@ EMBER_HD inline double philox_normal(uint64_t seed, uint64_t base, int64_t i) {
   return ::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2);
 }
 
+// Note [Philox in CUDA graphs]: a captured kernel's arguments are frozen into the graph, so a
+// (seed, counter) passed by value would repeat on every replay (the same dropout mask each step).
+// While a thread captures (cuda::Graph), the CUDA reservations it makes are relative instead:
+// base counts from 0 within the graph and `state` points to two device words {seed, offset} that
+// Graph::replay() fills, in stream order, from a fresh host reservation of the counters one replay
+// uses. A kernel then draws with seed = state[0] and counter state[1] + base (philox_resolve), so
+// every replay draws new numbers, the host generator stays the one source of truth (checkpoints
+// save it), and a seeded run replays the same sequence.
+struct PhiloxState {
+  uint64_t seed, base;
+};
+EMBER_HD inline PhiloxState philox_resolve(uint64_t seed, uint64_t base, const uint64_t* graph_state) {
+  if (graph_state != nullptr) return {graph_state[0], graph_state[1] + base};
+  return {seed, base};
+}
+
 // The process-wide generator. Thread-safe.
 class Generator {
  public:
@@ -76,12 +92,19 @@ class Generator {
   uint64_t seed() const;
   uint64_t offset() const;
   void set_state(uint64_t seed, uint64_t offset);
-  // Reserves `counters` Philox counters; returns {seed, first counter}.
+  // Reserves `counters` Philox counters; returns {seed, first counter}. For a CUDA op (`cuda`)
+  // on a thread that is capturing a graph, the reservation is relative to the graph's device state
+  // (Note [Philox in CUDA graphs]).
   struct Reservation {
     uint64_t seed;
     uint64_t base;
+    const uint64_t* state = nullptr;  // device {seed, offset}, during graph capture only
   };
-  Reservation reserve(uint64_t counters);
+  Reservation reserve(uint64_t counters, bool cuda = false);
+  // Graph capture on this thread (core/cuda/graph.cpp): reservations for CUDA ops until
+  // end_graph_capture() are relative to `device_state`; end returns the counters one replay uses.
+  void begin_graph_capture(const uint64_t* device_state);
+  uint64_t end_graph_capture();
 
  private:
   mutable std::mutex mu_;

@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include "core/cuda/check.h"
+#include "core/rng.h"
+#include "core/storage.h"
 
 namespace ember::cuda {
 
@@ -13,6 +15,11 @@ Graph::~Graph() {
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &g);
     if (g != nullptr) cudaGraphDestroy(g);
+    cudaGetLastError();
+    default_generator().end_graph_capture();
+  }
+  if (rng_state_ != nullptr) {
+    cudaFree(rng_state_);
     cudaGetLastError();
   }
   if (exec_ != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
@@ -27,15 +34,18 @@ void Graph::capture_begin(Stream stream) {
   EMBER_CHECK(exec_ == nullptr, "Graph::capture_begin: this graph was already captured; use a new Graph");
   EMBER_CHECK(stream.valid(), "Graph::capture_begin: invalid stream");
   stream_ = stream;
+  if (rng_state_ == nullptr) EMBER_CUDA_CHECK(cudaMalloc(&rng_state_, 2 * sizeof(uint64_t)));
   pool_ = std::make_unique<MemPool>(stream.device());
   scope_ = std::make_unique<PoolScope>(*pool_);
   EMBER_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream.handle()), cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
+  default_generator().begin_graph_capture(static_cast<const uint64_t*>(rng_state_));
 }
 
 void Graph::capture_end() {
   EMBER_CHECK(capturing_, "Graph::capture_end without capture_begin");
   capturing_ = false;
+  rng_counters_ = default_generator().end_graph_capture();
   scope_.reset();
   cudaGraph_t g = nullptr;
   cudaError_t err = cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &g);
@@ -55,7 +65,21 @@ void Graph::capture_end() {
 
 void Graph::replay() {
   EMBER_CHECK(exec_ != nullptr, "Graph::replay: nothing was captured");
-  EMBER_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream_.handle())));
+  const auto stream = static_cast<cudaStream_t>(stream_.handle());
+  if (rng_counters_ > 0) {
+    // This replay's Philox counters, reserved now from the host generator and copied in stream
+    // order before the graph runs, from pinned memory (a pageable source may make the driver
+    // synchronise); the pinned block is reused only after the copy has read it (Note [pinned reuse]).
+    const Generator::Reservation r = default_generator().reserve(rng_counters_);
+    Allocator* pinned = pinned_allocator();
+    auto* host = static_cast<uint64_t*>(pinned->allocate(2 * sizeof(uint64_t)));
+    host[0] = r.seed;
+    host[1] = r.base;
+    EMBER_CUDA_CHECK(cudaMemcpyAsync(rng_state_, host, 2 * sizeof(uint64_t), cudaMemcpyHostToDevice, stream));
+    record_pinned_use(host, stream_);
+    pinned->deallocate(host);
+  }
+  EMBER_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream));
 }
 
 size_t Graph::num_nodes() const {

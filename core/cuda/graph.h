@@ -28,7 +28,8 @@ class Graph {
   // Ends the capture and instantiates the graph. Throws (with CUDA's reason) if the capture was
   // invalidated, e.g. by a host synchronisation inside it; the graph is then empty.
   void capture_end();
-  // Launches the captured work on the capture stream.
+  // Launches the captured work on the capture stream. Random ops in the graph draw fresh numbers
+  // on every replay (Note [Philox in CUDA graphs] in core/rng.h).
   void replay();
   bool ready() const { return exec_ != nullptr; }
   // Number of nodes (kernels, copies, ...) in the captured graph.
@@ -42,6 +43,8 @@ class Graph {
   std::unique_ptr<MemPool> pool_;
   std::unique_ptr<PoolScope> scope_;
   bool capturing_ = false;
+  void* rng_state_ = nullptr;   // device {seed, offset} the graph's random kernels read
+  uint64_t rng_counters_ = 0;   // Philox counters one replay uses
 };
 
 }  // namespace ember::cuda

@@ -113,8 +113,8 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   EMBER_CHECK(p >= 0 && p <= 1, "dropout: p must be in [0, 1], got ", p);
   if (!training || p == 0 || x.numel() == 0) return x;
   EMBER_CHECK(is_floating(x.dtype()), "dropout: expects a floating tensor, got ", x.describe());
-  Generator::Reservation r = default_generator().reserve(uniform_counters(x.numel()));
-  return call1(OpId::dropout, {x}, DropoutAttrs{p, r.seed, r.base});
+  Generator::Reservation r = default_generator().reserve(uniform_counters(x.numel()), x.is_cuda());
+  return call1(OpId::dropout, {x}, DropoutAttrs{p, r.seed, r.base, r.state});
 }
 
 }  // namespace ember

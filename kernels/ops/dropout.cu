@@ -18,8 +18,11 @@ namespace {
 
 template <class T, bool kVec>
 __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, double p, acc_t<T> scale,
-                               uint64_t seed, uint64_t base) {
+                               uint64_t seed_arg, uint64_t base_arg, const uint64_t* graph_state) {
   using Acc = acc_t<T>;
+  // Note [Philox in CUDA graphs]: from the device state when captured, so replays draw anew
+  const PhiloxState ps = philox_resolve(seed_arg, base_arg, graph_state);
+  const uint64_t seed = ps.seed, base = ps.base;
   using V = detail::AlignedVec<T, 4>;
   const int64_t groups = (n + 3) / 4;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < groups;
@@ -29,7 +32,7 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, int64
     if (kVec && i0 + 4 <= n) {
       const V in = reinterpret_cast<const V*>(x)[k];
       V out;
-#pragma unroll
+EMBER_UNROLL
       for (int j = 0; j < 4; ++j) {
         const bool keep = static_cast<double>(uint_to_unit(r.v[j])) >= p;
         out.v[j] = static_cast<T>(static_cast<Acc>(in.v[j]) * (keep ? scale : Acc(0)));
@@ -61,9 +64,12 @@ void dropout_cuda(const KernelCall& c) {
     const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
     scalar_t* yp = static_cast<scalar_t*>(y.data_ptr());
     const Acc scale = static_cast<Acc>(dropout_scale(a.p));
-    if (vec) dropout_kernel<scalar_t, true><<<grid, 256, 0, stream>>>(xp, yp, n, a.p, scale, a.seed, a.base);
-    else dropout_kernel<scalar_t, false><<<grid, 256, 0, stream>>>(xp, yp, n, a.p, scale, a.seed, a.base);
-    EMBER_CUDA_CHECK_LAUNCH();
+    if (vec)
+      cuda::launch(dropout_kernel<scalar_t, true>, grid, 256, 0, stream, xp, yp, n, a.p, scale, a.seed, a.base,
+                   a.graph_state);
+    else
+      cuda::launch(dropout_kernel<scalar_t, false>, grid, 256, 0, stream, xp, yp, n, a.p, scale, a.seed, a.base,
+                   a.graph_state);
   });
 }
 

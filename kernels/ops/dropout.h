@@ -18,6 +18,7 @@ namespace ember {
 struct DropoutAttrs {
   double p = 0;
   uint64_t seed = 0, base = 0;
+  const uint64_t* graph_state = nullptr;  // CUDA graph capture: Note [Philox in CUDA graphs] (core/rng.h)
 };
 
 // 1 / (1 - p), or 0 when everything is dropped.

@@ -68,8 +68,8 @@ void define_random(OpInfo& info, const char* doc, KernelFn cpu, SamplesFn s) {
 
 Tensor random_fill(OpId op, Tensor t, double a, double b, uint64_t counters) {
   Tensor target = t.is_contiguous() ? t : empty(t.shape(), TensorOptions().dtype(t.dtype()).device(t.device()));
-  Generator::Reservation r = default_generator().reserve(counters);
-  call_into(op, {target}, {target}, RandomAttrs{a, b, r.seed, r.base});
+  Generator::Reservation r = default_generator().reserve(counters, target.is_cuda());
+  call_into(op, {target}, {target}, RandomAttrs{a, b, r.seed, r.base, r.state});
   if (!target.is_same(t)) copy_(t, target);
   return t;
 }

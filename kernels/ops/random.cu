@@ -14,12 +14,13 @@ enum class Dist { uniform, normal, bernoulli };
 
 template <Dist D, class T>
 __global__ void random_kernel(T* out, int64_t n, RandomAttrs a) {
+  const PhiloxState ps = philox_resolve(a.seed, a.base, a.graph_state);  // Note [Philox in CUDA graphs]
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     double v;
-    if constexpr (D == Dist::uniform) v = a.a + (a.b - a.a) * static_cast<double>(philox_uniform(a.seed, a.base, i));
-    else if constexpr (D == Dist::normal) v = a.a + a.b * philox_normal(a.seed, a.base, i);
-    else v = static_cast<double>(philox_uniform(a.seed, a.base, i)) < a.a ? 1.0 : 0.0;
+    if constexpr (D == Dist::uniform) v = a.a + (a.b - a.a) * static_cast<double>(philox_uniform(ps.seed, ps.base, i));
+    else if constexpr (D == Dist::normal) v = a.a + a.b * philox_normal(ps.seed, ps.base, i);
+    else v = static_cast<double>(philox_uniform(ps.seed, ps.base, i)) < a.a ? 1.0 : 0.0;
     out[i] = convert<T, double>(v);
   }
 }
@@ -30,9 +31,8 @@ void random_cuda(const KernelCall& c) {
   if (t.numel() == 0) return;
   cuda::DeviceScope guard(t.device());
   EMBER_DISPATCH_NUMERIC(t.dtype(), "random", [&] {
-    random_kernel<D, scalar_t><<<cuda::grid_for(t.numel(), 256, t.device().index), 256, 0, cuda::stream_for(t)>>>(
-        static_cast<scalar_t*>(t.data_ptr()), t.numel(), c.attr<RandomAttrs>());
-    EMBER_CUDA_CHECK_LAUNCH();
+    cuda::launch(random_kernel<D, scalar_t>, cuda::grid_for(t.numel(), 256, t.device().index), 256, 0,
+                 cuda::stream_for(t), static_cast<scalar_t*>(t.data_ptr()), t.numel(), c.attr<RandomAttrs>());
   });
 }
 

@@ -15,6 +15,7 @@ namespace ember {
 struct RandomAttrs {
   double a = 0, b = 1;  // (low, high), (mean, std) or (p, unused)
   uint64_t seed = 0, base = 0;
+  const uint64_t* graph_state = nullptr;  // CUDA graph capture: Note [Philox in CUDA graphs] (core/rng.h)
 };
 
 // Counters a random op of n elements consumes (uniform/bernoulli: 4 per counter; normal: 2).
