@@ -13,21 +13,27 @@ namespace ember {
 
 
 Tensor Tensor::to(DType t) const {
+  EMBER_CHECK(defined(), "to(", t, ") of an undefined tensor (e.g. the grad() of a tensor that got no gradient)");
   if (t == dtype()) return *this;
   return cast(*this, t);
 }
 
 Tensor Tensor::to(Device d, bool non_blocking) const {
+  EMBER_CHECK(defined(), "to(", d, ") of an undefined tensor (e.g. the grad() of a tensor that got no gradient)");
   if (d == device()) return *this;
   EMBER_CHECK(!d.is_cuda() || d.index < cuda::device_count(), "to(", d, "): ",
               cuda::device_count() == 0 ? cuda::unavailable_reason() : "no such device (" +
                                                                             std::to_string(cuda::device_count()) +
                                                                             " CUDA devices)");
-  Tensor src = is_contiguous() ? *this : contiguous();
+  // The memory format is kept (PyTorch's preserve_format): a dense tensor, e.g. channels-last,
+  // moves as it is laid out; anything else is made contiguous first.
+  const bool dense = is_non_overlapping_and_dense();
+  Tensor src = dense ? *this : contiguous();
   // Device-to-host with non_blocking lands in pinned memory so the copy can be asynchronous; the
   // caller synchronises before reading (as in PyTorch).
   bool pinned_dst = d.is_cpu() && non_blocking && cuda::device_count() > 0;
-  Tensor dst = empty(shape(), TensorOptions().dtype(dtype()).device(d).pinned_memory(pinned_dst));
+  const TensorOptions opts = TensorOptions().dtype(dtype()).device(d).pinned_memory(pinned_dst);
+  Tensor dst = dense && !is_contiguous() ? empty_strided(shape(), src.strides(), opts) : empty(shape(), opts);
   ember::copy_(dst, src, non_blocking);
   if (requires_grad() && autograd::grad_mode_enabled()) {
     // Cross-device copies are differentiable: the gradient goes back to the source device.

@@ -232,7 +232,7 @@ void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
     correct_.add_(sum(eq(argmax(logits.detach(), 1), y)).reshape({1}));
   }
   if (do_step) optimizer_step();
-  if (o_.sync_every_step) {
+  if (o_.sync_every_step && !capturing_) {  // (a captured step syncs after each replay: graph_step)
     runtime::AllowSyncScope allow;
     (void)loss.item();  // the naive loop: a host read every step
   }
@@ -266,9 +266,12 @@ bool Trainer::capture_graph(const Tensor& x, const Tensor& y) {
   try {
     graph_->capture_begin(cuda::current_stream(device_.index));
     opt_->zero_grad(true);  // the grads the step writes are allocated inside the graph's pool
+    capturing_ = true;
     eager_step(static_x_, static_y_, true);
+    capturing_ = false;
     graph_->capture_end();
   } catch (const std::exception& e) {
+    capturing_ = false;
     graph_.reset();
     graph_failed_ = true;
     if (scaler_) scaler_->discard_step();

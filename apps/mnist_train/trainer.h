@@ -111,6 +111,7 @@ class Trainer {
   std::unique_ptr<ember::cuda::Graph> graph_;
   ember::Tensor static_x_, static_y_;
   bool graph_failed_ = false;
+  bool capturing_ = false;  // inside capture_graph: the step is recorded, not run (no host reads)
 
   // GPU idle time between steps, from events around each step: a ring reused every interval
   std::vector<ember::cuda::Event> events_;

@@ -27,6 +27,7 @@ Stream Stream::compute(int) { no_cuda("Stream::compute"); }
 void Stream::synchronize() const { no_cuda("Stream::synchronize"); }
 bool Stream::query() const { no_cuda("Stream::query"); }
 bool Stream::is_capturing() const { return false; }
+void Stream::wait_stream(const Stream&) const { no_cuda("Stream::wait_stream"); }
 Stream current_stream(int) { no_cuda("cuda::current_stream"); }
 void set_current_stream(Stream) { no_cuda("cuda::set_current_stream"); }
 StreamGuard::StreamGuard(Stream) { no_cuda("StreamGuard"); }

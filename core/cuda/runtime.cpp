@@ -202,6 +202,13 @@ bool Stream::is_capturing() const {
   return st != cudaStreamCaptureStatusNone;
 }
 
+void Stream::wait_stream(const Stream& other) const {
+  if (other == *this) return;
+  Event e;
+  e.record(other);
+  e.block(*this);
+}
+
 bool Stream::query() const {
   cudaError_t err = cudaStreamQuery(static_cast<cudaStream_t>(handle_));
   if (err == cudaErrorNotReady) {

@@ -63,6 +63,9 @@ class Stream {
   bool query() const;
   // True while the stream is capturing a CUDA graph (work queued now is recorded, not run).
   bool is_capturing() const;
+  // Makes this stream wait, on the device, for the work queued on `other` so far (PyTorch's
+  // wait_stream): what another stream produced is safe to read here afterwards. No host sync.
+  void wait_stream(const Stream& other) const;
 
   friend bool operator==(const Stream& a, const Stream& b) { return a.handle_ == b.handle_; }
   friend bool operator!=(const Stream& a, const Stream& b) { return a.handle_ != b.handle_; }

@@ -87,8 +87,11 @@ std::vector<TensorSpec> infer_copy(std::span<const Tensor> in, const Attrs&) {
   EMBER_CHECK(b == dst.shape(), "copy: source ", src.describe(), " does not broadcast to the destination ",
               dst.describe());
   if (dst.device() != src.device()) {
-    EMBER_CHECK(dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous(),
-                "copy between devices needs contiguous tensors of the same dtype and shape; got ", src.describe(),
+    // the bytes move as they are: both dense, in the same layout (contiguous, or e.g. channels-last)
+    const bool same_dense = dst.is_non_overlapping_and_dense() && src.is_non_overlapping_and_dense() &&
+                            (dst.strides() == src.strides() || (dst.is_contiguous() && src.is_contiguous()));
+    EMBER_CHECK(dst.dtype() == src.dtype() && dst.shape() == src.shape() && same_dense,
+                "copy between devices needs dense tensors of the same dtype, shape and layout; got ", src.describe(),
                 " -> ", dst.describe(), " (use copy_(), which arranges that)");
   }
   return {{dst.shape(), dst.dtype(), dst.strides(), 0}};
@@ -102,7 +105,8 @@ std::vector<OpSample> copy_samples() {
     OpSample s;
     s.name = name;
     s.inputs = {std::move(dst), std::move(src)};
-    s.gradcheck = false;  // copy_ is not differentiable (use cast or clone)
+    s.attrs = CopyAttrs{};  // the op's attributes, as copy_() passes them (the CUDA kernel reads them)
+    s.gradcheck = false;    // copy_ is not differentiable (use cast or clone)
     out.push_back(std::move(s));
   };
   mk("[1023] contiguous", samples::uniform({1023}, -1, 1, 1), samples::uniform({1023}, -1, 1, 2));

@@ -1,5 +1,7 @@
 #include "kernels/ops/index.h"
 
+#include <vector>
+
 #include "core/parallel.h"
 #include "kernels/common/samples.h"
 #include "kernels/functional.h"
@@ -154,7 +156,11 @@ void index_add_cpu(const KernelCall& c) {
     const scalar_t* sp = static_cast<const scalar_t*>(self.data_ptr());
     const scalar_t* srcp = static_cast<const scalar_t*>(src.data_ptr());
     scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
-    std::memcpy(op, sp, self.nbytes());
+    // Sums in acc_t and rounds once per element, as the CUDA "ordered" kernel does (for f16/bf16
+    // rounding after every addition would differ by an ulp or more wherever indices collide).
+    using A = acc_t<scalar_t>;
+    std::vector<A> acc(static_cast<size_t>(out.numel()));
+    for (size_t j = 0; j < acc.size(); ++j) acc[j] = static_cast<A>(sp[j]);
     EMBER_DISPATCH_INDEX(index.dtype(), "index_add", [&] {
       const index_t* ip = static_cast<const index_t*>(index.data_ptr());
       for (int64_t k = 0; k < K; ++k)
@@ -163,14 +169,12 @@ void index_add_cpu(const KernelCall& c) {
       parallel_for(0, s.outer * s.inner, 4096, [&](int64_t b, int64_t e) {
         for (int64_t oi = b; oi < e; ++oi) {
           int64_t o = oi / s.inner, i = oi % s.inner;
-          for (int64_t k = 0; k < K; ++k) {
-            scalar_t& dst = op[(o * s.size + ip[k]) * s.inner + i];
-            dst = static_cast<scalar_t>(static_cast<acc_t<scalar_t>>(dst) +
-                                        static_cast<acc_t<scalar_t>>(srcp[(o * K + k) * s.inner + i]));
-          }
+          for (int64_t k = 0; k < K; ++k)
+            acc[static_cast<size_t>((o * s.size + ip[k]) * s.inner + i)] += static_cast<A>(srcp[(o * K + k) * s.inner + i]);
         }
       });
     });
+    for (size_t j = 0; j < acc.size(); ++j) op[j] = static_cast<scalar_t>(acc[j]);
   });
 }
 
@@ -205,8 +209,12 @@ void scatter_add_cpu(const KernelCall& c) {
   int d = wrap_dim(c.attr<IndexAttrs>().dim, std::max(self.dim(), 1));
   EMBER_DISPATCH_NUMERIC(self.dtype(), "scatter_add", [&] {
     scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
-    std::memcpy(op, self.data_ptr(), self.nbytes());
+    const scalar_t* self_p = static_cast<const scalar_t*>(self.data_ptr());
     const scalar_t* sp = static_cast<const scalar_t*>(src.data_ptr());
+    // Sums in acc_t and rounds once per element, as the CUDA "ordered" kernel does.
+    using A = acc_t<scalar_t>;
+    std::vector<A> acc(static_cast<size_t>(out.numel()));
+    for (size_t j = 0; j < acc.size(); ++j) acc[j] = static_cast<A>(self_p[j]);
     EMBER_DISPATCH_INDEX(index.dtype(), "scatter_add", [&] {
       // serial: several index entries may hit one element (the CPU reference order is row-major)
       const int n = index.dim();
@@ -222,9 +230,10 @@ void scatter_add_cpu(const KernelCall& c) {
           rem /= is[k];
           off += (k == d ? ip[i] : cidx) * os[k];
         }
-        op[off] = static_cast<scalar_t>(static_cast<acc_t<scalar_t>>(op[off]) + static_cast<acc_t<scalar_t>>(sp[i]));
+        acc[static_cast<size_t>(off)] += static_cast<A>(sp[i]);
       }
     });
+    for (size_t j = 0; j < acc.size(); ++j) op[j] = static_cast<scalar_t>(acc[j]);
   });
 }
 
