@@ -644,7 +644,7 @@ TEST_CASE("autocast cast cache: a no_grad forward does not strip the history of 
   for (float v : fc->bias.grad().to_vector<float>()) CHECK(v == Approx(3.0));
 }
 
-TEST_CASE("autocast scopes nest and restore; a CUDA scope leaves CPU ops alone", "[amp][autocast]") {
+TEST_CASE("autocast scopes nest and restore, a CUDA scope leaves CPU ops alone", "[amp][autocast]") {
   manual_seed(41);
   Tensor a = uniform({3, 4}, -1, 1), w = uniform({2, 4}, -1, 1);
   auto lin_dtype = [&] { return linear(a, w).dtype(); };

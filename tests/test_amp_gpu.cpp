@@ -181,6 +181,7 @@ TEST_CASE("cuda AMP step captured in a CUDA graph: replays match eager steps, an
   cuda::Graph graph;
   Tensor static_loss;
   {
+    st.wait_stream(cuda::current_stream(0));  // the batches and nets were made on the compute stream
     cuda::StreamGuard guard(st);
     // warm-up (eager, on the capture stream): creates the optimizer state and the scaler's
     // device tensors outside the capture
@@ -206,6 +207,7 @@ TEST_CASE("cuda AMP step captured in a CUDA graph: replays match eager steps, an
     Tensor x = bad ? poisoned(data[i].x, INFINITY) : data[i].x;
     auto before = bits(ps);
     {
+      st.wait_stream(cuda::current_stream(0));  // x (poisoned on the compute stream) is ready
       cuda::StreamGuard guard(st);
       copy_(static_x, x);
       copy_(static_y, data[i].y);

@@ -55,7 +55,7 @@ TEST_CASE("no_grad records nothing", "[autograd]") {
   CHECK(z.requires_grad());
 }
 
-TEST_CASE("backward through a freed graph is an error; retain_graph keeps it", "[autograd]") {
+TEST_CASE("backward through a freed graph is an error, retain_graph keeps it", "[autograd]") {
   Tensor x = tensor({2}, TensorOptions(DType::f64)).requires_grad_();
   Tensor y = sum(mul(x, x));
   y.backward(Tensor(), true);
@@ -104,7 +104,7 @@ TEST_CASE("detach cuts the graph and shares storage", "[autograd]") {
   CHECK(x.grad().to_vector<float>() == std::vector<float>{4, 4});  // d contributes as a constant
 }
 
-TEST_CASE("only floating leaves can require grad; integer outputs carry none", "[autograd]") {
+TEST_CASE("only floating leaves can require grad, integer outputs carry none", "[autograd]") {
   CHECK_THROWS_WITH(arange(3).requires_grad_(), Catch::Contains("only floating point tensors"));
   Tensor x = tensor({1, 5, 2}).requires_grad_();
   Tensor i = argmax(x);

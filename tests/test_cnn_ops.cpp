@@ -68,7 +68,7 @@ TEST_CASE("conv2d: a channels-last input gives a channels-last output with the s
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(c[i]).margin(1e-5));
 }
 
-TEST_CASE("conv2d: gradients reach input, weight and bias; the bias gradient is the sum of the output gradient",
+TEST_CASE("conv2d: gradients reach input, weight and bias, the bias gradient is the sum of the output gradient",
           "[conv][autograd]") {
   Tensor x = uniform({2, 3, 6, 6}, -1, 1).requires_grad_();
   Tensor w = uniform({5, 3, 3, 3}, -1, 1).requires_grad_();
@@ -150,7 +150,7 @@ TEST_CASE("batch_norm training: batch statistics, running stats with the unbiase
   CHECK(rm.grad_fn() == nullptr);
 }
 
-TEST_CASE("batch_norm eval uses the running statistics; affine parameters", "[bn]") {
+TEST_CASE("batch_norm eval uses the running statistics, affine parameters", "[bn]") {
   Tensor x = tensor({1, 2, 3, 4}, {2, 2});
   Tensor rm = tensor({1, 2}, {2}), rv = tensor({4, 9}, {2});
   Tensor w = tensor({2, 3}, {2}), b = tensor({1, -1}, {2});

@@ -153,7 +153,8 @@ TEST_CASE("a CNN training step on the GPU matches the CPU", "[gpu][conv][bn][poo
   Tensor w1 = uniform({32, 1, 3, 3}, -0.3, 0.3), b1 = zeros({32});
   Tensor w2 = uniform({64, 32, 3, 3}, -0.1, 0.1), b2 = zeros({64});
   auto run = [&](Device d) {
-    Tensor xw1 = w1.to(d).requires_grad_(), xw2 = w2.to(d).requires_grad_();
+    // detach: on the CPU to() returns w1 itself, which must not become a leaf that requires grad
+    Tensor xw1 = w1.to(d).detach().requires_grad_(), xw2 = w2.to(d).detach().requires_grad_();
     Tensor rm = zeros({32}, d), rv = ones({32}, d);
     Tensor h = relu(batch_norm(conv2d(x.to(d), xw1, b1.to(d), conv_opts(1, 1)), Tensor(), Tensor(), rm, rv, true));
     h = max_pool2d(h, {2, 2});

@@ -151,7 +151,7 @@ TEST_CASE("loader: a distributed sampler drives the loader", "[data][loader]") {
              Catch::Contains("mutually exclusive"));
 }
 
-TEST_CASE("loader: a worker's exception names the sample and the cause; the epoch goes on", "[data][loader]") {
+TEST_CASE("loader: a worker's exception names the sample and the cause, the epoch goes on", "[data][loader]") {
   for (int workers : {0, 1, 3}) {
     INFO("workers " << workers);
     auto ds = std::make_shared<ProbeDataset>(40);

@@ -123,7 +123,7 @@ TEST_CASE("nn Linear uses PyTorch's default initialisation (kaiming-uniform a=sq
   CHECK(again->weight.to_vector<float>() == fc->weight.to_vector<float>());
 }
 
-TEST_CASE("nn train/eval propagate; Flatten, Identity, Residual, activations, Sequential", "[nn]") {
+TEST_CASE("nn train/eval propagate, Flatten, Identity, Residual, activations, Sequential", "[nn]") {
   nn::Sequential seq(nn::Flatten(), nn::Linear(12, 6), nn::GELU(), nn::Identity(), nn::Linear(6, 6), nn::SiLU());
   CHECK(seq->size() == 6);
   CHECK(seq->is_training());

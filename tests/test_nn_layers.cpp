@@ -53,7 +53,7 @@ TEST_CASE("nn Conv2d: parameters, PyTorch initialisation, groups, options, error
   CHECK_THROWS_WITH(conv(randn({16, 9, 9})), Catch::Contains("4-D input"));
 }
 
-TEST_CASE("nn Conv2d runs channels-last input and keeps the layout; gradients match NCHW", "[nn][conv]") {
+TEST_CASE("nn Conv2d runs channels-last input and keeps the layout, gradients match NCHW", "[nn][conv]") {
   manual_seed(3);
   nn::Conv2d conv(nn::Conv2dOptions(8, 12, 3).padding(1));
   Tensor x = randn({2, 8, 6, 7});
@@ -96,7 +96,7 @@ TEST_CASE("nn pooling modules: MaxPool2d, AvgPool2d, AdaptiveAvgPool2d", "[nn][c
         "padding=(1, 1), count_include_pad=false) AdaptiveAvgPool2d(output_size=(1, 1))");
 }
 
-TEST_CASE("nn BatchNorm: train normalises with batch stats and updates running stats; eval uses them",
+TEST_CASE("nn BatchNorm: train normalises with batch stats and updates running stats, eval uses them",
           "[nn][batchnorm]") {
   manual_seed(4);
   nn::BatchNorm2d bn(nn::BatchNormOptions(3).momentum(0.2));

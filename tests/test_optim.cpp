@@ -192,7 +192,7 @@ TEST_CASE("optim AdamW differs from Adam with L2 exactly by the decoupled decay"
   check_close(p2, {0.95 - 0.1, -1.9 - 0.1}, 1e-14, 0, "AdamW decoupled");
 }
 
-TEST_CASE("optim parameter groups take their own lr and weight decay; params without grad are skipped", "[optim]") {
+TEST_CASE("optim parameter groups take their own lr and weight decay, params without grad are skipped", "[optim]") {
   Tensor a = param({1, 2, 3}, DType::f64), b = param({4, 5}, DType::f64), c = param({7}, DType::f64);
   std::vector<optim::ParamGroup> groups;
   groups.emplace_back(std::vector<Tensor>{a, c});  // defaults

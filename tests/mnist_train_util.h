@@ -1,0 +1,195 @@
+// Running mnist_train as a child process on synthetic IDX sets: shared by the CPU tests
+// (tests/test_mnist_train.cpp) and the GPU ones (tests/test_mnist_train_gpu.cpp).
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/data_test_util.h"
+
+extern char** environ;
+
+namespace ember::testing::app {
+
+namespace fs = std::filesystem;
+
+inline const std::string kBinary = EMBER_BINARY_DIR "/bin/mnist_train";
+
+inline bool have_binary() {
+  if (fs::exists(kBinary)) return true;
+  WARN("SKIPPED: " << kBinary << " is not built (build the mnist_train target)");
+  return false;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+struct RunResult {
+  int exit_code = -1;
+  int signal = 0;  // nonzero when the child died from a signal
+  std::string out, err;
+  std::string cmd;
+};
+
+// Runs mnist_train with `args`, stdout and stderr captured into files in `dir`. A run that takes
+// longer than `limit_s` is killed and reported as a failure.
+inline RunResult run_app(const std::vector<std::string>& args, const std::string& dir, double limit_s = 120) {
+  static std::atomic<int> counter{0};
+  const int id = counter++;
+  const std::string out_path = dir + "/run" + std::to_string(id) + ".out";
+  const std::string err_path = dir + "/run" + std::to_string(id) + ".err";
+  RunResult r;
+  r.cmd = "mnist_train";
+  std::vector<std::string> argv_s = {kBinary};
+  for (const std::string& a : args) {
+    argv_s.push_back(a);
+    r.cmd += " " + a;
+  }
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, kBinary.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  for (;;) {
+    pid_t w = waitpid(pid, &status, WNOHANG);
+    REQUIRE(w >= 0);
+    if (w == pid) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      FAIL(r.cmd << ": still running after " << limit_s << " s (killed)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  return r;
+}
+
+#define EMBER_DESCRIBE_RUN(r) "command: " << (r).cmd << "\nexit " << (r).exit_code << " signal " << (r).signal \
+                                << "\n--- stdout ---\n" << (r).out << "--- stderr ---\n" << (r).err
+
+inline void require_success(const RunResult& r) {
+  INFO(EMBER_DESCRIBE_RUN(r));
+  REQUIRE(r.signal == 0);
+  REQUIRE(r.exit_code == 0);
+}
+
+// A failed run: no crash, the expected exit code, and exactly one line on stderr that starts with
+// the program's name and contains `needle`.
+inline void check_error(const RunResult& r, int code, const std::string& needle) {
+  INFO(EMBER_DESCRIBE_RUN(r));
+  CHECK(r.signal == 0);
+  CHECK(r.exit_code == code);
+  CHECK(r.err.rfind("mnist_train: error: ", 0) == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK((!r.err.empty() && r.err.back() == '\n'));
+  CHECK(r.err.find(needle) != std::string::npos);
+}
+
+// The test accuracy the program reports ("test accuracy 93.33%" in the summary and after
+// --eval-only); -1 when there is none.
+inline double reported_test_accuracy(const std::string& out) {
+  std::smatch m;
+  static const std::regex re(R"(test accuracy\s+([0-9]+\.[0-9]+)%)");
+  if (!std::regex_search(out, m, re)) return -1;
+  return std::stod(m[1].str());
+}
+
+// ---- synthetic IDX sets ----
+
+// A few hundred 28x28 images of `classes` separable classes: class c is a bright horizontal band
+// at rows 3 + 8c .. 3 + 8c + 5 over low noise. Deterministic (a fixed LCG).
+struct Synthetic {
+  std::vector<uint8_t> images, labels;
+  uint32_t n = 0;
+};
+
+inline Synthetic make_synthetic(uint32_t n, int classes, uint32_t seed) {
+  Synthetic s;
+  s.n = n;
+  s.images.resize(static_cast<size_t>(n) * 28 * 28);
+  s.labels.resize(n);
+  uint32_t state = seed * 2654435761u + 1;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 24;  // 0..255
+  };
+  for (uint32_t i = 0; i < n; ++i) {
+    const int c = static_cast<int>(next() % static_cast<uint32_t>(classes));
+    s.labels[i] = static_cast<uint8_t>(c);
+    for (int y = 0; y < 28; ++y)
+      for (int x = 0; x < 28; ++x) {
+        uint32_t v = next() % 48;
+        if (y >= 3 + 8 * c && y < 8 + 8 * c && x >= 2 && x < 26) v = 180 + next() % 70;
+        s.images[static_cast<size_t>(i) * 784 + static_cast<size_t>(y) * 28 + static_cast<size_t>(x)] =
+            static_cast<uint8_t>(v);
+      }
+  }
+  return s;
+}
+
+inline std::vector<uint8_t> images_idx(const Synthetic& s, uint32_t rows = 28, uint32_t cols = 28) {
+  return testing::idx_bytes(0x08, {s.n, rows, cols}, s.images);
+}
+inline std::vector<uint8_t> labels_idx(const Synthetic& s) { return testing::idx_bytes(0x08, {s.n}, s.labels); }
+
+inline void write_file(const std::string& path, const std::vector<uint8_t>& bytes, bool gz) {
+  testing::write_bytes(gz ? path + ".gz" : path, gz ? testing::gzip_bytes(bytes) : bytes);
+}
+
+// The four files under their MNIST names: 300 training and 90 test images of 3 classes.
+inline void write_synthetic_set(const std::string& dir, bool gz, uint32_t n_train = 300, uint32_t n_test = 90) {
+  fs::create_directories(dir);
+  Synthetic train = make_synthetic(n_train, 3, 1), test = make_synthetic(n_test, 3, 2);
+  write_file(dir + "/train-images-idx3-ubyte", images_idx(train), gz);
+  write_file(dir + "/train-labels-idx1-ubyte", labels_idx(train), gz);
+  write_file(dir + "/t10k-images-idx3-ubyte", images_idx(test), gz);
+  write_file(dir + "/t10k-labels-idx1-ubyte", labels_idx(test), gz);
+}
+
+// The options every quick run shares.
+inline std::vector<std::string> quick(const std::string& data, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"--data", data, "--device", "cpu", "--workers", "0", "--quiet", "--batch-size", "16"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+}  // namespace ember::testing::app

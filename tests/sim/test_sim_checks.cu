@@ -1,0 +1,330 @@
+// The simulator's checks, each provoked by a deliberately broken kernel: launch limits, out-of-
+// bounds global and shared memory, host and freed memory, another thread's local memory, shared-
+// memory races (between warps and within a warp), barrier and warp-collective divergence, __trap,
+// reads of memory nobody wrote. Each must be caught with a message naming the kernel, the block,
+// the thread and what was wrong; the same kernels with the bug fixed must pass. Simulator build
+// only (-DEMBER_CUDA_SIM=ON): on a GPU these kernels would corrupt memory or hang.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/cuda/kernel.cuh"
+#include "core/cuda/runtime.h"
+#include "core/cuda/sim/sim.h"
+#include "core/tensor.h"
+#include "kernels/common/cuda_utils.cuh"
+#include "kernels/functional.h"
+
+using namespace ember;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// ---- the broken kernels (and their fixed twins) ----
+
+__global__ void copy_shifted(const float* in, float* out, int shift) {
+  const int i = threadIdx.x;
+  out[i] = in[i + shift];  // shift 1: the last thread reads one element past the end
+}
+
+__global__ void shared_tile(float* out) {
+  EMBER_SHARED(float[32], tile);
+  tile[threadIdx.x] = 1.0f;  // 33 threads: thread 32 writes past the end of `tile`
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x % 32];
+}
+
+__global__ void neighbour_exchange(float* out, bool sync) {
+  EMBER_SHARED(float[64], s);
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  if (sync) __syncthreads();
+  out[threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void warp_exchange(float* out, bool sync) {
+  EMBER_SHARED(float[32], s);
+  s[threadIdx.x] = static_cast<float>(threadIdx.x);
+  if (sync) __syncwarp();
+  out[threadIdx.x] = s[threadIdx.x ^ 1];
+}
+
+__global__ void half_barrier(float* out) {
+  if (threadIdx.x < 16) __syncthreads();  // threads 16..31 never get there
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void two_barriers(float* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void mixed_collectives(float* out) {
+  float v = static_cast<float>(threadIdx.x);
+  if (threadIdx.x < 16) v = __shfl_xor_sync(0xffffffffu, v, 1);
+  else v = static_cast<float>(__ballot_sync(0xffffffffu, 1));
+  out[threadIdx.x] = v;
+}
+
+__global__ void add_one(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x] + 1.0f; }
+
+__global__ void peek_other_thread(float* out) {
+  EMBER_SHARED(float*, where);
+  volatile float mine = 42.0f;
+  if (threadIdx.x == 0) where = const_cast<float*>(&mine);
+  __syncthreads();
+  if (threadIdx.x == 1) out[0] = *where;
+  __syncthreads();
+}
+
+__global__ void traps(float*) { __trap(); }
+
+__global__ void big_static_shared(float* out) {
+  EMBER_SHARED(float[13000], big);  // 52,000 bytes: over the 48 KiB static limit
+  big[threadIdx.x] = 0.0f;
+  __syncthreads();
+  out[threadIdx.x] = big[threadIdx.x];
+}
+
+__global__ void reverse_dynamic(float* out, int n) {
+  EMBER_DYNAMIC_SHARED(float, d);
+  d[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = d[n - 1 - threadIdx.x];
+}
+
+__global__ void shared_counter(int* out) {
+  EMBER_SHARED(int, count);
+  if (threadIdx.x == 0) count = 0;
+  __syncthreads();
+  atomicAdd(&count, 1);  // atomics never race with each other
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = count;
+}
+
+__global__ void votes(int* out) {
+  const int t = static_cast<int>(threadIdx.x);
+  const unsigned b = __ballot_sync(0xffffffffu, t % 3 == 0);
+  const int any = __any_sync(0xffffffffu, t == 5);
+  const int all = __all_sync(0xffffffffu, t < 64);
+  const float down = __shfl_down_sync(0xffffffffu, static_cast<float>(t), 4);
+  const int idx = __shfl_sync(0xffffffffu, t, 7, 8);
+  const int cnt = __syncthreads_count(t % 2);
+  const int orr = __syncthreads_or(t == 63);
+  const int andd = __syncthreads_and(t < 63);
+  if (t == 0) {
+    out[0] = static_cast<int>(b);
+    out[1] = any;
+    out[2] = all;
+    out[5] = cnt;
+    out[6] = orr;
+    out[7] = andd;
+  }
+  if (t == 30) out[3] = static_cast<int>(down);  // lane 30: lane 34 is outside the warp -> own value
+  if (t == 9) out[4] = idx;                     // width 8: lane 9 reads lane 8 + 7 = 15
+}
+
+// Host code of a .cu file that reads device memory directly (the simulator aborts with a report).
+float host_peek(const float* device_ptr) { return *device_ptr; }
+
+// ---- helpers ----
+
+Device cuda0() { return Device(DeviceType::cuda, 0); }
+Tensor dev_zeros(int64_t n, DType dt = DType::f32) { return zeros({n}, TensorOptions(dt).device(cuda0())); }
+cudaStream_t stream() { return static_cast<cudaStream_t>(cuda::current_stream(0).handle()); }
+float* fp(const Tensor& t) { return static_cast<float*>(t.data_ptr()); }
+
+// Runs `launch_it`, synchronises, and returns what went wrong ("" if nothing); clears the fault.
+template <class F>
+std::string fault_of(F launch_it) {
+  std::string msg;
+  try {
+    launch_it();
+    cuda::current_stream(0).synchronize();
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  sim::clear_fault();
+  return msg;
+}
+
+}  // namespace
+
+TEST_CASE("sim: out-of-bounds global read names the kernel, block, thread and allocation", "[gpu][sim]") {
+  Tensor in = dev_zeros(64), out = dev_zeros(64);
+  CHECK(fault_of([&] { cuda::launch(copy_shifted, 1, 64, 0, stream(), fp(in), fp(out), 0); }).empty());
+  const std::string m = fault_of([&] { cuda::launch(copy_shifted, 1, 64, 0, stream(), fp(in), fp(out), 1); });
+  CHECK_THAT(m, Contains("out-of-bounds global read of 4 bytes"));
+  CHECK_THAT(m, Contains("copy_shifted"));
+  CHECK_THAT(m, Contains("block (0,0,0) thread (63,0,0)"));
+  CHECK_THAT(m, Contains("past the end of the 256-byte tensor"));
+}
+
+TEST_CASE("sim: out-of-bounds shared-memory access names the array", "[gpu][sim]") {
+  Tensor out = dev_zeros(64);
+  CHECK(fault_of([&] { cuda::launch(shared_tile, 1, 32, 0, stream(), fp(out)); }).empty());
+  const std::string m = fault_of([&] { cuda::launch(shared_tile, 1, 33, 0, stream(), fp(out)); });
+  CHECK_THAT(m, Contains("out-of-bounds shared-memory write"));
+  CHECK_THAT(m, Contains("`tile`"));
+  CHECK_THAT(m, Contains("thread (32,0,0)"));
+}
+
+TEST_CASE("sim: dynamic shared memory is sized by the launch", "[gpu][sim]") {
+  Tensor out = dev_zeros(64);
+  CHECK(fault_of([&] { cuda::launch(reverse_dynamic, 1, 64, 64 * sizeof(float), stream(), fp(out), 64); }).empty());
+  std::vector<float> v = out.to_vector<float>();
+  for (int i = 0; i < 64; ++i) CHECK(v[static_cast<size_t>(i)] == static_cast<float>(63 - i));
+  const std::string m = fault_of([&] { cuda::launch(reverse_dynamic, 1, 64, 32 * sizeof(float), stream(), fp(out), 64); });
+  CHECK_THAT(m, Contains("out-of-bounds shared-memory"));
+  CHECK_THAT(m, Contains("dynamic shared memory"));
+}
+
+TEST_CASE("sim: racecheck finds a shared-memory race between warps", "[gpu][sim]") {
+  Tensor out = dev_zeros(64);
+  CHECK(fault_of([&] { cuda::launch(neighbour_exchange, 1, 64, 0, stream(), fp(out), true); }).empty());
+  const std::string m = fault_of([&] { cuda::launch(neighbour_exchange, 1, 64, 0, stream(), fp(out), false); });
+  CHECK_THAT(m, Contains("racecheck"));
+  CHECK_THAT(m, Contains("`s`"));
+  CHECK_THAT(m, Contains("__syncthreads()"));
+}
+
+TEST_CASE("sim: racecheck finds a race between lanes of one warp without __syncwarp", "[gpu][sim]") {
+  Tensor out = dev_zeros(32);
+  CHECK(fault_of([&] { cuda::launch(warp_exchange, 1, 32, 0, stream(), fp(out), true); }).empty());
+  const std::string m = fault_of([&] { cuda::launch(warp_exchange, 1, 32, 0, stream(), fp(out), false); });
+  CHECK_THAT(m, Contains("racecheck"));
+  CHECK_THAT(m, Contains("__syncwarp()"));
+}
+
+TEST_CASE("sim: atomics on shared memory do not race", "[gpu][sim]") {
+  Tensor out = dev_zeros(1, DType::i32);
+  CHECK(fault_of([&] { cuda::launch(shared_counter, 1, 256, 0, stream(), static_cast<int*>(out.data_ptr())); }).empty());
+  CHECK(out.item<int>() == 256);
+}
+
+TEST_CASE("sim: barrier divergence is reported, not hung", "[gpu][sim]") {
+  Tensor out = dev_zeros(32);
+  std::string m = fault_of([&] { cuda::launch(half_barrier, 1, 32, 0, stream(), fp(out)); });
+  CHECK_THAT(m, Contains("barrier divergence"));
+  CHECK_THAT(m, Contains("exited"));
+  m = fault_of([&] { cuda::launch(two_barriers, 1, 32, 0, stream(), fp(out)); });
+  CHECK_THAT(m, Contains("barrier divergence"));
+  CHECK_THAT(m, Contains("test_sim_checks.cu"));
+}
+
+TEST_CASE("sim: lanes that disagree on a warp collective are reported", "[gpu][sim]") {
+  Tensor out = dev_zeros(32);
+  const std::string m = fault_of([&] { cuda::launch(mixed_collectives, 1, 32, 0, stream(), fp(out)); });
+  CHECK_THAT(m, Contains("is stuck"));
+  CHECK_THAT(m, Contains("__shfl_xor_sync"));
+  CHECK_THAT(m, Contains("__ballot_sync"));
+}
+
+TEST_CASE("sim: warp votes, shuffles and counting barriers give CUDA's results", "[gpu][sim]") {
+  Tensor out = dev_zeros(8, DType::i32);
+  CHECK(fault_of([&] { cuda::launch(votes, 1, 64, 0, stream(), static_cast<int*>(out.data_ptr())); }).empty());
+  std::vector<int> v = out.to_vector<int>();
+  unsigned ballot = 0;
+  for (int l = 0; l < 32; ++l)
+    if (l % 3 == 0) ballot |= 1u << l;
+  CHECK(static_cast<unsigned>(v[0]) == ballot);
+  CHECK(v[1] == 1);
+  CHECK(v[2] == 1);
+  CHECK(v[3] == 30);
+  CHECK(v[4] == 15);
+  CHECK(v[5] == 32);
+  CHECK(v[6] == 1);
+  CHECK(v[7] == 0);
+}
+
+TEST_CASE("sim: a kernel handed host memory, freed memory or a null pointer is stopped", "[gpu][sim]") {
+  Tensor out = dev_zeros(32);
+  std::vector<float> host(32, 1.0f);
+  std::string m = fault_of([&] { cuda::launch(add_one, 1, 32, 0, stream(), host.data(), fp(out)); });
+  CHECK_THAT(m, Contains("host memory, not device memory"));
+  m = fault_of([&] { cuda::launch(add_one, 1, 32, 0, stream(), static_cast<const float*>(nullptr), fp(out)); });
+  CHECK_THAT(m, Contains("null pointer"));
+  void* raw = nullptr;
+  REQUIRE(cudaMalloc(&raw, 128) == cudaSuccess);
+  REQUIRE(cudaFree(raw) == cudaSuccess);
+  m = fault_of([&] { cuda::launch(add_one, 1, 32, 0, stream(), static_cast<const float*>(raw), fp(out)); });
+  CHECK_THAT(m, Contains("freed"));
+}
+
+TEST_CASE("sim: one thread reading another thread's local memory is stopped", "[gpu][sim]") {
+  Tensor out = dev_zeros(1);
+  const std::string m = fault_of([&] { cuda::launch(peek_other_thread, 1, 32, 0, stream(), fp(out)); });
+  CHECK_THAT(m, Contains("local memory of thread (0,0,0)"));
+}
+
+TEST_CASE("sim: __trap ends the kernel with a launch failure", "[gpu][sim]") {
+  Tensor out = dev_zeros(1);
+  const std::string m = fault_of([&] { cuda::launch(traps, 1, 1, 0, stream(), fp(out)); });
+  CHECK_THAT(m, Contains("__trap()"));
+}
+
+TEST_CASE("sim: memory nobody wrote reads as NaN", "[gpu][sim]") {
+  void* raw = nullptr;
+  REQUIRE(cudaMalloc(&raw, 32 * sizeof(float)) == cudaSuccess);
+  Tensor out = dev_zeros(32);
+  CHECK(fault_of([&] { cuda::launch(add_one, 1, 32, 0, stream(), static_cast<const float*>(raw), fp(out)); }).empty());
+  for (float v : out.to_vector<float>()) CHECK(std::isnan(v));
+  REQUIRE(cudaFree(raw) == cudaSuccess);
+}
+
+TEST_CASE("sim: launch limits of an H100 are enforced", "[gpu][sim]") {
+  Tensor out = dev_zeros(64);
+  CHECK_THROWS_WITH(cuda::launch(shared_tile, 1, 2048, 0, stream(), fp(out)), Contains("1024 threads per block"));
+  CHECK_THROWS_WITH(cuda::launch(shared_tile, dim3(1, 70000), 32, 0, stream(), fp(out)), Contains("65535"));
+  CHECK_THROWS_WITH(cuda::launch(shared_tile, 1, dim3(1, 1, 65), 0, stream(), fp(out)), Contains("1024 threads per block"));
+  // dynamic shared memory over 48 KiB needs the opt-in attribute, and the opt-in has a maximum
+  CHECK_THROWS_WITH(cuda::launch(reverse_dynamic, 1, 64, 64 * 1024, stream(), fp(out), 64), Contains("48 KiB"));
+  CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(reverse_dynamic), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             300 * 1024) == cudaErrorInvalidValue);
+  cudaGetLastError();
+  REQUIRE(cudaFuncSetAttribute(reinterpret_cast<const void*>(reverse_dynamic), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               100 * 1024) == cudaSuccess);
+  CHECK(fault_of([&] { cuda::launch(reverse_dynamic, 1, 64, 64 * 1024, stream(), fp(out), 64); }).empty());
+  // static shared memory over 48 KiB: found when the kernel declares it, and at launch afterwards
+  std::string m = fault_of([&] { cuda::launch(big_static_shared, 1, 32, 0, stream(), fp(out)); });
+  CHECK_THAT(m, Contains("too much shared memory"));
+  CHECK_THAT(m, Contains("`big`"));
+  CHECK_THROWS_WITH(cuda::launch(big_static_shared, 1, 32, 0, stream(), fp(out)), Contains("static"));
+}
+
+TEST_CASE("sim: a sticky kernel fault is returned by every later synchronising call", "[gpu][sim]") {
+  Tensor in = dev_zeros(64), out = dev_zeros(64);
+  cuda::launch(copy_shifted, 1, 64, 0, stream(), fp(in), fp(out), 1);
+  CHECK_THROWS_WITH(cuda::current_stream(0).synchronize(), Contains("out-of-bounds"));
+  CHECK_THROWS_WITH(cuda::device_synchronize(0), Contains("out-of-bounds"));
+  CHECK_THAT(sim::last_fault(), Contains("copy_shifted"));
+  sim::clear_fault();
+  CHECK(sim::last_fault().empty());
+  CHECK_NOTHROW(cuda::current_stream(0).synchronize());
+}
+
+// Run in a child process by the test below: the simulator aborts the process.
+TEST_CASE("sim: (child) host code reads device memory", "[.sim-child-host-read]") {
+  Tensor t = dev_zeros(4);
+  std::printf("%f\n", static_cast<double>(host_peek(fp(t))));
+}
+
+TEST_CASE("sim: host code that reads device memory without a copy is stopped", "[gpu][sim]") {
+  const std::string cmd = "/proc/" + std::to_string(getpid()) + "/exe \"[.sim-child-host-read]\" 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string output;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) output += buf;
+  const int status = pclose(p);
+  CHECK(status != 0);
+  CHECK_THAT(output, Contains("host code reads 4 bytes of device memory"));
+}

@@ -1,0 +1,120 @@
+// mnist_train on CUDA against the CPU: 20 optimizer steps of the MLP and of the CNN, eagerly and as
+// a replayed CUDA graph, in f32, bf16 and fp16 (with loss scaling), from the host loader and from a
+// device-resident dataset, with the profiler and with a host sync after every step. Each run's
+// per-step losses (the JSONL log at --log-interval 1) must match the same run on the CPU within the
+// tolerance of its precision, and every --graph run must really capture and replay its step (a
+// fallback to eager fails). On a GPU this is an end-to-end check of the training step; in the
+// simulator build it runs every kernel of that step under the simulator's checks.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/mnist_train_util.h"
+#include "tests/op_driver.h"
+
+using namespace ember;
+using namespace ember::testing::app;
+
+namespace {
+
+std::vector<double> step_losses(const std::string& jsonl) {
+  std::vector<double> out;
+  for (const std::string& l : lines_of(read_file(jsonl))) {
+    nlohmann::json j = nlohmann::json::parse(l);
+    if (j["type"] == "step") out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+struct Config {
+  std::string name;
+  std::vector<std::string> flags;  // besides --device cuda
+  std::string amp = "off";         // the CPU run to compare with uses bf16 too; fp16 compares with f32
+  bool graph = false;
+};
+
+// |gpu - cpu| <= atol + rtol |cpu| for every step.
+void check_against_cpu(const std::string& model, const std::string& batch, const std::vector<Config>& configs) {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  write_synthetic_set(data, false, 400, 60);
+  auto base = [&](const std::string& device, const std::string& log) {
+    return std::vector<std::string>{"--data", data, "--device", device, "--model", model, "--workers", "0", "--quiet",
+                                    "--batch-size", batch, "--epochs", "1", "--max-steps", "20", "--log-interval", "1",
+                                    "--lr", "1e-3", "--seed", "7", "--log", log};
+  };
+  std::map<std::string, std::vector<double>> cpu;
+  for (const std::string amp : {"off", "bf16"}) {
+    const std::string log = tmp.path() + "/cpu-" + amp + ".jsonl";
+    std::vector<std::string> args = base("cpu", log);
+    args.insert(args.end(), {"--amp", amp});
+    require_success(run_app(args, tmp.path(), 300));
+    cpu[amp] = step_losses(log);
+    REQUIRE(cpu[amp].size() == 20);
+  }
+  for (const Config& c : configs) {
+    INFO(model << ": " << c.name);
+    const std::string log = tmp.path() + "/" + std::to_string(&c - configs.data()) + ".jsonl";
+    std::vector<std::string> args = base("cuda", log);
+    for (std::string f : c.flags) {  // "{tmp}" stands for the run's temporary directory
+      if (f.rfind("{tmp}", 0) == 0) f = tmp.path() + f.substr(5);
+      args.push_back(f);
+    }
+    args.insert(args.end(), {"--amp", c.amp});
+    const RunResult r = run_app(args, tmp.path(), 600);
+    require_success(r);
+    if (c.graph) {
+      INFO(EMBER_DESCRIBE_RUN(r));
+      CHECK(r.out.find("CUDA graph            captured and replayed") != std::string::npos);
+      CHECK(r.err.find("cannot be captured") == std::string::npos);
+    }
+    const std::vector<double> got = step_losses(log);
+    const std::vector<double>& want = cpu[c.amp == "bf16" ? "bf16" : "off"];
+    REQUIRE(got.size() == want.size());
+    // f32: the same math summed in another order; bf16 against the CPU's bf16 autocast; fp16
+    // (with the loss scaler) against f32, at fp16's resolution
+    const double rtol = c.amp == "off" ? 1e-3 : c.amp == "bf16" ? 2e-2 : 1e-2;
+    const double atol = c.amp == "off" ? 1e-4 : 1e-3;
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("step " << i + 1 << ": cuda " << got[i] << ", cpu " << want[i]);
+      CHECK(std::abs(got[i] - want[i]) <= atol + rtol * std::abs(want[i]));
+    }
+  }
+}
+
+// The flags the runs use (--graph runs capture after 3 warm-up steps and replay the rest).
+const Config kEager{"eager, f32, host loader", {}};
+const Config kGraph{"graph, f32, host loader", {"--graph"}, "off", true};
+const Config kGraphResident{"graph, f32, device-resident data", {"--graph", "--device-resident"}, "off", true};
+const Config kGraphProfile{"graph with the profiler", {"--graph", "--profile", "{tmp}/trace.json"}, "off", true};
+const Config kGraphSync{"graph with a host sync after every step", {"--graph", "--sync-every-step"}, "off", true};
+const Config kEagerBf16{"eager, bf16, device-resident data", {"--device-resident"}, "bf16"};
+const Config kGraphBf16{"graph, bf16, host loader", {"--graph"}, "bf16", true};
+const Config kEagerFp16{"eager, fp16 with loss scaling", {}, "fp16"};
+const Config kGraphFp16{"graph, fp16, device-resident data", {"--graph", "--device-resident"}, "fp16", true};
+
+}  // namespace
+
+TEST_CASE("mnist_train --device cuda: the MLP's 20 steps match the CPU, eager and graph, every precision",
+          "[gpu][mnist_train]") {
+  check_against_cpu("mlp", "16",
+                    {kEager, kGraph, kGraphResident, kGraphProfile, kGraphSync, kEagerBf16, kGraphBf16, kEagerFp16,
+                     kGraphFp16});
+}
+
+// The CNN in two parts, so they run side by side (each CNN step is a few hundred million
+// multiply-adds: seconds in the simulator), at batch 8.
+TEST_CASE("mnist_train --device cuda: the CNN's 20 steps match the CPU in f32, eager and graph",
+          "[gpu][mnist_train]") {
+  check_against_cpu("cnn", "8", {kEager, kGraph, kGraphResident, kGraphProfile, kGraphSync});
+}
+
+TEST_CASE("mnist_train --device cuda: the CNN's 20 steps match the CPU in bf16 and fp16, eager and graph",
+          "[gpu][mnist_train]") {
+  check_against_cpu("cnn", "8", {kEagerBf16, kGraphBf16, kEagerFp16, kGraphFp16});
+}
