@@ -132,6 +132,16 @@ __global__ void votes(int* out) {
   if (t == 9) out[4] = idx;                     // width 8: lane 9 reads lane 8 + 7 = 15
 }
 
+__global__ void intrinsics(const float* x, float* out) {
+  const float v = x[threadIdx.x];
+  out[threadIdx.x * 6 + 0] = __expf(v);
+  out[threadIdx.x * 6 + 1] = __logf(v);
+  out[threadIdx.x * 6 + 2] = __fdividef(1.0f, v);
+  out[threadIdx.x * 6 + 3] = rsqrtf(v);
+  out[threadIdx.x * 6 + 4] = __saturatef(v - 1.0f);
+  out[threadIdx.x * 6 + 5] = __int_as_float(__float_as_int(v));
+}
+
 // Host code of a .cu file that reads device memory directly (the simulator aborts with a report).
 float host_peek(const float* device_ptr) { return *device_ptr; }
 
@@ -327,4 +337,21 @@ TEST_CASE("sim: host code that reads device memory without a copy is stopped", "
   const int status = pclose(p);
   CHECK(status != 0);
   CHECK_THAT(output, Contains("host code reads 4 bytes of device memory"));
+}
+
+TEST_CASE("sim: the fast-math intrinsics kernels call give the host's results", "[gpu][sim]") {
+  std::vector<float> xs{0.25f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 7.0f, 10.0f};
+  Tensor x = from_blob(xs.data(), {8}, DType::f32).to(cuda0()), out = dev_zeros(48);
+  CHECK(fault_of([&] { cuda::launch(intrinsics, 1, 8, 0, stream(), fp(x), fp(out)); }).empty());
+  std::vector<float> o = out.to_vector<float>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float v = xs[i];
+    INFO("x = " << v);
+    CHECK(o[i * 6 + 0] == Approx(std::exp(v)).epsilon(1e-6));
+    CHECK(o[i * 6 + 1] == Approx(std::log(v)).epsilon(1e-6).margin(1e-7));
+    CHECK(o[i * 6 + 2] == Approx(1.0f / v).epsilon(1e-6));
+    CHECK(o[i * 6 + 3] == Approx(1.0f / std::sqrt(v)).epsilon(1e-6));
+    CHECK(o[i * 6 + 4] == std::min(1.0f, std::max(0.0f, v - 1.0f)));
+    CHECK(o[i * 6 + 5] == v);
+  }
 }

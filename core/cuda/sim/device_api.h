@@ -144,7 +144,7 @@ inline int __all_sync(unsigned mask, int pred, std::source_location loc = std::s
 
 // Atomics: checked as atomic accesses (never a race with one another), then done with a real host
 // atomic, so blocks running in parallel on different host threads see each other's updates.
-// Implemented in core/cuda/sim/atomics.cpp, outside the instrumented kernel code.
+// Implemented in core/cuda/sim/device_functions.cpp, outside the instrumented kernel code.
 #define EMBER_SIM_ATOMIC_INTS(name)                          \
   int name(int* address, int val);                           \
   unsigned name(unsigned* address, unsigned val);            \
@@ -174,6 +174,7 @@ inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); retu
 inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
 inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
 inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
+// (__expf and __logf: glibc's <math.h> declares them; core/cuda/sim/device_functions.cpp defines them)
 float rsqrtf(float x);
 double rsqrt(double x);
 float __fdividef(float a, float b);

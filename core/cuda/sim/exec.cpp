@@ -36,7 +36,7 @@ constexpr size_t kRedZone = 64;
 struct Worker {
   // fiber stacks: kMaxThreadsPerBlock slots, each with a guard page at its low end
   char* stacks = nullptr;
-  size_t stack_bytes = 0;
+  size_t stack_bytes = 0, stacks_total = 0;
   // shared memory
   unsigned char* arena = nullptr;
   std::vector<SharedRegion> regions;
@@ -65,6 +65,7 @@ struct Worker {
     std::memset(arena, 0xff, kArenaBytes);
     shadow = std::calloc(kArenaBytes, 16);
     threads.resize(kMaxThreadsPerBlock);
+    stacks_total = total;
     // the host thread's own stack, where the scheduler runs (AddressSanitizer needs its bounds)
     pthread_attr_t attr;
     if (pthread_getattr_np(pthread_self(), &attr) == 0) {
@@ -76,20 +77,34 @@ struct Worker {
       pthread_attr_destroy(&attr);
     }
   }
+  ~Worker() {
+    munmap(stacks, stacks_total);
+    std::free(arena);
+    std::free(shadow);
+  }
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
 };
 
+thread_local std::unique_ptr<Worker> t_worker_owner;  // freed when its host thread ends
 thread_local Worker* t_worker = nullptr;
 
 Worker& worker() {
-  if (t_worker == nullptr) t_worker = new Worker();  // lives as long as the host thread's process
+  if (t_worker == nullptr) {
+    t_worker_owner = std::make_unique<Worker>();
+    t_worker = t_worker_owner.get();
+  }
   return *t_worker;
 }
 
-[[noreturn]] void fault(cudaError_t code, const std::string& what) {
-  Thread* t = t_current_thread;
-  record_fault(code, where_am_i(*t) + ": " + what);
-  kill_current_thread();
-}
+// Reports a fault of the running thread. Then the caller ends it (EMBER_SIM_FAULT): in a separate
+// statement, once the message's temporaries are gone (the fiber's stack is abandoned, not unwound).
+void report(cudaError_t code, const std::string& what) { record_fault(code, where_am_i(*t_current_thread) + ": " + what); }
+#define EMBER_SIM_FAULT(...)       \
+  do {                             \
+    report(__VA_ARGS__);           \
+    ::ember::sim::kill_current_thread(); \
+  } while (0)
 
 std::string loc_str(const std::source_location& loc) {
   const char* f = loc.file_name();
@@ -172,7 +187,7 @@ void fiber_entry(bc::transfer_t from) {
 // All live threads have reached a barrier: check they agree, then let them go.
 void resolve_barrier(Block& b, int reduce_op) {
   if (b.exited > 0) {
-    fault(cudaErrorLaunchFailure,
+    EMBER_SIM_FAULT(cudaErrorLaunchFailure,
           "barrier divergence: " + std::to_string(b.exited) + " thread(s) of the block have exited while " +
               std::to_string(b.at_barrier) + " wait at __syncthreads() (" + loc_str(current_thread()->where) +
               "); every thread of a block must reach the same barriers");
@@ -181,7 +196,7 @@ void resolve_barrier(Block& b, int reduce_op) {
   for (int i = 1; i < b.nthreads; ++i) {
     const Thread& o = b.threads[i];
     if (o.where.line() != first.where.line() || std::strcmp(o.where.file_name(), first.where.file_name()) != 0) {
-      fault(cudaErrorLaunchFailure, "barrier divergence: thread (" + std::to_string(first.idx.x) + "," +
+      EMBER_SIM_FAULT(cudaErrorLaunchFailure, "barrier divergence: thread (" + std::to_string(first.idx.x) + "," +
                                         std::to_string(first.idx.y) + "," + std::to_string(first.idx.z) +
                                         ") waits at __syncthreads() " + loc_str(first.where) + " but thread (" +
                                         std::to_string(o.idx.x) + "," + std::to_string(o.idx.y) + "," +
@@ -530,11 +545,17 @@ void* static_shared_raw(const void* site, size_t bytes, size_t align, const char
   // first thread of the block to reach the declaration: allocate it
   size_t off = (b.smem_used + align - 1) / align * align;
   Launch& L = *b.launch;
-  if (std::string problem = shared_memory_problem(L, b.static_bytes + bytes); !problem.empty()) {
-    note_static_smem(L.kernel, b.static_bytes + bytes);  // so the next launch is refused up front
-    fault(cudaErrorLaunchOutOfResources, "too much shared memory (found at `" + std::string(name) + "`): " + problem);
-  }
-  if (off + bytes + kRedZone > b.smem_capacity) fault(cudaErrorLaunchOutOfResources, "shared memory arena exhausted");
+  bool too_much = false;
+  {
+    const std::string problem = shared_memory_problem(L, b.static_bytes + bytes);
+    if (!problem.empty()) {
+      note_static_smem(L.kernel, b.static_bytes + bytes);  // so the next launch is refused up front
+      report(cudaErrorLaunchOutOfResources, "too much shared memory (found at `" + std::string(name) + "`): " + problem);
+      too_much = true;
+    }
+  }  // (the message is gone before the thread ends)
+  if (too_much) kill_current_thread();
+  if (off + bytes + kRedZone > b.smem_capacity) EMBER_SIM_FAULT(cudaErrorLaunchOutOfResources, "shared memory arena exhausted");
   b.regions->push_back(SharedRegion{site, name, off, bytes});
   b.smem_used = off + bytes + kRedZone;
   b.static_bytes += bytes;
@@ -550,7 +571,7 @@ uint32_t shared_offset(const void* p, std::source_location loc) {
   Thread& t = me_in_kernel("__cvta_generic_to_shared");
   const auto* c = static_cast<const unsigned char*>(p);
   if (c < t.block->smem || c >= t.block->smem + t.block->smem_capacity)
-    fault(cudaErrorIllegalAddress, "__cvta_generic_to_shared of an address that is not shared memory (" + loc_str(loc) + ")");
+    EMBER_SIM_FAULT(cudaErrorIllegalAddress, "__cvta_generic_to_shared of an address that is not shared memory (" + loc_str(loc) + ")");
   return static_cast<uint32_t>(c - t.block->smem);
 }
 
@@ -580,7 +601,7 @@ void arrive(Thread& me, Collective kind, uint8_t op, unsigned mask, std::source_
   if (!((mask >> me.lane) & 1u)) {
     char m[16];
     std::snprintf(m, sizeof m, "0x%08x", mask);
-    fault(cudaErrorLaunchFailure, std::string("warp collective at ") + loc_str(loc) + " with mask " + m +
+    EMBER_SIM_FAULT(cudaErrorLaunchFailure, std::string("warp collective at ") + loc_str(loc) + " with mask " + m +
                                       " that does not name the calling lane " + std::to_string(me.lane));
   }
   me.kind = kind;
@@ -602,7 +623,7 @@ void shuffle(Collective kind, unsigned mask, const void* in, void* out, size_t b
              std::source_location loc) {
   Thread& me = me_in_kernel("a warp shuffle");
   if (width < 1 || width > 32 || (width & (width - 1)) != 0)
-    fault(cudaErrorLaunchFailure, "warp shuffle at " + loc_str(loc) + " with width " + std::to_string(width) +
+    EMBER_SIM_FAULT(cudaErrorLaunchFailure, "warp shuffle at " + loc_str(loc) + " with width " + std::to_string(width) +
                                       " (must be a power of two from 1 to 32)");
   std::memcpy(me.in, in, bytes);
   me.arg = arg;
@@ -624,7 +645,7 @@ unsigned vote(Collective kind, unsigned mask, int pred, std::source_location loc
 void warp_matrix_op(Thread& me, uint8_t op, std::source_location loc) {
   const Block& b = *me.block;
   if (me.warp * 32 + 32 > b.nthreads)
-    fault(cudaErrorLaunchFailure, std::string(op == 1 ? "mma.sync" : "ldmatrix.sync") + " at " + loc_str(loc) +
+    EMBER_SIM_FAULT(cudaErrorLaunchFailure, std::string((op & kLdmatrixOp) ? "ldmatrix.sync" : "mma.sync") + " at " + loc_str(loc) +
                                       " in a partial warp (the block has " + std::to_string(b.nthreads) +
                                       " threads): .aligned instructions need all 32 lanes");
   arrive(me, Collective::match, op, 0xffffffffu, loc);
@@ -632,7 +653,7 @@ void warp_matrix_op(Thread& me, uint8_t op, std::source_location loc) {
 
 void trap(std::source_location loc) {
   me_in_kernel("__trap");
-  fault(cudaErrorLaunchFailure, "__trap() at " + loc_str(loc));
+  EMBER_SIM_FAULT(cudaErrorLaunchFailure, "__trap() at " + loc_str(loc));
 }
 
 std::string Launch::name() const {

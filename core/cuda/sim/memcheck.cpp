@@ -36,13 +36,18 @@ struct ShadowEntry {
 static_assert(sizeof(ShadowEntry) == 16);
 constexpr uint8_t kMultiRead = 1, kAtomicWrite = 2;
 
-[[noreturn]] __attribute__((noinline, cold)) void fault(Thread& t, cudaError_t code, const std::string& what,
-                                                       const void* pc) {
+// Reports a fault of thread t. EMBER_SIM_FAULT then ends the thread in a separate statement, once
+// the message's temporaries are destroyed (the fiber's stack is abandoned, not unwound).
+__attribute__((noinline, cold)) void report(Thread& t, cudaError_t code, const std::string& what, const void* pc) {
   std::string msg = where_am_i(t) + ": " + what;
   if (pc != nullptr) msg += " [at " + code_location(pc) + "]";
   record_fault(code, msg);
-  kill_current_thread();
 }
+#define EMBER_SIM_FAULT(...)             \
+  do {                                   \
+    report(__VA_ARGS__);                 \
+    ::ember::sim::kill_current_thread(); \
+  } while (0)
 
 std::string hex(uintptr_t a) {
   char buf[32];
@@ -67,22 +72,25 @@ bool warp_ordered(const Block& b, const Thread& t, int other, uint8_t other_wsyn
 
 [[noreturn]] __attribute__((noinline, cold)) void shared_out_of_bounds(Thread& t, size_t off, size_t n, Access k,
                                                                       const void* pc) {
-  Block& b = *t.block;
-  // name the nearest region below the address
-  const SharedRegion* near = nullptr;
-  for (const SharedRegion& r : *b.regions)
-    if (r.offset <= off && (near == nullptr || r.offset > near->offset)) near = &r;
-  std::string what = "out-of-bounds shared-memory " + std::string(verb(k)) + " of " + std::to_string(n) +
-                     " bytes at offset " + std::to_string(off);
-  if (near != nullptr) {
-    what += ": " + std::to_string(off - near->offset) + " bytes into `" + near->name + "` (" + std::to_string(near->bytes) +
-            " bytes)";
-  } else {
-    what += ": before any shared declaration";
-  }
-  if (b.regions->empty() || (near != nullptr && near->site == nullptr && b.launch->dynamic_smem == 0))
-    what += " (the launch has no dynamic shared memory)";
-  fault(t, cudaErrorIllegalAddress, what, pc);
+  {
+    Block& b = *t.block;
+    // name the nearest region below the address
+    const SharedRegion* near = nullptr;
+    for (const SharedRegion& r : *b.regions)
+      if (r.offset <= off && (near == nullptr || r.offset > near->offset)) near = &r;
+    std::string what = "out-of-bounds shared-memory " + std::string(verb(k)) + " of " + std::to_string(n) +
+                       " bytes at offset " + std::to_string(off);
+    if (near != nullptr) {
+      what += ": " + std::to_string(off - near->offset) + " bytes into `" + near->name + "` (" +
+              std::to_string(near->bytes) + " bytes)";
+    } else {
+      what += ": before any shared declaration";
+    }
+    if (b.regions->empty() || (near != nullptr && near->site == nullptr && b.launch->dynamic_smem == 0))
+      what += " (the launch has no dynamic shared memory)";
+    report(t, cudaErrorIllegalAddress, what, pc);
+  }  // `what` is gone before the thread ends
+  kill_current_thread();
 }
 
 // The declared region holding [off, off + n), or nullptr. Most accesses hit the region the last
@@ -118,7 +126,7 @@ __attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Ac
     const bool wrote_now = e.w_epoch == ep && e.w_tid != me;
     if (k == Access::read) {
       if (wrote_now && !warp_ordered(b, t, e.w_tid, e.w_wsync)) {
-        fault(t, cudaErrorLaunchFailure,
+        EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
               "racecheck: shared-memory read of `" + std::string(reg->name) + "` [byte " + std::to_string(off + i - reg->offset) +
                   "] written by thread " + tid_str(b, e.w_tid) +
                   " in the same barrier interval (no __syncthreads() between the write and this read" +
@@ -136,7 +144,7 @@ __attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Ac
     } else {
       const bool atomic = k == Access::atomic;
       if (wrote_now && !(atomic && (e.flags & kAtomicWrite)) && !warp_ordered(b, t, e.w_tid, e.w_wsync)) {
-        fault(t, cudaErrorLaunchFailure,
+        EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
               "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
                   std::to_string(off + i - reg->offset) + "] also written by thread " + tid_str(b, e.w_tid) +
                   " in the same barrier interval (write-write race: no __syncthreads() between them" +
@@ -146,7 +154,7 @@ __attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Ac
       const bool read_now = e.r_epoch == ep && (e.r_tid != me || (e.flags & kMultiRead));
       if (read_now && !warp_ordered(b, t, e.r_tid, e.r_wsync)) {
         const int other = e.r_tid != me ? e.r_tid : -1;
-        fault(t, cudaErrorLaunchFailure,
+        EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
               "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
                   std::to_string(off + i - reg->offset) + "] read by " +
                   (other >= 0 ? "thread " + tid_str(b, other) : std::string("other threads")) +
@@ -202,19 +210,19 @@ namespace {
                                                               const void* pc) {
   const Block& b = *t.block;
   const int owner = static_cast<int>((a - reinterpret_cast<uintptr_t>(b.stacks_lo)) / b.stack_bytes);
-  fault(t, cudaErrorIllegalAddress,
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
         std::string(verb(k)) + " of " + std::to_string(n) + " bytes at " + hex(a) + " in the local memory of thread " +
             tid_str(b, owner) + " (local memory is private to its thread)",
         pc);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void fault_param(Thread& t, Access k, const void* pc) {
-  fault(t, cudaErrorIllegalAddress, std::string(verb(k)) + " of the kernel's parameter memory (it is read-only)", pc);
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress, std::string(verb(k)) + " of the kernel's parameter memory (it is read-only)", pc);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void fault_unallocated(Thread& t, uintptr_t a, size_t n, Access k,
                                                                     bool device, const void* pc) {
-  fault(t, cudaErrorIllegalAddress,
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
         "out-of-bounds " + std::string(device ? "global" : "pinned host") + " " + verb(k) + " of " + std::to_string(n) +
             " bytes at " + hex(a) + ": " + describe_address(a),
         pc);
@@ -224,7 +232,7 @@ namespace {
                                                                  bool device, const Allocation& al, const void* pc) {
   const size_t bound = al.bound();
   const bool freed = al.in_use.load() == 0;
-  fault(t, cudaErrorIllegalAddress,
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
         (freed ? "use after free: " : "out-of-bounds ") + std::string(device ? "global" : "pinned host") + " " +
             verb(k) + " of " + std::to_string(n) + " bytes at " + hex(a) + ": " +
             (freed || a >= al.base + bound
@@ -237,14 +245,14 @@ namespace {
 
 [[noreturn]] __attribute__((noinline, cold)) void fault_other_device(Thread& t, uintptr_t a, Access k, int device,
                                                                      const void* pc) {
-  fault(t, cudaErrorIllegalAddress,
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
         std::string(verb(k)) + " at " + hex(a) + " of memory of cuda:" + std::to_string(device) +
             " by a kernel running on cuda:" + std::to_string(t.block->launch->device) + " (no peer access in ember)",
         pc);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void fault_host(Thread& t, uintptr_t a, size_t n, Access k, const void* pc) {
-  fault(t, cudaErrorIllegalAddress,
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
         std::string(verb(k)) + " of " + std::to_string(n) + " bytes at " + hex(a) + ": " +
             (a < 4096 ? std::string("a null pointer") : "host memory, not device memory (a host pointer passed to a kernel?)"),
         pc);

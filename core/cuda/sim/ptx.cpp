@@ -18,13 +18,18 @@ namespace ember::sim {
 
 namespace {
 
-[[noreturn]] void fault(cudaError_t code, const std::string& what, std::source_location loc) {
+// Reports a fault of the running thread; EMBER_SIM_FAULT then ends it, once the temporaries are gone.
+void report(cudaError_t code, const std::string& what, std::source_location loc) {
   Thread* t = current_thread();
   std::string file = loc.file_name();
   if (const size_t k = file.find("/kernels/"); k != std::string::npos) file = file.substr(k + 1);
   record_fault(code, where_am_i(*t) + ": " + what + " (" + file + ":" + std::to_string(loc.line()) + ")");
-  kill_current_thread();
 }
+#define EMBER_SIM_FAULT(...)             \
+  do {                                   \
+    report(__VA_ARGS__);                 \
+    ::ember::sim::kill_current_thread(); \
+  } while (0)
 
 Thread& me(const char* what) {
   Thread* t = current_thread();
@@ -47,8 +52,8 @@ void ldmatrix(uint32_t* r, int count, const void* row, bool trans, std::source_l
   const auto smem = reinterpret_cast<uintptr_t>(t.block->smem);
   // Only lanes 0..8 count - 1 give addresses; the others' operands are ignored.
   if (t.lane < 8 * count) {
-    if (a - smem >= t.block->smem_capacity) fault(cudaErrorIllegalAddress, "ldmatrix row address is not shared memory", loc);
-    if ((a & 15) != 0) fault(cudaErrorMisalignedAddress, "ldmatrix row address not 16-byte aligned", loc);
+    if (a - smem >= t.block->smem_capacity) EMBER_SIM_FAULT(cudaErrorIllegalAddress, "ldmatrix row address is not shared memory", loc);
+    if ((a & 15) != 0) EMBER_SIM_FAULT(cudaErrorMisalignedAddress, "ldmatrix row address not 16-byte aligned", loc);
     check_access(t, a, 16, Access::read, __builtin_return_address(0));
   }
   std::memcpy(t.in, &row, sizeof row);
@@ -134,12 +139,12 @@ void cp_async(void* smem_dst, const void* gmem_src, int copy_bytes, int src_byte
   Thread& t = me("cp.async");
   const auto d = reinterpret_cast<uintptr_t>(smem_dst);
   const auto smem = reinterpret_cast<uintptr_t>(t.block->smem);
-  if (d - smem >= t.block->smem_capacity) fault(cudaErrorIllegalAddress, "cp.async destination is not shared memory", loc);
+  if (d - smem >= t.block->smem_capacity) EMBER_SIM_FAULT(cudaErrorIllegalAddress, "cp.async destination is not shared memory", loc);
   if ((d % static_cast<uintptr_t>(copy_bytes)) != 0 || (reinterpret_cast<uintptr_t>(gmem_src) % copy_bytes) != 0)
-    fault(cudaErrorMisalignedAddress, "cp.async of " + std::to_string(copy_bytes) + " bytes with a misaligned address", loc);
+    EMBER_SIM_FAULT(cudaErrorMisalignedAddress, "cp.async of " + std::to_string(copy_bytes) + " bytes with a misaligned address", loc);
   if (src_bytes > 0) {
     if (reinterpret_cast<uintptr_t>(gmem_src) - smem < t.block->smem_capacity)
-      fault(cudaErrorIllegalAddress, "cp.async source is shared memory (it must be global)", loc);
+      EMBER_SIM_FAULT(cudaErrorIllegalAddress, "cp.async source is shared memory (it must be global)", loc);
     check_access(t, reinterpret_cast<uintptr_t>(gmem_src), static_cast<size_t>(src_bytes), Access::read,
                  __builtin_return_address(0));
   }

@@ -1,6 +1,8 @@
-// Device atomics of the simulator: each access is checked as an atomic access (bounds; racecheck
-// never pairs two atomics), then done with a host atomic, so blocks that run in parallel on
-// different host threads see each other's updates.
+// Device functions of the simulator that are not inline in device_api.h: the atomics (each access
+// is checked as an atomic access, bounds and racecheck, which never pairs two atomics, then done
+// with a host atomic, so blocks that run in parallel on different host threads see each other's
+// updates) and the fast-math intrinsics (exact here: the host's IEEE functions).
+#include <cmath>
 #include <cstring>
 
 #include "core/cuda/sim/internal.h"
@@ -63,4 +65,7 @@ EMBER_SIM_ATOMIC_CAS(unsigned short)
 float rsqrtf(float x) { return 1.0f / __builtin_sqrtf(x); }
 double rsqrt(double x) { return 1.0 / __builtin_sqrt(x); }
 float __fdividef(float a, float b) { return a / b; }
+// glibc declares these two (as internal aliases) without exporting them
+extern "C" float __expf(float x) noexcept { return std::exp(x); }
+extern "C" float __logf(float x) noexcept { return std::log(x); }
 float __saturatef(float x) { return x != x ? 0.0f : (x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x)); }
