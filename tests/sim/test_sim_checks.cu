@@ -321,6 +321,21 @@ TEST_CASE("sim: a sticky kernel fault is returned by every later synchronising c
   CHECK_NOTHROW(cuda::current_stream(0).synchronize());
 }
 
+TEST_CASE("sim: a destroyed event is an invalid handle, not a crash", "[gpu][sim]") {
+  cudaEvent_t e = nullptr;
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  REQUIRE(cudaEventRecord(e, nullptr) == cudaSuccess);
+  REQUIRE(cudaEventSynchronize(e) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(e) == cudaSuccess);
+  CHECK(cudaEventQuery(e) == cudaErrorInvalidResourceHandle);
+  CHECK(cudaEventSynchronize(e) == cudaErrorInvalidResourceHandle);
+  CHECK(cudaEventRecord(e, nullptr) == cudaErrorInvalidResourceHandle);
+  CHECK(cudaStreamWaitEvent(nullptr, e, 0) == cudaErrorInvalidResourceHandle);
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, e, e) == cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+}
+
 // Run in a child process by the test below: the simulator aborts the process.
 TEST_CASE("sim: (child) host code reads device memory", "[.sim-child-host-read]") {
   Tensor t = dev_zeros(4);

@@ -563,6 +563,11 @@ namespace {
 bool bad_device(int d) { return d < 0 || d >= config().devices; }
 
 EventImpl* ev(cudaEvent_t e) { return reinterpret_cast<EventImpl*>(e); }
+// A handle that is not a live event (never created, or destroyed) is an error, not a crash.
+bool live_event(cudaEvent_t e) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return e != nullptr && g_events.count(reinterpret_cast<EventImpl*>(e)) > 0;
+}
 // The owning pointer of a live event (work queued on it keeps it alive past cudaEventDestroy).
 // g_mu held.
 std::shared_ptr<EventImpl> hold(EventImpl* e) {
@@ -876,7 +881,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream, unsigned flags) {
-  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord of an event that does not exist (destroyed?)");
   std::unique_lock<std::mutex> lock(g_mu);
   StreamImpl* s = resolve(stream);
   EventImpl* E = ev(e);
@@ -915,7 +920,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream, unsigne
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) { return cudaEventRecordWithFlags(e, stream, 0); }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery of an event that does not exist (destroyed?)");
   EventImpl* E = ev(e);
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -936,7 +941,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize of an event that does not exist (destroyed?)");
   EventImpl* E = ev(e);
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -955,8 +960,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!live_event(start) || !live_event(end)) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an event that does not exist");
   EventImpl *a = ev(start), *b = ev(end);
-  if (a == nullptr || b == nullptr) return fail(cudaErrorInvalidResourceHandle);
   if ((a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming))
     return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event created with cudaEventDisableTiming");
   std::lock_guard<std::mutex> la(a->mu);
@@ -968,7 +973,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned flags) {
-  if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on an event that does not exist (destroyed?)");
   std::unique_lock<std::mutex> lock(g_mu);
   StreamImpl* s = resolve(stream);
   EventImpl* E = ev(e);
