@@ -13,6 +13,7 @@ PACKAGES=(
   libstb-dev             # ImageFolder decoding (stb_image)
   libcli11-dev           # command lines of the programs
   libboost-context-dev   # the SIMT simulator's fibers (-DEMBER_CUDA_SIM=ON)
+  libgloo-dev            # dist/: CPU collectives (the gloo backend)
   dataset-fashion-mnist  # the main job's data: /usr/share/datasets/fashion-mnist
   python3 python3-pip    # interop tests (safetensors), helper scripts
 )

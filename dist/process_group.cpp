@@ -1,0 +1,249 @@
+// Rendezvous, the default group, and what every backend shares (dist/process_group.h).
+//
+// Note [rendezvous]: rank 0 serves a TcpStore on MASTER_PORT; every rank connects (retrying until
+// the deadline) and registers "rdzv/rank/<r>" = "<world size> <backend>", counting itself under
+// "rdzv/count/<r>" so that two processes claiming one rank are caught. Rank 0 waits for all
+// ranks, compares what they registered with its own view and publishes "rdzv/verdict": "ok" or
+// the error every rank then throws. A rank that never joins makes rank 0's wait time out naming
+// it; a rank started with a different WORLD_SIZE is named with both values. Nobody waits longer
+// than the timeout, so a wrong launch is an error, never a hang.
+//
+// Note [dist faults]: a collective that fails (a peer closed its connection: it exited or
+// crashed) or does not complete within the group's timeout (a peer hangs or never called it)
+// aborts the group. Its message names the backend, the collective, its sequence number, its
+// tensors, and the last collective every rank completed, which each rank's watchdog publishes to
+// the store about once a second ("progress/<rank>"): the rank that is behind is the one to look
+// at. Once a group failed, every later call throws the first error, so a training loop can not
+// go on with half-reduced gradients.
+#include "dist/process_group.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "core/error.h"
+#include "dist/backends.h"
+
+namespace ember::dist {
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+void ProcessGroup::check_tensor(const char* what, const Tensor& t) const {
+  if (!t.defined()) throw std::invalid_argument(std::string(what) + ": the tensor is undefined");
+  if (!t.is_contiguous())
+    throw std::invalid_argument(std::string(what) + ": the tensor must be contiguous, got " + t.describe() +
+                                " with strides that are not (call .contiguous() first)");
+}
+
+// ---- environment ----
+
+namespace {
+
+int env_int(const char* name, int fallback, bool* was_set = nullptr) {
+  const char* v = std::getenv(name);
+  if (was_set) *was_set = v != nullptr && *v != '\0';
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (end == v || *end != '\0' || x < 0 || x > (1 << 24))
+    throw DistError(std::string("environment variable ") + name + "='" + v + "' is not a valid non-negative integer");
+  return static_cast<int>(x);
+}
+
+std::mutex g_default_mu;
+ProcessGroupPtr g_default;
+
+}  // namespace
+
+LaunchEnv launch_env() {
+  LaunchEnv e;
+  e.world_size = env_int("WORLD_SIZE", 1, &e.distributed);
+  e.rank = env_int("RANK", 0);
+  e.local_rank = env_int("LOCAL_RANK", e.rank);
+  e.local_world_size = env_int("LOCAL_WORLD_SIZE", e.world_size);
+  return e;
+}
+
+ProcessGroupPtr default_group() {
+  std::lock_guard<std::mutex> lock(g_default_mu);
+  return g_default;
+}
+void set_default_group(ProcessGroupPtr pg) {
+  std::lock_guard<std::mutex> lock(g_default_mu);
+  g_default = std::move(pg);
+}
+void destroy_process_group() { set_default_group(nullptr); }
+
+// ---- rendezvous (Note [rendezvous]) ----
+
+ProcessGroupPtr init_process_group(Options o) {
+  if (const char* t = std::getenv("EMBER_DIST_TIMEOUT"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    double s = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !(s > 0)) throw DistError(std::string("EMBER_DIST_TIMEOUT='") + t + "' is not a positive number of seconds");
+    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+  }
+  bool ws_set = false, rank_set = false;
+  if (o.world_size < 0) o.world_size = env_int("WORLD_SIZE", 1, &ws_set);
+  else ws_set = true;
+  if (o.rank < 0) o.rank = env_int("RANK", 0, &rank_set);
+  else rank_set = true;
+  if (ws_set && o.world_size > 1 && !rank_set)
+    throw DistError("init_process_group: WORLD_SIZE=" + std::to_string(o.world_size) +
+                    " but RANK is not set; start the program with ember_run (or set RANK for every process)");
+  if (o.world_size < 1) throw DistError("init_process_group: WORLD_SIZE must be at least 1, got " + std::to_string(o.world_size));
+  if (o.rank >= o.world_size)
+    throw DistError("init_process_group: RANK=" + std::to_string(o.rank) + " is not below WORLD_SIZE=" +
+                    std::to_string(o.world_size));
+  if (o.master_addr.empty()) {
+    const char* a = std::getenv("MASTER_ADDR");
+    o.master_addr = a && *a ? a : "127.0.0.1";
+  }
+  if (o.master_port < 0) {
+    bool port_set = false;
+    o.master_port = env_int("MASTER_PORT", 0, &port_set);
+    if (!port_set && o.world_size > 1)
+      throw DistError("init_process_group: MASTER_PORT is not set; start the program with ember_run or set MASTER_ADDR and MASTER_PORT");
+  }
+  if (o.backend.empty()) o.backend = o.device.is_cuda() ? "nccl" : "gloo";
+  if (o.backend != "gloo" && o.backend != "nccl")
+    throw DistError("init_process_group: unknown backend '" + o.backend + "' (expected gloo or nccl)");
+  if (o.backend == "nccl" && !nccl_available())
+    throw DistError("init_process_group: the nccl backend is not available in this build (CPU-only or the simulator); use gloo");
+
+  auto store = std::make_shared<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
+  const int r = o.rank, n = o.world_size;
+  const std::string me = std::to_string(n) + " " + o.backend;
+  store->set("rdzv/rank/" + std::to_string(r), me);
+  if (store->add("rdzv/count/" + std::to_string(r), 1) != 1) {
+    std::string msg = "init_process_group: two processes were started as RANK=" + std::to_string(r) +
+                      "; every rank must be unique (check RANK for each process)";
+    store->set("rdzv/verdict", msg);
+    throw DistError(msg);
+  }
+  if (r == 0) {
+    std::string verdict = "ok";
+    std::vector<std::string> keys;
+    for (int i = 0; i < n; ++i) keys.push_back("rdzv/rank/" + std::to_string(i));
+    try {
+      store->wait(keys, o.timeout);
+    } catch (const DistError&) {
+      std::string missing;
+      for (int i = 0; i < n; ++i)
+        if (!store->check({keys[i]})) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+      verdict = "rendezvous timed out after " + std::to_string(o.timeout.count() / 1000.0).substr(0, 5) +
+                " s: rank(s) " + missing + " of WORLD_SIZE=" + std::to_string(n) +
+                " never joined (not started, crashed early, or started with another MASTER_ADDR:MASTER_PORT)";
+    }
+    if (verdict == "ok") {
+      for (int i = 1; i < n && verdict == "ok"; ++i) {
+        std::istringstream in(store->get(keys[i]));
+        int their_n = 0;
+        std::string their_backend;
+        in >> their_n >> their_backend;
+        if (their_n != n)
+          verdict = "WORLD_SIZE mismatch: rank " + std::to_string(i) + " was started with WORLD_SIZE=" +
+                    std::to_string(their_n) + " but rank 0 with WORLD_SIZE=" + std::to_string(n);
+        else if (their_backend != o.backend)
+          verdict = "backend mismatch: rank " + std::to_string(i) + " uses " + their_backend + " but rank 0 uses " + o.backend;
+      }
+    }
+    store->set("rdzv/verdict", verdict);
+    if (verdict != "ok") {
+      // Give the ranks that did join a moment to read the verdict before the store goes away.
+      try {
+        std::vector<std::string> acks;
+        for (int i = 1; i < n; ++i) acks.push_back("rdzv/ack/" + std::to_string(i));
+        store->wait(acks, std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2)));
+      } catch (const DistError&) {
+      }
+      throw DistError("init_process_group (rank 0): " + verdict);
+    }
+  } else {
+    // A rank with another WORLD_SIZE than rank 0 knows at once.
+    std::istringstream in(store->get("rdzv/rank/0"));
+    int root_n = 0;
+    in >> root_n;
+    if (root_n != n) {
+      store->set("rdzv/ack/" + std::to_string(r), "1");
+      throw DistError("init_process_group (rank " + std::to_string(r) + "): WORLD_SIZE mismatch: this rank was started with WORLD_SIZE=" +
+                      std::to_string(n) + " but rank 0 with WORLD_SIZE=" + std::to_string(root_n));
+    }
+    // Rank 0 publishes its verdict within its own timeout; wait a little longer than that so a
+    // rank that is missing is named by rank 0's message, not by this rank's own timeout.
+    store->wait({"rdzv/verdict"}, o.timeout + std::chrono::seconds(10));
+    std::string verdict = store->get("rdzv/verdict");
+    store->set("rdzv/ack/" + std::to_string(r), "1");
+    if (verdict != "ok") throw DistError("init_process_group (rank " + std::to_string(r) + "): " + verdict);
+  }
+
+  auto pg_store = std::make_shared<PrefixStore>("pg0", store);
+  ProcessGroupPtr pg = o.backend == "nccl" ? make_nccl_group(pg_store, r, n, o.device.index, o.timeout)
+                                           : make_gloo_group(pg_store, r, n, o.timeout);
+  set_default_group(pg);
+  return pg;
+}
+
+// ---- progress and fault messages (Note [dist faults]) ----
+
+ProgressBoard::ProgressBoard(std::shared_ptr<Store> store, int rank, int size)
+    : store_(std::move(store)), rank_(rank), size_(size) {}
+
+void ProgressBoard::completed(uint64_t seq) { last_.store(seq, std::memory_order_relaxed); }
+uint64_t ProgressBoard::last_completed() const { return last_.load(std::memory_order_relaxed); }
+
+void ProgressBoard::publish() {
+  uint64_t v = last_completed();
+  if (v == published_) return;
+  try {
+    store_->set("progress/" + std::to_string(rank_), std::to_string(v));
+    published_ = v;
+  } catch (const std::exception&) {
+    // The store is gone (rank 0 exited): nothing to publish to; the collectives will say why.
+  }
+}
+
+std::string ProgressBoard::describe_all() {
+  publish();
+  std::ostringstream os;
+  bool reachable = true;
+  for (int i = 0; i < size_; ++i) {
+    os << (i ? ", " : "") << "rank " << i << ": ";
+    if (i == rank_) {
+      uint64_t v = last_completed();
+      os << (v ? "#" + std::to_string(v) : std::string("none"));
+      continue;
+    }
+    if (!reachable) {
+      os << "unknown";
+      continue;
+    }
+    try {
+      auto v = store_->peek("progress/" + std::to_string(i), std::chrono::milliseconds(1500));
+      os << (v ? (*v == "0" ? std::string("none") : "#" + *v) : std::string("none"));
+    } catch (const std::exception&) {
+      reachable = false;
+      os << "unknown (the store on rank 0 does not answer)";
+    }
+  }
+  return os.str();
+}
+
+std::string collective_failure(const std::string& backend, const char* what, uint64_t seq, const std::string& tensors,
+                               int rank, int size, const std::string& why, ProgressBoard* board) {
+  std::ostringstream os;
+  os << backend << " " << what << " #" << seq << " (" << tensors << ") on rank " << rank << " of " << size
+     << " failed: " << why;
+  if (board != nullptr) os << ". Last collective completed on each rank: " << board->describe_all();
+  return os.str();
+}
+
+}  // namespace ember::dist

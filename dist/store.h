@@ -1,0 +1,105 @@
+// Store: the small key-value service the ranks of a job meet through (rendezvous).
+//
+// TcpStore is torchrun's convention: rank 0 serves it on MASTER_ADDR:MASTER_PORT, every rank
+// (rank 0 too) is a client. Keys are strings, values bytes. get() and wait() block until the key
+// is set by some rank, up to the store's timeout, then throw DistError naming the keys still
+// missing. Clients retry the connection until the deadline and then name the address they could
+// not reach.
+//
+// What goes through it: each rank's world size and backend (checked against rank 0's), Gloo's
+// per-pair addresses, NCCL's unique id, and each rank's progress (the last collective it
+// completed), which fault messages quote.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ember::dist {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Blocks until `key` exists (up to timeout()), then returns its value.
+  virtual std::string get(const std::string& key) = 0;
+  // Atomically adds `delta` to the integer stored at `key` (0 when absent); returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Blocks until every key exists, up to `timeout`; throws DistError naming the missing keys.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  void wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+  // Whether every key exists now (no blocking).
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // The value of `key` if it exists now; throws DistError when the store does not answer within
+  // `timeout` (used by fault messages, which must not wait long).
+  virtual std::optional<std::string> peek(const std::string& key, std::chrono::milliseconds timeout) = 0;
+
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+ protected:
+  std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
+};
+
+class TcpStore : public Store {
+ public:
+  // is_server: this process serves the store (rank 0); it also connects to it as a client.
+  // port 0 with is_server picks a free port (see port()).
+  TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+  bool check(const std::vector<std::string>& keys) override;
+  std::optional<std::string> peek(const std::string& key, std::chrono::milliseconds timeout) override;
+
+  int port() const { return port_; }
+  const std::string& host() const { return host_; }
+
+ private:
+  struct Server;
+  std::string request(char op, const std::vector<std::string>& args, std::chrono::milliseconds deadline);
+  std::string host_;
+  int port_;
+  std::unique_ptr<Server> server_;
+  int fd_ = -1;
+  std::mutex mu_;  // one request at a time on the client socket
+};
+
+// Keys under "prefix/" of another store (one namespace per process group).
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+      : prefix_(std::move(prefix)), base_(std::move(base)) { timeout_ = base_->timeout(); }
+  void set(const std::string& key, const std::string& value) override { base_->set(k(key), value); }
+  std::string get(const std::string& key) override { return base_->get(k(key)); }
+  int64_t add(const std::string& key, int64_t delta) override { return base_->add(k(key), delta); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    base_->wait(ks(keys), timeout);
+  }
+  using Store::wait;
+  bool check(const std::vector<std::string>& keys) override { return base_->check(ks(keys)); }
+  std::optional<std::string> peek(const std::string& key, std::chrono::milliseconds timeout) override {
+    return base_->peek(k(key), timeout);
+  }
+  const std::shared_ptr<Store>& base() const { return base_; }
+
+ private:
+  std::string k(const std::string& key) const { return prefix_ + "/" + key; }
+  std::vector<std::string> ks(const std::vector<std::string>& keys) const {
+    std::vector<std::string> out;
+    for (const auto& key : keys) out.push_back(k(key));
+    return out;
+  }
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+}  // namespace ember::dist

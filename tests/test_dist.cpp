@@ -1,0 +1,174 @@
+// dist/ on the CPU: the gloo backend's collectives with 1, 2 and 4 processes, the TcpStore, and
+// the faults that must end a job instead of hanging it (a rank that exits early, a rank that
+// hangs, a rank that never joins, a wrong WORLD_SIZE, a duplicate RANK). Every job runs real
+// processes on loopback (tests/dist_util.h) with short timeouts.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "dist/process_group.h"
+#include "dist/store.h"
+#include "kernels/functional.h"
+#include "tests/dist_util.h"
+
+using namespace ember;
+using namespace ember::testing::dist;
+using Catch::Matchers::Contains;
+
+namespace {
+
+bool all_ok(const std::vector<RankResult>& rs) {
+  for (const auto& r : rs)
+    if (r.exit_code != 0 || r.output.find("ok") == std::string::npos) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("dist: TcpStore set, get, add, wait and a clear timeout", "[dist]") {
+  using namespace std::chrono_literals;
+  dist::TcpStore server("127.0.0.1", 0, true, 2s);
+  dist::TcpStore client("127.0.0.1", server.port(), false, 2s);
+  client.set("a", std::string("x\0y", 3));
+  CHECK(server.get("a") == std::string("x\0y", 3));
+  CHECK(client.add("n", 2) == 2);
+  CHECK(server.add("n", 5) == 7);
+  CHECK(client.check({"a", "n"}));
+  CHECK_FALSE(client.check({"a", "missing"}));
+  CHECK(client.peek("a", 1s).value() == std::string("x\0y", 3));
+  CHECK_FALSE(client.peek("missing", 1s).has_value());
+  // a get that blocks until another client sets the key
+  std::thread later([&] {
+    std::this_thread::sleep_for(200ms);
+    server.set("late", "v");
+  });
+  CHECK(client.get("late") == "v");
+  later.join();
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(client.wait({"a", "never"}, 300ms), Contains("'never'") && !Contains("'a'"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  // the client reconnects after a timed-out request
+  CHECK(client.get("a").size() == 3);
+}
+
+TEST_CASE("dist: a store nobody serves is an error naming the address", "[dist]") {
+  using namespace std::chrono_literals;
+  int port = free_port();
+  dist::TcpStore client("127.0.0.1", port, false, 500ms);
+  CHECK_THROWS_WITH(client.set("k", "v"), Contains("127.0.0.1:" + std::to_string(port)) && Contains("could not reach"));
+}
+
+TEST_CASE("dist: one process is a group of one", "[dist]") {
+  dist::Options o;
+  o.rank = 0;
+  o.world_size = 1;
+  o.master_port = 0;
+  auto pg = dist::init_process_group(o);
+  CHECK(pg->size() == 1);
+  CHECK(pg->backend() == "gloo");
+  Tensor t = full({3}, 2.0);
+  pg->all_reduce(t, dist::ReduceOp::kAvg)->wait();
+  CHECK(t.data<float>()[2] == 2.0f);
+  Tensor out = empty({3});
+  pg->all_gather(out, t)->wait();
+  CHECK(out.data<float>()[1] == 2.0f);
+  pg->barrier()->wait();
+  CHECK(pg->started() == 3);
+  Tensor transposed = full({2, 3}, 1.0).t();
+  CHECK_THROWS_WITH(pg->all_reduce(transposed), Contains("contiguous"));
+  dist::destroy_process_group();
+}
+
+TEST_CASE("dist: gloo collectives on 2 processes, every dtype and size", "[dist]") {
+  auto rs = run_job({.world_size = 2, .scenario = "collectives", .deadline_s = 120});
+  INFO(describe(rs));
+  CHECK(all_ok(rs));
+}
+
+TEST_CASE("dist: gloo collectives on 4 processes, every dtype and size", "[dist]") {
+  auto rs = run_job({.world_size = 4, .scenario = "collectives", .deadline_s = 180});
+  INFO(describe(rs));
+  CHECK(all_ok(rs));
+}
+
+TEST_CASE("dist: gloo all_reduce larger than a DDP bucket", "[dist]") {
+  auto rs = run_job({.world_size = 2, .scenario = "collectives", .args = {"big"}, .deadline_s = 120});
+  INFO(describe(rs));
+  CHECK(all_ok(rs));
+}
+
+TEST_CASE("dist: a rank that exits early makes the others fail fast, naming the collective", "[dist][fault]") {
+  auto rs = run_job({.world_size = 3, .scenario = "exit_early", .args = {"1"},
+                     .env = {{"EMBER_DIST_TIMEOUT", "20"}}, .deadline_s = 60});
+  INFO(describe(rs));
+  REQUIRE(rs.size() == 3);
+  CHECK(rs[1].exit_code == 3);
+  for (int r : {0, 2}) {
+    CHECK(rs[r].exit_code == 1);
+    CHECK(!rs[r].timed_out);
+    CHECK(rs[r].seconds < 15);  // well inside the 20 s timeout: a closed connection is seen at once
+    CHECK_THAT(rs[r].output, Contains("all_reduce #2"));
+    CHECK_THAT(rs[r].output, Contains("Last collective completed on each rank"));
+  }
+}
+
+TEST_CASE("dist: a rank that hangs makes the others time out, naming the collective and the progress", "[dist][fault]") {
+  auto rs = run_job({.world_size = 2, .scenario = "hang", .args = {"1", "8"},
+                     .env = {{"EMBER_DIST_TIMEOUT", "3"}}, .deadline_s = 40});
+  INFO(describe(rs));
+  REQUIRE(rs.size() == 2);
+  CHECK(rs[0].exit_code == 1);
+  CHECK(!rs[0].timed_out);
+  CHECK(rs[0].seconds < 20);
+  CHECK_THAT(rs[0].output, Contains("all_reduce #2") && Contains("timed out"));
+  // rank 1 completed #1 and published it; rank 0 quotes that
+  CHECK_THAT(rs[0].output, Contains("rank 1: #1"));
+}
+
+TEST_CASE("dist: a rank that never joins is named when the rendezvous times out", "[dist][fault]") {
+  auto rs = run_job({.world_size = 3, .scenario = "join", .env = {{"EMBER_DIST_TIMEOUT", "3"}},
+                     .ranks = {0, 1}, .deadline_s = 40});
+  INFO(describe(rs));
+  REQUIRE(rs.size() == 2);
+  for (const auto& r : rs) {
+    CHECK(r.exit_code == 1);
+    CHECK(!r.timed_out);
+    CHECK(r.seconds < 20);
+    CHECK_THAT(r.output, Contains("rank(s) 2 of WORLD_SIZE=3 never joined"));
+  }
+}
+
+TEST_CASE("dist: a wrong WORLD_SIZE is an error on every rank, not a hang", "[dist][fault]") {
+  auto rs = run_job({.world_size = 2, .scenario = "join", .env = {{"EMBER_DIST_TIMEOUT", "5"}},
+                     .rank_env = {{1, {{"WORLD_SIZE", "3"}}}}, .deadline_s = 40});
+  INFO(describe(rs));
+  REQUIRE(rs.size() == 2);
+  for (const auto& r : rs) {
+    CHECK(r.exit_code == 1);
+    CHECK(!r.timed_out);
+    CHECK_THAT(r.output, Contains("WORLD_SIZE mismatch"));
+  }
+}
+
+TEST_CASE("dist: two processes with the same RANK are an error", "[dist][fault]") {
+  auto rs = run_job({.world_size = 2, .scenario = "join", .env = {{"EMBER_DIST_TIMEOUT", "5"}},
+                     .rank_env = {{1, {{"RANK", "0"}}}}, .deadline_s = 40});
+  INFO(describe(rs));
+  REQUIRE(rs.size() == 2);
+  bool named = false;
+  for (const auto& r : rs) {
+    CHECK(r.exit_code != 0);
+    CHECK(!r.timed_out);
+    named = named || r.output.find("RANK=0") != std::string::npos;
+  }
+  CHECK(named);
+}
+
+TEST_CASE("dist: RANK and WORLD_SIZE are checked before anything connects", "[dist][fault]") {
+  auto rs = run_job({.world_size = 2, .scenario = "join", .rank_env = {{1, {{"RANK", "5"}}}}, .ranks = {1},
+                     .deadline_s = 20});
+  INFO(describe(rs));
+  CHECK(rs[0].exit_code == 1);
+  CHECK_THAT(rs[0].output, Contains("RANK=5 is not below WORLD_SIZE=2"));
+}
