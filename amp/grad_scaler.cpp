@@ -66,6 +66,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       }
   Tensor inv = div(one_, scale_);  // on the device: no sync
   amp_unscale_(grads, s.found_inf, inv);
+  if (found_inf_hook_) found_inf_hook_(s.found_inf);
   s.stage = Stage::unscaled;
 }
 

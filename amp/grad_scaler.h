@@ -24,6 +24,7 @@
 // With bf16 autocast no scaler is needed; using one is allowed and harmless (the scale just grows).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -59,6 +60,9 @@ class GradScaler : public Stateful {
   void step(optim::Optimizer& optimizer);
   // Grows or backs off the scale on the device and resets the per-step state.
   void update();
+  // Runs `fn(found_inf)` after every unscale_, before the flag is used: dist::sync_grad_scaler
+  // installs an all_reduce (max) across ranks here so that every rank skips the same steps.
+  void set_found_inf_hook(std::function<void(Tensor& found_inf)> fn) { found_inf_hook_ = std::move(fn); }
   // Forgets unscale_/step calls since the last update() without touching the device (after a
   // CUDA graph capture that failed half-way: nothing it queued ran).
   void discard_step();
@@ -74,6 +78,7 @@ class GradScaler : public Stateful {
   void load_state_dict(const StateDict& state) override;
 
  private:
+  std::function<void(Tensor&)> found_inf_hook_;
   enum class Stage { ready, unscaled, stepped };
   struct PerOptimizer {
     Stage stage = Stage::ready;

@@ -1,6 +1,7 @@
 #include "core/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <numeric>
 
 #include "core/autograd/engine.h"
@@ -96,6 +97,21 @@ void Tensor::set_grad(const Tensor& g) {
 
 void Tensor::reset_grad() {
   if (impl_->autograd) impl_->autograd->grad.reset();
+}
+
+uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const {
+  EMBER_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: only leaves that require grad "
+              "accumulate gradients; got ", describe());
+  static std::atomic<uint64_t> next{1};
+  uint64_t id = next.fetch_add(1);
+  impl_->meta().post_accumulate_hooks.emplace_back(id, std::move(fn));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(uint64_t id) const {
+  if (!impl_ || !impl_->autograd) return;
+  auto& hooks = impl_->autograd->post_accumulate_hooks;
+  std::erase_if(hooks, [&](const auto& h) { return h.first == id; });
 }
 
 void Tensor::retain_grad() {

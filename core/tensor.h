@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -52,6 +53,12 @@ struct AutogradMeta {
   std::shared_ptr<autograd::Node> grad_fn;  // set for results of differentiable ops
   uint32_t output_nr = 0;                   // which output of grad_fn this is
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that adds into .grad
+  // Leaves: run by AccumulateGrad after it wrote .grad (PyTorch's post-accumulate-grad hooks;
+  // DDP's bucket reductions start here). Keyed by the id register_...() returned.
+  std::vector<std::pair<uint64_t, std::function<void(const Tensor&)>>> post_accumulate_hooks;
+  // Leaves: a defined .grad is accumulated into in place instead of replaced by old + new (DDP
+  // sets it so .grad stays a view into its bucket across no_sync() steps).
+  bool accumulate_grad_in_place = false;
 };
 
 struct TensorImpl {
@@ -118,6 +125,10 @@ class Tensor {
   void set_grad(const Tensor& g);
   // Sets .grad to none (what zero_grad does).
   void reset_grad();
+  // Leaves: `fn(leaf)` runs each time backward has accumulated a gradient into .grad. Returns an
+  // id for remove_post_accumulate_grad_hook.
+  uint64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const;
+  void remove_post_accumulate_grad_hook(uint64_t id) const;
   // Keep .grad for this non-leaf after backward.
   void retain_grad();
   // Runs the backward pass from this tensor. `grad` may be omitted for a scalar (implicitly 1).

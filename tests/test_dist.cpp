@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "dist/process_group.h"
@@ -171,4 +172,48 @@ TEST_CASE("dist: RANK and WORLD_SIZE are checked before anything connects", "[di
   INFO(describe(rs));
   CHECK(rs[0].exit_code == 1);
   CHECK_THAT(rs[0].output, Contains("RANK=5 is not below WORLD_SIZE=2"));
+}
+
+// ---- DistributedDataParallel (tests/dist/ddp.cpp) ----
+
+namespace {
+std::string temp_checkpoint() {
+  return (std::filesystem::temp_directory_path() / ("ember_ddp_" + std::to_string(::getpid()) + "_" +
+                                                    std::to_string(free_port()) + ".safetensors"))
+      .string();
+}
+}  // namespace
+
+TEST_CASE("dist: DDP on 2 ranks equals one process on the full batch, with a save at step 2 and a bit-identical resume", "[dist][ddp]") {
+  std::string ckpt = temp_checkpoint();
+  auto rs = run_job({.world_size = 2, .scenario = "ddp_equivalence", .args = {"1", "25", ckpt}, .deadline_s = 60});
+  std::filesystem::remove(ckpt);
+  INFO(describe(rs));
+  CHECK(all_ok(rs));
+}
+
+TEST_CASE("dist: DDP on 4 ranks with gradient accumulation (no_sync) and one bucket per parameter", "[dist][ddp]") {
+  std::string ckpt = temp_checkpoint();
+  auto rs = run_job({.world_size = 4, .scenario = "ddp_equivalence", .args = {"2", "0.0001", ckpt}, .deadline_s = 90});
+  std::filesystem::remove(ckpt);
+  INFO(describe(rs));
+  CHECK(all_ok(rs));
+}
+
+TEST_CASE("dist: DDP names a parameter that got no gradient, or allows it with find_unused_parameters", "[dist][ddp]") {
+  auto strict = run_job({.world_size = 2, .scenario = "ddp_unused", .args = {"strict"}, .deadline_s = 30});
+  INFO(describe(strict));
+  for (const auto& r : strict) {
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("received no gradient") && Contains("find_unused_parameters"));
+  }
+  auto allow = run_job({.world_size = 2, .scenario = "ddp_unused", .args = {"allow"}, .deadline_s = 30});
+  INFO(describe(allow));
+  CHECK(all_ok(allow));
+}
+
+TEST_CASE("dist: with sync_grad_scaler every rank skips the step one rank found inf in", "[dist][ddp]") {
+  auto rs = run_job({.world_size = 2, .scenario = "grad_scaler", .deadline_s = 30});
+  INFO(describe(rs));
+  CHECK(all_ok(rs));
 }

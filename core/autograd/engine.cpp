@@ -1,6 +1,7 @@
 #include "core/autograd/engine.h"
 
 #include <atomic>
+#include <functional>
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
@@ -43,8 +44,15 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     bool shared = g.impl_ptr().use_count() > 1 || g.storage().use_count() > 1;
     if (shared || !g.is_non_overlapping_and_dense()) g = g.clone();
     var.set_grad(g);
+  } else if (var.impl()->autograd->accumulate_grad_in_place) {
+    old.add_(g);
   } else {
     var.set_grad(old.add(g));
+  }
+  if (!variable->autograd->post_accumulate_hooks.empty()) {
+    // a copy: a hook may register or remove hooks
+    auto hooks = variable->autograd->post_accumulate_hooks;
+    for (auto& [id, fn] : hooks) fn(var);
   }
   return {};
 }
@@ -115,7 +123,32 @@ struct Task {
   std::vector<Tensor> captured;
 };
 
+// Callbacks queued during a backward (queue_callback), run when the outermost backward on this
+// thread finishes its graph.
+thread_local int t_backward_depth = 0;
+thread_local std::vector<std::function<void()>> t_callbacks;
+
+void run_graph(Task& task, bool retain_graph);
+
 void run(Task& task, bool retain_graph) {
+  struct Depth {
+    Depth() { ++t_backward_depth; }
+    ~Depth() {
+      if (--t_backward_depth == 0) t_callbacks.clear();  // after an error too
+    }
+  } depth;
+  run_graph(task, retain_graph);
+  if (t_backward_depth == 1) {
+    // Callbacks may queue more callbacks (they run too, in order).
+    for (size_t i = 0; i < t_callbacks.size(); ++i) {
+      auto fn = std::move(t_callbacks[i]);
+      fn();
+    }
+    t_callbacks.clear();
+  }
+}
+
+void run_graph(Task& task, bool retain_graph) {
   NoGradGuard no_grad;
   // 1. dependency counts: how many edges point at each node from the part of the graph reached
   std::unordered_map<Node*, int> deps;
@@ -202,6 +235,13 @@ Tensor default_root_grad(const Tensor& root, const Tensor& grad) {
 }
 
 }  // namespace
+
+void queue_callback(std::function<void()> fn) {
+  EMBER_CHECK(t_backward_depth > 0, "queue_callback: no backward pass is running on this thread");
+  t_callbacks.push_back(std::move(fn));
+}
+
+bool in_backward() { return t_backward_depth > 0; }
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   EMBER_CHECK(grads.empty() || grads.size() == roots.size(), "backward: ", roots.size(), " outputs but ",

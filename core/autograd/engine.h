@@ -2,6 +2,7 @@
 // creation order (a node runs once every gradient flowing into it has arrived).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -17,5 +18,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 // Gradients of `outputs` with respect to `inputs`, returned instead of accumulated into .grad.
 std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
                          const std::vector<Tensor>& grad_outputs = {}, bool retain_graph = false);
+
+// Runs `fn` once the backward pass running on this thread has finished its whole graph (the
+// outermost one, when backward passes nest, as in activation checkpointing), before backward()
+// returns: DDP waits for its last bucket reductions here. An error outside a backward pass.
+void queue_callback(std::function<void()> fn);
+// Whether a backward pass is running on this thread.
+bool in_backward();
 
 }  // namespace ember::autograd
