@@ -43,6 +43,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -76,6 +77,7 @@ options:
 environment of each process (local rank L in 0..N-1):
   RANK=K*N+L  WORLD_SIZE=M*N  LOCAL_RANK=L  LOCAL_WORLD_SIZE=N
   GROUP_RANK=K  NODE_RANK=K  MASTER_ADDR=HOST  MASTER_PORT=PORT  EMBER_RUN=1
+  EMBER_NUM_THREADS=max(1, cores / N) unless already set (each process's CPU thread pool)
   Everything else is inherited; stdin is /dev/null.
 
 output:
@@ -373,6 +375,12 @@ class Launcher {
       if (!replaced) env.emplace_back(kv);
     }
     for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+    // N processes share this node's cores: each gets its share of ember's CPU thread pool unless
+    // the user chose (torchrun sets OMP_NUM_THREADS=1 for the same reason).
+    if (std::getenv("EMBER_NUM_THREADS") == nullptr) {
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      env.push_back("EMBER_NUM_THREADS=" + std::to_string(std::max<long>(1, static_cast<long>(cores) / o_.nproc)));
+    }
     return env;
   }
 

@@ -13,6 +13,7 @@
 #include "apps/mnist_train/report.h"
 #include "apps/mnist_train/trainer.h"
 #include "core/cuda/runtime.h"
+#include "dist/process_group.h"
 #include "core/error.h"
 
 using namespace ember;
@@ -66,13 +67,48 @@ std::string describe(Device d) {
 int main(int argc, char** argv) {
   mnist::ParseResult parsed = mnist::parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
-  const mnist::Options& o = *parsed.options;
+  mnist::Options o = *parsed.options;
+  bool rank0 = true;
   try {
     check_output_path("--save", o.save);
     check_output_path("--plot", o.plot);
     check_output_path("--profile", o.profile);
     check_output_path("--log", o.log);
     Device device = pick_device(o.device);
+    if (o.distributed) {
+      // Note: data parallel under ember_run (docs/dist.md). Every rank runs this program; rank 0
+      // prints, logs and saves; the others train their shards silently.
+      dist::LaunchEnv env = dist::launch_env();
+      EMBER_CHECK(env.distributed, "--distributed: WORLD_SIZE is not set; start the processes with "
+                                   "ember_run --nproc-per-node N -- mnist_train --distributed ...");
+      EMBER_CHECK(!o.graph, "--graph with --distributed is not supported yet (DDP starts its reductions from "
+                            "host-side gradient hooks); drop one of the two flags");
+      EMBER_CHECK(!o.ablation, "--ablation runs on one process; drop --distributed");
+      if (device.is_cuda()) {
+        EMBER_CHECK(env.local_rank < cuda::device_count(), "--distributed: LOCAL_RANK ", env.local_rank, " but only ",
+                    cuda::device_count(), " CUDA device(s) on this machine");
+        device = Device(DeviceType::cuda, env.local_rank);
+      }
+      dist::Options d;
+      d.device = device;
+      dist::ProcessGroupPtr pg = dist::init_process_group(d);
+      rank0 = pg->rank() == 0;
+      if (o.lr_scaling) o.lr *= pg->size();
+      if (!rank0) {
+        o.quiet = true;
+        o.silent = true;
+        o.save.clear();
+        o.log.clear();
+        o.tensorboard.clear();
+        o.plot.clear();
+        o.profile.clear();
+      } else {
+        std::printf("distributed: %d processes (%s), %lld samples per process and step, global batch %lld, lr %g%s\n",
+                    pg->size(), pg->backend().c_str(), static_cast<long long>(o.batch_size),
+                    static_cast<long long>(o.batch_size * pg->size()), o.lr,
+                    o.lr_scaling ? " (--lr x WORLD_SIZE)" : "");
+      }
+    }
     if (!o.quiet) {
       std::string why = device.is_cpu() && o.device == "auto" ? " (" + cuda::unavailable_reason() + ")" : "";
       std::printf("mnist_train: %s on %s%s, data %s\n", o.model.c_str(), describe(device).c_str(), why.c_str(),
@@ -89,12 +125,14 @@ int main(int argc, char** argv) {
     if (!o.eval_only.empty()) {
       trainer.load_model(o.eval_only);
       mnist::EvalResult e = trainer.evaluate(splits.test);
+      if (!rank0) return 0;
       std::printf("test accuracy %.2f%% on %lld images (model from %s)\n", e.accuracy,
                   static_cast<long long>(e.samples), o.eval_only.c_str());
       mnist::print_confusion(e, splits.classes);
       return 0;
     }
     mnist::RunResult r = trainer.run();
+    if (!rank0) return 0;
     mnist::print_summary(o, r, splits.classes, describe(device));
     if (!o.plot.empty()) mnist::write_plot(o.plot, r);
     return 0;

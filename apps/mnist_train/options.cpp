@@ -105,6 +105,14 @@ ParseResult parse_options(int argc, char** argv) {
       ->group("Training");
   app.add_flag("--deterministic", o.deterministic, "only deterministic kernels (bitwise repeatable runs)")
       ->group("Training");
+  app.add_flag("--distributed", o.distributed,
+               "data parallel over the processes ember_run started (gloo on the CPU, nccl on CUDA: cuda:LOCAL_RANK). "
+               "--batch-size is per process, so the global batch is WORLD_SIZE x --batch-size, and --lr is multiplied "
+               "by WORLD_SIZE (the linear scaling rule; --no-lr-scaling keeps --lr as given). Only rank 0 prints, logs "
+               "and saves; the test accuracy covers the whole test set. Start: ember_run --nproc-per-node N -- "
+               "mnist_train --distributed ...")
+      ->group("Training");
+  app.add_flag("!--no-lr-scaling", o.lr_scaling, "with --distributed: do not scale --lr by WORLD_SIZE")->group("Training");
   app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N")->group("Training");
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps in all (0: no limit)")
       ->check(kNonNegative)

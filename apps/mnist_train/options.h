@@ -47,6 +47,8 @@ struct Options {
   std::string profile;
   int log_interval = 50;
   bool quiet = false;
+  bool distributed = false;  // data parallel over the ranks ember_run started
+  bool lr_scaling = true;    // with --distributed: lr x WORLD_SIZE (the linear scaling rule)
   bool silent = false;  // not a flag: no per-epoch lines (the ablation's runs)
   // checkpoints
   std::string save;

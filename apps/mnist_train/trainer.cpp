@@ -104,6 +104,23 @@ Splits load_splits(const std::string& dir, double val_split, uint64_t seed) {
   return s;
 }
 
+// Evaluation under --distributed: indices rank, rank + world, ... (no padding, so the ranks
+// together visit every sample exactly once).
+class StridedSampler final : public data::Sampler {
+ public:
+  StridedSampler(int64_t n, int rank, int world) : n_(n), rank_(rank), world_(world) {}
+  std::vector<int64_t> indices() const override {
+    std::vector<int64_t> out;
+    for (int64_t i = rank_; i < n_; i += world_) out.push_back(i);
+    return out;
+  }
+  int64_t size() const override { return n_ > rank_ ? (n_ - rank_ + world_ - 1) / world_ : 0; }
+
+ private:
+  int64_t n_;
+  int rank_, world_;
+};
+
 // ---- logs ----
 
 struct Trainer::Logs {
@@ -138,6 +155,11 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
   }
   model_->to(device_);
   params_ = model_->parameters();
+  if (o_.distributed) {
+    pg_ = dist::default_group();
+    EMBER_CHECK(pg_ != nullptr, "--distributed: no process group (main() creates it)");
+    ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, dist::DDPOptions().process_group(pg_));
+  }
   build_optimizer();
   if (o_.amp == "fp16") {
     EMBER_CHECK(device_.is_cuda(), "--amp fp16 needs a CUDA device (the CPU's autocast supports bf16: use --amp bf16)");
@@ -208,6 +230,17 @@ std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InM
   if (train && o_.augment)
     lo.transform(std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
         std::make_shared<data::RandomCrop>(28, 28, 2), std::make_shared<data::RandomHorizontalFlip>(0.5)}));
+  if (pg_) lo.shuffle(false);  // the samplers below shuffle (or not) themselves
+  if (pg_ && train) {
+    // each rank its shard of every epoch's permutation (padded to equal shards)
+    auto sampler = std::make_shared<data::DistributedSampler>(
+        ds->size(), data::DistributedSamplerOptions().world_size(pg_->size()).rank(pg_->rank()).shuffle(true).seed(o_.seed));
+    return std::make_unique<data::DataLoader>(ds, lo, sampler);
+  }
+  if (pg_) {
+    // evaluation: every sample exactly once over the ranks (rank r takes r, r + w, ...)
+    return std::make_unique<data::DataLoader>(ds, lo, std::make_shared<StridedSampler>(ds->size(), pg_->rank(), pg_->size()));
+  }
   return std::make_unique<data::DataLoader>(ds, lo);
 }
 
@@ -215,10 +248,13 @@ std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InM
 
 void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
   Tensor logits, loss;
+  // --distributed with --grad-accum: only the micro-batch that steps reduces the gradients
+  std::unique_ptr<dist::DistributedDataParallel::NoSync> no_sync;
+  if (ddp_ && !do_step) no_sync = std::make_unique<dist::DistributedDataParallel::NoSync>(*ddp_);
   {
     std::optional<autocast::Scope> ac;
     if (amp_dtype_ != DType::f32) ac.emplace(device_.type, amp_dtype_);
-    logits = model_->forward(x);
+    logits = ddp_ ? ddp_->forward(x) : model_->forward(x);
     CrossEntropyOptions ce;
     ce.label_smoothing = o_.label_smoothing;
     loss = cross_entropy(logits, y, ce);
@@ -306,8 +342,14 @@ void Trainer::mark_step_event() {
 std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t step_in_epoch) {
   if (interval_steps_ == 0) return {0, 0};
   runtime::AllowSyncScope allow;  // the one read per interval
+  const double world = pg_ ? static_cast<double>(pg_->size()) : 1.0;
+  if (pg_) {
+    // what every rank saw: the mean of the ranks' loss sums, the total of correct predictions
+    pg_->all_reduce(loss_sum_, dist::ReduceOp::kAvg)->wait();
+    pg_->all_reduce(correct_, dist::ReduceOp::kSum)->wait();
+  }
   double loss_sum = loss_sum_.item();
-  double correct = correct_.item();
+  double correct = correct_.item() / world;  // per rank, like interval_samples_
   {
     autograd::NoGradGuard ng;
     loss_sum_.zero_();
@@ -327,7 +369,7 @@ std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t
     events_used_ = 1;
   }
   double now = now_s();
-  double rate = static_cast<double>(interval_samples_) / std::max(now - logs_->interval_start, 1e-9);
+  double rate = world * static_cast<double>(interval_samples_) / std::max(now - logs_->interval_start, 1e-9);
   double lr = sched_ ? sched_->get_last_lr().at(0) : o_.lr;
   r.curve_steps.push_back(static_cast<double>(global_step_));
   r.curve_loss.push_back(loss);
@@ -392,6 +434,14 @@ EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
     Tensor cell = add(mul(b.labels, 10.0), pred);
     counts = index_add(counts, 0, cell, ones({b.size()}, TensorOptions(DType::i64).device(device_)));
     n += b.size();
+  }
+  if (pg_) {
+    // the whole test set: every rank's confusion counts and sample count, summed
+    Tensor total = full({1}, static_cast<double>(n), TensorOptions(DType::i64).device(device_));
+    pg_->all_reduce(counts, dist::ReduceOp::kSum)->wait();
+    pg_->all_reduce(total, dist::ReduceOp::kSum)->wait();
+    runtime::AllowSyncScope allow;
+    n = static_cast<int64_t>(total.item());
   }
   EvalResult r;
   r.samples = n;
@@ -532,7 +582,7 @@ RunResult Trainer::run() {
     EpochResult er;
     er.epoch = epoch + 1;
     er.seconds = e_train;
-    er.samples_per_s = static_cast<double>(samples_in_epoch) / std::max(e_train, 1e-9);
+    er.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(samples_in_epoch) / std::max(e_train, 1e-9);
     er.train_loss = micro_in_epoch > 0 ? loss_acc / static_cast<double>(micro_in_epoch) : 0;
     er.train_acc = samples_in_epoch > 0 ? 100.0 * correct_acc / static_cast<double>(samples_in_epoch) : 0;
     er.lr = sched_ ? sched_->get_last_lr().at(0) : o_.lr;
@@ -586,7 +636,7 @@ RunResult Trainer::run() {
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
   r.steps = global_step_;
   r.train_seconds = train_total;
-  r.samples_per_s = static_cast<double>(r.samples) / std::max(train_total, 1e-9);
+  r.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(r.samples) / std::max(train_total, 1e-9);
   r.data_wait_fraction = train_total > 0 ? wait_total / train_total : 0;
   if (use_events && gpu_busy_ms_ + gpu_idle_ms_ > 0) r.gpu_idle_fraction = gpu_idle_ms_ / (gpu_busy_ms_ + gpu_idle_ms_);
   if (scaler_) r.skipped_steps = scaler_->skipped_steps();

@@ -20,6 +20,7 @@
 #include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "data/data.h"
+#include "dist/ddp.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 
@@ -98,6 +99,8 @@ class Trainer {
   std::shared_ptr<ember::nn::Module> model_;
   std::vector<ember::Tensor> params_;
   std::unique_ptr<ember::optim::Optimizer> opt_;
+  ember::dist::ProcessGroupPtr pg_;               // --distributed: the default group
+  std::unique_ptr<ember::dist::DistributedDataParallel> ddp_;
   std::unique_ptr<ember::optim::LRScheduler> sched_;
   std::unique_ptr<ember::amp::GradScaler> scaler_;
   ember::DType amp_dtype_ = ember::DType::f32;
