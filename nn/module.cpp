@@ -86,6 +86,14 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   children_.emplace_back(name, std::move(m));
 }
 
+std::shared_ptr<Module> Module::replace_module(const std::string& name, std::shared_ptr<Module> m) {
+  EMBER_CHECK(m != nullptr, type_name_, ": replace_module('", name, "') with an empty module");
+  EMBER_CHECK(m.get() != this, type_name_, ": a module cannot be its own child");
+  for (auto& c : children_)
+    if (c.first == name) return std::exchange(c.second, std::move(m));
+  EMBER_FAIL(type_name_, ": replace_module: no submodule named '", name, "'");
+}
+
 void Module::collect_parameters(const std::string& prefix, bool recurse, TensorDict& out,
                                 std::vector<const TensorImpl*>& seen) const {
   for (const auto& [name, t] : params_) {

@@ -66,6 +66,12 @@ class Module : public std::enable_shared_from_this<Module> {
     return holder;
   }
 
+  // Swaps the registered child `name` for `m` (same position, so state_dict order is kept) and
+  // returns the old one. Only the registration changes: a subclass that keeps its own handle to the
+  // child (a member, Sequential's list) must update it too (dist::convert_sync_batchnorm does that
+  // for Sequential, Residual and Checkpoint).
+  virtual std::shared_ptr<Module> replace_module(const std::string& name, std::shared_ptr<Module> m);
+
   // ---- introspection ----
   // Parameters of this module and (recurse) its descendants, without duplicates (a tensor
   // registered twice, e.g. tied weights, appears once under its first name).

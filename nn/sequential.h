@@ -39,6 +39,13 @@ class SequentialImpl : public Module {
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
   const std::shared_ptr<Module>& operator[](size_t i) const;
+  // Replaces the registered child and the layer forward() runs (convert_sync_batchnorm).
+  std::shared_ptr<Module> replace_module(const std::string& name, std::shared_ptr<Module> m) override {
+    std::shared_ptr<Module> old = Module::replace_module(name, m);
+    for (auto& item : items_)
+      if (item == old) item = m;
+    return old;
+  }
   // The i-th module as its concrete type (an error if it is another type).
   template <class M>
   M& at(size_t i) const {
