@@ -200,6 +200,15 @@ TEST_CASE("dist: DDP on 4 ranks with gradient accumulation (no_sync) and one buc
   CHECK(all_ok(rs));
 }
 
+TEST_CASE("dist: DDP with activation checkpointing equals one process", "[dist][ddp]") {
+  std::string ckpt = temp_checkpoint();
+  auto rs = run_job({.world_size = 2, .scenario = "ddp_equivalence", .args = {"2", "0.0001", ckpt, "activation-checkpointing"},
+                     .deadline_s = 60});
+  std::filesystem::remove(ckpt);
+  INFO(describe(rs));
+  CHECK(all_ok(rs));
+}
+
 TEST_CASE("dist: DDP names a parameter that got no gradient, or allows it with find_unused_parameters", "[dist][ddp]") {
   auto strict = run_job({.world_size = 2, .scenario = "ddp_unused", .args = {"strict"}, .deadline_s = 30});
   INFO(describe(strict));

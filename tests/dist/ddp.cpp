@@ -24,10 +24,15 @@ using namespace ember::dist;
 
 constexpr int64_t kSamples = 32, kFeatures = 6, kClasses = 3, kGlobalBatch = 8;
 
-std::shared_ptr<nn::Module> make_model(uint64_t seed) {
+// With `checkpointed`, the middle block runs under activation checkpointing (its parameters get
+// their gradients from the nested backward of the recomputation).
+std::shared_ptr<nn::Module> make_model(uint64_t seed, bool checkpointed = false) {
   manual_seed(seed);
-  nn::Sequential s(nn::Linear(kFeatures, 16), nn::ReLU(), nn::Linear(16, 16), nn::ReLU(), nn::Linear(16, kClasses));
-  return s.ptr();
+  nn::Linear first(kFeatures, 16);
+  nn::Sequential middle(nn::Linear(16, 16), nn::ReLU());
+  nn::Linear last(16, kClasses);
+  if (checkpointed) return nn::Sequential(first, nn::ReLU(), nn::Checkpoint(middle), last).ptr();
+  return nn::Sequential(first, nn::ReLU(), middle, last).ptr();
 }
 
 Tensor features() {
@@ -104,21 +109,22 @@ void reference_step(Trainer& t, int step, const Tensor& X, const Tensor& Y) {
   t.opt->step();
 }
 
-// args: accum, bucket_cap_mb, checkpoint path
+// args: accum, bucket_cap_mb, checkpoint path, ["activation-checkpointing"]
 int ddp_equivalence(const std::vector<std::string>& args) {
   const int accum = args.size() > 0 ? std::stoi(args[0]) : 1;
   const double cap = args.size() > 1 ? std::stod(args[1]) : 25.0;
   const std::string ckpt = args.size() > 2 ? args[2] : "";
+  const bool act = args.size() > 3 && args[3] == "activation-checkpointing";
   auto pg = init_process_group();
   const int r = pg->rank(), w = pg->size();
   expect(kGlobalBatch % (w * accum) == 0, "the global batch splits evenly");
   const Tensor X = features(), Y = labels();
 
   // Each rank starts from a different random model: DDP's broadcast makes them rank 0's.
-  Trainer d{make_model(1 + r)};
+  Trainer d{make_model(1 + r, act)};
   d.opt = std::make_unique<optim::AdamW>(d.model->parameters(), optim::AdamWOptions(0.01));
   d.ddp = std::make_unique<DDP>(d.model, DDPOptions().bucket_cap_mb(cap));
-  Trainer ref{make_model(1)};
+  Trainer ref{make_model(1, act)};
   ref.opt = std::make_unique<optim::AdamW>(ref.model->parameters(), optim::AdamWOptions(0.01));
   expect(max_diff(d.model, ref.model, false) == 0, "after construction every rank holds rank 0's parameters");
   std::printf("buckets: %zu\n", d.ddp->bucket_names().size());
@@ -139,7 +145,7 @@ int ddp_equivalence(const std::vector<std::string>& args) {
 
   if (!ckpt.empty()) {
     // A fresh run resumes from rank 0's checkpoint at step 2 and must land on the same bits.
-    Trainer e{make_model(100 + r)};
+    Trainer e{make_model(100 + r, act)};
     e.opt = std::make_unique<optim::AdamW>(e.model->parameters(), optim::AdamWOptions(0.01));
     TrainingProgress p = TrainingCheckpoint().model(*e.model).optimizer(*e.opt).load(ckpt);
     expect(p.step == 2, "the checkpoint says step 2");
