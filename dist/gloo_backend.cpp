@@ -281,11 +281,23 @@ class GlooGroup final : public ProcessGroup {
   }
 
   void abort(const std::string& why) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (failed_.empty()) failed_ = why;
-    for (auto& task : queue_) task.work->finish(failed_);
-    queue_.clear();
-    cv_.notify_all();
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      first = failed_.empty();
+      if (first) failed_ = why;
+      for (auto& task : queue_) task.work->finish(failed_);
+      queue_.clear();
+      cv_.notify_all();
+    }
+    // Peers blocked in a collective with this rank see their connection close now instead of
+    // waiting for their own timeout.
+    if (first) {
+      try {
+        ctx_->closeConnections();
+      } catch (const std::exception&) {
+      }
+    }
   }
 
  private:

@@ -111,6 +111,7 @@ TEST_CASE("dist: a rank that exits early makes the others fail fast, naming the 
     CHECK(rs[r].seconds < 15);  // well inside the 20 s timeout: a closed connection is seen at once
     CHECK_THAT(rs[r].output, Contains("all_reduce #2"));
     CHECK_THAT(rs[r].output, Contains("Last collective completed on each rank"));
+    CHECK_THAT(rs[r].output, Contains("a later call on the failed group repeats the first error"));
   }
 }
 

@@ -140,7 +140,20 @@ int exit_early(const std::vector<std::string>& args) {
     std::_Exit(3);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  pg->all_reduce(t)->wait();  // throws
+  try {
+    pg->all_reduce(t)->wait();  // throws
+  } catch (const DistError& e) {
+    // the group is failed: every later call throws the first error
+    std::string first = e.what();
+    bool same = false;
+    try {
+      pg->all_reduce(t)->wait();
+    } catch (const DistError& again) {
+      same = first == again.what();
+    }
+    std::printf("a later call on the failed group %s the first error\n", same ? "repeats" : "does NOT repeat");
+    throw;
+  }
   std::printf("unexpected: the second all_reduce completed\n");
   return 0;
 }
