@@ -228,7 +228,8 @@ std::string ProgressBoard::describe_all() {
     }
     try {
       auto v = store_->peek("progress/" + std::to_string(i), std::chrono::milliseconds(1500));
-      os << (v ? (*v == "0" ? std::string("none") : "#" + *v) : std::string("none"));
+      // progress is published about once a second: a rank that failed sooner shows as unknown
+      os << (v ? (*v == "0" ? std::string("none") : "#" + *v) : std::string("unknown (not published yet)"));
     } catch (const std::exception&) {
       reachable = false;
       os << "unknown (the store on rank 0 does not answer)";
