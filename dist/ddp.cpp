@@ -131,15 +131,39 @@ std::vector<int64_t> DistributedDataParallel::bucket_bytes() const {
 void DistributedDataParallel::before_forward() {
   sync_this_backward_ = !no_sync_;
   if (options_.broadcast_buffers_ && pg_->size() > 1) {
+    // One broadcast per dtype and device: the buffers are small and each collective costs a
+    // latency, so they travel packed (flattened, concatenated, then copied back).
     autograd::NoGradGuard ng;
-    std::vector<WorkPtr> works;
-    std::vector<Tensor> keep;
+    std::vector<std::vector<Tensor>> groups;
     for (const auto& [name, b] : module_->named_buffers()) {
       if (!b.defined() || b.numel() == 0) continue;
-      keep.push_back(b);
-      works.push_back(pg_->broadcast(keep.back(), 0));
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const std::vector<Tensor>& g) {
+        return g.front().dtype() == b.dtype() && g.front().device() == b.device();
+      });
+      if (it == groups.end()) groups.push_back({b});
+      else it->push_back(b);
     }
-    for (auto& w : works) w->wait();
+    std::vector<std::pair<WorkPtr, Tensor>> works;
+    for (auto& g : groups) {
+      if (g.size() == 1) {
+        works.emplace_back(pg_->broadcast(g.front(), 0), Tensor());
+        continue;
+      }
+      std::vector<Tensor> flat;
+      for (const Tensor& b : g) flat.push_back(b.reshape({b.numel()}));
+      Tensor packed = cat(flat, 0);
+      works.emplace_back(pg_->broadcast(packed, 0), packed);
+    }
+    for (size_t k = 0; k < works.size(); ++k) {
+      works[k].first->wait();
+      const Tensor& packed = works[k].second;
+      if (!packed.defined()) continue;
+      int64_t off = 0;
+      for (Tensor& b : groups[k]) {
+        b.copy_(packed.narrow(0, off, b.numel()).view(b.shape()));
+        off += b.numel();
+      }
+    }
   }
 }
 

@@ -23,6 +23,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -92,6 +93,14 @@ gloo::transport::tcp::attr device_attr() {
   return a;
 }
 
+// Gloo's TCP transport writes with writev(), not send(MSG_NOSIGNAL): a rank that is sending when
+// its peer dies would be killed by SIGPIPE before it could say which collective failed. Ignore
+// SIGPIPE (when nobody installed a handler) so the write fails with EPIPE and the group reports it.
+void ignore_sigpipe() {
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
 template <class T>
 gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
   using A = acc_t<T>;
@@ -159,6 +168,7 @@ class GlooGroup final : public ProcessGroup {
  public:
   GlooGroup(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout)
       : ProcessGroup(rank, size, timeout), store_(store), board_(store, rank, size) {
+    ignore_sigpipe();
     GlooStore gs(store);
     auto device = gloo::transport::tcp::CreateDevice(device_attr());
     ctx_ = std::make_shared<gloo::rendezvous::Context>(rank, size);

@@ -227,3 +227,9 @@ TEST_CASE("dist: with sync_grad_scaler every rank skips the step one rank found 
   INFO(describe(rs));
   CHECK(all_ok(rs));
 }
+
+TEST_CASE("dist: DDP broadcasts rank 0's buffers before every forward", "[dist][ddp]") {
+  auto rs = run_job({.world_size = 3, .scenario = "ddp_buffers", .deadline_s = 30});
+  INFO(describe(rs));
+  CHECK(all_ok(rs));
+}

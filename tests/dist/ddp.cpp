@@ -8,6 +8,7 @@
 
 #include "amp/grad_scaler.h"
 #include "ckpt/training_checkpoint.h"
+#include "core/autograd/node.h"
 #include "core/rng.h"
 #include "data/samplers.h"
 #include "dist/ddp.h"
@@ -208,9 +209,44 @@ int grad_scaler(const std::vector<std::string>&) {
   return 0;
 }
 
+// broadcast_buffers: rank 0's buffers (two f32 running statistics and an i64 counter per
+// BatchNorm, packed into one broadcast per dtype) reach every rank before each forward.
+int ddp_buffers(const std::vector<std::string>&) {
+  auto pg = init_process_group();
+  manual_seed(5);
+  auto model = nn::Sequential(nn::Linear(kFeatures, 8), nn::BatchNorm1d(8), nn::ReLU(), nn::BatchNorm1d(8),
+                              nn::Linear(8, kClasses)).ptr();
+  DDP ddp(model);
+  const Tensor X = features(), Y = labels();
+  for (int step = 0; step < 2; ++step) {
+    if (pg->rank() != 0) {
+      // a rank whose statistics drifted (its own shard's batch statistics)
+      autograd::NoGradGuard ng;
+      for (Tensor b : model->buffers()) b.fill_(7.0 + pg->rank());
+    }
+    Tensor loss = cross_entropy(ddp.forward(X), Y);  // every rank the same batch here
+    loss.backward();
+  }
+  // after the last forward every rank holds rank 0's statistics, updated by the same batch
+  Tensor mine = cat({model->named_buffers().at("1.running_mean").contiguous(),
+                     model->named_buffers().at("3.running_var").contiguous()}, 0);
+  Tensor all = empty({mine.numel() * pg->size()});
+  pg->all_gather(all, mine)->wait();
+  for (int r = 1; r < pg->size(); ++r)
+    for (int64_t i = 0; i < mine.numel(); ++i)
+      expect(all.data<float>()[r * mine.numel() + i] == all.data<float>()[i],
+             "rank " + std::to_string(r) + " buffer element " + std::to_string(i) + " equals rank 0's");
+  Tensor count = model->named_buffers().at("1.num_batches_tracked").to(DType::f32).reshape({1});
+  pg->all_reduce(count, ReduceOp::kMax)->wait();
+  expect(count.data<float>()[0] == 2.0f, "num_batches_tracked is rank 0's (2), not a drifted rank's");
+  std::printf("ok: buffers broadcast from rank 0\n");
+  return 0;
+}
+
 }  // namespace
 
 void add_ddp_scenarios(Scenarios& s) {
+  s["ddp_buffers"] = ddp_buffers;
   s["ddp_equivalence"] = ddp_equivalence;
   s["ddp_unused"] = ddp_unused;
   s["grad_scaler"] = grad_scaler;
