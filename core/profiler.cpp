@@ -199,7 +199,7 @@ size_t TraceProfiler::write_chrome_trace(const std::string& path) {
         int tid = static_cast<int>(stream_tid.size());
         it = stream_tid.emplace(r.stream, tid).first;
         f << ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": " << tid << ", \"args\": {\"name\": \"cuda:"
-          << r.device.index << " stream " << tid << "\"}}";
+          << static_cast<int>(r.device.index) << " stream " << tid << "\"}}";
       }
       std::snprintf(buf, sizeof buf, "%.3f", r.gpu_begin);
       f << ",\n{\"name\": \"" << json_escape(label) << "\", \"cat\": \"gpu\", \"ph\": \"X\", \"pid\": 1, \"tid\": "

@@ -21,11 +21,37 @@ namespace ember::cuda {
 
 namespace {
 
+// An event recorded on a stream of `device`. Several GPUs in one process: one pinned block can be
+// copied to or from every device, and an event can only be recorded on a stream of the device it
+// was created on, so each event remembers its device and is reused only for that device.
+struct UseEvent {
+  cudaEvent_t event;
+  int device;
+};
+
 struct HostBlock {
   void* ptr = nullptr;
   size_t size = 0;
   bool in_use = false;
-  std::vector<cudaEvent_t> events;  // recorded by streams that read or wrote the block
+  std::vector<UseEvent> events;  // recorded by streams that read or wrote the block
+};
+
+// Makes `device` current in this scope (events are created on the current device).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    EMBER_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) EMBER_CUDA_CHECK(cudaSetDevice(device));
+    else prev_ = -1;
+  }
+  ~DeviceScope() {
+    if (prev_ >= 0) cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = -1;
 };
 
 class PinnedAllocator final : public Allocator {
@@ -88,15 +114,17 @@ class PinnedAllocator final : public Allocator {
     // A long-lived block (a loader's staging buffer) is copied from many times without being
     // freed: drop its completed events here, or they would pile up until the next allocation.
     drop_completed(*b);
+    DeviceScope on_device(s.device());  // create and record the event on the stream's device
+    auto& spare = spare_events_[s.device()];
     cudaEvent_t e = nullptr;
-    if (!spare_events_.empty()) {
-      e = spare_events_.back();
-      spare_events_.pop_back();
+    if (!spare.empty()) {
+      e = spare.back();
+      spare.pop_back();
     } else {
       EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     }
     EMBER_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(s.handle())));
-    b->events.push_back(e);
+    b->events.push_back({e, s.device()});
   }
 
   bool contains(const void* ptr) {
@@ -131,13 +159,13 @@ class PinnedAllocator final : public Allocator {
   void drop_completed(HostBlock& b) {
     auto& ev = b.events;
     for (size_t i = 0; i < ev.size();) {
-      cudaError_t q = cudaEventQuery(ev[i]);
+      cudaError_t q = cudaEventQuery(ev[i].event);
       if (q == cudaErrorNotReady) {
         cudaGetLastError();
         ++i;
         continue;
       }
-      spare_events_.push_back(ev[i]);
+      spare_events_[ev[i].device].push_back(ev[i].event);
       ev[i] = ev.back();
       ev.pop_back();
     }
@@ -173,7 +201,7 @@ class PinnedAllocator final : public Allocator {
   std::map<uintptr_t, HostBlock*> blocks_;
   std::map<size_t, std::vector<HostBlock*>> free_;
   std::vector<HostBlock*> waiting_;
-  std::vector<cudaEvent_t> spare_events_;
+  std::map<int, std::vector<cudaEvent_t>> spare_events_;  // per device
   PinnedStats stats_;
 };
 

@@ -2,6 +2,7 @@
 #include "core/cuda/runtime.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <array>
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/unavailable_reason.h"
 #include "core/runtime.h"
 
 namespace ember::cuda {
@@ -30,6 +32,18 @@ namespace {
 
 constexpr int kMaxDevices = 16;
 
+// Whether the NVIDIA driver library is installed (only asked when the runtime found no device).
+bool nvidia_driver_present() {
+#if defined(EMBER_CUDA_SIM)
+  return true;  // the simulator is its own driver
+#else
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (h == nullptr) return false;
+  dlclose(h);
+  return true;
+#endif
+}
+
 struct DeviceInfo {
   int count = 0;
   std::string reason;
@@ -40,13 +54,11 @@ const DeviceInfo& device_info() {
     DeviceInfo d;
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
+    if (err != cudaSuccess || n == 0) {
       cudaGetLastError();
-      d.reason = std::string("no CUDA device (") + cudaGetErrorString(err) + ")";
-      return d;
-    }
-    if (n == 0) {
-      d.reason = "no CUDA device";
+      // the wording of the CPU fallback note: core/cuda/unavailable_reason.h
+      d.reason = describe_no_cuda(static_cast<int>(err), n, err == cudaSuccess || nvidia_driver_present(),
+                                  cudaGetErrorString(err));
       return d;
     }
     d.count = std::min(n, kMaxDevices);
@@ -261,8 +273,11 @@ Event& Event::operator=(Event&& o) noexcept {
 
 void Event::record(const Stream& s) {
   EMBER_CHECK(s.valid(), "Event::record on an invalid stream");
+  // Several GPUs in one process: the event is created, and recorded, with the stream's own device
+  // current (an event belongs to the device current at its creation and can only be recorded on a
+  // stream of that device), whichever device the calling thread has current.
+  DeviceGuard g(s.device());
   if (handle_ == nullptr) {
-    DeviceGuard g(s.device());
     cudaEvent_t e = nullptr;
     EMBER_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing_ ? cudaEventDefault : cudaEventDisableTiming));
     handle_ = e;

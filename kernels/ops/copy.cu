@@ -1,7 +1,8 @@
 // cast and copy on CUDA.
 //
 // Same-device conversions run the generic elementwise kernel (cuda_loops.cuh). Cross-device
-// copies are cudaMemcpyAsync on the current stream of the CUDA side:
+// copies are cudaMemcpyAsync on the current stream of the CUDA side (device -> device: of the
+// destination, ordered both ways against the source's current stream with events):
 //  - host -> device from pinned memory is asynchronous; an event is recorded on the pinned block so
 //    the caching host allocator does not hand it out again before the copy has read it;
 //  - host -> device from pageable memory makes the driver stage the bytes (it may synchronise);
@@ -39,9 +40,18 @@ void copy_cuda(const KernelCall& c) {
   size_t bytes = src.nbytes();
   if (bytes == 0) return;
   if (dst.is_cuda() && src.is_cuda()) {
-    cudaStream_t stream = cuda::stream_for(dst);
+    // Peer copy (several GPUs in one process), on the destination's current stream. That stream is
+    // not ordered with the source device's work: it first waits (an event, no host sync) for the
+    // work queued so far on the source's current stream, which wrote `src`. Afterwards the source's
+    // stream waits for the copy in turn, so the source device cannot overwrite `src`, or reuse its
+    // memory once freed (the caching allocator reuses a block in its stream's order), while the
+    // copy still reads it.
+    cuda::Stream dst_stream = cuda::current_stream(dst.device().index);
+    cuda::Stream src_stream = cuda::current_stream(src.device().index);
+    dst_stream.wait_stream(src_stream);
     EMBER_CUDA_CHECK(cudaMemcpyPeerAsync(dst.data_ptr(), dst.device().index, src.data_ptr(), src.device().index, bytes,
-                                         stream));
+                                         static_cast<cudaStream_t>(dst_stream.handle())));
+    src_stream.wait_stream(dst_stream);
     return;
   }
   if (dst.is_cuda()) {  // host -> device
