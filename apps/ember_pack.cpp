@@ -9,6 +9,8 @@
 // --split picks train or t10k) or an ImageFolder (root/<class>/<image>, PNG/JPEG/BMP); "auto"
 // (the default) uses IDX files when it finds them. ImageFolder images are decoded by --workers
 // threads (default: all cores) and must all have one size unless --resize is given.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,20 +25,42 @@ using namespace ember::data;
 
 namespace {
 
+// Exit codes: 0 success (and --help), 1 runtime error (a missing input, unreadable images, a failed
+// write), 2 usage error. Errors are one line on stderr.
+const char kUsage[] =
+    "usage: ember_pack <input dir> <output file> [--split train|test] [--resize HxW]\n"
+    "                  [--channels 1|3|4] [--format auto|idx|folder] [--workers N]\n"
+    "  input: a directory of MNIST-format IDX files, or an ImageFolder (root/<class>/<image>)\n";
+
 [[noreturn]] void usage(const char* msg) {
-  std::fprintf(stderr,
-               "%s%s"
-               "usage: ember_pack <input dir> <output file> [--split train|test] [--resize HxW]\n"
-               "                  [--channels 1|3|4] [--format auto|idx|folder] [--workers N]\n"
-               "  input: a directory of MNIST-format IDX files, or an ImageFolder (root/<class>/<image>)\n",
-               msg, *msg ? "\n" : "");
+  if (*msg) std::fprintf(stderr, "ember_pack: error: %s (see --help)\n", msg);
+  else std::fprintf(stderr, "%s", kUsage);
   std::exit(2);
+}
+
+// One line: messages that list things on indented lines of their own are joined.
+std::string one_line(const std::string& msg) {
+  std::string out;
+  for (size_t i = 0; i < msg.size(); ++i) {
+    if (msg[i] != '\n') {
+      out += msg[i];
+      continue;
+    }
+    while (i + 1 < msg.size() && (msg[i + 1] == ' ' || msg[i + 1] == '\t' || msg[i + 1] == '\n')) ++i;
+    if (i + 1 < msg.size()) out += ' ';
+  }
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) usage("");
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("ember_pack: packs an image dataset into one file that InMemoryDataset::load reads at once\n%s", kUsage);
+      return 0;
+    }
+  if (argc < 3) usage(argc < 2 ? "missing <input dir> and <output file>" : "missing <output file>");
   std::string input = argv[1], output = argv[2], format = "auto";
   Split split = Split::train;
   int64_t rh = 0, rw = 0;
@@ -69,6 +93,17 @@ int main(int argc, char** argv) {
     }
   }
 
+  {
+    struct stat st {};
+    if (::stat(input.c_str(), &st) != 0) {
+      std::fprintf(stderr, "ember_pack: error: the input directory %s does not exist\n", input.c_str());
+      return 1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      std::fprintf(stderr, "ember_pack: error: the input %s is not a directory\n", input.c_str());
+      return 1;
+    }
+  }
   const auto t0 = std::chrono::steady_clock::now();
   bool folder = format == "folder";
   try {
@@ -118,10 +153,10 @@ int main(int argc, char** argv) {
                 static_cast<long long>(ds->images().size(2)), static_cast<long long>(ds->images().size(3)),
                 ds->classes().size(), static_cast<double>(file_size(output)) / 1e6, secs);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember_pack: %s\n", e.what());
-    if (folder && rh == 0)
-      std::fprintf(stderr, "ember_pack: hint: a packed dataset needs one image size; if the images differ, pass "
-                           "--resize HxW\n");
+    std::string msg = one_line(e.what());
+    const bool sizes = folder && rh == 0 && msg.find("--resize") == std::string::npos;
+    std::fprintf(stderr, "ember_pack: error: %s%s\n", msg.c_str(),
+                 sizes ? " (a packed dataset needs one image size; if the images differ, pass --resize HxW)" : "");
     return 1;
   }
   return 0;

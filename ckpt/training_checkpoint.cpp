@@ -1,5 +1,7 @@
 #include "ckpt/training_checkpoint.h"
 
+#include <cmath>
+
 #include "core/rng.h"
 #include "io/safetensors.h"
 
@@ -35,10 +37,30 @@ uint64_t parse_u64(const Metadata& m, const std::string& key, const std::string&
 }
 }  // namespace
 
+void check_module_state(const TensorDict& state, const nn::Module& m, const std::string& prefix, const std::string& where) {
+  const TensorDict own = m.state_dict();
+  for (const auto& [k, t] : state) {
+    if (!own.contains(k)) continue;  // an unexpected key: load_state_dict's strict rule decides
+    const Tensor& mine = own.at(k);
+    EMBER_CHECK(t.dtype() == mine.dtype(), where, ": tensor '", prefix, k, "' is ", dtype_name(t.dtype()),
+                " but the model's is ", dtype_name(mine.dtype()), " (a checkpoint is never converted silently)");
+    if (!is_floating(t.dtype()) || t.numel() == 0) continue;
+    Tensor v = t.to(kCPU).to(DType::f64).contiguous();
+    const double* p = v.data<double>();
+    int64_t nan = 0, inf = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) {
+      if (std::isnan(p[i])) ++nan;
+      else if (std::isinf(p[i])) ++inf;
+    }
+    EMBER_CHECK(nan + inf == 0, where, ": tensor '", prefix, k, "' holds non-finite values (", nan, " NaN, ", inf,
+                " inf of ", v.numel(), "): the run that saved it had diverged");
+  }
+}
+
 void TrainingCheckpoint::add_entry(Entry e) {
   EMBER_CHECK(!e.name.empty() && e.name.find('.') == std::string::npos, "TrainingCheckpoint: component name '", e.name,
               "' must be non-empty and contain no '.'");
-  EMBER_CHECK(e.name != "progress" && e.name != "rng" && e.name != "ember", "TrainingCheckpoint: '", e.name,
+  EMBER_CHECK(e.name != "progress" && e.name != "rng" && e.name != "ember" && e.name != "run", "TrainingCheckpoint: '", e.name,
               "' is a reserved name");
   for (const Entry& o : entries_)
     EMBER_CHECK(o.name != e.name, "TrainingCheckpoint: component '", e.name, "' added twice");
@@ -61,6 +83,10 @@ TrainingCheckpoint& TrainingCheckpoint::add(const std::string& name, Stateful& c
   add_entry({name, nullptr, &c});
   return *this;
 }
+TrainingCheckpoint& TrainingCheckpoint::info(const Metadata& run_info) {
+  info_ = run_info;
+  return *this;
+}
 
 StateDict TrainingCheckpoint::collect(const TrainingProgress& p) const {
   StateDict out;
@@ -69,6 +95,7 @@ StateDict TrainingCheckpoint::collect(const TrainingProgress& p) const {
   out.metadata["progress.step"] = std::to_string(p.step);
   out.metadata["rng.seed"] = std::to_string(default_generator().seed());
   out.metadata["rng.offset"] = std::to_string(default_generator().offset());
+  for (const auto& [k, v] : info_) out.metadata["run." + k] = v;
   std::string components;
   for (const Entry& e : entries_) {
     components += (components.empty() ? "" : ",") + e.name;
@@ -97,6 +124,10 @@ TrainingProgress TrainingCheckpoint::restore(const StateDict& state, bool strict
   TrainingProgress p;
   p.epoch = parse_int(state.metadata, "progress.epoch", where);
   p.step = parse_int(state.metadata, "progress.step", where);
+  EMBER_CHECK(p.epoch >= 0, where, ": 'progress.epoch' is negative (", p.epoch, ")");
+  EMBER_CHECK(p.step >= 0, where, ": 'progress.step' is negative (", p.step, ")");
+  for (const auto& [k, v] : state.metadata)
+    if (k.rfind("run.", 0) == 0) p.run[k.substr(4)] = v;
   const uint64_t seed = parse_u64(state.metadata, "rng.seed", where);
   const uint64_t offset = parse_u64(state.metadata, "rng.offset", where);
   // Split the state per component; every registered component must be present.
@@ -134,6 +165,18 @@ TrainingProgress TrainingCheckpoint::restore(const StateDict& state, bool strict
   EMBER_CHECK(!strict || unowned.empty(), where, ": tensor '", unowned.empty() ? std::string() : unowned[0],
               "' belongs to no registered component (the checkpoint has: ", listed,
               "); register it or load with strict=false");
+  // Meaning before anything is applied (Note [checkpoints mean what they say]).
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].module != nullptr) {
+      check_module_state(parts[i].tensors, *entries_[i].module, entries_[i].name + ".", where);
+      continue;
+    }
+    const auto* opt = dynamic_cast<const optim::Optimizer*>(entries_[i].stateful);
+    if (opt != nullptr && p.step > 0 && opt->keeps_state())
+      EMBER_CHECK(!parts[i].tensors.empty(), where, ": no optimizer state ('", entries_[i].name,
+                  ".state.*' tensors) although the checkpoint is at step ", p.step, " and ", opt->name(),
+                  " keeps per-parameter state (resuming would restart it from zero)");
+  }
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].module != nullptr) entries_[i].module->load_state_dict(parts[i].tensors, strict);
     else entries_[i].stateful->load_state_dict(parts[i]);

@@ -12,7 +12,14 @@
 // File layout: tensors "model.<name>", "optimizer.state.<k>.<name>", "<component>.<name>";
 // metadata "ember.checkpoint" = "training/1", "progress.epoch", "progress.step", "rng.seed",
 // "rng.offset" (decimal), and each component's metadata under its prefix ("optimizer.param_groups",
-// "scheduler.last_epoch", ...). The model part loads in PyTorch after stripping "model.".
+// "scheduler.last_epoch", ...), and what the program recorded about its run under "run." (info()).
+// The model part loads in PyTorch after stripping "model.".
+//
+// Note [checkpoints mean what they say]: restore() checks meaning, not just form, before anything
+// is applied, with one-line errors naming the tensor or field: a model tensor whose dtype differs
+// from the model's (never cast silently), non-finite (NaN/inf) model weights, negative counters,
+// optimizer state missing in whole after step 0 (as one missing tensor is already an error), and
+// (in Optimizer::load_state_dict) non-finite optimizer state or negative second moments.
 #pragma once
 
 #include <string>
@@ -28,7 +35,14 @@ namespace ember {
 struct TrainingProgress {
   int64_t epoch = 0;
   int64_t step = 0;
+  Metadata run;  // on load: the "run." entries (without the prefix) the saving program recorded
 };
+
+// Checks that `state` can be loaded into `m` without changing its meaning: every tensor that the
+// module also has must have the module's dtype, and floating tensors must be finite. Errors name
+// the tensor as "<prefix><name>" and start with `where`.
+void check_module_state(const TensorDict& state, const nn::Module& m, const std::string& prefix,
+                        const std::string& where);
 
 class TrainingCheckpoint {
  public:
@@ -37,6 +51,8 @@ class TrainingCheckpoint {
   TrainingCheckpoint& scheduler(optim::LRScheduler& s, const std::string& name = "scheduler");
   // Any other component (e.g. the gradient scaler).
   TrainingCheckpoint& add(const std::string& name, Stateful& component);
+  // Facts about the run saved as "run.<key>" metadata (flags, for a resume to compare).
+  TrainingCheckpoint& info(const Metadata& run_info);
 
   // Everything as one state (what save() writes).
   StateDict collect(const TrainingProgress& progress) const;
@@ -54,6 +70,7 @@ class TrainingCheckpoint {
   };
   void add_entry(Entry e);
   std::vector<Entry> entries_;
+  Metadata info_;
 };
 
 }  // namespace ember

@@ -1,6 +1,8 @@
 #include "io/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,22 +36,111 @@ std::string base_of(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The injected fault, if any: how much of `chunk` may be written after `written` bytes (throws or
+// exits when the limit is reached).
+size_t fault_chunk(uint64_t written, size_t chunk, const std::string& what) {
+  int fault = g_fault.load();
+  if (fault == 0) return chunk;
+  uint64_t limit = g_fault_after.load();
+  if (written >= limit) {
+    if (fault == static_cast<int>(WriteFault::kExit)) ::_exit(99);
+    g_fault = 0;
+    EMBER_FAIL("writing '", what, "': injected write fault after ", written, " bytes");
+  }
+  return static_cast<size_t>(std::min<uint64_t>(chunk, limit - written));
+}
+
+// Opens a device or FIFO for writing through. A FIFO without a reader would block forever in
+// open(): O_NONBLOCK makes that ENXIO, then the descriptor goes back to blocking writes.
+int open_through(const std::string& path, int extra_flags) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | extra_flags);
+  if (fd < 0 && errno == ENXIO) EMBER_FAIL("cannot write '", path, "': it is a FIFO with no reader");
+  EMBER_CHECK(fd >= 0, "cannot open '", path, "' for writing: ", errno_text());
+  int fl = ::fcntl(fd, F_GETFL);
+  if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+void check_kind(const std::string& path, const std::string& target, TargetKind kind) {
+  std::string via = path == target ? std::string() : " (the target of the link '" + path + "')";
+  EMBER_CHECK(kind != TargetKind::kDirectory, "cannot write '", target, "'", via, ": it is a directory, expected a file name");
+  EMBER_CHECK(kind != TargetKind::kOther, "cannot write '", target, "'", via,
+              ": it is neither a regular file nor a device or FIFO (a socket?)");
+}
+
+// Removes ".<name>.tmp.XXXXXX" files next to `target` whose writer is gone (no lock held).
+void remove_stale_temps(const std::string& target) {
+  const std::string dir = dir_of(target);
+  std::string prefix = ".";
+  prefix.append(base_of(target)).append(".tmp.");
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> stale;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    stale.push_back(dir + "/" + name);
+  }
+  ::closedir(d);
+  for (const std::string& p : stale) {
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(p.c_str());
+    ::close(fd);
+  }
+}
+
 }  // namespace
+
+std::string resolve_output_path(const std::string& path) {
+  std::string p = path;
+  for (int links = 0;; ++links) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    EMBER_CHECK(links < 40, "cannot write '", path, "': too many levels of symbolic links");
+    std::vector<char> buf(static_cast<size_t>(std::max<off_t>(st.st_size, 255)) + 1);
+    ssize_t n = ::readlink(p.c_str(), buf.data(), buf.size() - 1);
+    EMBER_CHECK(n >= 0, "cannot read the symbolic link '", p, "': ", errno_text());
+    std::string to(buf.data(), static_cast<size_t>(n));
+    p = !to.empty() && to[0] == '/' ? to : dir_of(p) + "/" + to;
+  }
+}
+
+TargetKind target_kind(const std::string& resolved) {
+  struct stat st {};
+  if (::stat(resolved.c_str(), &st) != 0) return TargetKind::kNone;
+  if (S_ISREG(st.st_mode)) return TargetKind::kRegular;
+  if (S_ISDIR(st.st_mode)) return TargetKind::kDirectory;
+  if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISFIFO(st.st_mode)) return TargetKind::kWriteThrough;
+  return TargetKind::kOther;
+}
 
 void set_write_fault_for_testing(WriteFault fault, uint64_t after_bytes) {
   g_fault_after = after_bytes;
   g_fault = static_cast<int>(fault);
 }
 
+// ---- AtomicFile ----
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   EMBER_CHECK(!path_.empty() && path_.back() != '/', "cannot write to '", path_, "': not a file name");
-  std::string pattern = dir_of(path_) + "/." + base_of(path_) + ".tmp.XXXXXX";
+  target_ = resolve_output_path(path_);
+  TargetKind kind = target_kind(target_);
+  check_kind(path_, target_, kind);
+  if (kind == TargetKind::kWriteThrough) {
+    fd_ = open_through(target_, 0);
+    through_ = true;
+    return;
+  }
+  std::string pattern = dir_of(target_) + "/." + base_of(target_) + ".tmp.XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
-  fd_ = ::mkstemp(buf.data());
+  fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
   EMBER_CHECK(fd_ >= 0, "cannot create a temporary file next to '", path_, "' (", pattern, "): ", errno_text());
   tmp_ = buf.data();
-  ::fchmod(fd_, 0644);  // mkstemp creates 0600; a checkpoint is an ordinary file
+  ::flock(fd_, LOCK_EX | LOCK_NB);  // marks the file as live (remove_stale_temps)
+  ::fchmod(fd_, 0644);              // mkstemp creates 0600; a checkpoint is an ordinary file
 }
 
 AtomicFile::~AtomicFile() {
@@ -60,22 +151,16 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, size_t n) {
   EMBER_CHECK(fd_ >= 0 && !committed_, "AtomicFile: write after commit to '", path_, "'");
+  const std::string& what = through_ ? target_ : tmp_;
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    size_t chunk = n;
-    int fault = g_fault.load();
-    if (fault != 0) {
-      uint64_t limit = g_fault_after.load();
-      if (written_ >= limit) {
-        if (fault == static_cast<int>(WriteFault::kExit)) ::_exit(99);
-        g_fault = 0;
-        EMBER_FAIL("writing '", tmp_, "': injected write fault after ", written_, " bytes");
-      }
-      chunk = static_cast<size_t>(std::min<uint64_t>(chunk, limit - written_));
-    }
+    size_t chunk = fault_chunk(written_, n, what);
     ssize_t w = ::write(fd_, p, chunk);
     if (w < 0 && errno == EINTR) continue;
-    EMBER_CHECK(w > 0, "writing '", tmp_, "' (for '", path_, "') failed after ", written_, " bytes: ", errno_text());
+    if (through_)
+      EMBER_CHECK(w > 0, "writing '", target_, "' failed after ", written_, " bytes: ", errno_text());
+    else
+      EMBER_CHECK(w > 0, "writing '", tmp_, "' (for '", path_, "') failed after ", written_, " bytes: ", errno_text());
     p += w;
     n -= static_cast<size_t>(w);
     written_ += static_cast<uint64_t>(w);
@@ -84,21 +169,101 @@ void AtomicFile::write(const void* data, size_t n) {
 
 void AtomicFile::commit() {
   EMBER_CHECK(fd_ >= 0 && !committed_, "AtomicFile: commit twice for '", path_, "'");
+  if (through_) {
+    int rc = ::close(fd_);
+    fd_ = -1;
+    committed_ = true;
+    EMBER_CHECK(rc == 0, "closing '", target_, "' failed: ", errno_text());
+    return;
+  }
   EMBER_CHECK(::fsync(fd_) == 0, "fsync of '", tmp_, "' failed: ", errno_text());
+  // The target may have changed since the constructor looked (a directory made in the meantime):
+  // rename() would fail with a less clear message, or replace a device node.
+  const TargetKind now = target_kind(target_);
+  EMBER_CHECK(now == TargetKind::kNone || now == TargetKind::kRegular, "cannot replace '", target_,
+              "': it is no longer a regular file (changed while it was being written)");
   int rc = ::close(fd_);
   fd_ = -1;
   EMBER_CHECK(rc == 0, "closing '", tmp_, "' failed: ", errno_text());
-  EMBER_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "renaming '", tmp_, "' to '", path_, "' failed: ", errno_text());
+  EMBER_CHECK(::rename(tmp_.c_str(), target_.c_str()) == 0, "renaming '", tmp_, "' to '", target_, "' failed: ", errno_text());
   committed_ = true;
+  remove_stale_temps(target_);
   // Make the rename durable: fsync the directory that holds the new name.
-  std::string dir = dir_of(path_);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  std::string dir = dir_of(target_);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   EMBER_CHECK(dfd >= 0, "opening directory '", dir, "' to fsync it failed: ", errno_text());
   rc = ::fsync(dfd);
   int err = errno;
   ::close(dfd);
   errno = err;
   EMBER_CHECK(rc == 0, "fsync of directory '", dir, "' failed: ", errno_text());
+}
+
+void write_file_atomic(const std::string& path, std::string_view data) {
+  AtomicFile f(path);
+  f.write(data.data(), data.size());
+  f.commit();
+}
+
+// ---- AppendFile ----
+
+AppendFile::~AppendFile() {
+  try {
+    close();
+  } catch (...) {
+  }
+}
+
+void AppendFile::open() {
+  if (fd_ >= 0) return;
+  EMBER_CHECK(!path_.empty() && path_.back() != '/', "cannot write to '", path_, "': not a file name");
+  const std::string target = resolve_output_path(path_);
+  TargetKind kind = target_kind(target);
+  check_kind(path_, target, kind);
+  if (kind == TargetKind::kWriteThrough) {
+    fd_ = open_through(target, O_APPEND);
+    return;
+  }
+  fd_ = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ >= 0) {
+    created_ = true;
+  } else {
+    EMBER_CHECK(errno == EEXIST, "cannot create '", path_, "': ", errno_text());
+    fd_ = ::open(target.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | (truncate_ ? O_TRUNC : 0));
+    EMBER_CHECK(fd_ >= 0, "cannot open '", path_, "' for writing: ", errno_text());
+  }
+  regular_ = true;
+}
+
+void AppendFile::append(std::string_view record) {
+  open();
+  off_t start = regular_ ? ::lseek(fd_, 0, SEEK_END) : 0;
+  size_t chunk = fault_chunk(written_, record.size(), path_);
+  ssize_t w;
+  do {
+    w = ::write(fd_, record.data(), chunk);
+  } while (w < 0 && errno == EINTR);
+  if (w == static_cast<ssize_t>(record.size())) {
+    written_ += record.size();
+    return;
+  }
+  const std::string why = w < 0 ? errno_text()
+                                : chunk < record.size() ? std::string("injected write fault")
+                                                        : "short write (" + std::to_string(w) + " of " +
+                                                              std::to_string(record.size()) + " bytes; disk full?)";
+  if (regular_ && start >= 0 && w > 0) (void)!::ftruncate(fd_, start);  // the record whole or not at all
+  EMBER_FAIL("writing '", path_, "' failed after ", written_, " bytes: ", why);
+}
+
+void AppendFile::close() {
+  if (fd_ < 0) return;
+  int rc = ::close(fd_);
+  int err = errno;
+  fd_ = -1;
+  if (created_ && written_ == 0) ::unlink(resolve_output_path(path_).c_str());
+  created_ = false;
+  errno = err;
+  EMBER_CHECK(rc == 0, "closing '", path_, "' failed: ", errno_text());
 }
 
 }  // namespace ember::io

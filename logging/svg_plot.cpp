@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace ember::logging {
 
@@ -91,16 +90,7 @@ std::string render_svg(const std::vector<Chart>& charts, int width, int chart_he
 }
 
 void write_svg(const std::string& path, const std::vector<Chart>& charts) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    EMBER_CHECK(f.good(), "plot: cannot write ", tmp);
-    f << render_svg(charts);
-    EMBER_CHECK(f.good(), "plot: writing ", tmp, " failed");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  EMBER_CHECK(!ec, "plot: cannot rename ", tmp, " to ", path, ": ", ec.message());
+  io::write_file_atomic(path, render_svg(charts));
 }
 
 }  // namespace ember::logging

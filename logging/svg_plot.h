@@ -18,7 +18,7 @@ struct Chart {
 
 // One SVG document with the charts stacked vertically. NaN/inf points are skipped.
 std::string render_svg(const std::vector<Chart>& charts, int width = 720, int chart_height = 300);
-// Writes it atomically (temp file + rename).
+// Writes it atomically (io::AtomicFile: temp file + rename; a device is written through).
 void write_svg(const std::string& path, const std::vector<Chart>& charts);
 
 }  // namespace ember::logging

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -131,16 +132,13 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
            ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + "." +
             std::to_string(getpid())))
               .string();
-  out_.open(path_, std::ios::binary);
-  EMBER_CHECK(out_.good(), "tensorboard: cannot open ", path_, " for writing");
+  out_ = std::make_unique<io::AppendFile>(path_);
   std::string version = "brain.Event:2";
   write_record(event(now_seconds(), 0, &version, nullptr));
   flush();
 }
 
-TensorBoardWriter::~TensorBoardWriter() {
-  if (out_.is_open()) out_.flush();
-}
+TensorBoardWriter::~TensorBoardWriter() = default;
 
 void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t step) {
   std::string v;
@@ -155,7 +153,7 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
   write_record(event(now_seconds(), step, nullptr, &summary));
 }
 
-void TensorBoardWriter::flush() { out_.flush(); }
+void TensorBoardWriter::flush() {}  // every record is written at once (no user-space buffer)
 
 void TensorBoardWriter::write_record(const std::string& payload) {
   std::string header;
@@ -163,8 +161,7 @@ void TensorBoardWriter::write_record(const std::string& payload) {
   std::string crc1, crc2;
   put_fixed32(crc1, masked_crc32c(header.data(), header.size()));
   put_fixed32(crc2, masked_crc32c(payload.data(), payload.size()));
-  out_ << header << crc1 << payload << crc2;
-  EMBER_CHECK(out_.good(), "tensorboard: write to ", path_, " failed");
+  out_->append(header + crc1 + payload + crc2);
 }
 
 std::vector<std::string> read_tfrecords(const std::string& path) {

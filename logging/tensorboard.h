@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "io/atomic_file.h"
 
 namespace ember::logging {
 
@@ -20,7 +22,9 @@ uint32_t masked_crc32c(const void* data, size_t n);
 
 class TensorBoardWriter {
  public:
-  // Creates `dir` if needed and opens events.out.tfevents.<unix time>.<host>.<pid> in it.
+  // Creates `dir` if needed and opens events.out.tfevents.<unix time>.<host>.<pid> in it. Every
+  // record goes out whole in one write or not at all (io::AppendFile); a failed write throws
+  // ember::Error naming the file, and the writer should not be used after that.
   explicit TensorBoardWriter(const std::string& dir);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
@@ -33,7 +37,7 @@ class TensorBoardWriter {
  private:
   void write_record(const std::string& payload);
   std::string path_;
-  std::ofstream out_;
+  std::unique_ptr<io::AppendFile> out_;
 };
 
 // Reads a TFRecord file back, checking both CRCs of every record (throws ember::Error naming the

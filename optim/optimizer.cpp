@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -192,7 +193,33 @@ StateDict Optimizer::state_dict() const {
   return sd;
 }
 
+namespace {
+// Values a saved state tensor can hold: finite; second moments ("..._sq") and the step count >= 0.
+void check_state_values(const Tensor& t, const std::string& key, const std::string& sname, const std::string& who) {
+  if (t.numel() == 0 || !(is_floating(t.dtype()) || sname == "step")) return;
+  Tensor v = t.to(kCPU).to(DType::f64).contiguous();
+  const double* p = v.data<double>();
+  const bool non_negative = sname == "step" || (sname.size() >= 3 && sname.compare(sname.size() - 3, 3, "_sq") == 0);
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    EMBER_CHECK(std::isfinite(p[i]), who, ".load_state_dict: state tensor '", key, "' holds a non-finite value (",
+                p[i], " at element ", i, ")");
+    EMBER_CHECK(!non_negative || p[i] >= 0, who, ".load_state_dict: state tensor '", key, "' holds a negative value (",
+                p[i], " at element ", i, "); ", sname == "step" ? "a step count" : "a second moment",
+                " is never negative");
+  }
+}
+}  // namespace
+
+bool Optimizer::keeps_state() const {
+  for (const ParamGroup& g : groups_)
+    if (!state_names(g.options()).empty()) return true;
+  return false;
+}
+
 void Optimizer::load_state_dict(const StateDict& sd) {
+  auto check_state_values = [this](const Tensor& t, const std::string& key, const std::string& sname) {
+    ::ember::optim::check_state_values(t, key, sname, name());
+  };
   auto it = sd.metadata.find("optimizer");
   EMBER_CHECK(it != sd.metadata.end(), name(), ".load_state_dict: the state has no 'optimizer' metadata entry");
   EMBER_CHECK(it->second == name(), name(), ".load_state_dict: the state is from a ", it->second, " optimizer");
@@ -255,13 +282,18 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       for (const auto& [sname, t] : per_param[k]) {
         bool known = std::find(names.begin(), names.end(), sname) != names.end();
         EMBER_CHECK(known, name(), ".load_state_dict: unexpected state '", sname, "' for parameter ", k);
+        const std::string key = "state." + std::to_string(k) + "." + sname;
         if (sname == "step") {
           EMBER_CHECK(t.numel() == 1, name(), ".load_state_dict: 'step' of parameter ", k, " must have one element, got ",
                       t.describe());
         } else {
           EMBER_CHECK(t.shape() == p.shape(), name(), ".load_state_dict: state '", sname, "' of parameter ", k, " is ",
                       t.shape(), " but the parameter is ", p.shape());
+          EMBER_CHECK(t.dtype() == p.dtype(), name(), ".load_state_dict: state tensor '", key, "' is ",
+                      dtype_name(t.dtype()), " but the parameter is ", dtype_name(p.dtype()),
+                      " (optimizer state is never converted silently)");
         }
+        check_state_values(t, key, sname);
       }
       for (const std::string& n : names)
         EMBER_CHECK(per_param[k].count(n), name(), ".load_state_dict: parameter ", k, " lacks state '", n, "'");

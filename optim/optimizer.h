@@ -110,7 +110,12 @@ class Optimizer : public Stateful {
   // "SGD", "Adam", "AdamW".
   const std::string& name() const { return name_; }
   StateDict state_dict() const override;
+  // Checks before it applies anything: names, shapes, dtypes (the parameter's: never converted
+  // silently), and values (finite; second moments such as exp_avg_sq never negative; step >= 0).
   void load_state_dict(const StateDict& state) override;
+  // Whether a step gives parameters state (Adam's moments, SGD's momentum buffer), i.e. whether a
+  // checkpoint saved after step 0 must hold some.
+  bool keeps_state() const;
 
  protected:
   // The values of the hyper tensor for these options (layout of the op, kernels/ops/optim.h).

@@ -459,8 +459,9 @@ TEST_CASE("mnist_train: runtime errors exit 1 with one line on stderr", "[mnist_
     // an mlp checkpoint into the cnn: the names or shapes do not match
     RunResult r = run_app(quick(good, {"--model", "cnn", "--eval-only", ck}), tmp.path());
     check_error(r, 1, "missing key(s): \"0.weight\"");
+    // on --resume the checkpoint's recorded flags are compared first (tests/test_checkpoint_meaning.cpp)
     r = run_app(quick(good, {"--model", "cnn", "--resume", ck}), tmp.path());
-    check_error(r, 1, "missing key(s): \"0.weight\"");
+    check_error(r, 1, "--model cnn differs from the checkpoint's mlp");
   }
 
   SECTION("unwritable outputs and CPU-unsupported options") {
@@ -734,7 +735,7 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
   SECTION("the JSONL log: one object per line with the expected keys") {
     std::vector<std::string> ls = lines_of(read_file(log));
     REQUIRE(ls.size() > 2);
-    int steps = 0, epochs = 0;
+    int steps = 0, epochs = 0, summaries = 0;
     int64_t last_step = -1;
     for (const std::string& l : ls) {
       INFO("line: " << l);
@@ -748,6 +749,14 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
         keys = {"epoch", "step", "loss", "accuracy", "lr", "samples_per_s"};
         CHECK(j["step"].get<int64_t>() > last_step);
         last_step = j["step"].get<int64_t>();
+      } else if (j["type"] == "summary") {
+        // the last line: how the run ended (Note [stopping on a signal] in trainer.h)
+        ++summaries;
+        CHECK(l == ls.back());
+        CHECK(j["status"] == "completed");
+        CHECK(j["epochs"] == 2);
+        CHECK(j["steps"] == 34);
+        continue;
       } else {
         REQUIRE(j["type"] == "epoch");
         ++epochs;
@@ -763,6 +772,7 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
       }
     }
     CHECK(epochs == 2);
+    CHECK(summaries == 1);
     CHECK(steps >= 6);  // 17 steps an epoch, every 5 and at the end of the epoch
     CHECK(last_step == 34);
   }

@@ -1,10 +1,13 @@
 // mnist_train: trains and evaluates a classifier on an MNIST-format IDX set. See --help.
 //
 // Exit codes: 0 success, 1 runtime error (missing data, no GPU for --device cuda, a bad
-// checkpoint ...), 2 usage error (unknown flag, bad value). Errors are one line on stderr.
+// checkpoint, a diverged run, a side output that failed during the run ...), 2 usage error
+// (unknown flag, bad value), 130/143 stopped by SIGINT/SIGTERM (Note [stopping on a signal] in
+// trainer.h). Errors are one line on stderr.
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <exception>
 
@@ -15,6 +18,7 @@
 #include "core/cuda/runtime.h"
 #include "dist/process_group.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 using namespace ember;
 
@@ -44,10 +48,16 @@ std::string one_line(const std::string& msg) {
   return out;
 }
 
-// Output files are checked before anything trains: a typo in --save must not cost the run.
-void check_output_path(const char* flag, const std::string& path) {
-  if (path.empty()) return;
+// Output files are checked before anything trains: a typo in --save must not cost the run. A
+// symlink is checked at its target; a device or FIFO is written through (io/atomic_file.h).
+void check_output_path(const char* flag, const std::string& given) {
+  if (given.empty()) return;
   namespace fs = std::filesystem;
+  const std::string path = io::resolve_output_path(given);
+  const io::TargetKind kind = io::target_kind(path);
+  EMBER_CHECK(kind != io::TargetKind::kDirectory, flag, " ", given, " is a directory, expected a file name");
+  EMBER_CHECK(kind != io::TargetKind::kOther, flag, " ", given, ": not a regular file, device or FIFO (a socket?)");
+  if (kind == io::TargetKind::kWriteThrough) return;  // written through: the directory is not written
   const fs::path p(path);
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
   std::error_code ec;
@@ -55,6 +65,17 @@ void check_output_path(const char* flag, const std::string& path) {
   EMBER_CHECK(fs::is_directory(dir, ec), flag, " ", path, ": ", dir.string(), " is not a directory");
   EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, flag, " ", path, ": the directory ", dir.string(), " is not writable");
   EMBER_CHECK(!fs::is_directory(p, ec), flag, " ", path, " is a directory, expected a file name");
+}
+
+// --tensorboard names a directory, created if needed: the nearest existing ancestor must be one.
+void check_output_dir(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(fs::path(path), ec);
+  while (!p.empty() && !fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  EMBER_CHECK(fs::is_directory(p, ec), flag, " ", path, ": ", p.string(), " is not a directory");
+  EMBER_CHECK(::access(p.c_str(), W_OK) == 0, flag, " ", path, ": the directory ", p.string(), " is not writable");
 }
 
 std::string describe(Device d) {
@@ -69,11 +90,17 @@ int main(int argc, char** argv) {
   if (!parsed.options) return parsed.exit_code;
   mnist::Options o = *parsed.options;
   bool rank0 = true;
+  mnist::install_stop_handlers();
+  // Tests of the output policy (Note [side outputs]): the first output file to pass this many
+  // bytes fails as a write error would.
+  if (const char* fault = std::getenv("EMBER_TEST_WRITE_FAULT_AFTER"))
+    io::set_write_fault_for_testing(io::WriteFault::kThrow, std::strtoull(fault, nullptr, 10));
   try {
     check_output_path("--save", o.save);
     check_output_path("--plot", o.plot);
     check_output_path("--profile", o.profile);
     check_output_path("--log", o.log);
+    check_output_dir("--tensorboard", o.tensorboard);
     Device device = pick_device(o.device);
     if (o.distributed) {
       // Note: data parallel under ember_run (docs/dist.md). Every rank runs this program; rank 0
@@ -120,7 +147,10 @@ int main(int argc, char** argv) {
                   static_cast<long long>(splits.train->size()),
                   static_cast<long long>(splits.val ? splits.val->size() : 0),
                   static_cast<long long>(splits.test->size()), splits.mean, splits.std);
-    if (o.ablation) return mnist::run_ablation(o, device, splits);
+    if (o.ablation) {
+      int rc = mnist::run_ablation(o, device, splits);
+      return mnist::stop_signal() != 0 ? 128 + mnist::stop_signal() : rc;
+    }
     mnist::Trainer trainer(o, device, splits);
     if (!o.eval_only.empty()) {
       trainer.load_model(o.eval_only);
@@ -132,10 +162,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     mnist::RunResult r = trainer.run();
-    if (!rank0) return 0;
+    if (!rank0) return !r.error.empty() ? 1 : r.interrupted_by != 0 ? 128 + r.interrupted_by : 0;
     mnist::print_summary(o, r, splits.classes, describe(device));
-    if (!o.plot.empty()) mnist::write_plot(o.plot, r);
-    return 0;
+    if (!o.plot.empty()) {
+      try {
+        mnist::write_plot(o.plot, r);
+      } catch (const std::exception& e) {
+        mnist::output_failed("--plot", o.plot, e.what());
+      }
+    }
+    std::fflush(stdout);
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "mnist_train: error: %s\n", one_line(r.error).c_str());
+      return 1;
+    }
+    if (r.interrupted_by != 0) return 128 + r.interrupted_by;
+    return mnist::output_failures() > 0 ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mnist_train: error: %s\n", one_line(e.what()).c_str());
     return 1;

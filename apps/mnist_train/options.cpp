@@ -117,6 +117,11 @@ ParseResult parse_options(int argc, char** argv) {
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps in all (0: no limit)")
       ->check(kNonNegative)
       ->group("Training");
+  app.add_option("--max-nonfinite-steps", o.max_nonfinite_steps,
+                 "stop with an error after this many consecutive steps with a NaN/inf loss (checked at each log "
+                 "interval, without a host read per step; fp16 overflow steps the loss scaler skips do not count)")
+      ->check(CLI::Range(1, 1000000))
+      ->group("Training");
 
   // speed
   app.add_flag("--graph", o.graph,
@@ -158,7 +163,9 @@ ParseResult parse_options(int argc, char** argv) {
       ->group("Speed");
 
   // observability
-  app.add_option("--log", o.log, "append one JSON object per log interval and per epoch to this file")
+  app.add_option("--log", o.log,
+                 "append one JSON object per log interval, per epoch and a summary at the end to this file (a "
+                 "failed output is reported once, training goes on, the exit code is 1)")
       ->group("Logging");
   app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files into this directory")->group("Logging");
   app.add_option("--plot", o.plot, "write loss and accuracy curves to this SVG file")->group("Logging");
@@ -172,7 +179,10 @@ ParseResult parse_options(int argc, char** argv) {
   // checkpoints
   app.add_option("--save", o.save, "save a training checkpoint (safetensors, atomic) after every epoch")
       ->group("Checkpoints");
-  app.add_option("--resume", o.resume, "continue from a training checkpoint")->group("Checkpoints");
+  app.add_option("--resume", o.resume,
+                 "continue from a training checkpoint (flags that shape the run, e.g. --lr, --batch-size, --scheduler, "
+                 "must match the checkpoint's)")
+      ->group("Checkpoints");
   app.add_option("--eval-only", o.eval_only, "load the model from a checkpoint and only evaluate")
       ->group("Checkpoints");
 

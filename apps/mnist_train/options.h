@@ -31,6 +31,7 @@ struct Options {
   bool deterministic = false;
   std::string device = "auto";
   int64_t max_steps = 0;  // 0: the whole epochs (a cap, for quick runs and the ablation)
+  int max_nonfinite_steps = 1;  // consecutive NaN/inf losses that stop the run (divergence)
   // speed
   bool graph = false;
   bool autotune = false;

@@ -4,10 +4,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <csignal>
+#include <unistd.h>
 
 #include "apps/mnist_train/models.h"
 #include "ckpt/training_checkpoint.h"
@@ -15,6 +21,7 @@
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "core/runtime.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "kernels/autotune.h"
 #include "kernels/functional.h"
@@ -53,6 +60,45 @@ class ToChannelsLastImpl : public nn::Module {
 };
 
 }  // namespace
+
+// ---- side outputs and signals ----
+
+namespace {
+int g_output_failures = 0;
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) ::_exit(128 + sig);  // the second one: at once
+  g_stop_signal = sig;
+  static const char msg[] =
+      "mnist_train: stopping after the current step (outputs are written for the completed epochs; "
+      "press Ctrl-C again to exit at once)\n";
+  (void)!::write(2, msg, sizeof msg - 1);
+}
+}  // namespace
+
+void output_failed(const std::string& flag, const std::string& path, const std::string& what) {
+  ++g_output_failures;
+  std::string line = what;
+  for (char& c : line)
+    if (c == '\n') c = ' ';
+  std::fflush(stdout);
+  std::fprintf(stderr, "mnist_train: error: %s %s: %s (training goes on without this output; the exit code will be 1)\n",
+               flag.c_str(), path.c_str(), line.c_str());
+}
+
+int output_failures() { return g_output_failures; }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int stop_signal() { return g_stop_signal; }
 
 // ---- data ----
 
@@ -124,7 +170,7 @@ class StridedSampler final : public data::Sampler {
 // ---- logs ----
 
 struct Trainer::Logs {
-  std::ofstream jsonl;
+  std::unique_ptr<io::AppendFile> jsonl;
   std::unique_ptr<logging::TensorBoardWriter> tb;
   std::unique_ptr<logging::Progress> progress;
   std::unique_ptr<profiler::TraceProfiler> prof;
@@ -170,11 +216,17 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
   }
   loss_sum_ = zeros({1}, TensorOptions(DType::f32).device(device_));
   correct_ = zeros({1}, TensorOptions(DType::i64).device(device_));
-  if (!o_.log.empty()) {
-    logs_->jsonl.open(o_.log, std::ios::app);
-    EMBER_CHECK(logs_->jsonl.good(), "--log: cannot open ", o_.log, " for writing");
+  nonfinite_run_ = zeros({1}, TensorOptions(DType::f32).device(device_));
+  diverged_at_ = full({1}, -1.0, TensorOptions(DType::f32).device(device_));
+  dev_step_ = zeros({1}, TensorOptions(DType::f32).device(device_));
+  if (!o_.log.empty()) logs_->jsonl = std::make_unique<io::AppendFile>(o_.log);  // opened by the first record
+  if (!o_.tensorboard.empty()) {
+    try {
+      logs_->tb = std::make_unique<logging::TensorBoardWriter>(o_.tensorboard);
+    } catch (const std::exception& e) {
+      output_failed("--tensorboard", o_.tensorboard, e.what());
+    }
   }
-  if (!o_.tensorboard.empty()) logs_->tb = std::make_unique<logging::TensorBoardWriter>(o_.tensorboard);
   if (!o_.profile.empty()) logs_->prof = std::make_unique<profiler::TraceProfiler>();
 }
 
@@ -264,10 +316,22 @@ void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
   scaled.backward();
   {
     autograd::NoGradGuard ng;
-    loss_sum_.add_(loss.detach().to(DType::f32).reshape({1}));
+    Tensor l = loss.detach().to(DType::f32).reshape({1});
+    loss_sum_.add_(l);
     correct_.add_(sum(eq(argmax(logits.detach(), 1), y)).reshape({1}));
+    // divergence (Note [no host syncs in the step]): NaN or inf gives l - l != 0; the count of
+    // consecutive bad losses and the step where it reached the limit stay on the device
+    Tensor run = where(ne(sub(l, l), 0.0), add(nonfinite_run_, 1.0), 0.0);
+    Tensor at = where(ge(run, static_cast<double>(o_.max_nonfinite_steps)),
+                      where(lt(diverged_at_, 0.0), add(dev_step_, 1.0), diverged_at_), diverged_at_);
+    copy_(nonfinite_run_, run);
+    copy_(diverged_at_, at);
   }
-  if (do_step) optimizer_step();
+  if (do_step) {
+    optimizer_step();
+    autograd::NoGradGuard ng;
+    copy_(dev_step_, add(dev_step_, 1.0));
+  }
   if (o_.sync_every_step && !capturing_) {  // (a captured step syncs after each replay: graph_step)
     runtime::AllowSyncScope allow;
     (void)loss.item();  // the naive loop: a host read every step
@@ -347,9 +411,18 @@ std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t
     // what every rank saw: the mean of the ranks' loss sums, the total of correct predictions
     pg_->all_reduce(loss_sum_, dist::ReduceOp::kAvg)->wait();
     pg_->all_reduce(correct_, dist::ReduceOp::kSum)->wait();
+    // every rank stops at the same interval when any of them saw the divergence or a signal
+    pg_->all_reduce(diverged_at_, dist::ReduceOp::kMax)->wait();
+    Tensor stop = full({1}, stop_signal() != 0 ? 1.0 : 0.0, TensorOptions(DType::f32).device(device_));
+    pg_->all_reduce(stop, dist::ReduceOp::kMax)->wait();
+    stop_agreed_ = stop_agreed_ || stop.item() > 0;
   }
   double loss_sum = loss_sum_.item();
   double correct = correct_.item() / world;  // per rank, like interval_samples_
+  if (diverged_step_ < 0) {
+    const double at = diverged_at_.item();  // already on its way with the reads above
+    if (at >= 0) diverged_step_ = static_cast<int64_t>(at);
+  }
   {
     autograd::NoGradGuard ng;
     loss_sum_.zero_();
@@ -370,7 +443,7 @@ std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t
   }
   double now = now_s();
   double rate = world * static_cast<double>(interval_samples_) / std::max(now - logs_->interval_start, 1e-9);
-  double lr = sched_ ? sched_->get_last_lr().at(0) : o_.lr;
+  double lr = current_lr();
   r.curve_steps.push_back(static_cast<double>(global_step_));
   r.curve_loss.push_back(loss);
   if (logs_->progress) {
@@ -378,18 +451,15 @@ std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t
     std::snprintf(extra, sizeof extra, "loss %.4f acc %.2f%%", loss, acc);
     logs_->progress->update(step_in_epoch, step_in_epoch * o_.batch_size, extra);
   }
-  if (logs_->jsonl.is_open()) {
+  {
     nlohmann::json j = {{"type", "step"}, {"epoch", epoch + 1}, {"step", global_step_}, {"loss", loss},
                         {"accuracy", acc}, {"lr", lr}, {"samples_per_s", rate}};
-    logs_->jsonl << j.dump() << "\n";
-    logs_->jsonl.flush();
+    log_json(j.dump());
   }
-  if (logs_->tb) {
-    logs_->tb->scalar("train/loss", loss, global_step_);
-    logs_->tb->scalar("train/accuracy", acc, global_step_);
-    logs_->tb->scalar("train/lr", lr, global_step_);
-    logs_->tb->scalar("train/samples_per_s", rate, global_step_);
-  }
+  tb_scalar("train/loss", loss, global_step_);
+  tb_scalar("train/accuracy", acc, global_step_);
+  tb_scalar("train/lr", lr, global_step_);
+  tb_scalar("train/samples_per_s", rate, global_step_);
   interval_samples_ = 0;
   interval_steps_ = 0;
   logs_->interval_start = now;
@@ -397,12 +467,108 @@ std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t
 }
 
 void Trainer::save_checkpoint(int epoch, int64_t step) {
+  if (save_failed_) return;
   TrainingCheckpoint ck;
-  ck.model(*model_).optimizer(*opt_);
+  ck.model(*model_).optimizer(*opt_).info(run_info());
   if (sched_) ck.scheduler(*sched_);
   if (scaler_) ck.add("scaler", *scaler_);
   runtime::AllowSyncScope allow;
-  ck.save(o_.save, {epoch, step});
+  try {
+    ck.save(o_.save, {epoch, step});
+  } catch (const std::exception& e) {
+    save_failed_ = true;
+    output_failed("--save", o_.save, e.what());
+  }
+}
+
+// Under --distributed the ranks agree at each log interval (log_interval), so that they all leave
+// the loop after the same step; alone, the signal is seen after the step it arrived in.
+bool Trainer::stop_requested() const { return pg_ ? stop_agreed_ : stop_signal() != 0; }
+
+double Trainer::current_lr() const { return opt_->param_groups().at(0).options().get_lr(); }
+
+namespace {
+std::string exact(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+}  // namespace
+
+// What a resume must agree on (Note [checkpoints mean what they say] in ckpt/): the optimizer and
+// the schedule continue from the saved state, so a flag that would change them cannot be honoured.
+// --epochs and --max-steps only matter to a schedule laid out over the run (not to --scheduler none,
+// whose runs can be extended), so they are recorded only then.
+Metadata Trainer::run_info() const {
+  Metadata m;
+  m["model"] = o_.model;
+  m["optimizer"] = o_.optimizer;
+  m["batch_size"] = std::to_string(o_.batch_size);
+  m["grad_accum"] = std::to_string(o_.grad_accum);
+  m["lr"] = exact(o_.lr);
+  m["weight_decay"] = exact(o_.weight_decay);
+  m["momentum"] = exact(o_.momentum);
+  m["scheduler"] = o_.scheduler;
+  if (o_.scheduler != "none") {
+    m["epochs"] = std::to_string(o_.epochs);
+    m["max_steps"] = std::to_string(o_.max_steps);
+  }
+  return m;
+}
+
+void Trainer::check_resume_flags(const Metadata& saved) const {
+  const std::string ck = o_.resume;
+  const Metadata now = run_info();
+  struct Flag {
+    const char* key;
+    const char* flag;
+    const char* why;
+  };
+  const Flag flags[] = {
+      {"model", "--model", "a checkpoint resumes the model it was saved from"},
+      {"optimizer", "--optimizer", "the optimizer state continues from the checkpoint"},
+      {"batch_size", "--batch-size", "the step counts and the schedule are laid out over the saved batch size"},
+      {"grad_accum", "--grad-accum", "the step counts and the schedule are laid out over the saved value"},
+      {"lr", "--lr", "the optimizer and the schedule continue with the saved learning rate"},
+      {"weight_decay", "--weight-decay", "the optimizer continues with the saved value"},
+      {"momentum", "--momentum", "the optimizer continues with the saved value"},
+      {"scheduler", "--scheduler", "the schedule continues from the checkpoint"},
+      {"epochs", "--epochs", "the schedule is laid out over the saved run's length (--scheduler none runs can be extended)"},
+      {"max_steps", "--max-steps", "the schedule is laid out over the saved run's length"},
+  };
+  auto shown = [](const std::string& key, const std::string& v) {
+    if (key != "lr" && key != "weight_decay" && key != "momentum") return v;
+    char b[40];
+    std::snprintf(b, sizeof b, "%g", std::strtod(v.c_str(), nullptr));
+    return std::string(b);
+  };
+  for (const Flag& f : flags) {
+    auto it = saved.find(f.key);
+    if (it == saved.end()) continue;  // an older checkpoint, or a key not recorded for this run
+    auto mine = now.find(f.key);
+    std::string value = mine == now.end() ? std::string() : mine->second;
+    if (mine == now.end() && std::string(f.key) == "epochs") value = std::to_string(o_.epochs);
+    if (mine == now.end() && std::string(f.key) == "max_steps") value = std::to_string(o_.max_steps);
+    bool same = value == it->second;
+    if (!same && (std::string(f.key) == "lr" || std::string(f.key) == "weight_decay" || std::string(f.key) == "momentum"))
+      same = std::strtod(value.c_str(), nullptr) == std::strtod(it->second.c_str(), nullptr);
+    EMBER_CHECK(same, "--resume ", ck, ": ", f.flag, " ", shown(f.key, value), " differs from the checkpoint's ",
+                shown(f.key, it->second), " (", f.why, "); resume with ", f.flag, " ", shown(f.key, it->second),
+                ", or start a new run without --resume");
+  }
+}
+
+void Trainer::check_resume_progress(const Metadata& saved, const TrainingProgress& p, int64_t steps_per_epoch) const {
+  const std::string ck = o_.resume;
+  EMBER_CHECK(p.epoch <= 1000, "--resume ", ck, ": 'progress.epoch' is ", p.epoch,
+              ", beyond any run (--epochs is at most 1000); the checkpoint is damaged");
+  if (auto it = saved.find("epochs"); it != saved.end())
+    EMBER_CHECK(p.epoch <= std::strtoll(it->second.c_str(), nullptr, 10), "--resume ", ck, ": 'progress.epoch' is ",
+                p.epoch, ", beyond the saved run's ", it->second, " epochs; the checkpoint is damaged");
+  if (saved.count("batch_size"))
+    EMBER_CHECK(p.step <= p.epoch * steps_per_epoch, "--resume ", ck, ": 'progress.step' is ", p.step, ", beyond the ",
+                p.epoch * steps_per_epoch, " steps that ", p.epoch, " epochs of ", steps_per_epoch,
+                " take; the checkpoint is damaged (or was saved on other data)");
 }
 
 void Trainer::load_model(const std::string& path) {
@@ -410,8 +576,68 @@ void Trainer::load_model(const std::string& path) {
   TensorDict model_state;
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("model.", 0) == 0) model_state.insert(name.substr(6), t);
-  if (model_state.empty()) model_state = f.tensors;  // a plain model state dict
+  const bool plain = model_state.empty();
+  if (plain) model_state = f.tensors;  // a plain model state dict
+  check_module_state(model_state, *model_, plain ? "" : "model.", "--eval-only " + path);
   model_->load_state_dict(model_state, true);
+}
+
+void Trainer::log_json(const std::string& line) {
+  if (!logs_->jsonl) return;
+  try {
+    logs_->jsonl->append(line + "\n");
+  } catch (const std::exception& e) {
+    output_failed("--log", o_.log, e.what());
+    logs_->jsonl.reset();
+  }
+}
+
+void Trainer::tb_scalar(const std::string& tag, double value, int64_t step) {
+  if (!logs_->tb) return;
+  try {
+    logs_->tb->scalar(tag, value, step);
+  } catch (const std::exception& e) {
+    output_failed("--tensorboard", o_.tensorboard, e.what());
+    logs_->tb.reset();
+  }
+}
+
+// The profiler writes its trace with plain streams: it goes to a scratch file first, and from there
+// into --profile through io::AtomicFile (never a half-written or empty trace under that name).
+void Trainer::write_profile() {
+  if (!logs_->prof) return;
+  try {
+    runtime::AllowSyncScope allow;
+    if (!logs_->prof_done) logs_->prof->stop();
+    logs_->prof_done = true;
+    std::string scratch = (std::filesystem::temp_directory_path() / "mnist_train.profile.XXXXXX").string();
+    std::vector<char> buf(scratch.begin(), scratch.end());
+    buf.push_back('\0');
+    int fd = ::mkstemp(buf.data());
+    EMBER_CHECK(fd >= 0, "cannot create a scratch file ", scratch, ": ", std::strerror(errno));
+    ::close(fd);
+    scratch = buf.data();
+    size_t n = 0;
+    std::string trace;
+    try {
+      n = logs_->prof->write_chrome_trace(scratch);
+      std::ifstream in(scratch, std::ios::binary);
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      trace = ss.str();
+      EMBER_CHECK(in.good() || in.eof(), "cannot read back the trace from ", scratch);
+      EMBER_CHECK(!trace.empty() && nlohmann::json::accept(trace), "the trace in ", scratch, " is incomplete (disk full?)");
+    } catch (...) {
+      ::unlink(scratch.c_str());
+      throw;
+    }
+    ::unlink(scratch.c_str());
+    io::write_file_atomic(o_.profile, trace);
+    std::printf("\nprofile: %zu events written to %s (open in Perfetto or chrome://tracing)\n%s", n,
+                o_.profile.c_str(), logs_->prof->top_ops_table(15).c_str());
+  } catch (const std::exception& e) {
+    output_failed("--profile", o_.profile, e.what());
+  }
 }
 
 // ---- evaluation ----
@@ -489,11 +715,27 @@ RunResult Trainer::run() {
     ck.model(*model_).optimizer(*opt_);
     if (sched_) ck.scheduler(*sched_);
     if (scaler_) ck.add("scaler", *scaler_);
-    TrainingProgress p = ck.load(o_.resume);
+    io::SafetensorsFile f = io::load_safetensors(o_.resume);
+    StateDict sd{std::move(f.tensors), std::move(f.metadata)};
+    Metadata saved_run;
+    for (const auto& [k, v] : sd.metadata)
+      if (k.rfind("run.", 0) == 0) saved_run[k.substr(4)] = v;
+    check_resume_flags(saved_run);  // before anything is loaded (a different --optimizer, --model ...)
+    TrainingProgress p;
+    try {
+      p = ck.restore(sd);
+    } catch (const std::exception& e) {
+      EMBER_FAIL("--resume ", o_.resume, ": ", e.what());
+    }
+    check_resume_progress(p.run, p, steps_per_epoch);
     start_epoch_ = static_cast<int>(p.epoch);
     global_step_ = p.step;
     if (!o_.quiet) std::printf("resumed from %s at epoch %lld, step %lld\n", o_.resume.c_str(),
                                static_cast<long long>(p.epoch), static_cast<long long>(p.step));
+  }
+  {
+    autograd::NoGradGuard ng;
+    dev_step_.fill_(static_cast<double>(global_step_));
   }
   bool want_graph = o_.graph;
   if (want_graph && !device_.is_cuda()) {
@@ -512,6 +754,8 @@ RunResult Trainer::run() {
   const int warmup = 3;
   bool stop = false;
   for (int epoch = start_epoch_; epoch < o_.epochs && !stop; ++epoch) {
+    if (stop_requested()) break;
+    if (o_.max_steps > 0 && global_step_ >= o_.max_steps) break;  // resumed at the --max-steps cap
     model_->train();
     loader->set_epoch(epoch);
     events_used_ = 0;  // the gap across the evaluation is not idle time between steps
@@ -561,6 +805,7 @@ RunResult Trainer::run() {
         loss_acc += l;
         correct_acc += c;
       }
+      if (diverged_step_ >= 0 || stop_requested()) break;
       if (o_.max_steps > 0 && global_step_ >= o_.max_steps) {
         stop = true;
         break;
@@ -572,6 +817,21 @@ RunResult Trainer::run() {
       correct_acc += c;
     }
     if (logs_->progress) logs_->progress->finish();
+    if (diverged_step_ >= 0) {
+      r.error = str("training diverged: the loss was NaN or inf for ", o_.max_nonfinite_steps, " consecutive step",
+                    o_.max_nonfinite_steps == 1 ? "" : "s", " at step ", diverged_step_, " (epoch ", epoch + 1,
+                    "; --max-nonfinite-steps ", o_.max_nonfinite_steps, "); stopped without saving a checkpoint of it",
+                    o_.save.empty() ? std::string() : " (" + o_.save + " keeps the last good one, if any)",
+                    "; try a lower --lr or --clip-grad");
+      break;
+    }
+    if (stop_requested() && micro_in_epoch < micro_per_epoch) {
+      r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;
+      r.notes.push_back(str("stopped by ", r.interrupted_by == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM", " during epoch ",
+                            epoch + 1, " after ", micro_in_epoch, " of ", micro_per_epoch,
+                            " micro-batches: that partial epoch is not reported or saved"));
+      break;
+    }
     if (use_events) {
       runtime::AllowSyncScope allow;
       cuda::current_stream(device_.index).synchronize();
@@ -585,7 +845,7 @@ RunResult Trainer::run() {
     er.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(samples_in_epoch) / std::max(e_train, 1e-9);
     er.train_loss = micro_in_epoch > 0 ? loss_acc / static_cast<double>(micro_in_epoch) : 0;
     er.train_acc = samples_in_epoch > 0 ? 100.0 * correct_acc / static_cast<double>(samples_in_epoch) : 0;
-    er.lr = sched_ ? sched_->get_last_lr().at(0) : o_.lr;
+    er.lr = current_lr();
     if (splits_.val) er.val_acc = evaluate(val_dev_ ? val_dev_ : splits_.val).accuracy;
     EvalResult test = evaluate(test_dev_ ? test_dev_ : splits_.test);
     er.test_acc = test.accuracy;
@@ -602,21 +862,34 @@ RunResult Trainer::run() {
                 er.epoch, o_.epochs, er.train_loss, er.train_acc,
                 splits_.val ? fmt_pct(er.val_acc).c_str() : "-", er.test_acc, er.seconds, er.samples_per_s, er.lr);
     std::fflush(stdout);
-    if (logs_->jsonl.is_open()) {
+    {
       nlohmann::json j = {{"type", "epoch"},          {"epoch", er.epoch},       {"train_loss", er.train_loss},
                           {"train_accuracy", er.train_acc}, {"val_accuracy", er.val_acc}, {"test_accuracy", er.test_acc},
                           {"seconds", er.seconds},    {"samples_per_s", er.samples_per_s}, {"lr", er.lr}};
-      logs_->jsonl << j.dump() << "\n";
-      logs_->jsonl.flush();
+      log_json(j.dump());
     }
-    if (logs_->tb) {
-      logs_->tb->scalar("epoch/train_loss", er.train_loss, er.epoch);
-      logs_->tb->scalar("epoch/val_accuracy", er.val_acc, er.epoch);
-      logs_->tb->scalar("epoch/test_accuracy", er.test_acc, er.epoch);
-      logs_->tb->scalar("epoch/samples_per_s", er.samples_per_s, er.epoch);
-      logs_->tb->flush();
-    }
+    tb_scalar("epoch/train_loss", er.train_loss, er.epoch);
+    tb_scalar("epoch/val_accuracy", er.val_acc, er.epoch);
+    tb_scalar("epoch/test_accuracy", er.test_acc, er.epoch);
+    tb_scalar("epoch/samples_per_s", er.samples_per_s, er.epoch);
     if (!o_.save.empty()) {
+      // never a non-finite checkpoint: fewer than --max-nonfinite-steps bad steps may have ended the
+      // epoch (the weights are read to the host for the save anyway)
+      std::string bad;
+      for (const auto& [k, t] : model_->state_dict()) {
+        if (!is_floating(t.dtype()) || t.numel() == 0) continue;
+        runtime::AllowSyncScope allow;
+        Tensor v = t.detach().to(kCPU).to(DType::f64).contiguous();
+        const double* q = v.data<double>();
+        for (int64_t i = 0; i < v.numel() && bad.empty(); ++i)
+          if (!std::isfinite(q[i])) bad = k;
+        if (!bad.empty()) break;
+      }
+      if (!bad.empty()) {
+        r.error = str("training diverged: weight '", bad, "' holds NaN or inf after epoch ", epoch + 1, " (step ",
+                      global_step_, "); not saving it to ", o_.save, "; try a lower --lr or --clip-grad");
+        break;
+      }
       // A checkpoint marks a finished epoch (resume starts the next one); a --max-steps stop in the
       // middle of an epoch would otherwise be resumed as if the rest of that epoch had run.
       if (micro_in_epoch == micro_per_epoch)
@@ -627,7 +900,7 @@ RunResult Trainer::run() {
                               epoch > start_epoch_ ? " holds the last finished one)" : " was not written)"));
     }
   }
-  if (r.epochs.empty()) {  // resumed at or past --epochs: report the loaded model, not an empty result
+  if (r.epochs.empty() && r.error.empty() && !stop_requested()) {  // resumed at or past --epochs: report the loaded model
     r.final_test = evaluate(test_dev_ ? test_dev_ : splits_.test);
     r.best_test_acc = r.final_test.accuracy;
     r.notes.push_back(str("the checkpoint is at epoch ", start_epoch_, " of ", o_.epochs,
@@ -640,13 +913,30 @@ RunResult Trainer::run() {
   r.data_wait_fraction = train_total > 0 ? wait_total / train_total : 0;
   if (use_events && gpu_busy_ms_ + gpu_idle_ms_ > 0) r.gpu_idle_fraction = gpu_idle_ms_ / (gpu_busy_ms_ + gpu_idle_ms_);
   if (scaler_) r.skipped_steps = scaler_->skipped_steps();
-  if (logs_->prof) {
-    if (!logs_->prof_done) logs_->prof->stop();
-    size_t n = logs_->prof->write_chrome_trace(o_.profile);
-    std::printf("\nprofile: %zu events written to %s (open in Perfetto or chrome://tracing)\n%s", n,
-                o_.profile.c_str(), logs_->prof->top_ops_table(15).c_str());
-  }
+  if (r.interrupted_by == 0 && stop_requested()) r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;
+  write_profile();
   r.total_seconds = now_s() - t_start;
+  {
+    const char* status = !r.error.empty() ? "diverged" : r.interrupted_by != 0 ? "interrupted" : "completed";
+    nlohmann::json j = {{"type", "summary"},
+                        {"status", status},
+                        {"epochs", r.epochs.size()},
+                        {"steps", r.steps},
+                        {"test_accuracy", r.final_test.accuracy},
+                        {"best_test_accuracy", r.best_test_acc},
+                        {"train_seconds", r.train_seconds},
+                        {"total_seconds", r.total_seconds},
+                        {"samples_per_s", r.samples_per_s}};
+    log_json(j.dump());
+    if (logs_->jsonl) {
+      try {
+        logs_->jsonl->close();
+      } catch (const std::exception& e) {
+        output_failed("--log", o_.log, e.what());
+      }
+      logs_->jsonl.reset();
+    }
+  }
   return r;
 }
 

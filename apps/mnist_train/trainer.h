@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "amp/grad_scaler.h"
+#include "ckpt/training_checkpoint.h"
 #include "apps/mnist_train/options.h"
 #include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
@@ -25,6 +26,24 @@
 #include "optim/optim.h"
 
 namespace mnist {
+
+// Note [side outputs]: --log, --tensorboard, --plot, --profile and --save are side outputs of a
+// run. Their paths are checked before anything trains (main.cpp); a failure later (a full disk,
+// /dev/full, an I/O error) never stops the training: it is reported once, as one line on stderr
+// naming the flag, the path and the error, nothing more is written to that output, and the
+// program exits 1 at the end. Files are never left empty or half-written: --plot, --profile and
+// --save are replaced atomically (io::AtomicFile), --log and --tensorboard write each record whole
+// or not at all (io::AppendFile).
+void output_failed(const std::string& flag, const std::string& path, const std::string& what);
+int output_failures();
+
+// Note [stopping on a signal]: the first SIGINT/SIGTERM asks the run to stop after the current
+// step: the partial epoch is dropped (no checkpoint for it), the outputs are written for the
+// completed epochs (JSONL summary, plot, profile) and the program exits 128 + the signal number
+// (130, 143). A second signal exits at once. Under --distributed the ranks agree on stopping at
+// each log interval (an all_reduce next to the loss's), so they all leave after the same step.
+void install_stop_handlers();
+int stop_signal();  // 0 while no stop was asked for
 
 struct Splits {
   std::shared_ptr<ember::data::InMemoryDataset> train, val, test;
@@ -63,6 +82,8 @@ struct RunResult {
   bool graph_used = false;
   int64_t skipped_steps = 0;       // steps the loss scaler skipped
   std::vector<std::string> notes;  // fallbacks and warnings worth repeating in the summary
+  int interrupted_by = 0;          // the signal that stopped the run (Note [stopping on a signal])
+  std::string error;               // why the run stopped early with a failure (divergence): exit 1
   // curves for the plot: (step, interval loss)
   std::vector<double> curve_steps, curve_loss;
 };
@@ -92,6 +113,17 @@ class Trainer {
   std::pair<double, double> log_interval(RunResult& r, int epoch, int64_t step_in_epoch);
   void mark_step_event();
   void save_checkpoint(int epoch, int64_t step);
+  // The run's flags recorded in checkpoints ("run." metadata) and their check on --resume.
+  ember::Metadata run_info() const;
+  void check_resume_flags(const ember::Metadata& saved) const;
+  void check_resume_progress(const ember::Metadata& saved, const ember::TrainingProgress& p,
+                             int64_t steps_per_epoch) const;
+  // The optimizer's actual learning rate (what the epoch lines print).
+  double current_lr() const;
+  // Side outputs (Note [side outputs]): each write reports a failure once and disables the output.
+  void log_json(const std::string& line);
+  void tb_scalar(const std::string& tag, double value, int64_t step);
+  void write_profile();
 
   Options o_;
   ember::Device device_;
@@ -107,6 +139,13 @@ class Trainer {
 
   // device accumulators (Note [no host syncs in the step])
   ember::Tensor loss_sum_, correct_;
+  // divergence detection, on the device too: consecutive non-finite losses, the step at which
+  // --max-nonfinite-steps was reached (-1: not yet) and the optimizer step counter it reports
+  ember::Tensor nonfinite_run_, diverged_at_, dev_step_;
+  int64_t diverged_step_ = -1;
+  bool save_failed_ = false;
+  bool stop_agreed_ = false;  // --distributed: some rank got SIGINT/SIGTERM (Note [stopping on a signal])
+  bool stop_requested() const;
   int64_t interval_samples_ = 0, interval_steps_ = 0;
   int64_t micro_ = 0;  // micro-batches since the last optimizer step
 

@@ -1,0 +1,558 @@
+// Output files (Note [output targets] in io/atomic_file.h, Note [side outputs] in
+// apps/mnist_train/trainer.h): what the writers do with symlinks, devices, FIFOs, directories and
+// stale temporary files; and mnist_train's one policy for every output on a full disk, a write
+// error in the middle of a run, and SIGINT/SIGTERM.
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "kernels/functional.h"
+#include "logging/tensorboard.h"
+#include "tests/mnist_train_util.h"
+
+using namespace ember;
+using namespace ember::testing::app;
+
+namespace {
+
+std::vector<std::string> dir_entries(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool is_char_device(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+bool is_symlink(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+// Lines of stderr that start with "mnist_train: error: " and contain `needle`.
+int error_lines_with(const std::string& err, const std::string& needle) {
+  int n = 0;
+  for (const std::string& l : lines_of(err))
+    if (l.rfind("mnist_train: error: ", 0) == 0 && l.find(needle) != std::string::npos) ++n;
+  return n;
+}
+
+// A child that runs in the background (for signals).
+struct Child {
+  pid_t pid = -1;
+  std::string out_path, err_path;
+};
+
+Child spawn_app(const std::vector<std::string>& args, const std::string& dir, const std::string& tag,
+                const std::string& binary = kBinary) {
+  Child c;
+  c.out_path = dir + "/" + tag + ".out";
+  c.err_path = dir + "/" + tag + ".err";
+  std::vector<std::string> argv_s = {binary};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, c.out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, c.err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int rc = posix_spawn(&c.pid, binary.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return c;
+}
+
+// Waits for the child (killing it after `limit_s`): the exit code, or -signal.
+int wait_child(const Child& c, double limit_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  for (;;) {
+    pid_t w = waitpid(c.pid, &status, WNOHANG);
+    REQUIRE(w >= 0);
+    if (w == c.pid) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      kill(c.pid, SIGKILL);
+      waitpid(c.pid, &status, 0);
+      FAIL("mnist_train still running after " << limit_s << " s (killed)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+}  // namespace
+
+// ---- the writers ----
+
+TEST_CASE("outputs: a symlink's target is written and the link stays a link", "[outputs]") {
+  testing::TempDir tmp;
+  fs::create_directories(tmp.file("real"));
+  // a relative link to an existing file, through a chain of two links
+  testing::write_bytes(tmp.file("real/a.txt"), {'o', 'l', 'd'});
+  fs::create_symlink("real/a.txt", tmp.file("link1"));
+  fs::create_symlink("link1", tmp.file("link2"));
+  io::write_file_atomic(tmp.file("link2"), "new");
+  CHECK(is_symlink(tmp.file("link1")));
+  CHECK(is_symlink(tmp.file("link2")));
+  CHECK(read_file(tmp.file("real/a.txt")) == "new");
+  CHECK(dir_entries(tmp.file("real")) == std::vector<std::string>{"a.txt"});  // no temporary file left
+  // a dangling link: its target is created
+  fs::create_symlink(tmp.file("real/b.txt"), tmp.file("dangling"));
+  io::write_file_atomic(tmp.file("dangling"), "created");
+  CHECK(is_symlink(tmp.file("dangling")));
+  CHECK(read_file(tmp.file("real/b.txt")) == "created");
+  // the same for a checkpoint and for an append file
+  fs::create_symlink("real/c.safetensors", tmp.file("ck"));
+  io::save_safetensors(tmp.file("ck"), TensorDict{{"w", full({4}, 1.0)}});
+  CHECK(is_symlink(tmp.file("ck")));
+  CHECK(io::load_safetensors(tmp.file("real/c.safetensors")).tensors.at("w").to_vector<float>()[3] == 1.0f);
+  fs::create_symlink("real/d.jsonl", tmp.file("log"));
+  {
+    io::AppendFile f(tmp.file("log"));
+    f.append("{}\n");
+  }
+  CHECK(is_symlink(tmp.file("log")));
+  CHECK(read_file(tmp.file("real/d.jsonl")) == "{}\n");
+  // a loop is an error, not a hang
+  fs::create_symlink("loop_b", tmp.file("loop_a"));
+  fs::create_symlink("loop_a", tmp.file("loop_b"));
+  CHECK_THROWS_WITH(io::write_file_atomic(tmp.file("loop_a"), "x"), Catch::Contains("too many levels of symbolic links"));
+}
+
+TEST_CASE("outputs: devices and FIFOs are written through and never replaced", "[outputs]") {
+  testing::TempDir tmp;
+  // /dev/null: written through (as root, a rename would replace the system's /dev/null)
+  REQUIRE(is_char_device("/dev/null"));
+  io::write_file_atomic("/dev/null", "discarded");
+  io::save_safetensors("/dev/null", TensorDict{{"w", full({4}, 1.0)}});
+  {
+    io::AppendFile f("/dev/null");
+    f.append("line\n");
+  }
+  CHECK(is_char_device("/dev/null"));
+  {
+    io::AtomicFile f("/dev/null");
+    CHECK(f.writes_through());
+    CHECK(f.temp_path().empty());
+  }
+  // /dev/full: the write error, naming the device
+  if (is_char_device("/dev/full")) {
+    CHECK_THROWS_WITH(io::write_file_atomic("/dev/full", "x"), Catch::Contains("/dev/full") && Catch::Contains("No space left"));
+    io::AppendFile f("/dev/full");
+    CHECK_THROWS_WITH(f.append("x\n"), Catch::Contains("/dev/full"));
+    CHECK(is_char_device("/dev/full"));
+  } else {
+    WARN("SKIPPED: no /dev/full on this machine");
+  }
+  // a FIFO with a reader gets every byte; the FIFO stays a FIFO
+  const std::string fifo = tmp.file("pipe");
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  std::string got;
+  std::thread reader([&] {
+    std::ifstream in(fifo, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    got = s.str();
+  });
+  // the reader opens the FIFO in its own time: retry until it is there
+  std::string payload(100000, 'z');
+  bool written = false;
+  for (int i = 0; i < 500 && !written; ++i) {
+    try {
+      io::write_file_atomic(fifo, payload);
+      written = true;
+    } catch (const Error& e) {
+      REQUIRE_THAT(e.what(), Catch::Contains("no reader"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  reader.join();
+  CHECK(written);
+  CHECK(got == payload);
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  // without a reader: a clear error at once (not a hang)
+  CHECK_THROWS_WITH(io::write_file_atomic(fifo, "x"), Catch::Contains("FIFO with no reader") && Catch::Contains(fifo));
+  CHECK(dir_entries(tmp.path()) == std::vector<std::string>{"pipe"});
+}
+
+TEST_CASE("outputs: a directory as the target is an error naming the path", "[outputs]") {
+  testing::TempDir tmp;
+  fs::create_directories(tmp.file("d"));
+  fs::create_symlink("d", tmp.file("to_d"));
+  for (const std::string& p : {tmp.file("d"), tmp.file("to_d")}) {
+    INFO(p);
+    CHECK_THROWS_WITH(io::write_file_atomic(p, "x"), Catch::Contains(tmp.file("d")) && Catch::Contains("is a directory"));
+    CHECK_THROWS_WITH(io::save_safetensors(p, TensorDict{{"w", full({1}, 1.0)}}), Catch::Contains("is a directory"));
+    io::AppendFile f(p);
+    CHECK_THROWS_WITH(f.append("x\n"), Catch::Contains("is a directory"));
+  }
+  CHECK(fs::is_directory(tmp.file("d")));
+  CHECK(is_symlink(tmp.file("to_d")));
+  CHECK(fs::is_empty(tmp.file("d")));
+}
+
+TEST_CASE("outputs: the next successful save removes the temporary files of a killed one", "[outputs]") {
+  testing::TempDir tmp;
+  const std::string path = tmp.file("ck.safetensors");
+  TensorDict v1{{"w", full({1000}, 1.0)}}, v2{{"w", full({1000}, 2.0)}};
+  io::save_safetensors(path, v1);
+  for (int k = 0; k < 2; ++k) {  // two killed saves, two stale files
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      io::set_write_fault_for_testing(io::WriteFault::kExit, 2000);
+      io::save_safetensors(path, v2);
+      _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 99);
+  }
+  // another target's temporary file and a file that only looks similar are not touched
+  testing::write_bytes(tmp.file(".other.safetensors.tmp.abcdef"), {1});
+  testing::write_bytes(tmp.file(".ck.safetensors.tmp.toolong7"), {1});
+  REQUIRE(dir_entries(tmp.path()).size() == 5);
+  // a save in progress (its temporary file locked) survives another writer's commit
+  auto live = std::make_unique<io::AtomicFile>(path);
+  live->write("x", 1);
+  const std::string live_tmp = live->temp_path();
+  io::save_safetensors(path, v2);
+  CHECK(io::load_safetensors(path).tensors.at("w").to_vector<float>()[0] == 2.0f);
+  std::vector<std::string> expected = {".ck.safetensors.tmp.toolong7", ".other.safetensors.tmp.abcdef",
+                                       fs::path(live_tmp).filename().string(), "ck.safetensors"};
+  std::sort(expected.begin(), expected.end());
+  CHECK(dir_entries(tmp.path()) == expected);
+  live.reset();  // abandoned: removes its own file
+  CHECK(dir_entries(tmp.path()) ==
+        std::vector<std::string>{".ck.safetensors.tmp.toolong7", ".other.safetensors.tmp.abcdef", "ck.safetensors"});
+  // the plot's writer (the same AtomicFile) cleans up too
+  testing::write_bytes(tmp.file(".p.svg.tmp.XYZ123"), {1});
+  io::write_file_atomic(tmp.file("p.svg"), "<svg/>");
+  CHECK(!fs::exists(tmp.file(".p.svg.tmp.XYZ123")));
+}
+
+TEST_CASE("outputs: append files write records whole or not at all", "[outputs]") {
+  testing::TempDir tmp;
+  const std::string path = tmp.file("log.jsonl");
+  {
+    io::AppendFile f(path);
+    f.open();
+    CHECK(fs::exists(path));
+  }
+  CHECK(!fs::exists(path));  // created and never written: removed, not left empty
+  {
+    io::AppendFile f(path);
+    f.append("{\"a\":1}\n");
+    io::set_write_fault_for_testing(io::WriteFault::kThrow, 12);  // 4 bytes into the next record
+    CHECK_THROWS_WITH(f.append("{\"b\":2}\n"), Catch::Contains(path) && Catch::Contains("injected write fault"));
+    io::set_write_fault_for_testing(io::WriteFault::kNone);
+  }
+  CHECK(read_file(path) == "{\"a\":1}\n");  // the torn record was cut back
+  // appends to what is there
+  {
+    io::AppendFile f(path);
+    f.append("{\"c\":3}\n");
+  }
+  CHECK(read_file(path) == "{\"a\":1}\n{\"c\":3}\n");
+  // the TensorBoard writer: whole records only, its file always decodes
+  const std::string tb = tmp.file("tb");
+  std::string events;
+  {
+    logging::TensorBoardWriter w(tb);
+    events = w.path();
+    w.scalar("a", 1.0, 1);
+    io::set_write_fault_for_testing(io::WriteFault::kThrow, 100);
+    bool failed = false;
+    for (int i = 0; i < 20 && !failed; ++i) {
+      try {
+        w.scalar("loss", 0.5, i);
+      } catch (const Error& e) {
+        failed = true;
+        CHECK_THAT(e.what(), Catch::Contains(events));
+      }
+    }
+    io::set_write_fault_for_testing(io::WriteFault::kNone);
+    CHECK(failed);
+  }
+  std::vector<std::string> records;
+  REQUIRE_NOTHROW(records = logging::read_tfrecords(events));
+  CHECK(records.size() >= 2);
+}
+
+// ---- mnist_train's policy ----
+
+TEST_CASE("mnist_train: every side output failing on /dev/full keeps the training and exits 1", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  if (!is_char_device("/dev/full")) {
+    WARN("SKIPPED: no /dev/full on this machine");
+    return;
+  }
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data");
+  write_synthetic_set(d, false);
+  RunResult r = run_app(quick(d, {"--epochs", "2", "--log", "/dev/full", "--plot", "/dev/full", "--profile", "/dev/full",
+                                  "--save", "/dev/full"}),
+                        tmp.path());
+  INFO(EMBER_DESCRIBE_RUN(r));
+  CHECK(r.signal == 0);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("epoch 2/2") != std::string::npos);
+  CHECK(r.out.find("summary:") != std::string::npos);
+  CHECK(reported_test_accuracy(r.out) > 0);
+  // one line per output, each naming the flag, the path and the error
+  CHECK(lines_of(r.err).size() == 4);
+  for (const char* flag : {"--log /dev/full", "--plot /dev/full", "--profile /dev/full", "--save /dev/full"}) {
+    INFO(flag);
+    CHECK(error_lines_with(r.err, flag) == 1);
+  }
+  CHECK(error_lines_with(r.err, "No space left on device") == 4);
+  CHECK(is_char_device("/dev/full"));
+}
+
+TEST_CASE("mnist_train: a write error in the middle of a run is reported once and leaves whole records", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data");
+  write_synthetic_set(d, false);
+  struct Case {
+    const char* flag;
+    std::string path;
+  };
+  for (const Case& c : {Case{"--log", tmp.file("log.jsonl")}, Case{"--tensorboard", tmp.file("tb")},
+                        Case{"--plot", tmp.file("p.svg")}, Case{"--save", tmp.file("ck.safetensors")}}) {
+    INFO(c.flag);
+    // the first output file to pass 700 bytes fails like a write error (EMBER_TEST_WRITE_FAULT_AFTER)
+    ::setenv("EMBER_TEST_WRITE_FAULT_AFTER", "700", 1);
+    RunResult r = run_app(quick(d, {"--epochs", "2", "--log-interval", "2", c.flag, c.path}), tmp.path());
+    ::unsetenv("EMBER_TEST_WRITE_FAULT_AFTER");
+    INFO(EMBER_DESCRIBE_RUN(r));
+    CHECK(r.exit_code == 1);
+    CHECK(r.out.find("epoch 2/2") != std::string::npos);  // training went on
+    CHECK(r.out.find("summary:") != std::string::npos);
+    REQUIRE(lines_of(r.err).size() == 1);
+    CHECK(error_lines_with(r.err, std::string(c.flag) + " " + c.path + ": ") == 1);
+    CHECK(r.err.find("injected write fault") != std::string::npos);
+    if (std::string(c.flag) == "--log") {
+      // every line that is there is a whole JSON object
+      const std::vector<std::string> ls = lines_of(read_file(c.path));
+      CHECK(!ls.empty());
+      for (const std::string& l : ls) CHECK(nlohmann::json::accept(l));
+      CHECK(read_file(c.path).back() == '\n');
+    } else if (std::string(c.flag) == "--tensorboard") {
+      for (const auto& e : fs::directory_iterator(c.path)) CHECK_NOTHROW(logging::read_tfrecords(e.path().string()));
+    } else {
+      CHECK(!fs::exists(c.path));  // nothing rather than a torn or empty file
+    }
+    // no temporary files left behind anywhere
+    for (const std::string& f : dir_entries(tmp.path())) CHECK(f.find(".tmp.") == std::string::npos);
+  }
+}
+
+TEST_CASE("mnist_train: outputs under a regular file are refused before training", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data");
+  write_synthetic_set(d, false);
+  const std::string file = tmp.file("a_file");
+  testing::write_bytes(file, {1, 2, 3});
+  for (const char* flag : {"--log", "--plot", "--profile", "--save", "--tensorboard"}) {
+    RunResult r = run_app(quick(d, {"--epochs", "1", flag, file + "/x"}), tmp.path());
+    check_error(r, 1, std::string(flag) + " " + file + "/x");
+    CHECK(r.out.find("epoch 1/1") == std::string::npos);  // refused before anything trained
+  }
+  // a directory where a file is expected
+  check_error(run_app(quick(d, {"--epochs", "1", "--plot", tmp.path()}), tmp.path()), 1, "is a directory");
+}
+
+TEST_CASE("mnist_train: outputs through symlinks and onto /dev/null", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data");
+  write_synthetic_set(d, false);
+  fs::create_directories(tmp.file("real"));
+  fs::create_symlink("real/p.svg", tmp.file("plot.svg"));
+  fs::create_symlink("real/ck.safetensors", tmp.file("ck.safetensors"));
+  RunResult r = run_app(quick(d, {"--epochs", "1", "--plot", tmp.file("plot.svg"), "--save", tmp.file("ck.safetensors"),
+                                  "--log", "/dev/null", "--profile", "/dev/null"}),
+                        tmp.path());
+  require_success(r);
+  CHECK(is_symlink(tmp.file("plot.svg")));
+  CHECK(is_symlink(tmp.file("ck.safetensors")));
+  CHECK(read_file(tmp.file("real/p.svg")).rfind("<svg", 0) == 0);
+  CHECK_NOTHROW(io::load_safetensors(tmp.file("real/ck.safetensors")));
+  // the device stays a device, also as --save
+  require_success(run_app(quick(d, {"--epochs", "1", "--save", "/dev/null", "--plot", "/dev/null"}), tmp.path()));
+  CHECK(is_char_device("/dev/null"));
+}
+
+TEST_CASE("mnist_train: SIGTERM and SIGINT stop the run and write the outputs of the completed epochs", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data");
+  write_synthetic_set(d, false);
+  for (int sig : {SIGTERM, SIGINT}) {
+    INFO("signal " << sig);
+    const std::string tag = "sig" + std::to_string(sig);
+    const std::string log = tmp.file(tag + ".jsonl"), plot = tmp.file(tag + ".svg"), prof = tmp.file(tag + ".json"),
+                      ck = tmp.file(tag + ".safetensors");
+    Child c = spawn_app(quick(d, {"--epochs", "1000", "--scheduler", "none", "--log", log, "--plot", plot, "--profile", prof,
+                                  "--save", ck}),
+                        tmp.path(), tag);
+    // wait for the first epoch line, then signal
+    const auto t0 = std::chrono::steady_clock::now();
+    while (read_file(c.out_path).find("epoch 1/1000") == std::string::npos) {
+      int status = 0;
+      REQUIRE(waitpid(c.pid, &status, WNOHANG) == 0);  // still running
+      REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 60);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    REQUIRE(kill(c.pid, sig) == 0);
+    const int code = wait_child(c, 60);
+    const std::string out = read_file(c.out_path), err = read_file(c.err_path);
+    INFO("--- stdout ---\n" << out << "--- stderr ---\n" << err);
+    CHECK(code == 128 + sig);
+    CHECK(out.find("epoch 1000/1000") == std::string::npos);  // it did stop
+    CHECK(out.find("summary:") != std::string::npos);
+    CHECK(err.find("stopping after the current step") != std::string::npos);
+    CHECK(err.find("error") == std::string::npos);
+    // the outputs: the JSONL summary last, the plot, the profile, the last finished epoch's checkpoint
+    const std::vector<std::string> ls = lines_of(read_file(log));
+    REQUIRE(!ls.empty());
+    nlohmann::json last = nlohmann::json::parse(ls.back());
+    CHECK(last["type"] == "summary");
+    CHECK(last["status"] == "interrupted");
+    const int epochs = last["epochs"].get<int>();
+    CHECK(epochs >= 1);
+    int epoch_lines = 0;
+    for (const std::string& l : ls) epoch_lines += nlohmann::json::parse(l)["type"] == "epoch" ? 1 : 0;
+    CHECK(epoch_lines == epochs);
+    CHECK(read_file(plot).find("</svg>") != std::string::npos);
+    CHECK(nlohmann::json::accept(read_file(prof)));
+    io::SafetensorsFile f = io::load_safetensors(ck);
+    CHECK(std::stoll(f.metadata.at("progress.epoch")) == epochs);
+    for (const std::string& e : dir_entries(tmp.path())) CHECK(e.find(".tmp.") == std::string::npos);
+  }
+}
+
+TEST_CASE("mnist_train: a second Ctrl-C exits at once", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data");
+  write_synthetic_set(d, false);
+  // --log into a FIFO that nobody reads: once the pipe is full the program blocks in a write, so the
+  // orderly stop after the first SIGINT cannot finish; only the second can end it
+  const std::string fifo = tmp.file("log.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  Child c = spawn_app(quick(d, {"--epochs", "1000", "--scheduler", "none", "--log-interval", "1", "--log", fifo}),
+                      tmp.path(), "twice");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  int queued = -1, stable = 0;
+  while (stable < 30) {  // the pipe's fill level unchanged for 30 x 10 ms: the writer is blocked
+    int status = 0;
+    REQUIRE(waitpid(c.pid, &status, WNOHANG) == 0);
+    REQUIRE(elapsed() < 60);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    int n = 0;
+    REQUIRE(::ioctl(reader, FIONREAD, &n) == 0);
+    stable = n > 0 && n == queued ? stable + 1 : 0;
+    queued = n;
+  }
+  REQUIRE(kill(c.pid, SIGINT) == 0);
+  while (read_file(c.err_path).find("stopping after the current step") == std::string::npos) {
+    int status = 0;
+    REQUIRE(waitpid(c.pid, &status, WNOHANG) == 0);  // still blocked: the first one does not end it
+    REQUIRE(elapsed() < 60);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int status = 0;
+  CHECK(waitpid(c.pid, &status, WNOHANG) == 0);
+  REQUIRE(kill(c.pid, SIGINT) == 0);
+  CHECK(wait_child(c, 30) == 130);
+  ::close(reader);
+  const std::string out = read_file(c.out_path);
+  INFO(out);
+  CHECK(out.find("summary:") == std::string::npos);  // exited at once
+}
+
+TEST_CASE("mnist_train: SIGTERM to ember_run stops every --distributed rank after the same step", "[mnist_train][outputs][dist]") {
+  const std::string launcher = EMBER_BINARY_DIR "/bin/ember_run";
+  if (!have_binary() || !fs::exists(launcher)) {
+    WARN("SKIPPED: mnist_train or ember_run is not built");
+    return;
+  }
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data");
+  write_synthetic_set(d, false);
+  const std::string log = tmp.file("log.jsonl");
+  std::vector<std::string> args = {"--nproc-per-node", "2", "--", kBinary, "--distributed"};
+  for (const std::string& a : quick(d, {"--epochs", "1000", "--scheduler", "none", "--log-interval", "3", "--log", log}))
+    args.push_back(a);
+  Child c = spawn_app(args, tmp.path(), "dist", launcher);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (read_file(c.out_path).find("epoch 1/1000") == std::string::npos) {
+    int status = 0;
+    REQUIRE(waitpid(c.pid, &status, WNOHANG) == 0);
+    REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 120);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(kill(c.pid, SIGTERM) == 0);
+  const int code = wait_child(c, 60);
+  const std::string out = read_file(c.out_path), err = read_file(c.err_path);
+  INFO("--- stdout ---\n" << out << "--- stderr ---\n" << err);
+  CHECK(code == 128 + SIGTERM);
+  CHECK(out.find("[rank 0] summary:") != std::string::npos);
+  CHECK(err.find("error") == std::string::npos);  // no rank left behind in a collective
+  const std::vector<std::string> ls = lines_of(read_file(log));
+  REQUIRE(!ls.empty());
+  CHECK(nlohmann::json::parse(ls.back())["status"] == "interrupted");
+}
+
+// ---- ember_pack ----
+
+TEST_CASE("ember_pack: --help exits 0 and a missing input directory is one line", "[outputs]") {
+  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
+  if (!fs::exists(tool)) {
+    WARN("SKIPPED: " << tool << " is not built");
+    return;
+  }
+  testing::TempDir tmp;
+  const std::string out = tmp.file("out.txt"), err = tmp.file("err.txt");
+  auto run = [&](const std::string& args) {
+    int rc = std::system((tool + " " + args + " > " + out + " 2> " + err).c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  CHECK(run("--help") == 0);
+  CHECK(read_file(out).find("usage: ember_pack") != std::string::npos);
+  CHECK(read_file(err).empty());
+  CHECK(run(tmp.file("nowhere") + " " + tmp.file("x.epk")) == 1);
+  std::string e = read_file(err);
+  CHECK(e == "ember_pack: error: the input directory " + tmp.file("nowhere") + " does not exist\n");
+  CHECK(!fs::exists(tmp.file("x.epk")));
+  CHECK(run(tmp.file("out.txt") + " " + tmp.file("x.epk")) == 1);
+  CHECK(lines_of(read_file(err)).size() == 1);
+  CHECK(read_file(err).find("is not a directory") != std::string::npos);
+  // usage errors: exit 2, one line
+  CHECK(run("") == 2);
+  CHECK(run(tmp.path() + " " + tmp.file("x.epk") + " --bogus") == 2);
+  CHECK(lines_of(read_file(err)).size() == 1);
+  CHECK(read_file(err).find("unknown option --bogus") != std::string::npos);
+}
