@@ -365,6 +365,9 @@ class GlooGroup final : public ProcessGroup {
         std::lock_guard<std::mutex> lock(mu_);
         running_ = nullptr;
       }
+      // Drop the collective's tensors before the caller can see it finished: a caller that
+      // returns and exits must not race this thread freeing memory into a torn-down allocator.
+      task.fn = nullptr;
       task.work->finish(err.empty() ? std::string() : failed());
     }
   }
