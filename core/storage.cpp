@@ -3,7 +3,9 @@
 #include <malloc.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <new>
 
 #include "core/error.h"
@@ -59,11 +61,35 @@ Storage::Storage(size_t nbytes, Allocator* alloc)
 Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)
     : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
 
+// Note [no throwing destructors]: a free can fail after an earlier error (a sticky CUDA fault such
+// as an illegal address, an invalidated graph capture): the allocator's CUDA calls then return
+// that error. A destructor that throws ends the process in std::terminate and hides the error the
+// user must see, so ~Storage swallows it: the block is leaked (the device is unusable by then
+// anyway) and one line on stderr, for the first such failure only, says what happened.
+namespace {
+std::atomic<uint64_t> g_failed_frees{0};
+void report_failed_free(const char* what) noexcept {
+  if (g_failed_frees.fetch_add(1) != 0) return;
+  std::fprintf(stderr,
+               "ember: warning: freeing memory failed (%s); the memory is leaked. This follows an earlier "
+               "error (e.g. a CUDA fault), which is the one to look at; further failed frees are not reported\n",
+               what);
+}
+}  // namespace
+
+uint64_t failed_frees() { return g_failed_frees.load(); }
+
 Storage::~Storage() {
-  if (alloc_ != nullptr) {
-    if (data_ != nullptr) alloc_->deallocate(data_);
-  } else if (deleter_) {
-    deleter_(data_);
+  try {
+    if (alloc_ != nullptr) {
+      if (data_ != nullptr) alloc_->deallocate(data_);
+    } else if (deleter_) {
+      deleter_(data_);
+    }
+  } catch (const std::exception& e) {
+    report_failed_free(e.what());
+  } catch (...) {
+    report_failed_free("unknown exception");
   }
 }
 

@@ -42,12 +42,17 @@ Allocator* cuda_allocator(int index);
 // The allocator for a device (pinned only applies to the CPU).
 Allocator* allocator_for(Device d, bool pinned = false);
 
+// Frees that failed inside ~Storage (after an earlier CUDA error) and were swallowed: a
+// destructor never throws; the first failure prints one line on stderr (Note [no throwing
+// destructors] in storage.cpp).
+uint64_t failed_frees();
+
 class Storage {
  public:
   Storage(size_t nbytes, Allocator* alloc);
   // Wraps memory owned by someone else; `deleter` (may be empty) runs when the storage dies.
   Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
-  ~Storage();
+  ~Storage();  // never throws (see failed_frees)
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 

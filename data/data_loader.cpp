@@ -111,7 +111,6 @@ struct DataLoader::Run {
   std::vector<std::thread> threads;
 
   // consumer-only state
-  Rng inline_rng;  // num_workers == 0: the consumer acts as worker 0
   std::vector<int64_t> order;
   Tensor order_device;  // device-resident: the epoch's order on the device
   cuda::Stream upload_stream;  // ... uploaded on this stream
@@ -203,8 +202,9 @@ int64_t DataLoader::size() const {
   return o_.drop_last_ ? n / b : (n + b - 1) / b;
 }
 
-uint64_t DataLoader::worker_seed(int64_t epoch, int worker) const {
-  return mix_seed(o_.seed_, static_cast<uint64_t>(epoch), static_cast<uint64_t>(worker) + 1);
+uint64_t DataLoader::sample_seed(int64_t epoch, int64_t position) const {
+  // the tag keeps these streams apart from any other use of (seed, epoch)
+  return mix_seed(mix_seed(o_.seed_, 0x617567ULL /* "aug" */), static_cast<uint64_t>(epoch), static_cast<uint64_t>(position));
 }
 
 // ---- epochs ----
@@ -250,7 +250,6 @@ void DataLoader::start_epoch() {
     auto first = order.begin() + k * b;
     run->batches[static_cast<size_t>(k)].assign(first, first + std::min(b, n - k * b));
   }
-  run->inline_rng = Rng(worker_seed(epoch, 0));
   if (resident_) {
     // The epoch's order goes to the device once; each step slices it (no per-step upload).
     order.resize(static_cast<size_t>(nb * b < n ? nb * b : n));
@@ -285,7 +284,7 @@ bool DataLoader::wait_copy_done(Run& run, Slot& slot) {
 
 // Assembles batch `b` into `slot`. Returns false when the epoch was stopped or the batch failed
 // (then `error` says why, naming the sample).
-bool DataLoader::fill(Run& run, Slot& slot, int64_t b, Rng& rng, int worker, std::string& error) {
+bool DataLoader::fill(Run& run, Slot& slot, int64_t b, int worker, std::string& error) {
   const std::vector<int64_t>& idx = run.batches[static_cast<size_t>(b)];
   const auto n = static_cast<int64_t>(idx.size());
   const Transform* transform = o_.transform_.get();
@@ -328,7 +327,11 @@ bool DataLoader::fill(Run& run, Slot& slot, int64_t b, Rng& rng, int worker, std
         continue;
       }
       Sample s = dataset_->get(current);
-      if (transform != nullptr) transform->apply(s.image, rng);
+      if (transform != nullptr) {
+        // Note [loader determinism]: one stream per sample position, whoever assembles the batch
+        Rng rng(sample_seed(run.epoch, b * o_.batch_size_ + k));
+        transform->apply(s.image, rng);
+      }
       EMBER_CHECK(static_cast<int64_t>(s.image.pixels.size()) == s.image.numel(), "the image holds ",
                   s.image.pixels.size(), " bytes for shape ", shape_str(s.image.shape()));
       if (k == 0) {
@@ -364,7 +367,6 @@ void DataLoader::worker_main(Run& run, int w) {
     std::string name = "ember-data-" + std::to_string(w);
     pthread_setname_np(pthread_self(), name.c_str());
   }
-  Rng rng(worker_seed(run.epoch, w));
   Run::Status& status = run.status[static_cast<size_t>(w)];
   const auto nb = static_cast<int64_t>(run.batches.size());
   for (int64_t b = w; b < nb; b += run.workers) {
@@ -382,7 +384,7 @@ void DataLoader::worker_main(Run& run, int w) {
     try {
       // The slot's previous batch may still be on its way to the device.
       if (!wait_copy_done(run, slot)) break;
-      ok = fill(run, slot, b, rng, w, error);
+      ok = fill(run, slot, b, w, error);
     } catch (const std::exception& e) {
       error = str("batch ", b, " (worker ", w, "): ", e.what());
     }
@@ -495,7 +497,7 @@ std::optional<Batch> DataLoader::next() {
   if (r.workers == 0) {
     std::string error;
     slot.batch = b;
-    if (!wait_copy_done(r, slot) || !fill(r, slot, b, r.inline_rng, 0, error)) skip_failed(std::move(error));
+    if (!wait_copy_done(r, slot) || !fill(r, slot, b, 0, error)) skip_failed(std::move(error));
   } else {
     const auto t_wait = Clock::now();
     std::unique_lock<std::mutex> lock(r.mu);

@@ -17,13 +17,14 @@
 // the copy, so only bytes cross the bus. `indices` are the dataset indices of the samples.
 //
 // Note [loader determinism]: batch b of an epoch is always assembled by worker b % num_workers
-// (the consumer thread itself with 0 workers, which then behaves as one worker), each worker
-// visits its batches in order and draws its augmentations from its own Rng seeded with
-// worker_seed(epoch, worker). So batches come out in sampler order whatever the number of workers,
-// the same seed gives the same batches (pixels included) run after run, augmentations differ
-// across workers and epochs, and 0 and 1 workers give identical epochs. The epoch number advances
-// by one at every begin() (or set_epoch() picks it) and reaches the sampler through set_epoch, so
-// shuffling changes every epoch and repeats for the same seed.
+// (the consumer thread itself with 0 workers), and each worker visits its batches in order, so
+// batches come out in sampler order whatever the number of workers. Augmentations draw from one
+// Rng per sample, seeded with sample_seed(epoch, position): position is the sample's place in the
+// epoch's sampler order. So the same seed gives the same batches (pixels included) for any
+// number of workers (0, 1, 3, ...), run after run; augmentations differ across samples (a sample
+// drawn twice in an epoch, by a sampler with replacement, gets two different ones) and epochs.
+// The epoch number advances by one at every begin() (or set_epoch() picks it) and reaches the
+// sampler through set_epoch, so shuffling changes every epoch and repeats for the same seed.
 //
 // Note [loader shutdown]: every wait in the loader (a worker waiting for a free slot or for a
 // slot's copy to finish, the consumer waiting for a batch) wakes up when the epoch is stopped, and
@@ -122,8 +123,9 @@ class DataLoader {
   // The epoch the next begin() / start_epoch() runs; it advances by one at each of them.
   void set_epoch(int64_t epoch) { next_epoch_ = epoch; }
   int64_t next_epoch() const { return next_epoch_; }
-  // Seed of worker w's augmentation Rng in an epoch (Note [loader determinism]).
-  uint64_t worker_seed(int64_t epoch, int worker) const;
+  // Seed of the augmentation Rng of the sample at `position` (0, 1, ... in sampler order) of an
+  // epoch (Note [loader determinism]).
+  uint64_t sample_seed(int64_t epoch, int64_t position) const;
 
   // An input iterator over one epoch's batches (move-only; it must not outlive its loader).
   class Iterator {
@@ -174,7 +176,7 @@ class DataLoader {
   struct Run;
   struct Slot;
   void worker_main(Run& run, int worker);
-  bool fill(Run& run, Slot& slot, int64_t batch, Rng& rng, int worker, std::string& error);
+  bool fill(Run& run, Slot& slot, int64_t batch, int worker, std::string& error);
   bool wait_copy_done(Run& run, Slot& slot);
   void issue_copy(Slot& slot);
   std::optional<Batch> next_resident(Run& run);

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace ember::data {
 
@@ -50,24 +51,8 @@ std::vector<uint8_t> read_file(const std::string& path) {
 }
 
 void write_file(const std::string& path, std::span<const uint8_t> bytes) {
-  std::string tmp = path + ".tmp";
-  {
-    File f = open_or_throw(tmp, "wb");
-    size_t put = bytes.empty() ? 0 : std::fwrite(bytes.data(), 1, bytes.size(), f.get());
-    bool ok = put == bytes.size() && std::fflush(f.get()) == 0;
-    if (!ok) {
-      std::string reason = std::strerror(errno);
-      f.reset();
-      std::remove(tmp.c_str());
-      EMBER_FAIL("cannot write '", tmp, "': ", reason, " (wrote ", put, " of ", bytes.size(), " bytes)");
-    }
-    EMBER_CHECK(std::fclose(f.release()) == 0, "cannot write '", tmp, "': ", std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string reason = std::strerror(errno);
-    std::remove(tmp.c_str());
-    EMBER_FAIL("cannot rename '", tmp, "' to '", path, "': ", reason);
-  }
+  // temp file + fsync + rename, never replacing a link, device or directory (io/atomic_file.h)
+  io::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace ember::data

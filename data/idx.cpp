@@ -173,7 +173,22 @@ struct Header {
   uint64_t payload_bytes = 0;
 };
 
-Header read_header(Source& src, const std::string& name) {
+// What a magic number is, for messages: "an images file", "a labels file", or its type and rank.
+std::string magic_kind(uint32_t magic) {
+  if (magic == kIdxImagesMagic) return "an images file";
+  if (magic == kIdxLabelsMagic) return "a labels file";
+  const uint8_t t = static_cast<uint8_t>(magic >> 8);
+  return str("an IDX file of ", known_type(t) ? idx_type_name(static_cast<IdxType>(t)) : "unknown type",
+             " with ", magic & 0xff, " dims");
+}
+
+std::string magic_role(uint32_t magic) {
+  if (magic == kIdxImagesMagic) return "images";
+  if (magic == kIdxLabelsMagic) return "labels";
+  return str("IDX magic ", hex32(magic));
+}
+
+Header read_header(Source& src, const std::string& name, uint32_t expected_magic = 0) {
   uint8_t m[4];
   size_t got = read_full(src, m, 4);
   EMBER_CHECK(got > 0, name, ": the file is empty (0 bytes); expected an IDX header (4 bytes of magic, then the dims)");
@@ -188,6 +203,18 @@ Header read_header(Source& src, const std::string& name) {
               "of dims (MNIST images: 0x00000803, labels: 0x00000801)");
   EMBER_CHECK(known_type(m[2]), name, ": unknown IDX element type 0x", hex_bytes(m + 2, 1), " in magic ",
               hex32(h.magic), " (expected 0x08 u8, 0x09 i8, 0x0b i16, 0x0c i32, 0x0d f32 or 0x0e f64)");
+  // Checked before the dims are read: a labels file with an images file's magic would otherwise be
+  // reported as a nonsense shape (its first labels read as dims).
+  if (expected_magic != 0 && h.magic != expected_magic) {
+    const bool swapped = (h.magic == kIdxImagesMagic && expected_magic == kIdxLabelsMagic) ||
+                         (h.magic == kIdxLabelsMagic && expected_magic == kIdxImagesMagic);
+    if (swapped)
+      EMBER_FAIL(name, ": this is ", magic_kind(h.magic), " (IDX magic ", hex32(h.magic), "), expected ",
+                 magic_role(expected_magic), " (", hex32(expected_magic),
+                 "); are the images and labels files swapped or misnamed?");
+    EMBER_FAIL(name, ": expected MNIST ", magic_role(expected_magic), " (IDX magic ", hex32(expected_magic), "), got ",
+               hex32(h.magic), " (", magic_kind(h.magic), ")");
+  }
   h.type = static_cast<IdxType>(m[2]);
   const int n = m[3];
   EMBER_CHECK(n >= 1, name, ": the IDX header (magic ", hex32(h.magic), ") declares 0 dims");
@@ -340,7 +367,7 @@ IdxArray parse_idx(std::span<const uint8_t> bytes, const std::string& name) {
   return read_known(src, h, bytes.size() - h.header_bytes, name);
 }
 
-IdxArray read_idx(const std::string& path, IdxCompression compression) {
+IdxArray read_idx(const std::string& path, IdxCompression compression, uint32_t expected_magic) {
   const uint64_t size = file_size(path);
   uint8_t head[4] = {};
   size_t head_n = 0;
@@ -364,7 +391,7 @@ IdxArray read_idx(const std::string& path, IdxCompression compression) {
                 head_n == 4 && head[0] == 0 && head[1] == 0 ? " (a raw IDX header: read it with IdxCompression::raw)"
                                                             : " (gzip files start with 1f 8b)");
     GzipSource src(path);
-    Header h = read_header(src, path);
+    Header h = read_header(src, path, expected_magic);
     // zlib's deflate expands data at most ~1032:1; a header declaring more than that cannot be
     // right, and is refused before anything is allocated for it.
     const uint64_t bound = 1032 * size + 1024;
@@ -373,7 +400,7 @@ IdxArray read_idx(const std::string& path, IdxCompression compression) {
     return read_stream(src, h, path);
   }
   FileSource src(path);
-  Header h = read_header(src, path);
+  Header h = read_header(src, path, expected_magic);
   return read_known(src, h, size - h.header_bytes, path);
 }
 

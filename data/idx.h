@@ -53,7 +53,10 @@ enum class IdxCompression {
   raw,
   gzip,
 };
-// Reads an IDX file from disk (Note [validate before allocating]).
-IdxArray read_idx(const std::string& path, IdxCompression compression = IdxCompression::by_name);
+// Reads an IDX file from disk (Note [validate before allocating]). With expected_magic (e.g.
+// kIdxLabelsMagic), a file with another magic is an error that says what the file is ("this is an
+// images file (IDX magic 0x00000803), expected labels (0x00000801)"), checked before its dims.
+IdxArray read_idx(const std::string& path, IdxCompression compression = IdxCompression::by_name,
+                  uint32_t expected_magic = 0);
 
 }  // namespace ember::data

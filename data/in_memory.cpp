@@ -62,12 +62,16 @@ int64_t InMemoryDataset::read_into(int64_t i, std::span<uint8_t> dst) const {
 }
 
 std::shared_ptr<InMemoryDataset> InMemoryDataset::to(Device device) const {
-  return std::make_shared<InMemoryDataset>(images_.to(device), labels_.to(device), classes_);
+  auto out = std::make_shared<InMemoryDataset>(images_.to(device), labels_.to(device), classes_);
+  out->set_source(source_);
+  return out;
 }
 
 std::shared_ptr<InMemoryDataset> InMemoryDataset::load(const std::string& packed_path) {
   PackedDataset p = read_packed(packed_path);
-  return std::make_shared<InMemoryDataset>(std::move(p.images), std::move(p.labels), std::move(p.classes));
+  auto out = std::make_shared<InMemoryDataset>(std::move(p.images), std::move(p.labels), std::move(p.classes));
+  out->set_source(packed_path);
+  return out;
 }
 
 void InMemoryDataset::save(const std::string& packed_path) const {

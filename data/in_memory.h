@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
@@ -33,6 +34,10 @@ class InMemoryDataset final : public Dataset {
   Device device() const { return images_.device(); }
   bool device_resident() const { return images_.is_cuda(); }
 
+  // Where the data came from (the images file, or the packed file), for messages; "" when unknown.
+  const std::string& source() const { return source_; }
+  void set_source(std::string source) { source_ = std::move(source); }
+
   // The same data on `device` (uploaded once; shares nothing with this one).
   std::shared_ptr<InMemoryDataset> to(Device device) const;
 
@@ -48,6 +53,7 @@ class InMemoryDataset final : public Dataset {
   Tensor labels_;
   std::vector<std::string> classes_;
   int64_t sample_bytes_ = 0;
+  std::string source_;
 };
 
 }  // namespace ember::data

@@ -11,7 +11,12 @@ namespace ember::data {
 
 namespace {
 
-constexpr uint64_t kHeaderBytes = 96;
+// Note [packed header revisions]: files written before the header had its own CRC have a 96-byte
+// header; since then the header is 100 bytes, the last 4 the CRC-32 of bytes [0, 96), so a changed
+// field (e.g. height and width swapped: every size check still passes) is caught. Both are read;
+// the version field stays 1 (the layout after the header is the same).
+constexpr uint64_t kHeaderBytes = 100;
+constexpr uint64_t kLegacyHeaderBytes = 96;
 
 void put_u32(std::vector<uint8_t>& b, size_t at, uint32_t v) {
   for (int i = 0; i < 4; ++i) b[at + i] = static_cast<uint8_t>(v >> (8 * i));
@@ -98,13 +103,14 @@ void write_packed(const std::string& path, const Tensor& images_in, const Tensor
   if (pixel_bytes > 0) std::memcpy(b.data() + pixels_off, images.data_ptr(), static_cast<size_t>(pixel_bytes));
   put_u32(b, 88, crc(b.data() + pixels_off, pixel_bytes));
   put_u32(b, 92, crc(b.data() + classes_off, index_off + 16 * n - classes_off));
+  put_u32(b, 96, crc(b.data(), 96));  // the header's own CRC (Note [packed header revisions])
   write_file(path, b);
 }
 
 PackedDataset read_packed(const std::string& path) {
   const uint64_t size = file_size(path);
-  EMBER_CHECK(size >= kHeaderBytes, path, ": too short for a packed dataset: expected at least ", kHeaderBytes,
-              " header bytes, got ", size);
+  EMBER_CHECK(size >= kLegacyHeaderBytes, path, ": too short for a packed dataset: expected at least ",
+              kLegacyHeaderBytes, " header bytes, got ", size);
   // The whole file in one read; the images are a view into these bytes.
   Tensor file = empty({static_cast<int64_t>(size)}, TensorOptions(DType::u8));
   auto* p = static_cast<uint8_t*>(file.data_ptr());
@@ -117,7 +123,11 @@ PackedDataset read_packed(const std::string& path) {
   const uint32_t version = get_u32(p + 8);
   EMBER_CHECK(version == kPackedVersion, path, ": packed dataset version ", version, "; this ember reads version ",
               kPackedVersion);
-  EMBER_CHECK(get_u32(p + 12) == kHeaderBytes, path, ": header size ", get_u32(p + 12), ", expected ", kHeaderBytes);
+  const uint64_t header_bytes = get_u32(p + 12);
+  EMBER_CHECK(header_bytes == kHeaderBytes || header_bytes == kLegacyHeaderBytes, path, ": header size ", header_bytes,
+              ", expected ", kHeaderBytes, " (or ", kLegacyHeaderBytes, " for files without a header CRC)");
+  EMBER_CHECK(size >= header_bytes, path, ": too short for a packed dataset: expected at least ", header_bytes,
+              " header bytes, got ", size);
   const uint64_t n = get_u64(p + 16);
   const uint64_t c = get_u32(p + 24), h = get_u32(p + 28), w = get_u32(p + 32);
   const uint64_t k = get_u32(p + 36);
@@ -132,7 +142,7 @@ PackedDataset read_packed(const std::string& path) {
   EMBER_CHECK(!overflow, path, ": sizes overflow: ", n, " samples of [", c, ", ", h, ", ", w, "]");
   EMBER_CHECK(pixel_bytes == want_pixels, path, ": pixel section holds ", pixel_bytes, " bytes; ", n, " samples of [",
               c, ", ", h, ", ", w, "] need ", want_pixels);
-  EMBER_CHECK(classes_off == kHeaderBytes && classes_bytes <= size - classes_off, path, ": classes section [",
+  EMBER_CHECK(classes_off == header_bytes && classes_bytes <= size - classes_off, path, ": classes section [",
               classes_off, ", +", classes_bytes, ") is outside the file");
   EMBER_CHECK(index_off == classes_off + classes_bytes && index_bytes <= size - index_off, path, ": index section at ",
               index_off, " (", index_bytes, " bytes) is misplaced or outside the file of ", size, " bytes");
@@ -140,6 +150,12 @@ PackedDataset read_packed(const std::string& path) {
                   pixel_bytes == size - pixels_off,
               path, ": pixel section at ", pixels_off, " (", pixel_bytes, " bytes) does not end the file of ", size,
               " bytes");
+  // After the size checks (they name the field that is off), before the data is trusted: a header
+  // whose fields are consistent but changed (height and width swapped) fails here.
+  if (header_bytes == kHeaderBytes)
+    EMBER_CHECK(get_u32(p + 96) == crc(p, 96), path, ": CRC mismatch in the header (the CRC-32 at offset 96 does not ",
+                "match header bytes 0-95, which read ", n, " samples of [", c, ", ", h, ", ", w, "] in ", k,
+                " classes): the file is corrupt or its header was edited; pack the dataset again with ember_pack");
   EMBER_CHECK(get_u32(p + 92) == crc(p + classes_off, index_off + index_bytes - classes_off), path,
               ": CRC mismatch in the classes/index sections (the file is corrupt)");
   EMBER_CHECK(get_u32(p + 88) == crc(p + pixels_off, pixel_bytes), path,

@@ -4,7 +4,7 @@
 //
 // Layout (little-endian; offsets are from the start of the file):
 //    0  char[8] magic "EMBPACK1"
-//    8  u32 version (1)             12  u32 header bytes (96)
+//    8  u32 version (1)             12  u32 header bytes (100; 96 in files without a header CRC)
 //   16  u64 count N                 24  u32 channels C, 28 u32 height H, 32 u32 width W
 //   36  u32 number of classes K
 //   40  u64 classes offset          48  u64 classes bytes: K x (u32 length, UTF-8 name)
@@ -13,6 +13,8 @@
 //   72  u64 pixel bytes (N x C x H x W)
 //   80  u64 file bytes
 //   88  u32 CRC-32 of the pixel bytes   92  u32 CRC-32 of the classes and index sections
+//   96  u32 CRC-32 of header bytes 0-95 (absent from older files, whose header is 96 bytes: they
+//       are still read, without a header check)
 // Samples are dense and in order (record i's offset is i x C x H x W); the index is there so a
 // reader can check that, and so the format can grow variable-sized records later.
 // Every size, offset and CRC is checked before the data is used; a bad file names the field.

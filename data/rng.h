@@ -1,8 +1,8 @@
-// The random generator of the data pipeline: samplers shuffle with it and every loader worker
-// owns one for its augmentations.
+// The random generator of the data pipeline: samplers shuffle with it and the loader makes one
+// per sample for its augmentations.
 //
 // It is Philox4x32-10 (core/rng.h) used as a counter-based stream: a (seed, stream) pair names an
-// independent sequence, so a generator per (loader seed, epoch, worker) costs nothing to create
+// independent sequence, so a generator per (loader seed, epoch, sample) costs nothing to create
 // and gives the same numbers on every machine, whatever the thread timing. Not thread-safe: one
 // per thread.
 #pragma once

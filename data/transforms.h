@@ -1,9 +1,9 @@
 // Host-side augmentation on uint8 images (CHW), run by the DataLoader's workers on each sample.
 //
-// Every random transform draws from the Rng it is handed: the loader gives each worker its own,
-// seeded from (loader seed, epoch, worker id), so augmentations differ across workers and epochs
-// and repeat exactly for the same seed and worker count (Note [loader determinism] in
-// data/data_loader.h). Transforms hold no mutable state and may be shared by all workers.
+// Every random transform draws from the Rng it is handed: the loader gives each sample its own,
+// seeded from (loader seed, epoch, the sample's position in the epoch), so augmentations differ
+// across samples and epochs and repeat exactly for the same seed, whatever the number of workers
+// (Note [loader determinism] in data/data_loader.h). Transforms hold no mutable state and may be shared by all workers.
 // Conversion to float and normalisation are not transforms: they run on the device after the copy
 // (DataLoaderOptions::normalize).
 #pragma once

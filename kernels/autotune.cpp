@@ -186,21 +186,46 @@ const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const V
     warmup = s.warmup;
     timed = s.timed;
   }
-  // Scratch outputs (with the call's layouts); inputs the op writes in place are cloned.
+  // Note [autotune scratch]: the candidates run on copies of every tensor of the call, never on
+  // the caller's. Outputs get scratch tensors with the call's layouts; every defined input is
+  // cloned too (same layout), because ops also write inputs that are not outputs: batch_norm's
+  // running statistics, the AMP scale/growth tracker, in-place random fills. An output that
+  // aliases an input (in-place ops, optimizer steps) becomes that input's clone. Cloning read-only
+  // inputs as well costs one copy per new key and keeps this right for any op, declared or not.
   autograd::NoGradGuard no_grad;
-  std::vector<Tensor> in(c.in.begin(), c.in.end()), out;
-  for (const Tensor& o : c.out) {
-    auto alias = std::find_if(in.begin(), in.end(), [&](const Tensor& t) { return t.defined() && t.is_same(o); });
-    if (alias != in.end()) {
-      Tensor copy = empty_strided(o.shape(), o.strides(), TensorOptions().dtype(o.dtype()).device(o.device()));
-      copy_(copy, o);
-      *alias = copy;
-      out.push_back(copy);
-    } else if (o.defined()) {
-      out.push_back(empty_strided(o.shape(), o.strides(), TensorOptions().dtype(o.dtype()).device(o.device())));
-    } else {
-      out.push_back(o);
+  auto scratch_like = [](const Tensor& t) {
+    return empty_strided(t.shape(), t.strides(), TensorOptions().dtype(t.dtype()).device(t.device()));
+  };
+  std::vector<Tensor> in, out;
+  in.reserve(c.in.size());
+  for (const Tensor& t : c.in) {
+    if (!t.defined()) {
+      in.push_back(t);
+      continue;
     }
+    // the same tensor given twice stays one tensor (one clone)
+    size_t j = 0;
+    while (j < in.size() && !(c.in[j].defined() && c.in[j].is_same(t))) ++j;
+    if (j < in.size()) {
+      in.push_back(in[j]);
+      continue;
+    }
+    bool broadcast = false;  // a stride-0 (expanded) input: its clone is dense, same values
+    for (int d = 0; d < t.dim(); ++d) broadcast = broadcast || (t.strides()[d] == 0 && t.shape()[d] > 1);
+    if (broadcast) {
+      in.push_back(t.contiguous().clone());
+      continue;
+    }
+    Tensor copy = scratch_like(t);
+    copy_(copy, t);
+    in.push_back(copy);
+  }
+  for (const Tensor& o : c.out) {
+    size_t j = 0;
+    while (j < c.in.size() && !(o.defined() && c.in[j].defined() && c.in[j].is_same(o))) ++j;
+    if (j < c.in.size()) out.push_back(in[j]);
+    else if (o.defined()) out.push_back(scratch_like(o));
+    else out.push_back(o);
   }
   KernelCall tc{c.op, in, out, c.attrs};
   const Variant* best = nullptr;

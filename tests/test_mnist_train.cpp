@@ -394,7 +394,7 @@ TEST_CASE("mnist_train: runtime errors exit 1 with one line on stderr", "[mnist_
         {"not an IDX file", "t10k-images-idx3-ubyte", {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '\n'},
          "not an IDX file"},
         {"32x32 images", "train-images-idx3-ubyte", testing::idx_bytes(0x08, {200, 32, 32}, std::vector<uint8_t>(200 * 32 * 32)),
-         "784"},
+         "differ in size"},
         {"label 12 of 10 classes", "train-labels-idx1-ubyte", labels_idx(bad_label), "label 12 of training image 5"},
         {"label 12 in the test set", "t10k-labels-idx1-ubyte", labels_idx(bad_test_label), "label 12 of test image 5"},
     };

@@ -106,6 +106,7 @@ Splits load_splits(const std::string& dir, double val_split, uint64_t seed) {
   Splits s;
   auto train = data::load_mnist(dir, data::Split::train);
   s.test = data::load_mnist(dir, data::Split::test);
+  data::check_same_image_size(*train, *s.test);  // both files and both sizes, before anything trains
   // the models have 10 outputs and the confusion matrix 10 rows: say so here, not as an index
   // error inside the loss or the evaluation
   for (const auto& [name, ds] : {std::pair{"training", train}, std::pair{"test", s.test}}) {
