@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(ds->images().size(2)), static_cast<long long>(ds->images().size(3)),
                 ds->classes().size(), static_cast<double>(file_size(output)) / 1e6, secs);
   } catch (const std::exception& e) {
-    std::string msg = one_line(e.what());
+    std::string msg = one_line(ember::user_message(e.what()));
     const bool sizes = folder && rh == 0 && msg.find("--resize") == std::string::npos;
     std::fprintf(stderr, "ember_pack: error: %s%s\n", msg.c_str(),
                  sizes ? " (a packed dataset needs one image size; if the images differ, pass --resize HxW)" : "");

@@ -164,7 +164,7 @@ TrainingProgress TrainingCheckpoint::restore(const StateDict& state, bool strict
   }
   EMBER_CHECK(!strict || unowned.empty(), where, ": tensor '", unowned.empty() ? std::string() : unowned[0],
               "' belongs to no registered component (the checkpoint has: ", listed,
-              "); register it or load with strict=false");
+              "); it was written by a different program or model setup");
   // Meaning before anything is applied (Note [checkpoints mean what they say]).
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].module != nullptr) {

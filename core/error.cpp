@@ -1,6 +1,44 @@
 #include "core/error.h"
 
+#include <cstdlib>
 #include <cstring>
+
+namespace ember {
+
+namespace {
+constexpr const char* kRoots[] = {"core/", "kernels/", "nn/", "optim/", "data/", "amp/", "dist/", "apps/",
+                                  "bench/", "tests/", "io/", "ckpt/", "logging/"};
+}  // namespace
+
+std::string user_message(const std::string& what) {
+  if (const char* keep = std::getenv("EMBER_ERROR_LOCATIONS"); keep != nullptr && std::strcmp(keep, "1") == 0)
+    return what;
+  // Drops every " (ROOT/....ext:LINE)" group; anything else in parentheses stays.
+  std::string out;
+  size_t i = 0;
+  while (i < what.size()) {
+    if (what.compare(i, 2, " (") == 0) {
+      size_t close = what.find(')', i + 2);
+      if (close != std::string::npos) {
+        std::string inner = what.substr(i + 2, close - i - 2);
+        bool root = false;
+        for (const char* r : kRoots) root = root || inner.rfind(r, 0) == 0;
+        size_t colon = inner.rfind(':');
+        bool line = colon != std::string::npos && colon + 1 < inner.size() &&
+                    inner.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+        bool file = colon != std::string::npos && inner.find('.') < colon && inner.find(' ') == std::string::npos;
+        if (root && line && file) {
+          i = close + 1;
+          continue;
+        }
+      }
+    }
+    out += what[i++];
+  }
+  return out;
+}
+
+}  // namespace ember
 
 namespace ember::detail {
 
@@ -8,7 +46,7 @@ void throw_error(const char* file, int line, const std::string& msg) {
   // Keep only the path below the source root so messages stay short and stable.
   const char* short_file = file;
   for (const char* root : {"/core/", "/kernels/", "/nn/", "/optim/", "/data/", "/amp/", "/dist/", "/apps/",
-                           "/bench/", "/tests/"}) {
+                           "/bench/", "/tests/", "/io/", "/ckpt/", "/logging/"}) {
     if (const char* p = std::strstr(file, root)) {
       short_file = p + 1;
       break;

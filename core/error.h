@@ -59,6 +59,10 @@ std::string cat(const Args&... args) {
 
 }  // namespace detail
 
+// What a program shows its user: `what` without the " (core/tensor.cpp:123)" source locations
+// EMBER_CHECK appends (they are for developers; EMBER_ERROR_LOCATIONS=1 keeps them).
+std::string user_message(const std::string& what);
+
 // Builds a string from any streamable values: str("shape ", s, " vs ", t).
 template <class... Args>
 std::string str(const Args&... args) {

@@ -197,7 +197,7 @@ Header read_header(Source& src, const std::string& name, uint32_t expected_magic
   h.magic = (uint32_t{m[0]} << 24) | (uint32_t{m[1]} << 16) | (uint32_t{m[2]} << 8) | m[3];
   if (m[0] == 0x1f && m[1] == 0x8b)
     EMBER_FAIL(name, ": this is gzip-compressed data, not a raw IDX file (it starts with the gzip magic 1f 8b); "
-               "name the file *.gz or read it with IdxCompression::gzip (or gunzip it first)");
+               "name the file *.gz, or gunzip it");
   EMBER_CHECK(m[0] == 0 && m[1] == 0, name, ": not an IDX file: magic ", hex32(h.magic),
               " (bytes ", hex_bytes(m, 4), "); IDX files start with two zero bytes, a type byte and the number "
               "of dims (MNIST images: 0x00000803, labels: 0x00000801)");
@@ -383,12 +383,12 @@ IdxArray read_idx(const std::string& path, IdxCompression compression, uint32_t 
       EMBER_FAIL(path, ": the name ends in .gz but the file is not gzip-compressed (it starts with ",
                  head_n > 0 ? hex_bytes(head, head_n) : std::string("nothing: it is empty"),
                  head_n == 4 && head[0] == 0 && head[1] == 0 ? ", a raw IDX header" : "",
-                 "); rename it without .gz or read it with IdxCompression::raw");
+                 "); rename it without .gz");
   }
   if (want_gzip) {
     EMBER_CHECK(is_gzip, path, ": expected gzip-compressed IDX data, but the file starts with ",
                 head_n > 0 ? hex_bytes(head, head_n) : std::string("nothing (it is empty)"),
-                head_n == 4 && head[0] == 0 && head[1] == 0 ? " (a raw IDX header: read it with IdxCompression::raw)"
+                head_n == 4 && head[0] == 0 && head[1] == 0 ? " (a raw IDX header: the file is not compressed)"
                                                             : " (gzip files start with 1f 8b)");
     GzipSource src(path);
     Header h = read_header(src, path, expected_magic);

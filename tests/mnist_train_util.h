@@ -122,6 +122,10 @@ inline void check_error(const RunResult& r, int code, const std::string& needle)
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK((!r.err.empty() && r.err.back() == '\n'));
   CHECK(r.err.find(needle) != std::string::npos);
+  // for users: no source locations (EMBER_ERROR_LOCATIONS=1 keeps them) and no C++ names
+  CHECK(r.err.find(".cpp:") == std::string::npos);
+  CHECK(r.err.find(".h:") == std::string::npos);
+  CHECK(r.err.find("::") == std::string::npos);
 }
 
 // The test accuracy the program reports ("test accuracy 93.33%" in the summary and after

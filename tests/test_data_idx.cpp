@@ -170,7 +170,7 @@ TEST_CASE("idx bad input: every malformed file gets a clear error", "[data][idx]
                Catch::Contains("ends in .gz but the file is not gzip-compressed") &&
                    Catch::Contains("a raw IDX header"));
     CHECK_THAT(error_of([&] { read_idx(raw_as_gz, IdxCompression::gzip); }),
-               Catch::Contains("read it with IdxCompression::raw"));
+               Catch::Contains("the file is not compressed"));
     // and the explicit modes do what they say
     CHECK(read_idx(raw_as_gz, IdxCompression::raw).numel() == 24);
     CHECK(read_idx(gz_as_raw, IdxCompression::gzip).numel() == 24);

@@ -183,3 +183,20 @@ TEST_CASE("data messages: augmented batches are the same for 0 1 and 3 workers",
   DataLoader plain(ds, DataLoaderOptions().batch_size(4).shuffle(true).seed(21));
   CHECK(plain.begin()->images.to_vector<uint8_t>() != zero[0]);
 }
+
+TEST_CASE("data messages: what a program shows drops the source locations unless EMBER_ERROR_LOCATIONS=1", "[messages]") {
+  const std::string what = "data/x.idx: not an IDX file (data/idx.cpp:201) (see the format (IDX)) (apps/mnist_train/trainer.cpp:70)";
+  ::unsetenv("EMBER_ERROR_LOCATIONS");
+  CHECK(ember::user_message(what) == "data/x.idx: not an IDX file (see the format (IDX))");
+  CHECK(ember::user_message("plain (not a location: 12)") == "plain (not a location: 12)");
+  ::setenv("EMBER_ERROR_LOCATIONS", "1", 1);
+  CHECK(ember::user_message(what) == what);
+  ::unsetenv("EMBER_ERROR_LOCATIONS");
+  // what EMBER_CHECK throws carries one, and user_message removes it
+  try {
+    EMBER_CHECK(false, "bad value ", 3);
+  } catch (const ember::Error& e) {
+    CHECK(std::string(e.what()).find("tests/test_data_messages.cpp:") != std::string::npos);
+    CHECK(ember::user_message(e.what()) == "bad value 3");
+  }
+}

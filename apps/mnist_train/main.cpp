@@ -173,13 +173,13 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
     if (!r.error.empty()) {
-      std::fprintf(stderr, "mnist_train: error: %s\n", one_line(r.error).c_str());
+      std::fprintf(stderr, "mnist_train: error: %s\n", one_line(user_message(r.error)).c_str());
       return 1;
     }
     if (r.interrupted_by != 0) return 128 + r.interrupted_by;
     return mnist::output_failures() > 0 ? 1 : 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mnist_train: error: %s\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "mnist_train: error: %s\n", one_line(user_message(e.what())).c_str());
     return 1;
   }
 }

@@ -201,12 +201,12 @@ ParseResult parse_options(int argc, char** argv) {
       r.exit_code = 0;
       return r;
     }
-    std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", e.what());
+    std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", ember::user_message(e.what()).c_str());
     r.exit_code = 2;
     return r;
   }
   auto usage = [&](const std::string& msg) {
-    std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", msg.c_str());
+    std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", ember::user_message(msg).c_str());
     r.exit_code = 2;
     return r;
   };

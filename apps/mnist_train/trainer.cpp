@@ -79,7 +79,7 @@ extern "C" void on_stop_signal(int sig) {
 
 void output_failed(const std::string& flag, const std::string& path, const std::string& what) {
   ++g_output_failures;
-  std::string line = what;
+  std::string line = user_message(what);
   for (char& c : line)
     if (c == '\n') c = ' ';
   std::fflush(stdout);
