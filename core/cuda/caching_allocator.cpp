@@ -191,7 +191,17 @@ class DeviceAllocator {
       Pending pend{b, {}};
       for (cudaStream_t s : b->uses) {
         cudaEvent_t e = get_event();
-        EMBER_CUDA_CHECK(cudaEventRecord(e, s));
+        cudaError_t err = cudaEventRecord(e, s);
+        if (err != cudaSuccess) {
+          // The other streams' use of the block cannot be ordered any more (a sticky error or an
+          // invalidated capture): the block is never reused, but stays owned here (not leaked),
+          // and the error goes to the caller (~Storage reports it once and goes on).
+          events_.push_back(e);
+          for (cudaEvent_t x : pend.events) events_.push_back(x);
+          b->uses.clear();
+          unusable_.push_back(b);
+          EMBER_CUDA_CHECK(err);
+        }
         pend.events.push_back(e);
       }
       b->uses.clear();
@@ -359,6 +369,7 @@ class DeviceAllocator {
   std::map<FreeKey, std::vector<Block*>> free_;
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> events_;
+  std::vector<Block*> unusable_;  // blocks whose free failed: never handed out again
   std::map<uint64_t, bool> pools_alive_;
   AllocatorStats stats_;
 };
