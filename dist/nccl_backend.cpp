@@ -34,6 +34,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "core/cuda/device_guard.h"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -64,6 +66,9 @@ namespace ember::dist {
 
 namespace {
 
+using cuda::DeviceGuard;
+using cuda::RelaxedCapture;
+
 using Clock = std::chrono::steady_clock;
 using NcclFn = std::function<ncclResult_t(ncclComm_t, cudaStream_t)>;
 
@@ -73,35 +78,6 @@ std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
   if (last != nullptr && *last != '\0') s += ": " + std::string(last);
   return s;
 }
-
-// Sets the current device in this scope (NCCL and event creation act on the current device).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    EMBER_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) EMBER_CUDA_CHECK(cudaSetDevice(device));
-    else prev_ = -1;
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = -1;
-};
-
-// Event creation and destruction are not stream work; relaxed mode keeps them legal on a thread
-// that is capturing a graph in global mode (as the caching allocator does for its events).
-class RelaxedCapture {
- public:
-  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
 
 // An event created on `device`, shared by a Work and the watchdog's list.
 struct CudaEvent {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/device_guard.h"
 #include "core/cuda/runtime.h"
 #include "core/runtime.h"
 #include "core/storage.h"
@@ -77,40 +78,6 @@ inline void annotate(void* p, size_t bytes, cudaStream_t s) {
   static_cast<void>(s);
 #endif
 }
-
-// Runs cudaMalloc/cudaEventCreate in relaxed capture mode so they are legal while this thread
-// captures a graph.
-class RelaxedCapture {
- public:
-  RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  ~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
-
-// Makes `device` current in this scope. Several GPUs in one process: a free (or a cache release)
-// can run on a thread whose current device is another one, and the allocator's events must be
-// created on the device of the streams they are recorded on (its blocks' device), its cudaFree
-// calls made there.
-class DeviceScope {
- public:
-  // Never throws (it runs in frees): a failure here shows in the CUDA call that follows.
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&prev_) != cudaSuccess || prev_ == device || cudaSetDevice(device) != cudaSuccess) {
-      cudaGetLastError();
-      prev_ = -1;
-    }
-  }
-  ~DeviceScope() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int prev_ = -1;
-};
 
 bool is_capturing(cudaStream_t s) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -187,7 +154,7 @@ class DeviceAllocator {
     }
     if (!pools_alive_.count(b->pool) && b->pool != 0) b->pool = 0;  // its pool is gone: share it
     if (!b->uses.empty() && !is_capturing(b->stream)) {
-      DeviceScope on_device(device_);  // the events: created and recorded on this allocator's device
+      DeviceGuard on_device(device_, DeviceGuard::kNoThrow);  // the events: created and recorded on this allocator's device
       Pending pend{b, {}};
       for (cudaStream_t s : b->uses) {
         cudaEvent_t e = get_event();
@@ -291,7 +258,7 @@ class DeviceAllocator {
   }
 
   void release_locked(uint64_t pool) {
-    DeviceScope on_device(device_);  // cudaFree on the blocks' own device (empty_cache loops devices)
+    DeviceGuard on_device(device_, DeviceGuard::kNoThrow);  // cudaFree on the blocks' own device (empty_cache loops devices)
     process_pending();
     bool synced = false;
     for (auto it = free_.begin(); it != free_.end();) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/device_guard.h"
 #include "core/cuda/runtime.h"
 #include "core/storage.h"
 
@@ -34,24 +35,6 @@ struct HostBlock {
   size_t size = 0;
   bool in_use = false;
   std::vector<UseEvent> events;  // recorded by streams that read or wrote the block
-};
-
-// Makes `device` current in this scope (events are created on the current device).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    EMBER_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) EMBER_CUDA_CHECK(cudaSetDevice(device));
-    else prev_ = -1;
-  }
-  ~DeviceScope() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int prev_ = -1;
 };
 
 class PinnedAllocator final : public Allocator {
@@ -114,7 +97,7 @@ class PinnedAllocator final : public Allocator {
     // A long-lived block (a loader's staging buffer) is copied from many times without being
     // freed: drop its completed events here, or they would pile up until the next allocation.
     drop_completed(*b);
-    DeviceScope on_device(s.device());  // create and record the event on the stream's device
+    DeviceGuard on_device(s.device());  // create and record the event on the stream's device
     auto& spare = spare_events_[s.device()];
     cudaEvent_t e = nullptr;
     if (!spare.empty()) {

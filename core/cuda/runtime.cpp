@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/device_guard.h"
 #include "core/cuda/unavailable_reason.h"
 #include "core/runtime.h"
 
@@ -71,22 +72,6 @@ void check_device(int device) {
   EMBER_CHECK(device >= 0 && device < device_count(), "CUDA device ", device, " is not available (",
               device_count() == 0 ? unavailable_reason() : std::to_string(device_count()) + " device(s)", ")");
 }
-
-// Sets the device for the current thread and restores it on exit.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    EMBER_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) EMBER_CUDA_CHECK(cudaSetDevice(device));
-    else prev_ = -1;
-  }
-  ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = -1;
-};
 
 thread_local std::array<void*, kMaxDevices> t_current{};
 
