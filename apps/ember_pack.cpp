@@ -38,20 +38,6 @@ const char kUsage[] =
   std::exit(2);
 }
 
-// One line: messages that list things on indented lines of their own are joined.
-std::string one_line(const std::string& msg) {
-  std::string out;
-  for (size_t i = 0; i < msg.size(); ++i) {
-    if (msg[i] != '\n') {
-      out += msg[i];
-      continue;
-    }
-    while (i + 1 < msg.size() && (msg[i + 1] == ' ' || msg[i + 1] == '\t' || msg[i + 1] == '\n')) ++i;
-    if (i + 1 < msg.size()) out += ' ';
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,7 +139,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(ds->images().size(2)), static_cast<long long>(ds->images().size(3)),
                 ds->classes().size(), static_cast<double>(file_size(output)) / 1e6, secs);
   } catch (const std::exception& e) {
-    std::string msg = one_line(ember::user_message(e.what()));
+    std::string msg = ember::user_message(e.what());
     const bool sizes = folder && rh == 0 && msg.find("--resize") == std::string::npos;
     std::fprintf(stderr, "ember_pack: error: %s%s\n", msg.c_str(),
                  sizes ? " (a packed dataset needs one image size; if the images differ, pass --resize HxW)" : "");

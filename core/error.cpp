@@ -11,16 +11,26 @@ constexpr const char* kRoots[] = {"core/", "kernels/", "nn/", "optim/", "data/",
 }  // namespace
 
 std::string user_message(const std::string& what) {
+  // One line: messages that list things on indented lines of their own are joined.
+  std::string joined;
+  for (size_t i = 0; i < what.size(); ++i) {
+    if (what[i] != '\n') {
+      joined += what[i];
+      continue;
+    }
+    while (i + 1 < what.size() && (what[i + 1] == ' ' || what[i + 1] == '\t' || what[i + 1] == '\n')) ++i;
+    if (i + 1 < what.size()) joined += ' ';
+  }
   if (const char* keep = std::getenv("EMBER_ERROR_LOCATIONS"); keep != nullptr && std::strcmp(keep, "1") == 0)
-    return what;
-  // Drops every " (ROOT/....ext:LINE)" group; anything else in parentheses stays.
+    return joined;
+  // Every " (ROOT/....ext:LINE)" group dropped; anything else in parentheses stays.
   std::string out;
   size_t i = 0;
-  while (i < what.size()) {
-    if (what.compare(i, 2, " (") == 0) {
-      size_t close = what.find(')', i + 2);
+  while (i < joined.size()) {
+    if (joined.compare(i, 2, " (") == 0) {
+      size_t close = joined.find(')', i + 2);
       if (close != std::string::npos) {
-        std::string inner = what.substr(i + 2, close - i - 2);
+        std::string inner = joined.substr(i + 2, close - i - 2);
         bool root = false;
         for (const char* r : kRoots) root = root || inner.rfind(r, 0) == 0;
         size_t colon = inner.rfind(':');
@@ -33,7 +43,7 @@ std::string user_message(const std::string& what) {
         }
       }
     }
-    out += what[i++];
+    out += joined[i++];
   }
   return out;
 }

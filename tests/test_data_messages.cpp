@@ -189,6 +189,7 @@ TEST_CASE("data messages: what a program shows drops the source locations unless
   ::unsetenv("EMBER_ERROR_LOCATIONS");
   CHECK(ember::user_message(what) == "data/x.idx: not an IDX file (see the format (IDX))");
   CHECK(ember::user_message("plain (not a location: 12)") == "plain (not a location: 12)");
+  CHECK(ember::user_message("three files differ:\n  a\n  b (data/idx.cpp:9)\n") == "three files differ: a b");
   ::setenv("EMBER_ERROR_LOCATIONS", "1", 1);
   CHECK(ember::user_message(what) == what);
   ::unsetenv("EMBER_ERROR_LOCATIONS");

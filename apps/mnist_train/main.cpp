@@ -34,20 +34,6 @@ Device pick_device(const std::string& flag) {
   return d;
 }
 
-// Errors are one line on stderr; some messages list things on indented lines of their own.
-std::string one_line(const std::string& msg) {
-  std::string out;
-  for (size_t i = 0; i < msg.size(); ++i) {
-    if (msg[i] != '\n') {
-      out += msg[i];
-      continue;
-    }
-    while (i + 1 < msg.size() && (msg[i + 1] == ' ' || msg[i + 1] == '\t' || msg[i + 1] == '\n')) ++i;
-    if (i + 1 < msg.size()) out += ' ';
-  }
-  return out;
-}
-
 // Output files are checked before anything trains: a typo in --save must not cost the run. A
 // symlink is checked at its target; a device or FIFO is written through (io/atomic_file.h).
 void check_output_path(const char* flag, const std::string& given) {
@@ -173,13 +159,13 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
     if (!r.error.empty()) {
-      std::fprintf(stderr, "mnist_train: error: %s\n", one_line(user_message(r.error)).c_str());
+      std::fprintf(stderr, "mnist_train: error: %s\n", user_message(r.error).c_str());
       return 1;
     }
     if (r.interrupted_by != 0) return 128 + r.interrupted_by;
     return mnist::output_failures() > 0 ? 1 : 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mnist_train: error: %s\n", one_line(user_message(e.what())).c_str());
+    std::fprintf(stderr, "mnist_train: error: %s\n", user_message(e.what()).c_str());
     return 1;
   }
 }

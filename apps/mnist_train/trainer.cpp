@@ -79,9 +79,7 @@ extern "C" void on_stop_signal(int sig) {
 
 void output_failed(const std::string& flag, const std::string& path, const std::string& what) {
   ++g_output_failures;
-  std::string line = user_message(what);
-  for (char& c : line)
-    if (c == '\n') c = ' ';
+  const std::string line = user_message(what);  // one line, no source locations
   std::fflush(stdout);
   std::fprintf(stderr, "mnist_train: error: %s %s: %s (training goes on without this output; the exit code will be 1)\n",
                flag.c_str(), path.c_str(), line.c_str());
