@@ -2,6 +2,7 @@
 // (Part of ember_gpu_tests: skipped without a device.)
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <thread>
 
 #include "core/cuda/runtime.h"
@@ -115,18 +116,25 @@ TEST_CASE("gpu loader: steady state has no host sync and no new allocations", "[
                             .normalize({0.5}, {0.5}));
   // The consumer keeps pace with its device work, as a training step does, by polling an event
   // (not a host sync): otherwise freed batches wait on a compute stream that lags arbitrarily far
-  // behind, and the caching allocator rightly takes new blocks meanwhile (timing-dependent: the
-  // simulator's slow kernels showed it).
-  auto keep_pace = [] {
+  // behind, and the caching allocator rightly takes new blocks meanwhile. The batch is dropped
+  // before that wait, so the events its free recorded have completed when next() allocates the
+  // following copies (dropped in ++, they may still be queued then: timing-dependent, the
+  // simulator's CI run showed it).
+  auto drop_and_keep_pace = [](Batch& b) {
+    b = Batch();
     cuda::Event done;
     done.record();
     while (!done.query()) std::this_thread::yield();
   };
   within(120, "steady state", [&] {
-    for (Batch& b : loader) {  // warm: pinned staging, device blocks, events
-      (void)b;
-      keep_pace();
-    }
+    // Warm: pinned staging, device blocks, events. A slow consumer lets the workers fill every
+    // slot, so next() issues the most copies ahead that it ever can: the pool then holds as many
+    // blocks as any later epoch needs at once, however fast the workers run then.
+    for (int epoch = 0; epoch < 2; ++epoch)
+      for (Batch& b : loader) {
+        drop_and_keep_pace(b);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     cuda::device_synchronize(0);
     const auto pinned0 = cuda::pinned_stats();
     const auto dev0 = cuda::allocator_stats(0);
@@ -136,7 +144,7 @@ TEST_CASE("gpu loader: steady state has no host sync and no new allocations", "[
     try {
       for (Batch& b : loader) {
         n += b.size();
-        keep_pace();
+        drop_and_keep_pace(b);
       }
     } catch (...) {
       runtime::set_sync_debug(runtime::SyncDebug::off);
