@@ -71,8 +71,9 @@ void linear_test_variant(const KernelCall& c) { variant(OpId::linear, "cpu_fused
 void add_test_variant_once() {
   static bool added = [] {
     auto& info = const_cast<OpInfo&>(op_info(OpId::linear));
-    info.add_variant({"test_nondet", DeviceType::cpu, linear_test_variant, kFloatTypes, kNondeterministic, nullptr,
-                      "test only: cpu_fused under another name, flagged nondeterministic"});
+    info.add_variant({.name = "test_nondet", .device = DeviceType::cpu, .fn = linear_test_variant,
+                      .dtypes = kFloatTypes, .flags = kNondeterministic,
+                      .note = "test only: cpu_fused under another name, flagged nondeterministic"});
     return true;
   }();
   (void)added;

@@ -33,8 +33,8 @@ void bn_copy_variant(const KernelCall& c) {
 void add_bn_variant_once() {
   static bool added = [] {
     auto& info = const_cast<OpInfo&>(op_info(OpId::batch_norm));
-    info.add_variant({"test_copy", DeviceType::cpu, bn_copy_variant, kFloatTypes, 0, nullptr,
-                      "test only: the CPU kernel under another name (two autotune candidates)"});
+    info.add_variant({.name = "test_copy", .device = DeviceType::cpu, .fn = bn_copy_variant, .dtypes = kFloatTypes,
+                      .note = "test only: the CPU kernel under another name (two autotune candidates)"});
     return true;
   }();
   (void)added;

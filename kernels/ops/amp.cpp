@@ -143,7 +143,8 @@ void define_op_amp_unscale(OpInfo& info) {
                                      return in;
                                    }}};
   };
-  info.add_variant({"cpu", DeviceType::cpu, unscale_cpu, kAllTypes, 0, nullptr, "one loop over every gradient"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = unscale_cpu,
+                    .note = "one loop over every gradient"});
 }
 
 void define_op_amp_update_scale(OpInfo& info) {
@@ -151,7 +152,7 @@ void define_op_amp_update_scale(OpInfo& info) {
   info.infer = infer_update;
   info.samples = update_samples;
   info.cost = [](const KernelCall&) { return Cost{24, 0}; };
-  info.add_variant({"cpu", DeviceType::cpu, update_cpu, kAllTypes, 0, nullptr, "scalar update"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = update_cpu, .note = "scalar update"});
 }
 
 void amp_unscale_(const std::vector<Tensor>& grads, Tensor& found_inf, const Tensor& inv_scale) {

@@ -103,12 +103,12 @@ void update_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_amp_unscale(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, unscale_cuda, kAllTypes, 0, nullptr,
-                    "multi-tensor: one launch per 48 gradients, table in kernel arguments"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = unscale_cuda,
+                    .note = "multi-tensor: one launch per 48 gradients, table in kernel arguments"});
 }
 
 void register_cuda_amp_update_scale(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, update_cuda, kAllTypes, 0, nullptr, "one thread"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = update_cuda, .note = "one thread"});
 }
 
 }  // namespace ember

@@ -435,8 +435,8 @@ void define_op_batch_norm(OpInfo& info) {
   // f16/bf16 activations stay in their dtype with f32 statistics and parameters (as cuDNN's path)
   info.autocast = AutocastPolicy::none;
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, batch_norm_cpu, kFloatTypes, 0, nullptr,
-                    "two passes per channel in double, parallel over channels"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = batch_norm_cpu, .dtypes = kFloatTypes,
+                    .note = "two passes per channel in double, parallel over channels"});
 }
 
 void define_op_batch_norm_backward(OpInfo& info) {
@@ -446,8 +446,8 @@ void define_op_batch_norm_backward(OpInfo& info) {
   info.cost = batch_norm_cost;
   info.benches = [] { return bn_benches(true); };
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, batch_norm_backward_cpu, kFloatTypes, 0, nullptr,
-                    "per channel in double, parallel over channels"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = batch_norm_backward_cpu, .dtypes = kFloatTypes,
+                    .note = "per channel in double, parallel over channels"});
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,

@@ -639,20 +639,25 @@ void batch_norm_backward_cudnn(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_batch_norm(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, batch_norm_cuda, kFloatTypes, 0, bn_supports,
-                    "Welford partials per block + normalise (2 kernels, deterministic), NCHW or channels-last"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = batch_norm_cuda, .dtypes = kFloatTypes,
+                    .supports = bn_supports,
+                    .note = "Welford partials per block + normalise (2 kernels, deterministic), "
+                            "NCHW or channels-last"});
 #if EMBER_WITH_CUDNN
-  info.add_variant({"cudnn", DeviceType::cuda, batch_norm_cudnn, DTypeSet{DType::f32, DType::f64, DType::f16}, kVendor,
-                    cudnn_bn_ok, "cudnnBatchNormalizationForwardTraining / ForwardInference (SPATIAL)"});
+  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = batch_norm_cudnn,
+                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16}, .flags = kVendor, .supports = cudnn_bn_ok,
+                    .note = "cudnnBatchNormalizationForwardTraining / ForwardInference (SPATIAL)"});
 #endif
 }
 
 void register_cuda_batch_norm_backward(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, batch_norm_backward_cuda, kFloatTypes, 0, bn_supports,
-                    "per-block (sum g, sum g (x - mean)) partials + fused dx/dweight/dbias (2 kernels)"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = batch_norm_backward_cuda, .dtypes = kFloatTypes,
+                    .supports = bn_supports,
+                    .note = "per-block (sum g, sum g (x - mean)) partials + fused dx/dweight/dbias (2 kernels)"});
 #if EMBER_WITH_CUDNN
-  info.add_variant({"cudnn", DeviceType::cuda, batch_norm_backward_cudnn, DTypeSet{DType::f32, DType::f64, DType::f16},
-                    kVendor, cudnn_bn_ok, "cudnnBatchNormalizationBackward (SPATIAL, training mode)"});
+  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = batch_norm_backward_cudnn,
+                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16}, .flags = kVendor, .supports = cudnn_bn_ok,
+                    .note = "cudnnBatchNormalizationBackward (SPATIAL, training mode)"});
 #endif
 }
 

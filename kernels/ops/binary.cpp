@@ -279,7 +279,8 @@ void define_binary(OpInfo& info) {
   info.benches = binary_benches;
   info.contiguous_inputs = false;
   info.autocast = std::is_same_v<Op, binary::Pow> ? AutocastPolicy::fp32 : AutocastPolicy::promote;
-  info.add_variant({"cpu", DeviceType::cpu, cpu_binary<Op>, kNumericTypes, 0, nullptr, "generic CPU elementwise loop"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_binary<Op>, .dtypes = kNumericTypes,
+                    .note = "generic CPU elementwise loop"});
 }
 
 template <class Op>
@@ -296,8 +297,8 @@ void define_binary_scalar(OpInfo& info) {
   info.benches = binary_scalar_benches;
   info.contiguous_inputs = false;
   info.autocast = std::is_same_v<Op, binary::Pow> ? AutocastPolicy::fp32 : AutocastPolicy::none;
-  info.add_variant({"cpu", DeviceType::cpu, cpu_binary_scalar<Op>, kNumericTypes, 0, nullptr,
-                    "generic CPU elementwise loop"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_binary_scalar<Op>, .dtypes = kNumericTypes,
+                    .note = "generic CPU elementwise loop"});
 }
 
 // ---- promotion for the functional API ----

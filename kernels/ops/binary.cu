@@ -34,14 +34,14 @@ void cuda_binary_scalar(const KernelCall& c) {
 
 }  // namespace
 
-#define EMBER_BINARY(name, Functor)                                                                    \
-  void register_cuda_##name(OpInfo& info) {                                                           \
-    info.add_variant({"cuda", DeviceType::cuda, cuda_binary<binary::Functor>, kNumericTypes, 0, nullptr, \
-                      "generic vectorized elementwise kernel"});                                      \
-  }                                                                                                    \
-  void register_cuda_##name##_scalar(OpInfo& info) {                                                  \
-    info.add_variant({"cuda", DeviceType::cuda, cuda_binary_scalar<binary::Functor>, kNumericTypes, 0,  \
-                      nullptr, "generic vectorized elementwise kernel"});                             \
+#define EMBER_BINARY(name, Functor)                                                                                   \
+  void register_cuda_##name(OpInfo& info) {                                                                           \
+    info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_binary<binary::Functor>,                 \
+                      .dtypes = kNumericTypes, .note = "generic vectorized elementwise kernel"});                     \
+  }                                                                                                                   \
+  void register_cuda_##name##_scalar(OpInfo& info) {                                                                  \
+    info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_binary_scalar<binary::Functor>,          \
+                      .dtypes = kNumericTypes, .note = "generic vectorized elementwise kernel"});                     \
   }
 #include "kernels/ops.def"
 

@@ -92,11 +92,12 @@ void define_op_cat(OpInfo& info) {
   info.cost = cat_cost;
   info.contiguous_inputs = false;
   info.autocast = AutocastPolicy::promote;
-  info.add_variant({"cpu", DeviceType::cpu, cat_kernel, kAllTypes, 0, nullptr, "a strided copy per input"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cat_kernel, .note = "a strided copy per input"});
 }
 
 void register_cuda_cat(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, cat_kernel, kAllTypes, 0, nullptr, "a strided copy kernel per input"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cat_kernel,
+                    .note = "a strided copy kernel per input"});
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {

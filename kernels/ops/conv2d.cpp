@@ -877,10 +877,10 @@ void define_op_conv2d(OpInfo& info) {
   info.benches = [] { return conv_benches(0); };
   info.autocast = AutocastPolicy::lower;
   info.contiguous_inputs = false;  // NCHW and channels-last both reach the kernels
-  info.add_variant({"naive", DeviceType::cpu, conv2d_naive_cpu, kFloatTypes, kReference, nullptr,
-                    "the formula as loops over any strides, double accumulation"});
-  info.add_variant({"im2col", DeviceType::cpu, conv2d_im2col_cpu, kFloatTypes, 0, nullptr,
-                    "im2col per image and group + the matmul op, images across threads"});
+  info.add_variant({.name = "naive", .device = DeviceType::cpu, .fn = conv2d_naive_cpu, .dtypes = kFloatTypes,
+                    .flags = kReference, .note = "the formula as loops over any strides, double accumulation"});
+  info.add_variant({.name = "im2col", .device = DeviceType::cpu, .fn = conv2d_im2col_cpu, .dtypes = kFloatTypes,
+                    .note = "im2col per image and group + the matmul op, images across threads"});
 }
 
 void define_op_conv2d_backward_input(OpInfo& info) {
@@ -892,10 +892,11 @@ void define_op_conv2d_backward_input(OpInfo& info) {
   info.cost = conv2d_backward_input_cost;
   info.benches = [] { return conv_benches(1); };
   info.contiguous_inputs = false;
-  info.add_variant({"naive", DeviceType::cpu, conv2d_backward_input_naive_cpu, kFloatTypes, kReference, nullptr,
-                    "the formula as loops over any strides, double accumulation"});
-  info.add_variant({"col2im", DeviceType::cpu, conv2d_backward_input_col2im_cpu, kFloatTypes, 0, nullptr,
-                    "matmul op (W^T g) per image and group, then col2im"});
+  info.add_variant({.name = "naive", .device = DeviceType::cpu, .fn = conv2d_backward_input_naive_cpu,
+                    .dtypes = kFloatTypes, .flags = kReference,
+                    .note = "the formula as loops over any strides, double accumulation"});
+  info.add_variant({.name = "col2im", .device = DeviceType::cpu, .fn = conv2d_backward_input_col2im_cpu,
+                    .dtypes = kFloatTypes, .note = "matmul op (W^T g) per image and group, then col2im"});
 }
 
 void define_op_conv2d_backward_weight(OpInfo& info) {
@@ -907,10 +908,12 @@ void define_op_conv2d_backward_weight(OpInfo& info) {
   info.cost = conv2d_backward_weight_cost;
   info.benches = [] { return conv_benches(2); };
   info.contiguous_inputs = false;
-  info.add_variant({"naive", DeviceType::cpu, conv2d_backward_weight_naive_cpu, kFloatTypes, kReference, nullptr,
-                    "the formula as loops over any strides, double accumulation"});
-  info.add_variant({"im2col", DeviceType::cpu, conv2d_backward_weight_im2col_cpu, kFloatTypes, 0, nullptr,
-                    "im2col + matmul op (g col^T) per image, per-thread partial sums added in order"});
+  info.add_variant({.name = "naive", .device = DeviceType::cpu, .fn = conv2d_backward_weight_naive_cpu,
+                    .dtypes = kFloatTypes, .flags = kReference,
+                    .note = "the formula as loops over any strides, double accumulation"});
+  info.add_variant({.name = "im2col", .device = DeviceType::cpu, .fn = conv2d_backward_weight_im2col_cpu,
+                    .dtypes = kFloatTypes,
+                    .note = "im2col + matmul op (g col^T) per image, per-thread partial sums added in order"});
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {

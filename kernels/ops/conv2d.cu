@@ -730,50 +730,60 @@ void direct_backward_weight(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_conv2d(OpInfo& info) {
-  info.add_variant({"direct", DeviceType::cuda, direct_forward, {DType::f32, DType::f16, DType::bf16}, 0,
-                    direct_forward_supports, "MNIST-sized: planes and weights in shared memory, 8 ch x 7 px per thread"});
-  info.add_variant({"igemm_mma", DeviceType::cuda, mma_forward, {DType::f16, DType::bf16}, 0,
-                    [](const KernelCall& c) { return igemm_supports(c, fwd_geom); },
-                    "implicit GEMM, mma.sync m16n8k16 tensor cores, fp32 accumulation"});
-  info.add_variant({"igemm_simt", DeviceType::cuda, simt_forward, {DType::f32, DType::f64}, 0,
-                    [](const KernelCall& c) { return igemm_supports(c, fwd_geom); },
-                    "implicit GEMM on FMA units, 128x128 / 64x64 tiles, register-staged double buffering"});
+  info.add_variant({.name = "direct", .device = DeviceType::cuda, .fn = direct_forward,
+                    .dtypes = {DType::f32, DType::f16, DType::bf16}, .supports = direct_forward_supports,
+                    .note = "MNIST-sized: planes and weights in shared memory, 8 ch x 7 px per thread"});
+  info.add_variant({.name = "igemm_mma", .device = DeviceType::cuda, .fn = mma_forward,
+                    .dtypes = {DType::f16, DType::bf16},
+                    .supports = [](const KernelCall& c) { return igemm_supports(c, fwd_geom); },
+                    .note = "implicit GEMM, mma.sync m16n8k16 tensor cores, fp32 accumulation"});
+  info.add_variant({.name = "igemm_simt", .device = DeviceType::cuda, .fn = simt_forward,
+                    .dtypes = {DType::f32, DType::f64},
+                    .supports = [](const KernelCall& c) { return igemm_supports(c, fwd_geom); },
+                    .note = "implicit GEMM on FMA units, 128x128 / 64x64 tiles, register-staged double buffering"});
 #if EMBER_WITH_CUDNN
   convcuda::register_cudnn_forward(info);
 #endif
-  info.add_variant({"naive", DeviceType::cuda, naive_forward, kFloatTypes, kReference, nullptr,
-                    "one thread per output element (the oracle)"});
+  info.add_variant({.name = "naive", .device = DeviceType::cuda, .fn = naive_forward, .dtypes = kFloatTypes,
+                    .flags = kReference, .note = "one thread per output element (the oracle)"});
 }
 
 void register_cuda_conv2d_backward_input(OpInfo& info) {
-  info.add_variant({"direct", DeviceType::cuda, direct_backward_input, {DType::f32, DType::f16, DType::bf16}, 0,
-                    direct_backward_input_supports, "the direct forward kernel on grad_output with the flipped kernel"});
-  info.add_variant({"igemm_mma", DeviceType::cuda, mma_backward_input, {DType::f16, DType::bf16}, 0,
-                    [](const KernelCall& c) { return igemm_supports(c, bwi_geom); },
-                    "implicit GEMM (dgrad), tensor cores"});
-  info.add_variant({"igemm_simt", DeviceType::cuda, simt_backward_input, {DType::f32, DType::f64}, 0,
-                    [](const KernelCall& c) { return igemm_supports(c, bwi_geom); }, "implicit GEMM (dgrad), FMA units"});
+  info.add_variant({.name = "direct", .device = DeviceType::cuda, .fn = direct_backward_input,
+                    .dtypes = {DType::f32, DType::f16, DType::bf16}, .supports = direct_backward_input_supports,
+                    .note = "the direct forward kernel on grad_output with the flipped kernel"});
+  info.add_variant({.name = "igemm_mma", .device = DeviceType::cuda, .fn = mma_backward_input,
+                    .dtypes = {DType::f16, DType::bf16},
+                    .supports = [](const KernelCall& c) { return igemm_supports(c, bwi_geom); },
+                    .note = "implicit GEMM (dgrad), tensor cores"});
+  info.add_variant({.name = "igemm_simt", .device = DeviceType::cuda, .fn = simt_backward_input,
+                    .dtypes = {DType::f32, DType::f64},
+                    .supports = [](const KernelCall& c) { return igemm_supports(c, bwi_geom); },
+                    .note = "implicit GEMM (dgrad), FMA units"});
 #if EMBER_WITH_CUDNN
   convcuda::register_cudnn_backward_input(info);
 #endif
-  info.add_variant({"naive", DeviceType::cuda, naive_backward_input, kFloatTypes, kReference, nullptr,
-                    "one thread per input element (the oracle)"});
+  info.add_variant({.name = "naive", .device = DeviceType::cuda, .fn = naive_backward_input, .dtypes = kFloatTypes,
+                    .flags = kReference, .note = "one thread per input element (the oracle)"});
 }
 
 void register_cuda_conv2d_backward_weight(OpInfo& info) {
-  info.add_variant({"direct", DeviceType::cuda, direct_backward_weight, {DType::f32, DType::f16, DType::bf16}, 0,
-                    direct_wgrad_supports, "MNIST-sized: sliding windows over shared planes, image splits summed in order"});
-  info.add_variant({"igemm_mma", DeviceType::cuda, mma_backward_weight, {DType::f16, DType::bf16}, 0,
-                    [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
-                    "implicit GEMM (wgrad), tensor cores, deterministic split-K"});
-  info.add_variant({"igemm_simt", DeviceType::cuda, simt_backward_weight, {DType::f32, DType::f64}, 0,
-                    [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
-                    "implicit GEMM (wgrad), FMA units, deterministic split-K"});
+  info.add_variant({.name = "direct", .device = DeviceType::cuda, .fn = direct_backward_weight,
+                    .dtypes = {DType::f32, DType::f16, DType::bf16}, .supports = direct_wgrad_supports,
+                    .note = "MNIST-sized: sliding windows over shared planes, image splits summed in order"});
+  info.add_variant({.name = "igemm_mma", .device = DeviceType::cuda, .fn = mma_backward_weight,
+                    .dtypes = {DType::f16, DType::bf16},
+                    .supports = [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
+                    .note = "implicit GEMM (wgrad), tensor cores, deterministic split-K"});
+  info.add_variant({.name = "igemm_simt", .device = DeviceType::cuda, .fn = simt_backward_weight,
+                    .dtypes = {DType::f32, DType::f64},
+                    .supports = [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
+                    .note = "implicit GEMM (wgrad), FMA units, deterministic split-K"});
 #if EMBER_WITH_CUDNN
   convcuda::register_cudnn_backward_weight(info);
 #endif
-  info.add_variant({"naive", DeviceType::cuda, naive_backward_weight, kFloatTypes, kReference, nullptr,
-                    "one thread per weight element (the oracle)"});
+  info.add_variant({.name = "naive", .device = DeviceType::cuda, .fn = naive_backward_weight, .dtypes = kFloatTypes,
+                    .flags = kReference, .note = "one thread per weight element (the oracle)"});
 }
 
 }  // namespace ember

@@ -378,41 +378,44 @@ constexpr DTypeSet kCudnnTypes{DType::f32, DType::f64, DType::f16, DType::bf16};
 }  // namespace
 
 void register_cudnn_forward(OpInfo& info) {
-  info.add_variant({"cudnn", DeviceType::cuda, cudnn_forward, kCudnnTypes, kVendor,
-                    [](const KernelCall& c) {
+  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_forward, .dtypes = kCudnnTypes,
+                    .flags = kVendor,
+                    .supports = [](const KernelCall& c) {
                       return has_algorithm(Kind::fwd, geom_fwd(c), floating_dtype(c), false, c.in[0].device());
                     },
-                    "cudnnConvolutionForward, algorithm from Get_v7 (or Find) cached per shape, no TF32"});
+                    .note = "cudnnConvolutionForward, algorithm from Get_v7 (or Find) cached per shape, no TF32"});
 }
 
 void register_cudnn_backward_input(OpInfo& info) {
-  info.add_variant({"cudnn", DeviceType::cuda, cudnn_backward_data, kCudnnTypes, kVendor,
-                    [](const KernelCall& c) {
+  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_backward_data, .dtypes = kCudnnTypes,
+                    .flags = kVendor,
+                    .supports = [](const KernelCall& c) {
                       return has_algorithm(Kind::bwd_data, geom_bwd_data(c), floating_dtype(c), false, c.in[0].device());
                     },
-                    "cudnnConvolutionBackwardData, deterministic algorithms only"});
-  info.add_variant({"cudnn_nondet", DeviceType::cuda, cudnn_backward_data_nondet, kCudnnTypes,
-                    kVendor | kNondeterministic,
-                    [](const KernelCall& c) {
+                    .note = "cudnnConvolutionBackwardData, deterministic algorithms only"});
+  info.add_variant({.name = "cudnn_nondet", .device = DeviceType::cuda, .fn = cudnn_backward_data_nondet,
+                    .dtypes = kCudnnTypes, .flags = kVendor | kNondeterministic,
+                    .supports = [](const KernelCall& c) {
                       return has_algorithm(Kind::bwd_data, geom_bwd_data(c), floating_dtype(c), true, c.in[0].device());
                     },
-                    "cudnnConvolutionBackwardData, any algorithm (may use atomics)"});
+                    .note = "cudnnConvolutionBackwardData, any algorithm (may use atomics)"});
 }
 
 void register_cudnn_backward_weight(OpInfo& info) {
-  info.add_variant({"cudnn", DeviceType::cuda, cudnn_backward_filter, kCudnnTypes, kVendor,
-                    [](const KernelCall& c) {
+  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_backward_filter, .dtypes = kCudnnTypes,
+                    .flags = kVendor,
+                    .supports = [](const KernelCall& c) {
                       return has_algorithm(Kind::bwd_filter, geom_bwd_filter(c), floating_dtype(c), false,
                                            c.in[0].device());
                     },
-                    "cudnnConvolutionBackwardFilter, deterministic algorithms only"});
-  info.add_variant({"cudnn_nondet", DeviceType::cuda, cudnn_backward_filter_nondet, kCudnnTypes,
-                    kVendor | kNondeterministic,
-                    [](const KernelCall& c) {
+                    .note = "cudnnConvolutionBackwardFilter, deterministic algorithms only"});
+  info.add_variant({.name = "cudnn_nondet", .device = DeviceType::cuda, .fn = cudnn_backward_filter_nondet,
+                    .dtypes = kCudnnTypes, .flags = kVendor | kNondeterministic,
+                    .supports = [](const KernelCall& c) {
                       return has_algorithm(Kind::bwd_filter, geom_bwd_filter(c), floating_dtype(c), true,
                                            c.in[0].device());
                     },
-                    "cudnnConvolutionBackwardFilter, any algorithm (some use float atomics)"});
+                    .note = "cudnnConvolutionBackwardFilter, any algorithm (some use float atomics)"});
 }
 
 }  // namespace ember::convcuda

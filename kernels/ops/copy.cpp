@@ -126,7 +126,7 @@ void define_op_cast(OpInfo& info) {
   info.samples = cast_samples;
   info.cost = elementwise_io_cost;
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, cast_cpu, kAllTypes, 0, nullptr, "generic CPU elementwise loop"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cast_cpu, .note = "generic CPU elementwise loop"});
 }
 
 void define_op_copy(OpInfo& info) {
@@ -135,7 +135,7 @@ void define_op_copy(OpInfo& info) {
   info.samples = copy_samples;
   info.cost = elementwise_io_cost;
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, copy_cpu, kAllTypes, 0, nullptr, "generic CPU elementwise loop"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = copy_cpu, .note = "generic CPU elementwise loop"});
 }
 
 Tensor cast(const Tensor& x, DType dtype) {

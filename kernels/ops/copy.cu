@@ -83,12 +83,13 @@ void copy_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_cast(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, cast_cuda, kAllTypes, 0, nullptr, "generic vectorized elementwise kernel"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cast_cuda,
+                    .note = "generic vectorized elementwise kernel"});
 }
 
 void register_cuda_copy(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, copy_cuda, kAllTypes, 0, nullptr,
-                    "elementwise kernel on one device; cudaMemcpyAsync across devices"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = copy_cuda,
+                    .note = "elementwise kernel on one device; cudaMemcpyAsync across devices"});
 }
 
 }  // namespace ember

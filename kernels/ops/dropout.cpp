@@ -104,8 +104,8 @@ void define_op_dropout(OpInfo& info) {
     return std::vector<BenchCase>{{"2^26 f32", {TensorSpec{s, DType::f32, {}}}, DropoutAttrs{0.5, 7, 0}, {}},
                                   {"2^26 bf16", {TensorSpec{s, DType::bf16, {}}}, DropoutAttrs{0.5, 7, 0}, {}}};
   };
-  info.add_variant({"cpu", DeviceType::cpu, dropout_cpu, kFloatTypes, 0, nullptr,
-                    "one Philox4x32-10 call per 4 elements, parallel"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = dropout_cpu, .dtypes = kFloatTypes,
+                    .note = "one Philox4x32-10 call per 4 elements, parallel"});
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {

@@ -76,8 +76,8 @@ void dropout_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_dropout(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, dropout_cuda, kFloatTypes, 0, nullptr,
-                    "one Philox call per 4 elements, 4-wide vector loads and stores"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = dropout_cuda, .dtypes = kFloatTypes,
+                    .note = "one Philox call per 4 elements, 4-wide vector loads and stores"});
 }
 
 }  // namespace ember

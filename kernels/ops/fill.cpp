@@ -86,7 +86,7 @@ void define_op_fill(OpInfo& info) {
   info.cost = write_cost;
   info.contiguous_inputs = false;
   info.benches = [] { return std::vector<BenchCase>{{"2^26 f32", {{Shape{int64_t{1} << 26}, DType::f32}}, ScalarAttrs{1.5}, {}}}; };
-  info.add_variant({"cpu", DeviceType::cpu, fill_cpu, kAllTypes, 0, nullptr, "generic CPU elementwise loop"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = fill_cpu, .note = "generic CPU elementwise loop"});
 }
 
 void define_op_arange(OpInfo& info) {
@@ -94,7 +94,8 @@ void define_op_arange(OpInfo& info) {
   info.infer = infer_arange;
   info.samples = arange_samples;
   info.cost = write_cost;
-  info.add_variant({"cpu", DeviceType::cpu, arange_cpu, kNumericTypes, 0, nullptr, "parallel CPU loop"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = arange_cpu, .dtypes = kNumericTypes,
+                    .note = "parallel CPU loop"});
 }
 
 // ---- factories ----

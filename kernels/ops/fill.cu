@@ -36,11 +36,13 @@ void arange_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_fill(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, fill_cuda, kAllTypes, 0, nullptr, "generic vectorized elementwise kernel"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = fill_cuda,
+                    .note = "generic vectorized elementwise kernel"});
 }
 
 void register_cuda_arange(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, arange_cuda, kNumericTypes, 0, nullptr, "grid-stride loop"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = arange_cuda, .dtypes = kNumericTypes,
+                    .note = "grid-stride loop"});
 }
 
 }  // namespace ember

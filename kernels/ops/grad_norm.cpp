@@ -171,7 +171,8 @@ void define_op_total_norm(OpInfo& info) {
                 }};
     return std::vector<BenchCase>{b};
   };
-  info.add_variant({"cpu", DeviceType::cpu, total_norm_cpu, kFloatTypes, 0, nullptr, "serial f64 accumulation"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = total_norm_cpu, .dtypes = kFloatTypes,
+                    .note = "serial f64 accumulation"});
 }
 
 void define_op_clip_by_total_norm(OpInfo& info) {
@@ -180,7 +181,8 @@ void define_op_clip_by_total_norm(OpInfo& info) {
   info.samples = clip_samples;
   info.cost = clip_cost;
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, clip_cpu, kFloatTypes, 0, nullptr, "loop over tensors"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = clip_cpu, .dtypes = kFloatTypes,
+                    .note = "loop over tensors"});
 }
 
 // ---- functional ----

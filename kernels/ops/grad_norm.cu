@@ -111,13 +111,14 @@ void clip_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_total_norm(OpInfo& info) {
-  info.add_variant({"v1_multi_tensor", DeviceType::cuda, total_norm_cuda, kFloatTypes, 0, nullptr,
-                    "per-chunk f64 partials, then one block combines them (deterministic)"});
+  info.add_variant({.name = "v1_multi_tensor", .device = DeviceType::cuda, .fn = total_norm_cuda,
+                    .dtypes = kFloatTypes,
+                    .note = "per-chunk f64 partials, then one block combines them (deterministic)"});
 }
 
 void register_cuda_clip_by_total_norm(OpInfo& info) {
-  info.add_variant({"v1_multi_tensor", DeviceType::cuda, clip_cuda, kFloatTypes, 0, nullptr,
-                    "one block per chunk; the coefficient is read from the norm on the device"});
+  info.add_variant({.name = "v1_multi_tensor", .device = DeviceType::cuda, .fn = clip_cuda, .dtypes = kFloatTypes,
+                    .note = "one block per chunk; the coefficient is read from the norm on the device"});
 }
 
 }  // namespace ember

@@ -302,7 +302,7 @@ void define_op_index_select(OpInfo& info) {
                                                                 samples::randint({512}, 60000, 1).to(d)};
                                    }}};
   };
-  info.add_variant({"cpu", DeviceType::cpu, index_select_cpu, kAllTypes, 0, nullptr, "memcpy per picked row"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = index_select_cpu, .note = "memcpy per picked row"});
 }
 void define_op_gather(OpInfo& info) {
   info.doc = "values picked along a dim by an index of the same rank";
@@ -311,7 +311,8 @@ void define_op_gather(OpInfo& info) {
   info.save = Save::inputs;
   info.samples = gather_samples;
   info.cost = io_cost;
-  info.add_variant({"cpu", DeviceType::cpu, gather_cpu, kAllTypes, 0, nullptr, "parallel loop over the index"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = gather_cpu,
+                    .note = "parallel loop over the index"});
 }
 void define_op_index_add(OpInfo& info) {
   info.doc = "self + source added at index rows";
@@ -320,7 +321,8 @@ void define_op_index_add(OpInfo& info) {
   info.save = Save::inputs;
   info.samples = index_add_samples;
   info.cost = io_cost;
-  info.add_variant({"cpu", DeviceType::cpu, index_add_cpu, kNumericTypes, 0, nullptr, "parallel over rows, indices in order"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = index_add_cpu, .dtypes = kNumericTypes,
+                    .note = "parallel over rows, indices in order"});
 }
 void define_op_scatter_add(OpInfo& info) {
   info.doc = "self + src added at index positions";
@@ -329,7 +331,8 @@ void define_op_scatter_add(OpInfo& info) {
   info.save = Save::inputs;
   info.samples = scatter_add_samples;
   info.cost = io_cost;
-  info.add_variant({"cpu", DeviceType::cpu, scatter_add_cpu, kNumericTypes, 0, nullptr, "serial, row-major order"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = scatter_add_cpu, .dtypes = kNumericTypes,
+                    .note = "serial, row-major order"});
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {

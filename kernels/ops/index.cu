@@ -302,22 +302,26 @@ void scatter_add_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_index_select(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, index_select_cuda, kAllTypes, 0, nullptr, "thread per output element"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = index_select_cuda,
+                    .note = "thread per output element"});
 }
 void register_cuda_gather(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, gather_cuda, kAllTypes, 0, nullptr, "thread per output element"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = gather_cuda,
+                    .note = "thread per output element"});
 }
 void register_cuda_index_add(OpInfo& info) {
-  info.add_variant({"ordered", DeviceType::cuda, index_add_cuda<false>, kNumericTypes, 0, nullptr,
-                    "thread per output element, indices in order (deterministic)"});
-  info.add_variant({"atomic", DeviceType::cuda, index_add_cuda<true>, DTypeSet{DType::f32, DType::f64},
-                    kNondeterministic, nullptr, "thread per source element, atomicAdd"});
+  info.add_variant({.name = "ordered", .device = DeviceType::cuda, .fn = index_add_cuda<false>,
+                    .dtypes = kNumericTypes, .note = "thread per output element, indices in order (deterministic)"});
+  info.add_variant({.name = "atomic", .device = DeviceType::cuda, .fn = index_add_cuda<true>,
+                    .dtypes = DTypeSet{DType::f32, DType::f64}, .flags = kNondeterministic,
+                    .note = "thread per source element, atomicAdd"});
 }
 void register_cuda_scatter_add(OpInfo& info) {
-  info.add_variant({"ordered", DeviceType::cuda, scatter_add_cuda<false>, kNumericTypes, 0, nullptr,
-                    "thread per output element, indices in order (deterministic)"});
-  info.add_variant({"atomic", DeviceType::cuda, scatter_add_cuda<true>, DTypeSet{DType::f32, DType::f64},
-                    kNondeterministic, nullptr, "thread per source element, atomicAdd"});
+  info.add_variant({.name = "ordered", .device = DeviceType::cuda, .fn = scatter_add_cuda<false>,
+                    .dtypes = kNumericTypes, .note = "thread per output element, indices in order (deterministic)"});
+  info.add_variant({.name = "atomic", .device = DeviceType::cuda, .fn = scatter_add_cuda<true>,
+                    .dtypes = DTypeSet{DType::f32, DType::f64}, .flags = kNondeterministic,
+                    .note = "thread per source element, atomicAdd"});
 }
 
 }  // namespace ember

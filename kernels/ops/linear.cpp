@@ -229,10 +229,11 @@ void define_op_linear(OpInfo& info) {
   info.cost = linear_cost;
   info.benches = linear_benches;
   info.autocast = AutocastPolicy::lower;
-  info.add_variant({"cpu", DeviceType::cpu, linear_cpu, kFloatTypes, kReference, nullptr,
-                    "reference: matmul's loop in acc_t, then bias and activation in one pass"});
-  info.add_variant({"cpu_fused", DeviceType::cpu, linear_cpu_fused, kFloatTypes, 0, nullptr,
-                    "blocked GEMM with bias, activation and rounding fused into each output tile"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = linear_cpu, .dtypes = kFloatTypes,
+                    .flags = kReference,
+                    .note = "reference: matmul's loop in acc_t, then bias and activation in one pass"});
+  info.add_variant({.name = "cpu_fused", .device = DeviceType::cpu, .fn = linear_cpu_fused, .dtypes = kFloatTypes,
+                    .note = "blocked GEMM with bias, activation and rounding fused into each output tile"});
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {

@@ -57,17 +57,20 @@ void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm:
 }  // namespace
 
 void register_cuda_linear(OpInfo& info) {
-  info.add_variant({"v1_naive", DeviceType::cuda, linear_v1, kFloatTypes, kReference,
-                    nullptr, "one thread per output with the epilogue (the oracle)"});
-  info.add_variant({"v2_tiled", DeviceType::cuda, linear_v2,
-                    DTypeSet{DType::f32, DType::f64}, 0, simt_ok, "SIMT tiles with the epilogue fused"});
-  info.add_variant({"v3_mma", DeviceType::cuda, linear_v3,
-                    DTypeSet{DType::f16, DType::bf16}, 0, mma_ok, "tensor cores (mma.sync) with the epilogue fused"});
-  info.add_variant({"cublas", DeviceType::cuda, linear_cublas, kFloatTypes, kVendor,
-                    no_gelu, "cuBLAS with the bias as C (beta = 1), relu in place; no gelu"});
-  info.add_variant({"cublaslt", DeviceType::cuda, linear_cublaslt,
-                    DTypeSet{DType::f32, DType::f16, DType::bf16}, kVendor, lt_ok,
-                    "cuBLASLt with its BIAS/RELU epilogues; no gelu (its GELU is the tanh form)"});
+  info.add_variant({.name = "v1_naive", .device = DeviceType::cuda, .fn = linear_v1, .dtypes = kFloatTypes,
+                    .flags = kReference, .note = "one thread per output with the epilogue (the oracle)"});
+  info.add_variant({.name = "v2_tiled", .device = DeviceType::cuda, .fn = linear_v2,
+                    .dtypes = DTypeSet{DType::f32, DType::f64}, .supports = simt_ok,
+                    .note = "SIMT tiles with the epilogue fused"});
+  info.add_variant({.name = "v3_mma", .device = DeviceType::cuda, .fn = linear_v3,
+                    .dtypes = DTypeSet{DType::f16, DType::bf16}, .supports = mma_ok,
+                    .note = "tensor cores (mma.sync) with the epilogue fused"});
+  info.add_variant({.name = "cublas", .device = DeviceType::cuda, .fn = linear_cublas, .dtypes = kFloatTypes,
+                    .flags = kVendor, .supports = no_gelu,
+                    .note = "cuBLAS with the bias as C (beta = 1), relu in place; no gelu"});
+  info.add_variant({.name = "cublaslt", .device = DeviceType::cuda, .fn = linear_cublaslt,
+                    .dtypes = DTypeSet{DType::f32, DType::f16, DType::bf16}, .flags = kVendor, .supports = lt_ok,
+                    .note = "cuBLASLt with its BIAS/RELU epilogues; no gelu (its GELU is the tanh form)"});
 }
 
 }  // namespace ember

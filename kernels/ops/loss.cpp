@@ -696,8 +696,8 @@ void define_op_cross_entropy(OpInfo& info) {
   info.cost = cross_entropy_cost;
   info.benches = cross_entropy_benches<false>;
   info.autocast = AutocastPolicy::fp32;
-  info.add_variant({"cpu", DeviceType::cpu, cross_entropy_cpu, kFloatTypes, 0, nullptr,
-                    "per row in f64 (max, log Σ exp, target and smoothing terms), reduction in row order"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cross_entropy_cpu, .dtypes = kFloatTypes,
+                    .note = "per row in f64 (max, log Σ exp, target and smoothing terms), reduction in row order"});
 }
 void define_op_cross_entropy_backward(OpInfo& info) {
   info.doc = "gradient of cross_entropy: (softmax * A - smoothed weighted one-hot) * scale, one pass per row";
@@ -705,8 +705,8 @@ void define_op_cross_entropy_backward(OpInfo& info) {
   info.samples = class_loss_backward_samples<true>;
   info.cost = cross_entropy_backward_cost;
   info.benches = cross_entropy_benches<true>;
-  info.add_variant({"cpu", DeviceType::cpu, cross_entropy_backward_cpu, kFloatTypes, 0, nullptr,
-                    "per row in f64: lse, then the gradient row"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cross_entropy_backward_cpu, .dtypes = kFloatTypes,
+                    .note = "per row in f64: lse, then the gradient row"});
 }
 void define_op_nll_loss(OpInfo& info) {
   info.doc = "negative log likelihood of class indices with weights and ignore_index";
@@ -717,7 +717,8 @@ void define_op_nll_loss(OpInfo& info) {
   info.cost = nll_loss_cost;
   info.benches = nll_loss_benches;
   info.autocast = AutocastPolicy::fp32;
-  info.add_variant({"cpu", DeviceType::cpu, nll_loss_cpu, kFloatTypes, 0, nullptr, "serial over rows in f64"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = nll_loss_cpu, .dtypes = kFloatTypes,
+                    .note = "serial over rows in f64"});
 }
 void define_op_nll_loss_backward(OpInfo& info) {
   info.doc = "gradient of nll_loss: -w_t * scale at the target, 0 elsewhere";
@@ -726,8 +727,8 @@ void define_op_nll_loss_backward(OpInfo& info) {
   info.save = Save::inputs;
   info.samples = class_loss_backward_samples<false>;
   info.cost = nll_loss_backward_cost;
-  info.add_variant({"cpu", DeviceType::cpu, nll_loss_backward_cpu, kFloatTypes, 0, nullptr,
-                    "zero fill, then one store per row"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = nll_loss_backward_cpu, .dtypes = kFloatTypes,
+                    .note = "zero fill, then one store per row"});
 }
 void define_op_mse_loss(OpInfo& info) {
   info.doc = "mean squared error (none, mean, sum)";
@@ -738,7 +739,8 @@ void define_op_mse_loss(OpInfo& info) {
   info.cost = mse_cost;
   info.benches = mse_benches;
   info.autocast = AutocastPolicy::fp32;
-  info.add_variant({"cpu", DeviceType::cpu, mse_loss_cpu, kFloatTypes, 0, nullptr, "f64 accumulation"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = mse_loss_cpu, .dtypes = kFloatTypes,
+                    .note = "f64 accumulation"});
 }
 void define_op_mse_loss_backward(OpInfo& info) {
   info.doc = "gradient of mse_loss: 2 (x - y) g (/ n for mean)";
@@ -748,7 +750,8 @@ void define_op_mse_loss_backward(OpInfo& info) {
   info.samples = [] { return mse_samples(true); };
   info.cost = mse_cost;
   info.benches = mse_backward_benches;
-  info.add_variant({"cpu", DeviceType::cpu, mse_loss_backward_cpu, kFloatTypes, 0, nullptr, "elementwise in f64"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = mse_loss_backward_cpu, .dtypes = kFloatTypes,
+                    .note = "elementwise in f64"});
 }
 
 // ---- functional API ----

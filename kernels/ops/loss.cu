@@ -602,48 +602,53 @@ bool class_innermost(const KernelCall& c, int x_index) { return class_rows(c.in[
 }  // namespace
 
 void register_cuda_cross_entropy(OpInfo& info) {
-  info.add_variant({"fused", DeviceType::cuda, cross_entropy_cuda<rows::Plan::automatic, false>, kFloatTypes, 0,
-                    nullptr,
-                    "one kernel: online log-sum-exp + target + smoothing per row; one block does the "
-                    "mean for small batches, else per-row pairs + finalize"});
-  info.add_variant({"rows", DeviceType::cuda, cross_entropy_cuda<rows::Plan::automatic, true>, kFloatTypes, 0,
-                    nullptr, "per-row kernel (regs/warp/block/cols) + fixed-order finalize for every size"});
-  info.add_variant({"block", DeviceType::cuda, cross_entropy_cuda<rows::Plan::block_2pass, true>, kFloatTypes, 0,
-                    [](const KernelCall& c) { return class_innermost(c, 0); },
-                    "a block per row + finalize, for every C"});
+  info.add_variant({.name = "fused", .device = DeviceType::cuda,
+                    .fn = cross_entropy_cuda<rows::Plan::automatic, false>, .dtypes = kFloatTypes,
+                    .note = "one kernel: online log-sum-exp + target + smoothing per row; one block does the "
+                            "mean for small batches, else per-row pairs + finalize"});
+  info.add_variant({.name = "rows", .device = DeviceType::cuda, .fn = cross_entropy_cuda<rows::Plan::automatic, true>,
+                    .dtypes = kFloatTypes,
+                    .note = "per-row kernel (regs/warp/block/cols) + fixed-order finalize for every size"});
+  info.add_variant({.name = "block", .device = DeviceType::cuda,
+                    .fn = cross_entropy_cuda<rows::Plan::block_2pass, true>, .dtypes = kFloatTypes,
+                    .supports = [](const KernelCall& c) { return class_innermost(c, 0); },
+                    .note = "a block per row + finalize, for every C"});
 }
 void register_cuda_cross_entropy_backward(OpInfo& info) {
   auto innermost = [](const KernelCall& c) { return class_innermost(c, 1); };
-  info.add_variant({"fused", DeviceType::cuda, cross_entropy_backward_cuda<rows::Plan::automatic>, kFloatTypes, 0,
-                    nullptr, "one kernel: lse per row (online), then (p A - B) * scale"});
-  info.add_variant({"warp", DeviceType::cuda, cross_entropy_backward_cuda<rows::Plan::warp>, kFloatTypes, 0,
-                    innermost, "a warp per row"});
-  info.add_variant({"block_2pass", DeviceType::cuda, cross_entropy_backward_cuda<rows::Plan::block_2pass>,
-                    kFloatTypes, 0, innermost, "a block per row, the row read twice"});
-  info.add_variant({"block_cached", DeviceType::cuda, cross_entropy_backward_cuda<rows::Plan::block_cached>,
-                    kFloatTypes, 0,
-                    [](const KernelCall& c) {
+  info.add_variant({.name = "fused", .device = DeviceType::cuda,
+                    .fn = cross_entropy_backward_cuda<rows::Plan::automatic>, .dtypes = kFloatTypes,
+                    .note = "one kernel: lse per row (online), then (p A - B) * scale"});
+  info.add_variant({.name = "warp", .device = DeviceType::cuda, .fn = cross_entropy_backward_cuda<rows::Plan::warp>,
+                    .dtypes = kFloatTypes, .supports = innermost, .note = "a warp per row"});
+  info.add_variant({.name = "block_2pass", .device = DeviceType::cuda,
+                    .fn = cross_entropy_backward_cuda<rows::Plan::block_2pass>, .dtypes = kFloatTypes,
+                    .supports = innermost, .note = "a block per row, the row read twice"});
+  info.add_variant({.name = "block_cached", .device = DeviceType::cuda,
+                    .fn = cross_entropy_backward_cuda<rows::Plan::block_cached>, .dtypes = kFloatTypes,
+                    .supports = [](const KernelCall& c) {
                       const Tensor& x = c.in[1];
                       RowGeometry g = class_rows(x);
                       int dev = x.is_cuda() ? x.device().index : cuda::current_device();
                       return g.B == 1 && static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
                     },
-                    "a block per row, the row kept in shared memory"});
+                    .note = "a block per row, the row kept in shared memory"});
 }
 void register_cuda_nll_loss(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, nll_loss_cuda, kFloatTypes, 0, nullptr,
-                    "thread per row; one block (<= 64Ki rows) or blocks + finalize"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = nll_loss_cuda, .dtypes = kFloatTypes,
+                    .note = "thread per row; one block (<= 64Ki rows) or blocks + finalize"});
 }
 void register_cuda_nll_loss_backward(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, nll_loss_backward_cuda, kFloatTypes, 0, nullptr,
-                    "thread per gradient element"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = nll_loss_backward_cuda, .dtypes = kFloatTypes,
+                    .note = "thread per gradient element"});
 }
 void register_cuda_mse_loss(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, mse_loss_cuda, kFloatTypes, 0, nullptr,
-                    "elementwise (none); f64 per-thread sums, one block (<= 64Ki) or blocks + finalize"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = mse_loss_cuda, .dtypes = kFloatTypes,
+                    .note = "elementwise (none); f64 per-thread sums, one block (<= 64Ki) or blocks + finalize"});
 }
 void register_cuda_mse_loss_backward(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, mse_loss_backward_cuda, kFloatTypes, 0, nullptr, "thread per element"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = mse_loss_backward_cuda, .dtypes = kFloatTypes,
+                    .note = "thread per element"});
 }
 
 }  // namespace ember

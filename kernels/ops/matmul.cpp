@@ -238,10 +238,10 @@ void define_op_matmul(OpInfo& info) {
   info.contiguous_inputs = false;
   info.autocast = AutocastPolicy::lower;
   // The reference loop stays first: the generic tests compare every other CPU variant with it.
-  info.add_variant({"cpu", DeviceType::cpu, matmul_cpu, kFloatTypes, kReference, nullptr,
-                    "reference loop, parallel over rows"});
-  info.add_variant({"cpu_blocked", DeviceType::cpu, matmul_cpu_blocked, kFloatTypes, 0, nullptr,
-                    "packed panels, cache blocking, SIMD micro-kernel (AVX-512/AVX2/generic), multi-threaded"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = matmul_cpu, .dtypes = kFloatTypes,
+                    .flags = kReference, .note = "reference loop, parallel over rows"});
+  info.add_variant({.name = "cpu_blocked", .device = DeviceType::cpu, .fn = matmul_cpu_blocked, .dtypes = kFloatTypes,
+                    .note = "packed panels, cache blocking, SIMD micro-kernel (AVX-512/AVX2/generic), multi-threaded"});
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

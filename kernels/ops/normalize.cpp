@@ -147,7 +147,8 @@ void define_op_normalize_u8(OpInfo& info) {
   info.cost = normalize_cost;
   info.benches = normalize_benches;
   info.autocast = AutocastPolicy::none;
-  info.add_variant({"cpu", DeviceType::cpu, normalize_u8_cpu, kFloatTypes, 0, nullptr, "parallel over channel planes"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = normalize_u8_cpu, .dtypes = kFloatTypes,
+                    .note = "parallel over channel planes"});
 }
 
 Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean, const std::vector<double>& std, DType dtype) {

@@ -61,8 +61,8 @@ void normalize_u8_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_normalize_u8(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, normalize_u8_cuda, kFloatTypes, 0, nullptr,
-                    "one thread per element, per-channel constants in kernel parameters"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = normalize_u8_cuda, .dtypes = kFloatTypes,
+                    .note = "one thread per element, per-channel constants in kernel parameters"});
 }
 
 }  // namespace ember

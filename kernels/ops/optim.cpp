@@ -325,7 +325,8 @@ void define_op_sgd_step(OpInfo& info) {
                 [](Device d) { return bench_lists(d, 4, 3, {0.1, 0.9, 0, 1e-4}); }};
     return std::vector<BenchCase>{b};
   };
-  info.add_variant({"cpu", DeviceType::cpu, sgd_cpu, kFloatTypes, 0, nullptr, "loop over tensors, parallel over elements"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = sgd_cpu, .dtypes = kFloatTypes,
+                    .note = "loop over tensors, parallel over elements"});
 }
 
 void define_op_adam_step(OpInfo& info) {
@@ -339,7 +340,8 @@ void define_op_adam_step(OpInfo& info) {
                 [](Device d) { return bench_lists(d, 5, 4, {1e-3, 0.9, 0.999, 1e-8, 0.01}); }};
     return std::vector<BenchCase>{b};
   };
-  info.add_variant({"cpu", DeviceType::cpu, adam_cpu, kFloatTypes, 0, nullptr, "loop over tensors, parallel over elements"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = adam_cpu, .dtypes = kFloatTypes,
+                    .note = "loop over tensors, parallel over elements"});
 }
 
 // ---- functional entry points ----

@@ -683,7 +683,8 @@ void define_op_max_pool2d(OpInfo& info) {
   info.cost = pool_cost;
   info.benches = [] { return pool_benches(0); };
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, max_pool2d_cpu, kFloatTypes, 0, nullptr, "loop per (n, c) plane"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = max_pool2d_cpu, .dtypes = kFloatTypes,
+                    .note = "loop per (n, c) plane"});
 }
 
 void define_op_max_pool2d_backward(OpInfo& info) {
@@ -696,8 +697,8 @@ void define_op_max_pool2d_backward(OpInfo& info) {
   info.cost = pool_cost;
   info.benches = [] { return pool_benches(2); };
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, max_pool2d_backward_cpu, kFloatTypes, 0, nullptr,
-                    "scatter per (n, c) plane into a double buffer, indices checked"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = max_pool2d_backward_cpu, .dtypes = kFloatTypes,
+                    .note = "scatter per (n, c) plane into a double buffer, indices checked"});
 }
 
 void define_op_avg_pool2d(OpInfo& info) {
@@ -708,7 +709,8 @@ void define_op_avg_pool2d(OpInfo& info) {
   info.cost = pool_cost;
   info.benches = [] { return pool_benches(0); };
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, avg_pool2d_cpu, kFloatTypes, 0, nullptr, "loop per (n, c) plane"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = avg_pool2d_cpu, .dtypes = kFloatTypes,
+                    .note = "loop per (n, c) plane"});
 }
 
 void define_op_avg_pool2d_backward(OpInfo& info) {
@@ -719,7 +721,8 @@ void define_op_avg_pool2d_backward(OpInfo& info) {
   info.cost = pool_cost;
   info.benches = [] { return pool_benches(1); };
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, avg_pool2d_backward_cpu, kFloatTypes, 0, nullptr, "gather per input element"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = avg_pool2d_backward_cpu, .dtypes = kFloatTypes,
+                    .note = "gather per input element"});
 }
 
 void define_op_adaptive_avg_pool2d(OpInfo& info) {
@@ -730,7 +733,8 @@ void define_op_adaptive_avg_pool2d(OpInfo& info) {
   info.cost = pool_cost;
   info.benches = [] { return adaptive_benches(false); };
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, adaptive_cpu, kFloatTypes, 0, nullptr, "loop per (n, c) plane"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = adaptive_cpu, .dtypes = kFloatTypes,
+                    .note = "loop per (n, c) plane"});
 }
 
 void define_op_adaptive_avg_pool2d_backward(OpInfo& info) {
@@ -741,7 +745,8 @@ void define_op_adaptive_avg_pool2d_backward(OpInfo& info) {
   info.cost = pool_cost;
   info.benches = [] { return adaptive_benches(true); };
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, adaptive_backward_cpu, kFloatTypes, 0, nullptr, "gather per input element"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = adaptive_backward_cpu, .dtypes = kFloatTypes,
+                    .note = "gather per input element"});
 }
 
 namespace {

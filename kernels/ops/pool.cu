@@ -376,31 +376,33 @@ void avg_pool2d_cudnn(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_max_pool2d(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, max_pool2d_cuda, kFloatTypes, 0, nullptr,
-                    "thread per output, first maximum, NCHW or channels-last"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = max_pool2d_cuda, .dtypes = kFloatTypes,
+                    .note = "thread per output, first maximum, NCHW or channels-last"});
 }
 void register_cuda_max_pool2d_backward(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, max_pool2d_backward_cuda, kFloatTypes, 0, nullptr,
-                    "gather: thread per input element over its covering windows (no atomics)"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = max_pool2d_backward_cuda, .dtypes = kFloatTypes,
+                    .note = "gather: thread per input element over its covering windows (no atomics)"});
 }
 void register_cuda_avg_pool2d(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, avg_pool2d_cuda, kFloatTypes, 0, nullptr, "thread per output"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = avg_pool2d_cuda, .dtypes = kFloatTypes,
+                    .note = "thread per output"});
 #if EMBER_WITH_CUDNN
-  info.add_variant({"cudnn", DeviceType::cuda, avg_pool2d_cudnn, DTypeSet{DType::f32, DType::f64, DType::f16}, kVendor,
-                    cudnn_avg_ok, "cudnnPoolingForward (AVERAGE, count_include_pad as the mode)"});
+  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = avg_pool2d_cudnn,
+                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16}, .flags = kVendor,
+                    .supports = cudnn_avg_ok, .note = "cudnnPoolingForward (AVERAGE, count_include_pad as the mode)"});
 #endif
 }
 void register_cuda_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, avg_pool2d_backward_cuda, kFloatTypes, 0, nullptr,
-                    "gather: thread per input element (no atomics)"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = avg_pool2d_backward_cuda, .dtypes = kFloatTypes,
+                    .note = "gather: thread per input element (no atomics)"});
 }
 void register_cuda_adaptive_avg_pool2d(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, adaptive_cuda, kFloatTypes, 0, nullptr,
-                    "thread per output; NCHW 1x1: warp per plane"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = adaptive_cuda, .dtypes = kFloatTypes,
+                    .note = "thread per output; NCHW 1x1: warp per plane"});
 }
 void register_cuda_adaptive_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, adaptive_backward_cuda, kFloatTypes, 0, nullptr,
-                    "gather: thread per input element (no atomics)"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = adaptive_backward_cuda, .dtypes = kFloatTypes,
+                    .note = "gather: thread per input element (no atomics)"});
 }
 
 }  // namespace ember

@@ -63,7 +63,8 @@ void define_random(OpInfo& info, const char* doc, KernelFn cpu, SamplesFn s) {
   info.benches = [] {
     return std::vector<BenchCase>{{"2^26 f32", {{Shape{int64_t{1} << 26}, DType::f32}}, RandomAttrs{0, 1, 7, 0}, {}}};
   };
-  info.add_variant({"cpu", DeviceType::cpu, cpu, kNumericTypes, 0, nullptr, "Philox4x32-10 per element"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu, .dtypes = kNumericTypes,
+                    .note = "Philox4x32-10 per element"});
 }
 
 Tensor random_fill(OpId op, Tensor t, double a, double b, uint64_t counters) {

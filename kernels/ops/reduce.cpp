@@ -317,8 +317,8 @@ void define_reduce(OpInfo& info, const char* doc, BackwardFn vjp, Save save, DTy
   info.cost = reduce_cost;
   info.benches = reduce_benches;
   info.autocast = K == Kind::argmax || K == Kind::amax || K == Kind::amin ? AutocastPolicy::none : AutocastPolicy::fp32;
-  info.add_variant({"cpu", DeviceType::cpu, reduce_cpu<K>, types, 0, nullptr,
-                    "[A, R, B] plan, f64 accumulation, parallel over outputs"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = reduce_cpu<K>, .dtypes = types,
+                    .note = "[A, R, B] plan, f64 accumulation, parallel over outputs"});
 }
 
 }  // namespace

@@ -298,22 +298,27 @@ constexpr const char* kNote = "warp-per-row, block-per-row split (two-pass), 32x
 }  // namespace
 
 void register_cuda_sum(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, reduce_cuda<Kind::sum>, kAllTypes, 0, nullptr, kNote});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::sum>, .note = kNote});
 }
 void register_cuda_mean(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, reduce_cuda<Kind::mean>, kFloatTypes, 0, nullptr, kNote});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::mean>, .dtypes = kFloatTypes,
+                    .note = kNote});
 }
 void register_cuda_amax(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, reduce_cuda<Kind::amax>, kNumericTypes, 0, nullptr, kNote});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::amax>,
+                    .dtypes = kNumericTypes, .note = kNote});
 }
 void register_cuda_amin(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, reduce_cuda<Kind::amin>, kNumericTypes, 0, nullptr, kNote});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::amin>,
+                    .dtypes = kNumericTypes, .note = kNote});
 }
 void register_cuda_argmax(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, reduce_cuda<Kind::argmax>, kNumericTypes, 0, nullptr, kNote});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::argmax>,
+                    .dtypes = kNumericTypes, .note = kNote});
 }
 void register_cuda_var(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, reduce_cuda<Kind::var>, kFloatTypes, 0, nullptr, kNote + std::string(", Welford")});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::var>, .dtypes = kFloatTypes,
+                    .note = kNote + std::string(", Welford")});
 }
 
 }  // namespace ember

@@ -301,8 +301,8 @@ void define_softmax(OpInfo& info) {
   info.cost = softmax_cost;
   info.benches = softmax_benches;
   info.autocast = AutocastPolicy::fp32;
-  info.add_variant({"cpu", DeviceType::cpu, softmax_cpu<kLog>, kFloatTypes, 0, nullptr,
-                    "two passes per row in f64 (max, Σ exp), rows in parallel"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = softmax_cpu<kLog>, .dtypes = kFloatTypes,
+                    .note = "two passes per row in f64 (max, Σ exp), rows in parallel"});
 }
 
 template <bool kLog>
@@ -316,8 +316,8 @@ void define_softmax_backward(OpInfo& info) {
   info.samples = softmax_backward_samples<kLog>;
   info.cost = softmax_cost;
   info.benches = softmax_backward_benches;
-  info.add_variant({"cpu", DeviceType::cpu, softmax_backward_cpu<kLog>, kFloatTypes, 0, nullptr,
-                    "one reduction pass and one output pass per row in f64"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = softmax_backward_cpu<kLog>, .dtypes = kFloatTypes,
+                    .note = "one reduction pass and one output pass per row in f64"});
 }
 
 }  // namespace

@@ -181,20 +181,24 @@ void softmax_cudnn(const KernelCall& c) {
 template <template <class, bool> class Policy, bool kLog>
 void register_family(OpInfo& info) {
   constexpr int kIn = Policy<float, kLog>::kIn;
-  info.add_variant({"fused", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::automatic>, kFloatTypes,
-                    0, nullptr,
-                    "online max/sum in one read: regs (C <= 512), warp (< 4096), block (row in smem), cols (strided)"});
-  info.add_variant({"warp", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::warp>, kFloatTypes, 0,
-                    innermost, "a warp per row, the row read twice"});
-  info.add_variant({"block_2pass", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::block_2pass>,
-                    kFloatTypes, 0, innermost, "a block per row, 16-byte loads, the row read twice"});
-  info.add_variant({"block_cached", DeviceType::cuda, softmax_family_cuda<Policy, kLog, rows::Plan::block_cached>,
-                    kFloatTypes, 0, innermost_and_fits<kIn>, "a block per row, the row kept in shared memory"});
+  info.add_variant({.name = "fused", .device = DeviceType::cuda,
+                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::automatic>, .dtypes = kFloatTypes,
+                    .note = "online max/sum in one read: regs (C <= 512), warp (< 4096), block (row in smem), "
+                            "cols (strided)"});
+  info.add_variant({.name = "warp", .device = DeviceType::cuda,
+                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::warp>, .dtypes = kFloatTypes,
+                    .supports = innermost, .note = "a warp per row, the row read twice"});
+  info.add_variant({.name = "block_2pass", .device = DeviceType::cuda,
+                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::block_2pass>, .dtypes = kFloatTypes,
+                    .supports = innermost, .note = "a block per row, 16-byte loads, the row read twice"});
+  info.add_variant({.name = "block_cached", .device = DeviceType::cuda,
+                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::block_cached>, .dtypes = kFloatTypes,
+                    .supports = innermost_and_fits<kIn>, .note = "a block per row, the row kept in shared memory"});
 #if EMBER_WITH_CUDNN
   constexpr bool kBackward = std::is_same_v<Policy<float, kLog>, SoftmaxBackwardPolicy<float, kLog>>;
-  info.add_variant({"cudnn", DeviceType::cuda, softmax_cudnn<kLog, kBackward>,
-                    DTypeSet{DType::f32, DType::f64, DType::f16}, kVendor, cudnn_ok,
-                    kBackward ? "cudnnSoftmaxBackward (CHANNEL mode over the [A, C, B] view)"
+  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = softmax_cudnn<kLog, kBackward>,
+                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16}, .flags = kVendor, .supports = cudnn_ok,
+                    .note = kBackward ? "cudnnSoftmaxBackward (CHANNEL mode over the [A, C, B] view)"
                               : "cudnnSoftmaxForward (ACCURATE or LOG, CHANNEL mode over the [A, C, B] view)"});
 #endif
 }

@@ -37,15 +37,15 @@ void cuda_unary_backward(const KernelCall& c) {
 
 }  // namespace
 
-#define EMBER_UNARY(name, Functor)                                                                          \
-  void register_cuda_##name(OpInfo& info) {                                                                \
-    info.add_variant({"cuda", DeviceType::cuda, cuda_unary<unary::Functor>,                                \
-                      unary::Functor::kFloatOnly ? kFloatTypes : kNumericTypes, 0, nullptr,                \
-                      "generic vectorized elementwise kernel"});                                           \
-  }                                                                                                         \
-  void register_cuda_##name##_backward(OpInfo& info) {                                                     \
-    info.add_variant({"cuda", DeviceType::cuda, cuda_unary_backward<unary::Functor>, kFloatTypes, 0, nullptr, \
-                      "generic vectorized elementwise kernel"});                                           \
+#define EMBER_UNARY(name, Functor)                                                                                    \
+  void register_cuda_##name(OpInfo& info) {                                                                           \
+    info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_unary<unary::Functor>,                   \
+                      .dtypes = unary::Functor::kFloatOnly ? kFloatTypes : kNumericTypes,                             \
+                      .note = "generic vectorized elementwise kernel"});                                              \
+  }                                                                                                                   \
+  void register_cuda_##name##_backward(OpInfo& info) {                                                                \
+    info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_unary_backward<unary::Functor>,          \
+                      .dtypes = kFloatTypes, .note = "generic vectorized elementwise kernel"});                       \
   }
 #include "kernels/ops.def"
 

@@ -73,7 +73,7 @@ void define_op_where(OpInfo& info) {
   info.cost = where_cost;
   info.contiguous_inputs = false;
   info.autocast = AutocastPolicy::promote;
-  info.add_variant({"cpu", DeviceType::cpu, where_cpu, kAllTypes, 0, nullptr, "generic CPU elementwise loop"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = where_cpu, .note = "generic CPU elementwise loop"});
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

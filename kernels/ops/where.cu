@@ -16,7 +16,8 @@ void where_cuda(const KernelCall& k) {
 }  // namespace
 
 void register_cuda_where(OpInfo& info) {
-  info.add_variant({"cuda", DeviceType::cuda, where_cuda, kAllTypes, 0, nullptr, "generic elementwise kernel"});
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = where_cuda,
+                    .note = "generic elementwise kernel"});
 }
 
 }  // namespace ember
