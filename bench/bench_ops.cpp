@@ -7,9 +7,8 @@
 //   bench_ops [--op add,matmul] [--variant cuda] [--device cuda|cpu] [--json out.json]
 //             [--min-time 0.2] [--quick] [Google Benchmark flags ...]
 //
-// Method (as ../shared/GPU.md asks): inputs are random (never zeros), the L2 cache is flushed
-// before every timed run, CUDA events bracket the kernel, medians are reported, and every variant
-// is checked first: against the CPU reference variant for cases of up to 2e10 FLOPs, else against
+// Method: inputs are random (never zeros), the L2 cache is flushed before every timed run, CUDA
+// events bracket the kernel, medians are reported, and every variant is checked first: against the CPU reference variant for cases of up to 2e10 FLOPs, else against
 // the vendor (or default) variant on the device, by relative L2 error. The rooflines: a large
 // device-to-device copy (bytes read + written per second) and, when a cuBLAS matmul variant is
 // registered, an 8192^3 bf16 GEMM.

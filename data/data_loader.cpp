@@ -119,6 +119,20 @@ struct DataLoader::Run {
   Run(int nworkers, int nslots) : workers(nworkers), slots_n(nslots), status(static_cast<size_t>(nworkers)),
                                   slots(static_cast<size_t>(nslots)) {}
 
+  // Batch b leaves its slot (handed out or skipped): the slot is empty again and the workers may
+  // claim it for batch b + S (Note [pinned ring]).
+  void release_slot(Slot& slot, int64_t b) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      slot.state = SlotState::empty;
+      slot.copy_issued = false;
+      slot.dev_images = Tensor();
+      slot.dev_labels = Tensor();
+      consumed = b + 1;
+    }
+    cv_space.notify_all();
+  }
+
   void request_stop() {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -482,15 +496,7 @@ std::optional<Batch> DataLoader::next() {
   Slot& slot = r.slots[static_cast<size_t>(b % r.slots_n)];
 
   auto skip_failed = [&](std::string error) {
-    {
-      std::lock_guard<std::mutex> lock(r.mu);
-      slot.state = SlotState::empty;
-      slot.copy_issued = false;
-      slot.dev_images = Tensor();
-      slot.dev_labels = Tensor();
-      r.consumed = b + 1;
-    }
-    r.cv_space.notify_all();
+    r.release_slot(slot, b);
     EMBER_FAIL("DataLoader: ", error);
   };
 
@@ -563,15 +569,7 @@ std::optional<Batch> DataLoader::next() {
   }
   out.indices = std::move(slot.indices);
   out.index = b;
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    slot.state = SlotState::empty;
-    slot.copy_issued = false;
-    slot.dev_images = Tensor();
-    slot.dev_labels = Tensor();
-    r.consumed = b + 1;
-  }
-  r.cv_space.notify_all();
+  r.release_slot(slot, b);
   ++stats_.batches;
   return out;
 }

@@ -168,21 +168,146 @@ class StridedSampler final : public data::Sampler {
 
 // ---- logs ----
 
+// The run's records: the progress bar, the epoch lines on stdout, the JSONL file (--log) and
+// TensorBoard (--tensorboard). step() writes one log interval, epoch() one finished epoch,
+// summary() the last record. A file output that fails is reported once and written no more
+// (Note [side outputs]).
 struct Trainer::Logs {
-  std::unique_ptr<io::AppendFile> jsonl;
-  std::unique_ptr<logging::TensorBoardWriter> tb;
-  std::unique_ptr<logging::Progress> progress;
-  std::unique_ptr<profiler::TraceProfiler> prof;
-  bool prof_started = false, prof_done = false;
-  int64_t prof_start = 10, prof_end = 20;  // optimizer steps; the window is 10 steps long
-  double interval_start = 0;
-  int64_t loader_waits_base = 0;
+  struct Step {  // one log interval
+    int epoch = 0;  // 1-based
+    int64_t step = 0, step_in_epoch = 0;
+    double loss = 0, accuracy = 0, lr = 0, samples_per_s = 0;
+  };
+
+  Logs(const Options& o, bool has_val) : o_(o), has_val_(has_val) {
+    if (!o_.log.empty()) jsonl_ = std::make_unique<io::AppendFile>(o_.log);  // opened by the first record
+    if (!o_.tensorboard.empty()) {
+      try {
+        tb_ = std::make_unique<logging::TensorBoardWriter>(o_.tensorboard);
+      } catch (const std::exception& e) {
+        output_failed("--tensorboard", o_.tensorboard, e.what());
+      }
+    }
+  }
+
+  void begin_epoch(int epoch, int64_t micro_per_epoch) {
+    if (!o_.quiet && !o_.silent)
+      progress_ = std::make_unique<logging::Progress>(str("epoch ", epoch + 1, "/", o_.epochs), micro_per_epoch);
+  }
+  void end_epoch() {
+    if (progress_) progress_->finish();
+  }
+
+  void step(const Step& s) {
+    if (progress_) {
+      char extra[64];
+      std::snprintf(extra, sizeof extra, "loss %.4f acc %.2f%%", s.loss, s.accuracy);
+      progress_->update(s.step_in_epoch, s.step_in_epoch * o_.batch_size, extra);
+    }
+    json({{"type", "step"}, {"epoch", s.epoch}, {"step", s.step}, {"loss", s.loss},
+          {"accuracy", s.accuracy}, {"lr", s.lr}, {"samples_per_s", s.samples_per_s}});
+    scalar("train/loss", s.loss, s.step);
+    scalar("train/accuracy", s.accuracy, s.step);
+    scalar("train/lr", s.lr, s.step);
+    scalar("train/samples_per_s", s.samples_per_s, s.step);
+  }
+
+  void epoch(const EpochResult& er) {
+    if (!o_.silent)
+      std::printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  val acc %s  test acc %.2f%%  %.1f s  "
+                  "%.0f samples/s  lr %.3g\n",
+                  er.epoch, o_.epochs, er.train_loss, er.train_acc, has_val_ ? fmt_pct(er.val_acc).c_str() : "-",
+                  er.test_acc, er.seconds, er.samples_per_s, er.lr);
+    std::fflush(stdout);
+    json({{"type", "epoch"}, {"epoch", er.epoch}, {"train_loss", er.train_loss}, {"train_accuracy", er.train_acc},
+          {"val_accuracy", er.val_acc}, {"test_accuracy", er.test_acc}, {"seconds", er.seconds},
+          {"samples_per_s", er.samples_per_s}, {"lr", er.lr}});
+    scalar("epoch/train_loss", er.train_loss, er.epoch);
+    scalar("epoch/val_accuracy", er.val_acc, er.epoch);
+    scalar("epoch/test_accuracy", er.test_acc, er.epoch);
+    scalar("epoch/samples_per_s", er.samples_per_s, er.epoch);
+  }
+
+  // The last JSONL record; closes the file (a failure to flush it is reported like any other).
+  void summary(const RunResult& r) {
+    const char* status = !r.error.empty() ? "diverged" : r.interrupted_by != 0 ? "interrupted" : "completed";
+    json({{"type", "summary"},
+          {"status", status},
+          {"epochs", r.epochs.size()},
+          {"steps", r.steps},
+          {"test_accuracy", r.final_test.accuracy},
+          {"best_test_accuracy", r.best_test_acc},
+          {"train_seconds", r.train_seconds},
+          {"total_seconds", r.total_seconds},
+          {"samples_per_s", r.samples_per_s}});
+    if (jsonl_) {
+      try {
+        jsonl_->close();
+      } catch (const std::exception& e) {
+        output_failed("--log", o_.log, e.what());
+      }
+      jsonl_.reset();
+    }
+  }
+
+ private:
+  void json(const nlohmann::json& j) {
+    if (!jsonl_) return;
+    try {
+      jsonl_->append(j.dump() + "\n");
+    } catch (const std::exception& e) {
+      output_failed("--log", o_.log, e.what());
+      jsonl_.reset();
+    }
+  }
+  void scalar(const std::string& tag, double value, int64_t step) {
+    if (!tb_) return;
+    try {
+      tb_->scalar(tag, value, step);
+    } catch (const std::exception& e) {
+      output_failed("--tensorboard", o_.tensorboard, e.what());
+      tb_.reset();
+    }
+  }
+
+  const Options& o_;
+  const bool has_val_;  // the epoch line prints "-" for the validation accuracy without a split
+  std::unique_ptr<io::AppendFile> jsonl_;
+  std::unique_ptr<logging::TensorBoardWriter> tb_;
+  std::unique_ptr<logging::Progress> progress_;
+};
+
+// --profile records a window of 10 optimizer steps after 10 of warm-up, earlier in shorter runs (a
+// run of 10 steps or fewer is profiled from its first step). The loop calls before_step() and
+// after_step() around each micro-batch with the optimizer step count; write() closes a window the
+// run ended inside and saves the trace.
+struct Trainer::ProfileWindow {
+  explicit ProfileWindow(int64_t total_steps) : first_(std::min<int64_t>(10, std::max<int64_t>(0, total_steps - 10))) {}
+
+  void before_step(int64_t step) {
+    if (state_ != State::waiting || step < first_) return;
+    prof_.start();
+    state_ = State::recording;
+    end_ = step + 10;
+  }
+  void after_step(int64_t step) {
+    if (state_ != State::recording || step != end_) return;
+    runtime::AllowSyncScope allow;
+    prof_.stop();
+    state_ = State::done;
+  }
+  void write(const std::string& path);
+
+ private:
+  enum class State { waiting, recording, done };
+  profiler::TraceProfiler prof_;
+  State state_ = State::waiting;
+  int64_t first_, end_ = 0;  // optimizer steps: the window is [first_ or later, end_)
 };
 
 // ---- construction ----
 
 Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o), device_(device), splits_(splits) {
-  logs_ = std::make_unique<Logs>();
   manual_seed(o_.seed);
   if (o_.deterministic) set_deterministic(true);
   if (o_.autotune) set_backend_all("auto");
@@ -218,15 +343,7 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
   nonfinite_run_ = zeros({1}, TensorOptions(DType::f32).device(device_));
   diverged_at_ = full({1}, -1.0, TensorOptions(DType::f32).device(device_));
   dev_step_ = zeros({1}, TensorOptions(DType::f32).device(device_));
-  if (!o_.log.empty()) logs_->jsonl = std::make_unique<io::AppendFile>(o_.log);  // opened by the first record
-  if (!o_.tensorboard.empty()) {
-    try {
-      logs_->tb = std::make_unique<logging::TensorBoardWriter>(o_.tensorboard);
-    } catch (const std::exception& e) {
-      output_failed("--tensorboard", o_.tensorboard, e.what());
-    }
-  }
-  if (!o_.profile.empty()) logs_->prof = std::make_unique<profiler::TraceProfiler>();
+  logs_ = std::make_unique<Logs>(o_, splits_.val != nullptr);
 }
 
 Trainer::~Trainer() {
@@ -441,28 +558,27 @@ std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t
     events_used_ = 1;
   }
   double now = now_s();
-  double rate = world * static_cast<double>(interval_samples_) / std::max(now - logs_->interval_start, 1e-9);
-  double lr = current_lr();
+  double rate = world * static_cast<double>(interval_samples_) / std::max(now - interval_start_, 1e-9);
   r.curve_steps.push_back(static_cast<double>(global_step_));
   r.curve_loss.push_back(loss);
-  if (logs_->progress) {
-    char extra[64];
-    std::snprintf(extra, sizeof extra, "loss %.4f acc %.2f%%", loss, acc);
-    logs_->progress->update(step_in_epoch, step_in_epoch * o_.batch_size, extra);
-  }
-  {
-    nlohmann::json j = {{"type", "step"}, {"epoch", epoch + 1}, {"step", global_step_}, {"loss", loss},
-                        {"accuracy", acc}, {"lr", lr}, {"samples_per_s", rate}};
-    log_json(j.dump());
-  }
-  tb_scalar("train/loss", loss, global_step_);
-  tb_scalar("train/accuracy", acc, global_step_);
-  tb_scalar("train/lr", lr, global_step_);
-  tb_scalar("train/samples_per_s", rate, global_step_);
+  logs_->step({.epoch = epoch + 1, .step = global_step_, .step_in_epoch = step_in_epoch, .loss = loss,
+               .accuracy = acc, .lr = current_lr(), .samples_per_s = rate});
   interval_samples_ = 0;
   interval_steps_ = 0;
-  logs_->interval_start = now;
+  interval_start_ = now;
   return {loss_sum, correct};
+}
+
+std::string Trainer::nonfinite_weight() const {
+  for (const auto& [k, t] : model_->state_dict()) {
+    if (!is_floating(t.dtype()) || t.numel() == 0) continue;
+    runtime::AllowSyncScope allow;
+    Tensor v = t.detach().to(kCPU).to(DType::f64).contiguous();
+    const double* q = v.data<double>();
+    for (int64_t i = 0; i < v.numel(); ++i)
+      if (!std::isfinite(q[i])) return k;
+  }
+  return {};
 }
 
 void Trainer::save_checkpoint(int epoch, int64_t step) {
@@ -581,34 +697,13 @@ void Trainer::load_model(const std::string& path) {
   model_->load_state_dict(model_state, true);
 }
 
-void Trainer::log_json(const std::string& line) {
-  if (!logs_->jsonl) return;
-  try {
-    logs_->jsonl->append(line + "\n");
-  } catch (const std::exception& e) {
-    output_failed("--log", o_.log, e.what());
-    logs_->jsonl.reset();
-  }
-}
-
-void Trainer::tb_scalar(const std::string& tag, double value, int64_t step) {
-  if (!logs_->tb) return;
-  try {
-    logs_->tb->scalar(tag, value, step);
-  } catch (const std::exception& e) {
-    output_failed("--tensorboard", o_.tensorboard, e.what());
-    logs_->tb.reset();
-  }
-}
-
 // The profiler writes its trace with plain streams: it goes to a scratch file first, and from there
 // into --profile through io::AtomicFile (never a half-written or empty trace under that name).
-void Trainer::write_profile() {
-  if (!logs_->prof) return;
+void Trainer::ProfileWindow::write(const std::string& path) {
   try {
     runtime::AllowSyncScope allow;
-    if (!logs_->prof_done) logs_->prof->stop();
-    logs_->prof_done = true;
+    if (state_ != State::done) prof_.stop();
+    state_ = State::done;
     std::string scratch = (std::filesystem::temp_directory_path() / "mnist_train.profile.XXXXXX").string();
     std::vector<char> buf(scratch.begin(), scratch.end());
     buf.push_back('\0');
@@ -619,7 +714,7 @@ void Trainer::write_profile() {
     size_t n = 0;
     std::string trace;
     try {
-      n = logs_->prof->write_chrome_trace(scratch);
+      n = prof_.write_chrome_trace(scratch);
       std::ifstream in(scratch, std::ios::binary);
       std::ostringstream ss;
       ss << in.rdbuf();
@@ -631,11 +726,11 @@ void Trainer::write_profile() {
       throw;
     }
     ::unlink(scratch.c_str());
-    io::write_file_atomic(o_.profile, trace);
-    std::printf("\nprofile: %zu events written to %s (open in Perfetto or chrome://tracing)\n%s", n,
-                o_.profile.c_str(), logs_->prof->top_ops_table(15).c_str());
+    io::write_file_atomic(path, trace);
+    std::printf("\nprofile: %zu events written to %s (open in Perfetto or chrome://tracing)\n%s", n, path.c_str(),
+                prof_.top_ops_table(15).c_str());
   } catch (const std::exception& e) {
-    output_failed("--profile", o_.profile, e.what());
+    output_failed("--profile", path, e.what());
   }
 }
 
@@ -706,9 +801,7 @@ RunResult Trainer::run() {
   int64_t total_steps = steps_per_epoch * o_.epochs;
   if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
   build_scheduler(total_steps);
-  // profile 10 steps after 10 of warm-up, earlier in shorter runs (a run of 10 steps or fewer
-  // is profiled from its first step)
-  logs_->prof_start = std::min<int64_t>(10, std::max<int64_t>(0, total_steps - 10));
+  if (!o_.profile.empty()) profile_ = std::make_unique<ProfileWindow>(total_steps);
   if (!o_.resume.empty()) {
     TrainingCheckpoint ck;
     ck.model(*model_).optimizer(*opt_);
@@ -760,19 +853,14 @@ RunResult Trainer::run() {
     events_used_ = 0;  // the gap across the evaluation is not idle time between steps
     const double wait_before = loader->stats().wait_seconds;
     const double e_start = now_s();
-    logs_->interval_start = e_start;
-    if (!o_.quiet && !o_.silent)
-      logs_->progress = std::make_unique<logging::Progress>(str("epoch ", epoch + 1, "/", o_.epochs), micro_per_epoch);
+    interval_start_ = e_start;
+    logs_->begin_epoch(epoch, micro_per_epoch);
     int64_t micro_in_epoch = 0, samples_in_epoch = 0;
     micro_ = 0;
     double loss_acc = 0, correct_acc = 0;
     for (data::Batch& b : *loader) {
       mark_step_event();
-      if (logs_->prof && !logs_->prof_started && global_step_ >= logs_->prof_start) {
-        logs_->prof->start();
-        logs_->prof_started = true;
-        logs_->prof_end = global_step_ + 10;
-      }
+      if (profile_) profile_->before_step(global_step_);
       ++micro_;
       const bool do_step = micro_ == o_.grad_accum || micro_in_epoch + 1 == micro_per_epoch;
       if (do_step) micro_ = 0;
@@ -794,11 +882,7 @@ RunResult Trainer::run() {
         if (sched_) sched_->step();
         if (graph_) opt_->sync_hyperparameters();  // the next replay reads the new lr from the device
       }
-      if (logs_->prof && logs_->prof_started && !logs_->prof_done && global_step_ == logs_->prof_end) {
-        runtime::AllowSyncScope allow;
-        logs_->prof->stop();
-        logs_->prof_done = true;
-      }
+      if (profile_) profile_->after_step(global_step_);
       if (micro_in_epoch % o_.log_interval == 0 || micro_in_epoch == micro_per_epoch) {
         auto [l, c] = log_interval(r, epoch, micro_in_epoch);
         loss_acc += l;
@@ -815,7 +899,7 @@ RunResult Trainer::run() {
       loss_acc += l;
       correct_acc += c;
     }
-    if (logs_->progress) logs_->progress->finish();
+    logs_->end_epoch();
     if (diverged_step_ >= 0) {
       r.error = str("training diverged: the loss was NaN or inf for ", o_.max_nonfinite_steps, " consecutive step",
                     o_.max_nonfinite_steps == 1 ? "" : "s", " at step ", diverged_step_, " (epoch ", epoch + 1,
@@ -856,35 +940,11 @@ RunResult Trainer::run() {
       r.time_to_best = now_s() - t_start;
     }
     r.epochs.push_back(er);
-    if (!o_.silent)
-      std::printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  val acc %s  test acc %.2f%%  %.1f s  %.0f samples/s  lr %.3g\n",
-                er.epoch, o_.epochs, er.train_loss, er.train_acc,
-                splits_.val ? fmt_pct(er.val_acc).c_str() : "-", er.test_acc, er.seconds, er.samples_per_s, er.lr);
-    std::fflush(stdout);
-    {
-      nlohmann::json j = {{"type", "epoch"},          {"epoch", er.epoch},       {"train_loss", er.train_loss},
-                          {"train_accuracy", er.train_acc}, {"val_accuracy", er.val_acc}, {"test_accuracy", er.test_acc},
-                          {"seconds", er.seconds},    {"samples_per_s", er.samples_per_s}, {"lr", er.lr}};
-      log_json(j.dump());
-    }
-    tb_scalar("epoch/train_loss", er.train_loss, er.epoch);
-    tb_scalar("epoch/val_accuracy", er.val_acc, er.epoch);
-    tb_scalar("epoch/test_accuracy", er.test_acc, er.epoch);
-    tb_scalar("epoch/samples_per_s", er.samples_per_s, er.epoch);
+    logs_->epoch(er);
     if (!o_.save.empty()) {
       // never a non-finite checkpoint: fewer than --max-nonfinite-steps bad steps may have ended the
       // epoch (the weights are read to the host for the save anyway)
-      std::string bad;
-      for (const auto& [k, t] : model_->state_dict()) {
-        if (!is_floating(t.dtype()) || t.numel() == 0) continue;
-        runtime::AllowSyncScope allow;
-        Tensor v = t.detach().to(kCPU).to(DType::f64).contiguous();
-        const double* q = v.data<double>();
-        for (int64_t i = 0; i < v.numel() && bad.empty(); ++i)
-          if (!std::isfinite(q[i])) bad = k;
-        if (!bad.empty()) break;
-      }
-      if (!bad.empty()) {
+      if (const std::string bad = nonfinite_weight(); !bad.empty()) {
         r.error = str("training diverged: weight '", bad, "' holds NaN or inf after epoch ", epoch + 1, " (step ",
                       global_step_, "); not saving it to ", o_.save, "; try a lower --lr or --clip-grad");
         break;
@@ -913,29 +973,9 @@ RunResult Trainer::run() {
   if (use_events && gpu_busy_ms_ + gpu_idle_ms_ > 0) r.gpu_idle_fraction = gpu_idle_ms_ / (gpu_busy_ms_ + gpu_idle_ms_);
   if (scaler_) r.skipped_steps = scaler_->skipped_steps();
   if (r.interrupted_by == 0 && stop_requested()) r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;
-  write_profile();
+  if (profile_) profile_->write(o_.profile);
   r.total_seconds = now_s() - t_start;
-  {
-    const char* status = !r.error.empty() ? "diverged" : r.interrupted_by != 0 ? "interrupted" : "completed";
-    nlohmann::json j = {{"type", "summary"},
-                        {"status", status},
-                        {"epochs", r.epochs.size()},
-                        {"steps", r.steps},
-                        {"test_accuracy", r.final_test.accuracy},
-                        {"best_test_accuracy", r.best_test_acc},
-                        {"train_seconds", r.train_seconds},
-                        {"total_seconds", r.total_seconds},
-                        {"samples_per_s", r.samples_per_s}};
-    log_json(j.dump());
-    if (logs_->jsonl) {
-      try {
-        logs_->jsonl->close();
-      } catch (const std::exception& e) {
-        output_failed("--log", o_.log, e.what());
-      }
-      logs_->jsonl.reset();
-    }
-  }
+  logs_->summary(r);
   return r;
 }
 

@@ -9,7 +9,6 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,6 +112,8 @@ class Trainer {
   std::pair<double, double> log_interval(RunResult& r, int epoch, int64_t step_in_epoch);
   void mark_step_event();
   void save_checkpoint(int epoch, int64_t step);
+  // The first model state entry holding NaN or inf ("" if none): no checkpoint is saved of it.
+  std::string nonfinite_weight() const;
   // The run's flags recorded in checkpoints ("run." metadata) and their check on --resume.
   ember::Metadata run_info() const;
   void check_resume_flags(const ember::Metadata& saved) const;
@@ -120,10 +121,6 @@ class Trainer {
                              int64_t steps_per_epoch) const;
   // The optimizer's actual learning rate (what the epoch lines print).
   double current_lr() const;
-  // Side outputs (Note [side outputs]): each write reports a failure once and disables the output.
-  void log_json(const std::string& line);
-  void tb_scalar(const std::string& tag, double value, int64_t step);
-  void write_profile();
 
   Options o_;
   ember::Device device_;
@@ -147,6 +144,7 @@ class Trainer {
   bool stop_agreed_ = false;  // --distributed: some rank got SIGINT/SIGTERM (Note [stopping on a signal])
   bool stop_requested() const;
   int64_t interval_samples_ = 0, interval_steps_ = 0;
+  double interval_start_ = 0;  // when the current log interval began (now_s())
   int64_t micro_ = 0;  // micro-batches since the last optimizer step
 
   // graph mode
@@ -162,9 +160,11 @@ class Trainer {
   // device-resident copies of the splits (uploaded once)
   std::shared_ptr<ember::data::InMemoryDataset> train_dev_, val_dev_, test_dev_;
 
-  std::function<void(const std::string&, double, int64_t)> scalar_sink_;
+  // side outputs (Note [side outputs]): the records of steps and epochs, and the --profile window
   struct Logs;
   std::unique_ptr<Logs> logs_;
+  struct ProfileWindow;
+  std::unique_ptr<ProfileWindow> profile_;
   int64_t global_step_ = 0;
   int start_epoch_ = 0;
 };
