@@ -1,17 +1,11 @@
 // Autocast state: a thread-local, nestable scope that lowers the precision of the ops whose
-// policy allows it (see AutocastPolicy in kernels/registry.h). The op runner reads this state and
-// applies the op's policy to its inputs; amp/ builds the user-facing pieces on top.
+// policy allows it (see AutocastPolicy in kernels/autocast_policy.h). The op runner reads this
+// state and applies the op's policy to its inputs (autocast::apply_policy, declared with the
+// policies in kernels/); amp/ builds the user-facing pieces on top.
 #pragma once
-
-#include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
-
-namespace ember {
-class Tensor;
-enum class AutocastPolicy : uint8_t;
-}  // namespace ember
 
 namespace ember::autocast {
 
@@ -48,9 +42,6 @@ class Suspend {
  private:
   bool prev_[kNumDeviceTypes];
 };
-
-// Casts `inputs` in place according to `policy` (kernels/autocast_policy.cpp).
-void apply_policy(AutocastPolicy policy, DeviceType device, std::vector<Tensor>& inputs);
 
 // Number of casts the cast cache performed / served since the last reset (for tests and logs).
 struct CacheStats {

@@ -121,10 +121,6 @@ void Tensor::retain_grad() {
   grad_fn()->retain_output(impl_->autograd->output_nr, impl_ptr());
 }
 
-void Tensor::backward(const Tensor& grad, bool retain_graph) const {
-  autograd::backward({*this}, {grad}, retain_graph);
-}
-
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = impl_->storage;
@@ -204,6 +200,5 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
 }  // namespace ember

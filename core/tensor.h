@@ -5,8 +5,10 @@
 //
 // Note [where tensor methods live]: core/ holds the data structures (this file, storage, the
 // autograd engine); every method that computes or records autograd (views, contiguous, to, item,
-// in-place math) is declared here and defined in kernels/, next to the ops it forwards to. Both
-// are parts of the one `ember` library.
+// in-place math, backward) is declared here and defined in kernels/, next to the ops it forwards
+// to. kernels/ is the layer above (ember_kernels links ember_core, never the reverse), so code in
+// core/ must not call these methods: the autograd engine is handed the few ops it computes with
+// (Note [gradient arithmetic] in core/autograd/engine.h).
 #pragma once
 
 #include <cstdint>

@@ -47,7 +47,7 @@
 #include <optional>
 
 #include "dist/process_group.h"
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "nn/batch_norm.h"
 #include "nn/module.h"
 

@@ -1,4 +1,6 @@
 // Applies an op's autocast policy to its inputs (called by the op runner; see core/autocast.h).
+#include "kernels/autocast_policy.h"
+
 #include "core/autocast.h"
 #include "core/autocast_cache.h"
 #include "core/autograd/node.h"

@@ -218,4 +218,6 @@ std::string Tensor::str() const {
   return os.str();
 }
 
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
+
 }  // namespace ember

@@ -2,8 +2,9 @@
 // as torch.nn.AdaptiveAvgPool2d); output 1 is the global average pool.
 #pragma once
 
-#include "nn/arg.h"
-#include "nn/conv2d.h"
+#include "core/arg.h"
+#include "nn/expanding_array.h"
+#include "nn/module.h"
 
 namespace ember::nn {
 

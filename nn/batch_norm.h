@@ -12,7 +12,7 @@
 
 #include <optional>
 
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace ember::nn {

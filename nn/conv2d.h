@@ -8,12 +8,11 @@
 
 #include <array>
 
-#include "nn/arg.h"
+#include "core/arg.h"
+#include "nn/expanding_array.h"
 #include "nn/module.h"
 
 namespace ember::nn {
-
-using ExpandingArray2 = std::array<int64_t, 2>;
 
 struct Conv2dOptions {
   Conv2dOptions(int64_t in_channels, int64_t out_channels, int64_t kernel_size)

@@ -4,7 +4,7 @@
 // CUDA alike.
 #pragma once
 
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace ember::nn {

@@ -1,7 +1,7 @@
 // Flatten: merges dims start_dim..end_dim into one (a view when possible), default [N, ...] -> [N, -1].
 #pragma once
 
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace ember::nn {

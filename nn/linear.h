@@ -3,7 +3,7 @@
 // U(-1/sqrt(in), 1/sqrt(in)); b ~ U(-1/sqrt(in), 1/sqrt(in)) (0 when in_features is 0).
 #pragma once
 
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace ember::nn {

@@ -2,8 +2,9 @@
 // kernel; stride defaults to the kernel size), as torch.nn.MaxPool2d. NCHW or channels-last.
 #pragma once
 
-#include "nn/arg.h"
-#include "nn/conv2d.h"
+#include "core/arg.h"
+#include "nn/expanding_array.h"
+#include "nn/module.h"
 
 namespace ember::nn {
 

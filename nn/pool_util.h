@@ -3,7 +3,8 @@
 
 #include <string>
 
-#include "nn/conv2d.h"
+#include "core/error.h"
+#include "nn/expanding_array.h"
 
 namespace ember::nn::pool_util {
 

@@ -8,7 +8,7 @@
 
 #include <tuple>
 
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "optim/adam_base.h"
 
 namespace ember::optim {

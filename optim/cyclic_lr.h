@@ -9,7 +9,7 @@
 
 #include <functional>
 
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "optim/lr_scheduler.h"
 
 namespace ember::optim {

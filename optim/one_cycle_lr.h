@@ -11,7 +11,7 @@
 // Stepping more than total_steps times is an error.
 #pragma once
 
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "optim/lr_scheduler.h"
 
 namespace ember::optim {

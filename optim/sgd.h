@@ -6,7 +6,7 @@
 // parameter's device; the kernel uses it to recognise the first step without asking the host).
 #pragma once
 
-#include "nn/arg.h"
+#include "core/arg.h"
 #include "optim/optimizer.h"
 
 namespace ember::optim {

@@ -12,7 +12,7 @@
 #include "core/cuda/kernel.cuh"
 #include "core/half.h"
 #include "core/tensor.h"
-#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/current_stream.cuh"
 #include "kernels/common/ptx.cuh"
 
 using namespace ember;

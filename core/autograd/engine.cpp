@@ -15,6 +15,13 @@ namespace ember::autograd {
 namespace {
 thread_local bool t_grad_mode = true;
 std::atomic<uint64_t> g_sequence{0};
+// The arithmetic of the backward pass running on this thread (Note [gradient arithmetic]).
+thread_local const detail::GradMath* t_math = nullptr;
+
+const detail::GradMath& grad_math() {
+  EMBER_CHECK(t_math != nullptr, "autograd: gradient arithmetic used outside a backward pass");
+  return *t_math;
+}
 }  // namespace
 
 bool grad_mode_enabled() { return t_grad_mode; }
@@ -42,12 +49,12 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
     // Keep the incoming buffer when nobody else holds it and it is dense; otherwise copy, so that
     // in-place changes to .grad (clipping, scaling) never write into another tensor or a broadcast.
     bool shared = g.impl_ptr().use_count() > 1 || g.storage().use_count() > 1;
-    if (shared || !g.is_non_overlapping_and_dense()) g = g.clone();
+    if (shared || !g.is_non_overlapping_and_dense()) g = grad_math().clone(g);
     var.set_grad(g);
   } else if (var.impl()->autograd->accumulate_grad_in_place) {
-    old.add_(g);
+    grad_math().add_(old, g);
   } else {
-    var.set_grad(old.add(g));
+    var.set_grad(grad_math().add(old, g));
   }
   if (!variable->autograd->post_accumulate_hooks.empty()) {
     // a copy: a hook may register or remove hooks
@@ -130,13 +137,18 @@ thread_local std::vector<std::function<void()>> t_callbacks;
 
 void run_graph(Task& task, bool retain_graph);
 
-void run(Task& task, bool retain_graph) {
+void run(Task& task, bool retain_graph, const detail::GradMath& math) {
   struct Depth {
-    Depth() { ++t_backward_depth; }
+    explicit Depth(const detail::GradMath* m) : prev_math(t_math) {
+      ++t_backward_depth;
+      t_math = m;
+    }
     ~Depth() {
+      t_math = prev_math;
       if (--t_backward_depth == 0) t_callbacks.clear();  // after an error too
     }
-  } depth;
+    const detail::GradMath* prev_math;
+  } depth(&math);
   run_graph(task, retain_graph);
   if (t_backward_depth == 1) {
     // Callbacks may queue more callbacks (they run too, in order).
@@ -150,6 +162,7 @@ void run(Task& task, bool retain_graph) {
 
 void run_graph(Task& task, bool retain_graph) {
   NoGradGuard no_grad;
+  const detail::GradMath& math = grad_math();
   // 1. dependency counts: how many edges point at each node from the part of the graph reached
   std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack;
@@ -172,7 +185,7 @@ void run_graph(Task& task, bool retain_graph) {
     std::vector<Tensor>& buf = buffers[e.fn.get()];
     if (buf.empty()) buf.resize(e.fn->num_outputs());
     Tensor& slot = buf.at(e.input_nr);
-    slot = slot.defined() ? slot.add(g) : std::move(g);
+    slot = slot.defined() ? math.add(slot, g) : std::move(g);
   };
   std::priority_queue<Node*, std::vector<Node*>, ByLaterFirst> ready;
   std::unordered_set<Node*> queued;
@@ -193,14 +206,14 @@ void run_graph(Task& task, bool retain_graph) {
       if (auto t = node->retained[i].lock(); t && grads[i].defined()) {
         Tensor tt(t);
         Tensor old = tt.grad();
-        tt.set_grad(old.defined() ? old.add(grads[i]) : grads[i].clone());
+        tt.set_grad(old.defined() ? math.add(old, grads[i]) : math.clone(grads[i]));
       }
     }
     if (auto it = task.captures.find(node); it != task.captures.end()) {
       for (auto [input_nr, slot] : it->second) {
         if (input_nr < grads.size() && grads[input_nr].defined()) {
           Tensor& c = task.captured[slot];
-          c = c.defined() ? c.add(grads[input_nr]) : grads[input_nr];
+          c = c.defined() ? math.add(c, grads[input_nr]) : grads[input_nr];
         }
       }
       if (dynamic_cast<AccumulateGrad*>(node) != nullptr) continue;  // grad(): leaves are not written
@@ -221,17 +234,17 @@ void run_graph(Task& task, bool retain_graph) {
   }
 }
 
-Tensor default_root_grad(const Tensor& root, const Tensor& grad) {
+Tensor default_root_grad(const Tensor& root, const Tensor& grad, const detail::GradMath& math) {
   if (grad.defined()) {
     EMBER_CHECK(grad.shape() == root.shape(), "backward: gradient shape ", grad.shape(),
                 " does not match the output shape ", root.shape());
     EMBER_CHECK(grad.device() == root.device(), "backward: gradient on ", grad.device(), " but the output is on ",
                 root.device());
-    return grad.dtype() == root.dtype() ? grad : grad.to(root.dtype());
+    return grad.dtype() == root.dtype() ? grad : math.to(grad, root.dtype());
   }
   EMBER_CHECK(root.numel() == 1, "grad can be implicitly created only for one-element outputs; the output has shape ",
               root.shape(), ", so pass a gradient to backward()");
-  return empty(root.shape(), TensorOptions().dtype(root.dtype()).device(root.device())).fill_(1.0);
+  return math.ones_like(root);
 }
 
 }  // namespace
@@ -243,7 +256,8 @@ void queue_callback(std::function<void()> fn) {
 
 bool in_backward() { return t_backward_depth > 0; }
 
-void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+void detail::run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
+                          const GradMath& math) {
   EMBER_CHECK(grads.empty() || grads.size() == roots.size(), "backward: ", roots.size(), " outputs but ",
               grads.size(), " gradients");
   Task task;
@@ -253,19 +267,19 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     EMBER_CHECK(r.requires_grad(), "element ", i, " of the outputs does not require grad and has no grad_fn (",
                 r.describe(), "); did you run the forward pass under no_grad or detach it?");
     task.roots.push_back(gradient_edge(r));
-    task.root_grads.push_back(default_root_grad(r, grads.empty() ? Tensor() : grads[i]));
+    task.root_grads.push_back(default_root_grad(r, grads.empty() ? Tensor() : grads[i], math));
   }
-  run(task, retain_graph);
+  run(task, retain_graph, math);
 }
 
-std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
-                         const std::vector<Tensor>& grad_outputs, bool retain_graph) {
+std::vector<Tensor> detail::run_grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                                     const std::vector<Tensor>& grad_outputs, bool retain_graph, const GradMath& math) {
   Task task;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Tensor& r = outputs[i];
     EMBER_CHECK(r.requires_grad(), "grad: output ", i, " does not require grad");
     task.roots.push_back(gradient_edge(r));
-    task.root_grads.push_back(default_root_grad(r, grad_outputs.empty() ? Tensor() : grad_outputs[i]));
+    task.root_grads.push_back(default_root_grad(r, grad_outputs.empty() ? Tensor() : grad_outputs[i], math));
   }
   task.captured.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -273,7 +287,7 @@ std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<T
     Edge e = gradient_edge(inputs[i]);
     task.captures[e.fn.get()].push_back({e.input_nr, i});
   }
-  run(task, retain_graph);
+  run(task, retain_graph, math);
   return task.captured;
 }
 

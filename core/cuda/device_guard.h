@@ -1,5 +1,6 @@
-// Scoped CUDA thread state for the runtime layer (core/cuda/*.cpp, dist/nccl_backend.cpp): the
-// current device, and the relaxed capture mode. Internal: not part of the installed API.
+// Scoped CUDA thread state for the runtime layer (core/cuda/*.cpp), the kernels (kernels/**/*.cu
+// launch under a DeviceGuard for their tensors' device) and dist/nccl_backend.cpp: the current
+// device, and the relaxed capture mode. Internal: not part of the documented user API.
 #pragma once
 
 #include <cuda_runtime_api.h>

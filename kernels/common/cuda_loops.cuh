@@ -18,7 +18,10 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/common/layout.h"
 
 namespace ember {
@@ -117,7 +120,7 @@ void gpu_map(const ElementwiseLayout& L, std::array<const Tensor*, 1 + sizeof...
   constexpr int N = 1 + sizeof...(Ins);
   if (L.numel == 0) return;
   const Tensor& out_t = *operands[0];
-  cuda::DeviceScope guard(out_t.device());
+  cuda::DeviceGuard guard(out_t.device().index);
   cudaStream_t stream = cuda::stream_for(out_t);
   const int device = out_t.device().index;
   constexpr int kThreads = 256;

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/kernel.cuh"
 
 namespace ember::mt {
 

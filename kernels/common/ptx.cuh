@@ -2,7 +2,7 @@
 // ldmatrix and cp.async. Every kernel uses these wrappers and no inline `asm` of its own, so the
 // SIMT simulator (-DEMBER_CUDA_SIM=ON) can run each instruction with the semantics the PTX ISA
 // documents: mma.sync and ldmatrix as warp collectives over the documented fragment layouts,
-// cp.async as a copy that lands when its group is waited for. tests/test_sim_ptx.cpp checks every
+// cp.async as a copy that lands when its group is waited for. tests/test_ptx_gpu.cu checks every
 // fragment position against a scalar reference.
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16" and "ldmatrix"), lane = 4 g + t:

@@ -1,6 +1,6 @@
 // Row kernels: the CUDA machinery behind softmax, log_softmax, their gradients and cross_entropy.
 //
-// A tensor is viewed as [A, C, B] around the reduced dim (kernels/ops/softmax.h: RowGeometry); a
+// A tensor is viewed as [A, C, B] around the reduced dim (kernels/common/row_geometry.h); a
 // row is the C elements (a, :, b). A row op (a policy P, below) reduces each row to a few
 // statistics in one pass over it (phase 1), may then write an output row computed from them
 // (phase 2), and may end with a per-row epilogue (cross_entropy's loss). The kernels differ only
@@ -54,10 +54,11 @@
 #include <mutex>
 #include <type_traits>
 
+#include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"
-#include "kernels/common/cuda_utils.cuh"
+#include "kernels/common/current_stream.cuh"
 #include "kernels/common/math.h"
-#include "kernels/ops/softmax.h"
+#include "kernels/common/row_geometry.h"
 
 namespace ember::rows {
 

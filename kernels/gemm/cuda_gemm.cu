@@ -7,6 +7,10 @@
 // L1 traffic, ~100x the compute time of the tiled kernels. It exists to be obviously right.
 #include <algorithm>
 
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/gemm/gemm_common.cuh"
 
 namespace ember::gemm {
@@ -250,7 +254,7 @@ Prepared prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, co
 void run_naive(const Problem& p) {
   const int64_t batch = p.batch();
   if (p.M == 0 || p.N == 0 || batch == 0) return;
-  cuda::DeviceScope guard(p.device);
+  cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   dev::Args args = dev::make_args(p, 16);
   dim3 block(16, 16);

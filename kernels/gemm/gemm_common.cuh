@@ -8,7 +8,6 @@
 
 #include "core/dtype.h"
 #include "core/half.h"
-#include "kernels/common/cuda_utils.cuh"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops/unary.h"
 

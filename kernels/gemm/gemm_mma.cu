@@ -33,6 +33,9 @@
 #include <array>
 #include <mutex>
 
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
 
@@ -284,7 +287,7 @@ void run_mma(const Problem& p) {
   EMBER_CHECK((p.a_cs == 1 || p.a_rs == 1) && (p.b_cs == 1 || p.b_rs == 1),
               "gemm v3_mma: each operand needs a unit stride (prepare with Layout::unit_stride)");
   EMBER_CHECK(mma_supported(p.device.index), "gemm v3_mma: needs a GPU of compute capability 8.0 or newer");
-  cuda::DeviceScope guard(p.device);
+  cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   if (p.dtype == DType::f16) dev::dispatch_mma<Half>(p, stream);
   else if (p.dtype == DType::bf16) dev::dispatch_mma<BFloat16>(p, stream);

@@ -24,6 +24,9 @@
 // SIMT speed; cuBLAS's DGEMM uses the FP64 tensor cores (2x), so v2 f64 is ~40-50% of cuBLAS.
 #include <algorithm>
 
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
 #include "kernels/gemm/gemm_common.cuh"
 
 namespace ember::gemm {
@@ -274,7 +277,7 @@ void run_simt(const Problem& p) {
               p.M, ", ", p.N, ", ", p.K);
   EMBER_CHECK((p.a_cs == 1 || p.a_rs == 1) && (p.b_cs == 1 || p.b_rs == 1),
               "gemm v2_tiled: each operand needs a unit stride (prepare with Layout::unit_stride)");
-  cuda::DeviceScope guard(p.device);
+  cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   if (p.dtype == DType::f32) dev::dispatch_simt<float>(p, stream);
   else if (p.dtype == DType::f64) dev::dispatch_simt<double>(p, stream);

@@ -46,6 +46,10 @@ bool cublaslt_accepts(int64_t, int64_t, int64_t, int) { return false; }
 #include <numeric>
 #include <sstream>
 
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/functional.h"
 #include "kernels/gemm/gemm_common.cuh"
 
@@ -285,7 +289,7 @@ void run_cublas(const Problem& p) {
   check_int("ldb", v.ldb);
   check_int("ldc", v.ldc);
   check_int("batch count", bs.inner);
-  cuda::DeviceScope guard(p.device);
+  cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   cublasHandle_t h = blas_handle(p.device.index);
   EMBER_CUBLAS_CHECK(cublasSetStream(h, stream));
@@ -342,7 +346,7 @@ void run_cublaslt(const Problem& p) {
   const BatchSplit bs = split_batch(p, false);
   check_int("batch count", bs.inner);
   const int64_t es = static_cast<int64_t>(v.es);
-  cuda::DeviceScope guard(p.device);
+  cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   cublasLtHandle_t h = lt_handle(p.device.index);
   Tensor ws = workspace(p);

@@ -6,7 +6,11 @@
 // loads where aligned. Bandwidth-bound: reads and writes every gradient byte once (for the MNIST
 // CNN's 3.3 MB of f32 gradients, ~2 us at 4 TB/s).
 // amp_update_scale: a single thread.
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/ops/amp.h"
 #include "kernels/registry.h"
 
@@ -58,7 +62,7 @@ __global__ void unscale_kernel(TensorTable table, float* __restrict__ found_inf,
 void unscale_cuda(const KernelCall& c) {
   const Tensor& found = c.in[0];
   const Tensor& inv = c.in[1];
-  cuda::DeviceScope guard(found.device());
+  cuda::DeviceGuard guard(found.device().index);
   cudaStream_t stream = cuda::stream_for(found);
   const int device = found.device().index;
   for (size_t start = 2; start < c.in.size(); start += kAmpTensorsPerLaunch) {
@@ -95,7 +99,7 @@ __global__ void update_scale_kernel(float* scale, int32_t* tracker, const float*
 }
 
 void update_cuda(const KernelCall& c) {
-  cuda::DeviceScope guard(c.in[0].device());
+  cuda::DeviceGuard guard(c.in[0].device().index);
   cuda::launch(update_scale_kernel, 1, 1, 0, cuda::stream_for(c.in[0]), c.in[0].data<float>(), c.in[1].data<int32_t>(),
                c.in[2].data<float>(), c.in[3].data<int64_t>(), c.attr<AmpScaleAttrs>());
 }

@@ -18,8 +18,10 @@
 // Napkin math, [512, 64, 14, 14] f32 training (25.7 MB): forward reads x twice and writes y (77 MB)
 // -> ~17 us at 4.5 TB/s; backward reads g and x twice and writes dx (128 MB) -> ~28 us. A fused
 // single-pass version would keep x in shared memory between the passes; left for later.
-// Never run yet (written without a GPU).
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/common/memory_format.h"
 #include "kernels/ops/batch_norm.h"
 #include "kernels/registry.h"
@@ -454,7 +456,7 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g) {
 void batch_norm_cuda(const KernelCall& c) {
   const Tensor x = contiguous_as(c.in[0], runs_channels_last(c.in[0]));
   const BnGeom g = bn_geometry(x);
-  cuda::DeviceScope scope(x.device());
+  cuda::DeviceGuard scope(x.device().index);
   switch (x.dtype()) {
     case DType::f32: forward_impl<float, float>(c, x, g); break;
     case DType::f64: forward_impl<double, double>(c, x, g); break;
@@ -504,7 +506,7 @@ void batch_norm_backward_cuda(const KernelCall& c) {
   const bool cl = runs_channels_last(c.in[1]);
   const Tensor x = contiguous_as(c.in[1], cl), gy = contiguous_as(c.in[0], cl);
   const BnGeom g = bn_geometry(x);
-  cuda::DeviceScope scope(x.device());
+  cuda::DeviceGuard scope(x.device().index);
   switch (x.dtype()) {
     case DType::f32: backward_impl<float, float>(c, gy, x, g); break;
     case DType::f64: backward_impl<double, double>(c, gy, x, g); break;
@@ -561,7 +563,7 @@ void batch_norm_cudnn(const KernelCall& c) {
   const BnGeom gx = bn_geometry(x), gy = bn_geometry(y);
   const DType sd = bn_stats_dtype(x.dtype());
   const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
-  cuda::DeviceScope scope(x.device());
+  cuda::DeviceGuard scope(x.device().index);
   cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
   cudnn::TensorDesc xd, yd, pd;
   bn_desc(xd, x, gx);
@@ -615,7 +617,7 @@ void batch_norm_backward_cudnn(const KernelCall& c) {
   const BnGeom gx = bn_geometry(x), gg = bn_geometry(gy), gd = bn_geometry(dx);
   const DType sd = bn_stats_dtype(x.dtype());
   const TensorOptions so = TensorOptions().dtype(sd).device(x.device());
-  cuda::DeviceScope scope(x.device());
+  cuda::DeviceGuard scope(x.device().index);
   cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
   cudnn::TensorDesc xd, gd_desc, dxd, pd;
   bn_desc(xd, x, gx);

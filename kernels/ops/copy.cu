@@ -8,6 +8,7 @@
 //  - host -> device from pageable memory makes the driver stage the bytes (it may synchronise);
 //    it is reported as a host sync in sync-debug mode;
 //  - device -> host waits for the copy unless non_blocking and the destination is pinned.
+#include "core/cuda/device_guard.h"
 #include "core/runtime.h"
 #include "kernels/common/cuda_loops.cuh"
 #include "kernels/ops/copy.h"
@@ -55,7 +56,7 @@ void copy_cuda(const KernelCall& c) {
     return;
   }
   if (dst.is_cuda()) {  // host -> device
-    cuda::DeviceScope guard(dst.device());
+    cuda::DeviceGuard guard(dst.device().index);
     cuda::Stream stream = cuda::current_stream(dst.device().index);
     bool pinned = src.is_pinned();
     if (!pinned) runtime::note_host_sync("host-to-device copy from pageable memory");
@@ -68,7 +69,7 @@ void copy_cuda(const KernelCall& c) {
     return;
   }
   // device -> host
-  cuda::DeviceScope guard(src.device());
+  cuda::DeviceGuard guard(src.device().index);
   cuda::Stream stream = cuda::current_stream(src.device().index);
   bool pinned = dst.is_pinned();
   EMBER_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), bytes, cudaMemcpyDeviceToHost,

@@ -6,7 +6,11 @@
 // otherwise element by element. Napkin math, f32 2^26: 256 MiB in + 256 MiB out at ~4.3 TB/s is
 // ~0.12 ms; 2^24 Philox calls (~10 rounds of 2 mul.hi/lo each) are ~0.3 G instructions, well under
 // the memory time across 132 SMs.
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/ops/dropout.h"
 #include "kernels/registry.h"
 
@@ -53,7 +57,7 @@ void dropout_cuda(const KernelCall& c) {
   const int64_t n = x.numel();
   if (n == 0) return;
   const DropoutAttrs a = c.attr<DropoutAttrs>();
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   const unsigned grid = cuda::grid_for((n + 3) / 4, 256, x.device().index);
   cudaStream_t stream = cuda::stream_for(x);
   EMBER_DISPATCH_FLOAT(x.dtype(), "dropout", [&] {

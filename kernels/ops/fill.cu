@@ -1,6 +1,10 @@
 // fill and arange on CUDA. fill is the generic elementwise kernel with no inputs (one 16-byte
 // store per thread per iteration when contiguous); arange writes start + i*step.
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/ops/fill.h"
 #include "kernels/registry.h"
 
@@ -26,7 +30,7 @@ void arange_cuda(const KernelCall& c) {
   const Tensor& t = c.out[0];
   if (t.numel() == 0) return;
   const ArangeAttrs& a = c.attr<ArangeAttrs>();
-  cuda::DeviceScope guard(t.device());
+  cuda::DeviceGuard guard(t.device().index);
   EMBER_DISPATCH_NUMERIC(t.dtype(), "arange", [&] {
     cuda::launch(arange_kernel<scalar_t>, cuda::grid_for(t.numel(), 256, t.device().index), 256, 0, cuda::stream_for(t),
                  static_cast<scalar_t*>(t.data_ptr()), t.numel(), a.start, a.step);

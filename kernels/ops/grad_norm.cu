@@ -8,7 +8,9 @@
 //                    clip_by_total_norm: one block per chunk, coef computed by each thread from the
 //                    norm in device memory.
 // Napkin math: 25M f32 gradients = 100 MB read (norm) + 200 MB read/write (clip): ~70 us on an H200.
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
 #include "kernels/common/multi_tensor.cuh"
 #include "kernels/ops/copy.h"
 #include "kernels/ops/grad_norm.h"
@@ -62,7 +64,7 @@ void total_norm_cuda(const KernelCall& c) {
   const double p = c.attr<TotalNormAttrs>().norm_type;
   const int kind = norm_detail::kind_of(p);
   const Tensor& out = c.out[0];
-  cuda::DeviceScope guard(out.device());
+  cuda::DeviceGuard guard(out.device().index);
   cudaStream_t stream = cuda::stream_for(out);
   std::vector<mt::Entry<1>> entries;
   for (const Tensor& t : c.in) entries.push_back({{t.data_ptr()}, t.numel(), nullptr});
@@ -94,7 +96,7 @@ void clip_cuda(const KernelCall& c) {
   if (c.in.size() < 2) return;
   const double max_norm = c.attr<ClipByNormAttrs>().max_norm;
   const Tensor& norm = c.in[0];
-  cuda::DeviceScope guard(norm.device());
+  cuda::DeviceGuard guard(norm.device().index);
   cudaStream_t stream = cuda::stream_for(norm);
   std::vector<mt::Entry<1>> entries;
   for (size_t i = 1; i < c.in.size(); ++i) entries.push_back({{c.in[i].data_ptr()}, c.in[i].numel(), nullptr});

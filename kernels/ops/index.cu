@@ -8,7 +8,10 @@
 //                        O(K) work per element (fine for the sizes gradients of batching produce)
 //    atomic            - one thread per source element, atomicAdd: faster for large K, but the
 //                        float sum order varies between runs (kNondeterministic; f32/f64 only)
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/ops/index.h"
 #include "kernels/registry.h"
 
@@ -177,7 +180,7 @@ void index_select_cuda(const KernelCall& c) {
   if (out.numel() == 0) return;
   int d = wrap_dim(c.attr<IndexAttrs>().dim, x.dim());
   Split s = split_at(x.shape(), d);
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   int* err = cuda::device_error_word(x.device().index);
   unsigned grid = cuda::grid_for(out.numel(), 256, x.device().index);
   EMBER_DISPATCH_ALL(x.dtype(), "index_select", [&] {
@@ -196,7 +199,7 @@ void gather_cuda(const KernelCall& c) {
   if (out.numel() == 0) return;
   int d = wrap_dim(c.attr<IndexAttrs>().dim, std::max(x.dim(), 1));
   int64_t size = x.dim() > 0 ? x.shape()[d] : 1;
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   int* err = cuda::device_error_word(x.device().index);
   unsigned grid = cuda::grid_for(out.numel(), 256, x.device().index);
   EMBER_DISPATCH_ALL(x.dtype(), "gather", [&] {
@@ -224,7 +227,7 @@ void index_add_cuda(const KernelCall& c) {
   if (out.numel() == 0) return;
   int d = wrap_dim(c.attr<IndexAttrs>().dim, self.dim());
   Split s = split_at(self.shape(), d);
-  cuda::DeviceScope guard(self.device());
+  cuda::DeviceGuard guard(self.device().index);
   cudaStream_t stream = cuda::stream_for(self);
   int device = self.device().index;
   EMBER_DISPATCH_INDEX(index.dtype(), "index_add", [&] {
@@ -263,7 +266,7 @@ void scatter_add_cuda(const KernelCall& c) {
   if (out.numel() == 0) return;
   int d = wrap_dim(c.attr<IndexAttrs>().dim, std::max(self.dim(), 1));
   int64_t size = self.dim() > 0 ? self.shape()[d] : 1;
-  cuda::DeviceScope guard(self.device());
+  cuda::DeviceGuard guard(self.device().index);
   cudaStream_t stream = cuda::stream_for(self);
   int device = self.device().index;
   EMBER_DISPATCH_INDEX(index.dtype(), "scatter_add", [&] {

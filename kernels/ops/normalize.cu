@@ -7,7 +7,10 @@
 // Napkin math (H200, ~4.8 TB/s HBM): an MNIST batch [256,1,28,28] moves 200 KB in + 800 KB out,
 // 0.2 us at full bandwidth, so launch latency (~3 us) dominates and a simpler kernel costs nothing;
 // an ImageNet batch [256,3,224,224] moves 38.5 MB + 154 MB f32 = ~40 us at the roofline.
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/ops/normalize.h"
 #include "kernels/registry.h"
 
@@ -53,7 +56,7 @@ void normalize_u8_cuda(const KernelCall& c) {
   const Tensor& x = c.in[0];
   const Tensor& out = c.out[0];
   if (x.numel() == 0) return;
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   const NormalizeU8Attrs& a = c.attr<NormalizeU8Attrs>();
   EMBER_DISPATCH_FLOAT(out.dtype(), "normalize_u8", [&] { launch<scalar_t>(x, out, a); });
 }

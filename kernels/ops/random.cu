@@ -1,7 +1,10 @@
 // Random fills on CUDA: one thread per element, the same EMBER_HD Philox code as the CPU loop.
 // (Each thread recomputes its counter's 4 outputs and keeps one: ALU is free here, the kernel is
 // bound by the stores.)
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/ops/copy.h"
 #include "kernels/ops/random.h"
 #include "kernels/registry.h"
@@ -29,7 +32,7 @@ template <Dist D>
 void random_cuda(const KernelCall& c) {
   const Tensor& t = c.out[0];
   if (t.numel() == 0) return;
-  cuda::DeviceScope guard(t.device());
+  cuda::DeviceGuard guard(t.device().index);
   EMBER_DISPATCH_NUMERIC(t.dtype(), "random", [&] {
     cuda::launch(random_kernel<D, scalar_t>, cuda::grid_for(t.numel(), 256, t.device().index), 256, 0,
                  cuda::stream_for(t), static_cast<scalar_t*>(t.data_ptr()), t.numel(), c.attr<RandomAttrs>());

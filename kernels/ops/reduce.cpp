@@ -7,7 +7,7 @@
 #include "core/parallel.h"
 #include "kernels/common/samples.h"
 #include "kernels/functional.h"
-#include "kernels/ops/elementwise_common.h"
+#include "kernels/ops/dtype_promotion.h"
 #include "kernels/registry.h"
 
 namespace ember {

@@ -9,8 +9,11 @@
 //                 columns (coalesced), 8 rows of threads share the R range, merged in shared memory
 // Napkin math, sum over 2^26 f32: 256 MiB read once; at ~4.3 TB/s ~ 62 us. With ~8 blocks per SM
 // and 4 independent accumulators per thread the loads stay in flight.
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/ops/reduce.h"
 #include "kernels/registry.h"
 
@@ -262,7 +265,7 @@ void reduce_cuda(const KernelCall& c) {
   const ReduceAttrs& ra = c.attr<ReduceAttrs>();
   const Tensor& out = c.out[0];
   if (out.numel() == 0) return;
-  cuda::DeviceScope guard(c.in[0].device());
+  cuda::DeviceGuard guard(c.in[0].device().index);
   ReducePlan p = plan_reduce(c.in[0], ra.mask, ra.keepdim != 0);
   Tensor x = reduce_input(c.in[0], p);
   auto run = [&]<class scalar_t>() {

@@ -20,6 +20,9 @@
 // every byte two extra times, which costs more than the strided kernel's partial sectors.
 #include <type_traits>
 
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
 #include "kernels/common/row_kernels.cuh"
 #include "kernels/functional.h"
 #include "kernels/ops/softmax.h"
@@ -97,7 +100,7 @@ template <template <class, bool> class Policy, bool kLog, rows::Plan kPlan>
 void softmax_family_cuda(const KernelCall& c) {
   const Tensor& y = c.out[0];
   if (y.numel() == 0) return;
-  cuda::DeviceScope guard(y.device());
+  cuda::DeviceGuard guard(y.device().index);
   const int n = c.in[0].dim();
   const int d = wrap_dim(c.attr<SoftmaxAttrs>().dim, n);
   RowGeometry g = geometry_of(c);
@@ -154,7 +157,7 @@ void softmax_cudnn(const KernelCall& c) {
   const Tensor& x = c.in[0];
   const Tensor& y = c.out[0];
   const RowGeometry g = geometry_of(c);
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
   cudnn::TensorDesc desc;
   const int64_t size[4] = {g.A, g.C, g.B, 1};

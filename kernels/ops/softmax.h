@@ -25,25 +25,12 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/common/row_geometry.h"  // RowGeometry: the [A, C, B] view above
 
 namespace ember {
 
 struct SoftmaxAttrs {
   int64_t dim = -1;
 };
-
-// The [A, C, B] view of a tensor around dim `d` (already wrapped; 0-d tensors give [1, 1, 1]).
-struct RowGeometry {
-  int64_t A = 1, C = 1, B = 1;
-  int64_t rows() const { return A * B; }
-};
-inline RowGeometry row_geometry(const Shape& s, int d) {
-  RowGeometry g;
-  if (s.size() == 0) return g;
-  for (int i = 0; i < d; ++i) g.A *= s[i];
-  g.C = s[d];
-  for (int i = d + 1; i < s.size(); ++i) g.B *= s[i];
-  return g;
-}
 
 }  // namespace ember

@@ -17,7 +17,6 @@
 #include "core/cuda/runtime.h"
 #include "core/cuda/sim/sim.h"
 #include "core/tensor.h"
-#include "kernels/common/cuda_utils.cuh"
 #include "kernels/functional.h"
 
 using namespace ember;

@@ -1,4 +1,5 @@
-// EMBER_ARG: chainable option fields, as libtorch's TORCH_ARG.
+// EMBER_ARG: chainable option fields, as libtorch's TORCH_ARG. In core/ because every layer's options
+// use it (nn modules, optimizers and schedulers, SyncBatchNorm).
 //
 //   struct LinearOptions {
 //     LinearOptions(int64_t in, int64_t out) : in_features_(in), out_features_(out) {}

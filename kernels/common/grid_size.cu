@@ -1,7 +1,12 @@
+#include "kernels/common/grid_size.cuh"
+
+#include <cuda_runtime.h>
+
 #include <array>
 #include <mutex>
 
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/check.h"
+#include "core/error.h"
 
 namespace ember::cuda {
 

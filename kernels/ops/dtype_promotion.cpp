@@ -1,4 +1,4 @@
-#include "kernels/ops/elementwise_common.h"
+#include "kernels/ops/dtype_promotion.h"
 
 #include "kernels/functional.h"
 

@@ -1,4 +1,6 @@
-// Helpers shared by the elementwise op families (unary, binary, where, cast).
+// The dtype an op computes in: integer inputs promoted to float, and the cast to a chosen dtype.
+// Used by the op families whose math is floating (unary, binary, where, reductions, softmax,
+// losses); both go through the cast op, so autograd records them.
 #pragma once
 
 #include "core/tensor.h"
