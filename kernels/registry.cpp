@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <utility>
 
 #include "core/autograd/engine.h"
 #include "core/cuda/runtime.h"
@@ -359,16 +360,50 @@ Device run_device(const OpInfo& info, std::span<const Tensor> in) {
 }  // namespace
 
 namespace {
-// The one place a kernel variant runs: the op's name for error messages and sync-debug, a profiler
-// range, no autograd recording and no autocast inside (kernels built from other ops stay as they
-// are), and the run count.
-void run_variant(const OpInfo& info, const Variant& v, const KernelCall& c, Device device) {
+// What an entry point hands the runner: the tensors the kernel writes and whether it writes them in
+// place (into an input or the caller's tensors), in which case their versions are bumped after the
+// run so that saved-tensor checks see the write.
+struct Outputs {
+  std::vector<Tensor> tensors;
+  bool in_place = false;
+};
+
+// The one way a kernel runs, end to end (the shape of PyTorch's structured kernels): the entry points
+// below differ only in `make_outputs` (allocate from infer(), or check the caller's tensors) and in
+// whether they record autograd. In order: the inputs are made contiguous unless the op handles
+// strides (`in` keeps the contiguous tensors: they are what the kernel read and what autograd
+// records); `make_outputs(in)` gives the outputs; the variant is `forced` or select_variant's pick;
+// it runs with the op's name set for error messages and sync-debug, inside a profiler range, with
+// no autograd recording and no autocast (kernels built from other ops stay as they are), and is
+// counted for variant_runs; then in-place outputs get their version bumps.
+template <class MakeOutputs>
+std::vector<Tensor> run_kernel(const OpInfo& info, std::vector<Tensor>& in, const Attrs& attrs, Device device,
+                               const Variant* forced, MakeOutputs&& make_outputs) {
+  if (info.contiguous_inputs)
+    for (Tensor& t : in)
+      if (t.defined() && !t.is_contiguous()) t = t.contiguous();
+  Outputs out = make_outputs(std::as_const(in));
+  KernelCall c{info.id, in, out.tensors, attrs};
+  if (forced != nullptr) {
+    EMBER_CHECK(forced->accepts(c), "variant ", forced->name, " of ", info.name, " does not accept these inputs");
+  }
+  const Variant& v = forced != nullptr ? *forced : select_variant(info, c, device.type);
   if (v.index >= 0) g_variant_runs[v.index][static_cast<int>(call_dtype(c))].fetch_add(1, std::memory_order_relaxed);
-  runtime::CurrentOpScope scope(info.name);
-  profiler::Range range(info.name, v.name.c_str(), device);
-  autograd::NoGradGuard no_grad;
-  autocast::Suspend no_autocast;
-  v.fn(c);
+  {
+    runtime::CurrentOpScope scope(info.name);
+    profiler::Range range(info.name, v.name.c_str(), device);
+    autograd::NoGradGuard no_grad;
+    autocast::Suspend no_autocast;
+    v.fn(c);
+  }
+  if (out.in_place)
+    for (const Tensor& o : out.tensors) o.bump_version();
+  return std::move(out.tensors);
+}
+
+void check_not_requiring_grad(const OpInfo& info, const Tensor& o) {
+  EMBER_CHECK(!o.requires_grad(), info.name, ": in-place write into a tensor that requires grad (", o.describe(),
+              "); run it under NoGradGuard or use the out-of-place op");
 }
 }  // namespace
 
@@ -385,21 +420,13 @@ std::vector<Tensor> call(OpId id, std::vector<Tensor> in, const Attrs& attrs) {
     if (need_grad) record(info, in, out, attrs);
     return out;
   }
-  if (info.contiguous_inputs)
-    for (Tensor& t : in)
-      if (t.defined() && !t.is_contiguous()) t = t.contiguous();
-
-  bool inplace = false;
-  std::vector<Tensor> out = allocate_outputs(info, in, attrs, device, &inplace);
-  if (inplace && autograd::grad_mode_enabled()) {
-    for (const Tensor& o : out)
-      EMBER_CHECK(!o.requires_grad(), info.name, ": in-place write into a tensor that requires grad (",
-                  o.describe(), "); run it under NoGradGuard or use the out-of-place op");
-  }
-  KernelCall c{id, in, out, attrs};
-  run_variant(info, select_variant(info, c, device.type), c, device);
-  if (inplace)
-    for (const Tensor& o : out) o.bump_version();
+  std::vector<Tensor> out = run_kernel(info, in, attrs, device, nullptr, [&](const std::vector<Tensor>& inputs) {
+    Outputs o;
+    o.tensors = allocate_outputs(info, inputs, attrs, device, &o.in_place);
+    if (o.in_place && autograd::grad_mode_enabled())
+      for (const Tensor& t : o.tensors) check_not_requiring_grad(info, t);
+    return o;
+  });
   if (need_grad) record(info, in, out, attrs);
   return out;
 }
@@ -416,23 +443,18 @@ void call_into(OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const A
   std::vector<Tensor> all = in;
   all.insert(all.end(), out.begin(), out.end());
   Device device = run_device(info, all);
-  if (info.contiguous_inputs)
-    for (Tensor& t : in)
-      if (t.defined() && !t.is_contiguous()) t = t.contiguous();
-  std::vector<TensorSpec> specs = info.infer(in, attrs);
-  EMBER_CHECK(specs.size() == out.size(), info.name, ": expects ", specs.size(), " outputs, got ", out.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    EMBER_CHECK(out[i].shape() == specs[i].shape && out[i].dtype() == specs[i].dtype, info.name, ": output ", i, " is ",
-                out[i].describe(), " but the op produces ", specs[i].dtype, specs[i].shape);
-    EMBER_CHECK(!autograd::grad_mode_enabled() || !out[i].requires_grad(), info.name,
-                ": in-place write into a tensor that requires grad (", out[i].describe(),
-                "); run it under NoGradGuard or use the out-of-place op");
-    EMBER_CHECK(!info.contiguous_inputs || out[i].is_contiguous(), info.name, ": output ", i,
-                " must be contiguous for this op");
-  }
-  KernelCall c{id, in, out, attrs};
-  run_variant(info, select_variant(info, c, device.type), c, device);
-  for (const Tensor& o : out) o.bump_version();
+  run_kernel(info, in, attrs, device, nullptr, [&](const std::vector<Tensor>& inputs) {
+    std::vector<TensorSpec> specs = info.infer(inputs, attrs);
+    EMBER_CHECK(specs.size() == out.size(), info.name, ": expects ", specs.size(), " outputs, got ", out.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EMBER_CHECK(out[i].shape() == specs[i].shape && out[i].dtype() == specs[i].dtype, info.name, ": output ", i,
+                  " is ", out[i].describe(), " but the op produces ", specs[i].dtype, specs[i].shape);
+      if (autograd::grad_mode_enabled()) check_not_requiring_grad(info, out[i]);
+      EMBER_CHECK(!info.contiguous_inputs || out[i].is_contiguous(), info.name, ": output ", i,
+                  " must be contiguous for this op");
+    }
+    return Outputs{std::move(out), /*in_place=*/true};  // every given output is written in place
+  });
 }
 
 std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> in, const Attrs& attrs) {
@@ -441,17 +463,11 @@ std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> 
   Device device = run_device(info, in);
   EMBER_CHECK(device.type == v.device, "call_variant: variant ", v.name, " of ", info.name, " runs on ", v.device,
               " but the inputs are on ", device);
-  if (info.contiguous_inputs)
-    for (Tensor& t : in)
-      if (t.defined() && !t.is_contiguous()) t = t.contiguous();
-  bool inplace = false;
-  std::vector<Tensor> out = allocate_outputs(info, in, attrs, device, &inplace);
-  KernelCall c{id, in, out, attrs};
-  EMBER_CHECK(v.accepts(c), "variant ", v.name, " of ", info.name, " does not accept these inputs");
-  run_variant(info, v, c, device);
-  if (inplace)
-    for (const Tensor& o : out) o.bump_version();
-  return out;
+  return run_kernel(info, in, attrs, device, &v, [&](const std::vector<Tensor>& inputs) {
+    Outputs o;
+    o.tensors = allocate_outputs(info, inputs, attrs, device, &o.in_place);
+    return o;
+  });
 }
 
 }  // namespace ember

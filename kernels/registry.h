@@ -21,6 +21,7 @@
 
 #include "core/autograd/node.h"
 #include "core/tensor.h"
+#include "kernels/autocast_policy.h"  // AutocastPolicy
 
 namespace ember {
 
@@ -135,14 +136,6 @@ struct BackwardCtx {
 };
 // Returns one gradient per input (undefined where not needed or not differentiable).
 using BackwardFn = std::vector<Tensor> (*)(const BackwardCtx& ctx);
-
-// How an op behaves under autocast (amp/): declared beside the op, read by the runner.
-enum class AutocastPolicy : uint8_t {
-  none,     // leave inputs alone (views, copies, integer ops)
-  lower,    // cast floating inputs to the autocast dtype (matmul, linear, conv)
-  fp32,     // cast floating inputs to f32 (softmax, losses, norms, reductions, exp/log/pow)
-  promote,  // cast floating inputs to the widest floating input dtype (binary elementwise, cat)
-};
 
 struct Tol {
   double rtol, atol;

@@ -34,12 +34,13 @@ void cuda_binary_scalar(const KernelCall& c) {
 
 }  // namespace
 
-#define EMBER_BINARY(name, Functor)                                                                                   \
-  void register_cuda_##name(OpInfo& info) {                                                                           \
+// The macro parameter is `op`, not `name`: `name` would also replace the `.name` designator.
+#define EMBER_BINARY(op, Functor)                                                                                     \
+  void register_cuda_##op(OpInfo& info) {                                                                             \
     info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_binary<binary::Functor>,                 \
                       .dtypes = kNumericTypes, .note = "generic vectorized elementwise kernel"});                     \
   }                                                                                                                   \
-  void register_cuda_##name##_scalar(OpInfo& info) {                                                                  \
+  void register_cuda_##op##_scalar(OpInfo& info) {                                                                    \
     info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_binary_scalar<binary::Functor>,          \
                       .dtypes = kNumericTypes, .note = "generic vectorized elementwise kernel"});                     \
   }

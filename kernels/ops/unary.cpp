@@ -1,10 +1,12 @@
 // Elementwise unary ops: shape inference, CPU kernels, backward, samples, functional API.
 #include "kernels/ops/unary.h"
 
+#include <iterator>
+
 #include "kernels/common/cpu_loops.h"
 #include "kernels/common/samples.h"
 #include "kernels/functional.h"
-#include "kernels/ops/elementwise_common.h"
+#include "kernels/ops/dtype_promotion.h"
 #include "kernels/registry.h"
 
 namespace ember {
@@ -66,11 +68,16 @@ Cost unary_cost(const KernelCall& c) {
   return {bytes + static_cast<double>(c.out[0].nbytes()), n};
 }
 
+// A functor's kinks: its optional kKinks member (host-only, see unary.h), else none.
+template <class Op>
+std::vector<double> unary_kinks() {
+  if constexpr (requires { Op::kKinks; }) return {std::begin(Op::kKinks), std::end(Op::kKinks)};
+  else return {};
+}
+
 template <class Op>
 std::vector<OpSample> unary_op_samples() {
-  int nk = 0;
-  const double* k = unary::kinks<Op>(&nk);
-  return samples::unary_samples(Op::kLo, Op::kHi, std::vector<double>(k, k + nk));
+  return samples::unary_samples(Op::kLo, Op::kHi, unary_kinks<Op>());
 }
 
 template <class Op>
@@ -106,14 +113,9 @@ void define_unary(OpInfo& info) {
   info.cost = unary_cost;
   info.benches = unary_benches;
   info.contiguous_inputs = false;
-  // exp/log and friends run in f32 under autocast; sign-like ops keep the dtype
-  info.autocast = Op::kFloatOnly ? AutocastPolicy::fp32 : AutocastPolicy::none;
-  if constexpr (std::is_same_v<Op, unary::Relu> || std::is_same_v<Op, unary::Gelu> || std::is_same_v<Op, unary::Silu> ||
-                std::is_same_v<Op, unary::Sigmoid> || std::is_same_v<Op, unary::Tanh>) {
-    info.autocast = AutocastPolicy::none;  // activations run in whatever precision they get
-  }
-  info.add_variant({"cpu", DeviceType::cpu, cpu_unary<Op>, Op::kFloatOnly ? kFloatTypes : kNumericTypes, 0, nullptr,
-                    "generic CPU elementwise loop"});
+  info.autocast = Op::kAutocast;
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_unary<Op>,
+                    .dtypes = Op::kFloatOnly ? kFloatTypes : kNumericTypes, .note = "generic CPU elementwise loop"});
 }
 
 template <class Op>
@@ -124,12 +126,14 @@ void define_unary_backward(OpInfo& info) {
   info.cost = unary_cost;
   info.benches = unary_backward_benches;
   info.contiguous_inputs = false;
-  info.add_variant({"cpu", DeviceType::cpu, cpu_unary_backward<Op>, kFloatTypes, 0, nullptr,
-                    "generic CPU elementwise loop"});
+  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_unary_backward<Op>, .dtypes = kFloatTypes,
+                    .note = "generic CPU elementwise loop"});
 }
 
 }  // namespace
 
+// Per ops.def line: the op's definitions and its functional API, `name(x)` and `name_backward(grad, x)`
+// (kernels/functional.h declares both from the same line).
 #define EMBER_UNARY(name, Functor)                                                                       \
   void define_op_##name(OpInfo& info) { define_unary<unary::Functor, OpId::name##_backward>(info); }     \
   void define_op_##name##_backward(OpInfo& info) { define_unary_backward<unary::Functor>(info); }        \
@@ -138,6 +142,5 @@ void define_unary_backward(OpInfo& info) {
   }                                                                                                      \
   Tensor name##_backward(const Tensor& grad, const Tensor& x) { return call1(OpId::name##_backward, {grad, x}); }
 #include "kernels/ops.def"
-
 
 }  // namespace ember

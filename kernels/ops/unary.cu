@@ -37,13 +37,14 @@ void cuda_unary_backward(const KernelCall& c) {
 
 }  // namespace
 
-#define EMBER_UNARY(name, Functor)                                                                                    \
-  void register_cuda_##name(OpInfo& info) {                                                                           \
+// The macro parameter is `op`, not `name`: `name` would also replace the `.name` designator.
+#define EMBER_UNARY(op, Functor)                                                                                      \
+  void register_cuda_##op(OpInfo& info) {                                                                             \
     info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_unary<unary::Functor>,                   \
                       .dtypes = unary::Functor::kFloatOnly ? kFloatTypes : kNumericTypes,                             \
                       .note = "generic vectorized elementwise kernel"});                                              \
   }                                                                                                                   \
-  void register_cuda_##name##_backward(OpInfo& info) {                                                                \
+  void register_cuda_##op##_backward(OpInfo& info) {                                                                  \
     info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_unary_backward<unary::Functor>,          \
                       .dtypes = kFloatTypes, .note = "generic vectorized elementwise kernel"});                       \
   }

@@ -3,17 +3,25 @@
 // Shapes: y = f(x), y has x's shape and dtype (and x's layout when x is dense).
 // Backward: the op <name>_backward(g, x) computes dx = g * f'(x) in one fused kernel.
 //
-// Each functor has:
+// An op is one line in kernels/ops.def, EMBER_UNARY(name, Functor), plus its functor here; the
+// generic code (unary.cpp, unary.cu) reads everything else from the functor's members:
 //   f(x)          the forward formula, on acc_t (float for f16/bf16, else the type itself)
 //   df(x, g)      g * f'(x)
 //   kFloatOnly    integer inputs are promoted to f32 by the functional API (exp of an int tensor
 //                 is a float tensor); neg, abs and relu also run on integers
-//   kLo, kHi      the sample domain; kKinks points where f' jumps (samples keep clear of them)
+//   kAutocast     the op's autocast policy (required, so each op decides): fp32 for math that loses
+//                 accuracy in f16/bf16 (exp, log, sqrt, sin, ...), none for sign-like ops and for
+//                 activations, which run in whatever precision they get
+//   kLo, kHi      the sample domain
+//   kKinks        optional: the points where f' jumps; the samples keep clear of them so that the
+//                 gradcheck's central differences do not straddle one. Host-only (read by the
+//                 samples in unary.cpp, never by f or df), so device code never touches the array.
 #pragma once
 
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "kernels/autocast_policy.h"
 #include "kernels/common/math.h"
 
 namespace ember::unary {
@@ -21,6 +29,7 @@ namespace ember::unary {
 struct Neg {
   static constexpr const char* kName = "neg";
   static constexpr bool kFloatOnly = false;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -3, kHi = 3;
   template <class T> EMBER_HD static T f(T x) { return -x; }
   template <class T> EMBER_HD static T df(T, T g) { return -g; }
@@ -29,7 +38,9 @@ struct Neg {
 struct Abs {
   static constexpr const char* kName = "abs";
   static constexpr bool kFloatOnly = false;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -3, kHi = 3;
+  static constexpr double kKinks[] = {0.0};
   template <class T> EMBER_HD static T f(T x) {
     if constexpr (std::is_unsigned_v<T>) return x;
     else return x < T(0) ? T(-x) : x;
@@ -41,6 +52,7 @@ struct Abs {
 struct Exp {
   static constexpr const char* kName = "exp";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = -4, kHi = 4;
   template <class T> EMBER_HD static T f(T x) { return math::exp(x); }
   template <class T> EMBER_HD static T df(T x, T g) { return g * math::exp(x); }
@@ -49,6 +61,7 @@ struct Exp {
 struct Log {
   static constexpr const char* kName = "log";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = 0.1, kHi = 4;
   template <class T> EMBER_HD static T f(T x) { return math::log(x); }
   template <class T> EMBER_HD static T df(T x, T g) { return g / x; }
@@ -57,6 +70,7 @@ struct Log {
 struct Sqrt {
   static constexpr const char* kName = "sqrt";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = 0.1, kHi = 4;
   template <class T> EMBER_HD static T f(T x) { return math::sqrt(x); }
   template <class T> EMBER_HD static T df(T x, T g) { return g / (T(2) * math::sqrt(x)); }
@@ -65,6 +79,7 @@ struct Sqrt {
 struct Rsqrt {
   static constexpr const char* kName = "rsqrt";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = 0.1, kHi = 4;
   template <class T> EMBER_HD static T f(T x) { return T(1) / math::sqrt(x); }
   // d/dx x^-1/2 = -1/2 x^-3/2
@@ -74,6 +89,7 @@ struct Rsqrt {
 struct Sin {
   static constexpr const char* kName = "sin";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = -3, kHi = 3;
   template <class T> EMBER_HD static T f(T x) { return math::sin(x); }
   template <class T> EMBER_HD static T df(T x, T g) { return g * math::cos(x); }
@@ -82,6 +98,7 @@ struct Sin {
 struct Cos {
   static constexpr const char* kName = "cos";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = -3, kHi = 3;
   template <class T> EMBER_HD static T f(T x) { return math::cos(x); }
   template <class T> EMBER_HD static T df(T x, T g) { return -g * math::sin(x); }
@@ -90,16 +107,20 @@ struct Cos {
 struct Relu {
   static constexpr const char* kName = "relu";
   static constexpr bool kFloatOnly = false;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -3, kHi = 3;
+  static constexpr double kKinks[] = {0.0};
   // NaN propagates (as torch.relu)
   template <class T> EMBER_HD static T f(T x) { return (x > T(0) || x != x) ? x : T(0); }
   template <class T> EMBER_HD static T df(T x, T g) { return x > T(0) ? g : T(0); }
 };
 
-// Exact GELU: x * Phi(x), Phi the standard normal CDF.
+// Exact GELU: x * Phi(x), Phi the standard normal CDF (torch.nn.functional.gelu's default, the erf
+// form, not the tanh approximation).
 struct Gelu {
   static constexpr const char* kName = "gelu";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -4, kHi = 4;
   template <class T> EMBER_HD static T f(T x) { return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440))); }
   // d/dx x Phi(x) = Phi(x) + x phi(x)
@@ -113,6 +134,7 @@ struct Gelu {
 struct Sigmoid {
   static constexpr const char* kName = "sigmoid";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -6, kHi = 6;
   template <class T> EMBER_HD static T f(T x) { return T(1) / (T(1) + math::exp(-x)); }
   template <class T> EMBER_HD static T df(T x, T g) {
@@ -124,6 +146,7 @@ struct Sigmoid {
 struct Tanh {
   static constexpr const char* kName = "tanh";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -3, kHi = 3;
   template <class T> EMBER_HD static T f(T x) { return math::tanh(x); }
   template <class T> EMBER_HD static T df(T x, T g) {
@@ -136,6 +159,7 @@ struct Tanh {
 struct Silu {
   static constexpr const char* kName = "silu";
   static constexpr bool kFloatOnly = true;
+  static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -6, kHi = 6;
   template <class T> EMBER_HD static T f(T x) { return x / (T(1) + math::exp(-x)); }
   template <class T> EMBER_HD static T df(T x, T g) {
@@ -143,11 +167,6 @@ struct Silu {
     return g * s * (T(1) + x * (T(1) - s));
   }
 };
-
-// Kinks of each functor (points where the derivative is discontinuous).
-template <class Op> inline const double* kinks(int* n) { *n = 0; return nullptr; }
-template <> inline const double* kinks<Abs>(int* n) { static const double k[] = {0.0}; *n = 1; return k; }
-template <> inline const double* kinks<Relu>(int* n) { static const double k[] = {0.0}; *n = 1; return k; }
 
 // The typed elementwise functors the loops run: load, compute in acc_t, round to T.
 template <class Op, class T>
