@@ -6,9 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "kernels/ops/linear.h"
-#include "kernels/ops/loss.h"
-#include "kernels/ops/conv2d.h"  // Conv2dOptions
+#include "kernels/options.h"  // Activation, Reduction, CrossEntropyOptions, Conv2dOptions
 
 namespace ember {
 
@@ -41,19 +39,13 @@ Tensor tensor_i64(const std::vector<int64_t>& values, const Shape& shape, Device
 Tensor scalar_tensor(double value, const TensorOptions& options = {});
 
 // ---- elementwise unary (floating; integer inputs are promoted to f32, except neg/abs/relu) ----
-Tensor neg(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor sin(const Tensor& x);
-Tensor cos(const Tensor& x);
-Tensor relu(const Tensor& x);
-Tensor gelu(const Tensor& x);  // exact (erf) form, as torch.nn.functional.gelu's default
-Tensor sigmoid(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor silu(const Tensor& x);
+// Declared from kernels/ops.def, a pair per EMBER_UNARY(name, Functor) line (neg, exp, relu, gelu,
+// ...; the formulas are the functors' in kernels/ops/unary.h): `name(x)`, and the fused gradient
+// `name_backward(grad, x)` = grad * f'(x) that composite backwards call.
+#define EMBER_UNARY(name, Functor)  \
+  Tensor name(const Tensor& x);     \
+  Tensor name##_backward(const Tensor& grad, const Tensor& x);
+#include "kernels/ops.def"
 
 // ---- elementwise binary with broadcasting and type promotion ----
 Tensor add(const Tensor& a, const Tensor& b);
@@ -158,7 +150,7 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 // Their fused gradients given the forward output y: y (g - Σ g y) and g - exp(y) Σ g over dim.
 Tensor softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim);
 Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim);
-// Losses (Reduction, CrossEntropyOptions: kernels/ops/loss.h, with the exact formulas).
+// Losses (Reduction, CrossEntropyOptions: kernels/options.h; the exact formulas: kernels/ops/loss.h).
 // logits [N, C] or [N, C, d1, ...] (class dim 1) or [C]; target i64/i32 class indices [N] /
 // [N, d1, ...] / []. The result is a device tensor: nothing here synchronises the host.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
@@ -217,9 +209,5 @@ void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std
 Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type = 2.0);
 // tensors *= min(1, max_norm / (norm + 1e-6)), computed on the device from `norm` (no host sync).
 void clip_by_total_norm_(const std::vector<Tensor>& tensors, const Tensor& norm, double max_norm);
-
-// The fused gradient kernels of the unary ops (g * f'(x)), for composite backwards.
-#define EMBER_UNARY(name, Functor) Tensor name##_backward(const Tensor& grad, const Tensor& x);
-#include "kernels/ops.def"
 
 }  // namespace ember

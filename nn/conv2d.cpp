@@ -40,13 +40,11 @@ Tensor Conv2dImpl::forward(const Tensor& x) {
   EMBER_CHECK(x.dim() == 4, "Conv2d: expects a 4-D input [N, C, H, W], got ", x.shape());
   EMBER_CHECK(x.shape()[1] == options.in_channels(), "Conv2d: input ", x.shape(), " has ", x.shape()[1],
               " channels but the layer expects ", options.in_channels());
-  ember::Conv2dOptions o;
-  for (int i = 0; i < 2; ++i) {
-    o.stride[i] = options.stride()[static_cast<size_t>(i)];
-    o.padding[i] = options.padding()[static_cast<size_t>(i)];
-    o.dilation[i] = options.dilation()[static_cast<size_t>(i)];
-  }
-  o.groups = options.groups();
+  const auto o = ember::Conv2dOptions()
+                     .set_stride(options.stride()[0], options.stride()[1])
+                     .set_padding(options.padding()[0], options.padding()[1])
+                     .set_dilation(options.dilation()[0], options.dilation()[1])
+                     .set_groups(options.groups());
   return conv2d(x, weight, bias, o);
 }
 

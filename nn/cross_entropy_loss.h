@@ -4,8 +4,8 @@
 // indices (i64/i32) [N] (or [N, d1, ...], or []).
 #pragma once
 
-#include "kernels/ops/loss.h"
-#include "nn/arg.h"
+#include "kernels/options.h"
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace ember::nn {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include "kernels/functional.h"
-#include "kernels/ops/loss.h"
 
 namespace ember::nn::functional {
 

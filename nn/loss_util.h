@@ -1,7 +1,7 @@
 // Shared by the loss modules: the name of a reduction for printing.
 #pragma once
 
-#include "kernels/ops/loss.h"
+#include "kernels/options.h"
 
 namespace ember::nn {
 

@@ -1,8 +1,8 @@
 // MSELoss: (input - target)^2, reduced by none/mean/sum, as torch.nn.MSELoss.
 #pragma once
 
-#include "kernels/ops/loss.h"
-#include "nn/arg.h"
+#include "kernels/options.h"
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace ember::nn {

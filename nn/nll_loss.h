@@ -2,8 +2,8 @@
 // torch.nn.NLLLoss: class weights, ignore_index, none/mean/sum (kernels/ops/loss.h).
 #pragma once
 
-#include "kernels/ops/loss.h"
-#include "nn/arg.h"
+#include "kernels/options.h"
+#include "core/arg.h"
 #include "nn/module.h"
 
 namespace ember::nn {

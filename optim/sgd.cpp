@@ -1,7 +1,6 @@
 #include "optim/sgd.h"
 
 #include "kernels/functional.h"
-#include "kernels/ops/optim.h"
 
 namespace ember::optim {
 
@@ -48,7 +47,8 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& defaults)
 
 std::vector<double> SGD::hyper_values(const OptimizerOptions& base) const {
   const auto& o = static_cast<const SGDOptions&>(base);
-  return {o.lr(), o.momentum(), o.dampening(), o.weight_decay()};
+  return SgdHyper{.lr = o.lr(), .momentum = o.momentum(), .dampening = o.dampening(), .weight_decay = o.weight_decay()}
+      .values();
 }
 
 std::vector<std::string> SGD::state_names(const OptimizerOptions& base) const {

@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "kernels/autotune.h"
 #include "kernels/functional.h"
+#include "kernels/ops/linear.h"  // LinearAttrs
 #include "kernels/registry.h"
 
 using namespace ember;

@@ -6,6 +6,7 @@
 
 #include "ember.h"
 #include "kernels/common/memory_format.h"
+#include "kernels/ops/conv2d.h"  // Conv2dAttrs
 #include "kernels/registry.h"
 #include "tests/op_driver.h"
 
@@ -13,26 +14,6 @@ using namespace ember;
 
 namespace {
 
-Conv2dOptions conv_opts(int64_t stride, int64_t pad, int64_t groups = 1) {
-  Conv2dOptions o;
-  o.stride[0] = o.stride[1] = stride;
-  o.padding[0] = o.padding[1] = pad;
-  o.groups = groups;
-  return o;
-}
-
-Conv2dAttrs attrs_of(const Conv2dOptions& o, int64_t s0 = 0, int64_t s1 = 0) {
-  Conv2dAttrs a{};
-  for (int i = 0; i < 2; ++i) {
-    a.stride[i] = o.stride[i];
-    a.padding[i] = o.padding[i];
-    a.dilation[i] = o.dilation[i];
-  }
-  a.groups = o.groups;
-  a.size[0] = s0;
-  a.size[1] = s1;
-  return a;
-}
 
 // Every CUDA variant of `op` on `inputs` (CPU tensors in the test dtype) against the CPU default.
 void all_variants_match(OpId op, const std::vector<Tensor>& inputs, const Attrs& attrs, Tol tol) {
@@ -65,17 +46,17 @@ TEST_CASE("conv2d variants at MNIST batch 64 (split-K and multi-block paths)", "
   for (DType dt : {DType::f32, DType::bf16}) {
     Tol tol = dt == DType::f32 ? Tol{1e-4, 1e-3} : Tol{2e-2, 2e-2};
     INFO("dtype " << dt);
-    Conv2dOptions o = conv_opts(1, 1);
+    Conv2dOptions o = Conv2dOptions().set_padding(1);
     Tensor x1 = uniform({64, 1, 28, 28}, -1, 1).to(dt), w1 = uniform({32, 1, 3, 3}, -1, 1).to(dt);
     Tensor x2 = uniform({64, 32, 14, 14}, -1, 1).to(dt), w2 = uniform({64, 32, 3, 3}, -1, 1).to(dt);
     Tensor b2 = uniform({64}, -1, 1).to(dt);
-    all_variants_match(OpId::conv2d, {x1, w1, Tensor()}, attrs_of(o), tol);
-    all_variants_match(OpId::conv2d, {x2, w2, b2}, attrs_of(o), tol);
+    all_variants_match(OpId::conv2d, {x1, w1, Tensor()}, Conv2dAttrs{o}, tol);
+    all_variants_match(OpId::conv2d, {x2, w2, b2}, Conv2dAttrs{o}, tol);
     Tensor g2 = uniform({64, 64, 14, 14}, -1, 1).to(dt);
-    all_variants_match(OpId::conv2d_backward_input, {g2, w2}, attrs_of(o, 14, 14), tol);
-    all_variants_match(OpId::conv2d_backward_weight, {g2, x2}, attrs_of(o, 3, 3), tol);
+    all_variants_match(OpId::conv2d_backward_input, {g2, w2}, Conv2dAttrs{o, {14, 14}}, tol);
+    all_variants_match(OpId::conv2d_backward_weight, {g2, x2}, Conv2dAttrs{o, {3, 3}}, tol);
     Tensor g1 = uniform({64, 32, 28, 28}, -1, 1).to(dt);
-    all_variants_match(OpId::conv2d_backward_weight, {g1, x1}, attrs_of(o, 3, 3), tol);
+    all_variants_match(OpId::conv2d_backward_weight, {g1, x1}, Conv2dAttrs{o, {3, 3}}, tol);
   }
 }
 
@@ -84,27 +65,27 @@ TEST_CASE("conv2d variants on ResNet-like channel counts, NCHW and channels-last
     for (bool cl : {false, true}) {
       INFO("dtype " << dt << (cl ? " channels-last" : ""));
       Tol tol = dt == DType::f32 ? Tol{1e-4, 1e-3} : Tol{5e-3, 5e-3};
-      Conv2dOptions o = conv_opts(1, 1);
+      Conv2dOptions o = Conv2dOptions().set_padding(1);
       Tensor x = contiguous_as(uniform({4, 64, 14, 14}, -1, 1).to(dt), cl);
       Tensor w = contiguous_as(uniform({128, 64, 3, 3}, -0.2, 0.2).to(dt), cl);
       Tensor g = contiguous_as(uniform({4, 128, 14, 14}, -1, 1).to(dt), cl);
-      all_variants_match(OpId::conv2d, {x, w, Tensor()}, attrs_of(o), tol);
-      all_variants_match(OpId::conv2d_backward_input, {g, w}, attrs_of(o, 14, 14), tol);
-      all_variants_match(OpId::conv2d_backward_weight, {g, x}, attrs_of(o, 3, 3), tol);
+      all_variants_match(OpId::conv2d, {x, w, Tensor()}, Conv2dAttrs{o}, tol);
+      all_variants_match(OpId::conv2d_backward_input, {g, w}, Conv2dAttrs{o, {14, 14}}, tol);
+      all_variants_match(OpId::conv2d_backward_weight, {g, x}, Conv2dAttrs{o, {3, 3}}, tol);
       // 1x1 stride 2 (a ResNet downsample) and a grouped 3x3
-      Conv2dOptions o2 = conv_opts(2, 0);
+      Conv2dOptions o2 = Conv2dOptions().set_stride(2);
       Tensor w2 = contiguous_as(uniform({96, 64, 1, 1}, -0.2, 0.2).to(dt), cl);
-      all_variants_match(OpId::conv2d, {x, w2, Tensor()}, attrs_of(o2), tol);
-      Conv2dOptions o3 = conv_opts(1, 1, 4);
+      all_variants_match(OpId::conv2d, {x, w2, Tensor()}, Conv2dAttrs{o2}, tol);
+      Conv2dOptions o3 = Conv2dOptions().set_padding(1).set_groups(4);
       Tensor w3 = contiguous_as(uniform({64, 16, 3, 3}, -0.3, 0.3).to(dt), cl);
-      all_variants_match(OpId::conv2d, {x, w3, Tensor()}, attrs_of(o3), tol);
+      all_variants_match(OpId::conv2d, {x, w3, Tensor()}, Conv2dAttrs{o3}, tol);
     }
   }
 }
 
 TEST_CASE("deterministic mode never picks a nondeterministic cuDNN algorithm", "[gpu][conv]") {
   Tensor g = uniform({8, 16, 10, 10}, -1, 1, kCUDA), x = uniform({8, 8, 10, 10}, -1, 1, kCUDA);
-  Conv2dAttrs a = attrs_of(conv_opts(1, 1), 3, 3);
+  const Conv2dAttrs a{Conv2dOptions().set_padding(1), {3, 3}};
   const OpInfo& info = op_info(OpId::conv2d_backward_weight);
   std::vector<Tensor> in{g, x};
   std::vector<Tensor> out{empty({16, 8, 3, 3}, kCUDA)};
@@ -156,9 +137,10 @@ TEST_CASE("a CNN training step on the GPU matches the CPU", "[gpu][conv][bn][poo
     // detach: on the CPU to() returns w1 itself, which must not become a leaf that requires grad
     Tensor xw1 = w1.to(d).detach().requires_grad_(), xw2 = w2.to(d).detach().requires_grad_();
     Tensor rm = zeros({32}, d), rv = ones({32}, d);
-    Tensor h = relu(batch_norm(conv2d(x.to(d), xw1, b1.to(d), conv_opts(1, 1)), Tensor(), Tensor(), rm, rv, true));
+    const auto pad1 = Conv2dOptions().set_padding(1);
+    Tensor h = relu(batch_norm(conv2d(x.to(d), xw1, b1.to(d), pad1), Tensor(), Tensor(), rm, rv, true));
     h = max_pool2d(h, {2, 2});
-    h = relu(conv2d(h, xw2, b2.to(d), conv_opts(1, 1)));
+    h = relu(conv2d(h, xw2, b2.to(d), pad1));
     h = adaptive_avg_pool2d(max_pool2d(h, {2, 2}), {1, 1});
     Tensor loss = sum(mul(h, h));
     loss.backward();

@@ -8,6 +8,7 @@
 #include "core/rng.h"
 
 #include "kernels/functional.h"
+#include "kernels/ops/linear.h"  // LinearAttrs
 #include "kernels/gemm/cpu_gemm.h"
 #include "kernels/registry.h"
 #include "tests/op_driver.h"

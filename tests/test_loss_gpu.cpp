@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "core/runtime.h"
 #include "kernels/functional.h"
+#include "kernels/ops/loss.h"  // LossAttrs
 #include "kernels/registry.h"
 
 using namespace ember;

@@ -23,40 +23,22 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/tensor.h"
+#include "kernels/options.h"  // Conv2dOptions
 
 namespace ember {
 
-struct Conv2dOptions {
-  int64_t stride[2] = {1, 1};
-  int64_t padding[2] = {0, 0};
-  int64_t dilation[2] = {1, 1};
-  int64_t groups = 1;
-};
-
 // Op attributes: the options plus, for the gradient ops, the size that cannot be recovered from the
 // other operands: the input's (H, W) for backward_input, the kernel's (R, S) for backward_weight.
+// Only int64_t members (no padding bytes), value-initialised: Attrs keys the autotune cache by bytes.
 struct Conv2dAttrs {
-  int64_t stride[2] = {1, 1};
-  int64_t padding[2] = {0, 0};
-  int64_t dilation[2] = {1, 1};
-  int64_t groups = 1;
+  Conv2dOptions conv;
   int64_t size[2] = {0, 0};
 };
-
-inline Conv2dAttrs conv2d_attrs(const Conv2dOptions& o, int64_t s0 = 0, int64_t s1 = 0) {
-  Conv2dAttrs a{};
-  for (int i = 0; i < 2; ++i) {
-    a.stride[i] = o.stride[i];
-    a.padding[i] = o.padding[i];
-    a.dilation[i] = o.dilation[i];
-  }
-  a.groups = o.groups;
-  a.size[0] = s0;
-  a.size[1] = s1;
-  return a;
-}
+static_assert(std::is_trivially_copyable_v<Conv2dAttrs> && std::has_unique_object_representations_v<Conv2dAttrs>,
+              "Conv2dAttrs is copied and hashed as bytes: trivially copyable, no padding");
 
 // Every size of one convolution, validated.
 struct ConvGeom {
@@ -69,6 +51,13 @@ struct ConvGeom {
 
   double flops() const { return 2.0 * N * K * P * Q * Cg * R * S; }
 };
+
+struct OpInfo;
+// The CPU variants (conv2d_cpu.cpp). define_op_conv2d* (conv2d.cpp) call these before anything else
+// registers a variant, so each op's naive kernel (kReference) is its first CPU variant.
+void register_cpu_conv2d(OpInfo& info);
+void register_cpu_conv2d_backward_input(OpInfo& info);
+void register_cpu_conv2d_backward_weight(OpInfo& info);
 
 // Validates and returns the geometry from the shapes of x [N,C,H,W] and weight [K,C/G,R,S]
 // (`op` names the op in messages). Throws on every bad combination, naming the shapes and values.

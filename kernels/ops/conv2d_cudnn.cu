@@ -15,8 +15,10 @@
 // - Handles: one per (thread, device), returned to a pool when the thread ends; the stream is set
 //   on every call. Workspace comes from the caching allocator (empty()).
 // - Bias: added by a small kernel of ours after the convolution.
-// Never run yet (written without a GPU).
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/ops/conv2d_cuda.h"
 
 #if EMBER_WITH_CUDNN
@@ -279,7 +281,7 @@ void run(Kind kind, const ConvArgs& a, DType t, bool nondet) {
     o.zero_();
     return;
   }
-  cuda::DeviceScope scope(out.device());
+  cuda::DeviceGuard scope(out.device().index);
   cudaStream_t st = cuda::stream_for(out);
   cudnnHandle_t h = handle_for(out.device().index, st);
   Descs d(g, t);
@@ -331,7 +333,7 @@ bool has_algorithm(Kind kind, const ConvGeom& g, DType t, bool nondet, Device de
     if (it != cache().end()) return it->second.algo >= 0;
   }
   if (benchmark_mode()) return true;  // the Find at the first call decides (and reports)
-  cuda::DeviceScope scope(dev);
+  cuda::DeviceGuard scope(dev.index);
   cudnnHandle_t h = handle_for(dev.index, cuda::stream_for(dev));
   Descs d(g, t);
   return cached_choice(kind, g, t, nondet, dev, h, d, nullptr).algo >= 0;
@@ -348,7 +350,7 @@ ConvGeom geom_bwd_data(const KernelCall& c) {
   const auto& a = c.attr<Conv2dAttrs>();
   const Shape& gy = c.in[0].shape();
   const Shape& w = c.in[1].shape();
-  ConvGeom g = conv_geometry("conv2d_backward_input", {gy[0], w[1] * a.groups, a.size[0], a.size[1]}, w, a);
+  ConvGeom g = conv_geometry("conv2d_backward_input", {gy[0], w[1] * a.conv.groups, a.size[0], a.size[1]}, w, a);
   g.channels_last = runs_channels_last(c.in[0]);
   return g;
 }
@@ -356,7 +358,7 @@ ConvGeom geom_bwd_filter(const KernelCall& c) {
   const auto& a = c.attr<Conv2dAttrs>();
   const Shape& gy = c.in[0].shape();
   const Shape& x = c.in[1].shape();
-  ConvGeom g = conv_geometry("conv2d_backward_weight", x, {gy[1], x[1] / a.groups, a.size[0], a.size[1]}, a);
+  ConvGeom g = conv_geometry("conv2d_backward_weight", x, {gy[1], x[1] / a.conv.groups, a.size[0], a.size[1]}, a);
   g.channels_last = runs_channels_last(c.in[1]);
   return g;
 }

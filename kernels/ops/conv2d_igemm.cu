@@ -33,13 +33,16 @@
 //   through registers (no cp.async, no warp specialisation) is the first thing to revisit if not.
 //   512->512 3x3 7x7 batch 32: M = 1568 rows is ~13 tiles of 128: too few for 132 SMs without
 //   split-K; the 64x64 config gives 200 blocks.
-// Never run on a GPU yet (written without one): the index math was desk-checked by
-// tests/sim/conv_igemm_sim.py (every config, both layouts, vector loads, split-K); the generic
-// parity tests check every variant against the CPU reference the first time a GPU is present.
+// The generic parity tests check every variant (every config, both layouts, vector loads, split-K)
+// against the CPU reference, in the simulator build and on a GPU; what has run where is recorded in
+// docs/gpu-validation.md.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/ops/conv2d_cuda.h"
 
@@ -977,32 +980,32 @@ void wgrad_mma(const ConvArgs& a) {
 }  // namespace
 
 void igemm_simt_forward(const ConvArgs& a) {
-  cuda::DeviceScope scope(a.y.device());
+  cuda::DeviceGuard scope(a.y.device().index);
   if (a.x.dtype() == DType::f64) data_simt_dispatch<double, false>(a);
   else data_simt_dispatch<float, false>(a);
 }
 void igemm_simt_backward_input(const ConvArgs& a) {
-  cuda::DeviceScope scope(a.x.device());
+  cuda::DeviceGuard scope(a.x.device().index);
   if (a.x.dtype() == DType::f64) data_simt_dispatch<double, true>(a);
   else data_simt_dispatch<float, true>(a);
 }
 void igemm_simt_backward_weight(const ConvArgs& a) {
-  cuda::DeviceScope scope(a.w.device());
+  cuda::DeviceGuard scope(a.w.device().index);
   if (a.w.dtype() == DType::f64) wgrad_simt<double>(a);
   else wgrad_simt<float>(a);
 }
 void igemm_mma_forward(const ConvArgs& a) {
-  cuda::DeviceScope scope(a.y.device());
+  cuda::DeviceGuard scope(a.y.device().index);
   if (a.x.dtype() == DType::bf16) data_mma<true, false>(a);
   else data_mma<false, false>(a);
 }
 void igemm_mma_backward_input(const ConvArgs& a) {
-  cuda::DeviceScope scope(a.x.device());
+  cuda::DeviceGuard scope(a.x.device().index);
   if (a.x.dtype() == DType::bf16) data_mma<true, true>(a);
   else data_mma<false, true>(a);
 }
 void igemm_mma_backward_weight(const ConvArgs& a) {
-  cuda::DeviceScope scope(a.w.device());
+  cuda::DeviceGuard scope(a.w.device().index);
   if (a.w.dtype() == DType::bf16) wgrad_mma<true>(a);
   else wgrad_mma<false>(a);
 }

@@ -3,9 +3,9 @@
 
 #include <cstdint>
 
-namespace ember {
+#include "kernels/options.h"  // Activation
 
-enum class Activation : int64_t { none = 0, relu = 1, gelu = 2 };
+namespace ember {
 
 struct LinearAttrs {
   int64_t activation = 0;  // Activation

@@ -23,7 +23,11 @@
 //
 // Bad targets set the device error word (Note [device errors]); the row gives NaN in the forward and
 // zeros in the backward, and the next synchronisation throws naming the op.
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/common/row_kernels.cuh"
 #include "kernels/functional.h"
 #include "kernels/ops/loss.h"
@@ -251,7 +255,7 @@ void cross_entropy_cuda(const KernelCall& c) {
   const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2];
   Tensor out = c.out[0], tw = c.out[1];
   const LossAttrs& la = c.attr<LossAttrs>();
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   cudaStream_t stream = cuda::stream_for(x);
   const RowGeometry g = class_rows(x);
   const int64_t rows = g.rows();
@@ -363,7 +367,7 @@ void cross_entropy_backward_cuda(const KernelCall& c) {
   const Tensor& dx = c.out[0];
   const LossAttrs& la = c.attr<LossAttrs>();
   if (dx.numel() == 0) return;
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   const DType acc = loss_acc_dtype(x.dtype());
   Tensor tw = c.in[4].dtype() == acc ? c.in[4] : cast(c.in[4], acc);  // (already so from the forward)
   EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy_backward", [&] {
@@ -434,7 +438,7 @@ void nll_loss_cuda(const KernelCall& c) {
   const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2];
   Tensor out = c.out[0], tw = c.out[1];
   const LossAttrs& la = c.attr<LossAttrs>();
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   cudaStream_t stream = cuda::stream_for(x);
   const RowGeometry g = class_rows(x);
   const int64_t rows = g.rows();
@@ -496,7 +500,7 @@ void nll_loss_backward_cuda(const KernelCall& c) {
   const Tensor& dx = c.out[0];
   const LossAttrs& la = c.attr<LossAttrs>();
   if (dx.numel() == 0) return;
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   const DType acc = loss_acc_dtype(x.dtype());
   Tensor tw = c.in[4].dtype() == acc ? c.in[4] : cast(c.in[4], acc);
   const RowGeometry geo = class_rows(x);
@@ -556,7 +560,7 @@ void mse_loss_cuda(const KernelCall& c) {
                          [&] { gpu_map<scalar_t, scalar_t, scalar_t>(L, {&out, &x, &y}, SquaredDiff{}); });
     return;
   }
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   cudaStream_t stream = cuda::stream_for(x);
   constexpr int kThreads = 256;
   const int64_t blocks = n <= 65536 ? 1 : std::min<int64_t>(1024, (n + 65535) / 65536);
@@ -587,7 +591,7 @@ void mse_loss_backward_cuda(const KernelCall& c) {
   const Tensor& dx = c.out[0];
   const int64_t red = c.attr<LossAttrs>().reduction, n = x.numel();
   if (n == 0) return;
-  cuda::DeviceScope guard(x.device());
+  cuda::DeviceGuard guard(x.device().index);
   EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss_backward", [&] {
     const double s = red == 1 ? 2.0 / static_cast<double>(n) : 2.0;
     cuda::launch(mse_backward_kernel<scalar_t>, cuda::grid_for(n, 256, x.device().index), 256, 0, cuda::stream_for(x),

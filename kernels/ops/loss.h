@@ -33,17 +33,10 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/common/row_geometry.h"
+#include "kernels/options.h"  // Reduction, CrossEntropyOptions
 
 namespace ember {
-
-enum class Reduction : int64_t { none = 0, mean = 1, sum = 2 };
-
-struct CrossEntropyOptions {
-  Reduction reduction = Reduction::mean;
-  int64_t ignore_index = -100;
-  double label_smoothing = 0.0;
-  Tensor weight;  // [C] class weights or undefined
-};
 
 struct LossAttrs {
   int64_t reduction = 1;  // Reduction
@@ -53,5 +46,18 @@ struct LossAttrs {
 
 // The dtype total_weight has for logits of dtype t (the accumulation dtype).
 inline DType loss_acc_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+// logits [N, C, d...] / [C] and targets [N, d...] / [] -> the row geometry (A = N, C, B = Π d),
+// after checking the dtypes, the target shape and the class weights w (`op` names the op).
+RowGeometry class_loss_geometry(const char* op, const Tensor& x, const Tensor& t, const Tensor& w);
+
+struct OpInfo;
+// The CPU variants (loss_cpu.cpp), registered by define_op_* (loss.cpp).
+void register_cpu_cross_entropy(OpInfo& info);
+void register_cpu_cross_entropy_backward(OpInfo& info);
+void register_cpu_nll_loss(OpInfo& info);
+void register_cpu_nll_loss_backward(OpInfo& info);
+void register_cpu_mse_loss(OpInfo& info);
+void register_cpu_mse_loss_backward(OpInfo& info);
 
 }  // namespace ember

@@ -218,9 +218,9 @@ std::vector<Shape> start_sample(OpSample& s, const SampleOpts& o, std::vector<do
 std::vector<OpSample> sgd_samples() {
   std::vector<OpSample> out;
   uint64_t seed = 7100;
-  auto mk = [&](const SampleOpts& o, std::vector<double> hyper, bool bufs, bool nesterov, bool maximize) {
+  auto mk = [&](const SampleOpts& o, const SgdHyper& hyper, bool bufs, bool nesterov, bool maximize) {
     OpSample s;
-    std::vector<Shape> shapes = start_sample(s, o, hyper, seed);
+    std::vector<Shape> shapes = start_sample(s, o, hyper.values(), seed);
     int64_t n = static_cast<int64_t>(shapes.size());
     if (bufs) {
       for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
@@ -232,14 +232,16 @@ std::vector<OpSample> sgd_samples() {
     s.attrs = SgdStepAttrs{n, bufs ? 1 : 0, nesterov ? 1 : 0, maximize ? 1 : 0};
     out.push_back(std::move(s));
   };
-  mk({"plain lr 0.1"}, {0.1, 0, 0, 0}, false, false, false);
-  mk({"weight decay, maximize"}, {0.05, 0, 0, 0.01}, false, false, true);
-  mk({"momentum first step (buffer = grad)", true}, {0.1, 0.9, 0.1, 0}, true, false, false);
-  mk({"momentum later step, dampening, weight decay", false, 4.0f}, {0.1, 0.9, 0.1, 1e-2}, true, false, false);
-  mk({"nesterov later step", false, 2.0f}, {0.03, 0.8, 0, 5e-4}, true, true, false);
-  mk({"inv_scale 0.5", false, 1.0f, -1, 0.5}, {0.1, 0.9, 0, 0}, true, false, false);
-  mk({"found_inf set: nothing changes", false, 3.0f, 1.0, 0.5}, {0.1, 0.9, 0, 0.1}, true, true, false);
-  mk({"found_inf clear", false, 3.0f, 0.0, 0.25}, {0.1, 0.9, 0, 0.1}, true, true, false);
+  mk({"plain lr 0.1"}, {.lr = 0.1}, false, false, false);
+  mk({"weight decay, maximize"}, {.lr = 0.05, .weight_decay = 0.01}, false, false, true);
+  mk({"momentum first step (buffer = grad)", true}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1}, true, false, false);
+  mk({"momentum later step, dampening, weight decay", false, 4.0f},
+     {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-2}, true, false, false);
+  mk({"nesterov later step", false, 2.0f}, {.lr = 0.03, .momentum = 0.8, .weight_decay = 5e-4}, true, true, false);
+  mk({"inv_scale 0.5", false, 1.0f, -1, 0.5}, {.lr = 0.1, .momentum = 0.9}, true, false, false);
+  mk({"found_inf set: nothing changes", false, 3.0f, 1.0, 0.5}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1}, true,
+     true, false);
+  mk({"found_inf clear", false, 3.0f, 0.0, 0.25}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1}, true, true, false);
   return out;
 }
 
@@ -322,7 +324,9 @@ void define_op_sgd_step(OpInfo& info) {
   info.contiguous_inputs = false;  // in place: params and state must stay the caller's tensors
   info.benches = [] {
     BenchCase b{"60 tensors, 25M params, momentum", {}, SgdStepAttrs{60, 1, 0, 0},
-                [](Device d) { return bench_lists(d, 4, 3, {0.1, 0.9, 0, 1e-4}); }};
+                [](Device d) {
+                  return bench_lists(d, 4, 3, SgdHyper{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}.values());
+                }};
     return std::vector<BenchCase>{b};
   };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = sgd_cpu, .dtypes = kFloatTypes,

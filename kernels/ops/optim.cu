@@ -10,7 +10,9 @@
 //      counter of their tensor; return at once when *found_inf != 0.
 // Napkin math (H200, ~4.3 TB/s): Adam f32 moves 28 B/element -> 25M params in ~0.16 ms; SGD with
 // momentum 24 B/element.
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
 #include "kernels/common/multi_tensor.cuh"
 #include "kernels/ops/optim.h"
 #include "kernels/registry.h"
@@ -85,7 +87,7 @@ void sgd_cuda(const KernelCall& c) {
   const auto& a = c.attr<SgdStepAttrs>();
   if (a.n == 0) return;
   const Tensor& hyper = c.in[kHyper];
-  cuda::DeviceScope guard(hyper.device());
+  cuda::DeviceGuard guard(hyper.device().index);
   cudaStream_t stream = cuda::stream_for(hyper);
   const float* found_inf = opt_f32(c.in[kFoundInf]);
   const float* inv_scale = opt_f32(c.in[kInvScale]);
@@ -113,7 +115,7 @@ void adam_cuda(const KernelCall& c) {
   const auto& a = c.attr<AdamStepAttrs>();
   if (a.n == 0) return;
   const Tensor& hyper = c.in[kHyper];
-  cuda::DeviceScope guard(hyper.device());
+  cuda::DeviceGuard guard(hyper.device().index);
   cudaStream_t stream = cuda::stream_for(hyper);
   const float* found_inf = opt_f32(c.in[kFoundInf]);
   const float* inv_scale = opt_f32(c.in[kInvScale]);

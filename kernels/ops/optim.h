@@ -26,7 +26,8 @@
 //              not written.
 //
 // ---- sgd_step ----
-// inputs:  hyper f64[4] = {lr, momentum, dampening, weight_decay}, found_inf, inv_scale,
+// inputs:  hyper f64[kSgdHyper]: an SgdHyper (kernels/options.h), its fields in order,
+//          found_inf, inv_scale,
 //          params[n], grads[n], and when attrs.momentum_buffers: bufs[n], steps[n]
 // outputs: params[n] (aliases), then bufs[n], steps[n] (aliases) when present
 // per element (PyTorch's torch.optim.SGD):
@@ -59,9 +60,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/math.h"
 #include "kernels/ops/copy.h"
+#include "kernels/options.h"  // SgdHyper
 
 namespace ember {
 
@@ -79,7 +82,7 @@ struct AdamStepAttrs {
   int64_t maximize = 0;
 };
 
-inline constexpr int kSgdHyper = 4;   // lr, momentum, dampening, weight_decay
+inline constexpr int kSgdHyper = SgdHyper::kCount;
 inline constexpr int kAdamHyper = 5;  // lr, beta1, beta2, eps, weight_decay
 
 // Input positions.
@@ -94,14 +97,22 @@ struct SgdScalars {
   bool has_weight_decay, first, has_momentum, nesterov, maximize;
 };
 
+// The hyper tensor's contents as the struct the optimizer filled (memcpy: the layout is SgdHyper's).
+EMBER_HD inline SgdHyper load_sgd_hyper(const double* hyper) {
+  SgdHyper h;
+  memcpy(&h, hyper, sizeof(h));
+  return h;
+}
+
 template <class A>
 EMBER_HD inline SgdScalars<A> make_sgd_scalars(const double* hyper, double inv_scale, float step, const SgdStepAttrs& a) {
+  const SgdHyper h = load_sgd_hyper(hyper);
   SgdScalars<A> s;
-  s.lr = static_cast<A>(hyper[0]);
-  s.momentum = static_cast<A>(hyper[1]);
-  s.one_minus_dampening = static_cast<A>(1.0 - hyper[2]);
-  s.weight_decay = static_cast<A>(hyper[3]);
-  s.has_weight_decay = hyper[3] != 0.0;
+  s.lr = static_cast<A>(h.lr);
+  s.momentum = static_cast<A>(h.momentum);
+  s.one_minus_dampening = static_cast<A>(1.0 - h.dampening);
+  s.weight_decay = static_cast<A>(h.weight_decay);
+  s.has_weight_decay = h.weight_decay != 0.0;
   s.inv_scale = static_cast<A>(inv_scale);
   s.first = step <= 1.0f;  // step was already incremented for this update
   s.has_momentum = a.momentum_buffers != 0;

@@ -8,8 +8,10 @@
 // Napkin math, max_pool2d 2x2 on MNIST conv1 activations [512, 32, 28, 28] f32: 51 MB read +
 // 13 MB out + 26 MB indices = 90 MB -> ~20 us at 4.5 TB/s; backward reads 13 + 26 MB and writes
 // 51 MB -> ~20 us. adaptive 7x7 -> 1x1 on [32, 2048, 7, 7] f16: 6.4 MB -> ~1.5 us (launch bound).
-// Never run yet (written without a GPU).
-#include "kernels/common/cuda_utils.cuh"
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/common/memory_format.h"
 #include "kernels/ops/pool.h"
 #include "kernels/registry.h"
@@ -224,7 +226,7 @@ T* mp(const Tensor& t) {
 template <class F>
 void launch_elems(const Tensor& out, int64_t n, bool cl, const F& launch) {
   if (n == 0) return;
-  cuda::DeviceScope scope(out.device());
+  cuda::DeviceGuard scope(out.device().index);
   const unsigned grid = cuda::grid_for(n, 256, out.device().index);
   cudaStream_t st = cuda::stream_for(out);
   if (cl) launch(std::true_type{}, grid, st);
@@ -296,7 +298,7 @@ void adaptive_cuda(const KernelCall& c) {
   dispatch(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     if (!cl && g.P == 1 && g.Q == 1 && g.H * g.W >= 16) {
-      cuda::DeviceScope scope(y.device());
+      cuda::DeviceGuard scope(y.device().index);
       const int64_t planes = g.N * g.C;
       const unsigned grid = cuda::grid_for(planes * 32, 256, y.device().index);
       cuda::launch(global_avg_nchw_kernel<T>, grid, 256, 0, cuda::stream_for(y), cp<T>(x), mp<T>(y), planes, g.H * g.W);
@@ -353,7 +355,7 @@ void avg_pool2d_cudnn(const KernelCall& c) {
   const Tensor x = contiguous_as(c.in[0], cl);
   const Tensor& y = c.out[0];
   const auto& a = c.attr<PoolAttrs>();
-  cuda::DeviceScope scope(x.device());
+  cuda::DeviceGuard scope(x.device().index);
   cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
   cudnn::TensorDesc xd, yd;
   nchw_desc(xd, x);

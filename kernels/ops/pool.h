@@ -47,6 +47,15 @@ struct PoolGeom {
 PoolGeom pool_geometry(const char* op, const Shape& x, const PoolAttrs& a);
 PoolGeom adaptive_geometry(const char* op, const Shape& x, const AdaptivePoolAttrs& a);
 
+struct OpInfo;
+// The CPU variants (pool_cpu.cpp), registered by define_op_* (pool.cpp).
+void register_cpu_max_pool2d(OpInfo& info);
+void register_cpu_max_pool2d_backward(OpInfo& info);
+void register_cpu_avg_pool2d(OpInfo& info);
+void register_cpu_avg_pool2d_backward(OpInfo& info);
+void register_cpu_adaptive_avg_pool2d(OpInfo& info);
+void register_cpu_adaptive_avg_pool2d_backward(OpInfo& info);
+
 namespace pool {
 
 // First and one-past-last input row of the max-pool window (clipped to the input).
