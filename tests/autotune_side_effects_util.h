@@ -60,4 +60,19 @@ inline std::string tuning_changed_inputs(const OpInfo& info, RunnerCall& rc, std
   return "";
 }
 
+// A clean tuner for one test (no cache file, few timing runs), restored at scope exit.
+struct TunerReset {
+  TunerReset() {
+    autotune::set_cache_file("");
+    autotune::clear();
+    autotune::reset_stats();
+    autotune::set_runs(1, 2);
+  }
+  ~TunerReset() {
+    autotune::clear();
+    autotune::set_runs(2, 5);
+    set_backend_all("default");
+  }
+};
+
 }  // namespace ember::test

@@ -10,20 +10,6 @@ using namespace ember;
 
 namespace {
 
-struct TunerReset {
-  TunerReset() {
-    autotune::set_cache_file("");
-    autotune::clear();
-    autotune::reset_stats();
-    autotune::set_runs(1, 2);
-  }
-  ~TunerReset() {
-    autotune::clear();
-    autotune::set_runs(2, 5);
-    set_backend_all("default");
-  }
-};
-
 // A second CPU batch_norm variant (the CPU kernel under another name), added once so that the
 // registry's "auto" path has two candidates and really times them.
 void bn_copy_variant(const KernelCall& c) {
@@ -44,7 +30,7 @@ void add_bn_variant_once() {
 
 TEST_CASE("autotune: timing candidates never writes the tensors of the call (every op with samples on the CPU)",
           "[autotune]") {
-  TunerReset reset;
+  test::TunerReset reset;
   int checked = 0;
   for (const OpInfo& info : all_ops()) {
     if (info.view != nullptr || info.samples == nullptr || info.infer == nullptr) continue;
@@ -72,7 +58,7 @@ TEST_CASE("autotune: timing candidates never writes the tensors of the call (eve
 }
 
 TEST_CASE("autotune: batch_norm with backend auto gives the default results and running statistics", "[autotune]") {
-  TunerReset reset;
+  test::TunerReset reset;
   add_bn_variant_once();
   for (bool channels_last : {false, true}) {
     INFO("channels_last " << channels_last);

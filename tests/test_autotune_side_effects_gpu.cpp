@@ -17,25 +17,11 @@ using namespace ember;
 
 namespace {
 
-struct TunerReset {
-  TunerReset() {
-    autotune::set_cache_file("");
-    autotune::clear();
-    autotune::reset_stats();
-    autotune::set_runs(1, 2);
-  }
-  ~TunerReset() {
-    autotune::clear();
-    autotune::set_runs(2, 5);
-    set_backend_all("default");
-  }
-};
-
 }  // namespace
 
 TEST_CASE("autotune: timing CUDA variants never writes the tensors of the call (every op with samples)",
           "[gpu][autotune]") {
-  TunerReset reset;
+  test::TunerReset reset;
   const Device dev(DeviceType::cuda, 0);
   int checked = 0;
   for (const OpInfo& info : all_ops()) {
@@ -68,7 +54,7 @@ TEST_CASE("autotune: timing CUDA variants never writes the tensors of the call (
 // With cuDNN batch_norm has two CUDA variants ("cuda", "cudnn"): the case the issue found.
 TEST_CASE("autotune: CUDA batch_norm with backend auto keeps the running statistics of one call",
           "[gpu][autotune]") {
-  TunerReset reset;
+  test::TunerReset reset;
   const TensorOptions o = TensorOptions(DType::f32).device(Device(DeviceType::cuda, 0));
   Tensor x = uniform({8, 4, 6, 6}, 2, 6, o);
   Tensor w = ones({4}, o), b = zeros({4}, o);

@@ -17,19 +17,11 @@
 
 using namespace ember;
 using namespace ember::data;
+using ember::testing::error_of;
 using ember::testing::TempDir;
 using ember::testing::within;
 
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // An h x w image with c interleaved channels: value (y * 16 + x * 3 + k * 60) % 256.
 std::vector<uint8_t> pattern(int h, int w, int c) {

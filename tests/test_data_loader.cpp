@@ -12,6 +12,7 @@
 
 using namespace ember;
 using namespace ember::data;
+using ember::testing::error_of;
 using ember::testing::ProbeDataset;
 using ember::testing::within;
 
@@ -37,15 +38,6 @@ Seen epoch_of(DataLoader& loader) {
     s.labels.push_back(b.labels.to_vector<int64_t>());
   }
   return s;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // A transform that writes the worker's next random byte into pixel (0, 0, 0), so a batch shows

@@ -19,17 +19,6 @@ namespace ember {
 
 namespace {
 
-struct Split {
-  int64_t outer = 1, size = 1, inner = 1;
-};
-Split split_at(const Shape& s, int d) {
-  Split r;
-  for (int i = 0; i < d; ++i) r.outer *= s[i];
-  r.size = s.size() > 0 ? s[d] : 1;
-  for (int i = d + 1; i < s.size(); ++i) r.inner *= s[i];
-  return r;
-}
-
 struct Dims {
   int n;
   int64_t index_shape[kMaxDims];

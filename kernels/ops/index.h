@@ -15,10 +15,24 @@
 
 #include <cstdint>
 
+#include "core/shape.h"
+
 namespace ember {
 
 struct IndexAttrs {
   int64_t dim = 0;
 };
+
+// The [outer, size(dim), inner] view of a shape (size 1 for a 0-d shape).
+struct Split {
+  int64_t outer = 1, size = 1, inner = 1;
+};
+inline Split split_at(const Shape& s, int d) {
+  Split r;
+  for (int i = 0; i < d; ++i) r.outer *= s[i];
+  r.size = s.size() > 0 ? s[d] : 1;
+  for (int i = d + 1; i < s.size(); ++i) r.inner *= s[i];
+  return r;
+}
 
 }  // namespace ember

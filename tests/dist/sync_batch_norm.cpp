@@ -97,15 +97,26 @@ std::shared_ptr<nn::Module> make_reference(const Case& c, const nn::BatchNormOpt
   return nn::BatchNorm1d(o).ptr();
 }
 
+// This rank's shard of a batch split as `sizes` (one size per rank): the full batch N, where the
+// shard starts in it, and its length n.
+struct Shard {
+  int64_t N = 0, start = 0, n = 0;
+};
+Shard shard_of(const ProcessGroupPtr& pg, const std::vector<int64_t>& sizes) {
+  Shard s;
+  for (int k = 0; k < pg->size(); ++k) {
+    if (k < pg->rank()) s.start += sizes[k];
+    s.N += sizes[k];
+  }
+  s.n = sizes[pg->rank()];
+  return s;
+}
+
 // One case: `steps` training steps then one eval forward, checked against the full batch.
 void run_case(const ProcessGroupPtr& pg, const std::vector<int64_t>& sizes, const Case& c) {
   const int r = pg->rank(), W = pg->size();
-  int64_t N = 0, start = 0;
-  for (int k = 0; k < W; ++k) {
-    if (k < r) start += sizes[k];
-    N += sizes[k];
-  }
-  const int64_t n = sizes[r];
+  const Shard shard = shard_of(pg, sizes);
+  const int64_t N = shard.N, start = shard.start, n = shard.n;
   const int64_t C = 3;
   Shape shape = c.dims == 4 ? Shape{N, C, 4, 5} : c.dims == 3 ? Shape{N, C, 6} : Shape{N, C};
   const Tol tol = c.rtol > 0 ? Tol{c.rtol, c.atol} : tol_for(c.dtype);
@@ -205,13 +216,9 @@ void run_case(const ProcessGroupPtr& pg, const std::vector<int64_t>& sizes, cons
 // convert_sync_batchnorm on Conv2d, BatchNorm2d, ReLU, Flatten, Linear, BatchNorm1d: the converted
 // model on the shards trains like the original on the full batch.
 void run_convert(const ProcessGroupPtr& pg, const std::vector<int64_t>& sizes) {
-  const int r = pg->rank(), W = pg->size();
-  int64_t N = 0, start = 0;
-  for (int k = 0; k < W; ++k) {
-    if (k < r) start += sizes[k];
-    N += sizes[k];
-  }
-  const int64_t n = sizes[r];
+  const int r = pg->rank();
+  const Shard shard = shard_of(pg, sizes);
+  const int64_t N = shard.N, start = shard.start, n = shard.n;
   auto build = [] {
     manual_seed(11);
     nn::Sequential s(nn::Conv2d(nn::Conv2dOptions(2, 4, 3).padding(1)), nn::BatchNorm2d(4), nn::ReLU(), nn::Flatten(),
