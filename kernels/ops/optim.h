@@ -97,11 +97,12 @@ struct SgdScalars {
   bool has_weight_decay, first, has_momentum, nesterov, maximize;
 };
 
-// The hyper tensor's contents as the struct the optimizer filled (memcpy: the layout is SgdHyper's).
+// The hyper tensor's contents as the struct the optimizer filled, field by field in SgdHyper's
+// order (not memcpy: in device code that is a library call the simulator's memory checks do not
+// see, and AddressSanitizer stopped it reading device memory).
 EMBER_HD inline SgdHyper load_sgd_hyper(const double* hyper) {
-  SgdHyper h;
-  memcpy(&h, hyper, sizeof(h));
-  return h;
+  static_assert(SgdHyper::kCount == 4, "load every SgdHyper field");
+  return SgdHyper{hyper[0], hyper[1], hyper[2], hyper[3]};
 }
 
 template <class A>
