@@ -217,6 +217,7 @@ void resolve_barrier(Block& b, int reduce_op) {
   }
   b.at_barrier = 0;
   b.epoch = next_epoch();
+  if (b.counting) counters_barrier(b);
 }
 
 void check_abort() {
@@ -249,6 +250,7 @@ void complete_group(Block& b, int w, unsigned lanes, const Thread& proto) {
   for (int l = 0; l < 32; ++l)
     if ((lanes >> l) & 1u) b.threads[w * 32 + l].state = ThreadState::runnable;
   ++b.warp_epoch[w];
+  if (b.counting) counters_warp_collective(b, w, lanes == (b.warps[w].exists & ~b.warps[w].exited));
 }
 
 // The warp's pending collective (WarpState) is complete once every live lane it names has arrived.
@@ -427,6 +429,7 @@ void run_block(Launch& L, uint3 bidx) {
   if (dyn > 0) w.regions.push_back(SharedRegion{nullptr, "dynamic shared memory", 0, dyn});
   b.smem_used = dyn == 0 ? 0 : (dyn + kRedZone + 127) / 128 * 128;
   b.epoch = next_epoch();
+  counters_block_begin(b);
 
   for (int wi = 0; wi < b.nwarps; ++wi) {
     const int lanes = std::min(32, b.nthreads - wi * 32);
@@ -458,6 +461,7 @@ void run_block(Launch& L, uint3 bidx) {
     if (first != nullptr) switch_context(w, nullptr, first, false);
     if (L.aborted.load(std::memory_order_relaxed)) {  // abandon the block's other fibers
       w.dirty = kArenaBytes;
+      if (b.counting) counters_block_end(b);
       return;
     }
     if (b.exited == b.nthreads) break;
@@ -493,12 +497,14 @@ void run_block(Launch& L, uint3 bidx) {
   }
   w.dirty = b.smem_used;
   if (b.static_bytes > 0) note_static_smem(L.kernel, b.static_bytes);
+  if (b.counting) counters_block_end(b);
 }
 
 void run_grid(Launch& L) {
   const int64_t gx = L.grid.x, gy = L.grid.y, gz = L.grid.z;
   const int64_t n = gx * gy * gz;
   if (n == 0) return;
+  counters_launch_begin(L);
   // Blocks are independent: spread them over ember's thread pool.
   parallel_for(0, n, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
@@ -508,6 +514,7 @@ void run_grid(Launch& L) {
       run_block(L, bidx);
     }
   });
+  counters_launch_end(L);
 }
 
 uint32_t next_epoch() {

@@ -123,6 +123,7 @@ void clear_sticky();
 struct Launch;
 struct Block;
 struct Thread;
+struct CounterRecord;  // counters.cpp
 
 enum class ThreadState : uint8_t { runnable, at_barrier, at_warp, exited };
 
@@ -176,6 +177,8 @@ struct Launch {
   size_t param_bytes = 0;
   int device = 0;
   std::atomic<bool> aborted{false};
+  // The efficiency counters of this launch, or null when they were off when it started.
+  std::shared_ptr<CounterRecord> counters;
   std::string name() const;
 };
 
@@ -207,6 +210,7 @@ struct Block {
   std::vector<SharedRegion>* regions = nullptr;
   size_t last_region = 0;  // memcheck.cpp: the region the last shared access hit
   bool racecheck = true;   // config().racecheck, read once per block
+  bool counting = false;   // the launch records efficiency counters (counters.cpp)
   void* shadow = nullptr;  // memcheck.cpp's race shadow, one entry per shared byte
   // every fiber stack of this host thread: [stacks_lo, stacks_lo + stack_slots * stack_bytes)
   char* stacks_lo = nullptr;
@@ -237,7 +241,8 @@ struct SharedView {
 // ---- memory checks (memcheck.cpp) ----
 enum class Access : uint8_t { read, write, atomic };
 // Checks one access by the running simulated thread; faults (and never returns) when it is bad.
-void check_access(Thread& t, uintptr_t address, size_t bytes, Access kind, const void* pc);
+// `count`: the access goes into the efficiency counters (when they are on) as what it is.
+void check_access(Thread& t, uintptr_t address, size_t bytes, Access kind, const void* pc, bool count = true);
 // The shared-memory race shadow: a new barrier interval begins (block start or barrier).
 uint32_t next_epoch();
 // Checks done by the simulator's own device functions (atomics, ptx.cpp) on behalf of the
@@ -245,8 +250,28 @@ uint32_t next_epoch();
 void atomic_access(const void* p, size_t bytes, const void* pc);
 void checked_access(const void* p, size_t bytes, Access kind, const void* pc);
 
+// ---- efficiency counters (counters.cpp; counters.h is the API) ----
+// What one lane's access counts as. Only global (device, pinned) and shared memory are counted.
+enum class CountKind : uint8_t { global_load, global_store, shared_load, shared_store, ldmatrix, atomic };
+// Called as a launch is queued on a stream (sets L.counters when the counters are on) ...
+void counters_launch_queued(Launch& L);
+// ... by run_grid around a launch (for graph replays, decides then) ...
+void counters_launch_begin(Launch& L);
+void counters_launch_end(Launch& L);
+// ... by run_block around a block (sets b.counting) ...
+void counters_block_begin(Block& b);
+void counters_block_end(Block& b);
+// ... for each counted access of a lane (only while b.counting) ...
+void count_access(Thread& t, uintptr_t address, size_t bytes, CountKind kind, const void* pc);
+// ... when a barrier releases the block, and when a warp collective completes (`whole_warp`: every
+// live lane of the warp took part, so the warp's lanes are all at the same point).
+void counters_barrier(Block& b);
+void counters_warp_collective(Block& b, int warp, bool whole_warp);
+
 // ---- streams and launches (runtime_api.cpp) ----
 int current_device();
+// Waits until every stream of every device has run all its queued work.
+void wait_all_streams();
 // Called at the start of every launch: checks configuration limits; returns the error to report.
 cudaError_t check_launch_config(const Launch& l);
 size_t kernel_smem_attribute(const void* kernel);

@@ -258,15 +258,16 @@ namespace {
         pc);
 }
 
-// Everything that is neither the block's shared memory nor the thread's own stack.
-__attribute__((noinline)) void check_other(Thread& t, uintptr_t a, size_t n, Access k, const void* pc) {
+// Everything that is neither the block's shared memory nor the thread's own stack. True when it
+// is global memory (device or pinned), which the efficiency counters count.
+__attribute__((noinline)) bool check_other(Thread& t, uintptr_t a, size_t n, Access k, const void* pc) {
   const Block& b = *t.block;
   if (a - reinterpret_cast<uintptr_t>(b.stacks_lo) < b.stack_bytes * static_cast<size_t>(b.stack_slots))
     fault_local(t, a, n, k, pc);
   const Launch& L = *b.launch;
   if (a - reinterpret_cast<uintptr_t>(L.params) < L.param_bytes) {
     if (k != Access::read) fault_param(t, k, pc);
-    return;
+    return false;
   }
   const bool device = in_device_region(a);
   if (device || in_pinned_region(a)) {
@@ -274,27 +275,39 @@ __attribute__((noinline)) void check_other(Thread& t, uintptr_t a, size_t n, Acc
     if (al == nullptr) fault_unallocated(t, a, n, k, device, pc);
     if (a + n > al->base + al->bound()) fault_past_end(t, a, n, k, device, *al, pc);
     if (device && al->device != L.device) fault_other_device(t, a, k, al->device, pc);
-    return;
+    return true;
   }
-  if (is_static_data(a, n)) return;  // the program's constant tables
+  if (is_static_data(a, n)) return false;  // the program's constant tables
   fault_host(t, a, n, k, pc);
+}
+
+CountKind count_kind(Access k, bool shared) {
+  if (k == Access::atomic) return CountKind::atomic;
+  if (shared) return k == Access::read ? CountKind::shared_load : CountKind::shared_store;
+  return k == Access::read ? CountKind::global_load : CountKind::global_store;
 }
 
 }  // namespace
 
 // The hot path: the block's shared memory, then the thread's own stack (registers and local
-// memory), which is most of what a kernel touches; the rest out of line.
-__attribute__((always_inline)) inline void check(Thread& t, uintptr_t a, size_t n, Access k, const void* pc) {
+// memory), which is most of what a kernel touches; the rest out of line. With the efficiency
+// counters off, counting costs one well-predicted branch on a flag of the block.
+__attribute__((always_inline)) inline void check(Thread& t, uintptr_t a, size_t n, Access k, const void* pc,
+                                                 bool count = true) {
   const Block& b = *t.block;
   if (a - reinterpret_cast<uintptr_t>(b.smem) < b.smem_capacity) {
     shared_access(t, a - reinterpret_cast<uintptr_t>(b.smem), n, k, pc);
+    if (b.counting && count) [[unlikely]] count_access(t, a, n, count_kind(k, true), pc);
     return;
   }
   if (a - reinterpret_cast<uintptr_t>(t.stack_lo) < b.stack_bytes) return;
-  check_other(t, a, n, k, pc);
+  if (check_other(t, a, n, k, pc) && b.counting && count) [[unlikely]]
+    count_access(t, a, n, count_kind(k, false), pc);
 }
 
-void check_access(Thread& t, uintptr_t a, size_t n, Access k, const void* pc) { check(t, a, n, k, pc); }
+void check_access(Thread& t, uintptr_t a, size_t n, Access k, const void* pc, bool count) {
+  check(t, a, n, k, pc, count);
+}
 
 namespace {
 

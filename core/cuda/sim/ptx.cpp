@@ -54,7 +54,9 @@ void ldmatrix(uint32_t* r, int count, const void* row, bool trans, std::source_l
   if (t.lane < 8 * count) {
     if (a - smem >= t.block->smem_capacity) EMBER_SIM_FAULT(cudaErrorIllegalAddress, "ldmatrix row address is not shared memory", loc);
     if ((a & 15) != 0) EMBER_SIM_FAULT(cudaErrorMisalignedAddress, "ldmatrix row address not 16-byte aligned", loc);
-    check_access(t, a, 16, Access::read, __builtin_return_address(0));
+    // counted as an ldmatrix, whose wavefronts go by matrix (Note [ldmatrix wavefronts] in counters.cpp)
+    check_access(t, a, 16, Access::read, __builtin_return_address(0), false);
+    if (t.block->counting) count_access(t, a, 16, CountKind::ldmatrix, __builtin_return_address(0));
   }
   std::memcpy(t.in, &row, sizeof row);
   warp_matrix_op(t, static_cast<uint8_t>(kLdmatrixOp | count | (trans ? 8 : 0)), loc);
@@ -148,6 +150,10 @@ void cp_async(void* smem_dst, const void* gmem_src, int copy_bytes, int src_byte
     check_access(t, reinterpret_cast<uintptr_t>(gmem_src), static_cast<size_t>(src_bytes), Access::read,
                  __builtin_return_address(0));
   }
+  // The efficiency counters take the shared write as issued here, at the instruction's address, with
+  // its global read (one cp.async: one global request and one shared request); cp_async_wait does
+  // it later and does not count it again.
+  if (t.block->counting) count_access(t, d, static_cast<size_t>(copy_bytes), CountKind::shared_store, __builtin_return_address(0));
   t.copies.push_back(AsyncCopy{smem_dst, gmem_src, copy_bytes, src_bytes, t.groups_committed + 1});
 }
 
@@ -169,7 +175,7 @@ void cp_async_wait(int n) {
     }
     // the shared write happens now, by this thread (racecheck sees it here)
     check_access(t, reinterpret_cast<uintptr_t>(c.dst), static_cast<size_t>(c.bytes), Access::write,
-                 __builtin_return_address(0));
+                 __builtin_return_address(0), false);
     auto* dst = static_cast<unsigned char*>(c.dst);
     if (c.src_bytes > 0) raw_copy(dst, c.src, static_cast<size_t>(c.src_bytes));
     for (int k = c.src_bytes; k < c.bytes; ++k) dst[k] = 0;

@@ -510,6 +510,7 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem, cuda
     return;
   }
   lock.unlock();
+  counters_launch_queued(*L);
   s->push([L] { run_launch(*L); });
 }
 
@@ -543,6 +544,8 @@ std::vector<KernelStats> kernel_stats() {
   }
   return out;
 }
+
+void wait_all_streams() { drain_all(); }
 
 void clear_fault() {
   drain_all();
