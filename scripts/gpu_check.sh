@@ -90,6 +90,52 @@ if [ -x build-gpu/bin/mnist_train ]; then
 fi
 [ -x build-gpu/bin/bench_loader ] && { build-gpu/bin/bench_loader > "$OUT/bench_loader.log" 2>&1; note "bench_loader: exit $?"; }
 
+# ---- calibration: the model's inputs and the simulator's counters against the hardware ----
+# (docs/gpu-validation.md, "Calibration: simulator counters vs Nsight Compute")
+# 1. Per-kernel resources: this machine's build against the checked-in table (also a ctest entry
+#    above); cuobjdump, which the dev machines lack, reads the same numbers back from the cubins.
+python3 scripts/kernel_resources.py --build build-gpu --check > "$OUT/kernel_resources.log" 2>&1
+note "kernel resources of the sm_$ARCH build vs bench/model/kernel_resources_sm90.txt: exit $? ($OUT/kernel_resources.log)"
+CUOBJDUMP=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+if [ -x "$CUOBJDUMP" ]; then
+  for lib in build-gpu/lib/libember_kernels.a build-gpu/lib/libember_train.a; do
+    [ -f "$lib" ] && "$CUOBJDUMP" --dump-resource-usage "$lib"
+  done > "$OUT/cuobjdump_resource_usage.txt" 2>&1
+  note "cuobjdump --dump-resource-usage: exit $? ($OUT/cuobjdump_resource_usage.txt)"
+fi
+# 2. Nsight Compute on the benchmark shapes: global sectors and requests, shared-memory wavefronts
+#    and occupancy per kernel launch, to set beside the simulator's counters for the same cases
+#    (bench_ops --model). Metric names ncu does not know are dropped (and listed) instead of failing
+#    the run; launches are capped (NCU_LAUNCHES) because every profiled launch is replayed once per
+#    metric pass.
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if [ -x "$NCU" ] && [ -x build-gpu/bin/bench_ops ]; then
+  NCU_METRICS=(l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum
+               l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum l1tex__t_requests_pipe_lsu_mem_global_op_st.sum
+               l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
+               l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+               sm__warps_active.avg.pct_of_peak_sustained_active sm__maximum_warps_per_active_cycle_pct
+               launch__occupancy_limit_registers launch__occupancy_limit_shared_mem launch__occupancy_limit_warps
+               launch__occupancy_limit_blocks launch__registers_per_thread launch__block_size launch__grid_size
+               launch__shared_mem_per_block_static launch__shared_mem_per_block_dynamic gpu__time_duration.sum)
+  "$NCU" --query-metrics --query-metrics-mode all > "$OUT/ncu_metrics_available.txt" 2>&1
+  known=()
+  for m in "${NCU_METRICS[@]}"; do
+    # launch__* are launch attributes, which the metric listing may not show
+    if [[ $m == launch__* ]] || grep -q -E "^${m%%.*}([. ]|$)" "$OUT/ncu_metrics_available.txt"; then
+      known+=("$m")
+    else
+      echo "ncu: metric not offered, dropped: $m"
+    fi
+  done > "$OUT/ncu_metrics_dropped.txt"
+  [ ${#known[@]} -eq 0 ] && known=("${NCU_METRICS[@]}")  # an unreadable listing: ask for all, let ncu say
+  timeout 540 "$NCU" --csv --page raw --kernel-name-base demangled --launch-count "${NCU_LAUNCHES:-400}" \
+    --metrics "$(IFS=,; echo "${known[*]}")" \
+    build-gpu/bin/bench_ops --device cuda --op "${NCU_OPS:-add,sum,softmax,matmul,conv2d,max_pool2d,batch_norm,cross_entropy}" \
+    --quick --min-time 0.01 > "$OUT/ncu_bench_ops.csv" 2> "$OUT/ncu_bench_ops.log"
+  note "ncu on bench_ops (${#known[@]} metrics): exit $? ($OUT/ncu_bench_ops.csv; dropped metrics in $OUT/ncu_metrics_dropped.txt)"
+fi
+
 # ---- short table last ----
 if [ -f "$OUT/bench_ops.json" ]; then
   python3 scripts/bench_table.py "$OUT/bench_ops.json" ${OUT:+"$OUT/torch_ops.json"} > "$OUT/summary.md" 2>/dev/null && cat "$OUT/summary.md"
