@@ -4,6 +4,9 @@
 //
 //   bench_ops --list                 ops and variants (no GPU needed)
 //   bench_ops --cases                the benchmark cases of every op
+//   bench_ops --model [--quick] ...  the PREDICTED H100/H200 table from the simulator's efficiency
+//                                    counters: runs bench/model/kernel_model.cpp's tool (simulator
+//                                    build only) with the other arguments
 //   bench_ops [--op add,matmul] [--variant cuda] [--device cuda|cpu] [--json out.json]
 //             [--min-time 0.2] [--quick] [Google Benchmark flags ...]
 //
@@ -15,10 +18,12 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -30,6 +35,8 @@
 #include "core/rng.h"
 #include "ember.h"
 #include "kernels/registry.h"
+
+#include <unistd.h>  // execv
 
 using namespace ember;
 
@@ -374,7 +381,32 @@ void write_json(const std::string& path) {
 
 }  // namespace
 
+// --model: the prediction lives in kernel_model (it needs the simulator's counters, and CI's
+// simulator stage builds it without the benchmarks); bench_ops hands over to it, beside it in bin/.
+int run_model(int argc, char** argv) {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::filesystem::path tool = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "kernel_model";
+  if (!std::filesystem::exists(tool)) {
+    std::fprintf(stderr,
+                 "bench_ops: --model needs %s, which only the simulator build (-DEMBER_CUDA_SIM=ON) makes: the "
+                 "prediction comes from the simulator's efficiency counters\n",
+                 tool.c_str());
+    return 2;
+  }
+  std::string path = tool.string();
+  std::vector<char*> args{path.data()};
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--model") != 0) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(path.c_str(), args.data());
+  std::fprintf(stderr, "bench_ops: cannot run %s: %s\n", path.c_str(), std::strerror(errno));
+  return 1;
+}
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--model") == 0) return run_model(argc, argv);
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -396,7 +428,8 @@ int main(int argc, char** argv) {
     else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: bench_ops [--list] [--cases] [--op a,b] [--variant v] [--device auto|cpu|cuda] [--json FILE]\n"
-          "                 [--min-time SECONDS] [--quick] [Google Benchmark flags]\n");
+          "                 [--min-time SECONDS] [--quick] [Google Benchmark flags]\n"
+          "       bench_ops --model [kernel_model arguments: --quick, --op, --variant, --kernels, --markdown, ...]\n");
       return 0;
     } else rest.push_back(argv[i]);
   }

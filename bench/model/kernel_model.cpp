@@ -1,0 +1,519 @@
+// kernel_model: runs every CUDA kernel variant of ember's own (not cuBLAS/cuDNN) in the SIMT
+// simulator with its efficiency counters on (core/cuda/sim/counters.h), and prints per op,
+// variant, benchmark case and dtype: global sector efficiency, shared-memory bank-conflict
+// factor, theoretical occupancy, bytes and FLOPs, and a roofline lower bound and a predicted
+// time on an H100 and an H200 (Note [kernel roofline model] in bench/model/roofline.h). Every
+// time it prints is a prediction; nothing here runs on a GPU.
+//
+//   kernel_model [--quick] [--op a,b] [--variant v] [--kernels] [--markdown]
+//                [--resources FILE] [--gate FILE]
+//
+//   --quick      run smaller shapes with the same access pattern (the simulator runs about 1e7-1e8
+//                simple operations per second: a 4096^3 GEMM would take hours). A benchmark case
+//                with explicit input shapes is shrunk: every dimension above 64 is halved, all of
+//                them together, until the inputs hold at most 2^16 elements, so equal dimensions
+//                stay equal (M, K, N of a GEMM; a broadcast pair). A case with custom inputs
+//                (conv2d, the optimisers, index ops) cannot be shrunk from outside, so the op's
+//                largest test sample within the same budget and 2^23 FLOPs runs instead, once per
+//                dtype, and is what the row predicts. A shrunk case predicts its full benchmark
+//                shape: the counters' ratios are applied to the full shape's cost. Cases that
+//                shrink alike (4096^2 and 8192^2) run once.
+//   --kernels    also print one line per kernel (launches, efficiencies, occupancy, registers)
+//   --markdown   print the op table as a Markdown table (docs/perf.md)
+//   --gate FILE  check the expectations in FILE (bench/model/expectations.h) against every kernel
+//                that ran; exit 1 listing each violation
+//   --resources  the ptxas resource table (default: bench/model/kernel_resources_sm90.txt)
+//
+// Only the simulator build has the counters, so the tool exists only there (built with the tests,
+// also when benchmarks are off, as in CI's simulator stage).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/model/expectations.h"
+#include "bench/model/gpu_model.h"
+#include "bench/model/roofline.h"
+#include "core/autograd/node.h"
+#include "core/cuda/runtime.h"
+#include "core/cuda/sim/counters.h"
+#include "core/rng.h"
+#include "ember.h"
+#include "kernels/registry.h"
+
+using namespace ember;
+
+namespace {
+
+constexpr int64_t kQuickElements = int64_t{1} << 16;  // input elements of a quick case
+constexpr int64_t kQuickKeepDim = 64;                 // dimensions up to this are never shrunk
+constexpr double kQuickFlops = 1 << 23;               // FLOPs of a quick sample (a conv runs ~1 s per 1e7)
+
+struct Options {
+  bool quick = false, kernels = false, markdown = false;
+  std::vector<std::string> ops, variants;
+  std::string gate;
+  std::string resources = EMBER_SOURCE_DIR "/bench/model/kernel_resources_sm90.txt";
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+bool wanted(const std::vector<std::string>& filter, const std::string& name) {
+  return filter.empty() || std::find(filter.begin(), filter.end(), name) != filter.end();
+}
+
+int64_t elements(const std::vector<TensorSpec>& in) {
+  int64_t n = 0;
+  for (const TensorSpec& s : in) n += s.shape.numel();
+  return n;
+}
+
+// Strides in the same dimension order as `s.strides` (largest stride outermost), for a new shape;
+// zero strides (expanded dimensions) stay zero.
+Strides restride(const Shape& shape, const Strides& old) {
+  int n = shape.size();
+  std::vector<int> order(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return old[a] < old[b]; });
+  Strides out = old;
+  int64_t step = 1;
+  for (int i : order) {
+    if (old[i] == 0) continue;
+    out[i] = step;
+    step *= shape[i];
+  }
+  return out;
+}
+
+// The quick form of a benchmark case (see the header comment).
+std::vector<TensorSpec> shrink(std::vector<TensorSpec> in) {
+  while (elements(in) > kQuickElements) {
+    bool any = false;
+    for (TensorSpec& s : in)
+      for (int64_t& d : s.shape)
+        if (d > kQuickKeepDim) {
+          d /= 2;
+          any = true;
+        }
+    if (!any) break;
+  }
+  for (TensorSpec& s : in)
+    if (!s.strides.empty()) s.strides = restride(s.shape, s.strides);
+  return in;
+}
+
+std::string shape_str(const std::vector<Tensor>& in) {
+  std::string s;
+  for (const Tensor& t : in)
+    if (t.defined()) s += (s.empty() ? "" : " ") + str(t.shape());
+  return s;
+}
+
+// Random contiguous or strided CPU tensors for the specs, then copied to `d` with their layout.
+std::vector<Tensor> make_from_specs(const std::vector<TensorSpec>& specs, Device d) {
+  std::vector<Tensor> out;
+  for (const TensorSpec& s : specs) {
+    Tensor t = s.strides.empty() ? empty(s.shape, TensorOptions(s.dtype))
+                                 : empty_strided(s.shape, s.strides, TensorOptions(s.dtype));
+    if (is_floating(s.dtype)) uniform_(t, -1, 1);
+    else t.fill_(1);
+    if (d.is_cuda()) {
+      Tensor g = s.strides.empty() ? empty(s.shape, TensorOptions(s.dtype).device(d))
+                                   : empty_strided(s.shape, s.strides, TensorOptions(s.dtype).device(d));
+      g.copy_(t);
+      t = g;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<Tensor> alloc_outputs(const OpInfo& info, std::vector<Tensor>& in, const Attrs& attrs, Device d) {
+  std::vector<Tensor> out;
+  for (const TensorSpec& s : info.infer(in, attrs))
+    out.push_back(s.alias >= 0 ? in[static_cast<size_t>(s.alias)] : empty(s.shape, TensorOptions(s.dtype).device(d)));
+  return out;
+}
+
+// The most common dtype among the floating operands (as variant_runs counts a call: an optimizer
+// step's f64 hyper-parameter tensor does not make it an f64 call), else the first operand's.
+DType main_dtype(const std::vector<Tensor>& in) {
+  std::vector<std::pair<DType, int>> count;
+  for (const Tensor& t : in) {
+    if (!t.defined() || !is_floating(t.dtype())) continue;
+    auto it = std::find_if(count.begin(), count.end(), [&](const auto& c) { return c.first == t.dtype(); });
+    if (it == count.end()) count.push_back({t.dtype(), 1});
+    else ++it->second;
+  }
+  if (!count.empty())
+    return std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; })
+        ->first;
+  for (const Tensor& t : in)
+    if (t.defined()) return t.dtype();
+  return DType::f32;
+}
+
+// The cost of a case at its full benchmark shape, from CPU tensors that are never filled (the cost
+// models read shapes only).
+bool full_cost(const OpInfo& info, const BenchCase& bc, Cost* cost) {
+  if (bc.make || !info.cost) return false;
+  std::vector<Tensor> in;
+  for (const TensorSpec& s : bc.inputs)
+    in.push_back(s.strides.empty() ? empty(s.shape, TensorOptions(s.dtype))
+                                   : empty_strided(s.shape, s.strides, TensorOptions(s.dtype)));
+  std::vector<Tensor> out;
+  for (const TensorSpec& s : info.infer(in, bc.attrs))
+    out.push_back(s.alias >= 0 ? in[static_cast<size_t>(s.alias)] : empty(s.shape, TensorOptions(s.dtype)));
+  KernelCall c{info.id, in, out, bc.attrs};
+  *cost = info.cost(c);
+  return true;
+}
+
+// One case to run: inputs on the device, and what to predict.
+struct Case {
+  std::string name;         // the benchmark case's name, or "sample: <name>"
+  std::vector<Tensor> in;   // on the device
+  Attrs attrs;
+  bool has_target = false;  // predict the full benchmark shape (target) from this smaller run
+  Cost target;
+  std::string run_shape;    // shapes that ran, when they differ from the case's name
+};
+
+// The op's largest sample (by FLOPs, then bytes) whose inputs hold at most kQuickElements, cast to
+// `dtype` on the CPU and copied to the device.
+bool largest_sample(const OpInfo& info, DType dtype, Device d, Case* out) {
+  if (!info.samples || !info.cost) return false;
+  double best = -1;
+  for (const OpSample& s : info.samples()) {
+    if (!s.dtypes.has(dtype) && is_floating(dtype)) continue;
+    int64_t n = 0;
+    for (const Tensor& t : s.inputs)
+      if (t.defined()) n += t.numel();
+    if (n > kQuickElements) continue;
+    std::vector<Tensor> in;
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      const Tensor& t = s.inputs[i];
+      bool keep = std::find(s.keep_dtype.begin(), s.keep_dtype.end(), static_cast<int>(i)) != s.keep_dtype.end();
+      if (!t.defined()) {
+        in.push_back(t);
+        continue;
+      }
+      Tensor c = t.contiguous();
+      if (!keep && is_floating(c.dtype())) c = c.to(dtype);
+      in.push_back(c);
+    }
+    Cost cost;
+    try {
+      std::vector<Tensor> o = alloc_outputs(info, in, s.attrs, kCPU);
+      KernelCall call{info.id, in, o, s.attrs};
+      cost = info.cost(call);
+    } catch (const std::exception&) {
+      continue;  // a sample meant to fail (bad input)
+    }
+    double work = std::max(cost.flops, cost.bytes);
+    if (cost.flops > kQuickFlops || work <= best) continue;
+    best = work;
+    out->name = "sample: " + s.name;
+    out->attrs = s.attrs;
+    out->in.clear();
+    for (const Tensor& t : in) out->in.push_back(t.defined() ? t.to(d) : t);
+    out->has_target = false;
+    out->run_shape.clear();
+  }
+  return best >= 0;
+}
+
+// The cases of one op: its benchmark cases (shrunk with --quick), or with --quick its largest
+// sample per dtype for cases with custom inputs.
+std::vector<Case> op_cases(const OpInfo& info, const Options& opt, Device d) {
+  std::vector<Case> out;
+  if (!info.benches) return out;
+  std::vector<std::string> seen;  // quick shapes repeat (4096^2 and 8192^2 shrink alike)
+  std::vector<DType> sample_dtypes;
+  for (const BenchCase& bc : info.benches()) {
+    if (bc.make && opt.quick) {
+      // the dtype of a custom case is only known from its inputs; conv2d's name says it
+      DType dt = DType::f32;
+      for (DType t : {DType::f16, DType::bf16})
+        if (bc.name.find(str(" ", t)) != std::string::npos) dt = t;
+      if (std::find(sample_dtypes.begin(), sample_dtypes.end(), dt) != sample_dtypes.end()) continue;
+      sample_dtypes.push_back(dt);
+      Case c;
+      if (largest_sample(info, dt, d, &c)) out.push_back(std::move(c));
+      continue;
+    }
+    Case c;
+    c.name = bc.name;
+    c.attrs = bc.attrs;
+    if (bc.make) {
+      c.in = bc.make(d);
+    } else if (opt.quick) {
+      std::vector<TensorSpec> small = shrink(bc.inputs);
+      std::string key(bc.attrs.bytes());  // the same inputs with other attributes are another case
+      for (const TensorSpec& s : small) key += str(s.dtype, s.shape, s.strides, ";");
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      seen.push_back(key);
+      c.in = make_from_specs(small, d);
+      c.has_target = full_cost(info, bc, &c.target);
+      c.run_shape = shape_str(c.in);
+    } else {
+      c.in = make_from_specs(bc.inputs, d);
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+struct Row {
+  std::string op, variant, case_name, run_shape, dtype;
+  Cost run, target;
+  std::vector<model::KernelStats> kernels;
+  std::vector<double> occupancy;
+  std::vector<const model::KernelResources*> resources;
+  model::Prediction h100, h200;
+};
+
+std::string si(double v, const char* unit) {
+  const char* prefix[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (v >= 1000 && i < 5) {
+    v /= 1000;
+    ++i;
+  }
+  return str(std::round(v * 100) / 100, " ", prefix[i], unit);
+}
+
+std::string us(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 1e-3 ? "%.2f" : "%.0f", s * 1e6);
+  return buf;
+}
+
+std::string occ_str(const model::Prediction& p) {
+  if (p.occupancy < 0) return "?";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%%s", 100 * p.occupancy, p.occupancy_unknown ? "*" : "");
+  return buf;
+}
+
+void print_rows(const std::vector<Row>& rows, bool markdown, bool quick) {
+  if (markdown) {
+    std::printf("| op | variant | case | dtype | sector eff | conflicts | occupancy | bytes | FLOPs | unit | "
+                "H100 bound (us) | H100 predicted (us) | %% | H200 bound (us) | H200 predicted (us) | %% | limit (H100) |\n");
+    std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
+  } else {
+    std::printf("%-22s %-16s %-44s %-5s %6s %6s %5s %10s %10s %-4s | %9s %9s %5s | %9s %9s %5s  %s\n", "op", "variant",
+                "case", "dtype", "sector", "confl", "occ", "bytes", "FLOPs", "unit", "H100 lb", "predicted", "%", "H200 lb",
+                "predicted", "%", "limit (H100)");
+  }
+  for (const Row& r : rows) {
+    const Cost& c = r.target.bytes > 0 || r.target.flops > 0 ? r.target : r.run;
+    std::string name = r.case_name;
+    if (quick && !r.run_shape.empty()) name += " (ran " + r.run_shape + ")";
+    const char* unit = model::math_unit_name(model::math_unit_for(r.variant, r.dtype));
+    if (markdown) {
+      std::printf("| %s | %s | %s | %s | %.1f%% | %.2f | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %.0f | %s |\n",
+                  r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
+                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), si(c.flops, "").c_str(), unit,
+                  us(r.h100.lower_bound_s).c_str(), us(r.h100.predicted_s).c_str(), r.h100.pct_of_roofline,
+                  us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(), r.h200.pct_of_roofline, r.h100.bound);
+    } else {
+      std::printf("%-22s %-16s %-44s %-5s %5.1f%% %6.2f %5s %10s %10s %-4s | %9s %9s %5.0f | %9s %9s %5.0f  %s\n",
+                  r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
+                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), si(c.flops, "").c_str(), unit,
+                  us(r.h100.lower_bound_s).c_str(), us(r.h100.predicted_s).c_str(), r.h100.pct_of_roofline,
+                  us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(), r.h200.pct_of_roofline, r.h100.bound);
+    }
+  }
+}
+
+void print_kernels(const std::vector<Row>& rows) {
+  std::printf("\n%-22s %-16s %-5s %8s %7s %7s %6s %6s %5s %5s  %s\n", "op", "variant", "dtype", "launches", "ld eff",
+              "st eff", "confl", "occ", "regs", "spill", "kernel");
+  for (const Row& r : rows)
+    for (size_t i = 0; i < r.kernels.size(); ++i) {
+      const model::KernelStats& k = r.kernels[i];
+      const model::KernelResources* res = r.resources[i];
+      std::printf("%-22s %-16s %-5s %8d %6.1f%% %6.1f%% %6.2f %6s %5s %5s  %s\n", r.op.c_str(), r.variant.c_str(),
+                  r.dtype.c_str(), k.launches, 100 * k.global_load_efficiency(), 100 * k.global_store_efficiency(),
+                  k.shared_conflict_factor(), r.occupancy[i] < 0 ? "?" : str(std::round(100 * r.occupancy[i]), "%").c_str(),
+                  res ? std::to_string(res->registers).c_str() : "?",
+                  res ? std::to_string(res->spill_stores + res->spill_loads).c_str() : "?", k.kernel.c_str());
+    }
+}
+
+int usage(int code) {
+  std::fprintf(code == 0 ? stdout : stderr,
+               "usage: kernel_model [--quick] [--op a,b] [--variant v] [--kernels] [--markdown] [--resources FILE]\n"
+               "                    [--gate FILE]\n");
+  return code;
+}
+
+int run(const Options& opt) {
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "kernel_model: %s\n", cuda::unavailable_reason().c_str());
+    return 1;
+  }
+  std::vector<model::Expectation> expectations;
+  if (!opt.gate.empty()) expectations = model::load_expectations(opt.gate);  // malformed: fail before the long run
+  bool gate_needs_table = false;
+  for (const model::Expectation& e : expectations) gate_needs_table = gate_needs_table || model::needs_resources(e.counter);
+  std::vector<model::KernelResources> table;
+  try {
+    table = model::load_kernel_resources(opt.resources);
+  } catch (const std::exception& e) {
+    if (gate_needs_table) throw;  // the gate's occupancy, spill or register bars come from it
+    std::fprintf(stderr, "kernel_model: %s; occupancy is unknown ('?') and the prediction assumes full issue rate\n",
+                 e.what());
+  }
+  const model::GpuSpec& h100 = model::h100();
+  const model::GpuSpec& h200 = model::h200();
+  manual_seed(1234);
+  autograd::NoGradGuard ng;
+  Device dev = kCUDA;
+  std::vector<Row> rows;
+  std::vector<model::GateSubject> subjects;
+  int failures = 0;
+  for (const OpInfo& info : all_ops()) {
+    if (!wanted(opt.ops, info.name)) continue;
+    bool any_variant = false;
+    for (const Variant& v : info.variants)
+      any_variant = any_variant || (v.device == DeviceType::cuda && !(v.flags & kVendor) && wanted(opt.variants, v.name));
+    if (!any_variant) continue;
+    std::vector<Case> cases;
+    try {
+      cases = op_cases(info, opt, dev);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kernel_model: %s: building the cases failed: %s\n", info.name, e.what());
+      ++failures;
+      continue;
+    }
+    for (Case& c : cases) {
+      for (const Variant& v : info.variants) {
+        if (v.device != DeviceType::cuda || (v.flags & kVendor) || !wanted(opt.variants, v.name)) continue;
+        Row r;
+        r.op = info.name;
+        r.variant = v.name;
+        r.case_name = c.name;
+        r.run_shape = c.run_shape;
+        r.dtype = std::string(dtype_name(main_dtype(c.in)));
+        try {
+          std::vector<Tensor> out = alloc_outputs(info, c.in, c.attrs, dev);
+          KernelCall call{info.id, c.in, out, c.attrs};
+          if (!v.accepts(call)) continue;
+          r.run = info.cost ? info.cost(call) : Cost{};
+          r.target = c.has_target ? c.target : r.run;
+          sim::take_counters();  // drop the launches that made the inputs
+          sim::set_counters_enabled(true);
+          v.fn(call);
+          std::vector<sim::LaunchCounters> launches = sim::take_counters();
+          sim::set_counters_enabled(false);
+          r.kernels = model::group_by_kernel(launches);
+        } catch (const std::exception& e) {
+          sim::set_counters_enabled(false);
+          std::fprintf(stderr, "kernel_model: %s/%s/%s: %s\n", info.name, v.name.c_str(), c.name.c_str(), e.what());
+          ++failures;
+          continue;
+        }
+        for (const model::KernelStats& k : r.kernels) {
+          const model::KernelResources* res = table.empty() ? nullptr : model::match_resources(table, k.kernel);
+          double occ = -1;
+          if (res) occ = model::theoretical_occupancy(*res, k.threads_per_block, k.dynamic_shared, h100).fraction;
+          r.resources.push_back(res);
+          r.occupancy.push_back(occ);
+          subjects.push_back({k, str(r.op, "/", r.variant, "/", r.case_name, " ", r.dtype), res, occ});
+        }
+        model::PredictionInput pin{r.target.bytes, r.target.flops, r.run.bytes, r.run.flops, r.kernels, r.occupancy,
+                                   model::math_unit_for(r.variant, r.dtype)};
+        r.h100 = model::predict(h100, pin);
+        r.h200 = model::predict(h200, pin);
+        rows.push_back(std::move(r));
+      }
+    }
+  }
+  std::printf("kernel_model: PREDICTED times (simulator counters + roofline model; nothing ran on a GPU)%s\n",
+              opt.quick ? ", counters from the quick shapes" : "");
+  std::printf("H100: %.2f TB/s, fp32 %.1f / tf32 %.0f / f16 %.0f / bf16 %.0f TFLOP/s; "
+              "H200: %.2f TB/s, fp32 %.1f / tf32 %.0f / f16 %.0f / bf16 %.0f TFLOP/s\n",
+              h100.hbm_bytes_per_s / 1e12, h100.fp32_flops / 1e12, h100.tf32_flops / 1e12, h100.f16_flops / 1e12,
+              h100.bf16_flops / 1e12, h200.hbm_bytes_per_s / 1e12, h200.fp32_flops / 1e12, h200.tf32_flops / 1e12,
+              h200.f16_flops / 1e12, h200.bf16_flops / 1e12);
+  std::printf("lb = roofline lower bound, predicted = with the counted inefficiencies and %.1f us per launch, "
+              "%% = lb / predicted; occupancy '*': some kernel of the call is not in the resource table\n\n",
+              model::kLaunchOverheadSeconds * 1e6);
+  print_rows(rows, opt.markdown, opt.quick);
+  if (opt.kernels) print_kernels(rows);
+  if (failures > 0) std::fprintf(stderr, "kernel_model: %d case(s) failed to run\n", failures);
+  if (!opt.gate.empty()) {
+    std::vector<std::string> problems = model::check_expectations(expectations, subjects);
+    if (!problems.empty()) {
+      std::fprintf(stderr, "\nkernel efficiency gate: %zu violation(s) of %s\n", problems.size(), opt.gate.c_str());
+      for (const std::string& p : problems) std::fprintf(stderr, "  %s\n", p.c_str());
+      return 1;
+    }
+    // kernels no line speaks for (the naive reference kernels, new kernels): named, so that a new
+    // kernel's author sees it is not gated yet
+    std::vector<std::string> ungated;
+    for (const model::GateSubject& s : subjects) {
+      bool covered = std::any_of(expectations.begin(), expectations.end(), [&](const model::Expectation& e) {
+        return model::glob_match(e.glob, s.stats.kernel) && model::glob_match(e.call_glob, s.context);
+      });
+      if (!covered && std::find(ungated.begin(), ungated.end(), s.stats.kernel) == ungated.end())
+        ungated.push_back(s.stats.kernel);
+    }
+    std::printf("\nkernel efficiency gate: %zu expectation(s) of %s hold for %zu kernel launch group(s); %zu kernel(s) "
+                "have no expectation:\n",
+                expectations.size(), opt.gate.c_str(), subjects.size(), ungated.size());
+    for (const std::string& k : ungated) std::printf("  %s\n", k.c_str());
+  }
+  return failures > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kernel_model: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--quick") opt.quick = true;
+    else if (a == "--kernels") opt.kernels = true;
+    else if (a == "--markdown") opt.markdown = true;
+    else if (a == "--op") opt.ops = split(value());
+    else if (a == "--variant") opt.variants = split(value());
+    else if (a == "--gate") opt.gate = value();
+    else if (a == "--resources") opt.resources = value();
+    else if (a == "--help" || a == "-h") return usage(0);
+    else {
+      std::fprintf(stderr, "kernel_model: unknown argument '%s'\n", a.c_str());
+      return usage(2);
+    }
+  }
+  for (const std::string& name : opt.ops)
+    if (find_op(name) == nullptr) {
+      std::fprintf(stderr, "kernel_model: unknown op '%s'\n", name.c_str());
+      return 2;
+    }
+  try {
+    return run(opt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_model: %s\n", e.what());
+    return 1;
+  }
+}
