@@ -88,7 +88,7 @@ struct KernelCall {
 using KernelFn = void (*)(const KernelCall&);
 
 enum VariantFlag : uint32_t {
-  kVendor = 1u << 0,            // cuBLAS / cuDNN
+  kVendor = 1u << 0,            // cuBLAS / cuDNN / oneDNN
   kNondeterministic = 1u << 1,  // e.g. float atomics: excluded in deterministic mode
   kReference = 1u << 2,         // the naive kernel-level oracle: tested, benchmarked, never picked by default
 };
@@ -224,8 +224,9 @@ uint64_t variant_runs(const Variant& v, DType dtype);
 
 // ---- variant selection ----
 
-// Per-op backend preference: "" or "default" (ember's default variant), "vendor" (cuBLAS/cuDNN
-// where registered), "auto" (autotune: time the candidates once per shape), or a variant's name.
+// Per-op backend preference: "" or "default" (ember's default variant), "vendor" (cuBLAS/cuDNN,
+// oneDNN on the CPU, where registered), "auto" (autotune: time the candidates once per shape), or
+// a variant's name.
 void set_backend(OpId id, const std::string& preference);
 // The same for every op.
 void set_backend_all(const std::string& preference);

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "core/cuda/runtime.h"
+#include "kernels/openmp.h"
 #include "kernels/registry.h"
 
 namespace {
@@ -123,6 +124,7 @@ int check_coverage(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ember::restart_with_passive_openmp(argv);  // as tests/main_cpu.cpp
   if (ember::cuda::device_count() == 0) {
     std::printf("SKIPPED: the GPU tests need a CUDA device (%s)\n", ember::cuda::unavailable_reason().c_str());
     return 77;

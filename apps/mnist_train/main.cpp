@@ -19,6 +19,7 @@
 #include "dist/process_group.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "kernels/openmp.h"
 
 using namespace ember;
 
@@ -72,6 +73,7 @@ std::string describe(Device d) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ember::restart_with_passive_openmp(argv);  // Note [OpenMP wait policy]
   mnist::ParseResult parsed = mnist::parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   mnist::Options o = *parsed.options;

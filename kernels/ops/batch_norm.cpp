@@ -18,6 +18,8 @@
 
 namespace ember {
 
+void register_dnnl_batch_norm(OpInfo& info);  // batch_norm_dnnl.cpp, only when EMBER_WITH_DNNL
+
 BnGeom bn_geometry(const Tensor& x) {
   BnGeom g;
   g.N = x.shape()[0];
@@ -437,6 +439,9 @@ void define_op_batch_norm(OpInfo& info) {
   info.contiguous_inputs = false;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = batch_norm_cpu, .dtypes = kFloatTypes,
                     .note = "two passes per channel in double, parallel over channels"});
+#if EMBER_WITH_DNNL
+  register_dnnl_batch_norm(info);  // batch_norm_dnnl.cpp: oneDNN forward, kVendor
+#endif
 }
 
 void define_op_batch_norm_backward(OpInfo& info) {

@@ -17,6 +17,8 @@
 
 namespace ember {
 
+void register_dnnl_matmul(OpInfo& info);  // matmul_dnnl.cpp, only when EMBER_WITH_DNNL
+
 namespace {
 
 std::vector<TensorSpec> infer_matmul(std::span<const Tensor> in, const Attrs&) {
@@ -242,6 +244,9 @@ void define_op_matmul(OpInfo& info) {
                     .flags = kReference, .note = "reference loop, parallel over rows"});
   info.add_variant({.name = "cpu_blocked", .device = DeviceType::cpu, .fn = matmul_cpu_blocked, .dtypes = kFloatTypes,
                     .note = "packed panels, cache blocking, SIMD micro-kernel (AVX-512/AVX2/generic), multi-threaded"});
+#if EMBER_WITH_DNNL
+  register_dnnl_matmul(info);  // matmul_dnnl.cpp: oneDNN, kVendor
+#endif
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

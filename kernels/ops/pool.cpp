@@ -489,6 +489,9 @@ void define_op_avg_pool2d(OpInfo& info) {
   info.benches = [] { return pool_benches(0); };
   info.contiguous_inputs = false;
   register_cpu_avg_pool2d(info);  // pool_cpu.cpp
+#if EMBER_WITH_DNNL
+  register_dnnl_avg_pool2d(info);  // pool_dnnl.cpp
+#endif
 }
 
 void define_op_avg_pool2d_backward(OpInfo& info) {
@@ -500,6 +503,9 @@ void define_op_avg_pool2d_backward(OpInfo& info) {
   info.benches = [] { return pool_benches(1); };
   info.contiguous_inputs = false;
   register_cpu_avg_pool2d_backward(info);  // pool_cpu.cpp
+#if EMBER_WITH_DNNL
+  register_dnnl_avg_pool2d_backward(info);  // pool_dnnl.cpp
+#endif
 }
 
 void define_op_adaptive_avg_pool2d(OpInfo& info) {

@@ -55,6 +55,9 @@ void register_cpu_avg_pool2d(OpInfo& info);
 void register_cpu_avg_pool2d_backward(OpInfo& info);
 void register_cpu_adaptive_avg_pool2d(OpInfo& info);
 void register_cpu_adaptive_avg_pool2d_backward(OpInfo& info);
+// The oneDNN variants ("dnnl", kVendor; pool_dnnl.cpp), defined and called only when EMBER_WITH_DNNL.
+void register_dnnl_avg_pool2d(OpInfo& info);
+void register_dnnl_avg_pool2d_backward(OpInfo& info);
 
 namespace pool {
 
