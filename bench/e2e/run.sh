@@ -4,8 +4,9 @@
 # and prints one markdown table. See README.md.
 #
 #   bench/e2e/run.sh [--data DIR] [--epochs N] [--bin PATH] [--python PYTHON] [--ember-flags "..."]
+#                    [--device cpu|cuda] [--threads N] [--repeats N] [--configs "plain tuned ..."] [--dry-run]
 #
-# Environment overrides: DATA, EPOCHS, EMBER_BIN, PYTHON, EMBER_FLAGS.
+# Environment overrides: DATA, EPOCHS, EMBER_BIN, PYTHON, EMBER_FLAGS, DEVICE, THREADS, REPEATS, CONFIGS.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,11 +15,15 @@ data="${DATA:-/usr/share/datasets/fashion-mnist}"
 epochs="${EPOCHS:-5}"
 bin="${EMBER_BIN:-$root/build/bin/mnist_train}"
 python="${PYTHON:-python3}"
-# ember's fastest fp32 settings on a GPU: the set on the device as uint8, the step in a CUDA graph,
-# autotuned kernel variants (no --amp: PyTorch runs fp32 too)
-ember_flags="${EMBER_FLAGS:---device-resident --graph --autotune}"
+# empty: the GPU comparison as it always ran (mnist_train and PyTorch pick the GPU themselves)
+device="${DEVICE:-}"
+threads="${THREADS:-}"
+repeats="${REPEATS:-1}"
+configs="${CONFIGS:-}"
+ember_flags="${EMBER_FLAGS-unset}"
+dry_run=0
 
-usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --data) data="$2"; shift 2 ;;
@@ -26,14 +31,65 @@ while [[ $# -gt 0 ]]; do
     --bin) bin="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
     --ember-flags) ember_flags="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
+    --threads) threads="$2"; shift 2 ;;
+    --repeats) repeats="$2"; shift 2 ;;
+    --configs) configs="$2"; shift 2 ;;
+    --dry-run) dry_run=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 
-[[ -x "$bin" ]] || { echo "run.sh: error: $bin is not built (cmake --build build --target mnist_train)" >&2; exit 1; }
-[[ -d "$data" ]] || { echo "run.sh: error: no data directory $data" >&2; exit 1; }
-"$python" -c "import torch" 2>/dev/null || { echo "run.sh: error: $python cannot import torch" >&2; exit 1; }
+case "$device" in
+  ""|cuda|cuda:*) ;;
+  cpu) ;;
+  *) echo "run.sh: error: --device must be cpu or cuda[:N], not '$device'" >&2; exit 2 ;;
+esac
+[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: error: --repeats must be a positive integer, not '$repeats'" >&2; exit 2; }
+if [[ "$device" == cpu ]]; then
+  # On the CPU both sides get the same number of threads (EMBER_NUM_THREADS for ember,
+  # torch.set_num_threads for PyTorch); default: every core.
+  threads="${threads:-$(nproc)}"
+  [[ "$threads" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: error: --threads must be a positive integer, not '$threads'" >&2; exit 2; }
+  # ember's plain eager loop with its default (hand-written) kernels; --device-resident and --graph
+  # are GPU features, and --autotune could pick a vendor (oneDNN) variant
+  [[ "$ember_flags" == unset ]] && ember_flags=""
+  # torch.compile's "reduce-overhead" mode is CUDA graphs; on the CPU it compiles C++ for minutes
+  configs="${configs:-plain tuned}"
+  # PyTorch's OpenMP threads spin between parallel regions by default; on a shared machine that
+  # made its 2-thread MLP run many times slower (a 2-epoch run had not finished after 3 minutes;
+  # passive: 2.1 s per epoch). ember's pool sleeps on a condition variable, so passive is the like
+  # for like setting. An OMP_WAIT_POLICY already in the environment is kept.
+  export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+else
+  [[ -n "$threads" ]] && { echo "run.sh: error: --threads applies to --device cpu only" >&2; exit 2; }
+  # ember's fastest fp32 settings on a GPU: the set on the device as uint8, the step in a CUDA graph,
+  # autotuned kernel variants (no --amp: PyTorch runs fp32 too)
+  [[ "$ember_flags" == unset ]] && ember_flags="--device-resident --graph --autotune"
+  configs="${configs:-plain tuned compiled}"
+fi
+for c in $configs; do
+  case "$c" in plain|tuned|compiled) ;; *) echo "run.sh: error: unknown PyTorch config '$c'" >&2; exit 2 ;; esac
+done
+
+ember_device_flags=()
+torch_device_flags=()
+ember_env=()
+if [[ -n "$device" ]]; then
+  ember_device_flags=(--device "$device")
+  torch_device_flags=(--device "$device")
+fi
+if [[ -n "$threads" ]]; then
+  ember_env=(env "EMBER_NUM_THREADS=$threads")
+  torch_device_flags+=(--threads "$threads")
+fi
+
+if (( ! dry_run )); then
+  [[ -x "$bin" ]] || { echo "run.sh: error: $bin is not built (cmake --build build --target mnist_train)" >&2; exit 1; }
+  [[ -d "$data" ]] || { echo "run.sh: error: no data directory $data" >&2; exit 1; }
+  "$python" -c "import torch" 2>/dev/null || { echo "run.sh: error: $python cannot import torch" >&2; exit 1; }
+fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -45,8 +101,11 @@ run_ember() {
   local model="$1" batch="$2" out="$work/ember_${1}.txt"
   local -a flags
   read -r -a flags <<< "$ember_flags"
-  echo "ember: $model, batch $batch, $epochs epochs: $bin ${flags[*]}" >&2
-  "$bin" --data "$data" --model "$model" --batch-size "$batch" --epochs "$epochs" --quiet "${flags[@]}" > "$out"
+  local -a cmd=("${ember_env[@]}" "$bin" --data "$data" --model "$model" --batch-size "$batch" --epochs "$epochs"
+                --quiet "${ember_device_flags[@]}" "${flags[@]}")
+  echo "ember: $model, batch $batch, $epochs epochs: ${cmd[*]}" >&2
+  (( dry_run )) && return 0
+  "${cmd[@]}" > "$out"
   "$python" - "$out" "$model" "$batch" "$epochs" >> "$results" <<'EOF'
 import json, re, sys
 path, model, batch, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -64,33 +123,58 @@ EOF
 }
 
 run_torch() {
-  local model="$1" batch="$2"
-  echo "torch: $model, batch $batch, $epochs epochs (plain, tuned, compiled)" >&2
-  "$python" "$here/train_torch.py" --data "$data" --model "$model" --batch-size "$batch" --epochs "$epochs" \
-    --config all >> "$results"
+  local model="$1" batch="$2" config="$3"
+  local -a cmd=("$python" "$here/train_torch.py" --data "$data" --model "$model" --batch-size "$batch"
+                --epochs "$epochs" --config "$config" "${torch_device_flags[@]}")
+  echo "torch: $model, batch $batch, $epochs epochs, $config: ${cmd[*]}" >&2
+  (( dry_run )) && return 0
+  "${cmd[@]}" >> "$results"
 }
 
-for spec in "mlp 64" "cnn 128"; do
-  read -r model batch <<< "$spec"
-  run_ember "$model" "$batch"
-  run_torch "$model" "$batch"
+# Runs alternate (ember, then each PyTorch config, then ember again ...) so that a slow spell of a
+# shared machine lands on both sides; the table shows the median of the --repeats runs of each row.
+for ((rep = 1; rep <= repeats; ++rep)); do
+  for spec in "mlp 64" "cnn 128"; do
+    read -r model batch <<< "$spec"
+    run_ember "$model" "$batch"
+    for config in $configs; do run_torch "$model" "$batch" "$config"; done
+  done
 done
+(( dry_run )) && exit 0
 
-"$python" - "$results" <<'EOF'
-import json, sys
+"$python" - "$results" "$repeats" "$threads" <<'EOF'
+import json, os, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+repeats, threads = int(sys.argv[2]), sys.argv[3]
+def median_row(group):
+    out = dict(group[0])
+    for key in ("wall_s", "samples_per_s", "test_accuracy"):
+        out[key] = statistics.median(r[key] for r in group)
+    out["runs"] = len(group)
+    return out
 print("| model | batch | run | wall time (s) | samples/s | test acc | ember speed-up (wall) | ember speed-up (samples/s) |")
 print("|---|---|---|---:|---:|---:|---:|---:|")
 for model in ("mlp", "cnn"):
-    group = [r for r in rows if r["model"] == model]
-    ember = next((r for r in group if r["config"] == "ember"), None)
-    for r in group:
-        if r["config"] == "ember" or ember is None:
+    configs = []
+    for r in rows:
+        if r["model"] == model and r["config"] not in configs:
+            configs.append(r["config"])
+    group = {c: median_row([r for r in rows if r["model"] == model and r["config"] == c]) for c in configs}
+    ember = group.get("ember")
+    for c, r in group.items():
+        if c == "ember" or ember is None:
             wall = rate = "-"
         else:
             wall = f"{r['wall_s'] / ember['wall_s']:.2f}x"
             rate = f"{ember['samples_per_s'] / r['samples_per_s']:.2f}x"
-        name = "ember (best)" if r["config"] == "ember" else f"torch {r['config']}"
+        name = ("ember" if threads else "ember (best)") if c == "ember" else f"torch {c}"
         print(f"| {model} | {r['batch_size']} | {name} | {r['wall_s']:.2f} | {r['samples_per_s']:.0f} | "
               f"{r['test_accuracy']:.2f}% | {wall} | {rate} |")
+if repeats > 1:
+    print(f"\nEach row: the median of {repeats} runs, ember and PyTorch alternating.")
+if threads:
+    print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')} for both processes.")
+    torch_threads = sorted({r.get("threads") for r in rows if r["config"] != "ember"} - {None})
+    print(f"Threads: ember EMBER_NUM_THREADS={threads}, PyTorch torch.set_num_threads({threads})"
+          + (f" (reported: {', '.join(map(str, torch_threads))})" if torch_threads else "") + ".")
 EOF

@@ -133,6 +133,8 @@ def run(args, config, model_name):
     import torch.nn.functional as F
 
     t_start = time.perf_counter()
+    if args.threads > 0:  # intra-op threads (run.sh --device cpu sets the same number for ember)
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
@@ -253,6 +255,7 @@ def run(args, config, model_name):
         "samples_per_s": round(samples / max(train_seconds, 1e-9), 1),
         "test_accuracy": round(test_acc, 2),
         "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
     }
 
 
@@ -269,14 +272,17 @@ def parse_args(argv=None):
     p.add_argument("--val-split", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch.set_num_threads (0: PyTorch's default, one per physical core)")
     p.add_argument("--workers", type=int, default=4, help="DataLoader workers for --tuned-loader workers")
     p.add_argument("--tuned-loader", choices=["resident", "workers"], default="resident",
                    help="tuned/compiled data path: the whole set on the GPU, or workers + pinned memory")
     p.add_argument("--verbose", action="store_true", help="per-epoch lines on stderr")
     p.add_argument("--check", action="store_true", help="only read the IDX files and print their shapes (no torch)")
     a = p.parse_args(argv)
-    if a.epochs < 1 or a.batch_size < 1 or a.lr <= 0 or not 0 <= a.val_split <= 0.5 or a.workers < 0:
-        p.error("need --epochs >= 1, --batch-size >= 1, --lr > 0, 0 <= --val-split <= 0.5, --workers >= 0")
+    if a.epochs < 1 or a.batch_size < 1 or a.lr <= 0 or not 0 <= a.val_split <= 0.5 or a.workers < 0 or a.threads < 0:
+        p.error("need --epochs >= 1, --batch-size >= 1, --lr > 0, 0 <= --val-split <= 0.5, --workers >= 0, "
+                "--threads >= 0")
     return a
 
 
