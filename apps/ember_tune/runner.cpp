@@ -1,0 +1,406 @@
+#include "apps/ember_tune/runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "apps/mnist_train/options.h"
+#include "core/error.h"
+
+namespace ember::tune {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// The metrics mnist_train's --log records carry (apps/mnist_train/trainer.cpp, Logs::epoch and Logs::summary). Listed
+// here so a study with an objective it never reports stops before any trial.
+const char* const kEpochMetrics[] = {"val_accuracy", "test_accuracy", "train_accuracy",
+                                     "train_loss",   "seconds",       "samples_per_s"};
+const char* const kSummaryMetrics[] = {"best_test_accuracy", "train_seconds", "total_seconds"};
+
+std::atomic<int> g_stop{0};
+void on_signal(int sig) {
+  g_stop.store(sig);
+}
+
+std::string flag_of(const std::string& name) {
+  std::string f = "--" + name;
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
+std::string last_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  if (last.size() > 240) last = last.substr(0, 240) + "...";
+  return last;
+}
+
+struct Running {
+  uint64_t number = 0;
+  std::vector<double> u;
+  pid_t pid = -1;
+  std::string log_path, out_path;
+  uint64_t log_offset = 0;
+  std::string partial;
+  std::vector<nlohmann::json> epochs;
+  nlohmann::json summary;
+  std::vector<double> curve;  // intermediate values, as losses
+  int planned = 0;
+  size_t judged = 0;  // epochs the pruner has judged
+  bool pruned = false;
+  Clock::time_point start;
+};
+
+// The per-epoch value the pruner watches: the objective when it is an epoch metric, else val_accuracy.
+std::pair<std::string, bool> intermediate_metric(const Objective& obj, const StudyConfig& c) {
+  if (obj.epoch_level && !obj.time_to) return {obj.metric, c.maximize};
+  return {"val_accuracy", true};
+}
+
+void read_log(Running& t, const Objective& obj, const StudyConfig& c) {
+  std::ifstream in(t.log_path, std::ios::binary);
+  if (!in.good()) return;
+  in.seekg(static_cast<std::streamoff>(t.log_offset));
+  std::string chunk((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  t.log_offset += chunk.size();
+  t.partial += chunk;
+  size_t nl;
+  const auto [metric, up] = intermediate_metric(obj, c);
+  while ((nl = t.partial.find('\n')) != std::string::npos) {
+    const std::string line = t.partial.substr(0, nl);
+    t.partial.erase(0, nl + 1);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // not ours to judge: mnist_train's log is only read
+    }
+    const std::string type = j.value("type", "");
+    if (type == "epoch") {
+      t.epochs.push_back(j);
+      const double v = j.contains(metric) && j[metric].is_number() ? j[metric].get<double>() : NAN;
+      t.curve.push_back(up ? -v : v);
+    } else if (type == "summary") {
+      t.summary = j;
+    }
+  }
+}
+
+// The objective of a finished run, or an error saying why there is none.
+std::optional<double> objective_value(const Running& t, const Objective& obj, std::string& error) {
+  if (obj.time_to) {
+    double s = 0;
+    for (const auto& e : t.epochs) {
+      s += e.value("seconds", 0.0);
+      if (e.value("val_accuracy", 0.0) >= obj.target) return s;
+    }
+    error = str("never reached val_accuracy ", obj.target, "% in ", t.epochs.size(), " epochs");
+    return std::nullopt;
+  }
+  const nlohmann::json* src = nullptr;
+  if (obj.epoch_level && !t.epochs.empty()) src = &t.epochs.back();
+  if (!obj.epoch_level && t.summary.is_object()) src = &t.summary;
+  if (!src || !src->contains(obj.metric) || !(*src)[obj.metric].is_number()) {
+    error = str("its log has no ", obj.metric);
+    return std::nullopt;
+  }
+  const double v = (*src)[obj.metric].get<double>();
+  if (!std::isfinite(v)) {
+    error = str(obj.metric, " is ", v);
+    return std::nullopt;
+  }
+  return v;
+}
+
+pid_t spawn(const std::string& program, const std::vector<std::string>& args, const std::string& out_path) {
+  std::vector<std::string> argv_s{program};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_s) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  EMBER_CHECK(out >= 0, "cannot create '", out_path, "': ", std::strerror(errno));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    ::close(out);
+    EMBER_FAIL("fork failed: ", std::strerror(errno));
+  }
+  if (pid == 0) {   // the child: async-signal-safe calls only until exec
+    setpgid(0, 0);  // its own group: SIGTERM to -pid reaches its loader threads' children too
+    prctl(PR_SET_PDEATHSIG,
+          SIGTERM);  // ember_tune killed with SIGKILL: the trials stop
+    if (getppid() != parent) _exit(125);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(out, 1);
+    dup2(out, 2);
+    execv(program.c_str(), argv.data());
+    const char msg[] = "ember_tune: exec of the trainer failed\n";
+    [[maybe_unused]] ssize_t n = write(2, msg, sizeof msg - 1);
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  ::close(out);
+  return pid;
+}
+
+}  // namespace
+
+Objective parse_objective(const std::string& spec) {
+  Objective o;
+  if (spec.rfind("time_to:", 0) == 0) {
+    o.time_to = true;
+    o.metric = spec;
+    const std::string t = spec.substr(8);
+    size_t used = 0;
+    try {
+      o.target = std::stod(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    EMBER_CHECK(used == t.size() && used > 0 && o.target > 0 && o.target <= 100, "--objective ", spec,
+                ": expected time_to:ACC with ACC a validation accuracy in percent, in (0, 100]");
+    return o;
+  }
+  o.metric = spec;
+  for (const char* m : kEpochMetrics)
+    if (spec == m) return o;
+  o.epoch_level = false;
+  for (const char* m : kSummaryMetrics)
+    if (spec == m) return o;
+  std::string known;
+  for (const char* m : kEpochMetrics) known += std::string(known.empty() ? "" : ", ") + m;
+  for (const char* m : kSummaryMetrics) known += std::string(", ") + m;
+  EMBER_FAIL("--objective '", spec, "': mnist_train never reports it (it reports ", known, ", or use time_to:ACC)");
+}
+
+bool default_maximize(const Objective& o) {
+  return !o.time_to && (o.metric.find("accuracy") != std::string::npos || o.metric == "samples_per_s");
+}
+
+void check_trainer(const std::string& mnist_train, const StudyConfig& config) {
+  EMBER_CHECK(::access(mnist_train.c_str(), X_OK) == 0, "the trainer '", mnist_train,
+              "' is not an executable file (--mnist-train PATH names it)");
+  const std::string cmd = "'" + mnist_train + "' --help 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  EMBER_CHECK(p, "cannot run '", mnist_train, " --help'");
+  std::string help;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) help.append(buf, n);
+  const int rc = ::pclose(p);
+  EMBER_CHECK(rc == 0, "'", mnist_train, " --help' failed (status ", rc, ")");
+  for (const Param& prm : config.space.params) {
+    const std::string f = flag_of(prm.name);
+    bool found = false;
+    for (size_t at = help.find(f); at != std::string::npos && !found; at = help.find(f, at + 1)) {
+      const char next = at + f.size() < help.size() ? help[at + f.size()] : ' ';
+      found = !(std::isalnum(static_cast<unsigned char>(next)) || next == '-' || next == '_');
+    }
+    EMBER_CHECK(found, "parameter '", prm.name, "': mnist_train has no flag ", f, " (see mnist_train --help)");
+  }
+  for (const std::string& a : config.train_args)
+    for (const char* own : {"--log", "--tensorboard", "--seed"})
+      EMBER_CHECK(a != own && a.rfind(std::string(own) + "=", 0) != 0, "mnist_train argument ", a, ": ember_tune sets ",
+                  own, " for each trial itself");
+}
+
+std::vector<std::string> trial_args(const StudyConfig& config, const std::vector<double>& u) {
+  std::vector<std::string> a = config.train_args;
+  const std::vector<double> v = config.space.decode(u);
+  for (size_t i = 0; i < v.size(); ++i) {
+    a.push_back(flag_of(config.space.params[i].name));
+    a.push_back(config.space.value_text(i, v[i]));
+  }
+  a.push_back("--seed");
+  a.push_back(std::to_string(config.sampler.seed));
+  return a;
+}
+
+int planned_epochs(const StudyConfig& config, const std::vector<double>& u) {
+  const std::vector<double> v = config.space.decode(u);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (flag_of(config.space.params[i].name) == "--epochs") return static_cast<int>(v[i]);
+  int epochs = mnist::Options{}.epochs;
+  for (size_t i = 0; i + 1 < config.train_args.size(); ++i)
+    if (config.train_args[i] == "--epochs") epochs = std::atoi(config.train_args[i + 1].c_str());
+  for (const std::string& a : config.train_args)
+    if (a.rfind("--epochs=", 0) == 0) epochs = std::atoi(a.c_str() + 9);
+  return std::max(epochs, 1);
+}
+
+std::vector<Observation> observations(const StudyFile& study) {
+  std::vector<Observation> obs;
+  for (const TrialRecord& t : study.trials()) {
+    Observation o{t.u, 0, true};
+    if (t.value) {
+      o.loss = as_loss(study.config(), *t.value);
+      o.failed = false;
+    }
+    obs.push_back(o);
+  }
+  return obs;
+}
+
+int run_study(StudyFile& study, const RunOptions& ro) {
+  const StudyConfig& c = study.config();
+  const Objective obj = parse_objective(c.objective);
+  fs::create_directories(ro.out_dir);
+  if (!ro.tensorboard.empty()) fs::create_directories(ro.tensorboard);
+
+  // Numbers to run: the gaps first (trials that were running when an earlier session stopped), then new ones.
+  std::set<uint64_t> recorded;
+  double offset_s = 0;
+  for (const TrialRecord& t : study.trials()) {
+    recorded.insert(t.number);
+    offset_s = std::max(offset_s, t.elapsed_s);
+  }
+  std::vector<uint64_t> queue;
+  const uint64_t top = recorded.empty() ? 0 : *recorded.rbegin() + 1;
+  for (uint64_t n = 0; n < top; ++n)
+    if (!recorded.count(n)) queue.push_back(n);
+  size_t missing_used = 0;
+  uint64_t next_new = top;
+  auto next_number = [&]() { return missing_used < queue.size() ? queue[missing_used++] : next_new++; };
+
+  struct sigaction sa {
+  }, old_int{}, old_term{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_stop = 0;
+
+  const Clock::time_point session = Clock::now();
+  std::vector<Running> running;
+  auto recorded_count = [&]() { return static_cast<int>(study.trials().size()); };
+
+  while (g_stop == 0 && (recorded_count() + static_cast<int>(running.size()) < ro.n_trials || !running.empty())) {
+    while (g_stop == 0 && static_cast<int>(running.size()) < ro.parallel &&
+           recorded_count() + static_cast<int>(running.size()) < ro.n_trials) {
+      Running t;
+      t.number = next_number();
+      std::vector<std::vector<double>> pending;
+      for (const Running& r : running) pending.push_back(r.u);
+      t.u = suggest(c.space, c.sampler, t.number, observations(study), pending);
+      t.log_path = ro.out_dir + "/trial-" + std::to_string(t.number) + ".jsonl";
+      t.out_path = ro.out_dir + "/trial-" + std::to_string(t.number) + ".out";
+      std::error_code ec;
+      fs::remove(t.log_path,
+                 ec);  // a rerun after a kill: mnist_train appends to --log
+      std::vector<std::string> args = trial_args(c, t.u);
+      args.insert(args.end(), {"--log", t.log_path, "--quiet"});
+      if (!ro.tensorboard.empty())
+        args.insert(args.end(), {"--tensorboard", ro.tensorboard + "/trial-" + std::to_string(t.number)});
+      t.planned = planned_epochs(c, t.u);
+      t.start = Clock::now();
+      t.pid = spawn(ro.mnist_train, args, t.out_path);
+      running.push_back(std::move(t));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (size_t i = 0; i < running.size();) {
+      Running& t = running[i];
+      read_log(t, obj, c);
+      if (!t.pruned && ro.pruner.kind != PrunerKind::none && t.curve.size() > t.judged) {
+        t.judged = t.curve.size();
+        std::vector<std::vector<double>> others;
+        for (const TrialRecord& r : study.trials()) {
+          std::vector<double> cv;
+          for (double v : r.intermediate) cv.push_back(intermediate_metric(obj, c).second ? -v : v);
+          others.push_back(cv);
+        }
+        for (const Running& r : running)
+          if (&r != &t) others.push_back(r.curve);
+        // Each epoch is judged once, when it arrives (two epochs within one 50 ms poll: the newer one only).
+        if (should_prune(ro.pruner, t.curve, t.planned, others)) {
+          t.pruned = true;
+          kill(-t.pid, SIGTERM);
+        }
+      }
+      int status = 0;
+      const pid_t w = waitpid(t.pid, &status, WNOHANG);
+      if (w != t.pid) {
+        ++i;
+        continue;
+      }
+      read_log(t, obj, c);
+      TrialRecord rec;
+      rec.number = t.number;
+      rec.u = t.u;
+      rec.params = c.space.values_json(t.u);
+      const bool up = intermediate_metric(obj, c).second;
+      for (double v : t.curve) rec.intermediate.push_back(up ? -v : v);
+      rec.epochs_run = static_cast<int>(t.epochs.size());
+      rec.epochs_planned = t.planned;
+      rec.seed = c.sampler.seed;
+      rec.duration_s = std::chrono::duration<double>(Clock::now() - t.start).count();
+      rec.elapsed_s = offset_s + std::chrono::duration<double>(Clock::now() - session).count();
+      std::string why;
+      const std::string status_text = t.summary.is_object() ? t.summary.value("status", "") : "";
+      if (t.pruned) {
+        rec.state = "pruned";
+        if (!rec.intermediate.empty() && std::isfinite(rec.intermediate.back()) && obj.epoch_level && !obj.time_to)
+          rec.value = rec.intermediate.back();
+      } else if (WIFSIGNALED(status)) {
+        rec.state = "failed";
+        rec.error = str("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+      } else if (status_text == "diverged") {
+        rec.state = "failed";
+        rec.error = "diverged (non-finite loss): " + last_line(t.out_path);
+      } else if (WEXITSTATUS(status) != 0) {
+        rec.state = "failed";
+        rec.error = str("exit code ", WEXITSTATUS(status), ": ", last_line(t.out_path));
+      } else if (auto v = objective_value(t, obj, why)) {
+        rec.state = "complete";
+        rec.value = v;
+      } else {
+        rec.state = "failed";
+        rec.error = why;
+      }
+      study.append(rec);
+      if (!ro.quiet) {
+        std::string params;
+        const std::vector<double> v = c.space.decode(rec.u);
+        for (size_t k = 0; k < v.size(); ++k)
+          params += (params.empty() ? "" : " ") + c.space.params[k].name + "=" + c.space.value_text(k, v[k]);
+        std::printf("trial %3llu %-8s %s %-10s %5.1f s  %s%s%s\n", static_cast<unsigned long long>(rec.number),
+                    rec.state.c_str(), c.objective.c_str(), rec.value ? str(*rec.value).c_str() : "-", rec.duration_s,
+                    params.c_str(), rec.error.empty() ? "" : "  ", rec.error.c_str());
+        std::fflush(stdout);
+      }
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  const int stopped = g_stop.load();
+  for (Running& t : running) kill(-t.pid, SIGTERM);
+  for (Running& t : running) {
+    int status = 0;
+    waitpid(t.pid, &status, 0);
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  return stopped;
+}
+
+}  // namespace ember::tune
