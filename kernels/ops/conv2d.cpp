@@ -199,6 +199,10 @@ std::vector<ConvCase> conv_cases() {
       {"MNIST conv2 [2,32,14,14] -> 64 3x3 pad 1", {2, 32, 14, 14}, {64, 32, 3, 3}, O().set_padding(1)},
       {"MNIST conv1 5x5 pad 2 [2,1,28,28] -> 32", {2, 1, 28, 28}, {32, 1, 5, 5}, O().set_padding(2)},
       {"MNIST conv2 5x5 pad 2 [2,32,14,14] -> 64", {2, 32, 14, 14}, {64, 32, 5, 5}, O().set_padding(2)},
+      // Winograd F(2x2, 3x3) (conv2d_cpu.cpp, >= 8 channels per group each way): odd output sizes (tiles half
+      // outside), no padding and padding 2 (backward_input's own padding 2 and 0), groups
+      {"winograd groups 2 pad 0 odd [2,16,7,9] -> 16", {2, 16, 7, 9}, {16, 8, 3, 3}, O().set_groups(2)},
+      {"winograd pad 2 [1,8,6,5] -> 9", {1, 8, 6, 5}, {9, 8, 3, 3}, O().set_padding(2)},
       {"empty batch [0,3,5,5]", {0, 3, 5, 5}, {4, 3, 3, 3}, O().set_padding(1)},
   };
 }
@@ -372,6 +376,9 @@ void define_op_conv2d(OpInfo& info) {
   info.autocast = AutocastPolicy::lower;
   info.contiguous_inputs = false;  // NCHW and channels-last both reach the kernels
   register_cpu_conv2d(info);  // conv2d_cpu.cpp: naive (the reference) first
+#if EMBER_WITH_DNNL
+  register_dnnl_conv2d(info);  // conv2d_dnnl.cpp
+#endif
 }
 
 void define_op_conv2d_backward_input(OpInfo& info) {
@@ -384,6 +391,9 @@ void define_op_conv2d_backward_input(OpInfo& info) {
   info.benches = [] { return conv_benches(1); };
   info.contiguous_inputs = false;
   register_cpu_conv2d_backward_input(info);  // conv2d_cpu.cpp: naive (the reference) first
+#if EMBER_WITH_DNNL
+  register_dnnl_conv2d_backward_input(info);  // conv2d_dnnl.cpp
+#endif
 }
 
 void define_op_conv2d_backward_weight(OpInfo& info) {
@@ -396,6 +406,9 @@ void define_op_conv2d_backward_weight(OpInfo& info) {
   info.benches = [] { return conv_benches(2); };
   info.contiguous_inputs = false;
   register_cpu_conv2d_backward_weight(info);  // conv2d_cpu.cpp: naive (the reference) first
+#if EMBER_WITH_DNNL
+  register_dnnl_conv2d_backward_weight(info);  // conv2d_dnnl.cpp
+#endif
 }
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {

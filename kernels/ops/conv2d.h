@@ -58,6 +58,10 @@ struct OpInfo;
 void register_cpu_conv2d(OpInfo& info);
 void register_cpu_conv2d_backward_input(OpInfo& info);
 void register_cpu_conv2d_backward_weight(OpInfo& info);
+// The oneDNN variants ("dnnl", kVendor; conv2d_dnnl.cpp), defined and called only when EMBER_WITH_DNNL.
+void register_dnnl_conv2d(OpInfo& info);
+void register_dnnl_conv2d_backward_input(OpInfo& info);
+void register_dnnl_conv2d_backward_weight(OpInfo& info);
 
 // Validates and returns the geometry from the shapes of x [N,C,H,W] and weight [K,C/G,R,S]
 // (`op` names the op in messages). Throws on every bad combination, naming the shapes and values.
