@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/name_filter.h"
 #include "core/autograd/node.h"
 #include "core/cuda/runtime.h"
 #include "core/rng.h"
@@ -60,18 +61,8 @@ Options g_opt;
 std::vector<Result> g_results;
 double g_copy_gbps = 0, g_peak_tflops = 0;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-bool wanted(const std::vector<std::string>& filter, const std::string& name) {
-  return filter.empty() || std::find(filter.begin(), filter.end(), name) != filter.end();
-}
+using bench::split_names;
+using bench::wanted;
 
 const char* flags_str(uint32_t f) {
   static std::string s;
@@ -420,8 +411,8 @@ int main(int argc, char** argv) {
     if (a == "--list") g_opt.list = true;
     else if (a == "--cases") g_opt.cases = true;
     else if (a == "--quick") g_opt.quick = true;
-    else if (a == "--op") g_opt.ops = split(value("--op"));
-    else if (a == "--variant") g_opt.variants = split(value("--variant"));
+    else if (a == "--op") g_opt.ops = split_names(value("--op"));
+    else if (a == "--variant") g_opt.variants = split_names(value("--variant"));
     else if (a == "--device") g_opt.device = value("--device");
     else if (a == "--json") g_opt.json = value("--json");
     else if (a == "--min-time") g_opt.min_time = std::atof(value("--min-time").c_str());

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/name_filter.h"
 #include "bench/model/expectations.h"
 #include "bench/model/gpu_model.h"
 #include "bench/model/roofline.h"
@@ -59,18 +60,8 @@ struct Options {
   std::string resources = EMBER_SOURCE_DIR "/bench/model/kernel_resources_sm90.txt";
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-bool wanted(const std::vector<std::string>& filter, const std::string& name) {
-  return filter.empty() || std::find(filter.begin(), filter.end(), name) != filter.end();
-}
+using bench::split_names;
+using bench::wanted;
 
 int64_t elements(const std::vector<TensorSpec>& in) {
   int64_t n = 0;
@@ -495,8 +486,8 @@ int main(int argc, char** argv) {
     if (a == "--quick") opt.quick = true;
     else if (a == "--kernels") opt.kernels = true;
     else if (a == "--markdown") opt.markdown = true;
-    else if (a == "--op") opt.ops = split(value());
-    else if (a == "--variant") opt.variants = split(value());
+    else if (a == "--op") opt.ops = split_names(value());
+    else if (a == "--variant") opt.variants = split_names(value());
     else if (a == "--gate") opt.gate = value();
     else if (a == "--resources") opt.resources = value();
     else if (a == "--help" || a == "-h") return usage(0);

@@ -447,6 +447,18 @@ void conv_bwd_input_col2im(const ConvGeom& g, const Tensor& gy, const Tensor& w,
   });
 }
 
+// dw = the sum of the image chunks' weight-gradient partials, in chunk order (deterministic
+// whatever the thread count's timing).
+template <class T>
+void sum_chunk_partials(const std::vector<T>& partial, int64_t chunks, int64_t wsize, const Tensor& dw) {
+  T* out = static_cast<T*>(dw.data_ptr());
+  std::fill(out, out + wsize, T(0));
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const T* src = partial.data() + ch * wsize;
+    for (int64_t i = 0; i < wsize; ++i) out[i] += src[i];
+  }
+}
+
 // gy, x: compute dtype; dw (compute dtype, KCRS or KRSC memory) is overwritten.
 template <class T>
 void conv_bwd_weight_im2col(const ConvGeom& g, const Tensor& gy, const Tensor& x, const Tensor& dw) {
@@ -485,12 +497,7 @@ void conv_bwd_weight_im2col(const ConvGeom& g, const Tensor& gy, const Tensor& x
         for (int64_t i = 0; i < g.Kg * CRS; ++i) dst[i] += tp[i];
       }
   });
-  T* out = static_cast<T*>(dw.data_ptr());
-  std::fill(out, out + wsize, T(0));
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const T* src = partial.data() + ch * wsize;
-    for (int64_t i = 0; i < wsize; ++i) out[i] += src[i];
-  }
+  sum_chunk_partials(partial, chunks, wsize, dw);
 }
 
 // ---- CPU: im2col over blocks of images (the default for NCHW) ----
@@ -610,12 +617,7 @@ void conv_bwd_weight_blocked(const ConvGeom& g, const Tensor& gy, const Tensor& 
       }
     }
   });
-  T* out = static_cast<T*>(dw.data_ptr());
-  std::fill(out, out + wsize, T(0));
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const T* src = partial.data() + ch * wsize;
-    for (int64_t j = 0; j < wsize; ++j) out[j] += src[j];
-  }
+  sum_chunk_partials(partial, chunks, wsize, dw);
 }
 
 // The blocked kernels run NCHW (a KRSC weight is converted); channels-last calls go to im2col. The
