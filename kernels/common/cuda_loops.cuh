@@ -20,6 +20,7 @@
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
+#include "kernels/common/aligned_vec.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/layout.h"
@@ -27,11 +28,6 @@
 namespace ember {
 
 namespace detail {
-
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) AlignedVec {
-  T v[VEC];
-};
 
 template <int N>
 struct OffsetCalc {

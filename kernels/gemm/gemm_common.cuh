@@ -8,6 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/half.h"
+#include "kernels/common/aligned_vec.cuh"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops/unary.h"
 
@@ -75,9 +76,7 @@ __device__ __forceinline__ void tile_coords(int64_t pid, int64_t tiles_m, int64_
 __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 template <class T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
+using Vec = ::ember::detail::AlignedVec<T, N>;  // one N-element vector access (kernels/common/aligned_vec.cuh)
 
 // Host: kernel arguments from a problem; `vec_bytes` is the vector width the kernel loads.
 // (No split: kt_per_split covers every k tile, ws is null.)

@@ -94,6 +94,11 @@ void cp_async_wait(int n);
 void ldmatrix(uint32_t* r, int count, const void* row, bool trans, std::source_location loc);
 void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16, std::source_location loc);
 
+// ---- whole vector accesses (Note [whole vector accesses] in kernels/common/aligned_vec.cuh) ----
+// Copies `bytes` from src to dst, checking and counting each side as one access of `bytes` bytes
+// made by the caller's code address (a thread's own stack is neither checked nor counted).
+void vector_copy(void* dst, const void* src, size_t bytes);
+
 [[noreturn]] void trap(std::source_location loc);
 
 }  // namespace ember::sim

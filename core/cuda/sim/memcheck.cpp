@@ -346,6 +346,13 @@ void atomic_access(const void* p, size_t bytes, const void* pc) {
   check_access(*t, reinterpret_cast<uintptr_t>(p), bytes, Access::atomic, pc);
 }
 
+__attribute__((noinline)) void vector_copy(void* dst, const void* src, size_t bytes) {
+  const void* pc = __builtin_return_address(0);
+  on_access(reinterpret_cast<uintptr_t>(src), bytes, Access::read, pc);
+  on_access(reinterpret_cast<uintptr_t>(dst), bytes, Access::write, pc);
+  std::memmove(dst, src, bytes);
+}
+
 void checked_access(const void* p, size_t bytes, Access kind, const void* pc) {
   Thread* t = current_thread();
   if (t != nullptr) check_access(*t, reinterpret_cast<uintptr_t>(p), bytes, kind, pc);
