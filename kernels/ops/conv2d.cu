@@ -31,6 +31,8 @@
 // ember_gpu_tests checks each variant against the CPU reference on every sample (and
 // tests/test_cnn_ops_gpu.cpp at MNIST batch 64), in the simulator build and on a GPU; what has run
 // where is recorded in docs/gpu-validation.md.
+#include <algorithm>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -306,7 +308,8 @@ struct DirectGeom {
   int pad;          // padding applied to the input planes
   int KB;           // output channels per block (multiple of kDirectTK)
   int QG;           // pixel groups per output row
-  int Hp, Wpa;      // shared plane: Hp = P + KS - 1 rows, Wpa = QG TP + KS - 1 columns (zero filled)
+  int Hp, Wpa;      // shared plane: Hp = P + KS - 1 rows, Wpa >= QG TP + KS - 1 columns (zero filled;
+                    // Note [direct plane pitch])
   int CB;           // input channels per shared-memory chunk
   int items;        // (KB / 8) P QG: one per thread
 };
@@ -410,6 +413,48 @@ EMBER_UNROLL
 
 int direct_tp(int64_t Q) { return Q % 7 == 0 ? 7 : 4; }
 
+// Note [direct plane pitch]: the direct kernels read their shared planes with lanes that differ in
+// row (and plane or channel group), all at the same column. At the natural pitch those rows and
+// planes can start on the same bank: the 28x28 MNIST plane with a 5x5 kernel has Wpa = 32, so the
+// 8 rows a warp of direct_kernel reads all start at bank 0 and every load is an 8-way conflict;
+// direct_wgrad_kernel's grad_output planes (784 words, a multiple of 32) put its channel groups on
+// one bank, 16-way. The simulator's counters showed both (2.64 and 4.08 over the whole kernels).
+// So the host picks each pitch: the smallest of the 32 from the natural one up whose worst warp
+// has the fewest distinct words in one bank (lanes reading one word share it). The extra columns
+// are zero-filled or never read.
+
+// The most distinct words one of the 32 banks serves for these lanes' word addresses.
+int bank_ways(const int* words, int n) {
+  int distinct[32];
+  int nd = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::find(distinct, distinct + nd, words[i]) == distinct + nd) distinct[nd++] = words[i];
+  int per_bank[32] = {};
+  int ways = 0;
+  for (int i = 0; i < nd; ++i) ways = std::max(ways, ++per_bank[((distinct[i] % 32) + 32) % 32]);
+  return ways;
+}
+
+// addr(tid, pitch): the word thread tid (< threads) reads.
+template <class F>
+int pick_pitch(int natural, int threads, const F& addr) {
+  int best = natural, best_cost = 1 << 30;
+  for (int pitch = natural; pitch < natural + 32; ++pitch) {
+    int cost = 0;
+    for (int w0 = 0; w0 < threads; w0 += 32) {
+      int words[32];
+      const int n = std::min(32, threads - w0);
+      for (int l = 0; l < n; ++l) words[l] = addr(w0 + l, pitch);
+      cost = std::max(cost, bank_ways(words, n));
+    }
+    if (cost < best_cost) {
+      best = pitch;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
 // KB: the largest of 32/16/8 with one item per thread (<= 256), halved while there are fewer
 // blocks than SMs; CB: as many input channels as fit the 48 KB of shared memory. KB = 0: no fit.
 DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pad, int KS, int sms) {
@@ -437,6 +482,9 @@ DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pa
   while (d.KB > kDirectTK && int64_t{N} * ((Co + d.KB - 1) / d.KB) < sms) d.KB /= 2;
   d.KB = std::min(d.KB, (Co + kDirectTK - 1) / kDirectTK * kDirectTK);
   d.items = items(d.KB);
+  const int natural = d.Wpa;
+  d.Wpa = pick_pitch(natural, d.items, [&](int tid, int pitch) { return ((tid / d.QG) % P) * pitch + (tid % d.QG) * tp; });
+  if (KS * KS * d.KB + d.Hp * d.Wpa > kDirectSmemFloats) d.Wpa = natural;  // a channel must fit
   const int per_channel = KS * KS * d.KB + d.Hp * d.Wpa;
   d.CB = std::min(Ci, kDirectSmemFloats / per_channel);
   if (d.CB < 1) d.KB = 0;
@@ -540,7 +588,11 @@ struct DirectWgradGeom {
   int KB, CB;      // output / input channels per block
   int PS;          // output-row shares per (k group, c)
   int splits, ipb; // image splits and images per split
-  int Hp, Wp;      // padded input plane in shared memory
+  int Hp, Wp;      // padded input plane in shared memory: Hp rows of Wp >= Q + KS - 1 floats
+  int xpitch;      // floats per input plane in shared memory (>= Hp Wp; Note [direct plane pitch])
+  int gq;          // floats per grad_output row in shared memory (>= Q)
+  int gpitch;      // floats per grad_output plane in shared memory (>= P gq)
+  int rpitch;      // floats per unit in the final reduction (TK KS KS rounded up to odd)
 };
 
 // Partial dW for images [split ipb, (split + 1) ipb) and a (k, c) slice, into ws[split][K][C][KS][KS].
@@ -550,8 +602,8 @@ __global__ void __launch_bounds__(256)
   EMBER_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   const int xplane = g.Hp * g.Wp, gplane = g.P * g.Q;
-  float* xs = smem;                  // [CB][Hp][Wp]
-  float* gs = smem + g.CB * xplane;  // [KB][P][Q]
+  float* xs = smem;                    // [CB][xpitch >= Hp Wp]
+  float* gs = smem + g.CB * g.xpitch;  // [KB][gpitch >= P gq]
   const int split = blockIdx.x;
   const int k0 = blockIdx.y * g.KB, c0 = blockIdx.z * g.CB;
   const int tid = threadIdx.x, nt = blockDim.x;
@@ -582,17 +634,18 @@ EMBER_UNROLL
       const int h = hh - g.pad, wi = w - g.pad;
       float v = 0.f;
       if (c0 + c < g.C && h >= 0 && h < g.H && wi >= 0 && wi < g.W) v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
-      xs[i] = v;
+      xs[c * g.xpitch + rem] = v;
     }
     const T* gn = gy + static_cast<int64_t>(n) * g.K * gplane;
     for (int i = tid; i < g.KB * gplane; i += nt) {
-      const int k = i / gplane;
-      gs[i] = k0 + k < g.K ? static_cast<float>(gn[(k0 + k) * gplane + (i - k * gplane)]) : 0.f;
+      const int k = i / gplane, rem = i - k * gplane;
+      const int p = rem / g.Q, q = rem - p * g.Q;
+      gs[k * g.gpitch + p * g.gq + q] = k0 + k < g.K ? static_cast<float>(gn[(k0 + k) * gplane + rem]) : 0.f;
     }
     __syncthreads();
     if (active) {
-      const float* xc = xs + cc * xplane;
-      const float* gk = gs + kg * TK * gplane;
+      const float* xc = xs + cc * g.xpitch;
+      const float* gk = gs + kg * TK * g.gpitch;
       for (int p = ps; p < g.P; p += g.PS) {
         float win[KS][KS];
 EMBER_UNROLL
@@ -608,7 +661,7 @@ EMBER_UNROLL
           }
           float gv[TK];
 EMBER_UNROLL
-          for (int t = 0; t < TK; ++t) gv[t] = gk[t * gplane + p * g.Q + q];
+          for (int t = 0; t < TK; ++t) gv[t] = gk[t * g.gpitch + p * g.gq + q];
 EMBER_UNROLL
           for (int t = 0; t < TK; ++t)
 EMBER_UNROLL
@@ -622,14 +675,14 @@ EMBER_UNROLL
   // sum the row shares in shared memory (fixed order), then one partial per block
   __syncthreads();
   constexpr int V = TK * KS * KS;
-  float* red = smem;  // [units][V]
+  float* red = smem;  // [units][rpitch]: an odd pitch puts the lanes' stores on 32 banks
   if (active) {
 EMBER_UNROLL
     for (int t = 0; t < TK; ++t)
 EMBER_UNROLL
       for (int r = 0; r < KS; ++r)
 EMBER_UNROLL
-        for (int s = 0; s < KS; ++s) red[tid * V + (t * KS + r) * KS + s] = acc[t][r][s];
+        for (int s = 0; s < KS; ++s) red[tid * g.rpitch + (t * KS + r) * KS + s] = acc[t][r][s];
   }
   __syncthreads();
   const int per_share = kgroups * g.CB;  // units with ps = 0
@@ -638,7 +691,7 @@ EMBER_UNROLL
   for (int i = tid; i < outs; i += nt) {
     const int u = i / V, v = i - u * V;
     float s = 0.f;
-    for (int p = 0; p < g.PS; ++p) s += red[(p * per_share + u) * V + v];
+    for (int p = 0; p < g.PS; ++p) s += red[(p * per_share + u) * g.rpitch + v];
     const int ukg = u % kgroups, uc = u / kgroups;
     const int t = v / (KS * KS), rs = v - t * KS * KS;
     const int k = k0 + ukg * TK + t, c = c0 + uc;
@@ -659,9 +712,29 @@ int wgrad_tk(int KS) { return KS == 3 ? kWgTK3 : kWgTK5; }
 
 size_t wgrad_smem(const DirectWgradGeom& d, int KS) {
   const int TK = wgrad_tk(KS);
-  const size_t planes = sizeof(float) * (static_cast<size_t>(d.CB) * d.Hp * d.Wp + static_cast<size_t>(d.KB) * d.P * d.Q);
+  const size_t planes = sizeof(float) * (static_cast<size_t>(d.CB) * d.xpitch + static_cast<size_t>(d.KB) * d.gpitch);
   const size_t units = static_cast<size_t>(d.KB / TK) * d.CB * d.PS;
-  return std::max(planes, sizeof(float) * units * TK * KS * KS);
+  return std::max(planes, sizeof(float) * units * d.rpitch);
+}
+
+// The shared-memory pitches for the geometry's thread mapping (Note [direct plane pitch]); the
+// natural ones where the padded planes would not fit.
+void wgrad_pitches(DirectWgradGeom& d, int KS) {
+  const int TK = wgrad_tk(KS), kgroups = d.KB / TK;
+  const int units = kgroups * d.CB * d.PS;
+  const int V = TK * KS * KS;
+  const DirectWgradGeom natural = d;
+  // lanes: k group tid % kgroups, input channel (tid / kgroups) % CB, row share tid / (kgroups CB);
+  // first the row pitches (planes at their natural size), then the plane pitches
+  auto cc = [&](int tid) { return (tid / kgroups) % d.CB; };
+  auto ps = [&](int tid) { return tid / (kgroups * d.CB); };
+  auto kg = [&](int tid) { return tid % kgroups; };
+  d.rpitch = V | 1;
+  d.Wp = pick_pitch(d.Wp, units, [&](int tid, int pitch) { return cc(tid) * d.Hp * pitch + ps(tid) * pitch; });
+  d.xpitch = pick_pitch(d.Hp * d.Wp, units, [&](int tid, int pitch) { return cc(tid) * pitch + ps(tid) * d.Wp; });
+  d.gq = pick_pitch(d.Q, units, [&](int tid, int pitch) { return kg(tid) * TK * d.P * pitch + ps(tid) * pitch; });
+  d.gpitch = pick_pitch(d.P * d.gq, units, [&](int tid, int pitch) { return kg(tid) * TK * pitch + ps(tid) * d.gq; });
+  if (wgrad_smem(d, KS) > kDirectSmemLimit) d = natural;
 }
 
 // Slices: up to 64 output and 8 input channels per block (halved until the planes fit shared
@@ -679,6 +752,10 @@ DirectWgradGeom wgrad_geom(const ConvGeom& g, int sms) {
   d.pad = static_cast<int>(g.ph);
   d.Hp = d.P + KS - 1;
   d.Wp = d.Q + KS - 1;
+  d.xpitch = d.Hp * d.Wp;  // natural pitches while the slices are sized
+  d.gq = d.Q;
+  d.gpitch = d.P * d.Q;
+  d.rpitch = TK * KS * KS;
   d.KB = std::min(64, (d.K + TK - 1) / TK * TK);
   d.CB = std::min(8, d.C);
   d.PS = 1;
@@ -687,6 +764,7 @@ DirectWgradGeom wgrad_geom(const ConvGeom& g, int sms) {
   const int pairs = (d.KB / TK) * d.CB;  // <= 32 x 8 = 256
   d.PS = std::max(1, std::min(d.P, 256 / pairs));
   while (d.PS > 1 && wgrad_smem(d, KS) > kDirectSmemLimit) --d.PS;
+  wgrad_pitches(d, KS);
   const int slices = ((d.K + d.KB - 1) / d.KB) * ((d.C + d.CB - 1) / d.CB);
   d.splits = std::max(1, std::min(d.N, (2 * sms + slices - 1) / slices));
   d.ipb = std::max(1, (d.N + d.splits - 1) / d.splits);

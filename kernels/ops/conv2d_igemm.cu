@@ -286,6 +286,19 @@ __global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int
 
 // ======================= SIMT kernels =======================
 
+// Note [simt tile padding]: both SIMT kernels keep their tiles k-major, As[k][m] and Bs[k][n],
+// so the k steps read along m / n; the loaders fill them across k. One store instruction of a
+// warp writes 32 / BK consecutive m (n) in each of the BK rows (data_simt: k = tid % BK), or
+// 128 / BK consecutive m in each of BK / 4 rows 4 apart (wgrad_simt: runs of 4 k per thread; both
+// configurations, 128x128x8 and 64x64x16, have 4). With rows padded by one element (the usual
+// + 1) row k starts k banks further on, and the rows' groups of consecutive banks overlap: 2- to
+// 4-way conflicts on every tile store (the simulator's counters gave 1.5 over the whole data_simt
+// kernel). Padding by 32 / BK elements starts row k at bank k * 32 / BK: in both patterns the
+// rows' groups then tile the 32 banks exactly. The k-step reads (one row: consecutive m, or
+// broadcasts) stay conflict-free.
+template <int BK>
+constexpr int kSimtPad = 32 / BK;
+
 template <class T, int BM, int BN, int BK, int TM, int TN, bool CL, bool DGRAD>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     data_simt_kernel(const T* __restrict__ src, const T* __restrict__ wt, const T* __restrict__ bias,
@@ -294,8 +307,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr int A_LD = BM * BK / NT, B_LD = BN * BK / NT;
   static_assert(NT % BK == 0 && NT % BM == 0 && (BM * BK) % NT == 0 && (BN * BK) % NT == 0, "tile/thread mismatch");
   constexpr int A_ROWS = CL ? A_LD : 1;
-  EMBER_SHARED(T[2][BK][BM + 1], As);
-  EMBER_SHARED(T[2][BK][BN + 1], Bs);
+  EMBER_SHARED(T[2][BK][BM + kSimtPad<BK>], As);  // Note [simt tile padding]
+  EMBER_SHARED(T[2][BK][BN + kSimtPad<BK>], Bs);
 
   const int tid = threadIdx.x;
   const int g = blockIdx.z;
@@ -409,8 +422,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
   static_assert(BK % A_RUN == 0 && BK % B_RUN == 0, "runs must tile BK");
   constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;  // threads per row / column
-  EMBER_SHARED(T[2][BK][BM + 1], As);
-  EMBER_SHARED(T[2][BK][BN + 1], Bs);
+  EMBER_SHARED(T[2][BK][BM + kSimtPad<BK>], As);  // Note [simt tile padding]
+  EMBER_SHARED(T[2][BK][BN + kSimtPad<BK>], Bs);
 
   const int tid = threadIdx.x;
   const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
