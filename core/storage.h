@@ -24,16 +24,32 @@ class Allocator {
   virtual bool pinned() const { return false; }
 };
 
-// The plain host allocator (64-byte aligned).
+// The plain host allocator (64-byte aligned). Blocks of 64 KiB and more are rounded to a size
+// class and cached when freed (Note [host caching allocator] in storage.cpp);
+// EMBER_CPU_ALLOC_CACHE=0 turns the cache off.
 Allocator* cpu_allocator();
-// Bytes held by cpu_allocator() now and at the peak since the last reset (as malloc_usable_size
-// reports them), for memory tests (e.g. activation checkpointing lowers the peak).
+// Bytes held by tensors from cpu_allocator() now and at the peak since the last reset (the size
+// class for blocks of 64 KiB and more, what malloc_usable_size reports for smaller ones), for
+// memory tests (e.g. activation checkpointing lowers the peak). Blocks the cache keeps are not
+// in them: they are cached_bytes.
 struct HostAllocatorStats {
   size_t allocated_bytes = 0;
   size_t peak_allocated_bytes = 0;
+  size_t cached_bytes = 0;        // freed blocks kept for reuse (not returned to malloc)
+  size_t cache_limit_bytes = 0;   // the bound on cached_bytes (0: the cache is off)
+  uint64_t num_cache_hits = 0;    // requests >= 64 KiB served from the cache
+  uint64_t num_cache_misses = 0;  // requests >= 64 KiB that went to malloc while the cache was on
 };
 HostAllocatorStats cpu_allocator_stats();
 void reset_cpu_peak_stats();
+// Returns every cached block to malloc (the allocator does so itself before failing for lack of
+// memory).
+void empty_cpu_cache();
+// Sets the bound on the cache's bytes (0 turns caching off) and frees what is cached beyond it.
+// The default is min(1 GiB, physical memory / 8), or what EMBER_CPU_ALLOC_CACHE says.
+void set_cpu_cache_limit(size_t bytes);
+// Bytes cpu_allocator() reserves for a request of n bytes (its size class; exposed for tests).
+size_t cpu_alloc_round_size(size_t n);
 // Page-locked host memory (cudaHostAlloc) from a caching allocator; falls back to plain host memory
 // when there is no CUDA device (pinned() then reports false).
 Allocator* pinned_allocator();
