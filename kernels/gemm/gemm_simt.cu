@@ -9,7 +9,7 @@
 // (one 16-byte vector of A and one of B per thread) are issued before the current tile's 8 k
 // steps and stored after them; one __syncthreads per k tile. A is stored k-major (As[k][m]) so
 // the outer product reads contiguous rows; a k-contiguous operand is transposed on the way in
-// (Note [simt tile swizzle]).
+// (Note [simt tile padding]).
 // Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill less than half the SMs.
 // Operands: row-major or transposed views in place (template on which stride is 1); 16-byte
 // vector loads when the base, leading dim, batch strides and the contiguous extent allow, else
@@ -57,23 +57,22 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   static_assert(HM == VEC && HN == VEC, "sub-tile rows are one 16-byte vector");
   using V = Vec<T, VEC>;
 
-  // Note [simt tile swizzle]: a k-contiguous operand arrives as one vector along k per thread and
-  // is stored transposed, element by element: for element i, a warp's lanes write rows
-  // k = j * VEC + i (j = 0 .. BK/VEC - 1) at 64 bytes of consecutive m (f32: 16 lanes of m per
-  // row; f64: 8). A row is 128 or 64 elements long, a multiple of the 32 banks, so without a
-  // swizzle the rows of different j land on the same 16 banks: 2-way conflicts on every store.
-  // XORing the vector index with 4 (64 bytes: half the banks) in rows whose j is odd puts them on
-  // the other half: f32 conflict-free, f64 at its ideal 2 wavefronts per 256 bytes. Every access
-  // goes through the same mapping; the k-step reads (4 vectors of one row) and the vector stores
-  // of an m-contiguous operand (one row per warp) stay conflict-free under it.
-  static_assert(BM / VEC >= 8 && BN / VEC >= 8, "the swizzle moves vectors by 4 within a row");
-  EMBER_SHARED(V[2][BK][BM / VEC], As_raw);
-  EMBER_SHARED(V[2][BK][BN / VEC], Bs_raw);
-  auto swz = [](int k, int v) { return v ^ (((k / VEC) & 1) << 2); };
-  auto Av = [&](int buf, int k, int v) -> V& { return As_raw[buf][k][swz(k, v)]; };
-  auto Bv = [&](int buf, int k, int v) -> V& { return Bs_raw[buf][k][swz(k, v)]; };
-  auto As = [&](int buf, int k, int m) -> T& { return Av(buf, k, m / VEC).v[m % VEC]; };
-  auto Bs = [&](int buf, int k, int n) -> T& { return Bv(buf, k, n / VEC).v[n % VEC]; };
+  // Note [simt tile padding]: a k-contiguous operand arrives as one vector along k per thread and
+  // is stored transposed, element by element: for element i a warp's lanes write the rows
+  // k = j VEC + i (j = 0 .. BK/VEC - 1), 64 bytes of consecutive m in each (f32: 16 lanes of m per
+  // row; f64: 8). Rows of BM (BN) elements are a multiple of the 32 banks long, so unpadded those
+  // rows started on the same bank: 2-way conflicts on every such store (whole kernel 1.03-1.2 in
+  // the simulator's counters). One 16-byte vector of padding per row (33 vectors = 132 words)
+  // starts row k at bank 4k: rows VEC apart are 16 banks apart for f32 (conflict-free) and the
+  // four f64 rows cover every bank exactly twice (its ideal 2 wavefronts per 256 bytes). The
+  // padding keeps rows 16-byte aligned, so the k-step reads stay 16-byte vectors (4 of one row
+  // per warp: one wavefront), and the m-contiguous vector stores (one row per warp) stay
+  // conflict-free. ptxas also spills less with it (none, against 44-56 bytes in the f32
+  // instances unpadded; an XOR swizzle of the vector index, tried first, spilled more).
+  EMBER_SHARED(V[2][BK][BM / VEC + 1], As_raw);
+  EMBER_SHARED(V[2][BK][BN / VEC + 1], Bs_raw);
+  auto As = [&](int buf, int k, int m) -> T& { return As_raw[buf][k][m / VEC].v[m % VEC]; };
+  auto Bs = [&](int buf, int k, int n) -> T& { return Bs_raw[buf][k][n / VEC].v[n % VEC]; };
 
   const int tid = threadIdx.x;
   const int lane = tid & 31, warp = tid >> 5;
@@ -162,13 +161,13 @@ EMBER_UNROLL
 EMBER_UNROLL
         for (int i = 0; i < VEC; ++i) As(buf, a_k + i, a_x) = ra.v[i];
       } else {
-        Av(buf, a_k, a_x / VEC) = ra;
+        As_raw[buf][a_k][a_x / VEC] = ra;
       }
       if constexpr (B_K) {
 EMBER_UNROLL
         for (int i = 0; i < VEC; ++i) Bs(buf, b_k + i, b_x) = rb.v[i];
       } else {
-        Bv(buf, b_k, b_x / VEC) = rb;
+        Bs_raw[buf][b_k][b_x / VEC] = rb;
       }
     };
 
@@ -188,8 +187,8 @@ EMBER_UNROLL
       if (kt + 1 < kt_end) load((kt + 1) * BK);  // in flight during the k steps below
 EMBER_UNROLL
       for (int kk = 0; kk < BK; ++kk) {
-        const V a0 = Av(buf, kk, ty), a1 = Av(buf, kk, BM / 2 / VEC + ty);
-        const V b0 = Bv(buf, kk, tx), b1 = Bv(buf, kk, BN / 2 / VEC + tx);
+        const V a0 = As_raw[buf][kk][ty], a1 = As_raw[buf][kk][BM / 2 / VEC + ty];
+        const V b0 = Bs_raw[buf][kk][tx], b1 = Bs_raw[buf][kk][BN / 2 / VEC + tx];
         T af[TM], bf[TN];
 EMBER_UNROLL
         for (int i = 0; i < HM; ++i) {
