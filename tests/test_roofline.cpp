@@ -142,6 +142,22 @@ TEST_CASE("roofline: memory-bound prediction charges wasted sectors and launches
   CHECK(std::string(tiny.bound) == "launch");
 }
 
+TEST_CASE("roofline: traffic ratio is the bytes the kernels asked for over the op's minimum", "[model]") {
+  // two launches of a kernel that each read 100 sectors' worth (3200 bytes) and a second kernel
+  // reading 50 (1600): 8000 bytes asked for an op that must move 4000 at the shape that ran
+  std::vector<KernelStats> k = group_by_kernel({launch("pass1", 100, 100), launch("pass1", 100, 100), launch("pass2", 50, 50)});
+  PredictionInput in = input(4000, 0, k, {1, 1});
+  CHECK(predict(toy_gpu(), in).traffic_ratio == Approx(2.0));
+  // the shape predicted does not matter, the shape that ran does
+  in.bytes = 4e9;
+  CHECK(predict(toy_gpu(), in).traffic_ratio == Approx(2.0));
+  in.run_bytes = 8000;
+  CHECK(predict(toy_gpu(), in).traffic_ratio == Approx(1.0));
+  // no cost-model bytes: no ratio
+  in.run_bytes = 0;
+  CHECK(predict(toy_gpu(), in).traffic_ratio == 0);
+}
+
 TEST_CASE("roofline: compute-bound prediction uses the variant's peak", "[model]") {
   std::vector<KernelStats> k = group_by_kernel({launch("gemm", 100, 100)});
   // 1e12 FLOPs on f16 tensor cores (2e14/s) = 5 ms; 1 MB of traffic is nothing beside it

@@ -1,7 +1,8 @@
 // kernel_model: runs every CUDA kernel variant of ember's own (not cuBLAS/cuDNN) in the SIMT
 // simulator with its efficiency counters on (core/cuda/sim/counters.h), and prints per op,
 // variant, benchmark case and dtype: global sector efficiency, shared-memory bank-conflict
-// factor, theoretical occupancy, bytes and FLOPs, and a roofline lower bound and a predicted
+// factor, theoretical occupancy, bytes (the op's minimum) and the traffic the kernels asked for
+// against them, FLOPs, and a roofline lower bound and a predicted
 // time on an H100 and an H200 (Note [kernel roofline model] in bench/model/roofline.h). Every
 // time it prints is a prediction; nothing here runs on a GPU.
 //
@@ -297,14 +298,22 @@ std::string occ_str(const model::Prediction& p) {
   return buf;
 }
 
+// bytes moved / the op's minimum (Prediction::traffic_ratio); "-" when the op has no cost bytes
+std::string traffic_str(const model::Prediction& p) {
+  if (!(p.traffic_ratio > 0)) return "-";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.2fx", p.traffic_ratio);
+  return buf;
+}
+
 void print_rows(const std::vector<Row>& rows, bool markdown, bool quick) {
   if (markdown) {
-    std::printf("| op | variant | case | dtype | sector eff | conflicts | occupancy | bytes | FLOPs | unit | "
+    std::printf("| op | variant | case | dtype | sector eff | conflicts | occupancy | bytes | traffic | FLOPs | unit | "
                 "H100 bound (us) | H100 predicted (us) | %% | H200 bound (us) | H200 predicted (us) | %% | limit (H100) |\n");
-    std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
+    std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
   } else {
-    std::printf("%-22s %-16s %-44s %-5s %6s %6s %5s %10s %10s %-4s | %9s %9s %5s | %9s %9s %5s  %s\n", "op", "variant",
-                "case", "dtype", "sector", "confl", "occ", "bytes", "FLOPs", "unit", "H100 lb", "predicted", "%", "H200 lb",
+    std::printf("%-22s %-16s %-44s %-5s %6s %6s %5s %10s %7s %10s %-4s | %9s %9s %5s | %9s %9s %5s  %s\n", "op", "variant",
+                "case", "dtype", "sector", "confl", "occ", "bytes", "traffic", "FLOPs", "unit", "H100 lb", "predicted", "%", "H200 lb",
                 "predicted", "%", "limit (H100)");
   }
   for (const Row& r : rows) {
@@ -313,15 +322,17 @@ void print_rows(const std::vector<Row>& rows, bool markdown, bool quick) {
     if (quick && !r.run_shape.empty()) name += " (ran " + r.run_shape + ")";
     const char* unit = model::math_unit_name(model::math_unit_for(r.variant, r.dtype));
     if (markdown) {
-      std::printf("| %s | %s | %s | %s | %.1f%% | %.2f | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %.0f | %s |\n",
+      std::printf("| %s | %s | %s | %s | %.1f%% | %.2f | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %.0f | %s |\n",
                   r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
-                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), si(c.flops, "").c_str(), unit,
+                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), traffic_str(r.h100).c_str(),
+                  si(c.flops, "").c_str(), unit,
                   us(r.h100.lower_bound_s).c_str(), us(r.h100.predicted_s).c_str(), r.h100.pct_of_roofline,
                   us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(), r.h200.pct_of_roofline, r.h100.bound);
     } else {
-      std::printf("%-22s %-16s %-44s %-5s %5.1f%% %6.2f %5s %10s %10s %-4s | %9s %9s %5.0f | %9s %9s %5.0f  %s\n",
+      std::printf("%-22s %-16s %-44s %-5s %5.1f%% %6.2f %5s %10s %7s %10s %-4s | %9s %9s %5.0f | %9s %9s %5.0f  %s\n",
                   r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
-                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), si(c.flops, "").c_str(), unit,
+                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), traffic_str(r.h100).c_str(),
+                  si(c.flops, "").c_str(), unit,
                   us(r.h100.lower_bound_s).c_str(), us(r.h100.predicted_s).c_str(), r.h100.pct_of_roofline,
                   us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(), r.h200.pct_of_roofline, r.h100.bound);
     }

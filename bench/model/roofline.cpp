@@ -115,6 +115,7 @@ Prediction predict(const GpuSpec& gpu, const PredictionInput& in) {
     else p.occupancy = p.occupancy < 0 ? in.occupancy[i] : std::min(p.occupancy, in.occupancy[i]);
   }
   p.sector_efficiency = sector_efficiency(g);
+  if (in.run_bytes > 0) p.traffic_ratio = static_cast<double>(g.bytes) / in.run_bytes;
   p.conflict_factor = conflict_factor(s);
   p.issue_efficiency = p.occupancy < 0 ? 1.0 : std::min(1.0, p.occupancy / kFullLatencyHidingOccupancy);
   // a kernel that could not run at all (occupancy 0) is not "infinitely slow" in a useful way

@@ -32,6 +32,8 @@
 //   predicted     = max(memory, compute, L1 time) + launches x 2.5 us (a launch on a busy
 //                   stream; an assumption, not measured here).
 //   % of roofline = lower bound / predicted.
+//   traffic ratio = global bytes the kernels asked for / the op's minimum bytes, both at the shape
+//                   that ran: reported beside the prediction, not part of it.
 // Counters measured on a smaller shape than the predicted one (kernel_model --quick) are scaled:
 // efficiencies and occupancy are ratios and carry over as they are; wavefronts and sectors scale
 // with the FLOPs (bytes when the op has none); the launch count carries over. A shape-dependent kernel
@@ -111,6 +113,11 @@ struct Prediction {
   double pct_of_roofline = 0;  // lower bound / predicted, in %
   double dram_bytes = 0;
   double sector_efficiency = 1;  // all global requests of the call
+  // Global bytes the call's kernels asked for (loads and stores, counted) over the op's minimum
+  // traffic (its cost model) at the shape that ran: 1 = every byte moved once; a two-pass kernel
+  // reads its input twice (2), a tiled GEMM re-reads tiles (served by the L2 in the model's
+  // memory time, but counted here). 0 when the op has no cost model bytes.
+  double traffic_ratio = 0;
   double conflict_factor = 1;    // all shared requests of the call
   double occupancy = -1;         // lowest known; < 0: no kernel of the call is in the table
   double issue_efficiency = 1;
