@@ -29,7 +29,15 @@ namespace ember::testing::app {
 
 namespace fs = std::filesystem;
 
-inline const std::string kBinary = EMBER_BINARY_DIR "/bin/mnist_train";
+// mnist_train beside the running test binary (build/bin/, or a GPU bundle's bin/ where the build
+// folder does not exist), else in the build folder this test was compiled for.
+inline std::string binary_path() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(self.parent_path() / "mnist_train")) return (self.parent_path() / "mnist_train").string();
+  return EMBER_BINARY_DIR "/bin/mnist_train";
+}
+inline const std::string kBinary = binary_path();
 
 inline bool have_binary() {
   if (fs::exists(kBinary)) return true;

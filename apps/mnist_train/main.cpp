@@ -77,6 +77,10 @@ int main(int argc, char** argv) {
   mnist::ParseResult parsed = mnist::parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   mnist::Options o = *parsed.options;
+  if (o.check_options) {  // the GPU runner's dry run: the line parses, nothing is loaded or trained
+    std::printf("mnist_train: options ok\n");
+    return 0;
+  }
   bool rank0 = true;
   mnist::install_stop_handlers();
   // Tests of the output policy (Note [side outputs]): the first output file to pass this many

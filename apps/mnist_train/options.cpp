@@ -175,6 +175,9 @@ ParseResult parse_options(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000))
       ->group("Logging");
   app.add_flag("--quiet", o.quiet, "no progress bar, only epoch lines and the summary")->group("Logging");
+  app.add_flag("--check-options", o.check_options,
+               "check the command line (every usage error exits 2), print 'options ok' and exit 0 without training")
+      ->group("Logging");
 
   // checkpoints
   app.add_option("--save", o.save, "save a training checkpoint (safetensors, atomic) after every epoch")

@@ -48,6 +48,7 @@ struct Options {
   std::string profile;
   int log_interval = 50;
   bool quiet = false;
+  bool check_options = false;  // parse and check the command line, then exit 0 (scripts' dry runs)
   bool distributed = false;  // data parallel over the ranks ember_run started
   bool lr_scaling = true;    // with --distributed: lr x WORLD_SIZE (the linear scaling rule)
   bool silent = false;  // not a flag: no per-epoch lines (the ablation's runs)
