@@ -4,8 +4,12 @@
 # and prints one markdown table. See README.md.
 #
 #   bench/e2e/run.sh [--data DIR] [--epochs N] [--bin PATH] [--python PYTHON] [--ember-flags "..."]
-#                    [--device cpu|cuda] [--threads N] [--repeats N] [--configs "plain tuned ..."] [--dry-run]
+#                    [--device cpu|cuda] [--threads N] [--repeats N] [--configs "plain tuned ..."|none] [--dry-run]
+#                    [--gpu-idle] [--table FILE] [--models "mlp cnn"]
 #
+# --configs none runs ember alone; --gpu-idle samples nvidia-smi's utilization every 100 ms during
+# each run and adds the GPU's idle % (over the whole process: start-up, loading, evaluation
+# included); --table also writes the table to FILE.
 # Environment overrides: DATA, EPOCHS, EMBER_BIN, PYTHON, EMBER_FLAGS, DEVICE, THREADS, REPEATS, CONFIGS.
 set -euo pipefail
 
@@ -22,8 +26,11 @@ repeats="${REPEATS:-1}"
 configs="${CONFIGS:-}"
 ember_flags="${EMBER_FLAGS-unset}"
 dry_run=0
+gpu_idle=0
+models="mlp cnn"
+table=""
 
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --data) data="$2"; shift 2 ;;
@@ -36,6 +43,9 @@ while [[ $# -gt 0 ]]; do
     --repeats) repeats="$2"; shift 2 ;;
     --configs) configs="$2"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
+    --gpu-idle) gpu_idle=1; shift ;;
+    --models) models="$2"; shift 2 ;;
+    --table) table="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -69,6 +79,7 @@ else
   [[ "$ember_flags" == unset ]] && ember_flags="--device-resident --graph --autotune"
   configs="${configs:-plain tuned compiled}"
 fi
+[[ "$configs" == none ]] && configs=""
 for c in $configs; do
   case "$c" in plain|tuned|compiled) ;; *) echo "run.sh: error: unknown PyTorch config '$c'" >&2; exit 2 ;; esac
 done
@@ -88,13 +99,45 @@ fi
 if (( ! dry_run )); then
   [[ -x "$bin" ]] || { echo "run.sh: error: $bin is not built (cmake --build build --target mnist_train)" >&2; exit 1; }
   [[ -d "$data" ]] || { echo "run.sh: error: no data directory $data" >&2; exit 1; }
-  "$python" -c "import torch" 2>/dev/null || { echo "run.sh: error: $python cannot import torch" >&2; exit 1; }
+  if [[ -n "$configs" ]]; then
+    "$python" -c "import torch" 2>/dev/null || { echo "run.sh: error: $python cannot import torch" >&2; exit 1; }
+  fi
+  if (( gpu_idle )) && ! command -v nvidia-smi > /dev/null; then
+    echo "run.sh: error: --gpu-idle needs nvidia-smi" >&2; exit 1
+  fi
 fi
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 results="$work/results.jsonl"
 : > "$results"
+
+# measured OUT CMD...: runs CMD with its stdout in OUT; with --gpu-idle it leaves the GPU's idle %
+# during the run in $idle (100 - the mean of nvidia-smi's utilization samples).
+idle=""
+measured() {
+  local out="$1"; shift
+  if (( ! gpu_idle )); then "$@" > "$out"; return; fi
+  local samples="$work/utilization.txt" sampler rc=0
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$samples" 2>/dev/null &
+  sampler=$!
+  "$@" > "$out" || rc=$?
+  kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
+  idle=$(awk '$1 ~ /^[0-9]+$/ { s += $1; n++ } END { if (n) printf "%.1f", 100 - s / n }' "$samples")
+  return $rc
+}
+# add_result FILE: its JSON lines, with the GPU idle % when measured, appended to the results
+add_result() {
+  "$python" - "$1" "$idle" >> "$results" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.strip().startswith("{"):
+        row = json.loads(line)
+        if sys.argv[2]:
+            row["gpu_idle_pct"] = float(sys.argv[2])
+        print(json.dumps(row))
+EOF
+}
 
 # One ember run: its summary lines become one JSON line like the PyTorch script's.
 run_ember() {
@@ -105,8 +148,8 @@ run_ember() {
                 --quiet "${ember_device_flags[@]}" "${flags[@]}")
   echo "ember: $model, batch $batch, $epochs epochs: ${cmd[*]}" >&2
   (( dry_run )) && return 0
-  "${cmd[@]}" > "$out"
-  "$python" - "$out" "$model" "$batch" "$epochs" >> "$results" <<'EOF'
+  measured "$out" "${cmd[@]}"
+  "$python" - "$out" "$model" "$batch" "$epochs" > "$out.json" <<'EOF'
 import json, re, sys
 path, model, batch, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 text = open(path).read()
@@ -120,6 +163,7 @@ print(json.dumps({"config": "ember", "model": model, "batch_size": batch, "epoch
                   "samples_per_s": grab(r"training time\s+[0-9.]+ s, ([0-9.]+) samples/s"),
                   "test_accuracy": grab(r"test accuracy\s+([0-9.]+)%")}))
 EOF
+  add_result "$out.json"
 }
 
 run_torch() {
@@ -128,7 +172,8 @@ run_torch() {
                 --epochs "$epochs" --config "$config" "${torch_device_flags[@]}")
   echo "torch: $model, batch $batch, $epochs epochs, $config: ${cmd[*]}" >&2
   (( dry_run )) && return 0
-  "${cmd[@]}" >> "$results"
+  measured "$work/torch.json" "${cmd[@]}"
+  add_result "$work/torch.json"
 }
 
 # Runs alternate (ember, then each PyTorch config, then ember again ...) so that a slow spell of a
@@ -136,24 +181,28 @@ run_torch() {
 for ((rep = 1; rep <= repeats; ++rep)); do
   for spec in "mlp 64" "cnn 128"; do
     read -r model batch <<< "$spec"
+    [[ " $models " == *" $model "* ]] || continue
     run_ember "$model" "$batch"
     for config in $configs; do run_torch "$model" "$batch" "$config"; done
   done
 done
 (( dry_run )) && exit 0
 
-"$python" - "$results" "$repeats" "$threads" <<'EOF'
+"$python" - "$results" "$repeats" "$threads" "$ember_flags" <<'EOF' | tee ${table:+"$table"}
 import json, os, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 repeats, threads = int(sys.argv[2]), sys.argv[3]
 def median_row(group):
     out = dict(group[0])
-    for key in ("wall_s", "samples_per_s", "test_accuracy"):
-        out[key] = statistics.median(r[key] for r in group)
+    for key in ("wall_s", "samples_per_s", "test_accuracy", "gpu_idle_pct"):
+        if all(key in r for r in group):
+            out[key] = statistics.median(r[key] for r in group)
     out["runs"] = len(group)
     return out
-print("| model | batch | run | wall time (s) | samples/s | test acc | ember speed-up (wall) | ember speed-up (samples/s) |")
-print("|---|---|---|---:|---:|---:|---:|---:|")
+idle = any("gpu_idle_pct" in r for r in rows)
+print("| model | batch | run | wall time (s) | samples/s | test acc | ember speed-up (wall) | ember speed-up (samples/s) |"
+      + (" GPU idle % |" if idle else ""))
+print("|---|---|---|---:|---:|---:|---:|---:|" + ("---:|" if idle else ""))
 for model in ("mlp", "cnn"):
     configs = []
     for r in rows:
@@ -167,9 +216,10 @@ for model in ("mlp", "cnn"):
         else:
             wall = f"{r['wall_s'] / ember['wall_s']:.2f}x"
             rate = f"{ember['samples_per_s'] / r['samples_per_s']:.2f}x"
-        name = ("ember" if threads else "ember (best)") if c == "ember" else f"torch {c}"
+        name = f"ember {sys.argv[4] or '(default flags)'}" if c == "ember" else f"torch {c}"
         print(f"| {model} | {r['batch_size']} | {name} | {r['wall_s']:.2f} | {r['samples_per_s']:.0f} | "
-              f"{r['test_accuracy']:.2f}% | {wall} | {rate} |")
+              f"{r['test_accuracy']:.2f}% | {wall} | {rate} |"
+              + (f" {r['gpu_idle_pct']:.0f} |" if "gpu_idle_pct" in r else (" - |" if idle else "")))
 if repeats > 1:
     print(f"\nEach row: the median of {repeats} runs, ember and PyTorch alternating.")
 if threads:
