@@ -34,6 +34,7 @@ flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DEMBER
        -DEMBER_DNNL=OFF -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON -DEMBER_BUILD_APPS=ON)
 programs=(ember_gpu_tests mnist_train bench_ops bench_loader bench_allreduce ember_run)
 mkdir -p "$build"
+mkdir -p "$build"
 echo "gpu_bundle: configure $build (${flags[*]})"
 cmake -S . -B "$build" "${flags[@]}" > "$build/gpu_bundle.configure.log" 2>&1 || { tail -30 "$build/gpu_bundle.configure.log"; exit 1; }
 grep -q 'ember: CUDA' "$build/gpu_bundle.configure.log" || { echo "gpu_bundle: error: the configure did not enable CUDA (see $build/gpu_bundle.configure.log)" >&2; exit 1; }
