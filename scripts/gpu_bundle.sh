@@ -34,7 +34,6 @@ flags=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DEMBER
        -DEMBER_DNNL=OFF -DEMBER_BUILD_TESTS=ON -DEMBER_BUILD_BENCH=ON -DEMBER_BUILD_APPS=ON)
 programs=(ember_gpu_tests mnist_train bench_ops bench_loader bench_allreduce ember_run)
 mkdir -p "$build"
-mkdir -p "$build"
 echo "gpu_bundle: configure $build (${flags[*]})"
 cmake -S . -B "$build" "${flags[@]}" > "$build/gpu_bundle.configure.log" 2>&1 || { tail -30 "$build/gpu_bundle.configure.log"; exit 1; }
 grep -q 'ember: CUDA' "$build/gpu_bundle.configure.log" || { echo "gpu_bundle: error: the configure did not enable CUDA (see $build/gpu_bundle.configure.log)" >&2; exit 1; }
@@ -81,7 +80,7 @@ cp scripts/gpu_run.sh "$out/run.sh"
 chmod +x "$out/run.sh"
 
 commit="$(git rev-parse HEAD 2> /dev/null || echo unknown)"
-dirty="$(git status --porcelain 2> /dev/null | grep -v '^??' | head -1)"
+dirty="$(git status --porcelain 2> /dev/null | grep -v '^??' | head -1 || true)"
 size_of() { du -sb "$1" | cut -f1; }
 repo_bytes=$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)
 bundle_bytes=$(size_of "$out")
