@@ -73,10 +73,11 @@ locate() {
     PY="$repo/bench"; E2E="$repo/bench/e2e/run.sh"; TABLE="$repo/scripts/bench_table.py"
     return
   fi
-  # the bundle: payload.tar.xz beside this script, unpacked once into payload/
-  local p="$here/payload"
+  # the bundle: payload.tar.xz beside this script, unpacked once outside the bundle (which must
+  # stay small enough to travel)
+  [[ -f "$here/payload.tar.xz" ]] || { echo "run.sh: error: no $here/payload.tar.xz (build the bundle with scripts/gpu_bundle.sh)" >&2; exit 2; }
+  local p; p="${TMPDIR:-/tmp}/ember-gpu-bundle.$(stat -c %s-%Y "$here/payload.tar.xz")"
   if [[ ! -f "$p/.unpacked" ]]; then
-    [[ -f "$here/payload.tar.xz" ]] || { echo "run.sh: error: $here has neither payload/ nor payload.tar.xz (build it with scripts/gpu_bundle.sh)" >&2; exit 2; }
     rm -rf "$p" && mkdir -p "$p" && tar -xJf "$here/payload.tar.xz" -C "$p" || { echo "run.sh: error: cannot unpack $here/payload.tar.xz" >&2; exit 2; }
     # the data travels as xz'd raw IDX files (smaller than Debian's gzip); mnist_train reads raw IDX
     for f in "$p"/data/*.xz; do [[ -e "$f" ]] && xz -d "$f"; done
