@@ -9,10 +9,14 @@
 
 namespace ember::math {
 
+// The device functions are named with :: on purpose: inside ember::math an unqualified sqrt(x)
+// finds ember::math::sqrt itself first, and the double overloads called themselves forever. The
+// host build (and so the simulator) takes the std:: branch, which is why only a real GPU showed it
+// (NaN from Adam's bias correction, total_norm without its root, f64 GELU).
 #if defined(__CUDA_ARCH__)
-#define EMBER_MATH1(name, fexpr, dexpr)                        \
-  EMBER_HD inline float name(float x) { return fexpr(x); }     \
-  EMBER_HD inline double name(double x) { return dexpr(x); }
+#define EMBER_MATH1(name, fexpr, dexpr)                          \
+  EMBER_HD inline float name(float x) { return ::fexpr(x); }     \
+  EMBER_HD inline double name(double x) { return ::dexpr(x); }
 #else
 #define EMBER_MATH1(name, fexpr, dexpr)                        \
   EMBER_HD inline float name(float x) { return std::dexpr(x); } \
