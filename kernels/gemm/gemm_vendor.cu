@@ -419,6 +419,12 @@ void run_cublaslt(const Problem& p) {
                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_c},
                             std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_c}})
       EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, attr, &al, sizeof(al)));
+    // split-K partials summed in f32 in a workspace, never in the output dtype nor in place in the
+    // output: cuBLASLt's counterpart of the cuBLAS handle's DISALLOW_REDUCED_PRECISION_REDUCTION
+    // (an H200 run gave bf16 results on the output dtype's grid with OUTPUT_TYPE and INPLACE allowed)
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                            sizeof(schemes)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     EMBER_CUBLAS_CHECK(

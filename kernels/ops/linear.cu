@@ -3,7 +3,8 @@
 //   v1_naive  (kReference) one thread per output (the oracle)
 //   v2_tiled  f32/f64 SIMT (gemm_simt.cu)
 //   v3_mma    f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
-//   cublas    (kVendor) bias added by cuBLAS (C prefilled, beta = 1), relu in place after; no gelu
+//   cublas    (kVendor) bias added by cuBLAS (C prefilled, beta = 1), relu in place after; no gelu;
+//             f16/bf16 only without a bias (see cublas_ok)
 //   cublaslt  (kVendor) cuBLASLt's BIAS / RELU / RELU_BIAS epilogues; no gelu, because
 //             cuBLASLt's GELU epilogue is the tanh approximation and linear promises the erf form
 // Backward stays composite (linear.cpp): matmul, sum and relu_backward / gelu_backward.
@@ -38,6 +39,16 @@ bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.
 
 bool no_gelu(const KernelCall& c) { return act_of(c) != static_cast<int>(Activation::gelu); }
 
+// On an H200 (cuBLAS 13.1) a f16/bf16 GEMM with the bias as C and beta = 1 came out on the grid of
+// the output dtype at the magnitude of x W^T, not of the sum: with x W^T ~ -0.5 and b ~ 0.5 the
+// result was 0 or 2^-8 where the f32 sum is 0.0017 (docs/gpu-validation.md, first run). cuBLAS
+// adds beta * C after a rounding; ember's linear rounds once. So the halves go to cuBLASLt's BIAS
+// epilogue (in f32) or ember's kernels when there is a bias.
+bool cublas_ok(const KernelCall& c) {
+  const DType dt = c.in[0].dtype();
+  return no_gelu(c) && (!c.in[2].defined() || dt == DType::f32 || dt == DType::f64);
+}
+
 bool lt_ok(const KernelCall& c) {
   const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];
   const int64_t in_f = w.shape()[1], out_f = w.shape()[0];
@@ -66,8 +77,8 @@ void register_cuda_linear(OpInfo& info) {
                     .dtypes = DTypeSet{DType::f16, DType::bf16}, .supports = mma_ok,
                     .note = "tensor cores (mma.sync) with the epilogue fused"});
   info.add_variant({.name = "cublas", .device = DeviceType::cuda, .fn = linear_cublas, .dtypes = kFloatTypes,
-                    .flags = kVendor, .supports = no_gelu,
-                    .note = "cuBLAS with the bias as C (beta = 1), relu in place; no gelu"});
+                    .flags = kVendor, .supports = cublas_ok,
+                    .note = "cuBLAS with the bias as C (beta = 1), relu in place; no gelu; halves without bias only"});
   info.add_variant({.name = "cublaslt", .device = DeviceType::cuda, .fn = linear_cublaslt,
                     .dtypes = DTypeSet{DType::f32, DType::f16, DType::bf16}, .flags = kVendor, .supports = lt_ok,
                     .note = "cuBLASLt with its BIAS/RELU epilogues; no gelu (its GELU is the tanh form)"});
