@@ -152,6 +152,9 @@ struct OpSample {
   DTypeSet dtypes{DType::f32, DType::f16, DType::bf16};  // CPU-vs-CUDA parity dtypes
   std::vector<std::pair<DType, Tol>> tol;  // overrides of the default tolerances ...
   std::string tol_note;                    // ... and why
+  // false: the vendor variants (kVendor) are not held to the CPU reference on this sample, where
+  // the library's semantics differ from ember's and PyTorch's (tol_note says how)
+  bool vendor_parity = true;
   // Indices of inputs that keep their dtype when the driver casts floating inputs (e.g. masks).
   std::vector<int> keep_dtype;
 };

@@ -253,6 +253,7 @@ std::vector<std::string> variant_parity(const OpInfo& info, const OpSample& s, D
     std::vector<Tensor> want = call_variant(*ref, info.id, inputs_as(s, dt), s.attrs);
     for (const Variant& v : info.variants) {
       if (v.device != device || &v == ref || !v.accepts(probe)) continue;
+      if (!s.vendor_parity && (v.flags & kVendor) != 0) continue;
       std::vector<Tensor> din;
       for (const Tensor& t : inputs_as(s, dt)) din.push_back(to_device_same_layout(t, dev));
       std::vector<Tensor> got;

@@ -238,6 +238,15 @@ std::vector<OpSample> softmax_samples() {
     s.attrs = SoftmaxAttrs{c.dim};
     s.gradcheck = c.gradcheck;
     set_tolerance(s, case_length(c), true);
+    // cuDNN's softmax on an H200 (cuDNN 9.14): 0 or -inf where a row holds NaN or +inf or is all
+    // -inf (PyTorch and ember: NaN), and log-softmax 1e-3 relative off at |x| ~ 1e4
+    const Tensor ax = c.x.numel() > 0 ? abs(c.x.contiguous()) : c.x;
+    const bool special = c.x.numel() > 0 && !(amax(ax, {}, false).item() < 1e3);  // NaN compares false
+    if (special) {
+      s.vendor_parity = false;
+      s.tol_note += std::string(s.tol_note.empty() ? "" : "; ") +
+                    "vendor (cuDNN) variants skipped: non-finite rows and |x| >= 1e3 differ by design";
+    }
     out.push_back(std::move(s));
   }
   return out;
