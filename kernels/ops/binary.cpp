@@ -170,6 +170,12 @@ std::vector<OpSample> binary_samples() {
     s.name = std::move(name);
     s.inputs = {std::move(a), std::move(b)};
     s.gradcheck = !Op::kCompare;
+    if constexpr (std::is_same_v<Op, binary::Pow>) {
+      // d/db a^b = g a^b log(a) is three f16 roundings on each device, and CUDA's powf/logf differ
+      // from the host's in the last f32 bit: two elements of 2^20+3 were 2 f16 ulps apart on an H200
+      s.tol = {{DType::f16, {2e-3, 1e-5}}, {DType::bf16, {3.2e-2, 1e-5}}};
+      s.tol_note = "the exponent's gradient is a product of three rounded factors";
+    }
     out.push_back(std::move(s));
   };
   for (const auto& ns : samples::elementwise_shapes()) {
