@@ -23,7 +23,10 @@ std::vector<TensorSpec> infer_unscale(std::span<const Tensor> in, const Attrs&) 
   for (size_t i = 2; i < in.size(); ++i) {
     EMBER_CHECK(is_floating(in[i].dtype()), "amp_unscale: gradient ", i - 2, " is ", in[i].describe(),
                 "; gradients are floating");
-    EMBER_CHECK(in[i].is_contiguous(), "amp_unscale: gradient ", i - 2, " must be contiguous");
+    // the kernels walk each gradient's memory as one flat array, which any dense layout is
+    // (channels-last gradients of --channels-last --amp fp16 included)
+    EMBER_CHECK(in[i].is_non_overlapping_and_dense(), "amp_unscale: gradient ", i - 2, " is ", in[i].describe(),
+                "; it must be dense (contiguous or a permutation of it, such as channels-last)");
     out.push_back({in[i].shape(), in[i].dtype(), {}, static_cast<int>(i)});
   }
   return out;
@@ -67,6 +70,9 @@ std::vector<OpSample> unscale_samples() {
           mk("an inf in one tensor", {samples::uniform({17}, -1, 1, 6), with_inf}, 0.5),
           mk("a nan", {with_nan}, 0.25), mk("[2^20+3]", {samples::uniform({(1 << 20) + 3}, -1, 1, 7)}, 1.0 / 65536),
           mk("60 tensors (two launches)", std::vector<Tensor>(60, samples::uniform({9}, -1, 1, 8)), 0.125),
+          // a conv weight's gradient under --channels-last: dense, not contiguous
+          mk("channels-last [4,3,5,5] and a plain tensor",
+             {samples::uniform({4, 5, 5, 3}, -1, 1, 9).permute({0, 3, 1, 2}), samples::uniform({7}, -1, 1, 10)}, 0.5),
           mk("no gradients", {}, 1.0)};
 }
 
@@ -132,6 +138,7 @@ Cost unscale_cost(const KernelCall& c) {
 void define_op_amp_unscale(OpInfo& info) {
   info.doc = "grads *= inv_scale in place, found_inf set on inf/NaN (one fused pass)";
   info.infer = infer_unscale;
+  info.contiguous_inputs = false;  // dense layouts reach the kernels as they are (infer_unscale)
   info.samples = unscale_samples;
   info.cost = unscale_cost;
   info.benches = [] {
