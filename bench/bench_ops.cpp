@@ -194,11 +194,13 @@ std::string validate(const OpInfo& info, const Variant& v, const BenchCase& bc, 
     for (const Tensor& t : in) ref_in.push_back(t.defined() ? t.to(kCPU) : t);
     *how = "cpu";
   } else {
+    // the vendor variant when it takes this case (cuBLASLt has no exact GELU), else the default
+    const KernelCall probe{info.id, in, got, bc.attrs};
     for (const Variant& r : info.variants)
-      if (r.device == v.device && (r.flags & kVendor) && &r != &v) ref = &r;
+      if (r.device == v.device && (r.flags & kVendor) && &r != &v && r.accepts(probe)) ref = &r;
     if (ref == nullptr)
       for (const Variant& r : info.variants)
-        if (r.device == v.device && &r != &v && !(r.flags & kReference)) {
+        if (r.device == v.device && &r != &v && !(r.flags & kReference) && r.accepts(probe)) {
           ref = &r;
           break;
         }
