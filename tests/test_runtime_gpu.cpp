@@ -83,6 +83,31 @@ TEST_CASE("a block used on another stream waits for that stream before reuse", "
   CHECK(b.data_ptr() == p);
 }
 
+TEST_CASE("a capture that allocates while blocks wait for another stream's events still captures", "[gpu][allocator][graph]") {
+  // Note [event queries during capture]: the allocator's look at pending blocks queries events,
+  // which a capture forbids on its thread; on an H200 this broke every --graph run whose batches
+  // came from the host loader's copy stream.
+  cuda::Stream side = cuda::Stream::create(0);
+  cuda::Stream st = cuda::Stream::create(0);
+  {
+    Tensor used_elsewhere = empty({1 << 20}, kCUDA);
+    cuda::record_stream(used_elsewhere.data_ptr(), side);
+  }
+  Tensor x = ones({4099}, kCUDA);
+  st.wait_stream(cuda::current_stream(0));
+  cuda::Graph g;
+  Tensor y;
+  {
+    cuda::StreamGuard guard(st);
+    g.capture_begin(st);
+    y = add(x, 1.0);  // allocates inside the capture
+    REQUIRE_NOTHROW(g.capture_end());
+    g.replay();
+  }
+  st.synchronize();
+  CHECK(sum(y).item() == 2.0 * 4099);
+}
+
 TEST_CASE("pinned host memory: async copies, reuse only after the copy event", "[gpu][pinned]") {
   Tensor h = arange(1 << 20, DType::f32).pin_memory();
   CHECK(h.is_pinned());

@@ -282,6 +282,11 @@ class DeviceAllocator {
   }
 
   void process_pending() {
+    // Note [event queries during capture]: querying an event is potentially unsafe while a capture
+    // is underway (global mode: on any thread) and invalidates the capture: an H200 lost --graph captures with the host loader
+    // this way, whose batches leave blocks pending on the copy stream's events. The events belong
+    // to finished or eager work, never to the capture, so relaxed mode is the honest setting.
+    RelaxedCapture relaxed;
     for (auto it = pending_.begin(); it != pending_.end();) {
       bool done = true;
       for (cudaEvent_t e : it->events) {

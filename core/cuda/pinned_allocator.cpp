@@ -55,6 +55,7 @@ class PinnedAllocator final : public Allocator {
       return b->ptr;
     }
     void* p = nullptr;
+    RelaxedCapture relaxed;  // host memory is not stream work; a loader worker may allocate while a step captures
     cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();
@@ -138,8 +139,11 @@ class PinnedAllocator final : public Allocator {
     return key < it->first + b->size ? b : nullptr;
   }
 
-  // Moves the completed events of a block to the spare list.
+  // Moves the completed events of a block to the spare list. Relaxed capture mode: the events are
+  // copies' (never a capture's), and a query would otherwise break a global-mode capture on any
+  // thread (Note [event queries during capture] in caching_allocator.cpp).
   void drop_completed(HostBlock& b) {
+    RelaxedCapture relaxed;
     auto& ev = b.events;
     for (size_t i = 0; i < ev.size();) {
       cudaError_t q = cudaEventQuery(ev[i].event);

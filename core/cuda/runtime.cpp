@@ -280,6 +280,7 @@ void Event::block(const Stream& s) const {
 
 bool Event::query() const {
   if (!recorded()) return true;
+  RelaxedCapture relaxed;  // asking never waits, and the event is not part of a capture (that is cudaErrorCapturedEvent)
   cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(handle_));
   if (err == cudaErrorNotReady) {
     cudaGetLastError();
