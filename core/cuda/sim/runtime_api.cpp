@@ -749,6 +749,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
                   "after replaying the graph)");
     }
     if (legacy_use(s) != cudaSuccess) return t_last_error;
+    // waiting for other work is potentially unsafe: refused during a global or this thread's capture
+    if (cudaError_t u = unsafe_call("cudaStreamSynchronize"); u != cudaSuccess) return u;
   }
   s->wait_for(s->mark());
   return sticky_or(ok());
@@ -763,6 +765,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
       invalidate(s->capture, "cudaStreamQuery on the capturing stream");
       return fail(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery on a stream that is capturing a graph");
     }
+    if (cudaError_t u = unsafe_call("cudaStreamQuery"); u != cudaSuccess) return u;
   }
   if (cudaError_t e = sticky_or(cudaSuccess); e != cudaSuccess) return e;
   return s->reached(s->mark()) ? ok() : cudaErrorNotReady;
@@ -817,9 +820,21 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   if (c == nullptr) return fail(cudaErrorIllegalState, "cudaStreamEndCapture on a stream that is not capturing");
   if (c->origin != s)
     return fail(cudaErrorStreamCaptureUnmatched, "cudaStreamEndCapture on a stream that joined the capture; end it on the stream that began it");
-  if (c->mode != cudaStreamCaptureModeRelaxed && c->thread != std::this_thread::get_id())
-    return fail(cudaErrorStreamCaptureWrongThread, std::string("cudaStreamEndCapture from another thread than the one that began a ") +
-                                                       mode_name(c->mode) + "-mode capture");
+  if (c->mode != cudaStreamCaptureModeRelaxed && c->thread != std::this_thread::get_id()) {
+    // The capture ends with the error, as on a GPU (H200, driver 580): the stream is no longer
+    // capturing, and a second cudaStreamEndCapture, from any thread, is cudaErrorIllegalState.
+    const std::string msg = std::string("cudaStreamEndCapture from another thread than the one that began a ") +
+                            mode_name(c->mode) + "-mode capture (the capture is ended)";
+    for (StreamImpl* o : c->streams) {
+      o->capture = nullptr;
+      o->tail.clear();
+    }
+    g_captures.erase(c);
+    for (auto& [raw, e] : g_events)
+      if (e->captured == c) e->captured = nullptr;
+    delete c;
+    return fail(cudaErrorStreamCaptureWrongThread, msg);
+  }
   // every stream forked into the capture must have been joined back into the origin stream
   if (!c->invalidated) {
     std::set<Node*> reach;
@@ -906,8 +921,8 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream, unsigne
     E->capture_deps = s->tail;
     return ok();
   }
-  if (flags & cudaEventRecordExternal)
-    return fail(cudaErrorInvalidValue, "cudaEventRecordExternal outside a stream capture");
+  if (flags & cudaEventRecordExternal)  // cudaErrorIllegalState, as a GPU answers (H200, driver 580)
+    return fail(cudaErrorIllegalState, "cudaEventRecordExternal outside a stream capture");
   E->captured = nullptr;
   E->capture_id = 0;
   uint64_t gen;
@@ -933,6 +948,11 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
                   "cudaEventQuery on an event last recorded in a capturing stream (it marks a point of a graph, not "
                   "work that runs)");
     }
+    // Querying any other event is potentially unsafe too (PyTorch's caching allocator defers its
+    // event queries while a capture is underway for this reason): refused in global mode from any
+    // thread and on the capturing thread unless it is in relaxed mode. The stricter reading where
+    // the programming guide does not list the calls (docs/simulator.md, the capture rules).
+    if (cudaError_t u = unsafe_call("cudaEventQuery"); u != cudaSuccess) return u;
   }
   if (cudaError_t err = sticky_or(cudaSuccess); err != cudaSuccess) return err;
   uint64_t gen;
@@ -952,6 +972,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
       if (E->captured != nullptr) invalidate(E->captured, "cudaEventSynchronize on an event recorded in the capture");
       return fail(cudaErrorCapturedEvent, "cudaEventSynchronize on an event last recorded in a capturing stream");
     }
+    if (cudaError_t u = unsafe_call("cudaEventSynchronize"); u != cudaSuccess) return u;
   }
   uint64_t gen;
   {
