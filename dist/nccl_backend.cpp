@@ -53,13 +53,11 @@
 #include "core/storage.h"
 #include "kernels/functional.h"
 
-#if NCCL_VERSION_CODE < NCCL_VERSION(2, 10, 0)
-#error "the nccl backend needs NCCL >= 2.10 (ncclAvg, bf16); configure with an older NCCL hidden to build without it"
-#endif
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-#define EMBER_NCCL_NONBLOCKING 1  // ncclConfig_t.blocking = 0: calls return ncclInProgress, abort works
-#else
-#define EMBER_NCCL_NONBLOCKING 0
+// CMake builds this backend only with NCCL >= 2.14 (cmake/nccl_version.cmake): ncclCommFinalize,
+// ncclGetLastError and non-blocking communicators (ncclConfig_t.blocking = 0: calls return
+// ncclInProgress, and abort works on a communicator stuck in a call).
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "the nccl backend needs NCCL >= 2.14; CMake leaves it out with an older nccl.h (cmake/nccl_version.cmake)"
 #endif
 
 namespace ember::dist {
@@ -216,13 +214,9 @@ class NcclGroup final : public ProcessGroup {
       std::memcpy(id.internal, v.data(), sizeof id.internal);
     }
 
-#if EMBER_NCCL_NONBLOCKING
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
-#else
-    ncclResult_t r = ncclCommInitRank(&comm_, size, id, rank);
-#endif
     bool timed_out = false;
     r = settle(r, Clock::now() + timeout, &timed_out);
     if (r != ncclSuccess) {

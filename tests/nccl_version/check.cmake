@@ -1,0 +1,15 @@
+# cmake -P tests/nccl_version/check.cmake: cmake/nccl_version.cmake reads the version of an nccl.h
+# and accepts 2.14 and later only (what dist/nccl_backend.cpp calls).
+include(${CMAKE_CURRENT_LIST_DIR}/../../cmake/nccl_version.cmake)
+set(failures 0)
+function(expect header want_version want_ok)
+  ember_nccl_version(${CMAKE_CURRENT_LIST_DIR}/${header} v ok)
+  if(NOT v STREQUAL want_version OR NOT ok STREQUAL want_ok)
+    message(SEND_ERROR "${header}: got version '${v}' ok ${ok}, expected '${want_version}' ok ${want_ok}")
+  else()
+    message(STATUS "${header}: version '${v}', usable ${ok}")
+  endif()
+endfunction()
+expect(nccl_2_12.h "2.12.10" FALSE)
+expect(nccl_2_28.h "2.28.9" TRUE)
+expect(no_version.h "" FALSE)

@@ -1,0 +1,1 @@
+/* not an nccl.h: no version defines */
