@@ -16,7 +16,7 @@
 #   --dry-run     run no stage: check the plan's caps, print every command line and have each
 #                 program parse its own (mnist_train --check-options, bench_ops --list, the test
 #                 binary's name filter, run.sh --dry-run), find the vendor libraries, write the
-#                 summary. What the ctest entry gpu_run_dry_run checks without a GPU.
+#                 summary. What `ctest -R gpu_run` checks without a GPU (tests/gpu_run/).
 #   --plan        print the stages and their caps and exit
 #   --find-libs   print where the vendor libraries are (name|folder|version) and exit
 #   --tree DIR    use a build tree (DIR/bin, DIR/lib, the repository's bench/ and the Debian data)
