@@ -60,7 +60,24 @@ cudaError_t end_invalid(cudaStream_t s) {
   return e;
 }
 
+// Ends a capture that is expected to succeed.
+void end_ok(cudaStream_t s) {
+  cudaGraph_t g = nullptr;
+  CHECK(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  CHECK(g != nullptr);
+  if (g != nullptr) cudaGraphDestroy(g);
+}
+
 void launch_add_one(cudaStream_t s, int* p) { ember::cuda::launch(add_one, 1, kN, 0, s, p, kN); }
+
+// An event that marks eager work (a kernel on `s`), not a point of any capture.
+cudaEvent_t record_outside(cudaStream_t s, int* p) {
+  cudaEvent_t e = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+  launch_add_one(s, p);
+  REQUIRE(cudaEventRecord(e, s) == cudaSuccess);
+  return e;
+}
 
 }  // namespace
 
@@ -157,9 +174,7 @@ TEST_CASE("graph capture modes: potentially unsafe calls such as cudaMalloc", "[
     }).join();
     CHECK(other == cudaSuccess);
     launch_add_one(st.s, b.dev);
-    cudaGraph_t g = nullptr;
-    CHECK(cudaStreamEndCapture(st.s, &g) == cudaSuccess);
-    if (g != nullptr) cudaGraphDestroy(g);
+    end_ok(st.s);
   }
   SECTION("global mode: another thread's unsafe call breaks the capture") {
     REQUIRE(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeGlobal) == cudaSuccess);
@@ -180,10 +195,7 @@ TEST_CASE("graph capture modes: potentially unsafe calls such as cudaMalloc", "[
 TEST_CASE("graph capture modes: querying or waiting for outside work", "[gpu][graph]") {
   Stream st, other_stream;
   Buffers b;
-  cudaEvent_t outside = nullptr;
-  REQUIRE(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming) == cudaSuccess);
-  launch_add_one(other_stream.s, b.dev);
-  REQUIRE(cudaEventRecord(outside, other_stream.s) == cudaSuccess);
+  cudaEvent_t outside = record_outside(other_stream.s, b.dev);
   REQUIRE(cudaStreamSynchronize(other_stream.s) == cudaSuccess);
   SECTION("global mode: cudaEventQuery on the capturing thread is refused and breaks the capture") {
     REQUIRE(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeGlobal) == cudaSuccess);
@@ -220,9 +232,7 @@ TEST_CASE("graph capture modes: querying or waiting for outside work", "[gpu][gr
     CHECK(cudaEventQuery(outside) == cudaSuccess);
     REQUIRE(cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess);
     launch_add_one(st.s, b.dev);
-    cudaGraph_t g = nullptr;
-    CHECK(cudaStreamEndCapture(st.s, &g) == cudaSuccess);
-    if (g != nullptr) cudaGraphDestroy(g);
+    end_ok(st.s);
   }
   SECTION("thread-local mode: another thread may query") {
     REQUIRE(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
@@ -230,9 +240,7 @@ TEST_CASE("graph capture modes: querying or waiting for outside work", "[gpu][gr
     std::thread([&] { from_other = cudaEventQuery(outside); }).join();
     CHECK(from_other == cudaSuccess);
     launch_add_one(st.s, b.dev);
-    cudaGraph_t g = nullptr;
-    CHECK(cudaStreamEndCapture(st.s, &g) == cudaSuccess);
-    if (g != nullptr) cudaGraphDestroy(g);
+    end_ok(st.s);
   }
   cudaEventDestroy(outside);
 }
@@ -305,10 +313,7 @@ TEST_CASE("graph capture: fork and join through events, an unjoined fork fails t
 TEST_CASE("graph capture: waiting on work outside the capture is an isolation error", "[gpu][graph]") {
   Stream s1, s2;
   Buffers b;
-  cudaEvent_t outside = nullptr;
-  REQUIRE(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming) == cudaSuccess);
-  launch_add_one(s2.s, b.dev);
-  REQUIRE(cudaEventRecord(outside, s2.s) == cudaSuccess);
+  cudaEvent_t outside = record_outside(s2.s, b.dev);
   REQUIRE(cudaStreamBeginCapture(s1.s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
   CHECK(cudaStreamWaitEvent(s1.s, outside, 0) == cudaErrorStreamCaptureIsolation);
   cudaGetLastError();
