@@ -286,6 +286,7 @@ class DeviceAllocator {
     // is underway (global mode: on any thread) and invalidates the capture: an H200 lost --graph captures with the host loader
     // this way, whose batches leave blocks pending on the copy stream's events. The events belong
     // to finished or eager work, never to the capture, so relaxed mode is the honest setting.
+    if (pending_.empty()) return;  // the common case: no mode switch on every allocation
     RelaxedCapture relaxed;
     for (auto it = pending_.begin(); it != pending_.end();) {
       bool done = true;
