@@ -360,6 +360,9 @@ stage_4() {
   # the naive reference kernels are checked in stage 2, not timed here: at 8192^3 one run takes
   # most of a second (the first H200 run spent its whole cap on them)
   local q=(--device cuda --quick --min-time 0.05 --benchmark_filter=-naive)
+  # which algorithm cuDNN and cuBLASLt took for each test sample (EMBER_VENDOR_LOG): where a vendor
+  # variant's numbers differ from the CPU reference, the log names the kernel configuration
+  step vendor_choices 15 -- env EMBER_VENDOR_LOG=1 "$BIN/ember_gpu_tests" "cuda op linear,cuda op conv2d_backward_input"
   step bench_rows 25 bench_ops -- "$b" "${q[@]}" --op softmax,cross_entropy,add,sum --json "$j/bench_rows.json"
   step bench_gemm 25 bench_ops -- "$b" "${q[@]}" --op matmul,linear --json "$j/bench_gemm.json"
   step bench_conv 40 bench_ops -- "$b" "${q[@]}" --op conv2d,conv2d_backward_input,conv2d_backward_weight --json "$j/bench_conv.json"

@@ -8,8 +8,9 @@
 //   workspace <= 1 GiB, deterministic unless the variant is cudnn_nondet (kNondeterministic, so
 //   deterministic mode never picks it), and for f32 no tensor-op (TF32) math.
 // - Math: CUDNN_FMA_MATH for f32 (no TF32: results comparable with the CPU reference) and
-//   CUDNN_DEFAULT_MATH for f64; CUDNN_TENSOR_OP_MATH for f16/bf16 with fp32 accumulation
-//   (compute type float).
+//   CUDNN_DEFAULT_MATH for f64; for f16/bf16 the math type the algorithm was listed with, compute
+//   type float (cuDNN may still keep f16 partial sums: Note [cuDNN f16 partial sums] in
+//   kernels/ops/conv2d.cpp).
 // - Layouts: tensor descriptors carry the real strides (NCHW or channels-last); the filter is KCRS
 //   (format NCHW) or KRSC (format NHWC) to match.
 // - Handles: one per (thread, device), returned to a pool when the thread ends; the stream is set
@@ -27,7 +28,9 @@
 
 #include "kernels/common/cudnn_utils.h"
 
+#include <cstdio>
 #include <map>
+#include <string>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -144,19 +147,34 @@ bool lossy(cudnnConvolutionBwdFilterAlgo_t a) {
          a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
+// EMBER_VENDOR_LOG=1 prints every candidate cuDNN listed and the one taken (stderr), for telling
+// which algorithm produced a vendor variant's numbers on a user's GPU.
+bool vendor_log() {
+  static const bool on = runtime::env("EMBER_VENDOR_LOG") == "1";
+  return on;
+}
+
 template <class Perf>
-Choice pick(const Perf* perf, int n, DType t, bool nondet) {
-  for (int i = 0; i < n; ++i) {
+Choice pick(const Perf* perf, int n, DType t, bool nondet, const char* what) {
+  Choice c;
+  for (int i = 0; i < n && c.algo < 0; ++i) {
     const Perf& p = perf[i];
+    if (vendor_log())
+      std::fprintf(stderr, "ember vendor: cuDNN %s %s candidate algo %d status %d determinism %d math %d workspace %zu\n",
+                   what, std::string(dtype_name(t)).c_str(), static_cast<int>(p.algo), static_cast<int>(p.status),
+                   static_cast<int>(p.determinism), static_cast<int>(p.mathType), p.memory);
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) continue;
     if (!nondet && p.determinism != CUDNN_DETERMINISTIC) continue;
     if (t == DType::f32 && p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
     if (lossy(p.algo)) continue;
     // f32 runs with FMA math whatever the heuristic listed: CUDNN_DEFAULT_MATH lets cuDNN use TF32
     // on sm_80+
-    return {static_cast<int>(p.algo), p.memory, t == DType::f32 ? CUDNN_FMA_MATH : p.mathType};
+    c = {static_cast<int>(p.algo), p.memory, t == DType::f32 ? CUDNN_FMA_MATH : p.mathType};
   }
-  return {};
+  if (vendor_log())
+    std::fprintf(stderr, "ember vendor: cuDNN %s %s took algo %d math %d\n", what, std::string(dtype_name(t)).c_str(),
+                 c.algo, static_cast<int>(c.math));
+  return c;
 }
 
 // The operand pointers, for the Find (benchmark) path, which runs the candidates on real buffers.
@@ -179,20 +197,20 @@ Choice choose(Kind kind, cudnnHandle_t h, Descs& d, DType t, bool nondet, const 
         cudnnConvolutionFwdAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, bufs->x, d.w.d, bufs->w, d.conv.d, d.y.d,
                                                                  bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
-        return pick(perf, n, t, nondet);
+        return pick(perf, n, t, nondet, "forward");
       }
       case Kind::bwd_data: {
         cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, bufs->w, d.y.d, bufs->y, d.conv.d, d.x.d,
                                                                       bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
-        return pick(perf, n, t, nondet);
+        return pick(perf, n, t, nondet, "backward-data");
       }
       case Kind::bwd_filter: {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, bufs->x, d.y.d, bufs->y, d.conv.d,
                                                                         d.w.d, bufs->out, kMax, &n, perf, ws.data_ptr(),
                                                                         wss));
-        return pick(perf, n, t, nondet);
+        return pick(perf, n, t, nondet, "backward-filter");
       }
     }
   }
@@ -200,17 +218,17 @@ Choice choose(Kind kind, cudnnHandle_t h, Descs& d, DType t, bool nondet, const 
     case Kind::fwd: {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax, &n, perf));
-      return pick(perf, n, t, nondet);
+      return pick(perf, n, t, nondet, "forward");
     }
     case Kind::bwd_data: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, kMax, &n, perf));
-      return pick(perf, n, t, nondet);
+      return pick(perf, n, t, nondet, "backward-data");
     }
     case Kind::bwd_filter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, kMax, &n, perf));
-      return pick(perf, n, t, nondet);
+      return pick(perf, n, t, nondet, "backward-filter");
     }
   }
   return {};
@@ -224,6 +242,14 @@ Choice cached_choice(Kind kind, const ConvGeom& g, DType t, bool nondet, Device 
     auto it = cache().find(key);
     if (it != cache().end()) return it->second;
   }
+  if (vendor_log())
+    std::fprintf(stderr,
+                 "ember vendor: cuDNN conv2d N=%lld C=%lld H=%lld W=%lld K=%lld R=%lld S=%lld groups=%lld stride %lldx%lld "
+                 "pad %lldx%lld dilation %lldx%lld%s%s\n",
+                 (long long)g.N, (long long)g.C, (long long)g.H, (long long)g.W, (long long)g.K, (long long)g.R,
+                 (long long)g.S, (long long)g.G, (long long)g.sh, (long long)g.sw, (long long)g.ph, (long long)g.pw,
+                 (long long)g.dh, (long long)g.dw, g.channels_last ? " channels-last" : "",
+                 nondet ? " nondeterministic allowed" : "");
   Choice c = choose(kind, h, d, t, nondet, bufs, dev);
   std::lock_guard<std::mutex> lock(g_cache_mu);
   cache()[key] = c;
