@@ -40,6 +40,7 @@ bool cublaslt_accepts(int64_t, int64_t, int64_t, int) { return false; }
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -47,6 +48,7 @@ bool cublaslt_accepts(int64_t, int64_t, int64_t, int) { return false; }
 #include <sstream>
 
 #include "core/cuda/device_guard.h"
+#include "core/runtime.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
@@ -425,13 +427,64 @@ void run_cublaslt(const Problem& p) {
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                                             sizeof(schemes)));
-    cublasLtMatmulHeuristicResult_t result{};
+    auto splitk = [](const cublasLtMatmulAlgo_t& a) {
+      uint32_t v = 1;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof(v), &written);
+      return v;
+    };
+    // With a bias in f16/bf16, no split-K: an H200 run (cuBLASLt 13.1) chose 16 K-slices for bf16
+    // [64,129] -> 33 and its output lost the small sums of an accumulator and a bias that nearly
+    // cancel (0 where 0.0011 was due): the partials are reduced in f32 but the bias is added after
+    // a rounding to bf16. Without split-K the epilogue adds the bias to the f32 accumulator. The
+    // heuristic may list only split-K configurations (bf16 [64,3136] -> 128 did): the first one
+    // that cuBLASLt accepts with one K-slice is taken.
+    const bool no_splitk = p.bias != nullptr && (p.dtype == DType::f16 || p.dtype == DType::bf16);
+    constexpr int kCandidates = 16;
+    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
-    EMBER_CUBLAS_CHECK(
-        cublasLtMatmulAlgoGetHeuristic(h, op.d, la.d, lb.d, lc.d, lc.d, pref.d, 1, &result, &found));
-    EMBER_CHECK(found > 0, "cuBLASLt has no algorithm for ", p.dtype, " M=", p.M, " N=", p.N, " K=", p.K,
-                " with epilogue ", static_cast<int>(epi), " (alignments ", al_a, "/", al_b, "/", al_c, " bytes)");
+    EMBER_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op.d, la.d, lb.d, lc.d, lc.d, pref.d, kCandidates, results,
+                                                      &found));
+    int pick = -1;
+    for (int i = 0; i < found && pick < 0; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && (!no_splitk || splitk(results[i].algo) <= 1)) pick = i;
+    for (int i = 0; i < found && pick < 0 && no_splitk; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      cublasLtMatmulAlgo_t one_slice = results[i].algo;
+      const uint32_t slices = 1, none = CUBLASLT_REDUCTION_SCHEME_NONE;
+      cublasLtMatmulHeuristicResult_t checked{};
+      if (cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &slices, sizeof(slices)) ==
+              CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof(none)) ==
+              CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoCheck(h, op.d, la.d, lb.d, lc.d, lc.d, &one_slice, &checked) == CUBLAS_STATUS_SUCCESS &&
+          checked.workspaceSize <= ws_bytes) {
+        results[i].algo = one_slice;
+        results[i].workspaceSize = checked.workspaceSize;
+        pick = i;
+      }
+    }
+    EMBER_CHECK(pick >= 0, "cuBLASLt has no algorithm for ", p.dtype, " M=", p.M, " N=", p.N, " K=", p.K,
+                " with epilogue ", static_cast<int>(epi), " (alignments ", al_a, "/", al_b, "/", al_c, " bytes",
+                no_splitk ? "; split-K excluded with a bias in f16/bf16" : "", ", ", found, " candidates)");
+    const cublasLtMatmulHeuristicResult_t& result = results[pick];
     algo = result.algo;
+    if (runtime::env("EMBER_VENDOR_LOG") == "1") {
+      // which kernel configuration cuBLASLt chose, for telling where a vendor variant's numbers come from
+      auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) {
+        uint32_t v = 0;
+        size_t written = 0;
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof(v), &written);
+        return v;
+      };
+      std::fprintf(stderr,
+                   "ember vendor: cuBLASLt %s M=%lld N=%lld K=%lld epilogue %d -> algo %u tile %u stages %u split-k %u "
+                   "reduction %u workspace %zu\n",
+                   std::string(dtype_name(p.dtype)).c_str(), (long long)p.M, (long long)p.N, (long long)p.K,
+                   static_cast<int>(epi), attr(CUBLASLT_ALGO_CONFIG_ID), attr(CUBLASLT_ALGO_CONFIG_TILE_ID),
+                   attr(CUBLASLT_ALGO_CONFIG_STAGES_ID), attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                   attr(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), result.workspaceSize);
+    }
     std::lock_guard<std::mutex> lock(g_lt_mu);
     g_lt_algos[key.str()] = algo;
   }
