@@ -155,6 +155,9 @@ struct OpSample {
   // false: the vendor variants (kVendor) are not held to the CPU reference on this sample, where
   // the library's semantics differ from ember's and PyTorch's (tol_note says how)
   bool vendor_parity = true;
+  // overrides of `tol` for the vendor variants only, where a library's documented numerics are
+  // looser than ember's kernels (tol_note says which and why)
+  std::vector<std::pair<DType, Tol>> vendor_tol;
   // Indices of inputs that keep their dtype when the driver casts floating inputs (e.g. masks).
   std::vector<int> keep_dtype;
 };

@@ -26,6 +26,13 @@ Tol sample_tol(const OpSample& s, DType t) {
   return default_tol(t);
 }
 
+Tol variant_tol(const OpSample& s, DType t, const Variant& v) {
+  if ((v.flags & kVendor) != 0)
+    for (const auto& [d, tol] : s.vendor_tol)
+      if (d == t) return tol;
+  return sample_tol(s, t);
+}
+
 std::string compare(const Tensor& got_in, const Tensor& want_in, Tol tol) {
   if (got_in.shape() != want_in.shape() || got_in.dtype() != want_in.dtype())
     return str("got ", got_in.describe(), ", want ", want_in.describe());
@@ -265,7 +272,7 @@ std::vector<std::string> variant_parity(const OpInfo& info, const OpSample& s, D
         continue;
       }
       for (size_t k = 0; k < want.size(); ++k) {
-        std::string msg = compare(got[k], want[k], sample_tol(s, dt));
+        std::string msg = compare(got[k], want[k], variant_tol(s, dt, v));
         if (!msg.empty()) fails.push_back(str(where_(info, s), " variant ", v.name, " ", dt, " output ", k, ": ", msg));
       }
     }
