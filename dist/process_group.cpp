@@ -17,12 +17,14 @@
 // go on with half-reduced gradients.
 #include "dist/process_group.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
 
 #include "core/error.h"
 #include "dist/backends.h"
+#include "dist/store.h"
 
 namespace ember::dist {
 
@@ -119,8 +121,23 @@ ProcessGroupPtr init_process_group(Options o) {
   if (o.backend == "nccl" && !nccl_available())
     throw DistError("init_process_group: the nccl backend is not available in this build (CPU-only or the simulator); use gloo");
 
-  auto store = std::make_shared<TcpStore>(o.master_addr, o.master_port, o.rank == 0, o.timeout);
   const int r = o.rank, n = o.world_size;
+  const JobToken token = job_token();
+  auto store = std::make_shared<TcpStore>(o.master_addr, o.master_port, r == 0, o.timeout,
+                                          StoreSecurity{token.secret, n, "rank " + std::to_string(r)});
+  if (r == 0) {
+    // where the store listens, first (Note [store security]); never the token itself
+    std::string where;
+    for (const auto& a : store->listen_addresses()) where += (where.empty() ? "" : ", ") + a;
+    std::fprintf(stderr, "ember: rank 0 serves the rendezvous store on %s (%s; job token from %s)\n", where.c_str(),
+                 store->loopback_only() ? "loopback only" : "reachable from other machines", token.source.c_str());
+    if (token.is_default && (!store->loopback_only() || token.source != "the public default"))
+      std::fprintf(stderr,
+                   "ember: warning: the job token is %s, which others can guess: any process that reaches the store "
+                   "can join or disturb this job. Share a secret one with ember_run --token-file or "
+                   "EMBER_JOB_TOKEN_FILE (docs/dist.md, Security)\n",
+                   token.source.c_str());
+  }
   const std::string me = std::to_string(n) + " " + o.backend;
   store->set("rdzv/rank/" + std::to_string(r), me);
   if (store->add("rdzv/count/" + std::to_string(r), 1) != 1) {

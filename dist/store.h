@@ -9,6 +9,10 @@
 // What goes through it: each rank's world size and backend (checked against rank 0's), Gloo's
 // per-pair addresses, NCCL's unique id, and each rank's progress (the last collective it
 // completed), which fault messages quote.
+//
+// Security (Note [store security] in store.cpp, docs/dist.md "Security"): the server listens
+// only where the peers are (loopback for a one-machine job), every client proves it knows the
+// job token before its first request, and keys, values, messages and connections are capped.
 #pragma once
 
 #include <chrono>
@@ -45,11 +49,36 @@ class Store {
   std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
 };
 
+// The job token: the secret every process of a job shares (Note [store security]).
+struct JobToken {
+  std::string secret;
+  std::string source;       // where it came from, for messages (never the secret itself)
+  bool is_default = false;  // not a secret: derived from a job id or the public default
+};
+// EMBER_JOB_TOKEN, else the first line of EMBER_JOB_TOKEN_FILE (readable by its owner only),
+// else a default derived from SLURM_JOB_ID or the MPI job id, else the public default. Throws
+// DistError for a token shorter than 16 characters or an unreadable or shared token file.
+JobToken job_token();
+
+// How a TcpStore proves and checks membership of the job, and how much it accepts.
+struct StoreSecurity {
+  std::string token;   // the HMAC key; empty: job_token()'s public default
+  int world_size = 1;  // the server accepts at most 4 * world_size + 16 connections
+  std::string who;     // this process in messages, e.g. "rank 3"; empty: "this process"
+};
+
 class TcpStore : public Store {
  public:
-  // is_server: this process serves the store (rank 0); it also connects to it as a client.
-  // port 0 with is_server picks a free port (see port()).
-  TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout);
+  // Caps on what the server accepts, checked from the length prefixes before anything is
+  // buffered: ember's largest value is a few hundred bytes per rank (Gloo's addresses).
+  static constexpr size_t kMaxKeyBytes = 4096;
+  static constexpr size_t kMaxValueBytes = size_t{16} << 20;
+
+  // is_server: this process serves the store (rank 0); it also connects to it as a client. The
+  // server binds to the addresses `host` resolves to (EMBER_STORE_IFNAME: that interface's;
+  // EMBER_STORE_BIND_ALL=1: every interface). port 0 with is_server picks a free port (port()).
+  TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout,
+           StoreSecurity security = {});
   ~TcpStore() override;
 
   void set(const std::string& key, const std::string& value) override;
@@ -62,14 +91,22 @@ class TcpStore : public Store {
 
   int port() const { return port_; }
   const std::string& host() const { return host_; }
+  // The server's listening addresses, e.g. "127.0.0.1:29500" (empty for a client).
+  std::vector<std::string> listen_addresses() const;
+  // Whether the server listens on loopback addresses only.
+  bool loopback_only() const;
 
  private:
   struct Server;
   std::string request(char op, const std::vector<std::string>& args, std::chrono::milliseconds deadline);
+  void connect_and_prove(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout,
+                         const std::string& peer);
   std::string host_;
   int port_;
+  StoreSecurity security_;
   std::unique_ptr<Server> server_;
   int fd_ = -1;
+  std::chrono::steady_clock::time_point last_used_{};
   std::mutex mu_;  // one request at a time on the client socket
 };
 

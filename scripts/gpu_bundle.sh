@@ -49,14 +49,14 @@ cp -P "$build"/lib/libember_*.so* "$stage/lib/"
 
 # The shared libraries the programs load that a bare GPU machine may lack: everything ldd finds
 # except the C library's own, the driver and the vendor libraries run.sh finds on the machine.
-# The ones every such machine has in some version (the C++ runtime, zlib, the CUDA runtime) go to
-# lib/fallback/, which run.sh adds only when the machine's own are missing or older.
+# The ones every such machine has in some version (the C++ runtime, zlib, libcrypto, the CUDA
+# runtime) go to lib/fallback/, which run.sh adds only when the machine's own are missing or older.
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libcuda\.so|libcublas|libcublasLt|libcudnn|libnccl|libember_)'
 for f in "$stage"/bin/* "$stage"/lib/libember_*.so; do
   LD_LIBRARY_PATH="$build/lib" ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do
   [[ "$name" =~ $skip ]] && continue
-  if [[ "$name" =~ ^(libstdc\+\+|libgcc_s|libz\.so|libgomp|libcudart) ]]; then
+  if [[ "$name" =~ ^(libstdc\+\+|libgcc_s|libz\.so|libgomp|libcrypto|libcudart) ]]; then
     cp -L "$path" "$stage/lib/fallback/$name"
   else
     cp -L "$path" "$stage/lib/$name"

@@ -15,6 +15,7 @@ PACKAGES=(
   libeigen3-dev          # ember_tune's Gaussian process (apps/ember_tune; skipped without it)
   libboost-context-dev   # the SIMT simulator's fibers (-DEMBER_CUDA_SIM=ON)
   libgloo-dev            # dist/: CPU collectives (the gloo backend)
+  libssl-dev             # dist/: the rendezvous store's job token (HMAC-SHA256 from libcrypto)
   libdnnl-dev            # oneDNN: the CPU vendor variants ("dnnl"; optional, -DEMBER_DNNL=OFF without)
   dataset-fashion-mnist  # the main job's data: /usr/share/datasets/fashion-mnist
   python3 python3-pip    # interop tests (safetensors), helper scripts

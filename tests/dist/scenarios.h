@@ -18,6 +18,7 @@ using Scenarios = std::map<std::string, Scenario>;
 void add_collective_scenarios(Scenarios& s);
 void add_ddp_scenarios(Scenarios& s);
 void add_sync_batch_norm_scenarios(Scenarios& s);
+void add_store_scenarios(Scenarios& s);
 
 // Throws std::runtime_error with `what` unless `ok`.
 inline void expect(bool ok, const std::string& what) {
