@@ -30,6 +30,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,6 +71,10 @@ options:
   --master HOST:PORT   address of the rank-0 rendezvous (default 127.0.0.1:29500; with
                        --nnodes 1 and no --master, a free port on 127.0.0.1 is picked so
                        that concurrent jobs on one machine do not collide)
+  --token-file FILE    the job token, the first line of FILE (readable by its owner only, at
+                       least 16 characters): the same file on every node of a multi-node job.
+                       Without it, a one-node job gets a random token of its own; a job on
+                       several nodes needs this or EMBER_JOB_TOKEN / EMBER_JOB_TOKEN_FILE
   --grace-seconds S    after a failure or SIGTERM/SIGHUP, how long the remaining processes
                        get between SIGTERM and SIGKILL (default 5)
   -h, --help           print this help and exit
@@ -78,6 +84,9 @@ environment of each process (local rank L in 0..N-1):
   RANK=K*N+L  WORLD_SIZE=M*N  LOCAL_RANK=L  LOCAL_WORLD_SIZE=N
   GROUP_RANK=K  NODE_RANK=K  MASTER_ADDR=HOST  MASTER_PORT=PORT  EMBER_RUN=1
   EMBER_NUM_THREADS=max(1, cores / N) unless already set (each process's CPU thread pool)
+  EMBER_JOB_TOKEN=the job token (--token-file's, or 64 random hex digits), unless
+                       EMBER_JOB_TOKEN or EMBER_JOB_TOKEN_FILE is set already: the secret the
+                       rendezvous store admits the job's processes by (docs/dist.md, Security)
   Everything else is inherited; stdin is /dev/null.
 
 output:
@@ -118,6 +127,7 @@ struct Options {
   long master_port = 29500;
   bool master_given = false;
   double grace_s = 5;
+  std::string token_file;
   std::vector<std::string> command;
 };
 
@@ -162,6 +172,8 @@ Options parse(int argc, char** argv) {
       o.master_addr = host;
       o.master_port = port;
       o.master_given = true;
+    } else if (name == "--token-file") {
+      o.token_file = value;
     } else if (name == "--grace-seconds") {
       char* end = nullptr;
       o.grace_s = std::strtod(value.c_str(), &end);
@@ -177,6 +189,56 @@ Options parse(int argc, char** argv) {
   if (o.node_rank >= o.nnodes)
     usage_error("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + std::to_string(o.nnodes));
   return o;
+}
+
+// The job token the processes get in EMBER_JOB_TOKEN; empty: they read the one already in the
+// environment. Never printed: it admits processes to the job's rendezvous store.
+std::string job_token(const Options& o) {
+  if (!o.token_file.empty()) {
+    struct stat st {};
+    if (stat(o.token_file.c_str(), &st) != 0)
+      usage_error("--token-file '" + o.token_file + "': " + std::strerror(errno));
+    if ((st.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
+      usage_error("--token-file '" + o.token_file + "' is readable or writable by other users (mode " + mode +
+                  "): a job token must be a secret; chmod 600 it");
+    }
+    std::FILE* f = std::fopen(o.token_file.c_str(), "r");
+    if (f == nullptr) usage_error("--token-file '" + o.token_file + "': " + std::strerror(errno));
+    char line[4096] = "";
+    const bool got = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    std::string t = got ? line : "";
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ' || t.back() == '\t')) t.pop_back();
+    if (t.size() < 16)
+      usage_error("--token-file '" + o.token_file + "': its first line has " + std::to_string(t.size()) +
+                  " characters; a job token needs at least 16");
+    return t;
+  }
+  for (const char* v : {"EMBER_JOB_TOKEN", "EMBER_JOB_TOKEN_FILE"})
+    if (const char* e = std::getenv(v); e != nullptr && *e != '\0') return "";
+  if (o.nnodes > 1)
+    usage_error("a job on several nodes needs the same token on every node: --token-file FILE (the same file, "
+                "chmod 600, on each node) or EMBER_JOB_TOKEN");
+  unsigned char b[32];
+  size_t got = 0;
+  while (got < sizeof b) {
+    const ssize_t n = getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      std::fprintf(stderr, "ember_run: cannot make a job token: getrandom: %s\n", std::strerror(errno));
+      std::exit(1);
+    }
+    got += static_cast<size_t>(n);
+  }
+  static const char hex[] = "0123456789abcdef";
+  std::string t;
+  for (unsigned char c : b) {
+    t.push_back(hex[c >> 4]);
+    t.push_back(hex[c & 15]);
+  }
+  return t;
 }
 
 // A free TCP port on 127.0.0.1 (the kernel's choice for port 0). Another process could take it
@@ -283,7 +345,7 @@ int exit_code_of(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(statu
 
 class Launcher {
  public:
-  explicit Launcher(Options o) : o_(std::move(o)) {}
+  explicit Launcher(Options o) : o_(std::move(o)), token_(job_token(o_)) {}
 
   int run() {
     if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -337,6 +399,7 @@ class Launcher {
 
  private:
   Options o_;
+  std::string token_;  // EMBER_JOB_TOKEN for the processes; empty: theirs is inherited
   std::vector<Proc> procs_;
   bool stopping_ = false;  // a failure or a signal: no more failures are reported
   int exit_code_ = 0;
@@ -367,14 +430,16 @@ class Launcher {
         {"MASTER_ADDR", o_.master_addr},
         {"MASTER_PORT", std::to_string(o_.master_port)},
         {"EMBER_RUN", "1"}};
+    std::vector<std::pair<std::string, std::string>> all = ours;
+    if (!token_.empty()) all.emplace_back("EMBER_JOB_TOKEN", token_);
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const std::string_view kv = *e;
       bool replaced = false;
-      for (const auto& [k, v] : ours) replaced |= kv.size() > k.size() && kv.substr(0, k.size()) == k && kv[k.size()] == '=';
+      for (const auto& [k, v] : all) replaced |= kv.size() > k.size() && kv.substr(0, k.size()) == k && kv[k.size()] == '=';
       if (!replaced) env.emplace_back(kv);
     }
-    for (const auto& [k, v] : ours) env.push_back(k + "=" + v);
+    for (const auto& [k, v] : all) env.push_back(k + "=" + v);
     // N processes share this node's cores: each gets its share of ember's CPU thread pool unless
     // the user chose (torchrun sets OMP_NUM_THREADS=1 for the same reason).
     if (std::getenv("EMBER_NUM_THREADS") == nullptr) {

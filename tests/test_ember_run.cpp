@@ -245,6 +245,15 @@ std::map<std::string, std::string> key_values(const std::string& text) {
   return kv;
 }
 
+// A token file in `dir` with the given mode (0600: as ember_run wants it).
+std::string token_file(const TempDir& dir, const std::string& name, const std::string& token, fs::perms mode) {
+  const std::string path = dir / name;
+  std::ofstream(path) << token << "\n";
+  fs::permissions(path, mode);
+  return path;
+}
+const fs::perms kOwnerOnly = fs::perms::owner_read | fs::perms::owner_write;
+
 const std::string kPrintEnv =
     "echo RANK=$RANK WORLD_SIZE=$WORLD_SIZE LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE "
     "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT GROUP_RANK=$GROUP_RANK NODE_RANK=$NODE_RANK "
@@ -300,7 +309,8 @@ TEST_CASE("ember_run: on node K of M, RANK is K*N+LOCAL_RANK and --master sets M
   if (!have_launcher()) return;
   TempDir dir;
   {
-    const Result r = run(dir, sh(2, kPrintEnv, {"--nnodes", "3", "--node-rank", "2", "--master", "node0.example:1234"}));
+    const Result r = run(dir, sh(2, kPrintEnv, {"--nnodes", "3", "--node-rank", "2", "--master", "node0.example:1234"}),
+                         {"EMBER_JOB_TOKEN=a-shared-job-token-of-the-test"});
     INFO(DESCRIBE(r));
     REQUIRE(r.code == 0);
     const auto by_rank = env_by_rank(r);
@@ -318,7 +328,8 @@ TEST_CASE("ember_run: on node K of M, RANK is K*N+LOCAL_RANK and --master sets M
     }
   }
   {  // several nodes and no --master: the documented default 127.0.0.1:29500; --name=value works
-    const Result r = run(dir, sh(1, kPrintEnv, {"--nnodes=2", "--node-rank=0"}));
+    const std::string tf = token_file(dir, "token", "a-shared-job-token-of-the-test", kOwnerOnly);
+    const Result r = run(dir, sh(1, kPrintEnv, {"--nnodes=2", "--node-rank=0", "--token-file=" + tf}));
     INFO(DESCRIBE(r));
     REQUIRE(r.code == 0);
     const auto by_rank = env_by_rank(r);
@@ -530,8 +541,17 @@ TEST_CASE("ember_run: usage errors exit 2 with a message and start nothing", "[e
     std::string message;
     bool with_program = true;
   };
+  const std::string shared = token_file(dir, "shared", "a-token-others-can-read", fs::perms::owner_read |
+                                                                                    fs::perms::owner_write |
+                                                                                    fs::perms::others_read);
+  const std::string short_token = token_file(dir, "short", "guessable", kOwnerOnly);
+  const std::string good_token = token_file(dir, "good", "a-secret-job-token-0123", kOwnerOnly);
   const std::vector<Case> cases = {
       {{}, "missing '--' before the program", false},
+      {{"--nnodes", "2", "--"}, "a job on several nodes needs the same token on every node"},
+      {{"--token-file", dir / "missing", "--"}, "--token-file '" + (dir / "missing") + "': No such file"},
+      {{"--token-file", shared, "--"}, "--token-file '" + shared + "' is readable or writable by other users (mode 604)"},
+      {{"--token-file", short_token, "--"}, "--token-file '" + short_token + "': its first line has 9 characters"},
       {{"--nproc-per-node", "2", "/bin/true"}, "missing '--' before the program ('/bin/true')", false},
       {{"--nproc-per-node", "2"}, "missing '--' before the program", false},
       {{"--nproc-per-node", "2", "--"}, "no program after '--'", false},
@@ -566,10 +586,44 @@ TEST_CASE("ember_run: usage errors exit 2 with a message and start nothing", "[e
   CHECK(!fs::exists(marker));
   // the same program with valid options does run (the cases above fail for their options only)
   const Result ok = run(dir, {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master", "[::1]:29400",
-                              "--grace-seconds", "1.5", "--", "/bin/sh", "-c", "touch '" + marker + "'"});
+                              "--grace-seconds", "1.5", "--token-file", good_token, "--", "/bin/sh", "-c",
+                              "touch '" + marker + "'"});
   INFO(DESCRIBE(ok));
   CHECK(ok.code == 0);
   CHECK(fs::exists(marker));
+}
+
+TEST_CASE("ember_run: each job gets a random token of its own, --token-file and an inherited one are passed on, never shown", "[ember_run]") {
+  if (!have_launcher()) return;
+  TempDir dir;
+  // the token and the command line each rank sees (the token must not be on it)
+  const std::string script = "echo TOKEN=$EMBER_JOB_TOKEN; tr '\\0' ' ' < /proc/$$/cmdline; echo";
+  auto tokens = [&](const Result& r) {
+    INFO(DESCRIBE(r));
+    REQUIRE(r.code == 0);
+    std::map<int, std::string> t;
+    std::vector<std::string> cmdlines;
+    for (const std::string& line : lines_of(r.out)) {
+      auto [rank, rest] = split_prefix(line);
+      if (rest.rfind("TOKEN=", 0) == 0) t[rank] = rest.substr(6);
+      else cmdlines.push_back(rest);
+    }
+    REQUIRE(t.size() == 2);
+    CHECK(t.at(0) == t.at(1));
+    CHECK(cmdlines.size() == 2);
+    for (const std::string& c : cmdlines) CHECK((t.at(0).empty() || c.find(t.at(0)) == std::string::npos));
+    return t.at(0);
+  };
+  const Result a = run(dir, sh(2, script)), b = run(dir, sh(2, script));
+  const std::string ta = tokens(a), tb = tokens(b);
+  CHECK(std::regex_match(ta, std::regex("[0-9a-f]{64}")));
+  CHECK(ta != tb);  // 256 random bits a job
+  for (const Result* r : {&a, &b}) CHECK(r->err.find(ta) == std::string::npos);
+  // --token-file: its first line; an inherited EMBER_JOB_TOKEN: unchanged; EMBER_JOB_TOKEN_FILE: left to the program
+  const std::string tf = token_file(dir, "token", "from-the-token-file-0123", kOwnerOnly);
+  CHECK(tokens(run(dir, sh(2, script, {"--token-file", tf}))) == "from-the-token-file-0123");
+  CHECK(tokens(run(dir, sh(2, script), {"EMBER_JOB_TOKEN=inherited-token-0123456"})) == "inherited-token-0123456");
+  CHECK(tokens(run(dir, sh(2, script), {"EMBER_JOB_TOKEN_FILE=" + tf})).empty());
 }
 
 TEST_CASE("ember_run: --help exits 0 and documents the options and the environment", "[ember_run]") {
@@ -579,8 +633,8 @@ TEST_CASE("ember_run: --help exits 0 and documents the options and the environme
   INFO(DESCRIBE(r));
   CHECK(r.code == 0);
   CHECK(r.err.empty());
-  for (const char* word : {"--nproc-per-node", "--nnodes", "--node-rank", "--master", "--grace-seconds", "RANK=",
-                           "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=",
+  for (const char* word : {"--nproc-per-node", "--nnodes", "--node-rank", "--master", "--grace-seconds", "--token-file",
+                           "EMBER_JOB_TOKEN=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=",
                            "GROUP_RANK=", "NODE_RANK=", "EMBER_RUN=1", "free port", "[rank ", "128+signal", "127"})
     CHECK(r.out.find(word) != std::string::npos);
   // --help after '--' belongs to the program
