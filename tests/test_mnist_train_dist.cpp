@@ -1,11 +1,21 @@
 // mnist_train --distributed under ember_run on the CPU (gloo): two processes with batch 64 each
 // train to the same accuracy as one process with the global batch of 128 and the scaled lr; only
-// rank 0 prints and saves; the flag is refused outside ember_run and with --graph.
+// rank 0 prints and saves; the flag is refused outside ember_run and with --graph; a stranger
+// flooding the rendezvous store changes neither the result nor rank 0's memory.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -34,17 +44,114 @@ std::pair<int, std::string> run_launcher(const std::vector<std::string>& args, c
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
 }
 
-}  // namespace
-
-TEST_CASE("mnist_train: --distributed on 2 CPU processes matches one process with the same global batch", "[mnist_train][dist]") {
+// Whether mnist_train, ember_run and the data are there (a warning says which is missing).
+bool can_run_jobs() {
   if (!have_binary() || !fs::exists(kLauncher)) {
     WARN("SKIPPED: mnist_train or ember_run is not built");
-    return;
+    return false;
   }
   if (!testing::has_fashion_mnist()) {
     WARN("SKIPPED: " << testing::kFashionMnist << " is missing (apt-get install dataset-fashion-mnist)");
-    return;
+    return false;
   }
+  return true;
+}
+
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+// The pid of the process whose environment has RANK=0 and MASTER_PORT=port (rank 0), or -1.
+pid_t rank0_of(int port) {
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return -1;
+  pid_t found = -1;
+  const std::string want_port = "MASTER_PORT=" + std::to_string(port);
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream in("/proc/" + std::string(e->d_name) + "/environ");
+    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string comm;
+    std::ifstream("/proc/" + std::string(e->d_name) + "/comm") >> comm;
+    if (comm == "mnist_train" && env.find(std::string("\0") + want_port + '\0') != std::string::npos &&
+        (env.rfind("RANK=0", 0) == 0 || env.find(std::string("\0RANK=0\0", 8)) != std::string::npos)) {
+      found = pid;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+long rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  return -1;
+}
+
+// While `stop` is false: samples rank 0's resident memory into `peak_kib` and, when `attack`,
+// keeps up to 100 stranger connections to the store on `port`: announcing 1 GiB and streaming
+// junk, sending a forged 64-byte proof, or saying nothing.
+void stranger(int port, bool attack, std::atomic<bool>& stop, std::atomic<long>& peak_kib, std::atomic<long>& opened) {
+  std::vector<int> conns;
+  const std::string junk(256 << 10, 'j');
+  const std::string prefix = std::string("\x01\x00\x00\x00\x00\x00\x00\x40", 8);  // 1 part of 1 GiB
+  pid_t rank0 = -1;
+  for (long i = 0; !stop; ++i) {
+    if (rank0 < 0) rank0 = rank0_of(port);
+    if (rank0 > 0) peak_kib = std::max(peak_kib.load(), rss_kib(rank0));
+    if (attack) {
+      // drop what the server closed, open new ones up to 100
+      for (auto it = conns.begin(); it != conns.end();) {
+        char b[4096];
+        const ssize_t r = ::recv(*it, b, sizeof b, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+          ::close(*it);
+          it = conns.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      while (conns.size() < 100) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+          ::close(fd);
+          break;
+        }
+        ::fcntl(fd, F_SETFL, O_NONBLOCK);
+        const long kind = opened++ % 3;
+        if (kind == 0) {
+          (void)!::send(fd, prefix.data(), prefix.size(), MSG_NOSIGNAL);
+          for (int k = 0; k < 8; ++k) (void)!::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+        } else if (kind == 1) {
+          (void)!::send(fd, junk.data(), 64, MSG_NOSIGNAL);
+        }
+        conns.push_back(fd);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int fd : conns) ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("mnist_train: --distributed on 2 CPU processes matches one process with the same global batch", "[mnist_train][dist]") {
+  if (!can_run_jobs()) return;
   testing::TempDir tmp;
   const std::vector<std::string> common = {"--data", testing::kFashionMnist, "--device", "cpu", "--model", "mlp",
                                            "--epochs", "1", "--val-split", "0", "--workers", "1"};
@@ -94,4 +201,47 @@ TEST_CASE("mnist_train: --distributed outside ember_run, or with --graph, is a c
   INFO(out);
   CHECK(code == 1);
   CHECK(out.find("--graph with --distributed is not supported yet") != std::string::npos);
+}
+
+TEST_CASE("mnist_train: --distributed trains on while strangers flood the rendezvous store", "[mnist_train][dist]") {
+  if (!can_run_jobs()) return;
+  testing::TempDir tmp;
+  struct Run {
+    int code;
+    std::string out;
+    long peak_kib;
+    long opened;
+  };
+  auto job = [&](bool attack) {
+    const int port = free_port();
+    std::vector<std::string> args = {"--nproc-per-node", "2", "--master", "127.0.0.1:" + std::to_string(port), "--",
+                                     kBinary, "--distributed", "--data", testing::kFashionMnist, "--device", "cpu",
+                                     "--model", "mlp", "--epochs", "1", "--max-steps", "150", "--val-split", "0",
+                                     "--workers", "1", "--batch-size", "64"};
+    std::atomic<bool> stop{false};
+    std::atomic<long> peak{0}, opened{0};
+    std::thread t([&] { stranger(port, attack, stop, peak, opened); });
+    auto [code, out] = run_launcher(args, tmp.path());
+    stop = true;
+    t.join();
+    return Run{code, out, peak.load(), opened.load()};
+  };
+  const Run clean = job(false);
+  const Run attacked = job(true);
+  INFO("clean run:\n" << clean.out << "\nattacked run:\n" << attacked.out);
+  REQUIRE(clean.code == 0);
+  REQUIRE(attacked.code == 0);
+  // the store said where it listens: loopback, with the token ember_run made
+  CHECK(attacked.out.find("[rank 0] ember: rank 0 serves the rendezvous store on 127.0.0.1:") != std::string::npos);
+  CHECK(attacked.out.find("(loopback only; job token from EMBER_JOB_TOKEN)") != std::string::npos);
+  CHECK(attacked.out.find("warning") == std::string::npos);
+  const double acc_clean = reported_test_accuracy(clean.out), acc_attacked = reported_test_accuracy(attacked.out);
+  INFO("accuracy " << acc_clean << "% clean, " << acc_attacked << "% attacked by " << attacked.opened
+                   << " connections; rank 0's peak VmRSS " << clean.peak_kib << " KiB clean, " << attacked.peak_kib
+                   << " KiB attacked");
+  CHECK(attacked.opened >= 100);
+  CHECK(acc_attacked == acc_clean);
+  REQUIRE(clean.peak_kib > 0);
+  REQUIRE(attacked.peak_kib > 0);
+  CHECK(attacked.peak_kib - clean.peak_kib < 16 * 1024);
 }
