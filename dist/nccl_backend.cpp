@@ -1,8 +1,9 @@
 // The NCCL backend: collectives on CUDA tensors, one process (rank) per GPU.
 //
-// Only the nvcc build with NCCL found at configure time (EMBER_WITH_NCCL, CMakeLists.txt) has the
-// real backend; the CPU-only build and the simulator build (which runs no vendor library) compile
-// the stub at the end of this file, which names why.
+// The nvcc build with NCCL found at configure time (EMBER_WITH_NCCL, CMakeLists.txt) has the real
+// backend, and so does the simulator build with NCCL's header, on the simulator's emulation of the
+// NCCL calls (Note [simulated nccl] in core/cuda/sim/nccl.cpp); the CPU-only build compiles the
+// stub at the end of this file, which names why.
 //
 // Note [nccl streams]: every collective runs on the group's own high-priority stream S, ordered
 // against the caller's current stream C with events and never with the host:
@@ -29,7 +30,7 @@
 // the host, a collective that fails after its wait() was called is reported by the next call.
 #include "dist/backends.h"
 
-#if defined(EMBER_WITH_NCCL) && EMBER_WITH_NCCL && !(defined(EMBER_CUDA_SIM) && EMBER_CUDA_SIM)
+#if defined(EMBER_WITH_NCCL) && EMBER_WITH_NCCL
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -525,16 +526,20 @@ class NcclGroup final : public ProcessGroup {
     finished.clear();
 
     ncclResult_t async = ncclSuccess;
+    std::string async_text;
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
       if (comm_ == nullptr) return;  // failed already
       ncclResult_t q = ncclCommGetAsyncError(comm_, &async);
       if (q != ncclSuccess) async = q;
+      // NCCL's own account of it (ncclGetLastError) while the communicator still exists
+      if (async != ncclSuccess && async != ncclInProgress) async_text = nccl_error(async, comm_);
     }
     std::string why;
-    if (async != ncclSuccess && async != ncclInProgress)
-      why = "NCCL reported an asynchronous error: " + nccl_error(async, nullptr) +
-            "; a peer exited or crashed, or the network failed";
+    if (!async_text.empty())
+      why = "NCCL reported an asynchronous error: " + async_text +
+            (async == ncclInvalidUsage ? std::string()
+                                       : std::string("; a peer exited or crashed, or the network failed"));
     else if (!cuda_err.empty())
       why = "a CUDA error ended it (" + cuda_err + ")";
     else if (running && Clock::now() - issued > timeout_)
@@ -584,7 +589,7 @@ namespace ember::dist {
 namespace {
 const char* why_no_nccl() {
 #if defined(EMBER_CUDA_SIM) && EMBER_CUDA_SIM
-  return "the simulator build does not run vendor libraries (NCCL)";
+  return "this simulator build has no NCCL: no nccl.h of NCCL >= 2.14 was found when it was configured";
 #elif defined(EMBER_WITH_CUDA) && EMBER_WITH_CUDA
   return "this build has no NCCL: nccl.h and libnccl were not found when it was configured";
 #else

@@ -102,6 +102,9 @@ std::pair<size_t, size_t> device_memory_info(int device);  // (free, total)
 // Copies and fills that may touch device memory (no sanitizer interception).
 void raw_copy(void* dst, const void* src, size_t bytes);
 void raw_fill(void* dst, unsigned char value, size_t bytes);
+// Runs `op` in `stream` order as a kernel would run (while the stream is capturing: a host node
+// that every replay runs again). The simulator's NCCL (nccl.cpp) enqueues its collectives so.
+cudaError_t enqueue_host_op(cudaStream_t stream, std::function<void()> op);
 // Makes device memory unreadable to sanitized host code (ASan builds) and readable again.
 void poison_for_host(void* p, size_t bytes);
 void unpoison_for_host(void* p, size_t bytes);

@@ -1404,3 +1404,13 @@ const char* cudaGetErrorString(cudaError_t e) {
 }
 
 }  // extern "C"
+
+namespace ember::sim {
+
+cudaError_t enqueue_host_op(cudaStream_t stream, std::function<void()> op) {
+  std::unique_lock<std::mutex> lock(g_mu);
+  StreamImpl* s = resolve(stream);
+  return submit(lock, s, cudaGraphNodeTypeHost, std::move(op));
+}
+
+}  // namespace ember::sim
