@@ -206,6 +206,12 @@ ProcessGroupPtr init_process_group(Options o) {
   ProcessGroupPtr pg = o.backend == "nccl" ? make_nccl_group(pg_store, r, n, o.device.index, o.timeout)
                                            : make_gloo_group(pg_store, r, n, o.timeout);
   set_default_group(pg);
+  // The default group goes at exit before what it uses: handlers registered later run earlier, and
+  // the CUDA runtime, the caching allocator and the backend's statics were all set up by now. Left
+  // to the static destructors, an NCCL group outlived the allocator's events and crashed the exit
+  // of a simulated two-rank job (tests/test_dist_nccl_jobs_gpu.cpp).
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit([] { destroy_process_group(); }); });
   return pg;
 }
 
