@@ -2,13 +2,13 @@
 // sizes (0, 1, 7, 1023, > 25 MB) against computed answers, wait() without a host sync, ordering
 // against the caller's stream, a collective captured in a CUDA graph and replayed, external memory,
 // abort, and bad tensors. World size 1 in this process; with two or more GPUs also world size 2 as
-// two threads of this process, one rank per GPU (real sums, a timeout caught by the watchdog).
-// Not here: a multi-process NCCL job (tests/dist_util.h run_job) needs a GPU scenario in
-// bin/ember_dist_worker.
+// two threads of this process, one rank per GPU (real sums, a timeout caught by the watchdog;
+// tagged [multi-gpu]: the simulator runs them with EMBER_SIM_DEVICES=2). Multi-process jobs over
+// NCCL (world 2 and 4, DDP, faults) are in tests/test_dist_nccl_jobs_gpu.cpp.
 //
-// NCCL is a vendor library: the simulator build does not run it, and a CUDA build configured
-// without NCCL has none; there these tests say so and skip, and check that asking for the backend
-// is a clear error.
+// In the simulator build NCCL is the simulator's emulation of it (Note [simulated nccl] in
+// core/cuda/sim/nccl.cpp); a build without NCCL's header has none, and there these tests say so and
+// skip, and check that asking for the backend is a clear error.
 #include <catch2/catch.hpp>
 
 #if EMBER_WITH_CUDA  // raw runtime calls below; a CPU-only build has no toolkit headers
@@ -43,12 +43,8 @@ constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DT
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin};
 
 bool skip_without_nccl() {
-  if (testing::kSimulator) {
-    WARN("skipped in the simulator: NCCL is a vendor library (GPU machine code only); the simulator build has no nccl backend");
-    return true;
-  }
   if (!dist::nccl_available()) {
-    WARN("skipped: this CUDA build has no NCCL (nccl.h and libnccl were not found when it was configured)");
+    WARN("skipped: this build has no NCCL (nccl.h, and for a GPU build libnccl, were not found when it was configured)");
     return true;
   }
   return false;
@@ -96,7 +92,7 @@ TEST_CASE("nccl: a build without NCCL says why when asked for the backend", "[gp
     SUCCEED("this build has NCCL (the other nccl tests run it)");
     return;
   }
-  const std::string why = testing::kSimulator ? "the simulator build does not run vendor libraries (NCCL)" : "has no NCCL";
+  const std::string why = "has no NCCL";
   CHECK_THROWS_WITH(dist::make_nccl_group(nullptr, 0, 1, 0, std::chrono::seconds(5)), Contains(why));
   dist::Options o;
   o.rank = 0;
@@ -305,7 +301,7 @@ void expect(bool ok, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("nccl: two ranks on two GPUs compute every collective", "[gpu][dist]") {
+TEST_CASE("nccl: two ranks on two GPUs compute every collective", "[gpu][dist][multi-gpu]") {
   if (skip_without_nccl()) return;
   if (cuda::device_count() < 2) {
     WARN("skipped: needs 2 GPUs, this machine has " << cuda::device_count());
@@ -356,7 +352,7 @@ TEST_CASE("nccl: two ranks on two GPUs compute every collective", "[gpu][dist]")
   CHECK(errors[1] == "");
 }
 
-TEST_CASE("nccl: the watchdog fails a collective a peer never joins, naming it", "[gpu][dist]") {
+TEST_CASE("nccl: the watchdog fails a collective a peer never joins, naming it", "[gpu][dist][multi-gpu]") {
   if (skip_without_nccl()) return;
   if (cuda::device_count() < 2) {
     WARN("skipped: needs 2 GPUs, this machine has " << cuda::device_count());

@@ -19,6 +19,7 @@ void add_collective_scenarios(Scenarios& s);
 void add_ddp_scenarios(Scenarios& s);
 void add_sync_batch_norm_scenarios(Scenarios& s);
 void add_store_scenarios(Scenarios& s);
+void add_nccl_scenarios(Scenarios& s);
 
 // Throws std::runtime_error with `what` unless `ok`.
 inline void expect(bool ok, const std::string& what) {

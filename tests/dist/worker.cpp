@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   add_ddp_scenarios(all);
   add_sync_batch_norm_scenarios(all);
   add_store_scenarios(all);
+  add_nccl_scenarios(all);
   if (argc < 2 || !all.count(argv[1])) {
     std::fprintf(stderr, "usage: ember_dist_worker SCENARIO [ARGS...]; scenarios:");
     for (const auto& [name, fn] : all) std::fprintf(stderr, " %s", name.c_str());
