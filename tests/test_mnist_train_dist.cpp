@@ -243,5 +243,9 @@ TEST_CASE("mnist_train: --distributed trains on while strangers flood the rendez
   CHECK(acc_attacked == acc_clean);
   REQUIRE(clean.peak_kib > 0);
   REQUIRE(attacked.peak_kib > 0);
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("AddressSanitizer build: its quarantine makes rank 0's VmRSS vary from run to run; not compared");
+#else
   CHECK(attacked.peak_kib - clean.peak_kib < 16 * 1024);
+#endif
 }

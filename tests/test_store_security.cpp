@@ -349,7 +349,11 @@ TEST_CASE("store security: length prefixes, big streams and a connection flood k
   for (int fd : flood) ::close(fd);
   const long after = rss_kib();
   INFO("VmRSS " << before << " KiB before, " << after << " KiB after");
+#if defined(__SANITIZE_ADDRESS__)
+  WARN("AddressSanitizer build: its shadow memory and quarantine make VmRSS no measure of the store's; not checked");
+#else
   CHECK(after - before < 8 * 1024);
+#endif
   // and the store answers as before
   member.set("y", "2");
   CHECK(store.get("y") == "2");
