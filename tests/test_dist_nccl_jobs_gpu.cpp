@@ -114,14 +114,21 @@ TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals 
   testing::TempDir tmp;
   const std::string data = tmp.path() + "/data";
   write_synthetic_set(data, false, 256, 64);
-  // f32, and fp16 with loss scaling (the ranks must agree on every skipped step: found-inf)
-  for (const std::string amp : {"off", "fp16"}) {
-    INFO("--amp " << amp);
-    const std::vector<std::string> common = {"--data", data, "--device", "cuda", "--model", "mlp", "--workers", "0",
-                                             "--epochs", "1", "--max-steps", "12", "--lr", "1e-3", "--seed", "7",
-                                             "--val-split", "0", "--quiet", "--amp", amp};
-    const std::string one_ckpt = tmp.path() + "/one-" + amp + ".safetensors";
-    const std::string two_ckpt = tmp.path() + "/two-" + amp + ".safetensors";
+  // f32, fp16 with loss scaling, and f32 with the step captured in a CUDA graph (DDP's all_reduce
+  // calls captured and replayed); one epoch of 256 images: 8 steps of 32
+  struct Config {
+    std::string amp;
+    bool graph;
+  };
+  for (const Config& c : {Config{"off", false}, Config{"fp16", false}, Config{"off", true}}) {
+    const std::string& amp = c.amp;
+    const std::string tag = amp + (c.graph ? "-graph" : "");
+    INFO("--amp " << amp << (c.graph ? " --graph" : ""));
+    std::vector<std::string> common = {"--data", data, "--device", "cuda", "--model", "mlp", "--workers", "0",
+                                       "--epochs", "1", "--lr", "1e-3", "--seed", "7", "--val-split", "0", "--quiet", "--amp", amp};
+    if (c.graph) common.push_back("--graph");
+    const std::string one_ckpt = tmp.path() + "/one-" + tag + ".safetensors";
+    const std::string two_ckpt = tmp.path() + "/two-" + tag + ".safetensors";
     // one process, global batch 32
     std::vector<std::string> one = common;
     for (const std::string& a : {std::string("--batch-size"), std::string("32"), std::string("--save"), one_ckpt})
@@ -142,6 +149,11 @@ TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals 
     REQUIRE(WIFEXITED(status));
     REQUIRE(WEXITSTATUS(status) == 0);
     CHECK(out.str().find("2 processes (nccl)") != std::string::npos);
+    if (c.graph) {
+      CHECK(single.out.find("CUDA graph            captured and replayed") != std::string::npos);
+      CHECK(out.str().find("[rank 0]   CUDA graph            captured and replayed") != std::string::npos);
+      CHECK(out.str().find("cannot be captured") == std::string::npos);
+    }
     if (amp == "fp16") {  // the loss scaler skipped as many steps as in one process (none, at this size)
       auto skipped = [](const std::string& text) {
         const size_t at = text.find("loss scaler");
@@ -154,7 +166,7 @@ TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals 
     const auto b = io::load_safetensors(two_ckpt).tensors;
     REQUIRE(a.size() == b.size());
     REQUIRE(!a.empty());
-    // the same 12 steps: gradients averaged over 2 x 16 rows instead of summed over 32, in f32 (or
+    // the same 8 steps: gradients averaged over 2 x 16 rows instead of summed over 32, in f32 (or
     // from fp16 activations, rounded per half batch)
     double worst = 0;
     for (const auto& [name, ta] : a) {

@@ -100,8 +100,6 @@ int main(int argc, char** argv) {
       dist::LaunchEnv env = dist::launch_env();
       EMBER_CHECK(env.distributed, "--distributed: WORLD_SIZE is not set; start the processes with "
                                    "ember_run --nproc-per-node N -- mnist_train --distributed ...");
-      EMBER_CHECK(!o.graph, "--graph with --distributed is not supported yet (DDP starts its reductions from "
-                            "host-side gradient hooks); drop one of the two flags");
       EMBER_CHECK(!o.ablation, "--ablation runs on one process; drop --distributed");
       if (device.is_cuda()) {
         EMBER_CHECK(env.local_rank < cuda::device_count(), "--distributed: LOCAL_RANK ", env.local_rank, " but only ",
