@@ -307,13 +307,16 @@ int sync_bn(const std::vector<std::string>& args) {
       // mean 1000 x std: sum-of-squares statistics in f32 would be off by percents here
       {"4-D f32 mean 1000, std 1.5", 4, DType::f32, false, true, true, 0.1, 2, DType::f32, 1000.0, 1e-4, 1e-3},
   };
-  for (const Case& c : cases) {
-    // Open: on a simulated H100 SyncBatchNorm's and BatchNorm2d's weight gradients in this case
-    // are 1e-3 apart at step 1 (-4.70057 against -4.70471; the tolerance allows 1.5e-3 absolute),
-    // with every other case far inside it. Not yet known which side is off (docs/gpu-validation.md).
+  for (Case c : cases) {
+    // On CUDA the statistics are f32 sums (the CPU kernels accumulate in double): at mean 1000 the
+    // mean is off by a few f32 ulps of 1000 (6e-5 each), which shifts every xhat of the channel by
+    // about 1e-4 / std, and a weight gradient (a sum of 160 dy xhat, dy ~ 0.3) by up to ~5e-3 on
+    // either side. Against an f64 reference on the CPU both BatchNorm2d's and SyncBatchNorm's
+    // CUDA weight gradients were that far off (-4.7047 and -4.7006 for -4.7013): f32 precision, not
+    // a wrong formula.
     if (!g_dev.is_cpu() && c.shift != 0) {
-      std::printf("  %s (rank %d): skipped on CUDA (open: weight gradients 1e-3 apart)\n", c.name.c_str(), pg->rank());
-      continue;
+      c.rtol = 1e-3;
+      c.atol = 1e-2;
     }
     run_case(pg, sizes, c);
   }
