@@ -255,9 +255,7 @@ void DistributedDataParallel::finish_backward() {
                "the loss on every rank; if some are unused in some steps, construct DDP with "
                "DDPOptions().find_unused_parameters(true)");
   }
-  callback_queued_ = true;  // what launches now is not overlapped
-  launch_ready_buckets();
-  callback_queued_ = false;
+  launch_ready_buckets();  // after backward's end (callback_queued_ is false): not overlapped
   for (auto& b : buckets_) b.work->wait();
   reset();
   if (!rebuilt_ && !params_.empty()) {

@@ -121,7 +121,7 @@ class DistributedDataParallel {
   size_t next_bucket_ = 0;
   bool no_sync_ = false;
   bool sync_this_backward_ = true;
-  bool callback_queued_ = false;
+  bool callback_queued_ = false;  // during backward, after the first hook queued finish_backward
   bool rebuilt_ = false;
   std::vector<int> arrival_order_;
   int64_t overlapped_ = 0;
