@@ -342,7 +342,7 @@ bool DataLoader::fill(Run& run, Slot& slot, int64_t b, int worker, std::string& 
       }
       Sample s = dataset_->get(current);
       if (transform != nullptr) {
-        // Note [loader determinism]: one stream per sample position, whoever assembles the batch
+        // one stream per sample position, whoever assembles the batch (Note [loader determinism])
         Rng rng(sample_seed(run.epoch, b * o_.batch_size_ + k));
         transform->apply(s.image, rng);
       }

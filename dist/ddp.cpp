@@ -259,7 +259,7 @@ void DistributedDataParallel::finish_backward() {
   for (auto& b : buckets_) b.work->wait();
   reset();
   if (!rebuilt_ && !params_.empty()) {
-    // Note [DDP buckets]: rebuild from the order the gradients arrived in, rank 0's order for all.
+    // Rebuild from the order the gradients arrived in, rank 0's order for all (Note [DDP buckets]).
     rebuilt_ = true;
     std::vector<int> order = arrival_order_;
     for (int i = 0; i < static_cast<int>(params_.size()); ++i)

@@ -84,8 +84,8 @@ TEST_CASE("a block used on another stream waits for that stream before reuse", "
 }
 
 TEST_CASE("a capture that allocates while blocks wait for another stream's events still captures", "[gpu][allocator][graph]") {
-  // Note [event queries during capture]: the allocator's look at pending blocks queries events,
-  // which a capture forbids on its thread; on an H200 this broke every --graph run whose batches
+  // The allocator's look at pending blocks queries events, which a capture forbids on its thread
+  // (Note [event queries during capture]); on an H200 this broke every --graph run whose batches
   // came from the host loader's copy stream.
   cuda::Stream side = cuda::Stream::create(0);
   cuda::Stream st = cuda::Stream::create(0);
@@ -189,8 +189,8 @@ TEST_CASE("streams and events order work and time it", "[gpu][stream]") {
 }
 
 TEST_CASE("CUDA graph replays draw fresh random numbers, and a seeded run repeats them", "[gpu][graph][rng]") {
-  // Note [Philox in CUDA graphs]: dropout captured in a graph must not repeat its mask on every
-  // replay, and the host generator stays the one source of the numbers.
+  // Dropout captured in a graph must not repeat its mask on every replay, and the host generator
+  // stays the one source of the numbers (Note [Philox in CUDA graphs]).
   auto masks_of_replays = [] {
     manual_seed(21);
     cuda::Stream st = cuda::Stream::create(0);

@@ -1,7 +1,7 @@
 // ember_tune's search space: the parameters, how each maps to and from the unit cube the samplers work in, and how a
 // space is read from the command line (--param) or a JSON file (--space).
 //
-// Note [latent and feature coordinates] A point is held as one latent coordinate per parameter, u in [0, 1]: random
+// Note [latent and feature coordinates]: a point is held as one latent coordinate per parameter, u in [0, 1]: random
 // search, the Latin hypercube and TPE sample there, and the study file stores it so a resumed study sees exactly what
 // the sampler saw. decode() turns u into the value mnist_train gets: lo + u (hi - lo) for floats, the same in log
 // space for log floats (so 1e-4..1e-1 is sampled per decade, not mostly near 1e-1), the bucket floor(u * count) for
@@ -37,7 +37,7 @@ struct Space {
   // The GP's input width: numeric parameters one column each, categoricals one per choice.
   size_t feature_size() const;
 
-  std::vector<double> decode(const std::vector<double>& u) const;  // u -> values (Note [latent ...])
+  std::vector<double> decode(const std::vector<double>& u) const;  // u -> values (Note [latent and feature coordinates])
   std::vector<double> features(const std::vector<double>& u) const;
   // u -> the value as text, as mnist_train gets it on its command line.
   std::string value_text(size_t i, double value) const;

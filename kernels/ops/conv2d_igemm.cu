@@ -286,7 +286,7 @@ __global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int
 
 // ======================= SIMT kernels =======================
 
-// Note [simt tile padding]: both SIMT kernels keep their tiles k-major, As[k][m] and Bs[k][n],
+// Note [conv simt tile padding]: both SIMT kernels keep their tiles k-major, As[k][m] and Bs[k][n],
 // so the k steps read along m / n; the loaders fill them across k. One store instruction of a
 // warp writes 32 / BK consecutive m (n) in each of the BK rows (data_simt: k = tid % BK), or
 // 128 / BK consecutive m in each of BK / 4 rows 4 apart (wgrad_simt: runs of 4 k per thread; both
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr int A_LD = BM * BK / NT, B_LD = BN * BK / NT;
   static_assert(NT % BK == 0 && NT % BM == 0 && (BM * BK) % NT == 0 && (BN * BK) % NT == 0, "tile/thread mismatch");
   constexpr int A_ROWS = CL ? A_LD : 1;
-  EMBER_SHARED(T[2][BK][BM + kSimtPad<BK>], As);  // Note [simt tile padding]
+  EMBER_SHARED(T[2][BK][BM + kSimtPad<BK>], As);  // Note [conv simt tile padding]
   EMBER_SHARED(T[2][BK][BN + kSimtPad<BK>], Bs);
 
   const int tid = threadIdx.x;
@@ -422,7 +422,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
   constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
   static_assert(BK % A_RUN == 0 && BK % B_RUN == 0, "runs must tile BK");
   constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;  // threads per row / column
-  EMBER_SHARED(T[2][BK][BM + kSimtPad<BK>], As);  // Note [simt tile padding]
+  EMBER_SHARED(T[2][BK][BM + kSimtPad<BK>], As);  // Note [conv simt tile padding]
   EMBER_SHARED(T[2][BK][BN + kSimtPad<BK>], Bs);
 
   const int tid = threadIdx.x;

@@ -24,7 +24,7 @@ template <class T, bool kVec>
 __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, double p, acc_t<T> scale,
                                uint64_t seed_arg, uint64_t base_arg, const uint64_t* graph_state) {
   using Acc = acc_t<T>;
-  // Note [Philox in CUDA graphs]: from the device state when captured, so replays draw anew
+  // from the device state when captured, so replays draw anew (Note [Philox in CUDA graphs])
   const PhiloxState ps = philox_resolve(seed_arg, base_arg, graph_state);
   const uint64_t seed = ps.seed, base = ps.base;
   using V = detail::AlignedVec<T, 4>;

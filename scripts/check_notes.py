@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Checks that a Note name identifies one note: defined once, and every citation names a defined one.
+
+ember explains its invariants and decisions in Notes: a comment paragraph that starts with
+`Note [name]:` (after the comment marker) defines one; `Note [name]` anywhere else cites it, in
+source comments and in docs/*.md and README.md. Two notes with one name leave a reader with two
+texts for one reference; a citation of a note that does not exist (renamed, deleted) points at
+nothing. This reports both, as file:line.
+
+  scripts/check_notes.py [--root DIR]          exit 1 and one line per problem
+  scripts/check_notes.py --root DIR --expect-problems P ...
+                                               exit 0 only if exactly the problems P are found,
+                                               each "defined twice: NAME" or "not defined: NAME"
+                                               (the ctest entry that shows the check can fail)
+"""
+import argparse
+import os
+import re
+import sys
+
+SOURCES = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".def", ".inc", ".py", ".sh", ".cmake")
+DOCS = (".md",)
+SKIP_DIRS = {".git", "__pycache__"}
+# The fixture of the check's own test defines and cites wrongly on purpose; this file describes
+# the syntax with made-up names.
+EXCLUDE = ["tests/notes", "scripts/check_notes.py"]
+
+NOTE = re.compile(r"Note \[([^\]\n]+)\]")
+# A definition: the comment's text starts with the note (//, /*, *, # as markers).
+DEFINITION = re.compile(r"^\s*(?://+|/\*+|\*|#+)\s*Note \[([^\]\n]+)\]:")
+
+
+def files(root, exclude):
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("build")
+                             and os.path.normpath(os.path.join(rel_dir, d)) not in exclude)
+        for name in sorted(filenames):
+            rel = os.path.normpath(os.path.join(rel_dir, name))
+            if (name.endswith(SOURCES + DOCS) or name == "CMakeLists.txt") and rel not in exclude:
+                yield rel
+
+
+def scan(root, exclude):
+    """Returns ({name: [where defined]}, {name: [where cited]})."""
+    defined, cited = {}, {}
+    for rel in files(root, exclude):
+        is_doc = rel.endswith(DOCS)
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                d = None if is_doc else DEFINITION.match(line)
+                if d:
+                    defined.setdefault(d.group(1), []).append(f"{rel}:{n}")
+                for m in NOTE.finditer(line):
+                    if d and m.start() == line.index("Note ["):
+                        continue  # the definition itself
+                    cited.setdefault(m.group(1), []).append(f"{rel}:{n}")
+    return defined, cited
+
+
+def problems(defined, cited):
+    out = []
+    for name, where in sorted(defined.items()):
+        if len(where) > 1:
+            out.append((f"defined twice: {name}", ", ".join(where)))
+    for name, where in sorted(cited.items()):
+        if name not in defined:
+            out.append((f"not defined: {name}", ", ".join(where)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    ap.add_argument("--expect-problems", nargs="*", default=None)
+    args = ap.parse_args()
+    root = os.path.abspath(args.root)
+    exclude = [] if args.expect_problems is not None else [os.path.normpath(e) for e in EXCLUDE]
+    defined, cited = scan(root, exclude)
+    found = problems(defined, cited)
+    if args.expect_problems is not None:
+        got = sorted(p for p, _ in found)
+        want = sorted(args.expect_problems)
+        if got != want:
+            print(f"check_notes: expected exactly {want}, found {got}")
+            return 1
+        print(f"check_notes: found exactly the {len(want)} expected problem(s)")
+        return 0
+    for what, where in found:
+        print(f"{what} ({where})")
+    if found:
+        return 1
+    print(f"check_notes: {len(defined)} notes, each defined once; {sum(len(v) for v in cited.values())} citations, "
+          f"all of defined notes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

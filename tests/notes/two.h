@@ -1,0 +1,4 @@
+// Fixture of scripts/check_notes.py's own test (see one.cpp).
+
+// Note [twice]: a second text under the same name.
+// Cites Note [once].
