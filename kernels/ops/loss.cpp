@@ -47,24 +47,26 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const char* reduction_name(int64_t r) {
+const char* reduction_name(Reduction r) {
   switch (r) {
-    case 0: return "none";
-    case 1: return "mean";
-    case 2: return "sum";
+    case Reduction::none: return "none";
+    case Reduction::mean: return "mean";
+    case Reduction::sum: return "sum";
   }
   return "?";
 }
 
-void check_reduction(const char* op, int64_t r) {
-  EMBER_CHECK(r >= 0 && r <= 2, op, ": unknown reduction ", r, " (expected none = 0, mean = 1 or sum = 2)");
+// An enum holds any value of its type: a Reduction cast from a bad integer is caught here.
+void check_reduction(const char* op, Reduction r) {
+  const auto v = static_cast<int64_t>(r);
+  EMBER_CHECK(v >= 0 && v <= 2, op, ": unknown reduction ", v, " (expected none = 0, mean = 1 or sum = 2)");
 }
 
 // ---- class-index losses: shapes ----
 
 
-std::vector<TensorSpec> class_loss_outputs(const Tensor& x, const Tensor& t, int64_t reduction) {
-  Shape out = reduction == 0 ? t.shape() : Shape{};
+std::vector<TensorSpec> class_loss_outputs(const Tensor& x, const Tensor& t, Reduction reduction) {
+  Shape out = reduction == Reduction::none ? t.shape() : Shape{};
   return {{out, x.dtype(), {}}, {Shape{}, loss_acc_dtype(x.dtype()), {}}};
 }
 
@@ -91,7 +93,7 @@ std::vector<TensorSpec> infer_class_loss_backward(std::span<const Tensor> in, co
   check_reduction(op, la.reduction);
   const Tensor &g = in[0], &x = in[1], &t = in[2], &tw = in[4];
   class_loss_geometry(op, x, t, in[3]);
-  Shape gs = la.reduction == 0 ? t.shape() : Shape{};
+  Shape gs = la.reduction == Reduction::none ? t.shape() : Shape{};
   EMBER_CHECK(g.shape() == gs && g.dtype() == x.dtype(), op, ": grad must be ", x.dtype(), gs, " for reduction ",
               reduction_name(la.reduction), ", got ", g.describe());
   EMBER_CHECK(tw.defined() && tw.numel() == 1 && is_floating(tw.dtype()), op,
@@ -111,7 +113,7 @@ std::vector<TensorSpec> infer_mse(std::span<const Tensor> in, const Attrs& a) {
               y.describe(), " must share a floating dtype");
   EMBER_CHECK(x.shape() == y.shape(), "mse_loss: input ", x.shape(), " and target ", y.shape(),
               " must have the same shape (the functional API broadcasts them)");
-  return {{la.reduction == 0 ? x.shape() : Shape{}, x.dtype(), {}}};
+  return {{la.reduction == Reduction::none ? x.shape() : Shape{}, x.dtype(), {}}};
 }
 
 std::vector<TensorSpec> infer_mse_backward(std::span<const Tensor> in, const Attrs& a) {
@@ -121,7 +123,7 @@ std::vector<TensorSpec> infer_mse_backward(std::span<const Tensor> in, const Att
   check_reduction("mse_loss_backward", la.reduction);
   EMBER_CHECK(is_floating(x.dtype()) && x.dtype() == y.dtype() && x.shape() == y.shape(), "mse_loss_backward: input ",
               x.describe(), " and target ", y.describe(), " must match");
-  Shape gs = la.reduction == 0 ? x.shape() : Shape{};
+  Shape gs = la.reduction == Reduction::none ? x.shape() : Shape{};
   EMBER_CHECK(g.shape() == gs && g.dtype() == x.dtype(), "mse_loss_backward: grad must be ", x.dtype(), gs,
               " for reduction ", reduction_name(la.reduction), ", got ", g.describe());
   return {{x.shape(), x.dtype(), {}}};
@@ -152,8 +154,8 @@ std::vector<Tensor> nll_loss_backward_vjp(const BackwardCtx& ctx) {
   Tensor dg;
   if (ctx.needs_grad(0)) {
     LossAttrs a = ctx.attr<LossAttrs>();
-    if (a.reduction == 1) {
-      Tensor s = call(OpId::nll_loss, {ctx.grad(0), ctx.inputs[2], ctx.inputs[3]}, LossAttrs{2, a.ignore_index, 0})[0];
+    if (a.reduction == Reduction::mean) {
+      Tensor s = call(OpId::nll_loss, {ctx.grad(0), ctx.inputs[2], ctx.inputs[3]}, LossAttrs{Reduction::sum, a.ignore_index, 0})[0];
       Tensor tw = to_dtype(ctx.inputs[4], s.dtype());
       dg = where(eq(tw, 0.0), zeros_like(s), div(s, tw));  // on the device: no host sync
     } else {
@@ -171,13 +173,13 @@ std::vector<Tensor> mse_loss_vjp(const BackwardCtx& ctx) {
 // dx = 2 s (x - y) g: d/dg = Σ 2 s (x - y) gg (or elementwise for none), d/dx = 2 s g gg = -d/dy.
 std::vector<Tensor> mse_loss_backward_vjp(const BackwardCtx& ctx) {
   const Tensor &g = ctx.inputs[0], &x = ctx.inputs[1], &y = ctx.inputs[2];
-  const int64_t red = ctx.attr<LossAttrs>().reduction;
-  const double s = red == 1 ? 2.0 / static_cast<double>(x.numel()) : 2.0;
+  const Reduction red = ctx.attr<LossAttrs>().reduction;
+  const double s = red == Reduction::mean ? 2.0 / static_cast<double>(x.numel()) : 2.0;
   Tensor gg = ctx.grad(0);
   Tensor dg, dx;
   if (ctx.needs_grad(0)) {
     Tensor t = mul(mul(gg, sub(x, y)), s);
-    dg = red == 0 ? t : sum(t);
+    dg = red == Reduction::none ? t : sum(t);
   }
   if (ctx.needs_grad(1) || ctx.needs_grad(2)) dx = mul(mul(gg, g), s);
   return {dg, ctx.needs_grad(1) ? dx : Tensor(), ctx.needs_grad(2) ? neg(dx) : Tensor()};
@@ -200,14 +202,14 @@ std::vector<ClassCase> class_cases(bool smoothing) {
   auto u = [&](Shape s, double lo = -3, double hi = 3) { return samples::uniform(s, lo, hi, ++seed); };
   auto ri = [&](Shape s, int64_t C) { return samples::randint(s, C, ++seed); };
   auto weights = [&](int64_t C) { return samples::uniform({C}, 0.2, 2.0, ++seed); };
-  const LossAttrs mean{1, -100, 0}, sum{2, -100, 0}, none{0, -100, 0};
+  const LossAttrs mean{Reduction::mean, -100, 0}, sum{Reduction::sum, -100, 0}, none{Reduction::none, -100, 0};
   v.push_back({"[5, 7] mean", u({5, 7}), ri({5}, 7), {}, mean});
   v.push_back({"[5, 7] sum", u({5, 7}), ri({5}, 7), {}, sum});
   v.push_back({"[5, 7] none", u({5, 7}), ri({5}, 7), {}, none});
   v.push_back({"[6, 4] ignore_index -100 present, mean", u({6, 4}), with_targets({1, -100, 3, 0, -100, 2}, {6}), {},
                mean});
   v.push_back({"[6, 4] ignore_index 2 (a real class), none", u({6, 4}), with_targets({1, 2, 3, 0, 2, 2}, {6}), {},
-               LossAttrs{0, 2, 0}});
+               LossAttrs{Reduction::none, 2, 0}});
   v.push_back({"[6, 4] weights, mean", u({6, 4}), ri({6}, 4), weights(4), mean});
   v.push_back({"[6, 4] weights, sum", u({6, 4}), ri({6}, 4), weights(4), sum});
   v.push_back({"[6, 4] weights, none", u({6, 4}), ri({6}, 4), weights(4), none});
@@ -246,7 +248,7 @@ std::vector<ClassCase> class_cases(bool smoothing) {
     v.push_back({"-inf at non-target logits, none", x, with_targets({0, 3, 5, 2}, {4}), {}, none, false});
   }
   if (smoothing) {
-    const LossAttrs smean{1, -100, 0.1}, ssum{2, -100, 0.1}, snone{0, -100, 0.1};
+    const LossAttrs smean{Reduction::mean, -100, 0.1}, ssum{Reduction::sum, -100, 0.1}, snone{Reduction::none, -100, 0.1};
     v.push_back({"[5, 7] smoothing 0.1, mean", u({5, 7}), ri({5}, 7), {}, smean});
     v.push_back({"[5, 7] smoothing 0.1, sum", u({5, 7}), ri({5}, 7), {}, ssum});
     v.push_back({"[5, 7] smoothing 0.1, none", u({5, 7}), ri({5}, 7), {}, snone});
@@ -264,7 +266,7 @@ std::vector<ClassCase> class_cases(bool smoothing) {
     v.push_back({"+-1e4 [16, 50] smoothing 0.1, weights, mean", u({16, 50}, -1e4, 1e4), ri({16}, 50), weights(50),
                  smean});
     v.push_back({"near-equal large [8, 100] smoothing 0.1, mean", u({8, 100}, 9000, 9001), ri({8}, 100), {}, smean});
-    v.push_back({"[4, 6] smoothing 1.0, mean", u({4, 6}), ri({4}, 6), {}, LossAttrs{1, -100, 1.0}});
+    v.push_back({"[4, 6] smoothing 1.0, mean", u({4, 6}), ri({4}, 6), {}, LossAttrs{Reduction::mean, -100, 1.0}});
   }
   return v;
 }
@@ -316,12 +318,12 @@ std::vector<OpSample> class_loss_backward_samples() {
 std::vector<OpSample> mse_samples(bool backward) {
   std::vector<OpSample> out;
   uint64_t seed = 2500;
-  auto add = [&](std::string name, Tensor x, Tensor y, int64_t red) {
+  auto add = [&](std::string name, Tensor x, Tensor y, Reduction red) {
     OpSample s;
     s.name = std::move(name) + " " + reduction_name(red);
     s.attrs = LossAttrs{red, -100, 0};
     if (backward) {
-      Shape gs = red == 0 ? x.shape() : Shape{};
+      Shape gs = red == Reduction::none ? x.shape() : Shape{};
       s.inputs = {samples::uniform(gs, -1, 1, ++seed), x, y};
     } else {
       s.inputs = {x, y};
@@ -332,12 +334,12 @@ std::vector<OpSample> mse_samples(bool backward) {
     }
     out.push_back(std::move(s));
   };
-  auto pair = [&](std::string name, Shape shape, int64_t red, bool transposed = false) {
+  auto pair = [&](std::string name, Shape shape, Reduction red, bool transposed = false) {
     Tensor x = transposed ? samples::transposed(shape, -2, 2, ++seed) : samples::uniform(shape, -2, 2, ++seed);
     Tensor y = samples::uniform(shape, -2, 2, ++seed);
     add(std::move(name), x, y, red);
   };
-  for (int64_t red : {0, 1, 2}) {
+  for (Reduction red : {Reduction::none, Reduction::mean, Reduction::sum}) {
     pair("[5, 6]", {5, 6}, red);
     pair("scalar", {}, red);
     pair("[7]", {7}, red);
@@ -346,7 +348,7 @@ std::vector<OpSample> mse_samples(bool backward) {
     pair("transposed [6, 5]", {6, 5}, red, true);
     pair("[2^20+3]", {(1 << 20) + 3}, red);
   }
-  pair("[300, 300] (multi-block)", {300, 300}, 1);
+  pair("[300, 300] (multi-block)", {300, 300}, Reduction::mean);
   return out;
 }
 
@@ -406,7 +408,7 @@ std::vector<BenchCase> cross_entropy_benches() {
   for (const BenchShape& b : class_bench_shapes()) {
     BenchCase bc;
     bc.name = b.name;
-    bc.attrs = LossAttrs{1, -100, 0};
+    bc.attrs = LossAttrs{Reduction::mean, -100, 0};
     bc.make = [b](Device d) {
       Tensor x = uniform({b.N, b.C}, -1, 1, TensorOptions().dtype(b.dt).device(d));
       Tensor t = samples::randint({b.N}, b.C, 7).to(d);
@@ -423,7 +425,7 @@ std::vector<BenchCase> cross_entropy_benches() {
 std::vector<BenchCase> nll_loss_benches() {
   BenchCase bc;
   bc.name = "[512, 10] f32";
-  bc.attrs = LossAttrs{1, -100, 0};
+  bc.attrs = LossAttrs{Reduction::mean, -100, 0};
   bc.make = [](Device d) {
     return std::vector<Tensor>{uniform({512, 10}, -3, 0, TensorOptions().device(d)),
                                samples::randint({512}, 10, 7).to(d), Tensor()};
@@ -433,13 +435,13 @@ std::vector<BenchCase> nll_loss_benches() {
 
 std::vector<BenchCase> mse_benches() {
   Shape s{int64_t{1} << 26};
-  return {{"2^26 f32 mean", {TensorSpec{s, DType::f32, {}}, TensorSpec{s, DType::f32, {}}}, LossAttrs{1, -100, 0}, {}}};
+  return {{"2^26 f32 mean", {TensorSpec{s, DType::f32, {}}, TensorSpec{s, DType::f32, {}}}, LossAttrs{Reduction::mean, -100, 0}, {}}};
 }
 std::vector<BenchCase> mse_backward_benches() {
   Shape s{int64_t{1} << 26};
   return {{"2^26 f32 mean",
            {TensorSpec{Shape{}, DType::f32, {}}, TensorSpec{s, DType::f32, {}}, TensorSpec{s, DType::f32, {}}},
-           LossAttrs{1, -100, 0},
+           LossAttrs{Reduction::mean, -100, 0},
            {}}};
 }
 
@@ -510,7 +512,7 @@ void define_op_mse_loss_backward(OpInfo& info) {
 
 namespace {
 LossAttrs loss_attrs(const char* op, const CrossEntropyOptions& o) {
-  int64_t r = static_cast<int64_t>(o.reduction);
+  const Reduction r = o.reduction;
   check_reduction(op, r);
   EMBER_CHECK(std::isfinite(o.label_smoothing) && o.label_smoothing >= 0 && o.label_smoothing <= 1, op,
               ": label_smoothing must be in [0, 1], got ", o.label_smoothing);
@@ -537,7 +539,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntrop
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   EMBER_CHECK(input.defined() && target.defined(), "mse_loss: input and target must be defined tensors");
-  int64_t r = static_cast<int64_t>(reduction);
+  const Reduction r = reduction;
   check_reduction("mse_loss", r);
   DType dt = promote_types(input.dtype(), target.dtype());
   if (!is_floating(dt)) dt = kDefaultFloat;

@@ -75,7 +75,7 @@ EMBER_UNROLL
 // Sums n (loss, weight) pairs in a fixed order and writes the reduced loss and total_weight.
 // count > 0: the mean divides by count (mse) instead of by the summed weights.
 template <class T, class Acc>
-__global__ void __launch_bounds__(1024) finalize_kernel(const double* __restrict__ ws, int64_t n, int reduction,
+__global__ void __launch_bounds__(1024) finalize_kernel(const double* __restrict__ ws, int64_t n, Reduction reduction,
                                                         double count, T* __restrict__ out, Acc* __restrict__ tw) {
   double l = 0, w = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -85,13 +85,13 @@ __global__ void __launch_bounds__(1024) finalize_kernel(const double* __restrict
   block_sum2(l, w);
   if (threadIdx.x == 0) {
     const double den = count > 0 ? count : w;
-    out[0] = static_cast<T>(reduction == 1 ? l / den : l);
+    out[0] = static_cast<T>(reduction == Reduction::mean ? l / den : l);
     if (tw != nullptr) tw[0] = static_cast<Acc>(w);
   }
 }
 
 template <class T, class Acc>
-void launch_finalize(const Tensor& ws, int64_t n, int reduction, double count, const Tensor& out, Acc* tw,
+void launch_finalize(const Tensor& ws, int64_t n, Reduction reduction, double count, const Tensor& out, Acc* tw,
                      cudaStream_t stream) {
   cuda::launch(finalize_kernel<T, Acc>, 1, 1024, 0, stream, static_cast<const double*>(ws.data_ptr()), n, reduction,
                count, static_cast<T*>(out.data_ptr()), tw);
@@ -198,7 +198,7 @@ struct CrossEntropyForward {
 
 // One block does every row (groups of G lanes, K elements each) and the mean/sum.
 template <class P, int K>
-__global__ void __launch_bounds__(1024) ce_small_kernel(P p, int64_t rows, int C, int log2g, int reduction,
+__global__ void __launch_bounds__(1024) ce_small_kernel(P p, int64_t rows, int C, int log2g, Reduction reduction,
                                                         typename P::T* __restrict__ out,
                                                         typename P::Acc* __restrict__ tw) {
   using Acc = typename P::Acc;
@@ -222,13 +222,13 @@ __global__ void __launch_bounds__(1024) ce_small_kernel(P p, int64_t rows, int C
   }
   block_sum2(lsum, wsum);
   if (threadIdx.x == 0) {
-    out[0] = static_cast<typename P::T>(reduction == 1 ? lsum / wsum : lsum);  // W = 0: NaN
+    out[0] = static_cast<typename P::T>(reduction == Reduction::mean ? lsum / wsum : lsum);  // W = 0: NaN
     tw[0] = static_cast<Acc>(wsum);
   }
 }
 
 template <class P, int K>
-void launch_ce_small(const P& p, int64_t rows, int64_t C, int reduction, typename P::T* out, typename P::Acc* tw,
+void launch_ce_small(const P& p, int64_t rows, int64_t C, Reduction reduction, typename P::T* out, typename P::Acc* tw,
                      cudaStream_t stream) {
   int g = 1, log2g = 0;
   const int64_t per_row = K == 1 ? C : 32;
@@ -260,7 +260,7 @@ void cross_entropy_cuda(const KernelCall& c) {
   const RowGeometry g = class_rows(x);
   const int64_t rows = g.rows();
   if (rows == 0) {  // empty batch: mean 0/0 = NaN, sum 0, none empty; W = 0
-    if (la.reduction != 0) out.fill_(la.reduction == 1 ? std::nan("") : 0.0);
+    if (la.reduction != Reduction::none) out.fill_(la.reduction == Reduction::mean ? std::nan("") : 0.0);
     tw.fill_(0.0);
     return;
   }
@@ -278,7 +278,7 @@ void cross_entropy_cuda(const KernelCall& c) {
       p.err = cuda::device_error_word(x.device().index);
       p.code = code_of(OpId::cross_entropy);
       Acc* twp = static_cast<Acc*>(tw.data_ptr());
-      if (la.reduction == 0) {
+      if (la.reduction == Reduction::none) {
         p.mode = 0;
         p.loss_out = static_cast<scalar_t*>(out.data_ptr());
         p.tw_out = twp;
@@ -288,7 +288,7 @@ void cross_entropy_cuda(const KernelCall& c) {
       if constexpr (!std::is_same_v<scalar_t, double>) {
         if (!kForceRows && small_batch(g)) {
           scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
-          const int red = static_cast<int>(la.reduction);
+          const Reduction red = la.reduction;
           if (g.C <= 32) return launch_ce_small<P, 1>(p, rows, g.C, red, op, twp, stream);
           return launch_ce_small<P, 4>(p, rows, g.C, red, op, twp, stream);
         }
@@ -297,7 +297,7 @@ void cross_entropy_cuda(const KernelCall& c) {
       p.mode = 1;
       p.ws = static_cast<double*>(ws.data_ptr());
       rows::launch(p, g, x.device(), kPlan);
-      launch_finalize<scalar_t, Acc>(ws, rows, static_cast<int>(la.reduction), 0, out, twp, stream);
+      launch_finalize<scalar_t, Acc>(ws, rows, la.reduction, 0, out, twp, stream);
     });
   });
 }
@@ -321,7 +321,7 @@ struct CrossEntropyBackward {
   const T* grad;
   int64_t grad_stride;  // 1 for reduction none (g has the target's shape), 0 for a scalar g
   const Acc* total_weight;
-  int reduction;
+  Reduction reduction;
   int64_t C, ignore_index;
   Acc eps;
   int* err;
@@ -334,7 +334,7 @@ struct CrossEntropyBackward {
     if (rw.state == kValid) {
       rw.wt = weight ? static_cast<Acc>(weight[rw.t]) : Acc(1);
       const Acc g = static_cast<Acc>(grad[r * grad_stride]);
-      rw.scale = reduction == 1 ? g / total_weight[0] : g;
+      rw.scale = reduction == Reduction::mean ? g / total_weight[0] : g;
     }
     return rw;
   }
@@ -380,9 +380,9 @@ void cross_entropy_backward_cuda(const KernelCall& c) {
       p.target = static_cast<const index_t*>(t.data_ptr());
       p.weight = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
       p.grad = static_cast<const scalar_t*>(g.data_ptr());
-      p.grad_stride = la.reduction == 0 ? 1 : 0;
+      p.grad_stride = la.reduction == Reduction::none ? 1 : 0;
       p.total_weight = static_cast<const Acc*>(tw.data_ptr());
-      p.reduction = static_cast<int>(la.reduction);
+      p.reduction = la.reduction;
       p.C = class_rows(x).C;
       p.ignore_index = la.ignore_index;
       p.eps = static_cast<Acc>(la.label_smoothing);
@@ -399,7 +399,7 @@ void cross_entropy_backward_cuda(const KernelCall& c) {
 // per-thread f64 sums reduced per block; one block writes the result, several write (l, w) pairs.
 template <class T, class I>
 __global__ void __launch_bounds__(1024) nll_kernel(const T* __restrict__ x, const I* __restrict__ target, const T* __restrict__ weight,
-                           int64_t rows, int64_t C, int64_t B, int64_t ignore_index, int reduction,
+                           int64_t rows, int64_t C, int64_t B, int64_t ignore_index, Reduction reduction,
                            T* __restrict__ out, acc_t<T>* __restrict__ tw, double* __restrict__ ws, int* err,
                            int code) {
   double lsum = 0, wsum = 0;
@@ -414,18 +414,18 @@ __global__ void __launch_bounds__(1024) nll_kernel(const T* __restrict__ x, cons
       w = weight ? static_cast<double>(static_cast<acc_t<T>>(weight[t])) : 1.0;
       l = -w * static_cast<double>(static_cast<acc_t<T>>(x[(r / B) * C * B + t * B + r % B]));
     }
-    if (reduction == 0) out[r] = static_cast<T>(l);
+    if (reduction == Reduction::none) out[r] = static_cast<T>(l);
     lsum += l;
     wsum += w;
   }
-  if (reduction == 0) {
+  if (reduction == Reduction::none) {
     if (blockIdx.x == 0 && threadIdx.x == 0) tw[0] = 0;
     return;
   }
   block_sum2(lsum, wsum);
   if (threadIdx.x == 0) {
     if (gridDim.x == 1) {
-      out[0] = static_cast<T>(reduction == 1 ? lsum / wsum : lsum);
+      out[0] = static_cast<T>(reduction == Reduction::mean ? lsum / wsum : lsum);
       tw[0] = static_cast<acc_t<T>>(wsum);
     } else {
       ws[2 * blockIdx.x] = lsum;
@@ -443,28 +443,28 @@ void nll_loss_cuda(const KernelCall& c) {
   const RowGeometry g = class_rows(x);
   const int64_t rows = g.rows();
   if (rows == 0) {
-    if (la.reduction != 0) out.fill_(la.reduction == 1 ? std::nan("") : 0.0);
+    if (la.reduction != Reduction::none) out.fill_(la.reduction == Reduction::mean ? std::nan("") : 0.0);
     tw.fill_(0.0);
     return;
   }
   // mean/sum: one block up to 64Ki rows (one launch), then a block per 64Ki rows + finalize;
   // none: enough blocks to cover the rows.
   constexpr int kThreads = 1024;
-  const int64_t blocks = la.reduction == 0 ? cuda::grid_for(rows, kThreads, x.device().index)
+  const int64_t blocks = la.reduction == Reduction::none ? cuda::grid_for(rows, kThreads, x.device().index)
                                            : std::min<int64_t>(1024, (rows + 65535) / 65536);
   EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss", [&] {
     EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss", [&] {
       using Acc = acc_t<scalar_t>;
       Tensor ws;
-      if (la.reduction != 0 && blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
+      if (la.reduction != Reduction::none && blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
       cuda::launch(nll_kernel<scalar_t, index_t>, static_cast<unsigned>(blocks), kThreads, 0, stream,
                    static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(t.data_ptr()),
                    w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr, rows, g.C, g.B, la.ignore_index,
-                   static_cast<int>(la.reduction), static_cast<scalar_t*>(out.data_ptr()),
+                   la.reduction, static_cast<scalar_t*>(out.data_ptr()),
                    static_cast<Acc*>(tw.data_ptr()), ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr,
                    cuda::device_error_word(x.device().index), code_of(OpId::nll_loss));
       if (ws.defined())
-        launch_finalize<scalar_t, Acc>(ws, blocks, static_cast<int>(la.reduction), 0, out,
+        launch_finalize<scalar_t, Acc>(ws, blocks, la.reduction, 0, out,
                                        static_cast<Acc*>(tw.data_ptr()), stream);
     });
   });
@@ -474,7 +474,7 @@ void nll_loss_cuda(const KernelCall& c) {
 template <class T, class I>
 __global__ void nll_backward_kernel(const T* __restrict__ grad, int64_t grad_stride, const I* __restrict__ target,
                                     const T* __restrict__ weight, const acc_t<T>* __restrict__ total_weight,
-                                    int reduction, T* __restrict__ dx, int64_t n, int64_t C, int64_t B,
+                                    Reduction reduction, T* __restrict__ dx, int64_t n, int64_t C, int64_t B,
                                     int64_t ignore_index, int* err, int code) {
   using Acc = acc_t<T>;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
@@ -487,7 +487,7 @@ __global__ void nll_backward_kernel(const T* __restrict__ grad, int64_t grad_str
     if (t == cls && t != ignore_index) {
       const Acc g = static_cast<Acc>(grad[r * grad_stride]);
       const Acc wt = weight ? static_cast<Acc>(weight[t]) : Acc(1);
-      v = -wt * (reduction == 1 ? g / total_weight[0] : g);
+      v = -wt * (reduction == Reduction::mean ? g / total_weight[0] : g);
     } else if (cls == 0 && t != ignore_index && (t < 0 || t >= C)) {
       report(err, code);
     }
@@ -507,10 +507,10 @@ void nll_loss_backward_cuda(const KernelCall& c) {
   EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss_backward", [&] {
     EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss_backward", [&] {
       cuda::launch(nll_backward_kernel<scalar_t, index_t>, cuda::grid_for(dx.numel(), 256, x.device().index), 256, 0,
-                   cuda::stream_for(x), static_cast<const scalar_t*>(g.data_ptr()), la.reduction == 0 ? 1 : 0,
+                   cuda::stream_for(x), static_cast<const scalar_t*>(g.data_ptr()), la.reduction == Reduction::none ? 1 : 0,
                    static_cast<const index_t*>(t.data_ptr()),
                    w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr,
-                   static_cast<const acc_t<scalar_t>*>(tw.data_ptr()), static_cast<int>(la.reduction),
+                   static_cast<const acc_t<scalar_t>*>(tw.data_ptr()), la.reduction,
                    static_cast<scalar_t*>(dx.data_ptr()), dx.numel(), geo.C, geo.B, la.ignore_index,
                    cuda::device_error_word(x.device().index), code_of(OpId::nll_loss_backward));
     });
@@ -530,7 +530,7 @@ struct SquaredDiff {
 // Per-thread f64 sums of (x - y)^2 over a grid-stride range, reduced per block.
 template <class T>
 __global__ void __launch_bounds__(256) sqdiff_sum_kernel(const T* __restrict__ x, const T* __restrict__ y, int64_t n,
-                                                         int reduction, T* __restrict__ out, double* __restrict__ ws) {
+                                                         Reduction reduction, T* __restrict__ out, double* __restrict__ ws) {
   double s = 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -541,7 +541,7 @@ __global__ void __launch_bounds__(256) sqdiff_sum_kernel(const T* __restrict__ x
   block_sum2(s, unused);
   if (threadIdx.x == 0) {
     if (gridDim.x == 1) {
-      out[0] = static_cast<T>(reduction == 1 ? s / static_cast<double>(n) : s);  // n = 0: NaN
+      out[0] = static_cast<T>(reduction == Reduction::mean ? s / static_cast<double>(n) : s);  // n = 0: NaN
     } else {
       ws[2 * blockIdx.x] = s;
       ws[2 * blockIdx.x + 1] = 0;
@@ -552,8 +552,9 @@ __global__ void __launch_bounds__(256) sqdiff_sum_kernel(const T* __restrict__ x
 void mse_loss_cuda(const KernelCall& c) {
   const Tensor &x = c.in[0], &y = c.in[1];
   const Tensor& out = c.out[0];
-  const int64_t red = c.attr<LossAttrs>().reduction, n = x.numel();
-  if (red == 0) {
+  const Reduction red = c.attr<LossAttrs>().reduction;
+  const int64_t n = x.numel();
+  if (red == Reduction::none) {
     if (n == 0) return;
     ElementwiseLayout L = make_layout({&out, &x, &y});
     EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss",
@@ -569,10 +570,10 @@ void mse_loss_cuda(const KernelCall& c) {
     if (blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
     cuda::launch(sqdiff_sum_kernel<scalar_t>, static_cast<unsigned>(blocks), kThreads, 0, stream,
                  static_cast<const scalar_t*>(x.data_ptr()), static_cast<const scalar_t*>(y.data_ptr()), n,
-                 static_cast<int>(red), static_cast<scalar_t*>(out.data_ptr()),
+                 red, static_cast<scalar_t*>(out.data_ptr()),
                  ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr);
     if (ws.defined())
-      launch_finalize<scalar_t, acc_t<scalar_t>>(ws, blocks, static_cast<int>(red), static_cast<double>(n), out,
+      launch_finalize<scalar_t, acc_t<scalar_t>>(ws, blocks, red, static_cast<double>(n), out,
                                                  nullptr, stream);
   });
 }
@@ -589,13 +590,14 @@ __global__ void mse_backward_kernel(const T* __restrict__ g, int64_t g_stride, c
 void mse_loss_backward_cuda(const KernelCall& c) {
   const Tensor &g = c.in[0], &x = c.in[1], &y = c.in[2];
   const Tensor& dx = c.out[0];
-  const int64_t red = c.attr<LossAttrs>().reduction, n = x.numel();
+  const Reduction red = c.attr<LossAttrs>().reduction;
+  const int64_t n = x.numel();
   if (n == 0) return;
   cuda::DeviceGuard guard(x.device().index);
   EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss_backward", [&] {
-    const double s = red == 1 ? 2.0 / static_cast<double>(n) : 2.0;
+    const double s = red == Reduction::mean ? 2.0 / static_cast<double>(n) : 2.0;
     cuda::launch(mse_backward_kernel<scalar_t>, cuda::grid_for(n, 256, x.device().index), 256, 0, cuda::stream_for(x),
-                 static_cast<const scalar_t*>(g.data_ptr()), red == 0 ? 1 : 0,
+                 static_cast<const scalar_t*>(g.data_ptr()), red == Reduction::none ? 1 : 0,
                  static_cast<const scalar_t*>(x.data_ptr()), static_cast<const scalar_t*>(y.data_ptr()),
                  static_cast<scalar_t*>(dx.data_ptr()), n, static_cast<acc_t<scalar_t>>(s));
   });

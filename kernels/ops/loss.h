@@ -39,7 +39,7 @@
 namespace ember {
 
 struct LossAttrs {
-  int64_t reduction = 1;  // Reduction
+  Reduction reduction = Reduction::mean;
   int64_t ignore_index = -100;
   double label_smoothing = 0;
 };

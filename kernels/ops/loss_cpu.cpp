@@ -41,20 +41,20 @@ double scalar_value(const Tensor& t) {
 
 // Writes the reduced (or per-row) loss and total_weight from per-row values.
 template <class T>
-void write_reduced(const KernelCall& c, int64_t reduction, const std::vector<double>& l, const std::vector<double>& w) {
+void write_reduced(const KernelCall& c, Reduction reduction, const std::vector<double>& l, const std::vector<double>& w) {
   const Tensor &out = c.out[0], &tw = c.out[1];
   T* op = static_cast<T*>(out.data_ptr());
   double total = 0, wsum = 0;
-  if (reduction == 0) {
+  if (reduction == Reduction::none) {
     for (size_t r = 0; r < l.size(); ++r) op[r] = static_cast<T>(l[r]);
   } else {
     for (size_t r = 0; r < l.size(); ++r) {
       total += l[r];
       wsum += w[r];
     }
-    op[0] = static_cast<T>(reduction == 1 ? total / wsum : total);  // mean over W = 0 is 0/0 = NaN
+    op[0] = static_cast<T>(reduction == Reduction::mean ? total / wsum : total);  // mean over W = 0 is 0/0 = NaN
   }
-  double twv = reduction == 0 ? 0.0 : wsum;
+  double twv = reduction == Reduction::none ? 0.0 : wsum;
   if (tw.dtype() == DType::f64) *static_cast<double*>(tw.data_ptr()) = twv;
   else *static_cast<float*>(tw.data_ptr()) = static_cast<float>(twv);
 }
@@ -116,7 +116,7 @@ void cross_entropy_backward_cpu(const KernelCall& c) {
   const RowGeometry g = class_loss_geometry("cross_entropy_backward", x, t, w);
   const int64_t rows = g.rows(), C = g.C;
   const double eps = la.label_smoothing;
-  const double W = la.reduction == 1 ? scalar_value(c.in[4]) : 1.0;
+  const double W = la.reduction == Reduction::mean ? scalar_value(c.in[4]) : 1.0;
   EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy_backward", [&] {
     EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_backward", [&] {
       const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
@@ -136,8 +136,8 @@ void cross_entropy_backward_cpu(const KernelCall& c) {
             for (int64_t k = 0; k < C; ++k) dp[base + k * stride] = static_cast<scalar_t>(0.0);
             continue;
           }
-          const double gv = static_cast<double>(gp[la.reduction == 0 ? r : 0]);
-          const double scale = la.reduction == 1 ? gv / W : gv;
+          const double gv = static_cast<double>(gp[la.reduction == Reduction::none ? r : 0]);
+          const double scale = la.reduction == Reduction::mean ? gv / W : gv;
           const double lse = row_lse(xp, base, stride, C);
           const double wt = wc(tv);
           const double A = (1 - eps) * wt + eps / static_cast<double>(C) * wsum;
@@ -185,7 +185,7 @@ void nll_loss_backward_cpu(const KernelCall& c) {
   const LossAttrs& la = c.attr<LossAttrs>();
   const RowGeometry g = class_loss_geometry("nll_loss_backward", x, t, w);
   const int64_t rows = g.rows(), C = g.C;
-  const double W = la.reduction == 1 ? scalar_value(c.in[4]) : 1.0;
+  const double W = la.reduction == Reduction::mean ? scalar_value(c.in[4]) : 1.0;
   EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss_backward", [&] {
     EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss_backward", [&] {
       const scalar_t* gp = static_cast<const scalar_t*>(gr.data_ptr());
@@ -197,8 +197,8 @@ void nll_loss_backward_cpu(const KernelCall& c) {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t tv = static_cast<int64_t>(tp[r]);
         if (tv == la.ignore_index) continue;
-        const double gv = static_cast<double>(gp[la.reduction == 0 ? r : 0]);
-        const double scale = la.reduction == 1 ? gv / W : gv;
+        const double gv = static_cast<double>(gp[la.reduction == Reduction::none ? r : 0]);
+        const double scale = la.reduction == Reduction::mean ? gv / W : gv;
         const double wt = wp ? static_cast<double>(wp[tv]) : 1.0;
         dp[(r / g.B) * C * g.B + tv * g.B + r % g.B] = static_cast<scalar_t>(-wt * scale);
       }
@@ -209,12 +209,13 @@ void nll_loss_backward_cpu(const KernelCall& c) {
 void mse_loss_cpu(const KernelCall& c) {
   const Tensor &x = c.in[0], &y = c.in[1];
   const Tensor& out = c.out[0];
-  const int64_t n = x.numel(), red = c.attr<LossAttrs>().reduction;
+  const int64_t n = x.numel();
+  const Reduction red = c.attr<LossAttrs>().reduction;
   EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss", [&] {
     const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
     const scalar_t* yp = static_cast<const scalar_t*>(y.data_ptr());
     scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
-    if (red == 0) {
+    if (red == Reduction::none) {
       parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) {
           double d = static_cast<double>(xp[i]) - static_cast<double>(yp[i]);
@@ -228,23 +229,24 @@ void mse_loss_cpu(const KernelCall& c) {
       double d = static_cast<double>(xp[i]) - static_cast<double>(yp[i]);
       s += d * d;
     }
-    op[0] = static_cast<scalar_t>(red == 1 ? s / static_cast<double>(n) : s);  // mean of nothing: 0/0 = NaN
+    op[0] = static_cast<scalar_t>(red == Reduction::mean ? s / static_cast<double>(n) : s);  // mean of nothing: 0/0 = NaN
   });
 }
 
 void mse_loss_backward_cpu(const KernelCall& c) {
   const Tensor &g = c.in[0], &x = c.in[1], &y = c.in[2];
   const Tensor& dx = c.out[0];
-  const int64_t n = x.numel(), red = c.attr<LossAttrs>().reduction;
+  const int64_t n = x.numel();
+  const Reduction red = c.attr<LossAttrs>().reduction;
   EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss_backward", [&] {
     const scalar_t* gp = static_cast<const scalar_t*>(g.data_ptr());
     const scalar_t* xp = static_cast<const scalar_t*>(x.data_ptr());
     const scalar_t* yp = static_cast<const scalar_t*>(y.data_ptr());
     scalar_t* dp = static_cast<scalar_t*>(dx.data_ptr());
-    const double s = red == 1 ? 2.0 / static_cast<double>(n) : 2.0;
+    const double s = red == Reduction::mean ? 2.0 / static_cast<double>(n) : 2.0;
     parallel_for(0, n, 16384, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        double gv = static_cast<double>(gp[red == 0 ? i : 0]);
+        double gv = static_cast<double>(gp[red == Reduction::none ? i : 0]);
         dp[i] = static_cast<scalar_t>((static_cast<double>(xp[i]) - static_cast<double>(yp[i])) * gv * s);
       }
     });

@@ -71,7 +71,7 @@ std::vector<Case> cases() {
                [] {
                  return std::vector<Tensor>{rnd({1024, 1000}), samples::randint({1024}, 1000, 7).to(cuda0()), Tensor()};
                },
-               LossAttrs{1, -100, 0}});
+               LossAttrs{Reduction::mean, -100, 0}});
   for (DType dt : {DType::f32, DType::bf16}) {
     const std::string d = dt == DType::f32 ? "f32" : "bf16";
     v.push_back({"matmul", "[256,256] x [256,256] " + d, [dt] { return std::vector<Tensor>{rnd({256, 256}, dt), rnd({256, 256}, dt)}; }, {}});
