@@ -104,6 +104,8 @@ TEST_CASE("nccl jobs: a rank that dies between collectives ends the job through 
   CHECK(rs[1].exit_code == 3);
   CHECK(rs[0].exit_code == 1);
   CHECK_THAT(rs[0].output, Contains("nccl all_reduce #2") && Contains("on rank 0 of 2 failed"));
+  if (testing::kSimulator)  // the simulator's NCCL names the peer (ncclGetLastError, quoted by the watchdog)
+    CHECK_THAT(rs[0].output, Contains("rank 1 (pid") && Contains("exited in the middle of a collective"));
   CHECK(rs[0].seconds < 60);  // the group's timeout is 30 s; the simulator sees the exit at once
 }
 
@@ -113,9 +115,9 @@ TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals 
   const std::string launcher = EMBER_BINARY_DIR "/bin/ember_run";
   testing::TempDir tmp;
   const std::string data = tmp.path() + "/data";
-  write_synthetic_set(data, false, 256, 64);
+  write_synthetic_set(data, false, 768, 64);
   // f32, fp16 with loss scaling, and f32 with the step captured in a CUDA graph (DDP's all_reduce
-  // calls captured and replayed); one epoch of 256 images: 8 steps of 32
+  // calls captured and replayed); one epoch of 768 images: 24 steps of 32
   struct Config {
     std::string amp;
     bool graph;
@@ -166,9 +168,9 @@ TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals 
     const auto b = io::load_safetensors(two_ckpt).tensors;
     REQUIRE(a.size() == b.size());
     REQUIRE(!a.empty());
-    // the same 8 steps: gradients averaged over 2 x 16 rows instead of summed over 32, in f32 (or
+    // the same 24 steps: gradients averaged over 2 x 16 rows instead of summed over 32, in f32 (or
     // from fp16 activations, rounded per half batch)
-    double worst = 0;
+    double worst = 0, worst_abs = 0;
     for (const auto& [name, ta] : a) {
       INFO(name);
       REQUIRE(b.contains(name));
@@ -176,11 +178,17 @@ TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals 
       const std::vector<double> x = ta.to(DType::f64).template to_vector<double>();
       const std::vector<double> y = tb.to(DType::f64).template to_vector<double>();
       REQUIRE(x.size() == y.size());
-      for (size_t k = 0; k < x.size(); ++k) worst = std::max(worst, std::abs(x[k] - y[k]) / (1e-3 + std::abs(x[k])));
+      for (size_t k = 0; k < x.size(); ++k) {
+        worst = std::max(worst, std::abs(x[k] - y[k]) / (1e-3 + std::abs(x[k])));
+        worst_abs = std::max(worst_abs, std::abs(x[k] - y[k]));
+      }
     }
-    INFO("largest relative difference of a weight: " << worst);
-    // fp16: Adam moves a weight by about lr whatever the size of its gradient, so weights whose
-    // gradient is near 0 and rounds differently per half batch drift apart by up to lr a step
-    CHECK(worst < (amp == "off" ? 1e-4 : 3e-2));
+    INFO("largest difference of a weight: " << worst << " relative, " << worst_abs << " absolute");
+    // fp16: Adam moves a weight by about lr whatever the size of its gradient, so a weight whose
+    // gradient is near 0 and rounds differently per half batch may differ in sign of its steps:
+    // relative differences of near-0 weights mean little; all weights must stay within one step
+    // (lr = 1e-3) of the single process's (measured: 2e-4)
+    if (amp == "off") CHECK(worst < 1e-4);
+    else CHECK(worst_abs < 1e-3);
   }
 }
