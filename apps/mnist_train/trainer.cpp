@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "apps/mnist_train/models.h"
+#include "apps/mnist_train/run_agreement.h"
 #include "ckpt/training_checkpoint.h"
 #include "core/autocast.h"
 #include "core/profiler.h"
@@ -328,6 +329,7 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
   if (o_.distributed) {
     pg_ = dist::default_group();
     EMBER_CHECK(pg_ != nullptr, "--distributed: no process group (main() creates it)");
+    check_ranks_agree(*pg_, run_fields(), device_);  // before DDP's first broadcast
     ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, dist::DDPOptions().process_group(pg_));
   }
   build_optimizer();
@@ -344,6 +346,37 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
   diverged_at_ = full({1}, -1.0, TensorOptions(DType::f32).device(device_));
   dev_step_ = zeros({1}, TensorOptions(DType::f32).device(device_));
   logs_ = std::make_unique<Logs>(o_, splits_.val != nullptr);
+}
+
+// What every rank of a --distributed job must share (run_agreement.h).
+std::vector<RunField> Trainer::run_fields() const {
+  int64_t elements = 0;
+  uint64_t shapes = 1469598103934665603ull;  // FNV-1a over every parameter's dims
+  for (const Tensor& p : params_) {
+    elements += p.numel();
+    for (int64_t d : p.shape()) shapes = (shapes ^ static_cast<uint64_t>(d)) * 1099511628211ull;
+    shapes = (shapes ^ 0xffu) * 1099511628211ull;
+  }
+  auto index_of = [](const std::string& v, const std::vector<std::string>& names) {
+    const auto it = std::find(names.begin(), names.end(), v);
+    return it == names.end() ? int64_t{-1} : static_cast<int64_t>(it - names.begin());
+  };
+  const std::vector<std::string> amps = {"off", "bf16", "fp16"}, optimizers = {"sgd", "adam", "adamw"};
+  return {
+      {"model parameter tensors", static_cast<int64_t>(params_.size())},
+      {"model parameter elements", elements},
+      {"model parameter shapes (hash)", static_cast<int64_t>(shapes >> 1)},
+      {"training images", splits_.train ? splits_.train->size() : 0},
+      {"validation images", splits_.val ? splits_.val->size() : 0},
+      {"test images", splits_.test ? splits_.test->size() : 0},
+      {"--batch-size", o_.batch_size},
+      {"--grad-accum", o_.grad_accum},
+      {"--epochs", o_.epochs},
+      {"--max-steps", o_.max_steps},
+      {"--seed", static_cast<int64_t>(o_.seed)},
+      {"--amp", index_of(o_.amp, amps), amps},
+      {"--optimizer", index_of(o_.optimizer, optimizers), optimizers},
+  };
 }
 
 Trainer::~Trainer() {

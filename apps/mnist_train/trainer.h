@@ -17,6 +17,7 @@
 #include "amp/grad_scaler.h"
 #include "ckpt/training_checkpoint.h"
 #include "apps/mnist_train/options.h"
+#include "apps/mnist_train/run_agreement.h"
 #include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "data/data.h"
@@ -99,6 +100,7 @@ class Trainer {
   ember::nn::Module& model() { return *model_; }
 
  private:
+  std::vector<RunField> run_fields() const;
   void build_optimizer();
   void build_scheduler(int64_t total_steps);
   std::unique_ptr<ember::data::DataLoader> make_loader(std::shared_ptr<ember::data::InMemoryDataset> ds, bool train);
