@@ -330,6 +330,9 @@ TEST_CASE("mnist_train: usage errors exit 2 with one line on stderr", "[mnist_tr
       {{"--label-smoothing", "1"}, "--label-smoothing"},
       {{"--seed", "-1"}, "--seed"},
       {{"--seed", "x"}, "--seed"},
+      {{"--seed", "18446744073709551616"}, "out of range"},  // 2^64: an error, not clamped to 2^64 - 1
+      {{"--seed", "99999999999999999999999"}, "out of range"},
+      {{"--seed", "+5"}, "--seed"},
       {{"--max-steps", "-1"}, "--max-steps"},
       {{"--log-interval", "0"}, "--log-interval"},
       {{"--ablation-steps", "5"}, "--ablation-steps"},

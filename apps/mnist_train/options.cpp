@@ -1,6 +1,7 @@
 #include "apps/mnist_train/options.h"
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -34,6 +35,21 @@ const CLI::Validator kFinite(
       return std::string();
     },
     "");
+
+// A seed is a uint64: CLI11 would take -1 as 2^64 - 1 and clamp 2^64 and above to it, so two
+// different seeds could run the same numbers. Only the decimal integers 0 .. 2^64 - 1 pass.
+const CLI::Validator kSeed(
+    [](std::string& text) -> std::string {
+      uint64_t v = 0;
+      const char* end = text.data() + text.size();
+      const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+      if (text.empty() || ptr != end || ec == std::errc::invalid_argument)
+        return "expected an integer in [0, 18446744073709551615], got '" + text + "'";
+      if (ec == std::errc::result_out_of_range)
+        return "expected an integer in [0, 18446744073709551615], got " + text + " (out of range)";
+      return std::string();
+    },
+    "UINT64");
 
 const CLI::Validator kPositive = at_least(0, true);
 const CLI::Validator kNonNegative = at_least(0, false);
@@ -101,7 +117,7 @@ ParseResult parse_options(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.99))
       ->group("Training");
   app.add_option("--seed", o.seed, "seed for initialisation, shuffling, augmentation and the split")
-      ->check(kNonNegative)  // a uint64: without the check "-1" would wrap around
+      ->check(kSeed)
       ->group("Training");
   app.add_flag("--deterministic", o.deterministic, "only deterministic kernels (bitwise repeatable runs)")
       ->group("Training");
