@@ -395,7 +395,7 @@ class NcclGroup final : public ProcessGroup {
     return r == ncclSuccess ? std::string() : nccl_error(r, comm_);
   }
 
-  // Note [nccl streams].
+  // How a collective is ordered: see Note [nccl streams].
   WorkPtr launch(const char* what, std::string desc, std::vector<Tensor> tensors, const NcclFn& fn) {
     std::lock_guard<std::mutex> issue(issue_mu_);
     if (std::string e = state_->error(); !e.empty()) throw DistError(e);

@@ -103,7 +103,7 @@ double time_variant(const Variant& v, const KernelCall& c, Device dev, int warmu
       v.fn(c);
       ev.back().record(s);
     }
-    ev.back().synchronize();  // Note [autotune sync]: the one host sync of a new key
+    ev.back().synchronize();  // the one host sync of a new key (Note [autotune sync])
     for (int i = 0; i < timed; ++i)
       ms.push_back(ev[static_cast<size_t>(2 * i)].elapsed_ms(ev[static_cast<size_t>(2 * i + 1)]));
   } else {

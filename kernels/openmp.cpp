@@ -1,4 +1,4 @@
-// Note [OpenMP wait policy] in kernels/openmp.h.
+// The OpenMP wait policy switch: see Note [OpenMP wait policy] in kernels/openmp.h.
 #include "kernels/openmp.h"
 
 #include <unistd.h>

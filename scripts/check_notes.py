@@ -2,8 +2,9 @@
 """Checks that a Note name identifies one note: defined once, and every citation names a defined one.
 
 ember explains its invariants and decisions in Notes: a comment paragraph that starts with
-`Note [name]:` (after the comment marker) defines one; `Note [name]` anywhere else cites it, in
-source comments and in docs/*.md and README.md. Two notes with one name leave a reader with two
+`Note [name]:` (right after the comment marker) defines one; `Note [name]` anywhere else cites
+it, in source comments and in docs/*.md and README.md. A comment that starts with the note's
+name counts as a definition even without the colon, so a citation never reads like one. Two notes with one name leave a reader with two
 texts for one reference; a citation of a note that does not exist (renamed, deleted) points at
 nothing. This reports both, as file:line.
 
@@ -26,8 +27,9 @@ SKIP_DIRS = {".git", "__pycache__"}
 EXCLUDE = ["tests/notes", "scripts/check_notes.py"]
 
 NOTE = re.compile(r"Note \[([^\]\n]+)\]")
-# A definition: the comment's text starts with the note (//, /*, *, # as markers).
-DEFINITION = re.compile(r"^\s*(?://+|/\*+|\*|#+)\s*Note \[([^\]\n]+)\]:")
+# Where a comment's text starts with a note's name: at the start of a line or after code.
+COMMENT_NOTE = re.compile(r"(?:^\s*|\s)(?://+|/\*+|#+)\s*Note \[([^\]\n]+)\](:?)|^\s*\*\s*Note \[([^\]\n]+)\](:?)")
+COMMENT_LINE = re.compile(r"^\s*(?://|/\*|\*|#)")
 
 
 def files(root, exclude):
@@ -46,15 +48,26 @@ def scan(root, exclude):
     defined, cited = {}, {}
     for rel in files(root, exclude):
         is_doc = rel.endswith(DOCS)
+        previous_is_comment = False
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(f, 1):
-                d = None if is_doc else DEFINITION.match(line)
+                # A definition, or what reads like one: "Note [x]:" opening a comment, or a comment
+                # block whose first line opens with "Note [x]". A wrapped line that starts with a
+                # citation, or a citation after code without the colon, is a citation.
+                d = None if is_doc else COMMENT_NOTE.search(line)
+                name = None
                 if d:
-                    defined.setdefault(d.group(1), []).append(f"{rel}:{n}")
+                    name, colon = (d.group(1), d.group(2)) if d.group(1) else (d.group(3), d.group(4))
+                    whole_line = COMMENT_LINE.match(line) is not None
+                    if not (colon or (whole_line and not previous_is_comment)):
+                        name = None
+                if name:
+                    defined.setdefault(name, []).append(f"{rel}:{n}")
                 for m in NOTE.finditer(line):
-                    if d and m.start() == line.index("Note ["):
+                    if name and m.group(1) == name and m.start() == line.index("Note [" + name):
                         continue  # the definition itself
                     cited.setdefault(m.group(1), []).append(f"{rel}:{n}")
+                previous_is_comment = COMMENT_LINE.match(line) is not None or "//" in line
     return defined, cited
 
 

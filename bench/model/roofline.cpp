@@ -1,4 +1,4 @@
-// Note [kernel roofline model] (roofline.h) says what each term assumes.
+// What each term assumes: Note [kernel roofline model] in roofline.h.
 #include "bench/model/roofline.h"
 
 #include <algorithm>

@@ -65,7 +65,7 @@ auto checked(const char* what, F&& f) -> decltype(f()) {
 // Appends the values that identify a tensor's descriptor (dtype, dims, strides) to a cache key.
 void key_tensor(std::vector<int64_t>& key, const Tensor& t);
 
-// Note [dnnl primitive cache]. Thread-safe; entries live for the process (bounded by the number of
+// See Note [dnnl primitive cache]. Thread-safe; entries live for the process (bounded by the number of
 // distinct shapes a program runs, as with the cuDNN algorithm cache).
 template <class Entry>
 class PrimitiveCache {

@@ -2,3 +2,5 @@
 
 // Note [twice]: a second text under the same name.
 // Cites Note [once].
+
+// Note [lookalike]: defined here; three.cpp opens a comment with the name as well.

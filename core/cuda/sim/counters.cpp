@@ -152,7 +152,7 @@ void close_request(BlockState& s, const Block& b, int warp, const Request& r) {
   SharedCounters& sh = r.kind == CountKind::shared_store ? c.shared_store : c.shared_load;
   const uint64_t ideal = std::max<uint64_t>(1, div_up(distinct, 128));
   uint64_t wavefronts = 0;
-  if (r.kind == CountKind::ldmatrix) {  // Note [ldmatrix wavefronts]: matrix by matrix
+  if (r.kind == CountKind::ldmatrix) {  // matrix by matrix (Note [ldmatrix wavefronts])
     Request sorted = r;
     std::sort(sorted.a, sorted.a + sorted.n, [](const LaneAccess& x, const LaneAccess& y) { return x.lane < y.lane; });
     int i = 0;
