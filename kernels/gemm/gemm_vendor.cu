@@ -272,6 +272,14 @@ uint32_t alignment(const void* ptr, std::initializer_list<int64_t> byte_strides)
 std::mutex g_lt_mu;
 std::map<std::string, cublasLtMatmulAlgo_t> g_lt_algos;
 
+// One uint32 field of an algorithm's configuration (`fallback` if cuBLASLt does not say).
+uint32_t algo_config(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr, uint32_t fallback) {
+  uint32_t v = fallback;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return fallback;
+  return v;
+}
+
 }  // namespace
 
 void run_cublas(const Problem& p) {
@@ -427,12 +435,6 @@ void run_cublaslt(const Problem& p) {
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
                                                             sizeof(schemes)));
-    auto splitk = [](const cublasLtMatmulAlgo_t& a) {
-      uint32_t v = 1;
-      size_t written = 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof(v), &written);
-      return v;
-    };
     // With a bias in f16/bf16, no split-K: an H200 run (cuBLASLt 13.1) chose 16 K-slices for bf16
     // [64,129] -> 33 and its output lost the small sums of an accumulator and a bias that nearly
     // cancel (0 where 0.0011 was due): the partials are reduced in f32 but the bias is added after
@@ -446,8 +448,9 @@ void run_cublaslt(const Problem& p) {
     EMBER_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op.d, la.d, lb.d, lc.d, lc.d, pref.d, kCandidates, results,
                                                       &found));
     int pick = -1;
+    auto unsplit = [](const cublasLtMatmulAlgo_t& a) { return algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) <= 1; };
     for (int i = 0; i < found && pick < 0; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS && (!no_splitk || splitk(results[i].algo) <= 1)) pick = i;
+      if (results[i].state == CUBLAS_STATUS_SUCCESS && (!no_splitk || unsplit(results[i].algo))) pick = i;
     for (int i = 0; i < found && pick < 0 && no_splitk; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
       cublasLtMatmulAlgo_t one_slice = results[i].algo;
@@ -471,12 +474,7 @@ void run_cublaslt(const Problem& p) {
     algo = result.algo;
     if (runtime::env("EMBER_VENDOR_LOG") == "1") {
       // which kernel configuration cuBLASLt chose, for telling where a vendor variant's numbers come from
-      auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) {
-        uint32_t v = 0;
-        size_t written = 0;
-        cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof(v), &written);
-        return v;
-      };
+      auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) { return algo_config(algo, a, 0); };
       std::fprintf(stderr,
                    "ember vendor: cuBLASLt %s M=%lld N=%lld K=%lld epilogue %d -> algo %u tile %u stages %u split-k %u "
                    "reduction %u workspace %zu\n",
