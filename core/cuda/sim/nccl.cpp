@@ -397,7 +397,7 @@ ncclResult_t enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
 }
 
 // Rank `s.rank`'s part of the init: create or open the segment, join, wait for every rank.
-void join(const std::shared_ptr<State>& st, ncclUniqueId id) {
+void join(const std::shared_ptr<State>& st) {
   State& s = *st;
   const size_t bytes = sizeof(Shared) + static_cast<size_t>(s.nranks) * kSlot;
   int fd = -1;
@@ -471,7 +471,6 @@ void join(const std::shared_ptr<State>& st, ncclUniqueId id) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (s.rank == 0) ::shm_unlink(s.name.c_str());  // everyone has it mapped: nothing to leave behind
-  (void)id;
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.async.load() == ncclInProgress) s.async.store(ncclSuccess);
 }
@@ -520,7 +519,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   st->async.store(ncclInProgress);
   *comm = new ncclComm{st};
   if (st->blocking) {
-    join(st, id);
+    join(st);
     const ncclResult_t r = st->async.load();
     if (r != ncclSuccess) {
       t_last_error = st->last_error;
@@ -528,7 +527,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
     }
     return ncclSuccess;
   }
-  std::thread([st, id] { join(st, id); }).detach();  // it holds the state until it is done
+  std::thread([st] { join(st); }).detach();  // it holds the state until it is done
   return ncclInProgress;
 }
 
