@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "tests/data_test_util.h"
+#include "tests/dist_util.h"
 #include "tests/mnist_train_util.h"
 
 using namespace ember;
@@ -55,18 +56,6 @@ bool can_run_jobs() {
     return false;
   }
   return true;
-}
-
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(s);
-  return ntohs(a.sin_port);
 }
 
 // The pid of the process whose environment has RANK=0 and MASTER_PORT=port (rank 0), or -1.
@@ -216,7 +205,7 @@ TEST_CASE("mnist_train: --distributed trains on while strangers flood the rendez
     long opened;
   };
   auto job = [&](bool attack) {
-    const int port = free_port();
+    const int port = ember::testing::dist::free_port();
     std::vector<std::string> args = {"--nproc-per-node", "2", "--master", "127.0.0.1:" + std::to_string(port), "--",
                                      kBinary, "--distributed", "--data", testing::kFashionMnist, "--device", "cpu",
                                      "--model", "mlp", "--epochs", "1", "--max-steps", "150", "--val-split", "0",
