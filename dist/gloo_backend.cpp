@@ -13,6 +13,20 @@
 // fails the group. A watchdog thread publishes this rank's progress about once a second and fails
 // a collective that is still running 10 s past the timeout (a backstop; Gloo's own timeout fires
 // first).
+//
+// Note [same call on every rank]: Gloo trusts that every rank makes the same call. When they do
+// not (two ranks with different models all_reduce buckets of different sizes), a peer's message
+// overflows the buffer Gloo posted for it and an assertion on Gloo's transport thread ends the
+// process with std::terminate (SIGABRT). Two guards keep that an ember error naming the collective:
+// - The first kCheckedCalls collectives of a group (every one with EMBER_DIST_CHECK=all, none with
+//   =off) begin with a 128-byte all_gather of each rank's call (collective, dtype, elements, op,
+//   root); ranks that differ fail at once, every rank naming every rank's call. The first calls are
+//   where a different model, dataset or batch size shows up; checking every call costs a round
+//   trip per collective.
+// - Every collective's Gloo tag carries 16 bits of a hash of its call beside the sequence number,
+//   so a later mismatch sends its bytes to a slot nobody posted: the ranks time out naming the
+//   collective (EMBER_DIST_TIMEOUT) instead of aborting. Two different calls with the same 16-bit
+//   hash (1 in 65536) still reach Gloo's assertion.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -27,7 +41,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -42,6 +58,26 @@ namespace ember::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Note [same call on every rank]
+constexpr uint64_t kCheckedCalls = 64;
+constexpr size_t kCallRecord = 128;  // bytes per rank in the check's all_gather
+
+uint64_t check_limit_from_env() {
+  const char* v = std::getenv("EMBER_DIST_CHECK");
+  if (v == nullptr || *v == '\0') return kCheckedCalls;
+  const std::string s = v;
+  if (s == "all") return UINT64_MAX;
+  if (s == "off") return 0;
+  throw DistError("EMBER_DIST_CHECK='" + s + "': expected all or off (unset: the first " +
+                  std::to_string(kCheckedCalls) + " collectives are checked)");
+}
+
+uint32_t call_hash16(const std::string& call) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : call) h = (h ^ c) * 1099511628211ULL;
+  return static_cast<uint32_t>((h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48)) & 0xFFFF);
+}
 
 // Gloo's rendezvous on ember's store.
 class GlooStore final : public gloo::rendezvous::Store {
@@ -167,7 +203,8 @@ struct GlooWork final : Work {
 class GlooGroup final : public ProcessGroup {
  public:
   GlooGroup(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout)
-      : ProcessGroup(rank, size, timeout), store_(store), board_(store, rank, size) {
+      : ProcessGroup(rank, size, timeout), store_(store), board_(store, rank, size),
+        check_limit_(check_limit_from_env()) {
     ignore_sigpipe();
     GlooStore gs(store);
     auto device = gloo::transport::tcp::CreateDevice(device_attr());
@@ -204,7 +241,8 @@ class GlooGroup final : public ProcessGroup {
   WorkPtr all_reduce(Tensor& t, ReduceOp op) override {
     check("all_reduce", t);
     std::string desc = t.describe() + ", " + to_string(op);
-    return enqueue("all_reduce", desc, [this, t, op](uint32_t tag) {
+    std::string call = std::string(dtype_name(t.dtype())) + " x " + std::to_string(t.numel()) + ", " + to_string(op);
+    return enqueue("all_reduce", desc, call, [this, t, op](uint32_t tag) {
       if (t.numel() == 0) return;
       EMBER_DISPATCH_NUMERIC(t.dtype(), "all_reduce", [&] {
         gloo::AllreduceOptions opts(ctx_);
@@ -223,7 +261,9 @@ class GlooGroup final : public ProcessGroup {
     if (root < 0 || root >= size_)
       throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is not a rank of this group (size " +
                                   std::to_string(size_) + ")");
-    return enqueue("broadcast", t.describe() + ", root " + std::to_string(root), [this, t, root](uint32_t tag) {
+    std::string call = std::string(dtype_name(t.dtype())) + " x " + std::to_string(t.numel()) + ", root " +
+                       std::to_string(root);
+    return enqueue("broadcast", t.describe() + ", root " + std::to_string(root), call, [this, t, root](uint32_t tag) {
       if (t.numel() == 0 || size_ == 1) return;
       gloo::BroadcastOptions opts(ctx_);
       opts.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
@@ -241,7 +281,8 @@ class GlooGroup final : public ProcessGroup {
       throw std::invalid_argument("all_gather: the output must be " + std::string(dtype_name(in.dtype())) + " with " +
                                   std::to_string(in.numel() * size_) + " elements (world size " +
                                   std::to_string(size_) + " x " + std::to_string(in.numel()) + "), got " + out.describe());
-    return enqueue("all_gather", in.describe(), [this, out, in](uint32_t tag) {
+    std::string call = std::string(dtype_name(in.dtype())) + " x " + std::to_string(in.numel());
+    return enqueue("all_gather", in.describe(), call, [this, out, in](uint32_t tag) {
       if (in.numel() == 0) return;
       if (size_ == 1) {
         std::memcpy(out.data_ptr(), in.data_ptr(), in.nbytes());
@@ -263,7 +304,8 @@ class GlooGroup final : public ProcessGroup {
       throw std::invalid_argument("reduce_scatter: the input must have world size (" + std::to_string(size_) +
                                   ") x the output's elements: got input " + in.describe() + " and output " + out.describe());
     Tensor tmp = in.clone();
-    return enqueue("reduce_scatter", in.describe() + ", " + to_string(op), [this, out, tmp, op](uint32_t tag) {
+    std::string call = std::string(dtype_name(in.dtype())) + " x " + std::to_string(in.numel()) + ", " + to_string(op);
+    return enqueue("reduce_scatter", in.describe() + ", " + to_string(op), call, [this, out, tmp, op](uint32_t tag) {
       if (out.numel() == 0) return;
       EMBER_DISPATCH_NUMERIC(tmp.dtype(), "reduce_scatter", [&] {
         if (size_ > 1) {
@@ -281,7 +323,7 @@ class GlooGroup final : public ProcessGroup {
   }
 
   WorkPtr barrier() override {
-    return enqueue("barrier", "no tensors", [this](uint32_t tag) {
+    return enqueue("barrier", "no tensors", "", [this](uint32_t tag) {
       if (size_ == 1) return;
       gloo::BarrierOptions opts(ctx_);
       opts.setTag(tag);
@@ -315,6 +357,7 @@ class GlooGroup final : public ProcessGroup {
     std::shared_ptr<GlooWork> work;
     const char* what;
     std::string desc;
+    std::string call;  // what must agree across ranks (Note [same call on every rank])
     std::function<void(uint32_t)> fn;
   };
 
@@ -325,11 +368,12 @@ class GlooGroup final : public ProcessGroup {
                                   " (use the nccl backend for CUDA tensors)");
   }
 
-  WorkPtr enqueue(const char* what, std::string desc, std::function<void(uint32_t)> fn) {
+  WorkPtr enqueue(const char* what, std::string desc, std::string call, std::function<void(uint32_t)> fn) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failed_.empty()) throw DistError(failed_);
     auto w = std::make_shared<GlooWork>(++seq_);
-    queue_.push_back({w, what, std::move(desc), std::move(fn)});
+    call = call.empty() ? std::string(what) : std::string(what) + " " + call;
+    queue_.push_back({w, what, std::move(desc), std::move(call), std::move(fn)});
     cv_.notify_all();
     return w;
   }
@@ -348,7 +392,10 @@ class GlooGroup final : public ProcessGroup {
       }
       std::string err;
       try {
-        task.fn(static_cast<uint32_t>(task.work->seq()));
+        const uint64_t seq = task.work->seq();
+        if (size_ > 1 && seq <= check_limit_) check_same_call(task.call, seq);
+        // the data's tag: 15 bits of the sequence number, 16 of the call's hash; bit 31 is the check's
+        task.fn(static_cast<uint32_t>(((seq & 0x7FFF) << 16) | call_hash16(task.call)));
       } catch (const gloo::IoException& e) {
         err = e.what();
       } catch (const std::exception& e) {
@@ -372,12 +419,31 @@ class GlooGroup final : public ProcessGroup {
     }
   }
 
+  // Every rank's call side by side (Note [same call on every rank]); throws naming them when they differ.
+  void check_same_call(const std::string& call, uint64_t seq) {
+    std::vector<char> mine(kCallRecord, '\0'), all(kCallRecord * static_cast<size_t>(size_), '\0');
+    std::memcpy(mine.data(), call.data(), std::min(call.size(), kCallRecord - 1));
+    gloo::AllgatherOptions opts(ctx_);
+    opts.setInput(mine.data(), mine.size());
+    opts.setOutput(all.data(), all.size());
+    opts.setTag(0x80000000u | static_cast<uint32_t>(seq & 0x7FFFFFFF));
+    opts.setTimeout(timeout_);
+    gloo::allgather(opts);
+    std::vector<std::string> calls;
+    for (int r = 0; r < size_; ++r) calls.emplace_back(all.data() + r * kCallRecord);
+    if (std::all_of(calls.begin(), calls.end(), [&](const std::string& c) { return c == calls[0]; })) return;
+    std::string msg = "the ranks made different calls:";
+    for (int r = 0; r < size_; ++r) msg += std::string(r == 0 ? " " : "; ") + "rank " + std::to_string(r) + " " + calls[r];
+    throw std::runtime_error(msg + " (different models, data or step counts?)");
+  }
+
   // Gloo's messages carry source locations; keep what a user can act on.
   static std::string simplify(const std::string& e) {
     std::string s = e;
     if (auto p = s.find("] "); s.rfind("[", 0) == 0 && p != std::string::npos) s = s.substr(p + 2);
     if (s.find("Timed out") != std::string::npos || s.find("timed out") != std::string::npos)
-      return "timed out (" + s + "); a peer is hung or never called this collective";
+      return "timed out (" + s + "); a peer is hung, never called this collective or called another one "
+             "(EMBER_DIST_CHECK=all compares every call)";
     if (s.find("closed") != std::string::npos || s.find("reset") != std::string::npos ||
         s.find("Broken pipe") != std::string::npos)
       return "a peer closed its connection (" + s + "); it exited or crashed";
@@ -410,6 +476,7 @@ class GlooGroup final : public ProcessGroup {
 
   std::shared_ptr<Store> store_;
   ProgressBoard board_;
+  uint64_t check_limit_;  // collectives 1 .. this are checked (Note [same call on every rank])
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -127,8 +127,9 @@ int collectives(const std::vector<std::string>& args) {
   return 0;
 }
 
-// Rank `args[0]` exits with code 3 after the first all_reduce; the others go on to a second one,
-// which must fail (not hang) naming all_reduce #2.
+// Rank `args[0]` exits with code `args[1]` (default 3; 0 too: leaving early is the fault, not the
+// code) after the first all_reduce; the others go on to a second one, which must fail (not hang)
+// naming all_reduce #2.
 int exit_early(const std::vector<std::string>& args) {
   int quitter = args.empty() ? 1 : std::atoi(args[0].c_str());
   auto pg = init_process_group();
@@ -137,7 +138,7 @@ int exit_early(const std::vector<std::string>& args) {
   if (pg->rank() == quitter) {
     std::printf("rank %d: exiting early on purpose\n", pg->rank());
     std::fflush(stdout);
-    std::_Exit(3);
+    std::_Exit(args.size() > 1 ? std::atoi(args[1].c_str()) : 3);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   try {
@@ -174,6 +175,19 @@ int hang(const std::vector<std::string>& args) {
   return 0;
 }
 
+// The ranks all_reduce tensors of different sizes (rank r: 16 + 8r elements), as two ranks running
+// different models would: every rank must get an error naming the collective, never an abort.
+int mismatch(const std::vector<std::string>& args) {
+  auto pg = init_process_group();
+  const std::string op = args.empty() ? "all_reduce" : args[0];
+  Tensor t = full({16 + 8 * static_cast<int64_t>(pg->rank())}, 1.0);
+  if (op == "all_reduce") pg->all_reduce(t)->wait();
+  else if (op == "broadcast") pg->broadcast(t, 0)->wait();
+  else throw std::invalid_argument("mismatch: unknown collective " + op);
+  std::printf("unexpected: the mismatched %s completed\n", op.c_str());
+  return 0;
+}
+
 // Just the rendezvous (for the launch-fault tests), then one all_reduce.
 int join(const std::vector<std::string>&) {
   auto pg = init_process_group();
@@ -190,6 +204,7 @@ void add_collective_scenarios(Scenarios& s) {
   s["exit_early"] = exit_early;
   s["hang"] = hang;
   s["join"] = join;
+  s["mismatch"] = mismatch;
 }
 
 }  // namespace ember::testing::dist
