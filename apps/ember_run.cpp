@@ -23,6 +23,12 @@
 // - Signals. SIGINT, SIGTERM and SIGHUP are forwarded to every process group; after SIGTERM or
 //   SIGHUP the survivors get SIGKILL after the grace period, after SIGINT only on a second SIGINT
 //   (a program may take its time to save a checkpoint). The launcher then exits 128+signal.
+// - Killed. PR_SET_PDEATHSIG kills each rank when the launcher dies, but not what the rank
+//   started. So a keeper process (forked first, in a process group of its own, deaf to the job's
+//   signals) holds one end of a socket pair whose other end only the launcher has; the
+//   launcher writes each rank's process group into it and a 0 when it ends normally. End of file without
+//   that 0 means the launcher was killed: the keeper sends SIGKILL to every rank's whole group,
+//   grandchildren included (a grandchild that made a group or session of its own escapes it).
 // - Orphans. The launcher is a child subreaper (PR_SET_CHILD_SUBREAPER): grandchildren whose
 //   parent died are reparented to it and reaped, not left as zombies under PID 1.
 #include <fcntl.h>
@@ -98,7 +104,7 @@ supervision:
   Each process runs in its own process group; signals are sent to the whole group. SIGINT,
   SIGTERM and SIGHUP are forwarded; after SIGTERM/SIGHUP anything still running after the grace
   period gets SIGKILL, after SIGINT a second SIGINT does that. If ember_run itself is killed,
-  its processes get SIGKILL (PR_SET_PDEATHSIG). When one process exits non-zero or is killed by
+  its processes get SIGKILL, with their process groups (what they started, too). When one process exits non-zero or is killed by
   a signal, the others are stopped (SIGTERM, then SIGKILL after the grace period).
 
 exit status:
@@ -360,6 +366,7 @@ class Launcher {
 
     // Orphaned grandchildren are reparented to us (and reaped in reap()) instead of to PID 1.
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    start_keeper();
     if (!o_.master_given && o_.nnodes == 1) o_.master_port = free_port();
     procs_.resize(static_cast<size_t>(o_.nproc));
     for (long l = 0; l < o_.nproc && !stopping_; ++l) start(static_cast<int>(l));
@@ -394,6 +401,7 @@ class Launcher {
     for (Proc& p : procs_)  // pipes a grandchild still holds open: print what is there
       for (Stream& s : p.streams)
         if (s.fd >= 0) pump(p, s, true);
+    tell_keeper(0);  // a normal end: the keeper leaves without killing
     return exit_code_;
   }
 
@@ -405,6 +413,60 @@ class Launcher {
   int exit_code_ = 0;
   int sigints_ = 0;
   std::optional<Clock::time_point> kill_at_;
+  int keeper_fd_ = -1;  // the launcher's end of the keeper's socket pair
+
+  // The keeper (see the file comment): started before any rank, so no rank holds the launcher's
+  // end (close-on-exec besides), and the keeper holds only its own.
+  void start_keeper() {
+    int fds[2];  // a socket pair, not a pipe: send() with MSG_NOSIGNAL cannot SIGPIPE the launcher
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      std::perror("ember_run: socketpair");
+      std::exit(1);
+    }
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("ember_run: fork");
+      std::exit(1);
+    }
+    if (pid == 0) {
+      close(fds[1]);
+      setpgid(0, 0);  // not in the terminal's foreground group: Ctrl-C is the launcher's to forward
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(sig, SIG_IGN);
+      signal(SIGCHLD, SIG_DFL);
+      for (int fd = 0; fd < 3; ++fd) {  // hold no terminal or output pipe open
+        const int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0 && devnull != fd) {
+          dup2(devnull, fd);
+          close(devnull);
+        }
+      }
+      std::vector<pid_t> groups;
+      int32_t v = 0;
+      ssize_t n;
+      while ((n = read(fds[0], &v, sizeof v)) == static_cast<ssize_t>(sizeof v) || (n < 0 && errno == EINTR)) {
+        if (n < 0) continue;
+        if (v == 0) _exit(0);  // the launcher ended normally
+        if (v > 0) groups.push_back(v);
+        if (v < 0) std::erase(groups, -v);  // a group that is gone
+      }
+      for (pid_t g : groups) kill(-g, SIGKILL);
+      _exit(0);
+    }
+    close(fds[0]);
+    keeper_fd_ = fds[1];
+  }
+
+  // +group: a rank's process group to kill if the launcher dies; -group: gone; 0: normal end.
+  void tell_keeper(int32_t v) {
+    if (keeper_fd_ < 0) return;
+    ssize_t n;
+    while ((n = send(keeper_fd_, &v, sizeof v, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    }
+    if (v == 0) {
+      close(keeper_fd_);
+      keeper_fd_ = -1;
+    }
+  }
 
   bool any_running() const {
     for (const Proc& p : procs_)
@@ -494,6 +556,7 @@ class Launcher {
       _exit(e == ENOENT ? 127 : 126);
     }
     setpgid(pid, pid);  // also here: no window in which a signal to the group misses it
+    tell_keeper(pid);
     close(out[1]);
     close(err[1]);
     close(exec_err[1]);
@@ -574,6 +637,9 @@ class Launcher {
         if (q.running && q.pid == w) p = &q;
       if (!p) continue;
       p->running = false;
+      // An empty group's number may be reused: the keeper forgets it (a group with members left,
+      // a rank's children, stays on its list).
+      if (kill(-p->pid, 0) != 0 && errno == ESRCH) tell_keeper(-p->pid);
       for (Stream& s : p->streams)  // everything it wrote is in the pipe now
         if (s.fd >= 0) pump(*p, s, true);
       const bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;

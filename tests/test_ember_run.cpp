@@ -488,7 +488,7 @@ TEST_CASE("ember_run: SIGINT is forwarded, a second SIGINT kills the ranks", "[e
   CHECK(gone_within(p1, 2));
 }
 
-TEST_CASE("ember_run: when the launcher is SIGKILLed its processes die too (PR_SET_PDEATHSIG)", "[ember_run]") {
+TEST_CASE("ember_run: when the launcher is SIGKILLed its processes and their children die too", "[ember_run]") {
   if (!have_launcher()) return;
   TempDir dir;
   // the orphans come to this process (not to PID 1, which in a container may never reap them)
@@ -496,13 +496,19 @@ TEST_CASE("ember_run: when the launcher is SIGKILLed its processes die too (PR_S
     Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
     ~Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 0); }
   } subreaper;
-  Launch l(dir, sh(2, write_pid(dir) + "exec sleep 60"));
+  // each rank: a child of its own (pid.sleep.$RANK), whom PR_SET_PDEATHSIG does not reach
+  const std::string d = "\"" + dir.path() + "\"";
+  Launch l(dir, sh(2, "sleep 60 & echo $! > " + d + "/tmp.sleep.$RANK && mv " + d + "/tmp.sleep.$RANK " + d +
+                          "/pid.sleep.$RANK; " + write_pid(dir) + "wait"));
   const pid_t p0 = dir.pid_from("pid.0"), p1 = dir.pid_from("pid.1");
+  const pid_t c0 = dir.pid_from("pid.sleep.0"), c1 = dir.pid_from("pid.sleep.1");
   REQUIRE(kill(l.pid(), SIGKILL) == 0);
   const Result r = l.wait(5);
   CHECK(r.signal == SIGKILL);
   CHECK(gone_within(p0, 3));
   CHECK(gone_within(p1, 3));
+  CHECK(gone_within(c0, 3));
+  CHECK(gone_within(c1, 3));
 }
 
 TEST_CASE("ember_run: a program that is not found exits 127, one that cannot be executed 126, with a clear message", "[ember_run]") {
