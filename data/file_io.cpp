@@ -1,6 +1,7 @@
 #include "data/file_io.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -9,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/input_file.h"
 
 namespace ember::data {
 
@@ -21,8 +23,11 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-File open_or_throw(const std::string& path, const char* mode) {
-  std::FILE* f = std::fopen(path.c_str(), mode);
+// Never blocks on a FIFO or other non-regular file (io/input_file.h).
+File open_regular(const std::string& path) {
+  const int fd = io::open_regular_file(path);
+  std::FILE* f = ::fdopen(fd, "rb");
+  if (f == nullptr) ::close(fd);
   EMBER_CHECK(f != nullptr, "cannot open '", path, "': ", std::strerror(errno));
   return File(f);
 }
@@ -32,12 +37,12 @@ File open_or_throw(const std::string& path, const char* mode) {
 uint64_t file_size(const std::string& path) {
   struct stat st {};
   EMBER_CHECK(::stat(path.c_str(), &st) == 0, "cannot open '", path, "': ", std::strerror(errno));
-  EMBER_CHECK(S_ISREG(st.st_mode), "'", path, "' is not a regular file");
+  EMBER_CHECK(S_ISREG(st.st_mode), "'", path, "' is ", io::file_kind_name(st.st_mode), ", not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
 
 void read_file_into(const std::string& path, std::span<uint8_t> dst) {
-  File f = open_or_throw(path, "rb");
+  File f = open_regular(path);
   size_t got = dst.empty() ? 0 : std::fread(dst.data(), 1, dst.size(), f.get());
   EMBER_CHECK(!std::ferror(f.get()), "error reading '", path, "': ", std::strerror(errno));
   EMBER_CHECK(got == dst.size(), "'", path, "' is shorter than expected: expected ", dst.size(), " bytes, got ", got,

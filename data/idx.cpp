@@ -1,5 +1,6 @@
 #include "data/idx.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/file_io.h"
+#include "io/input_file.h"
 
 namespace ember::data {
 
@@ -81,7 +83,10 @@ struct FileCloser {
 
 class FileSource final : public Source {
  public:
-  explicit FileSource(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "rb")) {
+  explicit FileSource(const std::string& path) : path_(path) {
+    const int fd = io::open_regular_file(path);  // never blocks on a FIFO (io/input_file.h)
+    f_.reset(::fdopen(fd, "rb"));
+    if (!f_) ::close(fd);
     EMBER_CHECK(f_ != nullptr, "cannot open '", path, "': ", std::strerror(errno));
   }
   size_t read(uint8_t* dst, size_t n) override {

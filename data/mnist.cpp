@@ -8,14 +8,19 @@
 #include <set>
 
 #include "data/idx.h"
+#include "io/input_file.h"
 
 namespace ember::data {
 
 namespace {
 
+// A regular file; a FIFO, device, socket or directory under a data file's name is an error saying
+// what it is (read, it could block forever; skipped, the error would be "not found").
 bool is_file(const std::string& p) {
   struct stat st {};
-  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  if (::stat(p.c_str(), &st) != 0) return false;
+  EMBER_CHECK(S_ISREG(st.st_mode), "'", p, "' is ", io::file_kind_name(st.st_mode), ", not a regular file");
+  return true;
 }
 
 // The note for a file that also exists gzip'd, printed on stderr once per file and process.

@@ -4,11 +4,14 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -121,10 +124,53 @@ void set_write_fault_for_testing(WriteFault fault, uint64_t after_bytes) {
   g_fault = static_cast<int>(fault);
 }
 
+void check_output_name(const std::string& path, bool temp_file) {
+  EMBER_CHECK(path.size() < PATH_MAX, "cannot write '", path.substr(0, 60), "...': name too long (the path has ",
+              path.size(), " bytes, the limit is ", PATH_MAX - 1, ")");
+  const std::string target = resolve_output_path(path);
+  const std::string dir = dir_of(target);
+  long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max <= 0) name_max = NAME_MAX;  // the directory does not exist (yet): the usual limit
+  for (size_t b = 0; b < target.size();) {
+    size_t e = target.find('/', b);
+    if (e == std::string::npos) e = target.size();
+    EMBER_CHECK(static_cast<long>(e - b) <= name_max, "cannot write '", path, "': name too long (the component '",
+                target.substr(b, 20), "...' has ", e - b, " bytes, the limit is ", name_max, ")");
+    b = e + 1;
+  }
+  const size_t temp = base_of(target).size() + std::string_view("..tmp.XXXXXX").size();
+  EMBER_CHECK(!temp_file || target_kind(target) == TargetKind::kWriteThrough || static_cast<long>(temp) <= name_max,
+              "cannot write '", path, "': name too long for its temporary file (.NAME.tmp.XXXXXX would have ", temp,
+              " bytes, the limit is ", name_max, "; the name may have at most ", name_max - 12, ")");
+}
+
+long flock_holder(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return -1;
+  char id[64];
+  std::snprintf(id, sizeof id, "%02x:%02x:%llu", major(st.st_dev), minor(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  std::FILE* f = std::fopen("/proc/locks", "re");
+  if (f == nullptr) return -1;
+  char line[512];
+  long pid = -1;
+  while (pid < 0 && std::fgets(line, sizeof line, f) != nullptr) {
+    // "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"
+    char kind[16], mode[16], rw[16], dev[64];
+    long p = 0;
+    if (std::sscanf(line, "%*s %15s %15s %15s %ld %63s", kind, mode, rw, &p, dev) == 5 &&
+        std::strcmp(kind, "FLOCK") == 0 && std::strcmp(dev, id) == 0 && p != ::getpid())
+      pid = p;
+  }
+  std::fclose(f);
+  return pid;
+}
+
 // ---- AtomicFile ----
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   EMBER_CHECK(!path_.empty() && path_.back() != '/', "cannot write to '", path_, "': not a file name");
+  check_output_name(path_, true);
   target_ = resolve_output_path(path_);
   TargetKind kind = target_kind(target_);
   check_kind(path_, target_, kind);
@@ -233,6 +279,18 @@ void AppendFile::open() {
     EMBER_CHECK(fd_ >= 0, "cannot open '", path_, "' for writing: ", errno_text());
   }
   regular_ = true;
+  if (exclusive_ && ::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    const long holder = flock_holder(fd_);
+    ::close(fd_);  // a file this call created stays: the other writer may have opened it already
+    fd_ = -1;
+    created_ = false;
+    regular_ = false;
+    EMBER_CHECK(err != EWOULDBLOCK, "'", path_, "' is being written by another process",
+                holder > 0 ? " (PID " + std::to_string(holder) + ")" : std::string(),
+                "; two runs appending to one file would interleave their records");
+    EMBER_FAIL("cannot lock '", path_, "': ", std::strerror(err));
+  }
 }
 
 void AppendFile::append(std::string_view record) {

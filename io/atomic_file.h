@@ -30,6 +30,17 @@ std::string resolve_output_path(const std::string& path);
 enum class TargetKind { kNone, kRegular, kWriteThrough, kDirectory, kOther };
 TargetKind target_kind(const std::string& resolved_path);
 
+// Throws "name too long" (naming the path, the length and the limit) when `path` cannot be
+// written: the path over PATH_MAX, a component over the file system's NAME_MAX, or, with
+// `temp_file`, a name that leaves no room for AtomicFile's ".<name>.tmp.XXXXXX" beside it. Programs
+// call it at start-up so that such a name fails before any work, as what it is (open() would say
+// ENAMETOOLONG only when the first save comes).
+void check_output_name(const std::string& path, bool temp_file);
+
+// The PID of the process holding a flock() lock on the file open at `fd`, from /proc/locks; -1 if
+// unknown.
+long flock_holder(int fd);
+
 class AtomicFile {
  public:
   // Creates "<dir>/.<name>.tmp.XXXXXX" next to `path` (after following symlinks), or opens a
@@ -69,7 +80,10 @@ void write_file_atomic(const std::string& path, std::string_view data);
 // Devices and FIFOs are written through; a directory is an error.
 class AppendFile {
  public:
-  explicit AppendFile(std::string path, bool truncate = false) : path_(std::move(path)), truncate_(truncate) {}
+  // exclusive: open() takes an exclusive flock() on a regular file and fails, naming the holder's
+  // PID, when another process holds one (two runs appending to one log would interleave records).
+  explicit AppendFile(std::string path, bool truncate = false, bool exclusive = false)
+      : path_(std::move(path)), truncate_(truncate), exclusive_(exclusive) {}
   ~AppendFile();
   AppendFile(const AppendFile&) = delete;
   AppendFile& operator=(const AppendFile&) = delete;
@@ -83,7 +97,7 @@ class AppendFile {
 
  private:
   std::string path_;
-  bool truncate_ = false;
+  bool truncate_ = false, exclusive_ = false;
   int fd_ = -1;
   bool created_ = false, regular_ = false;
   uint64_t written_ = 0;

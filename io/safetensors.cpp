@@ -13,6 +13,7 @@
 
 #include "core/autograd/node.h"
 #include "io/atomic_file.h"
+#include "io/input_file.h"
 #include "kernels/functional.h"
 
 namespace ember::io {
@@ -325,9 +326,7 @@ SafetensorsFile materialize(SafetensorsHeader&& h, Device device, Read&& read) {
 
 class Fd {
  public:
-  explicit Fd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    EMBER_CHECK(fd_ >= 0, "cannot open '", path, "': ", std::strerror(errno));
-  }
+  explicit Fd(const std::string& path) : fd_(open_regular_file(path)) {}  // never blocks on a FIFO
   ~Fd() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -340,7 +339,7 @@ class Fd {
 uint64_t file_size(int fd, const std::string& path) {
   struct stat st {};
   EMBER_CHECK(::fstat(fd, &st) == 0, "cannot stat '", path, "': ", std::strerror(errno));
-  EMBER_CHECK(S_ISREG(st.st_mode), "'", path, "' is not a regular file");
+  EMBER_CHECK(S_ISREG(st.st_mode), "'", path, "' is ", file_kind_name(st.st_mode), ", not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
 

@@ -2,7 +2,11 @@
 // apps/mnist_train/trainer.h): what the writers do with symlinks, devices, FIFOs, directories and
 // stale temporary files; and mnist_train's one policy for every output on a full disk, a write
 // error in the middle of a run, and SIGINT/SIGTERM.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -377,6 +381,112 @@ TEST_CASE("mnist_train: outputs under a regular file are refused before training
   }
   // a directory where a file is expected
   check_error(run_app(quick(d, {"--epochs", "1", "--plot", tmp.path()}), tmp.path()), 1, "is a directory");
+}
+
+TEST_CASE("mnist_train: two outputs naming one file are a usage error, also through links", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data");
+  write_synthetic_set(d, false);
+  testing::write_bytes(tmp.file("x.svg"), {1});
+  fs::create_hard_link(tmp.file("x.svg"), tmp.file("hard.svg"));
+  fs::create_symlink("a.svg", tmp.file("sym.svg"));
+  struct Case {
+    std::vector<std::string> flags;
+    std::string needle;
+  };
+  auto in = [&](const std::string& name) { return tmp.path() + "/" + name; };
+  auto both = [&](const char* f1, const std::string& n1, const char* f2, const std::string& n2) {
+    return Case{{f1, in(n1), f2, in(n2)}, std::string(f1) + " " + in(n1) + " and " + f2 + " " + in(n2) + " name the same file"};
+  };
+  const std::vector<Case> cases = {
+      both("--log", "a.jsonl", "--plot", "a.jsonl"),
+      both("--plot", "sym.svg", "--profile", "a.svg"),
+      both("--save", "x.svg", "--plot", "hard.svg"),
+      both("--save", "sub/../a.ck", "--log", "a.ck"),
+      both("--log", "tb/", "--tensorboard", "tb"),
+  };
+  fs::create_directories(tmp.file("sub"));
+  for (const Case& c : cases) {
+    std::vector<std::string> a = {"--epochs", "1"};
+    a.insert(a.end(), c.flags.begin(), c.flags.end());
+    RunResult r = run_app(quick(d, a), tmp.path());
+    check_error(r, 2, c.needle);
+    CHECK(r.out.find("epoch 1/1") == std::string::npos);
+  }
+  CHECK(!fs::exists(tmp.file("a.jsonl")));
+  CHECK(read_file(tmp.file("x.svg")) == std::string(1, '\1'));
+  // a character device may take several outputs
+  require_success(run_app(quick(d, {"--epochs", "1", "--log", "/dev/null", "--plot", "/dev/null"}), tmp.path()));
+}
+
+TEST_CASE("mnist_train: a --log another process is writing is refused before training, naming its PID", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data"), log = tmp.file("run.jsonl");
+  write_synthetic_set(d, false);
+  testing::write_bytes(log, {'{', '}', '\n'});
+  {
+    const int fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);  // the other writer: this process
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    RunResult r = run_app(quick(d, {"--epochs", "1", "--log", log}), tmp.path());
+    check_error(r, 1, "'" + log + "' is being written by another process (PID " + std::to_string(::getpid()) + ")");
+    CHECK(r.out.find("epoch 1/1") == std::string::npos);
+    CHECK(read_file(log) == "{}\n");
+    ::close(fd);
+  }
+  require_success(run_app(quick(d, {"--epochs", "1", "--log", log}), tmp.path()));
+  CHECK(read_file(log).size() > 3);  // appended after the lock was released
+}
+
+TEST_CASE("mnist_train: a FIFO or socket as an input is refused at once, a name too long says so", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data"), fifo = tmp.file("ck.fifo"), sock = tmp.file("ck.sock");
+  write_synthetic_set(d, false);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const int sfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(sfd >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  REQUIRE(sock.size() < sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+  REQUIRE(::bind(sfd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+  // before: open() of the FIFO waited for a writer forever, deaf to SIGTERM
+  for (const char* flag : {"--resume", "--eval-only"}) {
+    RunResult r = run_app(quick(d, {"--epochs", "1", flag, fifo}), tmp.path(), 30);
+    check_error(r, 1, "'" + fifo + "' is a FIFO, not a regular file");
+  }
+  check_error(run_app(quick(d, {"--epochs", "1", "--resume", sock}), tmp.path(), 30), 1,
+              "'" + sock + "' is a socket, not a regular file");
+  ::close(sfd);
+  // a data file that is a FIFO
+  const std::string fd_dir = tmp.file("fifo_data");
+  write_synthetic_set(fd_dir, false);
+  fs::remove(fd_dir + "/train-labels-idx1-ubyte");
+  REQUIRE(::mkfifo((fd_dir + "/train-labels-idx1-ubyte").c_str(), 0600) == 0);
+  check_error(run_app(quick(fd_dir, {"--epochs", "1"}), tmp.path(), 30), 1, "is a FIFO, not a regular file");
+
+  // names: legal, but no room for ".NAME.tmp.XXXXXX"; a component over NAME_MAX; a path over PATH_MAX
+  const std::string n250(250, 'n'), n256(256, 'n');
+  std::string deep = tmp.path();
+  while (deep.size() <= 4200) deep += "/dd";
+  struct Case {
+    std::string flag, path, needle;
+  };
+  for (const Case& c : std::vector<Case>{{"--save", tmp.file(n250), "name too long for its temporary file"},
+                                         {"--plot", tmp.file(n250), "name too long for its temporary file"},
+                                         {"--log", tmp.file(n256), "name too long (the component"},
+                                         {"--save", deep + "/ck", "name too long (the path has"}}) {
+    INFO(c.flag << " " << c.path.size() << " bytes");
+    RunResult r = run_app(quick(d, {"--epochs", "1", c.flag, c.path}), tmp.path());
+    check_error(r, 1, c.flag + ": cannot write");
+    CHECK(r.err.find(c.needle) != std::string::npos);
+    CHECK(r.out.find("epoch 1/1") == std::string::npos);  // at start-up, not after training
+  }
+  // --log appends in place: a 250-byte name is fine there
+  require_success(run_app(quick(d, {"--epochs", "1", "--log", tmp.file(n250)}), tmp.path()));
 }
 
 TEST_CASE("mnist_train: outputs through symlinks and onto /dev/null", "[mnist_train][outputs]") {

@@ -4,12 +4,15 @@
 // checkpoint, a diverged run, a side output that failed during the run ...), 2 usage error
 // (unknown flag, bad value), 130/143 stopped by SIGINT/SIGTERM (Note [stopping on a signal] in
 // trainer.h). Errors are one line on stderr.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <exception>
+#include <utility>
+#include <vector>
 
 #include "apps/mnist_train/ablation.h"
 #include "apps/mnist_train/options.h"
@@ -40,6 +43,12 @@ Device pick_device(const std::string& flag) {
 void check_output_path(const char* flag, const std::string& given) {
   if (given.empty()) return;
   namespace fs = std::filesystem;
+  // --log is appended to in place; the others are replaced through a temporary file beside them
+  try {
+    io::check_output_name(given, std::string(flag) != "--log");
+  } catch (const Error& e) {
+    EMBER_FAIL(flag, ": ", e.what());
+  }
   const std::string path = io::resolve_output_path(given);
   const io::TargetKind kind = io::target_kind(path);
   EMBER_CHECK(kind != io::TargetKind::kDirectory, flag, " ", given, " is a directory, expected a file name");
@@ -58,11 +67,50 @@ void check_output_path(const char* flag, const std::string& given) {
 void check_output_dir(const char* flag, const std::string& path) {
   if (path.empty()) return;
   namespace fs = std::filesystem;
+  try {
+    io::check_output_name(path, false);
+  } catch (const Error& e) {
+    EMBER_FAIL(flag, ": ", e.what());
+  }
   std::error_code ec;
   fs::path p = fs::absolute(fs::path(path), ec);
   while (!p.empty() && !fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
   EMBER_CHECK(fs::is_directory(p, ec), flag, " ", path, ": ", p.string(), " is not a directory");
   EMBER_CHECK(::access(p.c_str(), W_OK) == 0, flag, " ", path, ": the directory ", p.string(), " is not writable");
+}
+
+// Two output flags naming one file (after links; hard links too) would overwrite each other's
+// records: a usage error, before anything trains. Character devices (/dev/null) may be shared.
+std::string same_output_files(const mnist::Options& o) {
+  namespace fs = std::filesystem;
+  struct Out {
+    const char* flag;
+    std::string path, canonical;
+    struct stat st {};
+    bool exists = false;
+  };
+  std::vector<Out> outs;
+  for (auto [flag, path] : {std::pair<const char*, std::string>{"--save", o.save}, {"--log", o.log}, {"--plot", o.plot},
+                            {"--profile", o.profile}, {"--tensorboard", o.tensorboard}}) {
+    if (path.empty()) continue;
+    Out x{flag, path, {}};
+    std::error_code ec;
+    fs::path c = fs::weakly_canonical(fs::absolute(io::resolve_output_path(path), ec), ec);
+    x.canonical = c.has_filename() ? c.string() : c.parent_path().string();  // "tb/" is "tb"
+    x.exists = ::stat(x.canonical.c_str(), &x.st) == 0;
+    if (x.exists && S_ISCHR(x.st.st_mode)) continue;
+    outs.push_back(std::move(x));
+  }
+  for (size_t i = 0; i < outs.size(); ++i)
+    for (size_t j = i + 1; j < outs.size(); ++j) {
+      const Out &a = outs[i], &b = outs[j];
+      const bool same = a.canonical == b.canonical ||
+                        (a.exists && b.exists && a.st.st_dev == b.st.st_dev && a.st.st_ino == b.st.st_ino);
+      if (same)
+        return std::string(a.flag) + " " + a.path + " and " + b.flag + " " + b.path + " name the same file (" +
+               a.canonical + "); each output needs a file of its own";
+    }
+  return {};
 }
 
 std::string describe(Device d) {
@@ -77,6 +125,10 @@ int main(int argc, char** argv) {
   mnist::ParseResult parsed = mnist::parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   mnist::Options o = *parsed.options;
+  if (std::string same = same_output_files(o); !same.empty()) {
+    std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", same.c_str());
+    return 2;
+  }
   if (o.check_options) {  // the GPU runner's dry run: the line parses, nothing is loaded or trained
     std::printf("mnist_train: options ok\n");
     return 0;

@@ -181,7 +181,13 @@ struct Trainer::Logs {
   };
 
   Logs(const Options& o, bool has_val) : o_(o), has_val_(has_val) {
-    if (!o_.log.empty()) jsonl_ = std::make_unique<io::AppendFile>(o_.log);  // opened by the first record
+    if (!o_.log.empty()) {
+      // Opened and locked now, before any training: a second run appending to the same log fails
+      // here (naming the first one's PID), not after its first interval. A run that writes no
+      // record still leaves no file (AppendFile::close).
+      jsonl_ = std::make_unique<io::AppendFile>(o_.log, false, /*exclusive=*/true);
+      jsonl_->open();
+    }
     if (!o_.tensorboard.empty()) {
       try {
         tb_ = std::make_unique<logging::TensorBoardWriter>(o_.tensorboard);
