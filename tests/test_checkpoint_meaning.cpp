@@ -257,3 +257,51 @@ TEST_CASE("checkpoints: the library rejects a wrong dtype and missing optimizer 
     CHECK(p.run.at("lr") == "0.1");
   }
 }
+
+TEST_CASE("checkpoints: a resume on other data, another seed or split is refused, naming each difference", "[mnist_train][checkpoint]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data"), bigger = tmp.file("bigger"), relabelled = tmp.file("relabelled");
+  write_synthetic_set(d, false);
+  write_synthetic_set(bigger, false, 340);
+  write_synthetic_set(relabelled, false);
+  {  // the same images and sizes, one training label changed
+    Synthetic train = make_synthetic(300, 3, 1);
+    train.labels[7] = static_cast<uint8_t>((train.labels[7] + 1) % 3);
+    write_file(relabelled + "/train-labels-idx1-ubyte", labels_idx(train), false);
+  }
+  const std::string ck = tmp.file("ck.safetensors"), flat = tmp.file("flat.safetensors");
+  require_success(run_app(quick(d, {"--epochs", "2", "--max-steps", "20", "--save", ck}), tmp.path()));
+  io::SafetensorsFile f = io::load_safetensors(ck);
+  CHECK(f.metadata.at("run.seed") == "0");
+  CHECK(f.metadata.at("run.data_train_images") == "300");
+  CHECK(f.metadata.at("run.steps_per_epoch") == "17");  // 270 training images in batches of 16
+  CHECK(f.metadata.at("run.total_steps") == "20");
+
+  const std::vector<std::string> resume = {"--epochs", "2", "--max-steps", "20", "--resume", ck};
+  auto with = [&](const std::string& data, std::vector<std::string> more) {
+    std::vector<std::string> a = resume;
+    a.insert(a.end(), more.begin(), more.end());
+    return quick(data, a);
+  };
+  check_error(run_app(with(d, {"--seed", "1"}), tmp.path()), 1,
+              "--seed 1 differs from the checkpoint's 0 (the seed decides the validation split");
+  check_error(run_app(with(d, {"--val-split", "0.2"}), tmp.path()), 1, "--val-split 0.2 differs from the checkpoint's 0.1");
+  // a bigger dataset: the size (the steps per epoch follow from it and are not repeated)
+  RunResult big = run_app(with(bigger, {}), tmp.path());
+  check_error(big, 1, "--data: the training images 340 differs from the checkpoint's 300");
+  CHECK(big.err.find("steps per epoch") == std::string::npos);
+  check_error(run_app(with(relabelled, {}), tmp.path()), 1, "--data: the labels' checksum");
+  // two differences: both named, with both values, in one message
+  RunResult two = run_app(with(d, {"--seed", "3", "--val-split", "0.2"}), tmp.path());
+  check_error(two, 1, "--seed 3 differs from the checkpoint's 0");
+  CHECK(two.err.find("--val-split 0.2 differs from the checkpoint's 0.1") != std::string::npos);
+  CHECK(two.err.find("resume with --seed 0 --val-split 0.1") != std::string::npos);
+  // the same run continues
+  require_success(run_app(with(d, {}), tmp.path()));
+  // --scheduler none: extendable, but still the same data and seed
+  require_success(run_app(quick(d, {"--epochs", "1", "--scheduler", "none", "--save", flat}), tmp.path()));
+  require_success(run_app(quick(d, {"--epochs", "2", "--scheduler", "none", "--resume", flat}), tmp.path()));
+  check_error(run_app(quick(bigger, {"--epochs", "2", "--scheduler", "none", "--resume", flat}), tmp.path()), 1,
+              "--data: the training images 340 differs");
+}

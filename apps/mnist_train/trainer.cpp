@@ -114,6 +114,16 @@ Splits load_splits(const std::string& dir, double val_split, uint64_t seed) {
       EMBER_CHECK(y[i] >= 0 && y[i] < 10, dir, ": label ", y[i], " of ", name, " image ", i,
                   " is not a class 0-9 (mnist_train trains 10-class models)");
   }
+  s.train_file_images = train->size();
+  s.test_file_images = s.test->size();
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a over the labels, training then test, in file order
+  for (const auto& ds : {train, s.test}) {
+    const auto* y = ds->labels().data<int64_t>();
+    for (int64_t i = 0; i < ds->size(); ++i) h = (h ^ static_cast<uint64_t>(y[i])) * 1099511628211ULL;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  s.labels_checksum = hex;
   const int64_t n = train->size();
   const auto nv = static_cast<int64_t>(std::llround(static_cast<double>(n) * val_split));
   std::vector<int64_t> perm(static_cast<size_t>(n));
@@ -666,50 +676,76 @@ Metadata Trainer::run_info() const {
   if (o_.scheduler != "none") {
     m["epochs"] = std::to_string(o_.epochs);
     m["max_steps"] = std::to_string(o_.max_steps);
+    m["total_steps"] = std::to_string(total_steps_);
   }
+  // which samples are seen, in which split and order
+  m["seed"] = std::to_string(o_.seed);
+  m["val_split"] = exact(o_.val_split);
+  m["data_train_images"] = std::to_string(splits_.train_file_images);
+  m["data_test_images"] = std::to_string(splits_.test_file_images);
+  m["data_labels"] = splits_.labels_checksum;
+  m["steps_per_epoch"] = std::to_string(steps_per_epoch_);
   return m;
 }
 
 void Trainer::check_resume_flags(const Metadata& saved) const {
-  const std::string ck = o_.resume;
   const Metadata now = run_info();
-  struct Flag {
+  struct Field {
     const char* key;
-    const char* flag;
+    const char* name;  // the flag, or what the value is
     const char* why;
+    bool derived;  // follows from the others: named only when no flag or data difference explains it
   };
-  const Flag flags[] = {
-      {"model", "--model", "a checkpoint resumes the model it was saved from"},
-      {"optimizer", "--optimizer", "the optimizer state continues from the checkpoint"},
-      {"batch_size", "--batch-size", "the step counts and the schedule are laid out over the saved batch size"},
-      {"grad_accum", "--grad-accum", "the step counts and the schedule are laid out over the saved value"},
-      {"lr", "--lr", "the optimizer and the schedule continue with the saved learning rate"},
-      {"weight_decay", "--weight-decay", "the optimizer continues with the saved value"},
-      {"momentum", "--momentum", "the optimizer continues with the saved value"},
-      {"scheduler", "--scheduler", "the schedule continues from the checkpoint"},
-      {"epochs", "--epochs", "the schedule is laid out over the saved run's length (--scheduler none runs can be extended)"},
-      {"max_steps", "--max-steps", "the schedule is laid out over the saved run's length"},
+  const Field fields[] = {
+      {"model", "--model", "a checkpoint resumes the model it was saved from", false},
+      {"optimizer", "--optimizer", "the optimizer state continues from the checkpoint", false},
+      {"batch_size", "--batch-size", "the step counts and the schedule are laid out over the saved batch size", false},
+      {"grad_accum", "--grad-accum", "the step counts and the schedule are laid out over the saved value", false},
+      {"lr", "--lr", "the optimizer and the schedule continue with the saved learning rate", false},
+      {"weight_decay", "--weight-decay", "the optimizer continues with the saved value", false},
+      {"momentum", "--momentum", "the optimizer continues with the saved value", false},
+      {"scheduler", "--scheduler", "the schedule continues from the checkpoint", false},
+      {"epochs", "--epochs", "the schedule is laid out over the saved run's length (--scheduler none runs can be extended)", false},
+      {"max_steps", "--max-steps", "the schedule is laid out over the saved run's length", false},
+      {"seed", "--seed", "the seed decides the validation split and the order of the samples", false},
+      {"val_split", "--val-split", "the split decides which samples train and which validate", false},
+      {"data_train_images", "--data: the training images", "another dataset: the split and the schedule would change", false},
+      {"data_test_images", "--data: the test images", "another dataset", false},
+      {"data_labels", "--data: the labels' checksum", "another dataset, or the same size with other labels", false},
+      {"steps_per_epoch", "the steps per epoch", "another number of processes under --distributed?", true},
+      {"total_steps", "the planned steps", "the schedule is laid out over the saved run's length", true},
   };
-  auto shown = [](const std::string& key, const std::string& v) {
-    if (key != "lr" && key != "weight_decay" && key != "momentum") return v;
+  auto numeric = [](const std::string& key) { return key == "lr" || key == "weight_decay" || key == "momentum" || key == "val_split"; };
+  auto shown = [&](const std::string& key, const std::string& v) {
+    if (!numeric(key)) return v;
     char b[40];
     std::snprintf(b, sizeof b, "%g", std::strtod(v.c_str(), nullptr));
     return std::string(b);
   };
-  for (const Flag& f : flags) {
+  // Every difference is named, each with both values: a user fixing one at a time would otherwise
+  // need a run per difference.
+  std::string diffs, derived, wanted;
+  for (const Field& f : fields) {
     auto it = saved.find(f.key);
     if (it == saved.end()) continue;  // an older checkpoint, or a key not recorded for this run
     auto mine = now.find(f.key);
     std::string value = mine == now.end() ? std::string() : mine->second;
     if (mine == now.end() && std::string(f.key) == "epochs") value = std::to_string(o_.epochs);
     if (mine == now.end() && std::string(f.key) == "max_steps") value = std::to_string(o_.max_steps);
+    if (mine == now.end() && std::string(f.key) == "total_steps") value = std::to_string(total_steps_);
     bool same = value == it->second;
-    if (!same && (std::string(f.key) == "lr" || std::string(f.key) == "weight_decay" || std::string(f.key) == "momentum"))
-      same = std::strtod(value.c_str(), nullptr) == std::strtod(it->second.c_str(), nullptr);
-    EMBER_CHECK(same, "--resume ", ck, ": ", f.flag, " ", shown(f.key, value), " differs from the checkpoint's ",
-                shown(f.key, it->second), " (", f.why, "); resume with ", f.flag, " ", shown(f.key, it->second),
-                ", or start a new run without --resume");
+    if (!same && numeric(f.key)) same = std::strtod(value.c_str(), nullptr) == std::strtod(it->second.c_str(), nullptr);
+    if (same) continue;
+    std::string& out = f.derived ? derived : diffs;
+    out += std::string(out.empty() ? "" : "; ") + f.name + " " + shown(f.key, value) + " differs from the checkpoint's " +
+           shown(f.key, it->second) + " (" + f.why + ")";
+    if (!f.derived && f.name[0] == '-' && std::string(f.name).find(':') == std::string::npos)
+      wanted += std::string(wanted.empty() ? "" : " ") + f.name + " " + shown(f.key, it->second);
   }
+  if (diffs.empty()) diffs = derived;
+  EMBER_CHECK(diffs.empty(), "--resume ", o_.resume, ": ", diffs, "; resume with ",
+              wanted.empty() ? std::string("the checkpoint's data and settings") : wanted,
+              ", or start a new run without --resume");
 }
 
 void Trainer::check_resume_progress(const Metadata& saved, const TrainingProgress& p, int64_t steps_per_epoch) const {
@@ -839,6 +875,8 @@ RunResult Trainer::run() {
   const int64_t steps_per_epoch = std::max<int64_t>(1, (micro_per_epoch + o_.grad_accum - 1) / o_.grad_accum);
   int64_t total_steps = steps_per_epoch * o_.epochs;
   if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
+  steps_per_epoch_ = steps_per_epoch;
+  total_steps_ = total_steps;
   build_scheduler(total_steps);
   if (!o_.profile.empty()) profile_ = std::make_unique<ProfileWindow>(total_steps);
   if (!o_.resume.empty()) {

@@ -49,6 +49,10 @@ struct Splits {
   std::shared_ptr<ember::data::InMemoryDataset> train, val, test;
   std::vector<std::string> classes;
   double mean = 0, std = 1;  // pixel statistics of the training split (on the [0, 1] scale)
+  // the data's identity, recorded in checkpoints (a resume on other data is refused): the sizes of
+  // the training and test files and a checksum of their labels in file order
+  int64_t train_file_images = 0, test_file_images = 0;
+  std::string labels_checksum;
 };
 
 // Loads the IDX set in `dir`, holds out `val_split` of the training set (a seeded permutation).
@@ -169,6 +173,8 @@ class Trainer {
   std::unique_ptr<ProfileWindow> profile_;
   int64_t global_step_ = 0;
   int start_epoch_ = 0;
+  // the run's length as laid out in run() (recorded in checkpoints, compared on --resume)
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0;
 };
 
 }  // namespace mnist
