@@ -59,7 +59,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Note [same call on every rank]
+// The checks of Note [same call on every rank]:
 constexpr uint64_t kCheckedCalls = 64;
 constexpr size_t kCallRecord = 128;  // bytes per rank in the check's all_gather
 

@@ -118,7 +118,7 @@ TEST_CASE("dist: a rank that exits early makes the others fail fast, naming the 
 }
 
 TEST_CASE("dist: ranks that make different calls get an error naming each rank's call, never an abort", "[dist][fault]") {
-  // Note [same call on every rank]: Gloo itself aborts the process (SIGABRT) on a size mismatch.
+  // Gloo itself aborts the process (SIGABRT) on a size mismatch (Note [same call on every rank]).
   for (const char* op : {"all_reduce", "broadcast"}) {
     auto rs = run_job({.world_size = 2, .scenario = "mismatch", .args = {op}, .deadline_s = 60});
     INFO(describe(rs));
