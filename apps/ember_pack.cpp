@@ -3,20 +3,29 @@
 // every epoch.
 //
 //   ember_pack <input dir> <output file> [--split train|test] [--resize HxW] [--channels 1|3|4]
-//              [--format auto|idx|folder] [--workers N]
+//              [--format auto|idx|folder] [--workers N] [--max-pixels N] [--skip-bad-images]
 //
 // The input is a directory of MNIST-format IDX files (train-images-idx3-ubyte[.gz] and friends;
 // --split picks train or t10k) or an ImageFolder (root/<class>/<image>, PNG/JPEG/BMP); "auto"
 // (the default) uses IDX files when it finds them. ImageFolder images are decoded by --workers
-// threads (default: all cores) and must all have one size unless --resize is given.
+// threads (default: all cores) and must all have one size unless --resize is given. Every image is
+// checked before it is decoded (data/image_decode.h): a corrupt, truncated or oversized one fails
+// the pack, or with --skip-bad-images is left out and reported. The output is written atomically:
+// a failed pack leaves no file behind (and an existing one untouched).
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "data/data.h"
 
@@ -25,17 +34,199 @@ using namespace ember::data;
 
 namespace {
 
-// Exit codes: 0 success (and --help), 1 runtime error (a missing input, unreadable images, a failed
-// write), 2 usage error. Errors are one line on stderr.
+// Exit codes: 0 success (and --help), 1 runtime error (a missing input, unreadable or bad images, a
+// failed write), 2 usage error. Errors are one line on stderr.
 const char kUsage[] =
     "usage: ember_pack <input dir> <output file> [--split train|test] [--resize HxW]\n"
     "                  [--channels 1|3|4] [--format auto|idx|folder] [--workers N]\n"
-    "  input: a directory of MNIST-format IDX files, or an ImageFolder (root/<class>/<image>)\n";
+    "                  [--max-pixels N] [--skip-bad-images]\n"
+    "  input: a directory of MNIST-format IDX files, or an ImageFolder (root/<class>/<image>)\n"
+    "  --split          which IDX set to pack (default train)\n"
+    "  --resize         resize every ImageFolder image to H x W (needed when their sizes differ)\n"
+    "  --channels       ImageFolder images as 1 (grey), 3 (RGB, the default) or 4 (RGBA) channels\n"
+    "  --workers        decoding threads, >= 1 (default: all cores)\n"
+    "  --max-pixels     refuse an image whose header claims more pixels (default 268435456)\n"
+    "  --skip-bad-images  leave out (and report) images that cannot be decoded instead of failing\n";
 
-[[noreturn]] void usage(const char* msg) {
-  if (*msg) std::fprintf(stderr, "ember_pack: error: %s (see --help)\n", msg);
+// How many skipped images are listed by name at the end (the count is always given).
+constexpr size_t kListedBadImages = 5;
+
+[[noreturn]] void usage(const std::string& msg) {
+  if (!msg.empty()) std::fprintf(stderr, "ember_pack: error: %s (see --help)\n", msg.c_str());
   else std::fprintf(stderr, "%s", kUsage);
   std::exit(2);
+}
+
+// The whole of `s` as a decimal integer in [lo, hi] (no sign games, no trailing text, no overflow).
+bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t& out) {
+  if (s.empty() || !(std::isdigit(static_cast<unsigned char>(s[0])) || (s[0] == '-' && s.size() > 1))) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != 0 || v < lo || v > hi) return false;
+  out = v;
+  return true;
+}
+
+struct Options {
+  std::string input, output, format = "auto";
+  Split split = Split::train;
+  bool split_given = false, channels_given = false, skip_bad = false;
+  int64_t rh = 0, rw = 0, channels = 3, max_pixels = kDefaultMaxImagePixels;
+  int64_t workers = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.size() < 2 || a[0] != '-') {
+      positional.push_back(a);
+      continue;
+    }
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value after " + a);
+      return argv[++i];
+    };
+    auto bad = [&](const std::string& v, const char* want) { usage(a + " " + (v.empty() ? "''" : v) + ": " + want); };
+    if (a == "--split") {
+      const std::string v = value();
+      if (v != "train" && v != "test") bad(v, "must be train or test");
+      o.split = v == "train" ? Split::train : Split::test;
+      o.split_given = true;
+    } else if (a == "--resize") {
+      const std::string v = value();
+      const size_t x = v.find('x');
+      const int64_t side = kMaxImageSide;
+      if (x == std::string::npos || !parse_int(v.substr(0, x), 1, side, o.rh) || !parse_int(v.substr(x + 1), 1, side, o.rw))
+        bad(v, "wants HxW with H and W in [1, 32768], e.g. 32x32");
+    } else if (a == "--channels") {
+      const std::string v = value();
+      if (!parse_int(v, 1, 4, o.channels) || o.channels == 2) bad(v, "must be 1, 3 or 4");
+      o.channels_given = true;
+    } else if (a == "--format") {
+      o.format = value();
+      if (o.format != "auto" && o.format != "idx" && o.format != "folder") bad(o.format, "must be auto, idx or folder");
+    } else if (a == "--workers") {
+      const std::string v = value();
+      if (!parse_int(v, 1, 1024, o.workers)) bad(v, "must be a whole number in [1, 1024]");
+    } else if (a == "--max-pixels") {
+      const std::string v = value();
+      if (!parse_int(v, 1, kMaxImagePixelsLimit, o.max_pixels))
+        bad(v, ("must be a whole number in [1, " + std::to_string(kMaxImagePixelsLimit) + "]").c_str());
+    } else if (a == "--skip-bad-images") {
+      o.skip_bad = true;
+    } else {
+      usage("unknown option " + a);
+    }
+  }
+  if (positional.size() < 2)
+    usage(positional.empty() ? "missing <input dir> and <output file>" : "missing <output file>");
+  if (positional.size() > 2) usage("unexpected argument '" + positional[2] + "' (one input dir and one output file)");
+  o.input = positional[0];
+  o.output = positional[1];
+  return o;
+}
+
+// A bad image: its position in the folder and what is wrong with it (the message names the file).
+struct BadImage {
+  int64_t index;
+  std::string why;
+};
+
+// Decodes every image of the folder with `workers` threads straight into one u8 [N, C, H, W]
+// tensor. A bad image stops the pack (the one with the lowest index among those found is reported)
+// unless skip_bad; then it is left out and listed in `bad`. Images of another size than the first
+// are an error either way: that is a setting (--resize), not a bad file.
+std::shared_ptr<InMemoryDataset> pack_folder(const ImageFolder& folder, const Options& o, std::vector<BadImage>& bad) {
+  const int64_t n = folder.size();
+  auto reason = [](const std::exception& e) { return ember::user_message(e.what()); };
+
+  // The sample shape: fixed by --resize, else that of the first image that decodes.
+  int64_t first = 0;
+  Image first_image;
+  Shape shape;
+  if (o.rh > 0) {
+    shape = Shape{o.channels, o.rh, o.rw};
+  } else {
+    for (; first < n && shape.empty(); ++first) {
+      try {
+        first_image = folder.get(first).image;
+        shape = first_image.shape();
+      } catch (const std::exception& e) {
+        if (!o.skip_bad) EMBER_FAIL(reason(e), " (--skip-bad-images leaves such images out)");
+        bad.push_back({first, reason(e)});
+      }
+    }
+    EMBER_CHECK(!shape.empty(), "all ", n, " images in ", folder.root(), " are bad; nothing to pack");
+    --first;
+  }
+  const int64_t sample = shape[0] * shape[1] * shape[2];
+  Tensor images = empty({n, shape[0], shape[1], shape[2]}, TensorOptions(DType::u8));
+  auto* px = static_cast<uint8_t*>(images.data_ptr());
+  std::vector<uint8_t> good(static_cast<size_t>(n), 0);
+  if (!first_image.pixels.empty()) {
+    std::memcpy(px + first * sample, first_image.pixels.data(), static_cast<size_t>(sample));
+    good[static_cast<size_t>(first)] = 1;
+    first_image = Image();
+  }
+
+  const std::string& reference = folder.samples()[static_cast<size_t>(first)].first;
+  std::atomic<int64_t> next{first + (good[static_cast<size_t>(first)] ? 1 : 0)};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<BadImage> fatal;  // stops the pack
+  auto work = [&] {
+    for (int64_t i; !stop.load() && (i = next.fetch_add(1)) < n;) {
+      try {
+        Image img = folder.get(i).image;
+        if (img.shape() != shape) {
+          std::lock_guard<std::mutex> lock(mu);
+          fatal.push_back({i, ember::str("images differ in size: '", reference, "' is ", shape[1], "x", shape[2], " but '",
+                                         folder.samples()[static_cast<size_t>(i)].first, "' is ", img.height, "x",
+                                         img.width, " (HxW); a packed dataset needs one size: pass --resize HxW")});
+          stop = true;
+          continue;
+        }
+        std::memcpy(px + i * sample, img.pixels.data(), static_cast<size_t>(sample));
+        good[static_cast<size_t>(i)] = 1;
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (o.skip_bad) {
+          bad.push_back({i, reason(e)});
+        } else {
+          fatal.push_back({i, reason(e) + " (--skip-bad-images leaves such images out)"});
+          stop = true;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < std::min(o.workers, n - next.load()); ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  if (!fatal.empty())
+    EMBER_FAIL(std::min_element(fatal.begin(), fatal.end(), [](const BadImage& a, const BadImage& b) {
+                 return a.index < b.index;
+               })->why);
+  std::sort(bad.begin(), bad.end(), [](const BadImage& a, const BadImage& b) { return a.index < b.index; });
+
+  // Close the gaps the skipped images left, keeping the folder's order.
+  Tensor labels = empty({n}, TensorOptions(DType::i64));
+  int64_t* lp = labels.data<int64_t>();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!good[static_cast<size_t>(i)]) continue;
+    if (kept != i) std::memmove(px + kept * sample, px + i * sample, static_cast<size_t>(sample));
+    lp[kept++] = folder.samples()[static_cast<size_t>(i)].second;
+  }
+  EMBER_CHECK(kept > 0, "all ", n, " images in ", folder.root(), " are bad; nothing to pack");
+  if (kept < n) {
+    images = make_view(images, {kept, shape[0], shape[1], shape[2]}, {sample, shape[1] * shape[2], shape[2], 1}, 0);
+    labels = make_view(labels, {kept}, {1}, 0);
+  }
+  return std::make_shared<InMemoryDataset>(images, labels, folder.classes());
 }
 
 }  // namespace
@@ -46,64 +237,43 @@ int main(int argc, char** argv) {
       std::printf("ember_pack: packs an image dataset into one file that InMemoryDataset::load reads at once\n%s", kUsage);
       return 0;
     }
-  if (argc < 3) usage(argc < 2 ? "missing <input dir> and <output file>" : "missing <output file>");
-  std::string input = argv[1], output = argv[2], format = "auto";
-  Split split = Split::train;
-  int64_t rh = 0, rw = 0;
-  int channels = 3;
-  int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 3; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--split") {
-      std::string v = value();
-      if (v != "train" && v != "test") usage("--split must be train or test");
-      split = v == "train" ? Split::train : Split::test;
-    } else if (a == "--resize") {
-      std::string v = value();
-      if (std::sscanf(v.c_str(), "%ldx%ld", &rh, &rw) != 2 || rh <= 0 || rw <= 0) usage("--resize wants HxW, e.g. 32x32");
-    } else if (a == "--channels") {
-      channels = std::atoi(value().c_str());
-      if (channels != 1 && channels != 3 && channels != 4) usage("--channels must be 1, 3 or 4");
-    } else if (a == "--format") {
-      format = value();
-      if (format != "auto" && format != "idx" && format != "folder") usage("--format must be auto, idx or folder");
-    } else if (a == "--workers") {
-      workers = std::atoi(value().c_str());
-      if (workers < 0) usage("--workers must be >= 0");
-    } else {
-      usage(("unknown option " + a).c_str());
-    }
-  }
+  const Options o = parse(argc, argv);
 
   {
     struct stat st {};
-    if (::stat(input.c_str(), &st) != 0) {
-      std::fprintf(stderr, "ember_pack: error: the input directory %s does not exist\n", input.c_str());
+    if (::stat(o.input.c_str(), &st) != 0) {
+      std::fprintf(stderr, "ember_pack: error: the input directory %s does not exist\n", o.input.c_str());
       return 1;
     }
     if (!S_ISDIR(st.st_mode)) {
-      std::fprintf(stderr, "ember_pack: error: the input %s is not a directory\n", input.c_str());
+      std::fprintf(stderr, "ember_pack: error: the input %s is not a directory\n", o.input.c_str());
       return 1;
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
-  bool folder = format == "folder";
+  bool folder = o.format == "folder";
+  std::vector<BadImage> bad;
+  int64_t total = 0;
   try {
     std::shared_ptr<InMemoryDataset> ds;
-    if (format == "auto") {
+    if (o.format == "auto") {
       try {
-        find_mnist_files(input, split);
+        find_mnist_files(o.input, o.split);
       } catch (const Error&) {
         folder = true;
       }
     }
+    // Options that only one kind of input uses would otherwise be ignored without a word.
+    if (folder && o.split_given)
+      usage("--split " + std::string(o.split == Split::train ? "train" : "test") + ": " + o.input +
+            " is read as an ImageFolder (no IDX " + (o.split == Split::train ? "train" : "t10k") +
+            " files found), which has no splits");
+    if (!folder && o.channels_given && o.channels != 1)
+      usage("--channels " + std::to_string(o.channels) + ": an IDX set is greyscale (1 channel)");
     if (!folder) {
-      ds = load_mnist(input, split);
-      if (rh > 0) {
+      ds = load_mnist(o.input, o.split);
+      total = ds->size();
+      if (o.rh > 0) {
         // resized by the loader's worker threads
         struct Wrap final : Dataset {
           std::shared_ptr<InMemoryDataset> d;
@@ -119,31 +289,42 @@ int main(int argc, char** argv) {
         };
         auto w = std::make_shared<Wrap>();
         w->d = ds;
-        w->rh = rh;
-        w->rw = rw;
-        ds = InMemoryDataset::from(w, workers);
+        w->rh = o.rh;
+        w->rw = o.rw;
+        ds = InMemoryDataset::from(w, static_cast<int>(o.workers));
       }
     } else {
-      ImageFolderOptions o;
-      o.channels(channels);
-      if (rh > 0) o.resize(rh, rw);
-      auto images = std::make_shared<ImageFolder>(input, o);
-      std::printf("ember_pack: %s: %lld images in %zu classes, decoding with %d workers\n", input.c_str(),
-                  static_cast<long long>(images->size()), images->classes().size(), workers);
-      ds = InMemoryDataset::from(images, workers);
+      ImageFolderOptions fo;
+      fo.channels(static_cast<int>(o.channels)).max_pixels(o.max_pixels);
+      if (o.rh > 0) fo.resize(o.rh, o.rw);
+      ImageFolder images(o.input, fo);
+      total = images.size();
+      std::printf("ember_pack: %s: %lld images in %zu classes, decoding with %lld workers\n", o.input.c_str(),
+                  static_cast<long long>(total), images.classes().size(),
+                  static_cast<long long>(std::min(o.workers, total)));
+      std::fflush(stdout);
+      ds = pack_folder(images, o, bad);
     }
-    ds->save(output);
+    ds->save(o.output);  // atomic: a temporary file renamed into place (io/atomic_file.h)
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("ember_pack: wrote %s: %lld samples of [%lld, %lld, %lld] u8, %zu classes, %.1f MB, in %.2f s\n",
-                output.c_str(), static_cast<long long>(ds->size()), static_cast<long long>(ds->images().size(1)),
+    std::printf("ember_pack: wrote %s: %lld samples of [%lld, %lld, %lld] u8, %zu classes, %.1f MB, in %.2f s",
+                o.output.c_str(), static_cast<long long>(ds->size()), static_cast<long long>(ds->images().size(1)),
                 static_cast<long long>(ds->images().size(2)), static_cast<long long>(ds->images().size(3)),
-                ds->classes().size(), static_cast<double>(file_size(output)) / 1e6, secs);
+                ds->classes().size(), static_cast<double>(file_size(o.output)) / 1e6, secs);
+    if (!bad.empty()) std::printf(" (skipped %zu bad images of %lld)", bad.size(), static_cast<long long>(total));
+    std::printf("\n");
   } catch (const std::exception& e) {
-    std::string msg = ember::user_message(e.what());
-    const bool sizes = folder && rh == 0 && msg.find("--resize") == std::string::npos;
-    std::fprintf(stderr, "ember_pack: error: %s%s\n", msg.c_str(),
-                 sizes ? " (a packed dataset needs one image size; if the images differ, pass --resize HxW)" : "");
+    std::fprintf(stderr, "ember_pack: error: %s\n", ember::user_message(e.what()).c_str());
     return 1;
+  }
+  if (!bad.empty()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ember_pack: warning: skipped %zu of %lld images that could not be decoded (--skip-bad-images)%s\n",
+                 bad.size(), static_cast<long long>(total), bad.size() > kListedBadImages ? "; the first ones:" : ":");
+    for (size_t i = 0; i < std::min(bad.size(), kListedBadImages); ++i)
+      std::fprintf(stderr, "ember_pack: warning:   %s\n", bad[i].why.c_str());
+    if (bad.size() > kListedBadImages)
+      std::fprintf(stderr, "ember_pack: warning:   ... and %zu more\n", bad.size() - kListedBadImages);
   }
   return 0;
 }

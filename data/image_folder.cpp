@@ -25,6 +25,8 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options) : root_(s
   EMBER_CHECK(c == 0 || c == 1 || c == 3 || c == 4, "ImageFolder: channels must be 0 (as stored), 1, 3 or 4; got ", c);
   EMBER_CHECK((options_.height_ == 0) == (options_.width_ == 0) && options_.height_ >= 0 && options_.width_ >= 0,
               "ImageFolder: resize needs both a height and a width (got ", options_.height_, " x ", options_.width_, ")");
+  EMBER_CHECK(options_.max_pixels_ >= 1 && options_.max_pixels_ <= kMaxImagePixelsLimit, "ImageFolder: max_pixels must be in [1, ",
+              kMaxImagePixelsLimit, "]; got ", options_.max_pixels_);
   std::vector<std::string> exts;
   for (const std::string& e : options_.extensions_) exts.push_back(lower(e));
 
@@ -70,7 +72,7 @@ Sample ImageFolder::get(int64_t i) const {
   check_index(i, "ImageFolder");
   const auto& [path, label] = samples_[static_cast<size_t>(i)];
   Sample s;
-  s.image = load_image(path, options_.channels_);
+  s.image = load_image(path, options_.channels_, options_.max_pixels_);
   if (options_.height_ > 0) s.image = resize_image(s.image, options_.height_, options_.width_);
   s.label = label;
   return s;

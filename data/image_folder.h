@@ -3,7 +3,8 @@
 // Classes are the subdirectories of root, sorted by name (label = position); images are the files
 // in each class directory (recursively) whose extension is one of options.extensions (case
 // insensitive), sorted by path. Images are decoded when a sample is read (in the loader's worker
-// threads): an unreadable or undecodable file raises an error naming its path and the reason.
+// threads): an unreadable, corrupt, truncated or oversized file raises an error naming its path and
+// what is wrong with it (data/image_decode.h).
 #pragma once
 
 #include <optional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/image_decode.h"
 
 namespace ember::data {
 
@@ -20,10 +22,14 @@ struct ImageFolderOptions {
   int64_t height_ = 0;      // resize every image to height x width (0: keep each image's size)
   int64_t width_ = 0;
   std::vector<std::string> extensions_ = {".png", ".jpg", ".jpeg", ".bmp"};
+  // An image whose header claims more pixels (width x height) is an error, raised before it is
+  // decoded; in [1, kMaxImagePixelsLimit].
+  int64_t max_pixels_ = kDefaultMaxImagePixels;
 
   ImageFolderOptions& channels(int c) { channels_ = c; return *this; }
   ImageFolderOptions& resize(int64_t h, int64_t w) { height_ = h; width_ = w; return *this; }
   ImageFolderOptions& extensions(std::vector<std::string> e) { extensions_ = std::move(e); return *this; }
+  ImageFolderOptions& max_pixels(int64_t n) { max_pixels_ = n; return *this; }
 };
 
 class ImageFolder final : public Dataset {

@@ -666,3 +666,67 @@ TEST_CASE("ember_pack: --help exits 0 and a missing input directory is one line"
   CHECK(lines_of(read_file(err)).size() == 1);
   CHECK(read_file(err).find("unknown option --bogus") != std::string::npos);
 }
+
+TEST_CASE("ember_pack: every option value is checked: a bad one is a usage error naming the flag and the value", "[outputs]") {
+  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
+  if (!fs::exists(tool)) {
+    WARN("SKIPPED: " << tool << " is not built");
+    return;
+  }
+  testing::TempDir tmp;
+  const std::string idx = tmp.file("idx"), empty = tmp.file("empty"), out = tmp.file("out.txt"), err = tmp.file("err.txt");
+  write_synthetic_set(idx, false, 20, 10);
+  fs::create_directories(empty);
+  auto run = [&](const std::string& args) {
+    int rc = std::system((tool + " " + args + " > " + out + " 2> " + err).c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  const std::string io = idx + " " + tmp.file("x.epk");
+  // {arguments after the input and output, what the one line on stderr contains}
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--workers abc", "--workers abc: must be a whole number in [1, 1024]"},
+      {"--workers 0", "--workers 0: must be a whole number in [1, 1024]"},
+      {"--workers -2", "--workers -2: must be"},
+      {"--workers 4x", "--workers 4x: must be"},
+      {"--workers 99999999999999999999", "--workers 99999999999999999999: must be"},
+      {"--workers ''", "--workers '': must be"},
+      {"--resize 0x5", "--resize 0x5: wants HxW with H and W in [1, 32768]"},
+      {"--resize 8", "--resize 8: wants HxW"},
+      {"--resize 8x", "--resize 8x: wants HxW"},
+      {"--resize x8", "--resize x8: wants HxW"},
+      {"--resize 8x8x8", "--resize 8x8x8: wants HxW"},
+      {"--resize 40000x8", "--resize 40000x8: wants HxW"},
+      {"--resize -8x8", "--resize -8x8: wants HxW"},
+      {"--channels 2", "--channels 2: must be 1, 3 or 4"},
+      {"--channels rgb", "--channels rgb: must be 1, 3 or 4"},
+      {"--format png", "--format png: must be auto, idx or folder"},
+      {"--split val", "--split val: must be train or test"},
+      {"--max-pixels 0", "--max-pixels 0: must be a whole number in [1, 1073741824]"},
+      {"--max-pixels 1e6", "--max-pixels 1e6: must be"},
+      {"--max-pixels 2000000000", "--max-pixels 2000000000: must be"},
+      {"--workers", "missing value after --workers"},
+      {"--resize", "missing value after --resize"},
+      {"--max-pixels", "missing value after --max-pixels"},
+      {"--skip-bad-images=1", "unknown option --skip-bad-images=1"},
+      {"--worker 2", "unknown option --worker"},
+      {"extra.epk", "unexpected argument 'extra.epk'"},
+      // options that the input's kind would ignore
+      {"--channels 3", "--channels 3: an IDX set is greyscale (1 channel)"},
+  };
+  for (const auto& [args, want] : cases) {
+    INFO("ember_pack <in> <out> " << args);
+    CHECK(run(io + " " + args) == 2);
+    const std::string e = read_file(err);
+    CHECK(lines_of(e).size() == 1);
+    CHECK(e.rfind("ember_pack: error: ", 0) == 0);
+    CHECK(e.find(want) != std::string::npos);
+    CHECK(!fs::exists(tmp.file("x.epk")));
+  }
+  CHECK(run(empty + " " + tmp.file("x.epk") + " --split test") == 2);
+  CHECK(read_file(err) == "ember_pack: error: --split test: " + empty +
+                              " is read as an ImageFolder (no IDX t10k files found), which has no splits (see --help)\n");
+  // valid values still pass, options before the positional arguments too
+  CHECK(run("--workers 2 --max-pixels 100 --channels 1 " + io + " --resize 4x6 --split test --format idx") == 0);
+  CHECK(read_file(err).empty());
+  CHECK(read_file(out).find("10 samples of [1, 4, 6] u8") != std::string::npos);
+}
