@@ -2,18 +2,22 @@
 //
 //   ember_tune --study s.jsonl --param lr=log:1e-4:1e-1 --param batch-size=cat:32,64,128
 //              --trials 20 -- --epochs 3
-//   ember_tune --resume s.jsonl                # after a kill: the finished trials are kept
+//   ember_tune --resume s.jsonl                # after a kill: the finished trials are kept, on to the planned 20
 //   ember_tune --benchmark                     # the samplers on Branin, Hartmann-6, noisy Branin
 //
-// Exit codes: 0 done, 1 a run-time error, 2 bad input (one line on stderr, no trial started, the study file
-// untouched), 128+signal when stopped by SIGINT/SIGTERM (resume continues it).
+// Exit codes: 0 done, 1 a run-time error (the study or its trial directory in use by another ember_tune, every trial
+// failed, ...), 2 bad input (one line on stderr, no trial started, the study file untouched), 128+signal when stopped
+// by SIGINT/SIGTERM (resume continues it).
 #include <signal.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 
 #include "apps/ember_tune/benchmark.h"
 #include "apps/ember_tune/report.h"
@@ -31,6 +35,7 @@ struct Cli {
   std::string space_file, objective = "val_accuracy", direction = "auto", sampler = "gp", study, resume;
   std::string pruner = "none", mnist_train, out_dir, tensorboard, plot;
   int trials = 20, parallel = 1, n_init = 0, warmup = 1, eta = 3, min_epochs = 1;
+  double trial_timeout = -1;
   uint64_t seed = 0;
   bool quiet = false, benchmark = false;
   std::string bench_functions = "branin,hartmann6,noisy-branin", bench_samplers = "gp,tpe,random", bench_svg;
@@ -94,8 +99,10 @@ int main(int argc, char** argv) {
   app.add_option("--sampler", c.sampler, "gp (GP-EI), tpe or random")
       ->check(CLI::IsMember({"gp", "tpe", "random"}))
       ->group("Study");
-  app.add_option("--trials", c.trials, "trials the study should hold (failed and pruned ones count)")
-      ->check(CLI::Range(1, 100000))
+  app.add_option("--trials", c.trials,
+                 "trials the study should hold (failed and pruned ones count); stored in the study, so --resume "
+                 "without it continues to the stored count")
+      ->check(CLI::Range(1, kMaxTrials))
       ->group("Study");
   app.add_option("--parallel", c.parallel, "trials running at once")->check(CLI::Range(1, 256))->group("Study");
   app.add_option("--init", c.n_init, "Latin-hypercube trials before the model (0: 2 x parameters + 2, at least 5)")
@@ -121,6 +128,13 @@ int main(int argc, char** argv) {
   app.add_option("--out-dir", c.out_dir, "each trial's log and output (default: the study file's name + .d)")
       ->group("Trials");
   app.add_option("--tensorboard", c.tensorboard, "TensorBoard events of trial N into DIR/trial-N")->group("Trials");
+  app.add_option("--trial-timeout", c.trial_timeout,
+                 "seconds a trial may run before its process group is killed and it is recorded as failed (0: "
+                 "never; default: 10 x the median completed trial's duration, at least 60 s, none before a trial "
+                 "completed)")
+      ->check(CLI::NonNegativeNumber)
+      ->default_str("derived")
+      ->group("Trials");
   app.add_option("--plot", c.plot, "write PREFIX-history.svg and PREFIX-slices.svg (default: the study file's name)")
       ->group("Output");
   app.add_flag("--quiet", c.quiet, "no line per trial")->group("Output");
@@ -181,9 +195,27 @@ int main(int argc, char** argv) {
     cfg.pruner = c.pruner;
     cfg.train_args = c.train_args;
 
+    // Paths in the arguments as absolute ones, before the resume comparison and before they are stored: the trials
+    // of a study resumed elsewhere must read and write the same files.
+    make_paths_absolute(cfg);
+
     const std::string path = c.resume.empty() ? c.study : c.resume;
+    std::string stem = path;
+    if (stem.size() > 6 && stem.substr(stem.size() - 6) == ".jsonl") stem.resize(stem.size() - 6);
+    const std::string out_dir = c.out_dir.empty() ? stem + ".d" : c.out_dir;
+    // The study file and the trial directory each belong to one ember_tune at a time, for the whole session: two
+    // writers of one study would interleave trial numbers and records, two studies in one directory would overwrite
+    // each other's trial logs. A lock that is taken is a run-time error (1), not bad input.
+    std::optional<FileLock> study_lock, dir_lock;
+    auto lock = [&](std::optional<FileLock>& l, const std::string& lock_path, const std::string& what) {
+      const int before = phase;
+      phase = 1;
+      l.emplace(lock_path, what);
+      phase = before;
+    };
     std::optional<StudyFile> study;
     if (!c.resume.empty()) {
+      lock(study_lock, study_lock_path(c.resume), "the study '" + c.resume + "'");
       study = StudyFile::open(c.resume);
       const StudyConfig& have = study->config();
       // Flags given again must agree with the study's own; flags left out take its values.
@@ -204,19 +236,27 @@ int main(int argc, char** argv) {
         std::fprintf(stderr,
                      "ember_tune: %s: the last record was cut short (a kill while writing); that trial runs again\n",
                      path.c_str());
+      // The planned count is the study's unless --trials says otherwise (a version 1 file stored none).
+      if (app.count("--trials") == 0 && study->planned_trials() > 0) c.trials = study->planned_trials();
     } else {
       EMBER_CHECK(!cfg.space.params.empty(), "no parameters to search: give --param NAME=TYPE:... or --space FILE");
       check_trainer(c.mnist_train, cfg);
-      study = StudyFile::create(c.study, cfg);
+      lock(study_lock, study_lock_path(c.study), "the study '" + c.study + "'");
+      StudyFile::check_new(c.study);
     }
     phase = 1;
+    fs::create_directories(out_dir);
+    lock(dir_lock, trial_dir_lock_path(out_dir), "the trial directory '" + out_dir + "'");
+    if (!study)
+      study = StudyFile::create(c.study, cfg, c.trials);
+    else if (study->planned_trials() != c.trials)
+      study->plan(c.trials);
 
     RunOptions ro;
     ro.mnist_train = c.mnist_train;
-    std::string stem = path;
-    if (stem.size() > 6 && stem.substr(stem.size() - 6) == ".jsonl") stem.resize(stem.size() - 6);
-    ro.out_dir = c.out_dir.empty() ? stem + ".d" : c.out_dir;
+    ro.out_dir = out_dir;
     ro.tensorboard = c.tensorboard;
+    ro.trial_timeout = c.trial_timeout;
     ro.parallel = c.parallel;
     ro.n_trials = c.trials;
     ro.quiet = c.quiet;
@@ -234,9 +274,22 @@ int main(int argc, char** argv) {
       std::printf("best: no trial completed\n");
     write_study_plots(*study, c.plot.empty() ? stem : c.plot);
     if (stopped_by != 0) {
-      std::fprintf(stderr, "ember_tune: stopped by %s; continue with: ember_tune --resume %s --trials %d\n",
-                   stopped_by == SIGINT ? "SIGINT" : "SIGTERM", path.c_str(), c.trials);
+      std::fprintf(stderr, "ember_tune: stopped by %s; continue with: ember_tune --resume %s\n",
+                   stopped_by == SIGINT ? "SIGINT" : "SIGTERM", path.c_str());
       return 128 + stopped_by;
+    }
+    // A study in which nothing worked is a failed run, not a result: most often every trial failed the same way
+    // (a bad argument, missing data), and that reason is the one to show.
+    const std::vector<TrialRecord>& all = study->trials();
+    if (!all.empty() && std::all_of(all.begin(), all.end(), [](const TrialRecord& t) { return t.state == "failed"; })) {
+      std::map<std::string, int> count;
+      for (const TrialRecord& t : all) ++count[t.error];
+      const auto common = std::max_element(count.begin(), count.end(),
+                                           [](const auto& a, const auto& b) { return a.second < b.second; });
+      std::fprintf(stderr,
+                   "ember_tune: error: every trial of %s failed (%zu); the most common reason (%d of them): %s\n",
+                   path.c_str(), all.size(), common->second, common->first.c_str());
+      return 1;
     }
     return 0;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,13 +47,118 @@ std::string flag_of(const std::string& name) {
   return f;
 }
 
-std::string last_line(const std::string& path) {
-  std::ifstream in(path);
+std::string last_line_of(const std::string& text) {
+  std::istringstream in(text);
   std::string line, last;
   while (std::getline(in, line))
     if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
   if (last.size() > 240) last = last.substr(0, 240) + "...";
   return last;
+}
+
+std::string last_line(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return last_line_of(ss.str());
+}
+
+// Flags of mnist_train that ember_tune gives every trial itself, and flags that make it do something other than train
+// (a trial would report nothing).
+const char* const kOwnFlags[] = {"--seed", "--log", "--tensorboard", "--quiet"};
+const char* const kNoTrainingFlags[] = {"-h", "--help", "--check-options", "--ablation", "--eval-only"};
+// mnist_train's flags whose value is a path (apps/mnist_train/options.cpp; its --help does not say which take one).
+// --log and --tensorboard are ember_tune's own.
+const char* const kPathFlags[] = {"--data", "--save", "--resume", "--eval-only", "--plot", "--profile"};
+
+// "--lr=3" -> "--lr", "--lr" -> "--lr", "-h" -> "-h"; "" for what is not a flag (a value, or a negative number).
+std::string flag_name(const std::string& arg) {
+  if (arg.size() > 2 && arg.rfind("--", 0) == 0) return arg.substr(0, arg.find('='));
+  if (arg.size() == 2 && arg[0] == '-' && std::isalpha(static_cast<unsigned char>(arg[1]))) return arg;
+  return "";
+}
+
+struct Captured {
+  int status = -1;  // as waitpid() gives it
+  std::string output;  // stdout and stderr
+};
+
+// Runs a program (no shell: arguments are passed as they are) and returns its exit status and its output.
+Captured run_capture(const std::string& program, const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s{program};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  EMBER_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int e = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    EMBER_FAIL("fork failed: ", std::strerror(e));
+  }
+  if (pid == 0) {  // async-signal-safe calls only until exec
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    execv(program.c_str(), argv.data());
+    _exit(127);
+  }
+  ::close(fds[1]);
+  Captured r;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    r.output.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  while (waitpid(pid, &r.status, 0) < 0 && errno == EINTR) {
+  }
+  return r;
+}
+
+// What mnist_train said when it refused a command line: its one error line without "mnist_train: error: " and
+// " (see --help)".
+std::string refusal(const Captured& r) {
+  std::string line = last_line_of(r.output);
+  if (const size_t at = line.find(": error: "); at != std::string::npos) line = line.substr(at + 9);
+  const std::string see = " (see --help)";
+  if (line.size() > see.size() && line.compare(line.size() - see.size(), see.size(), see) == 0)
+    line.resize(line.size() - see.size());
+  if (line.empty()) line = WIFEXITED(r.status) ? str("exit code ", WEXITSTATUS(r.status)) : str("status ", r.status);
+  return line;
+}
+
+// mnist_train's flags as its --help lists them (CLI11's layout: "  -h,--help   text", "  --lr FLOAT:POSITIVE=0.003
+// text", "  --pin-memory,--no-pin-memory{false}"), each with whether it takes a value: a type word right after the
+// names, one space away (the description is further off, or on the next line).
+std::map<std::string, bool> help_flags(const std::string& help) {
+  std::map<std::string, bool> flags;
+  std::istringstream in(help);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t start = line.find_first_not_of(' ');
+    if (start == std::string::npos || start == 0 || line[start] != '-') continue;
+    const size_t end = line.find_first_of(" {", start);
+    const std::string names = line.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const bool takes_value =
+        end != std::string::npos && line[end] == ' ' && end + 1 < line.size() && line[end + 1] != ' ';
+    std::istringstream ns(names);
+    std::string n;
+    while (std::getline(ns, n, ','))
+      if (!n.empty() && n[0] == '-') flags[n.substr(0, n.find('='))] = takes_value;
+  }
+  return flags;
+}
+
+std::string absolute_path(const std::string& p) {
+  if (p.empty()) return p;
+  return fs::absolute(fs::path(p)).lexically_normal().string();
 }
 
 struct Running {
@@ -68,6 +174,7 @@ struct Running {
   int planned = 0;
   size_t judged = 0;  // epochs the pruner has judged
   bool pruned = false;
+  double timed_out_after = 0;  // > 0: killed at the trial timeout of this many seconds
   Clock::time_point start;
 };
 
@@ -98,7 +205,10 @@ void read_log(Running& t, const Objective& obj, const StudyConfig& c) {
     const std::string type = j.value("type", "");
     if (type == "epoch") {
       t.epochs.push_back(j);
-      const double v = j.contains(metric) && j[metric].is_number() ? j[metric].get<double>() : NAN;
+      // A metric the epoch does not have (null: val_accuracy without a validation split) is missing, not NaN: NaN
+      // is a diverged run the pruner stops. Such a trial gets no curve and is never judged.
+      if (!j.contains(metric) || j[metric].is_null()) continue;
+      const double v = j[metric].is_number() ? j[metric].get<double>() : NAN;
       t.curve.push_back(up ? -v : v);
     } else if (type == "summary") {
       t.summary = j;
@@ -108,11 +218,18 @@ void read_log(Running& t, const Objective& obj, const StudyConfig& c) {
 
 // The objective of a finished run, or an error saying why there is none.
 std::optional<double> objective_value(const Running& t, const Objective& obj, std::string& error) {
+  // mnist_train writes val_accuracy as null when it has no validation split (--val-split 0).
+  const std::string unavailable = " is unavailable: the trial had no validation split (--val-split 0)";
   if (obj.time_to) {
     double s = 0;
     for (const auto& e : t.epochs) {
-      s += e.value("seconds", 0.0);
-      if (e.value("val_accuracy", 0.0) >= obj.target) return s;
+      if (!e.contains("val_accuracy") || !e["val_accuracy"].is_number()) {
+        error = e.contains("val_accuracy") && e["val_accuracy"].is_null() ? "val_accuracy" + unavailable
+                                                                           : "its log has no val_accuracy";
+        return std::nullopt;
+      }
+      s += e.contains("seconds") && e["seconds"].is_number() ? e["seconds"].get<double>() : 0.0;
+      if (e["val_accuracy"].get<double>() >= obj.target) return s;
     }
     error = str("never reached val_accuracy ", obj.target, "% in ", t.epochs.size(), " epochs");
     return std::nullopt;
@@ -120,6 +237,10 @@ std::optional<double> objective_value(const Running& t, const Objective& obj, st
   const nlohmann::json* src = nullptr;
   if (obj.epoch_level && !t.epochs.empty()) src = &t.epochs.back();
   if (!obj.epoch_level && t.summary.is_object()) src = &t.summary;
+  if (src && src->contains(obj.metric) && (*src)[obj.metric].is_null()) {
+    error = obj.metric + (obj.metric == "val_accuracy" ? unavailable : " is unavailable (null in its log)");
+    return std::nullopt;
+  }
   if (!src || !src->contains(obj.metric) || !(*src)[obj.metric].is_number()) {
     error = str("its log has no ", obj.metric);
     return std::nullopt;
@@ -202,28 +323,112 @@ bool default_maximize(const Objective& o) {
 void check_trainer(const std::string& mnist_train, const StudyConfig& config) {
   EMBER_CHECK(::access(mnist_train.c_str(), X_OK) == 0, "the trainer '", mnist_train,
               "' is not an executable file (--mnist-train PATH names it)");
-  const std::string cmd = "'" + mnist_train + "' --help 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  EMBER_CHECK(p, "cannot run '", mnist_train, " --help'");
-  std::string help;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) help.append(buf, n);
-  const int rc = ::pclose(p);
-  EMBER_CHECK(rc == 0, "'", mnist_train, " --help' failed (status ", rc, ")");
+  const std::vector<std::string>& args = config.train_args;
   for (const Param& prm : config.space.params) {
     const std::string f = flag_of(prm.name);
-    bool found = false;
-    for (size_t at = help.find(f); at != std::string::npos && !found; at = help.find(f, at + 1)) {
-      const char next = at + f.size() < help.size() ? help[at + f.size()] : ' ';
-      found = !(std::isalnum(static_cast<unsigned char>(next)) || next == '-' || next == '_');
-    }
-    EMBER_CHECK(found, "parameter '", prm.name, "': mnist_train has no flag ", f, " (see mnist_train --help)");
+    for (const char* own : kOwnFlags)
+      EMBER_CHECK(f != own, "parameter '", prm.name, "': ember_tune sets ", own, " for each trial itself",
+                  f == "--seed" ? " (ember_tune's own --seed)" : "");
+    for (const char* other : kNoTrainingFlags)
+      EMBER_CHECK(f != other, "parameter '", prm.name, "': with ", f, " mnist_train does not train");
+    for (const std::string& a : args)
+      EMBER_CHECK(flag_name(a) != f, "parameter '", prm.name, "' is searched and also given after -- (", a,
+                  "); leave one of them out");
   }
-  for (const std::string& a : config.train_args)
-    for (const char* own : {"--log", "--tensorboard", "--seed"})
-      EMBER_CHECK(a != own && a.rfind(std::string(own) + "=", 0) != 0, "mnist_train argument ", a, ": ember_tune sets ",
-                  own, " for each trial itself");
+  for (const std::string& a : args) {
+    const std::string f = flag_name(a);
+    for (const char* own : kOwnFlags)
+      EMBER_CHECK(f != own, "mnist_train argument ", a, ": ember_tune sets ", own, " for each trial itself");
+    for (const char* other : kNoTrainingFlags)
+      EMBER_CHECK(f != other, "mnist_train argument ", a, ": with it mnist_train does not train");
+  }
+
+  const Captured help = run_capture(mnist_train, {"--help"});
+  EMBER_CHECK(WIFEXITED(help.status) && WEXITSTATUS(help.status) == 0, "'", mnist_train, " --help' failed (",
+              refusal(help), ")");
+  const std::map<std::string, bool> flags = help_flags(help.output);
+  for (const Param& prm : config.space.params) {
+    const std::string f = flag_of(prm.name);
+    const auto it = flags.find(f);
+    EMBER_CHECK(it != flags.end(), "parameter '", prm.name, "': mnist_train has no flag ", f,
+                " (see mnist_train --help)");
+    EMBER_CHECK(it->second, "parameter '", prm.name, "': ", f,
+                " is a switch (it takes no value), so it cannot be searched");
+  }
+  // CLI11 takes whatever follows a flag as its value, so "--data --augment" would quietly train on a directory named
+  // --augment: a flag that takes a value must have one.
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string f = flag_name(args[i]);
+    if (f.empty()) continue;
+    const auto it = flags.find(f);
+    EMBER_CHECK(it != flags.end(), "mnist_train argument ", args[i], ": mnist_train has no flag ", f,
+                " (see mnist_train --help)");
+    if (!it->second || args[i].find('=') != std::string::npos) continue;
+    EMBER_CHECK(i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0, "mnist_train argument ", f,
+                " has no value (it takes one", i + 1 < args.size() ? ", and is followed by " + args[i + 1] : "", ")");
+    ++i;
+  }
+
+  // The allowed values and ranges are mnist_train's parser's (apps/mnist_train/options.cpp): asked here with
+  // --check-options, which parses a command line, runs every usage check and exits, rather than copied into a table
+  // of ember_tune's. One place to keep them, and the answer is that of the very binary the trials will run
+  // (--mnist-train may name another build). Checking a numeric range at both ends is enough: each of mnist_train's
+  // ranges is an interval, and the values in between print (value_text) between the ends' texts.
+  auto check_options = [&](const std::vector<std::string>& more) {
+    // --check-options first: last, it could be taken as the value of a flag left without one.
+    std::vector<std::string> a{"--check-options"};
+    a.insert(a.end(), args.begin(), args.end());
+    a.insert(a.end(), more.begin(), more.end());
+    return run_capture(mnist_train, a);
+  };
+  const Captured base = check_options({});
+  EMBER_CHECK(WIFEXITED(base.status) && WEXITSTATUS(base.status) == 0,
+              "mnist_train refuses the arguments after --: ", refusal(base));
+  for (size_t i = 0; i < config.space.params.size(); ++i) {
+    const Param& prm = config.space.params[i];
+    std::vector<std::string> values;
+    if (prm.type == ParamType::categorical) {
+      values = prm.choices;
+    } else {
+      for (double end : {prm.lo, prm.hi}) values.push_back(config.space.value_text(i, end));
+    }
+    for (const std::string& v : values) {
+      const std::string f = flag_of(prm.name);
+      const Captured r = check_options({f, v});
+      EMBER_CHECK(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "parameter '", prm.name, "': mnist_train refuses ",
+                  f, " ", v, prm.type == ParamType::categorical ? "" : " (an end of the range)", ": ", refusal(r));
+    }
+  }
+}
+
+void make_paths_absolute(StudyConfig& config) {
+  auto is_path_flag = [](const std::string& f) {
+    return std::any_of(std::begin(kPathFlags), std::end(kPathFlags), [&](const char* p) { return f == p; });
+  };
+  std::vector<std::string>& a = config.train_args;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const std::string f = flag_name(a[i]);
+    if (f.empty() || !is_path_flag(f)) continue;
+    if (a[i].size() > f.size())
+      a[i] = f + "=" + absolute_path(a[i].substr(f.size() + 1));
+    else if (i + 1 < a.size() && a[i + 1].rfind("--", 0) != 0)
+      a[i + 1] = absolute_path(a[i + 1]);
+  }
+  for (Param& p : config.space.params)
+    if (p.type == ParamType::categorical && is_path_flag(flag_of(p.name)))
+      for (std::string& c : p.choices) c = absolute_path(c);
+}
+
+std::optional<double> default_trial_timeout(const std::vector<TrialRecord>& trials) {
+  std::vector<double> d;
+  for (const TrialRecord& t : trials)
+    if (t.state == "complete") d.push_back(t.duration_s);
+  if (d.empty()) return std::nullopt;
+  std::sort(d.begin(), d.end());
+  const size_t n = d.size();
+  const double median = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+  // 10x: trials of one study differ in epochs, batch size and model by that much; 60 s: short trials are noisy.
+  return std::max(10 * median, 60.0);
 }
 
 std::vector<std::string> trial_args(const StudyConfig& config, const std::vector<double>& u) {
@@ -295,6 +500,19 @@ int run_study(StudyFile& study, const RunOptions& ro) {
   const Clock::time_point session = Clock::now();
   std::vector<Running> running;
   auto recorded_count = [&]() { return static_cast<int>(study.trials().size()); };
+  // The timeout in force, derived again as trials complete (a trial started before the first completion gets one
+  // then too).
+  std::optional<double> timeout;
+  size_t timeout_for = static_cast<size_t>(-1);
+  auto current_timeout = [&]() -> std::optional<double> {
+    if (ro.trial_timeout > 0) return ro.trial_timeout;
+    if (ro.trial_timeout == 0) return std::nullopt;
+    if (timeout_for != study.trials().size()) {
+      timeout_for = study.trials().size();
+      timeout = default_trial_timeout(study.trials());
+    }
+    return timeout;
+  };
 
   while (g_stop == 0 && (recorded_count() + static_cast<int>(running.size()) < ro.n_trials || !running.empty())) {
     while (g_stop == 0 && static_cast<int>(running.size()) < ro.parallel &&
@@ -319,8 +537,16 @@ int run_study(StudyFile& study, const RunOptions& ro) {
       running.push_back(std::move(t));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::optional<double> limit = current_timeout();
     for (size_t i = 0; i < running.size();) {
       Running& t = running[i];
+      // SIGKILL to the whole group: a trial past its time may be stuck where SIGTERM is not acted on, and what it
+      // started (loader processes, a wrapper script's children) goes with it.
+      if (limit && t.timed_out_after == 0 &&
+          std::chrono::duration<double>(Clock::now() - t.start).count() > *limit) {
+        t.timed_out_after = *limit;
+        kill(-t.pid, SIGKILL);
+      }
       read_log(t, obj, c);
       if (!t.pruned && ro.pruner.kind != PrunerKind::none && t.curve.size() > t.judged) {
         t.judged = t.curve.size();
@@ -358,7 +584,10 @@ int run_study(StudyFile& study, const RunOptions& ro) {
       rec.elapsed_s = offset_s + std::chrono::duration<double>(Clock::now() - session).count();
       std::string why;
       const std::string status_text = t.summary.is_object() ? t.summary.value("status", "") : "";
-      if (t.pruned) {
+      if (t.timed_out_after > 0) {
+        rec.state = "failed";
+        rec.error = str("timed out after ", t.timed_out_after, " s");
+      } else if (t.pruned) {
         rec.state = "pruned";
         if (!rec.intermediate.empty() && std::isfinite(rec.intermediate.back()) && obj.epoch_level && !obj.time_to)
           rec.value = rec.intermediate.back();
@@ -394,9 +623,19 @@ int run_study(StudyFile& study, const RunOptions& ro) {
   }
   const int stopped = g_stop.load();
   for (Running& t : running) kill(-t.pid, SIGTERM);
+  // mnist_train stops at the end of its step on SIGTERM; one stuck where it does not act on it is not waited for
+  // forever.
+  const Clock::time_point grace = Clock::now() + std::chrono::seconds(10);
   for (Running& t : running) {
     int status = 0;
-    waitpid(t.pid, &status, 0);
+    while (waitpid(t.pid, &status, WNOHANG) == 0) {
+      if (Clock::now() > grace) {
+        kill(-t.pid, SIGKILL);
+        waitpid(t.pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);

@@ -1,9 +1,10 @@
 // Running a study: trials are mnist_train child processes, --parallel K at a time, each writing its --log JSONL (the
 // interface: epoch records as they finish, a summary at the end), which the runner reads as it grows for the pruner.
-// A trial that crashes, diverges, cannot start or never reports the objective is recorded as failed; the study goes
-// on.
+// A trial that crashes, diverges, cannot start, runs past the trial timeout or never reports the objective is recorded
+// as failed with the reason; the study goes on.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,13 +31,28 @@ struct RunOptions {
   std::string tensorboard;  // when set, each trial writes TensorBoard events into DIR/trial-N
   int parallel = 1;
   int n_trials = 20;  // the study's size in recorded trials (a resumed study counts what it has)
+  // Seconds a trial may run before its process group is killed and it is recorded as failed: < 0 derives it from the
+  // trials so far (default_trial_timeout), 0 never.
+  double trial_timeout = -1;
   PrunerOptions pruner;
   bool quiet = false;
 };
 
-// Checks what can be checked before any trial starts: the program runs, and every parameter names one of its flags
-// (from its --help). Throws ember::Error naming the problem.
+// Checks what can be checked before any trial starts, and throws ember::Error naming the parameter or argument: the
+// program runs; no parameter or argument is a flag ember_tune sets itself (--seed, --log, --tensorboard, --quiet) or
+// one that makes mnist_train not train (--help, --check-options, --ablation, --eval-only); no flag is both searched
+// and given after --; every parameter names one of mnist_train's flags (its --help); and mnist_train's own parser
+// accepts the arguments after -- and each parameter at both ends of its range and at every choice (mnist_train
+// --check-options: unknown flags, flags without a value, values outside the allowed range).
 void check_trainer(const std::string& mnist_train, const StudyConfig& config);
+
+// Makes the paths among mnist_train's arguments absolute (the values of its path flags after --, and the choices of a
+// categorical parameter that is one), so a study resumed from another working directory runs the same trials.
+void make_paths_absolute(StudyConfig& config);
+
+// The trial timeout when none is given: 10 x the median duration of the completed trials, at least 60 s; none (nullopt)
+// before a trial has completed, since nothing says yet how long one takes.
+std::optional<double> default_trial_timeout(const std::vector<TrialRecord>& trials);
 
 // mnist_train's arguments for a trial (without the program name and the --log/--tensorboard paths): the study's
 // train_args, then --flag value per parameter, then --seed.

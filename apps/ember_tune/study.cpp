@@ -1,13 +1,17 @@
 #include "apps/ember_tune/study.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -16,16 +20,64 @@ namespace ember::tune {
 namespace {
 
 constexpr const char* kFormat = "ember_tune-study";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: the planned trial count (header "trials", plan records); 1 is still read
 
 template <class T>
 T get(const nlohmann::json& j, const char* key, const char* what) {
   EMBER_CHECK(j.is_object() && j.contains(key), what, " has no \"", key, "\"");
+  // nlohmann would turn -1 into 2^64 - 1 and 1.5 into 1.
+  if constexpr (std::is_integral_v<T>)
+    EMBER_CHECK(j.at(key).is_number_integer() && (std::is_signed_v<T> || j.at(key).is_number_unsigned()), what, ": \"",
+                key, "\" has the wrong type (", j.at(key).dump(), ")");
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
     EMBER_FAIL(what, ": \"", key, "\" has the wrong type (", j.at(key).dump(), ")");
   }
+}
+
+int planned_count(const nlohmann::json& j, const char* what) {
+  EMBER_CHECK(j.contains("trials") && j["trials"].is_number_integer(), what, " has no integer \"trials\"");
+  const int64_t n = j["trials"].get<int64_t>();
+  EMBER_CHECK(n >= 1 && n <= kMaxTrials, what, " plans ", n, " trials (expected 1 to ", kMaxTrials, ")");
+  return static_cast<int>(n);
+}
+
+// What every trial record must be for the study to be what it says. `planned` is the count in force when the record
+// was written (0: not stored, a version 1 file): the runner never numbers a trial at or beyond it, so a larger number
+// is a record from elsewhere, and resuming would otherwise queue every number below it as a gap to fill.
+void check_trial(const TrialRecord& t, const StudyConfig& c, int planned) {
+  const uint64_t bound = static_cast<uint64_t>(planned > 0 ? planned : kMaxTrials);
+  EMBER_CHECK(t.number < bound, "trial ", t.number, ": the number is not below the ", bound, " trials ",
+              planned > 0 ? "planned when it was recorded" : "a study can have");
+  EMBER_CHECK(t.u.size() == c.space.size(), "trial ", t.number, " has ", t.u.size(), " coordinates, the study's space ",
+              c.space.size());
+  for (double x : t.u)
+    EMBER_CHECK(std::isfinite(x) && x >= 0 && x <= 1, "trial ", t.number, ": its point ", nlohmann::json(t.u).dump(),
+                " is outside the unit cube");
+  if (t.state == "complete") EMBER_CHECK(t.value, "trial ", t.number, " is complete but has no value");
+  if (t.state == "failed") {
+    EMBER_CHECK(!t.value, "trial ", t.number, " failed but has a value (", *t.value, ")");
+    EMBER_CHECK(!t.error.empty(), "trial ", t.number, " failed but says no reason");
+  }
+  if (t.value) {
+    const double v = *t.value;
+    // Every metric mnist_train reports is non-negative (losses, seconds, throughput, accuracies in percent).
+    const bool accuracy = c.objective.find("accuracy") != std::string::npos;
+    EMBER_CHECK(std::isfinite(v) && v >= 0 && (!accuracy || v <= 100), "trial ", t.number, ": the value ", v,
+                " makes no sense for ", c.objective);
+  }
+  EMBER_CHECK(t.epochs_run >= 0 && t.epochs_planned >= 1, "trial ", t.number, ": epochs run ", t.epochs_run,
+              ", planned ", t.epochs_planned);
+  EMBER_CHECK(t.seed == c.sampler.seed, "trial ", t.number, " ran with seed ", t.seed, ", the study's is ",
+              c.sampler.seed);
+  EMBER_CHECK(std::isfinite(t.duration_s) && t.duration_s >= 0 && std::isfinite(t.elapsed_s) && t.elapsed_s >= 0,
+              "trial ", t.number, ": a negative or non-finite time (duration ", t.duration_s, " s, elapsed ",
+              t.elapsed_s, " s)");
+  // The params are there for people reading the file; they must say what the point says.
+  if (t.params.is_object())
+    EMBER_CHECK(t.params == c.space.values_json(t.u), "trial ", t.number, ": its params ", t.params.dump(),
+                " are not its point's ", c.space.values_json(t.u).dump());
 }
 
 }  // namespace
@@ -83,7 +135,13 @@ TrialRecord TrialRecord::from_json(const nlohmann::json& j) {
   t.u = get<std::vector<double>>(j, "u", what);
   if (j.contains("value") && !j["value"].is_null()) t.value = get<double>(j, "value", what);
   EMBER_CHECK(t.state != "complete" || t.value, "trial ", t.number, " is complete but has no value");
-  t.intermediate = get<std::vector<double>>(j, "intermediate", what);
+  // A NaN epoch value (a diverging trial the pruner stopped) is written as null: read back as NaN.
+  const auto inter = get<nlohmann::json>(j, "intermediate", what);
+  EMBER_CHECK(inter.is_array(), what, ": \"intermediate\" is not an array");
+  for (const auto& v : inter) {
+    EMBER_CHECK(v.is_number() || v.is_null(), what, ": \"intermediate\" holds ", v.dump());
+    t.intermediate.push_back(v.is_null() ? NAN : v.get<double>());
+  }
   t.epochs_run = get<int>(j, "epochs_run", what);
   t.epochs_planned = get<int>(j, "epochs_planned", what);
   t.seed = get<uint64_t>(j, "seed", what);
@@ -94,16 +152,25 @@ TrialRecord TrialRecord::from_json(const nlohmann::json& j) {
   return t;
 }
 
-StudyFile StudyFile::create(const std::string& path, const StudyConfig& config) {
+void StudyFile::check_new(const std::string& path) {
   struct stat st {};
   EMBER_CHECK(!(::stat(path.c_str(), &st) == 0 && st.st_size > 0), "the study file '", path,
               "' already exists; continue it with --resume ", path, ", or name a new file");
+}
+
+StudyFile StudyFile::create(const std::string& path, const StudyConfig& config, int trials) {
+  check_new(path);
+  EMBER_CHECK(trials >= 1 && trials <= kMaxTrials, "a study plans 1 to ", kMaxTrials, " trials, not ", trials);
   StudyFile f;
   f.path_ = path;
   f.config_ = config;
-  f.write_line(
-      nlohmann::json{{"type", "header"}, {"format", kFormat}, {"version", kVersion}, {"config", config.to_json()}}
-          .dump());
+  f.planned_trials_ = trials;
+  f.write_line(nlohmann::json{{"type", "header"},
+                              {"format", kFormat},
+                              {"version", kVersion},
+                              {"config", config.to_json()},
+                              {"trials", trials}}
+                   .dump());
   return f;
 }
 
@@ -134,10 +201,13 @@ StudyFile StudyFile::open(const std::string& path) {
       EMBER_CHECK(parsed && j.is_object() && j.value("type", "") == "header" && j.value("format", "") == kFormat, "'",
                   path, "' is not an ember_tune study (its first line is not an ember_tune-study header)");
       EMBER_CHECK(!torn, "the study file '", path, "' has only a torn header line; start the study again");
-      EMBER_CHECK(j.value("version", 0) == kVersion, "the study file '", path, "' has format version ",
-                  j.value("version", 0), "; this ember_tune reads version ", kVersion);
+      const int version = j.contains("version") && j["version"].is_number_integer() ? j["version"].get<int>() : 0;
+      EMBER_CHECK(version == 1 || version == kVersion, "the study file '", path, "' has format version ",
+                  j.value("version", nlohmann::json(nullptr)).dump(), "; this ember_tune reads versions 1 and ",
+                  kVersion);
       try {
         f.config_ = StudyConfig::from_json(j.value("config", nlohmann::json()));
+        if (version >= 2) f.planned_trials_ = planned_count(j, "the header");
       } catch (const Error& e) {
         EMBER_FAIL("the study file '", path, "' has a bad header: ", user_message(e.what()));
       }
@@ -148,19 +218,21 @@ StudyFile StudyFile::open(const std::string& path) {
     } else {
       EMBER_CHECK(parsed && j.is_object(), path, ":", line_no,
                   ": a corrupt record (not JSON); the file was not changed");
-      EMBER_CHECK(j.value("type", "") == "trial", path, ":", line_no, ": a record of unknown type ",
-                  j.value("type", "?"));
-      TrialRecord t;
+      const std::string type = j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "?";
+      EMBER_CHECK(type == "trial" || type == "plan", path, ":", line_no, ": a record of unknown type ", type);
       try {
-        t = TrialRecord::from_json(j);
+        if (type == "plan") {
+          f.planned_trials_ = planned_count(j, "a plan record");
+        } else {
+          TrialRecord t = TrialRecord::from_json(j);
+          check_trial(t, f.config_, f.planned_trials_);
+          for (const TrialRecord& o : f.trials_)
+            EMBER_CHECK(o.number != t.number, "trial ", t.number, " is recorded twice");
+          f.trials_.push_back(std::move(t));
+        }
       } catch (const Error& e) {
         EMBER_FAIL(path, ":", line_no, ": ", user_message(e.what()));
       }
-      EMBER_CHECK(t.u.size() == f.config_.space.size(), path, ":", line_no, ": trial ", t.number, " has ", t.u.size(),
-                  " coordinates, the study's space ", f.config_.space.size());
-      for (const TrialRecord& o : f.trials_)
-        EMBER_CHECK(o.number != t.number, path, ":", line_no, ": trial ", t.number, " is recorded twice");
-      f.trials_.push_back(std::move(t));
       if (torn) {  // a whole record that only lacks its newline: keep it, add the newline
         f.valid_bytes_ = text.size();
         f.tail_ = Tail::missing_newline;
@@ -174,6 +246,17 @@ StudyFile StudyFile::open(const std::string& path) {
 }
 
 void StudyFile::append(const TrialRecord& t) {
+  append_line(t.to_json().dump());
+  trials_.push_back(t);
+}
+
+void StudyFile::plan(int trials) {
+  EMBER_CHECK(trials >= 1 && trials <= kMaxTrials, "a study plans 1 to ", kMaxTrials, " trials, not ", trials);
+  append_line(nlohmann::json{{"type", "plan"}, {"trials", trials}}.dump());
+  planned_trials_ = trials;
+}
+
+void StudyFile::append_line(const std::string& line) {
   // Repair the end open() found first; only now, so a study refused for any reason is untouched.
   if (tail_ == Tail::torn) {
     EMBER_CHECK(::truncate(path_.c_str(), static_cast<off_t>(valid_bytes_)) == 0, "cannot cut the torn last line of '",
@@ -183,8 +266,7 @@ void StudyFile::append(const TrialRecord& t) {
     write_line("");  // appends just the newline
   }
   tail_ = Tail::clean;
-  write_line(t.to_json().dump());
-  trials_.push_back(t);
+  write_line(line);
 }
 
 void StudyFile::write_line(const std::string& line) {
@@ -207,6 +289,57 @@ void StudyFile::write_line(const std::string& line) {
   ::close(fd);
   EMBER_CHECK(rc == 0, "fsync of the study file '", path_, "' failed: ", std::strerror(e));
   valid_bytes_ += rec.size();
+}
+
+FileLock::FileLock(const std::string& lock_path, const std::string& what) : path_(lock_path) {
+  // The file is removed on release, so a waiter may have opened the file just before the holder removed it and then
+  // lock that orphan: a lock only counts when the path still names the file that was locked (else: open again).
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    EMBER_CHECK(fd >= 0, "cannot open the lock file '", path_, "' of ", what, ": ", std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      char buf[32] = {};
+      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+      ::close(fd);
+      EMBER_CHECK(e == EWOULDBLOCK, "cannot lock '", path_, "' of ", what, ": ", std::strerror(e));
+      // The holder writes its PID just after locking: a reader in between sees none.
+      std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      EMBER_FAIL(what, " is in use by another ember_tune (pid ", pid.empty() ? "unknown" : pid, ", lock file ", path_,
+                 ")");
+    }
+    struct stat held {}, named {};
+    if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino) {
+      const std::string pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+        const int e = errno;
+        ::close(fd);
+        EMBER_FAIL("cannot write the lock file '", path_, "': ", std::strerror(e));
+      }
+      fd_ = fd;
+      return;
+    }
+    ::close(fd);
+  }
+  EMBER_FAIL("cannot lock '", path_, "' of ", what, ": it keeps being replaced");
+}
+
+FileLock::~FileLock() {
+  // Removed while still held, so nobody can lock the old file and think it is the current one (the check above).
+  ::unlink(path_.c_str());
+  ::close(fd_);
+}
+
+std::string study_lock_path(const std::string& study) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(study, ec), ec);
+  return (ec ? study : p.string()) + ".lock";
+}
+
+std::string trial_dir_lock_path(const std::string& dir) {
+  return (std::filesystem::path(dir) / "ember_tune.lock").string();
 }
 
 }  // namespace ember::tune

@@ -236,11 +236,12 @@ struct Trainer::Logs {
                   er.epoch, o_.epochs, er.train_loss, er.train_acc, has_val_ ? fmt_pct(er.val_acc).c_str() : "-",
                   er.test_acc, er.seconds, er.samples_per_s, er.lr);
     std::fflush(stdout);
+    // Without a validation split there is no validation accuracy: null, not a 0 that reads as a measured one.
     json({{"type", "epoch"}, {"epoch", er.epoch}, {"train_loss", er.train_loss}, {"train_accuracy", er.train_acc},
-          {"val_accuracy", er.val_acc}, {"test_accuracy", er.test_acc}, {"seconds", er.seconds},
-          {"samples_per_s", er.samples_per_s}, {"lr", er.lr}});
+          {"val_accuracy", has_val_ ? nlohmann::json(er.val_acc) : nlohmann::json()}, {"test_accuracy", er.test_acc},
+          {"seconds", er.seconds}, {"samples_per_s", er.samples_per_s}, {"lr", er.lr}});
     scalar("epoch/train_loss", er.train_loss, er.epoch);
-    scalar("epoch/val_accuracy", er.val_acc, er.epoch);
+    if (has_val_) scalar("epoch/val_accuracy", er.val_acc, er.epoch);
     scalar("epoch/test_accuracy", er.test_acc, er.epoch);
     scalar("epoch/samples_per_s", er.samples_per_s, er.epoch);
   }

@@ -1,8 +1,9 @@
 // ember_tune (apps/ember_tune/): the sampler's pieces against known values (Matérn 5/2, the GP posterior, expected
 // improvement, the Latin hypercube), GP-EI on Branin, the pruning rules on synthetic curves, the study file (resume,
-// torn and corrupt records), and the program end to end driving bin/mnist_train on a tiny budget: bad input (one
-// error line, no trial, the study file unchanged), a failed trial recorded as failed, reproducible seeded studies,
-// resume after a kill.
+// torn and corrupt records, records that make no sense, the lock), and the program end to end driving bin/mnist_train
+// on a tiny budget: bad input (one error line, no trial, the study file unchanged), a failed trial recorded as failed,
+// reproducible seeded studies, resume after a kill. The promises that need a trial to hang, fail on cue or run in
+// seconds use a stand-in trainer, a shell script (stub_trainer).
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "apps/ember_tune/benchmark.h"
 #include "apps/ember_tune/gp.h"
 #include "apps/ember_tune/pruner.h"
+#include "apps/ember_tune/runner.h"
 #include "apps/ember_tune/sampler.h"
 #include "apps/ember_tune/space.h"
 #include "apps/ember_tune/study.h"
@@ -102,6 +104,83 @@ Space two_floats() {
   Space s;
   s.params = {parse_param("a=float:0:1"), parse_param("b=log:1e-3:1")};
   return s;
+}
+
+bool have_tune() {
+  if (access(kTune.c_str(), X_OK) != 0) {
+    WARN("skipped: needs bin/ember_tune");
+    return false;
+  }
+  return true;
+}
+
+// A stand-in for mnist_train: its --help lists a few flags in CLI11's layout, --check-options accepts anything, and a
+// trial does what STUB_MODE says. ok (or unset): one epoch record with val_accuracy = its --lr, and a summary. hang:
+// starts a grandchild (its PID appended to STUB_DIR/children) and waits for it. fail: exits 1 with "stub: error:
+// rare" the first time and "stub: error: common" after. Any mode: exits 1 unless --data, when given, is a directory.
+std::string stub_trainer(const TempDir& dir) {
+  const std::string path = dir / "stub_trainer";
+  write_all(path, R"(#!/bin/sh
+log= lr=50 data= prev=
+for a in "$@"; do
+  case "$a" in
+    --help) printf 'Options:\n  -h,--help        help\n  --lr FLOAT       lr\n  --epochs INT     epochs\n'
+            printf '  --data TEXT      data\n  --seed UINT      seed\n  --log TEXT       log\n'
+            printf '  --quiet          quiet\n'
+            exit 0;;
+    --check-options) exit 0;;
+  esac
+  case "$prev" in --log) log=$a;; --lr) lr=$a;; --data) data=$a;; esac
+  prev=$a
+done
+if [ -n "$data" ] && [ ! -d "$data" ]; then echo "stub: error: no data at $data" >&2; exit 1; fi
+case "$STUB_MODE" in
+  hang) sleep 1000 & echo $! >> "$STUB_DIR/children"; wait; exit 0;;
+  fail) if mkdir "$STUB_DIR/first" 2>/dev/null; then echo "stub: error: rare" >&2
+        else echo "stub: error: common" >&2; fi
+        exit 1;;
+esac
+printf '{"type":"epoch","epoch":1,"val_accuracy":%s,"seconds":0.01}\n' "$lr" >> "$log"
+printf '{"type":"summary","status":"completed"}\n' >> "$log"
+)");
+  fs::permissions(path, fs::perms::owner_all);
+  return path;
+}
+
+std::string stub_env(const TempDir& dir, const std::string& mode) {
+  return "STUB_MODE=" + mode + " STUB_DIR=" + dir.path.string() + " ";
+}
+
+// A process that has not exited (a zombie has).
+bool running(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+std::vector<pid_t> pids_in(const std::string& path) {
+  std::vector<pid_t> out;
+  std::ifstream in(path);
+  pid_t p;
+  while (in >> p) out.push_back(p);
+  return out;
+}
+
+// Waits up to `seconds` for `path` to exist.
+bool wait_for_file(const std::string& path, int seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (!fs::exists(path) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return fs::exists(path);
+}
+
+nlohmann::json header_of(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return nlohmann::json::parse(line);
 }
 
 }  // namespace
@@ -322,17 +401,18 @@ TEST_CASE("tune: the study file refuses foreign and corrupt files, repairs a tor
   c.space = two_floats();
   const std::string path = dir / "s.jsonl";
   {
-    StudyFile f = StudyFile::create(path, c);
+    StudyFile f = StudyFile::create(path, c, 5);
     for (uint64_t n = 0; n < 3; ++n) {
       TrialRecord t;
       t.number = n;
       t.state = "complete";
       t.u = {0.1 * static_cast<double>(n), 0.5};
       t.value = 80 + static_cast<double>(n);
+      t.epochs_planned = 1;
       f.append(t);
     }
   }
-  CHECK_THROWS_WITH(StudyFile::create(path, c), Catch::Contains("already exists; continue it with --resume"));
+  CHECK_THROWS_WITH(StudyFile::create(path, c, 5), Catch::Contains("already exists; continue it with --resume"));
   const std::string good = read_all(path);
   CHECK(StudyFile::open(path).trials().size() == 3);
 
@@ -346,6 +426,8 @@ TEST_CASE("tune: the study file refuses foreign and corrupt files, repairs a tor
     t.number = 3;
     t.state = "failed";
     t.u = {0.9, 0.9};
+    t.epochs_planned = 1;
+    t.error = "exit code 1";
     f.append(t);
   }
   CHECK(StudyFile::open(path).trials().size() == 4);
@@ -417,24 +499,26 @@ TEST_CASE("tune: ember_tune refuses bad input with one error line, starting no t
   CHECK(read_all(study) == corrupt);
 }
 
-TEST_CASE("tune: a real study records diverged and bad-flag trials as failed and goes on", "[tune][ember_tune]") {
+TEST_CASE("tune: a real study records diverged and failing trials as failed and goes on", "[tune][ember_tune]") {
   if (!have_programs()) return;
   TempDir dir;
   const std::string study = dir / "s.jsonl";
   // With 4 Latin-hypercube trials each half of [0, 1) holds two points, so each of two choices is drawn twice: lr
-  // 1e30 diverges, --optimizer bogus is refused by mnist_train's parser.
+  // 1e30 diverges, --data without the data set fails at run time (a value mnist_train's parser refuses, such as
+  // --optimizer bogus, is refused before the first trial).
   const Run r = run(dir, kTune + " --study " + study + " --init 6 --trials 6 --parallel 2 --param lr=cat:0.003,1e30" +
-                             " --param optimizer=cat:adamw,bogus --tensorboard " + (dir / "tb") + kTiny);
+                             " --param data=cat:" + kData + "," + (dir / "missing") + " --tensorboard " +
+                             (dir / "tb") + kTiny);
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
   const auto recs = trial_records(study);
   REQUIRE(recs.size() == 6);
-  int complete = 0, diverged = 0, bad_flag = 0;
+  int complete = 0, diverged = 0, no_data = 0;
   for (const auto& t : recs) {
-    const bool absurd = t["params"]["lr"] == "1e30", bogus = t["params"]["optimizer"] == "bogus";
+    const bool absurd = t["params"]["lr"] == "1e30", bogus = t["params"]["data"] != kData;
     if (bogus) {
       CHECK(t["state"] == "failed");
-      bad_flag += t.value("error", "").find("exit code 2") != std::string::npos;
+      no_data += t.value("error", "").find("exit code 1") != std::string::npos;
     } else if (absurd) {
       CHECK(t["state"] == "failed");
       diverged += t.value("error", "").find("diverged") != std::string::npos;
@@ -447,7 +531,7 @@ TEST_CASE("tune: a real study records diverged and bad-flag trials as failed and
   }
   CHECK(complete >= 1);
   CHECK(diverged >= 1);
-  CHECK(bad_flag >= 1);
+  CHECK(no_data >= 1);
   CHECK_THAT(r.out, Catch::Contains("best: " + kTrainer));
   CHECK(fs::exists(dir / "s-history.svg"));
   CHECK(fs::exists(dir / "s-slices.svg"));
@@ -604,4 +688,354 @@ TEST_CASE("tune: the median pruner stops real trials that are behind the others"
   CHECK(pruned >= 1);
   for (double v : pruned_values) CHECK(v < best_complete);
   CHECK_THAT(r.out, Catch::Contains("planned epochs not run"));
+}
+
+TEST_CASE("tune: a lock file is held by one holder, names its PID and goes away on release", "[tune]") {
+  TempDir dir;
+  const std::string path = dir / "s.jsonl.lock", pid = std::to_string(getpid());
+  {
+    FileLock a(path, "the study 's.jsonl'");
+    CHECK(read_all(path) == pid + "\n");
+    // flock() locks belong to an open file, so a second open in this process is refused like another process.
+    CHECK_THROWS_WITH(FileLock(path, "the study 's.jsonl'"),
+                      Catch::Contains("the study 's.jsonl' is in use by another ember_tune (pid " + pid +
+                                      ", lock file " + path + ")"));
+  }
+  CHECK_FALSE(fs::exists(path));
+  write_all(path, "999999999\n");  // left by a holder that died: no lock on it any more
+  {
+    FileLock b(path, "the study 's.jsonl'");
+    CHECK(read_all(path) == pid + "\n");
+  }
+  fs::create_directories(dir / "sub");
+  fs::create_symlink(dir / "sub", dir / "link");
+  write_all(dir / "sub/s.jsonl", "");
+  CHECK(study_lock_path(dir / "link/s.jsonl") == study_lock_path(dir / "sub/s.jsonl"));
+  CHECK(study_lock_path(dir / "sub/s.jsonl") == fs::canonical(dir.path).string() + "/sub/s.jsonl.lock");
+}
+
+TEST_CASE("tune: a second ember_tune on a running study or its trial directory fails at once, naming the holder",
+          "[tune][ember_tune]") {
+  if (!have_tune()) return;
+  TempDir dir;
+  const std::string stub = stub_trainer(dir), study = dir / "s.jsonl";
+  const std::string tail = " --mnist-train " + stub + " --param lr=float:1:90";
+  const std::string cmd = "exec env " + stub_env(dir, "hang") + kTune + " --study " + study + " --trials 1" + tail +
+                          " >" + (dir / "a.txt") + " 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = -1;
+  REQUIRE(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) == 0);
+  const bool started = wait_for_file(dir / "children", 30);  // its trial runs: both locks are held
+  INFO(read_all(dir / "a.txt"));
+  CHECK(started);
+  const std::string holder = "(pid " + std::to_string(pid) + ", lock file ";
+  if (started) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Run r = run(dir, stub_env(dir, "ok") + kTune + " --resume " + study + " --mnist-train " + stub);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Catch::Contains("ember_tune: error: the study '" + study + "' is in use by another ember_tune " +
+                                      holder + study_lock_path(study) + ")"));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    r = run(dir, stub_env(dir, "ok") + kTune + " --study " + study + tail);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Catch::Contains("is in use by another ember_tune " + holder));
+    // Another study, in the first one's trial directory.
+    const std::string other = dir / "t.jsonl";
+    r = run(dir, stub_env(dir, "ok") + kTune + " --study " + other + " --out-dir " + (dir / "s.d") + tail);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err, Catch::Contains("the trial directory '" + (dir / "s.d") + "' is in use by another ember_tune " +
+                                      holder + (dir / "s.d/ember_tune.lock") + ")"));
+    CHECK_FALSE(fs::exists(other));
+  }
+  // SIGKILL: no clean-up runs, yet the kernel drops the locks with the process.
+  kill(pid, SIGKILL);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  const Run r = run(dir, stub_env(dir, "ok") + kTune + " --resume " + study + " --mnist-train " + stub);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK(trial_records(study).size() == 1);
+  CHECK_FALSE(fs::exists(study_lock_path(study)));
+  for (pid_t p : pids_in(dir / "children")) kill(p, SIGKILL);  // the hung trial's grandchild, orphaned by the kill
+}
+
+TEST_CASE("tune: the planned trial count is stored in the study, and --resume continues to it", "[tune][ember_tune]") {
+  if (!have_tune()) return;
+  TempDir dir;
+  const std::string stub = stub_trainer(dir), study = dir / "s.jsonl";
+  const std::string env = stub_env(dir, "ok");
+  Run r = run(dir, env + kTune + " --study " + study + " --trials 3 --mnist-train " + stub + " --param lr=float:1:90");
+  REQUIRE(r.rc == 0);
+  CHECK(header_of(study)["trials"] == 3);
+  // Killed after the first trial: the header and one record.
+  const std::string all = read_all(study);
+  size_t cut = all.find('\n');
+  cut = all.find('\n', cut + 1);
+  write_all(study, all.substr(0, cut + 1));
+  REQUIRE(trial_records(study).size() == 1);
+  r = run(dir, env + kTune + " --resume " + study + " --mnist-train " + stub);
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(trial_records(study).size() == 3);
+  // A new count given to --resume is recorded, and is the one a later resume continues to.
+  r = run(dir, env + kTune + " --resume " + study + " --trials 5 --mnist-train " + stub);
+  REQUIRE(r.rc == 0);
+  CHECK(trial_records(study).size() == 5);
+  CHECK_THAT(read_all(study), Catch::Contains("{\"trials\":5,\"type\":\"plan\"}\n"));
+  r = run(dir, env + kTune + " --resume " + study + " --mnist-train " + stub);
+  REQUIRE(r.rc == 0);
+  CHECK(trial_records(study).size() == 5);
+  CHECK(StudyFile::open(study).planned_trials() == 5);
+}
+
+TEST_CASE("tune: parameters and arguments mnist_train would refuse or ember_tune sets are refused before any trial",
+          "[tune][ember_tune]") {
+  if (!have_programs()) return;
+  TempDir dir;
+  const std::string study = dir / "s.jsonl";
+  const std::string base = kTune + " --study " + study + " --trials 2";
+  const std::string lr = " --param lr=log:1e-3:1e-2";
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {" --param seed=int:0:9" + kTiny, "parameter 'seed': ember_tune sets --seed for each trial itself"},
+      {" --param log=cat:a.jsonl,b.jsonl" + kTiny, "parameter 'log': ember_tune sets --log"},
+      {" --param tensorboard=cat:a,b" + kTiny, "parameter 'tensorboard': ember_tune sets --tensorboard"},
+      {lr + kTiny + " --seed 3", "mnist_train argument --seed: ember_tune sets --seed"},
+      {lr + " -- --epochs 1 --lr 0.1", "parameter 'lr' is searched and also given after -- (--lr)"},
+      {lr + " -- --epochs 1 --lr=0.1", "parameter 'lr' is searched and also given after -- (--lr=0.1)"},
+      {lr + " -- --epochs 1 --no-such-flag 3", "mnist_train argument --no-such-flag: mnist_train has no flag"},
+      {lr + " -- --epochs 1 --data", "mnist_train argument --data has no value"},
+      {lr + " -- --data --augment", "mnist_train argument --data has no value (it takes one, and is followed by "
+                                    "--augment)"},
+      {lr + " -- --check-options", "mnist_train argument --check-options: with it mnist_train does not train"},
+      {lr + " -- --epochs 0", "mnist_train refuses the arguments after --: --epochs: Value 0 not in range"},
+      {" --param momentum=float:0:1" + kTiny,
+       "parameter 'momentum': mnist_train refuses --momentum 1 (an end of the range): --momentum: Value 1 not in "
+       "range"},
+      {" --param epochs=int:0:3 -- --device cpu", "parameter 'epochs': mnist_train refuses --epochs 0"},
+      {" --param val-split=float:0:0.9" + kTiny, "parameter 'val-split': mnist_train refuses --val-split 0.9"},
+      {" --param optimizer=cat:sgd,bogus" + kTiny,
+       "parameter 'optimizer': mnist_train refuses --optimizer bogus: --optimizer: bogus not in {sgd,adam,adamw}"},
+      {" --param augment=cat:a,b" + kTiny, "parameter 'augment': --augment is a switch (it takes no value)"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args);
+    const Run r = run(dir, base + c.args);
+    CHECK(r.rc == 2);
+    CHECK_THAT(r.err, Catch::StartsWith("ember_tune: error: ") && Catch::Contains(c.message));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_FALSE(fs::exists(study));
+    CHECK_FALSE(fs::exists(dir / "s.d"));
+    CHECK_FALSE(fs::exists(study + ".lock"));
+  }
+}
+
+TEST_CASE("tune: paths in the stored mnist_train arguments are absolute, so a resume elsewhere runs the same trials",
+          "[tune][ember_tune]") {
+  if (!have_tune()) return;
+  TempDir dir;
+  const std::string stub = stub_trainer(dir);
+  fs::create_directories(dir / "a/data");
+  fs::create_directories(dir / "b");
+  const std::string env = stub_env(dir, "ok");
+  Run r = run(dir, "cd " + (dir / "a") + " && " + env + kTune + " --study s.jsonl --trials 1 --mnist-train " + stub +
+                       " --param lr=float:1:90 -- --data data --epochs=1");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  const std::string study = dir / "a/s.jsonl";
+  CHECK(header_of(study)["config"]["train_args"] ==
+        nlohmann::json::array({"--data", dir / "a/data", "--epochs=1"}));
+  r = run(dir, "cd " + (dir / "b") + " && " + env + kTune + " --resume ../a/s.jsonl --trials 2 --mnist-train " + stub);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  const auto recs = trial_records(study);
+  REQUIRE(recs.size() == 2);
+  CHECK(recs[1]["state"] == "complete");  // the stub fails unless --data names a directory
+  CHECK(fs::exists(dir / "a/s.d/trial-1.jsonl"));  // the resumed study's own trial directory
+}
+
+TEST_CASE("tune: the trial timeout is derived from completed trials, none before one completed", "[tune]") {
+  std::vector<TrialRecord> t;
+  CHECK_FALSE(default_trial_timeout(t));
+  auto add = [&](const char* state, double seconds) {
+    TrialRecord r;
+    r.state = state;
+    r.duration_s = seconds;
+    t.push_back(r);
+  };
+  add("failed", 500);
+  add("pruned", 400);
+  CHECK_FALSE(default_trial_timeout(t));  // neither says how long a whole trial takes
+  add("complete", 1);
+  CHECK(*default_trial_timeout(t) == 60);  // 10 x 1 s, but at least 60 s
+  add("complete", 20);
+  add("complete", 30);
+  CHECK(*default_trial_timeout(t) == 200);  // 10 x the median, 20 s
+  add("complete", 40);
+  CHECK(*default_trial_timeout(t) == 250);  // an even count: the mean of the middle two
+}
+
+TEST_CASE("tune: a trial past --trial-timeout is killed with its whole process group and recorded as failed",
+          "[tune][ember_tune]") {
+  if (!have_tune()) return;
+  TempDir dir;
+  const std::string stub = stub_trainer(dir), study = dir / "s.jsonl";
+  const auto t0 = std::chrono::steady_clock::now();
+  const Run r = run(dir, stub_env(dir, "hang") + kTune + " --study " + study + " --trials 1 --trial-timeout 1" +
+                             " --mnist-train " + stub + " --param lr=float:1:90");
+  INFO(r.out << r.err);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+  CHECK(r.rc == 1);  // its only trial failed
+  const auto recs = trial_records(study);
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0]["state"] == "failed");
+  CHECK(recs[0]["error"] == "timed out after 1 s");
+  const std::vector<pid_t> children = pids_in(dir / "children");
+  REQUIRE(children.size() == 1);
+  // The trial's own child went with it: the group was killed, not only the trial.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (running(children[0]) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK_FALSE(running(children[0]));
+  if (running(children[0])) kill(children[0], SIGKILL);
+}
+
+TEST_CASE("tune: without a validation split val_accuracy is missing, not 0, and such a trial fails saying so",
+          "[tune][ember_tune]") {
+  if (!have_programs()) return;
+  TempDir dir;
+  const std::string tiny = " -- --epochs 1 --max-steps 10 --log-interval 5 --workers 0 --device cpu --val-split 0";
+  for (const std::string objective : {"val_accuracy", "time_to:50"}) {
+    INFO(objective);
+    const std::string study = dir / "s.jsonl";
+    fs::remove(study);
+    fs::remove_all(dir / "s.d");
+    const Run r = run(dir, kTune + " --study " + study + " --trials 1 --objective " + objective +
+                               " --param lr=log:1e-3:1e-2" + tiny);
+    INFO(r.out << r.err);
+    CHECK(r.rc == 1);  // every trial failed
+    const auto recs = trial_records(study);
+    REQUIRE(recs.size() == 1);
+    CHECK(recs[0]["state"] == "failed");
+    CHECK(recs[0]["value"].is_null());
+    CHECK(recs[0]["error"] == "val_accuracy is unavailable: the trial had no validation split (--val-split 0)");
+    // mnist_train's log says so itself.
+    int epochs = 0;
+    std::ifstream log(dir / "s.d/trial-0.jsonl");
+    std::string line;
+    while (std::getline(log, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (j["type"] != "epoch") continue;
+      ++epochs;
+      REQUIRE(j.contains("val_accuracy"));
+      CHECK(j["val_accuracy"].is_null());
+      CHECK(j["test_accuracy"].is_number());
+    }
+    CHECK(epochs == 1);
+  }
+  // Another objective is unaffected, and the pruner, which then watches val_accuracy, does not take null for NaN.
+  const std::string study = dir / "t.jsonl";
+  const Run r = run(dir, kTune + " --study " + study + " --trials 4 --pruner median --prune-warmup 0" +
+                             " --objective best_test_accuracy --param lr=log:1e-3:1e-2" +
+                             " -- --epochs 2 --max-steps 10 --log-interval 5 --workers 0 --device cpu --val-split 0");
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  for (const auto& t : trial_records(study)) CHECK(t["state"] == "complete");
+}
+
+TEST_CASE("tune: a study whose every trial failed exits 1 with the most common reason", "[tune][ember_tune]") {
+  if (!have_tune()) return;
+  TempDir dir;
+  const std::string stub = stub_trainer(dir), study = dir / "s.jsonl";
+  const Run r = run(dir, stub_env(dir, "fail") + kTune + " --study " + study + " --trials 3 --mnist-train " + stub +
+                             " --param lr=float:1:90");
+  INFO(r.out << r.err);
+  CHECK(r.rc == 1);
+  CHECK(r.err == "ember_tune: error: every trial of " + study +
+                     " failed (3); the most common reason (2 of them): exit code 1: stub: error: common\n");
+  CHECK_THAT(r.out, Catch::Contains("best: no trial completed"));
+  // One that worked once is a result.
+  const Run ok = run(dir, stub_env(dir, "ok") + kTune + " --resume " + study + " --trials 4 --mnist-train " + stub);
+  CHECK(ok.rc == 0);
+}
+
+TEST_CASE("tune: a record that makes no sense is an error naming the study file and the line", "[tune]") {
+  TempDir dir;
+  StudyConfig c;
+  c.space = two_floats();
+  c.sampler.seed = 4;
+  const std::string path = dir / "s.jsonl";
+  {
+    StudyFile f = StudyFile::create(path, c, 5);
+    TrialRecord t;
+    t.number = 0;
+    t.state = "complete";
+    t.u = {0.25, 0.5};
+    t.params = c.space.values_json(t.u);
+    t.value = 80;
+    t.epochs_run = t.epochs_planned = 2;
+    t.seed = 4;
+    t.intermediate = {70, NAN};  // written as null
+    t.duration_s = t.elapsed_s = 1.5;
+    f.append(t);
+  }
+  const std::string good = read_all(path);
+  {
+    const StudyFile f = StudyFile::open(path);
+    CHECK(f.planned_trials() == 5);
+    REQUIRE(f.trials().size() == 1);
+    CHECK(std::isnan(f.trials()[0].intermediate[1]));
+  }
+  const auto rec = nlohmann::json::parse(good.substr(good.find('\n') + 1));
+  struct Case {
+    std::string key;
+    nlohmann::json value;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"number", 5, "trial 5: the number is not below the 5 trials planned when it was recorded"},
+      {"number", -1, "\"number\" has the wrong type"},
+      {"state", "done", "unknown state 'done'"},
+      {"value", nullptr, "trial 1 is complete but has no value"},
+      {"value", 180, "the value 180 makes no sense for val_accuracy"},
+      {"value", -3, "the value -3 makes no sense"},
+      {"u", {1.5, 0.5}, "its point [1.5,0.5] is outside the unit cube"},
+      {"u", {0.5}, "trial 1 has 1 coordinates, the study's space 2"},
+      {"seed", 9, "trial 1 ran with seed 9, the study's is 4"},
+      {"duration_s", -1, "a negative or non-finite time"},
+      {"epochs_planned", 0, "epochs run 2, planned 0"},
+      {"params", {{"a", 0.9}, {"b", 0.1}}, "are not its point's"},
+      {"intermediate", {"x"}, "\"intermediate\" holds \"x\""},
+  };
+  for (const Case& k : cases) {
+    INFO(k.key << " = " << k.value.dump());
+    nlohmann::json bad = rec;
+    bad["number"] = 1;
+    bad[k.key] = k.value;
+    write_all(path, good + bad.dump() + "\n");
+    CHECK_THROWS_WITH(StudyFile::open(path), Catch::Contains(path + ":3: ") && Catch::Contains(k.message));
+  }
+  nlohmann::json failed = rec;
+  failed["number"] = 1;
+  failed["state"] = "failed";
+  write_all(path, good + failed.dump() + "\n");
+  CHECK_THROWS_WITH(StudyFile::open(path), Catch::Contains(path + ":3: trial 1 failed but has a value (80)"));
+  failed["value"] = nullptr;
+  write_all(path, good + failed.dump() + "\n");
+  CHECK_THROWS_WITH(StudyFile::open(path), Catch::Contains(path + ":3: trial 1 failed but says no reason"));
+  failed["error"] = "exit code 1";
+  write_all(path, good + failed.dump() + "\n");
+  CHECK(StudyFile::open(path).trials().size() == 2);
+  // A plan record: checked too, and it moves the bound on trial numbers.
+  write_all(path, good + "{\"type\":\"plan\",\"trials\":0}\n");
+  CHECK_THROWS_WITH(StudyFile::open(path), Catch::Contains(path + ":3: a plan record plans 0 trials"));
+  nlohmann::json later = rec;
+  later["number"] = 7;
+  write_all(path, good + "{\"type\":\"plan\",\"trials\":10}\n" + later.dump() + "\n");
+  CHECK(StudyFile::open(path).planned_trials() == 10);
+  write_all(path, good + later.dump() + "\n{\"type\":\"plan\",\"trials\":10}\n");
+  CHECK_THROWS_WITH(StudyFile::open(path), Catch::Contains(path + ":3: trial 7: the number is not below the 5"));
 }
