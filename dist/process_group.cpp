@@ -17,6 +17,7 @@
 // go on with half-reduced gradients.
 #include "dist/process_group.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -65,14 +66,6 @@ ProcessGroupPtr g_default;
 
 }  // namespace
 
-LaunchEnv launch_env() {
-  LaunchEnv e;
-  e.world_size = env_int("WORLD_SIZE", 1, &e.distributed);
-  e.rank = env_int("RANK", 0);
-  e.local_rank = env_int("LOCAL_RANK", e.rank);
-  e.local_world_size = env_int("LOCAL_WORLD_SIZE", e.world_size);
-  return e;
-}
 
 ProcessGroupPtr default_group() {
   std::lock_guard<std::mutex> lock(g_default_mu);
@@ -93,10 +86,13 @@ ProcessGroupPtr init_process_group(Options o) {
     if (end == t || *end != '\0' || !(s > 0)) throw DistError(std::string("EMBER_DIST_TIMEOUT='") + t + "' is not a positive number of seconds");
     o.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
   }
+  // the launcher's variables (Note [launch conventions] in launch_env.h)
+  const LaunchEnv env = launch_env();
+  const bool torchrun = env.source.empty() || env.source == "ember_run" || env.source == "RANK and WORLD_SIZE";
   bool ws_set = false, rank_set = false;
-  if (o.world_size < 0) o.world_size = env_int("WORLD_SIZE", 1, &ws_set);
+  if (o.world_size < 0) o.world_size = torchrun ? env_int("WORLD_SIZE", 1, &ws_set) : env.world_size;
   else ws_set = true;
-  if (o.rank < 0) o.rank = env_int("RANK", 0, &rank_set);
+  if (o.rank < 0) o.rank = torchrun ? env_int("RANK", 0, &rank_set) : env.rank;
   else rank_set = true;
   if (ws_set && o.world_size > 1 && !rank_set)
     throw DistError("init_process_group: WORLD_SIZE=" + std::to_string(o.world_size) +
@@ -105,14 +101,10 @@ ProcessGroupPtr init_process_group(Options o) {
   if (o.rank >= o.world_size)
     throw DistError("init_process_group: RANK=" + std::to_string(o.rank) + " is not below WORLD_SIZE=" +
                     std::to_string(o.world_size));
-  if (o.master_addr.empty()) {
-    const char* a = std::getenv("MASTER_ADDR");
-    o.master_addr = a && *a ? a : "127.0.0.1";
-  }
+  if (o.master_addr.empty()) o.master_addr = env.master_addr.empty() ? "127.0.0.1" : env.master_addr;
   if (o.master_port < 0) {
-    bool port_set = false;
-    o.master_port = env_int("MASTER_PORT", 0, &port_set);
-    if (!port_set && o.world_size > 1)
+    o.master_port = std::max(env.master_port, 0);
+    if (env.master_port < 0 && o.world_size > 1)
       throw DistError("init_process_group: MASTER_PORT is not set; start the program with ember_run or set MASTER_ADDR and MASTER_PORT");
   }
   if (o.backend.empty()) o.backend = o.device.is_cuda() ? "nccl" : "gloo";
@@ -129,8 +121,12 @@ ProcessGroupPtr init_process_group(Options o) {
     // where the store listens, first (Note [store security]); never the token itself
     std::string where;
     for (const auto& a : store->listen_addresses()) where += (where.empty() ? "" : ", ") + a;
-    std::fprintf(stderr, "ember: rank 0 serves the rendezvous store on %s (%s; job token from %s)\n", where.c_str(),
-                 store->loopback_only() ? "loopback only" : "reachable from other machines", token.source.c_str());
+    const std::string ranks = torchrun ? std::string()
+                                       : "; " + std::to_string(n) + " ranks from " + env.source +
+                                             (env.master_source.empty() ? "" : ", master from " + env.master_source);
+    std::fprintf(stderr, "ember: rank 0 serves the rendezvous store on %s (%s; job token from %s%s)\n", where.c_str(),
+                 store->loopback_only() ? "loopback only" : "reachable from other machines", token.source.c_str(),
+                 ranks.c_str());
     if (token.is_default && (!store->loopback_only() || token.source != "the public default"))
       std::fprintf(stderr,
                    "ember: warning: the job token is %s, which others can guess: any process that reaches the store "

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "dist/launch_env.h"  // LaunchEnv, launch_env(): rank and world size from the launcher
 
 namespace ember::dist {
 
@@ -120,15 +121,5 @@ void set_default_group(ProcessGroupPtr pg);
 // Forgets the default group (its connections close when the last user lets go).
 void destroy_process_group();
 
-// RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE as this process was started with them
-// (rank 0 of 1 when unset). Reads the environment; does not need a group.
-struct LaunchEnv {
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
-  bool distributed = false;  // WORLD_SIZE was set
-};
-LaunchEnv launch_env();
 
 }  // namespace ember::dist

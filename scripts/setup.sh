@@ -18,6 +18,7 @@ PACKAGES=(
   libssl-dev             # dist/: the rendezvous store's job token (HMAC-SHA256 from libcrypto)
   libdnnl-dev            # oneDNN: the CPU vendor variants ("dnnl"; optional, -DEMBER_DNNL=OFF without)
   dataset-fashion-mnist  # the main job's data: /usr/share/datasets/fashion-mnist
+  openmpi-bin            # tests: mpirun launching mnist_train (ember links no MPI library)
   python3 python3-pip    # interop tests (safetensors), helper scripts
 )
 

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <map>
 #include <filesystem>
 #include <thread>
 
@@ -165,6 +166,100 @@ TEST_CASE("dist: a rank that never joins is named when the rendezvous times out"
     CHECK(r.seconds < 20);
     CHECK_THAT(r.output, Contains("rank(s) 2 of WORLD_SIZE=3 never joined"));
   }
+}
+
+TEST_CASE("dist: launch conventions: torchrun's, Slurm's and MPI's variables, with MASTER_ADDR and MASTER_PORT overriding", "[dist]") {
+  using Vars = std::map<std::string, std::string>;
+  auto from = [](const Vars& vars) {
+    return dist::launch_env([&vars](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    });
+  };
+  // nothing: one process
+  dist::LaunchEnv e = from({});
+  CHECK((!e.distributed && e.rank == 0 && e.world_size == 1));
+  // Slurm, two nodes of 2 + 1 tasks: the second node's first task
+  const Vars slurm = {{"SLURM_PROCID", "2"},        {"SLURM_NTASKS", "3"},
+                      {"SLURM_LOCALID", "0"},       {"SLURM_NODEID", "1"},
+                      {"SLURM_TASKS_PER_NODE", "2,1"}, {"SLURM_JOB_NODELIST", "gpu[007-009,012],login1"},
+                      {"SLURM_JOB_ID", "4242"}};
+  e = from(slurm);
+  CHECK((e.distributed && e.rank == 2 && e.world_size == 3 && e.local_rank == 0 && e.local_world_size == 1));
+  CHECK(e.master_addr == "gpu007");
+  CHECK(e.master_source == "the first host of SLURM_JOB_NODELIST");
+  CHECK((e.master_port >= 20000 && e.master_port < 40000));
+  CHECK(from(slurm).master_port == e.master_port);  // every rank derives the same port
+  CHECK_THAT(e.source, Contains("Slurm (SLURM_PROCID 2, SLURM_NTASKS 3)"));
+  Vars over = slurm;
+  over["MASTER_ADDR"] = "10.0.0.5";
+  over["MASTER_PORT"] = "29400";
+  e = from(over);
+  CHECK((e.master_addr == "10.0.0.5" && e.master_port == 29400 && e.master_source == "MASTER_ADDR"));
+  // torchrun's variables win over Slurm's (ember_run inside an allocation)
+  over = slurm;
+  over["RANK"] = "1";
+  over["WORLD_SIZE"] = "2";
+  over["EMBER_RUN"] = "1";
+  e = from(over);
+  CHECK((e.rank == 1 && e.world_size == 2 && e.source == "ember_run"));
+  // node lists and tasks per node
+  CHECK(dist::slurm_first_host("node[03-05,07]") == "node03");
+  CHECK(dist::slurm_first_host("a1,b[2-3]") == "a1");
+  CHECK(dist::slurm_first_host("rack[2-3]-n[10-11]") == "rack2-n10");
+  CHECK(dist::slurm_tasks_on_node("2(x3),1", 2) == 2);
+  CHECK(dist::slurm_tasks_on_node("2(x3),1", 3) == 1);
+  // the errors name the variables
+  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "1"}}), Contains("Slurm's variables are incomplete: SLURM_PROCID is set but SLURM_NTASKS is not"));
+  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n1"}}),
+                    Contains("SLURM_PROCID=4 is not below SLURM_NTASKS=4"));
+  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "node[03-05"}}),
+                    Contains("SLURM_JOB_NODELIST='node[03-05' cannot be parsed (a '[' without its ']')"));
+  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[x-y]"}}),
+                    Contains("cannot be parsed ('[x-y]' does not start with a number)"));
+  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n1"},
+                          {"SLURM_TASKS_PER_NODE", "2(x"}, {"SLURM_NODEID", "0"}}),
+                    Contains("SLURM_TASKS_PER_NODE='2(x' cannot be parsed"));
+  // Open MPI on one machine: the master is this machine, the port from the job id
+  e = from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "1131085825"}});
+  CHECK((e.rank == 1 && e.world_size == 2 && e.local_rank == 1 && e.master_addr == "127.0.0.1" && e.master_port >= 20000));
+  CHECK_THAT(e.source, Contains("Open MPI"));
+  // several machines: MASTER_ADDR is needed
+  CHECK_THROWS_WITH(from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                          {"OMPI_MCA_ess_base_jobid", "7"}}),
+                    Contains("mpirun -x MASTER_ADDR="));
+  // MPICH / Intel MPI (PMI)
+  e = from({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}, {"MASTER_PORT", "29500"}});
+  CHECK((e.rank == 0 && e.world_size == 2 && e.master_port == 29500));
+  CHECK_THROWS_WITH(from({{"PMI_SIZE", "2"}}), Contains("PMI_SIZE is set but PMI_RANK is not"));
+}
+
+TEST_CASE("dist: processes started with Slurm's variables join as their SLURM_PROCID", "[dist][fault]") {
+  std::map<int, std::map<std::string, std::string>> per_rank;
+  for (int r : {0, 1})
+    per_rank[r] = {{"RANK", "<unset>"},         {"WORLD_SIZE", "<unset>"},        {"LOCAL_RANK", "<unset>"},
+                   {"LOCAL_WORLD_SIZE", "<unset>"}, {"MASTER_ADDR", "<unset>"},     {"SLURM_PROCID", std::to_string(r)},
+                   {"SLURM_NTASKS", "2"},         {"SLURM_LOCALID", std::to_string(r)}, {"SLURM_NODEID", "0"},
+                   {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "localhost,node[2-3]"}};
+  auto rs = run_job({.world_size = 2, .scenario = "join", .rank_env = per_rank, .deadline_s = 60});
+  INFO(describe(rs));
+  REQUIRE(rs.size() == 2);
+  for (int r : {0, 1}) {
+    CHECK(rs[r].exit_code == 0);
+    CHECK_THAT(rs[r].output, Contains("ok: joined as rank " + std::to_string(r) + " of 2"));
+  }
+  // the first line says where the ranks and the master came from
+  CHECK_THAT(rs[0].output, Contains("2 ranks from Slurm (SLURM_PROCID 0, SLURM_NTASKS 2), master from the first host of "
+                                    "SLURM_JOB_NODELIST"));
+  // a partial set is an error on the rank that has it, before anything connects
+  per_rank[1].erase("SLURM_NTASKS");
+  per_rank[1]["SLURM_NTASKS"] = "<unset>";
+  rs = run_job({.world_size = 2, .scenario = "join", .rank_env = per_rank, .ranks = {1}, .deadline_s = 30});
+  INFO(describe(rs));
+  REQUIRE(rs.size() == 1);
+  CHECK(rs[0].exit_code == 1);
+  CHECK_THAT(rs[0].output, Contains("SLURM_PROCID is set but SLURM_NTASKS is not"));
 }
 
 TEST_CASE("dist: a wrong WORLD_SIZE is an error on every rank, not a hang", "[dist][fault]") {

@@ -268,3 +268,30 @@ TEST_CASE("mnist_train: --distributed ranks started differently stop with the fi
     CHECK(out.find("summary") == std::string::npos);  // nothing trained
   }
 }
+
+TEST_CASE("mnist_train: --distributed under a real mpirun takes its ranks from Open MPI's variables", "[mnist_train][dist]") {
+  if (!can_run_jobs()) return;
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
+    WARN("SKIPPED: no mpirun (apt-get install openmpi-bin)");
+    return;
+  }
+  testing::TempDir tmp;
+  // --allow-run-as-root: CI runs as root; --oversubscribe: 2 ranks on a machine Open MPI may count
+  // as having 1 slot. The port comes from the MPI job's id, the master is this machine.
+  std::string cmd = "mpirun --allow-run-as-root --oversubscribe -np 2 '" + kBinary +
+                    "' --distributed --device cpu --data '" + testing::kFashionMnist +
+                    "' --model mlp --epochs 1 --max-steps 30 --val-split 0 --workers 0 > '" + tmp.path() +
+                    "/mpi.out' 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::ifstream in(tmp.path() + "/mpi.out");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string out = ss.str();
+  INFO(out);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(out.find("2 ranks from Open MPI (OMPI_COMM_WORLD_RANK 0, OMPI_COMM_WORLD_SIZE 2), master from every rank on "
+                 "this machine") != std::string::npos);
+  CHECK(out.find("distributed: 2 processes (gloo)") != std::string::npos);
+  CHECK(reported_test_accuracy(out) > 50.0);
+}

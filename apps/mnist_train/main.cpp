@@ -147,11 +147,13 @@ int main(int argc, char** argv) {
     check_output_dir("--tensorboard", o.tensorboard);
     Device device = pick_device(o.device);
     if (o.distributed) {
-      // Note: data parallel under ember_run (docs/dist.md). Every rank runs this program; rank 0
-      // prints, logs and saves; the others train their shards silently.
+      // Data parallel under ember_run, srun or mpirun (docs/dist.md; Note [launch conventions] in
+      // dist/launch_env.h). Every rank runs this program; rank 0 prints, logs and saves; the
+      // others train their shards silently.
       dist::LaunchEnv env = dist::launch_env();
-      EMBER_CHECK(env.distributed, "--distributed: WORLD_SIZE is not set; start the processes with "
-                                   "ember_run --nproc-per-node N -- mnist_train --distributed ...");
+      EMBER_CHECK(env.distributed, "--distributed: no launcher's variables are set (WORLD_SIZE, Slurm's or MPI's); "
+                                   "start the processes with ember_run --nproc-per-node N -- mnist_train "
+                                   "--distributed ..., or with srun or mpirun");
       EMBER_CHECK(!o.ablation, "--ablation runs on one process; drop --distributed");
       if (device.is_cuda()) {
         EMBER_CHECK(env.local_rank < cuda::device_count(), "--distributed: LOCAL_RANK ", env.local_rank, " but only ",
