@@ -909,3 +909,19 @@ TEST_CASE("mnist_train: the ablation on the CPU prints its table and the skipped
     CHECK(r.out.find(skipped) != std::string::npos);
   CHECK(r.out.find("+ mixed precision (bf16 autocast on the CPU)") != std::string::npos);
 }
+
+TEST_CASE("mnist_train: without a validation split the log and the plot have no validation values", "[mnist_train]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data"), log = tmp.file("run.jsonl"), plot = tmp.file("run.svg");
+  write_synthetic_set(d, false);
+  require_success(run_app(quick(d, {"--epochs", "1", "--val-split", "0", "--log", log, "--plot", plot}), tmp.path()));
+  // a missing metric is null, not a 0 that reads as measured (ember_tune tells them apart)
+  CHECK(read_file(log).find("\"val_accuracy\":null") != std::string::npos);
+  CHECK(read_file(plot).find("validation") == std::string::npos);
+  CHECK(read_file(plot).find("test") != std::string::npos);
+  // with one, both are there
+  require_success(run_app(quick(d, {"--epochs", "1", "--log", log + "2", "--plot", plot + "2"}), tmp.path()));
+  CHECK(read_file(log + "2").find("\"val_accuracy\":null") == std::string::npos);
+  CHECK(read_file(plot + "2").find("validation") != std::string::npos);
+}

@@ -56,7 +56,9 @@ void write_plot(const std::string& path, const RunResult& r) {
     test_acc.x.push_back(e.epoch);
     test_acc.y.push_back(e.test_acc);
   }
-  Chart acc{"accuracy", "epoch", "accuracy (%)", {train_acc, val_acc, test_acc}};
+  // without a validation split there is no validation curve (not a line at 0)
+  Chart acc{"accuracy", "epoch", "accuracy (%)", r.has_val ? std::vector<Series>{train_acc, val_acc, test_acc}
+                                                            : std::vector<Series>{train_acc, test_acc}};
   ember::logging::write_svg(path, {loss, acc});
 }
 

@@ -861,6 +861,7 @@ EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
 
 RunResult Trainer::run() {
   RunResult r;
+  r.has_val = splits_.val != nullptr;
   const double t_start = now_s();
   if (o_.device_resident && device_.is_cuda()) {  // uploaded once, as uint8
     train_dev_ = splits_.train->to(device_);
