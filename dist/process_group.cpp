@@ -238,7 +238,8 @@ std::string ProgressBoard::describe_all() {
     os << (i ? ", " : "") << "rank " << i << ": ";
     if (i == rank_) {
       uint64_t v = last_completed();
-      os << (v ? "#" + std::to_string(v) : std::string("none"));
+      if (v) os << '#' << v;  // not "#" + ...: GCC 12's -Wrestrict misfires on that (GCC bug 105651)
+      else os << "none";
       continue;
     }
     if (!reachable) {

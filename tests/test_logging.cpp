@@ -2,6 +2,8 @@
 // Chrome-trace profiler and its top-ops table (CPU here; the GPU tracks in the GPU suite).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -83,6 +85,51 @@ TEST_CASE("SVG charts are well formed", "[logging]") {
   for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) ++polylines;
   CHECK(polylines == 3);
   CHECK(opens > 10);
+}
+
+TEST_CASE("SVG axes: ticks at 1-2-5 x 10^k with few digits, log axes labelled with their values", "[logging]") {
+  auto check_125 = [](const logging::Ticks& t) {
+    REQUIRE(t.values.size() >= 2);
+    const double step = t.values[1] - t.values[0];
+    const double p = std::pow(10.0, std::floor(std::log10(step) + 1e-9)), m = step / p;
+    CHECK((std::abs(m - 1) < 1e-9 || std::abs(m - 2) < 1e-9 || std::abs(m - 5) < 1e-9));
+    for (double v : t.values) CHECK(std::abs(v / step - std::round(v / step)) < 1e-9);
+    CHECK(t.lo == t.values.front());
+    CHECK(t.hi == t.values.back());
+  };
+  // the range a loss curve gave before: ticks at -3.955 and 0.7051 then
+  logging::Ticks t = logging::linear_ticks(-3.955, 0.7051);
+  check_125(t);
+  CHECK(t.labels == std::vector<std::string>{"-4", "-3", "-2", "-1", "0", "1"});
+  t = logging::linear_ticks(0.7051, 0.9);
+  check_125(t);
+  CHECK(t.labels == std::vector<std::string>{"0.70", "0.75", "0.80", "0.85", "0.90"});
+  t = logging::linear_ticks(0, 0.001);
+  check_125(t);
+  CHECK(t.labels == std::vector<std::string>{"0", "2e-4", "4e-4", "6e-4", "8e-4", "1e-3"});
+  t = logging::linear_ticks(0, 37000);
+  check_125(t);
+  CHECK(t.labels.back() == "40000");
+  // log axes: the values themselves, one style per axis
+  t = logging::log_ticks(1.5e-4, 0.09);
+  CHECK(t.labels == std::vector<std::string>{"1e-4", "1e-3", "1e-2", "1e-1"});
+  t = logging::log_ticks(0.002, 0.09);
+  CHECK(t.labels == std::vector<std::string>{"0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "0.1"});
+  // a chart: log x, steps and points
+  logging::Chart c{"best", "lr", "accuracy (%)",
+                   {{"best so far", {1e-4, 1e-3, 1e-2}, {50, 80, 85}, logging::Series::Style::steps},
+                    {"trials", {1e-4, 1e-3, 1e-2}, {50, 80, 70}, logging::Series::Style::points}}};
+  c.log_x = true;
+  const std::string svg = logging::render_svg({c});
+  CHECK(svg.find(">1e-3</text>") != std::string::npos);
+  CHECK(svg.find("log10") == std::string::npos);
+  size_t circles = 0;
+  for (size_t p = svg.find("<circle"); p != std::string::npos; p = svg.find("<circle", p + 1)) ++circles;
+  CHECK(circles == 3);
+  // steps: 3 points drawn as 5 vertices (a horizontal then a vertical segment between them)
+  const size_t at = svg.find("<polyline"), from = svg.find("points=\"", at) + 8, to = svg.find('"', from);
+  const std::string pts = svg.substr(from, to - from);
+  CHECK(std::count(pts.begin(), pts.end(), ',') == 5);
 }
 
 TEST_CASE("the profiler writes a Chrome trace with the ops that ran", "[logging][profiler]") {

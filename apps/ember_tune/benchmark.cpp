@@ -174,15 +174,16 @@ void write_benchmark_svg(const std::string& path, const std::vector<BenchmarkRes
     if (!charts.count(r.function)) {
       charts[r.function] = {r.function + ": median simple regret over " + std::to_string(r.curves.size()) + " seeds",
                             "evaluations",
-                            "log10 regret",
+                            "simple regret",
                             {}};
+      charts[r.function].log_y = true;
       order.push_back(r.function);
     }
     logging::Series s{sampler_name(r.sampler), {}, {}};
     const std::vector<double> m = r.median();
     for (size_t t = 0; t < m.size(); ++t) {
       s.x.push_back(static_cast<double>(t + 1));
-      s.y.push_back(std::log10(std::max(m[t], 1e-8)));  // a regret of 0 drawn at 1e-8
+      s.y.push_back(std::max(m[t], 1e-8));  // a regret of 0 drawn at 1e-8 (the log axis has no 0)
     }
     charts[r.function].series.push_back(s);
   }

@@ -31,87 +31,13 @@ std::string shell_quote(const std::string& a) {
   return q + "'";
 }
 
-// Parameter names and choices come from the user: text in the SVG is escaped.
-std::string xml(const std::string& text) {
-  std::string out;
-  for (char ch : text) {
-    switch (ch) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
-
-// A scatter chart, hand-written SVG: logging/svg_plot.h draws lines, and a line through trials sorted by one
-// parameter suggests a curve that is not there.
-std::string scatter_svg(const std::vector<std::string>& titles, const std::vector<std::string>& x_labels,
-                        const std::vector<std::vector<double>>& xs, const std::vector<std::vector<double>>& ys,
-                        const std::vector<std::vector<std::string>>& ticks, const std::string& y_label) {
-  const int w = 720, h = 260, ml = 70, mr = 20, mt = 30, mb = 45;
-  std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h * titles.size()
-     << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  for (size_t c = 0; c < titles.size(); ++c) {
-    const int y0 = static_cast<int>(c) * h;
-    double xlo = std::numeric_limits<double>::infinity(), xhi = -xlo, ylo = xlo, yhi = -xlo;
-    for (size_t i = 0; i < xs[c].size(); ++i) {
-      if (!std::isfinite(xs[c][i]) || !std::isfinite(ys[c][i])) continue;
-      xlo = std::min(xlo, xs[c][i]);
-      xhi = std::max(xhi, xs[c][i]);
-      ylo = std::min(ylo, ys[c][i]);
-      yhi = std::max(yhi, ys[c][i]);
-    }
-    if (!std::isfinite(xlo)) xlo = 0, xhi = 1, ylo = 0, yhi = 1;
-    if (!ticks[c].empty()) xlo = -0.5, xhi = static_cast<double>(ticks[c].size()) - 0.5;
-    if (xhi - xlo < 1e-12) xlo -= 0.5, xhi += 0.5;
-    if (yhi - ylo < 1e-12) ylo -= 0.5, yhi += 0.5;
-    const double pw = w - ml - mr, ph = h - mt - mb;
-    auto px = [&](double x) { return ml + (x - xlo) / (xhi - xlo) * pw; };
-    auto py = [&](double y) { return y0 + mt + (1 - (y - ylo) / (yhi - ylo)) * ph; };
-    os << "<text x=\"" << w / 2 << "\" y=\"" << y0 + 18 << "\" text-anchor=\"middle\" font-weight=\"bold\">"
-       << xml(titles[c]) << "</text>\n<rect x=\"" << ml << "\" y=\"" << y0 + mt << "\" width=\"" << pw << "\" height=\""
-       << ph << "\" fill=\"none\" stroke=\"#888\"/>\n";
-    char buf[64];
-    for (int k = 0; k <= 4; ++k) {
-      const double yv = ylo + (yhi - ylo) * k / 4;
-      std::snprintf(buf, sizeof buf, "%.4g", yv);
-      os << "<text x=\"" << ml - 5 << "\" y=\"" << py(yv) + 4 << "\" text-anchor=\"end\">" << buf << "</text>\n";
-    }
-    if (!ticks[c].empty()) {
-      for (size_t k = 0; k < ticks[c].size(); ++k)
-        os << "<text x=\"" << px(static_cast<double>(k)) << "\" y=\"" << y0 + mt + ph + 16
-           << "\" text-anchor=\"middle\">" << xml(ticks[c][k]) << "</text>\n";
-    } else {
-      for (int k = 0; k <= 4; ++k) {
-        const double xv = xlo + (xhi - xlo) * k / 4;
-        std::snprintf(buf, sizeof buf, "%.4g", xv);
-        os << "<text x=\"" << px(xv) << "\" y=\"" << y0 + mt + ph + 16 << "\" text-anchor=\"middle\">" << buf
-           << "</text>\n";
-      }
-    }
-    os << "<text x=\"" << ml + pw / 2 << "\" y=\"" << y0 + h - 8 << "\" text-anchor=\"middle\">" << xml(x_labels[c])
-       << "</text>\n<text x=\"14\" y=\"" << y0 + mt + ph / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
-       << y0 + mt + ph / 2 << ")\">" << xml(y_label) << "</text>\n";
-    for (size_t i = 0; i < xs[c].size(); ++i)
-      if (std::isfinite(xs[c][i]) && std::isfinite(ys[c][i]))
-        os << "<circle cx=\"" << px(xs[c][i]) << "\" cy=\"" << py(ys[c][i])
-           << "\" r=\"4\" fill=\"#1f77b4\" fill-opacity=\"0.7\"/>\n";
-  }
-  os << "</svg>\n";
-  return os.str();
+// The objective's axis label with its unit.
+std::string objective_label(const std::string& objective) {
+  if (objective.rfind("time_to:", 0) == 0) return "wall time to " + objective.substr(8) + "% (s)";
+  if (objective.find("accuracy") != std::string::npos) return objective + " (%)";
+  if (objective.find("seconds") != std::string::npos || objective.find("time") != std::string::npos)
+    return objective + " (s)";
+  return objective;
 }
 
 }  // namespace
@@ -146,7 +72,10 @@ std::string best_command(const StudyFile& study, const std::string& mnist_train)
   const TrialRecord* best = best_trial(study);
   if (!best) return "";
   std::string cmd = shell_quote(mnist_train);
-  for (const std::string& a : trial_args(study.config(), best->u)) cmd += " " + shell_quote(a);
+  for (const std::string& a : trial_args(study.config(), best->u)) {
+    cmd += ' ';  // not " " + ...: GCC 12's -Wrestrict misfires on that (GCC bug 105651)
+    cmd += shell_quote(a);
+  }
   return cmd;
 }
 
@@ -173,7 +102,8 @@ void write_study_plots(const StudyFile& study, const std::string& prefix) {
   std::vector<const TrialRecord*> rows;
   for (const TrialRecord& t : study.trials()) rows.push_back(&t);
   std::sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->number < b->number; });
-  logging::Series by_trial{"best so far", {}, {}}, by_time{"best so far", {}, {}};
+  // "best so far" holds until a trial beats it: steps, not diagonals between trials
+  logging::Series by_trial{"", {}, {}, logging::Series::Style::steps}, by_time{"", {}, {}, logging::Series::Style::steps};
   double best = std::numeric_limits<double>::quiet_NaN();
   for (const TrialRecord* t : rows) {
     if (t->state == "complete" &&
@@ -192,29 +122,29 @@ void write_study_plots(const StudyFile& study, const std::string& prefix) {
     by_time.x.push_back(t->elapsed_s);
     by_time.y.push_back(best);
   }
+  const std::string y_label = objective_label(c.objective);
   logging::write_svg(prefix + "-history.svg",
-                     {{"best " + c.objective + " against trials", "trial", c.objective, {by_trial}},
-                      {"best " + c.objective + " against wall time", "study wall time (s)", c.objective, {by_time}}});
+                     {{"best " + c.objective + " so far, by trial", "trial", y_label, {by_trial}},
+                      {"best " + c.objective + " so far, by wall time", "study wall time (s)", y_label, {by_time}}});
 
-  std::vector<std::string> titles, labels;
-  std::vector<std::vector<double>> xs, ys;
-  std::vector<std::vector<std::string>> ticks;
+  // one chart per parameter: the complete trials as points (a line through trials sorted by one
+  // parameter would suggest a curve that is not there); log parameters on a log axis
+  std::vector<logging::Chart> slices;
   for (size_t i = 0; i < c.space.size(); ++i) {
     const Param& p = c.space.params[i];
-    titles.push_back(c.objective + " against " + p.name);
-    labels.push_back(p.type == ParamType::log_uniform ? "log10 " + p.name : p.name);
-    ticks.push_back(p.type == ParamType::categorical ? p.choices : std::vector<std::string>{});
-    std::vector<double> x, y;
+    logging::Chart ch{c.objective + " against " + p.name, p.name, y_label, {}};
+    ch.log_x = p.type == ParamType::log_uniform;
+    if (p.type == ParamType::categorical) ch.x_categories = p.choices;
+    logging::Series trials{"", {}, {}, logging::Series::Style::points};
     for (const TrialRecord* t : rows) {
       if (t->state != "complete") continue;
-      const double v = c.space.decode(t->u)[i];
-      x.push_back(p.type == ParamType::log_uniform ? std::log10(v) : v);
-      y.push_back(*t->value);
+      trials.x.push_back(c.space.decode(t->u)[i]);
+      trials.y.push_back(*t->value);
     }
-    xs.push_back(x);
-    ys.push_back(y);
+    ch.series.push_back(trials);
+    slices.push_back(ch);
   }
-  io::write_file_atomic(prefix + "-slices.svg", scatter_svg(titles, labels, xs, ys, ticks, c.objective));
+  io::write_file_atomic(prefix + "-slices.svg", logging::render_svg(slices, 720, 260));
 }
 
 }  // namespace ember::tune

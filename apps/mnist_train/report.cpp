@@ -46,7 +46,8 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
 void write_plot(const std::string& path, const RunResult& r) {
   using ember::logging::Chart;
   using ember::logging::Series;
-  Chart loss{"training loss", "optimizer step", "loss", {{"train (per log interval)", r.curve_steps, r.curve_loss}}};
+  Chart loss{"training loss", "optimizer step", "cross-entropy loss (nats)",
+             {{"train (per log interval)", r.curve_steps, r.curve_loss}}};
   Series train_acc{"train", {}, {}}, val_acc{"validation", {}, {}}, test_acc{"test", {}, {}};
   for (const EpochResult& e : r.epochs) {
     train_acc.x.push_back(e.epoch);

@@ -545,6 +545,14 @@ TEST_CASE("tune: a seeded study is reproducible and resumes after a kill without
   const std::string a = dir / "a.jsonl", b = dir / "b.jsonl";
   REQUIRE(run(dir, kTune + " --study " + a + " --trials 5" + space + kTiny).rc == 0);
   REQUIRE(run(dir, kTune + " --study " + b + " --trials 3" + space + kTiny).rc == 0);
+  {  // the plots: lr on a log axis labelled with its values, the categories by name, units on the axes
+    const std::string slices = read_all(dir / "a-slices.svg"), history = read_all(dir / "a-history.svg");
+    CHECK(slices.find("log10") == std::string::npos);
+    CHECK(slices.find(">0.01</text>") != std::string::npos);
+    CHECK(slices.find(">128</text>") != std::string::npos);
+    CHECK(slices.find("val_accuracy (%)") != std::string::npos);
+    CHECK(history.find("study wall time (s)") != std::string::npos);
+  }
   // "Kill" b while it writes trial 3's record: a torn last line.
   const std::string torn = R"({"type":"trial","number":3,"state":"comp)";
   write_all(b, read_all(b) + torn);
