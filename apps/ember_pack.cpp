@@ -15,14 +15,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -129,106 +127,6 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// A bad image: its position in the folder and what is wrong with it (the message names the file).
-struct BadImage {
-  int64_t index;
-  std::string why;
-};
-
-// Decodes every image of the folder with `workers` threads straight into one u8 [N, C, H, W]
-// tensor. A bad image stops the pack (the one with the lowest index among those found is reported)
-// unless skip_bad; then it is left out and listed in `bad`. Images of another size than the first
-// are an error either way: that is a setting (--resize), not a bad file.
-std::shared_ptr<InMemoryDataset> pack_folder(const ImageFolder& folder, const Options& o, std::vector<BadImage>& bad) {
-  const int64_t n = folder.size();
-  auto reason = [](const std::exception& e) { return ember::user_message(e.what()); };
-
-  // The sample shape: fixed by --resize, else that of the first image that decodes.
-  int64_t first = 0;
-  Image first_image;
-  Shape shape;
-  if (o.rh > 0) {
-    shape = Shape{o.channels, o.rh, o.rw};
-  } else {
-    for (; first < n && shape.empty(); ++first) {
-      try {
-        first_image = folder.get(first).image;
-        shape = first_image.shape();
-      } catch (const std::exception& e) {
-        if (!o.skip_bad) EMBER_FAIL(reason(e), " (--skip-bad-images leaves such images out)");
-        bad.push_back({first, reason(e)});
-      }
-    }
-    EMBER_CHECK(!shape.empty(), "all ", n, " images in ", folder.root(), " are bad; nothing to pack");
-    --first;
-  }
-  const int64_t sample = shape[0] * shape[1] * shape[2];
-  Tensor images = empty({n, shape[0], shape[1], shape[2]}, TensorOptions(DType::u8));
-  auto* px = static_cast<uint8_t*>(images.data_ptr());
-  std::vector<uint8_t> good(static_cast<size_t>(n), 0);
-  if (!first_image.pixels.empty()) {
-    std::memcpy(px + first * sample, first_image.pixels.data(), static_cast<size_t>(sample));
-    good[static_cast<size_t>(first)] = 1;
-    first_image = Image();
-  }
-
-  const std::string& reference = folder.samples()[static_cast<size_t>(first)].first;
-  std::atomic<int64_t> next{first + (good[static_cast<size_t>(first)] ? 1 : 0)};
-  std::atomic<bool> stop{false};
-  std::mutex mu;
-  std::vector<BadImage> fatal;  // stops the pack
-  auto work = [&] {
-    for (int64_t i; !stop.load() && (i = next.fetch_add(1)) < n;) {
-      try {
-        Image img = folder.get(i).image;
-        if (img.shape() != shape) {
-          std::lock_guard<std::mutex> lock(mu);
-          fatal.push_back({i, ember::str("images differ in size: '", reference, "' is ", shape[1], "x", shape[2], " but '",
-                                         folder.samples()[static_cast<size_t>(i)].first, "' is ", img.height, "x",
-                                         img.width, " (HxW); a packed dataset needs one size: pass --resize HxW")});
-          stop = true;
-          continue;
-        }
-        std::memcpy(px + i * sample, img.pixels.data(), static_cast<size_t>(sample));
-        good[static_cast<size_t>(i)] = 1;
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (o.skip_bad) {
-          bad.push_back({i, reason(e)});
-        } else {
-          fatal.push_back({i, reason(e) + " (--skip-bad-images leaves such images out)"});
-          stop = true;
-        }
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int64_t t = 1; t < std::min(o.workers, n - next.load()); ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
-  if (!fatal.empty())
-    EMBER_FAIL(std::min_element(fatal.begin(), fatal.end(), [](const BadImage& a, const BadImage& b) {
-                 return a.index < b.index;
-               })->why);
-  std::sort(bad.begin(), bad.end(), [](const BadImage& a, const BadImage& b) { return a.index < b.index; });
-
-  // Close the gaps the skipped images left, keeping the folder's order.
-  Tensor labels = empty({n}, TensorOptions(DType::i64));
-  int64_t* lp = labels.data<int64_t>();
-  int64_t kept = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!good[static_cast<size_t>(i)]) continue;
-    if (kept != i) std::memmove(px + kept * sample, px + i * sample, static_cast<size_t>(sample));
-    lp[kept++] = folder.samples()[static_cast<size_t>(i)].second;
-  }
-  EMBER_CHECK(kept > 0, "all ", n, " images in ", folder.root(), " are bad; nothing to pack");
-  if (kept < n) {
-    images = make_view(images, {kept, shape[0], shape[1], shape[2]}, {sample, shape[1] * shape[2], shape[2], 1}, 0);
-    labels = make_view(labels, {kept}, {1}, 0);
-  }
-  return std::make_shared<InMemoryDataset>(images, labels, folder.classes());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -303,7 +201,11 @@ int main(int argc, char** argv) {
                   static_cast<long long>(total), images.classes().size(),
                   static_cast<long long>(std::min(o.workers, total)));
       std::fflush(stdout);
-      ds = pack_folder(images, o, bad);
+      FolderLoadOptions lo;
+      lo.workers = static_cast<int>(std::min<int64_t>(o.workers, 1 << 16));
+      lo.skip_bad = o.skip_bad;
+      lo.resize_hint = "a packed dataset needs one size: pass --resize HxW";
+      ds = load_image_folder(images, lo, &bad);
     }
     ds->save(o.output);  // atomic: a temporary file renamed into place (io/atomic_file.h)
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

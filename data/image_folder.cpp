@@ -1,8 +1,13 @@
 #include "data/image_folder.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "data/image_decode.h"
@@ -76,6 +81,113 @@ Sample ImageFolder::get(int64_t i) const {
   if (options_.height_ > 0) s.image = resize_image(s.image, options_.height_, options_.width_);
   s.label = label;
   return s;
+}
+
+
+std::shared_ptr<InMemoryDataset> load_image_folder(const ImageFolder& folder, const FolderLoadOptions& o,
+                                                   std::vector<BadImage>* bad_out) {
+  const int64_t n = folder.size();
+  std::vector<BadImage> bad;
+  auto reason = [](const std::exception& e) { return user_message(e.what()); };
+  const std::string skip_hint = " (" + o.skip_hint + ")";
+
+  // The sample shape: the folder's (resized, fixed channels), else that of the first good image.
+  int64_t first = 0;
+  Image first_image;
+  Shape shape;
+  if (auto s = folder.sample_shape()) {
+    shape = *s;
+  } else {
+    for (; first < n && shape.empty(); ++first) {
+      try {
+        first_image = folder.get(first).image;
+        shape = first_image.shape();
+      } catch (const std::exception& e) {
+        if (!o.skip_bad) EMBER_FAIL(reason(e), skip_hint);
+        bad.push_back({first, reason(e)});
+      }
+    }
+    EMBER_CHECK(!shape.empty(), "all ", n, " images in ", folder.root(), " are bad");
+    --first;
+  }
+  const int64_t sample = shape[0] * shape[1] * shape[2];
+  Tensor images = empty({n, shape[0], shape[1], shape[2]}, TensorOptions(DType::u8));
+  auto* px = static_cast<uint8_t*>(images.data_ptr());
+  std::vector<uint8_t> good(static_cast<size_t>(n), 0);
+  if (!first_image.pixels.empty()) {
+    std::memcpy(px + first * sample, first_image.pixels.data(), static_cast<size_t>(sample));
+    good[static_cast<size_t>(first)] = 1;
+    first_image = Image();
+  }
+
+  const std::string& reference = folder.samples()[static_cast<size_t>(first)].first;
+  std::atomic<int64_t> next{first + (good[static_cast<size_t>(first)] ? 1 : 0)}, done{next.load()};
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<BadImage> fatal;  // stops the load
+  auto work = [&] {
+    for (int64_t i; !stop.load() && (i = next.fetch_add(1)) < n; ++done) {
+      try {
+        Image img = folder.get(i).image;
+        if (img.shape() != shape) {
+          std::lock_guard<std::mutex> lock(mu);
+          fatal.push_back({i, str("images differ in size: '", reference, "' is ", shape[1], "x", shape[2], " but '",
+                                  folder.samples()[static_cast<size_t>(i)].first, "' is ", img.height, "x", img.width,
+                                  " (HxW); ", o.resize_hint)});
+          stop = true;
+          continue;
+        }
+        std::memcpy(px + i * sample, img.pixels.data(), static_cast<size_t>(sample));
+        good[static_cast<size_t>(i)] = 1;
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (o.skip_bad) {
+          bad.push_back({i, reason(e)});
+        } else {
+          fatal.push_back({i, reason(e) + skip_hint});
+          stop = true;
+        }
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t t = 0; t < std::min<int64_t>(std::max(1, o.workers), n - next.load()); ++t) threads.emplace_back(work);
+  if (o.progress) {  // this thread reports while the workers decode
+    auto last = std::chrono::steady_clock::now();
+    o.progress(std::min(done.load(), n), n);
+    while (done.load() < n && !stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (std::chrono::steady_clock::now() - last < std::chrono::milliseconds(500)) continue;
+      last = std::chrono::steady_clock::now();
+      o.progress(std::min(done.load(), n), n);
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  if (!fatal.empty())
+    EMBER_FAIL(std::min_element(fatal.begin(), fatal.end(), [](const BadImage& a, const BadImage& b) {
+                 return a.index < b.index;
+               })->why);
+  if (o.progress) o.progress(n, n);
+  std::sort(bad.begin(), bad.end(), [](const BadImage& a, const BadImage& b) { return a.index < b.index; });
+
+  // Close the gaps the skipped images left, keeping the folder's order.
+  Tensor labels = empty({n}, TensorOptions(DType::i64));
+  int64_t* lp = labels.data<int64_t>();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!good[static_cast<size_t>(i)]) continue;
+    if (kept != i) std::memmove(px + kept * sample, px + i * sample, static_cast<size_t>(sample));
+    lp[kept++] = folder.samples()[static_cast<size_t>(i)].second;
+  }
+  EMBER_CHECK(kept > 0, "all ", n, " images in ", folder.root(), " are bad");
+  if (kept < n) {
+    images = make_view(images, {kept, shape[0], shape[1], shape[2]}, {sample, shape[1] * shape[2], shape[2], 1}, 0);
+    labels = make_view(labels, {kept}, {1}, 0);
+  }
+  if (bad_out != nullptr) *bad_out = std::move(bad);
+  auto ds = std::make_shared<InMemoryDataset>(images, labels, folder.classes());
+  ds->set_source(folder.root());
+  return ds;
 }
 
 }  // namespace ember::data

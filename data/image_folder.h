@@ -7,6 +7,8 @@
 // what is wrong with it (data/image_decode.h).
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +16,7 @@
 
 #include "data/dataset.h"
 #include "data/image_decode.h"
+#include "data/in_memory.h"
 
 namespace ember::data {
 
@@ -52,5 +55,32 @@ class ImageFolder final : public Dataset {
   std::vector<std::string> classes_;
   std::vector<std::pair<std::string, int64_t>> samples_;
 };
+
+// An image left out by load_image_folder: its position in the folder and what is wrong with it
+// (the message names the file).
+struct BadImage {
+  int64_t index;
+  std::string why;
+};
+
+struct FolderLoadOptions {
+  int workers = 1;         // decoding threads (at least 1)
+  bool skip_bad = false;   // leave out (and list) images that cannot be decoded, instead of failing
+  // what the error about images of different sizes tells the user to do ("pass --resize HxW"),
+  // and what a bad image's error says about skipping
+  std::string resize_hint = "resize them to one size";
+  std::string skip_hint = "--skip-bad-images leaves such images out";
+  // called from one thread about every 0.5 s while images decode, and once at the end
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+// Decodes every image of `folder` with `workers` threads straight into one in-memory dataset
+// (u8 [N, C, H, W], the folder's order and classes). Every image must decode to the folder's
+// sample shape (its resize) or, without one, to the first good image's shape: another size is an
+// error naming both files either way (that is a setting, not a bad file). A bad image fails the
+// load (the first one in folder order among those found) unless skip_bad; then it is left out
+// and listed in *bad, in folder order. All images bad is an error.
+std::shared_ptr<InMemoryDataset> load_image_folder(const ImageFolder& folder, const FolderLoadOptions& options,
+                                                   std::vector<BadImage>* bad = nullptr);
 
 }  // namespace ember::data
