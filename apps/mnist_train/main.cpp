@@ -16,6 +16,7 @@
 
 #include "apps/mnist_train/ablation.h"
 #include "apps/mnist_train/options.h"
+#include "apps/mnist_train/predict.h"
 #include "apps/mnist_train/report.h"
 #include "apps/mnist_train/trainer.h"
 #include "core/cuda/runtime.h"
@@ -133,6 +134,14 @@ int main(int argc, char** argv) {
     std::printf("mnist_train: options ok\n");
     return 0;
   }
+  if (!o.predict.empty()) {  // the checkpoint says everything: no --data, no training
+    try {
+      return mnist::predict(o, pick_device(o.device));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "mnist_train: error: %s\n", user_message(e.what()).c_str());
+      return 1;
+    }
+  }
   bool rank0 = true;
   mnist::install_stop_handlers();
   // Tests of the output policy (Note [side outputs]): the first output file to pass this many
@@ -185,12 +194,27 @@ int main(int argc, char** argv) {
       std::printf("mnist_train: %s on %s%s, data %s\n", o.model.c_str(), describe(device).c_str(), why.c_str(),
                   o.data.c_str());
     }
-    mnist::Splits splits = mnist::load_splits(o.data, o.val_split, o.seed);
-    if (!o.quiet)
-      std::printf("data: %lld train, %lld validation, %lld test images (normalised with mean %.4f, std %.4f)\n",
+    mnist::Splits splits = mnist::load_splits(o);
+    if (!o.quiet) {
+      auto list = [](const std::vector<double>& v) {
+        std::string out;
+        for (double x : v) {
+          char b[32];
+          std::snprintf(b, sizeof b, "%.4f", x);
+          if (!out.empty()) out += ", ";
+          out += b;
+        }
+        return v.size() == 1 ? out : "(" + out + ")";
+      };
+      if (splits.kind != "IDX")
+        std::printf("data: %s %s: %s images of %zu classes\n", splits.kind.c_str(), o.data.c_str(),
+                    mnist::shape_text(splits.shape).c_str(), splits.classes.size());
+      std::printf("data: %lld train, %lld validation, %lld test images (normalised %swith mean %s, std %s)\n",
                   static_cast<long long>(splits.train->size()),
                   static_cast<long long>(splits.val ? splits.val->size() : 0),
-                  static_cast<long long>(splits.test->size()), splits.mean, splits.std);
+                  static_cast<long long>(splits.test->size()), splits.mean.size() > 1 ? "per channel " : "",
+                  list(splits.mean).c_str(), list(splits.std).c_str());
+    }
     if (o.ablation) {
       int rc = mnist::run_ablation(o, device, splits);
       return mnist::stop_signal() != 0 ? 128 + mnist::stop_signal() : rc;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/device.h"
 #include "core/error.h"
@@ -66,11 +67,39 @@ ParseResult parse_options(int argc, char** argv) {
   app.get_formatter()->column_width(34);
 
   // data
-  app.add_option("--data", o.data, "directory with the IDX files (raw or .gz; MNIST and Fashion-MNIST names)")
+  app.add_option("--data", o.data,
+                 "the data: a directory of IDX files (raw or .gz; MNIST and Fashion-MNIST names), an ImageFolder "
+                 "directory (root/<class>/<image>, or root/train/<class>/... and root/test/<class>/...), or a "
+                 "packed file from ember_pack")
       ->group("Data");
   app.add_option("--val-split", o.val_split, "fraction of the training set held out for validation")
       ->check(kFinite)
       ->check(CLI::Range(0.0, 0.5))
+      ->group("Data");
+  app.add_option("--test-split", o.test_split,
+                 "fraction held out for testing (stratified by class, seeded) when the data has no test split: an "
+                 "ImageFolder without train/ and test/, or a packed file")
+      ->check(kFinite)
+      ->check(CLI::Range(0.01, 0.9))
+      ->group("Data");
+  std::string resize;
+  app.add_option("--resize", resize, "ImageFolder: resize every image to HxW (default: the first image's size; "
+                                     "others must match)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const size_t x = v.find('x');
+            char* e1 = nullptr;
+            char* e2 = nullptr;
+            const long h = x == std::string::npos ? 0 : std::strtol(v.c_str(), &e1, 10);
+            const long w = x == std::string::npos ? 0 : std::strtol(v.c_str() + x + 1, &e2, 10);
+            if (x == std::string::npos || e1 != v.c_str() + x || *e2 != '\0' || h < 1 || w < 1 || h > 4096 || w > 4096)
+              return "expected HxW with 1 <= H, W <= 4096 (e.g. 32x32), got '" + v + "'";
+            return "";
+          },
+          "HxW"))
+      ->group("Data");
+  app.add_flag("--skip-bad-images", o.skip_bad_images,
+               "ImageFolder: leave out (and count) images that cannot be decoded instead of stopping")
       ->group("Data");
   app.add_option("--workers", o.workers, "loader worker threads (0: load in the training thread)")
       ->check(CLI::Range(0, 64))
@@ -204,6 +233,10 @@ ParseResult parse_options(int argc, char** argv) {
       ->group("Checkpoints");
   app.add_option("--eval-only", o.eval_only, "load the model from a checkpoint and only evaluate")
       ->group("Checkpoints");
+  app.add_option("--predict", o.predict,
+                 "with --eval-only CKPT: the predicted class, its probability and the top 3 for each image (the "
+                 "input shape, normalisation and class names come from the checkpoint; --data is not read)")
+      ->group("Checkpoints");
 
   // ablation
   app.add_flag("--ablation", o.ablation, "run the speed-up ladder and print one table")->group("Ablation");
@@ -234,7 +267,14 @@ ParseResult parse_options(int argc, char** argv) {
   } catch (const ember::Error& e) {
     return usage(std::string("--device: ") + e.what());
   }
+  if (!resize.empty()) {
+    const size_t x = resize.find('x');
+    o.resize_h = std::strtol(resize.c_str(), nullptr, 10);
+    o.resize_w = std::strtol(resize.c_str() + x + 1, nullptr, 10);
+  }
   if (!o.eval_only.empty() && !o.resume.empty()) return usage("--eval-only and --resume cannot be combined");
+  if (!o.predict.empty() && o.eval_only.empty()) return usage("--predict needs --eval-only CKPT (the model to predict with)");
+  if (!o.predict.empty() && (o.distributed || o.ablation)) return usage("--predict runs on one process, without --distributed or --ablation");
   if (o.ablation && (!o.eval_only.empty() || !o.resume.empty()))
     return usage("--ablation runs its own trainings; it cannot be combined with --eval-only or --resume");
   if (o.channels_last && o.model == "mlp") return usage("--channels-last applies to the conv models (cnn, fast)");

@@ -4,13 +4,17 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mnist {
 
 struct Options {
-  // data
+  // data: an IDX directory, an ImageFolder directory or a packed file (load_splits in trainer.h)
   std::string data = "/usr/share/datasets/fashion-mnist";
   double val_split = 0.1;
+  double test_split = 0.2;  // held out for testing when the data has no test split of its own
+  int64_t resize_h = 0, resize_w = 0;  // --resize HxW (ImageFolder; 0: the first image's size)
+  bool skip_bad_images = false;
   int workers = 2;
   bool pin_memory = true;
   bool device_resident = false;
@@ -56,6 +60,7 @@ struct Options {
   std::string save;
   std::string resume;
   std::string eval_only;
+  std::vector<std::string> predict;  // images to classify with the --eval-only checkpoint
   // the ablation
   bool ablation = false;
   int64_t ablation_steps = 400;

@@ -7,20 +7,21 @@
 namespace mnist {
 
 void print_confusion(const EvalResult& e, const std::vector<std::string>& classes) {
+  const size_t k = e.confusion.size();
   std::printf("\nper-class test accuracy:\n");
-  for (int t = 0; t < 10; ++t) {
+  for (size_t t = 0; t < k; ++t) {
     int64_t total = 0;
-    for (int p = 0; p < 10; ++p) total += e.confusion[t][p];
+    for (size_t p = 0; p < k; ++p) total += e.confusion[t][p];
     double acc = total > 0 ? 100.0 * static_cast<double>(e.confusion[t][t]) / static_cast<double>(total) : 0.0;
-    std::printf("  %d %-12s %6.2f%%  (%lld samples)\n", t, classes[static_cast<size_t>(t)].c_str(), acc,
+    std::printf("  %zu %-12s %6.2f%%  (%lld samples)\n", t, t < classes.size() ? classes[t].c_str() : "", acc,
                 static_cast<long long>(total));
   }
   std::printf("\nconfusion matrix (rows: true class, columns: predicted):\n     ");
-  for (int p = 0; p < 10; ++p) std::printf("%6d", p);
+  for (size_t p = 0; p < k; ++p) std::printf("%6zu", p);
   std::printf("\n");
-  for (int t = 0; t < 10; ++t) {
-    std::printf("  %d  ", t);
-    for (int p = 0; p < 10; ++p) std::printf("%6lld", static_cast<long long>(e.confusion[t][p]));
+  for (size_t t = 0; t < k; ++t) {
+    std::printf("  %zu  ", t);
+    for (size_t p = 0; p < k; ++p) std::printf("%6lld", static_cast<long long>(e.confusion[t][p]));
     std::printf("\n");
   }
 }

@@ -47,9 +47,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-const std::vector<std::string> kFashionClasses = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-                                                  "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
-
 // Makes activations channels-last (NHWC memory) so the conv layers after it run in that layout.
 class ToChannelsLastImpl : public nn::Module {
  public:
@@ -98,67 +95,6 @@ void install_stop_handlers() {
 }
 
 int stop_signal() { return g_stop_signal; }
-
-// ---- data ----
-
-Splits load_splits(const std::string& dir, double val_split, uint64_t seed) {
-  Splits s;
-  auto train = data::load_mnist(dir, data::Split::train);
-  s.test = data::load_mnist(dir, data::Split::test);
-  data::check_same_image_size(*train, *s.test);  // both files and both sizes, before anything trains
-  // the models have 10 outputs and the confusion matrix 10 rows: say so here, not as an index
-  // error inside the loss or the evaluation
-  for (const auto& [name, ds] : {std::pair{"training", train}, std::pair{"test", s.test}}) {
-    const auto* y = ds->labels().data<int64_t>();
-    for (int64_t i = 0; i < ds->size(); ++i)
-      EMBER_CHECK(y[i] >= 0 && y[i] < 10, dir, ": label ", y[i], " of ", name, " image ", i,
-                  " is not a class 0-9 (mnist_train trains 10-class models)");
-  }
-  s.train_file_images = train->size();
-  s.test_file_images = s.test->size();
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a over the labels, training then test, in file order
-  for (const auto& ds : {train, s.test}) {
-    const auto* y = ds->labels().data<int64_t>();
-    for (int64_t i = 0; i < ds->size(); ++i) h = (h ^ static_cast<uint64_t>(y[i])) * 1099511628211ULL;
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  s.labels_checksum = hex;
-  const int64_t n = train->size();
-  const auto nv = static_cast<int64_t>(std::llround(static_cast<double>(n) * val_split));
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937_64 rng(seed ^ 0x5eedULL);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int64_t> val(perm.begin(), perm.begin() + nv), tr(perm.begin() + nv, perm.end());
-  std::sort(val.begin(), val.end());
-  std::sort(tr.begin(), tr.end());
-  auto subset = [&](const std::vector<int64_t>& idx) {
-    Tensor i = tensor_i64(idx, {static_cast<int64_t>(idx.size())});
-    return std::make_shared<data::InMemoryDataset>(index_select(train->images(), 0, i),
-                                                   index_select(train->labels(), 0, i), train->classes());
-  };
-  s.train = subset(tr);
-  s.val = nv > 0 ? subset(val) : nullptr;
-  // pixel statistics of the training split, for normalisation (0.2860 / 0.3530 on Fashion-MNIST)
-  const Tensor& img = s.train->images();
-  const auto* p = img.data<uint8_t>();
-  double sum = 0, sq = 0;
-  const int64_t m = img.numel();
-  for (int64_t k = 0; k < m; ++k) {
-    double v = p[k] / 255.0;
-    sum += v;
-    sq += v * v;
-  }
-  s.mean = m > 0 ? sum / static_cast<double>(m) : 0.0;
-  s.std = m > 0 ? std::sqrt(std::max(sq / static_cast<double>(m) - s.mean * s.mean, 1e-12)) : 1.0;
-  std::string lower = dir;
-  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-  s.classes = lower.find("fashion") != std::string::npos ? kFashionClasses
-                                                         : std::vector<std::string>{"0", "1", "2", "3", "4",
-                                                                                    "5", "6", "7", "8", "9"};
-  return s;
-}
 
 // Evaluation under --distributed: indices rank, rank + world, ... (no padding, so the ranks
 // together visit every sample exactly once).
@@ -330,7 +266,9 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
   if (o_.deterministic) set_deterministic(true);
   if (o_.autotune) set_backend_all("auto");
   if (!o_.backends.empty()) set_backends(o_.backends);
-  model_ = make_model(o_.model);
+  model_ = make_model(o_.model, splits_.shape);
+  mean_ = splits_.mean;
+  std_ = splits_.std;
   if (o_.channels_last && device_.is_cuda()) {
     // after the first conv (the input has one channel, so NCHW and NHWC coincide there)
     auto* seq = dynamic_cast<nn::SequentialImpl*>(model_.get());
@@ -443,11 +381,12 @@ std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InM
       .non_blocking(o_.pin_memory)
       .device(device_)
       .seed(o_.seed)
-      .normalize({splits_.mean}, {splits_.std})
+      .normalize(mean_, std_)
       .dtype(DType::f32);
   if (train && o_.augment)
     lo.transform(std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
-        std::make_shared<data::RandomCrop>(28, 28, 2), std::make_shared<data::RandomHorizontalFlip>(0.5)}));
+        std::make_shared<data::RandomCrop>(splits_.shape.height, splits_.shape.width, 2),
+        std::make_shared<data::RandomHorizontalFlip>(0.5)}));
   if (pg_) lo.shuffle(false);  // the samplers below shuffle (or not) themselves
   if (pg_ && train) {
     // each rank its shard of every epoch's permutation (padded to equal shards)
@@ -685,6 +624,11 @@ Metadata Trainer::run_info() const {
   m["data_train_images"] = std::to_string(splits_.train_file_images);
   m["data_test_images"] = std::to_string(splits_.test_file_images);
   m["data_labels"] = splits_.labels_checksum;
+  // what the model takes and how its inputs were normalised: --eval-only and --predict need them
+  m["input_shape"] = shape_text(splits_.shape);
+  m["classes"] = nlohmann::json(splits_.classes).dump();
+  m["normalize_mean"] = doubles_text(mean_);
+  m["normalize_std"] = doubles_text(std_);
   m["steps_per_epoch"] = std::to_string(steps_per_epoch_);
   return m;
 }
@@ -713,6 +657,8 @@ void Trainer::check_resume_flags(const Metadata& saved) const {
       {"data_train_images", "--data: the training images", "another dataset: the split and the schedule would change", false},
       {"data_test_images", "--data: the test images", "another dataset", false},
       {"data_labels", "--data: the labels' checksum", "another dataset, or the same size with other labels", false},
+      {"input_shape", "--data: the image shape (CxHxW)", "the model takes the saved shape", false},
+      {"classes", "--data: the classes", "the model's outputs are the saved classes", false},
       {"steps_per_epoch", "the steps per epoch", "another number of processes under --distributed?", true},
       {"total_steps", "the planned steps", "the schedule is laid out over the saved run's length", true},
   };
@@ -762,8 +708,40 @@ void Trainer::check_resume_progress(const Metadata& saved, const TrainingProgres
                 " take; the checkpoint is damaged (or was saved on other data)");
 }
 
+namespace {
+// "3x16x16 images of 3 classes (cat, dog, bird)"
+std::string describe_data(const std::string& shape, const std::vector<std::string>& classes) {
+  std::string names;
+  for (size_t i = 0; i < std::min<size_t>(classes.size(), 5); ++i) names += (i ? ", " : "") + classes[i];
+  if (classes.size() > 5) names += ", ...";
+  return str(shape, " images of ", classes.size(), " classes (", names, ")");
+}
+}  // namespace
+
 void Trainer::load_model(const std::string& path) {
   io::SafetensorsFile f = io::load_safetensors(path, kCPU);
+  // what the model was trained on, before its tensors are compared (checkpoints of older versions
+  // record none of it and are loaded as they are)
+  const auto meta = [&](const char* key) {
+    auto it = f.metadata.find(std::string("run.") + key);
+    return it == f.metadata.end() ? std::string() : it->second;
+  };
+  if (const std::string shape = meta("input_shape"); !shape.empty()) {
+    std::vector<std::string> classes;
+    try {
+      classes = nlohmann::json::parse(meta("classes")).get<std::vector<std::string>>();
+    } catch (const std::exception&) {
+      EMBER_FAIL("--eval-only ", path, ": the metadata 'run.classes' is not a JSON list of names; the checkpoint is damaged");
+    }
+    EMBER_CHECK(shape == shape_text(splits_.shape) && classes == splits_.classes, "--eval-only ", path,
+                ": the checkpoint's model takes ", describe_data(shape, classes), ", but --data ", o_.data, " has ",
+                describe_data(shape_text(splits_.shape), splits_.classes));
+    const std::vector<double> mean = parse_doubles(meta("normalize_mean")), stdev = parse_doubles(meta("normalize_std"));
+    EMBER_CHECK(mean.size() == static_cast<size_t>(splits_.shape.channels) && stdev.size() == mean.size(), "--eval-only ",
+                path, ": the metadata 'run.normalize_mean' / 'run.normalize_std' do not hold one value per channel");
+    mean_ = mean;  // the inputs are normalised as in training
+    std_ = stdev;
+  }
   TensorDict model_state;
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("model.", 0) == 0) model_state.insert(name.substr(6), t);
@@ -817,7 +795,8 @@ EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
   bool was_training = model_->is_training();
   model_->eval();
   auto loader = make_loader(ds, false);
-  Tensor counts = zeros({100}, TensorOptions(DType::i64).device(device_));
+  const int64_t k = splits_.shape.classes;
+  Tensor counts = zeros({k * k}, TensorOptions(DType::i64).device(device_));
   int64_t n = 0;
   for (data::Batch& b : *loader) {
     Tensor logits;
@@ -827,7 +806,7 @@ EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
       logits = model_->forward(b.images);
     }
     Tensor pred = argmax(logits, 1);
-    Tensor cell = add(mul(b.labels, 10.0), pred);
+    Tensor cell = add(mul(b.labels, static_cast<double>(k)), pred);
     counts = index_add(counts, 0, cell, ones({b.size()}, TensorOptions(DType::i64).device(device_)));
     n += b.size();
   }
@@ -847,10 +826,12 @@ EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
     c = counts.to_vector<int64_t>();
   }
   int64_t right = 0;
-  for (int t = 0; t < 10; ++t)
-    for (int p = 0; p < 10; ++p) {
-      r.confusion[t][p] = c[static_cast<size_t>(t * 10 + p)];
-      if (t == p) right += r.confusion[t][p];
+  r.confusion.assign(static_cast<size_t>(k), std::vector<int64_t>(static_cast<size_t>(k), 0));
+  for (int64_t t = 0; t < k; ++t)
+    for (int64_t p = 0; p < k; ++p) {
+      const int64_t v = c[static_cast<size_t>(t * k + p)];
+      r.confusion[static_cast<size_t>(t)][static_cast<size_t>(p)] = v;
+      if (t == p) right += v;
     }
   r.accuracy = n > 0 ? 100.0 * static_cast<double>(right) / static_cast<double>(n) : 0;
   model_->train(was_training);

@@ -16,8 +16,10 @@
 
 #include "amp/grad_scaler.h"
 #include "ckpt/training_checkpoint.h"
+#include "apps/mnist_train/models.h"
 #include "apps/mnist_train/options.h"
 #include "apps/mnist_train/run_agreement.h"
+#include "apps/mnist_train/splits.h"
 #include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "data/data.h"
@@ -45,22 +47,9 @@ int output_failures();
 void install_stop_handlers();
 int stop_signal();  // 0 while no stop was asked for
 
-struct Splits {
-  std::shared_ptr<ember::data::InMemoryDataset> train, val, test;
-  std::vector<std::string> classes;
-  double mean = 0, std = 1;  // pixel statistics of the training split (on the [0, 1] scale)
-  // the data's identity, recorded in checkpoints (a resume on other data is refused): the sizes of
-  // the training and test files and a checksum of their labels in file order
-  int64_t train_file_images = 0, test_file_images = 0;
-  std::string labels_checksum;
-};
-
-// Loads the IDX set in `dir`, holds out `val_split` of the training set (a seeded permutation).
-Splits load_splits(const std::string& dir, double val_split, uint64_t seed);
-
 struct EvalResult {
   double accuracy = 0;          // percent
-  std::array<std::array<int64_t, 10>, 10> confusion{};  // [true][predicted]
+  std::vector<std::vector<int64_t>> confusion;  // [true][predicted], K x K
   int64_t samples = 0;
 };
 
@@ -139,6 +128,8 @@ class Trainer {
   std::unique_ptr<ember::dist::DistributedDataParallel> ddp_;
   std::unique_ptr<ember::optim::LRScheduler> sched_;
   std::unique_ptr<ember::amp::GradScaler> scaler_;
+  // the inputs' normalisation: the training split's, or (--eval-only) the checkpoint's
+  std::vector<double> mean_, std_;
   ember::DType amp_dtype_ = ember::DType::f32;
 
   // device accumulators (Note [no host syncs in the step])

@@ -1,0 +1,42 @@
+// Where mnist_train's data comes from: the three forms --data takes (an IDX directory, an
+// ImageFolder directory, a packed file from ember_pack), the test, validation and training
+// splits, and the per-channel normalisation measured on the training split.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/mnist_train/models.h"
+#include "apps/mnist_train/options.h"
+#include "data/data.h"
+
+namespace mnist {
+
+struct Splits {
+  std::shared_ptr<ember::data::InMemoryDataset> train, val, test;
+  std::vector<std::string> classes;
+  std::string kind;  // "IDX", "ImageFolder" or "packed": what --data held
+  InputShape shape;  // per sample, and the number of classes
+  // per-channel pixel statistics of the training split (on the [0, 1] scale), for normalisation
+  std::vector<double> mean{0.0}, std{1.0};
+  // the data's identity, recorded in checkpoints (a resume on other data is refused): the sizes of
+  // the training and test sets before any split and a checksum of their labels in order
+  int64_t train_file_images = 0, test_file_images = 0;
+  std::string labels_checksum;
+  int64_t skipped_images = 0;  // --skip-bad-images: images left out
+};
+
+// Loads --data (one error listing the three forms when it is none of them), holds out
+// --test-split when the data has no test split of its own (stratified by class, seeded) and
+// --val-split of the training set (a seeded permutation), and measures the training split's
+// per-channel mean and std. Prints what it loads unless --quiet.
+Splits load_splits(const Options& o);
+
+// "1x28x28" (the form checkpoints record), and "0.2860,0.3530"-style lists of exact doubles.
+std::string shape_text(const InputShape& s);
+std::string doubles_text(const std::vector<double>& v);
+std::vector<double> parse_doubles(const std::string& text);
+
+}  // namespace mnist

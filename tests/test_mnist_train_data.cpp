@@ -1,0 +1,159 @@
+// mnist_train on a user's own images: --data as an ImageFolder (RGB of two sizes, resized; grey
+// with train/ and test/), as a packed file from ember_pack, and as none of the three forms;
+// --predict with the checkpoint's classes and normalisation; a checkpoint refused on other data.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/data_test_util.h"
+#include "tests/mnist_train_util.h"
+
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#include <stb/stb_image_write.h>
+#pragma GCC diagnostic pop
+
+using namespace ember;
+using namespace ember::testing::app;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A w x h image of `channels` channels: class `c` of `colours` is bright in one channel (colour)
+// or one brightness band (grey), over noise from a fixed LCG.
+void write_image(const std::string& path, int h, int w, int channels, int c, uint32_t seed) {
+  std::vector<uint8_t> px(static_cast<size_t>(h * w * channels));
+  uint32_t s = seed * 2654435761u + 7;
+  for (int i = 0; i < h * w; ++i)
+    for (int k = 0; k < channels; ++k) {
+      s = s * 1664525u + 1013904223u;
+      const int noise = static_cast<int>(s >> 26);  // 0..63
+      const int base = channels == 1 ? 40 + 150 * c : (k == c ? 190 : 30);
+      px[static_cast<size_t>(i * channels + k)] = static_cast<uint8_t>(std::min(255, base + noise));
+    }
+  fs::create_directories(fs::path(path).parent_path());
+  REQUIRE(stbi_write_png(path.c_str(), w, h, channels, px.data(), w * channels) != 0);
+}
+
+// root/<red|green|blue>/<n>.png, RGB, half of them 20x20 and half 24x18
+void write_colour_folder(const std::string& root, int per_class) {
+  const char* names[] = {"red", "green", "blue"};
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < per_class; ++i)
+      write_image(root + "/" + names[c] + "/" + std::to_string(i) + ".png", i % 2 ? 20 : 24, i % 2 ? 20 : 18, 3, c,
+                  static_cast<uint32_t>(100 * c + i));
+}
+
+const std::string kPack = EMBER_BINARY_DIR "/bin/ember_pack";
+
+}  // namespace
+
+TEST_CASE("mnist_train: trains on an ImageFolder and a packed file, predicts, refuses a mismatched checkpoint",
+          "[mnist_train][data]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string folder = tmp.file("colours"), ck = tmp.file("ck.safetensors");
+  write_colour_folder(folder, 30);
+  auto common = [&](const std::string& data, std::vector<std::string> more) {
+    std::vector<std::string> a = {"--data", data, "--device", "cpu", "--workers", "2", "--model", "mlp",
+                                  "--epochs", "4", "--batch-size", "8", "--val-split", "0"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  // two sizes without --resize: the error names both files and the flag
+  RunResult r = run_app(common(folder, {}), tmp.path());
+  check_error(r, 1, "images differ in size");
+  CHECK(r.err.find(folder + "/blue/") != std::string::npos);
+  CHECK(r.err.find("pass --resize HxW") != std::string::npos);
+
+  // resized to one: trains well above chance (1 in 3), the classes from the folders
+  r = run_app(common(folder, {"--resize", "16x16", "--save", ck}), tmp.path());
+  require_success(r);
+  CHECK(r.out.find("data: ImageFolder " + folder + ": 3x16x16 images of 3 classes") != std::string::npos);
+  CHECK(r.out.find("normalised per channel with mean (") != std::string::npos);
+  CHECK(r.out.find("72 train, 0 validation, 18 test images") != std::string::npos);  // --test-split 0.2, by class
+  CHECK(r.out.find("red") != std::string::npos);
+  CHECK(reported_test_accuracy(r.out) > 80.0);
+
+  // --predict: classes and normalisation from the checkpoint, no --data read
+  const std::string red = tmp.file("new/red.png"), blue = tmp.file("new/blue.bmp.png");
+  write_image(red, 30, 30, 3, 0, 999);
+  write_image(blue, 12, 12, 3, 2, 998);
+  RunResult p = run_app({"--eval-only", ck, "--predict", red, blue, "--device", "cpu", "--data", "/nonexistent"},
+                        tmp.path());
+  require_success(p);
+  CHECK(p.out.find(red + ": red ") != std::string::npos);
+  CHECK(p.out.find(blue + ": blue ") != std::string::npos);
+  CHECK(p.out.find("(then ") != std::string::npos);
+  check_error(run_app({"--eval-only", ck, "--predict", tmp.file("missing.png"), "--device", "cpu"}, tmp.path()), 1,
+              "missing.png");
+  check_error(run_app({"--predict", red}, tmp.path()), 2, "--predict needs --eval-only");
+
+  // a checkpoint of this data refused on other data, naming both
+  const std::string idx = tmp.file("idx");
+  write_synthetic_set(idx, false);
+  check_error(run_app({"--data", idx, "--device", "cpu", "--eval-only", ck}, tmp.path()), 1,
+              "the checkpoint's model takes 3x16x16 images of 3 classes (blue, green, red), but --data " + idx +
+                  " has 1x28x28 images of 10 classes");
+  check_error(run_app(common(idx, {"--resume", ck}), tmp.path()), 1, "--data: the image shape (CxHxW) 1x28x28 differs "
+                                                                     "from the checkpoint's 3x16x16");
+
+  check_error(run_app(common(idx, {"--resize", "8x8"}), tmp.path()), 1, "--resize applies to an ImageFolder; --data " +
+                                                                          idx + " is an IDX set of 28x28 images");
+
+  // the same images packed by ember_pack
+  if (fs::exists(kPack)) {
+    const std::string pack = tmp.file("colours.embpack");
+    REQUIRE(std::system(("'" + kPack + "' '" + folder + "' '" + pack + "' --resize 16x16 > /dev/null").c_str()) == 0);
+    r = run_app(common(pack, {}), tmp.path());
+    require_success(r);
+    CHECK(r.out.find("data: packed " + pack + ": 3x16x16 images of 3 classes") != std::string::npos);
+    CHECK(reported_test_accuracy(r.out) > 80.0);
+  }
+
+  // none of the three forms: one error listing them
+  fs::create_directories(tmp.file("empty"));
+  testing::write_bytes(tmp.file("not_a_pack"), {'h', 'e', 'l', 'l', 'o', '!', '!', '!', '!'});
+  for (const std::string& bad : {tmp.file("empty"), tmp.file("not_a_pack")}) {
+    RunResult e = run_app(common(bad, {}), tmp.path());
+    check_error(e, 1, "--data " + bad + ": ");
+    CHECK(e.err.find("expected one of: a directory of IDX files") != std::string::npos);
+    CHECK(e.err.find("an ImageFolder directory") != std::string::npos);
+    CHECK(e.err.find("a packed file written by ember_pack") != std::string::npos);
+  }
+}
+
+TEST_CASE("mnist_train: an ImageFolder with train/ and test/, grey images, and a bad image skipped on request",
+          "[mnist_train][data]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string root = tmp.file("grey");
+  const char* names[] = {"dark", "light"};
+  for (const char* split : {"train", "test"})
+    for (int c = 0; c < 2; ++c)
+      for (int i = 0; i < (std::string(split) == "train" ? 24 : 8); ++i)
+        write_image(root + "/" + split + "/" + names[c] + "/" + std::to_string(i) + ".png", 12, 12, 1, c,
+                    static_cast<uint32_t>(1000 * c + i + (std::string(split) == "train" ? 0 : 500)));
+  const std::string broken = root + "/train/light/broken.png";
+  testing::write_bytes(broken, {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0});
+  std::vector<std::string> a = {"--data", root, "--device", "cpu", "--workers", "2", "--model", "cnn",
+                                "--epochs", "3", "--batch-size", "8", "--val-split", "0"};
+  RunResult r = run_app(a, tmp.path());
+  check_error(r, 1, broken);
+  CHECK(r.err.find("--skip-bad-images leaves such images out") != std::string::npos);
+  a.push_back("--skip-bad-images");
+  r = run_app(a, tmp.path());
+  require_success(r);
+  CHECK(r.out.find("1x12x12 images of 2 classes") != std::string::npos);
+  CHECK(r.out.find("48 train, 0 validation, 16 test images") != std::string::npos);  // test/ as it is
+  CHECK(r.out.find("1 bad image(s) left out (--skip-bad-images)") != std::string::npos);
+  CHECK(r.err.find("broken.png") != std::string::npos);
+  CHECK(reported_test_accuracy(r.out) > 80.0);
+}
