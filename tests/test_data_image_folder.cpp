@@ -14,14 +14,7 @@
 
 #include "tests/data_test_util.h"
 
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STB_IMAGE_WRITE_STATIC
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#include <stb/stb_image_write.h>
-#pragma GCC diagnostic pop
+#include "tests/stb_image_write_util.h"
 
 using namespace ember;
 using namespace ember::data;
@@ -144,6 +137,14 @@ void make_tree(const TempDir& dir) {
   write_png(dir.file("dog/e.png"), 6, 5, 1);
   testing::write_bytes(dir.file("dog/notes.txt"), {'h', 'i'});
   testing::write_bytes(dir.file("README"), {'x'});
+}
+
+// bin/ember_pack, or "" (after a warning) when it is not built.
+std::string ember_pack_tool() {
+  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
+  if (std::filesystem::exists(tool)) return tool;
+  WARN("SKIPPED: " << tool << " is not built (EMBER_BUILD_APPS=OFF?)");
+  return "";
 }
 
 }  // namespace
@@ -434,11 +435,8 @@ TEST_CASE("packed: round trip, one read, corruption detected", "[data][packed]")
 }
 
 TEST_CASE("packed: bin/ember_pack converts an ImageFolder and an IDX set", "[data][packed]") {
-  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
-  if (!std::filesystem::exists(tool)) {
-    WARN("SKIPPED: " << tool << " is not built (EMBER_BUILD_APPS=OFF?)");
-    return;
-  }
+  const std::string tool = ember_pack_tool();
+  if (tool.empty()) return;
   TempDir dir;
   namespace fs = std::filesystem;
   for (const char* d : {"folder/a", "folder/b"}) fs::create_directories(dir.file(d));
@@ -469,11 +467,8 @@ TEST_CASE("packed: bin/ember_pack converts an ImageFolder and an IDX set", "[dat
 
 TEST_CASE("packed: ember_pack fails on the first bad image and leaves no file, and --skip-bad-images leaves it out",
           "[data][packed][bad_input]") {
-  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
-  if (!std::filesystem::exists(tool)) {
-    WARN("SKIPPED: " << tool << " is not built (EMBER_BUILD_APPS=OFF?)");
-    return;
-  }
+  const std::string tool = ember_pack_tool();
+  if (tool.empty()) return;
   namespace fs = std::filesystem;
   TempDir dir;
   const std::string out_log = dir.file("out.txt"), err_log = dir.file("err.txt");
@@ -556,11 +551,8 @@ TEST_CASE("packed: ember_pack fails on the first bad image and leaves no file, a
 }
 
 TEST_CASE("packed: ember_pack's --resize hint comes only with the error about image sizes", "[data][packed]") {
-  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
-  if (!std::filesystem::exists(tool)) {
-    WARN("SKIPPED: " << tool << " is not built (EMBER_BUILD_APPS=OFF?)");
-    return;
-  }
+  const std::string tool = ember_pack_tool();
+  if (tool.empty()) return;
   namespace fs = std::filesystem;
   TempDir dir;
   const std::string err_log = dir.file("err.txt");
