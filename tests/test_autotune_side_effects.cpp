@@ -1,4 +1,4 @@
-// Autotune never changes results (issue 12): the candidates timed for a new key run on copies of
+// Autotune never changes results: the candidates timed for a new key run on copies of
 // every tensor the op writes, including inputs it updates in place that are not outputs
 // (batch_norm's running statistics, the AMP scale state, in-place random fills).
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// Data that does not fit, said clearly (issue 12): an images file where labels are expected,
+// Data that does not fit, said clearly: an images file where labels are expected,
 // training and test images of different sizes, NAME and NAME.gz both present, a packed file whose
 // header was edited; the CPU fallback note's wording; augmentations independent of --workers.
 #include <catch2/catch.hpp>
