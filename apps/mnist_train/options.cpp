@@ -55,18 +55,8 @@ const CLI::Validator kSeed(
 const CLI::Validator kPositive = at_least(0, true);
 const CLI::Validator kNonNegative = at_least(0, false);
 
-}  // namespace
-
-ParseResult parse_options(int argc, char** argv) {
-  Options o;
-  CLI::App app{
-      "mnist_train: trains and evaluates a classifier on an MNIST-format IDX set (Fashion-MNIST by default), on the "
-      "GPU when there is one, else on the CPU, and measures what each training speed-up is worth (--ablation).",
-      "mnist_train"};
-  app.option_defaults()->always_capture_default();
-  app.get_formatter()->column_width(34);
-
-  // data
+// --data and how it is split, loaded and augmented
+void add_data_options(CLI::App& app, Options& o, std::string& resize) {
   app.add_option("--data", o.data,
                  "the data: a directory of IDX files (raw or .gz; MNIST and Fashion-MNIST names), an ImageFolder "
                  "directory (root/<class>/<image>, or root/train/<class>/... and root/test/<class>/...), or a "
@@ -82,7 +72,6 @@ ParseResult parse_options(int argc, char** argv) {
       ->check(kFinite)
       ->check(CLI::Range(0.01, 0.9))
       ->group("Data");
-  std::string resize;
   app.add_option("--resize", resize, "ImageFolder: resize every image to HxW (default: the first image's size; "
                                      "others must match)")
       ->check(CLI::Validator(
@@ -110,8 +99,10 @@ ParseResult parse_options(int argc, char** argv) {
                "upload the whole set to the GPU once as uint8 and gather batches there")
       ->group("Data");
   app.add_flag("--augment", o.augment, "random crop (pad 2) and horizontal flip on the host")->group("Data");
+}
 
-  // training
+// the model, the optimizer and its schedule, the run's length, --distributed
+void add_training_options(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "mlp (784-128-64-10), cnn (two conv layers), fast (BN-CNN tuned for time-to-accuracy)")
       ->check(CLI::IsMember({"mlp", "cnn", "fast"}))
       ->group("Training");
@@ -167,8 +158,10 @@ ParseResult parse_options(int argc, char** argv) {
                  "interval, without a host read per step; fp16 overflow steps the loss scaler skips do not count)")
       ->check(CLI::Range(1, 1000000))
       ->group("Training");
+}
 
-  // speed
+// what makes a step faster: graphs, autotuning, mixed precision, layouts
+void add_speed_options(CLI::App& app, Options& o) {
   app.add_flag("--graph", o.graph,
                "capture the whole training step in a CUDA graph after warm-up and replay it (eager fallback if "
                "capture is impossible)")
@@ -206,8 +199,10 @@ ParseResult parse_options(int argc, char** argv) {
   app.add_flag("--sync-every-step", o.sync_every_step,
                "read the loss back every step (the naive loop; off: once per log interval)")
       ->group("Speed");
+}
 
-  // observability
+// the run's records and the dry run
+void add_logging_options(CLI::App& app, Options& o) {
   app.add_option("--log", o.log,
                  "append one JSON object per log interval, per epoch and a summary at the end to this file (a "
                  "failed output is reported once, training goes on, the exit code is 1)")
@@ -223,8 +218,10 @@ ParseResult parse_options(int argc, char** argv) {
   app.add_flag("--check-options", o.check_options,
                "check the command line (every usage error exits 2), print 'options ok' and exit 0 without training")
       ->group("Logging");
+}
 
-  // checkpoints
+// checkpoints, evaluation and prediction, the ablation
+void add_checkpoint_options(CLI::App& app, Options& o) {
   app.add_option("--save", o.save, "save a training checkpoint (safetensors, atomic) after every epoch")
       ->group("Checkpoints");
   app.add_option("--resume", o.resume,
@@ -238,11 +235,48 @@ ParseResult parse_options(int argc, char** argv) {
                  "input shape, normalisation and class names come from the checkpoint; --data is not read)")
       ->group("Checkpoints");
 
-  // ablation
+
   app.add_flag("--ablation", o.ablation, "run the speed-up ladder and print one table")->group("Ablation");
   app.add_option("--ablation-steps", o.ablation_steps, "optimizer steps per rung of the ablation")
       ->check(CLI::Range(int64_t{20}, int64_t{1000000}))
       ->group("Ablation");
+}
+
+// The usage errors CLI11 cannot see: combinations of flags and the device. Empty when fine.
+std::string usage_error(const Options& o) {
+  try {
+    if (o.device != "auto") (void)ember::Device::parse(o.device);
+  } catch (const ember::Error& e) {
+    return std::string("--device: ") + e.what();
+  }
+  if (!o.eval_only.empty() && !o.resume.empty()) return "--eval-only and --resume cannot be combined";
+  if (!o.predict.empty() && o.eval_only.empty()) return "--predict needs --eval-only CKPT (the model to predict with)";
+  if (!o.predict.empty() && (o.distributed || o.ablation))
+    return "--predict runs on one process, without --distributed or --ablation";
+  if (o.ablation && (!o.eval_only.empty() || !o.resume.empty()))
+    return "--ablation runs its own trainings; it cannot be combined with --eval-only or --resume";
+  if (o.channels_last && o.model == "mlp") return "--channels-last applies to the conv models (cnn, fast)";
+  return "";
+}
+
+}  // namespace
+
+ParseResult parse_options(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "mnist_train: trains and evaluates a classifier on an MNIST-format IDX set (Fashion-MNIST by default), an "
+      "ImageFolder of your own images or a packed file, on the "
+      "GPU when there is one, else on the CPU, and measures what each training speed-up is worth (--ablation).",
+      "mnist_train"};
+  app.option_defaults()->always_capture_default();
+  app.get_formatter()->column_width(34);
+
+  std::string resize;
+  add_data_options(app, o, resize);
+  add_training_options(app, o);
+  add_speed_options(app, o);
+  add_logging_options(app, o);
+  add_checkpoint_options(app, o);
 
   ParseResult r;
   try {
@@ -257,27 +291,15 @@ ParseResult parse_options(int argc, char** argv) {
     r.exit_code = 2;
     return r;
   }
-  auto usage = [&](const std::string& msg) {
+  if (!resize.empty()) {  // checked by its validator: "HxW"
+    o.resize_h = std::strtol(resize.c_str(), nullptr, 10);
+    o.resize_w = std::strtol(resize.c_str() + resize.find('x') + 1, nullptr, 10);
+  }
+  if (const std::string msg = usage_error(o); !msg.empty()) {
     std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", ember::user_message(msg).c_str());
     r.exit_code = 2;
     return r;
-  };
-  try {
-    if (o.device != "auto") (void)ember::Device::parse(o.device);
-  } catch (const ember::Error& e) {
-    return usage(std::string("--device: ") + e.what());
   }
-  if (!resize.empty()) {
-    const size_t x = resize.find('x');
-    o.resize_h = std::strtol(resize.c_str(), nullptr, 10);
-    o.resize_w = std::strtol(resize.c_str() + x + 1, nullptr, 10);
-  }
-  if (!o.eval_only.empty() && !o.resume.empty()) return usage("--eval-only and --resume cannot be combined");
-  if (!o.predict.empty() && o.eval_only.empty()) return usage("--predict needs --eval-only CKPT (the model to predict with)");
-  if (!o.predict.empty() && (o.distributed || o.ablation)) return usage("--predict runs on one process, without --distributed or --ablation");
-  if (o.ablation && (!o.eval_only.empty() || !o.resume.empty()))
-    return usage("--ablation runs its own trainings; it cannot be combined with --eval-only or --resume");
-  if (o.channels_last && o.model == "mlp") return usage("--channels-last applies to the conv models (cnn, fast)");
   r.options = o;
   return r;
 }

@@ -166,79 +166,74 @@ std::vector<double> parse_doubles(const std::string& text) {
   return out;
 }
 
-Splits load_splits(const Options& o) {
-  Splits s;
+namespace {
+
+// What --data holds, loaded: {training set, test set (null when the data has none)}; s.kind set.
+std::pair<std::shared_ptr<data::InMemoryDataset>, std::shared_ptr<data::InMemoryDataset>> load_source(const Options& o,
+                                                                                                      Splits& s) {
   const std::string& path = o.data;
-  std::shared_ptr<data::InMemoryDataset> train, test;
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  if (::stat(path.c_str(), &st) != 0)
     not_a_dataset(path, errno == ENOENT ? std::string("not found (no such file or directory)")
                                         : std::string("cannot be read (") + std::strerror(errno) + ")");
-  } else if (S_ISREG(st.st_mode)) {  // a packed file
-    {
-      uint64_t size = 0;
-      const int fd = io::open_regular_file(path, &size);
-      char magic[8] = {};
-      const ssize_t got = ::pread(fd, magic, sizeof magic, 0);
-      ::close(fd);
-      if (got != 8 || std::memcmp(magic, data::kPackedMagic, 8) != 0)
-        not_a_dataset(path, "a file that is not a packed dataset (it does not begin with EMBPACK1)");
-    }
+  if (S_ISREG(st.st_mode)) {  // a packed file
+    uint64_t size = 0;
+    const int fd = io::open_regular_file(path, &size);
+    char magic[8] = {};
+    const ssize_t got = ::pread(fd, magic, sizeof magic, 0);
+    ::close(fd);
+    if (got != 8 || std::memcmp(magic, data::kPackedMagic, 8) != 0)
+      not_a_dataset(path, "a file that is not a packed dataset (it does not begin with EMBPACK1)");
     s.kind = "packed";
-    train = data::InMemoryDataset::load(path);
-  } else if (!S_ISDIR(st.st_mode)) {
-    not_a_dataset(path, std::string("is ") + io::file_kind_name(st.st_mode));
-  } else if (has_idx(path)) {
+    return {data::InMemoryDataset::load(path), nullptr};
+  }
+  if (!S_ISDIR(st.st_mode)) not_a_dataset(path, std::string("is ") + io::file_kind_name(st.st_mode));
+  if (has_idx(path)) {
     s.kind = "IDX";
-    train = data::load_mnist(path, data::Split::train);
-    test = data::load_mnist(path, data::Split::test);
+    auto train = data::load_mnist(path, data::Split::train);
+    auto test = data::load_mnist(path, data::Split::test);
     data::check_same_image_size(*train, *test);  // both files and both sizes, before anything trains
-  } else if (is_dir(fs::path(path) / "train") && is_dir(fs::path(path) / "test")) {
+    return {train, test};
+  }
+  if (is_dir(fs::path(path) / "train") && is_dir(fs::path(path) / "test")) {
     s.kind = "ImageFolder";
-    train = load_folder((fs::path(path) / "train").string(), o, s.skipped_images);
-    test = load_folder((fs::path(path) / "test").string(), o, s.skipped_images);
+    auto train = load_folder((fs::path(path) / "train").string(), o, s.skipped_images);
+    auto test = load_folder((fs::path(path) / "test").string(), o, s.skipped_images);
     EMBER_CHECK(train->classes() == test->classes(), "--data ", path, ": train/ and test/ have different classes (",
                 train->classes().size(), " and ", test->classes().size(), " class folders); they must be the same");
     const Tensor &a = train->images(), &b = test->images();
     EMBER_CHECK(a.size(1) == b.size(1) && a.size(2) == b.size(2) && a.size(3) == b.size(3), "--data ", path,
                 ": the training images are ", a.size(1), "x", a.size(2), "x", a.size(3), " but the test images ",
                 b.size(1), "x", b.size(2), "x", b.size(3), " (CxHxW); pass --resize HxW");
-  } else if (has_subdirs(path)) {
-    s.kind = "ImageFolder";
-    train = load_folder(path, o, s.skipped_images);
-  } else {
-    not_a_dataset(path, "a directory with neither IDX files nor class folders");
+    return {train, test};
   }
+  if (!has_subdirs(path)) not_a_dataset(path, "a directory with neither IDX files nor class folders");
+  s.kind = "ImageFolder";
+  return {load_folder(path, o, s.skipped_images), nullptr};
+}
 
-  // an option that only one form uses would otherwise be ignored without a word
-  EMBER_CHECK(o.resize_h == 0 || s.kind == "ImageFolder", "--resize applies to an ImageFolder; --data ", path, " is ",
-              s.kind == "IDX" ? "an IDX set" : "a packed file (ember_pack --resize sizes its images)",
-              " of ", train->images().size(2), "x", train->images().size(3), " images");
-  // classes: the folder names, the packed file's names, or MNIST's ten
+// The class names: the folders', the packed file's, or MNIST's ten.
+std::vector<std::string> class_names(const Splits& s, const std::string& path, const data::InMemoryDataset& train) {
   if (s.kind == "IDX") {
     std::string lower = path;
     std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-    s.classes = lower.find("fashion") != std::string::npos ? kFashionClasses
-                                                           : std::vector<std::string>{"0", "1", "2", "3", "4",
-                                                                                      "5", "6", "7", "8", "9"};
-  } else {
-    s.classes = train->classes();
-    if (s.classes.empty()) {  // a packed file without names: classes 0 .. max label
-      int64_t k = 1;
-      const auto* y = train->labels().data<int64_t>();
-      for (int64_t i = 0; i < train->size(); ++i) k = std::max(k, y[i] + 1);
-      for (int64_t c = 0; c < std::max<int64_t>(k, 2); ++c) s.classes.push_back(std::to_string(c));
-    }
+    if (lower.find("fashion") != std::string::npos) return kFashionClasses;
+    return {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
   }
-  const auto k = static_cast<int64_t>(s.classes.size());
-  // the models have K outputs and the confusion matrix K rows: say so here, not as an index error
-  check_labels(*train, k, path, "training");
-  if (test) check_labels(*test, k, path, "test");
+  std::vector<std::string> names = train.classes();
+  if (names.empty()) {  // a packed file without names: classes 0 .. max label
+    int64_t k = 1;
+    const auto* y = train.labels().data<int64_t>();
+    for (int64_t i = 0; i < train.size(); ++i) k = std::max(k, y[i] + 1);
+    for (int64_t c = 0; c < std::max<int64_t>(k, 2); ++c) names.push_back(std::to_string(c));
+  }
+  return names;
+}
 
-  // identity: the sets as loaded, before any split
-  s.train_file_images = train->size();
-  s.test_file_images = test ? test->size() : 0;
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a over the labels, training then test, in order
+// A checksum of the labels, training then test, in order (FNV-1a).
+std::string labels_checksum(const std::shared_ptr<data::InMemoryDataset>& train,
+                            const std::shared_ptr<data::InMemoryDataset>& test) {
+  uint64_t h = 1469598103934665603ULL;
   for (const auto& ds : {train, test}) {
     if (!ds) continue;
     const auto* y = ds->labels().data<int64_t>();
@@ -246,34 +241,11 @@ Splits load_splits(const Options& o) {
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  s.labels_checksum = hex;
+  return hex;
+}
 
-  if (!test) {  // an ImageFolder without train/ and test/, or a packed file
-    auto [kept, held] = stratified_split(train->labels(), k, o.test_split, o.seed);
-    EMBER_CHECK(!kept.empty() && !held.empty(), "--data ", path, ": ", train->size(),
-                " images are too few to hold out --test-split ", o.test_split, " and train on the rest");
-    test = subset(*train, held);
-    train = subset(*train, kept);
-    s.test_file_images = test->size();
-  }
-  s.test = test;
-
-  // validation: a seeded permutation of the training set
-  const int64_t n = train->size();
-  const auto nv = static_cast<int64_t>(std::llround(static_cast<double>(n) * o.val_split));
-  std::vector<int64_t> perm(static_cast<size_t>(n));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::mt19937_64 rng(o.seed ^ 0x5eedULL);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int64_t> val(perm.begin(), perm.begin() + nv), tr(perm.begin() + nv, perm.end());
-  std::sort(val.begin(), val.end());
-  std::sort(tr.begin(), tr.end());
-  s.train = subset(*train, tr);
-  s.val = nv > 0 ? subset(*train, val) : nullptr;
-
-  const Tensor& img = s.train->images();  // u8 [N, C, H, W]
-  s.shape = InputShape{img.size(1), img.size(2), img.size(3), k};
-  // per-channel pixel statistics of the training split (0.2860 / 0.3530 on Fashion-MNIST)
+// Per-channel mean and std of u8 [N, C, H, W] pixels on the [0, 1] scale.
+void measure_normalisation(const Tensor& img, Splits& s) {
   const int64_t c = img.size(1), plane = img.size(2) * img.size(3);
   s.mean.assign(static_cast<size_t>(c), 0.0);
   s.std.assign(static_cast<size_t>(c), 1.0);
@@ -291,6 +263,49 @@ Splits load_splits(const Options& o) {
     s.mean[static_cast<size_t>(ch)] = mean;
     s.std[static_cast<size_t>(ch)] = m > 0 ? std::sqrt(std::max(sq / static_cast<double>(m) - mean * mean, 1e-12)) : 1.0;
   }
+}
+
+}  // namespace
+
+Splits load_splits(const Options& o) {
+  Splits s;
+  auto [train, test] = load_source(o, s);
+  // an option that only one form uses would otherwise be ignored without a word
+  EMBER_CHECK(o.resize_h == 0 || s.kind == "ImageFolder", "--resize applies to an ImageFolder; --data ", o.data, " is ",
+              s.kind == "IDX" ? "an IDX set" : "a packed file (ember_pack --resize sizes its images)", " of ",
+              train->images().size(2), "x", train->images().size(3), " images");
+  s.classes = class_names(s, o.data, *train);
+  const auto k = static_cast<int64_t>(s.classes.size());
+  // the models have K outputs and the confusion matrix K rows: say so here, not as an index error
+  check_labels(*train, k, o.data, "training");
+  if (test) check_labels(*test, k, o.data, "test");
+  s.train_file_images = train->size();  // the identity: the sets as loaded, before any split
+  s.test_file_images = test ? test->size() : 0;
+  s.labels_checksum = labels_checksum(train, test);
+  if (!test) {  // an ImageFolder without train/ and test/, or a packed file
+    auto [kept, held] = stratified_split(train->labels(), k, o.test_split, o.seed);
+    EMBER_CHECK(!kept.empty() && !held.empty(), "--data ", o.data, ": ", train->size(),
+                " images are too few to hold out --test-split ", o.test_split, " and train on the rest");
+    test = subset(*train, held);
+    train = subset(*train, kept);
+    s.test_file_images = test->size();
+  }
+  s.test = test;
+  // validation: a seeded permutation of the training set
+  const int64_t n = train->size();
+  const auto nv = static_cast<int64_t>(std::llround(static_cast<double>(n) * o.val_split));
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(o.seed ^ 0x5eedULL);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int64_t> val(perm.begin(), perm.begin() + nv), tr(perm.begin() + nv, perm.end());
+  std::sort(val.begin(), val.end());
+  std::sort(tr.begin(), tr.end());
+  s.train = subset(*train, tr);
+  s.val = nv > 0 ? subset(*train, val) : nullptr;
+  const Tensor& img = s.train->images();  // u8 [N, C, H, W]
+  s.shape = InputShape{img.size(1), img.size(2), img.size(3), k};
+  measure_normalisation(img, s);  // 0.2860 / 0.3530 on Fashion-MNIST
   return s;
 }
 

@@ -840,10 +840,35 @@ EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
 
 // ---- the run ----
 
+// The run: the epochs until --epochs, --max-steps, a divergence or a stop signal; each epoch the
+// steps (load, forward, loss, backward, optimizer step, log), then evaluation, the epoch's record
+// and the checkpoint.
 RunResult Trainer::run() {
   RunResult r;
   r.has_val = splits_.val != nullptr;
-  const double t_start = now_s();
+  run_start_ = now_s();
+  upload_device_resident(r);
+  auto loader = make_loader(train_dev_ ? train_dev_ : splits_.train, true);
+  plan_run(loader->size());
+  if (!o_.resume.empty()) resume_from_checkpoint();
+  {
+    autograd::NoGradGuard ng;
+    dev_step_.fill_(static_cast<double>(global_step_));
+  }
+  const bool want_graph = graph_wanted(r);
+  if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::warn);
+  events_used_ = 0;
+  for (int epoch = start_epoch_; epoch < o_.epochs; ++epoch) {
+    if (stop_requested()) break;
+    if (o_.max_steps > 0 && global_step_ >= o_.max_steps) break;  // resumed at the --max-steps cap
+    const EpochStats e = train_epoch(*loader, epoch, want_graph, r);
+    if (!end_epoch(e, epoch, *loader, r) || e.max_steps_reached) break;
+  }
+  finish_run(r);
+  return r;
+}
+
+void Trainer::upload_device_resident(RunResult& r) {
   if (o_.device_resident && device_.is_cuda()) {  // uploaded once, as uint8
     train_dev_ = splits_.train->to(device_);
     if (splits_.val) val_dev_ = splits_.val->to(device_);
@@ -851,174 +876,185 @@ RunResult Trainer::run() {
   } else if (o_.device_resident) {
     r.notes.push_back("--device-resident needs a CUDA device: the data stayed on the host");
   }
-  auto loader = make_loader(train_dev_ ? train_dev_ : splits_.train, true);
-  const int64_t micro_per_epoch = loader->size();
+}
+
+// The run's length, the schedule over it and the profiling window.
+void Trainer::plan_run(int64_t micro_per_epoch) {
+  micro_per_epoch_ = micro_per_epoch;
   // With --grad-accum N the last group of an epoch may be short: it steps too, so a group never
   // spans two epochs (the scheduler's step count is exact, and a checkpoint holds no pending grads).
-  const int64_t steps_per_epoch = std::max<int64_t>(1, (micro_per_epoch + o_.grad_accum - 1) / o_.grad_accum);
-  int64_t total_steps = steps_per_epoch * o_.epochs;
-  if (o_.max_steps > 0) total_steps = std::min(total_steps, o_.max_steps);
-  steps_per_epoch_ = steps_per_epoch;
-  total_steps_ = total_steps;
-  build_scheduler(total_steps);
-  if (!o_.profile.empty()) profile_ = std::make_unique<ProfileWindow>(total_steps);
-  if (!o_.resume.empty()) {
-    TrainingCheckpoint ck;
-    ck.model(*model_).optimizer(*opt_);
-    if (sched_) ck.scheduler(*sched_);
-    if (scaler_) ck.add("scaler", *scaler_);
-    io::SafetensorsFile f = io::load_safetensors(o_.resume);
-    StateDict sd{std::move(f.tensors), std::move(f.metadata)};
-    Metadata saved_run;
-    for (const auto& [k, v] : sd.metadata)
-      if (k.rfind("run.", 0) == 0) saved_run[k.substr(4)] = v;
-    check_resume_flags(saved_run);  // before anything is loaded (a different --optimizer, --model ...)
-    TrainingProgress p;
-    try {
-      p = ck.restore(sd);
-    } catch (const std::exception& e) {
-      EMBER_FAIL("--resume ", o_.resume, ": ", e.what());
-    }
-    check_resume_progress(p.run, p, steps_per_epoch);
-    start_epoch_ = static_cast<int>(p.epoch);
-    global_step_ = p.step;
-    if (!o_.quiet) std::printf("resumed from %s at epoch %lld, step %lld\n", o_.resume.c_str(),
-                               static_cast<long long>(p.epoch), static_cast<long long>(p.step));
+  steps_per_epoch_ = std::max<int64_t>(1, (micro_per_epoch + o_.grad_accum - 1) / o_.grad_accum);
+  total_steps_ = steps_per_epoch_ * o_.epochs;
+  if (o_.max_steps > 0) total_steps_ = std::min(total_steps_, o_.max_steps);
+  build_scheduler(total_steps_);
+  if (!o_.profile.empty()) profile_ = std::make_unique<ProfileWindow>(total_steps_);
+}
+
+void Trainer::resume_from_checkpoint() {
+  TrainingCheckpoint ck;
+  ck.model(*model_).optimizer(*opt_);
+  if (sched_) ck.scheduler(*sched_);
+  if (scaler_) ck.add("scaler", *scaler_);
+  io::SafetensorsFile f = io::load_safetensors(o_.resume);
+  StateDict sd{std::move(f.tensors), std::move(f.metadata)};
+  Metadata saved_run;
+  for (const auto& [k, v] : sd.metadata)
+    if (k.rfind("run.", 0) == 0) saved_run[k.substr(4)] = v;
+  check_resume_flags(saved_run);  // before anything is loaded (a different --optimizer, --model ...)
+  TrainingProgress p;
+  try {
+    p = ck.restore(sd);
+  } catch (const std::exception& e) {
+    EMBER_FAIL("--resume ", o_.resume, ": ", e.what());
   }
-  {
-    autograd::NoGradGuard ng;
-    dev_step_.fill_(static_cast<double>(global_step_));
-  }
-  bool want_graph = o_.graph;
-  if (want_graph && !device_.is_cuda()) {
+  check_resume_progress(p.run, p, steps_per_epoch_);
+  start_epoch_ = static_cast<int>(p.epoch);
+  global_step_ = p.step;
+  if (!o_.quiet)
+    std::printf("resumed from %s at epoch %lld, step %lld\n", o_.resume.c_str(), static_cast<long long>(p.epoch),
+                static_cast<long long>(p.step));
+}
+
+bool Trainer::graph_wanted(RunResult& r) const {
+  if (!o_.graph) return false;
+  if (!device_.is_cuda()) {
     r.notes.push_back("--graph needs a CUDA device: ran eagerly on the CPU");
-    want_graph = false;
+    return false;
   }
-  if (want_graph && o_.grad_accum > 1) {
+  if (o_.grad_accum > 1) {
     r.notes.push_back("--graph with --grad-accum > 1 is not captured (the step is not one static unit): ran eagerly");
-    want_graph = false;
+    return false;
   }
-  if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::warn);
-  const bool use_events = device_.is_cuda();
-  events_used_ = 0;
-  double best = -1;
-  double wait_total = 0, train_total = 0;
+  return true;
+}
+
+// One epoch of steps. Stops early at --max-steps, a divergence or a stop signal.
+Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, bool want_graph, RunResult& r) {
+  model_->train();
+  loader.set_epoch(epoch);
+  events_used_ = 0;  // the gap across the evaluation is not idle time between steps
+  EpochStats e;
+  e.wait_before = loader.stats().wait_seconds;
+  e.start = now_s();
+  interval_start_ = e.start;
+  logs_->begin_epoch(epoch, micro_per_epoch_);
+  micro_ = 0;
+  for (data::Batch& b : loader) {
+    mark_step_event();
+    if (profile_) profile_->before_step(global_step_);
+    ++micro_;
+    const bool do_step = micro_ == o_.grad_accum || e.micro + 1 == micro_per_epoch_;
+    if (do_step) micro_ = 0;
+    train_step(b, do_step, want_graph, r);
+    mark_step_event();
+    ++e.micro;
+    e.samples += b.size();
+    interval_samples_ += b.size();
+    ++interval_steps_;
+    if (do_step) {
+      ++global_step_;
+      if (sched_) sched_->step();
+      if (graph_) opt_->sync_hyperparameters();  // the next replay reads the new lr from the device
+    }
+    if (profile_) profile_->after_step(global_step_);
+    if (e.micro % o_.log_interval == 0 || e.micro == micro_per_epoch_) add_interval(e, log_interval(r, epoch, e.micro));
+    if (diverged_step_ >= 0 || stop_requested()) break;
+    if (o_.max_steps > 0 && global_step_ >= o_.max_steps) {
+      e.max_steps_reached = true;
+      break;
+    }
+  }
+  if (interval_steps_ > 0) add_interval(e, log_interval(r, epoch, e.micro));
+  logs_->end_epoch();
+  return e;
+}
+
+void Trainer::add_interval(EpochStats& e, std::pair<double, double> loss_and_correct) {
+  e.loss += loss_and_correct.first;
+  e.correct += loss_and_correct.second;
+}
+
+// One micro-batch: captured into a CUDA graph once warm, then replayed; else eager.
+void Trainer::train_step(const data::Batch& b, bool do_step, bool want_graph, RunResult& r) {
   const int warmup = 3;
-  bool stop = false;
-  for (int epoch = start_epoch_; epoch < o_.epochs && !stop; ++epoch) {
-    if (stop_requested()) break;
-    if (o_.max_steps > 0 && global_step_ >= o_.max_steps) break;  // resumed at the --max-steps cap
-    model_->train();
-    loader->set_epoch(epoch);
-    events_used_ = 0;  // the gap across the evaluation is not idle time between steps
-    const double wait_before = loader->stats().wait_seconds;
-    const double e_start = now_s();
-    interval_start_ = e_start;
-    logs_->begin_epoch(epoch, micro_per_epoch);
-    int64_t micro_in_epoch = 0, samples_in_epoch = 0;
-    micro_ = 0;
-    double loss_acc = 0, correct_acc = 0;
-    for (data::Batch& b : *loader) {
-      mark_step_event();
-      if (profile_) profile_->before_step(global_step_);
-      ++micro_;
-      const bool do_step = micro_ == o_.grad_accum || micro_in_epoch + 1 == micro_per_epoch;
-      if (do_step) micro_ = 0;
-      if (want_graph && !graph_ && !graph_failed_ && global_step_ >= warmup && do_step) {
-        if (capture_graph(b.images, b.labels)) r.graph_used = true;
-        else r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
-      } else if (graph_) {
-        graph_step(b.images, b.labels);
-      } else {
-        eager_step(b.images, b.labels, do_step);
-      }
-      mark_step_event();
-      ++micro_in_epoch;
-      samples_in_epoch += b.size();
-      interval_samples_ += b.size();
-      ++interval_steps_;
-      if (do_step) {
-        ++global_step_;
-        if (sched_) sched_->step();
-        if (graph_) opt_->sync_hyperparameters();  // the next replay reads the new lr from the device
-      }
-      if (profile_) profile_->after_step(global_step_);
-      if (micro_in_epoch % o_.log_interval == 0 || micro_in_epoch == micro_per_epoch) {
-        auto [l, c] = log_interval(r, epoch, micro_in_epoch);
-        loss_acc += l;
-        correct_acc += c;
-      }
-      if (diverged_step_ >= 0 || stop_requested()) break;
-      if (o_.max_steps > 0 && global_step_ >= o_.max_steps) {
-        stop = true;
-        break;
-      }
-    }
-    if (interval_steps_ > 0) {
-      auto [l, c] = log_interval(r, epoch, micro_in_epoch);
-      loss_acc += l;
-      correct_acc += c;
-    }
-    logs_->end_epoch();
-    if (diverged_step_ >= 0) {
-      r.error = str("training diverged: the loss was NaN or inf for ", o_.max_nonfinite_steps, " consecutive step",
-                    o_.max_nonfinite_steps == 1 ? "" : "s", " at step ", diverged_step_, " (epoch ", epoch + 1,
-                    "; --max-nonfinite-steps ", o_.max_nonfinite_steps, "); stopped without saving a checkpoint of it",
-                    o_.save.empty() ? std::string() : " (" + o_.save + " keeps the last good one, if any)",
-                    "; try a lower --lr or --clip-grad");
-      break;
-    }
-    if (stop_requested() && micro_in_epoch < micro_per_epoch) {
-      r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;
-      r.notes.push_back(str("stopped by ", r.interrupted_by == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM", " during epoch ",
-                            epoch + 1, " after ", micro_in_epoch, " of ", micro_per_epoch,
-                            " micro-batches: that partial epoch is not reported or saved"));
-      break;
-    }
-    if (use_events) {
-      runtime::AllowSyncScope allow;
-      cuda::current_stream(device_.index).synchronize();
-    }
-    const double e_train = now_s() - e_start;
-    train_total += e_train;
-    wait_total += loader->stats().wait_seconds - wait_before;
-    EpochResult er;
-    er.epoch = epoch + 1;
-    er.seconds = e_train;
-    er.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(samples_in_epoch) / std::max(e_train, 1e-9);
-    er.train_loss = micro_in_epoch > 0 ? loss_acc / static_cast<double>(micro_in_epoch) : 0;
-    er.train_acc = samples_in_epoch > 0 ? 100.0 * correct_acc / static_cast<double>(samples_in_epoch) : 0;
-    er.lr = current_lr();
-    if (splits_.val) er.val_acc = evaluate(val_dev_ ? val_dev_ : splits_.val).accuracy;
-    EvalResult test = evaluate(test_dev_ ? test_dev_ : splits_.test);
-    er.test_acc = test.accuracy;
-    r.final_test = test;
-    r.samples += samples_in_epoch;
-    if (test.accuracy > best) {
-      best = test.accuracy;
-      r.best_test_acc = best;
-      r.time_to_best = now_s() - t_start;
-    }
-    r.epochs.push_back(er);
-    logs_->epoch(er);
-    if (!o_.save.empty()) {
-      // never a non-finite checkpoint: fewer than --max-nonfinite-steps bad steps may have ended the
-      // epoch (the weights are read to the host for the save anyway)
-      if (const std::string bad = nonfinite_weight(); !bad.empty()) {
-        r.error = str("training diverged: weight '", bad, "' holds NaN or inf after epoch ", epoch + 1, " (step ",
-                      global_step_, "); not saving it to ", o_.save, "; try a lower --lr or --clip-grad");
-        break;
-      }
-      // A checkpoint marks a finished epoch (resume starts the next one); a --max-steps stop in the
-      // middle of an epoch would otherwise be resumed as if the rest of that epoch had run.
-      if (micro_in_epoch == micro_per_epoch)
-        save_checkpoint(epoch + 1, global_step_);
-      else
-        r.notes.push_back(str("--max-steps stopped epoch ", epoch + 1, " after ", micro_in_epoch, " of ", micro_per_epoch,
-                              " micro-batches: no checkpoint for the partial epoch (", o_.save,
-                              epoch > start_epoch_ ? " holds the last finished one)" : " was not written)"));
-    }
+  if (want_graph && !graph_ && !graph_failed_ && global_step_ >= warmup && do_step) {
+    if (capture_graph(b.images, b.labels)) r.graph_used = true;
+    else r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
+  } else if (graph_) {
+    graph_step(b.images, b.labels);
+  } else {
+    eager_step(b.images, b.labels, do_step);
   }
+}
+
+// After an epoch's steps: stops on a divergence or a signal (false), else evaluates, records and
+// saves the epoch.
+bool Trainer::end_epoch(const EpochStats& e, int epoch, data::DataLoader& loader, RunResult& r) {
+  if (diverged_step_ >= 0) {
+    r.error = str("training diverged: the loss was NaN or inf for ", o_.max_nonfinite_steps, " consecutive step",
+                  o_.max_nonfinite_steps == 1 ? "" : "s", " at step ", diverged_step_, " (epoch ", epoch + 1,
+                  "; --max-nonfinite-steps ", o_.max_nonfinite_steps, "); stopped without saving a checkpoint of it",
+                  o_.save.empty() ? std::string() : " (" + o_.save + " keeps the last good one, if any)",
+                  "; try a lower --lr or --clip-grad");
+    return false;
+  }
+  if (stop_requested() && e.micro < micro_per_epoch_) {
+    r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;
+    r.notes.push_back(str("stopped by ", r.interrupted_by == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM", " during epoch ",
+                          epoch + 1, " after ", e.micro, " of ", micro_per_epoch_,
+                          " micro-batches: that partial epoch is not reported or saved"));
+    return false;
+  }
+  if (device_.is_cuda()) {
+    runtime::AllowSyncScope allow;
+    cuda::current_stream(device_.index).synchronize();
+  }
+  const double e_train = now_s() - e.start;
+  train_total_ += e_train;
+  wait_total_ += loader.stats().wait_seconds - e.wait_before;
+  EpochResult er;
+  er.epoch = epoch + 1;
+  er.seconds = e_train;
+  er.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(e.samples) / std::max(e_train, 1e-9);
+  er.train_loss = e.micro > 0 ? e.loss / static_cast<double>(e.micro) : 0;
+  er.train_acc = e.samples > 0 ? 100.0 * e.correct / static_cast<double>(e.samples) : 0;
+  er.lr = current_lr();
+  if (splits_.val) er.val_acc = evaluate(val_dev_ ? val_dev_ : splits_.val).accuracy;
+  EvalResult test = evaluate(test_dev_ ? test_dev_ : splits_.test);
+  er.test_acc = test.accuracy;
+  r.final_test = test;
+  r.samples += e.samples;
+  if (test.accuracy > r.best_test_acc || r.epochs.empty()) {
+    r.best_test_acc = test.accuracy;
+    r.time_to_best = now_s() - run_start_;
+  }
+  r.epochs.push_back(er);
+  logs_->epoch(er);
+  return o_.save.empty() || save_epoch(e, epoch, r);
+}
+
+// The epoch's checkpoint; false (and r.error) when the weights hold NaN or inf.
+bool Trainer::save_epoch(const EpochStats& e, int epoch, RunResult& r) {
+  // never a non-finite checkpoint: fewer than --max-nonfinite-steps bad steps may have ended the
+  // epoch (the weights are read to the host for the save anyway)
+  if (const std::string bad = nonfinite_weight(); !bad.empty()) {
+    r.error = str("training diverged: weight '", bad, "' holds NaN or inf after epoch ", epoch + 1, " (step ",
+                  global_step_, "); not saving it to ", o_.save, "; try a lower --lr or --clip-grad");
+    return false;
+  }
+  // A checkpoint marks a finished epoch (resume starts the next one); a --max-steps stop in the
+  // middle of an epoch would otherwise be resumed as if the rest of that epoch had run.
+  if (e.micro == micro_per_epoch_)
+    save_checkpoint(epoch + 1, global_step_);
+  else
+    r.notes.push_back(str("--max-steps stopped epoch ", epoch + 1, " after ", e.micro, " of ", micro_per_epoch_,
+                          " micro-batches: no checkpoint for the partial epoch (", o_.save,
+                          epoch > start_epoch_ ? " holds the last finished one)" : " was not written)"));
+  return true;
+}
+
+// The run's totals, the profile and the summary record.
+void Trainer::finish_run(RunResult& r) {
   if (r.epochs.empty() && r.error.empty() && !stop_requested()) {  // resumed at or past --epochs: report the loaded model
     r.final_test = evaluate(test_dev_ ? test_dev_ : splits_.test);
     r.best_test_acc = r.final_test.accuracy;
@@ -1027,16 +1063,16 @@ RunResult Trainer::run() {
   }
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
   r.steps = global_step_;
-  r.train_seconds = train_total;
-  r.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(r.samples) / std::max(train_total, 1e-9);
-  r.data_wait_fraction = train_total > 0 ? wait_total / train_total : 0;
-  if (use_events && gpu_busy_ms_ + gpu_idle_ms_ > 0) r.gpu_idle_fraction = gpu_idle_ms_ / (gpu_busy_ms_ + gpu_idle_ms_);
+  r.train_seconds = train_total_;
+  r.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(r.samples) / std::max(train_total_, 1e-9);
+  r.data_wait_fraction = train_total_ > 0 ? wait_total_ / train_total_ : 0;
+  if (device_.is_cuda() && gpu_busy_ms_ + gpu_idle_ms_ > 0)
+    r.gpu_idle_fraction = gpu_idle_ms_ / (gpu_busy_ms_ + gpu_idle_ms_);
   if (scaler_) r.skipped_steps = scaler_->skipped_steps();
   if (r.interrupted_by == 0 && stop_requested()) r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;
   if (profile_) profile_->write(o_.profile);
-  r.total_seconds = now_s() - t_start;
+  r.total_seconds = now_s() - run_start_;
   logs_->summary(r);
-  return r;
 }
 
 }  // namespace mnist

@@ -118,6 +118,24 @@ class Trainer {
   // The optimizer's actual learning rate (what the epoch lines print).
   double current_lr() const;
 
+  // the pieces of run(), in the order it calls them
+  struct EpochStats {  // one epoch's steps
+    int64_t micro = 0, samples = 0;  // micro-batches and samples trained
+    double loss = 0, correct = 0;    // sums over the log intervals
+    double start = 0, wait_before = 0;
+    bool max_steps_reached = false;
+  };
+  void upload_device_resident(RunResult& r);
+  void plan_run(int64_t micro_per_epoch);
+  void resume_from_checkpoint();
+  bool graph_wanted(RunResult& r) const;
+  EpochStats train_epoch(ember::data::DataLoader& loader, int epoch, bool want_graph, RunResult& r);
+  void train_step(const ember::data::Batch& b, bool do_step, bool want_graph, RunResult& r);
+  static void add_interval(EpochStats& e, std::pair<double, double> loss_and_correct);
+  bool end_epoch(const EpochStats& e, int epoch, ember::data::DataLoader& loader, RunResult& r);
+  bool save_epoch(const EpochStats& e, int epoch, RunResult& r);
+  void finish_run(RunResult& r);
+
   Options o_;
   ember::Device device_;
   const Splits& splits_;
@@ -166,7 +184,8 @@ class Trainer {
   int64_t global_step_ = 0;
   int start_epoch_ = 0;
   // the run's length as laid out in run() (recorded in checkpoints, compared on --resume)
-  int64_t steps_per_epoch_ = 0, total_steps_ = 0;
+  int64_t micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  double run_start_ = 0, train_total_ = 0, wait_total_ = 0;  // now_s() at the start; time training, waiting for data
 };
 
 }  // namespace mnist
