@@ -136,10 +136,16 @@ TEST_CASE("dist: ranks that make different calls get an error naming each rank's
                      .env = {{"EMBER_DIST_CHECK", "off"}, {"EMBER_DIST_TIMEOUT", "3"}}, .deadline_s = 60});
   INFO(describe(rs));
   REQUIRE(rs.size() == 2);
+  // the first rank to time out fails the group and closes its connections, so the other may see
+  // that before its own timeout: both fail naming the collective, at least one of them as a timeout
+  int timed_out = 0;
   for (int r : {0, 1}) {
     CHECK(rs[r].exit_code == 1);
-    CHECK_THAT(rs[r].output, Contains("all_reduce #1") && Contains("timed out") && Contains("called another one"));
+    CHECK_THAT(rs[r].output, Contains("all_reduce #1"));
+    timed_out += rs[r].output.find("timed out") != std::string::npos &&
+                 rs[r].output.find("called another one") != std::string::npos;
   }
+  CHECK(timed_out >= 1);
 }
 
 TEST_CASE("dist: a rank that hangs makes the others time out, naming the collective and the progress", "[dist][fault]") {
