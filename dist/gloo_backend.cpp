@@ -51,6 +51,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "dist/backends.h"
 
 namespace ember::dist {
@@ -74,8 +75,7 @@ uint64_t check_limit_from_env() {
 }
 
 uint32_t call_hash16(const std::string& call) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : call) h = (h ^ c) * 1099511628211ULL;
+  const uint64_t h = fnv1a(call);
   return static_cast<uint32_t>((h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48)) & 0xFFFF);
 }
 

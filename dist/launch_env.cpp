@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/hash.h"
 #include "dist/process_group.h"
 
 namespace ember::dist {
@@ -14,9 +15,7 @@ namespace {
 // A port in [20000, 40000) that every process of one job computes alike from the job's id (a
 // different job on the same machine almost always gets another; MASTER_PORT overrides).
 int port_from_job_id(std::string_view id) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : id) h = (h ^ c) * 1099511628211ULL;
-  return 20000 + static_cast<int>(h % 20000);
+  return 20000 + static_cast<int>(fnv1a(id) % 20000);
 }
 
 struct Env {

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "io/input_file.h"
 #include "kernels/functional.h"
 
@@ -230,14 +231,14 @@ std::vector<std::string> class_names(const Splits& s, const std::string& path, c
   return names;
 }
 
-// A checksum of the labels, training then test, in order (FNV-1a).
+// A checksum of the labels (i64, contiguous), training then test, in order.
 std::string labels_checksum(const std::shared_ptr<data::InMemoryDataset>& train,
                             const std::shared_ptr<data::InMemoryDataset>& test) {
-  uint64_t h = 1469598103934665603ULL;
+  uint64_t h = kFnv1aBasis;
   for (const auto& ds : {train, test}) {
     if (!ds) continue;
-    const auto* y = ds->labels().data<int64_t>();
-    for (int64_t i = 0; i < ds->size(); ++i) h = (h ^ static_cast<uint64_t>(y[i])) * 1099511628211ULL;
+    const Tensor y = ds->labels().contiguous();
+    h = fnv1a(y.data_ptr(), y.nbytes(), h);
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));

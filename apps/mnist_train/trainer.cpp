@@ -19,6 +19,7 @@
 #include "apps/mnist_train/run_agreement.h"
 #include "ckpt/training_checkpoint.h"
 #include "core/autocast.h"
+#include "core/hash.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "core/runtime.h"
@@ -306,11 +307,12 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o),
 // What every rank of a --distributed job must share (run_agreement.h).
 std::vector<RunField> Trainer::run_fields() const {
   int64_t elements = 0;
-  uint64_t shapes = 1469598103934665603ull;  // FNV-1a over every parameter's dims
+  uint64_t shapes = kFnv1aBasis;  // every parameter's dims, each shape ended by its rank
   for (const Tensor& p : params_) {
     elements += p.numel();
-    for (int64_t d : p.shape()) shapes = (shapes ^ static_cast<uint64_t>(d)) * 1099511628211ull;
-    shapes = (shapes ^ 0xffu) * 1099511628211ull;
+    const int64_t rank = p.dim();
+    for (int64_t d : p.shape()) shapes = fnv1a(&d, sizeof d, shapes);
+    shapes = fnv1a(&rank, sizeof rank, shapes);
   }
   auto index_of = [](const std::string& v, const std::vector<std::string>& names) {
     const auto it = std::find(names.begin(), names.end(), v);
