@@ -54,6 +54,7 @@ void rank_and_size(const Env& env, const char* rank_var, const char* size_var, c
     throw DistError(std::string(rank_var) + "=" + std::to_string(e.rank) + " is not below " + size_var + "=" +
                     std::to_string(e.world_size));
   e.distributed = true;
+  e.rank_set = true;
 }
 
 void master_overrides(const Env& env, LaunchEnv& e) {
@@ -134,6 +135,7 @@ LaunchEnv launch_env(const EnvLookup& get) {
     e.world_size = env.integer("WORLD_SIZE", 1);
     e.rank = env.integer("RANK", 0);
     e.distributed = env.has("WORLD_SIZE");
+    e.rank_set = env.has("RANK");
     e.local_rank = env.integer("LOCAL_RANK", e.rank);
     e.local_world_size = env.integer("LOCAL_WORLD_SIZE", e.world_size);
     e.source = env.str("EMBER_RUN") == "1" ? "ember_run" : "RANK and WORLD_SIZE";

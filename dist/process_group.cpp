@@ -46,26 +46,14 @@ void ProcessGroup::check_tensor(const char* what, const Tensor& t) const {
                                 " with strides that are not (call .contiguous() first)");
 }
 
-// ---- environment ----
+// ---- the default group ----
 
 namespace {
-
-int env_int(const char* name, int fallback, bool* was_set = nullptr) {
-  const char* v = std::getenv(name);
-  if (was_set) *was_set = v != nullptr && *v != '\0';
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (end == v || *end != '\0' || x < 0 || x > (1 << 24))
-    throw DistError(std::string("environment variable ") + name + "='" + v + "' is not a valid non-negative integer");
-  return static_cast<int>(x);
-}
 
 std::mutex g_default_mu;
 ProcessGroupPtr g_default;
 
 }  // namespace
-
 
 ProcessGroupPtr default_group() {
   std::lock_guard<std::mutex> lock(g_default_mu);
@@ -89,11 +77,15 @@ ProcessGroupPtr init_process_group(Options o) {
   // the launcher's variables (Note [launch conventions] in launch_env.h)
   const LaunchEnv env = launch_env();
   const bool torchrun = env.source.empty() || env.source == "ember_run" || env.source == "RANK and WORLD_SIZE";
-  bool ws_set = false, rank_set = false;
-  if (o.world_size < 0) o.world_size = torchrun ? env_int("WORLD_SIZE", 1, &ws_set) : env.world_size;
-  else ws_set = true;
-  if (o.rank < 0) o.rank = torchrun ? env_int("RANK", 0, &rank_set) : env.rank;
-  else rank_set = true;
+  bool ws_set = true, rank_set = true;
+  if (o.world_size < 0) {
+    o.world_size = env.world_size;
+    ws_set = env.distributed;
+  }
+  if (o.rank < 0) {
+    o.rank = env.rank;
+    rank_set = env.rank_set;
+  }
   if (ws_set && o.world_size > 1 && !rank_set)
     throw DistError("init_process_group: WORLD_SIZE=" + std::to_string(o.world_size) +
                     " but RANK is not set; start the program with ember_run (or set RANK for every process)");
