@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "apps/mnist_train/models.h"
@@ -22,29 +21,15 @@ using namespace ember;
 int predict(const Options& o, Device device) {
   const std::string& ck = o.eval_only;
   io::SafetensorsFile f = io::load_safetensors(ck, kCPU);
-  auto meta = [&](const char* key) {
-    auto it = f.metadata.find(std::string("run.") + key);
-    EMBER_CHECK(it != f.metadata.end(), "--predict: ", ck, " records no '", "run.", key,
-                "' (a checkpoint saved by an older mnist_train, or not a training checkpoint); the model's input "
-                "shape, normalisation and classes are needed to predict");
-    return it->second;
-  };
   // the model as trained: its kind, input shape, classes and normalisation
-  InputShape in;
-  const std::string shape = meta("input_shape");
-  EMBER_CHECK(std::sscanf(shape.c_str(), "%ldx%ldx%ld", &in.channels, &in.height, &in.width) == 3, "--predict: ", ck,
-              ": 'run.input_shape' is '", shape, "', expected CxHxW");
-  std::vector<std::string> classes;
-  try {
-    classes = nlohmann::json::parse(meta("classes")).get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception&) {
-    EMBER_FAIL("--predict: ", ck, ": 'run.classes' is not a JSON list of names");
-  }
-  in.classes = static_cast<int64_t>(classes.size());
-  const std::vector<double> mean = parse_doubles(meta("normalize_mean")), stdev = parse_doubles(meta("normalize_std"));
-  EMBER_CHECK(mean.size() == static_cast<size_t>(in.channels) && stdev.size() == mean.size(), "--predict: ", ck,
-              ": the normalisation does not hold one value per channel");
-  auto model = make_model(meta("model"), in);
+  const std::optional<TrainedOn> trained = trained_on(f.metadata, "--predict " + ck);
+  EMBER_CHECK(trained.has_value(), "--predict: ", ck, " records no input shape, classes or normalisation (a ",
+              "checkpoint saved by an older mnist_train, or not a training checkpoint); they are needed to predict");
+  const InputShape& in = trained->shape;
+  const std::vector<std::string>& classes = trained->classes;
+  const std::vector<double>& mean = trained->mean;
+  const std::vector<double>& stdev = trained->std;
+  auto model = make_model(trained->model, in);
   TensorDict state;
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("model.", 0) == 0) state.insert(name.substr(6), t);
@@ -54,8 +39,8 @@ int predict(const Options& o, Device device) {
   model->eval();
   autograd::NoGradGuard ng;
 
-  std::printf("predicting with %s (%s, %s images, %zu classes)\n", ck.c_str(), meta("model").c_str(), shape.c_str(),
-              classes.size());
+  std::printf("predicting with %s (%s, %s images, %zu classes)\n", ck.c_str(), trained->model.c_str(),
+              shape_text(in).c_str(), classes.size());
   for (const std::string& path : o.predict) {
     // the image as the training data was: converted to the model's channels, resized to its size
     data::Image img = data::load_image(path, in.channels == 1 ? 1 : 3);

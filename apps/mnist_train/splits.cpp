@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 
@@ -142,6 +143,32 @@ std::shared_ptr<data::InMemoryDataset> load_folder(const std::string& root, cons
 }
 
 }  // namespace
+
+std::optional<TrainedOn> trained_on(const Metadata& metadata, const std::string& what) {
+  auto meta = [&](const char* key) {
+    auto it = metadata.find(std::string("run.") + key);
+    return it == metadata.end() ? std::string() : it->second;
+  };
+  const std::string shape = meta("input_shape");
+  if (shape.empty()) return std::nullopt;
+  TrainedOn t;
+  t.model = meta("model");
+  char end = 0;
+  EMBER_CHECK(std::sscanf(shape.c_str(), "%ldx%ldx%ld%c", &t.shape.channels, &t.shape.height, &t.shape.width, &end) == 3,
+              what, ": the metadata 'run.input_shape' is '", shape, "', expected CxHxW; the checkpoint is damaged");
+  try {
+    t.classes = nlohmann::json::parse(meta("classes")).get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception&) {
+    EMBER_FAIL(what, ": the metadata 'run.classes' is not a JSON list of names; the checkpoint is damaged");
+  }
+  t.shape.classes = static_cast<int64_t>(t.classes.size());
+  t.mean = parse_doubles(meta("normalize_mean"));
+  t.std = parse_doubles(meta("normalize_std"));
+  EMBER_CHECK(t.mean.size() == static_cast<size_t>(t.shape.channels) && t.std.size() == t.mean.size(), what,
+              ": the metadata 'run.normalize_mean' / 'run.normalize_std' do not hold one value per channel; the "
+              "checkpoint is damaged");
+  return t;
+}
 
 std::string shape_text(const InputShape& s) { return str(s.channels, "x", s.height, "x", s.width); }
 

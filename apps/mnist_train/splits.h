@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/mnist_train/models.h"
 #include "apps/mnist_train/options.h"
 #include "data/data.h"
+#include "io/state_dict.h"
 
 namespace mnist {
 
@@ -33,6 +35,17 @@ struct Splits {
 // --val-split of the training set (a seeded permutation), and measures the training split's
 // per-channel mean and std. Prints what it loads unless --quiet.
 Splits load_splits(const Options& o);
+
+// What a training checkpoint records about the data its model was trained on (the run.* metadata
+// that Trainer::run_info writes). nullopt for a checkpoint that records none (saved before these
+// entries existed); throws naming `what` ("--eval-only ck.safetensors") when they are malformed.
+struct TrainedOn {
+  std::string model;  // --model
+  InputShape shape;   // with the number of classes
+  std::vector<std::string> classes;
+  std::vector<double> mean, std;  // the normalisation, one value per channel
+};
+std::optional<TrainedOn> trained_on(const ember::Metadata& metadata, const std::string& what);
 
 // "1x28x28" (the form checkpoints record), and "0.2860,0.3530"-style lists of exact doubles.
 std::string shape_text(const InputShape& s);

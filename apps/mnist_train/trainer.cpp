@@ -724,25 +724,13 @@ void Trainer::load_model(const std::string& path) {
   io::SafetensorsFile f = io::load_safetensors(path, kCPU);
   // what the model was trained on, before its tensors are compared (checkpoints of older versions
   // record none of it and are loaded as they are)
-  const auto meta = [&](const char* key) {
-    auto it = f.metadata.find(std::string("run.") + key);
-    return it == f.metadata.end() ? std::string() : it->second;
-  };
-  if (const std::string shape = meta("input_shape"); !shape.empty()) {
-    std::vector<std::string> classes;
-    try {
-      classes = nlohmann::json::parse(meta("classes")).get<std::vector<std::string>>();
-    } catch (const std::exception&) {
-      EMBER_FAIL("--eval-only ", path, ": the metadata 'run.classes' is not a JSON list of names; the checkpoint is damaged");
-    }
-    EMBER_CHECK(shape == shape_text(splits_.shape) && classes == splits_.classes, "--eval-only ", path,
-                ": the checkpoint's model takes ", describe_data(shape, classes), ", but --data ", o_.data, " has ",
+  if (const auto t = trained_on(f.metadata, "--eval-only " + path)) {
+    const std::string shape = shape_text(t->shape);
+    EMBER_CHECK(shape == shape_text(splits_.shape) && t->classes == splits_.classes, "--eval-only ", path,
+                ": the checkpoint's model takes ", describe_data(shape, t->classes), ", but --data ", o_.data, " has ",
                 describe_data(shape_text(splits_.shape), splits_.classes));
-    const std::vector<double> mean = parse_doubles(meta("normalize_mean")), stdev = parse_doubles(meta("normalize_std"));
-    EMBER_CHECK(mean.size() == static_cast<size_t>(splits_.shape.channels) && stdev.size() == mean.size(), "--eval-only ",
-                path, ": the metadata 'run.normalize_mean' / 'run.normalize_std' do not hold one value per channel");
-    mean_ = mean;  // the inputs are normalised as in training
-    std_ = stdev;
+    mean_ = t->mean;  // the inputs are normalised as in training
+    std_ = t->std;
   }
   TensorDict model_state;
   for (const auto& [name, t] : f.tensors)
