@@ -1,6 +1,6 @@
-// bench_ops: times every kernel variant of every op on the shapes its OpInfo lists (benches()),
-// after checking the variant against a reference, and prints time, GB/s, TFLOP/s, % of the
-// rooflines measured in the same run, and the ratio to the vendor variant.
+// bench_ops: times every kernel variant of every op on its benchmark shapes (op_benches(id),
+// bench/op_shapes/) after checking the variant against a reference, and prints time, GB/s,
+// TFLOP/s, % of the rooflines measured in the same run, and the ratio to the vendor variant.
 //
 //   bench_ops --list                 ops and variants (no GPU needed)
 //   bench_ops --cases                the benchmark cases of every op
@@ -11,10 +11,10 @@
 //             [--min-time 0.2] [--quick] [Google Benchmark flags ...]
 //
 // Method: inputs are random (never zeros), the L2 cache is flushed before every timed run, CUDA
-// events bracket the kernel, medians are reported, and every variant is checked first: against the CPU reference variant for cases of up to 2e10 FLOPs, else against
-// the vendor (or default) variant on the device, by relative L2 error. The rooflines: a large
-// device-to-device copy (bytes read + written per second) and, when a cuBLAS matmul variant is
-// registered, an 8192^3 bf16 GEMM.
+// events bracket the kernel, medians are reported, and every variant is checked first: against the CPU reference
+// variant for cases of up to 2e10 FLOPs, else against the vendor (or default) variant on the device, by relative L2
+// error. The rooflines: a large device-to-device copy (bytes read + written per second) and, when a cuBLAS matmul
+// variant is registered, an 8192^3 bf16 GEMM.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "bench/name_filter.h"
+#include "bench/op_shapes/op_shapes.h"
 #include "core/autograd/node.h"
 #include "core/cuda/runtime.h"
 #include "core/rng.h"
@@ -97,8 +98,7 @@ std::string spec_str(const std::vector<TensorSpec>& in) {
 
 void print_cases() {
   for (const OpInfo& info : all_ops()) {
-    if (!info.benches) continue;
-    for (const BenchCase& c : info.benches())
+    for (const BenchCase& c : op_benches(info.id)())
       std::printf("%-24s %-40s %s\n", info.name, c.name.c_str(), c.make ? "(custom inputs)" : spec_str(c.inputs).c_str());
   }
 }
@@ -462,8 +462,8 @@ int main(int argc, char** argv) {
   static std::vector<BenchCase> storage;  // keeps cases alive for the registered benchmarks
   storage.reserve(4096);
   for (const OpInfo& info : all_ops()) {
-    if (!info.benches || !wanted(g_opt.ops, info.name)) continue;
-    for (const BenchCase& c : info.benches()) {
+    if (!wanted(g_opt.ops, info.name)) continue;
+    for (const BenchCase& c : op_benches(info.id)()) {
       storage.push_back(c);
       const BenchCase* bc = &storage.back();
       for (const Variant& v : info.variants) {

@@ -5,14 +5,16 @@
 // Note [op registry]: kernels/ops.def is the single list of ops. It expands into the OpId enum,
 // the table of OpInfos, the generic tests (coverage, gradcheck, CPU-vs-CUDA parity) and bench_ops.
 // Each op provides, in its own files:
-//   define_op_<name>(OpInfo&)       (<op>.cpp) shape inference, backward, samples, cost, CPU kernel
+//   define_op_<name>(OpInfo&)       (<op>.cpp) shape inference, backward, cost, CPU kernel
 //   register_cuda_<name>(OpInfo&)   (<op>.cu)  its CUDA kernel variants
 // registry.cpp calls them in ops.def order when the registry is first used: no static
-// initialisers, so nothing is lost when the static library is linked.
+// initialisers, so nothing is lost when the static library is linked. What the library does not
+// need lives beside the code that uses it, expanded from the same list: the test samples
+// (samples_<name>, tests/op_samples/op_samples.h) and the benchmark shapes (benches_<name>,
+// bench/op_shapes/op_shapes.h). A missing one fails to link.
 #pragma once
 
 #include <cstring>
-#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -137,47 +139,11 @@ struct BackwardCtx {
 // Returns one gradient per input (undefined where not needed or not differentiable).
 using BackwardFn = std::vector<Tensor> (*)(const BackwardCtx& ctx);
 
-struct Tol {
-  double rtol, atol;
-};
-
-// One test case of an op, drawn by the generic driver (tests/test_ops.cpp).
-struct OpSample {
-  std::string name;
-  std::vector<Tensor> inputs;  // CPU tensors; floating ones in f64
-  Attrs attrs;
-  std::vector<int> grad_inputs;  // inputs to gradcheck; empty: every floating input
-  bool gradcheck = true;
-  bool parity = true;
-  DTypeSet dtypes{DType::f32, DType::f16, DType::bf16};  // CPU-vs-CUDA parity dtypes
-  std::vector<std::pair<DType, Tol>> tol;  // overrides of the default tolerances ...
-  std::string tol_note;                    // ... and why
-  // false: the vendor variants (kVendor) are not held to the CPU reference on this sample, where
-  // the library's semantics differ from ember's and PyTorch's (tol_note says how)
-  bool vendor_parity = true;
-  // overrides of `tol` for the vendor variants only, where a library's documented numerics are
-  // looser than ember's kernels (tol_note says which and why)
-  std::vector<std::pair<DType, Tol>> vendor_tol;
-  // Indices of inputs that keep their dtype when the driver casts floating inputs (e.g. masks).
-  std::vector<int> keep_dtype;
-};
-using SamplesFn = std::vector<OpSample> (*)();
-
 struct Cost {
   double bytes = 0;  // fewest bytes the op must move through memory
   double flops = 0;
 };
 using CostFn = Cost (*)(const KernelCall& c);
-
-// A benchmark case: inputs are generated on the device (uniform in [-1, 1) unless integer).
-struct BenchCase {
-  std::string name;
-  std::vector<TensorSpec> inputs;
-  Attrs attrs;
-  // Optional: makes the inputs (e.g. valid indices); gets the device.
-  std::function<std::vector<Tensor>(Device)> make;
-};
-using BenchFn = std::vector<BenchCase> (*)();
 
 struct OpInfo {
   OpId id{};
@@ -192,9 +158,7 @@ struct OpInfo {
   // in place (a second call before backward would fail the saved-version check).
   uint64_t save_inputs_mask = ~uint64_t{0};
   uint64_t save_outputs_mask = ~uint64_t{0};
-  SamplesFn samples = nullptr;
   CostFn cost = nullptr;
-  BenchFn benches = nullptr;
   AutocastPolicy autocast = AutocastPolicy::none;
   bool contiguous_inputs = true;  // the runner makes inputs contiguous before the kernel
   std::vector<Variant> variants;

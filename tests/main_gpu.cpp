@@ -23,6 +23,7 @@
 #include "core/cuda/runtime.h"
 #include "kernels/openmp.h"
 #include "kernels/registry.h"
+#include "tests/op_samples/op_samples.h"
 
 namespace {
 
@@ -78,8 +79,8 @@ int check_coverage(const std::string& dir) {
       }
       // required: the dtypes the variant is registered for that the op's samples use
       ember::DTypeSet sampled;
-      if (info.samples != nullptr)
-        for (const ember::OpSample& s : info.samples())
+      if (ember::SamplesFn samples = ember::op_samples(info.id))
+        for (const ember::OpSample& s : samples())
           for (ember::DType dt : kChecked)
             if (s.dtypes.has(dt)) sampled = sampled | ember::DTypeSet{dt};
       std::string ran, not_ran;

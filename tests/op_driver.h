@@ -1,4 +1,5 @@
-// The generic op driver: every op in kernels/ops.def is checked from its samples() alone.
+// The generic op driver: every op in kernels/ops.def is checked from its samples alone
+// (op_samples(id), tests/op_samples/op_samples.h).
 //
 //   gradcheck(op)      f64 on the CPU: analytic gradients (autograd) against central differences
 //                      (eps 1e-6, atol 1e-5, rtol 1e-3) of L = sum(w * out) with random w; every
@@ -14,6 +15,7 @@
 
 #include "core/tensor.h"
 #include "kernels/registry.h"
+#include "tests/op_samples/op_samples.h"
 
 namespace ember::testing {
 

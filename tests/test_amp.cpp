@@ -408,13 +408,13 @@ TEST_CASE("autocast: every op with CPU samples gives the dtypes its policy decla
   // "as without autocast" compares with the same op run outside any scope.
   int checked[4] = {0, 0, 0, 0}, ops_checked = 0;
   for (const OpInfo& info : all_ops()) {
-    if (info.samples == nullptr) continue;
+    if (op_samples(info.id) == nullptr) continue;
     bool has_cpu = info.view != nullptr;
     for (const Variant& v : info.variants) has_cpu = has_cpu || v.device == DeviceType::cpu;
     if (!has_cpu) continue;
     bool op_checked = false;
     const AutocastPolicy pol = info.autocast;
-    for (const OpSample& s : info.samples()) {
+    for (const OpSample& s : op_samples(info.id)()) {
       INFO(info.name << " [" << s.name << "] policy " << static_cast<int>(pol));
       int64_t elements = 0;
       for (const Tensor& t : s.inputs)

@@ -5,6 +5,7 @@
 
 #include "autotune_side_effects_util.h"
 #include "kernels/ops/batch_norm.h"
+#include "tests/op_samples/op_samples.h"
 
 using namespace ember;
 
@@ -54,7 +55,7 @@ TEST_CASE("autotune: timing candidates never writes the tensors of the call (eve
   test::TunerReset reset;
   int checked = 0;
   for (const OpInfo& info : all_ops()) {
-    if (info.view != nullptr || info.samples == nullptr || info.infer == nullptr) continue;
+    if (info.view != nullptr || op_samples(info.id) == nullptr || info.infer == nullptr) continue;
     const Variant* cpu = nullptr;
     for (const Variant& v : info.variants)
       if (v.device == DeviceType::cpu && !(v.flags & kReference) && cpu == nullptr) cpu = &v;
@@ -62,7 +63,7 @@ TEST_CASE("autotune: timing candidates never writes the tensors of the call (eve
     Variant twin = *cpu;  // the same kernel twice: two candidates, so choose() times both
     twin.name = "twin";
     const Variant* cands[] = {cpu, &twin};
-    for (OpSample& s : info.samples()) {
+    for (OpSample& s : op_samples(info.id)()) {
       std::unique_ptr<test::RunnerCall> rc;
       try {
         rc = std::make_unique<test::RunnerCall>(info, s.inputs, s.attrs, kCPU);

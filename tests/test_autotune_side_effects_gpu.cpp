@@ -29,12 +29,12 @@ TEST_CASE("autotune: timing CUDA variants never writes the tensors of the call (
   const Device dev(DeviceType::cuda, 0);
   int checked = 0;
   for (const OpInfo& info : all_ops()) {
-    if (info.view != nullptr || info.samples == nullptr || info.infer == nullptr) continue;
+    if (info.view != nullptr || op_samples(info.id) == nullptr || info.infer == nullptr) continue;
     // Which tensors a variant writes does not depend on the shape: each variant is tuned in the
     // first sample that it accepts, and a sample whose variants were all tuned already is skipped
     // (every sample of every op took 6.5 minutes of CI's simulator stage under ASan).
     std::set<std::string> tuned;
-    for (OpSample& s : info.samples()) {
+    for (OpSample& s : op_samples(info.id)()) {
       std::vector<Tensor> in;
       for (const Tensor& t : ember::testing::inputs_as(s, DType::f32))
         in.push_back(t.defined() ? ember::testing::to_device_same_layout(t, dev) : t);

@@ -8,9 +8,9 @@
 #include "ember.h"
 #include "kernels/common/memory_format.h"
 #include "kernels/ops/conv2d.h"
-#include "kernels/common/samples.h"
 #include "kernels/registry.h"
 #include "tests/op_driver.h"
+#include "tests/op_samples/sample_inputs.h"
 
 using namespace ember;
 

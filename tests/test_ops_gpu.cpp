@@ -11,7 +11,7 @@ namespace {
 
 void check_op_cuda(OpId id) {
   const OpInfo& info = op_info(id);
-  for (const OpSample& s : info.samples()) {
+  for (const OpSample& s : op_samples(id)()) {
     INFO(info.name << " [" << s.name << "]");
     for (const std::string& f : testing::variant_parity(info, s, DeviceType::cuda)) FAIL_CHECK(f);
     for (const std::string& f : testing::backward_parity(info, s, DeviceType::cuda)) FAIL_CHECK(f);

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "bench/name_filter.h"
+#include "bench/op_shapes/op_shapes.h"
 #include "bench/model/expectations.h"
 #include "bench/model/gpu_model.h"
 #include "bench/model/roofline.h"
@@ -45,6 +46,7 @@
 #include "core/rng.h"
 #include "ember.h"
 #include "kernels/registry.h"
+#include "tests/op_samples/op_samples.h"
 
 using namespace ember;
 
@@ -184,9 +186,9 @@ struct Case {
 // The op's largest sample (by FLOPs, then bytes) whose inputs hold at most kQuickElements, cast to
 // `dtype` on the CPU and copied to the device.
 bool largest_sample(const OpInfo& info, DType dtype, Device d, Case* out) {
-  if (!info.samples || !info.cost) return false;
+  if (!info.cost) return false;
   double best = -1;
-  for (const OpSample& s : info.samples()) {
+  for (const OpSample& s : op_samples(info.id)()) {
     if (!s.dtypes.has(dtype) && is_floating(dtype)) continue;
     int64_t n = 0;
     for (const Tensor& t : s.inputs)
@@ -229,10 +231,9 @@ bool largest_sample(const OpInfo& info, DType dtype, Device d, Case* out) {
 // sample per dtype for cases with custom inputs.
 std::vector<Case> op_cases(const OpInfo& info, const Options& opt, Device d) {
   std::vector<Case> out;
-  if (!info.benches) return out;
   std::vector<std::string> seen;  // quick shapes repeat (4096^2 and 8192^2 shrink alike)
   std::vector<DType> sample_dtypes;
-  for (const BenchCase& bc : info.benches()) {
+  for (const BenchCase& bc : op_benches(info.id)()) {
     if (bc.make && opt.quick) {
       // the dtype of a custom case is only known from its inputs; conv2d's name says it
       DType dt = DType::f32;

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
@@ -50,32 +49,6 @@ void unscale_cpu(const KernelCall& c) {
   if (bad) *found = 1.0f;
 }
 
-std::vector<OpSample> unscale_samples() {
-  auto mk = [](const char* name, std::vector<Tensor> grads, double inv) {
-    OpSample s;
-    s.name = name;
-    s.inputs = {zeros({1}, DType::f32), full({1}, inv, DType::f32)};
-    for (Tensor& g : grads) s.inputs.push_back(g);
-    s.keep_dtype = {0, 1};
-    s.gradcheck = false;
-    return s;
-  };
-  Tensor with_inf = samples::uniform({1000}, -1, 1, 2);
-  with_inf.data<double>()[777] = INFINITY;
-  Tensor with_nan = samples::uniform({5, 7}, -1, 1, 3);
-  with_nan.data<double>()[11] = NAN;
-  return {mk("finite, three tensors", {samples::uniform({33}, -1, 1, 1), samples::uniform({4, 5}, -1, 1, 4),
-                                       samples::uniform({1}, -1, 1, 5)},
-             1.0 / 1024),
-          mk("an inf in one tensor", {samples::uniform({17}, -1, 1, 6), with_inf}, 0.5),
-          mk("a nan", {with_nan}, 0.25), mk("[2^20+3]", {samples::uniform({(1 << 20) + 3}, -1, 1, 7)}, 1.0 / 65536),
-          mk("60 tensors (two launches)", std::vector<Tensor>(60, samples::uniform({9}, -1, 1, 8)), 0.125),
-          // a conv weight's gradient under --channels-last: dense, not contiguous
-          mk("channels-last [4,3,5,5] and a plain tensor",
-             {samples::uniform({4, 5, 5, 3}, -1, 1, 9).permute({0, 3, 1, 2}), samples::uniform({7}, -1, 1, 10)}, 0.5),
-          mk("no gradients", {}, 1.0)};
-}
-
 std::vector<TensorSpec> infer_update(std::span<const Tensor> in, const Attrs& a) {
   EMBER_CHECK(in.size() == 4, "amp_update_scale: expects (scale, growth_tracker, found_inf, skipped)");
   check_flag("amp_update_scale", "scale", in[0], DType::f32);
@@ -110,23 +83,6 @@ void update_cpu(const KernelCall& c) {
   }
 }
 
-std::vector<OpSample> update_samples() {
-  std::vector<OpSample> out;
-  for (auto [found, tracker, interval] : std::vector<std::tuple<double, double, int64_t>>{
-           {0, 0, 2000}, {0, 1, 2}, {1, 5, 2000}, {0, 0, 1}}) {
-    OpSample s;
-    s.name = str("found_inf ", found, " tracker ", tracker, " interval ", interval);
-    s.inputs = {full({1}, 128, DType::f32), full({1}, tracker, DType::i32), full({1}, found, DType::f32),
-                zeros({1}, DType::i64)};
-    s.attrs = AmpScaleAttrs{2.0, 0.5, interval};
-    s.keep_dtype = {0, 1, 2, 3};
-    s.gradcheck = false;
-    s.dtypes = {DType::f32};
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
 Cost unscale_cost(const KernelCall& c) {
   double b = 0;
   for (size_t i = 2; i < c.in.size(); ++i) b += 2.0 * static_cast<double>(c.in[i].nbytes());
@@ -139,17 +95,7 @@ void define_op_amp_unscale(OpInfo& info) {
   info.doc = "grads *= inv_scale in place, found_inf set on inf/NaN (one fused pass)";
   info.infer = infer_unscale;
   info.contiguous_inputs = false;  // dense layouts reach the kernels as they are (infer_unscale)
-  info.samples = unscale_samples;
   info.cost = unscale_cost;
-  info.benches = [] {
-    return std::vector<BenchCase>{{"10 grads, 1.2M elements f32", {}, Attrs(), [](Device d) {
-                                     std::vector<Tensor> in{zeros({1}, TensorOptions(DType::f32).device(d)),
-                                                            full({1}, 1.0 / 1024, TensorOptions(DType::f32).device(d))};
-                                     for (int64_t n : {401408, 128, 8192, 64, 640, 10, 401408, 128, 200704, 64})
-                                       in.push_back(uniform({n}, -1, 1, TensorOptions().device(d)));
-                                     return in;
-                                   }}};
-  };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = unscale_cpu,
                     .note = "one loop over every gradient"});
 }
@@ -157,7 +103,6 @@ void define_op_amp_unscale(OpInfo& info) {
 void define_op_amp_update_scale(OpInfo& info) {
   info.doc = "the loss scale's growth/backoff rule, on the device";
   info.infer = infer_update;
-  info.samples = update_samples;
   info.cost = [](const KernelCall&) { return Cost{24, 0}; };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = update_cpu, .note = "scalar update"});
 }

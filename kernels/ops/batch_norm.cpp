@@ -1,5 +1,5 @@
 // batch_norm and batch_norm_backward: shape inference, the CPU reference (per channel, two passes
-// in double, parallel over channels), the vjp, samples, cost, benches and the functional API.
+// in double, parallel over channels), the vjp, cost and the functional API.
 // See batch_norm.h for the formulas.
 //
 // Note [running statistics]: the op writes running_mean / running_var in place (inputs 3 and 4;
@@ -12,7 +12,6 @@
 
 #include "core/parallel.h"
 #include "kernels/common/memory_format.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
@@ -279,96 +278,7 @@ std::vector<Tensor> batch_norm_vjp(const BackwardCtx& ctx) {
   return {dx, dw, db, Tensor(), Tensor()};
 }
 
-// ---- samples ----
-
-struct BnCase {
-  std::string name;
-  Shape x;
-  bool training = true, affine = true, running = true, channels_last = false;
-  double momentum = 0.1, eps = 1e-5;
-};
-
-std::vector<BnCase> bn_cases() {
-  return {
-      {"2-D training affine [8,5]", {8, 5}},
-      {"2-D training, no affine, no running stats [6,3]", {6, 3}, true, false, false},
-      {"2-D eval affine [7,4]", {7, 4}, false},
-      {"2-D eval no affine [5,3]", {5, 3}, false, false},
-      {"2-D minimal batch 2 [2,1]", {2, 1}},
-      {"3-D (N,C,L) training [3,4,7]", {3, 4, 7}},
-      {"4-D training affine [4,3,5,5]", {4, 3, 5, 5}},
-      {"4-D training no affine momentum 0.3 eps 1e-3 [2,3,4,5]", {2, 3, 4, 5}, true, false, true, false, 0.3, 1e-3},
-      {"4-D eval affine [2,3,4,4]", {2, 3, 4, 4}, false},
-      {"4-D channels-last training [4,6,3,5]", {4, 6, 3, 5}, true, true, true, true},
-      {"4-D channels-last eval [2,6,3,3]", {2, 6, 3, 3}, false, true, true, true},
-      {"4-D channels-last training no running stats [3,8,4,4]", {3, 8, 4, 4}, true, true, false, true},
-      {"4-D training 1x1 spatial [6,4,1,1]", {6, 4, 1, 1}},
-      {"MNIST conv1 activations [8,32,28,28]", {8, 32, 28, 28}},
-      {"MNIST conv2 activations [16,64,14,14]", {16, 64, 14, 14}},
-      {"MNIST conv2 activations eval [16,64,14,14]", {16, 64, 14, 14}, false},
-      {"2-D many rows [4099,7]", {4099, 7}},
-      {"large planes [2,3,64,64]", {2, 3, 64, 64}},
-      {"channels-last many rows [64,16,9,9]", {64, 16, 9, 9}, true, true, true, true},
-      {"empty batch [0,3,2,2] eval", {0, 3, 2, 2}, false},
-  };
-}
-
-BatchNormAttrs bn_attrs(const BnCase& bc) {
-  BatchNormAttrs a{};
-  a.training = bc.training ? 1 : 0;
-  a.momentum = bc.momentum;
-  a.eps = bc.eps;
-  return a;
-}
-
-std::vector<Tensor> bn_inputs(const BnCase& bc, uint64_t& seed) {
-  const int64_t C = bc.x[1];
-  Tensor x = samples::uniform(bc.x, -2, 3, ++seed);
-  if (bc.channels_last) x = contiguous_as(x, true);
-  Tensor w = bc.affine ? samples::uniform({C}, 0.5, 1.5, ++seed) : Tensor();
-  Tensor b = bc.affine ? samples::uniform({C}, -1, 1, ++seed) : Tensor();
-  Tensor rm = bc.running ? samples::uniform({C}, -0.5, 0.5, ++seed) : Tensor();
-  Tensor rv = bc.running ? samples::uniform({C}, 0.5, 2, ++seed) : Tensor();
-  return {x, w, b, rm, rv};
-}
-
-std::vector<OpSample> batch_norm_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 6000;
-  for (const BnCase& bc : bn_cases()) {
-    OpSample s;
-    s.name = bc.name;
-    s.inputs = bn_inputs(bc, seed);
-    s.attrs = bn_attrs(bc);
-    s.grad_inputs = bc.affine ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
-    s.tol = {{DType::f32, {1e-5, 1e-5}}};
-    s.tol_note = "CUDA merges per-block Welford statistics in fp32; the reference sums in double";
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<OpSample> batch_norm_backward_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 6500;
-  for (const BnCase& bc : bn_cases()) {
-    std::vector<Tensor> in = bn_inputs(bc, seed);
-    std::vector<Tensor> fwd = call(OpId::batch_norm, in, bn_attrs(bc));
-    Tensor gy = samples::uniform(bc.x, -1, 1, ++seed);
-    if (bc.channels_last) gy = contiguous_as(gy, true);
-    OpSample s;
-    s.name = bc.name;
-    s.inputs = {gy, in[0], in[1], fwd[1], fwd[2]};
-    s.attrs = bn_attrs(bc);
-    s.gradcheck = false;
-    s.tol = {{DType::f32, {1e-5, 1e-4}}};
-    s.tol_note = "per-channel sums over M values: fp32 partial sums in another order than the double reference";
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// ---- cost and benches ----
+// ---- cost ----
 
 Cost batch_norm_cost(const KernelCall& c) {
   double bytes = 0;
@@ -377,49 +287,6 @@ Cost batch_norm_cost(const KernelCall& c) {
   for (const Tensor& t : c.out) bytes += static_cast<double>(t.nbytes());
   const double n = static_cast<double>(c.in[0].numel());
   return {bytes, (c.op == OpId::batch_norm ? 8.0 : 10.0) * n};
-}
-
-std::vector<BenchCase> bn_benches(bool backward) {
-  struct S {
-    const char* name;
-    Shape x;
-    bool cl;
-    DType dt;
-  };
-  std::vector<S> shapes;
-  for (int64_t n : {64, 512}) {
-    shapes.push_back({"mnist after conv1", {n, 32, 28, 28}, false, DType::f32});
-    shapes.push_back({"mnist after conv2", {n, 64, 14, 14}, false, DType::f32});
-  }
-  shapes.push_back({"mnist after conv2", {512, 64, 14, 14}, false, DType::bf16});
-  shapes.push_back({"mlp hidden (2-D)", {512, 128}, false, DType::f32});
-  shapes.push_back({"resnet50 64ch 56x56", {32, 64, 56, 56}, true, DType::f16});
-  shapes.push_back({"resnet50 256ch 56x56", {32, 256, 56, 56}, true, DType::f16});
-  shapes.push_back({"resnet50 2048ch 7x7", {32, 2048, 7, 7}, true, DType::f16});
-  shapes.push_back({"resnet50 64ch 56x56", {32, 64, 56, 56}, false, DType::f32});
-  std::vector<BenchCase> out;
-  for (const S& s : shapes) {
-    BenchCase b;
-    b.name = str(s.name, " ", s.x, " ", s.dt, s.cl ? " channels-last" : "", " training");
-    BatchNormAttrs a{};
-    b.attrs = a;
-    Shape xs = s.x;
-    bool cl = s.cl;
-    DType dt = s.dt;
-    b.make = [xs, cl, dt, backward, a](Device d) {
-      const int64_t C = xs[1];
-      TensorOptions o = TensorOptions().dtype(dt).device(d);
-      TensorOptions so = TensorOptions().dtype(bn_stats_dtype(dt)).device(d);  // f32 parameters, as AMP runs them
-      Tensor x = contiguous_as(uniform(xs, -1, 1, o), cl);
-      Tensor w = ones({C}, so), bb = zeros({C}, so), rm = zeros({C}, so), rv = ones({C}, so);
-      if (!backward) return std::vector<Tensor>{x, w, bb, rm, rv};
-      std::vector<Tensor> f = call(OpId::batch_norm, {x, w, bb, rm, rv}, a);
-      Tensor gy = contiguous_as(uniform(xs, -1, 1, o), cl);
-      return std::vector<Tensor>{gy, x, w, f[1], f[2]};
-    };
-    out.push_back(std::move(b));
-  }
-  return out;
 }
 
 }  // namespace
@@ -431,9 +298,7 @@ void define_op_batch_norm(OpInfo& info) {
   info.save = Save::both;
   info.save_inputs_mask = 0b00011;   // x, weight: never the running statistics (Note [running statistics])
   info.save_outputs_mask = 0b110;    // mean, invstd: not y
-  info.samples = batch_norm_samples;
   info.cost = batch_norm_cost;
-  info.benches = [] { return bn_benches(false); };
   // f16/bf16 activations stay in their dtype with f32 statistics and parameters (as cuDNN's path)
   info.autocast = AutocastPolicy::none;
   info.contiguous_inputs = false;
@@ -447,9 +312,7 @@ void define_op_batch_norm(OpInfo& info) {
 void define_op_batch_norm_backward(OpInfo& info) {
   info.doc = "fused gradient of batch_norm: dx, dweight, dbias";
   info.infer = infer_batch_norm_backward;
-  info.samples = batch_norm_backward_samples;
   info.cost = batch_norm_cost;
-  info.benches = [] { return bn_benches(true); };
   info.contiguous_inputs = false;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = batch_norm_backward_cpu, .dtypes = kFloatTypes,
                     .note = "per channel in double, parallel over channels"});

@@ -2,17 +2,14 @@
 // dtype (the functional API promotes). The kernel is one strided copy per input into its slice
 // of the output, on either device. Backward: each input gets its slice of the gradient.
 // stack(tensors, dim) = cat of the tensors unsqueezed at dim.
-#include "kernels/common/samples.h"
+#include "kernels/ops/cat.h"
+
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
 namespace ember {
 
 namespace {
-
-struct CatAttrs {
-  int64_t dim = 0;
-};
 
 std::vector<TensorSpec> infer_cat(std::span<const Tensor> in, const Attrs& a) {
   EMBER_CHECK(!in.empty(), "cat: expects a non-empty list of tensors");
@@ -62,24 +59,6 @@ std::vector<Tensor> cat_vjp(const BackwardCtx& ctx) {
   return out;
 }
 
-std::vector<OpSample> cat_samples() {
-  std::vector<OpSample> out;
-  auto mk = [&](const char* name, std::vector<Tensor> in, int64_t dim) {
-    OpSample s;
-    s.name = name;
-    s.inputs = std::move(in);
-    s.attrs = CatAttrs{dim};
-    out.push_back(std::move(s));
-  };
-  mk("[2,3] + [4,3] dim 0", {samples::uniform({2, 3}, -1, 1, 1), samples::uniform({4, 3}, -1, 1, 2)}, 0);
-  mk("[2,3] + [2,5] + [2,1] dim -1",
-     {samples::uniform({2, 3}, -1, 1, 3), samples::uniform({2, 5}, -1, 1, 4), samples::uniform({2, 1}, -1, 1, 5)}, -1);
-  mk("with empty", {samples::uniform({0, 3}, -1, 1, 6), samples::uniform({2, 3}, -1, 1, 7)}, 0);
-  mk("transposed input", {samples::uniform({3, 2}, -1, 1, 8).t(), samples::uniform({2, 3}, -1, 1, 9)}, 1);
-  mk("single [1023]", {samples::uniform({1023}, -1, 1, 10)}, 0);
-  return out;
-}
-
 Cost cat_cost(const KernelCall& c) { return {2.0 * static_cast<double>(c.out[0].nbytes()), 0}; }
 
 }  // namespace
@@ -88,7 +67,6 @@ void define_op_cat(OpInfo& info) {
   info.doc = "concatenate along a dim";
   info.infer = infer_cat;
   info.backward = cat_vjp;
-  info.samples = cat_samples;
   info.cost = cat_cost;
   info.contiguous_inputs = false;
   info.autocast = AutocastPolicy::promote;

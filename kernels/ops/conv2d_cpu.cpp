@@ -1,5 +1,5 @@
 // conv2d, conv2d_backward_input, conv2d_backward_weight: the CPU engines. The op definitions
-// (shape inference, vjps, samples, cost, benches, functional API) are in conv2d.cpp, which
+// (shape inference, vjps, cost, functional API) are in conv2d.cpp, which
 // registers these variants through register_cpu_conv2d*; formulas in conv2d.h.
 //
 // CPU variants (per op), in registration order; the default is the first that accepts a call:

@@ -10,7 +10,7 @@
 // - Math: CUDNN_FMA_MATH for f32 (no TF32: results comparable with the CPU reference) and
 //   CUDNN_DEFAULT_MATH for f64; for f16/bf16 the math type the algorithm was listed with, compute
 //   type float (cuDNN may still keep f16 partial sums: Note [cuDNN f16 partial sums] in
-//   kernels/ops/conv2d.cpp).
+//   tests/op_samples/conv2d_samples.cpp).
 // - Layouts: tensor descriptors carry the real strides (NCHW or channels-last); the filter is KCRS
 //   (format NCHW) or KRSC (format NHWC) to match.
 // - Handles: one per (thread, device), returned to a pool when the thread ends; the stream is set

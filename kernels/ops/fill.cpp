@@ -4,7 +4,6 @@
 
 #include "core/parallel.h"
 #include "kernels/common/cpu_loops.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
@@ -24,31 +23,6 @@ void fill_cpu(const KernelCall& c) {
   EMBER_DISPATCH_ALL(t.dtype(), "fill", [&] { cpu_map<scalar_t>(L, {&t}, FillFn<scalar_t>{convert<scalar_t, double>(v)}); });
 }
 
-std::vector<OpSample> fill_samples() {
-  std::vector<OpSample> out;
-  for (double v : {0.0, 1.5, -3.0, 1e4}) {
-    OpSample s;
-    s.name = "[1023] = " + std::to_string(v);
-    s.inputs = {samples::uniform({1023}, -1, 1, 1)};
-    s.attrs = ScalarAttrs{v};
-    s.gradcheck = false;
-    out.push_back(std::move(s));
-  }
-  OpSample tr;
-  tr.name = "transposed view";
-  tr.inputs = {samples::uniform({5, 6}, -1, 1, 2).transpose(0, 1)};
-  tr.attrs = ScalarAttrs{2.0};
-  tr.gradcheck = false;
-  out.push_back(std::move(tr));
-  OpSample e;
-  e.name = "empty";
-  e.inputs = {samples::uniform({0}, -1, 1, 3)};
-  e.attrs = ScalarAttrs{2.0};
-  e.gradcheck = false;
-  out.push_back(std::move(e));
-  return out;
-}
-
 std::vector<TensorSpec> infer_arange(std::span<const Tensor> in, const Attrs& a) {
   EMBER_CHECK(in.size() == 1 && in[0].is_contiguous(), "arange: expects one contiguous tensor to fill");
   return {{in[0].shape(), in[0].dtype(), {}, 0}};
@@ -65,16 +39,6 @@ void arange_cpu(const KernelCall& c) {
   });
 }
 
-std::vector<OpSample> arange_samples() {
-  OpSample s;
-  s.name = "[1000] from -3 step 0.25";
-  s.inputs = {samples::uniform({1000}, -1, 1, 1)};
-  s.attrs = ArangeAttrs{-3, 0.25};
-  s.gradcheck = false;
-  s.dtypes = {DType::f32, DType::f16, DType::bf16};
-  return {s};
-}
-
 Cost write_cost(const KernelCall& c) { return {static_cast<double>(c.out[0].nbytes()), 0}; }
 
 }  // namespace
@@ -82,17 +46,14 @@ Cost write_cost(const KernelCall& c) { return {static_cast<double>(c.out[0].nbyt
 void define_op_fill(OpInfo& info) {
   info.doc = "set every element to a value (in place)";
   info.infer = infer_inplace_self;
-  info.samples = fill_samples;
   info.cost = write_cost;
   info.contiguous_inputs = false;
-  info.benches = [] { return std::vector<BenchCase>{{"2^26 f32", {{Shape{int64_t{1} << 26}, DType::f32}}, ScalarAttrs{1.5}, {}}}; };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = fill_cpu, .note = "generic CPU elementwise loop"});
 }
 
 void define_op_arange(OpInfo& info) {
   info.doc = "start + i * step (in place)";
   info.infer = infer_arange;
-  info.samples = arange_samples;
   info.cost = write_cost;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = arange_cpu, .dtypes = kNumericTypes,
                     .note = "parallel CPU loop"});

@@ -4,7 +4,6 @@
 #include <map>
 
 #include "core/autograd/node.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/ops/copy.h"
 #include "kernels/registry.h"
@@ -86,58 +85,6 @@ void clip_cpu(const KernelCall& c) {
   });
 }
 
-std::vector<Shape> norm_shapes(bool big) {
-  std::vector<Shape> s{{7}, {3, 5}, {1}, {0}, {}, {1023}};
-  if (big) s.push_back({(int64_t{1} << 20) + 3});
-  return s;
-}
-
-std::vector<OpSample> total_norm_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 7500;
-  auto mk = [&](std::string name, double p, bool big) {
-    OpSample s;
-    s.name = std::move(name);
-    s.gradcheck = false;
-    for (const Shape& sh : norm_shapes(big)) s.inputs.push_back(samples::uniform(sh, -2, 2, ++seed));
-    s.attrs = TotalNormAttrs{p};
-    out.push_back(std::move(s));
-  };
-  mk("L2 over 7 tensors incl. 2^20+3", 2, true);
-  mk("L1", 1, false);
-  mk("inf", INFINITY, true);
-  mk("p = 3", 3, false);
-  mk("p = 0.5", 0.5, false);
-  mk("p = 0 (count)", 0, false);
-  OpSample one;
-  one.name = "single empty tensor";
-  one.gradcheck = false;
-  one.inputs = {samples::uniform({0}, -1, 1, 1)};
-  one.attrs = TotalNormAttrs{2};
-  out.push_back(std::move(one));
-  return out;
-}
-
-std::vector<OpSample> clip_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 7600;
-  auto mk = [&](std::string name, double norm, double max_norm, bool big) {
-    OpSample s;
-    s.name = std::move(name);
-    s.gradcheck = false;
-    s.inputs.push_back(full({}, norm, DType::f32));
-    for (const Shape& sh : norm_shapes(big)) s.inputs.push_back(samples::uniform(sh, -2, 2, ++seed));
-    s.keep_dtype = {0};
-    s.attrs = ClipByNormAttrs{max_norm};
-    out.push_back(std::move(s));
-  };
-  mk("norm 5 > max 1: scale by 1/5", 5.0, 1.0, true);
-  mk("norm 0.5 < max 1: unchanged", 0.5, 1.0, false);
-  mk("norm 0: unchanged", 0.0, 1.0, false);
-  mk("norm inf: zeros", INFINITY, 2.0, false);
-  return out;
-}
-
 Cost total_norm_cost(const KernelCall& c) {
   double b = 0, n = 0;
   for (const Tensor& t : c.in) {
@@ -160,17 +107,8 @@ Cost clip_cost(const KernelCall& c) {
 void define_op_total_norm(OpInfo& info) {
   info.doc = "p-norm over a list of tensors (f64 accumulation, deterministic)";
   info.infer = infer_total_norm;
-  info.samples = total_norm_samples;
   info.cost = total_norm_cost;
   info.autocast = AutocastPolicy::none;
-  info.benches = [] {
-    BenchCase b{"60 tensors, 25M elements", {}, TotalNormAttrs{2}, [](Device d) {
-                  std::vector<Tensor> in;
-                  for (int i = 0; i < 60; ++i) in.push_back(uniform({i % 3 == 0 ? 1000003 : 200003}, -1, 1, d));
-                  return in;
-                }};
-    return std::vector<BenchCase>{b};
-  };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = total_norm_cpu, .dtypes = kFloatTypes,
                     .note = "serial f64 accumulation"});
 }
@@ -178,7 +116,6 @@ void define_op_total_norm(OpInfo& info) {
 void define_op_clip_by_total_norm(OpInfo& info) {
   info.doc = "x *= min(1, max_norm / (norm + 1e-6)) over a list of tensors, in place";
   info.infer = infer_clip;
-  info.samples = clip_samples;
   info.cost = clip_cost;
   info.contiguous_inputs = false;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = clip_cpu, .dtypes = kFloatTypes,

@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "core/parallel.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
@@ -233,43 +232,6 @@ std::vector<Tensor> scatter_add_vjp(const BackwardCtx& ctx) {
   return {ctx.needs_grad(0) ? g : Tensor(), Tensor(), gs};
 }
 
-// ---- samples ----
-
-OpSample mk(const char* name, std::vector<Tensor> in, int64_t dim, std::vector<int> grad_inputs) {
-  OpSample s;
-  s.name = name;
-  s.inputs = std::move(in);
-  s.attrs = IndexAttrs{dim};
-  s.grad_inputs = std::move(grad_inputs);
-  return s;
-}
-
-std::vector<OpSample> index_select_samples() {
-  Tensor rows = tensor_i64({2, 0, 2, 4, 1}, {5});
-  return {mk("[5,3] rows (repeats)", {samples::uniform({5, 3}, -1, 1, 1), rows}, 0, {0}),
-          mk("[2,6,3] dim 1", {samples::uniform({2, 6, 3}, -1, 1, 2), rows}, 1, {0}),
-          mk("[4,5] dim -1 i32", {samples::uniform({4, 5}, -1, 1, 3), rows.to(DType::i32)}, -1, {0}),
-          mk("empty index", {samples::uniform({4, 5}, -1, 1, 4), tensor_i64(std::vector<int64_t>{}, Shape{0})}, 0, {0}),
-          mk("[60000-like gather] [300,28]", {samples::uniform({300, 28}, -1, 1, 5), samples::randint({64}, 300, 6)}, 0, {0})};
-}
-std::vector<OpSample> gather_samples() {
-  return {mk("[4,5] dim 1", {samples::uniform({4, 5}, -1, 1, 1), samples::randint({4, 3}, 5, 2)}, 1, {0}),
-          mk("[4,5] dim 0", {samples::uniform({4, 5}, -1, 1, 3), samples::randint({6, 5}, 4, 4)}, 0, {0}),
-          mk("[2,3,4] dim 2 (targets)", {samples::uniform({2, 3, 4}, -1, 1, 5), samples::randint({2, 3, 1}, 4, 6)}, 2, {0})};
-}
-std::vector<OpSample> index_add_samples() {
-  Tensor rows = tensor_i64({2, 0, 2, 4, 1}, {5});
-  return {mk("[5,3] with repeats", {samples::uniform({5, 3}, -1, 1, 1), rows, samples::uniform({5, 3}, -1, 1, 2)}, 0, {0, 2}),
-          mk("[2,6,3] dim 1",
-             {samples::uniform({2, 6, 3}, -1, 1, 3), rows, samples::uniform({2, 5, 3}, -1, 1, 4)}, 1, {0, 2})};
-}
-std::vector<OpSample> scatter_add_samples() {
-  return {mk("[4,5] dim 1", {samples::uniform({4, 5}, -1, 1, 1), samples::randint({4, 3}, 5, 2),
-                             samples::uniform({4, 3}, -1, 1, 3)}, 1, {0, 2}),
-          mk("[4,5] dim 0 collisions", {samples::uniform({4, 5}, -1, 1, 4), samples::randint({8, 5}, 4, 5),
-                                        samples::uniform({8, 5}, -1, 1, 6)}, 0, {0, 2})};
-}
-
 Cost io_cost(const KernelCall& c) {
   double b = static_cast<double>(c.out[0].nbytes());
   for (const Tensor& t : c.in) b += static_cast<double>(t.nbytes());
@@ -283,14 +245,7 @@ void define_op_index_select(OpInfo& info) {
   info.infer = infer_index_select;
   info.backward = index_select_vjp;
   info.save = Save::inputs;
-  info.samples = index_select_samples;
   info.cost = io_cost;
-  info.benches = [] {
-    return std::vector<BenchCase>{{"[60000,784] u8 pick 512", {}, IndexAttrs{0}, [](Device d) {
-                                     return std::vector<Tensor>{zeros({60000, 784}, TensorOptions(DType::u8).device(d)),
-                                                                samples::randint({512}, 60000, 1).to(d)};
-                                   }}};
-  };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = index_select_cpu, .note = "memcpy per picked row"});
 }
 void define_op_gather(OpInfo& info) {
@@ -298,7 +253,6 @@ void define_op_gather(OpInfo& info) {
   info.infer = infer_gather;
   info.backward = gather_vjp;
   info.save = Save::inputs;
-  info.samples = gather_samples;
   info.cost = io_cost;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = gather_cpu,
                     .note = "parallel loop over the index"});
@@ -308,7 +262,6 @@ void define_op_index_add(OpInfo& info) {
   info.infer = infer_index_add;
   info.backward = index_add_vjp;
   info.save = Save::inputs;
-  info.samples = index_add_samples;
   info.cost = io_cost;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = index_add_cpu, .dtypes = kNumericTypes,
                     .note = "parallel over rows, indices in order"});
@@ -318,7 +271,6 @@ void define_op_scatter_add(OpInfo& info) {
   info.infer = infer_scatter_add;
   info.backward = scatter_add_vjp;
   info.save = Save::inputs;
-  info.samples = scatter_add_samples;
   info.cost = io_cost;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = scatter_add_cpu, .dtypes = kNumericTypes,
                     .note = "serial, row-major order"});

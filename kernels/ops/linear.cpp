@@ -19,7 +19,6 @@
 #include "kernels/ops/linear.h"
 
 #include "kernels/common/math.h"
-#include "kernels/common/samples.h"
 #include "kernels/gemm/cpu_gemm.h"
 #include "kernels/functional.h"
 #include "kernels/ops/unary.h"
@@ -132,59 +131,6 @@ std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
   return {dx, dw, db};
 }
 
-std::vector<OpSample> linear_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 900;
-  auto mk = [&](std::string name, Shape xs, int64_t out_f, bool bias, Activation act) {
-    OpSample s;
-    s.name = std::move(name);
-    int64_t in_f = xs.back();
-    Tensor x = samples::uniform(xs, -1, 1, ++seed);
-    Tensor w = samples::uniform({out_f, in_f}, -1, 1, ++seed);
-    Tensor b = bias ? samples::uniform({out_f}, -1, 1, ++seed) : Tensor();
-    s.inputs = {x, w, b};
-    s.attrs = LinearAttrs{static_cast<int64_t>(act)};
-    s.dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
-    int64_t rows = 1;
-    for (int d = 0; d + 1 < static_cast<int>(xs.size()); ++d) rows *= xs[d];
-    if (std::max({rows, in_f, out_f}) > 64) {  // forward sums over in_f, backward over rows and out_f
-      s.tol = {{DType::f32, {1e-5, 1e-4}}, {DType::f16, {1e-3, 1e-4}}, {DType::bf16, {1.6e-2, 1e-4}}};
-      s.tol_note = "GEMM kernels (tiles, tensor cores, cuBLAS) sum the products in another order than the CPU reference";
-      if (act == Activation::gelu) {
-        // The backward recomputes z = x W^T + b in f16, rounded after a differently ordered sum on
-        // each device, and sums gelu'(z) g over the rows: one f16 ulp of z moves dW by ~1e-4.
-        s.tol[1] = {DType::f16, {1e-3, 5e-4}};
-        s.tol_note += "; with gelu the backward also sums gelu' of an f16 pre-activation rounded differently per device";
-      }
-    }
-    if (act == Activation::relu) {
-      // keep pre-activations away from the kink at 0: gradcheck perturbations must not flip signs
-      s.gradcheck = false;
-    }
-    out.push_back(std::move(s));
-  };
-  mk("[4, 3] -> 5 with bias", {4, 3}, 5, true, Activation::none);
-  mk("[7, 17] -> 13 no bias", {7, 17}, 13, false, Activation::none);
-  mk("[2, 3, 8] -> 6 (leading dims)", {2, 3, 8}, 6, true, Activation::none);
-  mk("[1, 1] -> 1", {1, 1}, 1, true, Activation::none);
-  mk("[64, 129] -> 33", {64, 129}, 33, true, Activation::none);
-  mk("[9] -> 4 (vector)", {9}, 4, true, Activation::none);
-  mk("[0, 5] -> 3 (empty batch)", {0, 5}, 3, true, Activation::none);
-  mk("[5, 6] -> 4 gelu", {5, 6}, 4, true, Activation::gelu);
-  mk("[5, 6] -> 4 relu", {5, 6}, 4, true, Activation::relu);
-  mk("[64, 784] -> 128 relu (MNIST)", {64, 784}, 128, true, Activation::relu);
-  // the CUDA kernels' paths: several tiles with ragged edges, aligned (16-byte) and unaligned
-  // operands, vectors, no input features
-  mk("[130, 264] -> 136 gelu", {130, 264}, 136, true, Activation::gelu);
-  mk("[130, 264] -> 136 relu no bias", {130, 264}, 136, false, Activation::relu);
-  mk("[130, 264] -> 136 no bias", {130, 264}, 136, false, Activation::none);
-  mk("[33, 17] -> 19 gelu", {33, 17}, 19, true, Activation::gelu);
-  mk("[2, 65, 64] -> 72 (leading dims, aligned)", {2, 65, 64}, 72, true, Activation::none);
-  mk("[1, 300] -> 200 relu (one row)", {1, 300}, 200, true, Activation::relu);
-  mk("[5, 0] -> 3 relu (no input features)", {5, 0}, 3, true, Activation::relu);
-  return out;
-}
-
 Cost linear_cost(const KernelCall& c) {
   const Tensor &x = c.in[0], &w = c.in[1];
   double rows = static_cast<double>(x.numel() / std::max<int64_t>(1, x.shape().back()));
@@ -194,30 +140,6 @@ Cost linear_cost(const KernelCall& c) {
   return {bytes, 2.0 * rows * in_f * out_f};
 }
 
-// The MNIST models' layers (MLP 784 -> 128 -> 10, the CNN's 3136 -> 128 head) at batch 64, 128
-// and 512, in f32 and in bf16 (autocast), and one large layer with the gelu epilogue.
-std::vector<BenchCase> linear_benches() {
-  std::vector<BenchCase> out;
-  auto add = [&](int64_t rows, int64_t in_f, int64_t out_f, Activation act, DType dt) {
-    BenchCase c;
-    const char* an = act == Activation::relu ? " relu" : act == Activation::gelu ? " gelu" : "";
-    c.name = str("[", rows, ",", in_f, "] -> ", out_f, an, " ", dt);
-    c.inputs = {TensorSpec{Shape{rows, in_f}, dt, {}, -1}, TensorSpec{Shape{out_f, in_f}, dt, {}, -1},
-                TensorSpec{Shape{out_f}, dt, {}, -1}};
-    c.attrs = LinearAttrs{static_cast<int64_t>(act)};
-    out.push_back(std::move(c));
-  };
-  for (DType dt : {DType::f32, DType::bf16})
-    for (int64_t rows : {64, 128, 512}) {
-      add(rows, 784, 128, Activation::relu, dt);
-      add(rows, 128, 10, Activation::none, dt);
-      add(rows, 3136, 128, Activation::relu, dt);
-    }
-  add(4096, 4096, 4096, Activation::gelu, DType::bf16);
-  add(4096, 4096, 4096, Activation::none, DType::f32);
-  return out;
-}
-
 }  // namespace
 
 void define_op_linear(OpInfo& info) {
@@ -225,9 +147,7 @@ void define_op_linear(OpInfo& info) {
   info.infer = infer_linear;
   info.backward = linear_vjp;
   info.save = Save::both;
-  info.samples = linear_samples;
   info.cost = linear_cost;
-  info.benches = linear_benches;
   info.autocast = AutocastPolicy::lower;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = linear_cpu, .dtypes = kFloatTypes,
                     .flags = kReference,

@@ -1,18 +1,25 @@
-// Losses: the op definitions: inference, gradients, samples, cost, benches and the functional API.
+// Losses: the op definitions: inference, gradients, cost and the functional API.
 // Formulas and the exact PyTorch semantics (weights, ignore_index, label smoothing, total_weight)
 // are in loss.h. The CPU references are in loss_cpu.cpp, the CUDA kernels in loss.cu.
 #include "kernels/ops/loss.h"
 
 #include <cmath>
-#include <limits>
 
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/ops/dtype_promotion.h"
 #include "kernels/ops/softmax.h"
 #include "kernels/registry.h"
 
 namespace ember {
+
+const char* reduction_name(Reduction r) {
+  switch (r) {
+    case Reduction::none: return "none";
+    case Reduction::mean: return "mean";
+    case Reduction::sum: return "sum";
+  }
+  return "?";
+}
 
 // Shared with the CPU kernels (loss_cpu.cpp), which validate with the same checks.
 RowGeometry class_loss_geometry(const char* op, const Tensor& x, const Tensor& t, const Tensor& w) {
@@ -45,17 +52,6 @@ RowGeometry class_loss_geometry(const char* op, const Tensor& x, const Tensor& t
 
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-const char* reduction_name(Reduction r) {
-  switch (r) {
-    case Reduction::none: return "none";
-    case Reduction::mean: return "mean";
-    case Reduction::sum: return "sum";
-  }
-  return "?";
-}
-
 // An enum holds any value of its type: a Reduction cast from a bad integer is caught here.
 void check_reduction(const char* op, Reduction r) {
   const auto v = static_cast<int64_t>(r);
@@ -63,7 +59,6 @@ void check_reduction(const char* op, Reduction r) {
 }
 
 // ---- class-index losses: shapes ----
-
 
 std::vector<TensorSpec> class_loss_outputs(const Tensor& x, const Tensor& t, Reduction reduction) {
   Shape out = reduction == Reduction::none ? t.shape() : Shape{};
@@ -185,174 +180,7 @@ std::vector<Tensor> mse_loss_backward_vjp(const BackwardCtx& ctx) {
   return {dg, ctx.needs_grad(1) ? dx : Tensor(), ctx.needs_grad(2) ? neg(dx) : Tensor()};
 }
 
-// ---- samples ----
-
-Tensor with_targets(std::vector<int64_t> v, const Shape& s) { return tensor_i64(v, s); }
-
-struct ClassCase {
-  std::string name;
-  Tensor x, t, w;
-  LossAttrs attrs;
-  bool gradcheck = true;
-};
-
-std::vector<ClassCase> class_cases(bool smoothing) {
-  std::vector<ClassCase> v;
-  uint64_t seed = 2100;
-  auto u = [&](Shape s, double lo = -3, double hi = 3) { return samples::uniform(s, lo, hi, ++seed); };
-  auto ri = [&](Shape s, int64_t C) { return samples::randint(s, C, ++seed); };
-  auto weights = [&](int64_t C) { return samples::uniform({C}, 0.2, 2.0, ++seed); };
-  const LossAttrs mean{Reduction::mean, -100, 0}, sum{Reduction::sum, -100, 0}, none{Reduction::none, -100, 0};
-  v.push_back({"[5, 7] mean", u({5, 7}), ri({5}, 7), {}, mean});
-  v.push_back({"[5, 7] sum", u({5, 7}), ri({5}, 7), {}, sum});
-  v.push_back({"[5, 7] none", u({5, 7}), ri({5}, 7), {}, none});
-  v.push_back({"[6, 4] ignore_index -100 present, mean", u({6, 4}), with_targets({1, -100, 3, 0, -100, 2}, {6}), {},
-               mean});
-  v.push_back({"[6, 4] ignore_index 2 (a real class), none", u({6, 4}), with_targets({1, 2, 3, 0, 2, 2}, {6}), {},
-               LossAttrs{Reduction::none, 2, 0}});
-  v.push_back({"[6, 4] weights, mean", u({6, 4}), ri({6}, 4), weights(4), mean});
-  v.push_back({"[6, 4] weights, sum", u({6, 4}), ri({6}, 4), weights(4), sum});
-  v.push_back({"[6, 4] weights, none", u({6, 4}), ri({6}, 4), weights(4), none});
-  v.push_back({"[6, 4] weights and ignore_index, mean", u({6, 4}), with_targets({3, -100, 0, 0, 2, -100}, {6}),
-               weights(4), mean});
-  v.push_back({"[2, 5, 3] class dim 1, mean", u({2, 5, 3}), ri({2, 3}, 5), {}, mean});
-  v.push_back({"[2, 5, 3] class dim 1, none", u({2, 5, 3}), ri({2, 3}, 5), {}, none});
-  v.push_back({"[2, 4, 3, 2] class dim 1 of 4-D, weights, ignore, mean", u({2, 4, 3, 2}),
-               with_targets({0, 1, 2, 3, -100, 1, 2, 2, 3, 0, -100, 1}, {2, 3, 2}), weights(4), mean});
-  v.push_back({"[7] one sample, 0-d target, mean", u({7}), tensor_i64({3}, Shape{}), {}, mean});
-  v.push_back({"[7] one sample, 0-d target, none", u({7}), tensor_i64({6}, Shape{}), {}, none});
-  v.push_back({"[0, 5] empty batch, mean (NaN)", u({0, 5}), ri({0}, 5), {}, mean});
-  v.push_back({"[0, 5] empty batch, sum", u({0, 5}), ri({0}, 5), {}, sum});
-  v.push_back({"[0, 5] empty batch, none", u({0, 5}), ri({0}, 5), {}, none});
-  v.push_back({"[3, 5] all ignored, mean (NaN)", u({3, 5}), with_targets({-100, -100, -100}, {3}), {}, mean, false});
-  {
-    ClassCase c{"[5, 7] i32 targets, mean", u({5, 7}), ri({5}, 7).to(DType::i32), {}, mean};
-    v.push_back(c);
-  }
-  v.push_back({"[64, 10] MNIST batch, mean", u({64, 10}), ri({64}, 10), {}, mean});
-  v.push_back({"[512, 10] MNIST batch, mean, i32 targets", u({512, 10}), ri({512}, 10).to(DType::i32), {}, mean});
-  v.push_back({"[8000, 10] mean (multi-block + finalize)", u({8000, 10}), ri({8000}, 10), {}, mean});
-  v.push_back({"[8000, 10] weights, sum", u({8000, 10}), ri({8000}, 10), weights(10), sum});
-  v.push_back({"[9, 100] mean", u({9, 100}), ri({9}, 100), {}, mean});
-  v.push_back({"[3, 700] none", u({3, 700}), ri({3}, 700), {}, none});
-  v.push_back({"[3, 5000] mean (block per row)", u({3, 5000}), ri({3}, 5000), {}, mean});
-  v.push_back({"[3, 60, 50] class dim 1 (strided), none", u({3, 60, 50}), ri({3, 50}, 60), {}, none});
-  v.push_back({"+-1e4 [16, 50] mean (large magnitudes)", u({16, 50}, -1e4, 1e4), ri({16}, 50), {}, mean});
-  v.push_back({"+-1e4 [4, 5000] none (large magnitudes, long)", u({4, 5000}, -1e4, 1e4), ri({4}, 5000), {}, none});
-  {
-    // -inf logits at non-target classes contribute exp(-inf) = 0
-    Tensor x = u({4, 6});
-    double* p = x.data<double>();
-    p[1] = -kInf;
-    p[8] = -kInf;
-    v.push_back({"-inf at non-target logits, none", x, with_targets({0, 3, 5, 2}, {4}), {}, none, false});
-  }
-  if (smoothing) {
-    const LossAttrs smean{Reduction::mean, -100, 0.1}, ssum{Reduction::sum, -100, 0.1}, snone{Reduction::none, -100, 0.1};
-    v.push_back({"[5, 7] smoothing 0.1, mean", u({5, 7}), ri({5}, 7), {}, smean});
-    v.push_back({"[5, 7] smoothing 0.1, sum", u({5, 7}), ri({5}, 7), {}, ssum});
-    v.push_back({"[5, 7] smoothing 0.1, none", u({5, 7}), ri({5}, 7), {}, snone});
-    v.push_back({"[6, 4] smoothing 0.1, weights, ignore, mean", u({6, 4}),
-                 with_targets({3, -100, 0, 1, 2, -100}, {6}), weights(4), smean});
-    v.push_back({"[6, 4] smoothing 0.1, weights, ignore, none", u({6, 4}),
-                 with_targets({3, -100, 0, 1, 2, -100}, {6}), weights(4), snone});
-    v.push_back({"[2, 4, 3, 2] class dim 1, smoothing 0.1, weights, ignore, sum", u({2, 4, 3, 2}),
-                 with_targets({0, 1, 2, 3, -100, 1, 2, 2, 3, 0, -100, 1}, {2, 3, 2}), weights(4), ssum});
-    v.push_back({"[512, 10] smoothing 0.1, weights, mean", u({512, 10}), ri({512}, 10), weights(10), smean});
-    v.push_back({"[3, 5000] smoothing 0.1, weights, none (block per row)", u({3, 5000}), ri({3}, 5000),
-                 weights(5000), snone});
-    v.push_back({"[3, 60, 50] class dim 1 (strided), smoothing 0.1, weights, mean", u({3, 60, 50}), ri({3, 50}, 60),
-                 weights(60), smean});
-    v.push_back({"+-1e4 [16, 50] smoothing 0.1, weights, mean", u({16, 50}, -1e4, 1e4), ri({16}, 50), weights(50),
-                 smean});
-    v.push_back({"near-equal large [8, 100] smoothing 0.1, mean", u({8, 100}, 9000, 9001), ri({8}, 100), {}, smean});
-    v.push_back({"[4, 6] smoothing 1.0, mean", u({4, 6}), ri({4}, 6), {}, LossAttrs{Reduction::mean, -100, 1.0}});
-  }
-  return v;
-}
-
-// f32: sums over rows and classes in another order than the f64 reference. f16/bf16: the outputs
-// are rounded once more; the absolute tolerance covers the gradients of near-cancelling terms.
-void set_loss_tolerance(OpSample& s) {
-  s.tol = {{DType::f32, {1e-5, 1e-5}}, {DType::f16, {1e-3, 1e-3}}, {DType::bf16, {1.6e-2, 1e-2}}};
-  s.tol_note = "CUDA accumulates in f32 per row and in f64 across rows, in another order than the f64 reference";
-}
-
-template <bool kCE>
-std::vector<OpSample> class_loss_samples() {
-  std::vector<OpSample> out;
-  for (ClassCase& c : class_cases(kCE)) {
-    OpSample s;
-    s.name = c.name;
-    s.inputs = {kCE ? c.x : log_softmax(c.x, c.x.dim() == 1 ? 0 : 1), c.t, c.w};
-    s.attrs = c.attrs;
-    s.grad_inputs = {0};  // not the targets, not the class weights (no gradient, like PyTorch)
-    s.gradcheck = c.gradcheck;
-    set_loss_tolerance(s);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-template <bool kCE>
-std::vector<OpSample> class_loss_backward_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 2300;
-  for (ClassCase& c : class_cases(kCE)) {
-    OpSample s;
-    s.name = c.name;
-    Tensor x = kCE ? c.x : log_softmax(c.x, c.x.dim() == 1 ? 0 : 1);
-    std::vector<Tensor> fwd = call(kCE ? OpId::cross_entropy : OpId::nll_loss, {x, c.t, c.w}, c.attrs);
-    Tensor g = samples::uniform(fwd[0].shape(), 0.5, 2, ++seed);
-    s.inputs = {g, x, c.t, c.w, fwd[1]};
-    s.attrs = c.attrs;
-    s.grad_inputs = {0};
-    // cross_entropy_backward is not differentiated again; nll_loss_backward is (w.r.t. grad)
-    s.gradcheck = !kCE && c.gradcheck;
-    set_loss_tolerance(s);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<OpSample> mse_samples(bool backward) {
-  std::vector<OpSample> out;
-  uint64_t seed = 2500;
-  auto add = [&](std::string name, Tensor x, Tensor y, Reduction red) {
-    OpSample s;
-    s.name = std::move(name) + " " + reduction_name(red);
-    s.attrs = LossAttrs{red, -100, 0};
-    if (backward) {
-      Shape gs = red == Reduction::none ? x.shape() : Shape{};
-      s.inputs = {samples::uniform(gs, -1, 1, ++seed), x, y};
-    } else {
-      s.inputs = {x, y};
-    }
-    if (x.numel() > 1000) {
-      s.tol = {{DType::f32, {1e-5, 1e-5}}};
-      s.tol_note = "CUDA sums in f32 per thread and f64 across threads, in another order than the f64 reference";
-    }
-    out.push_back(std::move(s));
-  };
-  auto pair = [&](std::string name, Shape shape, Reduction red, bool transposed = false) {
-    Tensor x = transposed ? samples::transposed(shape, -2, 2, ++seed) : samples::uniform(shape, -2, 2, ++seed);
-    Tensor y = samples::uniform(shape, -2, 2, ++seed);
-    add(std::move(name), x, y, red);
-  };
-  for (Reduction red : {Reduction::none, Reduction::mean, Reduction::sum}) {
-    pair("[5, 6]", {5, 6}, red);
-    pair("scalar", {}, red);
-    pair("[7]", {7}, red);
-    pair("[0] empty", {0}, red);
-    pair("[1023]", {1023}, red);
-    pair("transposed [6, 5]", {6, 5}, red, true);
-    pair("[2^20+3]", {(1 << 20) + 3}, red);
-  }
-  pair("[300, 300] (multi-block)", {300, 300}, Reduction::mean);
-  return out;
-}
-
-// ---- cost and benches ----
+// ---- cost ----
 
 Cost io_cost(const KernelCall& c) {
   double b = 0;
@@ -389,62 +217,6 @@ Cost mse_cost(const KernelCall& c) {
   return k;
 }
 
-struct BenchShape {
-  const char* name;
-  int64_t N, C;
-  DType dt;
-};
-const std::vector<BenchShape>& class_bench_shapes() {
-  static const std::vector<BenchShape> v{{"[8192, 32768] f32", 8192, 32768, DType::f32},
-                                         {"[8192, 32768] bf16", 8192, 32768, DType::bf16},
-                                         {"[64, 10] f32", 64, 10, DType::f32},
-                                         {"[512, 10] f32", 512, 10, DType::f32}};
-  return v;
-}
-
-template <bool kBackward>
-std::vector<BenchCase> cross_entropy_benches() {
-  std::vector<BenchCase> v;
-  for (const BenchShape& b : class_bench_shapes()) {
-    BenchCase bc;
-    bc.name = b.name;
-    bc.attrs = LossAttrs{Reduction::mean, -100, 0};
-    bc.make = [b](Device d) {
-      Tensor x = uniform({b.N, b.C}, -1, 1, TensorOptions().dtype(b.dt).device(d));
-      Tensor t = samples::randint({b.N}, b.C, 7).to(d);
-      if (!kBackward) return std::vector<Tensor>{x, t, Tensor()};
-      Tensor g = full({}, 1.0, TensorOptions().dtype(b.dt).device(d));
-      Tensor tw = full({}, static_cast<double>(b.N), TensorOptions().dtype(loss_acc_dtype(b.dt)).device(d));
-      return std::vector<Tensor>{g, x, t, Tensor(), tw};
-    };
-    v.push_back(std::move(bc));
-  }
-  return v;
-}
-
-std::vector<BenchCase> nll_loss_benches() {
-  BenchCase bc;
-  bc.name = "[512, 10] f32";
-  bc.attrs = LossAttrs{Reduction::mean, -100, 0};
-  bc.make = [](Device d) {
-    return std::vector<Tensor>{uniform({512, 10}, -3, 0, TensorOptions().device(d)),
-                               samples::randint({512}, 10, 7).to(d), Tensor()};
-  };
-  return {bc};
-}
-
-std::vector<BenchCase> mse_benches() {
-  Shape s{int64_t{1} << 26};
-  return {{"2^26 f32 mean", {TensorSpec{s, DType::f32, {}}, TensorSpec{s, DType::f32, {}}}, LossAttrs{Reduction::mean, -100, 0}, {}}};
-}
-std::vector<BenchCase> mse_backward_benches() {
-  Shape s{int64_t{1} << 26};
-  return {{"2^26 f32 mean",
-           {TensorSpec{Shape{}, DType::f32, {}}, TensorSpec{s, DType::f32, {}}, TensorSpec{s, DType::f32, {}}},
-           LossAttrs{Reduction::mean, -100, 0},
-           {}}};
-}
-
 }  // namespace
 
 void define_op_cross_entropy(OpInfo& info) {
@@ -452,18 +224,14 @@ void define_op_cross_entropy(OpInfo& info) {
   info.infer = infer_class_loss<true>;
   info.backward = cross_entropy_vjp;
   info.save = Save::both;
-  info.samples = class_loss_samples<true>;
   info.cost = cross_entropy_cost;
-  info.benches = cross_entropy_benches<false>;
   info.autocast = AutocastPolicy::fp32;
   register_cpu_cross_entropy(info);  // loss_cpu.cpp
 }
 void define_op_cross_entropy_backward(OpInfo& info) {
   info.doc = "gradient of cross_entropy: (softmax * A - smoothed weighted one-hot) * scale, one pass per row";
   info.infer = infer_class_loss_backward<true>;
-  info.samples = class_loss_backward_samples<true>;
   info.cost = cross_entropy_backward_cost;
-  info.benches = cross_entropy_benches<true>;
   register_cpu_cross_entropy_backward(info);  // loss_cpu.cpp
 }
 void define_op_nll_loss(OpInfo& info) {
@@ -471,9 +239,7 @@ void define_op_nll_loss(OpInfo& info) {
   info.infer = infer_class_loss<false>;
   info.backward = nll_loss_vjp;
   info.save = Save::both;
-  info.samples = class_loss_samples<false>;
   info.cost = nll_loss_cost;
-  info.benches = nll_loss_benches;
   info.autocast = AutocastPolicy::fp32;
   register_cpu_nll_loss(info);  // loss_cpu.cpp
 }
@@ -482,7 +248,6 @@ void define_op_nll_loss_backward(OpInfo& info) {
   info.infer = infer_class_loss_backward<false>;
   info.backward = nll_loss_backward_vjp;
   info.save = Save::inputs;
-  info.samples = class_loss_backward_samples<false>;
   info.cost = nll_loss_backward_cost;
   register_cpu_nll_loss_backward(info);  // loss_cpu.cpp
 }
@@ -491,9 +256,7 @@ void define_op_mse_loss(OpInfo& info) {
   info.infer = infer_mse;
   info.backward = mse_loss_vjp;
   info.save = Save::inputs;
-  info.samples = [] { return mse_samples(false); };
   info.cost = mse_cost;
-  info.benches = mse_benches;
   info.autocast = AutocastPolicy::fp32;
   register_cpu_mse_loss(info);  // loss_cpu.cpp
 }
@@ -502,9 +265,7 @@ void define_op_mse_loss_backward(OpInfo& info) {
   info.infer = infer_mse_backward;
   info.backward = mse_loss_backward_vjp;
   info.save = Save::inputs;
-  info.samples = [] { return mse_samples(true); };
   info.cost = mse_cost;
-  info.benches = mse_backward_benches;
   register_cpu_mse_loss_backward(info);  // loss_cpu.cpp
 }
 

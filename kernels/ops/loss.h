@@ -47,6 +47,9 @@ struct LossAttrs {
 // The dtype total_weight has for logits of dtype t (the accumulation dtype).
 inline DType loss_acc_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
+// "none", "mean" or "sum" (messages, and the names of the loss samples).
+const char* reduction_name(Reduction r);
+
 // logits [N, C, d...] / [C] and targets [N, d...] / [] -> the row geometry (A = N, C, B = Π d),
 // after checking the dtypes, the target shape and the class weights w (`op` names the op).
 RowGeometry class_loss_geometry(const char* op, const Tensor& x, const Tensor& t, const Tensor& w);

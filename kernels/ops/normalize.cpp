@@ -1,10 +1,9 @@
-// normalize_u8 on the CPU: shape inference, the reference loop, samples, the functional entry.
+// normalize_u8 on the CPU: shape inference, the reference loop, the functional entry.
 #include "kernels/ops/normalize.h"
 
 #include <cmath>
 
 #include "core/parallel.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
@@ -73,7 +72,13 @@ void normalize_u8_cpu(const KernelCall& c) {
   });
 }
 
-NormalizeU8Attrs make_attrs(const std::vector<double>& mean, const std::vector<double>& std, DType dtype) {
+Cost normalize_cost(const KernelCall& c) {
+  return {static_cast<double>(c.in[0].nbytes() + c.out[0].nbytes()), 3.0 * static_cast<double>(c.in[0].numel())};
+}
+
+}  // namespace
+
+NormalizeU8Attrs normalize_u8_attrs(const std::vector<double>& mean, const std::vector<double>& std, DType dtype) {
   EMBER_CHECK(!mean.empty() && mean.size() == std.size(), "normalize_u8: mean has ", mean.size(),
               " entries and std ", std.size(), "; they need the same number (one per channel, or one for all)");
   EMBER_CHECK(mean.size() <= static_cast<size_t>(kMaxNormalizeChannels), "normalize_u8: ", mean.size(),
@@ -88,71 +93,17 @@ NormalizeU8Attrs make_attrs(const std::vector<double>& mean, const std::vector<d
   return a;
 }
 
-Tensor random_u8(const Shape& shape, uint64_t seed) { return samples::randint(shape, 256, seed).to(DType::u8); }
-
-std::vector<OpSample> normalize_u8_samples() {
-  std::vector<OpSample> out;
-  auto mk = [&](std::string name, Tensor x, std::vector<double> mean, std::vector<double> sd, DType dt) {
-    OpSample s;
-    s.name = std::move(name);
-    s.inputs = {std::move(x)};
-    s.attrs = make_attrs(mean, sd, dt);
-    s.gradcheck = false;  // integer input: nothing to differentiate
-    // The driver runs integer-input samples once and compares with the f32 entry; for reduced
-    // precision outputs that entry holds the output dtype's default tolerance.
-    if (dt == DType::f16) s.tol = {{DType::f32, {1e-3, 1e-5}}};
-    if (dt == DType::bf16) s.tol = {{DType::f32, {1.6e-2, 1e-5}}};
-    if (is_reduced_float(dt)) s.tol_note = "f16/bf16 output: compared with that dtype's default tolerance";
-    out.push_back(std::move(s));
-  };
-  const std::vector<double> rgb_mean{0.485, 0.456, 0.406}, rgb_std{0.229, 0.224, 0.225};
-  mk("[2,3,5,7] RGB (ImageNet mean/std) f32", random_u8({2, 3, 5, 7}, 1), rgb_mean, rgb_std, DType::f32);
-  mk("[4,28,28] one channel (MNIST mean/std) f32", random_u8({4, 28, 28}, 2), {0.1307}, {0.3081}, DType::f32);
-  mk("[4,1,28,28] f16", random_u8({4, 1, 28, 28}, 3), {0.1307}, {0.3081}, DType::f16);
-  mk("[4,1,28,28] bf16", random_u8({4, 1, 28, 28}, 4), {0.2860}, {0.3530}, DType::bf16);
-  mk("[2,3,5,7] RGB f64", random_u8({2, 3, 5, 7}, 5), rgb_mean, rgb_std, DType::f64);
-  mk("empty [0,3,4,4]", random_u8({0, 3, 4, 4}, 6), rgb_mean, rgb_std, DType::f32);
-  mk("scalar [] ToTensor only", random_u8({}, 7), {0}, {1}, DType::f32);
-  mk("[1023] ToTensor only (mean 0, std 1)", random_u8({1023}, 8), {0}, {1}, DType::f32);
-  mk("[2^20+3] one channel f32", random_u8({(int64_t{1} << 20) + 3}, 9), {0.5}, {0.25}, DType::f32);
-  mk("[3,8,2,2] eight channels f32", random_u8({3, 8, 2, 2}, 10), {0, .1, .2, .3, .4, .5, .6, .7},
-     {1, .9, .8, .7, .6, .5, .4, -.3}, DType::f32);
-  mk("[1,3,1,1] one pixel per channel", random_u8({1, 3, 1, 1}, 11), rgb_mean, rgb_std, DType::f32);
-  // every byte value once, through a negative std
-  Tensor all = arange(256, TensorOptions(DType::u8));
-  mk("all 256 byte values, std < 0", all, {0.5}, {-0.5}, DType::f32);
-  mk("transposed [5,7] one channel", random_u8({7, 5}, 12).transpose(0, 1), {0.1307}, {0.3081}, DType::f32);
-  mk("channel-sliced [2,3,4,4]", random_u8({2, 6, 4, 4}, 13).slice(1, 0, 6, 2), rgb_mean, rgb_std, DType::f32);
-  return out;
-}
-
-Cost normalize_cost(const KernelCall& c) {
-  return {static_cast<double>(c.in[0].nbytes() + c.out[0].nbytes()), 3.0 * static_cast<double>(c.in[0].numel())};
-}
-
-std::vector<BenchCase> normalize_benches() {
-  return {{"[256,1,28,28] MNIST batch -> f32", {{Shape{256, 1, 28, 28}, DType::u8, {}, -1}}, make_attrs({0.1307}, {0.3081}, DType::f32), {}},
-          {"[256,3,224,224] ImageNet batch -> f32", {{Shape{256, 3, 224, 224}, DType::u8, {}, -1}},
-           make_attrs({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, DType::f32), {}},
-          {"[256,3,224,224] ImageNet batch -> bf16", {{Shape{256, 3, 224, 224}, DType::u8, {}, -1}},
-           make_attrs({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}, DType::bf16), {}}};
-}
-
-}  // namespace
-
 void define_op_normalize_u8(OpInfo& info) {
   info.doc = "u8 images -> (x/255 - mean[c]) / std[c] as floats, one pass";
   info.infer = infer_normalize_u8;
-  info.samples = normalize_u8_samples;
   info.cost = normalize_cost;
-  info.benches = normalize_benches;
   info.autocast = AutocastPolicy::none;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = normalize_u8_cpu, .dtypes = kFloatTypes,
                     .note = "parallel over channel planes"});
 }
 
 Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean, const std::vector<double>& std, DType dtype) {
-  return call1(OpId::normalize_u8, {x}, make_attrs(mean, std, dtype));
+  return call1(OpId::normalize_u8, {x}, normalize_u8_attrs(mean, std, dtype));
 }
 
 }  // namespace ember

@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace ember {
@@ -26,6 +28,10 @@ struct NormalizeU8Attrs {
   double mean[kMaxNormalizeChannels] = {};
   double std[kMaxNormalizeChannels] = {};
 };
+
+// The op's attributes from per-channel mean and std (checks their counts); the functional
+// normalize_u8 and the op's samples and benchmark cases build them the same way.
+NormalizeU8Attrs normalize_u8_attrs(const std::vector<double>& mean, const std::vector<double>& std, DType dtype);
 
 // One element; Acc is float (f32/f16/bf16 outputs) or double (f64).
 template <class Acc>

@@ -1,4 +1,4 @@
-// sgd_step and adam_step: shape checks, the CPU loops (the specification), samples, costs and the
+// sgd_step and adam_step: shape checks, the CPU loops (the specification), costs and the
 // functional entry points. Formulas and the hyperparameter protocol: kernels/ops/optim.h.
 #include "kernels/ops/optim.h"
 
@@ -6,7 +6,6 @@
 
 #include "core/autograd/node.h"
 #include "core/parallel.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
@@ -183,102 +182,6 @@ void adam_cpu(const KernelCall& c) {
   });
 }
 
-// ---- samples ----
-
-std::vector<Shape> sample_shapes(bool big) {
-  std::vector<Shape> s{{7}, {3, 5}, {1}, {0}, {}, {1023}};
-  if (big) s.push_back({(int64_t{1} << 20) + 3});
-  return s;
-}
-
-struct SampleOpts {
-  std::string name;
-  bool big = false;
-  float step = 0;       // initial step counters
-  double found_inf = -1;  // < 0: undefined
-  double inv_scale = -1;  // < 0: undefined
-};
-
-Tensor f32_scalar(double v, Shape shape = {}) { return full(shape, v, DType::f32); }
-
-// What every optimizer sample starts with: the hyper-parameters, found_inf, inv_scale, then the
-// params and the grads, one tensor per shape. Returns the shapes.
-std::vector<Shape> start_sample(OpSample& s, const SampleOpts& o, std::vector<double> hyper, uint64_t& seed) {
-  s.name = o.name;
-  s.gradcheck = false;
-  std::vector<Shape> shapes = sample_shapes(o.big);
-  s.inputs.push_back(tensor(hyper, DType::f64));
-  s.inputs.push_back(o.found_inf >= 0 ? f32_scalar(o.found_inf, {1}) : Tensor());
-  s.inputs.push_back(o.inv_scale >= 0 ? f32_scalar(o.inv_scale, {1}) : Tensor());
-  for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // params
-  for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // grads
-  return shapes;
-}
-
-std::vector<OpSample> sgd_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 7100;
-  auto mk = [&](const SampleOpts& o, const SgdHyper& hyper, bool bufs, bool nesterov, bool maximize) {
-    OpSample s;
-    std::vector<Shape> shapes = start_sample(s, o, hyper.values(), seed);
-    int64_t n = static_cast<int64_t>(shapes.size());
-    if (bufs) {
-      for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
-      for (int64_t i = 0; i < n; ++i) s.inputs.push_back(f32_scalar(o.step));
-    }
-    s.keep_dtype = {kHyper, kFoundInf, kInvScale};
-    if (bufs)
-      for (int64_t i = 0; i < n; ++i) s.keep_dtype.push_back(static_cast<int>(kFirstTensor + 3 * n + i));
-    s.attrs = SgdStepAttrs{n, bufs ? 1 : 0, nesterov ? 1 : 0, maximize ? 1 : 0};
-    out.push_back(std::move(s));
-  };
-  mk({"plain lr 0.1"}, {.lr = 0.1}, false, false, false);
-  mk({"weight decay, maximize"}, {.lr = 0.05, .weight_decay = 0.01}, false, false, true);
-  mk({"momentum first step (buffer = grad)", true}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1}, true, false, false);
-  mk({"momentum later step, dampening, weight decay", false, 4.0f},
-     {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-2}, true, false, false);
-  mk({"nesterov later step", false, 2.0f}, {.lr = 0.03, .momentum = 0.8, .weight_decay = 5e-4}, true, true, false);
-  mk({"inv_scale 0.5", false, 1.0f, -1, 0.5}, {.lr = 0.1, .momentum = 0.9}, true, false, false);
-  mk({"found_inf set: nothing changes", false, 3.0f, 1.0, 0.5}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1}, true,
-     true, false);
-  mk({"found_inf clear", false, 3.0f, 0.0, 0.25}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1}, true, true, false);
-  return out;
-}
-
-std::vector<OpSample> adam_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 7300;
-  auto mk = [&](const SampleOpts& o, std::vector<double> hyper, bool amsgrad, bool decoupled, bool maximize) {
-    OpSample s;
-    std::vector<Shape> shapes = start_sample(s, o, hyper, seed);
-    int64_t n = static_cast<int64_t>(shapes.size());
-    bool fresh = o.step == 0;
-    for (const Shape& sh : shapes)  // exp_avg
-      s.inputs.push_back(fresh ? zeros(sh, DType::f64) : samples::uniform(sh, -0.1, 0.1, ++seed));
-    for (const Shape& sh : shapes)  // exp_avg_sq >= 0
-      s.inputs.push_back(fresh ? zeros(sh, DType::f64) : samples::uniform(sh, 0, 0.05, ++seed));
-    if (amsgrad)
-      for (const Shape& sh : shapes) s.inputs.push_back(fresh ? zeros(sh, DType::f64) : samples::uniform(sh, 0, 0.05, ++seed));
-    for (int64_t i = 0; i < n; ++i) s.inputs.push_back(f32_scalar(o.step));
-    s.keep_dtype = {kHyper, kFoundInf, kInvScale};
-    int step_list = amsgrad ? 5 : 4;
-    for (int64_t i = 0; i < n; ++i) s.keep_dtype.push_back(static_cast<int>(kFirstTensor + step_list * n + i));
-    s.attrs = AdamStepAttrs{n, amsgrad ? 1 : 0, decoupled ? 1 : 0, maximize ? 1 : 0};
-    s.tol = {{DType::f32, {1e-5, 1e-6}}};
-    s.tol_note = "m / (sqrt(v) + eps) amplifies one-ulp differences of m and v (nvcc contracts a*b+c into FMAs)";
-    out.push_back(std::move(s));
-  };
-  mk({"adam first step", true}, {1e-3, 0.9, 0.999, 1e-8, 0}, false, false, false);
-  mk({"adam step 10, weight decay (L2)", false, 9.0f}, {1e-2, 0.9, 0.999, 1e-8, 0.1}, false, false, false);
-  mk({"adamw step 5, decoupled weight decay", false, 4.0f}, {1e-2, 0.85, 0.99, 1e-6, 0.05}, false, true, false);
-  mk({"adamw amsgrad step 3, maximize", false, 2.0f}, {3e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, true);
-  mk({"amsgrad first step", false, 0.0f}, {1e-3, 0.9, 0.999, 1e-8, 0}, true, false, false);
-  mk({"inv_scale 1/1024", false, 1.0f, -1, 1.0 / 1024}, {1e-3, 0.9, 0.999, 1e-8, 0}, false, false, false);
-  mk({"found_inf set: nothing changes", false, 6.0f, 1.0, 0.5}, {1e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, false);
-  mk({"found_inf clear", false, 6.0f, 0.0, 0.5}, {1e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, false);
-  return out;
-}
-
 // ---- cost ----
 
 Cost list_cost(const KernelCall& c, int64_t n, int read_lists, int rw_lists) {
@@ -297,38 +200,13 @@ Cost adam_cost(const KernelCall& c) {
   return list_cost(c, a.n, 1, a.amsgrad ? 4 : 3);
 }
 
-// Benchmark: a ResNet-ish list of 60 tensors, 25M parameters in all.
-std::vector<Tensor> bench_lists(Device d, int lists, int step_list, std::vector<double> hyper) {
-  std::vector<Tensor> in;
-  in.push_back(tensor(hyper, DType::f64).to(d));
-  in.push_back(Tensor());
-  in.push_back(Tensor());
-  const int n = 60;
-  std::vector<int64_t> sizes;
-  for (int i = 0; i < n; ++i) sizes.push_back(i % 3 == 0 ? 1000003 : (i % 3 == 1 ? 200003 : 64));
-  for (int l = 0; l < lists; ++l)
-    for (int i = 0; i < n; ++i) {
-      if (l == step_list) in.push_back(zeros({}, TensorOptions(DType::f32).device(d)));
-      else in.push_back(uniform({sizes[static_cast<size_t>(i)]}, 0, 0.1, TensorOptions(DType::f32).device(d)));
-    }
-  return in;
-}
-
 }  // namespace
 
 void define_op_sgd_step(OpInfo& info) {
   info.doc = "fused multi-tensor SGD step (momentum, dampening, nesterov, weight decay), in place";
   info.infer = infer_sgd;
-  info.samples = sgd_samples;
   info.cost = sgd_cost;
   info.contiguous_inputs = false;  // in place: params and state must stay the caller's tensors
-  info.benches = [] {
-    BenchCase b{"60 tensors, 25M params, momentum", {}, SgdStepAttrs{60, 1, 0, 0},
-                [](Device d) {
-                  return bench_lists(d, 4, 3, SgdHyper{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}.values());
-                }};
-    return std::vector<BenchCase>{b};
-  };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = sgd_cpu, .dtypes = kFloatTypes,
                     .note = "loop over tensors, parallel over elements"});
 }
@@ -336,14 +214,8 @@ void define_op_sgd_step(OpInfo& info) {
 void define_op_adam_step(OpInfo& info) {
   info.doc = "fused multi-tensor Adam/AdamW step (amsgrad, maximize, loss-scale aware), in place";
   info.infer = infer_adam;
-  info.samples = adam_samples;
   info.cost = adam_cost;
   info.contiguous_inputs = false;
-  info.benches = [] {
-    BenchCase b{"60 tensors, 25M params, AdamW", {}, AdamStepAttrs{60, 0, 1, 0},
-                [](Device d) { return bench_lists(d, 5, 4, {1e-3, 0.9, 0.999, 1e-8, 0.01}); }};
-    return std::vector<BenchCase>{b};
-  };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = adam_cpu, .dtypes = kFloatTypes,
                     .note = "loop over tensors, parallel over elements"});
 }

@@ -1,12 +1,11 @@
-// Pooling ops: the op definitions: shape inference, vjps, samples, cost, benches and the functional
-// API. See pool.h for the definitions. The CPU kernels are in pool_cpu.cpp, the CUDA ones in pool.cu.
+// Pooling ops: the op definitions: shape inference, vjps, cost and the functional API. See pool.h
+// for the definitions. The CPU kernels are in pool_cpu.cpp, the CUDA ones in pool.cu.
 #include "kernels/ops/pool.h"
 
 #include <cmath>
 #include <vector>
 
 #include "kernels/common/memory_format.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
@@ -70,12 +69,6 @@ std::vector<TensorSpec> infer_max_pool2d(std::span<const Tensor> in, const Attrs
   Shape s{g.N, g.C, g.P, g.Q};
   Strides st = layout_strides(s, runs_channels_last(x));
   return {{s, x.dtype(), st}, {s, DType::i64, st}};
-}
-
-PoolAttrs with_input_size(PoolAttrs a, int64_t h, int64_t w) {
-  a.size[0] = h;
-  a.size[1] = w;
-  return a;
 }
 
 std::vector<Tensor> max_pool2d_vjp(const BackwardCtx& ctx) {
@@ -188,187 +181,7 @@ std::vector<Tensor> adaptive_backward_vjp(const BackwardCtx& ctx) {
   return {call1(OpId::adaptive_avg_pool2d, {ctx.grad(0)}, a)};
 }
 
-// ---- samples ----
-
-PoolAttrs pattrs(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, bool include_pad = true) {
-  PoolAttrs a{};
-  a.kernel[0] = kh;
-  a.kernel[1] = kw;
-  a.stride[0] = sh;
-  a.stride[1] = sw;
-  a.padding[0] = ph;
-  a.padding[1] = pw;
-  a.count_include_pad = include_pad ? 1 : 0;
-  return a;
-}
-
-struct PoolCase {
-  std::string name;
-  Shape x;
-  PoolAttrs a;
-  bool channels_last = false;
-};
-
-std::vector<PoolCase> pool_cases() {
-  return {
-      {"2x2 stride 2 [2,3,6,6]", {2, 3, 6, 6}, pattrs(2, 2, 2, 2, 0, 0)},
-      {"3x3 stride 2 pad 1 (overlapping) [2,2,7,5]", {2, 2, 7, 5}, pattrs(3, 3, 2, 2, 1, 1)},
-      {"3x3 stride 1 pad 1 [1,2,5,5]", {1, 2, 5, 5}, pattrs(3, 3, 1, 1, 1, 1)},
-      {"3x3 stride 2 no pad, rows left over [2,2,8,8]", {2, 2, 8, 8}, pattrs(3, 3, 2, 2, 0, 0)},
-      {"non-square 2x3 stride (1,2) pad (1,1) [1,3,5,7]", {1, 3, 5, 7}, pattrs(2, 3, 1, 2, 1, 1)},
-      {"count_include_pad=false 3x3 pad 1 [2,2,5,6]", {2, 2, 5, 6}, pattrs(3, 3, 2, 2, 1, 1, false)},
-      {"kernel = input [2,3,4,4]", {2, 3, 4, 4}, pattrs(4, 4, 4, 4, 0, 0)},
-      {"channels-last 3x3 stride 2 pad 1 [2,5,7,6]", {2, 5, 7, 6}, pattrs(3, 3, 2, 2, 1, 1), true},
-      {"channels-last 2x2 [2,8,4,4]", {2, 8, 4, 4}, pattrs(2, 2, 2, 2, 0, 0), true},
-      {"MNIST 2x2 after conv1 [4,32,28,28]", {4, 32, 28, 28}, pattrs(2, 2, 2, 2, 0, 0)},
-      {"MNIST 2x2 after conv2 [4,64,14,14]", {4, 64, 14, 14}, pattrs(2, 2, 2, 2, 0, 0)},
-      {"empty batch [0,2,4,4]", {0, 2, 4, 4}, pattrs(2, 2, 2, 2, 0, 0)},
-  };
-}
-
-Tensor pool_input(const PoolCase& pc, uint64_t seed, bool distinct) {
-  Tensor x = distinct ? samples::distinct(pc.x, -2, 2, seed) : samples::uniform(pc.x, -2, 2, seed);
-  return pc.channels_last ? contiguous_as(x, true) : x;
-}
-
-std::vector<OpSample> max_pool2d_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 5000;
-  for (const PoolCase& pc : pool_cases()) {
-    OpSample s;
-    s.name = pc.name;
-    s.inputs = {pool_input(pc, ++seed, true)};  // distinct: no ties within the gradcheck step
-    s.attrs = pc.a;
-    out.push_back(std::move(s));
-  }
-  // ties: the first maximum wins (exactly representable values, equal in every dtype)
-  {
-    OpSample s;
-    s.name = "ties: first maximum wins [1,1,4,4] 2x2 stride 1";
-    s.inputs = {tensor({1, 1, 0, 0, 1, 1, 0, 2, -1, -1, 2, 2, -1, -1, 2, 2}, {1, 1, 4, 4}, DType::f64)};
-    s.attrs = pattrs(2, 2, 1, 1, 0, 0);
-    s.gradcheck = false;  // a kink at every tie
-    out.push_back(std::move(s));
-  }
-  {
-    OpSample s;
-    s.name = "NaN and -inf inputs [1,1,3,4] 2x2";
-    s.inputs = {tensor({NAN, 1, -INFINITY, -INFINITY, 2, NAN, -INFINITY, -INFINITY, 0, 0, 0, 0}, {1, 1, 3, 4}, DType::f64)};
-    s.attrs = pattrs(2, 2, 2, 2, 0, 0);
-    s.gradcheck = false;
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<OpSample> max_pool2d_backward_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 5100;
-  for (const PoolCase& pc : pool_cases()) {
-    Tensor x = pool_input(pc, ++seed, true);
-    std::vector<Tensor> fwd = call(OpId::max_pool2d, {x}, pc.a);
-    OpSample s;
-    s.name = pc.name;
-    Tensor gy = samples::uniform(fwd[0].shape(), -1, 1, ++seed);
-    s.inputs = {pc.channels_last ? contiguous_as(gy, true) : gy, fwd[1]};
-    s.attrs = with_input_size(pc.a, pc.x[2], pc.x[3]);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<OpSample> avg_pool2d_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 5200;
-  for (const PoolCase& pc : pool_cases()) {
-    for (bool include_pad : {true, false}) {
-      if (!include_pad && pc.a.padding[0] == 0 && pc.a.padding[1] == 0) continue;  // the same result
-      OpSample s;
-      s.name = pc.name + (include_pad ? "" : " count_include_pad=false");
-      s.inputs = {pool_input(pc, ++seed, false)};
-      PoolAttrs a = pc.a;
-      a.count_include_pad = include_pad ? 1 : 0;
-      s.attrs = a;
-      out.push_back(std::move(s));
-    }
-  }
-  return out;
-}
-
-std::vector<OpSample> avg_pool2d_backward_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 5300;
-  for (const PoolCase& pc : pool_cases()) {
-    PoolGeom g = pool_geometry("avg_pool2d", pc.x, pc.a);
-    OpSample s;
-    s.name = pc.name;
-    Tensor gy = samples::uniform({g.N, g.C, g.P, g.Q}, -1, 1, ++seed);
-    s.inputs = {pc.channels_last ? contiguous_as(gy, true) : gy};
-    s.attrs = with_input_size(pc.a, pc.x[2], pc.x[3]);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-struct AdaptiveCase {
-  std::string name;
-  Shape x;
-  int64_t oh, ow;
-  bool channels_last = false;
-};
-
-std::vector<AdaptiveCase> adaptive_cases() {
-  return {
-      {"1x1 (global average) [2,3,5,5]", {2, 3, 5, 5}, 1, 1},
-      {"1x1 channels-last [2,6,7,7]", {2, 6, 7, 7}, 1, 1, true},
-      {"1x1 ResNet head [2,16,7,7]", {2, 16, 7, 7}, 1, 1},
-      {"divisible 6x6 -> 3x2 [2,2,6,6]", {2, 2, 6, 6}, 3, 2},
-      {"overlapping bins 7x5 -> 3x3 [1,2,7,5]", {1, 2, 7, 5}, 3, 3},
-      {"upsampling 3x2 -> 5x4 [1,2,3,2]", {1, 2, 3, 2}, 5, 4},
-      {"channels-last 10x9 -> 4x3 [2,4,10,9]", {2, 4, 10, 9}, 4, 3, true},
-      {"same size 4x4 -> 4x4 [1,2,4,4]", {1, 2, 4, 4}, 4, 4},
-      {"empty batch [0,2,4,4]", {0, 2, 4, 4}, 2, 2},
-  };
-}
-
-AdaptivePoolAttrs aattrs(int64_t oh, int64_t ow, int64_t h = 0, int64_t w = 0) {
-  AdaptivePoolAttrs a{};
-  a.output[0] = oh;
-  a.output[1] = ow;
-  a.size[0] = h;
-  a.size[1] = w;
-  return a;
-}
-
-std::vector<OpSample> adaptive_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 5400;
-  for (const AdaptiveCase& ac : adaptive_cases()) {
-    OpSample s;
-    s.name = ac.name;
-    Tensor x = samples::uniform(ac.x, -2, 2, ++seed);
-    s.inputs = {ac.channels_last ? contiguous_as(x, true) : x};
-    s.attrs = aattrs(ac.oh, ac.ow);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<OpSample> adaptive_backward_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 5500;
-  for (const AdaptiveCase& ac : adaptive_cases()) {
-    OpSample s;
-    s.name = ac.name;
-    Tensor gy = samples::uniform({ac.x[0], ac.x[1], ac.oh, ac.ow}, -1, 1, ++seed);
-    s.inputs = {ac.channels_last ? contiguous_as(gy, true) : gy};
-    s.attrs = aattrs(ac.oh, ac.ow, ac.x[2], ac.x[3]);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// ---- cost and benches ----
+// ---- cost ----
 
 Cost pool_cost(const KernelCall& c) {
   double bytes = 0;
@@ -385,73 +198,6 @@ Cost pool_cost(const KernelCall& c) {
   return {bytes, static_cast<double>(std::max(c.in[0].numel(), c.out[0].numel()))};
 }
 
-// The MNIST CNN's activations (after conv1 and conv2) and ResNet-50's stem pool and head.
-std::vector<BenchCase> pool_benches(int kind) {
-  struct S {
-    const char* name;
-    Shape x;
-    PoolAttrs a;
-    bool cl;
-    DType dt;
-  };
-  std::vector<S> shapes;
-  for (int64_t n : {64, 512}) {
-    shapes.push_back({"mnist pool1 2x2", {n, 32, 28, 28}, pattrs(2, 2, 2, 2, 0, 0), false, DType::f32});
-    shapes.push_back({"mnist pool2 2x2", {n, 64, 14, 14}, pattrs(2, 2, 2, 2, 0, 0), false, DType::f32});
-  }
-  shapes.push_back({"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, pattrs(3, 3, 2, 2, 1, 1), true, DType::f16});
-  shapes.push_back({"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, pattrs(3, 3, 2, 2, 1, 1), false, DType::f32});
-  std::vector<BenchCase> out;
-  for (const S& s : shapes) {
-    PoolGeom g = pool_geometry("bench", s.x, s.a);
-    BenchCase b;
-    b.name = str(s.name, " ", s.x, " ", s.dt, s.cl ? " channels-last" : "");
-    b.attrs = kind == 0 ? s.a : with_input_size(s.a, g.H, g.W);
-    Shape xs = s.x;
-    PoolAttrs a = s.a;
-    bool cl = s.cl;
-    DType dt = s.dt;
-    b.make = [xs, a, cl, dt, kind, g](Device d) {
-      Tensor x = uniform(xs, -1, 1, TensorOptions().dtype(dt).device(d));
-      if (cl) x = contiguous_as(x, true);
-      if (kind == 0) return std::vector<Tensor>{x};
-      Shape ys{g.N, g.C, g.P, g.Q};
-      Tensor gy = contiguous_as(uniform(ys, -1, 1, TensorOptions().dtype(dt).device(d)), cl);
-      if (kind == 1) return std::vector<Tensor>{gy};
-      return std::vector<Tensor>{gy, call(OpId::max_pool2d, {x}, a)[1]};  // kind 2: max backward
-    };
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
-std::vector<BenchCase> adaptive_benches(bool backward) {
-  std::vector<BenchCase> out;
-  struct S {
-    const char* name;
-    Shape x;
-    int64_t oh, ow;
-    bool cl;
-    DType dt;
-  };
-  for (const S& s : std::vector<S>{{"resnet50 head 7x7 -> 1x1", {32, 2048, 7, 7}, 1, 1, false, DType::f32},
-                                   {"resnet50 head 7x7 -> 1x1", {32, 2048, 7, 7}, 1, 1, true, DType::f16},
-                                   {"mnist 7x7 -> 1x1", {512, 64, 7, 7}, 1, 1, false, DType::f32},
-                                   {"14x14 -> 6x6 (overlapping bins)", {64, 64, 14, 14}, 6, 6, false, DType::f32}}) {
-    BenchCase b;
-    b.name = str(s.name, " ", s.x, " ", s.dt, s.cl ? " channels-last" : "");
-    b.attrs = backward ? aattrs(s.oh, s.ow, s.x[2], s.x[3]) : aattrs(s.oh, s.ow);
-    Shape shape = backward ? Shape{s.x[0], s.x[1], s.oh, s.ow} : s.x;
-    bool cl = s.cl;
-    DType dt = s.dt;
-    b.make = [shape, cl, dt](Device d) {
-      return std::vector<Tensor>{contiguous_as(uniform(shape, -1, 1, TensorOptions().dtype(dt).device(d)), cl)};
-    };
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
 }  // namespace
 
 void define_op_max_pool2d(OpInfo& info) {
@@ -460,9 +206,7 @@ void define_op_max_pool2d(OpInfo& info) {
   info.backward = max_pool2d_vjp;
   info.save = Save::outputs;
   info.save_outputs_mask = 0b10;  // only the indices
-  info.samples = max_pool2d_samples;
   info.cost = pool_cost;
-  info.benches = [] { return pool_benches(0); };
   info.contiguous_inputs = false;
   register_cpu_max_pool2d(info);  // pool_cpu.cpp
 }
@@ -473,9 +217,7 @@ void define_op_max_pool2d_backward(OpInfo& info) {
   info.backward = max_pool2d_backward_vjp;
   info.save = Save::inputs;
   info.save_inputs_mask = 0b10;  // only the indices
-  info.samples = max_pool2d_backward_samples;
   info.cost = pool_cost;
-  info.benches = [] { return pool_benches(2); };
   info.contiguous_inputs = false;
   register_cpu_max_pool2d_backward(info);  // pool_cpu.cpp
 }
@@ -484,9 +226,7 @@ void define_op_avg_pool2d(OpInfo& info) {
   info.doc = "2-D average pooling (count_include_pad as PyTorch)";
   info.infer = infer_avg_pool2d;
   info.backward = avg_pool2d_vjp;
-  info.samples = avg_pool2d_samples;
   info.cost = pool_cost;
-  info.benches = [] { return pool_benches(0); };
   info.contiguous_inputs = false;
   register_cpu_avg_pool2d(info);  // pool_cpu.cpp
 #if EMBER_WITH_DNNL
@@ -498,9 +238,7 @@ void define_op_avg_pool2d_backward(OpInfo& info) {
   info.doc = "gradient of avg_pool2d (gather form: each input sums its windows)";
   info.infer = infer_avg_pool2d_backward;
   info.backward = avg_pool2d_backward_vjp;
-  info.samples = avg_pool2d_backward_samples;
   info.cost = pool_cost;
-  info.benches = [] { return pool_benches(1); };
   info.contiguous_inputs = false;
   register_cpu_avg_pool2d_backward(info);  // pool_cpu.cpp
 #if EMBER_WITH_DNNL
@@ -512,9 +250,7 @@ void define_op_adaptive_avg_pool2d(OpInfo& info) {
   info.doc = "2-D adaptive average pooling (PyTorch's bins; 1x1 = global average)";
   info.infer = infer_adaptive;
   info.backward = adaptive_vjp;
-  info.samples = adaptive_samples;
   info.cost = pool_cost;
-  info.benches = [] { return adaptive_benches(false); };
   info.contiguous_inputs = false;
   register_cpu_adaptive_avg_pool2d(info);  // pool_cpu.cpp
 }
@@ -523,9 +259,7 @@ void define_op_adaptive_avg_pool2d_backward(OpInfo& info) {
   info.doc = "gradient of adaptive_avg_pool2d (gather form)";
   info.infer = infer_adaptive_backward;
   info.backward = adaptive_backward_vjp;
-  info.samples = adaptive_backward_samples;
   info.cost = pool_cost;
-  info.benches = [] { return adaptive_benches(true); };
   info.contiguous_inputs = false;
   register_cpu_adaptive_avg_pool2d_backward(info);  // pool_cpu.cpp
 }
@@ -578,7 +312,7 @@ Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int
 
 Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size) {
   return unbatched(x, [&](const Tensor& t) {
-    return call1(OpId::adaptive_avg_pool2d, {t}, aattrs(output_size[0], output_size[1]));
+    return call1(OpId::adaptive_avg_pool2d, {t}, adaptive_pool_attrs(output_size[0], output_size[1]));
   });
 }
 

@@ -37,6 +37,34 @@ struct AdaptivePoolAttrs {
   int64_t size[2] = {0, 0};  // gradient op: the input's (H, W)
 };
 
+// Attribute builders: the op's samples and benchmark shapes describe their cases with them.
+inline PoolAttrs pool_attrs(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                            bool count_include_pad = true) {
+  PoolAttrs a{};
+  a.kernel[0] = kh;
+  a.kernel[1] = kw;
+  a.stride[0] = sh;
+  a.stride[1] = sw;
+  a.padding[0] = ph;
+  a.padding[1] = pw;
+  a.count_include_pad = count_include_pad ? 1 : 0;
+  return a;
+}
+inline AdaptivePoolAttrs adaptive_pool_attrs(int64_t oh, int64_t ow, int64_t h = 0, int64_t w = 0) {
+  AdaptivePoolAttrs a{};
+  a.output[0] = oh;
+  a.output[1] = ow;
+  a.size[0] = h;
+  a.size[1] = w;
+  return a;
+}
+// The attributes of a pooling gradient op: the forward's, with the input's (H, W).
+inline PoolAttrs with_input_size(PoolAttrs a, int64_t h, int64_t w) {
+  a.size[0] = h;
+  a.size[1] = w;
+  return a;
+}
+
 struct PoolGeom {
   int64_t N = 0, C = 0, H = 0, W = 0, P = 0, Q = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0;

@@ -1,7 +1,6 @@
 #include "kernels/ops/random.h"
 
 #include "core/parallel.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/ops/copy.h"
 #include "kernels/registry.h"
@@ -38,31 +37,12 @@ void bernoulli_cpu(const KernelCall& c) {
   random_cpu(c.out[0], [&](int64_t i) { return static_cast<double>(philox_uniform(a.seed, a.base, i)) < a.a ? 1.0 : 0.0; });
 }
 
-std::vector<OpSample> random_samples(double a, double b) {
-  std::vector<OpSample> out;
-  for (auto [name, shape] : std::vector<std::pair<const char*, Shape>>{
-           {"[1]", {1}}, {"[7]", {7}}, {"[1023]", {1023}}, {"[2^20+3]", {(1 << 20) + 3}}, {"[0]", {0}}}) {
-    OpSample s;
-    s.name = name;
-    s.inputs = {samples::uniform(shape, 0, 1, 1)};
-    s.attrs = RandomAttrs{a, b, 1234, 56};
-    s.gradcheck = false;
-    s.dtypes = {DType::f32, DType::f16, DType::bf16};
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
 Cost write_cost(const KernelCall& c) { return {static_cast<double>(c.out[0].nbytes()), 0}; }
 
-void define_random(OpInfo& info, const char* doc, KernelFn cpu, SamplesFn s) {
+void define_random(OpInfo& info, const char* doc, KernelFn cpu) {
   info.doc = doc;
   info.infer = infer_random;
-  info.samples = s;
   info.cost = write_cost;
-  info.benches = [] {
-    return std::vector<BenchCase>{{"2^26 f32", {{Shape{int64_t{1} << 26}, DType::f32}}, RandomAttrs{0, 1, 7, 0}, {}}};
-  };
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu, .dtypes = kNumericTypes,
                     .note = "Philox4x32-10 per element"});
 }
@@ -77,15 +57,9 @@ Tensor random_fill(OpId op, Tensor t, double a, double b, uint64_t counters) {
 
 }  // namespace
 
-void define_op_uniform(OpInfo& info) {
-  define_random(info, "uniform in [low, high) (in place)", uniform_cpu, [] { return random_samples(-2, 3); });
-}
-void define_op_normal(OpInfo& info) {
-  define_random(info, "normal(mean, std) (in place)", normal_cpu, [] { return random_samples(0.5, 2); });
-}
-void define_op_bernoulli(OpInfo& info) {
-  define_random(info, "0/1 with probability p (in place)", bernoulli_cpu, [] { return random_samples(0.3, 0); });
-}
+void define_op_uniform(OpInfo& info) { define_random(info, "uniform in [low, high) (in place)", uniform_cpu); }
+void define_op_normal(OpInfo& info) { define_random(info, "normal(mean, std) (in place)", normal_cpu); }
+void define_op_bernoulli(OpInfo& info) { define_random(info, "0/1 with probability p (in place)", bernoulli_cpu); }
 
 Tensor& uniform_(Tensor& t, double low, double high) {
   EMBER_CHECK(low <= high, "uniform_: low ", low, " > high ", high);

@@ -43,6 +43,8 @@ struct ReducePlan {
 ReducePlan plan_reduce(const Tensor& x, uint64_t mask, bool keepdim);
 // x laid out as the plan wants it: contiguous, permuted when the reduced dims are not adjacent.
 Tensor reduce_input(const Tensor& x, const ReducePlan& p);
+// How many elements of shape `s` each output of a reduction over `mask` combines.
+int64_t reduced_count(const Shape& s, uint64_t mask);
 
 namespace reduce {
 

@@ -1,10 +1,7 @@
-// Elementwise unary ops: shape inference, CPU kernels, backward, samples, functional API.
+// Elementwise unary ops: shape inference, CPU kernels, backward, functional API.
 #include "kernels/ops/unary.h"
 
-#include <iterator>
-
 #include "kernels/common/cpu_loops.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/ops/dtype_promotion.h"
 #include "kernels/registry.h"
@@ -68,50 +65,13 @@ Cost unary_cost(const KernelCall& c) {
   return {bytes + static_cast<double>(c.out[0].nbytes()), n};
 }
 
-// A functor's kinks: its optional kKinks member (host-only, see unary.h), else none.
-template <class Op>
-std::vector<double> unary_kinks() {
-  if constexpr (requires { Op::kKinks; }) return {std::begin(Op::kKinks), std::end(Op::kKinks)};
-  else return {};
-}
-
-template <class Op>
-std::vector<OpSample> unary_op_samples() {
-  return samples::unary_samples(Op::kLo, Op::kHi, unary_kinks<Op>());
-}
-
-template <class Op>
-std::vector<OpSample> unary_backward_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 1000;
-  for (OpSample& s : unary_op_samples<Op>()) {
-    OpSample b;
-    b.name = s.name;
-    b.inputs = {samples::uniform(s.inputs[0].shape(), -1, 1, ++seed), s.inputs[0]};
-    b.gradcheck = false;  // the backward kernels are not differentiated again
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
-std::vector<BenchCase> unary_benches() {
-  return {{"2^26 f32", {{Shape{int64_t{1} << 26}, DType::f32}}, {}, {}},
-          {"2^26 bf16", {{Shape{int64_t{1} << 26}, DType::bf16}}, {}, {}}};
-}
-std::vector<BenchCase> unary_backward_benches() {
-  Shape s{int64_t{1} << 26};
-  return {{"2^26 f32", {{s, DType::f32}, {s, DType::f32}}, {}, {}}};
-}
-
 template <class Op, OpId kBwd>
 void define_unary(OpInfo& info) {
   info.doc = "elementwise " + std::string(Op::kName);
   info.infer = infer_unary<Op>;
   info.backward = unary_vjp<kBwd>;
   info.save = Save::inputs;
-  info.samples = unary_op_samples<Op>;
   info.cost = unary_cost;
-  info.benches = unary_benches;
   info.contiguous_inputs = false;
   info.autocast = Op::kAutocast;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_unary<Op>,
@@ -122,9 +82,7 @@ template <class Op>
 void define_unary_backward(OpInfo& info) {
   info.doc = "fused gradient of " + std::string(Op::kName) + ": g * f'(x)";
   info.infer = infer_unary_backward<Op>;
-  info.samples = unary_backward_samples<Op>;
   info.cost = unary_cost;
-  info.benches = unary_backward_benches;
   info.contiguous_inputs = false;
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_unary_backward<Op>, .dtypes = kFloatTypes,
                     .note = "generic CPU elementwise loop"});

@@ -15,7 +15,8 @@
 //   kLo, kHi      the sample domain
 //   kKinks        optional: the points where f' jumps; the samples keep clear of them so that the
 //                 gradcheck's central differences do not straddle one. Host-only (read by the
-//                 samples in unary.cpp, never by f or df), so device code never touches the array.
+//                 samples in tests/op_samples/unary_samples.cpp, never by f or df), so device code
+//                 never touches the array.
 #pragma once
 
 #include <type_traits>

@@ -7,33 +7,18 @@
 //   slice(x, dim, a, b, s)   elements a, a+s, ... < b along dim (backward: zeros with grad copied in)
 //   expand(x, shape)         size-1 dims repeated with stride 0 (backward: sum over them)
 // transpose, narrow, select, squeeze, unsqueeze, flatten and reshape are built from these.
+#include "kernels/ops/view.h"
+
 #include <algorithm>
 #include <numeric>
 #include <optional>
 
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
 namespace ember {
 
 namespace {
-
-struct ShapeAttrs {
-  int64_t n = 0;
-  int64_t d[kMaxDims] = {};
-  static ShapeAttrs from(const IntList& s) {
-    ShapeAttrs a{};
-    a.n = s.size();
-    for (int i = 0; i < s.size(); ++i) a.d[i] = s[i];
-    return a;
-  }
-  IntList list() const { return IntList(d, d + n); }
-};
-
-struct SliceAttrs {
-  int64_t dim = 0, start = 0, end = 0, step = 1;
-};
 
 // Strides for viewing (shape, strides) as `target`, or an empty list when impossible (PyTorch's
 // computeStride: each run of target dims must fit inside one contiguous chunk of the old dims).
@@ -98,21 +83,6 @@ Tensor view_fn(const Tensor& x, const Attrs& a) {
 
 std::vector<Tensor> view_vjp(const BackwardCtx& ctx) { return {ctx.grad(0).reshape(ctx.input_meta[0].shape)}; }
 
-std::vector<OpSample> view_samples() {
-  auto mk = [](const char* name, Tensor x, Shape s) {
-    OpSample o;
-    o.name = name;
-    o.inputs = {std::move(x)};
-    o.attrs = ShapeAttrs::from(s);
-    return o;
-  };
-  return {mk("[2,3,4] -> [6,4]", samples::uniform({2, 3, 4}, -1, 1, 1), {6, 4}),
-          mk("[2,3,4] -> [-1]", samples::uniform({2, 3, 4}, -1, 1, 2), {-1}),
-          mk("[] -> [1,1]", samples::uniform({}, -1, 1, 3), {1, 1}),
-          mk("[0,3] -> [3,0]", samples::uniform({0, 3}, -1, 1, 4), {3, 0}),
-          mk("sliced rows [3,4] -> [3,2,2]", samples::uniform({6, 4}, -1, 1, 5).slice(0, 0, 6, 2), {3, 2, 2})};
-}
-
 // ---- permute ----
 
 Tensor permute_fn(const Tensor& x, const Attrs& a) {
@@ -138,19 +108,6 @@ std::vector<Tensor> permute_vjp(const BackwardCtx& ctx) {
   std::vector<int64_t> inv(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) inv[static_cast<size_t>(wrap_dim(dims[i], n))] = i;
   return {ctx.grad(0).permute(inv)};
-}
-
-std::vector<OpSample> permute_samples() {
-  auto mk = [](const char* name, Tensor x, Shape s) {
-    OpSample o;
-    o.name = name;
-    o.inputs = {std::move(x)};
-    o.attrs = ShapeAttrs::from(s);
-    return o;
-  };
-  return {mk("[2,3,4] (2,0,1)", samples::uniform({2, 3, 4}, -1, 1, 1), {2, 0, 1}),
-          mk("[5,6] (-1,0)", samples::uniform({5, 6}, -1, 1, 2), {-1, 0}),
-          mk("[] ()", samples::uniform({}, -1, 1, 3), {})};
 }
 
 // ---- slice ----
@@ -181,20 +138,6 @@ std::vector<Tensor> slice_vjp(const BackwardCtx& ctx) {
   return {g};
 }
 
-std::vector<OpSample> slice_samples() {
-  auto mk = [](const char* name, Tensor x, SliceAttrs a) {
-    OpSample o;
-    o.name = name;
-    o.inputs = {std::move(x)};
-    o.attrs = a;
-    return o;
-  };
-  return {mk("[7,5] rows 1:6:2", samples::uniform({7, 5}, -1, 1, 1), {0, 1, 6, 2}),
-          mk("[4,9] cols -4:", samples::uniform({4, 9}, -1, 1, 2), {1, -4, 1000, 1}),
-          mk("[6] empty 4:2", samples::uniform({6}, -1, 1, 3), {0, 4, 2, 1}),
-          mk("[2,3,8] dim 2 0:8:3", samples::uniform({2, 3, 8}, -1, 1, 4), {2, 0, 8, 3})};
-}
-
 // ---- expand ----
 
 Tensor expand_fn(const Tensor& x, const Attrs& a) {
@@ -223,37 +166,19 @@ Tensor expand_fn(const Tensor& x, const Attrs& a) {
 
 std::vector<Tensor> expand_vjp(const BackwardCtx& ctx) { return {sum_to(ctx.grad(0), ctx.input_meta[0].shape)}; }
 
-std::vector<OpSample> expand_samples() {
-  auto mk = [](const char* name, Tensor x, Shape s) {
-    OpSample o;
-    o.name = name;
-    o.inputs = {std::move(x)};
-    o.attrs = ShapeAttrs::from(s);
-    return o;
-  };
-  return {mk("[3,1] -> [3,4]", samples::uniform({3, 1}, -1, 1, 1), {3, 4}),
-          mk("[4] -> [2,3,4]", samples::uniform({4}, -1, 1, 2), {2, 3, -1}),
-          mk("[] -> [2,2]", samples::uniform({}, -1, 1, 3), {2, 2})};
-}
-
-void define_view_op(OpInfo& info, ViewFn fn, BackwardFn vjp, SamplesFn s, const char* doc) {
+void define_view_op(OpInfo& info, ViewFn fn, BackwardFn vjp, const char* doc) {
   info.view = fn;
   info.backward = vjp;
-  info.samples = s;
   info.doc = doc;
 }
 
 }  // namespace
 
-void define_op_view(OpInfo& info) { define_view_op(info, view_fn, view_vjp, view_samples, "view with a new shape"); }
-void define_op_permute(OpInfo& info) {
-  define_view_op(info, permute_fn, permute_vjp, permute_samples, "view with dims reordered");
-}
-void define_op_slice(OpInfo& info) {
-  define_view_op(info, slice_fn, slice_vjp, slice_samples, "view of start:end:step along a dim");
-}
+void define_op_view(OpInfo& info) { define_view_op(info, view_fn, view_vjp, "view with a new shape"); }
+void define_op_permute(OpInfo& info) { define_view_op(info, permute_fn, permute_vjp, "view with dims reordered"); }
+void define_op_slice(OpInfo& info) { define_view_op(info, slice_fn, slice_vjp, "view of start:end:step along a dim"); }
 void define_op_expand(OpInfo& info) {
-  define_view_op(info, expand_fn, expand_vjp, expand_samples, "view with size-1 dims broadcast (stride 0)");
+  define_view_op(info, expand_fn, expand_vjp, "view with size-1 dims broadcast (stride 0)");
 }
 
 // ---- Tensor view methods ----

@@ -1,7 +1,6 @@
 #include "kernels/ops/where.h"
 
 #include "kernels/common/cpu_loops.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/ops/dtype_promotion.h"
 #include "kernels/registry.h"
@@ -38,24 +37,6 @@ std::vector<Tensor> where_vjp(const BackwardCtx& ctx) {
   return {Tensor(), ga, gb};
 }
 
-std::vector<OpSample> where_samples() {
-  std::vector<OpSample> out;
-  auto mk = [&](const char* name, Shape sc, Shape sa, Shape sb, uint64_t seed) {
-    OpSample s;
-    s.name = name;
-    s.inputs = {gt(samples::uniform(sc, -1, 1, seed), 0.0), samples::uniform(sa, -2, 2, seed + 1),
-                samples::uniform(sb, -2, 2, seed + 2)};
-    s.grad_inputs = {1, 2};
-    out.push_back(std::move(s));
-  };
-  mk("same shapes [1023]", {1023}, {1023}, {1023}, 1);
-  mk("broadcast cond [5,1] a [5,6] b [6]", {5, 1}, {5, 6}, {6}, 10);
-  mk("scalar b", {4, 4}, {4, 4}, {}, 20);
-  mk("empty", {0, 3}, {0, 3}, {3}, 30);
-  mk("[2^20+3]", {(1 << 20) + 3}, {(1 << 20) + 3}, {(1 << 20) + 3}, 40);
-  return out;
-}
-
 Cost where_cost(const KernelCall& c) {
   double bytes = static_cast<double>(c.out[0].nbytes());
   for (const Tensor& t : c.in) bytes += static_cast<double>(t.nbytes());
@@ -69,7 +50,6 @@ void define_op_where(OpInfo& info) {
   info.infer = infer_where;
   info.backward = where_vjp;
   info.save = Save::inputs;
-  info.samples = where_samples;
   info.cost = where_cost;
   info.contiguous_inputs = false;
   info.autocast = AutocastPolicy::promote;

@@ -15,7 +15,6 @@
 #include "core/cuda/sim/counters.h"
 #include "core/tensor.h"
 #include "kernels/common/memory_format.h"
-#include "kernels/common/samples.h"
 #include "kernels/functional.h"
 #include "kernels/ops/batch_norm.h"
 #include "kernels/ops/conv2d.h"
@@ -26,6 +25,7 @@
 #include "kernels/ops/reduce.h"
 #include "kernels/ops/softmax.h"
 #include "kernels/registry.h"
+#include "tests/op_samples/sample_inputs.h"
 
 using namespace ember;
 

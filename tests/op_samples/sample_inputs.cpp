@@ -1,4 +1,5 @@
-#include "kernels/common/samples.h"
+// The sample-input helpers declared in tests/op_samples/sample_inputs.h.
+#include "tests/op_samples/sample_inputs.h"
 
 #include <cmath>
 
@@ -72,9 +73,15 @@ Tensor expanded(const Shape& shape, double lo, double hi, uint64_t seed) {
 }
 
 std::vector<NamedShape> elementwise_shapes() {
-  return {{"empty [0]", Shape{0}},        {"empty [3, 0]", Shape{3, 0}},   {"scalar []", Shape{}},
-          {"[1]", Shape{1}},              {"[7]", Shape{7}},               {"[1023]", Shape{1023}},
-          {"[2^20+3]", Shape{(1 << 20) + 3}}, {"[5, 6]", Shape{5, 6}},     {"[2, 3, 4, 5]", Shape{2, 3, 4, 5}}};
+  return {{"empty [0]", Shape{0}},
+          {"empty [3, 0]", Shape{3, 0}},
+          {"scalar []", Shape{}},
+          {"[1]", Shape{1}},
+          {"[7]", Shape{7}},
+          {"[1023]", Shape{1023}},
+          {"[2^20+3]", Shape{(1 << 20) + 3}},
+          {"[5, 6]", Shape{5, 6}},
+          {"[2, 3, 4, 5]", Shape{2, 3, 4, 5}}};
 }
 
 std::vector<OpSample> unary_samples(double lo, double hi, const std::vector<double>& kinks) {

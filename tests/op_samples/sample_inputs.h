@@ -1,5 +1,6 @@
-// Helpers for ops' samples(): deterministic CPU f64 test inputs, including the awkward layouts
-// every op is tested on (transposed, sliced, expanded) and values kept away from kinks.
+// Helpers for the op samples (tests/op_samples/*_samples.cpp): deterministic CPU f64 test inputs,
+// including the awkward layouts every op is tested on (transposed, sliced, expanded) and values
+// kept away from kinks.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "kernels/registry.h"
+#include "tests/op_samples/op_samples.h"
 
 namespace ember::samples {
 
@@ -23,9 +24,9 @@ Tensor distinct(const Shape& shape, double lo, double hi, uint64_t seed);
 Tensor randint(const Shape& shape, int64_t n, uint64_t seed);
 
 // Layout variants of a sample input of logical shape `shape` (values from `make`):
-Tensor transposed(const Shape& shape, double lo, double hi, uint64_t seed);  // last two dims swapped in memory
+Tensor transposed(const Shape& shape, double lo, double hi, uint64_t seed);     // last two dims swapped in memory
 Tensor strided_slice(const Shape& shape, double lo, double hi, uint64_t seed);  // every other column of a wider tensor
-Tensor expanded(const Shape& shape, double lo, double hi, uint64_t seed);  // dim 0 broadcast from size 1
+Tensor expanded(const Shape& shape, double lo, double hi, uint64_t seed);       // dim 0 broadcast from size 1
 
 // The shapes every elementwise op is tested on: empty, scalar, 1, 7, 1023, 2^20 + 3, 2-D and 4-D.
 struct NamedShape {
