@@ -11,9 +11,10 @@
 // different bank groups, so neither conflicts. ldmatrix (k contiguous) or ldmatrix.trans (m/n
 // contiguous) turns either layout into the row.col fragments mma wants, so row-major operands and
 // transposed views (x W^T in linear) are read in place.
-// Pipeline: 3 stages x 32 KiB = 96 KiB of dynamic shared memory, 2 blocks per SM (8 warps).
-// The tile for k step kt+2 is requested (cp.async.cg, 16 bytes per request, zero-filled outside
-// the matrix) before the warps compute on tile kt; one __syncthreads per k tile. Operands whose
+// Pipeline: the shared main loop (kernels/gemm/mainloop.cuh, Note [gemm main loop]) with an
+// asynchronous operand iterator, MmaTiles: 3 stages x 32 KiB = 96 KiB of dynamic shared memory,
+// 2 blocks per SM (8 warps). The tile for k step kt+2 is requested (cp.async.cg, 16 bytes per
+// request, zero-filled outside the matrix) before the warps compute on tile kt. Operands whose
 // base, leading dim, batch strides or contiguous extent are not multiples of 8 elements are
 // loaded with guarded scalar loads into the same layout instead (same pipeline, loads not async).
 // Epilogue: bias, activation and rounding in registers; pairs of outputs stored as one 32-bit
@@ -38,18 +39,21 @@
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
+#include "kernels/gemm/mainloop.cuh"
 
 namespace ember::gemm {
 
 namespace dev {
 
 constexpr int kMmaBM = 128, kMmaBN = 128, kMmaBK = 64, kMmaStages = 3, kMmaThreads = 128;
-constexpr int kTileBytes = 128 * 64 * 2;                 // one operand's tile per stage
-constexpr int kStageBytes = 2 * kTileBytes;              // A then B
-constexpr int kMmaSmem = kMmaStages * kStageBytes;       // 96 KiB
+constexpr int kTileBytes = 128 * 64 * 2;            // one operand's tile per stage
+constexpr int kStageBytes = 2 * kTileBytes;         // A then B
+constexpr int kMmaSmem = kMmaStages * kStageBytes;  // 96 KiB
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile with `row_bytes`-byte rows.
-__device__ __forceinline__ int swz(int row, int chunk, int row_bytes) { return row * row_bytes + ((chunk ^ (row & 7)) << 4); }
+__device__ __forceinline__ int swz(int row, int chunk, int row_bytes) {
+  return row * row_bytes + ((chunk ^ (row & 7)) << 4);
+}
 
 // One 16-byte chunk (8 elements along the operand's contiguous dim, starting at index `start` of
 // that dim, `extent` long) into shared memory. `row_ok`: the other index is inside the matrix.
@@ -60,7 +64,7 @@ __device__ __forceinline__ void load_chunk(unsigned char* dst, const uint16_t* s
     ptx::cp_async_16(dst, ok ? src : safe, ok);
   } else {
     uint16_t v[8];
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int i = 0; i < 8; ++i) v[i] = (row_ok && start + i < extent) ? src[i] : uint16_t(0);
     uint4 packed;
     packed.x = v[0] | (uint32_t(v[1]) << 16);
@@ -70,6 +74,84 @@ EMBER_UNROLL
     *reinterpret_cast<uint4*>(dst) = packed;
   }
 }
+
+// The operand iterator of the tensor-core GEMM (Note [gemm main loop]): cp.async straight into
+// swizzled shared stages; ldmatrix (k contiguous) or ldmatrix.trans (m or n contiguous) fragments.
+template <bool A_K, bool B_K>
+struct MmaTiles {
+  static constexpr int kStages = kMmaStages;
+  unsigned char* smem;
+  const Args& p;
+  const uint16_t* A;
+  const uint16_t* B;
+  int M, N, K, m0, n0;
+  int tid, lane, wm, wn;  // wm, wn: the warp's 64x64 sub-tile
+
+  // Requests tile kt of A and B into `stage` (1024 chunks each, 8 per thread).
+  __device__ __forceinline__ void fetch(int kt, int stage) {
+    unsigned char* sa = smem + stage * kStageBytes;
+    unsigned char* sb = sa + kTileBytes;
+    const int k0 = kt * kMmaBK;
+    EMBER_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const int c = tid + i * kMmaThreads;
+      if constexpr (A_K) {  // [128 m][64 k]: A[m, k] at A + m * a_rs + k
+        const int r = c >> 3, ch = c & 7;
+        const int gm = m0 + r, gk = k0 + ch * 8;
+        load_chunk(sa + swz(r, ch, 128), A + static_cast<int64_t>(gm) * p.a_rs + gk, A, gm < M, gk, K, p.a_vec);
+      } else {  // [64 k][128 m]: A[m, k] at A + m + k * a_cs
+        const int r = c >> 4, ch = c & 15;
+        const int gk = k0 + r, gm = m0 + ch * 8;
+        load_chunk(sa + swz(r, ch, 256), A + static_cast<int64_t>(gk) * p.a_cs + gm, A, gk < K, gm, M, p.a_vec);
+      }
+      if constexpr (B_K) {  // [128 n][64 k]: B[k, n] at B + k + n * b_cs
+        const int r = c >> 3, ch = c & 7;
+        const int gn = n0 + r, gk = k0 + ch * 8;
+        load_chunk(sb + swz(r, ch, 128), B + static_cast<int64_t>(gn) * p.b_cs + gk, B, gn < N, gk, K, p.b_vec);
+      } else {  // [64 k][128 n]: B[k, n] at B + k * b_rs + n
+        const int r = c >> 4, ch = c & 15;
+        const int gk = k0 + r, gn = n0 + ch * 8;
+        load_chunk(sb + swz(r, ch, 256), B + static_cast<int64_t>(gk) * p.b_rs + gn, B, gk < K, gn, N, p.b_vec);
+      }
+    }
+  }
+  __device__ __forceinline__ void commit(int, bool) { ptx::cp_async_commit(); }
+  __device__ __forceinline__ void wait() { ptx::cp_async_wait<kStages - 2>(); }  // the oldest stage landed
+  __device__ __forceinline__ void drain() { ptx::cp_async_wait<0>(); }
+
+  __device__ __forceinline__ void fragments(int stage, int ks, uint32_t (&af)[4][4], uint32_t (&bf)[8][2]) {
+    const unsigned char* sa = smem + stage * kStageBytes;
+    const unsigned char* sb = sa + kTileBytes;
+    const int li = lane >> 3, lr = lane & 7;  // which 8x8 matrix this lane addresses, and its row
+    EMBER_UNROLL
+    for (int mt = 0; mt < 4; ++mt) {
+      const int mb = wm + mt * 16;
+      if constexpr (A_K) {  // matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+        const int r = mb + lr + (li & 1) * 8, ch = ks * 2 + (li >> 1);
+        ptx::ldmatrix_x4(af[mt], sa + swz(r, ch, 128));
+      } else {  // the same four, stored [k][m]: transposed on the way out
+        const int r = ks * 16 + lr + (li >> 1) * 8, ch = (mb >> 3) + (li & 1);
+        ptx::ldmatrix_x4_trans(af[mt], sa + swz(r, ch, 256));
+      }
+    }
+    EMBER_UNROLL
+    for (int np = 0; np < 4; ++np) {
+      const int nb = wn + np * 16;
+      uint32_t r4[4];
+      if constexpr (B_K) {  // matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+        const int r = nb + lr + (li >> 1) * 8, ch = ks * 2 + (li & 1);
+        ptx::ldmatrix_x4(r4, sb + swz(r, ch, 128));
+      } else {  // the same four, stored [k][n]
+        const int r = ks * 16 + lr + (li & 1) * 8, ch = (nb >> 3) + (li >> 1);
+        ptx::ldmatrix_x4_trans(r4, sb + swz(r, ch, 256));
+      }
+      bf[2 * np][0] = r4[0];
+      bf[2 * np][1] = r4[1];
+      bf[2 * np + 1][0] = r4[2];
+      bf[2 * np + 1][1] = r4[3];
+    }
+  }
+};
 
 template <class T, bool A_K, bool B_K>
 __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
@@ -84,136 +166,49 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
   const int wm = (warp >> 1) * 64, wn = (warp & 1) * 64;  // the warp's 64x64 sub-tile
   const int ktiles = (K + kMmaBK - 1) / kMmaBK;
   const int kt_begin = static_cast<int>(min64(ktiles, blockIdx.y * p.kt_per_split));
-  const int nkt = static_cast<int>(min64(ktiles, kt_begin + p.kt_per_split)) - kt_begin;  // k tiles here
+  const int kt_end = static_cast<int>(min64(ktiles, kt_begin + p.kt_per_split));
+  MmaTiles<A_K, B_K> tiles{smem, p, nullptr, nullptr, M, N, K, m0, n0, tid, lane, wm, wn};
 
   for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z) {
     int64_t ao, bo;
     batch_offsets(p, z, ao, bo);
-    const uint16_t* A = static_cast<const uint16_t*>(p.a) + ao;
-    const uint16_t* B = static_cast<const uint16_t*>(p.b) + bo;
-
-    // Requests tile kt of A and B into `stage` (1024 chunks each, 8 per thread).
-    auto load_stage = [&](int stage, int kt) {
-      unsigned char* sa = smem + stage * kStageBytes;
-      unsigned char* sb = sa + kTileBytes;
-      const int k0 = kt * kMmaBK;
-EMBER_UNROLL
-      for (int i = 0; i < 8; ++i) {
-        const int c = tid + i * kMmaThreads;
-        if constexpr (A_K) {  // [128 m][64 k]: A[m, k] at A + m * a_rs + k
-          const int r = c >> 3, ch = c & 7;
-          const int gm = m0 + r, gk = k0 + ch * 8;
-          load_chunk(sa + swz(r, ch, 128), A + static_cast<int64_t>(gm) * p.a_rs + gk, A, gm < M, gk, K, p.a_vec);
-        } else {  // [64 k][128 m]: A[m, k] at A + m + k * a_cs
-          const int r = c >> 4, ch = c & 15;
-          const int gk = k0 + r, gm = m0 + ch * 8;
-          load_chunk(sa + swz(r, ch, 256), A + static_cast<int64_t>(gk) * p.a_cs + gm, A, gk < K, gm, M, p.a_vec);
-        }
-        if constexpr (B_K) {  // [128 n][64 k]: B[k, n] at B + k + n * b_cs
-          const int r = c >> 3, ch = c & 7;
-          const int gn = n0 + r, gk = k0 + ch * 8;
-          load_chunk(sb + swz(r, ch, 128), B + static_cast<int64_t>(gn) * p.b_cs + gk, B, gn < N, gk, K, p.b_vec);
-        } else {  // [64 k][128 n]: B[k, n] at B + k * b_rs + n
-          const int r = c >> 4, ch = c & 15;
-          const int gk = k0 + r, gn = n0 + ch * 8;
-          load_chunk(sb + swz(r, ch, 256), B + static_cast<int64_t>(gk) * p.b_rs + gn, B, gk < K, gn, N, p.b_vec);
-        }
-      }
-    };
-
+    tiles.A = static_cast<const uint16_t*>(p.a) + ao;
+    tiles.B = static_cast<const uint16_t*>(p.b) + bo;
     float acc[4][8][4];
-EMBER_UNROLL
-    for (int i = 0; i < 4; ++i)
-EMBER_UNROLL
-      for (int j = 0; j < 8; ++j)
-EMBER_UNROLL
-        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
-
-EMBER_UNROLL
-    for (int s = 0; s < kMmaStages - 1; ++s) {
-      if (s < nkt) load_stage(s, kt_begin + s);
-      ptx::cp_async_commit();
-    }
-    for (int i = 0; i < nkt; ++i) {  // the i-th k tile of this block's range sits in stage i % 3
-      ptx::cp_async_wait<kMmaStages - 2>();  // tile i has landed (for this thread) ...
-      __syncthreads();                       // ... for every thread; and stage (i-1) % 3 is free
-      const int next = i + kMmaStages - 1;
-      if (next < nkt) load_stage(next % kMmaStages, kt_begin + next);
-      ptx::cp_async_commit();
-
-      const unsigned char* sa = smem + (i % kMmaStages) * kStageBytes;
-      const unsigned char* sb = sa + kTileBytes;
-      const int li = lane >> 3, lr = lane & 7;  // which 8x8 matrix this lane addresses, and its row
-EMBER_UNROLL
-      for (int ks = 0; ks < kMmaBK / 16; ++ks) {
-        uint32_t af[4][4], bf[8][2];
-EMBER_UNROLL
-        for (int mt = 0; mt < 4; ++mt) {
-          const int mb = wm + mt * 16;
-          if constexpr (A_K) {  // matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
-            const int r = mb + lr + (li & 1) * 8, ch = ks * 2 + (li >> 1);
-            ptx::ldmatrix_x4(af[mt], sa + swz(r, ch, 128));
-          } else {  // the same four, stored [k][m]: transposed on the way out
-            const int r = ks * 16 + lr + (li >> 1) * 8, ch = (mb >> 3) + (li & 1);
-            ptx::ldmatrix_x4_trans(af[mt], sa + swz(r, ch, 256));
-          }
-        }
-EMBER_UNROLL
-        for (int np = 0; np < 4; ++np) {
-          const int nb = wn + np * 16;
-          uint32_t r4[4];
-          if constexpr (B_K) {  // matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
-            const int r = nb + lr + (li >> 1) * 8, ch = ks * 2 + (li & 1);
-            ptx::ldmatrix_x4(r4, sb + swz(r, ch, 128));
-          } else {  // the same four, stored [k][n]
-            const int r = ks * 16 + lr + (li & 1) * 8, ch = (nb >> 3) + (li >> 1);
-            ptx::ldmatrix_x4_trans(r4, sb + swz(r, ch, 256));
-          }
-          bf[2 * np][0] = r4[0];
-          bf[2 * np][1] = r4[1];
-          bf[2 * np + 1][0] = r4[2];
-          bf[2 * np + 1][1] = r4[3];
-        }
-EMBER_UNROLL
-        for (int mt = 0; mt < 4; ++mt)
-EMBER_UNROLL
-          for (int nt = 0; nt < 8; ++nt)
-            ptx::mma_m16n8k16(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1], std::is_same_v<T, BFloat16>);
-      }
-    }
-    ptx::cp_async_wait<0>();
+    mma_gemm<kMmaBK / 16, std::is_same_v<T, BFloat16>>(tiles, kt_begin, kt_end, acc);
 
     // epilogue: thread (g, t4) of the warp holds rows g and g + 8, columns 2 t4 and 2 t4 + 1 of
     // each m16n8 tile
     const int g = lane >> 2, t4 = lane & 3;
     if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by splitk_reduce
       float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
-EMBER_UNROLL
-      for (int mt = 0; mt < 4; ++mt)
-EMBER_UNROLL
+      EMBER_UNROLL
+      for (int mt = 0; mt < 4; ++mt) {
+        EMBER_UNROLL
         for (int h = 0; h < 2; ++h) {
           const int gm = m0 + wm + mt * 16 + g + h * 8;
           if (gm >= M) continue;
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int nt = 0; nt < 8; ++nt) {
             const int gn = n0 + wn + nt * 8 + t4 * 2;
             if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[mt][nt][2 * h];
             if (gn + 1 < N) W[static_cast<int64_t>(gm) * N + gn + 1] = acc[mt][nt][2 * h + 1];
           }
         }
+      }
       __syncthreads();
       continue;
     }
     const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
-EMBER_UNROLL
-    for (int mt = 0; mt < 4; ++mt)
-EMBER_UNROLL
+    EMBER_UNROLL
+    for (int mt = 0; mt < 4; ++mt) {
+      EMBER_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int gm = m0 + wm + mt * 16 + g + h * 8;
         if (gm >= M) continue;
         T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
-EMBER_UNROLL
+        EMBER_UNROLL
         for (int nt = 0; nt < 8; ++nt) {
           const int gn = n0 + wn + nt * 8 + t4 * 2;
           float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
@@ -230,6 +225,7 @@ EMBER_UNROLL
           }
         }
       }
+    }
     __syncthreads();  // the next batch reuses the stages
   }
 #else
@@ -275,7 +271,8 @@ bool mma_supported(int device) {
   static std::array<int, 64> major{};
   static std::array<std::once_flag, 64> once;
   if (device < 0 || device >= 64) return false;
-  std::call_once(once[static_cast<size_t>(device)], [&] { major[static_cast<size_t>(device)] = cuda::properties(device).major; });
+  std::call_once(once[static_cast<size_t>(device)],
+                 [&] { major[static_cast<size_t>(device)] = cuda::properties(device).major; });
   return major[static_cast<size_t>(device)] >= 8;
 }
 

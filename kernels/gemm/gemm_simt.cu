@@ -5,11 +5,11 @@
 // (rows ty*TM/2.. and BM/2 + ty*TM/2.., columns likewise), so each k step reads its 8+8 operands
 // with four 16-byte shared loads; a warp is a 4x8 grid of threads, so those loads are
 // broadcasts of 4 (A) and 8 (B) distinct vectors: one shared-memory wavefront each.
-// Pipeline: shared memory is double-buffered through registers: the next k tile's global loads
-// (one 16-byte vector of A and one of B per thread) are issued before the current tile's 8 k
-// steps and stored after them; one __syncthreads per k tile. A is stored k-major (As[k][m]) so
-// the outer product reads contiguous rows; a k-contiguous operand is transposed on the way in
-// (Note [simt tile padding]).
+// Pipeline: the shared main loop (kernels/gemm/mainloop.cuh, Note [gemm main loop]) with a
+// register-staged operand iterator, SimtTiles: the next k tile's global loads (one 16-byte vector
+// of A and one of B per thread) are issued before the current tile's 8 k steps and stored after
+// them. A is stored k-major (As[k][m]) so the outer product reads contiguous rows; a k-contiguous
+// operand is transposed on the way in (Note [simt tile padding]).
 // Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill less than half the SMs.
 // Operands: row-major or transposed views in place (template on which stride is 1); 16-byte
 // vector loads when the base, leading dim, batch strides and the contiguous extent allow, else
@@ -29,6 +29,7 @@
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/gemm/gemm_common.cuh"
+#include "kernels/gemm/mainloop.cuh"
 
 namespace ember::gemm {
 
@@ -46,61 +47,176 @@ struct SimtCfg<double> {
 };
 constexpr int kSimtThreads = 256;
 
+// The operand iterator of the SIMT GEMM (Note [gemm main loop]): each thread moves one 16-byte
+// vector of A and one of B per k tile, staged through registers; tiles are stored k-major
+// (As[k][m], Bs[k][n]) so a k step reads contiguous rows.
 template <class T, bool A_K, bool B_K>
-__global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
+struct SimtTiles : RegisterStaged {
   using Cfg = SimtCfg<T>;
-  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
-  constexpr int VEC = 16 / sizeof(T);  // elements per 16-byte vector
-  constexpr int HM = TM / 2, HN = TN / 2;
+  static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
+  static constexpr int VEC = 16 / sizeof(T);  // elements per 16-byte vector
+  static constexpr int HM = TM / 2, HN = TN / 2;
   static_assert(BM * BK == kSimtThreads * VEC && BN * BK == kSimtThreads * VEC, "one vector per thread per tile");
   static_assert((BM / TM) * (BN / TN) == kSimtThreads && BM / TM == 16 && BN / TN == 16, "16x16 threads");
   static_assert(HM == VEC && HN == VEC, "sub-tile rows are one 16-byte vector");
   using V = Vec<T, VEC>;
+  using ATile = V[2][BK][BM / VEC + 1];  // one vector of padding per row: Note [simt tile padding]
+  using BTile = V[2][BK][BN / VEC + 1];
+
+  ATile& As;
+  BTile& Bs;
+  int64_t a_ld, b_ld;  // A: its stride along m (A_K) or along k; B: along n (B_K) or along k
+  bool a_vec, b_vec;   // 16-byte vector loads (Args::a_vec, b_vec)
+  const T* A;
+  const T* B;
+  int M, N, K, m0, n0;
+  int ty, tx;    // the thread's row and column group of the 16x16 thread grid
+  int a_x, a_k;  // A_K: row a_x, k a_k..a_k+VEC; else k a_k, rows a_x..a_x+VEC
+  int b_x, b_k;  // B_K: column b_x, k b_k..; else k b_k, columns b_x..b_x+VEC
+  V ra{}, rb{};  // staged k tile (zeroed: only ever stored after a fetch)
+
+  __device__ __forceinline__ SimtTiles(ATile& as, BTile& bs, const Args& args, int tid, int row0, int col0)
+      : As(as),
+        Bs(bs),
+        a_ld(A_K ? args.a_rs : args.a_cs),
+        b_ld(B_K ? args.b_cs : args.b_rs),
+        a_vec(args.a_vec),
+        b_vec(args.b_vec),
+        A(nullptr),
+        B(nullptr),
+        M(static_cast<int>(args.M)),
+        N(static_cast<int>(args.N)),
+        K(static_cast<int>(args.K)),
+        m0(row0),
+        n0(col0) {
+    const int lane = tid & 31, warp = tid >> 5;
+    ty = (warp >> 1) * 4 + (lane >> 3);  // 0..15: the thread's row group
+    tx = (warp & 1) * 8 + (lane & 7);    // 0..15: the thread's column group
+    if constexpr (A_K) {
+      a_x = tid / (BK / VEC);
+      a_k = (tid % (BK / VEC)) * VEC;
+    } else {
+      a_k = tid / (BM / VEC);
+      a_x = (tid % (BM / VEC)) * VEC;
+    }
+    if constexpr (B_K) {
+      b_x = tid / (BK / VEC);
+      b_k = (tid % (BK / VEC)) * VEC;
+    } else {
+      b_k = tid / (BN / VEC);
+      b_x = (tid % (BN / VEC)) * VEC;
+    }
+  }
+
+  __device__ __forceinline__ T& a_at(int buf, int k, int m) { return As[buf][k][m / VEC].v[m % VEC]; }
+  __device__ __forceinline__ T& b_at(int buf, int k, int n) { return Bs[buf][k][n / VEC].v[n % VEC]; }
+
+  __device__ __forceinline__ void fetch(int t, int) {
+    const int k0 = t * BK;
+    if constexpr (A_K) {  // A[m, k] at A + m * a_rs + k
+      const int gm = m0 + a_x, gk = k0 + a_k;
+      const T* src = A + static_cast<int64_t>(gm) * a_ld + gk;
+      if (a_vec) {
+        if (gm < M && gk < K) ra = *reinterpret_cast<const V*>(src);
+        else ra = V{};
+      } else {
+        EMBER_UNROLL
+        for (int i = 0; i < VEC; ++i) ra.v[i] = (gm < M && gk + i < K) ? src[i] : T(0);
+      }
+    } else {  // A[m, k] at A + m + k * a_cs
+      const int gm = m0 + a_x, gk = k0 + a_k;
+      const T* src = A + static_cast<int64_t>(gk) * a_ld + gm;
+      if (a_vec) {
+        if (gk < K && gm < M) ra = *reinterpret_cast<const V*>(src);
+        else ra = V{};
+      } else {
+        EMBER_UNROLL
+        for (int i = 0; i < VEC; ++i) ra.v[i] = (gk < K && gm + i < M) ? src[i] : T(0);
+      }
+    }
+    if constexpr (B_K) {  // B[k, n] at B + k + n * b_cs
+      const int gn = n0 + b_x, gk = k0 + b_k;
+      const T* src = B + static_cast<int64_t>(gn) * b_ld + gk;
+      if (b_vec) {
+        if (gn < N && gk < K) rb = *reinterpret_cast<const V*>(src);
+        else rb = V{};
+      } else {
+        EMBER_UNROLL
+        for (int i = 0; i < VEC; ++i) rb.v[i] = (gn < N && gk + i < K) ? src[i] : T(0);
+      }
+    } else {  // B[k, n] at B + k * b_rs + n
+      const int gn = n0 + b_x, gk = k0 + b_k;
+      const T* src = B + static_cast<int64_t>(gk) * b_ld + gn;
+      if (b_vec) {
+        if (gk < K && gn < N) rb = *reinterpret_cast<const V*>(src);
+        else rb = V{};
+      } else {
+        EMBER_UNROLL
+        for (int i = 0; i < VEC; ++i) rb.v[i] = (gk < K && gn + i < N) ? src[i] : T(0);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void commit(int buf, bool fetched) {
+    if (!fetched) return;
+    if constexpr (A_K) {
+      EMBER_UNROLL
+      for (int i = 0; i < VEC; ++i) a_at(buf, a_k + i, a_x) = ra.v[i];
+    } else {
+      As[buf][a_k][a_x / VEC] = ra;
+    }
+    if constexpr (B_K) {
+      EMBER_UNROLL
+      for (int i = 0; i < VEC; ++i) b_at(buf, b_k + i, b_x) = rb.v[i];
+    } else {
+      Bs[buf][b_k][b_x / VEC] = rb;
+    }
+  }
+
+  // The thread's outputs are a 2x2 grid of (TM/2)x(TN/2) sub-tiles: two 16-byte vectors of each
+  // operand per k step.
+  __device__ __forceinline__ void fragments(int buf, int kk, T (&af)[TM], T (&bf)[TN]) {
+    const V a0 = As[buf][kk][ty], a1 = As[buf][kk][BM / 2 / VEC + ty];
+    const V b0 = Bs[buf][kk][tx], b1 = Bs[buf][kk][BN / 2 / VEC + tx];
+    EMBER_UNROLL
+    for (int i = 0; i < HM; ++i) {
+      af[i] = a0.v[i];
+      af[HM + i] = a1.v[i];
+    }
+    EMBER_UNROLL
+    for (int j = 0; j < HN; ++j) {
+      bf[j] = b0.v[j];
+      bf[HN + j] = b1.v[j];
+    }
+  }
+};
+
+template <class T, bool A_K, bool B_K>
+__global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
+  using Tiles = SimtTiles<T, A_K, B_K>;
+  constexpr int BM = Tiles::BM, BN = Tiles::BN, BK = Tiles::BK, TM = Tiles::TM, TN = Tiles::TN;
+  constexpr int HM = Tiles::HM, HN = Tiles::HN;
+  using V = typename Tiles::V;
 
   // Note [simt tile padding]: a k-contiguous operand arrives as one vector along k per thread and
   // is stored transposed, element by element: for element i a warp's lanes write the rows
   // k = j VEC + i (j = 0 .. BK/VEC - 1), 64 bytes of consecutive m in each (f32: 16 lanes of m per
   // row; f64: 8). Rows of BM (BN) elements are a multiple of the 32 banks long, so unpadded those
-  // rows started on the same bank: 2-way conflicts on every such store (whole kernel 1.03-1.2 in
-  // the simulator's counters). One 16-byte vector of padding per row (33 vectors = 132 words)
-  // starts row k at bank 4k: rows VEC apart are 16 banks apart for f32 (conflict-free) and the
-  // four f64 rows cover every bank exactly twice (its ideal 2 wavefronts per 256 bytes). The
-  // padding keeps rows 16-byte aligned, so the k-step reads stay 16-byte vectors (4 of one row
-  // per warp: one wavefront), and the m-contiguous vector stores (one row per warp) stay
-  // conflict-free. ptxas also spills less with it (none, against 44-56 bytes in the f32
-  // instances unpadded; an XOR swizzle of the vector index, tried first, spilled more).
-  EMBER_SHARED(V[2][BK][BM / VEC + 1], As_raw);
-  EMBER_SHARED(V[2][BK][BN / VEC + 1], Bs_raw);
-  auto As = [&](int buf, int k, int m) -> T& { return As_raw[buf][k][m / VEC].v[m % VEC]; };
-  auto Bs = [&](int buf, int k, int n) -> T& { return Bs_raw[buf][k][n / VEC].v[n % VEC]; };
+  // rows started on the same bank: 2-way conflicts on every such store. One 16-byte vector of
+  // padding per row (33 vectors = 132 words) starts row k at bank 4k: rows VEC apart are 16 banks
+  // apart for f32 (conflict-free) and the four f64 rows cover every bank exactly twice (its ideal
+  // 2 wavefronts per 256 bytes). The padding keeps rows 16-byte aligned, so the k-step reads stay
+  // 16-byte vectors (4 of one row per warp: one wavefront), and the m-contiguous vector stores
+  // (one row per warp) stay conflict-free. ptxas also spills less with it than unpadded or with
+  // an XOR swizzle of the vector index.
+  EMBER_SHARED(typename Tiles::ATile, As_raw);
+  EMBER_SHARED(typename Tiles::BTile, Bs_raw);
 
-  const int tid = threadIdx.x;
-  const int lane = tid & 31, warp = tid >> 5;
-  const int ty = (warp >> 1) * 4 + (lane >> 3);  // 0..15: the thread's row group
-  const int tx = (warp & 1) * 8 + (lane & 7);    // 0..15: the thread's column group
   const int M = static_cast<int>(p.M), N = static_cast<int>(p.N), K = static_cast<int>(p.K);
   const int64_t tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
   int64_t tmi, tni;
   tile_coords(blockIdx.x, tiles_m, tiles_n, tmi, tni);
   const int m0 = static_cast<int>(tmi) * BM, n0 = static_cast<int>(tni) * BN;
-
-  // loader positions: each thread moves one vector of A and one of B per k tile
-  int a_x, a_k;  // A_K: row a_x, k a_k..a_k+VEC; else k a_k, rows a_x..a_x+VEC
-  if constexpr (A_K) {
-    a_x = tid / (BK / VEC);
-    a_k = (tid % (BK / VEC)) * VEC;
-  } else {
-    a_k = tid / (BM / VEC);
-    a_x = (tid % (BM / VEC)) * VEC;
-  }
-  int b_x, b_k;  // B_K: column b_x, k b_k..; else k b_k, columns b_x..b_x+VEC
-  if constexpr (B_K) {
-    b_x = tid / (BK / VEC);
-    b_k = (tid % (BK / VEC)) * VEC;
-  } else {
-    b_k = tid / (BN / VEC);
-    b_x = (tid % (BN / VEC)) * VEC;
-  }
 
   const int ktiles = (K + BK - 1) / BK;
   const int kt_begin = static_cast<int>(min64(ktiles, blockIdx.y * p.kt_per_split));
@@ -108,114 +224,22 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   for (int64_t z = blockIdx.z; z < p.batch; z += gridDim.z) {
     int64_t ao, bo;
     batch_offsets(p, z, ao, bo);
-    const T* A = static_cast<const T*>(p.a) + ao;
-    const T* B = static_cast<const T*>(p.b) + bo;
-
-    V ra, rb;
-    auto load = [&](int k0) {
-      if constexpr (A_K) {  // A[m, k] at A + m * a_rs + k
-        const int gm = m0 + a_x, gk = k0 + a_k;
-        const T* src = A + static_cast<int64_t>(gm) * p.a_rs + gk;
-        if (p.a_vec) {
-          if (gm < M && gk < K) ra = *reinterpret_cast<const V*>(src);
-          else ra = V{};
-        } else {
-EMBER_UNROLL
-          for (int i = 0; i < VEC; ++i) ra.v[i] = (gm < M && gk + i < K) ? src[i] : T(0);
-        }
-      } else {  // A[m, k] at A + m + k * a_cs
-        const int gm = m0 + a_x, gk = k0 + a_k;
-        const T* src = A + static_cast<int64_t>(gk) * p.a_cs + gm;
-        if (p.a_vec) {
-          if (gk < K && gm < M) ra = *reinterpret_cast<const V*>(src);
-          else ra = V{};
-        } else {
-EMBER_UNROLL
-          for (int i = 0; i < VEC; ++i) ra.v[i] = (gk < K && gm + i < M) ? src[i] : T(0);
-        }
-      }
-      if constexpr (B_K) {  // B[k, n] at B + k + n * b_cs
-        const int gn = n0 + b_x, gk = k0 + b_k;
-        const T* src = B + static_cast<int64_t>(gn) * p.b_cs + gk;
-        if (p.b_vec) {
-          if (gn < N && gk < K) rb = *reinterpret_cast<const V*>(src);
-          else rb = V{};
-        } else {
-EMBER_UNROLL
-          for (int i = 0; i < VEC; ++i) rb.v[i] = (gn < N && gk + i < K) ? src[i] : T(0);
-        }
-      } else {  // B[k, n] at B + k * b_rs + n
-        const int gn = n0 + b_x, gk = k0 + b_k;
-        const T* src = B + static_cast<int64_t>(gk) * p.b_rs + gn;
-        if (p.b_vec) {
-          if (gk < K && gn < N) rb = *reinterpret_cast<const V*>(src);
-          else rb = V{};
-        } else {
-EMBER_UNROLL
-          for (int i = 0; i < VEC; ++i) rb.v[i] = (gk < K && gn + i < N) ? src[i] : T(0);
-        }
-      }
-    };
-    auto store = [&](int buf) {
-      if constexpr (A_K) {
-EMBER_UNROLL
-        for (int i = 0; i < VEC; ++i) As(buf, a_k + i, a_x) = ra.v[i];
-      } else {
-        As_raw[buf][a_k][a_x / VEC] = ra;
-      }
-      if constexpr (B_K) {
-EMBER_UNROLL
-        for (int i = 0; i < VEC; ++i) Bs(buf, b_k + i, b_x) = rb.v[i];
-      } else {
-        Bs_raw[buf][b_k][b_x / VEC] = rb;
-      }
-    };
+    // constructed per batch: its staging registers carry nothing from one batch to the next
+    Tiles tiles(As_raw, Bs_raw, p, threadIdx.x, m0, n0);
+    tiles.A = static_cast<const T*>(p.a) + ao;
+    tiles.B = static_cast<const T*>(p.b) + bo;
+    const int ty = tiles.ty, tx = tiles.tx;
 
     T acc[TM][TN];
-EMBER_UNROLL
-    for (int i = 0; i < TM; ++i)
-EMBER_UNROLL
-      for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
-
-    if (kt_begin < kt_end) {
-      load(kt_begin * BK);
-      store(0);
-    }
-    __syncthreads();
-    for (int kt = kt_begin; kt < kt_end; ++kt) {
-      const int buf = (kt - kt_begin) & 1;
-      if (kt + 1 < kt_end) load((kt + 1) * BK);  // in flight during the k steps below
-EMBER_UNROLL
-      for (int kk = 0; kk < BK; ++kk) {
-        const V a0 = As_raw[buf][kk][ty], a1 = As_raw[buf][kk][BM / 2 / VEC + ty];
-        const V b0 = Bs_raw[buf][kk][tx], b1 = Bs_raw[buf][kk][BN / 2 / VEC + tx];
-        T af[TM], bf[TN];
-EMBER_UNROLL
-        for (int i = 0; i < HM; ++i) {
-          af[i] = a0.v[i];
-          af[HM + i] = a1.v[i];
-        }
-EMBER_UNROLL
-        for (int j = 0; j < HN; ++j) {
-          bf[j] = b0.v[j];
-          bf[HN + j] = b1.v[j];
-        }
-EMBER_UNROLL
-        for (int i = 0; i < TM; ++i)
-EMBER_UNROLL
-          for (int j = 0; j < TN; ++j) acc[i][j] = fma(af[i], bf[j], acc[i][j]);
-      }
-      if (kt + 1 < kt_end) store(buf ^ 1);  // the other buffer: nobody reads it until the sync
-      __syncthreads();
-    }
+    simt_gemm<BK>(tiles, kt_begin, kt_end, acc);
 
     if (p.ws != nullptr) {  // split-K: raw partial sums, reduced by splitk_reduce
       T* W = static_cast<T*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int i = 0; i < TM; ++i) {
         const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
         if (gm >= M) continue;
-EMBER_UNROLL
+        EMBER_UNROLL
         for (int j = 0; j < TN; ++j) {
           const int gn = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
           if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[i][j];
@@ -227,16 +251,16 @@ EMBER_UNROLL
     // epilogue: bias, activation, store (16-byte vectors where aligned and inside N)
     const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int i = 0; i < TM; ++i) {
       const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
       if (gm >= M) continue;
       T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int gn0 = n0 + h * (BN / 2) + tx * HN;
         V out;
-EMBER_UNROLL
+        EMBER_UNROLL
         for (int j = 0; j < HN; ++j) {
           T v = acc[i][h * HN + j];
           if (bias != nullptr && gn0 + j < N) v += bias[gn0 + j];
@@ -245,9 +269,10 @@ EMBER_UNROLL
         if (p.c_vec && gn0 + HN <= N) {
           *reinterpret_cast<V*>(crow + gn0) = out;
         } else {
-EMBER_UNROLL
-          for (int j = 0; j < HN; ++j)
+          EMBER_UNROLL
+          for (int j = 0; j < HN; ++j) {
             if (gn0 + j < N) crow[gn0 + j] = out.v[j];
+          }
         }
       }
     }
@@ -286,8 +311,8 @@ void dispatch_simt(const Problem& p, cudaStream_t stream) {
 void run_simt(const Problem& p) {
   if (p.M == 0 || p.N == 0 || p.batch() == 0) return;
   constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
-  EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm v2_tiled: M, N, K must fit in int32, got ",
-              p.M, ", ", p.N, ", ", p.K);
+  EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm v2_tiled: M, N, K must fit in int32, got ", p.M,
+              ", ", p.N, ", ", p.K);
   EMBER_CHECK((p.a_cs == 1 || p.a_rs == 1) && (p.b_cs == 1 || p.b_rs == 1),
               "gemm v2_tiled: each operand needs a unit stride (prepare with Layout::unit_stride)");
   cuda::DeviceGuard guard(p.device.index);

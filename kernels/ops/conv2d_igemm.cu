@@ -15,6 +15,11 @@
 // (r, s) and BK consecutive channels: the gather address of a row is computed once per tile and
 // channels-last inputs are read as contiguous 16-byte vectors (when channels % 8 == 0).
 //
+// Each kernel is the shared GEMM main loop (kernels/gemm/mainloop.cuh, Note [gemm main loop]) with
+// its own operand iterator: DataSimtTiles, WgradSimtTiles, DataMmaTiles, WgradMmaTiles gather the
+// im2col tiles; ConvSimtSmem and ConvMmaSmem hold the shared layouts and the output ownership the
+// epilogues walk.
+//
 // SIMT (f32, f64): block tile BM x BN x BK, 256 threads, each TM x TN outputs in registers, A and B
 //   staged through registers into double-buffered shared memory (the next tile's global loads are in
 //   flight while the current one is multiplied). Configs: 128x128x8 (8x8 per thread) when there are
@@ -44,6 +49,7 @@
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/gemm/mainloop.cuh"
 #include "kernels/ops/conv2d_cuda.h"
 
 namespace ember::convcuda {
@@ -52,20 +58,40 @@ namespace {
 
 // ---- problem descriptions (int indexing: every tensor has < 2^31 elements, checked) ----
 
-struct DataGemm {
-  int M;           // rows: output pixels of the GEMM (N Ho Wo)
+// The filter's geometry as int: every GEMM of a convolution reads it.
+struct Taps {
+  int Kg, Cg, RS, S;
+  int sh, sw, ph, pw, dh, dw;
+};
+
+Taps taps_of(const ConvGeom& g) {
+  Taps t{};
+  t.Kg = static_cast<int>(g.Kg);
+  t.Cg = static_cast<int>(g.Cg);
+  t.RS = static_cast<int>(g.R * g.S);
+  t.S = static_cast<int>(g.S);
+  t.sh = static_cast<int>(g.sh);
+  t.sw = static_cast<int>(g.sw);
+  t.ph = static_cast<int>(g.ph);
+  t.pw = static_cast<int>(g.pw);
+  t.dh = static_cast<int>(g.dh);
+  t.dw = static_cast<int>(g.dw);
+  return t;
+}
+
+struct DataGemm : Taps {
+  int M;  // rows: output pixels of the GEMM (N Ho Wo)
   int HoWo, Wo;
   int Ca, Ha, Wa;  // the gathered operand: x (forward) or grad_output (backward_input)
   int img;         // Ca Ha Wa
   int Co;          // channels of the written tensor
   int red;         // reduction channels per group: Cg (forward) or Kg (backward_input)
   int ncol;        // columns per group: Kg (forward) or Cg (backward_input)
-  int Kg, Cg, RS, S;
-  int sh, sw, ph, pw, dh, dw;
 };
 
 DataGemm data_gemm(const ConvGeom& g, bool dgrad) {
   DataGemm p{};
+  static_cast<Taps&>(p) = taps_of(g);
   const int N = static_cast<int>(g.N);
   if (!dgrad) {
     p.Wo = static_cast<int>(g.Q);
@@ -88,16 +114,6 @@ DataGemm data_gemm(const ConvGeom& g, bool dgrad) {
   }
   p.M = N * p.HoWo;
   p.img = p.Ca * p.Ha * p.Wa;
-  p.Kg = static_cast<int>(g.Kg);
-  p.Cg = static_cast<int>(g.Cg);
-  p.RS = static_cast<int>(g.R * g.S);
-  p.S = static_cast<int>(g.S);
-  p.sh = static_cast<int>(g.sh);
-  p.sw = static_cast<int>(g.sw);
-  p.ph = static_cast<int>(g.ph);
-  p.pw = static_cast<int>(g.pw);
-  p.dh = static_cast<int>(g.dh);
-  p.dw = static_cast<int>(g.dw);
   return p;
 }
 
@@ -134,7 +150,8 @@ __device__ __forceinline__ int gather_offset(const DataGemm& p, const RowInfo& r
   if (!DGRAD) {
     ih = ri.h0 + r * p.dh;
     iw = ri.w0 + s * p.dw;
-    if (static_cast<unsigned>(ih) >= static_cast<unsigned>(p.Ha) || static_cast<unsigned>(iw) >= static_cast<unsigned>(p.Wa))
+    if (static_cast<unsigned>(ih) >= static_cast<unsigned>(p.Ha) ||
+        static_cast<unsigned>(iw) >= static_cast<unsigned>(p.Wa))
       return -1;
   } else {
     const int th = ri.h0 - r * p.dh, tw = ri.w0 - s * p.dw;
@@ -161,19 +178,18 @@ __device__ __forceinline__ int out_index(const DataGemm& p, int m, int oc) {
   return (n * p.Co + oc) * p.HoWo + (m - n * p.HoWo);
 }
 
-struct WgradGemm {
-  int Kg, ncol;  // GEMM rows (k) and columns ((c, r, s) in the weight's memory order) per group
-  int J;         // reduction length N P Q
+// GEMM rows: Kg (in Taps).
+struct WgradGemm : Taps {
+  int ncol;  // GEMM columns ((c, r, s) in the weight's memory order) per group
+  int J;     // reduction length N P Q
   int P, Q, PQ;
   int K, C, H, W, HW;
-  int Cg, RS, S;
-  int sh, sw, ph, pw, dh, dw;
   int G, splits, tiles_per_split;
 };
 
 WgradGemm wgrad_gemm(const ConvGeom& g) {
   WgradGemm p{};
-  p.Kg = static_cast<int>(g.Kg);
+  static_cast<Taps&>(p) = taps_of(g);
   p.ncol = static_cast<int>(g.Cg * g.R * g.S);
   p.J = static_cast<int>(g.N * g.P * g.Q);
   p.P = static_cast<int>(g.P);
@@ -184,15 +200,6 @@ WgradGemm wgrad_gemm(const ConvGeom& g) {
   p.H = static_cast<int>(g.H);
   p.W = static_cast<int>(g.W);
   p.HW = p.H * p.W;
-  p.Cg = static_cast<int>(g.Cg);
-  p.RS = static_cast<int>(g.R * g.S);
-  p.S = static_cast<int>(g.S);
-  p.sh = static_cast<int>(g.sh);
-  p.sw = static_cast<int>(g.sw);
-  p.ph = static_cast<int>(g.ph);
-  p.pw = static_cast<int>(g.pw);
-  p.dh = static_cast<int>(g.dh);
-  p.dw = static_cast<int>(g.dw);
   p.G = static_cast<int>(g.G);
   return p;
 }
@@ -252,7 +259,8 @@ template <bool CL>
 __device__ __forceinline__ int wgrad_x_index(const WgradGemm& w, const ColInfo& ci, const JPos& a) {
   if (!ci.ok || a.j >= w.J) return -1;
   const int ih = a.p * w.sh + ci.hr, iw = a.q * w.sw + ci.wr;
-  if (static_cast<unsigned>(ih) >= static_cast<unsigned>(w.H) || static_cast<unsigned>(iw) >= static_cast<unsigned>(w.W))
+  if (static_cast<unsigned>(ih) >= static_cast<unsigned>(w.H) ||
+      static_cast<unsigned>(iw) >= static_cast<unsigned>(w.W))
     return -1;
   return CL ? (a.n * w.HW + ih * w.W + iw) * w.C + ci.xc : a.n * w.C * w.HW + ci.xc + ih * w.W + iw;
 }
@@ -299,210 +307,216 @@ __global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int
 template <int BK>
 constexpr int kSimtPad = 32 / BK;
 
-template <class T, int BM, int BN, int BK, int TM, int TN, bool CL, bool DGRAD>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
-    data_simt_kernel(const T* __restrict__ src, const T* __restrict__ wt, const T* __restrict__ bias,
-                     T* __restrict__ out, DataGemm p) {
-  constexpr int MBT = BM / TM, NBT = BN / TN, NT = MBT * NBT;
-  constexpr int A_LD = BM * BK / NT, B_LD = BN * BK / NT;
-  static_assert(NT % BK == 0 && NT % BM == 0 && (BM * BK) % NT == 0 && (BN * BK) % NT == 0, "tile/thread mismatch");
-  constexpr int A_ROWS = CL ? A_LD : 1;
-  EMBER_SHARED(T[2][BK][BM + kSimtPad<BK>], As);  // Note [conv simt tile padding]
-  EMBER_SHARED(T[2][BK][BN + kSimtPad<BK>], Bs);
+// What the SIMT iterators share: k-major padded tiles (Note [conv simt tile padding]) and the
+// strided ownership of outputs: thread (tm, tn) holds rows tm + i MBT and columns tn + j NBT.
+template <class T, int BM, int BN, int BK, int TM, int TN>
+struct ConvSimtSmem : gemm::dev::RegisterStaged {
+  static constexpr int MBT = BM / TM, NBT = BN / TN, NT = MBT * NBT;
+  using ATile = T[2][BK][BM + kSimtPad<BK>];
+  using BTile = T[2][BK][BN + kSimtPad<BK>];
 
-  const int tid = threadIdx.x;
-  const int g = blockIdx.z;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  // loads: channels-last A walks channels across threads (contiguous), NCHW A walks pixels
-  int a_row[A_LD], a_kk[A_LD];
-EMBER_UNROLL
-  for (int i = 0; i < A_LD; ++i) {
-    if (CL) {
-      a_row[i] = tid / BK + i * (NT / BK);
-      a_kk[i] = tid % BK;
-    } else {
-      a_row[i] = tid % BM;
-      a_kk[i] = tid / BM + i * (NT / BM);
+  ATile& As;
+  BTile& Bs;
+  int tm = 0, tn = 0;
+
+  __device__ __forceinline__ ConvSimtSmem(ATile& as, BTile& bs) : As(as), Bs(bs) {}
+  __device__ __forceinline__ void fragments(int buf, int k, T (&av)[TM], T (&bv)[TN]) {
+    EMBER_UNROLL
+    for (int i = 0; i < TM; ++i) av[i] = As[buf][k][tm + i * MBT];
+    EMBER_UNROLL
+    for (int j = 0; j < TN; ++j) bv[j] = Bs[buf][k][tn + j * NBT];
+  }
+  // Calls f(acc[i][j], row, column) for each of the thread's outputs inside rows x cols.
+  template <class F>
+  __device__ __forceinline__ void for_each_output(const T (&acc)[TM][TN], int m0, int n0, int rows, int cols, F&& f) {
+    EMBER_UNROLL
+    for (int i = 0; i < TM; ++i) {
+      const int m = m0 + tm + i * MBT;
+      if (m >= rows) continue;
+      EMBER_UNROLL
+      for (int j = 0; j < TN; ++j) {
+        const int c = n0 + tn + j * NBT;
+        if (c < cols) f(acc[i][j], m, c);
+      }
     }
   }
-  RowInfo ri[A_ROWS];
-EMBER_UNROLL
-  for (int i = 0; i < A_ROWS; ++i) ri[i] = row_info<DGRAD>(p, m0 + a_row[i]);
-  const int b_kk = tid % BK;
-  int b_col[B_LD];
-EMBER_UNROLL
-  for (int i = 0; i < B_LD; ++i) b_col[i] = tid / BK + i * (NT / BK);
-  // compute: consecutive threads take consecutive output rows (NCHW) or columns (channels-last)
-  const int tm = CL ? tid / NBT : tid % MBT;
-  const int tn = CL ? tid % NBT : tid / MBT;
+};
 
-  const int CT = (p.red + BK - 1) / BK;
-  const int tiles = p.RS * CT;
-  const int chs = CL ? 1 : p.Ha * p.Wa;
-  T a_reg[A_LD], b_reg[B_LD];
-  auto load = [&](int t) {
+// The data GEMMs' SIMT operand iterator (Note [gemm main loop]): k tile t is one tap (r, s) and BK
+// consecutive reduction channels; A is gathered from the image (zero outside it), B read from the
+// weight; both staged through registers into k-major tiles.
+template <class T, int BM, int BN, int BK, int TM, int TN, bool CL, bool DGRAD>
+struct DataSimtTiles : ConvSimtSmem<T, BM, BN, BK, TM, TN> {
+  using Base = ConvSimtSmem<T, BM, BN, BK, TM, TN>;
+  using Base::As, Base::Bs, Base::NT;
+  using typename Base::ATile, typename Base::BTile;
+  static constexpr int A_LD = BM * BK / NT, B_LD = BN * BK / NT;
+  static_assert(NT % BK == 0 && NT % BM == 0 && (BM * BK) % NT == 0 && (BN * BK) % NT == 0, "tile/thread mismatch");
+  static constexpr int A_ROWS = CL ? A_LD : 1;
+
+  const DataGemm& p;
+  const T* src;
+  const T* wt;
+  int g, n0, CT, chs;
+  int a_row[A_LD], a_kk[A_LD];
+  RowInfo ri[A_ROWS];
+  int b_kk, b_col[B_LD];
+  T a_reg[A_LD]{}, b_reg[B_LD]{};  // staged k tile (zeroed: only ever stored after a fetch)
+
+  __device__ __forceinline__ DataSimtTiles(ATile& as, BTile& bs, const DataGemm& gemm, const T* src_, const T* wt_,
+                                           int tid, int group, int m0, int col0)
+      : Base(as, bs), p(gemm), src(src_), wt(wt_), g(group), n0(col0) {
+    // loads: channels-last A walks channels across threads (contiguous), NCHW A walks pixels
+    EMBER_UNROLL
+    for (int i = 0; i < A_LD; ++i) {
+      if (CL) {
+        a_row[i] = tid / BK + i * (NT / BK);
+        a_kk[i] = tid % BK;
+      } else {
+        a_row[i] = tid % BM;
+        a_kk[i] = tid / BM + i * (NT / BM);
+      }
+    }
+    EMBER_UNROLL
+    for (int i = 0; i < A_ROWS; ++i) ri[i] = row_info<DGRAD>(p, m0 + a_row[i]);
+    b_kk = tid % BK;
+    EMBER_UNROLL
+    for (int i = 0; i < B_LD; ++i) b_col[i] = tid / BK + i * (NT / BK);
+    // compute: consecutive threads take consecutive output rows (NCHW) or columns (channels-last)
+    this->tm = CL ? tid / Base::NBT : tid % Base::MBT;
+    this->tn = CL ? tid % Base::NBT : tid / Base::MBT;
+    CT = (p.red + BK - 1) / BK;
+    chs = CL ? 1 : p.Ha * p.Wa;
+  }
+  __device__ __forceinline__ int ktiles() const { return p.RS * CT; }
+
+  __device__ __forceinline__ void fetch(int t, int) {
     const int rs = t / CT;
     const int c0 = (t - rs * CT) * BK;
     const int r = rs / p.S, s = rs - r * p.S;
     int off[A_ROWS];
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int i = 0; i < A_ROWS; ++i) off[i] = gather_offset<DGRAD, CL>(p, ri[i], r, s);
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int i = 0; i < A_LD; ++i) {
       const int c = c0 + a_kk[i];
       const int o = off[CL ? i : 0];
       a_reg[i] = (o >= 0 && c < p.red) ? src[o + (g * p.red + c) * chs] : T(0);
     }
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int i = 0; i < B_LD; ++i) {
       const int c = c0 + b_kk, col = n0 + b_col[i];
       b_reg[i] = (c < p.red && col < p.ncol) ? wt[weight_index<DGRAD, CL>(p, g, c, col, rs)] : T(0);
     }
-  };
-  auto store = [&](int buf) {
-EMBER_UNROLL
+  }
+  __device__ __forceinline__ void commit(int buf, bool fetched) {
+    if (!fetched) return;
+    EMBER_UNROLL
     for (int i = 0; i < A_LD; ++i) As[buf][a_kk[i]][a_row[i]] = a_reg[i];
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int i = 0; i < B_LD; ++i) Bs[buf][b_kk][b_col[i]] = b_reg[i];
-  };
+  }
+};
 
+template <class T, int BM, int BN, int BK, int TM, int TN, bool CL, bool DGRAD>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    data_simt_kernel(const T* __restrict__ src, const T* __restrict__ wt, const T* __restrict__ bias,
+                     T* __restrict__ out, DataGemm p) {
+  using Tiles = DataSimtTiles<T, BM, BN, BK, TM, TN, CL, DGRAD>;
+  EMBER_SHARED(typename Tiles::ATile, As);
+  EMBER_SHARED(typename Tiles::BTile, Bs);
+  const int g = blockIdx.z;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  Tiles tiles(As, Bs, p, src, wt, threadIdx.x, g, m0, n0);
   T acc[TM][TN];
-EMBER_UNROLL
-  for (int i = 0; i < TM; ++i)
-EMBER_UNROLL
-    for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+  gemm::dev::simt_gemm<BK>(tiles, 0, tiles.ktiles(), acc);
 
-  if (tiles > 0) {
-    load(0);
-    store(0);
-  }
-  __syncthreads();
-  for (int t = 0; t < tiles; ++t) {
-    const int cur = t & 1;
-    if (t + 1 < tiles) load(t + 1);
-EMBER_UNROLL
-    for (int k = 0; k < BK; ++k) {
-      T av[TM], bv[TN];
-EMBER_UNROLL
-      for (int i = 0; i < TM; ++i) av[i] = As[cur][k][tm + i * MBT];
-EMBER_UNROLL
-      for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][k][tn + j * NBT];
-EMBER_UNROLL
-      for (int i = 0; i < TM; ++i)
-EMBER_UNROLL
-        for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-    }
-    if (t + 1 < tiles) store(cur ^ 1);
-    __syncthreads();
-  }
-
-EMBER_UNROLL
-  for (int i = 0; i < TM; ++i) {
-    const int m = m0 + tm + i * MBT;
-    if (m >= p.M) continue;
-EMBER_UNROLL
-    for (int j = 0; j < TN; ++j) {
-      const int c = n0 + tn + j * NBT;
-      if (c >= p.ncol) continue;
-      const int oc = g * p.ncol + c;
-      T v = acc[i][j];
-      if (bias != nullptr) v += bias[oc];
-      out[out_index<CL>(p, m, oc)] = v;
-    }
-  }
+  tiles.for_each_output(acc, m0, n0, p.M, p.ncol, [&](T v, int m, int c) {
+    const int oc = g * p.ncol + c;
+    if (bias != nullptr) v += bias[oc];
+    out[out_index<CL>(p, m, oc)] = v;
+  });
 }
 
-// Weight gradient, SIMT: rows k, columns (c, r, s), reduction over (n, p, q) in BK-long runs;
-// each thread loads a run of consecutive reduction indices for one row (or column).
+// Weight gradient, SIMT: rows k, columns (c, r, s), reduction over (n, p, q) in BK-long runs.
+// The operand iterator: each thread loads a run of consecutive reduction indices for one row of
+// grad_output (A) and one column of the gathered x (B).
 template <class T, int BM, int BN, int BK, int TM, int TN, bool CL>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
-    wgrad_simt_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dw,
-                      typename AccOf<T>::type* __restrict__ ws, WgradGemm p) {
-  constexpr int MBT = BM / TM, NBT = BN / TN, NT = MBT * NBT;
-  constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
+struct WgradSimtTiles : ConvSimtSmem<T, BM, BN, BK, TM, TN> {
+  using Base = ConvSimtSmem<T, BM, BN, BK, TM, TN>;
+  using Base::As, Base::Bs, Base::NT;
+  using typename Base::ATile, typename Base::BTile;
+  static constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
   static_assert(BK % A_RUN == 0 && BK % B_RUN == 0, "runs must tile BK");
-  constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;  // threads per row / column
-  EMBER_SHARED(T[2][BK][BM + kSimtPad<BK>], As);  // Note [conv simt tile padding]
-  EMBER_SHARED(T[2][BK][BN + kSimtPad<BK>], Bs);
+  static constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;  // threads per row / column
 
-  const int tid = threadIdx.x;
-  const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
-  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-  const int a_row = tid / A_TPR, a_kk0 = (tid % A_TPR) * A_RUN;
-  const int b_col = tid / B_TPR, b_kk0 = (tid % B_TPR) * B_RUN;
-  const ColInfo ci = col_info<CL>(p, g, n0 + b_col);
-  const int tm = tid / NBT, tn = tid % NBT;
+  const WgradGemm& p;
+  const T* gy;
+  const T* x;
+  int g, m0, a_row, a_kk0, b_col, b_kk0;
+  ColInfo ci;
+  T a_reg[A_RUN]{}, b_reg[B_RUN]{};  // staged k tile (zeroed: only ever stored after a fetch)
 
-  const int total = (p.J + BK - 1) / BK;
-  const int t0 = sp * p.tiles_per_split;
-  const int t1 = min(total, t0 + p.tiles_per_split);
-  T a_reg[A_RUN], b_reg[B_RUN];
-  auto load = [&](int t) {
+  __device__ __forceinline__ WgradSimtTiles(ATile& as, BTile& bs, const WgradGemm& gemm, const T* gy_, const T* x_,
+                                            int tid, int group, int row0, int col0)
+      : Base(as, bs), p(gemm), gy(gy_), x(x_), g(group), m0(row0) {
+    a_row = tid / A_TPR;
+    a_kk0 = (tid % A_TPR) * A_RUN;
+    b_col = tid / B_TPR;
+    b_kk0 = (tid % B_TPR) * B_RUN;
+    ci = col_info<CL>(p, g, col0 + b_col);
+    this->tm = tid / Base::NBT;
+    this->tn = tid % Base::NBT;
+  }
+
+  __device__ __forceinline__ void fetch(int t, int) {
     JPos a = jpos(p, t * BK + a_kk0);
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int e = 0; e < A_RUN; ++e) {
       const int o = wgrad_g_index<CL>(p, g, m0 + a_row, a);
       a_reg[e] = o >= 0 ? gy[o] : T(0);
       jstep(p, a);
     }
     JPos b = jpos(p, t * BK + b_kk0);
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int e = 0; e < B_RUN; ++e) {
       const int o = wgrad_x_index<CL>(p, ci, b);
       b_reg[e] = o >= 0 ? x[o] : T(0);
       jstep(p, b);
     }
-  };
-  auto store = [&](int buf) {
-EMBER_UNROLL
+  }
+  __device__ __forceinline__ void commit(int buf, bool fetched) {
+    if (!fetched) return;
+    EMBER_UNROLL
     for (int e = 0; e < A_RUN; ++e) As[buf][a_kk0 + e][a_row] = a_reg[e];
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int e = 0; e < B_RUN; ++e) Bs[buf][b_kk0 + e][b_col] = b_reg[e];
-  };
+  }
+};
 
+template <class T, int BM, int BN, int BK, int TM, int TN, bool CL>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+    wgrad_simt_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dw,
+                      typename AccOf<T>::type* __restrict__ ws, WgradGemm p) {
+  using Tiles = WgradSimtTiles<T, BM, BN, BK, TM, TN, CL>;
+  EMBER_SHARED(typename Tiles::ATile, As);
+  EMBER_SHARED(typename Tiles::BTile, Bs);
+  const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
+  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  Tiles tiles(As, Bs, p, gy, x, threadIdx.x, g, m0, n0);
+
+  const int total = (p.J + BK - 1) / BK;
+  const int t0 = sp * p.tiles_per_split;
+  const int t1 = min(total, t0 + p.tiles_per_split);
   T acc[TM][TN];
-EMBER_UNROLL
-  for (int i = 0; i < TM; ++i)
-EMBER_UNROLL
-    for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
-  if (t0 < t1) {
-    load(t0);
-    store(0);
-  }
-  __syncthreads();
-  for (int t = t0; t < t1; ++t) {
-    const int cur = (t - t0) & 1;
-    if (t + 1 < t1) load(t + 1);
-EMBER_UNROLL
-    for (int k = 0; k < BK; ++k) {
-      T av[TM], bv[TN];
-EMBER_UNROLL
-      for (int i = 0; i < TM; ++i) av[i] = As[cur][k][tm + i * MBT];
-EMBER_UNROLL
-      for (int j = 0; j < TN; ++j) bv[j] = Bs[cur][k][tn + j * NBT];
-EMBER_UNROLL
-      for (int i = 0; i < TM; ++i)
-EMBER_UNROLL
-        for (int j = 0; j < TN; ++j) acc[i][j] = fma(av[i], bv[j], acc[i][j]);
-    }
-    if (t + 1 < t1) store(cur ^ 1);
-    __syncthreads();
-  }
+  gemm::dev::simt_gemm<BK>(tiles, t0, max(t0, t1), acc);
 
   const int nout = p.G * p.Kg * p.ncol;
-EMBER_UNROLL
-  for (int i = 0; i < TM; ++i) {
-    const int k = m0 + tm + i * MBT;
-    if (k >= p.Kg) continue;
-EMBER_UNROLL
-    for (int j = 0; j < TN; ++j) {
-      const int col = n0 + tn + j * NBT;
-      if (col >= p.ncol) continue;
-      const int o = (g * p.Kg + k) * p.ncol + col;
-      if (p.splits == 1) dw[o] = acc[i][j];
-      else ws[static_cast<int64_t>(sp) * nout + o] = acc[i][j];
-    }
-  }
+  tiles.for_each_output(acc, m0, n0, p.Kg, p.ncol, [&](T v, int k, int col) {
+    const int o = (g * p.Kg + k) * p.ncol + col;
+    if (p.splits == 1) dw[o] = v;
+    else ws[static_cast<int64_t>(sp) * nout + o] = v;
+  });
 }
 
 // ======================= tensor-core (mma.sync) kernels =======================
@@ -521,29 +535,22 @@ __device__ __forceinline__ uint16_t float_to_bits(float v) {
 constexpr int kMmaBK = 32;
 constexpr int kMmaLDS = kMmaBK + 8;  // padded row: 80 bytes, conflict-free ldmatrix phases
 
-// One BK-deep step of the warp tile: acc[MT][NT8] += A[wm0.., :] B[wn0.., :]^T from shared rows.
-template <bool BF16, int MT, int NT8>
-__device__ __forceinline__ void mma_tile(const uint16_t (*As)[kMmaLDS], const uint16_t (*Bs)[kMmaLDS], int wm0, int wn0,
-                                         int lane, float (&acc)[MT][NT8][4]) {
-EMBER_UNROLL
-  for (int ks = 0; ks < kMmaBK; ks += 16) {
-    unsigned af[MT][4];
-    unsigned bf[NT8][2];
-EMBER_UNROLL
-    for (int i = 0; i < MT; ++i) ptx::ldmatrix_x4(af[i], &As[wm0 + i * 16 + (lane & 15)][ks + (lane >> 4) * 8]);
-EMBER_UNROLL
-    for (int jj = 0; jj < NT8 / 2; ++jj) {
-      unsigned d[4];
-      ptx::ldmatrix_x4(d, &Bs[wn0 + jj * 16 + (lane & 7) + ((lane >> 4) << 3)][ks + ((lane >> 3) & 1) * 8]);
-      bf[2 * jj][0] = d[0];
-      bf[2 * jj][1] = d[1];
-      bf[2 * jj + 1][0] = d[2];
-      bf[2 * jj + 1][1] = d[3];
-    }
-EMBER_UNROLL
-    for (int i = 0; i < MT; ++i)
-EMBER_UNROLL
-      for (int j = 0; j < NT8; ++j) ptx::mma_m16n8k16(acc[i][j], af[i], bf[j][0], bf[j][1], BF16);
+// The fragments of k16 step ks of the warp tile at (wm0, wn0), from padded shared rows.
+template <int MT, int NT8>
+__device__ __forceinline__ void padded_fragments(const uint16_t (*As)[kMmaLDS], const uint16_t (*Bs)[kMmaLDS], int wm0,
+                                                 int wn0, int lane, int ks, uint32_t (&af)[MT][4],
+                                                 uint32_t (&bf)[NT8][2]) {
+  const int k0 = ks * 16;
+  EMBER_UNROLL
+  for (int i = 0; i < MT; ++i) ptx::ldmatrix_x4(af[i], &As[wm0 + i * 16 + (lane & 15)][k0 + (lane >> 4) * 8]);
+  EMBER_UNROLL
+  for (int jj = 0; jj < NT8 / 2; ++jj) {
+    uint32_t d[4];
+    ptx::ldmatrix_x4(d, &Bs[wn0 + jj * 16 + (lane & 7) + ((lane >> 4) << 3)][k0 + ((lane >> 3) & 1) * 8]);
+    bf[2 * jj][0] = d[0];
+    bf[2 * jj][1] = d[1];
+    bf[2 * jj + 1][0] = d[2];
+    bf[2 * jj + 1][1] = d[3];
   }
 }
 
@@ -554,46 +561,102 @@ __device__ __forceinline__ unsigned pack2(uint16_t lo, uint16_t hi) {
 // Stores a run of RUN halves (RUN % 8 == 0) at a 16-byte aligned shared address.
 template <int RUN>
 __device__ __forceinline__ void store_run(uint16_t* dst, const unsigned (&w)[RUN / 2]) {
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int v = 0; v < RUN / 8; ++v)
     reinterpret_cast<uint4*>(dst)[v] = make_uint4(w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
 }
 
-template <bool BF16, int BM, int BN, int WM, int WN, bool CL, bool DGRAD, bool VEC>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-    data_mma_kernel(const uint16_t* __restrict__ src, const uint16_t* __restrict__ wt,
-                    const uint16_t* __restrict__ bias, uint16_t* __restrict__ out, DataGemm p) {
-  constexpr int BK = kMmaBK;
-  constexpr int WARPS_M = BM / WM, NT = WARPS_M * (BN / WN) * 32;
-  constexpr int MT = WM / 16, NT8 = WN / 8;
-  constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
-  constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;
-  static_assert(A_RUN % 8 == 0 && B_RUN % 8 == 0 && BK % A_RUN == 0 && BK % B_RUN == 0, "runs of whole vectors");
-  static_assert(NT % BM == 0 && NT8 % 2 == 0, "thread mapping");
-  static_assert(!VEC || CL, "vector loads need channels-last");
-  EMBER_SHARED(uint16_t[2][BM][kMmaLDS], As);
-  EMBER_SHARED(uint16_t[2][BN][kMmaLDS], Bs);
+// What the tensor-core iterators share: padded [row][k] tiles, the warp tiles of WM x WN outputs
+// and the m16n8 accumulator layout (thread (gid, tig) of a warp holds rows gid and gid + 8,
+// columns 2 tig and 2 tig + 1 of each m16n8 tile).
+template <int BM, int BN, int WM, int WN>
+struct ConvMmaSmem : gemm::dev::RegisterStaged {
+  static constexpr int WARPS_M = BM / WM, NT = WARPS_M * (BN / WN) * 32;
+  static constexpr int MT = WM / 16, NT8 = WN / 8;
+  static_assert(NT8 % 2 == 0, "ldmatrix.x4 loads pairs of n8 tiles");
+  using ATile = uint16_t[2][BM][kMmaLDS];
+  using BTile = uint16_t[2][BN][kMmaLDS];
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = blockIdx.z;
-  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-  const int wm0 = (warp % WARPS_M) * WM, wn0 = (warp / WARPS_M) * WN;
+  ATile& As;
+  BTile& Bs;
+  int lane, wm0, wn0;
+
+  __device__ __forceinline__ ConvMmaSmem(ATile& as, BTile& bs, int tid) : As(as), Bs(bs) {
+    lane = tid & 31;
+    const int warp = tid >> 5;
+    wm0 = (warp % WARPS_M) * WM;
+    wn0 = (warp / WARPS_M) * WN;
+  }
+  __device__ __forceinline__ void fragments(int buf, int ks, uint32_t (&af)[MT][4], uint32_t (&bf)[NT8][2]) {
+    padded_fragments<MT, NT8>(As[buf], Bs[buf], wm0, wn0, lane, ks, af, bf);
+  }
+  // Calls f(accumulator, row, column) for each of the thread's outputs inside rows x cols.
+  template <class F>
+  __device__ __forceinline__ void for_each_output(const float (&acc)[MT][NT8][4], int m0, int n0, int rows, int cols,
+                                                  F&& f) {
+    const int gid = lane >> 2, tig = lane & 3;
+    EMBER_UNROLL
+    for (int i = 0; i < MT; ++i) {
+      EMBER_UNROLL
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int m = m0 + wm0 + i * 16 + gid + e2 * 8;
+        if (m >= rows) continue;
+        EMBER_UNROLL
+        for (int j = 0; j < NT8; ++j) {
+          EMBER_UNROLL
+          for (int e1 = 0; e1 < 2; ++e1) {
+            const int c = n0 + wn0 + j * 8 + tig * 2 + e1;
+            if (c < cols) f(acc[i][j][e2 * 2 + e1], m, c);
+          }
+        }
+      }
+    }
+  }
+};
+
+// The data GEMMs' tensor-core operand iterator (Note [gemm main loop]): k tile t is one tap (r, s)
+// and 32 reduction channels, staged through registers as runs of whole 16-byte vectors into
+// padded [row][k] tiles.
+template <int BM, int BN, int WM, int WN, bool CL, bool DGRAD, bool VEC>
+struct DataMmaTiles : ConvMmaSmem<BM, BN, WM, WN> {
+  using Base = ConvMmaSmem<BM, BN, WM, WN>;
+  using Base::As, Base::Bs, Base::NT;
+  using typename Base::ATile, typename Base::BTile;
+  static constexpr int BK = kMmaBK;
+  static constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
+  static constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;
+  static_assert(A_RUN % 8 == 0 && B_RUN % 8 == 0 && BK % A_RUN == 0 && BK % B_RUN == 0, "runs of whole vectors");
+  static_assert(NT % BM == 0, "thread mapping");
+  static_assert(!VEC || CL, "vector loads need channels-last");
+  static constexpr bool B_VEC = VEC && !DGRAD;  // forward KRSC weights: the run is contiguous
+
+  const DataGemm& p;
+  const uint16_t* src;
+  const uint16_t* wt;
+  int g;
   // A: channels-last -> one row, a run of A_RUN consecutive channels; NCHW -> one row, channels
   // tid / BM + i NT / BM (consecutive threads take consecutive pixels: coalesced)
-  const int a_row = CL ? tid / A_TPR : tid % BM;
-  const int a_kk0 = CL ? (tid % A_TPR) * A_RUN : tid / BM;
-  const RowInfo ri = row_info<DGRAD>(p, m0 + a_row);
-  const int b_col = tid / B_TPR, b_kk0 = (tid % B_TPR) * B_RUN;
-  const int colg = n0 + b_col;
-  constexpr bool B_VEC = VEC && !DGRAD;  // forward KRSC weights: the run is contiguous
+  int a_row, a_kk0, b_col, b_kk0, colg, CT, chs;
+  RowInfo ri;
+  unsigned a_w[A_RUN / 2]{};  // staged k tile (zeroed: only ever stored after a fetch)
+  uint16_t a_s[CL ? 1 : A_RUN]{};
+  unsigned b_w[B_RUN / 2]{};
 
-  const int CT = (p.red + BK - 1) / BK;
-  const int tiles = p.RS * CT;
-  const int chs = CL ? 1 : p.Ha * p.Wa;
-  unsigned a_w[A_RUN / 2];
-  uint16_t a_s[CL ? 1 : A_RUN];
-  unsigned b_w[B_RUN / 2];
-  auto load = [&](int t) {
+  __device__ __forceinline__ DataMmaTiles(ATile& as, BTile& bs, const DataGemm& gemm, const uint16_t* src_,
+                                          const uint16_t* wt_, int tid, int group, int m0, int n0)
+      : Base(as, bs, tid), p(gemm), src(src_), wt(wt_), g(group) {
+    a_row = CL ? tid / A_TPR : tid % BM;
+    a_kk0 = CL ? (tid % A_TPR) * A_RUN : tid / BM;
+    ri = row_info<DGRAD>(p, m0 + a_row);
+    b_col = tid / B_TPR;
+    b_kk0 = (tid % B_TPR) * B_RUN;
+    colg = n0 + b_col;
+    CT = (p.red + BK - 1) / BK;
+    chs = CL ? 1 : p.Ha * p.Wa;
+  }
+  __device__ __forceinline__ int ktiles() const { return p.RS * CT; }
+
+  __device__ __forceinline__ void fetch(int t, int) {
     const int rs = t / CT;
     const int c0 = (t - rs * CT) * BK;
     const int r = rs / p.S, s = rs - r * p.S;
@@ -601,7 +664,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     if constexpr (CL) {
       const int cb = c0 + a_kk0;
       if constexpr (VEC) {
-EMBER_UNROLL
+        EMBER_UNROLL
         for (int v = 0; v < A_RUN / 8; ++v) {
           const int c = cb + 8 * v;
           uint4 q = make_uint4(0, 0, 0, 0);
@@ -612,7 +675,7 @@ EMBER_UNROLL
           a_w[4 * v + 3] = q.w;
         }
       } else {
-EMBER_UNROLL
+        EMBER_UNROLL
         for (int e = 0; e < A_RUN; e += 2) {
           const int c = cb + e;
           const uint16_t lo = (off >= 0 && c < p.red) ? src[off + g * p.red + c] : uint16_t(0);
@@ -621,7 +684,7 @@ EMBER_UNROLL
         }
       }
     } else {
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int i = 0; i < A_RUN; ++i) {
         const int c = c0 + a_kk0 + i * (NT / BM);
         a_s[i] = (off >= 0 && c < p.red) ? src[off + (g * p.red + c) * chs] : uint16_t(0);
@@ -629,18 +692,19 @@ EMBER_UNROLL
     }
     const int cb = c0 + b_kk0;
     if constexpr (B_VEC) {
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int v = 0; v < B_RUN / 8; ++v) {
         const int c = cb + 8 * v;
         uint4 q = make_uint4(0, 0, 0, 0);
-        if (colg < p.ncol && c < p.red) q = *reinterpret_cast<const uint4*>(wt + weight_index<DGRAD, CL>(p, g, c, colg, rs));
+        if (colg < p.ncol && c < p.red)
+          q = *reinterpret_cast<const uint4*>(wt + weight_index<DGRAD, CL>(p, g, c, colg, rs));
         b_w[4 * v] = q.x;
         b_w[4 * v + 1] = q.y;
         b_w[4 * v + 2] = q.z;
         b_w[4 * v + 3] = q.w;
       }
     } else {
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int e = 0; e < B_RUN; e += 2) {
         const int c = cb + e;
         const bool okc = colg < p.ncol;
@@ -649,89 +713,72 @@ EMBER_UNROLL
         b_w[e / 2] = pack2(lo, hi);
       }
     }
-  };
-  auto store = [&](int buf) {
+  }
+  __device__ __forceinline__ void commit(int buf, bool fetched) {
+    if (!fetched) return;
     if constexpr (CL) {
       store_run<A_RUN>(&As[buf][a_row][a_kk0], a_w);
     } else {
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int i = 0; i < A_RUN; ++i) As[buf][a_row][a_kk0 + i * (NT / BM)] = a_s[i];
     }
     store_run<B_RUN>(&Bs[buf][b_col][b_kk0], b_w);
-  };
+  }
+};
 
+template <bool BF16, int BM, int BN, int WM, int WN, bool CL, bool DGRAD, bool VEC>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    data_mma_kernel(const uint16_t* __restrict__ src, const uint16_t* __restrict__ wt,
+                    const uint16_t* __restrict__ bias, uint16_t* __restrict__ out, DataGemm p) {
+  using Tiles = DataMmaTiles<BM, BN, WM, WN, CL, DGRAD, VEC>;
+  constexpr int MT = Tiles::MT, NT8 = Tiles::NT8;
+  EMBER_SHARED(typename Tiles::ATile, As);
+  EMBER_SHARED(typename Tiles::BTile, Bs);
+  const int g = blockIdx.z;
+  const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+  Tiles tiles(As, Bs, p, src, wt, threadIdx.x, g, m0, n0);
   float acc[MT][NT8][4];
-EMBER_UNROLL
-  for (int i = 0; i < MT; ++i)
-EMBER_UNROLL
-    for (int j = 0; j < NT8; ++j)
-EMBER_UNROLL
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+  gemm::dev::mma_gemm<kMmaBK / 16, BF16>(tiles, 0, tiles.ktiles(), acc);
 
-  if (tiles > 0) {
-    load(0);
-    store(0);
-  }
-  __syncthreads();
-  for (int t = 0; t < tiles; ++t) {
-    const int cur = t & 1;
-    if (t + 1 < tiles) load(t + 1);
-    mma_tile<BF16, MT, NT8>(As[cur], Bs[cur], wm0, wn0, lane, acc);
-    if (t + 1 < tiles) store(cur ^ 1);
-    __syncthreads();
-  }
-
-  const int gid = lane >> 2, tig = lane & 3;
-EMBER_UNROLL
-  for (int i = 0; i < MT; ++i)
-EMBER_UNROLL
-    for (int e2 = 0; e2 < 2; ++e2) {
-      const int m = m0 + wm0 + i * 16 + gid + e2 * 8;
-      if (m >= p.M) continue;
-EMBER_UNROLL
-      for (int j = 0; j < NT8; ++j)
-EMBER_UNROLL
-        for (int e1 = 0; e1 < 2; ++e1) {
-          const int c = n0 + wn0 + j * 8 + tig * 2 + e1;
-          if (c >= p.ncol) continue;
-          const int oc = g * p.ncol + c;
-          float v = acc[i][j][e2 * 2 + e1];
-          if (bias != nullptr) v += bits_to_float<BF16>(bias[oc]);
-          out[out_index<CL>(p, m, oc)] = float_to_bits<BF16>(v);
-        }
-    }
+  tiles.for_each_output(acc, m0, n0, p.M, p.ncol, [&](float v, int m, int c) {
+    const int oc = g * p.ncol + c;
+    if (bias != nullptr) v += bits_to_float<BF16>(bias[oc]);
+    out[out_index<CL>(p, m, oc)] = float_to_bits<BF16>(v);
+  });
 }
 
-// Weight gradient on tensor cores: rows k, columns (c, r, s), reduction runs of (n, p, q).
-template <bool BF16, int BM, int BN, int WM, int WN, bool CL>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
-    wgrad_mma_kernel(const uint16_t* __restrict__ gy, const uint16_t* __restrict__ x, uint16_t* __restrict__ dw,
-                     float* __restrict__ ws, WgradGemm p) {
-  constexpr int BK = kMmaBK;
-  constexpr int WARPS_M = BM / WM, NT = WARPS_M * (BN / WN) * 32;
-  constexpr int MT = WM / 16, NT8 = WN / 8;
-  constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
-  constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;
+// Weight gradient on tensor cores: rows k, columns (c, r, s), reduction runs of (n, p, q). The
+// operand iterator gathers runs of grad_output (A) and x (B) into padded [row][k] tiles.
+template <int BM, int BN, int WM, int WN, bool CL>
+struct WgradMmaTiles : ConvMmaSmem<BM, BN, WM, WN> {
+  using Base = ConvMmaSmem<BM, BN, WM, WN>;
+  using Base::As, Base::Bs, Base::NT;
+  using typename Base::ATile, typename Base::BTile;
+  static constexpr int BK = kMmaBK;
+  static constexpr int A_RUN = BM * BK / NT, B_RUN = BN * BK / NT;
+  static constexpr int A_TPR = BK / A_RUN, B_TPR = BK / B_RUN;
   static_assert(A_RUN % 8 == 0 && B_RUN % 8 == 0 && BK % A_RUN == 0 && BK % B_RUN == 0, "runs of whole vectors");
-  static_assert(NT8 % 2 == 0, "ldmatrix.x4 loads pairs of n8 tiles");
-  EMBER_SHARED(uint16_t[2][BM][kMmaLDS], As);
-  EMBER_SHARED(uint16_t[2][BN][kMmaLDS], Bs);
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
-  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
-  const int wm0 = (warp % WARPS_M) * WM, wn0 = (warp / WARPS_M) * WN;
-  const int a_row = tid / A_TPR, a_kk0 = (tid % A_TPR) * A_RUN;
-  const int b_col = tid / B_TPR, b_kk0 = (tid % B_TPR) * B_RUN;
-  const ColInfo ci = col_info<CL>(p, g, n0 + b_col);
+  const WgradGemm& p;
+  const uint16_t* gy;
+  const uint16_t* x;
+  int g, m0, a_row, a_kk0, b_col, b_kk0;
+  ColInfo ci;
+  unsigned a_w[A_RUN / 2]{}, b_w[B_RUN / 2]{};  // staged k tile (zeroed: only ever stored after a fetch)
 
-  const int total = (p.J + BK - 1) / BK;
-  const int t0 = sp * p.tiles_per_split;
-  const int t1 = min(total, t0 + p.tiles_per_split);
-  unsigned a_w[A_RUN / 2], b_w[B_RUN / 2];
-  auto load = [&](int t) {
+  __device__ __forceinline__ WgradMmaTiles(ATile& as, BTile& bs, const WgradGemm& gemm, const uint16_t* gy_,
+                                           const uint16_t* x_, int tid, int group, int row0, int col0)
+      : Base(as, bs, tid), p(gemm), gy(gy_), x(x_), g(group), m0(row0) {
+    a_row = tid / A_TPR;
+    a_kk0 = (tid % A_TPR) * A_RUN;
+    b_col = tid / B_TPR;
+    b_kk0 = (tid % B_TPR) * B_RUN;
+    ci = col_info<CL>(p, g, col0 + b_col);
+  }
+
+  __device__ __forceinline__ void fetch(int t, int) {
     JPos a = jpos(p, t * BK + a_kk0);
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int e = 0; e < A_RUN; e += 2) {
       const int o0 = wgrad_g_index<CL>(p, g, m0 + a_row, a);
       jstep(p, a);
@@ -740,7 +787,7 @@ EMBER_UNROLL
       a_w[e / 2] = pack2(o0 >= 0 ? gy[o0] : uint16_t(0), o1 >= 0 ? gy[o1] : uint16_t(0));
     }
     JPos b = jpos(p, t * BK + b_kk0);
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int e = 0; e < B_RUN; e += 2) {
       const int o0 = wgrad_x_index<CL>(p, ci, b);
       jstep(p, b);
@@ -748,52 +795,38 @@ EMBER_UNROLL
       jstep(p, b);
       b_w[e / 2] = pack2(o0 >= 0 ? x[o0] : uint16_t(0), o1 >= 0 ? x[o1] : uint16_t(0));
     }
-  };
-  auto store = [&](int buf) {
+  }
+  __device__ __forceinline__ void commit(int buf, bool fetched) {
+    if (!fetched) return;
     store_run<A_RUN>(&As[buf][a_row][a_kk0], a_w);
     store_run<B_RUN>(&Bs[buf][b_col][b_kk0], b_w);
-  };
+  }
+};
 
+template <bool BF16, int BM, int BN, int WM, int WN, bool CL>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
+    wgrad_mma_kernel(const uint16_t* __restrict__ gy, const uint16_t* __restrict__ x, uint16_t* __restrict__ dw,
+                     float* __restrict__ ws, WgradGemm p) {
+  using Tiles = WgradMmaTiles<BM, BN, WM, WN, CL>;
+  constexpr int MT = Tiles::MT, NT8 = Tiles::NT8, BK = Tiles::BK;
+  EMBER_SHARED(typename Tiles::ATile, As);
+  EMBER_SHARED(typename Tiles::BTile, Bs);
+  const int g = blockIdx.z / p.splits, sp = blockIdx.z % p.splits;
+  const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+  Tiles tiles(As, Bs, p, gy, x, threadIdx.x, g, m0, n0);
+
+  const int total = (p.J + BK - 1) / BK;
+  const int t0 = sp * p.tiles_per_split;
+  const int t1 = min(total, t0 + p.tiles_per_split);
   float acc[MT][NT8][4];
-EMBER_UNROLL
-  for (int i = 0; i < MT; ++i)
-EMBER_UNROLL
-    for (int j = 0; j < NT8; ++j)
-EMBER_UNROLL
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-  if (t0 < t1) {
-    load(t0);
-    store(0);
-  }
-  __syncthreads();
-  for (int t = t0; t < t1; ++t) {
-    const int cur = (t - t0) & 1;
-    if (t + 1 < t1) load(t + 1);
-    mma_tile<BF16, MT, NT8>(As[cur], Bs[cur], wm0, wn0, lane, acc);
-    if (t + 1 < t1) store(cur ^ 1);
-    __syncthreads();
-  }
+  gemm::dev::mma_gemm<BK / 16, BF16>(tiles, t0, max(t0, t1), acc);
 
-  const int gid = lane >> 2, tig = lane & 3;
   const int nout = p.G * p.Kg * p.ncol;
-EMBER_UNROLL
-  for (int i = 0; i < MT; ++i)
-EMBER_UNROLL
-    for (int e2 = 0; e2 < 2; ++e2) {
-      const int k = m0 + wm0 + i * 16 + gid + e2 * 8;
-      if (k >= p.Kg) continue;
-EMBER_UNROLL
-      for (int j = 0; j < NT8; ++j)
-EMBER_UNROLL
-        for (int e1 = 0; e1 < 2; ++e1) {
-          const int col = n0 + wn0 + j * 8 + tig * 2 + e1;
-          if (col >= p.ncol) continue;
-          const int o = (g * p.Kg + k) * p.ncol + col;
-          const float v = acc[i][j][e2 * 2 + e1];
-          if (p.splits == 1) dw[o] = float_to_bits<BF16>(v);
-          else ws[static_cast<int64_t>(sp) * nout + o] = v;
-        }
-    }
+  tiles.for_each_output(acc, m0, n0, p.Kg, p.ncol, [&](float v, int k, int col) {
+    const int o = (g * p.Kg + k) * p.ncol + col;
+    if (p.splits == 1) dw[o] = float_to_bits<BF16>(v);
+    else ws[static_cast<int64_t>(sp) * nout + o] = v;
+  });
 }
 
 // ======================= launchers =======================
@@ -848,7 +881,8 @@ void data_simt_dispatch(const ConvArgs& a) {
 // split-K factor for the weight gradient: enough blocks for ~2 waves, >= 8 tiles per split
 void choose_splits(WgradGemm& p, int64_t mn_blocks, int bk, int sms) {
   const int total = ceil_div(p.J, bk);
-  int64_t splits = std::max<int64_t>(1, (2 * static_cast<int64_t>(sms) + mn_blocks - 1) / std::max<int64_t>(mn_blocks, 1));
+  int64_t splits =
+      std::max<int64_t>(1, (2 * static_cast<int64_t>(sms) + mn_blocks - 1) / std::max<int64_t>(mn_blocks, 1));
   splits = std::min<int64_t>(splits, std::max(1, total / 8));
   splits = std::min<int64_t>(splits, 65535 / std::max(1, p.G));
   splits = std::max<int64_t>(splits, 1);

@@ -1,0 +1,119 @@
+// The main loop of every tiled GEMM kernel in ember: the SIMT and tensor-core GEMMs of matmul and
+// linear (gemm_simt.cu, gemm_mma.cu) and the implicit-GEMM convolutions, forward, data gradient
+// and weight gradient (kernels/ops/conv2d_igemm.cu). Each kernel brings an operand iterator; the
+// pipeline over k tiles and the multiply of one tile are written here, once.
+//
+// Note [gemm main loop]: a GEMM kernel is this loop plus two problem-specific parts: an operand
+// iterator ("tiles") that knows where a k tile's elements of A and B are in global memory (a
+// strided matrix, an im2col gather over an image, a gather over (n, p, q) for the weight gradient),
+// how they reach shared memory (staged through registers, or cp.async) and the shared layout the
+// fragments are read back from (padding or swizzle against bank conflicts); and an epilogue. The
+// loop keeps kStages k tiles in flight with one __syncthreads per k tile:
+//   prologue  fetch tiles 0 .. S-2 into stages 0 .. S-2, committing each
+//   tile i    wait until tile i has landed; __syncthreads (tile i is visible to every thread and
+//             stage (i - 1) % S, read by the previous multiply, is free); fetch tile i + S - 1 into
+//             that stage; multiply stage i % S; commit the fetch
+// A register-staged iterator (kStages = 2) holds the fetched tile in registers during the multiply
+// and stores it to shared memory at commit, so the global loads' latency hides behind the math; an
+// asynchronous one (cp.async) writes shared memory directly, and commit closes the copy group. So
+// one bug fix or pipeline change here reaches every GEMM and convolution.
+//
+// An operand iterator provides:
+//   static constexpr int kStages;
+//   void fetch(int t, int stage);          // start reading k tile t for `stage`
+//   void commit(int stage, bool fetched);  // make the fetch land in `stage` (fetched: fetch ran)
+//   void wait();                           // the oldest uncommitted-to-math stage has landed
+//   void drain();                          // nothing of this thread is in flight any more
+// and, for the multiply, either (SIMT)
+//   void fragments(int stage, int kk, T (&a)[TM], T (&b)[TN]);  // column kk of A's and row kk of
+//                                                                // B's tile: this thread's values
+// or (tensor cores, mma.sync m16n8k16)
+//   void fragments(int stage, int ks, uint32_t (&a)[MT][4], uint32_t (&b)[NT8][2]);  // k16 step ks
+#pragma once
+
+#include <cstdint>
+
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/ptx.cuh"
+
+namespace ember::gemm::dev {
+
+// Runs `multiply(stage)` once per k tile t in [t_begin, t_end), tiles fetched by `tiles`
+// (Note [gemm main loop]).
+template <class Tiles, class Multiply>
+__device__ __forceinline__ void mainloop(Tiles& tiles, int t_begin, int t_end, Multiply&& multiply) {
+  constexpr int S = Tiles::kStages;
+  const int n = t_end - t_begin;
+  EMBER_UNROLL
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < n) tiles.fetch(t_begin + s, s);
+    tiles.commit(s, s < n);
+  }
+  for (int i = 0; i < n; ++i) {
+    tiles.wait();
+    __syncthreads();
+    const int next = i + S - 1;
+    const bool fetch = next < n;
+    if (fetch) tiles.fetch(t_begin + next, next % S);
+    multiply(i % S);
+    tiles.commit(next % S, fetch);
+  }
+  tiles.drain();
+}
+
+// Register-staged iterators: nothing is asynchronous, so waiting and draining are no-ops.
+struct RegisterStaged {
+  static constexpr int kStages = 2;
+  __device__ __forceinline__ void wait() {}
+  __device__ __forceinline__ void drain() {}
+};
+
+// SIMT (CUDA cores): acc = sum over the k tiles of the outer products of the thread's fragments.
+template <int BK, class Tiles, class T, int TM, int TN>
+__device__ __forceinline__ void simt_gemm(Tiles& tiles, int t_begin, int t_end, T (&acc)[TM][TN]) {
+  EMBER_UNROLL
+  for (int i = 0; i < TM; ++i) {
+    EMBER_UNROLL
+    for (int j = 0; j < TN; ++j) acc[i][j] = T(0);
+  }
+  mainloop(tiles, t_begin, t_end, [&](int stage) {
+    EMBER_UNROLL
+    for (int kk = 0; kk < BK; ++kk) {
+      T a[TM], b[TN];
+      tiles.fragments(stage, kk, a, b);
+      EMBER_UNROLL
+      for (int i = 0; i < TM; ++i) {
+        EMBER_UNROLL
+        for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+      }
+    }
+  });
+}
+
+// Tensor cores: f32 accumulators of an MT x NT8 grid of m16n8 tiles per warp, K16 k16 steps per
+// k tile; BF16 picks the mma's input type (else f16).
+template <int K16, bool BF16, class Tiles, int MT, int NT8>
+__device__ __forceinline__ void mma_gemm(Tiles& tiles, int t_begin, int t_end, float (&acc)[MT][NT8][4]) {
+  EMBER_UNROLL
+  for (int i = 0; i < MT; ++i) {
+    EMBER_UNROLL
+    for (int j = 0; j < NT8; ++j) {
+      EMBER_UNROLL
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+    }
+  }
+  mainloop(tiles, t_begin, t_end, [&](int stage) {
+    EMBER_UNROLL
+    for (int ks = 0; ks < K16; ++ks) {
+      uint32_t a[MT][4], b[NT8][2];
+      tiles.fragments(stage, ks, a, b);
+      EMBER_UNROLL
+      for (int i = 0; i < MT; ++i) {
+        EMBER_UNROLL
+        for (int j = 0; j < NT8; ++j) ptx::mma_m16n8k16(acc[i][j], a[i], b[j][0], b[j][1], BF16);
+      }
+    }
+  });
+}
+
+}  // namespace ember::gemm::dev
