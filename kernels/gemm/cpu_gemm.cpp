@@ -56,9 +56,9 @@ bool isa_supported(Isa i) {
 #endif
 }
 
-// AMD's Zen 4 (family 19h) runs 512-bit FMAs as two 256-bit halves: the AVX2 kernel is as fast
-// there (measured: 5-15% faster, its 6x16 tile has less edge work), so it is preferred; Intel's
-// server cores and Zen 5 have full-width AVX-512 units.
+// AMD's Zen 4 (family 19h) runs 512-bit FMAs as two 256-bit halves: the AVX2 kernel is faster
+// there, its 6x16 tile having less edge work (docs/perf.md, "Measurements behind kernel
+// decisions"), so it is preferred; Intel's server cores and Zen 5 have full-width AVX-512 units.
 bool half_rate_avx512() {
 #if EMBER_GEMM_X86
   if (!__builtin_cpu_is("amd")) return false;

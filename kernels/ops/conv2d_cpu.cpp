@@ -506,7 +506,7 @@ void conv_bwd_weight_im2col(const ConvGeom& g, const Tensor& gy, const Tensor& x
 // Note [conv image blocks]: the im2col variant above runs one GEMM per image and group. Where that
 // GEMM is thin (MNIST's conv1: 32 x 9 x 784, and its weight gradient 32 x 784 x 9) the packed
 // GEMM's fixed costs per call (packing, partial register tiles, the op dispatch) are a large share;
-// blocking images measured 1.1-1.6x faster there (bench_ops n128, 1 thread, CPU time; docs/perf.md).
+// blocking images is faster there (docs/perf.md, "CPU: ember's hand-written conv kernels").
 // conv2's per-image GEMM (64 x 288 x 196) already runs near the GEMM's peak, and its 3x3 convs go
 // to winograd anyway. Here the GEMM's long side covers nb images side by side
 // (about kBlockCols columns): im2col writes image i's columns at [i PQ, (i + 1) PQ) of one column
@@ -625,8 +625,8 @@ void conv_bwd_weight_blocked(const ConvGeom& g, const Tensor& gy, const Tensor& 
 // layout is x's (forward), grad_output's (backward_input) or x's (backward_weight, input 1).
 bool blocked_supports(const KernelCall& c) { return !runs_channels_last(c.in[0]); }
 // backward_weight: only where a per-image GEMM is thin (CRS < 64 columns, e.g. MNIST's conv1 with
-// CRS = 9: 3.2 ms here vs 3.7-4.0 ms per image, bench_ops n128, 1 thread, CPU time). With CRS = 288
-// (conv2) the per-image GEMMs measured 11.1-11.6 ms against 12.2-13.7 ms blocked, so im2col runs
+// CRS = 9). With CRS = 288 (conv2) the per-image GEMMs are faster than blocked ones (docs/perf.md,
+// "CPU: ember's hand-written conv kernels"), so im2col runs
 // (where winograd declines). C/G R S comes from x and the attributes, not from c.out[0], which the
 // generic tests' variant probe leaves empty.
 bool blocked_supports_weight(const KernelCall& c) {
@@ -812,9 +812,9 @@ void wino_conv(const WinoGeom& g, const T* x, const std::vector<T>& U, const T* 
 // reduces over the block's tiles; its operands are the forward's V and M sizes: conv2 ~ 1.5 + 3 MB).
 // Images are split into one chunk per thread as in the other kernels; each chunk sums its blocks
 // into its own dU [G][16][Ci][Co] (16/9 of a weight), the chunks' dU are added in chunk order
-// (deterministic for a thread count), and G^T dU G runs once per channel pair at the end. A first
-// version with the forward's [16][Ci][NT] V, a [16][Co][NT] Mg and scalar per-plane transforms
-// measured 8.3-8.5 ms for conv2 (n128, 1 thread); this one 4.2-4.4 ms (im2col: 10.9-11.6 ms).
+// (deterministic for a thread count), and G^T dU G runs once per channel pair at the end. This
+// layout, not the forward's [16][Ci][NT] V with a [16][Co][NT] Mg and scalar per-plane transforms,
+// because it runs in half the time (docs/perf.md, "Measurements behind kernel decisions").
 
 // dst[((h + ph) Wp + w + pw) C + c] = src[c HW + h W + w]: C planes of H x W to channels-last rows
 // of Wp positions (the rows of a padded image). Blocks of 16 channels, so the planes are read as 16
@@ -1035,8 +1035,8 @@ void wino_bwd_weight(const WinoGeom& g, const T* gy, const T* x, T* dw) {
 
 // 3x3, stride 1, no dilation, NCHW, and at least kWinoMinChannels input and output channels per
 // group: the transforms cost about as much per channel as the thin GEMMs save. With MNIST's conv1
-// (1 -> 32 channels) the variant measured 3-9x slower than the blocked im2col both ways (bench_ops
-// n128, 1 thread: forward 12.4 vs 1.4 ms, backward_input 7.4 vs 1.4 ms). backward_input also needs
+// (1 -> 32 channels) the variant is several times slower than the blocked im2col both ways
+// (docs/perf.md, "Measurements behind kernel decisions"). backward_input also needs
 // padding <= 2 (its own is 2 - pad).
 constexpr int64_t kWinoMinChannels = 8;
 bool wino_shape(const ConvGeom& g) {

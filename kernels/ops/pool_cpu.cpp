@@ -76,8 +76,8 @@ void max_pool_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y, cons
 }
 
 // best, idx = v, i when t, as masks rather than ternaries: on real data t is a coin flip, and
-// compilers turn ternaries back into branches that mispredict half the time (measured: most of the
-// kernel's time); the masked form also lets the 2x2 loop vectorise.
+// compilers turn ternaries back into branches that mispredict half the time (docs/perf.md,
+// "Measurements behind kernel decisions"); the masked form also lets the 2x2 loop vectorise.
 template <class A>
 inline void take_if(bool t, A v, int64_t i, A& best, int64_t& idx) {
   using U = std::conditional_t<sizeof(A) == 8, uint64_t, uint32_t>;

@@ -181,8 +181,8 @@ EMBER_UNROLL
 // Note [reduction partials]: with several splits per output, split s of output o leaves its
 // partial at partial[s * outputs + o]. Neighbouring threads of cols_kernel and finalize_kernel
 // handle neighbouring outputs, so their stores and loads are contiguous; the output-major layout
-// this replaced (partial[o * splits + s]) put a warp's 32 accesses `splits` elements apart (the
-// simulator's counters measured 0.125 sector efficiency for both kernels). The merge order over s
+// this replaced (partial[o * splits + s]) put a warp's 32 accesses `splits` elements apart, one
+// useful 4-byte word per 32-byte sector. The merge order over s
 // is unchanged, so the results are bit-identical to before.
 template <class Op, class Out, class Proj>
 __global__ void finalize_kernel(const typename Op::acc_type* __restrict__ partial, int64_t n, int splits,
