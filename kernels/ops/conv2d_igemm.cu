@@ -1024,37 +1024,33 @@ void wgrad_mma(const ConvArgs& a) {
   else wgrad_mma_cl<BF16, false>(a, p);
 }
 
+// The entry points: on the written tensor's device, the instance for the call's dtype (f64 or
+// bf16 picks the first, f32 or f16 the second).
+template <void (*First)(const ConvArgs&), void (*Second)(const ConvArgs&)>
+void run_on(const Tensor& written, bool first, const ConvArgs& a) {
+  cuda::DeviceGuard scope(written.device().index);
+  (first ? First : Second)(a);
+}
+
 }  // namespace
 
 void igemm_simt_forward(const ConvArgs& a) {
-  cuda::DeviceGuard scope(a.y.device().index);
-  if (a.x.dtype() == DType::f64) data_simt_dispatch<double, false>(a);
-  else data_simt_dispatch<float, false>(a);
+  run_on<data_simt_dispatch<double, false>, data_simt_dispatch<float, false>>(a.y, a.x.dtype() == DType::f64, a);
 }
 void igemm_simt_backward_input(const ConvArgs& a) {
-  cuda::DeviceGuard scope(a.x.device().index);
-  if (a.x.dtype() == DType::f64) data_simt_dispatch<double, true>(a);
-  else data_simt_dispatch<float, true>(a);
+  run_on<data_simt_dispatch<double, true>, data_simt_dispatch<float, true>>(a.x, a.x.dtype() == DType::f64, a);
 }
 void igemm_simt_backward_weight(const ConvArgs& a) {
-  cuda::DeviceGuard scope(a.w.device().index);
-  if (a.w.dtype() == DType::f64) wgrad_simt<double>(a);
-  else wgrad_simt<float>(a);
+  run_on<wgrad_simt<double>, wgrad_simt<float>>(a.w, a.w.dtype() == DType::f64, a);
 }
 void igemm_mma_forward(const ConvArgs& a) {
-  cuda::DeviceGuard scope(a.y.device().index);
-  if (a.x.dtype() == DType::bf16) data_mma<true, false>(a);
-  else data_mma<false, false>(a);
+  run_on<data_mma<true, false>, data_mma<false, false>>(a.y, a.x.dtype() == DType::bf16, a);
 }
 void igemm_mma_backward_input(const ConvArgs& a) {
-  cuda::DeviceGuard scope(a.x.device().index);
-  if (a.x.dtype() == DType::bf16) data_mma<true, true>(a);
-  else data_mma<false, true>(a);
+  run_on<data_mma<true, true>, data_mma<false, true>>(a.x, a.x.dtype() == DType::bf16, a);
 }
 void igemm_mma_backward_weight(const ConvArgs& a) {
-  cuda::DeviceGuard scope(a.w.device().index);
-  if (a.w.dtype() == DType::bf16) wgrad_mma<true>(a);
-  else wgrad_mma<false>(a);
+  run_on<wgrad_mma<true>, wgrad_mma<false>>(a.w, a.w.dtype() == DType::bf16, a);
 }
 
 }  // namespace ember::convcuda

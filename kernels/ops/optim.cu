@@ -79,6 +79,21 @@ __global__ void __launch_bounds__(mt::kThreads)
 
 const float* opt_f32(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
+// What every fused optimizer step reads besides its tensor lists, on the hyperparameters' device.
+struct StepInputs {
+  const Tensor& hyper;
+  cuda::DeviceGuard guard;
+  cudaStream_t stream;
+  const float* found_inf;  // GradScaler's flag: nullptr, or skip the step when set
+  const float* inv_scale;  // nullptr, or unscale the gradients on the fly
+  explicit StepInputs(const KernelCall& c)
+      : hyper(c.in[kHyper]),
+        guard(hyper.device().index),
+        stream(cuda::stream_for(hyper)),
+        found_inf(opt_f32(c.in[kFoundInf])),
+        inv_scale(opt_f32(c.in[kInvScale])) {}
+};
+
 void* in_ptr(const KernelCall& c, int64_t n, int list, int64_t i) {
   return c.in[static_cast<size_t>(kFirstTensor + list * n + i)].data_ptr();
 }
@@ -86,11 +101,7 @@ void* in_ptr(const KernelCall& c, int64_t n, int list, int64_t i) {
 void sgd_cuda(const KernelCall& c) {
   const auto& a = c.attr<SgdStepAttrs>();
   if (a.n == 0) return;
-  const Tensor& hyper = c.in[kHyper];
-  cuda::DeviceGuard guard(hyper.device().index);
-  cudaStream_t stream = cuda::stream_for(hyper);
-  const float* found_inf = opt_f32(c.in[kFoundInf]);
-  const float* inv_scale = opt_f32(c.in[kInvScale]);
+  const StepInputs in(c);
   std::vector<mt::Entry<3>> entries(static_cast<size_t>(a.n));
   std::vector<float*> steps;
   for (int64_t i = 0; i < a.n; ++i) {
@@ -102,11 +113,11 @@ void sgd_cuda(const KernelCall& c) {
       steps.push_back(e.step);
     }
   }
-  if (!steps.empty()) increment_steps(steps, found_inf, stream);
+  if (!steps.empty()) increment_steps(steps, in.found_inf, in.stream);
   EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "sgd_step", [&] {
     mt::for_each_table<3>(entries, [&](const mt::Table<3>& tab, int nblocks, int64_t) {
-      cuda::launch(sgd_kernel<scalar_t>, nblocks, mt::kThreads, 0, stream, tab, hyper.data<double>(), found_inf,
-                   inv_scale, a);
+      cuda::launch(sgd_kernel<scalar_t>, nblocks, mt::kThreads, 0, in.stream, tab, in.hyper.data<double>(),
+                   in.found_inf, in.inv_scale, a);
     });
   });
 }
@@ -114,11 +125,7 @@ void sgd_cuda(const KernelCall& c) {
 void adam_cuda(const KernelCall& c) {
   const auto& a = c.attr<AdamStepAttrs>();
   if (a.n == 0) return;
-  const Tensor& hyper = c.in[kHyper];
-  cuda::DeviceGuard guard(hyper.device().index);
-  cudaStream_t stream = cuda::stream_for(hyper);
-  const float* found_inf = opt_f32(c.in[kFoundInf]);
-  const float* inv_scale = opt_f32(c.in[kInvScale]);
+  const StepInputs in(c);
   const int step_list = a.amsgrad ? 5 : 4;
   std::vector<mt::Entry<5>> entries(static_cast<size_t>(a.n));
   std::vector<float*> steps;
@@ -130,11 +137,11 @@ void adam_cuda(const KernelCall& c) {
     e.step = static_cast<float*>(in_ptr(c, a.n, step_list, i));
     steps.push_back(e.step);
   }
-  increment_steps(steps, found_inf, stream);
+  increment_steps(steps, in.found_inf, in.stream);
   EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "adam_step", [&] {
     mt::for_each_table<5>(entries, [&](const mt::Table<5>& tab, int nblocks, int64_t) {
-      cuda::launch(adam_kernel<scalar_t>, nblocks, mt::kThreads, 0, stream, tab, hyper.data<double>(), found_inf,
-                   inv_scale, a);
+      cuda::launch(adam_kernel<scalar_t>, nblocks, mt::kThreads, 0, in.stream, tab, in.hyper.data<double>(),
+                   in.found_inf, in.inv_scale, a);
     });
   });
 }

@@ -264,26 +264,19 @@ void max_pool2d_backward_cuda(const KernelCall& c) {
   });
 }
 
+// Average pooling and its gradient read one tensor and write one, with the same geometry.
+template <bool Backward>
 void avg_pool2d_cuda(const KernelCall& c) {
+  const char* op = Backward ? "avg_pool2d_backward" : "avg_pool2d";
   const bool cl = runs_channels_last(c.in[0]);
-  Tensor x = contiguous_as(c.in[0], cl);
-  Dims d = dims_of(pool_geometry("avg_pool2d", x.shape(), c.attr<PoolAttrs>()));
-  dispatch(x.dtype(), "avg_pool2d", [&](auto tag) {
+  Tensor in = contiguous_as(c.in[0], cl);  // x, or grad_output
+  Dims d = dims_of(Backward ? backward_geom(op, c) : pool_geometry(op, in.shape(), c.attr<PoolAttrs>()));
+  dispatch(in.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
     launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
-      cuda::launch(avg_pool_kernel<T, decltype(CL)::value>, grid, 256, 0, st, cp<T>(x), mp<T>(c.out[0]), d);
-    });
-  });
-}
-
-void avg_pool2d_backward_cuda(const KernelCall& c) {
-  const bool cl = runs_channels_last(c.in[0]);
-  Tensor gy = contiguous_as(c.in[0], cl);
-  Dims d = dims_of(backward_geom("avg_pool2d_backward", c));
-  dispatch(gy.dtype(), "avg_pool2d_backward", [&](auto tag) {
-    using T = decltype(tag);
-    launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
-      cuda::launch(avg_pool_backward_kernel<T, decltype(CL)::value>, grid, 256, 0, st, cp<T>(gy), mp<T>(c.out[0]), d);
+      constexpr bool kCL = decltype(CL)::value;
+      auto* kernel = Backward ? avg_pool_backward_kernel<T, kCL> : avg_pool_kernel<T, kCL>;
+      cuda::launch(kernel, grid, 256, 0, st, cp<T>(in), mp<T>(c.out[0]), d);
     });
   });
 }
@@ -386,7 +379,7 @@ void register_cuda_max_pool2d_backward(OpInfo& info) {
                     .note = "gather: thread per input element over its covering windows (no atomics)"});
 }
 void register_cuda_avg_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = avg_pool2d_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = avg_pool2d_cuda<false>, .dtypes = kFloatTypes,
                     .note = "thread per output"});
 #if EMBER_WITH_CUDNN
   info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = avg_pool2d_cudnn,
@@ -395,7 +388,7 @@ void register_cuda_avg_pool2d(OpInfo& info) {
 #endif
 }
 void register_cuda_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = avg_pool2d_backward_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = avg_pool2d_cuda<true>, .dtypes = kFloatTypes,
                     .note = "gather: thread per input element (no atomics)"});
 }
 void register_cuda_adaptive_avg_pool2d(OpInfo& info) {

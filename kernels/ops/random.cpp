@@ -72,18 +72,26 @@ Tensor& normal_(Tensor& t, double mean, double std) {
   return t;
 }
 
-Tensor uniform(const Shape& shape, double low, double high, const TensorOptions& o) {
+namespace {
+
+// A new tensor filled in place, then made a leaf that requires grad if asked: filling one that
+// already required grad would be an in-place op on a leaf.
+template <class Fill>
+Tensor filled(const Shape& shape, const TensorOptions& o, const Fill& fill) {
   Tensor t = empty(shape, TensorOptions(o).requires_grad(false));
-  uniform_(t, low, high);
+  fill(t);
   if (o.requires_grad_) t.requires_grad_(true);
   return t;
 }
+
+}  // namespace
+
+Tensor uniform(const Shape& shape, double low, double high, const TensorOptions& o) {
+  return filled(shape, o, [&](Tensor& t) { uniform_(t, low, high); });
+}
 Tensor rand(const Shape& shape, const TensorOptions& o) { return uniform(shape, 0, 1, o); }
 Tensor normal(const Shape& shape, double mean, double std, const TensorOptions& o) {
-  Tensor t = empty(shape, TensorOptions(o).requires_grad(false));
-  normal_(t, mean, std);
-  if (o.requires_grad_) t.requires_grad_(true);
-  return t;
+  return filled(shape, o, [&](Tensor& t) { normal_(t, mean, std); });
 }
 Tensor randn(const Shape& shape, const TensorOptions& o) { return normal(shape, 0, 1, o); }
 Tensor bernoulli(const Shape& shape, double p, const TensorOptions& o) {
