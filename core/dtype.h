@@ -111,44 +111,42 @@ using acc_t = typename acc_type<T>::type;
     return __VA_ARGS__();                \
   }
 
-#define EMBER_DISPATCH_FLOAT(dtype, name, ...)                                                  \
-  [&] {                                                                                          \
-    switch (dtype) {                                                                             \
-      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                  \
-      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                 \
-      EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__)                                          \
-      EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)                                     \
+// The case lists the dispatchers share: each wider set extends the narrower one.
+#define EMBER_DTYPE_CASES_FLOAT(...)                \
+  EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)         \
+  EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)        \
+  EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__) \
+  EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)
+
+#define EMBER_DTYPE_CASES_NUMERIC(...)        \
+  EMBER_DTYPE_CASES_FLOAT(__VA_ARGS__)        \
+  EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__) \
+  EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__) \
+  EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)
+
+#define EMBER_DISPATCH_FLOAT(dtype, name, ...)                                                     \
+  [&] {                                                                                            \
+    switch (dtype) {                                                                               \
+      EMBER_DTYPE_CASES_FLOAT(__VA_ARGS__)                                                         \
       default: EMBER_FAIL(name, ": dtype ", dtype, " is not supported (expects a floating type)"); \
-    }                                                                                            \
+    }                                                                                              \
   }()
 
-#define EMBER_DISPATCH_NUMERIC(dtype, name, ...)                                                 \
-  [&] {                                                                                          \
-    switch (dtype) {                                                                             \
-      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                  \
-      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                 \
-      EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__)                                          \
-      EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)                                     \
-      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                                \
-      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                                \
-      EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                                                 \
+#define EMBER_DISPATCH_NUMERIC(dtype, name, ...)                                                  \
+  [&] {                                                                                           \
+    switch (dtype) {                                                                              \
+      EMBER_DTYPE_CASES_NUMERIC(__VA_ARGS__)                                                      \
       default: EMBER_FAIL(name, ": dtype ", dtype, " is not supported (expects a numeric type)"); \
-    }                                                                                            \
+    }                                                                                             \
   }()
 
-#define EMBER_DISPATCH_ALL(dtype, name, ...)                                                     \
-  [&] {                                                                                          \
-    switch (dtype) {                                                                             \
-      EMBER_DTYPE_CASE(f32, float, __VA_ARGS__)                                                  \
-      EMBER_DTYPE_CASE(f64, double, __VA_ARGS__)                                                 \
-      EMBER_DTYPE_CASE(f16, ::ember::Half, __VA_ARGS__)                                          \
-      EMBER_DTYPE_CASE(bf16, ::ember::BFloat16, __VA_ARGS__)                                     \
-      EMBER_DTYPE_CASE(i32, int32_t, __VA_ARGS__)                                                \
-      EMBER_DTYPE_CASE(i64, int64_t, __VA_ARGS__)                                                \
-      EMBER_DTYPE_CASE(u8, uint8_t, __VA_ARGS__)                                                 \
-      EMBER_DTYPE_CASE(boolean, bool, __VA_ARGS__)                                               \
-    }                                                                                            \
-    EMBER_FAIL(name, ": unknown dtype");                                                         \
+#define EMBER_DISPATCH_ALL(dtype, name, ...)       \
+  [&] {                                            \
+    switch (dtype) {                               \
+      EMBER_DTYPE_CASES_NUMERIC(__VA_ARGS__)       \
+      EMBER_DTYPE_CASE(boolean, bool, __VA_ARGS__) \
+    }                                              \
+    EMBER_FAIL(name, ": unknown dtype");           \
   }()
 
 // Index tensors (gather, index_select, targets) are i32 or i64.
