@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "kernels/options.h"  // Activation, Reduction, CrossEntropyOptions, Conv2dOptions
+#include "kernels/options.h"  // Activation, Reduction, CrossEntropyOptions, Conv2dFuncOptions
 
 namespace ember {
 
@@ -164,12 +164,12 @@ Tensor dropout(const Tensor& x, double p, bool training = true);
 // ---- convolution, pooling, batch norm (kernels/ops/conv2d.h, pool.h, batch_norm.h) ----
 // x [N, C, H, W] (NCHW or channels-last; a channels-last input gives a channels-last output),
 // weight [K, C/groups, R, S], bias [K] or undefined.
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& o = {});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dFuncOptions& o = {});
 // The gradient ops conv2d's backward runs (each its own op): dx of size input_hw, dw of size kernel_rs.
 Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, std::array<int64_t, 2> input_hw,
-                             const Conv2dOptions& o = {});
+                             const Conv2dFuncOptions& o = {});
 Tensor conv2d_backward_weight(const Tensor& grad_output, const Tensor& x, std::array<int64_t, 2> kernel_rs,
-                              const Conv2dOptions& o = {});
+                              const Conv2dFuncOptions& o = {});
 // Pooling as PyTorch (floor mode; padding at most half the kernel). stride {0, 0} means the kernel size.
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0} /*0: = kernel*/,
                   std::array<int64_t, 2> padding = {0, 0});

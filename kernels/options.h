@@ -26,29 +26,30 @@ struct CrossEntropyOptions {
   Tensor weight;  // [C] class weights or undefined
 };
 
-// conv2d and its gradient ops; (h, w) pairs. It is also the leading member of the op's attributes
+// conv2d's functional options (libtorch's name for them; the module nn::Conv2d takes
+// nn::Conv2dOptions, which adds channels, kernel size and bias); (h, w) pairs. It is also the leading member of the op's attributes
 // (Conv2dAttrs), so it must stay trivially copyable with every byte initialised: plain int64_t
 // fields, no padding. The setters chain (one value for both dims, or h and w):
-//   conv2d(x, w, b, Conv2dOptions().set_stride(2).set_padding(1).set_groups(4));
-struct Conv2dOptions {
+//   conv2d(x, w, b, Conv2dFuncOptions().set_stride(2).set_padding(1).set_groups(4));
+struct Conv2dFuncOptions {
   int64_t stride[2] = {1, 1};
   int64_t padding[2] = {0, 0};
   int64_t dilation[2] = {1, 1};
   int64_t groups = 1;
 
-  Conv2dOptions& set_stride(int64_t h, int64_t w) { return set(stride, h, w); }
-  Conv2dOptions& set_stride(int64_t s) { return set(stride, s, s); }
-  Conv2dOptions& set_padding(int64_t h, int64_t w) { return set(padding, h, w); }
-  Conv2dOptions& set_padding(int64_t p) { return set(padding, p, p); }
-  Conv2dOptions& set_dilation(int64_t h, int64_t w) { return set(dilation, h, w); }
-  Conv2dOptions& set_dilation(int64_t d) { return set(dilation, d, d); }
-  Conv2dOptions& set_groups(int64_t g) {
+  Conv2dFuncOptions& set_stride(int64_t h, int64_t w) { return set(stride, h, w); }
+  Conv2dFuncOptions& set_stride(int64_t s) { return set(stride, s, s); }
+  Conv2dFuncOptions& set_padding(int64_t h, int64_t w) { return set(padding, h, w); }
+  Conv2dFuncOptions& set_padding(int64_t p) { return set(padding, p, p); }
+  Conv2dFuncOptions& set_dilation(int64_t h, int64_t w) { return set(dilation, h, w); }
+  Conv2dFuncOptions& set_dilation(int64_t d) { return set(dilation, d, d); }
+  Conv2dFuncOptions& set_groups(int64_t g) {
     groups = g;
     return *this;
   }
 
  private:
-  Conv2dOptions& set(int64_t (&field)[2], int64_t h, int64_t w) {
+  Conv2dFuncOptions& set(int64_t (&field)[2], int64_t h, int64_t w) {
     field[0] = h;
     field[1] = w;
     return *this;

@@ -40,7 +40,7 @@ Tensor Conv2dImpl::forward(const Tensor& x) {
   EMBER_CHECK(x.dim() == 4, "Conv2d: expects a 4-D input [N, C, H, W], got ", x.shape());
   EMBER_CHECK(x.shape()[1] == options.in_channels(), "Conv2d: input ", x.shape(), " has ", x.shape()[1],
               " channels but the layer expects ", options.in_channels());
-  const auto o = ember::Conv2dOptions()
+  const auto o = ember::Conv2dFuncOptions()
                      .set_stride(options.stride()[0], options.stride()[1])
                      .set_padding(options.padding()[0], options.padding()[1])
                      .set_dilation(options.dilation()[0], options.dilation()[1])

@@ -10,7 +10,7 @@ namespace ember::nn::functional {
 using ember::adaptive_avg_pool2d;  // (x, output_size)
 using ember::avg_pool2d;           // (x, kernel, stride, padding, count_include_pad)
 using ember::batch_norm;  // (x, weight, bias, running_mean, running_var, training, momentum, eps)
-using ember::conv2d;      // (x, weight, bias, Conv2dOptions)
+using ember::conv2d;      // (x, weight, bias, Conv2dFuncOptions)
 using ember::cross_entropy;  // (logits, target, CrossEntropyOptions)
 using ember::dropout;        // (x, p, training)
 using ember::gelu;

@@ -75,7 +75,7 @@ TEST_CASE("cuda autocast conv2d: f16 and bf16 outputs against the CPU and agains
   const int64_t C = 16;
   const double bound = 1.0 / std::sqrt(static_cast<double>(C * 9));
   Tensor x = uniform({8, C, 14, 14}, -1, 1), w = uniform({32, C, 3, 3}, -bound, bound), b = uniform({32}, -bound, bound);
-  const auto o = Conv2dOptions().set_padding(1);
+  const auto o = Conv2dFuncOptions().set_padding(1);
   Tensor want32 = conv2d(x, w, b, o);
   for (DType dt : kLowTypes) {
     INFO("autocast dtype " << dt);

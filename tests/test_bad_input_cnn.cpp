@@ -8,9 +8,9 @@ using namespace ember;
 TEST_CASE("conv2d bad input names the shapes and values", "[bad-input][conv]") {
   CHECK_THROWS_WITH(conv2d(zeros({2, 4, 5, 5}), zeros({6, 3, 3, 3})),
                     Catch::Contains("input [2, 4, 5, 5] has 4 channels but weight [6, 3, 3, 3] expects 3 * groups = 3"));
-  CHECK_THROWS_WITH(conv2d(zeros({2, 4, 5, 5}), zeros({6, 2, 3, 3}), Tensor(), Conv2dOptions().set_groups(3)),
+  CHECK_THROWS_WITH(conv2d(zeros({2, 4, 5, 5}), zeros({6, 2, 3, 3}), Tensor(), Conv2dFuncOptions().set_groups(3)),
                     Catch::Contains("groups = 3 must divide the input channels C = 4"));
-  CHECK_THROWS_WITH(conv2d(zeros({2, 4, 5, 5}), zeros({5, 2, 3, 3}), Tensor(), Conv2dOptions().set_groups(2)),
+  CHECK_THROWS_WITH(conv2d(zeros({2, 4, 5, 5}), zeros({5, 2, 3, 3}), Tensor(), Conv2dFuncOptions().set_groups(2)),
                     Catch::Contains("groups = 2 must divide the output channels K = 5"));
   CHECK_THROWS_WITH(conv2d(zeros({1, 1, 2, 2}), zeros({1, 1, 5, 5})),
                     Catch::Contains("kernel 5x5") && Catch::Contains("larger than the padded input 2x2"));
@@ -21,7 +21,7 @@ TEST_CASE("conv2d bad input names the shapes and values", "[bad-input][conv]") {
                     Catch::Contains("bias must be [6]") && Catch::Contains("got [5]"));
   CHECK_THROWS_WITH(conv2d(zeros({2, 3, 5, 5}), zeros({6, 3, 3, 3}, DType::f64)),
                     Catch::Contains("must have the same dtype"));
-  CHECK_THROWS_WITH(conv2d(zeros({2, 3, 5, 5}), zeros({6, 3, 3, 3}), Tensor(), Conv2dOptions().set_stride(0, 1)),
+  CHECK_THROWS_WITH(conv2d(zeros({2, 3, 5, 5}), zeros({6, 3, 3, 3}), Tensor(), Conv2dFuncOptions().set_stride(0, 1)),
                     Catch::Contains("stride must be positive, got (0, 1)"));
   CHECK_THROWS_WITH(conv2d_backward_input(zeros({2, 6, 4, 4}), zeros({6, 3, 3, 3}), {5, 5}),
                     Catch::Contains("grad_output [2, 6, 4, 4] does not match the output [2, 6, 3, 3]"));

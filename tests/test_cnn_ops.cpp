@@ -31,17 +31,17 @@ TEST_CASE("conv2d known answers", "[conv]") {
   CHECK(y.shape() == Shape{1, 1, 2, 2});
   CHECK(vals(y) == std::vector<double>{12, 16, 24, 28});
   // bias, stride 2, padding 1: windows at rows/cols {-1, 0} and {1, 2}
-  Tensor y2 = conv2d(x, w, ones({1}), Conv2dOptions().set_stride(2).set_padding(1));
+  Tensor y2 = conv2d(x, w, ones({1}), Conv2dFuncOptions().set_stride(2).set_padding(1));
   CHECK(vals(y2) == std::vector<double>{2, 6, 12, 29});
   // dilation 2 on a 5x5 input with a 2x2 kernel: taps (0,0), (0,2), (2,0), (2,2)
   Tensor x5 = iota({1, 1, 5, 5}, 0);
-  Tensor y3 = conv2d(x5, w, Tensor(), Conv2dOptions().set_dilation(2));
+  Tensor y3 = conv2d(x5, w, Tensor(), Conv2dFuncOptions().set_dilation(2));
   CHECK(y3.shape() == Shape{1, 1, 3, 3});
   CHECK(vals(y3)[0] == 0 + 2 + 10 + 12);
   // groups: two channels convolved separately
   Tensor xg = cat({iota({1, 1, 3, 3}), mul(iota({1, 1, 3, 3}), 10.0)}, 1);
   Tensor wg = ones({2, 1, 2, 2});
-  Tensor yg = conv2d(xg, wg, Tensor(), Conv2dOptions().set_groups(2));
+  Tensor yg = conv2d(xg, wg, Tensor(), Conv2dFuncOptions().set_groups(2));
   CHECK(vals(yg) == std::vector<double>{12, 16, 24, 28, 120, 160, 240, 280});
 }
 
@@ -49,7 +49,7 @@ TEST_CASE("conv2d: a channels-last input gives a channels-last output with the s
   Tensor x = uniform({2, 6, 7, 5}, -1, 1);
   Tensor w = uniform({4, 3, 3, 3}, -1, 1);
   Tensor b = uniform({4}, -1, 1);
-  Conv2dOptions o = Conv2dOptions().set_stride(2).set_padding(1).set_groups(2);
+  Conv2dFuncOptions o = Conv2dFuncOptions().set_stride(2).set_padding(1).set_groups(2);
   Tensor y = conv2d(x, w, b, o);
   Tensor ycl = conv2d(contiguous_as(x, true), w, b, o);
   CHECK(ycl.is_channels_last());
@@ -65,7 +65,7 @@ TEST_CASE("conv2d: gradients reach input, weight and bias, the bias gradient is 
   Tensor x = uniform({2, 3, 6, 6}, -1, 1).requires_grad_();
   Tensor w = uniform({5, 3, 3, 3}, -1, 1).requires_grad_();
   Tensor b = zeros({5}).requires_grad_();
-  Tensor y = conv2d(x, w, b, Conv2dOptions().set_padding(1));
+  Tensor y = conv2d(x, w, b, Conv2dFuncOptions().set_padding(1));
   sum(y).backward();
   REQUIRE(x.grad().defined());
   REQUIRE(w.grad().defined());
@@ -215,9 +215,9 @@ TEST_CASE("a small CNN trains on the CPU (conv, batch norm, relu, pools, backwar
   Tensor wf = uniform({2, 16}, -0.3, 0.3).requires_grad_(), bf = zeros({2}).requires_grad_();
   std::vector<Tensor> params{w1, b1, g1, be1, w2, b2, wf, bf};
   auto forward = [&](const Tensor& in) {
-    Tensor h = relu(batch_norm(conv2d(in, w1, b1, Conv2dOptions().set_padding(1)), g1, be1, rm, rv, true));
+    Tensor h = relu(batch_norm(conv2d(in, w1, b1, Conv2dFuncOptions().set_padding(1)), g1, be1, rm, rv, true));
     h = max_pool2d(h, {2, 2});                                 // 4x4
-    h = relu(conv2d(h, w2, b2, Conv2dOptions().set_padding(1)));
+    h = relu(conv2d(h, w2, b2, Conv2dFuncOptions().set_padding(1)));
     h = avg_pool2d(h, {2, 2});                                 // 2x2
     h = adaptive_avg_pool2d(h, {1, 1}).reshape({n, 16});       // global average
     return linear(h, wf, bf);

@@ -46,7 +46,7 @@ TEST_CASE("conv2d variants at MNIST batch 64 (split-K and multi-block paths)", "
   for (DType dt : {DType::f32, DType::bf16}) {
     Tol tol = dt == DType::f32 ? Tol{1e-4, 1e-3} : Tol{2e-2, 2e-2};
     INFO("dtype " << dt);
-    Conv2dOptions o = Conv2dOptions().set_padding(1);
+    Conv2dFuncOptions o = Conv2dFuncOptions().set_padding(1);
     Tensor x1 = uniform({64, 1, 28, 28}, -1, 1).to(dt), w1 = uniform({32, 1, 3, 3}, -1, 1).to(dt);
     Tensor x2 = uniform({64, 32, 14, 14}, -1, 1).to(dt), w2 = uniform({64, 32, 3, 3}, -1, 1).to(dt);
     Tensor b2 = uniform({64}, -1, 1).to(dt);
@@ -65,7 +65,7 @@ TEST_CASE("conv2d variants on ResNet-like channel counts, NCHW and channels-last
     for (bool cl : {false, true}) {
       INFO("dtype " << dt << (cl ? " channels-last" : ""));
       Tol tol = dt == DType::f32 ? Tol{1e-4, 1e-3} : Tol{5e-3, 5e-3};
-      Conv2dOptions o = Conv2dOptions().set_padding(1);
+      Conv2dFuncOptions o = Conv2dFuncOptions().set_padding(1);
       Tensor x = contiguous_as(uniform({4, 64, 14, 14}, -1, 1).to(dt), cl);
       Tensor w = contiguous_as(uniform({128, 64, 3, 3}, -0.2, 0.2).to(dt), cl);
       Tensor g = contiguous_as(uniform({4, 128, 14, 14}, -1, 1).to(dt), cl);
@@ -73,10 +73,10 @@ TEST_CASE("conv2d variants on ResNet-like channel counts, NCHW and channels-last
       all_variants_match(OpId::conv2d_backward_input, {g, w}, Conv2dAttrs{o, {14, 14}}, tol);
       all_variants_match(OpId::conv2d_backward_weight, {g, x}, Conv2dAttrs{o, {3, 3}}, tol);
       // 1x1 stride 2 (a ResNet downsample) and a grouped 3x3
-      Conv2dOptions o2 = Conv2dOptions().set_stride(2);
+      Conv2dFuncOptions o2 = Conv2dFuncOptions().set_stride(2);
       Tensor w2 = contiguous_as(uniform({96, 64, 1, 1}, -0.2, 0.2).to(dt), cl);
       all_variants_match(OpId::conv2d, {x, w2, Tensor()}, Conv2dAttrs{o2}, tol);
-      Conv2dOptions o3 = Conv2dOptions().set_padding(1).set_groups(4);
+      Conv2dFuncOptions o3 = Conv2dFuncOptions().set_padding(1).set_groups(4);
       Tensor w3 = contiguous_as(uniform({64, 16, 3, 3}, -0.3, 0.3).to(dt), cl);
       all_variants_match(OpId::conv2d, {x, w3, Tensor()}, Conv2dAttrs{o3}, tol);
     }
@@ -85,7 +85,7 @@ TEST_CASE("conv2d variants on ResNet-like channel counts, NCHW and channels-last
 
 TEST_CASE("deterministic mode never picks a nondeterministic cuDNN algorithm", "[gpu][conv]") {
   Tensor g = uniform({8, 16, 10, 10}, -1, 1, kCUDA), x = uniform({8, 8, 10, 10}, -1, 1, kCUDA);
-  const Conv2dAttrs a{Conv2dOptions().set_padding(1), {3, 3}};
+  const Conv2dAttrs a{Conv2dFuncOptions().set_padding(1), {3, 3}};
   const OpInfo& info = op_info(OpId::conv2d_backward_weight);
   std::vector<Tensor> in{g, x};
   std::vector<Tensor> out{empty({16, 8, 3, 3}, kCUDA)};
@@ -137,7 +137,7 @@ TEST_CASE("a CNN training step on the GPU matches the CPU", "[gpu][conv][bn][poo
     // detach: on the CPU to() returns w1 itself, which must not become a leaf that requires grad
     Tensor xw1 = w1.to(d).detach().requires_grad_(), xw2 = w2.to(d).detach().requires_grad_();
     Tensor rm = zeros({32}, d), rv = ones({32}, d);
-    const auto pad1 = Conv2dOptions().set_padding(1);
+    const auto pad1 = Conv2dFuncOptions().set_padding(1);
     Tensor h = relu(batch_norm(conv2d(x.to(d), xw1, b1.to(d), pad1), Tensor(), Tensor(), rm, rv, true));
     h = max_pool2d(h, {2, 2});
     h = relu(conv2d(h, xw2, b2.to(d), pad1));

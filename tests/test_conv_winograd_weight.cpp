@@ -27,7 +27,7 @@ struct Case {
   const char* name;
   Shape x;
   int64_t K;
-  Conv2dOptions o;
+  Conv2dFuncOptions o;
 };
 
 // The call as the runner would make it (inputs in dtype dt), with outputs left empty like the
@@ -45,7 +45,7 @@ TEST_CASE("conv2d_backward_weight winograd matches the reference", "[conv][winog
   const OpInfo& info = op_info(OpId::conv2d_backward_weight);
   const Variant& ref = variant_named(info, "naive");
   const Variant& wino = variant_named(info, "winograd");
-  using O = Conv2dOptions;
+  using O = Conv2dFuncOptions;
   const std::vector<Case> cases = {
       {"MNIST conv2 [3,32,14,14] -> 64 pad 1", {3, 32, 14, 14}, 64, O().set_padding(1)},
       {"blocks of tiles [37,8,13,11] -> 8 pad 1 (odd P, Q)", {37, 8, 13, 11}, 8, O().set_padding(1)},
@@ -84,7 +84,7 @@ TEST_CASE("conv2d_backward_weight winograd matches the reference", "[conv][winog
 TEST_CASE("conv2d_backward_weight winograd declines what it cannot run", "[conv][winograd]") {
   const OpInfo& info = op_info(OpId::conv2d_backward_weight);
   const Variant& wino = variant_named(info, "winograd");
-  using O = Conv2dOptions;
+  using O = Conv2dFuncOptions;
   auto check = [&](Shape xs, int64_t K, Shape ks, O o, bool want) {
     ConvGeom g = conv_geometry("conv2d", xs, {K, xs[1] / o.groups, ks[0], ks[1]}, Conv2dAttrs{o});
     Tensor x = zeros(xs), gy = zeros({g.N, g.K, g.P, g.Q});
@@ -109,7 +109,7 @@ TEST_CASE("conv2d_backward_weight defaults for MNIST's conv layers", "[conv][win
     Tensor x = zeros(xs), gy = zeros({xs[0], K, xs[2], xs[3]});
     std::vector<Tensor> in{gy, x};
     std::vector<Tensor> out{empty({K, xs[1], 3, 3})};
-    const Attrs attrs = Conv2dAttrs{Conv2dOptions().set_padding(1), {3, 3}};
+    const Attrs attrs = Conv2dAttrs{Conv2dFuncOptions().set_padding(1), {3, 3}};
     KernelCall c{OpId::conv2d_backward_weight, in, out, attrs};
     const Variant* v = info.default_variant(c, DeviceType::cpu);
     return v ? v->name : std::string("none");

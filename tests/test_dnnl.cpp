@@ -75,7 +75,7 @@ TEST_CASE("dnnl: vendor variants are registered for conv2d, its gradients and av
 TEST_CASE("dnnl: the default stays hand-written, set_backend(vendor) picks dnnl for conv2d on the CPU", "[dnnl]") {
   BackendGuard guard{{OpId::conv2d, OpId::conv2d_backward_input, OpId::conv2d_backward_weight}};
   Tensor x = randn({2, 3, 9, 9}), w = randn({4, 3, 3, 3}), b = randn({4});
-  Call c(OpId::conv2d, {x, w, b}, Conv2dAttrs{Conv2dOptions().set_padding(1)});
+  Call c(OpId::conv2d, {x, w, b}, Conv2dAttrs{Conv2dFuncOptions().set_padding(1)});
   const OpInfo& info = op_info(OpId::conv2d);
   CHECK(select_variant(info, c.call(), DeviceType::cpu).name != "dnnl");
   set_backend(OpId::conv2d, "vendor");
@@ -85,16 +85,16 @@ TEST_CASE("dnnl: the default stays hand-written, set_backend(vendor) picks dnnl 
   const Variant* dnnl = cpu_variant(OpId::conv2d, "dnnl");
   REQUIRE(dnnl != nullptr);
   const uint64_t before = variant_runs(*dnnl, DType::f32);
-  Tensor y = conv2d(x, w, b, Conv2dOptions().set_padding(1));
+  Tensor y = conv2d(x, w, b, Conv2dFuncOptions().set_padding(1));
   CHECK(variant_runs(*dnnl, DType::f32) == before + 1);
   set_backend(OpId::conv2d, "naive");
-  Tensor want = conv2d(x, w, b, Conv2dOptions().set_padding(1));
+  Tensor want = conv2d(x, w, b, Conv2dFuncOptions().set_padding(1));
   CHECK(testing::compare(y, want, {1e-5, 1e-5}) == "");
 
   // f64: dnnl does not accept it, so even "vendor" falls back to the hand-written default
   set_backend(OpId::conv2d, "vendor");
   Call c64(OpId::conv2d, {x.to(DType::f64), w.to(DType::f64), b.to(DType::f64)},
-           Conv2dAttrs{Conv2dOptions().set_padding(1)});
+           Conv2dAttrs{Conv2dFuncOptions().set_padding(1)});
   const Variant* plain = info.default_variant(c64.call(), DeviceType::cpu);
   REQUIRE(plain != nullptr);
   CHECK(select_variant(info, c64.call(), DeviceType::cpu).name == plain->name);
@@ -110,7 +110,7 @@ TEST_CASE("dnnl: the default stays hand-written, set_backend(vendor) picks dnnl 
   REQUIRE(dx != nullptr);
   REQUIRE(dw != nullptr);
   const uint64_t dx0 = variant_runs(*dx, DType::f32), dw0 = variant_runs(*dw, DType::f32);
-  sum(conv2d(xg, wg, Tensor(), Conv2dOptions().set_padding(1))).backward();
+  sum(conv2d(xg, wg, Tensor(), Conv2dFuncOptions().set_padding(1))).backward();
   CHECK(variant_runs(*dx, DType::f32) == dx0 + 1);
   CHECK(variant_runs(*dw, DType::f32) == dw0 + 1);
 }
@@ -135,7 +135,7 @@ TEST_CASE("dnnl: autotune gets dnnl beside the hand-written conv2d variants and 
   REQUIRE(dnnl != nullptr);
   REQUIRE(naive != nullptr);
   Tensor w = randn({16, 16, 3, 3});
-  const Conv2dOptions o = Conv2dOptions().set_padding(1);
+  const Conv2dFuncOptions o = Conv2dFuncOptions().set_padding(1);
 
   // The registry's "auto" preference offers every non-reference variant that accepts the call:
   // dnnl and ember's own (which ones win is the machine's business, not the test's).
@@ -182,7 +182,7 @@ TEST_CASE("dnnl: conv2d and its gradients match the reference on MNIST and ResNe
       for (bool cl : {false, true}) {
         INFO("N " << s.N << " C " << s.C << " H " << s.H << " K " << s.K << " R " << s.R << " stride " << s.stride
                   << " groups " << s.groups << " " << dt << (cl ? " channels-last" : ""));
-        const Conv2dOptions o = Conv2dOptions().set_stride(s.stride).set_padding(s.pad).set_groups(s.groups);
+        const Conv2dFuncOptions o = Conv2dFuncOptions().set_stride(s.stride).set_padding(s.pad).set_groups(s.groups);
         Tensor x = randn({s.N, s.C, s.H, s.H}).to(dt), w = randn({s.K, s.C / s.groups, s.R, s.R}).to(dt),
                b = randn({s.K}).to(dt);
         if (cl) {

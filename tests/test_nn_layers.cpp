@@ -37,7 +37,7 @@ TEST_CASE("nn Conv2d: parameters, PyTorch initialisation, groups, options, error
   Tensor x = randn({2, 16, 9, 9});
   Tensor y = conv(x);
   CHECK(y.shape() == Shape{2, 64, 5, 5});
-  const auto o = Conv2dOptions().set_stride(2).set_padding(1).set_groups(4);
+  const auto o = Conv2dFuncOptions().set_stride(2).set_padding(1).set_groups(4);
   CHECK(y.to_vector<float>() == conv2d(x, conv->weight, conv->bias, o).to_vector<float>());
   std::ostringstream os;
   os << *conv;

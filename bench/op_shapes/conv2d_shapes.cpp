@@ -42,8 +42,8 @@ Tensor bench_tensor(const Shape& s, DType dt, Device d, bool cl) {
   return cl ? contiguous_as(t, true) : t;
 }
 
-// kind 0: forward (x, w, b); 1: backward_input (gy, w); 2: backward_weight (gy, x)
-std::vector<BenchCase> conv_benches(int kind) {
+// Inputs: forward (x, w, b); backward_input (gy, w); backward_weight (gy, x).
+std::vector<BenchCase> conv_benches(ConvDirection dir) {
   std::vector<BenchCase> out;
   size_t n_mnist = 0;
   std::vector<BenchShape> shapes = bench_shapes(&n_mnist);
@@ -56,20 +56,21 @@ std::vector<BenchCase> conv_benches(int kind) {
     for (const auto& config : configs) {
       const DType dt = config.first;  // not a structured binding: clang 14 cannot capture those
       const bool cl = config.second;
-      const Conv2dOptions o = Conv2dOptions().set_stride(b.stride).set_padding(b.pad);
+      const Conv2dFuncOptions o = Conv2dFuncOptions().set_stride(b.stride).set_padding(b.pad);
       ConvGeom g = conv_geometry("conv2d", {b.N, b.C, b.H, b.W}, {b.K, b.C, b.R, b.R}, Conv2dAttrs{o});
-      const Conv2dAttrs attrs = kind == 0   ? Conv2dAttrs{o}
-                                : kind == 1 ? Conv2dAttrs{o, {g.H, g.W}}
-                                            : Conv2dAttrs{o, {g.R, g.S}};
+      const Conv2dAttrs attrs = dir == ConvDirection::forward          ? Conv2dAttrs{o}
+                                : dir == ConvDirection::backward_input ? Conv2dAttrs{o, {g.H, g.W}}
+                                                                       : Conv2dAttrs{o, {g.R, g.S}};
       BenchCase bc;
       bc.name = str(b.name, " n", b.N, " ", dt, cl ? " channels-last" : "");
       bc.attrs = attrs;
-      bc.make = [g, dt, cl, kind](Device d) {
+      bc.make = [g, dt, cl, dir](Device d) {
         Shape xs{g.N, g.C, g.H, g.W}, ws{g.K, g.Cg, g.R, g.S}, ys{g.N, g.K, g.P, g.Q};
-        if (kind == 0)
+        if (dir == ConvDirection::forward)
           return std::vector<Tensor>{bench_tensor(xs, dt, d, cl), bench_tensor(ws, dt, d, cl),
                                      bench_tensor({g.K}, dt, d, false)};
-        if (kind == 1) return std::vector<Tensor>{bench_tensor(ys, dt, d, cl), bench_tensor(ws, dt, d, cl)};
+        if (dir == ConvDirection::backward_input)
+          return std::vector<Tensor>{bench_tensor(ys, dt, d, cl), bench_tensor(ws, dt, d, cl)};
         return std::vector<Tensor>{bench_tensor(ys, dt, d, cl), bench_tensor(xs, dt, d, cl)};
       };
       out.push_back(std::move(bc));
@@ -80,8 +81,8 @@ std::vector<BenchCase> conv_benches(int kind) {
 
 }  // namespace
 
-std::vector<BenchCase> benches_conv2d() { return conv_benches(0); }
-std::vector<BenchCase> benches_conv2d_backward_input() { return conv_benches(1); }
-std::vector<BenchCase> benches_conv2d_backward_weight() { return conv_benches(2); }
+std::vector<BenchCase> benches_conv2d() { return conv_benches(ConvDirection::forward); }
+std::vector<BenchCase> benches_conv2d_backward_input() { return conv_benches(ConvDirection::backward_input); }
+std::vector<BenchCase> benches_conv2d_backward_weight() { return conv_benches(ConvDirection::backward_weight); }
 
 }  // namespace ember

@@ -10,12 +10,13 @@
 #include "kernels/registry.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace ember {
 
 ConvGeom conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dAttrs& a) {
-  const Conv2dOptions& o = a.conv;
+  const Conv2dFuncOptions& o = a.conv;
   EMBER_CHECK(x.size() == 4, op, ": expects a 4-D input [N, C, H, W], got ", x, " (", x.size(), " dims)");
   EMBER_CHECK(w.size() == 4, op, ": expects a 4-D weight [K, C/groups, R, S], got ", w, " (", w.size(), " dims)");
   EMBER_CHECK(o.groups >= 1, op, ": groups must be positive, got ", o.groups);
@@ -180,57 +181,60 @@ Cost conv2d_backward_weight_cost(const KernelCall& c) {
 
 }  // namespace
 
-void define_op_conv2d(OpInfo& info) {
-  info.doc = "2-D convolution (NCHW or channels-last), stride/padding/dilation/groups, fused bias";
-  info.infer = infer_conv2d;
-  info.backward = conv2d_vjp;
+namespace {
+
+// What the three convolution ops share: inputs saved for the gradient, kernels that take NCHW and
+// channels-last as they are, the CPU variants (conv2d_cpu.cpp: the naive reference first) and
+// oneDNN's (conv2d_dnnl.cpp).
+void define_conv(OpInfo& info, ConvDirection dir, const char* doc, InferFn infer, BackwardFn backward, CostFn cost) {
+  info.doc = doc;
+  info.infer = infer;
+  info.backward = backward;
   info.save = Save::inputs;
-  info.cost = conv2d_cost;
-  info.autocast = AutocastPolicy::lower;
-  info.contiguous_inputs = false;  // NCHW and channels-last both reach the kernels
-  register_cpu_conv2d(info);  // conv2d_cpu.cpp: naive (the reference) first
+  info.cost = cost;
+  info.contiguous_inputs = false;
+  const auto d = static_cast<size_t>(dir);
+  constexpr std::array<void (*)(OpInfo&), 3> cpu = {register_cpu_conv2d, register_cpu_conv2d_backward_input,
+                                                    register_cpu_conv2d_backward_weight};
+  cpu[d](info);
 #if EMBER_WITH_DNNL
-  register_dnnl_conv2d(info);  // conv2d_dnnl.cpp
+  constexpr std::array<void (*)(OpInfo&), 3> dnnl = {register_dnnl_conv2d, register_dnnl_conv2d_backward_input,
+                                                     register_dnnl_conv2d_backward_weight};
+  dnnl[d](info);
 #endif
+}
+
+}  // namespace
+
+void define_op_conv2d(OpInfo& info) {
+  define_conv(info, ConvDirection::forward,
+              "2-D convolution (NCHW or channels-last), stride/padding/dilation/groups, fused bias", infer_conv2d,
+              conv2d_vjp, conv2d_cost);
+  info.autocast = AutocastPolicy::lower;
 }
 
 void define_op_conv2d_backward_input(OpInfo& info) {
-  info.doc = "gradient of conv2d with respect to its input (a transposed convolution)";
-  info.infer = infer_conv2d_backward_input;
-  info.backward = conv2d_backward_input_vjp;
-  info.save = Save::inputs;
-  info.cost = conv2d_backward_input_cost;
-  info.contiguous_inputs = false;
-  register_cpu_conv2d_backward_input(info);  // conv2d_cpu.cpp: naive (the reference) first
-#if EMBER_WITH_DNNL
-  register_dnnl_conv2d_backward_input(info);  // conv2d_dnnl.cpp
-#endif
+  define_conv(info, ConvDirection::backward_input,
+              "gradient of conv2d with respect to its input (a transposed convolution)", infer_conv2d_backward_input,
+              conv2d_backward_input_vjp, conv2d_backward_input_cost);
 }
 
 void define_op_conv2d_backward_weight(OpInfo& info) {
-  info.doc = "gradient of conv2d with respect to its weight";
-  info.infer = infer_conv2d_backward_weight;
-  info.backward = conv2d_backward_weight_vjp;
-  info.save = Save::inputs;
-  info.cost = conv2d_backward_weight_cost;
-  info.contiguous_inputs = false;
-  register_cpu_conv2d_backward_weight(info);  // conv2d_cpu.cpp: naive (the reference) first
-#if EMBER_WITH_DNNL
-  register_dnnl_conv2d_backward_weight(info);  // conv2d_dnnl.cpp
-#endif
+  define_conv(info, ConvDirection::backward_weight, "gradient of conv2d with respect to its weight",
+              infer_conv2d_backward_weight, conv2d_backward_weight_vjp, conv2d_backward_weight_cost);
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& o) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dFuncOptions& o) {
   return call1(OpId::conv2d, {x, weight, bias}, Conv2dAttrs{o});
 }
 
 Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, std::array<int64_t, 2> input_hw,
-                             const Conv2dOptions& o) {
+                             const Conv2dFuncOptions& o) {
   return call1(OpId::conv2d_backward_input, {grad_output, weight}, Conv2dAttrs{o, {input_hw[0], input_hw[1]}});
 }
 
 Tensor conv2d_backward_weight(const Tensor& grad_output, const Tensor& x, std::array<int64_t, 2> kernel_rs,
-                              const Conv2dOptions& o) {
+                              const Conv2dFuncOptions& o) {
   return call1(OpId::conv2d_backward_weight, {grad_output, x}, Conv2dAttrs{o, {kernel_rs[0], kernel_rs[1]}});
 }
 

@@ -26,7 +26,7 @@
 #include <type_traits>
 
 #include "core/tensor.h"
-#include "kernels/options.h"  // Conv2dOptions
+#include "kernels/options.h"  // Conv2dFuncOptions
 
 namespace ember {
 
@@ -34,11 +34,16 @@ namespace ember {
 // other operands: the input's (H, W) for backward_input, the kernel's (R, S) for backward_weight.
 // Only int64_t members (no padding bytes), value-initialised: Attrs keys the autotune cache by bytes.
 struct Conv2dAttrs {
-  Conv2dOptions conv;
+  Conv2dFuncOptions conv;
   int64_t size[2] = {0, 0};
 };
 static_assert(std::is_trivially_copyable_v<Conv2dAttrs> && std::has_unique_object_representations_v<Conv2dAttrs>,
               "Conv2dAttrs is copied and hashed as bytes: trivially copyable, no padding");
+
+// The three convolutions of a conv2d layer, each its own op (conv2d, conv2d_backward_input,
+// conv2d_backward_weight). Code that serves all three (the cuDNN and oneDNN variants, the test
+// samples, the benchmark shapes) takes the direction, not a number.
+enum class ConvDirection : uint8_t { forward, backward_input, backward_weight };
 
 // Every size of one convolution, validated.
 struct ConvGeom {

@@ -98,8 +98,6 @@ struct Descs {
 
 // ---- algorithm choice, cached per shape ----
 
-enum class Kind { fwd, bwd_data, bwd_filter };
-
 struct Choice {
   int algo = -1;  // -1: cuDNN has no usable algorithm for this shape
   size_t workspace = 0;
@@ -108,7 +106,7 @@ struct Choice {
 
 using Key = std::tuple<int, int, int, bool, bool, std::vector<int64_t>>;
 
-Key make_key(Kind kind, int device, DType t, const ConvGeom& g, bool nondet) {
+Key make_key(ConvDirection kind, int device, DType t, const ConvGeom& g, bool nondet) {
   return {static_cast<int>(kind),
           device,
           static_cast<int>(t),
@@ -185,7 +183,7 @@ struct Ptrs {
   void* out = nullptr;
 };
 
-Choice choose(Kind kind, cudnnHandle_t h, Descs& d, DType t, bool nondet, const Ptrs* bufs, Device dev) {
+Choice choose(ConvDirection kind, cudnnHandle_t h, Descs& d, DType t, bool nondet, const Ptrs* bufs, Device dev) {
   constexpr int kMax = 16;
   int n = 0;
   // Find times the candidates and synchronises: never while a CUDA graph is being captured
@@ -193,19 +191,19 @@ Choice choose(Kind kind, cudnnHandle_t h, Descs& d, DType t, bool nondet, const 
     Tensor ws = empty({static_cast<int64_t>(kMaxWorkspace / 4)}, TensorOptions().dtype(DType::u8).device(dev));
     const size_t wss = kMaxWorkspace / 4;
     switch (kind) {
-      case Kind::fwd: {
+      case ConvDirection::forward: {
         cudnnConvolutionFwdAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, bufs->x, d.w.d, bufs->w, d.conv.d, d.y.d,
                                                                  bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
         return pick(perf, n, t, nondet, "forward");
       }
-      case Kind::bwd_data: {
+      case ConvDirection::backward_input: {
         cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, bufs->w, d.y.d, bufs->y, d.conv.d, d.x.d,
                                                                       bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
         return pick(perf, n, t, nondet, "backward-data");
       }
-      case Kind::bwd_filter: {
+      case ConvDirection::backward_weight: {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, bufs->x, d.y.d, bufs->y, d.conv.d,
                                                                         d.w.d, bufs->out, kMax, &n, perf, ws.data_ptr(),
@@ -215,17 +213,17 @@ Choice choose(Kind kind, cudnnHandle_t h, Descs& d, DType t, bool nondet, const 
     }
   }
   switch (kind) {
-    case Kind::fwd: {
+    case ConvDirection::forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax, &n, perf));
       return pick(perf, n, t, nondet, "forward");
     }
-    case Kind::bwd_data: {
+    case ConvDirection::backward_input: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, kMax, &n, perf));
       return pick(perf, n, t, nondet, "backward-data");
     }
-    case Kind::bwd_filter: {
+    case ConvDirection::backward_weight: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, kMax, &n, perf));
       return pick(perf, n, t, nondet, "backward-filter");
@@ -234,7 +232,7 @@ Choice choose(Kind kind, cudnnHandle_t h, Descs& d, DType t, bool nondet, const 
   return {};
 }
 
-Choice cached_choice(Kind kind, const ConvGeom& g, DType t, bool nondet, Device dev, cudnnHandle_t h, Descs& d,
+Choice cached_choice(ConvDirection kind, const ConvGeom& g, DType t, bool nondet, Device dev, cudnnHandle_t h, Descs& d,
                      const Ptrs* bufs) {
   Key key = make_key(kind, dev.index, t, g, nondet);
   {
@@ -318,9 +316,9 @@ std::string shape_text(const ConvGeom& g) {
              "), groups ", g.G, g.channels_last ? ", channels-last" : "");
 }
 
-void run(Kind kind, const ConvArgs& a, DType t, bool nondet) {
+void run(ConvDirection kind, const ConvArgs& a, DType t, bool nondet) {
   const ConvGeom& g = a.g;
-  const Tensor& out = kind == Kind::fwd ? a.y : kind == Kind::bwd_data ? a.x : a.w;
+  const Tensor& out = kind == ConvDirection::forward ? a.y : kind == ConvDirection::backward_input ? a.x : a.w;
   if (out.numel() == 0) return;
   if (g.N == 0) {  // the weight gradient of an empty batch
     Tensor o = out;
@@ -332,9 +330,9 @@ void run(Kind kind, const ConvArgs& a, DType t, bool nondet) {
   cudnnHandle_t h = handle_for(out.device().index, st);
   Descs d(g, t);
   Ptrs bufs;
-  bufs.x = kind == Kind::bwd_data ? nullptr : a.x.data_ptr();
-  bufs.w = kind == Kind::bwd_filter ? nullptr : a.w.data_ptr();
-  bufs.y = kind == Kind::fwd ? nullptr : a.y.data_ptr();
+  bufs.x = kind == ConvDirection::backward_input ? nullptr : a.x.data_ptr();
+  bufs.w = kind == ConvDirection::backward_weight ? nullptr : a.w.data_ptr();
+  bufs.y = kind == ConvDirection::forward ? nullptr : a.y.data_ptr();
   bufs.out = out.data_ptr();
   Choice c = cached_choice(kind, g, t, nondet, out.device(), h, d, &bufs);
   EMBER_CHECK(c.algo >= 0, "cuDNN has no usable ", nondet ? "" : "deterministic ", "algorithm for this convolution (",
@@ -348,18 +346,18 @@ void run(Kind kind, const ConvArgs& a, DType t, bool nondet) {
   }
   Scalars s;
   switch (kind) {
-    case Kind::fwd:
+    case ConvDirection::forward:
       EMBER_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(t), d.x.d, a.x.data_ptr(), d.w.d, a.w.data_ptr(), d.conv.d,
                                                 static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), wsp, c.workspace,
                                                 s.zero(t), d.y.d, a.y.data_ptr()));
       add_bias(a);
       break;
-    case Kind::bwd_data:
+    case ConvDirection::backward_input:
       EMBER_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(t), d.w.d, a.w.data_ptr(), d.y.d, a.y.data_ptr(), d.conv.d,
                                                      static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), wsp,
                                                      c.workspace, s.zero(t), d.x.d, a.x.data_ptr()));
       break;
-    case Kind::bwd_filter:
+    case ConvDirection::backward_weight:
       EMBER_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(t), d.x.d, a.x.data_ptr(), d.y.d, a.y.data_ptr(),
                                                        d.conv.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
                                                        wsp, c.workspace, s.zero(t), d.w.d, a.w.data_ptr()));
@@ -369,7 +367,7 @@ void run(Kind kind, const ConvArgs& a, DType t, bool nondet) {
 
 // Whether cuDNN has an algorithm (heuristics only: cheap, cached); the geometry comes from the
 // inputs and attributes (the call's outputs may be placeholders).
-bool has_algorithm(Kind kind, const ConvGeom& g, DType t, bool nondet, Device dev) {
+bool has_algorithm(ConvDirection kind, const ConvGeom& g, DType t, bool nondet, Device dev) {
   if (!fits_int32(g)) return false;
   if (g.N == 0) return true;
   Key key = make_key(kind, dev.index, t, g, nondet);
@@ -409,16 +407,16 @@ ConvGeom geom_bwd_filter(const KernelCall& c) {
   return g;
 }
 
-void cudnn_forward(const KernelCall& c) { run(Kind::fwd, forward_args(c), floating_dtype(c), false); }
-void cudnn_backward_data(const KernelCall& c) { run(Kind::bwd_data, backward_input_args(c), floating_dtype(c), false); }
+void cudnn_forward(const KernelCall& c) { run(ConvDirection::forward, forward_args(c), floating_dtype(c), false); }
+void cudnn_backward_data(const KernelCall& c) { run(ConvDirection::backward_input, backward_input_args(c), floating_dtype(c), false); }
 void cudnn_backward_data_nondet(const KernelCall& c) {
-  run(Kind::bwd_data, backward_input_args(c), floating_dtype(c), true);
+  run(ConvDirection::backward_input, backward_input_args(c), floating_dtype(c), true);
 }
 void cudnn_backward_filter(const KernelCall& c) {
-  run(Kind::bwd_filter, backward_weight_args(c), floating_dtype(c), false);
+  run(ConvDirection::backward_weight, backward_weight_args(c), floating_dtype(c), false);
 }
 void cudnn_backward_filter_nondet(const KernelCall& c) {
-  run(Kind::bwd_filter, backward_weight_args(c), floating_dtype(c), true);
+  run(ConvDirection::backward_weight, backward_weight_args(c), floating_dtype(c), true);
 }
 
 constexpr DTypeSet kCudnnTypes{DType::f32, DType::f64, DType::f16, DType::bf16};
@@ -429,7 +427,7 @@ void register_cudnn_forward(OpInfo& info) {
   info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_forward, .dtypes = kCudnnTypes,
                     .flags = kVendor,
                     .supports = [](const KernelCall& c) {
-                      return has_algorithm(Kind::fwd, geom_fwd(c), floating_dtype(c), false, c.in[0].device());
+                      return has_algorithm(ConvDirection::forward, geom_fwd(c), floating_dtype(c), false, c.in[0].device());
                     },
                     .note = "cudnnConvolutionForward, algorithm from Get_v7 (or Find) cached per shape, no TF32"});
 }
@@ -438,13 +436,13 @@ void register_cudnn_backward_input(OpInfo& info) {
   info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_backward_data, .dtypes = kCudnnTypes,
                     .flags = kVendor,
                     .supports = [](const KernelCall& c) {
-                      return has_algorithm(Kind::bwd_data, geom_bwd_data(c), floating_dtype(c), false, c.in[0].device());
+                      return has_algorithm(ConvDirection::backward_input, geom_bwd_data(c), floating_dtype(c), false, c.in[0].device());
                     },
                     .note = "cudnnConvolutionBackwardData, deterministic algorithms only"});
   info.add_variant({.name = "cudnn_nondet", .device = DeviceType::cuda, .fn = cudnn_backward_data_nondet,
                     .dtypes = kCudnnTypes, .flags = kVendor | kNondeterministic,
                     .supports = [](const KernelCall& c) {
-                      return has_algorithm(Kind::bwd_data, geom_bwd_data(c), floating_dtype(c), true, c.in[0].device());
+                      return has_algorithm(ConvDirection::backward_input, geom_bwd_data(c), floating_dtype(c), true, c.in[0].device());
                     },
                     .note = "cudnnConvolutionBackwardData, any algorithm (may use atomics)"});
 }
@@ -453,14 +451,14 @@ void register_cudnn_backward_weight(OpInfo& info) {
   info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_backward_filter, .dtypes = kCudnnTypes,
                     .flags = kVendor,
                     .supports = [](const KernelCall& c) {
-                      return has_algorithm(Kind::bwd_filter, geom_bwd_filter(c), floating_dtype(c), false,
+                      return has_algorithm(ConvDirection::backward_weight, geom_bwd_filter(c), floating_dtype(c), false,
                                            c.in[0].device());
                     },
                     .note = "cudnnConvolutionBackwardFilter, deterministic algorithms only"});
   info.add_variant({.name = "cudnn_nondet", .device = DeviceType::cuda, .fn = cudnn_backward_filter_nondet,
                     .dtypes = kCudnnTypes, .flags = kVendor | kNondeterministic,
                     .supports = [](const KernelCall& c) {
-                      return has_algorithm(Kind::bwd_filter, geom_bwd_filter(c), floating_dtype(c), true,
+                      return has_algorithm(ConvDirection::backward_weight, geom_bwd_filter(c), floating_dtype(c), true,
                                            c.in[0].device());
                     },
                     .note = "cudnnConvolutionBackwardFilter, any algorithm (some use float atomics)"});

@@ -35,24 +35,22 @@ namespace {
 using namespace dnnl_utils;
 using dnnl::memory;
 
-enum class Kind { fwd, bwd_data, bwd_weights };
-
-ConvGeom geom_of(Kind kind, const KernelCall& c) {
+ConvGeom geom_of(ConvDirection kind, const KernelCall& c) {
   const auto& a = c.attr<Conv2dAttrs>();
   ConvGeom g;
   switch (kind) {
-    case Kind::fwd:
+    case ConvDirection::forward:
       g = conv_geometry("conv2d", c.in[0].shape(), c.in[1].shape(), a);
       g.channels_last = runs_channels_last(c.in[0]);
       break;
-    case Kind::bwd_data: {
+    case ConvDirection::backward_input: {
       const Shape& gy = c.in[0].shape();
       const Shape& w = c.in[1].shape();
       g = conv_geometry("conv2d_backward_input", {gy[0], w[1] * a.conv.groups, a.size[0], a.size[1]}, w, a);
       g.channels_last = runs_channels_last(c.in[0]);
       break;
     }
-    case Kind::bwd_weights: {
+    case ConvDirection::backward_weight: {
       const Shape& gy = c.in[0].shape();
       const Shape& x = c.in[1].shape();
       g = conv_geometry("conv2d_backward_weight", x, {gy[1], x[1] / a.conv.groups, a.size[0], a.size[1]}, a);
@@ -114,12 +112,12 @@ PrimitiveCache<ConvEntry>& cache() {
   return *c;
 }
 
-std::vector<int64_t> key_of(Kind kind, const ConvGeom& g, DType t, int bias_dtype) {
+std::vector<int64_t> key_of(ConvDirection kind, const ConvGeom& g, DType t, int bias_dtype) {
   return {static_cast<int64_t>(kind), static_cast<int64_t>(t), bias_dtype, g.channels_last, g.N, g.C, g.H, g.W,
           g.K, g.R, g.S, g.G, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw};
 }
 
-std::shared_ptr<const ConvEntry> build(Kind kind, const ConvGeom& g, DType t, int bias_dtype) {
+std::shared_ptr<const ConvEntry> build(ConvDirection kind, const ConvGeom& g, DType t, int bias_dtype) {
   const memory::data_type dt = *data_type(t);
   UserDescs u = user_descs(g, t);
   auto any = [&](const memory::dims& d) { return memory::desc(d, dt, memory::format_tag::any); };
@@ -157,14 +155,14 @@ std::shared_ptr<const ConvEntry> build(Kind kind, const ConvGeom& g, DType t, in
     e->scratchpad = scratch;
   };
   switch (kind) {
-    case Kind::fwd:
+    case ConvDirection::forward:
       e->prim = checked("conv2d dnnl", [&] { return dnnl::convolution_forward(*fwd); });
       finish(u.x, fwd->src_desc(), DNNL_ARG_SRC, u.w, fwd->weights_desc(), DNNL_ARG_WEIGHTS, u.y, fwd->dst_desc(),
              DNNL_ARG_DST, fwd->scratchpad_desc());
       e->bias = bias_dtype >= 0;
       if (e->bias) e->bias_desc = fwd->bias_desc();
       break;
-    case Kind::bwd_data: {
+    case ConvDirection::backward_input: {
       auto pd = try_primitive_desc<dnnl::convolution_backward_data::primitive_desc>("conv2d_backward_input dnnl", [&] {
         return dnnl::convolution_backward_data::primitive_desc(
             dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(u.xd), any(u.wd), any(u.yd),
@@ -177,7 +175,7 @@ std::shared_ptr<const ConvEntry> build(Kind kind, const ConvGeom& g, DType t, in
              pd->diff_src_desc(), DNNL_ARG_DIFF_SRC, pd->scratchpad_desc());
       break;
     }
-    case Kind::bwd_weights: {
+    case ConvDirection::backward_weight: {
       auto pd = try_primitive_desc<dnnl::convolution_backward_weights::primitive_desc>(
           "conv2d_backward_weight dnnl", [&] {
             return dnnl::convolution_backward_weights::primitive_desc(
@@ -195,17 +193,17 @@ std::shared_ptr<const ConvEntry> build(Kind kind, const ConvGeom& g, DType t, in
   return e;
 }
 
-int bias_dtype_of(Kind kind, const KernelCall& c) {
-  return kind == Kind::fwd && c.in.size() > 2 && c.in[2].defined() ? static_cast<int>(c.in[2].dtype()) : -1;
+int bias_dtype_of(ConvDirection kind, const KernelCall& c) {
+  return kind == ConvDirection::forward && c.in.size() > 2 && c.in[2].defined() ? static_cast<int>(c.in[2].dtype()) : -1;
 }
 
-std::shared_ptr<const ConvEntry> entry(Kind kind, const KernelCall& c, const ConvGeom& g) {
+std::shared_ptr<const ConvEntry> entry(ConvDirection kind, const KernelCall& c, const ConvGeom& g) {
   const DType t = c.in[0].dtype();
   const int bd = bias_dtype_of(kind, c);
   return cache().get(key_of(kind, g, t, bd), [&] { return build(kind, g, t, bd); });
 }
 
-bool supports(Kind kind, const KernelCall& c) {
+bool supports(ConvDirection kind, const KernelCall& c) {
   const ConvGeom g = geom_of(kind, c);
   if (g.N == 0 || g.C == 0 || g.K == 0 || g.P == 0 || g.Q == 0 || g.H == 0 || g.W == 0) return false;
   if (!data_type(c.in[0].dtype())) return false;
@@ -214,9 +212,9 @@ bool supports(Kind kind, const KernelCall& c) {
   return entry(kind, c, g) != nullptr;
 }
 
-void run(Kind kind, const KernelCall& c) {
-  const char* op = kind == Kind::fwd        ? "conv2d dnnl"
-                   : kind == Kind::bwd_data ? "conv2d_backward_input dnnl"
+void run(ConvDirection kind, const KernelCall& c) {
+  const char* op = kind == ConvDirection::forward        ? "conv2d dnnl"
+                   : kind == ConvDirection::backward_input ? "conv2d_backward_input dnnl"
                                             : "conv2d_backward_weight dnnl";
   const ConvGeom g = geom_of(kind, c);
   const Tensor& out = c.out[0];
@@ -249,9 +247,9 @@ void run(Kind kind, const KernelCall& c) {
   });
 }
 
-void dnnl_forward(const KernelCall& c) { run(Kind::fwd, c); }
-void dnnl_backward_data(const KernelCall& c) { run(Kind::bwd_data, c); }
-void dnnl_backward_weights(const KernelCall& c) { run(Kind::bwd_weights, c); }
+void dnnl_forward(const KernelCall& c) { run(ConvDirection::forward, c); }
+void dnnl_backward_data(const KernelCall& c) { run(ConvDirection::backward_input, c); }
+void dnnl_backward_weights(const KernelCall& c) { run(ConvDirection::backward_weight, c); }
 
 constexpr DTypeSet kDnnlTypes{DType::f32, DType::bf16, DType::f16};
 
@@ -259,19 +257,19 @@ constexpr DTypeSet kDnnlTypes{DType::f32, DType::bf16, DType::f16};
 
 void register_dnnl_conv2d(OpInfo& info) {
   info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = dnnl_forward, .dtypes = kDnnlTypes,
-                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(Kind::fwd, c); },
+                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(ConvDirection::forward, c); },
                     .note = "oneDNN convolution_forward (layouts oneDNN picks, reorders in/out), bias fused"});
 }
 
 void register_dnnl_conv2d_backward_input(OpInfo& info) {
   info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = dnnl_backward_data, .dtypes = kDnnlTypes,
-                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(Kind::bwd_data, c); },
+                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_input, c); },
                     .note = "oneDNN convolution_backward_data"});
 }
 
 void register_dnnl_conv2d_backward_weight(OpInfo& info) {
   info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = dnnl_backward_weights, .dtypes = kDnnlTypes,
-                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(Kind::bwd_weights, c); },
+                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_weight, c); },
                     .note = "oneDNN convolution_backward_weights (no bias gradient: the vjp sums it)"});
 }
 

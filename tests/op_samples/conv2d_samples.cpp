@@ -17,14 +17,14 @@ namespace {
 struct ConvCase {
   std::string name;
   Shape x, w;
-  Conv2dOptions o;
+  Conv2dFuncOptions o;
   bool bias = true;
   bool channels_last = false;
   bool sliced = false;  // x is a strided slice (neither layout): the kernels must make it dense
 };
 
 std::vector<ConvCase> conv_cases() {
-  using O = Conv2dOptions;
+  using O = Conv2dFuncOptions;
   return {
       {"3x3 pad 1 [2,3,5,5] -> 4", {2, 3, 5, 5}, {4, 3, 3, 3}, O().set_padding(1)},
       {"stride 2 odd 7x5 [2,3,7,5] -> 4", {2, 3, 7, 5}, {4, 3, 3, 3}, O().set_stride(2).set_padding(1)},
@@ -110,55 +110,46 @@ void conv_tol(OpSample& s, int64_t reduction) {
   }
 }
 
-std::vector<OpSample> conv2d_samples() {
+// Each direction's inputs, attributes and reduction length, from the same cases (seeds 2000, 3000
+// and 4000 on: each direction draws its own values).
+std::vector<OpSample> conv_samples(ConvDirection dir) {
   std::vector<OpSample> out;
-  uint64_t seed = 2000;
+  uint64_t seed = dir == ConvDirection::forward ? 2000 : dir == ConvDirection::backward_input ? 3000 : 4000;
   for (const ConvCase& cc : conv_cases()) {
     ConvGeom g = conv_geometry("conv2d", cc.x, cc.w, Conv2dAttrs{cc.o});
     OpSample s;
     s.name = cc.name;
-    Tensor x = make_input(cc, cc.x, ++seed, cc.channels_last);
-    Tensor w = samples::uniform(cc.w, -1, 1, ++seed);
-    if (cc.channels_last && cc.name.find("1x1") != std::string::npos) w = contiguous_as(w, true);  // a KRSC weight too
-    Tensor b = cc.bias ? samples::uniform({cc.w[0]}, -1, 1, ++seed) : Tensor();
-    s.inputs = {x, w, b};
-    s.attrs = Conv2dAttrs{cc.o};
-    conv_tol(s, g.Cg * g.R * g.S);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<OpSample> conv2d_backward_input_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 3000;
-  for (const ConvCase& cc : conv_cases()) {
-    ConvGeom g = conv_geometry("conv2d", cc.x, cc.w, Conv2dAttrs{cc.o});
-    OpSample s;
-    s.name = cc.name;
-    Tensor gy = make_input(cc, {g.N, g.K, g.P, g.Q}, ++seed, cc.channels_last);
-    Tensor w = samples::uniform(cc.w, -1, 1, ++seed);
-    s.inputs = {gy, w};
-    s.attrs = Conv2dAttrs{cc.o, {g.H, g.W}};
-    conv_tol(s, g.Kg * g.R * g.S);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<OpSample> conv2d_backward_weight_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 4000;
-  for (const ConvCase& cc : conv_cases()) {
-    ConvGeom g = conv_geometry("conv2d", cc.x, cc.w, Conv2dAttrs{cc.o});
-    OpSample s;
-    s.name = cc.name;
-    Tensor gy = samples::uniform({g.N, g.K, g.P, g.Q}, -1, 1, ++seed);
-    if (cc.channels_last) gy = contiguous_as(gy, true);
-    Tensor x = make_input(cc, cc.x, ++seed, cc.channels_last);
-    s.inputs = {gy, x};
-    s.attrs = Conv2dAttrs{cc.o, {g.R, g.S}};
-    conv_tol(s, g.N * g.P * g.Q);
+    const Shape gy_shape{g.N, g.K, g.P, g.Q};
+    int64_t reduction = 0;
+    switch (dir) {
+      case ConvDirection::forward: {
+        Tensor x = make_input(cc, cc.x, ++seed, cc.channels_last);
+        Tensor w = samples::uniform(cc.w, -1, 1, ++seed);
+        if (cc.channels_last && cc.name.find("1x1") != std::string::npos) w = contiguous_as(w, true);  // KRSC too
+        Tensor b = cc.bias ? samples::uniform({cc.w[0]}, -1, 1, ++seed) : Tensor();
+        s.inputs = {x, w, b};
+        s.attrs = Conv2dAttrs{cc.o};
+        reduction = g.Cg * g.R * g.S;
+        break;
+      }
+      case ConvDirection::backward_input: {
+        Tensor gy = make_input(cc, gy_shape, ++seed, cc.channels_last);
+        s.inputs = {gy, samples::uniform(cc.w, -1, 1, ++seed)};
+        s.attrs = Conv2dAttrs{cc.o, {g.H, g.W}};
+        reduction = g.Kg * g.R * g.S;
+        break;
+      }
+      case ConvDirection::backward_weight: {
+        Tensor gy = samples::uniform(gy_shape, -1, 1, ++seed);
+        if (cc.channels_last) gy = contiguous_as(gy, true);
+        Tensor x = make_input(cc, cc.x, ++seed, cc.channels_last);
+        s.inputs = {gy, x};
+        s.attrs = Conv2dAttrs{cc.o, {g.R, g.S}};
+        reduction = g.N * g.P * g.Q;
+        break;
+      }
+    }
+    conv_tol(s, reduction);
     out.push_back(std::move(s));
   }
   return out;
@@ -166,8 +157,8 @@ std::vector<OpSample> conv2d_backward_weight_samples() {
 
 }  // namespace
 
-std::vector<OpSample> samples_conv2d() { return conv2d_samples(); }
-std::vector<OpSample> samples_conv2d_backward_input() { return conv2d_backward_input_samples(); }
-std::vector<OpSample> samples_conv2d_backward_weight() { return conv2d_backward_weight_samples(); }
+std::vector<OpSample> samples_conv2d() { return conv_samples(ConvDirection::forward); }
+std::vector<OpSample> samples_conv2d_backward_input() { return conv_samples(ConvDirection::backward_input); }
+std::vector<OpSample> samples_conv2d_backward_weight() { return conv_samples(ConvDirection::backward_weight); }
 
 }  // namespace ember

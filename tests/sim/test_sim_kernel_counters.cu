@@ -79,7 +79,7 @@ std::vector<Case> cases() {
                  [dt] { return std::vector<Tensor>{rnd({256, 256}, dt), rnd({256, 256}, dt), rnd({256}, dt)}; },
                  LinearAttrs{0}});
   }
-  const Conv2dAttrs conv{Conv2dOptions().set_padding(1)};
+  const Conv2dAttrs conv{Conv2dFuncOptions().set_padding(1)};
   v.push_back({"conv2d", "mnist conv2 32->64 3x3 14x14 n8 f32",
                [] { return std::vector<Tensor>{rnd({8, 32, 14, 14}), rnd({64, 32, 3, 3}), rnd({64})}; }, conv});
   v.push_back({"conv2d", "64->64 3x3 28x28 n2 bf16 channels-last",
