@@ -64,19 +64,12 @@ struct Taps {
   int sh, sw, ph, pw, dh, dw;
 };
 
+// Sizes as int: every tensor has < 2^31 elements (checked before any kernel runs).
+int i32(int64_t v) { return static_cast<int>(v); }
+
 Taps taps_of(const ConvGeom& g) {
-  Taps t{};
-  t.Kg = static_cast<int>(g.Kg);
-  t.Cg = static_cast<int>(g.Cg);
-  t.RS = static_cast<int>(g.R * g.S);
-  t.S = static_cast<int>(g.S);
-  t.sh = static_cast<int>(g.sh);
-  t.sw = static_cast<int>(g.sw);
-  t.ph = static_cast<int>(g.ph);
-  t.pw = static_cast<int>(g.pw);
-  t.dh = static_cast<int>(g.dh);
-  t.dw = static_cast<int>(g.dw);
-  return t;
+  return Taps{i32(g.Kg), i32(g.Cg), i32(g.R * g.S), i32(g.S),  i32(g.sh),
+              i32(g.sw), i32(g.ph), i32(g.pw),      i32(g.dh), i32(g.dw)};
 }
 
 struct DataGemm : Taps {
@@ -92,27 +85,18 @@ struct DataGemm : Taps {
 DataGemm data_gemm(const ConvGeom& g, bool dgrad) {
   DataGemm p{};
   static_cast<Taps&>(p) = taps_of(g);
-  const int N = static_cast<int>(g.N);
-  if (!dgrad) {
-    p.Wo = static_cast<int>(g.Q);
-    p.HoWo = static_cast<int>(g.P * g.Q);
-    p.Ca = static_cast<int>(g.C);
-    p.Ha = static_cast<int>(g.H);
-    p.Wa = static_cast<int>(g.W);
-    p.Co = static_cast<int>(g.K);
-    p.red = static_cast<int>(g.Cg);
-    p.ncol = static_cast<int>(g.Kg);
-  } else {
-    p.Wo = static_cast<int>(g.W);
-    p.HoWo = static_cast<int>(g.H * g.W);
-    p.Ca = static_cast<int>(g.K);
-    p.Ha = static_cast<int>(g.P);
-    p.Wa = static_cast<int>(g.Q);
-    p.Co = static_cast<int>(g.C);
-    p.red = static_cast<int>(g.Kg);
-    p.ncol = static_cast<int>(g.Cg);
-  }
-  p.M = N * p.HoWo;
+  // forward: x [C, H, W] gathered for the output pixels [P, Q]; backward_input: grad_output
+  // [K, P, Q] gathered for the input pixels [H, W]
+  const int64_t rows_h = dgrad ? g.H : g.P, rows_w = dgrad ? g.W : g.Q;
+  p.Wo = i32(rows_w);
+  p.HoWo = i32(rows_h * rows_w);
+  p.Ca = i32(dgrad ? g.K : g.C);
+  p.Ha = i32(dgrad ? g.P : g.H);
+  p.Wa = i32(dgrad ? g.Q : g.W);
+  p.Co = i32(dgrad ? g.C : g.K);
+  p.red = i32(dgrad ? g.Kg : g.Cg);
+  p.ncol = i32(dgrad ? g.Cg : g.Kg);
+  p.M = i32(g.N) * p.HoWo;
   p.img = p.Ca * p.Ha * p.Wa;
   return p;
 }
@@ -190,17 +174,17 @@ struct WgradGemm : Taps {
 WgradGemm wgrad_gemm(const ConvGeom& g) {
   WgradGemm p{};
   static_cast<Taps&>(p) = taps_of(g);
-  p.ncol = static_cast<int>(g.Cg * g.R * g.S);
-  p.J = static_cast<int>(g.N * g.P * g.Q);
-  p.P = static_cast<int>(g.P);
-  p.Q = static_cast<int>(g.Q);
+  p.ncol = i32(g.Cg * g.R * g.S);
+  p.J = i32(g.N * g.P * g.Q);
+  p.P = i32(g.P);
+  p.Q = i32(g.Q);
   p.PQ = p.P * p.Q;
-  p.K = static_cast<int>(g.K);
-  p.C = static_cast<int>(g.C);
-  p.H = static_cast<int>(g.H);
-  p.W = static_cast<int>(g.W);
+  p.K = i32(g.K);
+  p.C = i32(g.C);
+  p.H = i32(g.H);
+  p.W = i32(g.W);
   p.HW = p.H * p.W;
-  p.G = static_cast<int>(g.G);
+  p.G = i32(g.G);
   return p;
 }
 

@@ -200,68 +200,62 @@ Cost pool_cost(const KernelCall& c) {
 
 }  // namespace
 
-void define_op_max_pool2d(OpInfo& info) {
-  info.doc = "2-D max pooling with argmax indices (NCHW or channels-last)";
-  info.infer = infer_max_pool2d;
-  info.backward = max_pool2d_vjp;
-  info.save = Save::outputs;
-  info.save_outputs_mask = 0b10;  // only the indices
+namespace {
+
+// What every pooling op and gradient shares: the cost model, and kernels that take NCHW and
+// channels-last inputs as they are.
+void define_pool(OpInfo& info, const char* doc, InferFn infer, BackwardFn backward) {
+  info.doc = doc;
+  info.infer = infer;
+  info.backward = backward;
   info.cost = pool_cost;
   info.contiguous_inputs = false;
-  register_cpu_max_pool2d(info);  // pool_cpu.cpp
+}
+
+}  // namespace
+
+// The CPU variants are in pool_cpu.cpp, the oneDNN ones in pool_dnnl.cpp.
+void define_op_max_pool2d(OpInfo& info) {
+  define_pool(info, "2-D max pooling with argmax indices (NCHW or channels-last)", infer_max_pool2d, max_pool2d_vjp);
+  info.save = Save::outputs;
+  info.save_outputs_mask = 0b10;  // only the indices
+  register_cpu_max_pool2d(info);
 }
 
 void define_op_max_pool2d_backward(OpInfo& info) {
-  info.doc = "gradient of max_pool2d: grad_output routed to the saved argmax";
-  info.infer = infer_max_pool2d_backward;
-  info.backward = max_pool2d_backward_vjp;
+  define_pool(info, "gradient of max_pool2d: grad_output routed to the saved argmax", infer_max_pool2d_backward,
+              max_pool2d_backward_vjp);
   info.save = Save::inputs;
   info.save_inputs_mask = 0b10;  // only the indices
-  info.cost = pool_cost;
-  info.contiguous_inputs = false;
-  register_cpu_max_pool2d_backward(info);  // pool_cpu.cpp
+  register_cpu_max_pool2d_backward(info);
 }
 
 void define_op_avg_pool2d(OpInfo& info) {
-  info.doc = "2-D average pooling (count_include_pad as PyTorch)";
-  info.infer = infer_avg_pool2d;
-  info.backward = avg_pool2d_vjp;
-  info.cost = pool_cost;
-  info.contiguous_inputs = false;
-  register_cpu_avg_pool2d(info);  // pool_cpu.cpp
+  define_pool(info, "2-D average pooling (count_include_pad as PyTorch)", infer_avg_pool2d, avg_pool2d_vjp);
+  register_cpu_avg_pool2d(info);
 #if EMBER_WITH_DNNL
-  register_dnnl_avg_pool2d(info);  // pool_dnnl.cpp
+  register_dnnl_avg_pool2d(info);
 #endif
 }
 
 void define_op_avg_pool2d_backward(OpInfo& info) {
-  info.doc = "gradient of avg_pool2d (gather form: each input sums its windows)";
-  info.infer = infer_avg_pool2d_backward;
-  info.backward = avg_pool2d_backward_vjp;
-  info.cost = pool_cost;
-  info.contiguous_inputs = false;
-  register_cpu_avg_pool2d_backward(info);  // pool_cpu.cpp
+  define_pool(info, "gradient of avg_pool2d (gather form: each input sums its windows)", infer_avg_pool2d_backward,
+              avg_pool2d_backward_vjp);
+  register_cpu_avg_pool2d_backward(info);
 #if EMBER_WITH_DNNL
-  register_dnnl_avg_pool2d_backward(info);  // pool_dnnl.cpp
+  register_dnnl_avg_pool2d_backward(info);
 #endif
 }
 
 void define_op_adaptive_avg_pool2d(OpInfo& info) {
-  info.doc = "2-D adaptive average pooling (PyTorch's bins; 1x1 = global average)";
-  info.infer = infer_adaptive;
-  info.backward = adaptive_vjp;
-  info.cost = pool_cost;
-  info.contiguous_inputs = false;
-  register_cpu_adaptive_avg_pool2d(info);  // pool_cpu.cpp
+  define_pool(info, "2-D adaptive average pooling (PyTorch's bins; 1x1 = global average)", infer_adaptive,
+              adaptive_vjp);
+  register_cpu_adaptive_avg_pool2d(info);
 }
 
 void define_op_adaptive_avg_pool2d_backward(OpInfo& info) {
-  info.doc = "gradient of adaptive_avg_pool2d (gather form)";
-  info.infer = infer_adaptive_backward;
-  info.backward = adaptive_backward_vjp;
-  info.cost = pool_cost;
-  info.contiguous_inputs = false;
-  register_cpu_adaptive_avg_pool2d_backward(info);  // pool_cpu.cpp
+  define_pool(info, "gradient of adaptive_avg_pool2d (gather form)", infer_adaptive_backward, adaptive_backward_vjp);
+  register_cpu_adaptive_avg_pool2d_backward(info);
 }
 
 namespace {
