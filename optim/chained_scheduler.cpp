@@ -10,12 +10,8 @@ Optimizer& first_optimizer(const std::vector<std::shared_ptr<LRScheduler>>& s) {
 }  // namespace
 
 ChainedScheduler::ChainedScheduler(std::vector<std::shared_ptr<LRScheduler>> schedulers)
-    : LRScheduler(first_optimizer(schedulers)), schedulers_(std::move(schedulers)) {
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    EMBER_CHECK(schedulers_[i] != nullptr, "ChainedScheduler: scheduler ", i, " is empty");
-    EMBER_CHECK(&schedulers_[i]->optimizer() == &optimizer_, "ChainedScheduler: scheduler ", i,
-                " belongs to another optimizer");
-  }
+    : ComposedScheduler(first_optimizer(schedulers), std::move(schedulers)) {
+  check_children();
   last_lr_ = group_lrs();
 }
 
@@ -25,9 +21,5 @@ void ChainedScheduler::step() {
   ++last_epoch_;
   last_lr_ = group_lrs();
 }
-
-void ChainedScheduler::save_extra(Metadata& m) const { save_children(schedulers_, m); }
-
-void ChainedScheduler::load_extra(const Metadata& m) { load_children(schedulers_, m); }
 
 }  // namespace ember::optim

@@ -8,19 +8,11 @@
 
 namespace ember::optim {
 
-class ChainedScheduler : public LRScheduler {
+class ChainedScheduler : public ComposedScheduler {
  public:
   explicit ChainedScheduler(std::vector<std::shared_ptr<LRScheduler>> schedulers);
   void step() override;
   std::string name() const override { return "ChainedScheduler"; }
-
- protected:
-  std::vector<double> get_lr() override { return group_lrs(); }
-  void save_extra(Metadata& m) const override;
-  void load_extra(const Metadata& m) override;
-
- private:
-  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
 };
 
 }  // namespace ember::optim

@@ -83,18 +83,27 @@ void LRScheduler::load_state_dict(const StateDict& sd) {
   step_count_ = count;
 }
 
-void LRScheduler::save_children(const std::vector<std::shared_ptr<LRScheduler>>& children, Metadata& m) {
-  for (size_t i = 0; i < children.size(); ++i)
-    for (const auto& [k, v] : children[i]->state_dict().metadata) m[std::to_string(i) + "." + k] = v;
+void ComposedScheduler::check_children() const {
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
+    EMBER_CHECK(schedulers_[i] != nullptr, name(), ": scheduler ", i, " is empty");
+    EMBER_CHECK(&schedulers_[i]->optimizer() == &optimizer_, name(), ": scheduler ", i,
+                " belongs to another optimizer");
+  }
 }
 
-void LRScheduler::load_children(const std::vector<std::shared_ptr<LRScheduler>>& children, const Metadata& m) {
-  for (size_t i = 0; i < children.size(); ++i) {
+// Each child's state under "<i>.".
+void ComposedScheduler::save_extra(Metadata& m) const {
+  for (size_t i = 0; i < schedulers_.size(); ++i)
+    for (const auto& [k, v] : schedulers_[i]->state_dict().metadata) m[std::to_string(i) + "." + k] = v;
+}
+
+void ComposedScheduler::load_extra(const Metadata& m) {
+  for (size_t i = 0; i < schedulers_.size(); ++i) {
     StateDict sd;
     const std::string prefix = std::to_string(i) + ".";
     for (const auto& [k, v] : m)
       if (k.rfind(prefix, 0) == 0) sd.metadata[k.substr(prefix.size())] = v;
-    children[i]->load_state_dict(sd);
+    schedulers_[i]->load_state_dict(sd);
   }
 }
 

@@ -61,9 +61,6 @@ class LRScheduler : public Stateful {
   // Extra state of a subclass, under its own metadata keys.
   virtual void save_extra(Metadata&) const {}
   virtual void load_extra(const Metadata&) {}
-  // For schedulers made of others (SequentialLR, ChainedScheduler): each child's state under "<i>.".
-  static void save_children(const std::vector<std::shared_ptr<LRScheduler>>& children, Metadata& m);
-  static void load_children(const std::vector<std::shared_ptr<LRScheduler>>& children, const Metadata& m);
 
   Optimizer& optimizer_;
   std::vector<double> base_lrs_;
@@ -73,6 +70,23 @@ class LRScheduler : public Stateful {
 
   friend class SequentialLR;
   friend class ChainedScheduler;
+};
+
+// A scheduler made of others (SequentialLR, ChainedScheduler): the children write the lrs, so
+// get_lr() reads them back, and the state is each child's.
+class ComposedScheduler : public LRScheduler {
+ protected:
+  // By reference: a subclass may read `schedulers` for the optimizer in the same call.
+  ComposedScheduler(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>>&& schedulers)
+      : LRScheduler(optimizer), schedulers_(std::move(schedulers)) {}
+  // Every child exists and steps this scheduler's optimizer; errors name the subclass.
+  void check_children() const;
+
+  std::vector<double> get_lr() override { return group_lrs(); }
+  void save_extra(Metadata& m) const override;
+  void load_extra(const Metadata& m) override;
+
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
 };
 
 }  // namespace ember::optim

@@ -6,15 +6,11 @@ namespace ember::optim {
 
 SequentialLR::SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                            std::vector<int64_t> milestones)
-    : LRScheduler(optimizer), schedulers_(std::move(schedulers)), milestones_(std::move(milestones)) {
+    : ComposedScheduler(optimizer, std::move(schedulers)), milestones_(std::move(milestones)) {
   EMBER_CHECK(!schedulers_.empty(), "SequentialLR: expects at least one scheduler");
   EMBER_CHECK(milestones_.size() == schedulers_.size() - 1, "SequentialLR: ", schedulers_.size(),
               " schedulers need ", schedulers_.size() - 1, " milestones, got ", milestones_.size());
-  for (size_t i = 0; i < schedulers_.size(); ++i) {
-    EMBER_CHECK(schedulers_[i] != nullptr, "SequentialLR: scheduler ", i, " is empty");
-    EMBER_CHECK(&schedulers_[i]->optimizer() == &optimizer, "SequentialLR: scheduler ", i,
-                " belongs to another optimizer");
-  }
+  check_children();
   last_epoch_ = 0;
   for (ParamGroup& g : optimizer_.param_groups()) g.options().set_lr(*g.initial_lr);
   for (auto& s : schedulers_) s->last_epoch_ -= 1;
@@ -32,9 +28,5 @@ void SequentialLR::step() {
   else s.step();
   last_lr_ = s.get_last_lr();
 }
-
-void SequentialLR::save_extra(Metadata& m) const { save_children(schedulers_, m); }
-
-void SequentialLR::load_extra(const Metadata& m) { load_children(schedulers_, m); }
 
 }  // namespace ember::optim

@@ -13,20 +13,14 @@
 
 namespace ember::optim {
 
-class SequentialLR : public LRScheduler {
+class SequentialLR : public ComposedScheduler {
  public:
   SequentialLR(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
                std::vector<int64_t> milestones);
   void step() override;
   std::string name() const override { return "SequentialLR"; }
 
- protected:
-  std::vector<double> get_lr() override { return group_lrs(); }
-  void save_extra(Metadata& m) const override;
-  void load_extra(const Metadata& m) override;
-
  private:
-  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
   std::vector<int64_t> milestones_;
 };
 
