@@ -140,83 +140,66 @@ std::string hex(uintptr_t a) {
   return buf;
 }
 
+// Device memory (kind device) counts against its device's budget and is poisoned for the host;
+// pinned memory (device -1) is neither. Both start as 0xff bytes.
+cudaError_t allocate(MemKind kind, int device, size_t bytes, void** out) {
+  Memory& m = mem();
+  *out = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const bool on_device = kind == MemKind::device;
+  const size_t size = rounded(bytes);
+  uintptr_t p;
+  {
+    std::unique_lock lock(m.mu);
+    if (on_device && m.used[static_cast<size_t>(device)] + size > config().memory_per_device)
+      return cudaErrorMemoryAllocation;
+    p = (on_device ? m.device : m.pinned).take(size + kGap);
+    if (p == 0) return cudaErrorMemoryAllocation;
+    if (on_device) m.used[static_cast<size_t>(device)] += size;
+    m.live[p] = m.record(p, bytes, kind, device);
+    m.freed.erase(p);
+  }
+  raw_fill(reinterpret_cast<void*>(p), 0xff, size);
+  if (on_device) poison_for_host(reinterpret_cast<void*>(p), size + kGap);
+  *out = reinterpret_cast<void*>(p);
+  return cudaSuccess;
+}
+
+// A pointer that is not a live allocation of `kind` is cudaErrorInvalidValue.
+cudaError_t release(MemKind kind, void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Memory& m = mem();
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  std::unique_lock lock(m.mu);
+  auto it = m.live.find(p);
+  if (it == m.live.end() || it->second->kind != kind) return cudaErrorInvalidValue;
+  Allocation* a = it->second;
+  m.live.erase(it);
+  if (kind == MemKind::device) {
+    m.used[static_cast<size_t>(a->device)] -= rounded(a->size);
+    m.device.give(p, rounded(a->size) + kGap);
+  } else {
+    m.pinned.give(p, rounded(a->size) + kGap);
+  }
+  if (m.freed.size() >= kFreedHistory) m.freed.erase(m.freed.begin());
+  m.freed[p] = Freed{p, a->size};
+  g_free_generation.fetch_add(1, std::memory_order_acq_rel);
+  release_pages(p, rounded(a->size));
+  m.spare.push_back(a);
+  return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t device_malloc(int device, size_t bytes, void** out) {
-  Memory& m = mem();
-  *out = nullptr;
-  if (bytes == 0) return cudaSuccess;
-  const size_t size = rounded(bytes);
-  uintptr_t p;
-  {
-    std::unique_lock lock(m.mu);
-    if (m.used[static_cast<size_t>(device)] + size > config().memory_per_device) return cudaErrorMemoryAllocation;
-    p = m.device.take(size + kGap);
-    if (p == 0) return cudaErrorMemoryAllocation;
-    m.used[static_cast<size_t>(device)] += size;
-    m.live[p] = m.record(p, bytes, MemKind::device, device);
-    m.freed.erase(p);
-  }
-  raw_fill(reinterpret_cast<void*>(p), 0xff, size);
-  poison_for_host(reinterpret_cast<void*>(p), size + kGap);
-  *out = reinterpret_cast<void*>(p);
-  return cudaSuccess;
+  return allocate(MemKind::device, device, bytes, out);
 }
 
-cudaError_t device_free(void* ptr) {
-  if (ptr == nullptr) return cudaSuccess;
-  Memory& m = mem();
-  const auto p = reinterpret_cast<uintptr_t>(ptr);
-  std::unique_lock lock(m.mu);
-  auto it = m.live.find(p);
-  if (it == m.live.end() || it->second->kind != MemKind::device) return cudaErrorInvalidValue;
-  Allocation* a = it->second;
-  m.live.erase(it);
-  m.used[static_cast<size_t>(a->device)] -= rounded(a->size);
-  m.device.give(p, rounded(a->size) + kGap);
-  if (m.freed.size() >= kFreedHistory) m.freed.erase(m.freed.begin());
-  m.freed[p] = Freed{p, a->size};
-  g_free_generation.fetch_add(1, std::memory_order_acq_rel);
-  release_pages(p, rounded(a->size));
-  m.spare.push_back(a);
-  return cudaSuccess;
-}
+cudaError_t device_free(void* ptr) { return release(MemKind::device, ptr); }
 
-cudaError_t host_alloc(size_t bytes, void** out) {
-  Memory& m = mem();
-  *out = nullptr;
-  if (bytes == 0) return cudaSuccess;
-  const size_t size = rounded(bytes);
-  uintptr_t p;
-  {
-    std::unique_lock lock(m.mu);
-    p = m.pinned.take(size + kGap);
-    if (p == 0) return cudaErrorMemoryAllocation;
-    m.live[p] = m.record(p, bytes, MemKind::pinned, -1);
-    m.freed.erase(p);
-  }
-  raw_fill(reinterpret_cast<void*>(p), 0xff, size);
-  *out = reinterpret_cast<void*>(p);
-  return cudaSuccess;
-}
+cudaError_t host_alloc(size_t bytes, void** out) { return allocate(MemKind::pinned, -1, bytes, out); }
 
-cudaError_t host_free(void* ptr) {
-  if (ptr == nullptr) return cudaSuccess;
-  Memory& m = mem();
-  const auto p = reinterpret_cast<uintptr_t>(ptr);
-  std::unique_lock lock(m.mu);
-  auto it = m.live.find(p);
-  if (it == m.live.end() || it->second->kind != MemKind::pinned) return cudaErrorInvalidValue;
-  Allocation* a = it->second;
-  m.live.erase(it);
-  m.pinned.give(p, rounded(a->size) + kGap);
-  if (m.freed.size() >= kFreedHistory) m.freed.erase(m.freed.begin());
-  m.freed[p] = Freed{p, a->size};
-  g_free_generation.fetch_add(1, std::memory_order_acq_rel);
-  release_pages(p, rounded(a->size));
-  m.spare.push_back(a);
-  return cudaSuccess;
-}
+cudaError_t host_free(void* ptr) { return release(MemKind::pinned, ptr); }
 
 bool set_in_use(uintptr_t base, size_t bytes) {
   Memory& m = mem();
