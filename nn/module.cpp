@@ -20,6 +20,12 @@ void check_name(const std::string& name, const char* what) {
 
 std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
 
+std::vector<Tensor> values_of(const TensorDict& named) {
+  std::vector<Tensor> out;
+  for (const auto& item : named) out.push_back(item.second);
+  return out;
+}
+
 std::string with_commas(int64_t v) {
   std::string digits = std::to_string(v < 0 ? -v : v), out;
   for (size_t i = 0; i < digits.size(); ++i) {
@@ -119,11 +125,7 @@ void Module::collect_state(const std::string& prefix, TensorDict& out) const {
   for (const auto& [name, c] : children_) c->collect_state(join(prefix, name), out);
 }
 
-std::vector<Tensor> Module::parameters(bool recurse) const {
-  std::vector<Tensor> out;
-  for (const auto& item : named_parameters(recurse)) out.push_back(item.second);
-  return out;
-}
+std::vector<Tensor> Module::parameters(bool recurse) const { return values_of(named_parameters(recurse)); }
 
 TensorDict Module::named_parameters(bool recurse) const {
   TensorDict out;
@@ -132,11 +134,7 @@ TensorDict Module::named_parameters(bool recurse) const {
   return out;
 }
 
-std::vector<Tensor> Module::buffers(bool recurse) const {
-  std::vector<Tensor> out;
-  for (const auto& item : named_buffers(recurse)) out.push_back(item.second);
-  return out;
-}
+std::vector<Tensor> Module::buffers(bool recurse) const { return values_of(named_buffers(recurse)); }
 
 TensorDict Module::named_buffers(bool recurse) const {
   TensorDict out;
