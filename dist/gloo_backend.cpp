@@ -258,9 +258,7 @@ class GlooGroup final : public ProcessGroup {
 
   WorkPtr broadcast(Tensor& t, int root) override {
     check("broadcast", t);
-    if (root < 0 || root >= size_)
-      throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is not a rank of this group (size " +
-                                  std::to_string(size_) + ")");
+    check_root("broadcast", root);
     std::string call = std::string(dtype_name(t.dtype())) + " x " + std::to_string(t.numel()) + ", root " +
                        std::to_string(root);
     return enqueue("broadcast", t.describe() + ", root " + std::to_string(root), call, [this, t, root](uint32_t tag) {
@@ -277,10 +275,7 @@ class GlooGroup final : public ProcessGroup {
   WorkPtr all_gather(Tensor& out, const Tensor& in) override {
     check("all_gather", in);
     check("all_gather", out);
-    if (out.dtype() != in.dtype() || out.numel() != in.numel() * size_)
-      throw std::invalid_argument("all_gather: the output must be " + std::string(dtype_name(in.dtype())) + " with " +
-                                  std::to_string(in.numel() * size_) + " elements (world size " +
-                                  std::to_string(size_) + " x " + std::to_string(in.numel()) + "), got " + out.describe());
+    check_all_gather_sizes(out, in);
     std::string call = std::string(dtype_name(in.dtype())) + " x " + std::to_string(in.numel());
     return enqueue("all_gather", in.describe(), call, [this, out, in](uint32_t tag) {
       if (in.numel() == 0) return;
@@ -300,9 +295,7 @@ class GlooGroup final : public ProcessGroup {
   WorkPtr reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override {
     check("reduce_scatter", in);
     check("reduce_scatter", out);
-    if (out.dtype() != in.dtype() || in.numel() != out.numel() * size_)
-      throw std::invalid_argument("reduce_scatter: the input must have world size (" + std::to_string(size_) +
-                                  ") x the output's elements: got input " + in.describe() + " and output " + out.describe());
+    check_reduce_scatter_sizes(out, in);
     Tensor tmp = in.clone();
     std::string call = std::string(dtype_name(in.dtype())) + " x " + std::to_string(in.numel()) + ", " + to_string(op);
     return enqueue("reduce_scatter", in.describe() + ", " + to_string(op), call, [this, out, tmp, op](uint32_t tag) {

@@ -288,9 +288,7 @@ class NcclGroup final : public ProcessGroup {
 
   WorkPtr broadcast(Tensor& t, int root) override {
     check("broadcast", t);
-    if (root < 0 || root >= size_)
-      throw std::invalid_argument("broadcast: root " + std::to_string(root) + " is not a rank of this group (size " +
-                                  std::to_string(size_) + ")");
+    check_root("broadcast", root);
     void* p = t.data_ptr();
     const size_t bytes = t.nbytes();
     NcclFn fn;
@@ -301,10 +299,7 @@ class NcclGroup final : public ProcessGroup {
   WorkPtr all_gather(Tensor& out, const Tensor& in) override {
     check("all_gather", in);
     check("all_gather", out);
-    if (out.dtype() != in.dtype() || out.numel() != in.numel() * size_)
-      throw std::invalid_argument("all_gather: the output must be " + std::string(dtype_name(in.dtype())) + " with " +
-                                  std::to_string(in.numel() * size_) + " elements (world size " +
-                                  std::to_string(size_) + " x " + std::to_string(in.numel()) + "), got " + out.describe());
+    check_all_gather_sizes(out, in);
     const void* src = in.data_ptr();
     void* dst = out.data_ptr();
     const size_t bytes = in.nbytes();  // per rank
@@ -316,9 +311,7 @@ class NcclGroup final : public ProcessGroup {
   WorkPtr reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override {
     check("reduce_scatter", in);
     check("reduce_scatter", out);
-    if (out.dtype() != in.dtype() || in.numel() != out.numel() * size_)
-      throw std::invalid_argument("reduce_scatter: the input must have world size (" + std::to_string(size_) +
-                                  ") x the output's elements: got input " + in.describe() + " and output " + out.describe());
+    check_reduce_scatter_sizes(out, in);
     const ncclDataType_t type = reduce_type("reduce_scatter", in.dtype());
     const ncclRedOp_t rop = reduce_op(op);
     const void* src = in.data_ptr();

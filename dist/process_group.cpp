@@ -46,6 +46,26 @@ void ProcessGroup::check_tensor(const char* what, const Tensor& t) const {
                                 " with strides that are not (call .contiguous() first)");
 }
 
+void ProcessGroup::check_root(const char* what, int root) const {
+  if (root < 0 || root >= size_)
+    throw std::invalid_argument(std::string(what) + ": root " + std::to_string(root) +
+                                " is not a rank of this group (size " + std::to_string(size_) + ")");
+}
+
+void ProcessGroup::check_all_gather_sizes(const Tensor& out, const Tensor& in) const {
+  if (out.dtype() != in.dtype() || out.numel() != in.numel() * size_)
+    throw std::invalid_argument("all_gather: the output must be " + std::string(dtype_name(in.dtype())) + " with " +
+                                std::to_string(in.numel() * size_) + " elements (world size " + std::to_string(size_) +
+                                " x " + std::to_string(in.numel()) + "), got " + out.describe());
+}
+
+void ProcessGroup::check_reduce_scatter_sizes(const Tensor& out, const Tensor& in) const {
+  if (out.dtype() != in.dtype() || in.numel() != out.numel() * size_)
+    throw std::invalid_argument("reduce_scatter: the input must have world size (" + std::to_string(size_) +
+                                ") x the output's elements: got input " + in.describe() + " and output " +
+                                out.describe());
+}
+
 // ---- the default group ----
 
 namespace {

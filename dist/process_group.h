@@ -103,6 +103,12 @@ class ProcessGroup {
   // Checks the arguments every backend shares (defined, contiguous, device, sizes); throws
   // std::invalid_argument naming the collective and the problem.
   void check_tensor(const char* what, const Tensor& t) const;
+  // `root` is a rank of this group.
+  void check_root(const char* what, int root) const;
+  // all_gather: `out` has in's dtype and size() x its elements.
+  void check_all_gather_sizes(const Tensor& out, const Tensor& in) const;
+  // reduce_scatter: `in` has out's dtype and size() x its elements.
+  void check_reduce_scatter_sizes(const Tensor& out, const Tensor& in) const;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
