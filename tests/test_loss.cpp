@@ -42,66 +42,54 @@ void check_close(const Tensor& got, const std::vector<double>& want, double tol)
   }
 }
 
+// cross_entropy(x, target, o): its value, then d loss / d x.
+void check_cross_entropy(const Tensor& x, const Tensor& target, const CrossEntropyOptions& o, double want_loss,
+                         const std::vector<double>& want_grad) {
+  Tensor xl = x.detach().requires_grad_(true);
+  Tensor loss = cross_entropy(xl, target, o);
+  check_close(loss, {want_loss}, 1e-12);
+  loss.backward();
+  check_close(xl.grad(), want_grad, 1e-8);
+}
+
+// The reference class weights with label smoothing 0.1.
+CrossEntropyOptions smoothed(Reduction r) {
+  CrossEntropyOptions o;
+  o.weight = ref_weights();
+  o.label_smoothing = 0.1;
+  o.reduction = r;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("cross_entropy matches PyTorch's definition", "[loss]") {
   Tensor x = ref_logits();
   SECTION("plain mean, value and gradient") {
-    Tensor xl = x.detach().requires_grad_(true);
-    Tensor loss = cross_entropy(xl, tensor_i64({1, 0, 3}, {3}));
-    check_close(loss, {0.999227288101948}, 1e-12);
-    loss.backward();
-    check_close(xl.grad(),
-                {0.0747359394, -0.1301799875, 0.0453296385, 0.0101144095, -0.3016415279, 0.0192220517, 0.2118880661,
-                 0.0705314101, 0.0031890653, 0.0142923992, 0.0287813575, -0.046262822},
-                1e-8);
+    check_cross_entropy(x, tensor_i64({1, 0, 3}, {3}), {}, 0.999227288101948,
+                        {0.0747359394, -0.1301799875, 0.0453296385, 0.0101144095, -0.3016415279, 0.0192220517,
+                         0.2118880661, 0.0705314101, 0.0031890653, 0.0142923992, 0.0287813575, -0.046262822});
   }
   SECTION("weights, ignore_index and label smoothing: the mean divides both parts by the target weights") {
-    CrossEntropyOptions o;
-    o.weight = ref_weights();
-    o.label_smoothing = 0.1;
-    Tensor xl = x.detach().requires_grad_(true);
-    Tensor loss = cross_entropy(xl, tensor_i64({1, -100, 3}, {3}), o);
-    check_close(loss, {0.4571035591050376}, 1e-12);
-    loss.backward();
-    check_close(xl.grad(),
-                {0.1197428713, -0.1933684078, 0.0676510465, 0.00597449, 0, 0, 0, 0, 0.0004604612, 0.0037839618,
-                 0.029245002, -0.033489425},
-                1e-8);
+    check_cross_entropy(x, tensor_i64({1, -100, 3}, {3}), smoothed(Reduction::mean), 0.4571035591050376,
+                        {0.1197428713, -0.1933684078, 0.0676510465, 0.00597449, 0, 0, 0, 0, 0.0004604612, 0.0037839618,
+                         0.029245002, -0.033489425});
   }
   SECTION("weights, ignore_index and label smoothing, sum") {
-    CrossEntropyOptions o;
-    o.weight = ref_weights();
-    o.label_smoothing = 0.1;
-    o.reduction = Reduction::sum;
-    Tensor xl = x.detach().requires_grad_(true);
-    Tensor loss = cross_entropy(xl, tensor_i64({1, -100, 3}, {3}), o);
-    check_close(loss, {1.5998624568676316}, 1e-12);
-    loss.backward();
-    check_close(xl.grad(),
-                {0.4191000497, -0.6767894274, 0.236778663, 0.0209107149, 0, 0, 0, 0, 0.0016116141, 0.0132438663,
-                 0.102357507, -0.1172129874},
-                1e-8);
+    check_cross_entropy(x, tensor_i64({1, -100, 3}, {3}), smoothed(Reduction::sum), 1.5998624568676316,
+                        {0.4191000497, -0.6767894274, 0.236778663, 0.0209107149, 0, 0, 0, 0, 0.0016116141, 0.0132438663,
+                         0.102357507, -0.1172129874});
   }
   SECTION("weights and label smoothing, none") {
-    CrossEntropyOptions o;
-    o.weight = ref_weights();
-    o.label_smoothing = 0.1;
-    o.reduction = Reduction::none;
-    check_close(cross_entropy(x, tensor_i64({1, 2, 3}, {3}), o),
+    check_close(cross_entropy(x, tensor_i64({1, 2, 3}, {3}), smoothed(Reduction::none)),
                 {1.1157251538152728, 0.6494119666441875, 0.48413730305235864}, 1e-12);
   }
   SECTION("weighted mean, i32 targets") {
     CrossEntropyOptions o;
     o.weight = ref_weights();
-    Tensor xl = x.detach().requires_grad_(true);
-    Tensor loss = cross_entropy(xl, tensor_i64({1, 2, 3}, {3}).to(DType::i32), o);
-    check_close(loss, {0.370571405055207}, 1e-12);
-    loss.backward();
-    check_close(xl.grad(),
-                {0.0996479191, -0.1735733166, 0.0604395181, 0.0134858793, 0.0211278703, 0.0128147012,
-                 -0.0809635116, 0.0470209401, 0.0031890653, 0.0142923992, 0.0287813575, -0.046262822},
-                1e-8);
+    check_cross_entropy(x, tensor_i64({1, 2, 3}, {3}).to(DType::i32), o, 0.370571405055207,
+                        {0.0996479191, -0.1735733166, 0.0604395181, 0.0134858793, 0.0211278703, 0.0128147012,
+                         -0.0809635116, 0.0470209401, 0.0031890653, 0.0142923992, 0.0287813575, -0.046262822});
   }
   SECTION("nll_loss of log_softmax equals cross_entropy (weights, ignore_index)") {
     CrossEntropyOptions o;
