@@ -40,6 +40,25 @@ Occupancy occ(int registers, int threads, size_t dynamic_shared = 0, size_t stat
                                              ember::model::h100());
 }
 
+// A launch and its occupancy worked out by hand; every field is checked.
+struct OccupancyCase {
+  int registers, threads;
+  size_t dynamic_shared, static_shared;
+  int blocks_per_sm, active_warps_per_sm;
+  double fraction;
+  const char* limiter;
+};
+
+void check_occupancy(const OccupancyCase& c) {
+  INFO(c.registers << " registers, " << c.threads << " threads, " << c.dynamic_shared << " dynamic + "
+                   << c.static_shared << " static shared bytes");
+  const Occupancy o = occ(c.registers, c.threads, c.dynamic_shared, c.static_shared);
+  CHECK(o.blocks_per_sm == c.blocks_per_sm);
+  CHECK(o.active_warps_per_sm == c.active_warps_per_sm);
+  CHECK(o.fraction == c.fraction);
+  CHECK(o.limiter == c.limiter);
+}
+
 // A temporary table file, removed at the end of the scope.
 struct TempTable {
   std::string path;
@@ -79,86 +98,47 @@ TEST_CASE("gpu model: H100 and H200 specs", "[model]") {
 }
 
 TEST_CASE("gpu model: occupancy limited by threads, registers and their allocation unit", "[model]") {
-  // 256 threads = 8 warps. 32 registers: 1024 per warp, 16 warps per sub-partition, 64 per SM = 8
-  // blocks; threads: 64 / 8 = 8 blocks; shared: 228 KiB / 1 KiB = 228; blocks: 32. 8 blocks, 100%.
-  auto o = occ(32, 256);
-  CHECK(o.blocks_per_sm == 8);
-  CHECK(o.active_warps_per_sm == 64);
-  CHECK(o.fraction == 1.0);
-  CHECK(o.limiter == "threads");
-
-  // 64 registers: 2048 per warp, 8 warps per sub-partition, 32 per SM = 4 blocks: 32 warps, 50%.
-  o = occ(64, 256);
-  CHECK(o.blocks_per_sm == 4);
-  CHECK(o.fraction == 0.5);
-  CHECK(o.limiter == "registers");
-
-  // 33 registers: 1056 per warp, rounded up to 1280; 16384 / 1280 = 12 warps per sub-partition,
-  // 48 per SM = 6 blocks, 75% (without the rounding it would be 65536 / (1056 x 8) = 7 blocks).
-  o = occ(33, 256);
-  CHECK(o.blocks_per_sm == 6);
-  CHECK(o.fraction == 0.75);
-  CHECK(o.limiter == "registers");
-
-  // 200 registers, one warp per block: 6400 per warp; 16384 / 6400 = 2 warps per sub-partition,
-  // 8 per SM = 8 blocks, 12.5% (the whole file would give 65536 / 6400 = 10).
-  o = occ(200, 32);
-  CHECK(o.blocks_per_sm == 8);
-  CHECK(o.active_warps_per_sm == 8);
-  CHECK(o.limiter == "registers");
-
-  // 1024 threads at 64 registers: 2048 x 32 warps = 65536 fits exactly: 1 block, 32 warps, 50%.
-  o = occ(64, 1024);
-  CHECK(o.blocks_per_sm == 1);
-  CHECK(o.fraction == 0.5);
-  CHECK(o.limiter == "registers");
-
-  // 1024 threads at 255 registers: 8160 per warp, rounded to 8192, x 32 warps > 65536: no block fits.
-  o = occ(255, 1024);
-  CHECK(o.blocks_per_sm == 0);
-  CHECK(o.fraction == 0.0);
-  CHECK(o.limiter == "registers");
-
-  // 96 threads = 3 warps (rounded up from 65 threads too): 16 registers, 512 per warp, 32 warps
-  // per sub-partition, 128 per SM; threads: 64 / 3 = 21 blocks, 63 warps.
-  o = occ(16, 65);
-  CHECK(o.blocks_per_sm == 21);
-  CHECK(o.active_warps_per_sm == 63);
-  CHECK(o.limiter == "threads");
+  const OccupancyCase cases[] = {
+      // 256 threads = 8 warps. 32 registers: 1024 per warp, 16 warps per sub-partition, 64 per SM =
+      // 8 blocks; threads: 64 / 8 = 8 blocks; shared: 228 KiB / 1 KiB = 228; blocks: 32. 8 blocks, 100%.
+      {32, 256, 0, 0, 8, 64, 1.0, "threads"},
+      // 64 registers: 2048 per warp, 8 warps per sub-partition, 32 per SM = 4 blocks: 32 warps, 50%.
+      {64, 256, 0, 0, 4, 32, 0.5, "registers"},
+      // 33 registers: 1056 per warp, rounded up to 1280; 16384 / 1280 = 12 warps per sub-partition,
+      // 48 per SM = 6 blocks, 75% (without the rounding it would be 65536 / (1056 x 8) = 7 blocks).
+      {33, 256, 0, 0, 6, 48, 0.75, "registers"},
+      // 200 registers, one warp per block: 6400 per warp; 16384 / 6400 = 2 warps per sub-partition,
+      // 8 per SM = 8 blocks, 12.5% (the whole file would give 65536 / 6400 = 10).
+      {200, 32, 0, 0, 8, 8, 0.125, "registers"},
+      // 1024 threads at 64 registers: 2048 x 32 warps = 65536 fits exactly: 1 block, 32 warps, 50%.
+      {64, 1024, 0, 0, 1, 32, 0.5, "registers"},
+      // 1024 threads at 255 registers: 8160 per warp, rounded to 8192, x 32 warps > 65536: no block fits.
+      {255, 1024, 0, 0, 0, 0, 0.0, "registers"},
+      // 96 threads = 3 warps (rounded up from 65 threads too): 16 registers, 512 per warp, 32 warps
+      // per sub-partition, 128 per SM; threads: 64 / 3 = 21 blocks, 63 warps.
+      {16, 65, 0, 0, 21, 63, 63.0 / 64, "threads"},
+  };
+  for (const OccupancyCase& c : cases) check_occupancy(c);
 }
 
 TEST_CASE("gpu model: occupancy limited by shared memory and by blocks", "[model]") {
-  // gemm v3_mma's launch: 128 threads (4 warps), 96 KiB dynamic: 98304 + 1024 = 99328 per block
-  // (a multiple of 128); 233472 / 99328 = 2 blocks, 8 warps, 12.5%.
-  auto o = occ(32, 128, 98304);
-  CHECK(o.blocks_per_sm == 2);
-  CHECK(o.active_warps_per_sm == 8);
-  CHECK(o.fraction == 0.125);
-  CHECK(o.limiter == "shared memory");
-
-  // The allocation unit: 7000 dynamic + 1024 = 8024, rounded up to 8064; 233472 / 8064 = 28 blocks
-  // (unrounded 29; without the reserved KiB, 7040 would give 33, capped at 32). One warp each.
-  o = occ(32, 32, 7000);
-  CHECK(o.blocks_per_sm == 28);
-  CHECK(o.limiter == "shared memory");
-
-  // Static and dynamic shared memory add: 4096 static + 2904 dynamic = 7000, the same 28 blocks.
-  o = occ(32, 32, 2904, 4096);
-  CHECK(o.blocks_per_sm == 28);
-
-  // The largest block: 227 KiB + 1 KiB reserved = 228 KiB: 1 block; one byte more cannot launch.
-  o = occ(32, 128, 227 * 1024);
-  CHECK(o.blocks_per_sm == 1);
-  o = occ(32, 128, 227 * 1024 + 1);
-  CHECK(o.blocks_per_sm == 0);
-  CHECK(o.limiter == "shared memory");
-
-  // One warp per block, 16 registers, no shared memory: threads allow 64 blocks, registers 128,
-  // shared 228; the 32-block limit binds: 32 warps, 50%.
-  o = occ(16, 32);
-  CHECK(o.blocks_per_sm == 32);
-  CHECK(o.fraction == 0.5);
-  CHECK(o.limiter == "blocks");
+  const OccupancyCase cases[] = {
+      // gemm v3_mma's launch: 128 threads (4 warps), 96 KiB dynamic: 98304 + 1024 = 99328 per block
+      // (a multiple of 128); 233472 / 99328 = 2 blocks, 8 warps, 12.5%.
+      {32, 128, 98304, 0, 2, 8, 0.125, "shared memory"},
+      // The allocation unit: 7000 dynamic + 1024 = 8024, rounded up to 8064; 233472 / 8064 = 28
+      // blocks (unrounded 29; without the reserved KiB, 7040 would give 33, capped at 32). One warp each.
+      {32, 32, 7000, 0, 28, 28, 28.0 / 64, "shared memory"},
+      // Static and dynamic shared memory add: 4096 static + 2904 dynamic = 7000, the same 28 blocks.
+      {32, 32, 2904, 4096, 28, 28, 28.0 / 64, "shared memory"},
+      // The largest block: 227 KiB + 1 KiB reserved = 228 KiB: 1 block; one byte more cannot launch.
+      {32, 128, 227 * 1024, 0, 1, 4, 4.0 / 64, "shared memory"},
+      {32, 128, 227 * 1024 + 1, 0, 0, 0, 0.0, "shared memory"},
+      // One warp per block, 16 registers, no shared memory: threads allow 64 blocks, registers 128,
+      // shared 228; the 32-block limit binds: 32 warps, 50%.
+      {16, 32, 0, 0, 32, 32, 0.5, "blocks"},
+  };
+  for (const OccupancyCase& c : cases) check_occupancy(c);
 
   CHECK_THROWS_WITH(occ(32, 0), Catch::Contains("threads per block must be 1..1024"));
   CHECK_THROWS_WITH(occ(32, 1025), Catch::Contains("threads per block must be 1..1024"));
