@@ -45,12 +45,6 @@ TEST_CASE("coverage: every op in ops.def has samples and the kernels its devices
   WARN("ops in the registry: " << count);
 }
 
-#define EMBER_OP(name, devices) \
-  TEST_CASE("op " #name, "[ops]") { check_op_cpu(OpId::name); }
-#define EMBER_UNARY(name, F)                                                  \
-  TEST_CASE("op " #name, "[ops]") { check_op_cpu(OpId::name); }              \
-  TEST_CASE("op " #name "_backward", "[ops]") { check_op_cpu(OpId::name##_backward); }
-#define EMBER_BINARY(name, F)                                                 \
-  TEST_CASE("op " #name, "[ops]") { check_op_cpu(OpId::name); }              \
-  TEST_CASE("op " #name "_scalar", "[ops]") { check_op_cpu(OpId::name##_scalar); }
-#include "kernels/ops.def"
+#define EMBER_OP_TEST_CASE(title, id) \
+  TEST_CASE("op " title, "[ops]") { check_op_cpu(OpId::id); }
+#include "tests/op_test_cases.def"

@@ -20,12 +20,6 @@ void check_op_cuda(OpId id) {
 
 }  // namespace
 
-#define EMBER_OP(name, devices) \
-  TEST_CASE("cuda op " #name, "[gpu][ops]") { check_op_cuda(OpId::name); }
-#define EMBER_UNARY(name, F)                                                          \
-  TEST_CASE("cuda op " #name, "[gpu][ops]") { check_op_cuda(OpId::name); }           \
-  TEST_CASE("cuda op " #name "_backward", "[gpu][ops]") { check_op_cuda(OpId::name##_backward); }
-#define EMBER_BINARY(name, F)                                                         \
-  TEST_CASE("cuda op " #name, "[gpu][ops]") { check_op_cuda(OpId::name); }           \
-  TEST_CASE("cuda op " #name "_scalar", "[gpu][ops]") { check_op_cuda(OpId::name##_scalar); }
-#include "kernels/ops.def"
+#define EMBER_OP_TEST_CASE(title, id) \
+  TEST_CASE("cuda op " title, "[gpu][ops]") { check_op_cuda(OpId::id); }
+#include "tests/op_test_cases.def"
