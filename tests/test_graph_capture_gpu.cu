@@ -68,6 +68,25 @@ void end_ok(cudaStream_t s) {
   if (g != nullptr) cudaGraphDestroy(g);
 }
 
+// Ends a capture that must succeed and returns its graph (the caller destroys it).
+cudaGraph_t end_capture(cudaStream_t s) {
+  cudaGraph_t g = nullptr;
+  REQUIRE(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  return g;
+}
+
+size_t node_count(cudaGraph_t g) {
+  size_t n = 0;
+  REQUIRE(cudaGraphGetNodes(g, nullptr, &n) == cudaSuccess);
+  return n;
+}
+
+cudaGraphExec_t instantiate(cudaGraph_t g) {
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
+  return exec;
+}
+
 void launch_add_one(cudaStream_t s, int* p) { ember::cuda::launch(add_one, 1, kN, 0, s, p, kN); }
 
 // An event that marks eager work (a kernel on `s`), not a point of any capture.
@@ -93,11 +112,9 @@ TEST_CASE("graph capture: kernels, copies and memsets become nodes, replays run 
   REQUIRE(cudaMemcpyAsync(b.dev, b.host, kN * sizeof(int), cudaMemcpyHostToDevice, st.s) == cudaSuccess);
   launch_add_one(st.s, b.dev);
   REQUIRE(cudaMemcpyAsync(pinned_out, b.dev, kN * sizeof(int), cudaMemcpyDeviceToHost, st.s) == cudaSuccess);
-  cudaGraph_t g = nullptr;
-  REQUIRE(cudaStreamEndCapture(st.s, &g) == cudaSuccess);
+  cudaGraph_t g = end_capture(st.s);
   CHECK(status(st.s) == cudaStreamCaptureStatusNone);
-  size_t n = 0;
-  REQUIRE(cudaGraphGetNodes(g, nullptr, &n) == cudaSuccess);
+  size_t n = node_count(g);
   REQUIRE(n == 4);
   std::vector<cudaGraphNode_t> nodes(n);
   REQUIRE(cudaGraphGetNodes(g, nodes.data(), &n) == cudaSuccess);
@@ -112,8 +129,7 @@ TEST_CASE("graph capture: kernels, copies and memsets become nodes, replays run 
                                       cudaGraphNodeTypeMemcpy};
   std::sort(want.begin(), want.end());
   CHECK(types == want);
-  cudaGraphExec_t exec = nullptr;
-  REQUIRE(cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
+  cudaGraphExec_t exec = instantiate(g);
   for (int replay = 0; replay < 3; ++replay) {
     for (int i = 0; i < kN; ++i) b.host[i] = 100 * replay + i;  // the copy reads the pinned buffer anew
     REQUIRE(cudaGraphLaunch(exec, st.s) == cudaSuccess);
@@ -283,14 +299,10 @@ TEST_CASE("graph capture: fork and join through events, an unjoined fork fails t
       REQUIRE(cudaEventRecord(join, s2.s) == cudaSuccess);
       REQUIRE(cudaStreamWaitEvent(s1.s, join, 0) == cudaSuccess);
       ember::cuda::launch(times_two, 1, kN, 0, s1.s, b.dev, kN);
-      cudaGraph_t g = nullptr;
-      REQUIRE(cudaStreamEndCapture(s1.s, &g) == cudaSuccess);
+      cudaGraph_t g = end_capture(s1.s);
       CHECK(status(s2.s) == cudaStreamCaptureStatusNone);
-      size_t n = 0;
-      REQUIRE(cudaGraphGetNodes(g, nullptr, &n) == cudaSuccess);
-      CHECK(n == 3);
-      cudaGraphExec_t exec = nullptr;
-      REQUIRE(cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
+      CHECK(node_count(g) == 3);
+      cudaGraphExec_t exec = instantiate(g);
       REQUIRE(cudaGraphLaunch(exec, s1.s) == cudaSuccess);
       REQUIRE(cudaStreamSynchronize(s1.s) == cudaSuccess);
       std::vector<int> got(kN), got2(kN);
@@ -353,13 +365,9 @@ TEST_CASE("graph capture: an external event record is a node that fires on every
   REQUIRE(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
   launch_add_one(st.s, b.dev);
   REQUIRE(cudaEventRecordWithFlags(e, st.s, cudaEventRecordExternal) == cudaSuccess);
-  cudaGraph_t g = nullptr;
-  REQUIRE(cudaStreamEndCapture(st.s, &g) == cudaSuccess);
-  size_t n = 0;
-  REQUIRE(cudaGraphGetNodes(g, nullptr, &n) == cudaSuccess);
-  CHECK(n == 2);
-  cudaGraphExec_t exec = nullptr;
-  REQUIRE(cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
+  cudaGraph_t g = end_capture(st.s);
+  CHECK(node_count(g) == 2);
+  cudaGraphExec_t exec = instantiate(g);
   REQUIRE(cudaGraphLaunch(exec, st.s) == cudaSuccess);
   CHECK(cudaEventSynchronize(e) == cudaSuccess);
   CHECK(cudaEventQuery(e) == cudaSuccess);
