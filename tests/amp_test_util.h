@@ -63,6 +63,13 @@ inline void copy_values(const std::vector<Tensor>& dst, const std::vector<Tensor
   }
 }
 
+// `b` takes `a`'s values, then both move to `d`: a run and its reference from the same start.
+inline void same_start_on(Device d, TwoLayer& a, TwoLayer& b) {
+  copy_values(b.params(), a.params());
+  a.to(d);
+  b.to(d);
+}
+
 // Bitwise snapshot of f32 tensors' values (raw bits, so -0/+0 and NaN payloads count).
 inline std::vector<std::vector<uint32_t>> bits(const std::vector<Tensor>& ts) {
   runtime::AllowSyncScope allow;

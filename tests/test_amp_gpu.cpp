@@ -108,9 +108,7 @@ TEST_CASE("cuda GradScaler recipe matches an unscaled run that skips the bad ite
     INFO((f16 ? "f16 autocast" : "f32"));
     manual_seed(72);
     TwoLayer scaled, ref;
-    copy_values(ref.params(), scaled.params());
-    scaled.to(kCUDA);
-    ref.to(kCUDA);
+    same_start_on(kCUDA, scaled, ref);
     std::vector<Tensor> ps = scaled.params(), qs = ref.params();
     const double lr = f16 ? 0.1 : 1.0;
     optim::SGD opt(ps, optim::SGDOptions(lr).momentum(0.9)), ref_opt(qs, optim::SGDOptions(lr).momentum(0.9));
@@ -154,9 +152,7 @@ TEST_CASE("cuda AMP step captured in a CUDA graph: replays match eager steps, an
   std::vector<Batch> data = make_batches(kSteps + 1, 32, 8, 8, 81, kCUDA);
   manual_seed(82);
   TwoLayer g_net, e_net;
-  copy_values(e_net.params(), g_net.params());
-  g_net.to(kCUDA);
-  e_net.to(kCUDA);
+  same_start_on(kCUDA, g_net, e_net);
   std::vector<Tensor> ps = g_net.params(), qs = e_net.params();
   optim::SGD g_opt(ps, optim::SGDOptions(0.1).momentum(0.9)), e_opt(qs, optim::SGDOptions(0.1).momentum(0.9));
   auto opts = amp::GradScalerOptions().init_scale(1024).growth_interval(2);
