@@ -219,54 +219,49 @@ Cost mse_cost(const KernelCall& c) {
 
 }  // namespace
 
+namespace {
+
+// Every loss op and gradient: its CPU kernel is in loss_cpu.cpp, its CUDA ones in loss.cu. The
+// losses run in fp32 under autocast (autocast = fp32); their gradients keep the dtype they get.
+void define_loss(OpInfo& info, const char* doc, InferFn infer, BackwardFn backward, Save save, CostFn cost,
+                 AutocastPolicy autocast, void (*register_cpu)(OpInfo&)) {
+  info.doc = doc;
+  info.infer = infer;
+  info.backward = backward;
+  info.save = save;
+  info.cost = cost;
+  info.autocast = autocast;
+  register_cpu(info);
+}
+
+}  // namespace
+
 void define_op_cross_entropy(OpInfo& info) {
-  info.doc = "fused log-softmax + NLL over class dim 1 with weights, ignore_index, label smoothing";
-  info.infer = infer_class_loss<true>;
-  info.backward = cross_entropy_vjp;
-  info.save = Save::both;
-  info.cost = cross_entropy_cost;
-  info.autocast = AutocastPolicy::fp32;
-  register_cpu_cross_entropy(info);  // loss_cpu.cpp
+  define_loss(info, "fused log-softmax + NLL over class dim 1 with weights, ignore_index, label smoothing",
+              infer_class_loss<true>, cross_entropy_vjp, Save::both, cross_entropy_cost, AutocastPolicy::fp32,
+              register_cpu_cross_entropy);
 }
 void define_op_cross_entropy_backward(OpInfo& info) {
-  info.doc = "gradient of cross_entropy: (softmax * A - smoothed weighted one-hot) * scale, one pass per row";
-  info.infer = infer_class_loss_backward<true>;
-  info.cost = cross_entropy_backward_cost;
-  register_cpu_cross_entropy_backward(info);  // loss_cpu.cpp
+  define_loss(info, "gradient of cross_entropy: (softmax * A - smoothed weighted one-hot) * scale, one pass per row",
+              infer_class_loss_backward<true>, nullptr, Save::nothing, cross_entropy_backward_cost,
+              AutocastPolicy::none, register_cpu_cross_entropy_backward);
 }
 void define_op_nll_loss(OpInfo& info) {
-  info.doc = "negative log likelihood of class indices with weights and ignore_index";
-  info.infer = infer_class_loss<false>;
-  info.backward = nll_loss_vjp;
-  info.save = Save::both;
-  info.cost = nll_loss_cost;
-  info.autocast = AutocastPolicy::fp32;
-  register_cpu_nll_loss(info);  // loss_cpu.cpp
+  define_loss(info, "negative log likelihood of class indices with weights and ignore_index", infer_class_loss<false>,
+              nll_loss_vjp, Save::both, nll_loss_cost, AutocastPolicy::fp32, register_cpu_nll_loss);
 }
 void define_op_nll_loss_backward(OpInfo& info) {
-  info.doc = "gradient of nll_loss: -w_t * scale at the target, 0 elsewhere";
-  info.infer = infer_class_loss_backward<false>;
-  info.backward = nll_loss_backward_vjp;
-  info.save = Save::inputs;
-  info.cost = nll_loss_backward_cost;
-  register_cpu_nll_loss_backward(info);  // loss_cpu.cpp
+  define_loss(info, "gradient of nll_loss: -w_t * scale at the target, 0 elsewhere", infer_class_loss_backward<false>,
+              nll_loss_backward_vjp, Save::inputs, nll_loss_backward_cost, AutocastPolicy::none,
+              register_cpu_nll_loss_backward);
 }
 void define_op_mse_loss(OpInfo& info) {
-  info.doc = "mean squared error (none, mean, sum)";
-  info.infer = infer_mse;
-  info.backward = mse_loss_vjp;
-  info.save = Save::inputs;
-  info.cost = mse_cost;
-  info.autocast = AutocastPolicy::fp32;
-  register_cpu_mse_loss(info);  // loss_cpu.cpp
+  define_loss(info, "mean squared error (none, mean, sum)", infer_mse, mse_loss_vjp, Save::inputs, mse_cost,
+              AutocastPolicy::fp32, register_cpu_mse_loss);
 }
 void define_op_mse_loss_backward(OpInfo& info) {
-  info.doc = "gradient of mse_loss: 2 (x - y) g (/ n for mean)";
-  info.infer = infer_mse_backward;
-  info.backward = mse_loss_backward_vjp;
-  info.save = Save::inputs;
-  info.cost = mse_cost;
-  register_cpu_mse_loss_backward(info);  // loss_cpu.cpp
+  define_loss(info, "gradient of mse_loss: 2 (x - y) g (/ n for mean)", infer_mse_backward, mse_loss_backward_vjp,
+              Save::inputs, mse_cost, AutocastPolicy::none, register_cpu_mse_loss_backward);
 }
 
 // ---- functional API ----
