@@ -59,11 +59,22 @@ Tensor Module::forward(const Tensor&) {
   EMBER_FAIL(type_name_, " has no single-tensor forward(x); call its own forward");
 }
 
+void Module::check_name_free(const std::string& name, const char* kind) const {
+  auto taken_by = [&](const std::string& other) {
+    if (other == kind) EMBER_FAIL(type_name_, ": ", other, " '", name, "' is already registered");
+    EMBER_FAIL(type_name_, ": '", name, "' is already a ", other);
+  };
+  for (const auto& p : params_)
+    if (p.first == name) taken_by("parameter");
+  for (const auto& b : buffers_)
+    if (b.name == name) taken_by("buffer");
+  for (const auto& c : children_)
+    if (c.first == name) taken_by("submodule");
+}
+
 Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
   check_name(name, "parameter");
-  for (const auto& p : params_) EMBER_CHECK(p.first != name, type_name_, ": parameter '", name, "' is already registered");
-  for (const auto& b : buffers_) EMBER_CHECK(b.name != name, type_name_, ": '", name, "' is already a buffer");
-  for (const auto& c : children_) EMBER_CHECK(c.first != name, type_name_, ": '", name, "' is already a submodule");
+  check_name_free(name, "parameter");
   EMBER_CHECK(t.defined(), type_name_, ": parameter '", name, "' is undefined");
   EMBER_CHECK(t.is_leaf(), type_name_, ": parameter '", name,
               "' must be a leaf tensor (detach() it, or create it under NoGradGuard)");
@@ -74,9 +85,7 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t, bool requi
 
 Tensor& Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
   check_name(name, "buffer");
-  for (const auto& p : params_) EMBER_CHECK(p.first != name, type_name_, ": '", name, "' is already a parameter");
-  for (const auto& b : buffers_) EMBER_CHECK(b.name != name, type_name_, ": buffer '", name, "' is already registered");
-  for (const auto& c : children_) EMBER_CHECK(c.first != name, type_name_, ": '", name, "' is already a submodule");
+  check_name_free(name, "buffer");
   EMBER_CHECK(t.defined(), type_name_, ": buffer '", name, "' is undefined");
   buffers_.push_back({name, t, persistent});
   return buffers_.back().tensor;
@@ -86,9 +95,7 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
   check_name(name, "module");
   EMBER_CHECK(m != nullptr, type_name_, ": submodule '", name, "' is empty");
   EMBER_CHECK(m.get() != this, type_name_, ": a module cannot be its own child");
-  for (const auto& p : params_) EMBER_CHECK(p.first != name, type_name_, ": '", name, "' is already a parameter");
-  for (const auto& b : buffers_) EMBER_CHECK(b.name != name, type_name_, ": '", name, "' is already a buffer");
-  for (const auto& c : children_) EMBER_CHECK(c.first != name, type_name_, ": submodule '", name, "' is already registered");
+  check_name_free(name, "submodule");
   children_.emplace_back(name, std::move(m));
 }
 

@@ -121,6 +121,9 @@ class Module : public std::enable_shared_from_this<Module> {
   void add_child(const std::string& name, std::shared_ptr<Module> m);
 
  private:
+  // No parameter, buffer or submodule is called `name` yet; `kind` is what is being registered
+  // ("parameter", "buffer" or "submodule"), so a clash names both.
+  void check_name_free(const std::string& name, const char* kind) const;
   void collect_parameters(const std::string& prefix, bool recurse, TensorDict& out,
                           std::vector<const TensorImpl*>& seen) const;
   void collect_buffers(const std::string& prefix, bool recurse, TensorDict& out, bool persistent_only) const;
