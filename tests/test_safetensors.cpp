@@ -62,6 +62,20 @@ std::vector<uint8_t> make_file(const std::string& header, size_t data_bytes, int
   return out;
 }
 
+// A tensor's entry in a hand-written header: shape and offsets as JSON arrays, spaced as typed.
+std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,
+                  const std::string& offsets) {
+  return "\"" + name + "\": {\"dtype\": \"" + dtype + "\", \"shape\": " + shape + ", \"data_offsets\": " + offsets +
+         "}";
+}
+
+// The header object of these entries, in order.
+std::string header(const std::vector<std::string>& entries) {
+  std::string h = "{";
+  for (size_t i = 0; i < entries.size(); ++i) h += (i > 0 ? ", " : "") + entries[i];
+  return h + "}";
+}
+
 // Checks that the bytes are rejected with `msg`, both from memory and from a file.
 void rejects(const std::vector<uint8_t>& bytes, const std::string& msg) {
   INFO("expecting: " << msg);
@@ -176,64 +190,53 @@ TEST_CASE("safetensors bad input: malformed JSON", "[safetensors][bad]") {
   rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1]}}", 0), "lacks the field 'data_offsets'");
   rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4], \"x\": 1}}", 4),
           "unexpected field 'x'");
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}}", 4),
-          "must be a non-negative integer, got -1");
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1,1,1,1,1,1,1,1,1], \"data_offsets\": [0, 4]}}", 4),
+  rejects(make_file(header({entry("a", "F32", "[-1]", "[0, 4]")}), 4), "must be a non-negative integer, got -1");
+  rejects(make_file(header({entry("a", "F32", "[1,1,1,1,1,1,1,1,1]", "[0, 4]")}), 4),
           "has 9 dimensions; ember tensors have at most 8");
 }
 
 TEST_CASE("safetensors bad input: unknown dtype", "[safetensors][bad]") {
-  rejects(make_file("{\"w\": {\"dtype\": \"F33\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4),
-          "tensor 'w' has unknown dtype 'F33'");
-  rejects(make_file("{\"w\": {\"dtype\": \"I16\", \"shape\": [2], \"data_offsets\": [0, 4]}}", 4),
+  rejects(make_file(header({entry("w", "F33", "[1]", "[0, 4]")}), 4), "tensor 'w' has unknown dtype 'F33'");
+  rejects(make_file(header({entry("w", "I16", "[2]", "[0, 4]")}), 4),
           "dtype I16, a valid safetensors dtype that ember does not support");
 }
 
 TEST_CASE("safetensors bad input: offsets with a gap", "[safetensors][bad]") {
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
-                    " \"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 12]}}",
-                    12),
+  rejects(make_file(header({entry("a", "F32", "[1]", "[0, 4]"), entry("b", "F32", "[1]", "[8, 12]")}), 12),
           "gap in the byte buffer: bytes [4, 8) before tensor 'b'");
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8), "bytes [0, 4)");
+  rejects(make_file(header({entry("a", "F32", "[1]", "[4, 8]")}), 8), "bytes [0, 4)");
 }
 
 TEST_CASE("safetensors bad input: overlapping offsets", "[safetensors][bad]") {
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
-                    " \"b\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
-                    8),
+  rejects(make_file(header({entry("a", "F32", "[2]", "[0, 8]"), entry("b", "F32", "[1]", "[4, 8]")}), 8),
           "tensor 'b' [4, 8) overlaps tensor 'a' which ends at 8");
 }
 
 TEST_CASE("safetensors bad input: offsets out of range", "[safetensors][bad]") {
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 4),
+  rejects(make_file(header({entry("a", "F32", "[2]", "[0, 8]")}), 4),
           "data_offsets [0, 8] out of range: the byte buffer after the header is 4 bytes");
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [8, 4]}}", 8), "begin after end");
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0]}}", 4),
-          "data_offsets must be an array [begin, end]");
+  rejects(make_file(header({entry("a", "F32", "[0]", "[8, 4]")}), 8), "begin after end");
+  rejects(make_file(header({entry("a", "F32", "[1]", "[0]")}), 4), "data_offsets must be an array [begin, end]");
 }
 
 TEST_CASE("safetensors bad input: shape x dtype size mismatch", "[safetensors][bad]") {
-  rejects(make_file("{\"a\": {\"dtype\": \"F64\", \"shape\": [2], \"data_offsets\": [0, 8]}}", 8),
+  rejects(make_file(header({entry("a", "F64", "[2]", "[0, 8]")}), 8),
           "tensor 'a' of shape [2] and dtype F64 needs 16 bytes but its data_offsets [0, 8] span 8");
 }
 
 TEST_CASE("safetensors bad input: shape x dtype size overflow", "[safetensors][bad]") {
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [4294967296, 4294967296], \"data_offsets\": [0, 8]}}", 8),
+  rejects(make_file(header({entry("a", "F32", "[4294967296, 4294967296]", "[0, 8]")}), 8),
           "has a byte size that overflows 64 bits");
-  rejects(make_file("{\"a\": {\"dtype\": \"F64\", \"shape\": [4611686018427387904], \"data_offsets\": [0, 8]}}", 8),
-          "overflows 64 bits");
+  rejects(make_file(header({entry("a", "F64", "[4611686018427387904]", "[0, 8]")}), 8), "overflows 64 bits");
 }
 
 TEST_CASE("safetensors bad input: trailing bytes", "[safetensors][bad]") {
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 6),
-          "2 trailing bytes after the last tensor");
+  rejects(make_file(header({entry("a", "F32", "[1]", "[0, 4]")}), 6), "2 trailing bytes after the last tensor");
   rejects(make_file("{}", 3), "3 trailing bytes");
 }
 
 TEST_CASE("safetensors bad input: duplicate names", "[safetensors][bad]") {
-  rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
-                    " \"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
-                    8),
+  rejects(make_file(header({entry("a", "F32", "[1]", "[0, 4]"), entry("a", "F32", "[1]", "[4, 8]")}), 8),
           "duplicate tensor name 'a'");
   rejects(make_file("{\"a\": {\"dtype\": \"F32\", \"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4),
           "duplicate key 'dtype'");
