@@ -578,6 +578,25 @@ std::shared_ptr<EventImpl> hold(EventImpl* e) {
   return it == g_events.end() ? nullptr : it->second;
 }
 
+// Whether `call` (cudaEventQuery or cudaEventSynchronize) may look at event E now: not when E was
+// last recorded in a capture (it marks a point of a graph, and the look invalidates that capture),
+// nor when a capture makes the call unsafe. `detail` ends the first error's message.
+cudaError_t check_event_wait(EventImpl* E, const char* call, const char* detail) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (E->capture_id != 0) {
+    if (E->captured != nullptr) invalidate(E->captured, std::string(call) + " on an event recorded in the capture");
+    return fail(cudaErrorCapturedEvent,
+                std::string(call) + " on an event last recorded in a capturing stream" + detail);
+  }
+  return unsafe_call(call);
+}
+
+// The generation of E's last record, which a wait or a query is about.
+uint64_t last_record(EventImpl* E) {
+  std::lock_guard<std::mutex> el(E->mu);
+  return E->recorded;
+}
+
 // Runs `op` on stream `s` (or records it as a node while capturing). g_mu held on entry; released.
 cudaError_t submit(std::unique_lock<std::mutex>& lock, StreamImpl* s, cudaGraphNodeType type, std::function<void()> op) {
   if (cudaError_t e = legacy_use(s); e != cudaSuccess) return e;
@@ -940,46 +959,22 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) { return cudaEve
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery of an event that does not exist (destroyed?)");
   EventImpl* E = ev(e);
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (E->capture_id != 0) {
-      if (E->captured != nullptr) invalidate(E->captured, "cudaEventQuery on an event recorded in the capture");
-      return fail(cudaErrorCapturedEvent,
-                  "cudaEventQuery on an event last recorded in a capturing stream (it marks a point of a graph, not "
-                  "work that runs)");
-    }
-    // Querying any other event is potentially unsafe too (PyTorch's caching allocator defers its
-    // event queries while a capture is underway for this reason): refused in global mode from any
-    // thread and on the capturing thread unless it is in relaxed mode. The stricter reading where
-    // the programming guide does not list the calls (docs/simulator.md, the capture rules).
-    if (cudaError_t u = unsafe_call("cudaEventQuery"); u != cudaSuccess) return u;
-  }
+  // Querying any other event is potentially unsafe too (PyTorch's caching allocator defers its
+  // event queries while a capture is underway for this reason): refused in global mode from any
+  // thread and on the capturing thread unless it is in relaxed mode. The stricter reading where
+  // the programming guide does not list the calls (docs/simulator.md, the capture rules).
+  if (cudaError_t u = check_event_wait(E, "cudaEventQuery", " (it marks a point of a graph, not work that runs)");
+      u != cudaSuccess)
+    return u;
   if (cudaError_t err = sticky_or(cudaSuccess); err != cudaSuccess) return err;
-  uint64_t gen;
-  {
-    std::lock_guard<std::mutex> el(E->mu);
-    gen = E->recorded;
-  }
-  return E->is_done(gen) ? ok() : cudaErrorNotReady;
+  return E->is_done(last_record(E)) ? ok() : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize of an event that does not exist (destroyed?)");
   EventImpl* E = ev(e);
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (E->capture_id != 0) {
-      if (E->captured != nullptr) invalidate(E->captured, "cudaEventSynchronize on an event recorded in the capture");
-      return fail(cudaErrorCapturedEvent, "cudaEventSynchronize on an event last recorded in a capturing stream");
-    }
-    if (cudaError_t u = unsafe_call("cudaEventSynchronize"); u != cudaSuccess) return u;
-  }
-  uint64_t gen;
-  {
-    std::lock_guard<std::mutex> el(E->mu);
-    gen = E->recorded;
-  }
-  E->wait(gen);
+  if (cudaError_t u = check_event_wait(E, "cudaEventSynchronize", ""); u != cudaSuccess) return u;
+  E->wait(last_record(E));
   return sticky_or(ok());
 }
 
