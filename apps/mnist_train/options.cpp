@@ -57,23 +57,22 @@ const CLI::Validator kNonNegative = at_least(0, false);
 
 // --data and how it is split, loaded and augmented
 void add_data_options(CLI::App& app, Options& o, std::string& resize) {
+  app.option_defaults()->group("Data");
   app.add_option("--data", o.data,
                  "the data: a directory of IDX files (raw or .gz; MNIST and Fashion-MNIST names), an ImageFolder "
                  "directory (root/<class>/<image>, or root/train/<class>/... and root/test/<class>/...), or a "
-                 "packed file from ember_pack")
-      ->group("Data");
+                 "packed file from ember_pack");
   app.add_option("--val-split", o.val_split, "fraction of the training set held out for validation")
       ->check(kFinite)
-      ->check(CLI::Range(0.0, 0.5))
-      ->group("Data");
+      ->check(CLI::Range(0.0, 0.5));
   app.add_option("--test-split", o.test_split,
                  "fraction held out for testing (stratified by class, seeded) when the data has no test split: an "
                  "ImageFolder without train/ and test/, or a packed file")
       ->check(kFinite)
-      ->check(CLI::Range(0.01, 0.9))
-      ->group("Data");
-  app.add_option("--resize", resize, "ImageFolder: resize every image to HxW (default: the first image's size; "
-                                     "others must match)")
+      ->check(CLI::Range(0.01, 0.9));
+  app.add_option("--resize", resize,
+                 "ImageFolder: resize every image to HxW (default: the first image's size; "
+                 "others must match)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             const size_t x = v.find('x');
@@ -85,89 +84,65 @@ void add_data_options(CLI::App& app, Options& o, std::string& resize) {
               return "expected HxW with 1 <= H, W <= 4096 (e.g. 32x32), got '" + v + "'";
             return "";
           },
-          "HxW"))
-      ->group("Data");
+          "HxW"));
   app.add_flag("--skip-bad-images", o.skip_bad_images,
-               "ImageFolder: leave out (and count) images that cannot be decoded instead of stopping")
-      ->group("Data");
+               "ImageFolder: leave out (and count) images that cannot be decoded instead of stopping");
   app.add_option("--workers", o.workers, "loader worker threads (0: load in the training thread)")
-      ->check(CLI::Range(0, 64))
-      ->group("Data");
-  app.add_flag("--pin-memory,!--no-pin-memory", o.pin_memory, "page-locked staging buffers and non-blocking copies")
-      ->group("Data");
+      ->check(CLI::Range(0, 64));
+  app.add_flag("--pin-memory,!--no-pin-memory", o.pin_memory, "page-locked staging buffers and non-blocking copies");
   app.add_flag("--device-resident", o.device_resident,
-               "upload the whole set to the GPU once as uint8 and gather batches there")
-      ->group("Data");
-  app.add_flag("--augment", o.augment, "random crop (pad 2) and horizontal flip on the host")->group("Data");
+               "upload the whole set to the GPU once as uint8 and gather batches there");
+  app.add_flag("--augment", o.augment, "random crop (pad 2) and horizontal flip on the host");
 }
 
 // the model, the optimizer and its schedule, the run's length, --distributed
 void add_training_options(CLI::App& app, Options& o) {
-  app.add_option("--model", o.model, "mlp (784-128-64-10), cnn (two conv layers), fast (BN-CNN tuned for time-to-accuracy)")
-      ->check(CLI::IsMember({"mlp", "cnn", "fast"}))
-      ->group("Training");
-  app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::Range(1, 1000))->group("Training");
+  app.option_defaults()->group("Training");
+  app.add_option("--model", o.model,
+                 "mlp (784-128-64-10), cnn (two conv layers), fast (BN-CNN tuned for time-to-accuracy)")
+      ->check(CLI::IsMember({"mlp", "cnn", "fast"}));
+  app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::Range(1, 1000));
   app.add_option("--batch-size", o.batch_size, "samples per optimizer step (per micro-batch with --grad-accum)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
-      ->group("Training");
-  app.add_option("--lr", o.lr, "learning rate (the peak lr with onecycle/cyclic)")
-      ->check(kPositive)
-      ->group("Training");
-  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
-      ->group("Training");
-  app.add_option("--weight-decay", o.weight_decay, "weight decay (decoupled for adamw)")
-      ->check(kNonNegative)
-      ->group("Training");
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--lr", o.lr, "learning rate (the peak lr with onecycle/cyclic)")->check(kPositive);
+  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  app.add_option("--weight-decay", o.weight_decay, "weight decay (decoupled for adamw)")->check(kNonNegative);
   app.add_option("--momentum", o.momentum, "SGD momentum (nesterov), or Adam's beta1")
       ->check(kFinite)
-      ->check(CLI::Range(0.0, 0.9999))
-      ->group("Training");
+      ->check(CLI::Range(0.0, 0.9999));
   app.add_option("--scheduler", o.scheduler, "none, onecycle, cyclic, cosine or step")
-      ->check(CLI::IsMember({"none", "onecycle", "cyclic", "cosine", "step"}))
-      ->group("Training");
+      ->check(CLI::IsMember({"none", "onecycle", "cyclic", "cosine", "step"}));
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step (the loss is divided by N)")
-      ->check(CLI::Range(1, 1024))
-      ->group("Training");
-  app.add_option("--clip-grad", o.clip_grad, "clip the gradients' total 2-norm to this (0: off)")
-      ->check(kNonNegative)
-      ->group("Training");
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--clip-grad", o.clip_grad, "clip the gradients' total 2-norm to this (0: off)")->check(kNonNegative);
   app.add_option("--label-smoothing", o.label_smoothing, "cross-entropy label smoothing")
       ->check(kFinite)
-      ->check(CLI::Range(0.0, 0.99))
-      ->group("Training");
-  app.add_option("--seed", o.seed, "seed for initialisation, shuffling, augmentation and the split")
-      ->check(kSeed)
-      ->group("Training");
-  app.add_flag("--deterministic", o.deterministic, "only deterministic kernels (bitwise repeatable runs)")
-      ->group("Training");
+      ->check(CLI::Range(0.0, 0.99));
+  app.add_option("--seed", o.seed, "seed for initialisation, shuffling, augmentation and the split")->check(kSeed);
+  app.add_flag("--deterministic", o.deterministic, "only deterministic kernels (bitwise repeatable runs)");
   app.add_flag("--distributed", o.distributed,
                "data parallel over the processes ember_run started (gloo on the CPU, nccl on CUDA: cuda:LOCAL_RANK). "
                "--batch-size is per process, so the global batch is WORLD_SIZE x --batch-size, and --lr is multiplied "
                "by WORLD_SIZE (the linear scaling rule; --no-lr-scaling keeps --lr as given). Only rank 0 prints, logs "
                "and saves; the test accuracy covers the whole test set. Start: ember_run --nproc-per-node N -- "
-               "mnist_train --distributed ...")
-      ->group("Training");
-  app.add_flag("!--no-lr-scaling", o.lr_scaling, "with --distributed: do not scale --lr by WORLD_SIZE")->group("Training");
-  app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N")->group("Training");
+               "mnist_train --distributed ...");
+  app.add_flag("!--no-lr-scaling", o.lr_scaling, "with --distributed: do not scale --lr by WORLD_SIZE");
+  app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N");
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps in all (0: no limit)")
-      ->check(kNonNegative)
-      ->group("Training");
+      ->check(kNonNegative);
   app.add_option("--max-nonfinite-steps", o.max_nonfinite_steps,
                  "stop with an error after this many consecutive steps with a NaN/inf loss (checked at each log "
                  "interval, without a host read per step; fp16 overflow steps the loss scaler skips do not count)")
-      ->check(CLI::Range(1, 1000000))
-      ->group("Training");
+      ->check(CLI::Range(1, 1000000));
 }
 
 // what makes a step faster: graphs, autotuning, mixed precision, layouts
 void add_speed_options(CLI::App& app, Options& o) {
+  app.option_defaults()->group("Speed");
   app.add_flag("--graph", o.graph,
                "capture the whole training step in a CUDA graph after warm-up and replay it (eager fallback if "
-               "capture is impossible)")
-      ->group("Speed");
-  app.add_flag("--autotune", o.autotune, "time every kernel variant once per shape and keep the fastest")
-      ->group("Speed");
+               "capture is impossible)");
+  app.add_flag("--autotune", o.autotune, "time every kernel variant once per shape and keep the fastest");
   app.add_option("--backends", o.backends,
                  "kernel choice per op, e.g. matmul=cublas,linear=auto,conv2d=cudnn (op or *, = default, auto, vendor "
                  "or a variant name from bench_ops --list; applied after --autotune; the ablation sets its own)")
@@ -185,61 +160,49 @@ void add_speed_options(CLI::App& app, Options& o) {
               return msg;
             }
           },
-          "SPEC", "backends"))
-      ->group("Speed");
-  app.add_flag("--sync-debug", o.sync_debug, "report every host synchronisation inside a step, with the op")
-      ->group("Speed");
+          "SPEC", "backends"));
+  app.add_flag("--sync-debug", o.sync_debug, "report every host synchronisation inside a step, with the op");
   app.add_option("--amp", o.amp, "mixed precision: off, fp16 (with loss scaling) or bf16")
-      ->check(CLI::IsMember({"off", "fp16", "bf16"}))
-      ->group("Speed");
-  app.add_flag("--channels-last", o.channels_last, "NHWC activations for the conv models")->group("Speed");
+      ->check(CLI::IsMember({"off", "fp16", "bf16"}));
+  app.add_flag("--channels-last", o.channels_last, "NHWC activations for the conv models");
   app.add_flag("--zero-grad-to-none,!--zero-grad-fill", o.zero_grad_to_none,
-               "set gradients to none between steps (else fill them with zeros)")
-      ->group("Speed");
+               "set gradients to none between steps (else fill them with zeros)");
   app.add_flag("--sync-every-step", o.sync_every_step,
-               "read the loss back every step (the naive loop; off: once per log interval)")
-      ->group("Speed");
+               "read the loss back every step (the naive loop; off: once per log interval)");
 }
 
 // the run's records and the dry run
 void add_logging_options(CLI::App& app, Options& o) {
+  app.option_defaults()->group("Logging");
   app.add_option("--log", o.log,
                  "append one JSON object per log interval, per epoch and a summary at the end to this file (a "
-                 "failed output is reported once, training goes on, the exit code is 1)")
-      ->group("Logging");
-  app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files into this directory")->group("Logging");
-  app.add_option("--plot", o.plot, "write loss and accuracy curves to this SVG file")->group("Logging");
-  app.add_option("--profile", o.profile, "profile a few steps into this Chrome-trace JSON file and print the top ops")
-      ->group("Logging");
+                 "failed output is reported once, training goes on, the exit code is 1)");
+  app.add_option("--tensorboard", o.tensorboard, "write TensorBoard event files into this directory");
+  app.add_option("--plot", o.plot, "write loss and accuracy curves to this SVG file");
+  app.add_option("--profile", o.profile, "profile a few steps into this Chrome-trace JSON file and print the top ops");
   app.add_option("--log-interval", o.log_interval, "steps between progress updates (the only host reads)")
-      ->check(CLI::Range(1, 1000000))
-      ->group("Logging");
-  app.add_flag("--quiet", o.quiet, "no progress bar, only epoch lines and the summary")->group("Logging");
+      ->check(CLI::Range(1, 1000000));
+  app.add_flag("--quiet", o.quiet, "no progress bar, only epoch lines and the summary");
   app.add_flag("--check-options", o.check_options,
-               "check the command line (every usage error exits 2), print 'options ok' and exit 0 without training")
-      ->group("Logging");
+               "check the command line (every usage error exits 2), print 'options ok' and exit 0 without training");
 }
 
 // checkpoints, evaluation and prediction, the ablation
 void add_checkpoint_options(CLI::App& app, Options& o) {
-  app.add_option("--save", o.save, "save a training checkpoint (safetensors, atomic) after every epoch")
-      ->group("Checkpoints");
+  app.option_defaults()->group("Checkpoints");
+  app.add_option("--save", o.save, "save a training checkpoint (safetensors, atomic) after every epoch");
   app.add_option("--resume", o.resume,
                  "continue from a training checkpoint (flags that shape the run, e.g. --lr, --batch-size, --scheduler, "
-                 "must match the checkpoint's)")
-      ->group("Checkpoints");
-  app.add_option("--eval-only", o.eval_only, "load the model from a checkpoint and only evaluate")
-      ->group("Checkpoints");
+                 "must match the checkpoint's)");
+  app.add_option("--eval-only", o.eval_only, "load the model from a checkpoint and only evaluate");
   app.add_option("--predict", o.predict,
                  "with --eval-only CKPT: the predicted class, its probability and the top 3 for each image (the "
-                 "input shape, normalisation and class names come from the checkpoint; --data is not read)")
-      ->group("Checkpoints");
+                 "input shape, normalisation and class names come from the checkpoint; --data is not read)");
 
-
-  app.add_flag("--ablation", o.ablation, "run the speed-up ladder and print one table")->group("Ablation");
+  app.option_defaults()->group("Ablation");
+  app.add_flag("--ablation", o.ablation, "run the speed-up ladder and print one table");
   app.add_option("--ablation-steps", o.ablation_steps, "optimizer steps per rung of the ablation")
-      ->check(CLI::Range(int64_t{20}, int64_t{1000000}))
-      ->group("Ablation");
+      ->check(CLI::Range(int64_t{20}, int64_t{1000000}));
 }
 
 // The usage errors CLI11 cannot see: combinations of flags and the device. Empty when fine.
@@ -272,6 +235,8 @@ ParseResult parse_options(int argc, char** argv) {
   app.get_formatter()->column_width(34);
 
   std::string resize;
+  // Each sets the help group of what it adds through option_defaults(), so the group is named
+  // once per section rather than on every option.
   add_data_options(app, o, resize);
   add_training_options(app, o);
   add_speed_options(app, o);
