@@ -9,6 +9,21 @@
 
 using namespace ember;
 
+namespace {
+
+// Captures what `work` queues into `g` on `st`, once st has waited for what device 0's current
+// stream already holds (the graph's inputs).
+template <class Work>
+void capture_on(cuda::Graph& g, cuda::Stream& st, Work&& work) {
+  st.wait_stream(cuda::current_stream(0));
+  cuda::StreamGuard guard(st);
+  g.capture_begin(st);
+  work();
+  REQUIRE_NOTHROW(g.capture_end());
+}
+
+}  // namespace
+
 TEST_CASE("caching allocator reuses freed blocks on the same stream", "[gpu][allocator]") {
   cuda::empty_cache();
   auto before = cuda::allocator_stats(0);
@@ -94,14 +109,11 @@ TEST_CASE("a capture that allocates while blocks wait for another stream's event
     cuda::record_stream(used_elsewhere.data_ptr(), side);
   }
   Tensor x = ones({4099}, kCUDA);
-  st.wait_stream(cuda::current_stream(0));
   cuda::Graph g;
   Tensor y;
+  capture_on(g, st, [&] { y = add(x, 1.0); });  // allocates inside the capture
   {
     cuda::StreamGuard guard(st);
-    g.capture_begin(st);
-    y = add(x, 1.0);  // allocates inside the capture
-    REQUIRE_NOTHROW(g.capture_end());
     g.replay();
   }
   st.synchronize();
@@ -195,15 +207,9 @@ TEST_CASE("CUDA graph replays draw fresh random numbers, and a seeded run repeat
     manual_seed(21);
     cuda::Stream st = cuda::Stream::create(0);
     Tensor x = ones({4099}, kCUDA);
-    st.wait_stream(cuda::current_stream(0));
     cuda::Graph g;
     Tensor y;
-    {
-      cuda::StreamGuard guard(st);
-      g.capture_begin(st);
-      y = dropout(x, 0.5, true);
-      g.capture_end();
-    }
+    capture_on(g, st, [&] { y = dropout(x, 0.5, true); });
     std::vector<std::vector<float>> masks;
     for (int i = 0; i < 3; ++i) {
       {
