@@ -11,6 +11,7 @@
 #include "core/profiler.h"
 #include "core/runtime.h"
 #include "kernels/functional.h"
+#include "kernels/lab_variants.h"
 
 namespace ember {
 
@@ -150,6 +151,17 @@ void OpInfo::add_variant(Variant v) {
   v.index = g_next_variant.fetch_add(1);
   EMBER_CHECK(v.index < kMaxVariants, "op registry: more than ", kMaxVariants, " variants");
   variants.push_back(std::move(v));
+}
+
+void add_lab_variant(OpId id, Variant v) {
+  const OpInfo& info = op_info(id);
+  EMBER_CHECK(v.flags & kReference, "add_lab_variant: ", info.name, "/", v.name,
+              " is not flagged kReference; the lab holds oracles only (Note [lab variants])");
+  for (const auto& runs : g_variant_runs)
+    for (const auto& n : runs)
+      EMBER_CHECK(n.load(std::memory_order_relaxed) == 0, "add_lab_variant: ", info.name, "/", v.name,
+                  " added after a kernel ran; register the lab variants at the start of main (Note [lab variants])");
+  const_cast<OpInfo&>(info).add_variant(std::move(v));
 }
 
 uint64_t variant_runs(const Variant& v, DType dtype) {

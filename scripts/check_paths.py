@@ -34,7 +34,7 @@ SKIP_DIRS = {".git", "__pycache__"}
 # The fixture of the check's own test names missing paths on purpose.
 EXCLUDE = ["tests/paths"]
 # Made-up files that docs name on purpose: docs/contributing.md walks through adding an op "frob".
-EXAMPLES = ["kernels/ops/frob.", "tests/op_samples/frob_", "bench/op_shapes/frob_"]
+EXAMPLES = ["kernels/ops/frob.", "tests/op_samples/frob_", "bench/op_shapes/frob_", "bench/lab/frob_"]
 
 # A path: a top-level directory, then path characters, <placeholders>, {a,b} alternatives and globs.
 # Not preceded by a path character, so URLs (github.com/x/docs/...) and ../docs/... do not match.

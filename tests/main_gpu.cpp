@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "bench/lab/lab.h"
 #include "core/cuda/runtime.h"
 #include "kernels/openmp.h"
 #include "kernels/registry.h"
@@ -138,6 +139,7 @@ bool only_lists(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   ember::restart_with_passive_openmp(argv);  // as tests/main_cpu.cpp
+  ember::register_lab_variants();            // the CUDA oracles (Note [lab variants])
   if (only_lists(argc, argv)) return Catch::Session().run(argc, argv);
   if (ember::cuda::device_count() == 0) {
     std::printf("SKIPPED: the GPU tests need a CUDA device (%s)\n", ember::cuda::unavailable_reason().c_str());

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/lab/lab.h"
 #include "bench/name_filter.h"
 #include "bench/op_shapes/op_shapes.h"
 #include "bench/model/expectations.h"
@@ -485,6 +486,7 @@ int run(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  register_lab_variants();  // the CUDA oracles' kernels are modelled too (Note [lab variants])
   Options opt;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -1,6 +1,7 @@
 // linear on CUDA: y = act(x W^T + b) with the epilogue (bias, relu, exact gelu, rounding) fused
 // into the GEMM's output tile. B = W^T is read in place (k-major). Kernels in kernels/gemm/:
-//   v1_naive  (kReference) one thread per output (the oracle)
+//   v1_naive  (kReference) one thread per output (the oracle), a lab variant
+//             (bench/lab/linear_lab.cu, Note [lab variants] in kernels/lab_variants.h)
 //   v2_tiled  f32/f64 SIMT (gemm_simt.cu)
 //   v3_mma    f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
 //   cublas    (kVendor) bias added by cuBLAS (C prefilled, beta = 1), relu in place after; no gelu;
@@ -59,7 +60,6 @@ bool lt_ok(const KernelCall& c) {
   return bias_aligned && gemm::cublaslt_accepts(rows, out_f, in_f, act_of(c));
 }
 
-void linear_v1(const KernelCall& c) { linear_cuda(c, Layout::any, gemm::run_naive); }
 void linear_v2(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_simt); }
 void linear_v3(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_mma); }
 void linear_cublas(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublas); }
@@ -68,8 +68,6 @@ void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm:
 }  // namespace
 
 void register_cuda_linear(OpInfo& info) {
-  info.add_variant({.name = "v1_naive", .device = DeviceType::cuda, .fn = linear_v1, .dtypes = kFloatTypes,
-                    .flags = kReference, .note = "one thread per output with the epilogue (the oracle)"});
   info.add_variant({.name = "v2_tiled", .device = DeviceType::cuda, .fn = linear_v2,
                     .dtypes = DTypeSet{DType::f32, DType::f64}, .supports = simt_ok,
                     .note = "SIMT tiles with the epilogue fused"});

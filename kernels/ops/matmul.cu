@@ -1,6 +1,7 @@
 // matmul on CUDA. The kernels live in kernels/gemm/ (cuda_gemm.h lists them, each .cu file has its
 // napkin math):
-//   v1_naive  (kReference) one thread per output, any strides: the kernel-level oracle
+//   v1_naive  (kReference) one thread per output, any strides: the kernel-level oracle, a lab
+//             variant (bench/lab/matmul_lab.cu, Note [lab variants] in kernels/lab_variants.h)
 //   v2_tiled  f32/f64 SIMT: 128x128x8 (f32) / 64x64x8 (f64) block tiles, 8x8 / 4x4 per thread,
 //             double-buffered shared memory, 16-byte loads where aligned (gemm_simt.cu)
 //   v3_mma    f16/bf16 tensor cores (sm_80+): mma.sync m16n8k16, ldmatrix from swizzled shared
@@ -46,7 +47,6 @@ bool lt_ok(const KernelCall& c) {
   return gemm::cublaslt_accepts(a.shape()[a.dim() - 2], b.shape()[b.dim() - 1], a.shape()[a.dim() - 1], 0);
 }
 
-void matmul_v1(const KernelCall& c) { matmul_cuda(c, Layout::any, gemm::run_naive); }
 void matmul_v2(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_simt); }
 void matmul_v3(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_mma); }
 void matmul_cublas(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublas); }
@@ -55,8 +55,6 @@ void matmul_cublaslt(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm:
 }  // namespace
 
 void register_cuda_matmul(OpInfo& info) {
-  info.add_variant({.name = "v1_naive", .device = DeviceType::cuda, .fn = matmul_v1, .dtypes = kFloatTypes,
-                    .flags = kReference, .note = "one thread per output, any strides (the oracle)"});
   info.add_variant({.name = "v2_tiled", .device = DeviceType::cuda, .fn = matmul_v2,
                     .dtypes = DTypeSet{DType::f32, DType::f64}, .supports = simt_ok,
                     .note = "SIMT 128x128x8 tiles, 8x8 per thread, double-buffered shared memory"});
