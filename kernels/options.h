@@ -27,9 +27,10 @@ struct CrossEntropyOptions {
 };
 
 // conv2d's functional options (libtorch's name for them; the module nn::Conv2d takes
-// nn::Conv2dOptions, which adds channels, kernel size and bias); (h, w) pairs. It is also the leading member of the op's attributes
-// (Conv2dAttrs), so it must stay trivially copyable with every byte initialised: plain int64_t
-// fields, no padding. The setters chain (one value for both dims, or h and w):
+// nn::Conv2dOptions, which adds channels, kernel size and bias); (h, w) pairs. It is also the
+// leading member of the op's attributes (Conv2dAttrs), so it must stay trivially copyable with
+// every byte initialised: plain int64_t fields, no padding. The setters chain (one value for both
+// dims, or h and w):
 //   conv2d(x, w, b, Conv2dFuncOptions().set_stride(2).set_padding(1).set_groups(4));
 struct Conv2dFuncOptions {
   int64_t stride[2] = {1, 1};

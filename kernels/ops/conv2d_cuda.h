@@ -1,5 +1,6 @@
 // Internal interface between conv2d's CUDA files (conv2d.cu registers every variant; the implicit
-// GEMM kernels live in conv2d_igemm.cu, the cuDNN calls in conv2d_cudnn.cu). Host-only header.
+// GEMM kernels live in conv2d_igemm.cu, the cuDNN calls in conv2d_cudnn.cu) and the benchmark
+// lab's oracles (bench/lab/conv2d_lab.cu). Host-only header.
 #pragma once
 
 #include "kernels/ops/conv2d.h"

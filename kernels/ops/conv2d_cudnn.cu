@@ -408,7 +408,9 @@ ConvGeom geom_bwd_filter(const KernelCall& c) {
 }
 
 void cudnn_forward(const KernelCall& c) { run(ConvDirection::forward, forward_args(c), floating_dtype(c), false); }
-void cudnn_backward_data(const KernelCall& c) { run(ConvDirection::backward_input, backward_input_args(c), floating_dtype(c), false); }
+void cudnn_backward_data(const KernelCall& c) {
+  run(ConvDirection::backward_input, backward_input_args(c), floating_dtype(c), false);
+}
 void cudnn_backward_data_nondet(const KernelCall& c) {
   run(ConvDirection::backward_input, backward_input_args(c), floating_dtype(c), true);
 }
@@ -424,43 +426,66 @@ constexpr DTypeSet kCudnnTypes{DType::f32, DType::f64, DType::f16, DType::bf16};
 }  // namespace
 
 void register_cudnn_forward(OpInfo& info) {
-  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_forward, .dtypes = kCudnnTypes,
+  info.add_variant({.name = "cudnn",
+                    .device = DeviceType::cuda,
+                    .fn = cudnn_forward,
+                    .dtypes = kCudnnTypes,
                     .flags = kVendor,
-                    .supports = [](const KernelCall& c) {
-                      return has_algorithm(ConvDirection::forward, geom_fwd(c), floating_dtype(c), false, c.in[0].device());
-                    },
+                    .supports =
+                        [](const KernelCall& c) {
+                          return has_algorithm(ConvDirection::forward, geom_fwd(c), floating_dtype(c), false,
+                                               c.in[0].device());
+                        },
                     .note = "cudnnConvolutionForward, algorithm from Get_v7 (or Find) cached per shape, no TF32"});
 }
 
 void register_cudnn_backward_input(OpInfo& info) {
-  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_backward_data, .dtypes = kCudnnTypes,
+  info.add_variant({.name = "cudnn",
+                    .device = DeviceType::cuda,
+                    .fn = cudnn_backward_data,
+                    .dtypes = kCudnnTypes,
                     .flags = kVendor,
-                    .supports = [](const KernelCall& c) {
-                      return has_algorithm(ConvDirection::backward_input, geom_bwd_data(c), floating_dtype(c), false, c.in[0].device());
-                    },
+                    .supports =
+                        [](const KernelCall& c) {
+                          return has_algorithm(ConvDirection::backward_input, geom_bwd_data(c), floating_dtype(c),
+                                               false, c.in[0].device());
+                        },
                     .note = "cudnnConvolutionBackwardData, deterministic algorithms only"});
-  info.add_variant({.name = "cudnn_nondet", .device = DeviceType::cuda, .fn = cudnn_backward_data_nondet,
-                    .dtypes = kCudnnTypes, .flags = kVendor | kNondeterministic,
-                    .supports = [](const KernelCall& c) {
-                      return has_algorithm(ConvDirection::backward_input, geom_bwd_data(c), floating_dtype(c), true, c.in[0].device());
-                    },
+  info.add_variant({.name = "cudnn_nondet",
+                    .device = DeviceType::cuda,
+                    .fn = cudnn_backward_data_nondet,
+                    .dtypes = kCudnnTypes,
+                    .flags = kVendor | kNondeterministic,
+                    .supports =
+                        [](const KernelCall& c) {
+                          return has_algorithm(ConvDirection::backward_input, geom_bwd_data(c), floating_dtype(c), true,
+                                               c.in[0].device());
+                        },
                     .note = "cudnnConvolutionBackwardData, any algorithm (may use atomics)"});
 }
 
 void register_cudnn_backward_weight(OpInfo& info) {
-  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = cudnn_backward_filter, .dtypes = kCudnnTypes,
+  info.add_variant({.name = "cudnn",
+                    .device = DeviceType::cuda,
+                    .fn = cudnn_backward_filter,
+                    .dtypes = kCudnnTypes,
                     .flags = kVendor,
-                    .supports = [](const KernelCall& c) {
-                      return has_algorithm(ConvDirection::backward_weight, geom_bwd_filter(c), floating_dtype(c), false,
-                                           c.in[0].device());
-                    },
+                    .supports =
+                        [](const KernelCall& c) {
+                          return has_algorithm(ConvDirection::backward_weight, geom_bwd_filter(c), floating_dtype(c),
+                                               false, c.in[0].device());
+                        },
                     .note = "cudnnConvolutionBackwardFilter, deterministic algorithms only"});
-  info.add_variant({.name = "cudnn_nondet", .device = DeviceType::cuda, .fn = cudnn_backward_filter_nondet,
-                    .dtypes = kCudnnTypes, .flags = kVendor | kNondeterministic,
-                    .supports = [](const KernelCall& c) {
-                      return has_algorithm(ConvDirection::backward_weight, geom_bwd_filter(c), floating_dtype(c), true,
-                                           c.in[0].device());
-                    },
+  info.add_variant({.name = "cudnn_nondet",
+                    .device = DeviceType::cuda,
+                    .fn = cudnn_backward_filter_nondet,
+                    .dtypes = kCudnnTypes,
+                    .flags = kVendor | kNondeterministic,
+                    .supports =
+                        [](const KernelCall& c) {
+                          return has_algorithm(ConvDirection::backward_weight, geom_bwd_filter(c), floating_dtype(c),
+                                               true, c.in[0].device());
+                        },
                     .note = "cudnnConvolutionBackwardFilter, any algorithm (some use float atomics)"});
 }
 

@@ -194,7 +194,8 @@ std::shared_ptr<const ConvEntry> build(ConvDirection kind, const ConvGeom& g, DT
 }
 
 int bias_dtype_of(ConvDirection kind, const KernelCall& c) {
-  return kind == ConvDirection::forward && c.in.size() > 2 && c.in[2].defined() ? static_cast<int>(c.in[2].dtype()) : -1;
+  return kind == ConvDirection::forward && c.in.size() > 2 && c.in[2].defined() ? static_cast<int>(c.in[2].dtype())
+                                                                                : -1;
 }
 
 std::shared_ptr<const ConvEntry> entry(ConvDirection kind, const KernelCall& c, const ConvGeom& g) {
@@ -213,9 +214,9 @@ bool supports(ConvDirection kind, const KernelCall& c) {
 }
 
 void run(ConvDirection kind, const KernelCall& c) {
-  const char* op = kind == ConvDirection::forward        ? "conv2d dnnl"
+  const char* op = kind == ConvDirection::forward          ? "conv2d dnnl"
                    : kind == ConvDirection::backward_input ? "conv2d_backward_input dnnl"
-                                            : "conv2d_backward_weight dnnl";
+                                                           : "conv2d_backward_weight dnnl";
   const ConvGeom g = geom_of(kind, c);
   const Tensor& out = c.out[0];
   if (out.numel() == 0) return;
@@ -256,20 +257,32 @@ constexpr DTypeSet kDnnlTypes{DType::f32, DType::bf16, DType::f16};
 }  // namespace
 
 void register_dnnl_conv2d(OpInfo& info) {
-  info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = dnnl_forward, .dtypes = kDnnlTypes,
-                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(ConvDirection::forward, c); },
+  info.add_variant({.name = "dnnl",
+                    .device = DeviceType::cpu,
+                    .fn = dnnl_forward,
+                    .dtypes = kDnnlTypes,
+                    .flags = kVendor,
+                    .supports = [](const KernelCall& c) { return supports(ConvDirection::forward, c); },
                     .note = "oneDNN convolution_forward (layouts oneDNN picks, reorders in/out), bias fused"});
 }
 
 void register_dnnl_conv2d_backward_input(OpInfo& info) {
-  info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = dnnl_backward_data, .dtypes = kDnnlTypes,
-                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_input, c); },
+  info.add_variant({.name = "dnnl",
+                    .device = DeviceType::cpu,
+                    .fn = dnnl_backward_data,
+                    .dtypes = kDnnlTypes,
+                    .flags = kVendor,
+                    .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_input, c); },
                     .note = "oneDNN convolution_backward_data"});
 }
 
 void register_dnnl_conv2d_backward_weight(OpInfo& info) {
-  info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = dnnl_backward_weights, .dtypes = kDnnlTypes,
-                    .flags = kVendor, .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_weight, c); },
+  info.add_variant({.name = "dnnl",
+                    .device = DeviceType::cpu,
+                    .fn = dnnl_backward_weights,
+                    .dtypes = kDnnlTypes,
+                    .flags = kVendor,
+                    .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_weight, c); },
                     .note = "oneDNN convolution_backward_weights (no bias gradient: the vjp sums it)"});
 }
 

@@ -379,7 +379,10 @@ void register_cuda_max_pool2d_backward(OpInfo& info) {
                     .note = "gather: thread per input element over its covering windows (no atomics)"});
 }
 void register_cuda_avg_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = avg_pool2d_cuda<false>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = avg_pool2d_cuda<false>,
+                    .dtypes = kFloatTypes,
                     .note = "thread per output"});
 #if EMBER_WITH_CUDNN
   info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = avg_pool2d_cudnn,
@@ -388,7 +391,10 @@ void register_cuda_avg_pool2d(OpInfo& info) {
 #endif
 }
 void register_cuda_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = avg_pool2d_cuda<true>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = avg_pool2d_cuda<true>,
+                    .dtypes = kFloatTypes,
                     .note = "gather: thread per input element (no atomics)"});
 }
 void register_cuda_adaptive_avg_pool2d(OpInfo& info) {
