@@ -20,6 +20,8 @@ namespace ember {
 namespace {
 
 using convcuda::ConvArgs;
+using convcuda::cp;
+using convcuda::mp;
 
 struct NaiveGeom {
   int64_t N, C, H, W, K, R, S, P, Q, Cg, Kg;
@@ -157,15 +159,6 @@ __global__ void naive_backward_weight_kernel(const T* __restrict__ gy, const T* 
       }
     dw[i] = static_cast<T>(acc);
   }
-}
-
-template <class T>
-const T* cp(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-template <class T>
-T* mp(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
 }
 
 void naive_forward(const KernelCall& c) {

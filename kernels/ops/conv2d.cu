@@ -93,15 +93,8 @@ ConvArgs backward_weight_args(const KernelCall& c) {
 namespace {
 
 using convcuda::ConvArgs;
-
-template <class T>
-const T* cp(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-template <class T>
-T* mp(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
-}
+using convcuda::cp;
+using convcuda::mp;
 
 // ---- implicit GEMM entry points ----
 

@@ -33,6 +33,16 @@ void igemm_mma_forward(const ConvArgs& a);
 void igemm_mma_backward_input(const ConvArgs& a);
 void igemm_mma_backward_weight(const ConvArgs& a);
 
+// Typed data pointers of an operand (cp: nullptr for an undefined optional one, e.g. no bias).
+template <class T>
+const T* cp(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <class T>
+T* mp(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
 // cuDNN (conv2d_cudnn.cu); registered only when EMBER_WITH_CUDNN.
 void register_cudnn_forward(OpInfo& info);
 void register_cudnn_backward_input(OpInfo& info);

@@ -817,15 +817,6 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
 
 int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-template <class T>
-const T* cptr(const Tensor& t) {
-  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
-}
-template <class T>
-T* mptr(const Tensor& t) {
-  return static_cast<T*>(t.data_ptr());
-}
-
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 template <class T, int BM, int BN, int BK, int TM, int TN, bool CL, bool DGRAD>
@@ -855,11 +846,11 @@ void data_simt(const ConvArgs& a, const T* src, const T* wt, const T* bias, T* o
 template <class T, bool DGRAD>
 void data_simt_dispatch(const ConvArgs& a) {
   // forward reads x, writes y; backward_input reads grad_output (a.y), writes grad_input (a.x)
-  const T* src = DGRAD ? cptr<T>(a.y) : cptr<T>(a.x);
-  T* out = DGRAD ? mptr<T>(a.x) : mptr<T>(a.y);
-  const T* bias = DGRAD ? nullptr : cptr<T>(a.b);
-  if (a.g.channels_last) data_simt<T, true, DGRAD>(a, src, cptr<T>(a.w), bias, out);
-  else data_simt<T, false, DGRAD>(a, src, cptr<T>(a.w), bias, out);
+  const T* src = DGRAD ? cp<T>(a.y) : cp<T>(a.x);
+  T* out = DGRAD ? mp<T>(a.x) : mp<T>(a.y);
+  const T* bias = DGRAD ? nullptr : cp<T>(a.b);
+  if (a.g.channels_last) data_simt<T, true, DGRAD>(a, src, cp<T>(a.w), bias, out);
+  else data_simt<T, false, DGRAD>(a, src, cp<T>(a.w), bias, out);
 }
 
 // split-K factor for the weight gradient: enough blocks for ~2 waves, >= 8 tiles per split
@@ -886,11 +877,11 @@ void launch_wgrad_simt(const ConvArgs& a, WgradGemm p) {
   if (p.splits > 1)
     ws = empty({static_cast<int64_t>(p.splits) * nout}, TensorOptions().dtype(dtype_v<Acc>).device(a.w.device()));
   dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
-  cuda::launch(wgrad_simt_kernel<T, BM, BN, BK, TM, TN, CL>, grid, (BM / TM) * (BN / TN), 0, st, cptr<T>(a.y),
-               cptr<T>(a.x), mptr<T>(a.w), p.splits > 1 ? mptr<Acc>(ws) : nullptr, p);
+  cuda::launch(wgrad_simt_kernel<T, BM, BN, BK, TM, TN, CL>, grid, (BM / TM) * (BN / TN), 0, st, cp<T>(a.y), cp<T>(a.x),
+               mp<T>(a.w), p.splits > 1 ? mp<Acc>(ws) : nullptr, p);
   if (p.splits > 1) {
-    cuda::launch(splitk_reduce_kernel<Acc, T>, cuda::grid_for(nout, 256, a.w.device().index), 256, 0, st, mptr<Acc>(ws),
-                 p.splits, nout, mptr<T>(a.w));
+    cuda::launch(splitk_reduce_kernel<Acc, T>, cuda::grid_for(nout, 256, a.w.device().index), 256, 0, st, mp<Acc>(ws),
+                 p.splits, nout, mp<T>(a.w));
   }
 }
 
@@ -945,10 +936,10 @@ void data_mma(const ConvArgs& a) {
   const int G = static_cast<int>(a.g.G);
   const Tensor& src_t = DGRAD ? a.y : a.x;
   const Tensor& out_t = DGRAD ? a.x : a.y;
-  const uint16_t* src = cptr<uint16_t>(src_t);
-  const uint16_t* wt = cptr<uint16_t>(a.w);
-  const uint16_t* bias = DGRAD ? nullptr : cptr<uint16_t>(a.b);
-  uint16_t* out = mptr<uint16_t>(out_t);
+  const uint16_t* src = cp<uint16_t>(src_t);
+  const uint16_t* wt = cp<uint16_t>(a.w);
+  const uint16_t* bias = DGRAD ? nullptr : cp<uint16_t>(a.b);
+  uint16_t* out = mp<uint16_t>(out_t);
   cudaStream_t st = cuda::stream_for(out_t);
   const int sms = cuda::sm_count(out_t.device().index);
   if (!a.g.channels_last) {
@@ -973,16 +964,16 @@ void launch_wgrad_mma(const ConvArgs& a, WgradGemm p) {
   if (p.splits > 1)
     ws = empty({static_cast<int64_t>(p.splits) * nout}, TensorOptions().dtype(DType::f32).device(a.w.device()));
   dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
-  cuda::launch(wgrad_mma_kernel<BF16, BM, BN, WM, WN, CL>, grid, (BM / WM) * (BN / WN) * 32, 0, st, cptr<uint16_t>(a.y),
-               cptr<uint16_t>(a.x), mptr<uint16_t>(a.w), p.splits > 1 ? mptr<float>(ws) : nullptr, p);
+  cuda::launch(wgrad_mma_kernel<BF16, BM, BN, WM, WN, CL>, grid, (BM / WM) * (BN / WN) * 32, 0, st, cp<uint16_t>(a.y),
+               cp<uint16_t>(a.x), mp<uint16_t>(a.w), p.splits > 1 ? mp<float>(ws) : nullptr, p);
   if (p.splits > 1) {
     const int dev = a.w.device().index;
     if constexpr (BF16)
-      cuda::launch(splitk_reduce_kernel<float, BFloat16>, cuda::grid_for(nout, 256, dev), 256, 0, st, mptr<float>(ws),
-                   p.splits, nout, mptr<BFloat16>(a.w));
+      cuda::launch(splitk_reduce_kernel<float, BFloat16>, cuda::grid_for(nout, 256, dev), 256, 0, st, mp<float>(ws),
+                   p.splits, nout, mp<BFloat16>(a.w));
     else
-      cuda::launch(splitk_reduce_kernel<float, Half>, cuda::grid_for(nout, 256, dev), 256, 0, st, mptr<float>(ws),
-                   p.splits, nout, mptr<Half>(a.w));
+      cuda::launch(splitk_reduce_kernel<float, Half>, cuda::grid_for(nout, 256, dev), 256, 0, st, mp<float>(ws),
+                   p.splits, nout, mp<Half>(a.w));
   }
 }
 
