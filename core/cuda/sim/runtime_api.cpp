@@ -775,6 +775,13 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   return sticky_or(ok());
 }
 
+cudaError_t cudaStreamGetDevice(cudaStream_t stream, int* device) {
+  if (device == nullptr) return fail(cudaErrorInvalidValue, "cudaStreamGetDevice: device is null");
+  std::lock_guard<std::mutex> lock(g_mu);
+  *device = resolve(stream)->device;
+  return ok();
+}
+
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   StreamImpl* s;
   {
