@@ -98,10 +98,6 @@ std::atomic<AutotuneFn> g_autotune{nullptr};
 }  // namespace
 
 bool Variant::accepts(const KernelCall& c) const {
-#if EMBER_CUDA_SIM
-  // Vendor libraries (cuBLAS, cuDNN) ship machine code for real GPUs only; CPU ones (oneDNN) run.
-  if ((flags & kVendor) && device == DeviceType::cuda) return false;
-#endif
   // Every floating operand must be a supported dtype; ops without floating operands (integer
   // math, fill of an int tensor) are judged by their first operand.
   bool any_float = false;

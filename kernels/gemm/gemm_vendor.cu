@@ -19,23 +19,6 @@
 // set on every call; the workspace (32 MiB on sm_90, 4 MiB before, as NVIDIA recommends) comes from
 // the caching allocator on the current stream, so it is graph-capture safe and costs no cudaMalloc
 // in steady state. cuBLASLt's algorithm choice (its heuristic query) is cached per problem shape.
-#if EMBER_CUDA_SIM
-// The simulator runs ember's own kernels from their source; cuBLAS ships only machine code for real
-// GPUs. Its variants stay registered (so they are listed) and refuse every call here.
-#include "kernels/gemm/gemm_common.cuh"
-
-namespace ember::gemm {
-namespace {
-[[noreturn]] void no_vendor(const char* lib) {
-  EMBER_FAIL(lib, " is not available in the simulator build (-DEMBER_CUDA_SIM=ON): vendor libraries run on a GPU only");
-}
-}  // namespace
-void run_cublas(const Problem&) { no_vendor("cuBLAS"); }
-void run_cublaslt(const Problem&) { no_vendor("cuBLASLt"); }
-bool cublaslt_accepts(int64_t, int64_t, int64_t, int) { return false; }
-}  // namespace ember::gemm
-
-#else
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -503,5 +486,3 @@ void run_cublaslt(const Problem& p) {
 }
 
 }  // namespace ember::gemm
-
-#endif  // EMBER_CUDA_SIM

@@ -102,8 +102,13 @@ void conv_tol(OpSample& s, int64_t reduction) {
   // of 12544 input gradients of the MNIST CNN's 5x5 conv (1600 products a sum) up to 0.0034 off at
   // 0.35, whether listed with default or tensor-op math: an error that grows like an f16 rounding
   // per partial sum, not one rounding of an f32 sum. ember's kernels keep the tight bound; the
-  // vendor variants get the f16 accumulation bound, about sqrt(n) half-ulps of the result.
-  const double f16_partial = std::max(1e-3, 2e-4 * std::sqrt(static_cast<double>(reduction)));
+  // vendor variants get an f16 partial-sum bound. The simulator's cuDNN models it as partial sums of
+  // 32 products each rounded to f16 (core/cuda/sim/vendor/cudnn.cpp); with these samples' inputs in
+  // [-1, 1] (products of rms 1/3) each rounding is off by up to half an f16 ulp of a partial sum,
+  // and the largest error over a sample's outputs stays within 5e-4 sqrt(n): about four standard
+  // deviations of that model (the first bound, 2e-4 sqrt(n), was fitted to the H200's one shape and
+  // failed 1 to 3 outputs in 10^4 of the emulation at others).
+  const double f16_partial = std::max(1e-3, 5e-4 * std::sqrt(static_cast<double>(reduction)));
   if (f16_partial > 1e-3) {
     s.vendor_tol = {{DType::f16, {2e-3, f16_partial}}};
     s.tol_note += "; the cuDNN variants' f16 results allow partial sums kept in f16 (Note [cuDNN f16 partial sums])";
