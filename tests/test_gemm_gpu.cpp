@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "core/rng.h"
 #include "kernels/autotune.h"
@@ -201,4 +202,50 @@ TEST_CASE("cuda linear: every variant at the MNIST shapes, with each epilogue", 
           CHECK(testing::compare(got, want, gemm_tol(dt)) == "");
         }
       }
+}
+
+// A thread whose first cuBLAS, cuBLASLt or cuDNN call is inside a graph capture: the library handle
+// is created then, and creating one allocates device memory, which a capture refuses (Note
+// [vendor handles in a capture] in kernels/gemm/gemm_vendor.cu). The capture must still succeed
+// and its replay compute the result.
+TEST_CASE("vendor variants: a thread's first call to the library inside a graph capture", "[gpu][gemm][graph]") {
+  manual_seed(8);
+  const Tensor a_cpu = uniform({48, 40}, -1, 1), b_cpu = uniform({40, 24}, -1, 1);
+  const Tensor want = matmul(a_cpu, b_cpu), want_softmax = softmax(a_cpu, 1);
+  const Tensor a = a_cpu.cuda(), b = b_cpu.cuda();
+  cuda::device_synchronize(0);
+  std::vector<std::string> backends{"cublas", "cublaslt"};
+#if EMBER_WITH_CUDNN
+  backends.push_back("cudnn");  // softmax's cuDNN variant
+#endif
+  for (const std::string& backend : backends) {
+    INFO("backend " << backend);
+    const bool dnn = backend == "cudnn";
+    const OpId op = dnn ? OpId::softmax : OpId::matmul;
+    set_backend(op, backend);
+    std::string error;
+    Tensor got;
+    // a new thread: no handle of its own yet, and none in the pool for it to take if every earlier
+    // thread's handles are in use (this thread's creation is what is under test either way)
+    std::thread t([&] {
+      try {
+        cuda::Stream st = cuda::Stream::create(0);
+        st.wait_stream(cuda::current_stream(0));
+        cuda::StreamGuard guard(st);
+        cuda::Graph graph;
+        graph.capture_begin(st);
+        Tensor y = dnn ? softmax(a, 1) : matmul(a, b);
+        graph.capture_end();
+        graph.replay();
+        st.synchronize();
+        got = y.cpu();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    t.join();
+    set_backend(op, "default");
+    CHECK(error == "");
+    if (error.empty()) CHECK(testing::compare(got, dnn ? want_softmax : want, {1e-5, 1e-4}) == "");
+  }
 }

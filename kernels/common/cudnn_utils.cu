@@ -3,6 +3,8 @@
 
 #include "kernels/common/cudnn_utils.h"
 
+#include "core/cuda/device_guard.h"
+
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -47,7 +49,10 @@ cudnnHandle_t handle_for(int device, cudaStream_t stream) {
           break;
         }
     }
-    if (h == nullptr) EMBER_CUDNN_CHECK(cudnnCreate(&h));
+    if (h == nullptr) {
+      cuda::RelaxedCapture relaxed;  // Note [vendor handles in a capture] in kernels/gemm/gemm_vendor.cu
+      EMBER_CUDNN_CHECK(cudnnCreate(&h));
+    }
     th.mine.push_back({device, h});
   }
   EMBER_CUDNN_CHECK(cudnnSetStream(h, stream));

@@ -19,6 +19,14 @@
 // set on every call; the workspace (32 MiB on sm_90, 4 MiB before, as NVIDIA recommends) comes from
 // the caching allocator on the current stream, so it is graph-capture safe and costs no cudaMalloc
 // in steady state. cuBLASLt's algorithm choice (its heuristic query) is cached per problem shape.
+//
+// Note [vendor handles in a capture]: a thread's first cuBLAS or cuDNN call may come inside a CUDA
+// graph capture (a step captured without an eager warm-up on that thread, or on a new thread), and
+// creating a handle allocates device memory: cudaMalloc, which a capture in global or thread-local
+// mode refuses, invalidating the capture. So handles are created in relaxed capture mode
+// (cuda::RelaxedCapture), as the caching allocator does its cudaMalloc: the allocation is not stream
+// work and belongs to no graph. The simulator's cuBLAS and cuDNN allocate in cublasCreate and
+// cudnnCreate as the libraries do; tests/test_gemm_gpu.cpp captures a new thread's first calls.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -92,7 +100,10 @@ cublasHandle_t blas_handle(int dev) {
     }
   }
   cublasHandle_t created = nullptr;
-  EMBER_CUBLAS_CHECK(cublasCreate(&created));
+  {
+    cuda::RelaxedCapture relaxed;  // Note [vendor handles in a capture]
+    EMBER_CUBLAS_CHECK(cublasCreate(&created));
+  }
   // no TF32 for f32, no reduced-precision (f16) split-K reductions for f16 outputs
   EMBER_CUBLAS_CHECK(cublasSetMathMode(
       created, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
@@ -114,7 +125,10 @@ cublasLtHandle_t lt_handle(int dev) {
     }
   }
   cublasLtHandle_t created = nullptr;
-  EMBER_CUBLAS_CHECK(cublasLtCreate(&created));
+  {
+    cuda::RelaxedCapture relaxed;  // Note [vendor handles in a capture]
+    EMBER_CUBLAS_CHECK(cublasLtCreate(&created));
+  }
   h = created;
   return h;
 }
