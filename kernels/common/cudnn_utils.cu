@@ -59,6 +59,15 @@ cudnnHandle_t handle_for(int device, cudaStream_t stream) {
   return h;
 }
 
+std::string last_error() {
+#if CUDNN_MAJOR >= 9
+  char buf[1024] = {};
+  cudnnGetLastErrorString(buf, sizeof(buf));
+  if (buf[0] != '\0') return std::string(" (") + buf + ")";
+#endif
+  return "";
+}
+
 cudnnDataType_t data_type(DType t, const char* what) {
   switch (t) {
     case DType::f32: return CUDNN_DATA_FLOAT;
