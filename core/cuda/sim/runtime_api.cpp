@@ -269,7 +269,19 @@ std::map<const void*, KernelStats> g_stats;
 thread_local int t_device = 0;
 thread_local cudaStreamCaptureMode t_mode = cudaStreamCaptureModeGlobal;
 
+// Drains every stream before the program's static objects are destroyed.
+void drain_all();
+void register_drain_at_exit() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(drain_all); });
+}
+
 StreamImpl* make_stream(int device, unsigned flags, int priority, bool legacy) {
+  // Registered by the thread that makes the first stream, before any work can be queued: from a
+  // stream's worker (at its first launch, as before) the registration could come while the main
+  // thread was already running the exit handlers, after g_streams was destroyed (seen as a
+  // heap-use-after-free in drain_all under AddressSanitizer).
+  register_drain_at_exit();
   auto* s = new StreamImpl();  // never destroyed while the process lives (handles stay valid)
   s->device = device;
   s->flags = flags;
@@ -279,13 +291,6 @@ StreamImpl* make_stream(int device, unsigned flags, int priority, bool legacy) {
   s->worker.detach();
   g_streams.push_back(s);
   return s;
-}
-
-// Drains every stream before the program's static objects are destroyed.
-void drain_all();
-void register_drain_at_exit() {
-  static std::once_flag once;
-  std::call_once(once, [] { std::atexit(drain_all); });
 }
 
 StreamImpl* legacy_stream(int device) {
@@ -411,7 +416,6 @@ void note_stats(const Launch& L) {
 
 void run_launch(Launch& L) {
   if (sticky_error() != cudaSuccess) return;  // a faulted device runs nothing more
-  register_drain_at_exit();
   run_grid(L);
   note_stats(L);
 }
