@@ -97,8 +97,8 @@ const Config kEagerBf16{"eager, bf16, device-resident data", {"--device-resident
 const Config kGraphBf16{"graph, bf16, host loader", {"--graph"}, "bf16", true};
 const Config kEagerFp16{"eager, fp16 with loss scaling", {}, "fp16"};
 const Config kGraphFp16{"graph, fp16, device-resident data", {"--graph", "--device-resident"}, "fp16", true};
-// every op on its vendor variant where it has one (cuBLAS/cuBLASLt linear, cuDNN conv, pooling,
-// batch norm, softmax): eager, and captured into a graph, which must capture the library calls too
+// every op on its vendor variant where it has one (the MLP: its linear layers on cuBLAS): eager,
+// and captured into a graph, which must capture the library calls too
 const Config kVendorEager{"vendor libraries, eager, f32", {"--backends", "*=vendor"}};
 const Config kVendorGraphFp16{"vendor libraries, graph, fp16", {"--backends", "*=vendor", "--graph"}, "fp16", true};
 
@@ -123,7 +123,10 @@ TEST_CASE("mnist_train --device cuda: the CNN's 20 steps match the CPU in bf16 a
   check_against_cpu("cnn", "8", {kEagerBf16, kGraphBf16, kEagerFp16, kGraphFp16});
 }
 
-TEST_CASE("mnist_train --device cuda --backends '*=vendor': the CNN's 20 steps match the CPU, eager and graph",
+// The MLP: in the simulator the vendor libraries' emulation computes naively (a CNN step at batch 8
+// is a quarter of a billion multiply-adds: minutes under CI's sanitizers); cuDNN's convolutions,
+// pooling and batch norm have their parity, large-shape and capture tests.
+TEST_CASE("mnist_train --device cuda --backends '*=vendor': the MLP's 20 steps match the CPU, eager and graph",
           "[gpu][mnist_train]") {
-  check_against_cpu("cnn", "8", {kVendorEager, kVendorGraphFp16});
+  check_against_cpu("mlp", "16", {kVendorEager, kVendorGraphFp16});
 }
