@@ -4,6 +4,8 @@
 // groups, stride, padding, dilation, convolution mode, f64/f32/f16, alpha and beta); the numerics
 // the emulation models (TF32 under default math, nondeterministic reduction orders, the FFT-like
 // error); the algorithm lists and Find; graph capture. Simulator build only.
+#if EMBER_WITH_CUDNN  // built where CMake found cudnn.h (CMakeLists.txt)
+
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -740,3 +742,5 @@ TEST_CASE("simulated cuDNN convolutions: algorithm lists, Find, and graph captur
     cudaStreamDestroy(s);
   }
 }
+
+#endif  // EMBER_WITH_CUDNN

@@ -22,6 +22,8 @@
 //   magnitude, not the output's), not a bound NVIDIA documents;
 // - the result is blended, alpha * result + beta * old (old not read when beta is 0), in double
 //   and rounded once to the data type.
+#if EMBER_WITH_CUDNN  // built where CMake found cudnn.h (CMakeLists.txt)
+
 #include "core/cuda/sim/vendor/conv.h"
 
 #include <algorithm>
@@ -205,3 +207,5 @@ void enqueue(Dir dir, const ConvGeom& g, const ConvNumerics& num, const void* a,
 }
 
 }  // namespace ember::sim::vendor::conv
+
+#endif  // EMBER_WITH_CUDNN

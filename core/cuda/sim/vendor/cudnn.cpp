@@ -25,6 +25,8 @@
 // - Numerics: Note [emulated convolution numerics] in conv.cu; `numerics` below picks them from
 //   the data type, compute type, math type and algorithm.
 // - Algorithm lists: `candidates` below.
+#if EMBER_WITH_CUDNN  // built where CMake found cudnn.h (CMakeLists.txt)
+
 #include <cudnn.h>
 
 #include <algorithm>
@@ -994,3 +996,5 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void* a
   return convolve("cudnnConvolutionBackwardFilter", handle, Dir::backward_filter, alpha, xDesc, dwDesc, convDesc,
                   dyDesc, x, dy, dw, static_cast<int>(algo), workSpace, workSpaceSizeInBytes, beta);
 }
+
+#endif  // EMBER_WITH_CUDNN

@@ -1,6 +1,8 @@
 // The simulator's cuDNN (Note [simulated vendor libraries] in common.h): handles, tensor
 // descriptors, status strings and the checks every cuDNN call shares. Convolutions are in
 // cudnn.cpp, pooling, softmax and batch norm in cudnn_ops.cpp.
+#if EMBER_WITH_CUDNN  // built where CMake found cudnn.h (CMakeLists.txt)
+
 #include <cudnn.h>
 
 #include <cstdio>
@@ -223,3 +225,5 @@ cudnnStatus_t cudnnGetTensor4dDescriptor(const cudnnTensorDescriptor_t d, cudnnD
   *ws = d->strides[3];
   return CUDNN_STATUS_SUCCESS;
 }
+
+#endif  // EMBER_WITH_CUDNN

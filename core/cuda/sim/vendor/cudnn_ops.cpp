@@ -11,6 +11,8 @@
 // descriptor created but never set CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED; everything else the
 // documentation lists under BAD_PARAM is BAD_PARAM, and configurations it lists as unsupported
 // are NOT_SUPPORTED.
+#if EMBER_WITH_CUDNN  // built where CMake found cudnn.h (CMakeLists.txt)
+
 #include <cudnn.h>
 
 #include <cstring>
@@ -694,3 +696,5 @@ cudnnStatus_t cudnnBatchNormalizationBackward(
                      dBnBiasResult, savedMean, savedInvVariance, ad, bd, ap, bp, handle->stream);
   });
 }
+
+#endif  // EMBER_WITH_CUDNN

@@ -10,6 +10,8 @@
 // nondeterministic: there the order in which overlapping windows add into dx flips from call to
 // call. Simple shapes of parallelism, fine for test sizes: a thread per output element (pooling,
 // inference batch norm), a thread per softmax row, a block per batch-norm feature.
+#if EMBER_WITH_CUDNN  // built where CMake found cudnn.h (CMakeLists.txt)
+
 #include <cmath>
 #include <limits>
 
@@ -429,3 +431,5 @@ void bn_backward(const BnShape& s, const View4& xv, const void* x, const View4& 
 }
 
 }  // namespace ember::sim::vendor::dnn
+
+#endif  // EMBER_WITH_CUDNN
