@@ -1,7 +1,7 @@
 // What the simulator's emulations of cuBLAS, cuBLASLt and cuDNN share (cublas.cpp, cudnn.cpp and
 // their kernels): element types, the worst numerics a configuration allows, the call counter that
-// makes a permitted nondeterministic order differ from call to call, and launching an emulated
-// kernel on a library handle's stream. Simulator build only. Not for other code.
+// makes a permitted nondeterministic order differ from call to call, the reason of the last refusal
+// and the device-pointer check. Simulator build only. Not for other code.
 //
 // Note [simulated vendor libraries]: ember's cuBLAS, cuBLASLt and cuDNN variants compile against
 // NVIDIA's real headers; in the simulator build the symbols come from core/cuda/sim/vendor/
@@ -26,12 +26,8 @@
 // docs/simulator.md lists the calls and the rules each one checks.
 #pragma once
 
-#include <cuda_runtime_api.h>
-
 #include <atomic>
 #include <cstdint>
-#include <cstring>
-#include <exception>
 #include <string>
 
 #include "core/half.h"
@@ -118,13 +114,6 @@ EMBER_HD inline uint64_t mix(uint64_t seed, uint64_t i) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
-}
-
-// Whether `stream` (or, for the legacy stream, any stream of the device) is capturing a graph.
-inline bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &st) != cudaSuccess) return false;
-  return st != cudaStreamCaptureStatusNone;
 }
 
 // The library's per-thread "last error" text, for a test or a report to read after a failed call:

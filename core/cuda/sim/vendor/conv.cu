@@ -9,10 +9,11 @@
 // tensor-core tiles cut it:
 // - the products are formed from operands rounded as the math type permits (TF32 or f16 for f32
 //   data) and summed with fused multiply-adds in the accumulator (f32, or f64 for double data);
-// - partial sums of chunks are then combined: in the accumulator, or, where the configuration
-//   lets cuDNN keep f16 partial sums (cudnn.cpp's `numerics`), each chunk sum rounded to the data type and the chunks
-//   added in the data type, rounded after every addition (Note [cuDNN f16 partial sums] in
-//   tests/op_samples/conv2d_samples.cpp has the H200 observation);
+// - partial sums of chunks are then combined (cudnn.cpp's `numerics` decides how): in the
+//   accumulator; or each rounded to the data type and added in the accumulator (f16 backward data
+//   with tensor-op math: Note [cuDNN f16 partial sums] in tests/op_samples/conv2d_samples.cpp has
+//   the H200 observation); or, for compute type HALF, added in the data type, rounded after every
+//   addition;
 // - a nondeterministic algorithm (atomics on a GPU) combines the chunks in an order drawn from the
 //   call's seed: a rotation and a direction per element, so two identical calls may differ in the
 //   last bits, while a deterministic algorithm always uses chunk order 0, 1, 2, ...;

@@ -191,7 +191,19 @@ cudnnStatus_t describe(const char* what, Dir dir, cudnnTensorDescriptor_t xd, cu
 
 // ---- algorithms ----
 
-enum class Family { implicit_gemm, precomp_gemm, gemm, direct, fft, fft_tiling, winograd, winograd_nonfused, none };
+// `unimplemented`: the two algorithms cuDNN's documentation lists as not implemented
+// (CUDNN_CONVOLUTION_FWD_ALGO_DIRECT, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD): listed, never supported.
+enum class Family {
+  implicit_gemm,
+  precomp_gemm,
+  gemm,
+  unimplemented,
+  fft,
+  fft_tiling,
+  winograd,
+  winograd_nonfused,
+  none
+};
 
 int algo_count(Dir dir) {
   switch (dir) {
@@ -209,7 +221,7 @@ Family family(Dir dir, int algo) {
         case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return Family::implicit_gemm;
         case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return Family::precomp_gemm;
         case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return Family::gemm;
-        case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return Family::direct;
+        case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return Family::unimplemented;
         case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return Family::fft;
         case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return Family::fft_tiling;
         case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return Family::winograd;
@@ -232,7 +244,7 @@ Family family(Dir dir, int algo) {
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1: return Family::gemm;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: return Family::fft;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3: return Family::precomp_gemm;
-        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD: return Family::direct;  // "not implemented"
+        case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD: return Family::unimplemented;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED: return Family::winograd_nonfused;
         case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: return Family::fft_tiling;
         default: return Family::none;
@@ -268,7 +280,7 @@ bool lossy(Family f) { return f == Family::fft || f == Family::fft_tiling || f =
 std::string unsupported(const Problem& pr, int algo) {
   const Family f = family(pr.dir, algo);
   const conv::ConvGeom& g = pr.g;
-  if (f == Family::direct) return "the algorithm is not implemented";
+  if (f == Family::unimplemented) return "cuDNN documents this algorithm as not implemented";
   if (pr.compute == CUDNN_DATA_HALF && f != Family::implicit_gemm && f != Family::precomp_gemm)
     return "compute type HALF runs on the implicit-GEMM algorithms only";
   if (transform_family(f)) {
@@ -308,7 +320,7 @@ size_t workspace_bytes(const Problem& pr, int algo) {
   int64_t bytes = 0;
   switch (family(pr.dir, algo)) {
     case Family::implicit_gemm:
-    case Family::direct:
+    case Family::unimplemented:
     case Family::none: bytes = 0; break;
     case Family::precomp_gemm:
       bytes = 4 * (pr.dir == Dir::backward_data ? g.Kg() : Cg) * g.R * g.S + 256;

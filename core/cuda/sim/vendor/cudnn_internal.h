@@ -103,10 +103,6 @@ cudnnStatus_t check_tensor(cudnnTensorDescriptor_t d, const char* what, const ch
 // The element type of a data type cuDNN's legacy API computes with (false: not one of them).
 bool elem_of(cudnnDataType_t t, Elem& out);
 
-// The element offset of (n, c, h, w) in a 4-d tensor descriptor.
-inline int64_t offset4(const cudnnTensorStruct& d, int64_t n, int64_t c, int64_t h, int64_t w) {
-  return n * d.strides[0] + c * d.strides[1] + h * d.strides[2] + w * d.strides[3];
-}
 // Bytes spanned by a 4-d tensor (the largest offset + 1 element).
 size_t span_bytes(const cudnnTensorStruct& d);
 
