@@ -51,10 +51,10 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!options_.enabled_) return;
   EMBER_CHECK(initialised_, "GradScaler::unscale_: scale() was never called, so there is nothing to unscale");
   PerOptimizer& s = state_of(optimizer);
-  EMBER_CHECK(s.stage == Stage::ready, s.stage == Stage::unscaled
-                                           ? "GradScaler::unscale_() has already been called on this optimizer since "
-                                             "the last update()"
-                                           : "GradScaler::unscale_() is being called after step(); call update() first");
+  EMBER_CHECK(s.stage == Stage::ready,
+              s.stage == Stage::unscaled ? "GradScaler::unscale_() has already been called on this optimizer since "
+                                           "the last update()"
+                                         : "GradScaler::unscale_() is being called after step(); call update() first");
   autograd::NoGradGuard ng;
   std::vector<Tensor> grads;
   for (const optim::ParamGroup& g : optimizer.param_groups())
@@ -77,8 +77,9 @@ void GradScaler::step(optim::Optimizer& optimizer) {
   }
   EMBER_CHECK(initialised_, "GradScaler::step: scale() was never called");
   PerOptimizer& s = state_of(optimizer);
-  EMBER_CHECK(s.stage != Stage::stepped, "GradScaler::step() has already been called on this optimizer since the last "
-                                         "update()");
+  EMBER_CHECK(s.stage != Stage::stepped,
+              "GradScaler::step() has already been called on this optimizer since the last "
+              "update()");
   if (s.stage == Stage::ready) unscale_(optimizer);
   optim::GradScaling scaling;
   scaling.found_inf = s.found_inf;
@@ -139,8 +140,10 @@ void GradScaler::load_state_dict(const StateDict& state) {
   } catch (const std::exception& e) {
     EMBER_FAIL("GradScaler::load_state_dict: malformed 'grad_scaler' entry: ", e.what());
   }
-  for (const char* key : {"scale", "growth_factor", "backoff_factor", "growth_interval", "growth_tracker", "skipped_steps"})
-    EMBER_CHECK(j.contains(key) && j[key].is_number(), "GradScaler::load_state_dict: '", key, "' is missing or not a number");
+  for (const char* key :
+       {"scale", "growth_factor", "backoff_factor", "growth_interval", "growth_tracker", "skipped_steps"})
+    EMBER_CHECK(j.contains(key) && j[key].is_number(), "GradScaler::load_state_dict: '", key,
+                "' is missing or not a number");
   double scale = j["scale"].get<double>();
   EMBER_CHECK(scale > 0 && std::isfinite(scale), "GradScaler::load_state_dict: bad scale ", scale);
   options_.growth_factor_ = j["growth_factor"].get<double>();

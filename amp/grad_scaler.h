@@ -40,11 +40,26 @@ struct GradScalerOptions {
   double backoff_factor_ = 0.5;
   int64_t growth_interval_ = 2000;
   bool enabled_ = true;
-  GradScalerOptions& init_scale(double v) { init_scale_ = v; return *this; }
-  GradScalerOptions& growth_factor(double v) { growth_factor_ = v; return *this; }
-  GradScalerOptions& backoff_factor(double v) { backoff_factor_ = v; return *this; }
-  GradScalerOptions& growth_interval(int64_t v) { growth_interval_ = v; return *this; }
-  GradScalerOptions& enabled(bool v) { enabled_ = v; return *this; }
+  GradScalerOptions& init_scale(double v) {
+    init_scale_ = v;
+    return *this;
+  }
+  GradScalerOptions& growth_factor(double v) {
+    growth_factor_ = v;
+    return *this;
+  }
+  GradScalerOptions& backoff_factor(double v) {
+    backoff_factor_ = v;
+    return *this;
+  }
+  GradScalerOptions& growth_interval(int64_t v) {
+    growth_interval_ = v;
+    return *this;
+  }
+  GradScalerOptions& enabled(bool v) {
+    enabled_ = v;
+    return *this;
+  }
 };
 
 class GradScaler : public Stateful {

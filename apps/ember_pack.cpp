@@ -97,7 +97,8 @@ Options parse(int argc, char** argv) {
       const std::string v = value();
       const size_t x = v.find('x');
       const int64_t side = kMaxImageSide;
-      if (x == std::string::npos || !parse_int(v.substr(0, x), 1, side, o.rh) || !parse_int(v.substr(x + 1), 1, side, o.rw))
+      if (x == std::string::npos || !parse_int(v.substr(0, x), 1, side, o.rh) ||
+          !parse_int(v.substr(x + 1), 1, side, o.rw))
         bad(v, "wants HxW with H and W in [1, 32768], e.g. 32x32");
     } else if (a == "--channels") {
       const std::string v = value();
@@ -132,7 +133,8 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("ember_pack: packs an image dataset into one file that InMemoryDataset::load reads at once\n%s", kUsage);
+      std::printf("ember_pack: packs an image dataset into one file that InMemoryDataset::load reads at once\n%s",
+                  kUsage);
       return 0;
     }
   const Options o = parse(argc, argv);
@@ -221,7 +223,8 @@ int main(int argc, char** argv) {
   }
   if (!bad.empty()) {
     std::fflush(stdout);
-    std::fprintf(stderr, "ember_pack: warning: skipped %zu of %lld images that could not be decoded (--skip-bad-images)%s\n",
+    std::fprintf(stderr,
+                 "ember_pack: warning: skipped %zu of %lld images that could not be decoded (--skip-bad-images)%s\n",
                  bad.size(), static_cast<long long>(total), bad.size() > kListedBadImages ? "; the first ones:" : ":");
     for (size_t i = 0; i < std::min(bad.size(), kListedBadImages); ++i)
       std::fprintf(stderr, "ember_pack: warning:   %s\n", bad[i].why.c_str());

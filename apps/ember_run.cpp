@@ -114,7 +114,8 @@ exit status:
 )";
 
 [[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "ember_run: %s\nusage: ember_run [options] -- program [args...]  (see ember_run --help)\n", msg.c_str());
+  std::fprintf(stderr, "ember_run: %s\nusage: ember_run [options] -- program [args...]  (see ember_run --help)\n",
+               msg.c_str());
   std::exit(kUsageError);
 }
 
@@ -193,7 +194,8 @@ Options parse(int argc, char** argv) {
   for (++i; i < argc; ++i) o.command.emplace_back(argv[i]);
   if (o.command.empty()) usage_error("no program after '--'");
   if (o.node_rank >= o.nnodes)
-    usage_error("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " + std::to_string(o.nnodes));
+    usage_error("--node-rank " + std::to_string(o.node_rank) + " is out of range for --nnodes " +
+                std::to_string(o.nnodes));
   return o;
 }
 
@@ -225,8 +227,9 @@ std::string job_token(const Options& o) {
   for (const char* v : {"EMBER_JOB_TOKEN", "EMBER_JOB_TOKEN_FILE"})
     if (const char* e = std::getenv(v); e != nullptr && *e != '\0') return "";
   if (o.nnodes > 1)
-    usage_error("a job on several nodes needs the same token on every node: --token-file FILE (the same file, "
-                "chmod 600, on each node) or EMBER_JOB_TOKEN");
+    usage_error(
+        "a job on several nodes needs the same token on every node: --token-file FILE (the same file, "
+        "chmod 600, on each node) or EMBER_JOB_TOKEN");
   unsigned char b[32];
   size_t got = 0;
   while (got < sizeof b) {
@@ -288,8 +291,8 @@ void write_all(int fd, const char* p, size_t n) {
 using Clock = std::chrono::steady_clock;
 
 struct Stream {
-  int fd = -1;   // read end of the child's pipe; -1 once closed
-  int out = 1;   // where its lines go: 1 or 2
+  int fd = -1;          // read end of the child's pipe; -1 once closed
+  int out = 1;          // where its lines go: 1 or 2
   std::string pending;  // bytes after the last newline
 };
 
@@ -358,7 +361,7 @@ class Launcher {
       std::perror("ember_run: pipe");
       return 1;
     }
-    struct sigaction sa{};
+    struct sigaction sa {};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_NOCLDSTOP | SA_RESTART;
@@ -482,23 +485,23 @@ class Launcher {
 
   std::vector<std::string> environment(int local_rank) const {
     const long rank = o_.node_rank * o_.nproc + local_rank;
-    const std::vector<std::pair<std::string, std::string>> ours = {
-        {"RANK", std::to_string(rank)},
-        {"WORLD_SIZE", std::to_string(o_.nnodes * o_.nproc)},
-        {"LOCAL_RANK", std::to_string(local_rank)},
-        {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc)},
-        {"GROUP_RANK", std::to_string(o_.node_rank)},
-        {"NODE_RANK", std::to_string(o_.node_rank)},
-        {"MASTER_ADDR", o_.master_addr},
-        {"MASTER_PORT", std::to_string(o_.master_port)},
-        {"EMBER_RUN", "1"}};
+    const std::vector<std::pair<std::string, std::string>> ours = {{"RANK", std::to_string(rank)},
+                                                                   {"WORLD_SIZE", std::to_string(o_.nnodes * o_.nproc)},
+                                                                   {"LOCAL_RANK", std::to_string(local_rank)},
+                                                                   {"LOCAL_WORLD_SIZE", std::to_string(o_.nproc)},
+                                                                   {"GROUP_RANK", std::to_string(o_.node_rank)},
+                                                                   {"NODE_RANK", std::to_string(o_.node_rank)},
+                                                                   {"MASTER_ADDR", o_.master_addr},
+                                                                   {"MASTER_PORT", std::to_string(o_.master_port)},
+                                                                   {"EMBER_RUN", "1"}};
     std::vector<std::pair<std::string, std::string>> all = ours;
     if (!token_.empty()) all.emplace_back("EMBER_JOB_TOKEN", token_);
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
       const std::string_view kv = *e;
       bool replaced = false;
-      for (const auto& [k, v] : all) replaced |= kv.size() > k.size() && kv.substr(0, k.size()) == k && kv[k.size()] == '=';
+      for (const auto& [k, v] : all)
+        replaced |= kv.size() > k.size() && kv.substr(0, k.size()) == k && kv[k.size()] == '=';
       if (!replaced) env.emplace_back(kv);
     }
     for (const auto& [k, v] : all) env.push_back(k + "=" + v);
@@ -542,7 +545,7 @@ class Launcher {
       setpgid(0, 0);
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(1);
-      struct sigaction dfl{};
+      struct sigaction dfl {};
       dfl.sa_handler = SIG_DFL;
       for (int sig : kHandled) sigaction(sig, &dfl, nullptr);
       sigprocmask(SIG_SETMASK, &old, nullptr);
@@ -618,7 +621,8 @@ class Launcher {
           continue;
         }
         const int k = kill_all(sig);
-        std::fprintf(stderr, "ember_run: got %s, forwarded it to %d process%s\n", sigabbrev(sig), k, k == 1 ? "" : "es");
+        std::fprintf(stderr, "ember_run: got %s, forwarded it to %d process%s\n", sigabbrev(sig), k,
+                     k == 1 ? "" : "es");
         if (sig != SIGINT) arm_grace();
       }
   }
@@ -646,9 +650,9 @@ class Launcher {
       if (!failed || stopping_) continue;
       const int others = kill_all(SIGTERM);
       const std::string what = others == 0 ? "no other process was running"
-                                            : "stopping the other " + std::to_string(others) + " process" +
-                                                  (others == 1 ? "" : "es") + " (SIGTERM, SIGKILL after " +
-                                                  format_seconds(o_.grace_s) + ")";
+                                           : "stopping the other " + std::to_string(others) + " process" +
+                                                 (others == 1 ? "" : "es") + " (SIGTERM, SIGKILL after " +
+                                                 format_seconds(o_.grace_s) + ")";
       std::fprintf(stderr, "ember_run: rank %d %s; %s\n", p->rank, describe(status).c_str(), what.c_str());
       stopping_ = true;
       exit_code_ = exit_code_of(status);

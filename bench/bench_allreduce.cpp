@@ -170,7 +170,8 @@ Args parse_args(int argc, char** argv) {
       std::exit(0);
     } else if (flag == "--backend") {
       a.backend = next();
-      if (a.backend != "gloo" && a.backend != "nccl") usage_error("--backend expects gloo or nccl, got '" + a.backend + "'");
+      if (a.backend != "gloo" && a.backend != "nccl")
+        usage_error("--backend expects gloo or nccl, got '" + a.backend + "'");
     } else if (flag == "--op") {
       std::string o = next();
       if (o == "all_reduce" || o == "allreduce") a.op = Op::all_reduce;
@@ -268,14 +269,13 @@ class Bench {
     sync();
     int64_t wrong = 0;
     switch (a_.op) {
-      case Op::all_reduce:
-        wrong = count_wrong(buf, [&](int64_t i) { return sum_over_ranks(i); });
-        break;
+      case Op::all_reduce: wrong = count_wrong(buf, [&](int64_t i) { return sum_over_ranks(i); }); break;
       case Op::broadcast:
         wrong = count_wrong(buf, [&](int64_t i) { return static_cast<double>(pattern(0, i)); });
         break;
       case Op::all_gather:
-        wrong = count_wrong(out, [&](int64_t j) { return static_cast<double>(pattern(static_cast<int>(j / piece), j % piece)); });
+        wrong = count_wrong(
+            out, [&](int64_t j) { return static_cast<double>(pattern(static_cast<int>(j / piece), j % piece)); });
         break;
       case Op::reduce_scatter:
         wrong = count_wrong(out, [&](int64_t k) { return sum_over_ranks(r * piece + k); });
@@ -362,8 +362,10 @@ class Bench {
 
 std::string human_bytes(int64_t b) {
   char buf[32];
-  if (b >= (int64_t{1} << 30) && b % (int64_t{1} << 30) == 0) std::snprintf(buf, sizeof buf, "%lld GiB", static_cast<long long>(b >> 30));
-  else if (b >= (1 << 20) && b % (1 << 20) == 0) std::snprintf(buf, sizeof buf, "%lld MiB", static_cast<long long>(b >> 20));
+  if (b >= (int64_t{1} << 30) && b % (int64_t{1} << 30) == 0)
+    std::snprintf(buf, sizeof buf, "%lld GiB", static_cast<long long>(b >> 30));
+  else if (b >= (1 << 20) && b % (1 << 20) == 0)
+    std::snprintf(buf, sizeof buf, "%lld MiB", static_cast<long long>(b >> 20));
   else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%lld KiB", static_cast<long long>(b >> 10));
   else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
   return buf;
@@ -407,15 +409,18 @@ int run(int argc, char** argv) {
   Device dev = kCPU;
   if (a.backend == "nccl") {
     if (!cuda::compiled_with_cuda())
-      throw std::runtime_error("--backend nccl: this build has no CUDA (configured with EMBER_CUDA=OFF); use --backend gloo");
+      throw std::runtime_error(
+          "--backend nccl: this build has no CUDA (configured with EMBER_CUDA=OFF); use --backend gloo");
     if (!dist::nccl_available())
-      throw std::runtime_error("--backend nccl: this build has no NCCL (nccl.h and libnccl were not found when it was "
-                               "configured, or it is the simulator build); use --backend gloo");
+      throw std::runtime_error(
+          "--backend nccl: this build has no NCCL (nccl.h and libnccl were not found when it was "
+          "configured, or it is the simulator build); use --backend gloo");
     if (cuda::device_count() <= env.local_rank)
       throw std::runtime_error("--backend nccl: local rank " + std::to_string(env.local_rank) + " needs GPU " +
                                std::to_string(env.local_rank) + " but " +
-                               (cuda::device_count() == 0 ? cuda::unavailable_reason()
-                                                          : std::to_string(cuda::device_count()) + " GPU(s) are visible") +
+                               (cuda::device_count() == 0
+                                    ? cuda::unavailable_reason()
+                                    : std::to_string(cuda::device_count()) + " GPU(s) are visible") +
                                " (one process per GPU: --nproc-per-node <= the GPU count)");
     dev = Device(DeviceType::cuda, env.local_rank);
     cuda::set_device(env.local_rank);
@@ -445,12 +450,13 @@ int run(int argc, char** argv) {
       std::printf("# device: CPU tensors; times from the host clock around issue + wait\n");
     }
     if (a.op == Op::reduce_scatter && pg->backend() == "gloo")
-      std::printf("# note: gloo's reduce_scatter is an all_reduce of the whole input (dist/gloo_backend.cpp): "
-                  "its busbw is half of a real one\n");
+      std::printf(
+          "# note: gloo's reduce_scatter is an all_reduce of the whole input (dist/gloo_backend.cpp): "
+          "its busbw is half of a real one\n");
     std::printf("# time: median and min over iterations of the slowest rank; GB/s = 1e9 B/s\n");
     std::printf("#\n");
-    std::printf("# %12s %12s %6s %6s %12s %12s %9s %9s %7s\n", "size", "count", "type", "redop", "time", "min",
-                "algbw", "busbw", "#wrong");
+    std::printf("# %12s %12s %6s %6s %12s %12s %9s %9s %7s\n", "size", "count", "type", "redop", "time", "min", "algbw",
+                "busbw", "#wrong");
     std::printf("# %12s %12s %6s %6s %12s %12s %9s %9s %7s\n", "(B)", "(elements)", "", "", "(us)", "(us)", "(GB/s)",
                 "(GB/s)", "");
     std::fflush(stdout);
@@ -500,13 +506,15 @@ int run(int argc, char** argv) {
       m.alpha_us = m.fit.p / (2.0 * (n - 1));
       m.bw_gbs = bus_factor(a.op, n) / m.fit.q / 1e3;  // B per us / 1e3 = GB/s
       for (const Row& r : rows)
-        m.worst_rel = std::max(m.worst_rel, std::fabs(m.fit.p + m.fit.q * static_cast<double>(r.bytes) - r.*m.time) / r.*m.time);
+        m.worst_rel =
+            std::max(m.worst_rel, std::fabs(m.fit.p + m.fit.q * static_cast<double>(r.bytes) - r.*m.time) / r.*m.time);
       fits.push_back(m);
     }
   }
 
   if (print) {
-    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong), total_wrong ? "WRONG" : "OK");
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
+                total_wrong ? "WRONG" : "OK");
     if (peak != nullptr) {
       std::printf("# Avg bus bandwidth    : %.3f GB/s\n", avg);
       std::printf("# Peak bus bandwidth   : %.3f GB/s at %lld B (%s), %s %s, %d ranks, backend %s\n", peak->busbw,
@@ -514,9 +522,10 @@ int run(int argc, char** argv) {
                   pg->backend().c_str());
     }
     for (const ModelFit& m : fits)
-      std::printf("# Ring model fit (%-6s): T(S) = 2(n-1) alpha + 2(n-1)/n S/B, alpha = %.2f us, B = %.3f GB/s "
-                  "(T = %.1f us + S / %.3f GB/s; worst relative error %.0f%%)\n",
-                  m.on, m.alpha_us, m.bw_gbs, m.fit.p, 1.0 / m.fit.q / 1e3, 100.0 * m.worst_rel);
+      std::printf(
+          "# Ring model fit (%-6s): T(S) = 2(n-1) alpha + 2(n-1)/n S/B, alpha = %.2f us, B = %.3f GB/s "
+          "(T = %.1f us + S / %.3f GB/s; worst relative error %.0f%%)\n",
+          m.on, m.alpha_us, m.bw_gbs, m.fit.p, 1.0 / m.fit.q / 1e3, 100.0 * m.worst_rel);
     if (a.fit && !fits.empty()) {
       std::printf("# %12s %12s %12s %8s %12s %12s %8s\n", "size (B)", "median us", "model us", "error", "min us",
                   "model us", "error");
@@ -533,13 +542,15 @@ int run(int argc, char** argv) {
     if (!a.json.empty()) {
       FILE* f = std::fopen(a.json.c_str(), "w");
       if (f == nullptr) throw std::runtime_error("cannot write " + a.json + ": " + std::strerror(errno));
-      std::fprintf(f, "{\"bench\": \"bench_allreduce\", \"op\": \"%s\", \"backend\": \"%s\", \"world_size\": %d, "
-                      "\"dtype\": \"%s\", \"iters\": %d, \"warmup\": %d,\n \"rows\": [\n",
+      std::fprintf(f,
+                   "{\"bench\": \"bench_allreduce\", \"op\": \"%s\", \"backend\": \"%s\", \"world_size\": %d, "
+                   "\"dtype\": \"%s\", \"iters\": %d, \"warmup\": %d,\n \"rows\": [\n",
                    op_name(a.op), pg->backend().c_str(), n, dt, a.iters, a.warmup);
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
-        std::fprintf(f, "  {\"bytes\": %lld, \"count\": %lld, \"time_us\": %.3f, \"min_us\": %.3f, \"algbw_gbs\": %.6f, "
-                        "\"busbw_gbs\": %.6f, \"wrong\": %lld}%s\n",
+        std::fprintf(f,
+                     "  {\"bytes\": %lld, \"count\": %lld, \"time_us\": %.3f, \"min_us\": %.3f, \"algbw_gbs\": %.6f, "
+                     "\"busbw_gbs\": %.6f, \"wrong\": %lld}%s\n",
                      static_cast<long long>(r.bytes), static_cast<long long>(r.count), r.median_us, r.min_us, r.algbw,
                      r.busbw, static_cast<long long>(r.wrong), i + 1 < rows.size() ? "," : "");
       }

@@ -83,11 +83,16 @@ int main(int argc, char** argv) {
     else if (a == "--no-ref") ref = false;
     else if (a == "--cputime") g_cputime = true;
     else {
-      std::fprintf(stderr, "usage: bench_cpu_gemm [--threads N] [--dtype f32|f64|f16|bf16] [--shapes MxKxN,...] [--no-ref] [--cputime]\n");
+      std::fprintf(stderr,
+                   "usage: bench_cpu_gemm [--threads N] [--dtype f32|f64|f16|bf16] [--shapes MxKxN,...] [--no-ref] "
+                   "[--cputime]\n");
       return 2;
     }
   }
-  DType dt = dtype_s == "f64" ? DType::f64 : dtype_s == "f16" ? DType::f16 : dtype_s == "bf16" ? DType::bf16 : DType::f32;
+  DType dt = dtype_s == "f64"    ? DType::f64
+             : dtype_s == "f16"  ? DType::f16
+             : dtype_s == "bf16" ? DType::bf16
+                                 : DType::f32;
   const OpInfo& info = op_info(OpId::matmul);
   const Variant* refv = nullptr;
   const Variant* blocked = nullptr;

@@ -84,10 +84,12 @@ void host_throughput(const Args& a, const std::shared_ptr<InMemoryDataset>& ds) 
     std::shared_ptr<const Transform> t;
   };
   const Config configs[] = {{"none (memcpy)", nullptr}, {"crop+flip", light}, {"crop+flip+affine", heavy}};
-  std::printf("\n== 1. loader throughput on the host: %lld samples/epoch, batch %lld, %d epoch(s), %u hardware threads ==\n",
-              static_cast<long long>(ds->size()), static_cast<long long>(a.batch), a.epochs,
-              std::thread::hardware_concurrency());
-  std::printf("%-18s %8s %12s %10s %10s %12s\n", "augmentation", "workers", "samples/s", "ms/epoch", "batches", "wait %");
+  std::printf(
+      "\n== 1. loader throughput on the host: %lld samples/epoch, batch %lld, %d epoch(s), %u hardware threads ==\n",
+      static_cast<long long>(ds->size()), static_cast<long long>(a.batch), a.epochs,
+      std::thread::hardware_concurrency());
+  std::printf("%-18s %8s %12s %10s %10s %12s\n", "augmentation", "workers", "samples/s", "ms/epoch", "batches",
+              "wait %");
   for (const Config& c : configs) {
     for (int w : {0, 1, 2, 4, 8}) {
       if (w > a.max_workers) continue;
@@ -117,19 +119,20 @@ void host_throughput(const Args& a, const std::shared_ptr<InMemoryDataset>& ds) 
       (void)checksum;
     }
   }
-  std::printf("(wait %%: share of the time the consuming thread was blocked waiting for workers; with 0 workers it "
-              "loads the batches itself)\n");
+  std::printf(
+      "(wait %%: share of the time the consuming thread was blocked waiting for workers; with 0 workers it "
+      "loads the batches itself)\n");
 }
 
 #if EMBER_WITH_CUDA
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
+#define CK(x)                                                                                       \
+  do {                                                                                              \
+    cudaError_t e_ = (x);                                                                           \
+    if (e_ != cudaSuccess) {                                                                        \
       std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
   } while (0)
 
 // ---- 2. host-to-device bandwidth ----
@@ -137,7 +140,8 @@ void host_throughput(const Args& a, const std::shared_ptr<InMemoryDataset>& ds) 
 void bandwidth(const Args& a) {
   std::printf("\n== 2. host-to-device bandwidth (GB/s = 1e9 B/s; mean over repeated copies, timed with events) ==\n");
   const int reps = a.quick ? 5 : 20;
-  std::printf("%8s %16s %16s %8s %16s %8s\n", "MB", "cudaMemcpy pinned", "ember pinned", "% peak", "ember pageable", "% peak");
+  std::printf("%8s %16s %16s %8s %16s %8s\n", "MB", "cudaMemcpy pinned", "ember pinned", "% peak", "ember pageable",
+              "% peak");
   cudaStream_t s = static_cast<cudaStream_t>(cuda::current_stream(0).handle());
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -239,8 +243,9 @@ void gpu_loop(const Args& a, const std::shared_ptr<InMemoryDataset>& ds) {
   }
   std::printf("\n== 3. GPU time spent waiting for data in an MNIST training loop (batch %lld) ==\n",
               static_cast<long long>(a.batch));
-  std::printf("step: %s\n", m.mlp ? "784-512-10 MLP forward + backward + SGD"
-                                  : "elementwise stand-in (no CUDA matmul in this build): 24 x relu(x*a+b) on 256x4096");
+  std::printf("step: %s\n", m.mlp
+                                ? "784-512-10 MLP forward + backward + SGD"
+                                : "elementwise stand-in (no CUDA matmul in this build): 24 x relu(x*a+b) on 256x4096");
   std::printf("%-34s %10s %12s %12s %10s\n", "feeding", "steps", "loop ms", "GPU wait ms", "wait %");
   auto resident = ds->to(kCUDA);
   struct Feed {
@@ -289,8 +294,9 @@ void gpu_loop(const Args& a, const std::shared_ptr<InMemoryDataset>& ds) {
     std::printf("%-34s %10zu %12.2f %12.3f %9.2f%%   (host %.1f ms)\n", f.name, ready.size(), loop_ms, wait_ms,
                 100.0 * wait_ms / loop_ms, 1e3 * host_s);
   }
-  std::printf("(GPU wait: compute-stream time between the end of step k and the point where step k+1's data was "
-              "ready, summed; target < 1%% of the loop)\n");
+  std::printf(
+      "(GPU wait: compute-stream time between the end of step k and the point where step k+1's data was "
+      "ready, summed; target < 1%% of the loop)\n");
 }
 
 #endif

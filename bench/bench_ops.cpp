@@ -100,7 +100,8 @@ std::string spec_str(const std::vector<TensorSpec>& in) {
 void print_cases() {
   for (const OpInfo& info : all_ops()) {
     for (const BenchCase& c : op_benches(info.id)())
-      std::printf("%-24s %-40s %s\n", info.name, c.name.c_str(), c.make ? "(custom inputs)" : spec_str(c.inputs).c_str());
+      std::printf("%-24s %-40s %s\n", info.name, c.name.c_str(),
+                  c.make ? "(custom inputs)" : spec_str(c.inputs).c_str());
   }
 }
 
@@ -237,7 +238,8 @@ void run_case(benchmark::State& state, const OpInfo* info, const Variant* v, con
     std::vector<TensorSpec> specs = info->infer(in, bc->attrs);
     std::vector<Tensor> out;
     for (const TensorSpec& s : specs)
-      out.push_back(s.alias >= 0 ? in[static_cast<size_t>(s.alias)] : empty(s.shape, TensorOptions(s.dtype).device(dev)));
+      out.push_back(s.alias >= 0 ? in[static_cast<size_t>(s.alias)]
+                                 : empty(s.shape, TensorOptions(s.dtype).device(dev)));
     KernelCall call{info->id, in, out, bc->attrs};
     if (!v->accepts(call)) {
       state.SkipWithError("variant does not accept this case");
@@ -328,15 +330,16 @@ void fill_vendor_ratios() {
     for (const Result& o : g_results) {
       if (o.op != r.op || o.case_name != r.case_name || !o.ok || o.device != r.device) continue;
       for (const Variant& v : info->variants)
-        if (v.name == o.variant && (v.flags & kVendor)) vendor = vendor == 0 ? o.median_us : std::min(vendor, o.median_us);
+        if (v.name == o.variant && (v.flags & kVendor))
+          vendor = vendor == 0 ? o.median_us : std::min(vendor, o.median_us);
     }
     if (vendor > 0) r.vs_vendor = vendor / r.median_us;
   }
 }
 
 void print_table() {
-  std::printf("\nrooflines measured in this run: device-to-device copy %.0f GB/s, bf16 GEMM %s\n",
-              g_copy_gbps, g_peak_tflops > 0 ? str(g_peak_tflops, " TFLOP/s (cuBLAS 8192^3)").c_str() : "n/a");
+  std::printf("\nrooflines measured in this run: device-to-device copy %.0f GB/s, bf16 GEMM %s\n", g_copy_gbps,
+              g_peak_tflops > 0 ? str(g_peak_tflops, " TFLOP/s (cuBLAS 8192^3)").c_str() : "n/a");
   std::printf("%-22s %-14s %-30s %-5s %10s %9s %9s %7s %7s %8s  %s\n", "op", "variant", "case", "dtype", "time_us",
               "GB/s", "TFLOP/s", "%copy", "%peak", "x_vendor", "checked vs");
   for (const Result& r : g_results) {
@@ -354,21 +357,23 @@ void print_table() {
       return buf[k];
     };
     std::printf("%-22s %-14s %-30s %-5s %10.2f %9.1f %9s %7s %7s %8s  %s\n", r.op.c_str(), r.variant.c_str(),
-                r.case_name.c_str(), r.dtype.c_str(), r.median_us, r.gbps, opt(r.tflops, "%.2f"),
-                opt(r.pct_bw, "%.1f"), opt(r.pct_peak, "%.1f"), opt(r.vs_vendor, "%.2f"), r.checked.c_str());
+                r.case_name.c_str(), r.dtype.c_str(), r.median_us, r.gbps, opt(r.tflops, "%.2f"), opt(r.pct_bw, "%.1f"),
+                opt(r.pct_peak, "%.1f"), opt(r.vs_vendor, "%.2f"), r.checked.c_str());
   }
 }
 
 void write_json(const std::string& path) {
   std::ofstream f(path);
-  f << "{\n  \"copy_gbps\": " << g_copy_gbps << ",\n  \"bf16_peak_tflops\": " << g_peak_tflops << ",\n  \"results\": [\n";
+  f << "{\n  \"copy_gbps\": " << g_copy_gbps << ",\n  \"bf16_peak_tflops\": " << g_peak_tflops
+    << ",\n  \"results\": [\n";
   for (size_t i = 0; i < g_results.size(); ++i) {
     const Result& r = g_results[i];
     f << "    {\"op\": \"" << r.op << "\", \"variant\": \"" << r.variant << "\", \"case\": \"" << r.case_name
-      << "\", \"dtype\": \"" << r.dtype << "\", \"device\": \"" << r.device << "\", \"ok\": " << (r.ok ? "true" : "false")
-      << ", \"median_us\": " << r.median_us << ", \"gbps\": " << r.gbps << ", \"tflops\": " << r.tflops
-      << ", \"pct_copy_bw\": " << r.pct_bw << ", \"pct_bf16_peak\": " << r.pct_peak << ", \"x_vendor\": " << r.vs_vendor
-      << ", \"checked\": \"" << r.checked << "\"}" << (i + 1 < g_results.size() ? "," : "") << "\n";
+      << "\", \"dtype\": \"" << r.dtype << "\", \"device\": \"" << r.device
+      << "\", \"ok\": " << (r.ok ? "true" : "false") << ", \"median_us\": " << r.median_us << ", \"gbps\": " << r.gbps
+      << ", \"tflops\": " << r.tflops << ", \"pct_copy_bw\": " << r.pct_bw << ", \"pct_bf16_peak\": " << r.pct_peak
+      << ", \"x_vendor\": " << r.vs_vendor << ", \"checked\": \"" << r.checked << "\"}"
+      << (i + 1 < g_results.size() ? "," : "") << "\n";
   }
   f << "  ]\n}\n";
 }

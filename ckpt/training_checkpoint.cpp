@@ -37,7 +37,8 @@ uint64_t parse_u64(const Metadata& m, const std::string& key, const std::string&
 }
 }  // namespace
 
-void check_module_state(const TensorDict& state, const nn::Module& m, const std::string& prefix, const std::string& where) {
+void check_module_state(const TensorDict& state, const nn::Module& m, const std::string& prefix,
+                        const std::string& where) {
   const TensorDict own = m.state_dict();
   for (const auto& [k, t] : state) {
     if (!own.contains(k)) continue;  // an unexpected key: load_state_dict's strict rule decides
@@ -60,8 +61,8 @@ void check_module_state(const TensorDict& state, const nn::Module& m, const std:
 void TrainingCheckpoint::add_entry(Entry e) {
   EMBER_CHECK(!e.name.empty() && e.name.find('.') == std::string::npos, "TrainingCheckpoint: component name '", e.name,
               "' must be non-empty and contain no '.'");
-  EMBER_CHECK(e.name != "progress" && e.name != "rng" && e.name != "ember" && e.name != "run", "TrainingCheckpoint: '", e.name,
-              "' is a reserved name");
+  EMBER_CHECK(e.name != "progress" && e.name != "rng" && e.name != "ember" && e.name != "run", "TrainingCheckpoint: '",
+              e.name, "' is a reserved name");
   for (const Entry& o : entries_)
     EMBER_CHECK(o.name != e.name, "TrainingCheckpoint: component '", e.name, "' added twice");
   entries_.push_back(std::move(e));
@@ -159,8 +160,8 @@ TrainingProgress TrainingCheckpoint::restore(const StateDict& state, bool strict
   std::string listed = state.metadata.count("ember.components") ? state.metadata.at("ember.components") : "";
   for (size_t i = 0; i < entries_.size(); ++i) {
     bool in_list = ("," + listed + ",").find("," + entries_[i].name + ",") != std::string::npos;
-    EMBER_CHECK(present[i] || in_list, where, ": no state for component '", entries_[i].name, "' (the checkpoint has: ",
-                listed.empty() ? std::string("nothing") : listed, ")");
+    EMBER_CHECK(present[i] || in_list, where, ": no state for component '", entries_[i].name,
+                "' (the checkpoint has: ", listed.empty() ? std::string("nothing") : listed, ")");
   }
   EMBER_CHECK(!strict || unowned.empty(), where, ": tensor '", unowned.empty() ? std::string() : unowned[0],
               "' belongs to no registered component (the checkpoint has: ", listed,

@@ -9,14 +9,14 @@
 //   LinearOptions(784, 128).bias(false);   o.bias() reads it.
 #pragma once
 
-#define EMBER_ARG(T, name)                                   \
- public:                                                     \
-  auto name(const T& new_##name)->decltype(*this) {          \
-    this->name##_ = new_##name;                              \
-    return *this;                                            \
-  }                                                          \
-  const T& name() const noexcept { return this->name##_; }  \
-  T& name() noexcept { return this->name##_; }               \
-                                                             \
- private:                                                    \
+#define EMBER_ARG(T, name)                                 \
+ public:                                                   \
+  auto name(const T& new_##name)->decltype(*this) {        \
+    this->name##_ = new_##name;                            \
+    return *this;                                          \
+  }                                                        \
+  const T& name() const noexcept { return this->name##_; } \
+  T& name() noexcept { return this->name##_; }             \
+                                                           \
+ private:                                                  \
   T name##_

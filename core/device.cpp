@@ -14,8 +14,8 @@ Device Device::parse(std::string_view s) {
     std::string_view num = s.substr(5);
     int idx = -1;
     auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), idx);
-    EMBER_CHECK(ec == std::errc() && p == num.data() + num.size() && idx >= 0 && idx < 128,
-                "bad device '", s, "': expected cpu, cuda or cuda:N with N a device index");
+    EMBER_CHECK(ec == std::errc() && p == num.data() + num.size() && idx >= 0 && idx < 128, "bad device '", s,
+                "': expected cpu, cuda or cuda:N with N a device index");
     return Device(DeviceType::cuda, idx);
   }
   EMBER_FAIL("bad device '", s, "': expected cpu, cuda or cuda:N");
@@ -55,8 +55,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
   for (int i = 0; i < n; ++i) {
     int ia = i - (n - a.size()), ib = i - (n - b.size());
     int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
-    EMBER_CHECK(da == db || da == 1 || db == 1, "shapes ", a, " and ", b, " cannot be broadcast together (dim ",
-                i, ": ", da, " vs ", db, ")");
+    EMBER_CHECK(da == db || da == 1 || db == 1, "shapes ", a, " and ", b, " cannot be broadcast together (dim ", i,
+                ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

@@ -82,22 +82,58 @@ inline constexpr DTypeSet kAllTypes = kNumericTypes | DTypeSet{DType::boolean};
 // C++ type <-> DType.
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<Half> { static constexpr DType value = DType::f16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = DType::u8; };
-template <> struct dtype_of<bool> { static constexpr DType value = DType::boolean; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::u8;
+};
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = DType::boolean;
+};
 template <class T>
 inline constexpr DType dtype_v = dtype_of<T>::value;
 
 // The type arithmetic is done in: float for the 16-bit floats, the type itself otherwise.
-template <class T> struct acc_type { using type = T; };
-template <> struct acc_type<Half> { using type = float; };
-template <> struct acc_type<BFloat16> { using type = float; };
-template <> struct acc_type<bool> { using type = bool; };
+template <class T>
+struct acc_type {
+  using type = T;
+};
+template <>
+struct acc_type<Half> {
+  using type = float;
+};
+template <>
+struct acc_type<BFloat16> {
+  using type = float;
+};
+template <>
+struct acc_type<bool> {
+  using type = bool;
+};
 template <class T>
 using acc_t = typename acc_type<T>::type;
 
@@ -150,17 +186,17 @@ using acc_t = typename acc_type<T>::type;
   }()
 
 // Index tensors (gather, index_select, targets) are i32 or i64.
-#define EMBER_DISPATCH_INDEX(dtype, name, ...)                                                   \
-  [&] {                                                                                          \
-    switch (dtype) {                                                                             \
-      case ::ember::DType::i32: {                                                                \
-        using index_t = int32_t;                                                                 \
-        return __VA_ARGS__();                                                                    \
-      }                                                                                          \
-      case ::ember::DType::i64: {                                                                \
-        using index_t = int64_t;                                                                 \
-        return __VA_ARGS__();                                                                    \
-      }                                                                                          \
+#define EMBER_DISPATCH_INDEX(dtype, name, ...)                                                      \
+  [&] {                                                                                             \
+    switch (dtype) {                                                                                \
+      case ::ember::DType::i32: {                                                                   \
+        using index_t = int32_t;                                                                    \
+        return __VA_ARGS__();                                                                       \
+      }                                                                                             \
+      case ::ember::DType::i64: {                                                                   \
+        using index_t = int64_t;                                                                    \
+        return __VA_ARGS__();                                                                       \
+      }                                                                                             \
       default: EMBER_FAIL(name, ": index dtype ", dtype, " is not supported (expects i32 or i64)"); \
-    }                                                                                            \
+    }                                                                                               \
   }()

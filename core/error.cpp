@@ -6,8 +6,8 @@
 namespace ember {
 
 namespace {
-constexpr const char* kRoots[] = {"core/", "kernels/", "nn/", "optim/", "data/", "amp/", "dist/", "apps/",
-                                  "bench/", "tests/", "io/", "ckpt/", "logging/"};
+constexpr const char* kRoots[] = {"core/", "kernels/", "nn/",    "optim/", "data/", "amp/",    "dist/",
+                                  "apps/", "bench/",   "tests/", "io/",    "ckpt/", "logging/"};
 }  // namespace
 
 std::string user_message(const std::string& what) {
@@ -55,8 +55,8 @@ namespace ember::detail {
 void throw_error(const char* file, int line, const std::string& msg) {
   // Keep only the path below the source root so messages stay short and stable.
   const char* short_file = file;
-  for (const char* root : {"/core/", "/kernels/", "/nn/", "/optim/", "/data/", "/amp/", "/dist/", "/apps/",
-                           "/bench/", "/tests/", "/io/", "/ckpt/", "/logging/"}) {
+  for (const char* root : {"/core/", "/kernels/", "/nn/", "/optim/", "/data/", "/amp/", "/dist/", "/apps/", "/bench/",
+                           "/tests/", "/io/", "/ckpt/", "/logging/"}) {
     if (const char* p = std::strstr(file, root)) {
       short_file = p + 1;
       break;

@@ -15,7 +15,6 @@
 #define EMBER_HD
 #endif
 
-
 namespace ember {
 
 class Error : public std::runtime_error {
@@ -71,11 +70,11 @@ std::string str(const Args&... args) {
 
 }  // namespace ember
 
-#define EMBER_CHECK(cond, ...)                                                          \
-  do {                                                                                  \
-    if (!(cond)) [[unlikely]] {                                                         \
+#define EMBER_CHECK(cond, ...)                                                             \
+  do {                                                                                     \
+    if (!(cond)) [[unlikely]] {                                                            \
       ::ember::detail::throw_error(__FILE__, __LINE__, ::ember::detail::cat(__VA_ARGS__)); \
-    }                                                                                   \
+    }                                                                                      \
   } while (0)
 
 #define EMBER_FAIL(...) ::ember::detail::throw_error(__FILE__, __LINE__, ::ember::detail::cat(__VA_ARGS__))

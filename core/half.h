@@ -49,8 +49,8 @@ EMBER_HD inline uint16_t f32_to_f16_bits(float f) {
     return static_cast<uint16_t>(sign | 0x7c00u | (mag > 0x7f800000u ? 0x0200u : 0u));
   }
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (mag < 0x38800000u) {  // result is subnormal or zero
-    if (mag < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
+  if (mag < 0x38800000u) {                                               // result is subnormal or zero
+    if (mag < 0x33000000u) return static_cast<uint16_t>(sign);           // below half of the smallest subnormal
     uint32_t exp = mag >> 23;
     uint32_t mant = (mag & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126u - exp;  // 14 + (112 - exp) ... brings mantissa to subnormal position

@@ -179,7 +179,8 @@ size_t TraceProfiler::write_chrome_trace(const std::string& path) {
   size_t n = 0;
   f << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   f << R"({"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "CPU"}})";
-  f << ",\n" << R"({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "GPU"}})";
+  f << ",\n"
+    << R"({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "GPU"}})";
   for (auto& [id, tid] : impl_->thread_ids)
     f << ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " << tid
       << ", \"args\": {\"name\": \"thread " << tid << "\"}}";
@@ -188,8 +189,8 @@ size_t TraceProfiler::write_chrome_trace(const std::string& path) {
     if (r.cpu_end <= 0) continue;
     std::string label = r.detail.empty() ? r.name : r.name + " [" + r.detail + "]";
     std::snprintf(buf, sizeof buf, "%.3f", r.cpu_begin);
-    f << ",\n{\"name\": \"" << json_escape(label) << "\", \"cat\": \"cpu\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << r.thread
-      << ", \"ts\": " << buf;
+    f << ",\n{\"name\": \"" << json_escape(label)
+      << "\", \"cat\": \"cpu\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << r.thread << ", \"ts\": " << buf;
     std::snprintf(buf, sizeof buf, "%.3f", r.cpu_end - r.cpu_begin);
     f << ", \"dur\": " << buf << "}";
     ++n;
@@ -198,12 +199,12 @@ size_t TraceProfiler::write_chrome_trace(const std::string& path) {
       if (it == stream_tid.end()) {
         int tid = static_cast<int>(stream_tid.size());
         it = stream_tid.emplace(r.stream, tid).first;
-        f << ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": " << tid << ", \"args\": {\"name\": \"cuda:"
-          << static_cast<int>(r.device.index) << " stream " << tid << "\"}}";
+        f << ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": " << tid
+          << ", \"args\": {\"name\": \"cuda:" << static_cast<int>(r.device.index) << " stream " << tid << "\"}}";
       }
       std::snprintf(buf, sizeof buf, "%.3f", r.gpu_begin);
-      f << ",\n{\"name\": \"" << json_escape(label) << "\", \"cat\": \"gpu\", \"ph\": \"X\", \"pid\": 1, \"tid\": "
-        << it->second << ", \"ts\": " << buf;
+      f << ",\n{\"name\": \"" << json_escape(label)
+        << "\", \"cat\": \"gpu\", \"ph\": \"X\", \"pid\": 1, \"tid\": " << it->second << ", \"ts\": " << buf;
       std::snprintf(buf, sizeof buf, "%.3f", r.gpu_dur);
       f << ", \"dur\": " << buf << "}";
       ++n;
@@ -233,9 +234,8 @@ std::vector<OpStats> TraceProfiler::op_stats() {
     any_gpu = any_gpu || s.gpu_us > 0;
     out.push_back(s);
   }
-  std::sort(out.begin(), out.end(), [&](const OpStats& a, const OpStats& b) {
-    return any_gpu ? a.gpu_us > b.gpu_us : a.cpu_us > b.cpu_us;
-  });
+  std::sort(out.begin(), out.end(),
+            [&](const OpStats& a, const OpStats& b) { return any_gpu ? a.gpu_us > b.gpu_us : a.cpu_us > b.cpu_us; });
   return out;
 }
 
@@ -248,7 +248,8 @@ std::string TraceProfiler::top_ops_table(size_t n) {
   }
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line, "%-32s %8s %12s %7s %12s %7s\n", "op", "calls", "gpu us", "gpu %", "cpu us", "cpu %");
+  std::snprintf(line, sizeof line, "%-32s %8s %12s %7s %12s %7s\n", "op", "calls", "gpu us", "gpu %", "cpu us",
+                "cpu %");
   os << line;
   for (size_t i = 0; i < stats.size() && i < n; ++i) {
     const OpStats& s = stats[i];
@@ -257,7 +258,8 @@ std::string TraceProfiler::top_ops_table(size_t n) {
                   s.cpu_us, total_cpu > 0 ? 100.0 * s.cpu_us / total_cpu : 0.0);
     os << line;
   }
-  std::snprintf(line, sizeof line, "%-32s %8s %12.1f %7s %12.1f\n", "total (top-level ops)", "", total_gpu, "", total_cpu);
+  std::snprintf(line, sizeof line, "%-32s %8s %12.1f %7s %12.1f\n", "total (top-level ops)", "", total_gpu, "",
+                total_cpu);
   os << line;
   return os.str();
 }

@@ -52,7 +52,9 @@ EMBER_HD inline Philox4x32 philox(uint64_t seed, uint64_t counter) {
 // uniform in [0, 1) with 24 random bits (exactly representable in float and double alike).
 EMBER_HD inline float uint_to_unit(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
 // uniform in (0, 1]: safe for log().
-EMBER_HD inline double uint_to_unit_open(uint32_t x) { return (static_cast<double>(x >> 8) + 1.0) * (1.0 / 16777216.0); }
+EMBER_HD inline double uint_to_unit_open(uint32_t x) {
+  return (static_cast<double>(x >> 8) + 1.0) * (1.0 / 16777216.0);
+}
 
 EMBER_HD inline float philox_uniform(uint64_t seed, uint64_t base, int64_t i) {
   Philox4x32 r = philox(seed, base + static_cast<uint64_t>(i) / 4);

@@ -115,7 +115,8 @@ size_t cache_limit_from_env() {
       shift = -1;
   }
   if (end == v.c_str() || shift < 0) {
-    std::fprintf(stderr, "ember: warning: EMBER_CPU_ALLOC_CACHE='%s' is not 0, 1 or a size such as 512M; using the default\n",
+    std::fprintf(stderr,
+                 "ember: warning: EMBER_CPU_ALLOC_CACHE='%s' is not 0, 1 or a size such as 512M; using the default\n",
                  v.c_str());
     return default_cache_limit();
   }
@@ -157,8 +158,7 @@ struct HostCache {
 HostCache& host_cache() {
   static HostCache* c = [] {
     auto* cache = new HostCache;
-    pthread_atfork([] { host_cache().mu.lock(); }, [] { host_cache().mu.unlock(); },
-                   [] { host_cache().mu.unlock(); });
+    pthread_atfork([] { host_cache().mu.lock(); }, [] { host_cache().mu.unlock(); }, [] { host_cache().mu.unlock(); });
     return cache;
   }();
   return *c;
@@ -264,7 +264,9 @@ HostAllocatorStats cpu_allocator_stats() {
   return s;
 }
 
-void reset_cpu_peak_stats() { g_host_peak.store(g_host_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+void reset_cpu_peak_stats() {
+  g_host_peak.store(g_host_bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
 
 void empty_cpu_cache() {
   HostCache& c = host_cache();

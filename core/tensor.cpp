@@ -90,8 +90,8 @@ void Tensor::set_grad(const Tensor& g) {
     reset_grad();
     return;
   }
-  EMBER_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(),
-              "assigned grad ", g.describe(), " does not match the tensor ", describe());
+  EMBER_CHECK(g.shape() == shape() && g.dtype() == dtype() && g.device() == device(), "assigned grad ", g.describe(),
+              " does not match the tensor ", describe());
   impl_->meta().grad = g.impl_ptr();
 }
 
@@ -100,8 +100,10 @@ void Tensor::reset_grad() {
 }
 
 uint64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> fn) const {
-  EMBER_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: only leaves that require grad "
-              "accumulate gradients; got ", describe());
+  EMBER_CHECK(requires_grad() && is_leaf(),
+              "register_post_accumulate_grad_hook: only leaves that require grad "
+              "accumulate gradients; got ",
+              describe());
   static std::atomic<uint64_t> next{1};
   uint64_t id = next.fetch_add(1);
   impl_->meta().post_accumulate_hooks.emplace_back(id, std::move(fn));
@@ -199,6 +201,5 @@ Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device) {
   impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
-
 
 }  // namespace ember

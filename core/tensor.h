@@ -41,19 +41,31 @@ struct TensorOptions {
   TensorOptions() = default;
   TensorOptions(DType t) : dtype_(t) {}    // NOLINT: implicit on purpose, zeros({2}, DType::f16)
   TensorOptions(Device d) : device_(d) {}  // NOLINT: zeros({2}, kCUDA)
-  TensorOptions& dtype(DType t) { dtype_ = t; return *this; }
-  TensorOptions& device(Device d) { device_ = d; return *this; }
-  TensorOptions& requires_grad(bool r = true) { requires_grad_ = r; return *this; }
+  TensorOptions& dtype(DType t) {
+    dtype_ = t;
+    return *this;
+  }
+  TensorOptions& device(Device d) {
+    device_ = d;
+    return *this;
+  }
+  TensorOptions& requires_grad(bool r = true) {
+    requires_grad_ = r;
+    return *this;
+  }
   // Page-locked host memory (only meaningful for CPU tensors).
-  TensorOptions& pinned_memory(bool p = true) { pinned_ = p; return *this; }
+  TensorOptions& pinned_memory(bool p = true) {
+    pinned_ = p;
+    return *this;
+  }
 };
 
 struct AutogradMeta {
   bool requires_grad = false;
   bool retains_grad = false;
   std::shared_ptr<TensorImpl> grad;
-  std::shared_ptr<autograd::Node> grad_fn;  // set for results of differentiable ops
-  uint32_t output_nr = 0;                   // which output of grad_fn this is
+  std::shared_ptr<autograd::Node> grad_fn;         // set for results of differentiable ops
+  uint32_t output_nr = 0;                          // which output of grad_fn this is
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that adds into .grad
   // Leaves: run by AccumulateGrad after it wrote .grad (PyTorch's post-accumulate-grad hooks;
   // DDP's bucket reductions start here). Keyed by the id register_...() returned.

@@ -99,8 +99,8 @@ struct DataLoader::Run {
   std::mutex mu;
   std::condition_variable cv_ready;  // the consumer waits here for a batch
   std::condition_variable cv_space;  // workers wait here for a slot (and poll copy events)
-  std::atomic<bool> stop{false};  // written under mu (waits test it), read anywhere
-  int64_t consumed = 0;  // batches handed out or skipped (written by the consumer under mu)
+  std::atomic<bool> stop{false};     // written under mu (waits test it), read anywhere
+  int64_t consumed = 0;              // batches handed out or skipped (written by the consumer under mu)
   struct Status {
     std::atomic<int64_t> batch{-1};   // batch the worker is on (-1: none)
     std::atomic<int64_t> sample{-1};  // dataset index it is reading
@@ -112,12 +112,12 @@ struct DataLoader::Run {
 
   // consumer-only state
   std::vector<int64_t> order;
-  Tensor order_device;  // device-resident: the epoch's order on the device
+  Tensor order_device;         // device-resident: the epoch's order on the device
   cuda::Stream upload_stream;  // ... uploaded on this stream
   cuda::Event uploaded;        // ... recorded after the upload
 
-  Run(int nworkers, int nslots) : workers(nworkers), slots_n(nslots), status(static_cast<size_t>(nworkers)),
-                                  slots(static_cast<size_t>(nslots)) {}
+  Run(int nworkers, int nslots)
+      : workers(nworkers), slots_n(nslots), status(static_cast<size_t>(nworkers)), slots(static_cast<size_t>(nslots)) {}
 
   // Batch b leaves its slot (handed out or skipped): the slot is empty again and the workers may
   // claim it for batch b + S (Note [pinned ring]).
@@ -150,7 +150,8 @@ struct DataLoader::Run {
 
 // ---- construction ----
 
-DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options, std::shared_ptr<Sampler> sampler)
+DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options,
+                       std::shared_ptr<Sampler> sampler)
     : dataset_(std::move(dataset)), o_(std::move(options)), sampler_(std::move(sampler)) {
   EMBER_CHECK(dataset_ != nullptr, "DataLoader: no dataset");
   EMBER_CHECK(o_.batch_size_ >= 1, "DataLoader: batch_size must be at least 1, got ", o_.batch_size_);
@@ -163,7 +164,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   EMBER_CHECK(dev.is_cpu() || dev.is_cuda(), "DataLoader: unsupported device ", dev);
   if (dev.is_cuda())
     EMBER_CHECK(dev.index >= 0 && dev.index < cuda::device_count(), "DataLoader: device ", dev, " is not available (",
-                cuda::device_count() == 0 ? cuda::unavailable_reason() : str(cuda::device_count(), " CUDA devices"), ")");
+                cuda::device_count() == 0 ? cuda::unavailable_reason() : str(cuda::device_count(), " CUDA devices"),
+                ")");
   if (sampler_ != nullptr) {
     EMBER_CHECK(!o_.shuffle_, "DataLoader: shuffle and a sampler are mutually exclusive (shuffle inside the sampler)");
   } else if (o_.shuffle_) {
@@ -218,7 +220,8 @@ int64_t DataLoader::size() const {
 
 uint64_t DataLoader::sample_seed(int64_t epoch, int64_t position) const {
   // the tag keeps these streams apart from any other use of (seed, epoch)
-  return mix_seed(mix_seed(o_.seed_, 0x617567ULL /* "aug" */), static_cast<uint64_t>(epoch), static_cast<uint64_t>(position));
+  return mix_seed(mix_seed(o_.seed_, 0x617567ULL /* "aug" */), static_cast<uint64_t>(epoch),
+                  static_cast<uint64_t>(position));
 }
 
 // ---- epochs ----
@@ -303,7 +306,8 @@ bool DataLoader::fill(Run& run, Slot& slot, int64_t b, int worker, std::string& 
   const auto n = static_cast<int64_t>(idx.size());
   const Transform* transform = o_.transform_.get();
   const std::optional<Shape> fixed = transform == nullptr ? dataset_->sample_shape() : std::nullopt;
-  Run::Status* status = worker < static_cast<int>(run.status.size()) ? &run.status[static_cast<size_t>(worker)] : nullptr;
+  Run::Status* status =
+      worker < static_cast<int>(run.status.size()) ? &run.status[static_cast<size_t>(worker)] : nullptr;
   int64_t current = -1;
   try {
     uint8_t* dst = nullptr;
@@ -352,11 +356,13 @@ bool DataLoader::fill(Run& run, Slot& slot, int64_t b, int worker, std::string& 
         first_shape = s.image.shape();
         prepare(first_shape);
       } else {
-        EMBER_CHECK(s.image.shape() == first_shape, "the image is ", shape_str(s.image.shape()),
-                    " but the batch's first sample (", idx[0], ") is ", shape_str(first_shape),
-                    "; samples of a batch need one size (resize them: ImageFolderOptions::resize or a Resize transform)");
+        EMBER_CHECK(
+            s.image.shape() == first_shape, "the image is ", shape_str(s.image.shape()),
+            " but the batch's first sample (", idx[0], ") is ", shape_str(first_shape),
+            "; samples of a batch need one size (resize them: ImageFolderOptions::resize or a Resize transform)");
       }
-      if (sample_bytes > 0) std::memcpy(dst + k * sample_bytes, s.image.pixels.data(), static_cast<size_t>(sample_bytes));
+      if (sample_bytes > 0)
+        std::memcpy(dst + k * sample_bytes, s.image.pixels.data(), static_cast<size_t>(sample_bytes));
       labels[k] = s.label;
     }
     current = -1;
@@ -473,7 +479,8 @@ std::optional<Batch> DataLoader::next_resident(Run& r) {
 }
 
 std::optional<Batch> DataLoader::next() {
-  EMBER_CHECK(run_ != nullptr, "DataLoader::next: no epoch is running (it ended, was stopped, or timed out); "
+  EMBER_CHECK(run_ != nullptr,
+              "DataLoader::next: no epoch is running (it ended, was stopped, or timed out); "
               "call start_epoch() or iterate with begin()");
   const auto t_enter = Clock::now();
   Run& r = *run_;
@@ -522,17 +529,16 @@ std::optional<Batch> DataLoader::next() {
     if (!ok) {
       const int64_t on = r.status[static_cast<size_t>(w)].batch.load();
       const int64_t sample = r.status[static_cast<size_t>(w)].sample.load();
-      std::string where = on == b    ? str("it is still on that batch, reading sample ", sample)
-                          : on >= 0  ? str("it is on batch ", on)
-                                     : std::string("it has not started that batch");
+      std::string where = on == b   ? str("it is still on that batch, reading sample ", sample)
+                          : on >= 0 ? str("it is on batch ", on)
+                                    : std::string("it has not started that batch");
       lock.unlock();
       retire_run();  // its threads are joined by the next epoch or the loader's destructor
       EMBER_FAIL("DataLoader: timed out after ", o_.timeout_, " s waiting for batch ", b, " of epoch ", r.epoch,
                  " from worker ", w, " (", where, "); the epoch is stopped, begin() starts a new one");
     }
     if (slot.batch != b || slot.state == SlotState::failed) {
-      std::string error = slot.batch == b ? slot.error
-                                          : str("worker ", w, " exited without producing batch ", b);
+      std::string error = slot.batch == b ? slot.error : str("worker ", w, " exited without producing batch ", b);
       lock.unlock();
       skip_failed(std::move(error));
     }

@@ -55,29 +55,59 @@ namespace ember::data {
 
 struct DataLoaderOptions {
   int64_t batch_size_ = 1;
-  bool shuffle_ = false;       // a RandomSampler(seed) instead of a SequentialSampler
-  bool drop_last_ = false;     // drop the last batch when it is smaller than batch_size
-  int num_workers_ = 0;        // worker threads; 0 loads in the consumer thread
-  int prefetch_ = 2;           // batches in flight per worker (PyTorch's prefetch_factor)
-  bool pin_memory_ = true;     // page-locked staging (CUDA device) / page-locked host batches (CPU)
-  Device device_ = kCPU;       // where batches are delivered
-  bool non_blocking_ = true;   // asynchronous host-to-device copies (needs pinned memory)
-  double timeout_ = 0;         // seconds to wait for one batch from a worker; 0 waits forever
-  uint64_t seed_ = 0;          // shuffling and augmentation
+  bool shuffle_ = false;      // a RandomSampler(seed) instead of a SequentialSampler
+  bool drop_last_ = false;    // drop the last batch when it is smaller than batch_size
+  int num_workers_ = 0;       // worker threads; 0 loads in the consumer thread
+  int prefetch_ = 2;          // batches in flight per worker (PyTorch's prefetch_factor)
+  bool pin_memory_ = true;    // page-locked staging (CUDA device) / page-locked host batches (CPU)
+  Device device_ = kCPU;      // where batches are delivered
+  bool non_blocking_ = true;  // asynchronous host-to-device copies (needs pinned memory)
+  double timeout_ = 0;        // seconds to wait for one batch from a worker; 0 waits forever
+  uint64_t seed_ = 0;         // shuffling and augmentation
   std::vector<double> mean_, std_;
   std::optional<DType> dtype_;
   std::shared_ptr<const Transform> transform_;
 
-  DataLoaderOptions& batch_size(int64_t b) { batch_size_ = b; return *this; }
-  DataLoaderOptions& shuffle(bool s = true) { shuffle_ = s; return *this; }
-  DataLoaderOptions& drop_last(bool d = true) { drop_last_ = d; return *this; }
-  DataLoaderOptions& num_workers(int n) { num_workers_ = n; return *this; }
-  DataLoaderOptions& prefetch(int p) { prefetch_ = p; return *this; }
-  DataLoaderOptions& pin_memory(bool p = true) { pin_memory_ = p; return *this; }
-  DataLoaderOptions& device(Device d) { device_ = d; return *this; }
-  DataLoaderOptions& non_blocking(bool n = true) { non_blocking_ = n; return *this; }
-  DataLoaderOptions& timeout(double seconds) { timeout_ = seconds; return *this; }
-  DataLoaderOptions& seed(uint64_t s) { seed_ = s; return *this; }
+  DataLoaderOptions& batch_size(int64_t b) {
+    batch_size_ = b;
+    return *this;
+  }
+  DataLoaderOptions& shuffle(bool s = true) {
+    shuffle_ = s;
+    return *this;
+  }
+  DataLoaderOptions& drop_last(bool d = true) {
+    drop_last_ = d;
+    return *this;
+  }
+  DataLoaderOptions& num_workers(int n) {
+    num_workers_ = n;
+    return *this;
+  }
+  DataLoaderOptions& prefetch(int p) {
+    prefetch_ = p;
+    return *this;
+  }
+  DataLoaderOptions& pin_memory(bool p = true) {
+    pin_memory_ = p;
+    return *this;
+  }
+  DataLoaderOptions& device(Device d) {
+    device_ = d;
+    return *this;
+  }
+  DataLoaderOptions& non_blocking(bool n = true) {
+    non_blocking_ = n;
+    return *this;
+  }
+  DataLoaderOptions& timeout(double seconds) {
+    timeout_ = seconds;
+    return *this;
+  }
+  DataLoaderOptions& seed(uint64_t s) {
+    seed_ = s;
+    return *this;
+  }
   // Per-channel mean and std on the [0, 1] scale (one entry per channel, or one for all).
   DataLoaderOptions& normalize(std::vector<double> mean, std::vector<double> std) {
     mean_ = std::move(mean);
@@ -85,9 +115,15 @@ struct DataLoaderOptions {
     return *this;
   }
   // The images' dtype: u8 keeps raw bytes (also on a device); a floating type converts.
-  DataLoaderOptions& dtype(DType t) { dtype_ = t; return *this; }
+  DataLoaderOptions& dtype(DType t) {
+    dtype_ = t;
+    return *this;
+  }
   // Host augmentation applied to every sample by the workers.
-  DataLoaderOptions& transform(std::shared_ptr<const Transform> t) { transform_ = std::move(t); return *this; }
+  DataLoaderOptions& transform(std::shared_ptr<const Transform> t) {
+    transform_ = std::move(t);
+    return *this;
+  }
 };
 
 struct Batch {
@@ -100,9 +136,9 @@ struct Batch {
 };
 
 struct DataLoaderStats {
-  int64_t batches = 0;        // handed out since the loader was made
-  double wait_seconds = 0;    // consumer time spent blocked waiting for workers
-  double next_seconds = 0;    // consumer time spent inside next() (waiting included)
+  int64_t batches = 0;      // handed out since the loader was made
+  double wait_seconds = 0;  // consumer time spent blocked waiting for workers
+  double next_seconds = 0;  // consumer time spent inside next() (waiting included)
 };
 
 class DataLoader {
@@ -186,10 +222,10 @@ class DataLoader {
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions o_;
   std::shared_ptr<Sampler> sampler_;
-  bool convert_ = false;       // run normalize_u8 on the batches
+  bool convert_ = false;  // run normalize_u8 on the batches
   DType out_dtype_ = DType::u8;
   std::vector<double> mean_, std_;
-  bool resident_ = false;      // the dataset lives on the loader's device: gather there
+  bool resident_ = false;  // the dataset lives on the loader's device: gather there
   int64_t next_epoch_ = 0;
   uint64_t next_run_id_ = 1;
   std::unique_ptr<Run> run_;

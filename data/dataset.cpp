@@ -10,8 +10,8 @@ Image::Image(int64_t c, int64_t h, int64_t w) : channels(c), height(h), width(w)
 }
 
 Tensor Image::to_tensor() const {
-  EMBER_CHECK(static_cast<int64_t>(pixels.size()) == numel(), "Image: ", pixels.size(), " pixels for shape [",
-              channels, ", ", height, ", ", width, "]");
+  EMBER_CHECK(static_cast<int64_t>(pixels.size()) == numel(), "Image: ", pixels.size(), " pixels for shape [", channels,
+              ", ", height, ", ", width, "]");
   Tensor t = empty({channels, height, width}, TensorOptions(DType::u8));
   if (!pixels.empty()) std::memcpy(t.data_ptr(), pixels.data(), pixels.size());
   return t;

@@ -138,10 +138,11 @@ class GzipSource final : public Source {
         continue;
       }
       if (rc == Z_BUF_ERROR && z_.avail_in == 0 && eof_)
-        EMBER_FAIL(name_, ": the gzip stream is truncated (the file ends inside compressed data, after ",
-                   total_out(), " decompressed bytes)");
-      EMBER_CHECK(rc == Z_OK || rc == Z_BUF_ERROR, name_, ": corrupt gzip data (zlib: ",
-                  z_.msg != nullptr ? z_.msg : zError(rc), ") after ", total_out(), " decompressed bytes");
+        EMBER_FAIL(name_, ": the gzip stream is truncated (the file ends inside compressed data, after ", total_out(),
+                   " decompressed bytes)");
+      EMBER_CHECK(rc == Z_OK || rc == Z_BUF_ERROR, name_,
+                  ": corrupt gzip data (zlib: ", z_.msg != nullptr ? z_.msg : zError(rc), ") after ", total_out(),
+                  " decompressed bytes");
     }
     return done;
   }
@@ -183,8 +184,8 @@ std::string magic_kind(uint32_t magic) {
   if (magic == kIdxImagesMagic) return "an images file";
   if (magic == kIdxLabelsMagic) return "a labels file";
   const uint8_t t = static_cast<uint8_t>(magic >> 8);
-  return str("an IDX file of ", known_type(t) ? idx_type_name(static_cast<IdxType>(t)) : "unknown type",
-             " with ", magic & 0xff, " dims");
+  return str("an IDX file of ", known_type(t) ? idx_type_name(static_cast<IdxType>(t)) : "unknown type", " with ",
+             magic & 0xff, " dims");
 }
 
 std::string magic_role(uint32_t magic) {
@@ -201,10 +202,11 @@ Header read_header(Source& src, const std::string& name, uint32_t expected_magic
   Header h;
   h.magic = (uint32_t{m[0]} << 24) | (uint32_t{m[1]} << 16) | (uint32_t{m[2]} << 8) | m[3];
   if (m[0] == 0x1f && m[1] == 0x8b)
-    EMBER_FAIL(name, ": this is gzip-compressed data, not a raw IDX file (it starts with the gzip magic 1f 8b); "
+    EMBER_FAIL(name,
+               ": this is gzip-compressed data, not a raw IDX file (it starts with the gzip magic 1f 8b); "
                "name the file *.gz, or gunzip it");
-  EMBER_CHECK(m[0] == 0 && m[1] == 0, name, ": not an IDX file: magic ", hex32(h.magic),
-              " (bytes ", hex_bytes(m, 4), "); IDX files start with two zero bytes, a type byte and the number "
+  EMBER_CHECK(m[0] == 0 && m[1] == 0, name, ": not an IDX file: magic ", hex32(h.magic), " (bytes ", hex_bytes(m, 4),
+              "); IDX files start with two zero bytes, a type byte and the number "
               "of dims (MNIST images: 0x00000803, labels: 0x00000801)");
   EMBER_CHECK(known_type(m[2]), name, ": unknown IDX element type 0x", hex_bytes(m + 2, 1), " in magic ",
               hex32(h.magic), " (expected 0x08 u8, 0x09 i8, 0x0b i16, 0x0c i32, 0x0d f32 or 0x0e f64)");
@@ -226,8 +228,8 @@ Header read_header(Source& src, const std::string& name, uint32_t expected_magic
   uint8_t d[4 * 255];
   const size_t want = 4 * static_cast<size_t>(n);
   got = read_full(src, d, want);
-  EMBER_CHECK(got == want, name, ": truncated IDX header: magic ", hex32(h.magic), " declares ", n,
-              " dims, expected ", 4 + want, " header bytes, got ", 4 + got);
+  EMBER_CHECK(got == want, name, ": truncated IDX header: magic ", hex32(h.magic), " declares ", n, " dims, expected ",
+              4 + want, " header bytes, got ", 4 + got);
   h.header_bytes = 4 + want;
   uint64_t bytes = idx_type_size(h.type);
   bool overflow = false;
@@ -270,8 +272,8 @@ IdxArray read_known(Source& src, const Header& h, uint64_t remaining, const std:
   EMBER_CHECK(remaining >= h.payload_bytes, name, ": truncated IDX data: the header declares ", declared(h),
               ", expected ", h.payload_bytes, " bytes, got ", remaining);
   EMBER_CHECK(remaining == h.payload_bytes, name, ": ", remaining - h.payload_bytes,
-              " unexpected bytes after the IDX data: the header declares ", declared(h), ", expected ",
-              h.payload_bytes, " bytes, got ", remaining, " (wrong dims, or two files joined?)");
+              " unexpected bytes after the IDX data: the header declares ", declared(h), ", expected ", h.payload_bytes,
+              " bytes, got ", remaining, " (wrong dims, or two files joined?)");
   std::vector<uint8_t> data(static_cast<size_t>(h.payload_bytes));
   size_t got = read_full(src, data.data(), data.size());
   EMBER_CHECK(got == data.size(), name, ": truncated IDX data: expected ", data.size(), " bytes, got ", got,
@@ -387,8 +389,7 @@ IdxArray read_idx(const std::string& path, IdxCompression compression, uint32_t 
     if (want_gzip && !is_gzip)
       EMBER_FAIL(path, ": the name ends in .gz but the file is not gzip-compressed (it starts with ",
                  head_n > 0 ? hex_bytes(head, head_n) : std::string("nothing: it is empty"),
-                 head_n == 4 && head[0] == 0 && head[1] == 0 ? ", a raw IDX header" : "",
-                 "); rename it without .gz");
+                 head_n == 4 && head[0] == 0 && head[1] == 0 ? ", a raw IDX header" : "", "); rename it without .gz");
   }
   if (want_gzip) {
     EMBER_CHECK(is_gzip, path, ": expected gzip-compressed IDX data, but the file starts with ",

@@ -70,13 +70,15 @@ std::string chunk_name(const uint8_t* p) {
 
 // Before anything is allocated for the image (stb_image allocates width x height x channels).
 void check_dimensions(const std::string& name, const char* format, int64_t width, int64_t height, int64_t max_pixels) {
-  if (width <= 0 || height <= 0) fail(name, "the ", format, " header claims width ", width, " x height ", height, " (an empty image)");
+  if (width <= 0 || height <= 0)
+    fail(name, "the ", format, " header claims width ", width, " x height ", height, " (an empty image)");
   if (width > kMaxImageSide || height > kMaxImageSide)
     fail(name, "the ", format, " header claims width ", width, " x height ", height, ", more than the ", kMaxImageSide,
          " per side that ember decodes");
   if (width * height > max_pixels)
     fail(name, "the ", format, " header claims width ", width, " x height ", height, " = ", width * height,
-         " pixels, more than the limit of ", max_pixels, " pixels (ImageFolderOptions::max_pixels, ember_pack --max-pixels)");
+         " pixels, more than the limit of ", max_pixels,
+         " pixels (ImageFolderOptions::max_pixels, ember_pack --max-pixels)");
 }
 
 uint32_t crc32_of(const uint8_t* p, size_t n) {
@@ -181,13 +183,14 @@ void check_png(std::span<const uint8_t> b, const std::string& name, int64_t max_
   if (error == "incorrect data check")
     fail(name, "zlib checksum mismatch (the adler32 at the end of the IDAT data does not match the ", produced,
          " bytes it decompresses to): the file is corrupt");
-  if (!error.empty()) fail(name, "corrupt zlib/deflate data in IDAT (zlib: ", error, ") after ", produced, " of ", raw, " image bytes");
+  if (!error.empty())
+    fail(name, "corrupt zlib/deflate data in IDAT (zlib: ", error, ") after ", produced, " of ", raw, " image bytes");
   if (ret != Z_STREAM_END)
     fail(name, "truncated: the zlib stream in the IDAT chunks (", idat_bytes, " bytes) stops before its end after ",
          produced, " of ", raw, " image bytes");
   if (produced < raw)
-    fail(name, "the image data decompresses to ", produced, " bytes, width ", width, " x height ", height, " needs ", raw,
-         ": the file is truncated or corrupt");
+    fail(name, "the image data decompresses to ", produced, " bytes, width ", width, " x height ", height, " needs ",
+         raw, ": the file is truncated or corrupt");
 }
 
 // BMP: the headers, the dimensions, and that the rows of an uncompressed bitmap lie inside the file
@@ -215,17 +218,19 @@ void check_bmp(std::span<const uint8_t> b, const std::string& name, int64_t max_
   }
   check_dimensions(name, "BMP", width, height < 0 ? -height : height, max_pixels);
   const bool uncompressed = compression == 0 || compression == 3;  // BI_RGB, BI_BITFIELDS
-  if (!uncompressed || (bpp != 1 && bpp != 4 && bpp != 8 && bpp != 16 && bpp != 24 && bpp != 32)) return;  // stb_image refuses these
+  if (!uncompressed || (bpp != 1 && bpp != 4 && bpp != 8 && bpp != 16 && bpp != 24 && bpp != 32))
+    return;  // stb_image refuses these
   const uint64_t rows = static_cast<uint64_t>(height < 0 ? -height : height);
   const uint64_t stride = (static_cast<uint64_t>(width) * bpp + 31) / 32 * 4;
   // The last row's padding is not required: some writers leave it out, and it holds no pixels.
   const uint64_t end = offset + (rows - 1) * stride + (static_cast<uint64_t>(width) * bpp + 7) / 8;
   if (offset < 14 + uint64_t{hsz} || offset > size)
-    fail(name, "the pixel data offset ", offset, " lies ", offset > size ? "past the end of the file (" : "inside the headers (",
+    fail(name, "the pixel data offset ", offset, " lies ",
+         offset > size ? "past the end of the file (" : "inside the headers (",
          offset > size ? size : 14 + uint64_t{hsz}, " bytes)");
   if (end > size)
-    fail(name, "truncated: width ", width, " x height ", rows, " at ", bpp, " bits per pixel needs pixel bytes [", offset,
-         ", ", end, "), the file ends at ", size);
+    fail(name, "truncated: width ", width, " x height ", rows, " at ", bpp, " bits per pixel needs pixel bytes [",
+         offset, ", ", end, "), the file ends at ", size);
 }
 
 // JPEG: the marker segments lie inside the file, a frame header with sane dimensions comes before
@@ -249,11 +254,12 @@ void check_jpeg(std::span<const uint8_t> b, const std::string& name, int64_t max
     const uint8_t m = b[at];
     const size_t pos = at - 1;
     ++at;
-    if (m == 0xD9) break;  // EOI
+    if (m == 0xD9) break;                                 // EOI
     if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue;  // TEM, RSTn, SOI: no segment
     if (m == 0x00) fail(name, "a stray 0xFF00 at offset ", pos, " where a marker should be");
     if (size - at < 2)
-      fail(name, "truncated: marker ", hex(0xFF00u | m, 4), " at offset ", pos, " needs a 2-byte length, the file ends at ", size);
+      fail(name, "truncated: marker ", hex(0xFF00u | m, 4), " at offset ", pos,
+           " needs a 2-byte length, the file ends at ", size);
     const uint32_t len = be16(b.data() + at);
     if (len < 2) fail(name, "marker ", hex(0xFF00u | m, 4), " at offset ", pos, " has length ", len, " (at least 2)");
     if (len > size - at)
@@ -264,7 +270,8 @@ void check_jpeg(std::span<const uint8_t> b, const std::string& name, int64_t max
       frame = true;
       const uint8_t* f = b.data() + at;
       const uint32_t height = be16(f + 3), width = be16(f + 5), n = f[7];
-      if (height == 0) fail(name, "the JPEG frame header gives height 0 (a later DNL marker height), which ember does not read");
+      if (height == 0)
+        fail(name, "the JPEG frame header gives height 0 (a later DNL marker height), which ember does not read");
       check_dimensions(name, "JPEG", width, height, max_pixels);
       sequential = (m == 0xC0 || m == 0xC1) && n > 0 && len >= 8 + 3 * n;
       uint32_t hmax = 1, vmax = 1;
@@ -284,8 +291,8 @@ void check_jpeg(std::span<const uint8_t> b, const std::string& name, int64_t max
       // AC code, each at least 1 bit): a file of N bytes holds at most 4 N blocks of a component.
       if (sequential && min_blocks > 4 * uint64_t{size})
         fail(name, "the JPEG header claims width ", width, " x height ", height, " (", min_blocks,
-             " 8x8 blocks in its smallest component) but the file's ", size, " bytes can hold at most ", 4 * uint64_t{size},
-             ": the file is truncated or corrupt");
+             " 8x8 blocks in its smallest component) but the file's ", size, " bytes can hold at most ",
+             4 * uint64_t{size}, ": the file is truncated or corrupt");
     }
     at += len;
     if (m != 0xDA) continue;
@@ -312,8 +319,10 @@ void check_jpeg(std::span<const uint8_t> b, const std::string& name, int64_t max
 }  // namespace
 
 Image decode_image(std::span<const uint8_t> bytes, const std::string& name, int channels, int64_t max_pixels) {
-  EMBER_CHECK(channels == 0 || channels == 1 || channels == 3 || channels == 4, "decode_image: channels must be 0 "
-              "(as stored), 1, 3 or 4; got ", channels);
+  EMBER_CHECK(channels == 0 || channels == 1 || channels == 3 || channels == 4,
+              "decode_image: channels must be 0 "
+              "(as stored), 1, 3 or 4; got ",
+              channels);
   EMBER_CHECK(max_pixels >= 1 && max_pixels <= kMaxImagePixelsLimit, "decode_image: max_pixels must be in [1, ",
               kMaxImagePixelsLimit, "], got ", max_pixels);
   EMBER_CHECK(!bytes.empty(), "cannot decode '", name, "': the file is empty");
@@ -325,8 +334,7 @@ Image decode_image(std::span<const uint8_t> bytes, const std::string& name, int 
   else if (bytes.size() >= 2 && bytes[0] == 0xFF && bytes[1] == 0xD8) check_jpeg(bytes, name, max_pixels);
   // else stb_image says what it is not ("unknown image type")
   int w = 0, h = 0, stored = 0;
-  unsigned char* px =
-      stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &stored, channels);
+  unsigned char* px = stbi_load_from_memory(bytes.data(), static_cast<int>(bytes.size()), &w, &h, &stored, channels);
   EMBER_CHECK(px != nullptr, "cannot decode '", name, "': ",
               stbi_failure_reason() != nullptr && *stbi_failure_reason() != 0 ? stbi_failure_reason() : "unknown error",
               " (ember reads PNG, JPEG and BMP)");
@@ -346,8 +354,8 @@ Image load_image(const std::string& path, int channels, int64_t max_pixels) {
 }
 
 Image resize_image(const Image& image, int64_t height, int64_t width) {
-  EMBER_CHECK(height > 0 && width > 0 && height <= kMaxImageSide && width <= kMaxImageSide, "resize_image: target size ",
-              height, " x ", width, " must be in [1, ", kMaxImageSide, "]");
+  EMBER_CHECK(height > 0 && width > 0 && height <= kMaxImageSide && width <= kMaxImageSide,
+              "resize_image: target size ", height, " x ", width, " must be in [1, ", kMaxImageSide, "]");
   EMBER_CHECK(image.height > 0 && image.width > 0, "resize_image: the image is empty (", image.height, " x ",
               image.width, ")");
   if (image.height == height && image.width == width) return image;
@@ -357,8 +365,8 @@ Image resize_image(const Image& image, int64_t height, int64_t width) {
     uint8_t* dst = out.pixels.data() + c * height * width;
     int ok = stbir_resize_uint8(src, static_cast<int>(image.width), static_cast<int>(image.height), 0, dst,
                                 static_cast<int>(width), static_cast<int>(height), 0, 1);
-    EMBER_CHECK(ok == 1, "resize_image: stb_image_resize failed for ", image.height, " x ", image.width, " -> ",
-                height, " x ", width);
+    EMBER_CHECK(ok == 1, "resize_image: stb_image_resize failed for ", image.height, " x ", image.width, " -> ", height,
+                " x ", width);
   }
   return out;
 }

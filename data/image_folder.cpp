@@ -25,13 +25,15 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-ImageFolder::ImageFolder(std::string root, ImageFolderOptions options) : root_(std::move(root)), options_(std::move(options)) {
+ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
+    : root_(std::move(root)), options_(std::move(options)) {
   const int c = options_.channels_;
   EMBER_CHECK(c == 0 || c == 1 || c == 3 || c == 4, "ImageFolder: channels must be 0 (as stored), 1, 3 or 4; got ", c);
   EMBER_CHECK((options_.height_ == 0) == (options_.width_ == 0) && options_.height_ >= 0 && options_.width_ >= 0,
-              "ImageFolder: resize needs both a height and a width (got ", options_.height_, " x ", options_.width_, ")");
-  EMBER_CHECK(options_.max_pixels_ >= 1 && options_.max_pixels_ <= kMaxImagePixelsLimit, "ImageFolder: max_pixels must be in [1, ",
-              kMaxImagePixelsLimit, "]; got ", options_.max_pixels_);
+              "ImageFolder: resize needs both a height and a width (got ", options_.height_, " x ", options_.width_,
+              ")");
+  EMBER_CHECK(options_.max_pixels_ >= 1 && options_.max_pixels_ <= kMaxImagePixelsLimit,
+              "ImageFolder: max_pixels must be in [1, ", kMaxImagePixelsLimit, "]; got ", options_.max_pixels_);
   std::vector<std::string> exts;
   for (const std::string& e : options_.extensions_) exts.push_back(lower(e));
 
@@ -44,7 +46,8 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options) : root_(s
   EMBER_CHECK(!ec, "ImageFolder: cannot list '", root_, "': ", ec.message());
   std::sort(class_dirs.begin(), class_dirs.end(),
             [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
-  EMBER_CHECK(!class_dirs.empty(), "ImageFolder: '", root_, "' has no class subdirectories (expected root/<class>/<image>)");
+  EMBER_CHECK(!class_dirs.empty(), "ImageFolder: '", root_,
+              "' has no class subdirectories (expected root/<class>/<image>)");
 
   for (const fs::path& dir : class_dirs) {
     const auto label = static_cast<int64_t>(classes_.size());
@@ -82,7 +85,6 @@ Sample ImageFolder::get(int64_t i) const {
   s.label = label;
   return s;
 }
-
 
 std::shared_ptr<InMemoryDataset> load_image_folder(const ImageFolder& folder, const FolderLoadOptions& o,
                                                    std::vector<BadImage>* bad_out) {

@@ -21,18 +21,31 @@
 namespace ember::data {
 
 struct ImageFolderOptions {
-  int channels_ = 3;        // 1 greyscale, 3 RGB, 4 RGBA (converted as needed); 0 as stored
-  int64_t height_ = 0;      // resize every image to height x width (0: keep each image's size)
+  int channels_ = 3;    // 1 greyscale, 3 RGB, 4 RGBA (converted as needed); 0 as stored
+  int64_t height_ = 0;  // resize every image to height x width (0: keep each image's size)
   int64_t width_ = 0;
   std::vector<std::string> extensions_ = {".png", ".jpg", ".jpeg", ".bmp"};
   // An image whose header claims more pixels (width x height) is an error, raised before it is
   // decoded; in [1, kMaxImagePixelsLimit].
   int64_t max_pixels_ = kDefaultMaxImagePixels;
 
-  ImageFolderOptions& channels(int c) { channels_ = c; return *this; }
-  ImageFolderOptions& resize(int64_t h, int64_t w) { height_ = h; width_ = w; return *this; }
-  ImageFolderOptions& extensions(std::vector<std::string> e) { extensions_ = std::move(e); return *this; }
-  ImageFolderOptions& max_pixels(int64_t n) { max_pixels_ = n; return *this; }
+  ImageFolderOptions& channels(int c) {
+    channels_ = c;
+    return *this;
+  }
+  ImageFolderOptions& resize(int64_t h, int64_t w) {
+    height_ = h;
+    width_ = w;
+    return *this;
+  }
+  ImageFolderOptions& extensions(std::vector<std::string> e) {
+    extensions_ = std::move(e);
+    return *this;
+  }
+  ImageFolderOptions& max_pixels(int64_t n) {
+    max_pixels_ = n;
+    return *this;
+  }
 };
 
 class ImageFolder final : public Dataset {
@@ -64,8 +77,8 @@ struct BadImage {
 };
 
 struct FolderLoadOptions {
-  int workers = 1;         // decoding threads (at least 1)
-  bool skip_bad = false;   // leave out (and list) images that cannot be decoded, instead of failing
+  int workers = 1;        // decoding threads (at least 1)
+  bool skip_bad = false;  // leave out (and list) images that cannot be decoded, instead of failing
   // what the error about images of different sizes tells the user to do ("pass --resize HxW"),
   // and what a bad image's error says about skipping
   std::string resize_hint = "resize them to one size";

@@ -71,9 +71,10 @@ MnistFiles find_mnist_files(const std::string& dir, Split split) {
   if (f.images.empty() || f.labels.empty()) {
     std::string list;
     for (const std::string& l : looked) list += "\n  " + l;
-    EMBER_FAIL("MNIST ", split == Split::train ? "train" : "test", " files not found in '", dir,
-               "' (nor its raw/, MNIST/raw/, FashionMNIST/raw/ subdirectories); looked for:", list,
-               "\n(Fashion-MNIST: apt-get install dataset-fashion-mnist puts them in /usr/share/datasets/fashion-mnist)");
+    EMBER_FAIL(
+        "MNIST ", split == Split::train ? "train" : "test", " files not found in '", dir,
+        "' (nor its raw/, MNIST/raw/, FashionMNIST/raw/ subdirectories); looked for:", list,
+        "\n(Fashion-MNIST: apt-get install dataset-fashion-mnist puts them in /usr/share/datasets/fashion-mnist)");
   }
   return f;
 }
@@ -114,9 +115,9 @@ void check_same_image_size(const InMemoryDataset& train, const InMemoryDataset& 
   const Shape& b = test.images().shape();
   if (a.size() == b.size() && std::equal(a.begin() + 1, a.end(), b.begin() + 1)) return;
   auto name = [](const InMemoryDataset& d) { return d.source().empty() ? std::string("(in memory)") : d.source(); };
-  EMBER_FAIL("the training and test images differ in size: ", name(train), " holds images of ", shape_str(train.images()),
-             " (channels x height x width) but ", name(test), " holds ", shape_str(test.images()),
-             "; a model takes one size: use training and test files of the same dataset");
+  EMBER_FAIL("the training and test images differ in size: ", name(train), " holds images of ",
+             shape_str(train.images()), " (channels x height x width) but ", name(test), " holds ",
+             shape_str(test.images()), "; a model takes one size: use training and test files of the same dataset");
 }
 
 std::shared_ptr<InMemoryDataset> load_mnist(const std::string& dir, Split split) {

@@ -52,8 +52,8 @@ uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
 
 void write_packed(const std::string& path, const Tensor& images_in, const Tensor& labels_in,
                   const std::vector<std::string>& classes) {
-  EMBER_CHECK(images_in.dtype() == DType::u8 && images_in.dim() == 4, "write_packed: images must be u8 [N, C, H, W], got ",
-              images_in.describe());
+  EMBER_CHECK(images_in.dtype() == DType::u8 && images_in.dim() == 4,
+              "write_packed: images must be u8 [N, C, H, W], got ", images_in.describe());
   EMBER_CHECK(labels_in.dim() == 1 && is_integral(labels_in.dtype()) && labels_in.size(0) == images_in.size(0),
               "write_packed: labels must be integers [", images_in.size(0), "], got ", labels_in.describe());
   Tensor images = images_in.cpu().contiguous();
@@ -138,7 +138,8 @@ PackedDataset read_packed(const std::string& path) {
               total > size ? " (truncated)" : " (trailing data)");
   uint64_t sample = 0, want_pixels = 0, index_bytes = 0;
   bool overflow = __builtin_mul_overflow(c, h, &sample) || __builtin_mul_overflow(sample, w, &sample) ||
-                  __builtin_mul_overflow(sample, n, &want_pixels) || __builtin_mul_overflow(n, uint64_t{16}, &index_bytes);
+                  __builtin_mul_overflow(sample, n, &want_pixels) ||
+                  __builtin_mul_overflow(n, uint64_t{16}, &index_bytes);
   EMBER_CHECK(!overflow, path, ": sizes overflow: ", n, " samples of [", c, ", ", h, ", ", w, "]");
   EMBER_CHECK(pixel_bytes == want_pixels, path, ": pixel section holds ", pixel_bytes, " bytes; ", n, " samples of [",
               c, ", ", h, ", ", w, "] need ", want_pixels);
@@ -166,7 +167,8 @@ PackedDataset read_packed(const std::string& path) {
   for (uint64_t i = 0; i < k; ++i) {
     EMBER_CHECK(index_off - at >= 4, path, ": class name ", i, " of ", k, " runs past the classes section");
     uint32_t len = get_u32(p + at);
-    EMBER_CHECK(index_off - at - 4 >= len, path, ": class name ", i, " (", len, " bytes) runs past the classes section");
+    EMBER_CHECK(index_off - at - 4 >= len, path, ": class name ", i, " (", len,
+                " bytes) runs past the classes section");
     out.classes.emplace_back(reinterpret_cast<const char*>(p + at + 4), len);
     at += 4 + len;
   }
@@ -179,12 +181,12 @@ PackedDataset read_packed(const std::string& path) {
     EMBER_CHECK(get_u64(r) == i * sample, path, ": index record ", i, " points at pixel offset ", get_u64(r),
                 ", expected ", i * sample, " (samples are stored densely, in order)");
     lp[i] = static_cast<int64_t>(get_u64(r + 8));
-    EMBER_CHECK(k == 0 || (lp[i] >= 0 && static_cast<uint64_t>(lp[i]) < k), path, ": label ", lp[i], " of sample ",
-                i, " is outside the ", k, " classes");
+    EMBER_CHECK(k == 0 || (lp[i] >= 0 && static_cast<uint64_t>(lp[i]) < k), path, ": label ", lp[i], " of sample ", i,
+                " is outside the ", k, " classes");
   }
   const auto C = static_cast<int64_t>(c), H = static_cast<int64_t>(h), W = static_cast<int64_t>(w);
-  out.images = make_view(file, {static_cast<int64_t>(n), C, H, W}, {C * H * W, H * W, W, 1},
-                         static_cast<int64_t>(pixels_off));
+  out.images =
+      make_view(file, {static_cast<int64_t>(n), C, H, W}, {C * H * W, H * W, W, 1}, static_cast<int64_t>(pixels_off));
   return out;
 }
 

@@ -61,11 +61,26 @@ struct DistributedSamplerOptions {
   uint64_t seed_ = 0;
   bool drop_last_ = false;
 
-  DistributedSamplerOptions& world_size(int64_t w) { world_size_ = w; return *this; }
-  DistributedSamplerOptions& rank(int64_t r) { rank_ = r; return *this; }
-  DistributedSamplerOptions& shuffle(bool s) { shuffle_ = s; return *this; }
-  DistributedSamplerOptions& seed(uint64_t s) { seed_ = s; return *this; }
-  DistributedSamplerOptions& drop_last(bool d) { drop_last_ = d; return *this; }
+  DistributedSamplerOptions& world_size(int64_t w) {
+    world_size_ = w;
+    return *this;
+  }
+  DistributedSamplerOptions& rank(int64_t r) {
+    rank_ = r;
+    return *this;
+  }
+  DistributedSamplerOptions& shuffle(bool s) {
+    shuffle_ = s;
+    return *this;
+  }
+  DistributedSamplerOptions& seed(uint64_t s) {
+    seed_ = s;
+    return *this;
+  }
+  DistributedSamplerOptions& drop_last(bool d) {
+    drop_last_ = d;
+    return *this;
+  }
 };
 
 class DistributedSampler final : public Sampler {

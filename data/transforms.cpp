@@ -63,8 +63,9 @@ void RandomCrop::apply(Image& image, Rng& rng) const {
         continue;
       }
       std::fill(dst, dst + x0, fill_);
-      if (x1 > x0) std::memcpy(dst + x0, &image.pixels[static_cast<size_t>((c * image.height + sy) * image.width + sx0 + x0)],
-                               static_cast<size_t>(x1 - x0));
+      if (x1 > x0)
+        std::memcpy(dst + x0, &image.pixels[static_cast<size_t>((c * image.height + sy) * image.width + sx0 + x0)],
+                    static_cast<size_t>(x1 - x0));
       std::fill(dst + x1, dst + width_, fill_);
     }
   image = std::move(out);
@@ -95,7 +96,8 @@ std::string RandomHorizontalFlip::describe() const { return str("RandomHorizonta
 
 RandomAffine::RandomAffine(RandomAffineOptions options) : o_(options) {
   EMBER_CHECK(o_.degrees_ >= 0 && o_.degrees_ <= 180, "RandomAffine: degrees must be in [0, 180], got ", o_.degrees_);
-  EMBER_CHECK(o_.translate_ >= 0 && o_.translate_ <= 1, "RandomAffine: translate must be in [0, 1], got ", o_.translate_);
+  EMBER_CHECK(o_.translate_ >= 0 && o_.translate_ <= 1, "RandomAffine: translate must be in [0, 1], got ",
+              o_.translate_);
   EMBER_CHECK(o_.scale_min_ > 0 && o_.scale_min_ <= o_.scale_max_, "RandomAffine: scale range [", o_.scale_min_, ", ",
               o_.scale_max_, "] must be positive and ordered");
 }

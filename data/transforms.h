@@ -72,11 +72,27 @@ struct RandomAffineOptions {
   bool bilinear_ = false;
   uint8_t fill_ = 0;
 
-  RandomAffineOptions& degrees(double d) { degrees_ = d; return *this; }
-  RandomAffineOptions& translate(double t) { translate_ = t; return *this; }
-  RandomAffineOptions& scale(double lo, double hi) { scale_min_ = lo; scale_max_ = hi; return *this; }
-  RandomAffineOptions& bilinear(bool b = true) { bilinear_ = b; return *this; }
-  RandomAffineOptions& fill(uint8_t f) { fill_ = f; return *this; }
+  RandomAffineOptions& degrees(double d) {
+    degrees_ = d;
+    return *this;
+  }
+  RandomAffineOptions& translate(double t) {
+    translate_ = t;
+    return *this;
+  }
+  RandomAffineOptions& scale(double lo, double hi) {
+    scale_min_ = lo;
+    scale_max_ = hi;
+    return *this;
+  }
+  RandomAffineOptions& bilinear(bool b = true) {
+    bilinear_ = b;
+    return *this;
+  }
+  RandomAffineOptions& fill(uint8_t f) {
+    fill_ = f;
+    return *this;
+  }
 };
 
 class RandomAffine final : public Transform {

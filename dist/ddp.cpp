@@ -16,8 +16,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     : module_(std::move(module)), options_(std::move(options)) {
   EMBER_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null");
   pg_ = options_.process_group_ ? options_.process_group_ : default_group();
-  EMBER_CHECK(pg_ != nullptr, "DistributedDataParallel: no process group; call dist::init_process_group() first "
-                              "(and start the program with ember_run)");
+  EMBER_CHECK(pg_ != nullptr,
+              "DistributedDataParallel: no process group; call dist::init_process_group() first "
+              "(and start the program with ember_run)");
   EMBER_CHECK(options_.bucket_cap_mb_ > 0, "DistributedDataParallel: bucket_cap_mb must be positive, got ",
               options_.bucket_cap_mb_);
   for (const auto& [name, t] : module_->named_parameters()) {
@@ -76,8 +77,8 @@ void DistributedDataParallel::build_buckets(const std::vector<int>& order) {
     bool fresh = buckets.empty();
     if (!fresh) {
       const Tensor& first = params_[buckets.back().params.front()].tensor;
-      fresh = first.dtype() != t.dtype() || first.device() != t.device() ||
-              bytes + static_cast<double>(t.nbytes()) > cap;
+      fresh =
+          first.dtype() != t.dtype() || first.device() != t.device() || bytes + static_cast<double>(t.nbytes()) > cap;
     }
     if (fresh) {
       buckets.emplace_back();

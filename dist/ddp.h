@@ -51,10 +51,22 @@ struct DDPOptions {
   double bucket_cap_mb_ = 25.0;
   bool find_unused_parameters_ = false;
   bool broadcast_buffers_ = true;
-  DDPOptions& process_group(ProcessGroupPtr pg) { process_group_ = std::move(pg); return *this; }
-  DDPOptions& bucket_cap_mb(double v) { bucket_cap_mb_ = v; return *this; }
-  DDPOptions& find_unused_parameters(bool v) { find_unused_parameters_ = v; return *this; }
-  DDPOptions& broadcast_buffers(bool v) { broadcast_buffers_ = v; return *this; }
+  DDPOptions& process_group(ProcessGroupPtr pg) {
+    process_group_ = std::move(pg);
+    return *this;
+  }
+  DDPOptions& bucket_cap_mb(double v) {
+    bucket_cap_mb_ = v;
+    return *this;
+  }
+  DDPOptions& find_unused_parameters(bool v) {
+    find_unused_parameters_ = v;
+    return *this;
+  }
+  DDPOptions& broadcast_buffers(bool v) {
+    broadcast_buffers_ = v;
+    return *this;
+  }
 };
 
 class DistributedDataParallel {

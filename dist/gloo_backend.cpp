@@ -143,7 +143,7 @@ gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
   switch (op) {
     case ReduceOp::kMax:
       return [](void* c, const void* a, const void* b, size_t n) {
-        auto *C = static_cast<T*>(c);
+        auto* C = static_cast<T*>(c);
         auto *X = static_cast<const T*>(a), *Y = static_cast<const T*>(b);
         for (size_t i = 0; i < n; ++i) {
           A x = static_cast<A>(X[i]), y = static_cast<A>(Y[i]);
@@ -152,7 +152,7 @@ gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
       };
     case ReduceOp::kMin:
       return [](void* c, const void* a, const void* b, size_t n) {
-        auto *C = static_cast<T*>(c);
+        auto* C = static_cast<T*>(c);
         auto *X = static_cast<const T*>(a), *Y = static_cast<const T*>(b);
         for (size_t i = 0; i < n; ++i) {
           A x = static_cast<A>(X[i]), y = static_cast<A>(Y[i]);
@@ -161,7 +161,7 @@ gloo::AllreduceOptions::Func reduce_fn(ReduceOp op) {
       };
     default:  // kSum, kAvg
       return [](void* c, const void* a, const void* b, size_t n) {
-        auto *C = static_cast<T*>(c);
+        auto* C = static_cast<T*>(c);
         auto *X = static_cast<const T*>(a), *Y = static_cast<const T*>(b);
         for (size_t i = 0; i < n; ++i) C[i] = static_cast<T>(static_cast<A>(X[i]) + static_cast<A>(Y[i]));
       };
@@ -203,7 +203,9 @@ struct GlooWork final : Work {
 class GlooGroup final : public ProcessGroup {
  public:
   GlooGroup(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout)
-      : ProcessGroup(rank, size, timeout), store_(store), board_(store, rank, size),
+      : ProcessGroup(rank, size, timeout),
+        store_(store),
+        board_(store, rank, size),
         check_limit_(check_limit_from_env()) {
     ignore_sigpipe();
     GlooStore gs(store);
@@ -259,8 +261,8 @@ class GlooGroup final : public ProcessGroup {
   WorkPtr broadcast(Tensor& t, int root) override {
     check("broadcast", t);
     check_root("broadcast", root);
-    std::string call = std::string(dtype_name(t.dtype())) + " x " + std::to_string(t.numel()) + ", root " +
-                       std::to_string(root);
+    std::string call =
+        std::string(dtype_name(t.dtype())) + " x " + std::to_string(t.numel()) + ", root " + std::to_string(root);
     return enqueue("broadcast", t.describe() + ", root " + std::to_string(root), call, [this, t, root](uint32_t tag) {
       if (t.numel() == 0 || size_ == 1) return;
       gloo::BroadcastOptions opts(ctx_);
@@ -399,8 +401,8 @@ class GlooGroup final : public ProcessGroup {
         std::lock_guard<std::mutex> lock(mu_);
         running_ = nullptr;
       } else {
-        std::string msg = collective_failure("gloo", task.what, task.work->seq(), task.desc, rank_, size_,
-                                             simplify(err), &board_);
+        std::string msg =
+            collective_failure("gloo", task.what, task.work->seq(), task.desc, rank_, size_, simplify(err), &board_);
         abort(msg);
         std::lock_guard<std::mutex> lock(mu_);
         running_ = nullptr;
@@ -426,7 +428,8 @@ class GlooGroup final : public ProcessGroup {
     for (int r = 0; r < size_; ++r) calls.emplace_back(all.data() + r * kCallRecord);
     if (std::all_of(calls.begin(), calls.end(), [&](const std::string& c) { return c == calls[0]; })) return;
     std::string msg = "the ranks made different calls:";
-    for (int r = 0; r < size_; ++r) msg += std::string(r == 0 ? " " : "; ") + "rank " + std::to_string(r) + " " + calls[r];
+    for (int r = 0; r < size_; ++r)
+      msg += std::string(r == 0 ? " " : "; ") + "rank " + std::to_string(r) + " " + calls[r];
     throw std::runtime_error(msg + " (different models, data or step counts?)");
   }
 
@@ -435,7 +438,8 @@ class GlooGroup final : public ProcessGroup {
     std::string s = e;
     if (auto p = s.find("] "); s.rfind("[", 0) == 0 && p != std::string::npos) s = s.substr(p + 2);
     if (s.find("Timed out") != std::string::npos || s.find("timed out") != std::string::npos)
-      return "timed out (" + s + "); a peer is hung, never called this collective or called another one "
+      return "timed out (" + s +
+             "); a peer is hung, never called this collective or called another one "
              "(EMBER_DIST_CHECK=all compares every call)";
     if (s.find("closed") != std::string::npos || s.find("reset") != std::string::npos ||
         s.find("Broken pipe") != std::string::npos)
@@ -460,7 +464,8 @@ class GlooGroup final : public ProcessGroup {
       if (overdue) {
         stuck_ = true;
         abort("gloo: collective #" + std::to_string(r->seq()) + " on rank " + std::to_string(rank_) +
-              " is still running 10 s past the timeout (" + std::to_string(timeout_.count()) + " ms); the group is aborted");
+              " is still running 10 s past the timeout (" + std::to_string(timeout_.count()) +
+              " ms); the group is aborted");
         r->finish(failed());
       }
       lock.lock();

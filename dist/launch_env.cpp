@@ -14,9 +14,7 @@ namespace {
 
 // A port in [20000, 40000) that every process of one job computes alike from the job's id (a
 // different job on the same machine almost always gets another; MASTER_PORT overrides).
-int port_from_job_id(std::string_view id) {
-  return 20000 + static_cast<int>(fnv1a(id) % 20000);
-}
+int port_from_job_id(std::string_view id) { return 20000 + static_cast<int>(fnv1a(id) % 20000); }
 
 struct Env {
   const EnvLookup& get;
@@ -43,8 +41,9 @@ struct Env {
 // A rank and a size from one launcher: both or neither, and the rank below the size.
 void rank_and_size(const Env& env, const char* rank_var, const char* size_var, const char* launcher, LaunchEnv& e) {
   if (env.has(rank_var) != env.has(size_var))
-    throw DistError(std::string(launcher) + "'s variables are incomplete: " + (env.has(rank_var) ? rank_var : size_var) +
-                    " is set but " + (env.has(rank_var) ? size_var : rank_var) +
+    throw DistError(std::string(launcher) +
+                    "'s variables are incomplete: " + (env.has(rank_var) ? rank_var : size_var) + " is set but " +
+                    (env.has(rank_var) ? size_var : rank_var) +
                     " is not (start the processes with the launcher, or set RANK, WORLD_SIZE, MASTER_ADDR and "
                     "MASTER_PORT)");
   e.rank = env.integer(rank_var, 0);
@@ -187,9 +186,10 @@ LaunchEnv launch_env(const EnvLookup& get) {
       }
     master_overrides(env, e);
     if (e.master_addr.empty())
-      throw DistError("MPI: the job spans several machines (" + std::to_string(e.local_world_size) + " of " +
-                      std::to_string(e.world_size) +
-                      " ranks on this one), so rank 0's host is unknown; pass it: mpirun -x MASTER_ADDR=<rank 0's host> ...");
+      throw DistError(
+          "MPI: the job spans several machines (" + std::to_string(e.local_world_size) + " of " +
+          std::to_string(e.world_size) +
+          " ranks on this one), so rank 0's host is unknown; pass it: mpirun -x MASTER_ADDR=<rank 0's host> ...");
     if (e.master_port < 0 && e.world_size > 1)
       throw DistError("MPI: no job id to derive a port from; set MASTER_PORT (mpirun -x MASTER_PORT=29500 ...)");
   } else {

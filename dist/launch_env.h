@@ -28,12 +28,12 @@ struct LaunchEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  bool distributed = false;  // a launcher's variables were found (torchrun's: WORLD_SIZE is set)
-  bool rank_set = false;     // the rank came from a variable (torchrun's: RANK is set)
-  std::string source;        // "ember_run", "torchrun's variables", "Slurm (SLURM_PROCID, ...)", ...
-  std::string master_addr;   // empty: none known (one process, or torchrun's without MASTER_ADDR)
-  int master_port = -1;      // -1: none known
-  std::string master_source; // where the master came from, for the first line of a run
+  bool distributed = false;   // a launcher's variables were found (torchrun's: WORLD_SIZE is set)
+  bool rank_set = false;      // the rank came from a variable (torchrun's: RANK is set)
+  std::string source;         // "ember_run", "torchrun's variables", "Slurm (SLURM_PROCID, ...)", ...
+  std::string master_addr;    // empty: none known (one process, or torchrun's without MASTER_ADDR)
+  int master_port = -1;       // -1: none known
+  std::string master_source;  // where the master came from, for the first line of a run
 };
 
 // Reads the launcher's variables through `get` (getenv when empty; tests pass a map). Throws

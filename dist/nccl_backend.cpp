@@ -185,7 +185,10 @@ struct NcclWork final : Work {
 class NcclGroup final : public ProcessGroup {
  public:
   NcclGroup(std::shared_ptr<Store> store, int rank, int size, int device, std::chrono::milliseconds timeout)
-      : ProcessGroup(rank, size, timeout), store_(store), board_(store, rank, size), device_(device),
+      : ProcessGroup(rank, size, timeout),
+        store_(store),
+        board_(store, rank, size),
+        device_(device),
         state_(std::make_shared<GroupState>()) {
     const std::string who = "nccl: rank " + std::to_string(rank) + " of " + std::to_string(size);
     if (device < 0 || device >= cuda::device_count())
@@ -344,10 +347,11 @@ class NcclGroup final : public ProcessGroup {
     check_tensor(what, t);
     if (!t.is_cuda() || t.device().index != device_) {
       const std::string mine = "cuda:" + std::to_string(device_);
-      throw std::invalid_argument(std::string(what) + ": the nccl backend works on CUDA tensors on this group's device " +
-                                  mine + ", got " + t.describe() +
-                                  (t.is_cpu() ? " (move it with .to(" + mine + "), or use the gloo backend for CPU tensors)"
-                                              : " (each rank's group uses one GPU: move the tensor to " + mine + ")"));
+      throw std::invalid_argument(
+          std::string(what) + ": the nccl backend works on CUDA tensors on this group's device " + mine + ", got " +
+          t.describe() +
+          (t.is_cpu() ? " (move it with .to(" + mine + "), or use the gloo backend for CPU tensors)"
+                      : " (each rank's group uses one GPU: move the tensor to " + mine + ")"));
     }
   }
 
@@ -465,8 +469,8 @@ class NcclGroup final : public ProcessGroup {
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     cudaThreadExchangeStreamCaptureMode(&mode);
     cudaSetDevice(device_);
-    const auto period = std::clamp<std::chrono::milliseconds>(timeout_ / 10, std::chrono::milliseconds(100),
-                                                              std::chrono::seconds(1));
+    const auto period =
+        std::clamp<std::chrono::milliseconds>(timeout_ / 10, std::chrono::milliseconds(100), std::chrono::seconds(1));
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       cv_.wait_for(lock, period);
@@ -475,8 +479,8 @@ class NcclGroup final : public ProcessGroup {
       try {
         check_once();
       } catch (const std::exception& e) {
-        fail(collective_failure("nccl", "watchdog", last_seq_.load(), "checking the collectives", rank_, size_, e.what(),
-                                &board_));
+        fail(collective_failure("nccl", "watchdog", last_seq_.load(), "checking the collectives", rank_, size_,
+                                e.what(), &board_));
       }
       board_.publish();
       lock.lock();
@@ -533,8 +537,7 @@ class NcclGroup final : public ProcessGroup {
       why = "NCCL reported an asynchronous error: " + async_text +
             (async == ncclInvalidUsage ? std::string()
                                        : std::string("; a peer exited or crashed, or the network failed"));
-    else if (!cuda_err.empty())
-      why = "a CUDA error ended it (" + cuda_err + ")";
+    else if (!cuda_err.empty()) why = "a CUDA error ended it (" + cuda_err + ")";
     else if (running && Clock::now() - issued > timeout_)
       why = "timed out after " + seconds(timeout_) + "; a peer is hung, exited, or never called this collective";
     if (why.empty()) return;

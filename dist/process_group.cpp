@@ -91,7 +91,8 @@ ProcessGroupPtr init_process_group(Options o) {
   if (const char* t = std::getenv("EMBER_DIST_TIMEOUT"); t != nullptr && *t != '\0') {
     char* end = nullptr;
     double s = std::strtod(t, &end);
-    if (end == t || *end != '\0' || !(s > 0)) throw DistError(std::string("EMBER_DIST_TIMEOUT='") + t + "' is not a positive number of seconds");
+    if (end == t || *end != '\0' || !(s > 0))
+      throw DistError(std::string("EMBER_DIST_TIMEOUT='") + t + "' is not a positive number of seconds");
     o.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
   }
   // the launcher's variables (Note [launch conventions] in launch_env.h)
@@ -109,21 +110,25 @@ ProcessGroupPtr init_process_group(Options o) {
   if (ws_set && o.world_size > 1 && !rank_set)
     throw DistError("init_process_group: WORLD_SIZE=" + std::to_string(o.world_size) +
                     " but RANK is not set; start the program with ember_run (or set RANK for every process)");
-  if (o.world_size < 1) throw DistError("init_process_group: WORLD_SIZE must be at least 1, got " + std::to_string(o.world_size));
+  if (o.world_size < 1)
+    throw DistError("init_process_group: WORLD_SIZE must be at least 1, got " + std::to_string(o.world_size));
   if (o.rank >= o.world_size)
-    throw DistError("init_process_group: RANK=" + std::to_string(o.rank) + " is not below WORLD_SIZE=" +
-                    std::to_string(o.world_size));
+    throw DistError("init_process_group: RANK=" + std::to_string(o.rank) +
+                    " is not below WORLD_SIZE=" + std::to_string(o.world_size));
   if (o.master_addr.empty()) o.master_addr = env.master_addr.empty() ? "127.0.0.1" : env.master_addr;
   if (o.master_port < 0) {
     o.master_port = std::max(env.master_port, 0);
     if (env.master_port < 0 && o.world_size > 1)
-      throw DistError("init_process_group: MASTER_PORT is not set; start the program with ember_run or set MASTER_ADDR and MASTER_PORT");
+      throw DistError(
+          "init_process_group: MASTER_PORT is not set; start the program with ember_run or set MASTER_ADDR and "
+          "MASTER_PORT");
   }
   if (o.backend.empty()) o.backend = o.device.is_cuda() ? "nccl" : "gloo";
   if (o.backend != "gloo" && o.backend != "nccl")
     throw DistError("init_process_group: unknown backend '" + o.backend + "' (expected gloo or nccl)");
   if (o.backend == "nccl" && !nccl_available())
-    throw DistError("init_process_group: the nccl backend is not available in this build (CPU-only or the simulator); use gloo");
+    throw DistError(
+        "init_process_group: the nccl backend is not available in this build (CPU-only or the simulator); use gloo");
 
   const int r = o.rank, n = o.world_size;
   const JobToken token = job_token();
@@ -175,10 +180,12 @@ ProcessGroupPtr init_process_group(Options o) {
         std::string their_backend;
         in >> their_n >> their_backend;
         if (their_n != n)
-          verdict = "WORLD_SIZE mismatch: rank " + std::to_string(i) + " was started with WORLD_SIZE=" +
-                    std::to_string(their_n) + " but rank 0 with WORLD_SIZE=" + std::to_string(n);
+          verdict = "WORLD_SIZE mismatch: rank " + std::to_string(i) +
+                    " was started with WORLD_SIZE=" + std::to_string(their_n) +
+                    " but rank 0 with WORLD_SIZE=" + std::to_string(n);
         else if (their_backend != o.backend)
-          verdict = "backend mismatch: rank " + std::to_string(i) + " uses " + their_backend + " but rank 0 uses " + o.backend;
+          verdict = "backend mismatch: rank " + std::to_string(i) + " uses " + their_backend + " but rank 0 uses " +
+                    o.backend;
       }
     }
     store->set("rdzv/verdict", verdict);
@@ -199,8 +206,9 @@ ProcessGroupPtr init_process_group(Options o) {
     in >> root_n;
     if (root_n != n) {
       store->set("rdzv/ack/" + std::to_string(r), "1");
-      throw DistError("init_process_group (rank " + std::to_string(r) + "): WORLD_SIZE mismatch: this rank was started with WORLD_SIZE=" +
-                      std::to_string(n) + " but rank 0 with WORLD_SIZE=" + std::to_string(root_n));
+      throw DistError("init_process_group (rank " + std::to_string(r) +
+                      "): WORLD_SIZE mismatch: this rank was started with WORLD_SIZE=" + std::to_string(n) +
+                      " but rank 0 with WORLD_SIZE=" + std::to_string(root_n));
     }
     // Rank 0 publishes its verdict within its own timeout; wait a little longer than that so a
     // rank that is missing is named by rank 0's message, not by this rank's own timeout.

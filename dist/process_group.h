@@ -127,5 +127,4 @@ void set_default_group(ProcessGroupPtr pg);
 // Forgets the default group (its connections close when the last user lets go).
 void destroy_process_group();
 
-
 }  // namespace ember::dist

@@ -174,8 +174,7 @@ bool decode(std::string& buf, std::vector<std::string>& parts, bool request) {
       fail("TcpStore: message part " + std::to_string(i) + " of " + std::to_string(len) + " bytes (at most " +
            std::to_string(cap) + ")");
     pos += 4;
-    if (pos + len > kMaxMessage)
-      fail("TcpStore: a message of more than " + std::to_string(kMaxMessage) + " bytes");
+    if (pos + len > kMaxMessage) fail("TcpStore: a message of more than " + std::to_string(kMaxMessage) + " bytes");
     if (buf.size() < pos + len) return false;
     if (i == 0) op.assign(buf.data() + pos, len);
     pos += len;
@@ -254,8 +253,7 @@ std::string numeric_host(const sockaddr* a, socklen_t len) {
 }
 
 bool is_loopback(const sockaddr_storage& a) {
-  if (a.ss_family == AF_INET)
-    return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == 127;
+  if (a.ss_family == AF_INET) return (ntohl(reinterpret_cast<const sockaddr_in&>(a).sin_addr.s_addr) >> 24) == 127;
   if (a.ss_family == AF_INET6) {
     const in6_addr& x = reinterpret_cast<const sockaddr_in6&>(a).sin6_addr;
     if (IN6_IS_ADDR_LOOPBACK(&x)) return true;
@@ -303,8 +301,8 @@ std::vector<BindAddr> bind_addresses(const std::string& host) {
     if (out.empty()) {
       std::string known;
       for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-      fail(std::string("EMBER_STORE_IFNAME='") + ifname + "': no interface of that name with an address (interfaces: " +
-           known + ")");
+      fail(std::string("EMBER_STORE_IFNAME='") + ifname +
+           "': no interface of that name with an address (interfaces: " + known + ")");
     }
     return out;
   }
@@ -338,8 +336,7 @@ int get_port(const sockaddr_storage& a) {
 
 std::string read_token_file(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    fail("EMBER_JOB_TOKEN_FILE '" + path + "': cannot read it: " + errno_text(errno));
+  if (::stat(path.c_str(), &st) != 0) fail("EMBER_JOB_TOKEN_FILE '" + path + "': cannot read it: " + errno_text(errno));
   if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));
@@ -386,9 +383,9 @@ struct TcpStore::Server {
     int fd = -1;
     std::string in;
     bool authed = false;
-    Bytes nonce{};  // the server's nonce sent in the hello
-    Clock::time_point since;        // accepted at, or the last byte received at
-    bool dead = false;              // to be closed after this round
+    Bytes nonce{};            // the server's nonce sent in the hello
+    Clock::time_point since;  // accepted at, or the last byte received at
+    bool dead = false;        // to be closed after this round
     // A parked get/wait: answered once all its keys exist.
     bool parked = false;
     std::string op;
@@ -593,8 +590,9 @@ TcpStore::TcpStore(std::string host, int port, bool is_server, std::chrono::mill
   server_->token = security_.token;
   server_->max_clients = 4 * static_cast<size_t>(std::max(1, security_.world_size)) + 16;
   auto in_use = [](int e) {
-    return e == EADDRINUSE ? std::string(" (another process serves it already: two processes started as RANK=0, or "
-                                         "another job on this MASTER_PORT)")
+    return e == EADDRINUSE ? std::string(
+                                 " (another process serves it already: two processes started as RANK=0, or "
+                                 "another job on this MASTER_PORT)")
                            : std::string();
   };
   std::string failures;
@@ -652,7 +650,8 @@ bool TcpStore::loopback_only() const { return server_ && server_->loopback; }
 
 // Connects (retrying until the deadline: rank 0 may not be listening yet, or its connection cap
 // may be full for a moment) and proves this process knows the job token (Note [store security]).
-void TcpStore::connect_and_prove(Clock::time_point deadline, std::chrono::milliseconds timeout, const std::string& peer) {
+void TcpStore::connect_and_prove(Clock::time_point deadline, std::chrono::milliseconds timeout,
+                                 const std::string& peer) {
   sockaddr_storage addr{};
   socklen_t len = 0;
   int family = AF_INET;
@@ -723,7 +722,12 @@ void TcpStore::connect_and_prove(Clock::time_point deadline, std::chrono::millis
 }
 
 std::string TcpStore::request(char op, const std::vector<std::string>& args, std::chrono::milliseconds timeout) {
-  const char* name = op == 's' ? "set" : op == 'g' ? "get" : op == 'a' ? "add" : op == 'w' ? "wait" : op == 'p' ? "peek" : "check";
+  const char* name = op == 's'   ? "set"
+                     : op == 'g' ? "get"
+                     : op == 'a' ? "add"
+                     : op == 'w' ? "wait"
+                     : op == 'p' ? "peek"
+                                 : "check";
   std::lock_guard<std::mutex> lock(mu_);
   const std::string peer = host_ + ":" + std::to_string(port_);
   auto deadline = Clock::now() + timeout;

@@ -77,8 +77,7 @@ class TcpStore : public Store {
   // is_server: this process serves the store (rank 0); it also connects to it as a client. The
   // server binds to the addresses `host` resolves to (EMBER_STORE_IFNAME: that interface's;
   // EMBER_STORE_BIND_ALL=1: every interface). port 0 with is_server picks a free port (port()).
-  TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout,
-           StoreSecurity security = {});
+  TcpStore(std::string host, int port, bool is_server, std::chrono::milliseconds timeout, StoreSecurity security = {});
   ~TcpStore() override;
 
   void set(const std::string& key, const std::string& value) override;
@@ -113,8 +112,9 @@ class TcpStore : public Store {
 // Keys under "prefix/" of another store (one namespace per process group).
 class PrefixStore : public Store {
  public:
-  PrefixStore(std::string prefix, std::shared_ptr<Store> base)
-      : prefix_(std::move(prefix)), base_(std::move(base)) { timeout_ = base_->timeout(); }
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base) : prefix_(std::move(prefix)), base_(std::move(base)) {
+    timeout_ = base_->timeout();
+  }
   void set(const std::string& key, const std::string& value) override { base_->set(k(key), value); }
   std::string get(const std::string& key) override { return base_->get(k(key)); }
   int64_t add(const std::string& key, int64_t delta) override { return base_->add(k(key), delta); }

@@ -212,9 +212,9 @@ Tensor SyncBatchNormImpl::forward(const Tensor& x) {
     pg->all_gather(gathered, packed)->wait();
     const Tensor g = gathered.view({W, 2 * C + 1});
     const Tensor means = g.narrow(1, 0, C), vars = g.narrow(1, C, C), counts = g.narrow(1, 2 * C, 1);
-    count = sum(counts);                                      // [] = M
-    mean = div(sum(mul(means, counts), {0}), count);          // [C]
-    const Tensor dm = sub(means, mean.reshape({1, C}));       // [W, C]
+    count = sum(counts);                                              // [] = M
+    mean = div(sum(mul(means, counts), {0}), count);                  // [C]
+    const Tensor dm = sub(means, mean.reshape({1, C}));               // [W, C]
     var = div(sum(mul(counts, add(vars, mul(dm, dm))), {0}), count);  // biased
     invstd = rsqrt(add(var, options.eps()));
     if (options.track_running_stats()) {
@@ -230,8 +230,8 @@ Tensor SyncBatchNormImpl::forward(const Tensor& x) {
     autograd::NoGradGuard ng;
     y = batch_norm(x, weight, bias, mean, var, /*training=*/false, 0.0, options.eps());
   }
-  const bool need = x.requires_grad() || (weight.defined() && weight.requires_grad()) ||
-                    (bias.defined() && bias.requires_grad());
+  const bool need =
+      x.requires_grad() || (weight.defined() && weight.requires_grad()) || (bias.defined() && bias.requires_grad());
   if (autograd::grad_mode_enabled() && need) {
     auto node = std::make_shared<SyncBatchNormBackward>();
     node->next_edges = {autograd::gradient_edge(x), autograd::gradient_edge(weight), autograd::gradient_edge(bias)};
@@ -248,10 +248,10 @@ Tensor SyncBatchNormImpl::forward(const Tensor& x) {
 }
 
 std::string SyncBatchNormImpl::extra_repr() const {
-  return str(options.num_features(), ", eps=", options.eps(), ", momentum=",
-             options.momentum() ? str(*options.momentum()) : std::string("None"), ", affine=",
-             options.affine() ? "true" : "false", ", track_running_stats=",
-             options.track_running_stats() ? "true" : "false");
+  return str(options.num_features(), ", eps=", options.eps(),
+             ", momentum=", options.momentum() ? str(*options.momentum()) : std::string("None"),
+             ", affine=", options.affine() ? "true" : "false",
+             ", track_running_stats=", options.track_running_stats() ? "true" : "false");
 }
 
 // ---- convert_sync_batchnorm ----
@@ -259,7 +259,8 @@ std::string SyncBatchNormImpl::extra_repr() const {
 namespace {
 
 bool is_batch_norm(const nn::Module* m) {
-  return dynamic_cast<const nn::BatchNorm1dImpl*>(m) != nullptr || dynamic_cast<const nn::BatchNorm2dImpl*>(m) != nullptr;
+  return dynamic_cast<const nn::BatchNorm1dImpl*>(m) != nullptr ||
+         dynamic_cast<const nn::BatchNorm2dImpl*>(m) != nullptr;
 }
 
 struct Converter {

@@ -62,8 +62,11 @@ struct SyncBatchNormOptions {
         affine_(o.affine()),
         track_running_stats_(o.track_running_stats()) {}
   nn::BatchNormOptions batch_norm_options() const {
-    return nn::BatchNormOptions(num_features_).eps(eps_).momentum(momentum_).affine(affine_).track_running_stats(
-        track_running_stats_);
+    return nn::BatchNormOptions(num_features_)
+        .eps(eps_)
+        .momentum(momentum_)
+        .affine(affine_)
+        .track_running_stats(track_running_stats_);
   }
   EMBER_ARG(int64_t, num_features);
   EMBER_ARG(double, eps) = 1e-5;
@@ -90,7 +93,7 @@ class SyncBatchNormImpl : public nn::Module {
   ProcessGroupPtr group() const;
 
   SyncBatchNormOptions options;
-  Tensor weight, bias;                                     // [C] when affine
+  Tensor weight, bias;                                    // [C] when affine
   Tensor running_mean, running_var, num_batches_tracked;  // when track_running_stats
 
  private:

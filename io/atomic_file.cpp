@@ -66,7 +66,8 @@ int open_through(const std::string& path, int extra_flags) {
 
 void check_kind(const std::string& path, const std::string& target, TargetKind kind) {
   std::string via = path == target ? std::string() : " (the target of the link '" + path + "')";
-  EMBER_CHECK(kind != TargetKind::kDirectory, "cannot write '", target, "'", via, ": it is a directory, expected a file name");
+  EMBER_CHECK(kind != TargetKind::kDirectory, "cannot write '", target, "'", via,
+              ": it is a directory, expected a file name");
   EMBER_CHECK(kind != TargetKind::kOther, "cannot write '", target, "'", via,
               ": it is neither a regular file nor a device or FIFO (a socket?)");
 }
@@ -203,8 +204,7 @@ void AtomicFile::write(const void* data, size_t n) {
     size_t chunk = fault_chunk(written_, n, what);
     ssize_t w = ::write(fd_, p, chunk);
     if (w < 0 && errno == EINTR) continue;
-    if (through_)
-      EMBER_CHECK(w > 0, "writing '", target_, "' failed after ", written_, " bytes: ", errno_text());
+    if (through_) EMBER_CHECK(w > 0, "writing '", target_, "' failed after ", written_, " bytes: ", errno_text());
     else
       EMBER_CHECK(w > 0, "writing '", tmp_, "' (for '", path_, "') failed after ", written_, " bytes: ", errno_text());
     p += w;
@@ -231,7 +231,8 @@ void AtomicFile::commit() {
   int rc = ::close(fd_);
   fd_ = -1;
   EMBER_CHECK(rc == 0, "closing '", tmp_, "' failed: ", errno_text());
-  EMBER_CHECK(::rename(tmp_.c_str(), target_.c_str()) == 0, "renaming '", tmp_, "' to '", target_, "' failed: ", errno_text());
+  EMBER_CHECK(::rename(tmp_.c_str(), target_.c_str()) == 0, "renaming '", tmp_, "' to '", target_,
+              "' failed: ", errno_text());
   committed_ = true;
   remove_stale_temps(target_);
   // Make the rename durable: fsync the directory that holds the new name.
@@ -305,10 +306,10 @@ void AppendFile::append(std::string_view record) {
     written_ += record.size();
     return;
   }
-  const std::string why = w < 0 ? errno_text()
-                                : chunk < record.size() ? std::string("injected write fault")
-                                                        : "short write (" + std::to_string(w) + " of " +
-                                                              std::to_string(record.size()) + " bytes; disk full?)";
+  const std::string why = w < 0                   ? errno_text()
+                          : chunk < record.size() ? std::string("injected write fault")
+                                                  : "short write (" + std::to_string(w) + " of " +
+                                                        std::to_string(record.size()) + " bytes; disk full?)";
   if (regular_ && start >= 0 && w > 0) (void)!::ftruncate(fd_, start);  // the record whole or not at all
   EMBER_FAIL("writing '", path_, "' failed after ", written_, " bytes: ", why);
 }

@@ -56,9 +56,9 @@ class AtomicFile {
   // same target. Writing through a device: close (a close error is an error).
   void commit();
 
-  const std::string& path() const { return path_; }        // as given
-  const std::string& target() const { return target_; }    // after following symlinks
-  const std::string& temp_path() const { return tmp_; }    // empty when writing through
+  const std::string& path() const { return path_; }      // as given
+  const std::string& target() const { return target_; }  // after following symlinks
+  const std::string& temp_path() const { return tmp_; }  // empty when writing through
   bool writes_through() const { return through_; }
   uint64_t bytes_written() const { return written_; }
 

@@ -28,11 +28,12 @@ struct DTypeName {
   const char* name;
   DType dtype;
 };
-constexpr DTypeName kDTypes[] = {{"F32", DType::f32}, {"F16", DType::f16}, {"BF16", DType::bf16}, {"F64", DType::f64},
-                                 {"I32", DType::i32}, {"I64", DType::i64}, {"U8", DType::u8},     {"BOOL", DType::boolean}};
+constexpr DTypeName kDTypes[] = {{"F32", DType::f32}, {"F16", DType::f16},     {"BF16", DType::bf16},
+                                 {"F64", DType::f64}, {"I32", DType::i32},     {"I64", DType::i64},
+                                 {"U8", DType::u8},   {"BOOL", DType::boolean}};
 // In the spec, but not ember dtypes.
-constexpr const char* kForeignDTypes[] = {"I8",      "I16",     "U16",     "U32", "U64",     "F8_E4M3",
-                                          "F8_E5M2", "F8_E8M0", "F4",      "F6_E2M3", "F6_E3M2", "C64"};
+constexpr const char* kForeignDTypes[] = {"I8",      "I16",     "U16", "U32",     "U64",     "F8_E4M3",
+                                          "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 // Checks UTF-8 validity; returns the offset of the first bad byte or -1.
 int64_t first_invalid_utf8(std::span<const uint8_t> s) {
@@ -99,14 +100,16 @@ const char* safetensors_dtype_name(DType t) {
 
 // ---- header validation ----
 
-SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t data_size, const std::string& where) {
+SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t data_size,
+                                           const std::string& where) {
   SafetensorsHeader h;
   h.header_size = bytes.size();
   h.data_size = data_size;
   int64_t bad = first_invalid_utf8(bytes);
   EMBER_CHECK(bad < 0, where, ": the header is not valid UTF-8 (byte ", bad, " of the header)");
   size_t first = 0;
-  while (first < bytes.size() && (bytes[first] == ' ' || bytes[first] == '\t' || bytes[first] == '\n' || bytes[first] == '\r'))
+  while (first < bytes.size() &&
+         (bytes[first] == ' ' || bytes[first] == '\t' || bytes[first] == '\n' || bytes[first] == '\r'))
     ++first;
   EMBER_CHECK(first < bytes.size() && bytes[first] == '{', where,
               ": the header must be a JSON object starting with '{' (", bytes.size(), " header bytes)");
@@ -149,8 +152,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
       }
       continue;
     }
-    EMBER_CHECK(v.is_object(), where, ": tensor '", name, "' must map to an object with dtype, shape and data_offsets, got ",
-                v.type_name());
+    EMBER_CHECK(v.is_object(), where, ": tensor '", name,
+                "' must map to an object with dtype, shape and data_offsets, got ", v.type_name());
     for (auto f = v.begin(); f != v.end(); ++f)
       EMBER_CHECK(f.key() == "dtype" || f.key() == "shape" || f.key() == "data_offsets", where, ": tensor '", name,
                   "' has an unexpected field '", f.key(), "'");
@@ -158,7 +161,8 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
       EMBER_CHECK(v.contains(field), where, ": tensor '", name, "' lacks the field '", field, "'");
     SafetensorsEntry e;
     e.name = name;
-    EMBER_CHECK(v["dtype"].is_string(), where, ": tensor '", name, "': dtype must be a string, got ", v["dtype"].dump());
+    EMBER_CHECK(v["dtype"].is_string(), where, ": tensor '", name, "': dtype must be a string, got ",
+                v["dtype"].dump());
     e.dtype = parse_dtype_name(v["dtype"].get<std::string>(), name, where);
     const json& shape = v["shape"];
     EMBER_CHECK(shape.is_array(), where, ": tensor '", name, "': shape must be an array, got ", shape.dump());
@@ -200,15 +204,15 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
   uint64_t pos = 0;
   const SafetensorsEntry* prev = nullptr;
   for (const SafetensorsEntry& e : h.entries) {
-    EMBER_CHECK(e.begin <= pos, where, ": gap in the byte buffer: bytes [", pos, ", ", e.begin, ") before tensor '", e.name,
-                "' belong to no tensor");
+    EMBER_CHECK(e.begin <= pos, where, ": gap in the byte buffer: bytes [", pos, ", ", e.begin, ") before tensor '",
+                e.name, "' belong to no tensor");
     EMBER_CHECK(e.begin >= pos, where, ": tensor '", e.name, "' [", e.begin, ", ", e.end, ") overlaps tensor '",
                 prev != nullptr ? prev->name : std::string("?"), "' which ends at ", pos);
     pos = e.end;
     if (e.end > e.begin) prev = &e;
   }
-  EMBER_CHECK(pos == data_size, where, ": ", data_size - pos, " trailing bytes after the last tensor (the tensors end at ",
-              pos, " of a ", data_size, "-byte buffer)");
+  EMBER_CHECK(pos == data_size, where, ": ", data_size - pos,
+              " trailing bytes after the last tensor (the tensors end at ", pos, " of a ", data_size, "-byte buffer)");
   return h;
 }
 
@@ -348,8 +352,9 @@ void pread_all(int fd, void* dst, uint64_t n, uint64_t offset, const std::string
   while (n > 0) {
     ssize_t r = ::pread(fd, p, static_cast<size_t>(std::min<uint64_t>(n, 1u << 30)), static_cast<off_t>(offset));
     if (r < 0 && errno == EINTR) continue;
-    EMBER_CHECK(r > 0, "reading '", path, "' at offset ", offset, " failed: ",
-                r == 0 ? std::string("unexpected end of file (was it truncated while reading?)") : std::strerror(errno));
+    EMBER_CHECK(
+        r > 0, "reading '", path, "' at offset ", offset, " failed: ",
+        r == 0 ? std::string("unexpected end of file (was it truncated while reading?)") : std::strerror(errno));
     p += r;
     n -= static_cast<uint64_t>(r);
     offset += static_cast<uint64_t>(r);
@@ -386,7 +391,8 @@ SafetensorsFile load_safetensors(const std::string& path, Device device) {
 }
 
 SafetensorsFile from_safetensors_bytes(std::span<const uint8_t> bytes, Device device, const std::string& where) {
-  EMBER_CHECK(bytes.size() >= 8, where, " is ", bytes.size(), " bytes; a safetensors file starts with an 8-byte header length");
+  EMBER_CHECK(bytes.size() >= 8, where, " is ", bytes.size(),
+              " bytes; a safetensors file starts with an 8-byte header length");
   uint64_t n = read_u64_le(bytes.data());
   check_header_length(n, bytes.size(), where);
   SafetensorsHeader h = parse_safetensors_header(bytes.subspan(8, static_cast<size_t>(n)), bytes.size() - 8 - n, where);

@@ -398,7 +398,8 @@ void set_backends(const std::string& spec) {
         bool any = false;
         for (const OpInfo& o : all_ops())
           for (const Variant& v : o.variants) any = any || v.name == be;
-        EMBER_CHECK(any, "set_backends: no op has a backend '", be, "' (for '*' use default, auto, vendor or a variant name)");
+        EMBER_CHECK(any, "set_backends: no op has a backend '", be,
+                    "' (for '*' use default, auto, vendor or a variant name)");
       }
       plan.emplace_back(nullptr, be);
       continue;

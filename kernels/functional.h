@@ -42,8 +42,8 @@ Tensor scalar_tensor(double value, const TensorOptions& options = {});
 // Declared from kernels/ops.def, a pair per EMBER_UNARY(name, Functor) line (neg, exp, relu, gelu,
 // ...; the formulas are the functors' in kernels/ops/unary.h): `name(x)`, and the fused gradient
 // `name_backward(grad, x)` = grad * f'(x) that composite backwards call.
-#define EMBER_UNARY(name, Functor)  \
-  Tensor name(const Tensor& x);     \
+#define EMBER_UNARY(name, Functor) \
+  Tensor name(const Tensor& x);    \
   Tensor name##_backward(const Tensor& grad, const Tensor& x);
 #include "kernels/ops.def"
 
@@ -154,7 +154,8 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim);
 // logits [N, C] or [N, C, d1, ...] (class dim 1) or [C]; target i64/i32 class indices [N] /
 // [N, d1, ...] / []. The result is a device tensor: nothing here synchronises the host.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o = {});  // label_smoothing must be 0
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
+                const CrossEntropyOptions& o = {});  // label_smoothing must be 0
 // input and target broadcast together (like PyTorch, which warns).
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 // Scales kept values by 1/(1-p); identity (the same tensor) when !training or p == 0. The mask comes
@@ -171,8 +172,8 @@ Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, st
 Tensor conv2d_backward_weight(const Tensor& grad_output, const Tensor& x, std::array<int64_t, 2> kernel_rs,
                               const Conv2dFuncOptions& o = {});
 // Pooling as PyTorch (floor mode; padding at most half the kernel). stride {0, 0} means the kernel size.
-Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0} /*0: = kernel*/,
-                  std::array<int64_t, 2> padding = {0, 0});
+Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
+                  std::array<int64_t, 2> stride = {0, 0} /*0: = kernel*/, std::array<int64_t, 2> padding = {0, 0});
 // (out, indices): indices (i64) of each maximum in its (n, c) plane, h * W + w, first maximum on ties.
 std::vector<Tensor> max_pool2d_with_indices(const Tensor& x, std::array<int64_t, 2> kernel,
                                             std::array<int64_t, 2> stride = {0, 0},
@@ -198,12 +199,13 @@ Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean = {0.0}, co
 // device tensor of hyperparameters; `steps` are f32 scalar step counters the op increments;
 // found_inf / inv_scale (f32 [1], optional) are the loss scaler's hooks: see kernels/ops/optim.h.
 void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-              const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov, bool maximize,
-              const Tensor& found_inf = Tensor(), const Tensor& inv_scale = Tensor());
+              const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov,
+              bool maximize, const Tensor& found_inf = Tensor(), const Tensor& inv_scale = Tensor());
 void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, bool decoupled_weight_decay,
-               bool maximize, const Tensor& found_inf = Tensor(), const Tensor& inv_scale = Tensor());
+               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps,
+               bool decoupled_weight_decay, bool maximize, const Tensor& found_inf = Tensor(),
+               const Tensor& inv_scale = Tensor());
 // The p-norm of all elements of all tensors (inf for the max norm), as a device scalar (f32; f64
 // for f64 tensors). Tensors may mix devices and dtypes (one launch per bucket).
 Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type = 2.0);

@@ -16,18 +16,18 @@
 namespace ember {
 
 // Every op's definition functions (see Note [op registry]).
-#define EMBER_OP(name, devices)          \
-  void define_op_##name(OpInfo& info);   \
+#define EMBER_OP(name, devices)        \
+  void define_op_##name(OpInfo& info); \
   void register_cuda_##name(OpInfo& info);
-#define EMBER_UNARY(name, Functor)                 \
-  void define_op_##name(OpInfo& info);             \
-  void define_op_##name##_backward(OpInfo& info);  \
-  void register_cuda_##name(OpInfo& info);         \
+#define EMBER_UNARY(name, Functor)                \
+  void define_op_##name(OpInfo& info);            \
+  void define_op_##name##_backward(OpInfo& info); \
+  void register_cuda_##name(OpInfo& info);        \
   void register_cuda_##name##_backward(OpInfo& info);
-#define EMBER_BINARY(name, Functor)              \
-  void define_op_##name(OpInfo& info);           \
-  void define_op_##name##_scalar(OpInfo& info);  \
-  void register_cuda_##name(OpInfo& info);       \
+#define EMBER_BINARY(name, Functor)             \
+  void define_op_##name(OpInfo& info);          \
+  void define_op_##name##_scalar(OpInfo& info); \
+  void register_cuda_##name(OpInfo& info);      \
   void register_cuda_##name##_scalar(OpInfo& info);
 #include "kernels/ops.def"
 
@@ -41,8 +41,7 @@ struct Registry {
   std::array<OpInfo, kNumOps> ops;
 };
 
-void define(Registry& r, OpId id, const char* name, uint32_t devices, void (*def)(OpInfo&),
-            void (*cuda)(OpInfo&)) {
+void define(Registry& r, OpId id, const char* name, uint32_t devices, void (*def)(OpInfo&), void (*cuda)(OpInfo&)) {
   OpInfo& info = r.ops[static_cast<size_t>(id)];
   info.id = id;
   info.name = name;
@@ -55,12 +54,10 @@ void define(Registry& r, OpId id, const char* name, uint32_t devices, void (*def
 // The CUDA registration function of an op, or nullptr in a build without CUDA or for an op whose
 // ops.def entry has no CUDA flag. The generic lambda keeps the function unreferenced (so it need not
 // exist) when the condition is false.
-#define EMBER_CUDA_REGISTER(fn, devices)                                              \
-  [](auto tag) -> void (*)(OpInfo&) {                                                 \
-    if constexpr (decltype(tag)::value && EMBER_WITH_CUDA && (((devices) & CUDA) != 0)) \
-      return &fn;                                                                     \
-    else                                                                              \
-      return nullptr;                                                                 \
+#define EMBER_CUDA_REGISTER(fn, devices)                                                          \
+  [](auto tag) -> void (*)(OpInfo&) {                                                             \
+    if constexpr (decltype(tag)::value && EMBER_WITH_CUDA && (((devices)&CUDA) != 0)) return &fn; \
+    else return nullptr;                                                                          \
   }(std::true_type{})
 
 Registry& registry() {
@@ -68,13 +65,13 @@ Registry& registry() {
     auto* reg = new Registry();
 #define EMBER_OP(name, devices) \
   define(*reg, OpId::name, #name, devices, define_op_##name, EMBER_CUDA_REGISTER(register_cuda_##name, devices));
-#define EMBER_UNARY(name, Functor)                                                                          \
+#define EMBER_UNARY(name, Functor)                                                                                \
   define(*reg, OpId::name, #name, CPU | CUDA, define_op_##name, EMBER_CUDA_REGISTER(register_cuda_##name, CUDA)); \
-  define(*reg, OpId::name##_backward, #name "_backward", CPU | CUDA, define_op_##name##_backward,          \
+  define(*reg, OpId::name##_backward, #name "_backward", CPU | CUDA, define_op_##name##_backward,                 \
          EMBER_CUDA_REGISTER(register_cuda_##name##_backward, CUDA));
-#define EMBER_BINARY(name, Functor)                                                                         \
+#define EMBER_BINARY(name, Functor)                                                                               \
   define(*reg, OpId::name, #name, CPU | CUDA, define_op_##name, EMBER_CUDA_REGISTER(register_cuda_##name, CUDA)); \
-  define(*reg, OpId::name##_scalar, #name "_scalar", CPU | CUDA, define_op_##name##_scalar,                \
+  define(*reg, OpId::name##_scalar, #name "_scalar", CPU | CUDA, define_op_##name##_scalar,                       \
          EMBER_CUDA_REGISTER(register_cuda_##name##_scalar, CUDA));
 #include "kernels/ops.def"
     autotune::install();

@@ -103,7 +103,7 @@ struct Variant {
   uint32_t flags = 0;
   bool (*supports)(const KernelCall&) = nullptr;  // extra applicability check (shapes, alignment)
   std::string note;                               // one line: what this version does
-  int index = -1;                                  // set by add_variant: its slot in variant_runs()
+  int index = -1;                                 // set by add_variant: its slot in variant_runs()
   bool accepts(const KernelCall& c) const;
 };
 
@@ -120,10 +120,10 @@ using ViewFn = Tensor (*)(const Tensor& self, const Attrs& attrs);
 enum class Save : uint8_t { nothing = 0, inputs = 1, outputs = 2, both = 3 };
 
 struct BackwardCtx {
-  std::vector<Tensor> inputs;    // saved inputs (undefined unless Save::inputs/both)
-  std::vector<Tensor> outputs;   // saved outputs (undefined unless Save::outputs/both)
-  std::vector<Tensor> grads;     // gradient of each output; undefined means zero
-  std::vector<bool> needs;       // which inputs want a gradient
+  std::vector<Tensor> inputs;   // saved inputs (undefined unless Save::inputs/both)
+  std::vector<Tensor> outputs;  // saved outputs (undefined unless Save::outputs/both)
+  std::vector<Tensor> grads;    // gradient of each output; undefined means zero
+  std::vector<bool> needs;      // which inputs want a gradient
   std::vector<autograd::OutputMeta> input_meta;
   std::vector<autograd::OutputMeta> output_meta;
   const Attrs* attrs = nullptr;
@@ -209,7 +209,8 @@ const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceTyp
 
 // Autotune plugs in here: given the accepting candidates, returns the one to use (or nullptr to
 // fall back to the default). Installed by kernels/autotune.cpp.
-using AutotuneFn = const Variant* (*)(const OpInfo& info, const KernelCall& c, std::span<const Variant* const> candidates);
+using AutotuneFn = const Variant* (*)(const OpInfo& info, const KernelCall& c,
+                                      std::span<const Variant* const> candidates);
 void set_autotune_hook(AutotuneFn fn);
 
 // ---- helpers for op implementations ----

@@ -11,7 +11,6 @@
 
 namespace ember {
 
-
 Tensor Tensor::to(DType t) const {
   EMBER_CHECK(defined(), "to(", t, ") of an undefined tensor (e.g. the grad() of a tensor that got no gradient)");
   if (t == dtype()) return *this;
@@ -22,9 +21,8 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
   EMBER_CHECK(defined(), "to(", d, ") of an undefined tensor (e.g. the grad() of a tensor that got no gradient)");
   if (d == device()) return *this;
   EMBER_CHECK(!d.is_cuda() || d.index < cuda::device_count(), "to(", d, "): ",
-              cuda::device_count() == 0 ? cuda::unavailable_reason() : "no such device (" +
-                                                                            std::to_string(cuda::device_count()) +
-                                                                            " CUDA devices)");
+              cuda::device_count() == 0 ? cuda::unavailable_reason()
+                                        : "no such device (" + std::to_string(cuda::device_count()) + " CUDA devices)");
   // The memory format is kept (PyTorch's preserve_format): a dense tensor, e.g. channels-last,
   // moves as it is laid out; anything else is made contiguous first.
   const bool dense = is_non_overlapping_and_dense();
@@ -99,8 +97,7 @@ std::vector<T> Tensor::to_vector() const {
     for (size_t i = 0; i < out.size(); ++i) {
       if constexpr (std::is_same_v<scalar_t, Half> || std::is_same_v<scalar_t, BFloat16>)
         out[i] = static_cast<T>(static_cast<float>(p[i]));
-      else
-        out[i] = static_cast<T>(p[i]);
+      else out[i] = static_cast<T>(p[i]);
     }
   });
   return out;

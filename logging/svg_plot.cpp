@@ -141,7 +141,8 @@ std::string render_svg(const std::vector<Chart>& charts, int width, int chart_he
         ymin = std::min(ymin, s.y[i]);
         ymax = std::max(ymax, s.y[i]);
       }
-    if (!std::isfinite(xmin)) xmin = c.log_x ? 1 : 0, xmax = c.log_x ? 10 : 1, ymin = c.log_y ? 1 : 0, ymax = c.log_y ? 10 : 1;
+    if (!std::isfinite(xmin))
+      xmin = c.log_x ? 1 : 0, xmax = c.log_x ? 10 : 1, ymin = c.log_y ? 1 : 0, ymax = c.log_y ? 10 : 1;
     Ticks xt, yt = c.log_y ? log_ticks(ymin, ymax) : linear_ticks(ymin, ymax);
     if (!c.x_categories.empty()) {
       xt.lo = -0.5;
@@ -156,7 +157,8 @@ std::string render_svg(const std::vector<Chart>& charts, int width, int chart_he
       bool whole = !c.log_x;
       for (const Series& s : c.series)
         for (double v : s.x) whole = whole && (!std::isfinite(v) || v == std::floor(v));
-      if (whole && xt.values.size() > 1 && xt.values[1] - xt.values[0] < 1) xt = linear_ticks(xmin, xmax, static_cast<int>(xmax - xmin));
+      if (whole && xt.values.size() > 1 && xt.values[1] - xt.values[0] < 1)
+        xt = linear_ticks(xmin, xmax, static_cast<int>(xmax - xmin));
     }
     auto fx = [&](double v) { return c.log_x ? std::log10(v) : v; };
     auto fy = [&](double v) { return c.log_y ? std::log10(v) : v; };

@@ -26,7 +26,7 @@ struct Chart {
       : title(std::move(title)), x_label(std::move(x_label)), y_label(std::move(y_label)), series(std::move(series)) {}
   std::string title, x_label, y_label;  // axis labels name the unit: "accuracy (%)", "wall time (s)"
   std::vector<Series> series;
-  bool log_x = false, log_y = false;    // log10 axes (values <= 0 are not drawn)
+  bool log_x = false, log_y = false;      // log10 axes (values <= 0 are not drawn)
   std::vector<std::string> x_categories;  // x = 0, 1, ... are these categories (ticks name them)
 };
 

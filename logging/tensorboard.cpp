@@ -36,7 +36,9 @@ void put_varint(std::string& s, uint64_t v) {
   }
   s.push_back(static_cast<char>(v));
 }
-void put_tag(std::string& s, int field, int wire) { put_varint(s, static_cast<uint64_t>(field) << 3 | static_cast<uint64_t>(wire)); }
+void put_tag(std::string& s, int field, int wire) {
+  put_varint(s, static_cast<uint64_t>(field) << 3 | static_cast<uint64_t>(wire));
+}
 void put_fixed64(std::string& s, uint64_t v) {
   for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
 }
@@ -128,9 +130,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   EMBER_CHECK(!ec, "tensorboard: cannot create directory ", dir, ": ", ec.message());
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
-  path_ = (std::filesystem::path(dir) /
-           ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + "." +
-            std::to_string(getpid())))
+  path_ = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) +
+                                         "." + host + "." + std::to_string(getpid())))
               .string();
   out_ = std::make_unique<io::AppendFile>(path_);
   std::string version = "brain.Event:2";

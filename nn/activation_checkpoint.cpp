@@ -37,8 +37,9 @@ struct CheckpointNode final : autograd::Node {
   std::string name() const override { return "CheckpointBackward"; }
 
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    EMBER_CHECK(!released, "trying to backward through a checkpointed segment a second time; pass retain_graph=true "
-                           "to the first backward");
+    EMBER_CHECK(!released,
+                "trying to backward through a checkpointed segment a second time; pass retain_graph=true "
+                "to the first backward");
     // Detached copies of the inputs that take the gradients of the recomputed graph.
     std::vector<Tensor> in;
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -78,7 +79,8 @@ struct CheckpointNode final : autograd::Node {
     }
     if (!roots.empty()) autograd::backward(roots, root_grads);
     std::vector<Tensor> result;
-    for (size_t i = 0; i < in.size(); ++i) result.push_back(in[i].defined() && next_edges[i].valid() ? in[i].grad() : Tensor());
+    for (size_t i = 0; i < in.size(); ++i)
+      result.push_back(in[i].defined() && next_edges[i].valid() ? in[i].grad() : Tensor());
     return result;
   }
 

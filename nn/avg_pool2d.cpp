@@ -12,9 +12,9 @@ Tensor AvgPool2dImpl::forward(const Tensor& x) {
   return avg_pool2d(x, options.kernel_size(), options.stride(), options.padding(), options.count_include_pad());
 }
 std::string AvgPool2dImpl::extra_repr() const {
-  return str("kernel_size=", pair_str(options.kernel_size()), ", stride=",
-             pair_str(stride_or_kernel(options.stride(), options.kernel_size())), ", padding=", pair_str(options.padding()),
-             options.count_include_pad() ? "" : ", count_include_pad=false");
+  return str("kernel_size=", pair_str(options.kernel_size()),
+             ", stride=", pair_str(stride_or_kernel(options.stride(), options.kernel_size())),
+             ", padding=", pair_str(options.padding()), options.count_include_pad() ? "" : ", count_include_pad=false");
 }
 
 }  // namespace ember::nn

@@ -62,10 +62,10 @@ Tensor BatchNormImplBase::forward(const Tensor& x) {
 }
 
 std::string BatchNormImplBase::extra_repr() const {
-  return str(options.num_features(), ", eps=", options.eps(), ", momentum=",
-             options.momentum() ? str(*options.momentum()) : std::string("None"), ", affine=",
-             options.affine() ? "true" : "false", ", track_running_stats=",
-             options.track_running_stats() ? "true" : "false");
+  return str(options.num_features(), ", eps=", options.eps(),
+             ", momentum=", options.momentum() ? str(*options.momentum()) : std::string("None"),
+             ", affine=", options.affine() ? "true" : "false",
+             ", track_running_stats=", options.track_running_stats() ? "true" : "false");
 }
 
 void BatchNorm1dImpl::check_input(const Tensor& x) const {

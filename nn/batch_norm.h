@@ -35,7 +35,7 @@ class BatchNormImplBase : public Module {
   std::string extra_repr() const override;
 
   BatchNormOptions options;
-  Tensor weight, bias;                                     // [C] when affine
+  Tensor weight, bias;                                    // [C] when affine
   Tensor running_mean, running_var, num_batches_tracked;  // when track_running_stats
 
  protected:

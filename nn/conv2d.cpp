@@ -8,8 +8,9 @@
 namespace ember::nn {
 
 Conv2dImpl::Conv2dImpl(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
-  EMBER_CHECK(o.in_channels() > 0 && o.out_channels() > 0, "Conv2d: channel counts must be positive, got in_channels=",
-              o.in_channels(), ", out_channels=", o.out_channels());
+  EMBER_CHECK(o.in_channels() > 0 && o.out_channels() > 0,
+              "Conv2d: channel counts must be positive, got in_channels=", o.in_channels(),
+              ", out_channels=", o.out_channels());
   EMBER_CHECK(o.groups() > 0, "Conv2d: groups must be positive, got ", o.groups());
   EMBER_CHECK(o.in_channels() % o.groups() == 0, "Conv2d: in_channels (", o.in_channels(),
               ") must be divisible by groups (", o.groups(), ")");
@@ -18,7 +19,8 @@ Conv2dImpl::Conv2dImpl(const Conv2dOptions& o) : Module("Conv2d"), options(o) {
   for (int i = 0; i < 2; ++i) {
     EMBER_CHECK(o.kernel_size()[i] > 0, "Conv2d: kernel_size must be positive, got [", o.kernel_size()[0], ", ",
                 o.kernel_size()[1], "]");
-    EMBER_CHECK(o.stride()[i] > 0 && o.dilation()[i] > 0 && o.padding()[i] >= 0, "Conv2d: stride and dilation must be "
+    EMBER_CHECK(o.stride()[i] > 0 && o.dilation()[i] > 0 && o.padding()[i] >= 0,
+                "Conv2d: stride and dilation must be "
                 "positive and padding non-negative");
   }
   weight = register_parameter(

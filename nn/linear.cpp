@@ -8,8 +8,9 @@
 namespace ember::nn {
 
 LinearImpl::LinearImpl(const LinearOptions& o) : Module("Linear"), options(o) {
-  EMBER_CHECK(o.in_features() >= 0 && o.out_features() >= 0, "Linear: feature counts must be >= 0, got in_features=",
-              o.in_features(), ", out_features=", o.out_features());
+  EMBER_CHECK(o.in_features() >= 0 && o.out_features() >= 0,
+              "Linear: feature counts must be >= 0, got in_features=", o.in_features(),
+              ", out_features=", o.out_features());
   weight = register_parameter("weight", empty({o.out_features(), o.in_features()}));
   if (o.bias()) bias = register_parameter("bias", empty({o.out_features()}));
   reset_parameters();

@@ -12,8 +12,9 @@ Tensor MaxPool2dImpl::forward(const Tensor& x) {
   return max_pool2d(x, options.kernel_size(), options.stride(), options.padding());
 }
 std::string MaxPool2dImpl::extra_repr() const {
-  return str("kernel_size=", pair_str(options.kernel_size()), ", stride=",
-             pair_str(stride_or_kernel(options.stride(), options.kernel_size())), ", padding=", pair_str(options.padding()));
+  return str("kernel_size=", pair_str(options.kernel_size()),
+             ", stride=", pair_str(stride_or_kernel(options.stride(), options.kernel_size())),
+             ", padding=", pair_str(options.padding()));
 }
 
 }  // namespace ember::nn

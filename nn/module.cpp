@@ -18,7 +18,9 @@ void check_name(const std::string& name, const char* what) {
               "' must not contain '.' (dots separate the levels of the module tree)");
 }
 
-std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
 
 std::vector<Tensor> values_of(const TensorDict& named) {
   std::vector<Tensor> out;
@@ -292,7 +294,7 @@ std::string Module::summary() const {
   };
   std::vector<Row> rows;
   std::function<int64_t(const std::string&, const Module&, int)> walk = [&](const std::string& name, const Module& m,
-                                                                           int depth) {
+                                                                            int depth) {
     size_t idx = rows.size();
     rows.push_back({std::string(static_cast<size_t>(depth * 2), ' ') + (name.empty() ? "(root)" : name), m.type_name_});
     int64_t own = 0;
@@ -310,8 +312,10 @@ std::string Module::summary() const {
     wt = std::max(wt, r.type.size());
   }
   std::ostringstream os;
-  os << std::left << std::setw(static_cast<int>(wn)) << "module" << "  " << std::setw(static_cast<int>(wt)) << "type"
-     << "  " << std::right << std::setw(14) << "params" << "\n";
+  os << std::left << std::setw(static_cast<int>(wn)) << "module"
+     << "  " << std::setw(static_cast<int>(wt)) << "type"
+     << "  " << std::right << std::setw(14) << "params"
+     << "\n";
   os << std::string(wn + wt + 18, '-') << "\n";
   for (const Row& r : rows)
     os << std::left << std::setw(static_cast<int>(wn)) << r.name << "  " << std::setw(static_cast<int>(wt)) << r.type

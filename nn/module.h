@@ -157,14 +157,15 @@ class ModuleHolder : public ModuleHolderBase {
   // Default-constructs the module (for modules with a default constructor).
   ModuleHolder() : impl_(std::make_shared<Impl>()) {}
   // Empty holder, to be assigned later (register_module).
-  ModuleHolder(std::nullptr_t) {}  // NOLINT
+  ModuleHolder(std::nullptr_t) {}                                       // NOLINT
   ModuleHolder(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}  // NOLINT
-  template <class First, class... Rest,
-            std::enable_if_t<!(sizeof...(Rest) == 0 && std::is_base_of_v<ModuleHolder<Impl>, std::decay_t<First>>) &&
-                                 !std::is_same_v<std::decay_t<First>, std::shared_ptr<Impl>> &&
-                                 !std::is_same_v<std::decay_t<First>, std::nullptr_t> &&
-                                 std::is_constructible_v<Impl, First&&, Rest&&...>,
-                             int> = 0>
+  template <
+      class First, class... Rest,
+      std::enable_if_t<
+          !(sizeof...(Rest) == 0 && std::is_base_of_v<ModuleHolder<Impl>, std::decay_t<First>>)&&!std::is_same_v<
+              std::decay_t<First>, std::shared_ptr<Impl>> &&
+              !std::is_same_v<std::decay_t<First>, std::nullptr_t> && std::is_constructible_v<Impl, First&&, Rest&&...>,
+          int> = 0>
   explicit ModuleHolder(First&& first, Rest&&... rest)
       : impl_(std::make_shared<Impl>(std::forward<First>(first), std::forward<Rest>(rest)...)) {}
 

@@ -5,7 +5,9 @@
 
 namespace ember::nn {
 
-Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) { return mse_loss(input, target, options.reduction()); }
+Tensor MSELossImpl::forward(const Tensor& input, const Tensor& target) {
+  return mse_loss(input, target, options.reduction());
+}
 
 std::string MSELossImpl::extra_repr() const { return str("reduction=", reduction_name(options.reduction())); }
 

@@ -12,8 +12,7 @@ namespace ember::nn {
 class SequentialImpl : public Module {
  public:
   SequentialImpl() : Module("Sequential") {}
-  template <class First, class... Rest,
-            std::enable_if_t<!std::is_same_v<std::decay_t<First>, SequentialImpl>, int> = 0>
+  template <class First, class... Rest, std::enable_if_t<!std::is_same_v<std::decay_t<First>, SequentialImpl>, int> = 0>
   explicit SequentialImpl(First&& first, Rest&&... rest) : Module("Sequential") {
     push_back(std::forward<First>(first));
     (push_back(std::forward<Rest>(rest)), ...);

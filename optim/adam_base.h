@@ -12,7 +12,8 @@ class AdamBase : public Optimizer {
   void step(const GradScaling& scaling) override;
 
  protected:
-  AdamBase(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, bool decoupled, std::string name);
+  AdamBase(std::vector<ParamGroup> groups, std::unique_ptr<OptimizerOptions> defaults, bool decoupled,
+           std::string name);
   std::vector<double> hyper_values(const OptimizerOptions& o) const override;
   std::vector<std::string> state_names(const OptimizerOptions& o) const override;
 

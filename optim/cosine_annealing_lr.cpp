@@ -36,8 +36,9 @@ std::optional<std::vector<double>> CosineAnnealingLR::closed_form_lr() const {
   const double pi = std::numbers::pi;
   std::vector<double> out;
   for (double b : base_lrs_)
-    out.push_back(eta_min_ +
-                  (b - eta_min_) * (1 + std::cos(pi * static_cast<double>(last_epoch_) / static_cast<double>(T_max_))) / 2);
+    out.push_back(eta_min_ + (b - eta_min_) *
+                                 (1 + std::cos(pi * static_cast<double>(last_epoch_) / static_cast<double>(T_max_))) /
+                                 2);
   return out;
 }
 

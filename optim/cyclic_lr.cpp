@@ -6,7 +6,8 @@ namespace ember::optim {
 
 namespace {
 std::vector<double> per_group(const std::vector<double>& v, size_t n, const char* what) {
-  EMBER_CHECK(v.size() == 1 || v.size() == n, "CyclicLR: ", v.size(), " ", what, " values for ", n, " parameter groups");
+  EMBER_CHECK(v.size() == 1 || v.size() == n, "CyclicLR: ", v.size(), " ", what, " values for ", n,
+              " parameter groups");
   return v.size() == 1 ? std::vector<double>(n, v[0]) : v;
 }
 }  // namespace
@@ -53,7 +54,8 @@ std::vector<double> CyclicLR::get_lr() {
   const double scale_factor = x <= step_ratio_ ? x / step_ratio_ : (x - 1) / (step_ratio_ - 1);
   const double f = scale(scale_mode_ == ScaleMode::cycle ? cycle : it);
   std::vector<double> lrs;
-  for (size_t i = 0; i < base_lrs_.size(); ++i) lrs.push_back(base_lrs_[i] + (max_lrs_[i] - base_lrs_[i]) * scale_factor * f);
+  for (size_t i = 0; i < base_lrs_.size(); ++i)
+    lrs.push_back(base_lrs_[i] + (max_lrs_[i] - base_lrs_[i]) * scale_factor * f);
   if (options_.cycle_momentum()) {
     const double height = (options_.max_momentum() - options_.base_momentum()) * scale_factor;
     for (ParamGroup& g : optimizer_.param_groups()) g.options().set_momentum(options_.max_momentum() - height * f);

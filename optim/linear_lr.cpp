@@ -20,7 +20,7 @@ std::vector<double> LinearLR::get_lr() {
   }
   if (last_epoch_ > total_iters_) return lrs;
   const double f = 1.0 + (end_ - start_) / (static_cast<double>(total_iters_) * start_ +
-                                           static_cast<double>(last_epoch_ - 1) * (end_ - start_));
+                                            static_cast<double>(last_epoch_ - 1) * (end_ - start_));
   for (double& lr : lrs) lr *= f;
   return lrs;
 }

@@ -7,7 +7,7 @@ namespace ember::optim {
 
 namespace {
 enum { kInitial = 0, kMax = 1, kMin = 2 };  // lr slots
-enum { kMaxM = 0, kBaseM = 1 };            // momentum slots
+enum { kMaxM = 0, kBaseM = 1 };             // momentum slots
 }  // namespace
 
 OneCycleLR::OneCycleLR(Optimizer& optimizer, double max_lr, int64_t epochs, int64_t steps_per_epoch)
@@ -47,8 +47,8 @@ OneCycleLR::OneCycleLR(Optimizer& optimizer, const OneCycleLROptions& o) : LRSch
 
 std::vector<double> OneCycleLR::get_lr() {
   const int64_t step = last_epoch_;
-  EMBER_CHECK(step <= options_.total_steps(), "OneCycleLR: tried to step ", step, " times; the specified number of total steps is ",
-              options_.total_steps());
+  EMBER_CHECK(step <= options_.total_steps(), "OneCycleLR: tried to step ", step,
+              " times; the specified number of total steps is ", options_.total_steps());
   const double pi = std::numbers::pi;
   auto anneal = [&](double start, double end, double pct) {
     if (options_.anneal_strategy() == AnnealStrategy::cos) return end + (start - end) / 2.0 * (std::cos(pi * pct) + 1);

@@ -20,7 +20,8 @@ enum class AnnealStrategy { cos, linear };
 
 struct OneCycleLROptions {
   // max_lr per group (one value applies to every group).
-  OneCycleLROptions(std::vector<double> max_lr, int64_t total_steps) : max_lr_(std::move(max_lr)), total_steps_(total_steps) {}
+  OneCycleLROptions(std::vector<double> max_lr, int64_t total_steps)
+      : max_lr_(std::move(max_lr)), total_steps_(total_steps) {}
   OneCycleLROptions(double max_lr, int64_t total_steps) : max_lr_{max_lr}, total_steps_(total_steps) {}
   EMBER_ARG(std::vector<double>, max_lr);
   EMBER_ARG(int64_t, total_steps);

@@ -56,7 +56,8 @@ void Optimizer::add_param_group(ParamGroup group) {
   for (size_t i = 0; i < group.params().size(); ++i) {
     const Tensor& p = group.params()[i];
     EMBER_CHECK(p.defined(), name(), ": parameter ", i, " of the new group is undefined");
-    EMBER_CHECK(is_floating(p.dtype()), name(), ": parameter ", i, " is ", p.describe(), "; only floating tensors can be optimized");
+    EMBER_CHECK(is_floating(p.dtype()), name(), ": parameter ", i, " is ", p.describe(),
+                "; only floating tensors can be optimized");
     EMBER_CHECK(p.is_leaf(), name(), ": parameter ", i, " is not a leaf tensor (", p.describe(),
                 "); optimize the leaves (e.g. module->parameters())");
     EMBER_CHECK(seen.insert(p.impl()).second, name(), ": parameter ", i, " (", p.describe(),
@@ -201,8 +202,8 @@ void check_state_values(const Tensor& t, const std::string& key, const std::stri
   const double* p = v.data<double>();
   const bool non_negative = sname == "step" || (sname.size() >= 3 && sname.compare(sname.size() - 3, 3, "_sq") == 0);
   for (int64_t i = 0; i < v.numel(); ++i) {
-    EMBER_CHECK(std::isfinite(p[i]), who, ".load_state_dict: state tensor '", key, "' holds a non-finite value (",
-                p[i], " at element ", i, ")");
+    EMBER_CHECK(std::isfinite(p[i]), who, ".load_state_dict: state tensor '", key, "' holds a non-finite value (", p[i],
+                " at element ", i, ")");
     EMBER_CHECK(!non_negative || p[i] >= 0, who, ".load_state_dict: state tensor '", key, "' holds a negative value (",
                 p[i], " at element ", i, "); ", sname == "step" ? "a step count" : "a second moment",
                 " is never negative");
@@ -284,8 +285,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
         EMBER_CHECK(known, name(), ".load_state_dict: unexpected state '", sname, "' for parameter ", k);
         const std::string key = "state." + std::to_string(k) + "." + sname;
         if (sname == "step") {
-          EMBER_CHECK(t.numel() == 1, name(), ".load_state_dict: 'step' of parameter ", k, " must have one element, got ",
-                      t.describe());
+          EMBER_CHECK(t.numel() == 1, name(), ".load_state_dict: 'step' of parameter ", k,
+                      " must have one element, got ", t.describe());
         } else {
           EMBER_CHECK(t.shape() == p.shape(), name(), ".load_state_dict: state '", sname, "' of parameter ", k, " is ",
                       t.shape(), " but the parameter is ", p.shape());

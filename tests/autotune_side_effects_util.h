@@ -25,7 +25,8 @@ inline std::string tensor_bytes(const Tensor& t) {
 struct RunnerCall {
   std::vector<Tensor> in, out;
   Attrs attrs;
-  RunnerCall(const OpInfo& info, std::vector<Tensor> inputs, const Attrs& a, Device device) : in(std::move(inputs)), attrs(a) {
+  RunnerCall(const OpInfo& info, std::vector<Tensor> inputs, const Attrs& a, Device device)
+      : in(std::move(inputs)), attrs(a) {
     if (info.contiguous_inputs)
       for (Tensor& t : in)
         if (t.defined() && !t.is_contiguous()) t = t.contiguous();

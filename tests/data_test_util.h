@@ -63,7 +63,8 @@ inline void write_bytes(const std::string& path, const std::vector<uint8_t>& b) 
 }
 
 // An IDX file: magic (type, ndims) then big-endian dims then payload.
-inline std::vector<uint8_t> idx_bytes(uint8_t type, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload) {
+inline std::vector<uint8_t> idx_bytes(uint8_t type, const std::vector<uint32_t>& dims,
+                                      const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> b = {0, 0, type, static_cast<uint8_t>(dims.size())};
   for (uint32_t d : dims)
     for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
@@ -91,7 +92,8 @@ inline void write_mnist_pair(const std::string& images, const std::string& label
   std::vector<uint8_t> px(static_cast<size_t>(n) * rows * cols), lb(n);
   for (uint32_t i = 0; i < n; ++i) {
     lb[i] = static_cast<uint8_t>(i % 10);
-    for (uint32_t p = 0; p < rows * cols; ++p) px[static_cast<size_t>(i) * rows * cols + p] = static_cast<uint8_t>((i * 7 + p) % 256);
+    for (uint32_t p = 0; p < rows * cols; ++p)
+      px[static_cast<size_t>(i) * rows * cols + p] = static_cast<uint8_t>((i * 7 + p) % 256);
   }
   auto im = idx_bytes(0x08, {n, rows, cols}, px), la = idx_bytes(0x08, {n}, lb);
   write_bytes(images, gz ? gzip_bytes(im) : im);

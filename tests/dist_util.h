@@ -28,20 +28,20 @@ inline const std::string kWorker = EMBER_BINARY_DIR "/bin/ember_dist_worker";
 
 struct RankResult {
   int rank = 0;
-  int exit_code = -1;   // -1: killed by us at the deadline
-  int signal = 0;       // the signal that ended it, if any
+  int exit_code = -1;  // -1: killed by us at the deadline
+  int signal = 0;      // the signal that ended it, if any
   bool timed_out = false;
-  double seconds = 0;   // from the start of the job to this rank's exit
-  std::string output;   // stdout and stderr, interleaved
+  double seconds = 0;  // from the start of the job to this rank's exit
+  std::string output;  // stdout and stderr, interleaved
 };
 
 struct Job {
   int world_size = 2;
   std::string scenario;
   std::vector<std::string> args;
-  std::map<std::string, std::string> env;                  // for every rank
+  std::map<std::string, std::string> env;                      // for every rank
   std::map<int, std::map<std::string, std::string>> rank_env;  // overrides per rank
-  std::vector<int> ranks;  // which ranks to start (default: all)
+  std::vector<int> ranks;                                      // which ranks to start (default: all)
   double deadline_s = 120;
 };
 
@@ -76,12 +76,10 @@ inline std::vector<RankResult> run_job(const Job& job) {
   std::vector<Child> children;
   const auto start = std::chrono::steady_clock::now();
   for (int r : ranks) {
-    std::map<std::string, std::string> env = {{"RANK", std::to_string(r)},
-                                              {"WORLD_SIZE", std::to_string(job.world_size)},
-                                              {"LOCAL_RANK", std::to_string(r)},
-                                              {"LOCAL_WORLD_SIZE", std::to_string(job.world_size)},
-                                              {"MASTER_ADDR", "127.0.0.1"},
-                                              {"MASTER_PORT", std::to_string(port)}};
+    std::map<std::string, std::string> env = {
+        {"RANK", std::to_string(r)},       {"WORLD_SIZE", std::to_string(job.world_size)},
+        {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", std::to_string(job.world_size)},
+        {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)}};
     for (const auto& [k, v] : job.env) env[k] = v;
     if (auto it = job.rank_env.find(r); it != job.rank_env.end())
       for (const auto& [k, v] : it->second) env[k] = v;
@@ -168,8 +166,9 @@ inline std::vector<RankResult> run_job(const Job& job) {
 inline std::string describe(const std::vector<RankResult>& rs) {
   std::ostringstream os;
   for (const auto& r : rs) {
-    os << "---- rank " << r.rank << ": " << (r.timed_out ? "killed at the deadline" : "exit " + std::to_string(r.exit_code))
-       << " after " << r.seconds << " s ----\n"
+    os << "---- rank " << r.rank << ": "
+       << (r.timed_out ? "killed at the deadline" : "exit " + std::to_string(r.exit_code)) << " after " << r.seconds
+       << " s ----\n"
        << r.output << "\n";
   }
   return os.str();

@@ -69,7 +69,8 @@ int check_coverage(const std::string& dir) {
   for (const Catch::TestCase& tc : Catch::getAllTestCasesSorted(session.config()))
     if (!tc.isHidden()) ++cases;
   const bool complete = test_runs.size() >= cases;
-  std::printf("CUDA kernel variants run by the GPU suite (%zu test runs of %zu test cases):\n", test_runs.size(), cases);
+  std::printf("CUDA kernel variants run by the GPU suite (%zu test runs of %zu test cases):\n", test_runs.size(),
+              cases);
   int missing = 0, vendor = 0;
   for (const ember::OpInfo& info : ember::all_ops())
     for (const ember::Variant& v : info.variants) {
@@ -89,7 +90,8 @@ int check_coverage(const std::string& dir) {
         auto it = runs.find(key.str());
         std::ostringstream cell;
         cell << dt;
-        if (it != runs.end() && it->second > 0) cell << " x" << it->second, ran += (ran.empty() ? "" : ", ") + cell.str();
+        if (it != runs.end() && it->second > 0)
+          cell << " x" << it->second, ran += (ran.empty() ? "" : ", ") + cell.str();
         else not_ran += (not_ran.empty() ? "" : ", ") + cell.str();
       }
       // variants for other dtypes only (integers, f64): any run counts

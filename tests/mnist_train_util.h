@@ -111,8 +111,10 @@ inline RunResult run_app(const std::vector<std::string>& args, const std::string
   return r;
 }
 
-#define EMBER_DESCRIBE_RUN(r) "command: " << (r).cmd << "\nexit " << (r).exit_code << " signal " << (r).signal \
-                                << "\n--- stdout ---\n" << (r).out << "--- stderr ---\n" << (r).err
+#define EMBER_DESCRIBE_RUN(r)                                                                              \
+  "command: " << (r).cmd << "\nexit " << (r).exit_code << " signal " << (r).signal << "\n--- stdout ---\n" \
+              << (r).out << "--- stderr ---\n"                                                             \
+              << (r).err
 
 inline void require_success(const RunResult& r) {
   INFO(EMBER_DESCRIBE_RUN(r));

@@ -318,7 +318,8 @@ std::vector<std::string> backward_parity(const OpInfo& info, const OpSample& s, 
     for (size_t k = 0; k < want.size(); ++k) {
       if (!want[k].defined() && !got[k].defined()) continue;
       if (want[k].defined() != got[k].defined()) {
-        fails.push_back(str(where_(info, s), " backward ", dt, " input ", gi[k], ": gradient defined on one device only"));
+        fails.push_back(
+            str(where_(info, s), " backward ", dt, " input ", gi[k], ": gradient defined on one device only"));
         continue;
       }
       std::string msg = compare(got[k], want[k], sample_tol(s, dt));

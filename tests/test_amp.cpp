@@ -95,7 +95,8 @@ TEST_CASE("GradScaler recipe matches an unscaled f32 run that skips the bad iter
       std::vector<Tensor> ps = scaled.params(), qs = ref.params();
       auto opt = make_opt(kind, ps), ref_opt = make_opt(kind, qs);
       amp::GradScaler scaler(
-          amp::GradScalerOptions().init_scale(kInit).growth_factor(kGrowth).backoff_factor(kBackoff).growth_interval(1));
+          amp::GradScalerOptions().init_scale(kInit).growth_factor(kGrowth).backoff_factor(kBackoff).growth_interval(
+              1));
 
       int skipped = 0;
       for (int it = 0; it < kIters; ++it) {
@@ -165,10 +166,30 @@ TEST_CASE("GradScaler state errors name the misuse", "[amp][scaler]") {
   CHECK(scaler.skipped_steps() == 0);
 
   // bad options
-  expect_error([] { amp::GradScaler s(amp::GradScalerOptions().init_scale(0)); (void)s; }, "init_scale");
-  expect_error([] { amp::GradScaler s(amp::GradScalerOptions().growth_factor(1)); (void)s; }, "growth_factor");
-  expect_error([] { amp::GradScaler s(amp::GradScalerOptions().backoff_factor(1)); (void)s; }, "backoff_factor");
-  expect_error([] { amp::GradScaler s(amp::GradScalerOptions().growth_interval(0)); (void)s; }, "growth_interval");
+  expect_error(
+      [] {
+        amp::GradScaler s(amp::GradScalerOptions().init_scale(0));
+        (void)s;
+      },
+      "init_scale");
+  expect_error(
+      [] {
+        amp::GradScaler s(amp::GradScalerOptions().growth_factor(1));
+        (void)s;
+      },
+      "growth_factor");
+  expect_error(
+      [] {
+        amp::GradScaler s(amp::GradScalerOptions().backoff_factor(1));
+        (void)s;
+      },
+      "backoff_factor");
+  expect_error(
+      [] {
+        amp::GradScaler s(amp::GradScalerOptions().growth_interval(0));
+        (void)s;
+      },
+      "growth_interval");
 }
 
 TEST_CASE("GradScaler unscale_ then step: one unscale, clipping sees true gradients", "[amp][scaler]") {
@@ -239,8 +260,9 @@ TEST_CASE("GradScaler state_dict round trip: scale, growth tracker, skipped coun
   // A state without the entry, or with a bad value, is refused with the reason.
   expect_error([&] { loaded.load_state_dict(StateDict{}); }, "grad_scaler");
   StateDict bad = sd;
-  bad.metadata["grad_scaler"] = "{\"scale\": -1, \"growth_factor\": 2, \"backoff_factor\": 0.5, "
-                                "\"growth_interval\": 3, \"growth_tracker\": 0, \"skipped_steps\": 0}";
+  bad.metadata["grad_scaler"] =
+      "{\"scale\": -1, \"growth_factor\": 2, \"backoff_factor\": 0.5, "
+      "\"growth_interval\": 3, \"growth_tracker\": 0, \"skipped_steps\": 0}";
   expect_error([&] { loaded.load_state_dict(bad); }, "bad scale");
   bad.metadata["grad_scaler"] = "{\"scale\": 4}";
   expect_error([&] { loaded.load_state_dict(bad); }, "growth_factor");
@@ -491,21 +513,22 @@ TEST_CASE("autocast: every op with CPU samples gives the dtypes its policy decla
   CHECK(checked[static_cast<int>(AutocastPolicy::fp32)] > 0);
   CHECK(checked[static_cast<int>(AutocastPolicy::promote)] > 0);
   CHECK(ops_checked > kNumOps / 2);
-  WARN("autocast dtypes checked on " << ops_checked << " ops (samples per policy none/lower/fp32/promote: "
-                                     << checked[0] << "/" << checked[1] << "/" << checked[2] << "/" << checked[3] << ")");
+  WARN("autocast dtypes checked on " << ops_checked
+                                     << " ops (samples per policy none/lower/fp32/promote: " << checked[0] << "/"
+                                     << checked[1] << "/" << checked[2] << "/" << checked[3] << ")");
 }
 
 TEST_CASE("autocast: declared policies follow PyTorch's autocast op lists", "[amp][autocast]") {
   using P = AutocastPolicy;
   const std::vector<std::pair<OpId, P>> table{
-      {OpId::matmul, P::lower},        {OpId::linear, P::lower},       {OpId::conv2d, P::lower},
-      {OpId::softmax, P::fp32},        {OpId::log_softmax, P::fp32},   {OpId::cross_entropy, P::fp32},
-      {OpId::nll_loss, P::fp32},       {OpId::mse_loss, P::fp32},      {OpId::sum, P::fp32},
-      {OpId::mean, P::fp32},           {OpId::exp, P::fp32},           {OpId::log, P::fp32},
-      {OpId::pow, P::fp32},            {OpId::add, P::promote},        {OpId::mul, P::promote},
-      {OpId::cat, P::promote},         {OpId::where, P::promote},      {OpId::relu, P::none},
-      {OpId::view, P::none},           {OpId::cast, P::none},          {OpId::copy, P::none},
-      {OpId::argmax, P::none},         {OpId::amp_unscale, P::none},   {OpId::sgd_step, P::none}};
+      {OpId::matmul, P::lower},  {OpId::linear, P::lower},     {OpId::conv2d, P::lower},
+      {OpId::softmax, P::fp32},  {OpId::log_softmax, P::fp32}, {OpId::cross_entropy, P::fp32},
+      {OpId::nll_loss, P::fp32}, {OpId::mse_loss, P::fp32},    {OpId::sum, P::fp32},
+      {OpId::mean, P::fp32},     {OpId::exp, P::fp32},         {OpId::log, P::fp32},
+      {OpId::pow, P::fp32},      {OpId::add, P::promote},      {OpId::mul, P::promote},
+      {OpId::cat, P::promote},   {OpId::where, P::promote},    {OpId::relu, P::none},
+      {OpId::view, P::none},     {OpId::cast, P::none},        {OpId::copy, P::none},
+      {OpId::argmax, P::none},   {OpId::amp_unscale, P::none}, {OpId::sgd_step, P::none}};
   for (auto [id, p] : table) {
     INFO(op_info(id).name);
     CHECK(static_cast<int>(op_info(id).autocast) == static_cast<int>(p));
@@ -690,8 +713,18 @@ TEST_CASE("autocast scopes nest and restore, a CUDA scope leaves CPU ops alone",
   CHECK(!amp::autocast::is_enabled(DeviceType::cuda));
 
   // Unsupported requests are refused and leave the state as it was.
-  expect_error([] { amp::autocast bad(kCpuType, DType::f16); (void)bad; }, "bf16 only");
-  expect_error([] { amp::autocast bad(DeviceType::cuda, DType::f32); (void)bad; }, "f16 or bf16");
+  expect_error(
+      [] {
+        amp::autocast bad(kCpuType, DType::f16);
+        (void)bad;
+      },
+      "bf16 only");
+  expect_error(
+      [] {
+        amp::autocast bad(DeviceType::cuda, DType::f32);
+        (void)bad;
+      },
+      "f16 or bf16");
   CHECK(!amp::autocast::is_enabled(kCpuType));
   CHECK(lin_dtype() == DType::f32);
 }

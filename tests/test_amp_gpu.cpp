@@ -74,7 +74,8 @@ TEST_CASE("cuda autocast conv2d: f16 and bf16 outputs against the CPU and agains
   manual_seed(67);
   const int64_t C = 16;
   const double bound = 1.0 / std::sqrt(static_cast<double>(C * 9));
-  Tensor x = uniform({8, C, 14, 14}, -1, 1), w = uniform({32, C, 3, 3}, -bound, bound), b = uniform({32}, -bound, bound);
+  Tensor x = uniform({8, C, 14, 14}, -1, 1), w = uniform({32, C, 3, 3}, -bound, bound),
+         b = uniform({32}, -bound, bound);
   const auto o = Conv2dFuncOptions().set_padding(1);
   Tensor want32 = conv2d(x, w, b, o);
   for (DType dt : kLowTypes) {
@@ -112,7 +113,8 @@ TEST_CASE("cuda GradScaler recipe matches an unscaled run that skips the bad ite
     std::vector<Tensor> ps = scaled.params(), qs = ref.params();
     const double lr = f16 ? 0.1 : 1.0;
     optim::SGD opt(ps, optim::SGDOptions(lr).momentum(0.9)), ref_opt(qs, optim::SGDOptions(lr).momentum(0.9));
-    amp::GradScaler scaler(amp::GradScalerOptions().init_scale(128).growth_factor(2).backoff_factor(0.5).growth_interval(1));
+    amp::GradScaler scaler(
+        amp::GradScalerOptions().init_scale(128).growth_factor(2).backoff_factor(0.5).growth_interval(1));
     for (int it = 0; it < kIters; ++it) {
       const bool bad = it == kBad;
       opt.zero_grad();

@@ -12,8 +12,8 @@ std::vector<double> v(const Tensor& t) { return t.to_vector<double>(); }
 
 TEST_CASE("diamond graph sums both paths", "[autograd]") {
   Tensor x = tensor({1, 2, 3}, TensorOptions(DType::f64)).requires_grad_();
-  Tensor a = mul(x, 2.0);   // da/dx = 2
-  Tensor b = mul(x, x);     // db/dx = 2x
+  Tensor a = mul(x, 2.0);  // da/dx = 2
+  Tensor b = mul(x, x);    // db/dx = 2x
   Tensor y = sum(add(a, b));
   y.backward();
   CHECK(v(x.grad()) == std::vector<double>{4, 6, 8});
@@ -75,7 +75,7 @@ TEST_CASE("a non-scalar root needs a gradient", "[autograd]") {
 
 TEST_CASE("modifying a saved tensor in place is caught", "[autograd]") {
   Tensor x = tensor({1, 2}, TensorOptions(DType::f64)).requires_grad_();
-  Tensor h = mul(x, 1.0);  // a non-leaf
+  Tensor h = mul(x, 1.0);     // a non-leaf
   Tensor y = sum(mul(h, h));  // saves h
   {
     autograd::NoGradGuard g;

@@ -72,8 +72,11 @@ void linear_test_variant(const KernelCall& c) { variant(OpId::linear, "cpu_fused
 void add_test_variant_once() {
   static bool added = [] {
     auto& info = const_cast<OpInfo&>(op_info(OpId::linear));
-    info.add_variant({.name = "test_nondet", .device = DeviceType::cpu, .fn = linear_test_variant,
-                      .dtypes = kFloatTypes, .flags = kNondeterministic,
+    info.add_variant({.name = "test_nondet",
+                      .device = DeviceType::cpu,
+                      .fn = linear_test_variant,
+                      .dtypes = kFloatTypes,
+                      .flags = kNondeterministic,
                       .note = "test only: cpu_fused under another name, flagged nondeterministic"});
     return true;
   }();
@@ -157,7 +160,7 @@ TEST_CASE("autotune: in-place outputs are cloned while timing", "[autotune]") {
   const Variant* cands[] = {&v1, &v2};
   const Variant* v = autotune::choose(op_info(OpId::add), KernelCall{OpId::add, in, out, Attrs{}}, cands);
   CHECK(v != nullptr);
-  CHECK(runs == 2 * (1 + 3));  // warm-up + timed runs of both
+  CHECK(runs == 2 * (1 + 3));   // warm-up + timed runs of both
   CHECK(max(x).item() == 1.0);  // untouched
 }
 
@@ -267,7 +270,7 @@ TEST_CASE("autotune: a malformed cache file is reported and ignored", "[autotune
     CHECK_THAT(autotune::last_warning(), Catch::Contains("line 1"));
   }
   std::string before = read_file(path);
-  CHECK(autotune::entries().empty());  // nothing loaded, not even the valid lines
+  CHECK(autotune::entries().empty());                         // nothing loaded, not even the valid lines
   CHECK(autotune::choose(info, c.call(), cands) != nullptr);  // tuning still works ...
   CHECK(read_file(path) == before);                           // ... and the file is left alone
   autotune::set_cache_file("");

@@ -20,7 +20,10 @@ void bn_copy_variant(const KernelCall& c) {
 void add_bn_variant_once() {
   static bool added = [] {
     auto& info = const_cast<OpInfo&>(op_info(OpId::batch_norm));
-    info.add_variant({.name = "test_copy", .device = DeviceType::cpu, .fn = bn_copy_variant, .dtypes = kFloatTypes,
+    info.add_variant({.name = "test_copy",
+                      .device = DeviceType::cpu,
+                      .fn = bn_copy_variant,
+                      .dtypes = kFloatTypes,
                       .note = "test only: the CPU kernel under another name (two autotune candidates)"});
     return true;
   }();

@@ -19,9 +19,7 @@
 
 using namespace ember;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("autotune: timing CUDA variants never writes the tensors of the call (every op with samples)",
           "[gpu][autotune]") {
@@ -46,7 +44,8 @@ TEST_CASE("autotune: timing CUDA variants never writes the tensors of the call (
       }
       std::vector<const Variant*> cands;
       for (const Variant& v : info.variants)
-        if (v.device == DeviceType::cuda && !(v.flags & kReference) && v.accepts(rc->call(info.id))) cands.push_back(&v);
+        if (v.device == DeviceType::cuda && !(v.flags & kReference) && v.accepts(rc->call(info.id)))
+          cands.push_back(&v);
       if (cands.empty() ||
           std::all_of(cands.begin(), cands.end(), [&](const Variant* v) { return tuned.count(v->name) > 0; }))
         continue;
@@ -63,8 +62,7 @@ TEST_CASE("autotune: timing CUDA variants never writes the tensors of the call (
 }
 
 // With cuDNN batch_norm has two CUDA variants ("cuda", "cudnn"): the case the issue found.
-TEST_CASE("autotune: CUDA batch_norm with backend auto keeps the running statistics of one call",
-          "[gpu][autotune]") {
+TEST_CASE("autotune: CUDA batch_norm with backend auto keeps the running statistics of one call", "[gpu][autotune]") {
   test::TunerReset reset;
   const TensorOptions o = TensorOptions(DType::f32).device(Device(DeviceType::cuda, 0));
   Tensor x = uniform({8, 4, 6, 6}, 2, 6, o);

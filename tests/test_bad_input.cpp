@@ -6,11 +6,12 @@
 using namespace ember;
 
 TEST_CASE("shape mismatches name both shapes", "[bad-input]") {
-  CHECK_THROWS_WITH(add(zeros({2, 3}), zeros({4})), Catch::Contains("[2, 3]") && Catch::Contains("[4]") &&
-                                                       Catch::Contains("cannot be broadcast"));
-  CHECK_THROWS_WITH(matmul(zeros({2, 3}), zeros({4, 5})),
-                    Catch::Contains("inner dimensions differ") && Catch::Contains("[2, 3]") && Catch::Contains("[4, 5]"));
-  CHECK_THROWS_WITH(linear(zeros({2, 3}), zeros({4, 5})), Catch::Contains("has 3 features but weight [4, 5] expects 5"));
+  CHECK_THROWS_WITH(add(zeros({2, 3}), zeros({4})),
+                    Catch::Contains("[2, 3]") && Catch::Contains("[4]") && Catch::Contains("cannot be broadcast"));
+  CHECK_THROWS_WITH(matmul(zeros({2, 3}), zeros({4, 5})), Catch::Contains("inner dimensions differ") &&
+                                                              Catch::Contains("[2, 3]") && Catch::Contains("[4, 5]"));
+  CHECK_THROWS_WITH(linear(zeros({2, 3}), zeros({4, 5})),
+                    Catch::Contains("has 3 features but weight [4, 5] expects 5"));
   CHECK_THROWS_WITH(cat({zeros({2, 3}), zeros({2, 4})}, 0), Catch::Contains("sizes must match except in dim 0"));
   CHECK_THROWS_WITH(where(zeros({2}, DType::boolean), zeros({3}), zeros({2})), Catch::Contains("cannot be broadcast"));
   CHECK_THROWS_WITH(sum(zeros({2, 3}), {2}), Catch::Contains("out of range for a tensor with 2 dimensions"));
@@ -18,7 +19,8 @@ TEST_CASE("shape mismatches name both shapes", "[bad-input]") {
 }
 
 TEST_CASE("dtype problems name the dtype", "[bad-input]") {
-  CHECK_THROWS_WITH(add(zeros({2}, DType::boolean), zeros({2}, DType::boolean)), Catch::Contains("bool tensors are not supported"));
+  CHECK_THROWS_WITH(add(zeros({2}, DType::boolean), zeros({2}, DType::boolean)),
+                    Catch::Contains("bool tensors are not supported"));
   CHECK_THROWS_WITH(index_select(zeros({4}), 0, zeros({2}, DType::f32)), Catch::Contains("index must be i32 or i64"));
   CHECK_THROWS_WITH(zeros({2}).data<double>(), Catch::Contains("data<f64>() called on a tensor of dtype f32"));
   CHECK_THROWS_WITH(pow(arange(3), -1.0), Catch::Contains("negative integer powers"));

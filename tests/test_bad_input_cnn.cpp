@@ -6,8 +6,9 @@
 using namespace ember;
 
 TEST_CASE("conv2d bad input names the shapes and values", "[bad-input][conv]") {
-  CHECK_THROWS_WITH(conv2d(zeros({2, 4, 5, 5}), zeros({6, 3, 3, 3})),
-                    Catch::Contains("input [2, 4, 5, 5] has 4 channels but weight [6, 3, 3, 3] expects 3 * groups = 3"));
+  CHECK_THROWS_WITH(
+      conv2d(zeros({2, 4, 5, 5}), zeros({6, 3, 3, 3})),
+      Catch::Contains("input [2, 4, 5, 5] has 4 channels but weight [6, 3, 3, 3] expects 3 * groups = 3"));
   CHECK_THROWS_WITH(conv2d(zeros({2, 4, 5, 5}), zeros({6, 2, 3, 3}), Tensor(), Conv2dFuncOptions().set_groups(3)),
                     Catch::Contains("groups = 3 must divide the input channels C = 4"));
   CHECK_THROWS_WITH(conv2d(zeros({2, 4, 5, 5}), zeros({5, 2, 3, 3}), Tensor(), Conv2dFuncOptions().set_groups(2)),

@@ -44,7 +44,8 @@ Tensor with_first(const Tensor& t, double v) {
 
 std::string first_key(const StateDict& sd, const std::string& prefix, const std::string& suffix = "") {
   for (const auto& [k, t] : sd.tensors)
-    if (k.rfind(prefix, 0) == 0 && k.size() >= suffix.size() && k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
+    if (k.rfind(prefix, 0) == 0 && k.size() >= suffix.size() &&
+        k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
       return k;
   FAIL("no tensor " << prefix << "*" << suffix);
   return "";
@@ -52,7 +53,8 @@ std::string first_key(const StateDict& sd, const std::string& prefix, const std:
 
 }  // namespace
 
-TEST_CASE("checkpoints: corrupt but well-formed checkpoints are one-line errors naming the tensor or field", "[mnist_train][checkpoint]") {
+TEST_CASE("checkpoints: corrupt but well-formed checkpoints are one-line errors naming the tensor or field",
+          "[mnist_train][checkpoint]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string d = tmp.file("data");
@@ -99,11 +101,13 @@ TEST_CASE("checkpoints: corrupt but well-formed checkpoints are one-line errors 
       {"an inf weight", [&](StateDict& s) { s.tensors.at(weight) = with_first(s.tensors.at(weight), -INFINITY); },
        "tensor '" + weight + "' holds non-finite values (0 NaN, 1 inf", true},
       {"the optimizer state missing in whole",
-       [&](StateDict& s) { s.tensors = without(s.tensors, [](const std::string& k) { return k.rfind("optimizer.state.", 0) == 0; }); },
+       [&](StateDict& s) {
+         s.tensors = without(s.tensors, [](const std::string& k) { return k.rfind("optimizer.state.", 0) == 0; });
+       },
        "no optimizer state", false},
       {"one optimizer tensor missing",
-       [&](StateDict& s) { s.tensors = without(s.tensors, [&](const std::string& k) { return k == sq; }); }, "lacks state 'exp_avg_sq'",
-       false},
+       [&](StateDict& s) { s.tensors = without(s.tensors, [&](const std::string& k) { return k == sq; }); },
+       "lacks state 'exp_avg_sq'", false},
       {"a negative second moment", [&](StateDict& s) { s.tensors.at(sq) = with_first(s.tensors.at(sq), -1.0); },
        "'" + sq.substr(10) + "' holds a negative value", false},
       {"a NaN second moment", [&](StateDict& s) { s.tensors.at(sq) = with_first(s.tensors.at(sq), NAN); },
@@ -112,11 +116,14 @@ TEST_CASE("checkpoints: corrupt but well-formed checkpoints are one-line errors 
        "'" + avg.substr(10) + "' holds a non-finite value", false},
       {"optimizer state in another dtype", [&](StateDict& s) { s.tensors.at(avg) = s.tensors.at(avg).to(DType::f64); },
        "'" + avg.substr(10) + "' is f64 but the parameter is f32", false},
-      {"an absurd epoch", [&](StateDict& s) { s.metadata["progress.epoch"] = "99999999999"; }, "'progress.epoch' is 99999999999",
+      {"an absurd epoch", [&](StateDict& s) { s.metadata["progress.epoch"] = "99999999999"; },
+       "'progress.epoch' is 99999999999", false},
+      {"a negative epoch", [&](StateDict& s) { s.metadata["progress.epoch"] = "-3"; }, "'progress.epoch' is negative",
        false},
-      {"a negative epoch", [&](StateDict& s) { s.metadata["progress.epoch"] = "-3"; }, "'progress.epoch' is negative", false},
-      {"a negative step", [&](StateDict& s) { s.metadata["progress.step"] = "-1"; }, "'progress.step' is negative", false},
-      {"a step beyond the run", [&](StateDict& s) { s.metadata["progress.step"] = "5000"; }, "'progress.step' is 5000", false},
+      {"a negative step", [&](StateDict& s) { s.metadata["progress.step"] = "-1"; }, "'progress.step' is negative",
+       false},
+      {"a step beyond the run", [&](StateDict& s) { s.metadata["progress.step"] = "5000"; }, "'progress.step' is 5000",
+       false},
   };
   for (const Case& c : cases) {
     INFO(c.what);
@@ -129,12 +136,14 @@ TEST_CASE("checkpoints: corrupt but well-formed checkpoints are one-line errors 
   }
 }
 
-TEST_CASE("checkpoints: a resume refuses flags it cannot honour and prints the optimizer's lr", "[mnist_train][checkpoint]") {
+TEST_CASE("checkpoints: a resume refuses flags it cannot honour and prints the optimizer's lr",
+          "[mnist_train][checkpoint]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string d = tmp.file("data");
   write_synthetic_set(d, false);
-  const std::string ck = tmp.file("ck.safetensors"), flat = tmp.file("flat.safetensors"), old = tmp.file("old.safetensors");
+  const std::string ck = tmp.file("ck.safetensors"), flat = tmp.file("flat.safetensors"),
+                    old = tmp.file("old.safetensors");
   require_success(run_app(quick(d, {"--epochs", "2", "--save", ck}), tmp.path()));
   io::SafetensorsFile f = io::load_safetensors(ck);
   CHECK(f.metadata.at("run.lr") == "0.0030000000000000001");
@@ -177,8 +186,10 @@ TEST_CASE("checkpoints: a resume refuses flags it cannot honour and prints the o
               "'progress.epoch' is 3, beyond the saved run's 2 epochs");
 
   // --scheduler none: the run can be extended (--epochs honoured), --lr still refused
-  require_success(run_app(quick(d, {"--epochs", "1", "--scheduler", "none", "--lr", "0.002", "--save", flat}), tmp.path()));
-  RunResult more = run_app(quick(d, {"--epochs", "2", "--scheduler", "none", "--lr", "0.002", "--resume", flat}), tmp.path());
+  require_success(
+      run_app(quick(d, {"--epochs", "1", "--scheduler", "none", "--lr", "0.002", "--save", flat}), tmp.path()));
+  RunResult more =
+      run_app(quick(d, {"--epochs", "2", "--scheduler", "none", "--lr", "0.002", "--resume", flat}), tmp.path());
   require_success(more);
   CHECK(more.out.find("epoch 2/2") != std::string::npos);
   CHECK(more.out.find("lr 0.002\n") != std::string::npos);
@@ -199,13 +210,15 @@ TEST_CASE("checkpoints: a resume refuses flags it cannot honour and prints the o
   CHECK(o.out.find("lr 0.5") == std::string::npos);
 }
 
-TEST_CASE("checkpoints: a diverged run stops with an error naming the step and saves nothing non-finite", "[mnist_train][checkpoint]") {
+TEST_CASE("checkpoints: a diverged run stops with an error naming the step and saves nothing non-finite",
+          "[mnist_train][checkpoint]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string d = tmp.file("data");
   write_synthetic_set(d, false);
   const std::string ck = tmp.file("ck.safetensors"), log = tmp.file("log.jsonl");
-  const std::vector<std::string> blowup = {"--optimizer", "sgd", "--momentum", "0", "--scheduler", "none", "--lr", "1e30"};
+  const std::vector<std::string> blowup = {"--optimizer", "sgd",  "--momentum", "0",
+                                           "--scheduler", "none", "--lr",       "1e30"};
   auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> a = blowup;
     a.insert(a.end(), more.begin(), more.end());
@@ -258,7 +271,8 @@ TEST_CASE("checkpoints: the library rejects a wrong dtype and missing optimizer 
   }
 }
 
-TEST_CASE("checkpoints: a resume on other data, another seed or split is refused, naming each difference", "[mnist_train][checkpoint]") {
+TEST_CASE("checkpoints: a resume on other data, another seed or split is refused, naming each difference",
+          "[mnist_train][checkpoint]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string d = tmp.file("data"), bigger = tmp.file("bigger"), relabelled = tmp.file("relabelled");
@@ -286,7 +300,8 @@ TEST_CASE("checkpoints: a resume on other data, another seed or split is refused
   };
   check_error(run_app(with(d, {"--seed", "1"}), tmp.path()), 1,
               "--seed 1 differs from the checkpoint's 0 (the seed decides the validation split");
-  check_error(run_app(with(d, {"--val-split", "0.2"}), tmp.path()), 1, "--val-split 0.2 differs from the checkpoint's 0.1");
+  check_error(run_app(with(d, {"--val-split", "0.2"}), tmp.path()), 1,
+              "--val-split 0.2 differs from the checkpoint's 0.1");
   // a bigger dataset: the size (the steps per epoch follow from it and are not repeated)
   RunResult big = run_app(with(bigger, {}), tmp.path());
   check_error(big, 1, "--data: the training images 340 differs from the checkpoint's 300");

@@ -21,7 +21,6 @@ Tensor iota(const Shape& s, double start = 1) {
   return tensor(v, s);
 }
 
-
 }  // namespace
 
 TEST_CASE("conv2d known answers", "[conv]") {
@@ -110,7 +109,7 @@ TEST_CASE("avg_pool2d count_include_pad", "[pool]") {
 }
 
 TEST_CASE("adaptive_avg_pool2d uses PyTorch's bins", "[pool]") {
-  Tensor x = iota({1, 1, 1, 5}, 0);  // 0 1 2 3 4
+  Tensor x = iota({1, 1, 1, 5}, 0);           // 0 1 2 3 4
   Tensor y = adaptive_avg_pool2d(x, {1, 3});  // bins [0,2) [1,4) [3,5)
   std::vector<double> v = vals(y);
   CHECK(v[0] == Approx(0.5));
@@ -216,10 +215,10 @@ TEST_CASE("a small CNN trains on the CPU (conv, batch norm, relu, pools, backwar
   std::vector<Tensor> params{w1, b1, g1, be1, w2, b2, wf, bf};
   auto forward = [&](const Tensor& in) {
     Tensor h = relu(batch_norm(conv2d(in, w1, b1, Conv2dFuncOptions().set_padding(1)), g1, be1, rm, rv, true));
-    h = max_pool2d(h, {2, 2});                                 // 4x4
+    h = max_pool2d(h, {2, 2});  // 4x4
     h = relu(conv2d(h, w2, b2, Conv2dFuncOptions().set_padding(1)));
-    h = avg_pool2d(h, {2, 2});                                 // 2x2
-    h = adaptive_avg_pool2d(h, {1, 1}).reshape({n, 16});       // global average
+    h = avg_pool2d(h, {2, 2});                            // 2x2
+    h = adaptive_avg_pool2d(h, {1, 1}).reshape({n, 16});  // global average
     return linear(h, wf, bf);
   };
   auto loss_of = [&](const Tensor& out) { return mean(mul(sub(out, target), sub(out, target))); };

@@ -14,7 +14,6 @@ using namespace ember;
 
 namespace {
 
-
 // Every CUDA variant of `op` on `inputs` (CPU tensors in the test dtype) against the CPU default.
 void all_variants_match(OpId op, const std::vector<Tensor>& inputs, const Attrs& attrs, Tol tol) {
   const OpInfo& info = op_info(op);

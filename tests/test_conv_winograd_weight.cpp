@@ -92,8 +92,8 @@ TEST_CASE("conv2d_backward_weight winograd declines what it cannot run", "[conv]
     CHECK(accepts(wino, gy, x, attrs) == want);
   };
   check({2, 32, 14, 14}, 64, {3, 3}, O().set_padding(1), true);
-  check({2, 1, 28, 28}, 32, {3, 3}, O().set_padding(1), false);   // C = 1 (MNIST conv1)
-  check({2, 16, 14, 14}, 4, {3, 3}, O().set_padding(1), false);   // K < 8
+  check({2, 1, 28, 28}, 32, {3, 3}, O().set_padding(1), false);               // C = 1 (MNIST conv1)
+  check({2, 16, 14, 14}, 4, {3, 3}, O().set_padding(1), false);               // K < 8
   check({2, 16, 8, 8}, 16, {3, 3}, O().set_padding(1).set_groups(4), false);  // 4 channels per group
   check({2, 16, 9, 9}, 16, {3, 3}, O().set_stride(2), false);
   check({2, 16, 9, 9}, 16, {3, 3}, O().set_dilation(2), false);

@@ -62,8 +62,9 @@ TEST_CASE("gpu loader: batches normalised on the device equal the host's, for 0,
     for (int w : {0, 1, 4}) {
       for (bool pin : {true, false}) {
         INFO("workers " << w << " pinned " << pin);
-        DataLoader loader(ds, DataLoaderOptions().batch_size(64).shuffle().num_workers(w).pin_memory(pin)
-                                  .device(kCUDA).normalize(mean, sd));
+        DataLoader loader(
+            ds, DataLoaderOptions().batch_size(64).shuffle().num_workers(w).pin_memory(pin).device(kCUDA).normalize(
+                    mean, sd));
         check_epoch(loader, *ds, mean, sd);
         check_epoch(loader, *ds, mean, sd);
       }
@@ -77,8 +78,8 @@ TEST_CASE("gpu loader: device-resident dataset gathers the same batches", "[gpu]
   REQUIRE(dev->device_resident());
   within(120, "resident", [&] {
     DataLoader a(dev, DataLoaderOptions().batch_size(100).shuffle().seed(3).device(kCUDA).normalize({0.5}, {0.25}));
-    DataLoader b(host, DataLoaderOptions().batch_size(100).shuffle().seed(3).num_workers(2).device(kCUDA)
-                           .normalize({0.5}, {0.25}));
+    DataLoader b(host, DataLoaderOptions().batch_size(100).shuffle().seed(3).num_workers(2).device(kCUDA).normalize(
+                           {0.5}, {0.25}));
     check_epoch(a, *host, {0.5}, {0.25});
     check_epoch(b, *host, {0.5}, {0.25});  // both at their second epoch (each epoch reshuffles)
     auto ia = a.begin(), ib = b.begin();
@@ -89,15 +90,16 @@ TEST_CASE("gpu loader: device-resident dataset gathers the same batches", "[gpu]
     CHECK(ib == b.end());
   });
   CHECK_THROWS_WITH(DataLoader(dev, DataLoaderOptions()), Catch::Contains("lives on cuda:0"));
-  CHECK_THROWS_WITH(DataLoader(dev, DataLoaderOptions().device(kCUDA).transform(std::make_shared<RandomHorizontalFlip>())),
-                    Catch::Contains("device-resident"));
+  CHECK_THROWS_WITH(
+      DataLoader(dev, DataLoaderOptions().device(kCUDA).transform(std::make_shared<RandomHorizontalFlip>())),
+      Catch::Contains("device-resident"));
 }
 
 TEST_CASE("gpu loader: earlier batches stay intact while later ones are copied", "[gpu][data]") {
   auto ds = pattern_dataset(512);
   within(120, "held batches", [&] {
-    DataLoader loader(ds, DataLoaderOptions().batch_size(32).num_workers(3).prefetch(1).device(kCUDA)
-                              .normalize({0.1307}, {0.3081}));
+    DataLoader loader(
+        ds, DataLoaderOptions().batch_size(32).num_workers(3).prefetch(1).device(kCUDA).normalize({0.1307}, {0.3081}));
     std::vector<Batch> held;
     for (Batch& b : loader) {
       held.push_back(b);
@@ -106,14 +108,15 @@ TEST_CASE("gpu loader: earlier batches stay intact while later ones are copied",
       for (int i = 0; i < 8; ++i) busy = busy * 1.0001;
     }
     for (const Batch& b : held)
-      CHECK(ember::testing::compare(b.images.cpu(), expected_images(*ds, b.indices, {0.1307}, {0.3081}), {0, 0}).empty());
+      CHECK(
+          ember::testing::compare(b.images.cpu(), expected_images(*ds, b.indices, {0.1307}, {0.3081}), {0, 0}).empty());
   });
 }
 
 TEST_CASE("gpu loader: steady state has no host sync and no new allocations", "[gpu][data]") {
   auto ds = pattern_dataset(2048);
-  DataLoader loader(ds, DataLoaderOptions().batch_size(128).shuffle().num_workers(2).device(kCUDA)
-                            .normalize({0.5}, {0.5}));
+  DataLoader loader(ds,
+                    DataLoaderOptions().batch_size(128).shuffle().num_workers(2).device(kCUDA).normalize({0.5}, {0.5}));
   // The consumer keeps pace with its device work, as a training step does, by polling an event
   // (not a host sync): otherwise freed batches wait on a compute stream that lags arbitrarily far
   // behind, and the caching allocator rightly takes new blocks meanwhile. The batch is dropped

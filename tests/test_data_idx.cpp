@@ -9,9 +9,9 @@
 
 using namespace ember;
 using namespace ember::data;
-using ember::testing::TempDir;
-using ember::testing::idx_bytes;
 using ember::testing::gzip_bytes;
+using ember::testing::idx_bytes;
+using ember::testing::TempDir;
 using ember::testing::write_bytes;
 
 namespace {
@@ -38,8 +38,10 @@ TEST_CASE("idx: parses every element type and converts from big-endian", "[data]
   // i32, f32 (1.5 = 0x3FC00000), f64 (-2.25 = 0xC002000000000000), i8, u8
   CHECK(parse_idx(idx_bytes(0x0C, {1}, {0xFF, 0xFF, 0xFF, 0xFD}), "i32").to_tensor().to_vector<int32_t>()[0] == -3);
   CHECK(parse_idx(idx_bytes(0x0D, {1}, {0x3F, 0xC0, 0, 0}), "f32").to_tensor().to_vector<double>()[0] == 1.5);
-  CHECK(parse_idx(idx_bytes(0x0E, {1}, {0xC0, 0x02, 0, 0, 0, 0, 0, 0}), "f64").to_tensor().to_vector<double>()[0] == -2.25);
-  CHECK(parse_idx(idx_bytes(0x09, {2}, {0x80, 0x7F}), "i8").to_tensor().to_vector<int32_t>() == std::vector<int32_t>{-128, 127});
+  CHECK(parse_idx(idx_bytes(0x0E, {1}, {0xC0, 0x02, 0, 0, 0, 0, 0, 0}), "f64").to_tensor().to_vector<double>()[0] ==
+        -2.25);
+  CHECK(parse_idx(idx_bytes(0x09, {2}, {0x80, 0x7F}), "i8").to_tensor().to_vector<int32_t>() ==
+        std::vector<int32_t>{-128, 127});
   auto u = parse_idx(idx_bytes(0x08, {3, 1, 2}, {1, 2, 3, 4, 5, 6}), "u8");
   CHECK(u.magic == 0x00000803);
   CHECK(u.to_tensor().shape() == Shape{3, 1, 2});
@@ -50,9 +52,11 @@ TEST_CASE("idx: parses every element type and converts from big-endian", "[data]
 
 TEST_CASE("idx: reads raw and gzip'd files, and MNIST pairs from a directory", "[data][idx]") {
   TempDir dir;
-  testing::write_mnist_pair(dir.file("train-images-idx3-ubyte.gz"), dir.file("train-labels-idx1-ubyte.gz"), 50, 4, 5, true);
+  testing::write_mnist_pair(dir.file("train-images-idx3-ubyte.gz"), dir.file("train-labels-idx1-ubyte.gz"), 50, 4, 5,
+                            true);
   std::filesystem::create_directories(dir.file("raw"));
-  testing::write_mnist_pair(dir.file("raw/t10k-images.idx3-ubyte"), dir.file("raw/t10k-labels.idx1-ubyte"), 20, 4, 5, false);
+  testing::write_mnist_pair(dir.file("raw/t10k-images.idx3-ubyte"), dir.file("raw/t10k-labels.idx1-ubyte"), 20, 4, 5,
+                            false);
 
   auto train = load_mnist(dir.path(), Split::train);
   REQUIRE(train->size() == 50);
@@ -97,17 +101,28 @@ TEST_CASE("idx bad input: every malformed file gets a clear error", "[data][idx]
     CHECK_THAT(error_of([&] { parse_idx({}, "mem"); }), Catch::Contains("the file is empty"));
   }
   SECTION("shorter than a header") {
-    CHECK_THAT(error_of([&] { parse_idx(std::vector<uint8_t>{0, 0}, "two"); }),
+    CHECK_THAT(error_of([&] {
+                 parse_idx(std::vector<uint8_t>{0, 0}, "two");
+               }),
                Catch::Contains("expected at least 4 bytes, got 2"));
-    CHECK_THAT(error_of([&] { parse_idx(std::vector<uint8_t>{0, 0, 8, 3, 0, 0}, "hdr"); }),
+    CHECK_THAT(error_of([&] {
+                 parse_idx(std::vector<uint8_t>{0, 0, 8, 3, 0, 0}, "hdr");
+               }),
                Catch::Contains("truncated IDX header") && Catch::Contains("expected 16 header bytes, got 6"));
   }
   SECTION("wrong magic") {
-    CHECK_THAT(error_of([&] { parse_idx(std::vector<uint8_t>{0x12, 0x34, 0x56, 0x78, 0}, "junk"); }),
+    CHECK_THAT(error_of([&] {
+                 parse_idx(std::vector<uint8_t>{0x12, 0x34, 0x56, 0x78, 0}, "junk");
+               }),
                Catch::Contains("not an IDX file: magic 0x12345678"));
-    CHECK_THAT(error_of([&] { parse_idx(std::vector<uint8_t>{0, 0, 0x07, 1, 0, 0, 0, 0}, "t"); }),
+    CHECK_THAT(error_of([&] {
+                 parse_idx(std::vector<uint8_t>{0, 0, 0x07, 1, 0, 0, 0, 0}, "t");
+               }),
                Catch::Contains("unknown IDX element type 0x07"));
-    CHECK_THAT(error_of([&] { parse_idx(std::vector<uint8_t>{0, 0, 0x08, 0}, "z"); }), Catch::Contains("declares 0 dims"));
+    CHECK_THAT(error_of([&] {
+                 parse_idx(std::vector<uint8_t>{0, 0, 0x08, 0}, "z");
+               }),
+               Catch::Contains("declares 0 dims"));
     // labels where images are expected (and the reverse): named, with the likely cause
     std::string im = put("im-idx3-ubyte", idx_bytes(0x08, {2, 3, 4}, px));
     std::string lb = put("lb-idx1-ubyte", idx_bytes(0x08, {2}, {1, 2}));
@@ -122,22 +137,23 @@ TEST_CASE("idx bad input: every malformed file gets a clear error", "[data][idx]
     // images with 2 dims (magic 0x802), and images of 0 columns
     std::string two = put("two-idx2", idx_bytes(0x08, {2, 12}, px));
     std::string lb = put("lb", idx_bytes(0x08, {2}, {1, 2}));
-    CHECK_THAT(error_of([&] { load_mnist_files(two, lb); }), Catch::Contains("got 0x00000802") && Catch::Contains("2 dims"));
+    CHECK_THAT(error_of([&] { load_mnist_files(two, lb); }),
+               Catch::Contains("got 0x00000802") && Catch::Contains("2 dims"));
     std::string zero = put("zero-cols", idx_bytes(0x08, {2, 3, 0}, {}));
     CHECK_THAT(error_of([&] { load_mnist_files(zero, lb); }), Catch::Contains("images of 3 x 0 pixels"));
     // labels with 2 dims
     std::string im = put("im", idx_bytes(0x08, {2, 3, 4}, px));
     std::string lb2 = put("lb2", idx_bytes(0x08, {2, 1}, {1, 2}));
-    CHECK_THAT(error_of([&] { load_mnist_files(im, lb2); }), Catch::Contains("expected MNIST labels") &&
-                                                                   Catch::Contains("got 0x00000802"));
+    CHECK_THAT(error_of([&] { load_mnist_files(im, lb2); }),
+               Catch::Contains("expected MNIST labels") && Catch::Contains("got 0x00000802"));
   }
   SECTION("truncated payload and trailing bytes") {
     auto full = idx_bytes(0x08, {2, 3, 4}, px);
     std::vector<uint8_t> cut(full.begin(), full.end() - 5);
     std::string p = put("cut-idx3-ubyte", cut);
-    CHECK_THAT(error_of([&] { read_idx(p); }),
-               Catch::Contains("truncated IDX data") && Catch::Contains("[2, 3, 4] u8 = 24 bytes") &&
-                   Catch::Contains("expected 24 bytes, got 19"));
+    CHECK_THAT(error_of([&] { read_idx(p); }), Catch::Contains("truncated IDX data") &&
+                                                   Catch::Contains("[2, 3, 4] u8 = 24 bytes") &&
+                                                   Catch::Contains("expected 24 bytes, got 19"));
     full.push_back(1);
     full.push_back(2);
     p = put("long-idx3-ubyte", full);
@@ -166,9 +182,9 @@ TEST_CASE("idx bad input: every malformed file gets a clear error", "[data][idx]
     CHECK_THAT(error_of([&] { read_idx(gz_as_raw); }),
                Catch::Contains("gzip-compressed data, not a raw IDX file") && Catch::Contains("name the file *.gz"));
     std::string raw_as_gz = put("train-images-idx3-ubyte.gz", idx_bytes(0x08, {2, 3, 4}, px));
-    CHECK_THAT(error_of([&] { read_idx(raw_as_gz); }),
-               Catch::Contains("ends in .gz but the file is not gzip-compressed") &&
-                   Catch::Contains("a raw IDX header"));
+    CHECK_THAT(
+        error_of([&] { read_idx(raw_as_gz); }),
+        Catch::Contains("ends in .gz but the file is not gzip-compressed") && Catch::Contains("a raw IDX header"));
     CHECK_THAT(error_of([&] { read_idx(raw_as_gz, IdxCompression::gzip); }),
                Catch::Contains("the file is not compressed"));
     // and the explicit modes do what they say
@@ -177,7 +193,9 @@ TEST_CASE("idx bad input: every malformed file gets a clear error", "[data][idx]
   }
   SECTION("huge declared sizes are refused before allocating") {
     // dims whose product overflows 64 bits
-    CHECK_THAT(error_of([&] { parse_idx(idx_bytes(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, {1, 2, 3}), "ovf"); }),
+    CHECK_THAT(error_of([&] {
+                 parse_idx(idx_bytes(0x0E, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, {1, 2, 3}), "ovf");
+               }),
                Catch::Contains("overflows any possible file size"));
     // 2^34 bytes declared by a tiny raw file: the size check comes first ("expected ... got 3"),
     // which is only possible if nothing of that size was allocated to read into
@@ -194,8 +212,8 @@ TEST_CASE("idx bad input: every malformed file gets a clear error", "[data][idx]
     CHECK_THAT(error_of([&] { read_idx(g2); }), Catch::Contains("expected 100000000 bytes, got 200000"));
   }
   SECTION("missing files") {
-    CHECK_THAT(error_of([&] { read_idx(dir.file("nope")); }), Catch::Contains("cannot open") &&
-                                                                   Catch::Contains("No such file"));
+    CHECK_THAT(error_of([&] { read_idx(dir.file("nope")); }),
+               Catch::Contains("cannot open") && Catch::Contains("No such file"));
     CHECK_THAT(error_of([&] { load_mnist(dir.path(), Split::train); }),
                Catch::Contains("MNIST train files not found") && Catch::Contains("train-images-idx3-ubyte"));
   }

@@ -29,7 +29,8 @@ std::vector<uint8_t> pattern(int h, int w, int c) {
   std::vector<uint8_t> p(static_cast<size_t>(h * w * c));
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
-      for (int k = 0; k < c; ++k) p[static_cast<size_t>((y * w + x) * c + k)] = static_cast<uint8_t>((y * 16 + x * 3 + k * 60) % 256);
+      for (int k = 0; k < c; ++k)
+        p[static_cast<size_t>((y * w + x) * c + k)] = static_cast<uint8_t>((y * 16 + x * 3 + k * 60) % 256);
   return p;
 }
 
@@ -101,8 +102,7 @@ std::vector<uint8_t> grey_png(uint32_t w, uint32_t h, int depth, bool interlace)
     for (auto [x0, y0, dx, dy] : std::vector<std::array<uint32_t, 4>>{
              {0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8}, {2, 0, 4, 4}, {0, 2, 2, 4}, {1, 0, 2, 2}, {0, 1, 1, 2}})
       pass(x0, y0, dx, dy);
-  else
-    pass(0, 0, 1, 1);
+  else pass(0, 0, 1, 1);
   std::vector<uint8_t> z(compressBound(static_cast<uLong>(raw.size())));
   uLongf zn = z.size();
   REQUIRE(compress(z.data(), &zn, raw.data(), static_cast<uLong>(raw.size())) == Z_OK);
@@ -174,10 +174,11 @@ TEST_CASE("image folder: classes, labels, decoding PNG/JPEG/BMP, grey and RGB", 
   double err = 0;
   for (int y = 0; y < 6; ++y)
     for (int x = 0; x < 5; ++x)
-      for (int k = 0; k < 3; ++k) err += std::abs(jpg.image.at(k, y, x) - rgb[static_cast<size_t>((y * 5 + x) * 3 + k)]);
+      for (int k = 0; k < 3; ++k)
+        err += std::abs(jpg.image.at(k, y, x) - rgb[static_cast<size_t>((y * 5 + x) * 3 + k)]);
   CHECK(err / 90 < 12);
   CHECK(ds.get(3).image.channels == 3);  // RGBA converted to RGB
-  Sample grey = ds.get(4);                // grey converted to RGB: three equal planes
+  Sample grey = ds.get(4);               // grey converted to RGB: three equal planes
   CHECK(grey.image.channels == 3);
   CHECK(grey.image.at(0, 2, 3) == grey.image.at(2, 2, 3));
   CHECK(grey.image.at(0, 2, 3) == pattern(6, 5, 1)[2 * 5 + 3]);
@@ -202,7 +203,8 @@ TEST_CASE("image folder: classes, labels, decoding PNG/JPEG/BMP, grey and RGB", 
   });
 }
 
-TEST_CASE("image folder: unreadable and undecodable files name the path and the reason", "[data][image_folder][bad_input]") {
+TEST_CASE("image folder: unreadable and undecodable files name the path and the reason",
+          "[data][image_folder][bad_input]") {
   TempDir dir;
   make_tree(dir);
   write_png(dir.file("dog/broken.png"), 6, 5, 3);  // then cut in the middle of its data
@@ -216,7 +218,8 @@ TEST_CASE("image folder: unreadable and undecodable files name the path and the 
   ImageFolder ds(dir.path());
   // sorted: bird a b | cat c empty.jpg sub/d | dog broken e junk
   CHECK(ds.samples()[3].first == dir.file("cat/empty.jpg"));
-  CHECK_THAT(error_of([&] { ds.get(3); }), Catch::Contains("cannot decode '" + dir.file("cat/empty.jpg") + "': the file is empty"));
+  CHECK_THAT(error_of([&] { ds.get(3); }),
+             Catch::Contains("cannot decode '" + dir.file("cat/empty.jpg") + "': the file is empty"));
   std::string cut = error_of([&] { ds.get(5); });
   CHECK_THAT(cut, Catch::StartsWith("cannot decode '" + dir.file("dog/broken.png") + "': "));
   CHECK(cut.size() > ("cannot decode '" + dir.file("dog/broken.png") + "': ").size() + 5);  // with stb's reason
@@ -238,13 +241,14 @@ TEST_CASE("image folder: unreadable and undecodable files name the path and the 
   write_png(flat.file("a.png"), 2, 2, 1);
   CHECK_THAT(error_of([&] { ImageFolder x(flat.path()); }), Catch::Contains("no class subdirectories"));
   std::filesystem::create_directories(flat.file("empty_class"));
-  CHECK_THAT(error_of([&] { ImageFolder x(flat.path()); }), Catch::Contains("class 'empty_class'") &&
-                                                                  Catch::Contains("has no image files"));
+  CHECK_THAT(error_of([&] { ImageFolder x(flat.path()); }),
+             Catch::Contains("class 'empty_class'") && Catch::Contains("has no image files"));
   CHECK_THAT(error_of([&] { ImageFolder x(flat.file("missing")); }), Catch::Contains("is not a directory"));
 }
 
-TEST_CASE("image decode: a bad PNG chunk CRC, zlib checksum or deflate stream is an error naming the file and the fault",
-          "[data][image_folder][bad_input]") {
+TEST_CASE(
+    "image decode: a bad PNG chunk CRC, zlib checksum or deflate stream is an error naming the file and the fault",
+    "[data][image_folder][bad_input]") {
   const std::vector<uint8_t> good = png_bytes(30, 40, 3);
   REQUIRE(decode_image(good, "good.png").shape() == Shape{3, 30, 40});
   const size_t ihdr = png_chunk(good, "IHDR"), idat = png_chunk(good, "IDAT");
@@ -279,9 +283,14 @@ TEST_CASE("image decode: a bad PNG chunk CRC, zlib checksum or deflate stream is
              }),
              Catch::Contains("corrupt zlib/deflate data in IDAT") && Catch::Contains("incorrect header check"));
   // what the checks must let through: Adam7, 16 bits, sizes around the checker's 64 KiB inflate buffer
-  for (auto [w, h, depth, interlace] : std::vector<std::tuple<uint32_t, uint32_t, int, bool>>{
-           {1, 1, 8, true}, {3, 2, 8, true}, {13, 11, 16, true}, {255, 256, 8, false}, {511, 128, 8, false},
-           {255, 512, 8, false}, {127, 256, 16, false}, {300, 200, 8, true}}) {
+  for (auto [w, h, depth, interlace] : std::vector<std::tuple<uint32_t, uint32_t, int, bool>>{{1, 1, 8, true},
+                                                                                              {3, 2, 8, true},
+                                                                                              {13, 11, 16, true},
+                                                                                              {255, 256, 8, false},
+                                                                                              {511, 128, 8, false},
+                                                                                              {255, 512, 8, false},
+                                                                                              {127, 256, 16, false},
+                                                                                              {300, 200, 8, true}}) {
     INFO(w << " x " << h << ", " << depth << " bits" << (interlace ? ", interlaced" : ""));
     Image img = decode_image(grey_png(w, h, depth, interlace), "ok.png");
     REQUIRE(img.shape() == Shape{1, h, w});
@@ -295,8 +304,9 @@ TEST_CASE("image decode: a bad PNG chunk CRC, zlib checksum or deflate stream is
           b[8 + 8 + 12] = 1;  // claims Adam7, whose 7 passes have more rows (and filter bytes) than 11
           fix_crc(b, 8);
           decode_image(b, "x.png");
-        }) == "cannot decode 'x.png': the image data decompresses to 154 bytes, width 13 x height 11 needs 165: the file "
-              "is truncated or corrupt");
+        }) ==
+        "cannot decode 'x.png': the image data decompresses to 154 bytes, width 13 x height 11 needs 165: the file "
+        "is truncated or corrupt");
   // through an ImageFolder: the error names the path
   TempDir dir;
   std::filesystem::create_directories(dir.file("c"));
@@ -320,19 +330,24 @@ TEST_CASE("image decode: a truncated PNG, BMP or JPEG is an error naming the fil
   REQUIRE(decode_image(bmp, "good.bmp").shape() == Shape{3, 30, 40});
   CHECK(message_of([&] { decode_image(cut(bmp, bmp.size() / 2), "x.bmp"); }) ==
         "cannot decode 'x.bmp': truncated: width 40 x height 30 at 24 bits per pixel needs pixel bytes [54, 3654), "
-        "the file ends at " + std::to_string(bmp.size() / 2));
-  CHECK(message_of([&] { decode_image(cut(bmp, bmp.size() - 1), "x.bmp"); }).starts_with("cannot decode 'x.bmp': truncated"));
+        "the file ends at " +
+            std::to_string(bmp.size() / 2));
+  CHECK(message_of([&] {
+          decode_image(cut(bmp, bmp.size() - 1), "x.bmp");
+        }).starts_with("cannot decode 'x.bmp': truncated"));
   CHECK_THAT(message_of([&] { decode_image(cut(bmp, 30), "x.bmp"); }),
-             Catch::StartsWith("cannot decode 'x.bmp': truncated: the BMP info header needs bytes [14, 54), the file ends at 30"));
+             Catch::StartsWith(
+                 "cannot decode 'x.bmp': truncated: the BMP info header needs bytes [14, 54), the file ends at 30"));
   // JPEG: cut in the scan, just before EOI, in a header segment
   const std::vector<uint8_t> jpg = jpg_bytes(30, 40, 3);
   REQUIRE(decode_image(jpg, "good.jpg").shape() == Shape{3, 30, 40});
   for (size_t n : {jpg.size() * 3 / 4, jpg.size() - 2}) {
     INFO("cut to " << n << " of " << jpg.size() << " bytes");
     std::string e = message_of([&] { decode_image(cut(jpg, n), "x.jpg"); });
-    CHECK_THAT(e, Catch::StartsWith("cannot decode 'x.jpg': truncated: the entropy-coded data of the scan at offset ") &&
-                      Catch::EndsWith("runs to the end of the file (" + std::to_string(n) +
-                                      " bytes) without reaching the EOI marker"));
+    CHECK_THAT(e,
+               Catch::StartsWith("cannot decode 'x.jpg': truncated: the entropy-coded data of the scan at offset ") &&
+                   Catch::EndsWith("runs to the end of the file (" + std::to_string(n) +
+                                   " bytes) without reaching the EOI marker"));
   }
   CHECK(message_of([&] { decode_image(cut(jpg, 30), "x.jpg"); }) ==
         "cannot decode 'x.jpg': truncated: segment 0xFFDB at offset 20 claims 132 bytes, only 8 remain");
@@ -343,8 +358,9 @@ TEST_CASE("image decode: a truncated PNG, BMP or JPEG is an error naming the fil
   // PNG: cut in IDAT, and at a chunk boundary before IEND
   const std::vector<uint8_t> png = png_bytes(30, 40, 3);
   const size_t idat = png_chunk(png, "IDAT"), iend = png_chunk(png, "IEND");
-  CHECK_THAT(message_of([&] { decode_image(cut(png, idat + 20), "x.png"); }),
-             Catch::StartsWith("cannot decode 'x.png': truncated: chunk IDAT at offset " + std::to_string(idat) + " claims"));
+  CHECK_THAT(
+      message_of([&] { decode_image(cut(png, idat + 20), "x.png"); }),
+      Catch::StartsWith("cannot decode 'x.png': truncated: chunk IDAT at offset " + std::to_string(idat) + " claims"));
   CHECK(message_of([&] { decode_image(cut(png, iend), "x.png"); }) ==
         "cannot decode 'x.png': truncated: the file ends at offset " + std::to_string(iend) + " without an IEND chunk");
 }
@@ -360,9 +376,10 @@ TEST_CASE("image decode: a header claiming more pixels than the file holds or th
     fix_crc(b, 8);
     return message_of([&] { decode_image(b, "x.png"); });
   };
-  CHECK_THAT(png_claiming(20000, 20000),
-             Catch::StartsWith("cannot decode 'x.png': the PNG header claims width 20000 x height 20000 = 400000000 pixels, "
-                               "more than the limit of 268435456 pixels"));
+  CHECK_THAT(
+      png_claiming(20000, 20000),
+      Catch::StartsWith("cannot decode 'x.png': the PNG header claims width 20000 x height 20000 = 400000000 pixels, "
+                        "more than the limit of 268435456 pixels"));
   CHECK_THAT(png_claiming(40000, 2), Catch::Contains("claims width 40000 x height 2, more than the 32768 per side"));
   CHECK_THAT(png_claiming(0, 30), Catch::Contains("claims width 0 x height 30 (an empty image)"));
   const size_t idat_len = get_be32(png, png_chunk(png, "IDAT"));
@@ -375,23 +392,27 @@ TEST_CASE("image decode: a header claiming more pixels than the file holds or th
   std::vector<uint8_t> bmp = bmp_bytes(30, 40, 3);
   bmp[22] = 0x30, bmp[23] = 0x75;  // 30000 rows
   CHECK_THAT(message_of([&] { decode_image(bmp, "x.bmp"); }),
-             Catch::StartsWith("cannot decode 'x.bmp': truncated: width 40 x height 30000 at 24 bits per pixel needs pixel bytes"));
+             Catch::StartsWith(
+                 "cannot decode 'x.bmp': truncated: width 40 x height 30000 at 24 bits per pixel needs pixel bytes"));
   // JPEG: the frame header edited to 8000 x 8000; stb_image decoded the missing blocks as zeros
   std::vector<uint8_t> jpg = jpg_bytes(30, 40, 3);
   const uint8_t sof0[2] = {0xFF, 0xC0};
   const size_t sof = static_cast<size_t>(std::search(jpg.begin(), jpg.end(), sof0, sof0 + 2) - jpg.begin());
   REQUIRE(sof + 9 < jpg.size());
   jpg[sof + 5] = 0x1F, jpg[sof + 6] = 0x40, jpg[sof + 7] = 0x1F, jpg[sof + 8] = 0x40;
-  CHECK_THAT(message_of([&] { decode_image(jpg, "x.jpg"); }),
-             Catch::StartsWith("cannot decode 'x.jpg': the JPEG header claims width 8000 x height 8000 (1000000 8x8 blocks "
-                               "in its smallest component) but the file's"));
+  CHECK_THAT(
+      message_of([&] { decode_image(jpg, "x.jpg"); }),
+      Catch::StartsWith("cannot decode 'x.jpg': the JPEG header claims width 8000 x height 8000 (1000000 8x8 blocks "
+                        "in its smallest component) but the file's"));
   // the limit is a parameter (ImageFolderOptions::max_pixels, ember_pack --max-pixels)
   CHECK(decode_image(png, "x.png", 0, 1200).shape() == Shape{3, 30, 40});
   CHECK(message_of([&] { decode_image(png, "x.png", 0, 1199); }) ==
         "cannot decode 'x.png': the PNG header claims width 40 x height 30 = 1200 pixels, more than the limit of 1199 "
         "pixels (ImageFolderOptions::max_pixels, ember_pack --max-pixels)");
-  CHECK_THAT(message_of([&] { decode_image(jpg_bytes(30, 40, 3), "x.jpg", 0, 1000); }), Catch::Contains("limit of 1000 pixels"));
-  CHECK_THAT(message_of([&] { decode_image(bmp_bytes(30, 40, 3), "x.bmp", 0, 1000); }), Catch::Contains("limit of 1000 pixels"));
+  CHECK_THAT(message_of([&] { decode_image(jpg_bytes(30, 40, 3), "x.jpg", 0, 1000); }),
+             Catch::Contains("limit of 1000 pixels"));
+  CHECK_THAT(message_of([&] { decode_image(bmp_bytes(30, 40, 3), "x.bmp", 0, 1000); }),
+             Catch::Contains("limit of 1000 pixels"));
   TempDir dir;
   std::filesystem::create_directories(dir.file("c"));
   testing::write_bytes(dir.file("c/a.png"), png);
@@ -456,7 +477,8 @@ TEST_CASE("packed: bin/ember_pack converts an ImageFolder and an IDX set", "[dat
   std::vector<uint8_t> text = read_file(log);
   CHECK_THAT(std::string(text.begin(), text.end()), Catch::Contains("--resize"));
   // an IDX directory
-  testing::write_mnist_pair(dir.file("t10k-images-idx3-ubyte.gz"), dir.file("t10k-labels-idx1-ubyte.gz"), 30, 4, 4, true);
+  testing::write_mnist_pair(dir.file("t10k-images-idx3-ubyte.gz"), dir.file("t10k-labels-idx1-ubyte.gz"), 30, 4, 4,
+                            true);
   rc = std::system((tool + " " + dir.path() + " " + dir.file("m.epk") + " --split test > " + log + " 2>&1").c_str());
   CHECK(rc == 0);
   auto m = InMemoryDataset::load(dir.file("m.epk"));
@@ -496,8 +518,10 @@ TEST_CASE("packed: ember_pack fails on the first bad image and leaves no file, a
   const std::string out = dir.file("out/p.epk");
   CHECK(run(dir.file("in") + " " + out + " --workers 1") == 1);
   std::string err = text(err_log);
-  CHECK(err == "ember_pack: error: cannot decode '" + dir.file("in/b/3.bmp") + "': truncated: width 5 x height 6 at 24 " +
-                   "bits per pixel needs pixel bytes [54, 149), the file ends at 130 (--skip-bad-images leaves such images out)\n");
+  CHECK(err == "ember_pack: error: cannot decode '" + dir.file("in/b/3.bmp") +
+                   "': truncated: width 5 x height 6 at 24 " +
+                   "bits per pixel needs pixel bytes [54, 149), the file ends at 130 (--skip-bad-images leaves such "
+                   "images out)\n");
   CHECK(err.find("--resize") == std::string::npos);  // not what is wrong here
   CHECK(!fs::exists(out));
   CHECK(fs::is_empty(dir.file("out")));  // no temporary file either
@@ -518,7 +542,8 @@ TEST_CASE("packed: ember_pack fails on the first bad image and leaves no file, a
   auto direct = load_image(dir.file("in/b/5.png"), 3);
   std::vector<uint8_t> last = packed->images().to_vector<uint8_t>();
   CHECK(std::vector<uint8_t>(last.end() - 90, last.end()) == direct.pixels);
-  CHECK_THAT(text(out_log), Catch::Contains("3 samples of [3, 6, 5]") && Catch::Contains("(skipped 2 bad images of 5)"));
+  CHECK_THAT(text(out_log),
+             Catch::Contains("3 samples of [3, 6, 5]") && Catch::Contains("(skipped 2 bad images of 5)"));
   auto err_lines = [&] {
     std::vector<std::string> lines;
     std::istringstream in(text(err_log));
@@ -528,7 +553,8 @@ TEST_CASE("packed: ember_pack fails on the first bad image and leaves no file, a
   std::vector<std::string> lines = err_lines();
   REQUIRE(lines.size() == 3);
   CHECK(lines[0] == "ember_pack: warning: skipped 2 of 5 images that could not be decoded (--skip-bad-images):");
-  CHECK(lines[1] == "ember_pack: warning:   cannot decode '" + dir.file("in/b/3.bmp") + "': truncated: width 5 x height 6 " +
+  CHECK(lines[1] == "ember_pack: warning:   cannot decode '" + dir.file("in/b/3.bmp") +
+                        "': truncated: width 5 x height 6 " +
                         "at 24 bits per pixel needs pixel bytes [54, 149), the file ends at 130");
   CHECK_THAT(lines[2], Catch::StartsWith("ember_pack: warning:   cannot decode '" + dir.file("in/b/4.png") +
                                          "': bad CRC in chunk IDAT at offset 33 (stored 0x"));
@@ -538,7 +564,8 @@ TEST_CASE("packed: ember_pack fails on the first bad image and leaves no file, a
   CHECK(run(dir.file("in") + " " + out + " --skip-bad-images") == 0);
   lines = err_lines();
   REQUIRE(lines.size() == 7);
-  CHECK(lines[0] == "ember_pack: warning: skipped 8 of 11 images that could not be decoded (--skip-bad-images); the first ones:");
+  CHECK(lines[0] ==
+        "ember_pack: warning: skipped 8 of 11 images that could not be decoded (--skip-bad-images); the first ones:");
   CHECK_THAT(lines[5], Catch::Contains("x2.bmp"));
   CHECK(lines[6] == "ember_pack: warning:   ... and 3 more");
   CHECK(InMemoryDataset::load(out)->size() == 3);

@@ -129,7 +129,8 @@ TEST_CASE("loader: a distributed sampler drives the loader", "[data][loader]") {
   within(60, "distributed", [&] {
     std::multiset<int64_t> all;
     for (int rank = 0; rank < 3; ++rank) {
-      auto sampler = std::make_shared<DistributedSampler>(10, DistributedSamplerOptions().world_size(3).rank(rank).seed(1));
+      auto sampler =
+          std::make_shared<DistributedSampler>(10, DistributedSamplerOptions().world_size(3).rank(rank).seed(1));
       DataLoader loader(ds, DataLoaderOptions().batch_size(2).num_workers(2), sampler);
       CHECK(loader.size() == 2);  // 4 samples per rank
       for (Batch& b : loader) all.insert(b.indices.begin(), b.indices.end());
@@ -137,10 +138,9 @@ TEST_CASE("loader: a distributed sampler drives the loader", "[data][loader]") {
     CHECK(all.size() == 12);
     for (int64_t i = 0; i < 10; ++i) CHECK(all.count(i) >= 1);
   });
-  CHECK_THAT(error_of([&] {
-               DataLoader bad(ds, DataLoaderOptions().shuffle(), std::make_shared<SequentialSampler>(10));
-             }),
-             Catch::Contains("mutually exclusive"));
+  CHECK_THAT(
+      error_of([&] { DataLoader bad(ds, DataLoaderOptions().shuffle(), std::make_shared<SequentialSampler>(10)); }),
+      Catch::Contains("mutually exclusive"));
 }
 
 TEST_CASE("loader: a worker's exception names the sample and the cause, the epoch goes on", "[data][loader]") {
@@ -154,8 +154,8 @@ TEST_CASE("loader: a worker's exception names the sample and the cause, the epoc
       std::string msg = error_of([&] {
         for (Batch& b : loader) (void)b;
       });
-      CHECK_THAT(msg, Catch::Contains("DataLoader: sample 17 (batch 4, worker ") &&
-                          Catch::Contains("probe failure at 17"));
+      CHECK_THAT(msg,
+                 Catch::Contains("DataLoader: sample 17 (batch 4, worker ") && Catch::Contains("probe failure at 17"));
       CHECK(!loader.running());
       // next(): the failed batch is skipped and the epoch continues
       loader.start_epoch();
@@ -227,8 +227,8 @@ TEST_CASE("loader: a timeout names the stalled worker and the loader recovers", 
       for (Batch& b : loader) (void)b;
     });
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    CHECK_THAT(msg, Catch::Contains("timed out after 0.3 s waiting for batch 5") &&
-                        Catch::Contains("from worker 2") && Catch::Contains("reading sample 21"));
+    CHECK_THAT(msg, Catch::Contains("timed out after 0.3 s waiting for batch 5") && Catch::Contains("from worker 2") &&
+                        Catch::Contains("reading sample 21"));
     CHECK(waited < 10);  // thrown promptly, not after the stalled worker returned
     CHECK(!loader.running());
     ds->release();
@@ -262,7 +262,7 @@ TEST_CASE("loader: per-sample augmentation streams are independent and reproduci
       return epoch_of(l);
     };
     Seen a = run(3, 11), b = run(3, 11);
-    CHECK(a == b);                    // same seed, same workers: identical, pixels included
+    CHECK(a == b);                         // same seed, same workers: identical, pixels included
     CHECK(run(3, 12).pixels != a.pixels);  // another seed: other augmentations
     // the stamp of each sample is exactly its own Rng stream (keyed by epoch and position)
     DataLoader l(ds, DataLoaderOptions().batch_size(4).num_workers(3).seed(11).transform(stamp));
@@ -311,7 +311,9 @@ TEST_CASE("loader: host batches, normalisation on the host, pinned flag", "[data
   });
   CHECK_THAT(error_of([&] { DataLoader(ds, DataLoaderOptions().dtype(DType::u8).normalize({0.5}, {0.5})); }),
              Catch::Contains("needs a floating dtype"));
-  CHECK_THAT(error_of([&] { DataLoader(ds, DataLoaderOptions().normalize({0.5, 0.4, 0.3}, {0.2, 0.2, 0.2})).begin(); }),
+  CHECK_THAT(error_of([&] {
+               DataLoader(ds, DataLoaderOptions().normalize({0.5, 0.4, 0.3}, {0.2, 0.2, 0.2})).begin();
+             }),
              Catch::Contains("3 mean/std entries"));
   CHECK_THAT(error_of([&] { DataLoader(ds, DataLoaderOptions().batch_size(0)); }), Catch::Contains("batch_size"));
   if (cuda::device_count() == 0)
@@ -360,7 +362,10 @@ TEST_CASE("loader: in-memory datasets, from() and host gathering", "[data][loade
     CHECK(copy->get(6).image.pixels == probe->get(6).image.pixels);
     CHECK(copy->labels().to_vector<int64_t>() == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6});
   });
-  CHECK_THAT(error_of([&] { InMemoryDataset(images, tensor_i64({0, 1}, {2})); }), Catch::Contains("5 images but 2 labels"));
+  CHECK_THAT(error_of([&] {
+               InMemoryDataset(images, tensor_i64({0, 1}, {2}));
+             }),
+             Catch::Contains("5 images but 2 labels"));
   CHECK_THAT(error_of([&] { InMemoryDataset(images, labels, {"x"}); }), Catch::Contains("outside the 1 classes"));
   CHECK_THAT(error_of([&] { mem->get(5); }), Catch::Contains("sample index 5 is out of range"));
 }

@@ -184,8 +184,10 @@ TEST_CASE("data messages: augmented batches are the same for 0 1 and 3 workers",
   CHECK(plain.begin()->images.to_vector<uint8_t>() != zero[0]);
 }
 
-TEST_CASE("data messages: what a program shows drops the source locations unless EMBER_ERROR_LOCATIONS=1", "[messages]") {
-  const std::string what = "data/x.idx: not an IDX file (data/idx.cpp:201) (see the format (IDX)) (apps/mnist_train/trainer.cpp:70)";
+TEST_CASE("data messages: what a program shows drops the source locations unless EMBER_ERROR_LOCATIONS=1",
+          "[messages]") {
+  const std::string what =
+      "data/x.idx: not an IDX file (data/idx.cpp:201) (see the format (IDX)) (apps/mnist_train/trainer.cpp:70)";
   ::unsetenv("EMBER_ERROR_LOCATIONS");
   CHECK(ember::user_message(what) == "data/x.idx: not an IDX file (see the format (IDX))");
   CHECK(ember::user_message("plain (not a location: 12)") == "plain (not a location: 12)");

@@ -85,7 +85,8 @@ TEST_CASE("samplers: distributed shards cover the set exactly once plus padding"
           std::vector<int64_t> all;
           std::vector<std::vector<int64_t>> shards;
           for (int64_t rank = 0; rank < world; ++rank) {
-            DistributedSampler d(n, DistributedSamplerOptions().world_size(world).rank(rank).shuffle(shuffle).seed(5).drop_last(drop));
+            DistributedSampler d(
+                n, DistributedSamplerOptions().world_size(world).rank(rank).shuffle(shuffle).seed(5).drop_last(drop));
             d.set_epoch(3);
             auto mine = d.indices();
             CHECK(static_cast<int64_t>(mine.size()) == d.size());  // equal-length shards

@@ -104,7 +104,8 @@ TEST_CASE("transforms: affine", "[data][transforms]") {
     CHECK(x.at(0, 1, 1) == 5);
     // the angle is continuous: a near-90-degree draw moves the corners round
     saw_rotation = x.at(0, 0, 0) == 7 && x.at(0, 0, 2) == 1 && x.at(0, 2, 2) == 3 && x.at(0, 2, 0) == 9;
-    saw_rotation = saw_rotation || (x.at(0, 0, 0) == 3 && x.at(0, 0, 2) == 9 && x.at(0, 2, 2) == 7 && x.at(0, 2, 0) == 1);
+    saw_rotation =
+        saw_rotation || (x.at(0, 0, 0) == 3 && x.at(0, 0, 2) == 9 && x.at(0, 2, 2) == 7 && x.at(0, 2, 0) == 1);
   }
   CHECK(saw_rotation);
   // scaling up by 2 with bilinear sampling keeps the centre and stays within the value range
@@ -144,7 +145,8 @@ TEST_CASE("normalize_u8: ToTensor + Normalize values and errors", "[data][normal
   CHECK(normalize_u8(img, {0.5}, {0.5}, DType::bf16).dtype() == DType::bf16);
   CHECK(normalize_u8(img).to_vector<float>()[11] == 11.0f / 255.0f);
   CHECK_THROWS_WITH(normalize_u8(img.to(DType::f32)), Catch::Contains("must be u8 images"));
-  CHECK_THROWS_WITH(normalize_u8(img, {0, 0}, {1, 1}), Catch::Contains("2 mean/std entries") && Catch::Contains("[2, 3, 1, 2]"));
+  CHECK_THROWS_WITH(normalize_u8(img, {0, 0}, {1, 1}),
+                    Catch::Contains("2 mean/std entries") && Catch::Contains("[2, 3, 1, 2]"));
   CHECK_THROWS_WITH(normalize_u8(img, {0}, {0}), Catch::Contains("std must be non-zero"));
   CHECK_THROWS_WITH(normalize_u8(img, {0, 1}, {1}), Catch::Contains("the same number"));
   CHECK_THROWS_WITH(normalize_u8(img, {0.5}, {0.5}, DType::i32), Catch::Contains("must be floating"));

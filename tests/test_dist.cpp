@@ -102,8 +102,11 @@ TEST_CASE("dist: gloo all_reduce larger than a DDP bucket", "[dist]") {
 
 TEST_CASE("dist: a rank that exits early makes the others fail fast, naming the collective", "[dist][fault]") {
   for (int code : {3, 0}) {
-    auto rs = run_job({.world_size = 3, .scenario = "exit_early", .args = {"1", std::to_string(code)},
-                       .env = {{"EMBER_DIST_TIMEOUT", "20"}}, .deadline_s = 60});
+    auto rs = run_job({.world_size = 3,
+                       .scenario = "exit_early",
+                       .args = {"1", std::to_string(code)},
+                       .env = {{"EMBER_DIST_TIMEOUT", "20"}},
+                       .deadline_s = 60});
     INFO(describe(rs));
     REQUIRE(rs.size() == 3);
     CHECK(rs[1].exit_code == code);
@@ -118,7 +121,8 @@ TEST_CASE("dist: a rank that exits early makes the others fail fast, naming the 
   }
 }
 
-TEST_CASE("dist: ranks that make different calls get an error naming each rank's call, never an abort", "[dist][fault]") {
+TEST_CASE("dist: ranks that make different calls get an error naming each rank's call, never an abort",
+          "[dist][fault]") {
   // Gloo itself aborts the process (SIGABRT) on a size mismatch (Note [same call on every rank]).
   for (const char* op : {"all_reduce", "broadcast"}) {
     auto rs = run_job({.world_size = 2, .scenario = "mismatch", .args = {op}, .deadline_s = 60});
@@ -126,14 +130,18 @@ TEST_CASE("dist: ranks that make different calls get an error naming each rank's
     REQUIRE(rs.size() == 2);
     for (int r : {0, 1}) {
       CHECK(rs[r].exit_code == 1);
-      CHECK_THAT(rs[r].output, Contains(std::string("gloo ") + op + " #1") &&
-                                   Contains("the ranks made different calls: rank 0 " + std::string(op) + " f32 x 16") &&
-                                   Contains("rank 1 " + std::string(op) + " f32 x 24"));
+      CHECK_THAT(rs[r].output,
+                 Contains(std::string("gloo ") + op + " #1") &&
+                     Contains("the ranks made different calls: rank 0 " + std::string(op) + " f32 x 16") &&
+                     Contains("rank 1 " + std::string(op) + " f32 x 24"));
     }
   }
   // Past the checked calls (here: none) the call's hash in the tag turns the mismatch into a timeout.
-  auto rs = run_job({.world_size = 2, .scenario = "mismatch", .args = {"all_reduce"},
-                     .env = {{"EMBER_DIST_CHECK", "off"}, {"EMBER_DIST_TIMEOUT", "3"}}, .deadline_s = 60});
+  auto rs = run_job({.world_size = 2,
+                     .scenario = "mismatch",
+                     .args = {"all_reduce"},
+                     .env = {{"EMBER_DIST_CHECK", "off"}, {"EMBER_DIST_TIMEOUT", "3"}},
+                     .deadline_s = 60});
   INFO(describe(rs));
   REQUIRE(rs.size() == 2);
   // the first rank to time out fails the group and closes its connections, so the other may see
@@ -148,9 +156,13 @@ TEST_CASE("dist: ranks that make different calls get an error naming each rank's
   CHECK(timed_out >= 1);
 }
 
-TEST_CASE("dist: a rank that hangs makes the others time out, naming the collective and the progress", "[dist][fault]") {
-  auto rs = run_job({.world_size = 2, .scenario = "hang", .args = {"1", "8"},
-                     .env = {{"EMBER_DIST_TIMEOUT", "3"}}, .deadline_s = 40});
+TEST_CASE("dist: a rank that hangs makes the others time out, naming the collective and the progress",
+          "[dist][fault]") {
+  auto rs = run_job({.world_size = 2,
+                     .scenario = "hang",
+                     .args = {"1", "8"},
+                     .env = {{"EMBER_DIST_TIMEOUT", "3"}},
+                     .deadline_s = 40});
   INFO(describe(rs));
   REQUIRE(rs.size() == 2);
   CHECK(rs[0].exit_code == 1);
@@ -162,8 +174,8 @@ TEST_CASE("dist: a rank that hangs makes the others time out, naming the collect
 }
 
 TEST_CASE("dist: a rank that never joins is named when the rendezvous times out", "[dist][fault]") {
-  auto rs = run_job({.world_size = 3, .scenario = "join", .env = {{"EMBER_DIST_TIMEOUT", "3"}},
-                     .ranks = {0, 1}, .deadline_s = 40});
+  auto rs = run_job(
+      {.world_size = 3, .scenario = "join", .env = {{"EMBER_DIST_TIMEOUT", "3"}}, .ranks = {0, 1}, .deadline_s = 40});
   INFO(describe(rs));
   REQUIRE(rs.size() == 2);
   for (const auto& r : rs) {
@@ -174,7 +186,9 @@ TEST_CASE("dist: a rank that never joins is named when the rendezvous times out"
   }
 }
 
-TEST_CASE("dist: launch conventions: torchrun's, Slurm's and MPI's variables, with MASTER_ADDR and MASTER_PORT overriding", "[dist]") {
+TEST_CASE(
+    "dist: launch conventions: torchrun's, Slurm's and MPI's variables, with MASTER_ADDR and MASTER_PORT overriding",
+    "[dist]") {
   using Vars = std::map<std::string, std::string>;
   auto from = [](const Vars& vars) {
     return dist::launch_env([&vars](const char* name) -> const char* {
@@ -186,8 +200,8 @@ TEST_CASE("dist: launch conventions: torchrun's, Slurm's and MPI's variables, wi
   dist::LaunchEnv e = from({});
   CHECK((!e.distributed && e.rank == 0 && e.world_size == 1));
   // Slurm, two nodes of 2 + 1 tasks: the second node's first task
-  const Vars slurm = {{"SLURM_PROCID", "2"},        {"SLURM_NTASKS", "3"},
-                      {"SLURM_LOCALID", "0"},       {"SLURM_NODEID", "1"},
+  const Vars slurm = {{"SLURM_PROCID", "2"},           {"SLURM_NTASKS", "3"},
+                      {"SLURM_LOCALID", "0"},          {"SLURM_NODEID", "1"},
                       {"SLURM_TASKS_PER_NODE", "2,1"}, {"SLURM_JOB_NODELIST", "gpu[007-009,012],login1"},
                       {"SLURM_JOB_ID", "4242"}};
   e = from(slurm);
@@ -216,27 +230,41 @@ TEST_CASE("dist: launch conventions: torchrun's, Slurm's and MPI's variables, wi
   CHECK(dist::slurm_tasks_on_node("2(x3),1", 2) == 2);
   CHECK(dist::slurm_tasks_on_node("2(x3),1", 3) == 1);
   // the errors name the variables
-  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "1"}}), Contains("Slurm's variables are incomplete: SLURM_PROCID is set but SLURM_NTASKS is not"));
+  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "1"}}),
+                    Contains("Slurm's variables are incomplete: SLURM_PROCID is set but SLURM_NTASKS is not"));
   CHECK_THROWS_WITH(from({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n1"}}),
                     Contains("SLURM_PROCID=4 is not below SLURM_NTASKS=4"));
   CHECK_THROWS_WITH(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "node[03-05"}}),
                     Contains("SLURM_JOB_NODELIST='node[03-05' cannot be parsed (a '[' without its ']')"));
   CHECK_THROWS_WITH(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[x-y]"}}),
                     Contains("cannot be parsed ('[x-y]' does not start with a number)"));
-  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n1"},
-                          {"SLURM_TASKS_PER_NODE", "2(x"}, {"SLURM_NODEID", "0"}}),
+  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "0"},
+                          {"SLURM_NTASKS", "4"},
+                          {"SLURM_JOB_NODELIST", "n1"},
+                          {"SLURM_TASKS_PER_NODE", "2(x"},
+                          {"SLURM_NODEID", "0"}}),
                     Contains("SLURM_TASKS_PER_NODE='2(x' cannot be parsed"));
   // Open MPI on one machine: the master is this machine, the port from the job id
-  e = from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "1131085825"}});
-  CHECK((e.rank == 1 && e.world_size == 2 && e.local_rank == 1 && e.master_addr == "127.0.0.1" && e.master_port >= 20000));
+  e = from({{"OMPI_COMM_WORLD_RANK", "1"},
+            {"OMPI_COMM_WORLD_SIZE", "2"},
+            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+            {"OMPI_MCA_ess_base_jobid", "1131085825"}});
+  CHECK((e.rank == 1 && e.world_size == 2 && e.local_rank == 1 && e.master_addr == "127.0.0.1" &&
+         e.master_port >= 20000));
   CHECK_THAT(e.source, Contains("Open MPI"));
   // several machines: MASTER_ADDR is needed
-  CHECK_THROWS_WITH(from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  CHECK_THROWS_WITH(from({{"OMPI_COMM_WORLD_RANK", "0"},
+                          {"OMPI_COMM_WORLD_SIZE", "4"},
+                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                           {"OMPI_MCA_ess_base_jobid", "7"}}),
                     Contains("mpirun -x MASTER_ADDR="));
   // MPICH / Intel MPI (PMI)
-  e = from({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}, {"MASTER_PORT", "29500"}});
+  e = from({{"PMI_RANK", "0"},
+            {"PMI_SIZE", "2"},
+            {"MPI_LOCALRANKID", "0"},
+            {"MPI_LOCALNRANKS", "2"},
+            {"MASTER_PORT", "29500"}});
   CHECK((e.rank == 0 && e.world_size == 2 && e.master_port == 29500));
   CHECK_THROWS_WITH(from({{"PMI_SIZE", "2"}}), Contains("PMI_SIZE is set but PMI_RANK is not"));
 }
@@ -244,10 +272,17 @@ TEST_CASE("dist: launch conventions: torchrun's, Slurm's and MPI's variables, wi
 TEST_CASE("dist: processes started with Slurm's variables join as their SLURM_PROCID", "[dist][fault]") {
   std::map<int, std::map<std::string, std::string>> per_rank;
   for (int r : {0, 1})
-    per_rank[r] = {{"RANK", "<unset>"},         {"WORLD_SIZE", "<unset>"},        {"LOCAL_RANK", "<unset>"},
-                   {"LOCAL_WORLD_SIZE", "<unset>"}, {"MASTER_ADDR", "<unset>"},     {"SLURM_PROCID", std::to_string(r)},
-                   {"SLURM_NTASKS", "2"},         {"SLURM_LOCALID", std::to_string(r)}, {"SLURM_NODEID", "0"},
-                   {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "localhost,node[2-3]"}};
+    per_rank[r] = {{"RANK", "<unset>"},
+                   {"WORLD_SIZE", "<unset>"},
+                   {"LOCAL_RANK", "<unset>"},
+                   {"LOCAL_WORLD_SIZE", "<unset>"},
+                   {"MASTER_ADDR", "<unset>"},
+                   {"SLURM_PROCID", std::to_string(r)},
+                   {"SLURM_NTASKS", "2"},
+                   {"SLURM_LOCALID", std::to_string(r)},
+                   {"SLURM_NODEID", "0"},
+                   {"SLURM_TASKS_PER_NODE", "2"},
+                   {"SLURM_JOB_NODELIST", "localhost,node[2-3]"}};
   auto rs = run_job({.world_size = 2, .scenario = "join", .rank_env = per_rank, .deadline_s = 60});
   INFO(describe(rs));
   REQUIRE(rs.size() == 2);
@@ -256,8 +291,9 @@ TEST_CASE("dist: processes started with Slurm's variables join as their SLURM_PR
     CHECK_THAT(rs[r].output, Contains("ok: joined as rank " + std::to_string(r) + " of 2"));
   }
   // the first line says where the ranks and the master came from
-  CHECK_THAT(rs[0].output, Contains("2 ranks from Slurm (SLURM_PROCID 0, SLURM_NTASKS 2), master from the first host of "
-                                    "SLURM_JOB_NODELIST"));
+  CHECK_THAT(rs[0].output,
+             Contains("2 ranks from Slurm (SLURM_PROCID 0, SLURM_NTASKS 2), master from the first host of "
+                      "SLURM_JOB_NODELIST"));
   // a partial set is an error on the rank that has it, before anything connects
   per_rank[1].erase("SLURM_NTASKS");
   per_rank[1]["SLURM_NTASKS"] = "<unset>";
@@ -269,8 +305,11 @@ TEST_CASE("dist: processes started with Slurm's variables join as their SLURM_PR
 }
 
 TEST_CASE("dist: a wrong WORLD_SIZE is an error on every rank, not a hang", "[dist][fault]") {
-  auto rs = run_job({.world_size = 2, .scenario = "join", .env = {{"EMBER_DIST_TIMEOUT", "5"}},
-                     .rank_env = {{1, {{"WORLD_SIZE", "3"}}}}, .deadline_s = 40});
+  auto rs = run_job({.world_size = 2,
+                     .scenario = "join",
+                     .env = {{"EMBER_DIST_TIMEOUT", "5"}},
+                     .rank_env = {{1, {{"WORLD_SIZE", "3"}}}},
+                     .deadline_s = 40});
   INFO(describe(rs));
   REQUIRE(rs.size() == 2);
   for (const auto& r : rs) {
@@ -281,8 +320,11 @@ TEST_CASE("dist: a wrong WORLD_SIZE is an error on every rank, not a hang", "[di
 }
 
 TEST_CASE("dist: two processes with the same RANK are an error", "[dist][fault]") {
-  auto rs = run_job({.world_size = 2, .scenario = "join", .env = {{"EMBER_DIST_TIMEOUT", "5"}},
-                     .rank_env = {{1, {{"RANK", "0"}}}}, .deadline_s = 40});
+  auto rs = run_job({.world_size = 2,
+                     .scenario = "join",
+                     .env = {{"EMBER_DIST_TIMEOUT", "5"}},
+                     .rank_env = {{1, {{"RANK", "0"}}}},
+                     .deadline_s = 40});
   INFO(describe(rs));
   REQUIRE(rs.size() == 2);
   bool named = false;
@@ -295,8 +337,8 @@ TEST_CASE("dist: two processes with the same RANK are an error", "[dist][fault]"
 }
 
 TEST_CASE("dist: RANK and WORLD_SIZE are checked before anything connects", "[dist][fault]") {
-  auto rs = run_job({.world_size = 2, .scenario = "join", .rank_env = {{1, {{"RANK", "5"}}}}, .ranks = {1},
-                     .deadline_s = 20});
+  auto rs = run_job(
+      {.world_size = 2, .scenario = "join", .rank_env = {{1, {{"RANK", "5"}}}}, .ranks = {1}, .deadline_s = 20});
   INFO(describe(rs));
   CHECK(rs[0].exit_code == 1);
   CHECK_THAT(rs[0].output, Contains("RANK=5 is not below WORLD_SIZE=2"));
@@ -306,13 +348,14 @@ TEST_CASE("dist: RANK and WORLD_SIZE are checked before anything connects", "[di
 
 namespace {
 std::string temp_checkpoint() {
-  return (std::filesystem::temp_directory_path() / ("ember_ddp_" + std::to_string(::getpid()) + "_" +
-                                                    std::to_string(free_port()) + ".safetensors"))
+  return (std::filesystem::temp_directory_path() /
+          ("ember_ddp_" + std::to_string(::getpid()) + "_" + std::to_string(free_port()) + ".safetensors"))
       .string();
 }
 }  // namespace
 
-TEST_CASE("dist: DDP on 2 ranks equals one process on the full batch, with a save at step 2 and a bit-identical resume", "[dist][ddp]") {
+TEST_CASE("dist: DDP on 2 ranks equals one process on the full batch, with a save at step 2 and a bit-identical resume",
+          "[dist][ddp]") {
   std::string ckpt = temp_checkpoint();
   auto rs = run_job({.world_size = 2, .scenario = "ddp_equivalence", .args = {"1", "25", ckpt}, .deadline_s = 60});
   std::filesystem::remove(ckpt);
@@ -330,7 +373,9 @@ TEST_CASE("dist: DDP on 4 ranks with gradient accumulation (no_sync) and one buc
 
 TEST_CASE("dist: DDP with activation checkpointing equals one process", "[dist][ddp]") {
   std::string ckpt = temp_checkpoint();
-  auto rs = run_job({.world_size = 2, .scenario = "ddp_equivalence", .args = {"2", "0.0001", ckpt, "activation-checkpointing"},
+  auto rs = run_job({.world_size = 2,
+                     .scenario = "ddp_equivalence",
+                     .args = {"2", "0.0001", ckpt, "activation-checkpointing"},
                      .deadline_s = 60});
   std::filesystem::remove(ckpt);
   INFO(describe(rs));

@@ -44,7 +44,8 @@ constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, Red
 
 bool skip_without_nccl() {
   if (!dist::nccl_available()) {
-    WARN("skipped: this build has no NCCL (nccl.h, and for a GPU build libnccl, were not found when it was configured)");
+    WARN(
+        "skipped: this build has no NCCL (nccl.h, and for a GPU build libnccl, were not found when it was configured)");
     return true;
   }
   return false;
@@ -147,16 +148,17 @@ TEST_CASE("nccl: every collective, dtype and size on one rank, waited for withou
   CHECK(pg->started() == expect_seq);
 }
 
-TEST_CASE("nccl: a collective starts after the caller's stream wrote its input, and wait orders the reader", "[gpu][dist]") {
+TEST_CASE("nccl: a collective starts after the caller's stream wrote its input, and wait orders the reader",
+          "[gpu][dist]") {
   if (skip_without_nccl()) return;
   auto pg = make_group();
   const int64_t n = int64_t{1} << 24;  // 64 MB of f32: the writes take long enough to race
   Tensor x = zeros({n}, kCUDA);
   Tensor out = zeros({n}, kCUDA);
   for (int i = 1; i <= 3; ++i) {
-    x.fill_(static_cast<double>(i));     // on the current stream, just before the collective
-    pg->all_gather(out, x)->wait();      // NCCL's stream waits for the fill; the current stream for NCCL
-    out.mul_(2.0);                       // after wait(): reads what the collective wrote
+    x.fill_(static_cast<double>(i));  // on the current stream, just before the collective
+    pg->all_gather(out, x)->wait();   // NCCL's stream waits for the fill; the current stream for NCCL
+    out.mul_(2.0);                    // after wait(): reads what the collective wrote
     std::vector<float> got = out.cpu().to_vector<float>();
     CHECK(got.front() == 2.0f * static_cast<float>(i));
     CHECK(got.back() == 2.0f * static_cast<float>(i));
@@ -214,9 +216,9 @@ TEST_CASE("nccl: a collective captured in a CUDA graph runs with every replay", 
     g.capture_end();
   }
   CHECK(pg->started() == before + 2);
-  CHECK(g.num_nodes() >= 3);  // the two mul_ kernels and the gather's copy at least
-  CHECK(gathered->is_completed());    // captured: nothing to track once the capture is over
-  CHECK_NOTHROW(gathered->wait());    // and nothing to wait for outside it
+  CHECK(g.num_nodes() >= 3);        // the two mul_ kernels and the gather's copy at least
+  CHECK(gathered->is_completed());  // captured: nothing to track once the capture is over
+  CHECK_NOTHROW(gathered->wait());  // and nothing to wait for outside it
   for (int i = 1; i <= 3; ++i) {
     {
       cuda::StreamGuard guard(st);
@@ -234,12 +236,14 @@ TEST_CASE("nccl: a collective captured in a CUDA graph runs with every replay", 
   CHECK(values(y) == std::vector<double>(5, 2.0));
 }
 
-TEST_CASE("nccl: CPU tensors, other devices and bad shapes are clear errors, and abort fails the group", "[gpu][dist]") {
+TEST_CASE("nccl: CPU tensors, other devices and bad shapes are clear errors, and abort fails the group",
+          "[gpu][dist]") {
   if (skip_without_nccl()) return;
   auto pg = make_group();
   Tensor cpu = ones({4});
-  CHECK_THROWS_WITH(pg->all_reduce(cpu), Contains("the nccl backend works on CUDA tensors on this group's device cuda:0") &&
-                                             Contains("f32[4] on cpu") && Contains("gloo"));
+  CHECK_THROWS_WITH(pg->all_reduce(cpu),
+                    Contains("the nccl backend works on CUDA tensors on this group's device cuda:0") &&
+                        Contains("f32[4] on cpu") && Contains("gloo"));
   Tensor gpu = ones({4}, kCUDA);
   CHECK_THROWS_WITH(pg->all_gather(gpu, cpu), Contains("all_gather") && Contains("CUDA tensors"));
   Tensor undefined;
@@ -284,7 +288,8 @@ std::vector<std::string> two_ranks(std::chrono::milliseconds timeout,
     threads.emplace_back([&, r] {
       try {
         std::shared_ptr<dist::Store> base = server;
-        if (r == 1) base = std::make_shared<dist::TcpStore>("127.0.0.1", server->port(), false, std::chrono::seconds(60));
+        if (r == 1)
+          base = std::make_shared<dist::TcpStore>("127.0.0.1", server->port(), false, std::chrono::seconds(60));
         auto pg = dist::make_nccl_group(std::make_shared<dist::PrefixStore>("pg0", base), r, 2, r, timeout);
         fn(r, *pg);
       } catch (const std::exception& e) {
@@ -372,7 +377,8 @@ TEST_CASE("nccl: the watchdog fails a collective a peer never joins, naming it",
     cuda::current_stream(r).synchronize();
     if (r == 1) {  // never calls #2, and keeps its communicator until rank 0 is done (no peer error)
       const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (!rank0_done && std::chrono::steady_clock::now() < limit) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      while (!rank0_done && std::chrono::steady_clock::now() < limit)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       return;
     }
     pg.all_reduce(t)->wait();  // #2: no host sync, so no error yet
@@ -394,7 +400,8 @@ TEST_CASE("nccl: the watchdog fails a collective a peer never joins, naming it",
 
 // ---- several GPUs in one process (the runtime's part of it; no NCCL) ----
 
-TEST_CASE("several GPUs in one process: allocator events on their own device, peer copies in order", "[gpu][multi-gpu]") {
+TEST_CASE("several GPUs in one process: allocator events on their own device, peer copies in order",
+          "[gpu][multi-gpu]") {
   if (cuda::device_count() < 2) {
     WARN("skipped: needs 2 GPUs (in the simulator: EMBER_SIM_DEVICES=2), this process has " << cuda::device_count());
     return;

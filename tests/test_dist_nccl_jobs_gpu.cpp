@@ -69,7 +69,8 @@ TEST_CASE("nccl jobs: 2 and 4 processes compute every collective", "[gpu][dist][
   }
 }
 
-TEST_CASE("nccl jobs: SyncBatchNorm on CUDA tensors over 2 ranks matches BatchNorm on the full batch", "[gpu][dist][nccl-jobs]") {
+TEST_CASE("nccl jobs: SyncBatchNorm on CUDA tensors over 2 ranks matches BatchNorm on the full batch",
+          "[gpu][dist][nccl-jobs]") {
   if (!can_run(2)) return;
   const std::vector<td::RankResult> rs = nccl_job(2, "sync_bn", 600, {"3,5", "cuda"});
   INFO(td::describe(rs));
@@ -96,7 +97,8 @@ TEST_CASE("nccl jobs: ranks that call different collectives get an error, not a 
   }
 }
 
-TEST_CASE("nccl jobs: a rank that dies between collectives ends the job through the watchdog", "[gpu][dist][nccl-jobs]") {
+TEST_CASE("nccl jobs: a rank that dies between collectives ends the job through the watchdog",
+          "[gpu][dist][nccl-jobs]") {
   if (!can_run(2)) return;
   const std::vector<td::RankResult> rs = nccl_job(2, "nccl_peer_dies", 120);
   INFO(td::describe(rs));
@@ -109,7 +111,8 @@ TEST_CASE("nccl jobs: a rank that dies between collectives ends the job through 
   CHECK(rs[0].seconds < 60);  // the group's timeout is 30 s; the simulator sees the exit at once
 }
 
-TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals one process", "[gpu][dist][nccl-jobs]") {
+TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals one process",
+          "[gpu][dist][nccl-jobs]") {
   using namespace ember::testing::app;
   if (!have_binary() || !can_run(2)) return;
   const std::string launcher = EMBER_BINARY_DIR "/bin/ember_run";
@@ -126,8 +129,9 @@ TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals 
     const std::string& amp = c.amp;
     const std::string tag = amp + (c.graph ? "-graph" : "");
     INFO("--amp " << amp << (c.graph ? " --graph" : ""));
-    std::vector<std::string> common = {"--data", data, "--device", "cuda", "--model", "mlp", "--workers", "0",
-                                       "--epochs", "1", "--lr", "1e-3", "--seed", "7", "--val-split", "0", "--quiet", "--amp", amp};
+    std::vector<std::string> common = {"--data",      data,       "--device", "cuda",  "--model", "mlp",    "--workers",
+                                       "0",           "--epochs", "1",        "--lr",  "1e-3",    "--seed", "7",
+                                       "--val-split", "0",        "--quiet",  "--amp", amp};
     if (c.graph) common.push_back("--graph");
     const std::string one_ckpt = tmp.path() + "/one-" + tag + ".safetensors";
     const std::string two_ckpt = tmp.path() + "/two-" + tag + ".safetensors";
@@ -139,8 +143,8 @@ TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals 
     require_success(single);
     // two processes of 16, the learning rate as given
     std::string cmd = (testing::kSimulator ? "EMBER_SIM_DEVICES=2 " : "") + std::string("'") + launcher +
-                      "' --nproc-per-node 2 -- '" + kBinary + "' --distributed --no-lr-scaling --batch-size 16 --save '" +
-                      two_ckpt + "'";
+                      "' --nproc-per-node 2 -- '" + kBinary +
+                      "' --distributed --no-lr-scaling --batch-size 16 --save '" + two_ckpt + "'";
     for (const auto& a : common) cmd += " '" + a + "'";
     const std::string out_file = tmp.path() + "/two.out";
     const int status = std::system((cmd + " > '" + out_file + "' 2>&1").c_str());

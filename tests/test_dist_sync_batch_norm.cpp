@@ -104,8 +104,7 @@ TEST_CASE("dist: SyncBatchNorm options and names and printing and bad input", "[
   nn::BatchNorm2d bn(nn::BatchNormOptions(4).eps(1e-3).momentum(std::nullopt));
   CHECK(sbn->state_dict().keys() == bn->state_dict().keys());
   CHECK(sbn->named_parameters().keys() == std::vector<std::string>{"weight", "bias"});
-  CHECK(sbn->named_buffers().keys() ==
-        std::vector<std::string>{"running_mean", "running_var", "num_batches_tracked"});
+  CHECK(sbn->named_buffers().keys() == std::vector<std::string>{"running_mean", "running_var", "num_batches_tracked"});
   CHECK(sbn->type_name() == "SyncBatchNorm");
   CHECK(sbn->extra_repr() == bn->extra_repr());
   CHECK(sbn->group() == dist::default_group());
@@ -133,14 +132,15 @@ struct HeldImpl : nn::Module {
 
 }  // namespace
 
-TEST_CASE("dist: convert_sync_batchnorm replaces BatchNorm1d/2d and keeps names and tensors and options and mode", "[dist]") {
+TEST_CASE("dist: convert_sync_batchnorm replaces BatchNorm1d/2d and keeps names and tensors and options and mode",
+          "[dist]") {
   manual_seed(9);
   nn::BatchNorm2d inner(nn::BatchNormOptions(4).eps(1e-4).momentum(0.3));
   nn::Sequential model(nn::Conv2d(nn::Conv2dOptions(3, 4, 3).padding(1)), nn::BatchNorm2d(4), nn::ReLU(),
                        nn::Residual(nn::Sequential(nn::Conv2d(nn::Conv2dOptions(4, 4, 1)), inner)),
                        nn::Checkpoint(nn::BatchNorm2d(4)), nn::Flatten(), nn::Linear(4 * 2 * 2, 6),
                        nn::BatchNorm1d(nn::BatchNormOptions(6).affine(false)));
-  inner = nullptr;  // only the model holds it now
+  inner = nullptr;      // only the model holds it now
   (*model)[4]->eval();  // a layer in eval mode stays in eval mode
   model->to(DType::f64);
   // the original's outputs (single process, no group: SyncBatchNorm is BatchNorm)

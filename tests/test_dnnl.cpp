@@ -10,10 +10,10 @@
 
 #include "kernels/autotune.h"
 #include "kernels/functional.h"
-#include "kernels/ops/batch_norm.h"  // BatchNormAttrs
-#include "kernels/ops/conv2d.h"  // Conv2dAttrs
+#include "kernels/ops/batch_norm.h"        // BatchNormAttrs
+#include "kernels/ops/conv2d.h"            // Conv2dAttrs
 #include "kernels/common/memory_format.h"  // channels_last_strides
-#include "kernels/ops/pool.h"    // PoolAttrs
+#include "kernels/ops/pool.h"              // PoolAttrs
 #include "kernels/registry.h"
 #include "tests/op_driver.h"
 

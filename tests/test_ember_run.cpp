@@ -123,8 +123,11 @@ struct Result {
   std::string out, err, cmd;
 };
 
-#define DESCRIBE(r) "command: " << (r).cmd << "\nexit " << (r).code << " signal " << (r).signal << " after " \
-                                << (r).seconds << " s\n--- stdout ---\n" << (r).out << "--- stderr ---\n" << (r).err
+#define DESCRIBE(r)                                                                                       \
+  "command: " << (r).cmd << "\nexit " << (r).code << " signal " << (r).signal << " after " << (r).seconds \
+              << " s\n--- stdout ---\n"                                                                   \
+              << (r).out << "--- stderr ---\n"                                                            \
+              << (r).err
 
 // ember_run started with `args`, stdout and stderr into files of `dir`, stdin from /dev/null,
 // default signal dispositions and an empty signal mask.
@@ -226,7 +229,8 @@ std::vector<std::string> sh(int n, const std::string& script, const std::vector<
 
 // Shell snippet: write this shell's pid into DIR/pid.$RANK (atomically: tmp + mv).
 std::string write_pid(const TempDir& dir) {
-  return "echo $$ > \"" + dir.path() + "/tmp.$RANK\" && mv \"" + dir.path() + "/tmp.$RANK\" \"" + dir.path() + "/pid.$RANK\"; ";
+  return "echo $$ > \"" + dir.path() + "/tmp.$RANK\" && mv \"" + dir.path() + "/tmp.$RANK\" \"" + dir.path() +
+         "/pid.$RANK\"; ";
 }
 
 // "[rank R] rest" -> {R, rest}; R = -1 when the line has no prefix.
@@ -274,7 +278,8 @@ std::map<int, std::map<std::string, std::string>> env_by_rank(const Result& r) {
 
 }  // namespace
 
-TEST_CASE("ember_run: each rank gets RANK, WORLD_SIZE, LOCAL_RANK and the rest of the torchrun environment", "[ember_run]") {
+TEST_CASE("ember_run: each rank gets RANK, WORLD_SIZE, LOCAL_RANK and the rest of the torchrun environment",
+          "[ember_run]") {
   if (!have_launcher()) return;
   TempDir dir;
   // RANK and MASTER_PORT already set in the launcher's environment are replaced, the rest inherited
@@ -305,7 +310,8 @@ TEST_CASE("ember_run: each rank gets RANK, WORLD_SIZE, LOCAL_RANK and the rest o
   CHECK(p != 1);
 }
 
-TEST_CASE("ember_run: on node K of M, RANK is K*N+LOCAL_RANK and --master sets MASTER_ADDR and MASTER_PORT", "[ember_run]") {
+TEST_CASE("ember_run: on node K of M, RANK is K*N+LOCAL_RANK and --master sets MASTER_ADDR and MASTER_PORT",
+          "[ember_run]") {
   if (!have_launcher()) return;
   TempDir dir;
   {
@@ -340,13 +346,15 @@ TEST_CASE("ember_run: on node K of M, RANK is K*N+LOCAL_RANK and --master sets M
   }
 }
 
-TEST_CASE("ember_run: every line of stdout and stderr is prefixed with its rank and never mixed with another", "[ember_run]") {
+TEST_CASE("ember_run: every line of stdout and stderr is prefixed with its rank and never mixed with another",
+          "[ember_run]") {
   if (!have_launcher()) return;
   TempDir dir;
   constexpr int kRanks = 3, kLines = 300, kWidth = 2000;
   // long lines, written as fast as the shell can, on both streams at once
   const std::string script = "x=$(printf '%0" + std::to_string(kWidth) + "d' 0); i=0; while [ $i -lt " +
-                             std::to_string(kLines) + " ]; do echo \"out $RANK $i $x\"; echo \"err $RANK $i $x\" >&2; i=$((i+1)); done";
+                             std::to_string(kLines) +
+                             " ]; do echo \"out $RANK $i $x\"; echo \"err $RANK $i $x\" >&2; i=$((i+1)); done";
   const Result r = run(dir, sh(kRanks, script));
   INFO("exit " << r.code << " after " << r.seconds << " s, " << r.out.size() << " + " << r.err.size() << " bytes");
   REQUIRE(r.code == 0);
@@ -372,10 +380,13 @@ TEST_CASE("ember_run: every line of stdout and stderr is prefixed with its rank 
   }
 }
 
-TEST_CASE("ember_run: a last line without a newline is printed with its prefix, a line written in pieces stays one line", "[ember_run]") {
+TEST_CASE(
+    "ember_run: a last line without a newline is printed with its prefix, a line written in pieces stays one line",
+    "[ember_run]") {
   if (!have_launcher()) return;
   TempDir dir;
-  const Result r = run(dir, sh(2, "printf 'first\\nhalf'; sleep 0.2; printf ' and half\\nno newline'; printf 'err partial' >&2"));
+  const Result r =
+      run(dir, sh(2, "printf 'first\\nhalf'; sleep 0.2; printf ' and half\\nno newline'; printf 'err partial' >&2"));
   INFO(DESCRIBE(r));
   REQUIRE(r.code == 0);
   std::map<int, std::vector<std::string>> out, err;
@@ -391,13 +402,18 @@ TEST_CASE("ember_run: a last line without a newline is printed with its prefix, 
   CHECK(r.err.back() == '\n');
 }
 
-TEST_CASE("ember_run: the first failure's exit code is returned and the other ranks, with their children, are stopped at once", "[ember_run]") {
+TEST_CASE(
+    "ember_run: the first failure's exit code is returned and the other ranks, with their children, are stopped at "
+    "once",
+    "[ember_run]") {
   if (!have_launcher()) return;
   TempDir dir;
   const std::string d = "\"" + dir.path() + "\"";
   // ranks 0 and 2: a background sleep (its pid in pid.sleep.$RANK), then wait; rank 1 fails once they run
-  const std::string script = "if [ $RANK = 1 ]; then while [ ! -f " + d + "/pid.0 ] || [ ! -f " + d + "/pid.2 ]; do sleep 0.02; done; "
-                             "echo failing; exit 3; fi; sleep 60 & echo $! > " + d + "/pid.sleep.$RANK; " + write_pid(dir) + "wait";
+  const std::string script = "if [ $RANK = 1 ]; then while [ ! -f " + d + "/pid.0 ] || [ ! -f " + d +
+                             "/pid.2 ]; do sleep 0.02; done; "
+                             "echo failing; exit 3; fi; sleep 60 & echo $! > " +
+                             d + "/pid.sleep.$RANK; " + write_pid(dir) + "wait";
   const Result r = run(dir, sh(3, script));
   INFO(DESCRIBE(r));
   CHECK(r.code == 3);
@@ -417,14 +433,15 @@ TEST_CASE("ember_run: ranks that ignore SIGTERM get SIGKILL after --grace-second
   if (!have_launcher()) return;
   TempDir dir;
   const std::string d = "\"" + dir.path() + "\"";
-  const std::string script = "trap '' TERM; if [ $RANK = 1 ]; then while [ ! -f " + d + "/pid.0 ]; do sleep 0.02; done; exit 4; fi; " +
-                             write_pid(dir) + "exec sleep 60";
+  const std::string script = "trap '' TERM; if [ $RANK = 1 ]; then while [ ! -f " + d +
+                             "/pid.0 ]; do sleep 0.02; done; exit 4; fi; " + write_pid(dir) + "exec sleep 60";
   const Result r = run(dir, sh(2, script, {"--grace-seconds", "0.5"}));
   INFO(DESCRIBE(r));
   CHECK(r.code == 4);
   CHECK(r.seconds >= 0.5);
   CHECK(r.seconds < 4);
-  CHECK(r.err.find("rank 1 exited with code 4; stopping the other 1 process (SIGTERM, SIGKILL after 0.5 s)") != std::string::npos);
+  CHECK(r.err.find("rank 1 exited with code 4; stopping the other 1 process (SIGTERM, SIGKILL after 0.5 s)") !=
+        std::string::npos);
   CHECK(gone_within(dir.pid_from("pid.0"), 2));
 }
 
@@ -432,8 +449,8 @@ TEST_CASE("ember_run: a rank killed by a signal makes the launcher exit 128+sign
   if (!have_launcher()) return;
   TempDir dir;
   const std::string d = "\"" + dir.path() + "\"";
-  const std::string script = "if [ $RANK = 1 ]; then while [ ! -f " + d + "/pid.0 ]; do sleep 0.02; done; kill -KILL $$; fi; " +
-                             write_pid(dir) + "exec sleep 60";
+  const std::string script = "if [ $RANK = 1 ]; then while [ ! -f " + d +
+                             "/pid.0 ]; do sleep 0.02; done; kill -KILL $$; fi; " + write_pid(dir) + "exec sleep 60";
   const Result r = run(dir, sh(2, script));
   INFO(DESCRIBE(r));
   CHECK(r.code == 128 + SIGKILL);
@@ -446,8 +463,8 @@ TEST_CASE("ember_run: SIGTERM to the launcher is forwarded to every rank and it 
   if (!have_launcher()) return;
   TempDir dir;
   const std::string d = "\"" + dir.path() + "\"";
-  const std::string script = "trap 'echo $RANK > " + d + "/term.$RANK; exit 0' TERM; " + write_pid(dir) +
-                             "while :; do sleep 0.05; done";
+  const std::string script =
+      "trap 'echo $RANK > " + d + "/term.$RANK; exit 0' TERM; " + write_pid(dir) + "while :; do sleep 0.05; done";
   Launch l(dir, sh(2, script));
   const pid_t p0 = dir.pid_from("pid.0"), p1 = dir.pid_from("pid.1");
   REQUIRE(kill(l.pid(), SIGTERM) == 0);
@@ -467,7 +484,8 @@ TEST_CASE("ember_run: SIGINT is forwarded, a second SIGINT kills the ranks", "[e
   TempDir dir;
   const std::string d = "\"" + dir.path() + "\"";
   // the trap notes the SIGINT and carries on (the loop's foreground sleep dies from it, the loop goes on)
-  const std::string script = "trap 'echo $RANK > " + d + "/int.$RANK' INT; " + write_pid(dir) + "while :; do sleep 0.05; done";
+  const std::string script =
+      "trap 'echo $RANK > " + d + "/int.$RANK' INT; " + write_pid(dir) + "while :; do sleep 0.05; done";
   Launch l(dir, sh(2, script));
   const pid_t p0 = dir.pid_from("pid.0"), p1 = dir.pid_from("pid.1");
   REQUIRE(kill(l.pid(), SIGINT) == 0);
@@ -511,7 +529,8 @@ TEST_CASE("ember_run: when the launcher is SIGKILLed its processes and their chi
   CHECK(gone_within(c1, 3));
 }
 
-TEST_CASE("ember_run: a program that is not found exits 127, one that cannot be executed 126, with a clear message", "[ember_run]") {
+TEST_CASE("ember_run: a program that is not found exits 127, one that cannot be executed 126, with a clear message",
+          "[ember_run]") {
   if (!have_launcher()) return;
   TempDir dir;
   {
@@ -547,16 +566,16 @@ TEST_CASE("ember_run: usage errors exit 2 with a message and start nothing", "[e
     std::string message;
     bool with_program = true;
   };
-  const std::string shared = token_file(dir, "shared", "a-token-others-can-read", fs::perms::owner_read |
-                                                                                    fs::perms::owner_write |
-                                                                                    fs::perms::others_read);
+  const std::string shared = token_file(dir, "shared", "a-token-others-can-read",
+                                        fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
   const std::string short_token = token_file(dir, "short", "guessable", kOwnerOnly);
   const std::string good_token = token_file(dir, "good", "a-secret-job-token-0123", kOwnerOnly);
   const std::vector<Case> cases = {
       {{}, "missing '--' before the program", false},
       {{"--nnodes", "2", "--"}, "a job on several nodes needs the same token on every node"},
       {{"--token-file", dir / "missing", "--"}, "--token-file '" + (dir / "missing") + "': No such file"},
-      {{"--token-file", shared, "--"}, "--token-file '" + shared + "' is readable or writable by other users (mode 604)"},
+      {{"--token-file", shared, "--"},
+       "--token-file '" + shared + "' is readable or writable by other users (mode 604)"},
       {{"--token-file", short_token, "--"}, "--token-file '" + short_token + "': its first line has 9 characters"},
       {{"--nproc-per-node", "2", "/bin/true"}, "missing '--' before the program ('/bin/true')", false},
       {{"--nproc-per-node", "2"}, "missing '--' before the program", false},
@@ -591,15 +610,17 @@ TEST_CASE("ember_run: usage errors exit 2 with a message and start nothing", "[e
   }
   CHECK(!fs::exists(marker));
   // the same program with valid options does run (the cases above fail for their options only)
-  const Result ok = run(dir, {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master", "[::1]:29400",
-                              "--grace-seconds", "1.5", "--token-file", good_token, "--", "/bin/sh", "-c",
-                              "touch '" + marker + "'"});
+  const Result ok =
+      run(dir, {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master", "[::1]:29400",
+                "--grace-seconds", "1.5", "--token-file", good_token, "--", "/bin/sh", "-c", "touch '" + marker + "'"});
   INFO(DESCRIBE(ok));
   CHECK(ok.code == 0);
   CHECK(fs::exists(marker));
 }
 
-TEST_CASE("ember_run: each job gets a random token of its own, --token-file and an inherited one are passed on, never shown", "[ember_run]") {
+TEST_CASE(
+    "ember_run: each job gets a random token of its own, --token-file and an inherited one are passed on, never shown",
+    "[ember_run]") {
   if (!have_launcher()) return;
   TempDir dir;
   // the token and the command line each rank sees (the token must not be on it)
@@ -639,9 +660,10 @@ TEST_CASE("ember_run: --help exits 0 and documents the options and the environme
   INFO(DESCRIBE(r));
   CHECK(r.code == 0);
   CHECK(r.err.empty());
-  for (const char* word : {"--nproc-per-node", "--nnodes", "--node-rank", "--master", "--grace-seconds", "--token-file",
-                           "EMBER_JOB_TOKEN=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=",
-                           "GROUP_RANK=", "NODE_RANK=", "EMBER_RUN=1", "free port", "[rank ", "128+signal", "127"})
+  for (const char* word : {"--nproc-per-node",  "--nnodes",         "--node-rank",  "--master",    "--grace-seconds",
+                           "--token-file",      "EMBER_JOB_TOKEN=", "RANK=",        "WORLD_SIZE=", "LOCAL_RANK=",
+                           "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",     "MASTER_PORT=", "GROUP_RANK=", "NODE_RANK=",
+                           "EMBER_RUN=1",       "free port",        "[rank ",       "128+signal",  "127"})
     CHECK(r.out.find(word) != std::string::npos);
   // --help after '--' belongs to the program
   const Result p = run(dir, {"--", "/bin/sh", "-c", "echo \"$0 $1\"", "prog", "--help"});

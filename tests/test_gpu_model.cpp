@@ -201,8 +201,8 @@ TEST_CASE("gpu model: kernels keep the occupancy their comments promise (sm_90 t
       if (k.kernel.compare(0, prefix.size(), prefix) != 0) continue;
       ++matched;
       const Occupancy o = ember::model::theoretical_occupancy(k, threads, dynamic_shared, ember::model::h100());
-      INFO(k.kernel << ": " << k.registers << " registers, " << k.static_shared << " bytes static shared: " << o.blocks_per_sm
-                    << " blocks per SM (limiter: " << o.limiter << "), promised " << blocks);
+      INFO(k.kernel << ": " << k.registers << " registers, " << k.static_shared << " bytes static shared: "
+                    << o.blocks_per_sm << " blocks per SM (limiter: " << o.limiter << "), promised " << blocks);
       CHECK(o.blocks_per_sm >= blocks);
     }
     CHECK(matched > 0);  // a promise about no kernel is stale

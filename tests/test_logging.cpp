@@ -74,7 +74,8 @@ TEST_CASE("TensorBoard event files decode with valid CRCs", "[logging]") {
 }
 
 TEST_CASE("SVG charts are well formed", "[logging]") {
-  logging::Chart c{"loss", "step", "loss", {{"train", {0, 1, 2, 3}, {2.3, 1.0, 0.5, NAN}}, {"val", {0, 3}, {2.2, 0.6}}}};
+  logging::Chart c{
+      "loss", "step", "loss", {{"train", {0, 1, 2, 3}, {2.3, 1.0, 0.5, NAN}}, {"val", {0, 3}, {2.2, 0.6}}}};
   std::string svg = logging::render_svg({c, {"accuracy <%>", "epoch", "%", {{"test", {1, 2}, {80, 88}}}}});
   CHECK(svg.rfind("<svg", 0) == 0);
   CHECK(svg.find("</svg>") != std::string::npos);
@@ -116,7 +117,9 @@ TEST_CASE("SVG axes: ticks at 1-2-5 x 10^k with few digits, log axes labelled wi
   t = logging::log_ticks(0.002, 0.09);
   CHECK(t.labels == std::vector<std::string>{"0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "0.1"});
   // a chart: log x, steps and points
-  logging::Chart c{"best", "lr", "accuracy (%)",
+  logging::Chart c{"best",
+                   "lr",
+                   "accuracy (%)",
                    {{"best so far", {1e-4, 1e-3, 1e-2}, {50, 80, 85}, logging::Series::Style::steps},
                     {"trials", {1e-4, 1e-3, 1e-2}, {50, 80, 70}, logging::Series::Style::points}}};
   c.log_x = true;

@@ -239,6 +239,7 @@ TEST_CASE("dropout: Philox mask, scaling, identity cases, gradient", "[dropout]"
     Tensor y = dropout(xl, p);
     sum(y).backward();
     std::vector<double> g = xl.grad().to_vector<double>(), yv = y.to_vector<double>();
-    for (size_t i = 0; i < g.size(); ++i) CHECK(g[i] == (yv[i] != 0 ? static_cast<double>(static_cast<float>(1 / (1 - p))) : 0.0));
+    for (size_t i = 0; i < g.size(); ++i)
+      CHECK(g[i] == (yv[i] != 0 ? static_cast<double>(static_cast<float>(1 / (1 - p))) : 0.0));
   }
 }

@@ -64,8 +64,11 @@ TEST_CASE("cuda: MNIST-sized cross_entropy forward and backward are one kernel e
   for (int64_t n : {64, 512}) {
     INFO("batch " << n);
     Tensor x = logits(n, 10), t = class_targets(n, 10);
-    std::vector<Tensor> fwd = call(OpId::cross_entropy, {x, t, Tensor()}, LossAttrs{Reduction::mean, -100, 0});  // warm-up
-    CHECK(kernels_launched_by([&] { call(OpId::cross_entropy, {x, t, Tensor()}, LossAttrs{Reduction::mean, -100, 0}); }) == 1);
+    std::vector<Tensor> fwd =
+        call(OpId::cross_entropy, {x, t, Tensor()}, LossAttrs{Reduction::mean, -100, 0});  // warm-up
+    CHECK(kernels_launched_by([&] {
+            call(OpId::cross_entropy, {x, t, Tensor()}, LossAttrs{Reduction::mean, -100, 0});
+          }) == 1);
     Tensor g = ones({}, TensorOptions().device(kGPU));
     CHECK(kernels_launched_by([&] {
             call(OpId::cross_entropy_backward, {g, x, t, Tensor(), fwd[1]}, LossAttrs{Reduction::mean, -100, 0});

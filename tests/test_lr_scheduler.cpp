@@ -41,19 +41,22 @@ TEST_CASE("lr StepLR, MultiStepLR, ExponentialLR follow their closed forms", "[l
     Tensor p = a_param();
     optim::SGD opt({p}, optim::SGDOptions(0.1));
     optim::StepLR s(opt, 3, 0.5);
-    check_seq(opt, s, 12, [](int64_t e) { return 0.1 * std::pow(0.5, e / 3); }, "StepLR");
+    check_seq(
+        opt, s, 12, [](int64_t e) { return 0.1 * std::pow(0.5, e / 3); }, "StepLR");
   }
   {
     Tensor p = a_param();
     optim::SGD opt({p}, optim::SGDOptions(0.1));
     optim::MultiStepLR s(opt, {8, 2, 5, 5}, 0.1);  // unsorted, 5 twice: decays twice there
-    check_seq(opt, s, 10, [](int64_t e) { return 0.1 * std::pow(0.1, (e >= 2) + 2 * (e >= 5) + (e >= 8)); }, "MultiStepLR");
+    check_seq(
+        opt, s, 10, [](int64_t e) { return 0.1 * std::pow(0.1, (e >= 2) + 2 * (e >= 5) + (e >= 8)); }, "MultiStepLR");
   }
   {
     Tensor p = a_param();
     optim::SGD opt({p}, optim::SGDOptions(0.2));
     optim::ExponentialLR s(opt, 0.9);
-    check_seq(opt, s, 20, [](int64_t e) { return 0.2 * std::pow(0.9, static_cast<double>(e)); }, "ExponentialLR");
+    check_seq(
+        opt, s, 20, [](int64_t e) { return 0.2 * std::pow(0.9, static_cast<double>(e)); }, "ExponentialLR");
   }
 }
 
@@ -64,9 +67,10 @@ TEST_CASE("lr CosineAnnealingLR follows the cosine over a full period and beyond
   const double eta_min = 0.001;
   optim::CosineAnnealingLR s(opt, T, eta_min);
   // PyTorch's recursive form equals the closed form (up to rounding) for 2 T epochs: down, then up.
-  check_seq(opt, s, 2 * T,
-            [&](int64_t e) { return eta_min + (0.1 - eta_min) * (1 + std::cos(pi * static_cast<double>(e) / T)) / 2; },
-            "CosineAnnealingLR");
+  check_seq(
+      opt, s, 2 * T,
+      [&](int64_t e) { return eta_min + (0.1 - eta_min) * (1 + std::cos(pi * static_cast<double>(e) / T)) / 2; },
+      "CosineAnnealingLR");
 }
 
 TEST_CASE("lr LinearLR warmup, then chained into cosine with SequentialLR", "[lr]") {
@@ -74,8 +78,9 @@ TEST_CASE("lr LinearLR warmup, then chained into cosine with SequentialLR", "[lr
     Tensor p = a_param();
     optim::SGD opt({p}, optim::SGDOptions(0.5));
     optim::LinearLR s(opt, 0.25, 1.0, 4);
-    check_seq(opt, s, 8,
-              [](int64_t e) { return 0.5 * (0.25 + 0.75 * static_cast<double>(std::min<int64_t>(e, 4)) / 4); }, "LinearLR");
+    check_seq(
+        opt, s, 8, [](int64_t e) { return 0.5 * (0.25 + 0.75 * static_cast<double>(std::min<int64_t>(e, 4)) / 4); },
+        "LinearLR");
   }
   {
     Tensor p = a_param();
@@ -84,12 +89,13 @@ TEST_CASE("lr LinearLR warmup, then chained into cosine with SequentialLR", "[lr
     auto w = std::make_shared<optim::LinearLR>(opt, 0.1, 1.0, warm);
     auto c = std::make_shared<optim::CosineAnnealingLR>(opt, T);
     optim::SequentialLR s(opt, {w, c}, {warm});
-    check_seq(opt, s, warm + T,
-              [&](int64_t e) {
-                if (e < warm) return 1.0 * (0.1 + 0.9 * static_cast<double>(e) / warm);
-                return (1 + std::cos(pi * static_cast<double>(e - warm) / T)) / 2;
-              },
-              "warmup + cosine");
+    check_seq(
+        opt, s, warm + T,
+        [&](int64_t e) {
+          if (e < warm) return 1.0 * (0.1 + 0.9 * static_cast<double>(e) / warm);
+          return (1 + std::cos(pi * static_cast<double>(e - warm) / T)) / 2;
+        },
+        "warmup + cosine");
   }
   {
     // ChainedScheduler: the recursive factors multiply.
@@ -100,7 +106,8 @@ TEST_CASE("lr LinearLR warmup, then chained into cosine with SequentialLR", "[lr
     optim::ChainedScheduler s({w, x});
     for (int64_t e = 0; e <= 10; ++e) {
       if (e > 0) s.step();
-      double want = std::pow(0.9, static_cast<double>(e)) * (0.5 + 0.5 * static_cast<double>(std::min<int64_t>(e, 4)) / 4);
+      double want =
+          std::pow(0.9, static_cast<double>(e)) * (0.5 + 0.5 * static_cast<double>(std::min<int64_t>(e, 4)) / 4);
       INFO("chained epoch " << e);
       CHECK(lr_of(opt) == Approx(want).epsilon(1e-12));
     }
@@ -117,12 +124,12 @@ TEST_CASE("lr OneCycleLR: cos and linear annealing, pct_start, div factors, mome
       const int64_t total = 100;
       const double max_lr = 0.4, pct = 0.25, div = 20, final_div = 1e3, base_m = 0.8, max_m = 0.95;
       optim::OneCycleLR s(*opt, optim::OneCycleLROptions(max_lr, total)
-                                   .pct_start(pct)
-                                   .anneal_strategy(strategy)
-                                   .div_factor(div)
-                                   .final_div_factor(final_div)
-                                   .base_momentum(base_m)
-                                   .max_momentum(max_m));
+                                    .pct_start(pct)
+                                    .anneal_strategy(strategy)
+                                    .div_factor(div)
+                                    .final_div_factor(final_div)
+                                    .base_momentum(base_m)
+                                    .max_momentum(max_m));
       auto anneal = [&](double a, double b, double t) {
         return strategy == optim::AnnealStrategy::cos ? b + (a - b) / 2 * (1 + std::cos(pi * t)) : a + (b - a) * t;
       };
@@ -138,12 +145,13 @@ TEST_CASE("lr OneCycleLR: cos and linear annealing, pct_start, div factors, mome
           lr = anneal(max_lr, min_lr, t);
           m = anneal(base_m, max_m, t);
         }
-        INFO((adam ? "AdamW" : "SGD") << (strategy == optim::AnnealStrategy::cos ? " cos" : " linear") << " step " << e);
+        INFO((adam ? "AdamW" : "SGD") << (strategy == optim::AnnealStrategy::cos ? " cos" : " linear") << " step "
+                                      << e);
         CHECK(lr_of(*opt) == Approx(lr).epsilon(1e-12).margin(1e-16));
         CHECK(momentum_of(*opt) == Approx(m).epsilon(1e-12));
       }
       CHECK(lr_of(*opt) == Approx(min_lr).epsilon(1e-12));  // ends at initial_lr / final_div_factor
-      s.step();                                               // step total: allowed (PyTorch errors past it)
+      s.step();                                             // step total: allowed (PyTorch errors past it)
       CHECK_THROWS_WITH(s.step(), Catch::Contains("total steps is 100"));
     }
   }
@@ -158,7 +166,7 @@ TEST_CASE("lr OneCycleLR: cos and linear annealing, pct_start, div factors, mome
     got.push_back(lr_of(opt));
   }
   CHECK(got[0] == Approx(0.04));
-  CHECK(got[9] == Approx(1.0));   // end of phase 1: 0.25 * 40 - 1
+  CHECK(got[9] == Approx(1.0));    // end of phase 1: 0.25 * 40 - 1
   CHECK(got[18] == Approx(0.04));  // end of phase 2: 2 * 0.25 * 40 - 2
   CHECK(got[39] == Approx(0.04 / 1e4));
   CHECK(momentum_of(opt) == Approx(0.95));
@@ -169,22 +177,24 @@ TEST_CASE("lr CyclicLR triangular, triangular2, exp_range with momentum cycling"
     optim::CyclicMode mode;
     const char* name;
   };
-  for (Mode md : {Mode{optim::CyclicMode::triangular, "triangular"}, Mode{optim::CyclicMode::triangular2, "triangular2"},
-                  Mode{optim::CyclicMode::exp_range, "exp_range"}}) {
+  for (Mode md :
+       {Mode{optim::CyclicMode::triangular, "triangular"}, Mode{optim::CyclicMode::triangular2, "triangular2"},
+        Mode{optim::CyclicMode::exp_range, "exp_range"}}) {
     Tensor p = a_param();
     optim::SGD opt({p}, optim::SGDOptions(0.5));
     const double base = 0.01, mx = 0.1, gamma = 0.97, bm = 0.8, mm = 0.9;
     const int64_t up = 4, down = 6;
-    optim::CyclicLR s(opt, optim::CyclicLROptions(base, mx).step_size_up(up).step_size_down(down).mode(md.mode).gamma(gamma));
+    optim::CyclicLR s(
+        opt, optim::CyclicLROptions(base, mx).step_size_up(up).step_size_down(down).mode(md.mode).gamma(gamma));
     for (int64_t it = 0; it <= 3 * (up + down); ++it) {
       if (it > 0) s.step();
       double cycle = std::floor(1 + static_cast<double>(it) / (up + down));
       double x = 1 + static_cast<double>(it) / (up + down) - cycle;
       double r = static_cast<double>(up) / (up + down);
       double sc = x <= r ? x / r : (x - 1) / (r - 1);
-      double f = md.mode == optim::CyclicMode::triangular ? 1.0
+      double f = md.mode == optim::CyclicMode::triangular    ? 1.0
                  : md.mode == optim::CyclicMode::triangular2 ? 1.0 / std::pow(2.0, cycle - 1)
-                                                              : std::pow(gamma, static_cast<double>(it));
+                                                             : std::pow(gamma, static_cast<double>(it));
       INFO(md.name << " iteration " << it);
       CHECK(lr_of(opt) == Approx(base + (mx - base) * sc * f).epsilon(1e-12));
       CHECK(momentum_of(opt) == Approx(mm - (mm - bm) * sc * f).epsilon(1e-12));

@@ -141,7 +141,9 @@ bool decode_message(const std::string& s, std::vector<Field>& fields) {
 // ---- a small XML well-formedness checker (elements nest, attributes are quoted, entities are
 // known, no stray '<' or '&'); returns the root element's name, or "" with `error` set ----
 
-bool xml_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == ':' || c == '.'; }
+bool xml_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == ':' || c == '.';
+}
 
 bool xml_text_ok(const std::string& t, std::string& error) {
   for (size_t i = 0; i < t.size(); ++i) {
@@ -274,7 +276,8 @@ TEST_CASE("mnist_train: --help exits 0 and lists every flag", "[mnist_train]") {
     INFO("flag " << f);
     static const std::string word_end = " ,=\n[{";
     size_t at = r.out.find(f);
-    while (at != std::string::npos && word_end.find(r.out[at + f.size()]) == std::string::npos) at = r.out.find(f, at + 1);
+    while (at != std::string::npos && word_end.find(r.out[at + f.size()]) == std::string::npos)
+      at = r.out.find(f, at + 1);
     CHECK(at != std::string::npos);
   }
   RunResult h = run_app({"-h"}, tmp.path());
@@ -394,10 +397,12 @@ TEST_CASE("mnist_train: runtime errors exit 1 with one line on stderr", "[mnist_
         {"float labels", "train-labels-idx1-ubyte", bad_magic, "labels"},
         {"label count", "train-labels-idx1-ubyte", labels_idx(fewer), "images but"},
         {"images in the labels file", "t10k-labels-idx1-ubyte", images_idx(s), "labels"},
-        {"not an IDX file", "t10k-images-idx3-ubyte", {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '\n'},
+        {"not an IDX file",
+         "t10k-images-idx3-ubyte",
+         {'h', 'e', 'l', 'l', 'o', ' ', 'w', 'o', 'r', 'l', 'd', '\n'},
          "not an IDX file"},
-        {"32x32 images", "train-images-idx3-ubyte", testing::idx_bytes(0x08, {200, 32, 32}, std::vector<uint8_t>(200 * 32 * 32)),
-         "differ in size"},
+        {"32x32 images", "train-images-idx3-ubyte",
+         testing::idx_bytes(0x08, {200, 32, 32}, std::vector<uint8_t>(200 * 32 * 32)), "differ in size"},
         {"label 12 of 10 classes", "train-labels-idx1-ubyte", labels_idx(bad_label), "label 12 of training image 5"},
         {"label 12 in the test set", "t10k-labels-idx1-ubyte", labels_idx(bad_test_label), "label 12 of test image 5"},
     };
@@ -406,7 +411,8 @@ TEST_CASE("mnist_train: runtime errors exit 1 with one line on stderr", "[mnist_
       const std::string dir = tmp.path() + "/bad";
       fs::remove_all(dir);
       fs::create_directories(dir);
-      for (const auto& e : fs::directory_iterator(good)) fs::copy_file(e.path(), dir + "/" + e.path().filename().string());
+      for (const auto& e : fs::directory_iterator(good))
+        fs::copy_file(e.path(), dir + "/" + e.path().filename().string());
       if (b.name == "label count" || b.name == "label 12 of 10 classes" || b.name == "32x32 images") {
         // a consistent pair of 200, then the one file replaced
         testing::write_bytes(dir + "/train-images-idx3-ubyte", images_idx(s));
@@ -475,7 +481,8 @@ TEST_CASE("mnist_train: runtime errors exit 1 with one line on stderr", "[mnist_
     const std::string file = tmp.path() + "/a_file";
     testing::write_bytes(file, {1, 2, 3});
     check_error(run_app(quick(good, {"--max-steps", "2", "--tensorboard", file + "/tb"}), tmp.path()), 1, "a_file");
-    check_error(run_app(quick(good, {"--max-steps", "2", "--save", file + "/ck.safetensors"}), tmp.path()), 1, "a_file");
+    check_error(run_app(quick(good, {"--max-steps", "2", "--save", file + "/ck.safetensors"}), tmp.path()), 1,
+                "a_file");
     check_error(run_app(quick(good, {"--max-steps", "2", "--plot", file + "/p.svg"}), tmp.path()), 1, "a_file");
     check_error(run_app(quick(good, {"--max-steps", "12", "--profile", file + "/t.json"}), tmp.path()), 1, "a_file");
   }
@@ -497,8 +504,8 @@ TEST_CASE("mnist_train: trains on a synthetic IDX set, raw and gzip'd", "[mnist_
   }
   SECTION("gzip'd files, cnn, not quiet") {
     write_synthetic_set(tmp.path() + "/gz", true);
-    std::vector<std::string> a = {"--data", tmp.path() + "/gz", "--device", "cpu", "--workers", "1", "--batch-size",
-                                  "16",     "--epochs",          "1",     "--model",   "cnn"};
+    std::vector<std::string> a = {"--data", tmp.path() + "/gz", "--device", "cpu",     "--workers", "1", "--batch-size",
+                                  "16",     "--epochs",         "1",        "--model", "cnn"};
     RunResult r = run_app(a, tmp.path());
     require_success(r);
     INFO(r.out);
@@ -515,8 +522,8 @@ TEST_CASE("mnist_train: short runs work with every schedule", "[mnist_train]") {
   // OneCycleLR's warm-up is empty at exactly 4 steps with pct_start 0.25; every length must run
   for (const char* sched : {"onecycle", "cyclic", "cosine", "step", "none"})
     for (int steps = 1; steps <= 5; ++steps) {
-      RunResult r = run_app(quick(tmp.path(), {"--epochs", "1", "--scheduler", sched, "--max-steps", std::to_string(steps)}),
-                            tmp.path());
+      RunResult r = run_app(
+          quick(tmp.path(), {"--epochs", "1", "--scheduler", sched, "--max-steps", std::to_string(steps)}), tmp.path());
       require_success(r);
       INFO(r.out);
       CHECK(r.out.find(" " + std::to_string(steps) + " optimizer steps") != std::string::npos);
@@ -550,11 +557,12 @@ TEST_CASE("mnist_train: the MLP reaches 80% on 10k Fashion-MNIST samples in one 
     const std::string prefix = split == data::Split::train ? "/train" : "/t10k";
     testing::write_bytes(dir + prefix + "-images-idx3-ubyte",
                          testing::idx_bytes(0x08, {static_cast<uint32_t>(n), 28, 28}, images));
-    testing::write_bytes(dir + prefix + "-labels-idx1-ubyte", testing::idx_bytes(0x08, {static_cast<uint32_t>(n)}, labels));
+    testing::write_bytes(dir + prefix + "-labels-idx1-ubyte",
+                         testing::idx_bytes(0x08, {static_cast<uint32_t>(n)}, labels));
   }
   // the default recipe (adamw, lr 3e-3, onecycle) at batch 64 (157 steps; at the default 128 the
   // 79 steps land near 80% itself, 79.4-80.0% over seeds), all 10k samples trained on
-  std::vector<std::string> a = {"--data",      dir, "--device",  "cpu", "--epochs", "1",
+  std::vector<std::string> a = {"--data",      dir, "--device",  "cpu", "--epochs",     "1",
                                 "--val-split", "0", "--workers", "1",   "--batch-size", "64"};
   RunResult r = run_app(a, tmp.path(), 240);
   require_success(r);
@@ -574,7 +582,8 @@ TEST_CASE("mnist_train: resuming gives the same weights as an uninterrupted run"
   // The schedule is --scheduler none: onecycle and the others are laid out over --epochs, so a
   // run stopped by --epochs 1 has a different schedule from the 3-epoch run by design.
   auto args = [&](const std::string& epochs, std::vector<std::string> more) {
-    std::vector<std::string> a = quick(d, {"--epochs", epochs, "--deterministic", "--scheduler", "none", "--seed", "11"});
+    std::vector<std::string> a =
+        quick(d, {"--epochs", epochs, "--deterministic", "--scheduler", "none", "--seed", "11"});
     a.insert(a.end(), more.begin(), more.end());
     return a;
   };
@@ -663,8 +672,8 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
   const std::string tb = tmp.path() + "/tb", log = tmp.path() + "/log.jsonl", prof = tmp.path() + "/trace.json",
                     plot = tmp.path() + "/curves.svg";
   // 2 epochs of 17 steps: the profile window (steps 10 to 20) spans the epoch boundary
-  RunResult r = run_app(quick(d, {"--epochs", "2", "--log-interval", "5", "--tensorboard", tb, "--log", log, "--profile",
-                                  prof, "--plot", plot}),
+  RunResult r = run_app(quick(d, {"--epochs", "2", "--log-interval", "5", "--tensorboard", tb, "--log", log,
+                                  "--profile", prof, "--plot", plot}),
                         tmp.path());
   require_success(r);
   INFO(r.out);
@@ -763,7 +772,8 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
       } else {
         REQUIRE(j["type"] == "epoch");
         ++epochs;
-        keys = {"epoch", "train_loss", "train_accuracy", "val_accuracy", "test_accuracy", "seconds", "samples_per_s", "lr"};
+        keys = {"epoch",         "train_loss", "train_accuracy", "val_accuracy",
+                "test_accuracy", "seconds",    "samples_per_s",  "lr"};
         CHECK(j["epoch"].get<int>() == epochs);
       }
       CHECK(j.size() == keys.size() + 1);
@@ -811,10 +821,12 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
     for (const auto& [k, n] : open) CHECK(n == 0);
     CHECK(timed > 20);
     INFO("names in the trace: " << nlohmann::json(names).dump());
-    const bool has_matmul = names.count("linear") || names.count("matmul") || names.count("addmm") || names.count("gemm");
+    const bool has_matmul =
+        names.count("linear") || names.count("matmul") || names.count("addmm") || names.count("gemm");
     CHECK(has_matmul);
     CHECK(names.count("relu") == 1);
-    CHECK(std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.find("cross_entropy") != std::string::npos; }));
+    CHECK(std::any_of(names.begin(), names.end(),
+                      [](const std::string& n) { return n.find("cross_entropy") != std::string::npos; }));
     CHECK(r.out.find("profile: ") != std::string::npos);
   }
 

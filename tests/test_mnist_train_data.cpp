@@ -55,8 +55,8 @@ TEST_CASE("mnist_train: trains on an ImageFolder and a packed file, predicts, re
   const std::string folder = tmp.file("colours"), ck = tmp.file("ck.safetensors");
   write_colour_folder(folder, 30);
   auto common = [&](const std::string& data, std::vector<std::string> more) {
-    std::vector<std::string> a = {"--data", data, "--device", "cpu", "--workers", "2", "--model", "mlp",
-                                  "--epochs", "4", "--batch-size", "8", "--val-split", "0"};
+    std::vector<std::string> a = {"--data",   data, "--device",     "cpu", "--workers",   "2", "--model", "mlp",
+                                  "--epochs", "4",  "--batch-size", "8",   "--val-split", "0"};
     a.insert(a.end(), more.begin(), more.end());
     return a;
   };
@@ -79,8 +79,8 @@ TEST_CASE("mnist_train: trains on an ImageFolder and a packed file, predicts, re
   const std::string red = tmp.file("new/red.png"), blue = tmp.file("new/blue.bmp.png");
   write_image(red, 30, 30, 3, 0, 999);
   write_image(blue, 12, 12, 3, 2, 998);
-  RunResult p = run_app({"--eval-only", ck, "--predict", red, blue, "--device", "cpu", "--data", "/nonexistent"},
-                        tmp.path());
+  RunResult p =
+      run_app({"--eval-only", ck, "--predict", red, blue, "--device", "cpu", "--data", "/nonexistent"}, tmp.path());
   require_success(p);
   CHECK(p.out.find(red + ": red ") != std::string::npos);
   CHECK(p.out.find(blue + ": blue ") != std::string::npos);
@@ -95,11 +95,12 @@ TEST_CASE("mnist_train: trains on an ImageFolder and a packed file, predicts, re
   check_error(run_app({"--data", idx, "--device", "cpu", "--eval-only", ck}, tmp.path()), 1,
               "the checkpoint's model takes 3x16x16 images of 3 classes (blue, green, red), but --data " + idx +
                   " has 1x28x28 images of 10 classes");
-  check_error(run_app(common(idx, {"--resume", ck}), tmp.path()), 1, "--data: the image shape (CxHxW) 1x28x28 differs "
-                                                                     "from the checkpoint's 3x16x16");
+  check_error(run_app(common(idx, {"--resume", ck}), tmp.path()), 1,
+              "--data: the image shape (CxHxW) 1x28x28 differs "
+              "from the checkpoint's 3x16x16");
 
-  check_error(run_app(common(idx, {"--resize", "8x8"}), tmp.path()), 1, "--resize applies to an ImageFolder; --data " +
-                                                                          idx + " is an IDX set of 28x28 images");
+  check_error(run_app(common(idx, {"--resize", "8x8"}), tmp.path()), 1,
+              "--resize applies to an ImageFolder; --data " + idx + " is an IDX set of 28x28 images");
 
   // the same images packed by ember_pack
   if (!fs::exists(kPack)) WARN("SKIPPED (the packed part): " << kPack << " is not built");
@@ -137,8 +138,8 @@ TEST_CASE("mnist_train: an ImageFolder with train/ and test/, grey images, and a
                     static_cast<uint32_t>(1000 * c + i + (std::string(split) == "train" ? 0 : 500)));
   const std::string broken = root + "/train/light/broken.png";
   testing::write_bytes(broken, {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0});
-  std::vector<std::string> a = {"--data", root, "--device", "cpu", "--workers", "2", "--model", "cnn",
-                                "--epochs", "3", "--batch-size", "8", "--val-split", "0"};
+  std::vector<std::string> a = {"--data", root,       "--device", "cpu",          "--workers", "2",           "--model",
+                                "cnn",    "--epochs", "3",        "--batch-size", "8",         "--val-split", "0"};
   RunResult r = run_app(a, tmp.path());
   check_error(r, 1, broken);
   CHECK(r.err.find("--skip-bad-images leaves such images out") != std::string::npos);

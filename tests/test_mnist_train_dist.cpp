@@ -139,11 +139,13 @@ void stranger(int port, bool attack, std::atomic<bool>& stop, std::atomic<long>&
 
 }  // namespace
 
-TEST_CASE("mnist_train: --distributed on 2 CPU processes matches one process with the same global batch", "[mnist_train][dist]") {
+TEST_CASE("mnist_train: --distributed on 2 CPU processes matches one process with the same global batch",
+          "[mnist_train][dist]") {
   if (!can_run_jobs()) return;
   testing::TempDir tmp;
-  const std::vector<std::string> common = {"--data", testing::kFashionMnist, "--device", "cpu", "--model", "mlp",
-                                           "--epochs", "1", "--val-split", "0", "--workers", "1"};
+  const std::vector<std::string> common = {
+      "--data", testing::kFashionMnist, "--device", "cpu",       "--model", "mlp", "--epochs",
+      "1",      "--val-split",          "0",        "--workers", "1"};
   // one process, global batch 128, lr 2 x 3e-3
   std::vector<std::string> single = common;
   for (const char* a : {"--batch-size", "128", "--lr", "0.006"}) single.push_back(a);
@@ -158,7 +160,8 @@ TEST_CASE("mnist_train: --distributed on 2 CPU processes matches one process wit
   auto [code, out] = run_launcher(args, tmp.path());
   INFO(out);
   REQUIRE(code == 0);
-  CHECK(out.find("[rank 0] distributed: 2 processes (gloo), 64 samples per process and step, global batch 128, lr 0.006") !=
+  CHECK(out.find(
+            "[rank 0] distributed: 2 processes (gloo), 64 samples per process and step, global batch 128, lr 0.006") !=
         std::string::npos);
   // only rank 0 prints the run (rank 1's lines would carry its prefix)
   CHECK(out.find("[rank 1] epoch") == std::string::npos);
@@ -171,14 +174,15 @@ TEST_CASE("mnist_train: --distributed on 2 CPU processes matches one process wit
   CHECK(std::abs(acc2 - acc1) <= 0.5);
   CHECK(fs::exists(ckpt));
   // the checkpoint evaluates to the same accuracy in one process
-  RunResult eval = run_app({"--data", testing::kFashionMnist, "--device", "cpu", "--model", "mlp", "--val-split", "0",
-                            "--eval-only", ckpt},
-                           tmp.path(), 120);
+  RunResult eval = run_app(
+      {"--data", testing::kFashionMnist, "--device", "cpu", "--model", "mlp", "--val-split", "0", "--eval-only", ckpt},
+      tmp.path(), 120);
   require_success(eval);
   CHECK(std::abs(reported_test_accuracy(eval.out) - acc2) < 1e-6);
 }
 
-TEST_CASE("mnist_train: --distributed outside ember_run is a clear error, and with --graph on the CPU it runs eagerly", "[mnist_train][dist]") {
+TEST_CASE("mnist_train: --distributed outside ember_run is a clear error, and with --graph on the CPU it runs eagerly",
+          "[mnist_train][dist]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   RunResult r = run_app({"--distributed", "--device", "cpu"}, tmp.path(), 60);
@@ -186,9 +190,26 @@ TEST_CASE("mnist_train: --distributed outside ember_run is a clear error, and wi
   CHECK(r.err.find("start the processes with ember_run") != std::string::npos);
   // --graph with --distributed captures on CUDA (tests/test_dist_nccl_jobs_gpu.cpp); the CPU has no graphs
   if (!can_run_jobs()) return;
-  auto [code, out] = run_launcher({"--nproc-per-node", "2", "--", kBinary, "--distributed", "--device", "cpu", "--graph",
-                                   "--data", testing::kFashionMnist, "--model", "mlp", "--epochs", "1", "--max-steps",
-                                   "3", "--val-split", "0", "--workers", "0"},
+  auto [code, out] = run_launcher({"--nproc-per-node",
+                                   "2",
+                                   "--",
+                                   kBinary,
+                                   "--distributed",
+                                   "--device",
+                                   "cpu",
+                                   "--graph",
+                                   "--data",
+                                   testing::kFashionMnist,
+                                   "--model",
+                                   "mlp",
+                                   "--epochs",
+                                   "1",
+                                   "--max-steps",
+                                   "3",
+                                   "--val-split",
+                                   "0",
+                                   "--workers",
+                                   "0"},
                                   tmp.path());
   INFO(out);
   CHECK(code == 0);
@@ -206,10 +227,29 @@ TEST_CASE("mnist_train: --distributed trains on while strangers flood the rendez
   };
   auto job = [&](bool attack) {
     const int port = ember::testing::dist::free_port();
-    std::vector<std::string> args = {"--nproc-per-node", "2", "--master", "127.0.0.1:" + std::to_string(port), "--",
-                                     kBinary, "--distributed", "--data", testing::kFashionMnist, "--device", "cpu",
-                                     "--model", "mlp", "--epochs", "1", "--max-steps", "150", "--val-split", "0",
-                                     "--workers", "1", "--batch-size", "64"};
+    std::vector<std::string> args = {"--nproc-per-node",
+                                     "2",
+                                     "--master",
+                                     "127.0.0.1:" + std::to_string(port),
+                                     "--",
+                                     kBinary,
+                                     "--distributed",
+                                     "--data",
+                                     testing::kFashionMnist,
+                                     "--device",
+                                     "cpu",
+                                     "--model",
+                                     "mlp",
+                                     "--epochs",
+                                     "1",
+                                     "--max-steps",
+                                     "150",
+                                     "--val-split",
+                                     "0",
+                                     "--workers",
+                                     "1",
+                                     "--batch-size",
+                                     "64"};
     std::atomic<bool> stop{false};
     std::atomic<long> peak{0}, opened{0};
     std::thread t([&] { stranger(port, attack, stop, peak, opened); });
@@ -242,7 +282,8 @@ TEST_CASE("mnist_train: --distributed trains on while strangers flood the rendez
 #endif
 }
 
-TEST_CASE("mnist_train: --distributed ranks started differently stop with the field that differs", "[mnist_train][dist]") {
+TEST_CASE("mnist_train: --distributed ranks started differently stop with the field that differs",
+          "[mnist_train][dist]") {
   if (!can_run_jobs()) return;
   testing::TempDir tmp;
   // rank 1 gets another value of one flag; before this check a different model died in Gloo's
@@ -269,7 +310,8 @@ TEST_CASE("mnist_train: --distributed ranks started differently stop with the fi
   }
 }
 
-TEST_CASE("mnist_train: --distributed under a real mpirun takes its ranks from Open MPI's variables", "[mnist_train][dist]") {
+TEST_CASE("mnist_train: --distributed under a real mpirun takes its ranks from Open MPI's variables",
+          "[mnist_train][dist]") {
   if (!can_run_jobs()) return;
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
     WARN("SKIPPED: no mpirun (apt-get install openmpi-bin)");

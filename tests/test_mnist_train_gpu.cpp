@@ -44,9 +44,10 @@ void check_against_cpu(const std::string& model, const std::string& batch, const
   const std::string data = tmp.path() + "/data";
   write_synthetic_set(data, false, 400, 60);
   auto base = [&](const std::string& device, const std::string& log) {
-    return std::vector<std::string>{"--data", data, "--device", device, "--model", model, "--workers", "0", "--quiet",
-                                    "--batch-size", batch, "--epochs", "1", "--max-steps", "20", "--log-interval", "1",
-                                    "--lr", "1e-3", "--seed", "7", "--log", log};
+    return std::vector<std::string>{"--data",    data,          "--device", device,           "--model", model,
+                                    "--workers", "0",           "--quiet",  "--batch-size",   batch,     "--epochs",
+                                    "1",         "--max-steps", "20",       "--log-interval", "1",       "--lr",
+                                    "1e-3",      "--seed",      "7",        "--log",          log};
   };
   std::map<std::string, std::vector<double>> cpu;
   for (const std::string amp : {"off", "bf16"}) {
@@ -106,15 +107,14 @@ const Config kVendorGraphFp16{"vendor libraries, graph, fp16", {"--backends", "*
 
 TEST_CASE("mnist_train --device cuda: the MLP's 20 steps match the CPU, eager and graph, every precision",
           "[gpu][mnist_train]") {
-  check_against_cpu("mlp", "16",
-                    {kEager, kGraph, kGraphResident, kGraphProfile, kGraphSync, kEagerBf16, kGraphBf16, kEagerFp16,
-                     kGraphFp16});
+  check_against_cpu(
+      "mlp", "16",
+      {kEager, kGraph, kGraphResident, kGraphProfile, kGraphSync, kEagerBf16, kGraphBf16, kEagerFp16, kGraphFp16});
 }
 
 // The CNN in two parts, so they run side by side (each CNN step is a few hundred million
 // multiply-adds: seconds in the simulator), at batch 8.
-TEST_CASE("mnist_train --device cuda: the CNN's 20 steps match the CPU in f32, eager and graph",
-          "[gpu][mnist_train]") {
+TEST_CASE("mnist_train --device cuda: the CNN's 20 steps match the CPU in f32, eager and graph", "[gpu][mnist_train]") {
   check_against_cpu("cnn", "8", {kEager, kGraph, kGraphResident, kGraphProfile, kGraphSync});
 }
 

@@ -182,7 +182,8 @@ TEST_CASE("nn state_dict round trip, strict and non-strict loading, shape mismat
   TensorDict wrong = a->state_dict();
   wrong.at("fc1.bias") = zeros({17});
   std::vector<float> before = b->fc1->weight.to_vector<float>();
-  CHECK_THROWS_WITH(b->load_state_dict(wrong, false), Catch::Contains("size mismatch for: \"fc1.bias: the checkpoint has shape [17], the module [16]\""));
+  CHECK_THROWS_WITH(b->load_state_dict(wrong, false),
+                    Catch::Contains("size mismatch for: \"fc1.bias: the checkpoint has shape [17], the module [16]\""));
   CHECK(b->fc1->weight.to_vector<float>() == before);  // nothing was copied
   // dtype conversion on load
   TensorDict f64;
@@ -265,9 +266,10 @@ TEST_CASE("nn activation checkpointing: same gradients, lower peak memory", "[nn
     CHECK(g1.items()[i].second.grad().to_vector<float>() == g2.items()[i].second.grad().to_vector<float>());
   }
   const double act = static_cast<double>(batch * width * 4);  // one activation, bytes
-  WARN("activation checkpointing, " << segments << " segments of " << layers << " x (Linear(" << width << ") + GELU), batch " << batch
-                                    << ": peak " << peak_plain / 1048576.0 << " MiB without, " << peak_ck / 1048576.0
-                                    << " MiB with (one activation is " << act / 1048576.0 << " MiB)");
+  WARN("activation checkpointing, " << segments << " segments of " << layers << " x (Linear(" << width
+                                    << ") + GELU), batch " << batch << ": peak " << peak_plain / 1048576.0
+                                    << " MiB without, " << peak_ck / 1048576.0 << " MiB with (one activation is "
+                                    << act / 1048576.0 << " MiB)");
   CHECK(static_cast<double>(peak_ck) < 0.6 * static_cast<double>(peak_plain));
   CHECK(static_cast<double>(peak_plain) > 2.0 * segments * layers * act * 0.9);  // 2 activations per layer
 

@@ -140,7 +140,8 @@ TEST_CASE("nn BatchNorm: cumulative average (momentum none), no running stats, n
   cum(b);
   std::vector<double> want_mean = mean(cat({a, b}, 0), {0}).to_vector<double>();
   std::vector<double> got = cum->running_mean.to_vector<double>();
-  for (int c = 0; c < 2; ++c) CHECK(got[static_cast<size_t>(c)] == Approx(want_mean[static_cast<size_t>(c)]).epsilon(1e-5));
+  for (int c = 0; c < 2; ++c)
+    CHECK(got[static_cast<size_t>(c)] == Approx(want_mean[static_cast<size_t>(c)]).epsilon(1e-5));
   CHECK(cum->num_batches_tracked.item() == 2);
 
   nn::BatchNorm1d plain(nn::BatchNormOptions(2).track_running_stats(false).affine(false));
@@ -162,9 +163,9 @@ TEST_CASE("nn a small CNN trains, and its state_dict round-trips through safeten
   nn::Sequential net(nn::Conv2d(nn::Conv2dOptions(1, 8, 3).padding(1)), nn::BatchNorm2d(8), nn::ReLU(),
                      nn::MaxPool2d(2), nn::Conv2d(nn::Conv2dOptions(8, 16, 3).padding(1)), nn::ReLU(),
                      nn::AdaptiveAvgPool2d(1), nn::Flatten(), nn::Linear(16, 3));
-  CHECK(net->state_dict().keys() ==
-        std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
-                                 "1.num_batches_tracked", "4.weight", "4.bias", "8.weight", "8.bias"});
+  CHECK(net->state_dict().keys() == std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias",
+                                                             "1.running_mean", "1.running_var", "1.num_batches_tracked",
+                                                             "4.weight", "4.bias", "8.weight", "8.bias"});
   Tensor x = randn({16, 1, 8, 8});
   Tensor y = argmax(sum(x.reshape({16, 64}).slice(1, 0, 63).reshape({16, 3, 21}), {2}), 1);
   optim::SGD opt(net->parameters(), optim::SGDOptions(0.1).momentum(0.9));

@@ -29,9 +29,15 @@ struct UnaryEntry {
 // compile here, and one whose definition is missing fails to link.
 const std::vector<UnaryEntry>& unary_entries() {
   static const std::vector<UnaryEntry> entries = {
-#define EMBER_UNARY(name, Functor)                                                                 \
-  {#name, OpId::name, OpId::name##_backward, &ember::name, &ember::name##_backward,                \
-   unary::Functor::kAutocast, unary::Functor::kLo, unary::Functor::kHi},
+#define EMBER_UNARY(name, Functor) \
+  {#name,                          \
+   OpId::name,                     \
+   OpId::name##_backward,          \
+   &ember::name,                   \
+   &ember::name##_backward,        \
+   unary::Functor::kAutocast,      \
+   unary::Functor::kLo,            \
+   unary::Functor::kHi},
 #include "kernels/ops.def"
   };
   return entries;

@@ -81,7 +81,8 @@ struct RefAdam {
   }
 };
 
-void check_close(const Tensor& got, const std::vector<double>& want, double rtol, double atol, const std::string& what) {
+void check_close(const Tensor& got, const std::vector<double>& want, double rtol, double atol,
+                 const std::string& what) {
   std::vector<double> g = got.to_vector<double>();
   REQUIRE(g.size() == want.size());
   for (size_t i = 0; i < g.size(); ++i) {
@@ -94,7 +95,8 @@ constexpr int kSteps = 6;
 constexpr size_t kN = 37;
 
 template <class Opt, class Options, class Ref>
-void run_against_reference(const Options& options, Ref ref, DType dt, double rtol, double atol, const std::string& what) {
+void run_against_reference(const Options& options, Ref ref, DType dt, double rtol, double atol,
+                           const std::string& what) {
   std::vector<double> p_ref = values(kN, 11);
   Tensor p = param(p_ref, dt);
   Opt opt(std::vector<Tensor>{p}, options);
@@ -125,8 +127,8 @@ TEST_CASE("optim SGD matches the published update rule (f64 exact, f32 close)", 
                    RefSGD{0.05, 0.9, 0.3, 0.01}});
   cases.push_back({"nesterov+wd", optim::SGDOptions(0.02).momentum(0.8).nesterov(true).weight_decay(1e-3),
                    RefSGD{0.02, 0.8, 0, 1e-3, true}});
-  cases.push_back({"maximize+wd", optim::SGDOptions(0.1).weight_decay(0.1).maximize(true),
-                   RefSGD{0.1, 0, 0, 0.1, false, true}});
+  cases.push_back(
+      {"maximize+wd", optim::SGDOptions(0.1).weight_decay(0.1).maximize(true), RefSGD{0.1, 0, 0, 0.1, false, true}});
   for (const Case& c : cases) {
     run_against_reference<optim::SGD>(c.o, c.r, DType::f64, 1e-13, 1e-15, std::string("SGD ") + c.name + " f64");
     run_against_reference<optim::SGD>(c.o, c.r, DType::f32, 2e-6, 1e-6, std::string("SGD ") + c.name + " f32");
@@ -157,8 +159,8 @@ TEST_CASE("optim Adam and AdamW match the published update rules", "[optim]") {
     RefAdam r = adam(3e-3);
     r.amsgrad = true;
     r.maximize = true;
-    run_against_reference<optim::Adam>(optim::AdamOptions(3e-3).amsgrad(true).maximize(true), r, DType::f64, 1e-12, 1e-15,
-                                       "Adam amsgrad maximize f64");
+    run_against_reference<optim::Adam>(optim::AdamOptions(3e-3).amsgrad(true).maximize(true), r, DType::f64, 1e-12,
+                                       1e-15, "Adam amsgrad maximize f64");
   }
   {
     RefAdam r = adam(1e-2);
@@ -275,8 +277,11 @@ TEST_CASE("optim state_dict round trip continues bit-identically", "[optim]") {
   for (int which = 0; which < 3; ++which) {
     INFO("optimizer " << which);
     auto make = [&](Tensor& p) -> std::unique_ptr<optim::Optimizer> {
-      if (which == 0) return std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
-      if (which == 1) return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions(0.01).amsgrad(true));
+      if (which == 0)
+        return std::make_unique<optim::SGD>(std::vector<Tensor>{p},
+                                            optim::SGDOptions(0.1).momentum(0.9).nesterov(true));
+      if (which == 1)
+        return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions(0.01).amsgrad(true));
       return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions(0.02));
     };
     Tensor p = param(values(kN, 5), DType::f32);

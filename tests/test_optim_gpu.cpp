@@ -45,7 +45,8 @@ void set_grads(std::vector<Tensor>& ps, uint64_t seed) {
 
 std::unique_ptr<optim::Optimizer> make_opt(int which, std::vector<Tensor> ps) {
   switch (which) {
-    case 0: return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.1).momentum(0.9).dampening(0.1).weight_decay(1e-4));
+    case 0:
+      return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.1).momentum(0.9).dampening(0.1).weight_decay(1e-4));
     case 1: return std::make_unique<optim::SGD>(ps, optim::SGDOptions(0.05).momentum(0.8).nesterov(true));
     case 2: return std::make_unique<optim::Adam>(ps, optim::AdamOptions(1e-3).weight_decay(1e-2));
     default: return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions(1e-3).amsgrad(true));

@@ -132,7 +132,8 @@ TEST_CASE("outputs: a symlink's target is written and the link stays a link", "[
   // a loop is an error, not a hang
   fs::create_symlink("loop_b", tmp.file("loop_a"));
   fs::create_symlink("loop_a", tmp.file("loop_b"));
-  CHECK_THROWS_WITH(io::write_file_atomic(tmp.file("loop_a"), "x"), Catch::Contains("too many levels of symbolic links"));
+  CHECK_THROWS_WITH(io::write_file_atomic(tmp.file("loop_a"), "x"),
+                    Catch::Contains("too many levels of symbolic links"));
 }
 
 TEST_CASE("outputs: devices and FIFOs are written through and never replaced", "[outputs]") {
@@ -153,7 +154,8 @@ TEST_CASE("outputs: devices and FIFOs are written through and never replaced", "
   }
   // /dev/full: the write error, naming the device
   if (is_char_device("/dev/full")) {
-    CHECK_THROWS_WITH(io::write_file_atomic("/dev/full", "x"), Catch::Contains("/dev/full") && Catch::Contains("No space left"));
+    CHECK_THROWS_WITH(io::write_file_atomic("/dev/full", "x"),
+                      Catch::Contains("/dev/full") && Catch::Contains("No space left"));
     io::AppendFile f("/dev/full");
     CHECK_THROWS_WITH(f.append("x\n"), Catch::Contains("/dev/full"));
     CHECK(is_char_device("/dev/full"));
@@ -199,7 +201,8 @@ TEST_CASE("outputs: a directory as the target is an error naming the path", "[ou
   fs::create_symlink("d", tmp.file("to_d"));
   for (const std::string& p : {tmp.file("d"), tmp.file("to_d")}) {
     INFO(p);
-    CHECK_THROWS_WITH(io::write_file_atomic(p, "x"), Catch::Contains(tmp.file("d")) && Catch::Contains("is a directory"));
+    CHECK_THROWS_WITH(io::write_file_atomic(p, "x"),
+                      Catch::Contains(tmp.file("d")) && Catch::Contains("is a directory"));
     CHECK_THROWS_WITH(io::save_safetensors(p, TensorDict{{"w", full({1}, 1.0)}}), Catch::Contains("is a directory"));
     io::AppendFile f(p);
     CHECK_THROWS_WITH(f.append("x\n"), Catch::Contains("is a directory"));
@@ -300,7 +303,8 @@ TEST_CASE("outputs: append files write records whole or not at all", "[outputs]"
 
 // ---- mnist_train's policy ----
 
-TEST_CASE("mnist_train: every side output failing on /dev/full keeps the training and exits 1", "[mnist_train][outputs]") {
+TEST_CASE("mnist_train: every side output failing on /dev/full keeps the training and exits 1",
+          "[mnist_train][outputs]") {
   if (!have_binary()) return;
   if (!is_char_device("/dev/full")) {
     WARN("SKIPPED: no /dev/full on this machine");
@@ -309,8 +313,8 @@ TEST_CASE("mnist_train: every side output failing on /dev/full keeps the trainin
   testing::TempDir tmp;
   const std::string d = tmp.file("data");
   write_synthetic_set(d, false);
-  RunResult r = run_app(quick(d, {"--epochs", "2", "--log", "/dev/full", "--plot", "/dev/full", "--profile", "/dev/full",
-                                  "--save", "/dev/full"}),
+  RunResult r = run_app(quick(d, {"--epochs", "2", "--log", "/dev/full", "--plot", "/dev/full", "--profile",
+                                  "/dev/full", "--save", "/dev/full"}),
                         tmp.path());
   INFO(EMBER_DESCRIBE_RUN(r));
   CHECK(r.signal == 0);
@@ -328,7 +332,8 @@ TEST_CASE("mnist_train: every side output failing on /dev/full keeps the trainin
   CHECK(is_char_device("/dev/full"));
 }
 
-TEST_CASE("mnist_train: a write error in the middle of a run is reported once and leaves whole records", "[mnist_train][outputs]") {
+TEST_CASE("mnist_train: a write error in the middle of a run is reported once and leaves whole records",
+          "[mnist_train][outputs]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string d = tmp.file("data");
@@ -397,13 +402,12 @@ TEST_CASE("mnist_train: two outputs naming one file are a usage error, also thro
   };
   auto in = [&](const std::string& name) { return tmp.path() + "/" + name; };
   auto both = [&](const char* f1, const std::string& n1, const char* f2, const std::string& n2) {
-    return Case{{f1, in(n1), f2, in(n2)}, std::string(f1) + " " + in(n1) + " and " + f2 + " " + in(n2) + " name the same file"};
+    return Case{{f1, in(n1), f2, in(n2)},
+                std::string(f1) + " " + in(n1) + " and " + f2 + " " + in(n2) + " name the same file"};
   };
   const std::vector<Case> cases = {
-      both("--log", "a.jsonl", "--plot", "a.jsonl"),
-      both("--plot", "sym.svg", "--profile", "a.svg"),
-      both("--save", "x.svg", "--plot", "hard.svg"),
-      both("--save", "sub/../a.ck", "--log", "a.ck"),
+      both("--log", "a.jsonl", "--plot", "a.jsonl"), both("--plot", "sym.svg", "--profile", "a.svg"),
+      both("--save", "x.svg", "--plot", "hard.svg"), both("--save", "sub/../a.ck", "--log", "a.ck"),
       both("--log", "tb/", "--tensorboard", "tb"),
   };
   fs::create_directories(tmp.file("sub"));
@@ -420,7 +424,8 @@ TEST_CASE("mnist_train: two outputs naming one file are a usage error, also thro
   require_success(run_app(quick(d, {"--epochs", "1", "--log", "/dev/null", "--plot", "/dev/null"}), tmp.path()));
 }
 
-TEST_CASE("mnist_train: a --log another process is writing is refused before training, naming its PID", "[mnist_train][outputs]") {
+TEST_CASE("mnist_train: a --log another process is writing is refused before training, naming its PID",
+          "[mnist_train][outputs]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string d = tmp.file("data"), log = tmp.file("run.jsonl");
@@ -440,7 +445,8 @@ TEST_CASE("mnist_train: a --log another process is writing is refused before tra
   CHECK(read_file(log).size() > 3);  // appended after the lock was released
 }
 
-TEST_CASE("mnist_train: a FIFO or socket as an input is refused at once, a name too long says so", "[mnist_train][outputs]") {
+TEST_CASE("mnist_train: a FIFO or socket as an input is refused at once, a name too long says so",
+          "[mnist_train][outputs]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string d = tmp.file("data"), fifo = tmp.file("ck.fifo"), sock = tmp.file("ck.sock");
@@ -510,7 +516,8 @@ TEST_CASE("mnist_train: outputs through symlinks and onto /dev/null", "[mnist_tr
   CHECK(is_char_device("/dev/null"));
 }
 
-TEST_CASE("mnist_train: SIGTERM and SIGINT stop the run and write the outputs of the completed epochs", "[mnist_train][outputs]") {
+TEST_CASE("mnist_train: SIGTERM and SIGINT stop the run and write the outputs of the completed epochs",
+          "[mnist_train][outputs]") {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string d = tmp.file("data");
@@ -520,8 +527,8 @@ TEST_CASE("mnist_train: SIGTERM and SIGINT stop the run and write the outputs of
     const std::string tag = "sig" + std::to_string(sig);
     const std::string log = tmp.file(tag + ".jsonl"), plot = tmp.file(tag + ".svg"), prof = tmp.file(tag + ".json"),
                       ck = tmp.file(tag + ".safetensors");
-    Child c = spawn_app(quick(d, {"--epochs", "1000", "--scheduler", "none", "--log", log, "--plot", plot, "--profile", prof,
-                                  "--save", ck}),
+    Child c = spawn_app(quick(d, {"--epochs", "1000", "--scheduler", "none", "--log", log, "--plot", plot, "--profile",
+                                  prof, "--save", ck}),
                         tmp.path(), tag);
     // wait for the first epoch line, then signal
     const auto t0 = std::chrono::steady_clock::now();
@@ -603,7 +610,8 @@ TEST_CASE("mnist_train: a second Ctrl-C exits at once", "[mnist_train][outputs]"
   CHECK(out.find("summary:") == std::string::npos);  // exited at once
 }
 
-TEST_CASE("mnist_train: SIGTERM to ember_run stops every --distributed rank after the same step", "[mnist_train][outputs][dist]") {
+TEST_CASE("mnist_train: SIGTERM to ember_run stops every --distributed rank after the same step",
+          "[mnist_train][outputs][dist]") {
   const std::string launcher = EMBER_BINARY_DIR "/bin/ember_run";
   if (!have_binary() || !fs::exists(launcher)) {
     WARN("SKIPPED: mnist_train or ember_run is not built");
@@ -614,7 +622,8 @@ TEST_CASE("mnist_train: SIGTERM to ember_run stops every --distributed rank afte
   write_synthetic_set(d, false);
   const std::string log = tmp.file("log.jsonl");
   std::vector<std::string> args = {"--nproc-per-node", "2", "--", kBinary, "--distributed"};
-  for (const std::string& a : quick(d, {"--epochs", "1000", "--scheduler", "none", "--log-interval", "3", "--log", log}))
+  for (const std::string& a :
+       quick(d, {"--epochs", "1000", "--scheduler", "none", "--log-interval", "3", "--log", log}))
     args.push_back(a);
   Child c = spawn_app(args, tmp.path(), "dist", launcher);
   const auto t0 = std::chrono::steady_clock::now();
@@ -667,14 +676,16 @@ TEST_CASE("ember_pack: --help exits 0 and a missing input directory is one line"
   CHECK(read_file(err).find("unknown option --bogus") != std::string::npos);
 }
 
-TEST_CASE("ember_pack: every option value is checked: a bad one is a usage error naming the flag and the value", "[outputs]") {
+TEST_CASE("ember_pack: every option value is checked: a bad one is a usage error naming the flag and the value",
+          "[outputs]") {
   const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
   if (!fs::exists(tool)) {
     WARN("SKIPPED: " << tool << " is not built");
     return;
   }
   testing::TempDir tmp;
-  const std::string idx = tmp.file("idx"), empty = tmp.file("empty"), out = tmp.file("out.txt"), err = tmp.file("err.txt");
+  const std::string idx = tmp.file("idx"), empty = tmp.file("empty"), out = tmp.file("out.txt"),
+                    err = tmp.file("err.txt");
   write_synthetic_set(idx, false, 20, 10);
   fs::create_directories(empty);
   auto run = [&](const std::string& args) {
@@ -723,8 +734,9 @@ TEST_CASE("ember_pack: every option value is checked: a bad one is a usage error
     CHECK(!fs::exists(tmp.file("x.epk")));
   }
   CHECK(run(empty + " " + tmp.file("x.epk") + " --split test") == 2);
-  CHECK(read_file(err) == "ember_pack: error: --split test: " + empty +
-                              " is read as an ImageFolder (no IDX t10k files found), which has no splits (see --help)\n");
+  CHECK(read_file(err) ==
+        "ember_pack: error: --split test: " + empty +
+            " is read as an ImageFolder (no IDX t10k files found), which has no splits (see --help)\n");
   // valid values still pass, options before the positional arguments too
   CHECK(run("--workers 2 --max-pixels 100 --channels 1 " + io + " --resize 4x6 --split test --format idx") == 0);
   CHECK(read_file(err).empty());

@@ -47,7 +47,8 @@ __global__ void ldmatrix_kernel(uint32_t* out) {
 __global__ void mma_kernel(const uint16_t* A, const uint16_t* B, const float* C, float* D, bool bf16) {
   const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
   auto pack = [](uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16); };
-  uint32_t a[4] = {pack(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]), pack(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]),
+  uint32_t a[4] = {pack(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]),
+                   pack(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]),
                    pack(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9]),
                    pack(A[(g + 8) * 16 + 2 * t + 8], A[(g + 8) * 16 + 2 * t + 9])};
   const uint32_t b0 = pack(B[(2 * t) * 8 + g], B[(2 * t + 1) * 8 + g]);
@@ -87,7 +88,9 @@ std::vector<T> to_host(const Tensor& t) {
   return std::vector<T>(p, p + c.nbytes() / sizeof(T));
 }
 
-Tensor device_buffer(int64_t bytes) { return empty({bytes}, TensorOptions(DType::u8).device(Device(DeviceType::cuda, 0))); }
+Tensor device_buffer(int64_t bytes) {
+  return empty({bytes}, TensorOptions(DType::u8).device(Device(DeviceType::cuda, 0)));
+}
 
 // A device copy of host words (16-bit values travel in an f16 tensor: only the bits matter).
 template <class T>

@@ -145,7 +145,8 @@ TEST_CASE("roofline: memory-bound prediction charges wasted sectors and launches
 TEST_CASE("roofline: traffic ratio is the bytes the kernels asked for over the op's minimum", "[model]") {
   // two launches of a kernel that each read 100 sectors' worth (3200 bytes) and a second kernel
   // reading 50 (1600): 8000 bytes asked for an op that must move 4000 at the shape that ran
-  std::vector<KernelStats> k = group_by_kernel({launch("pass1", 100, 100), launch("pass1", 100, 100), launch("pass2", 50, 50)});
+  std::vector<KernelStats> k =
+      group_by_kernel({launch("pass1", 100, 100), launch("pass1", 100, 100), launch("pass2", 50, 50)});
   PredictionInput in = input(4000, 0, k, {1, 1});
   CHECK(predict(toy_gpu(), in).traffic_ratio == Approx(2.0));
   // the shape predicted does not matter, the shape that ran does
@@ -225,13 +226,15 @@ TEST_CASE("gate: the expectations file format and its errors name the line", "[m
   REQUIRE(narrowed.size() == 1);
   CHECK(narrowed[0].glob == "*gemm*");
   CHECK(narrowed[0].call_glob == "matmul/*");
-  CHECK_THROWS_WITH(parse_expectations("*gemm*@ occupancy >= 0.5 # x\n", "f"), Catch::Contains("f:1: empty kernel or call glob"));
+  CHECK_THROWS_WITH(parse_expectations("*gemm*@ occupancy >= 0.5 # x\n", "f"),
+                    Catch::Contains("f:1: empty kernel or call glob"));
   CHECK(needs_resources("spills"));
   CHECK_FALSE(needs_resources("global_efficiency"));
 
   CHECK_THROWS_WITH(parse_expectations("\n*a* occupancy >= 0.5\n", "f"), Catch::Contains("f:2: no reason"));
   CHECK_THROWS_WITH(parse_expectations("*a* occupancy >= 0.5 #  \n", "f"), Catch::Contains("f:1: empty reason"));
-  CHECK_THROWS_WITH(parse_expectations("*a* occupancy > 0.5 # x\n", "f"), Catch::Contains("f:1: unknown comparison '>'"));
+  CHECK_THROWS_WITH(parse_expectations("*a* occupancy > 0.5 # x\n", "f"),
+                    Catch::Contains("f:1: unknown comparison '>'"));
   CHECK_THROWS_WITH(parse_expectations("*a* coalescing >= 0.5 # x\n", "f"),
                     Catch::Contains("f:1: unknown counter 'coalescing'"));
   CHECK_THROWS_WITH(parse_expectations("*a* occupancy >= half # x\n", "f"), Catch::Contains("f:1: the value 'half'"));

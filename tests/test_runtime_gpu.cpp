@@ -98,7 +98,8 @@ TEST_CASE("a block used on another stream waits for that stream before reuse", "
   CHECK(b.data_ptr() == p);
 }
 
-TEST_CASE("a capture that allocates while blocks wait for another stream's events still captures", "[gpu][allocator][graph]") {
+TEST_CASE("a capture that allocates while blocks wait for another stream's events still captures",
+          "[gpu][allocator][graph]") {
   // The allocator's look at pending blocks queries events, which a capture forbids on its thread
   // (Note [event queries during capture]); on an H200 this broke every --graph run whose batches
   // came from the host loader's copy stream.
@@ -159,14 +160,15 @@ TEST_CASE("an out-of-range index on the device is reported at the next sync", "[
   Tensor x = zeros({4, 2}, kCUDA);
   Tensor bad = tensor_i64({1, 7}, {2}, kCUDA);
   Tensor y = index_select(x, 0, bad);  // no host sync here
-  CHECK_THROWS_WITH(cuda::current_stream(0).synchronize(), Catch::Contains("index_select") && Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(cuda::current_stream(0).synchronize(),
+                    Catch::Contains("index_select") && Catch::Contains("out of range"));
   // the error was cleared: the next sync is fine
   cuda::current_stream(0).synchronize();
 }
 
 TEST_CASE("mismatched devices name both tensors", "[gpu][bad-input]") {
-  CHECK_THROWS_WITH(add(zeros({2}), zeros({2}, kCUDA)), Catch::Contains("cpu") && Catch::Contains("cuda:0") &&
-                                                           Catch::Contains("same device"));
+  CHECK_THROWS_WITH(add(zeros({2}), zeros({2}, kCUDA)),
+                    Catch::Contains("cpu") && Catch::Contains("cuda:0") && Catch::Contains("same device"));
 }
 
 TEST_CASE("sync-debug reports a host sync with the op that caused it", "[gpu][sync]") {

@@ -246,7 +246,8 @@ TEST_CASE("safetensors bad input: missing and unexpected keys under strict loadi
   nn::Linear a(nn::LinearOptions(3, 2)), b(nn::LinearOptions(3, 2).bias(false));
   std::string path = temp_dir() + "/linear.safetensors";
   io::save_safetensors(path, b->state_dict());
-  CHECK_THROWS_WITH(a->load_state_dict(io::load_safetensors(path).tensors), Catch::Contains("missing key(s): \"bias\""));
+  CHECK_THROWS_WITH(a->load_state_dict(io::load_safetensors(path).tensors),
+                    Catch::Contains("missing key(s): \"bias\""));
   io::save_safetensors(path, a->state_dict());
   CHECK_THROWS_WITH(b->load_state_dict(io::load_safetensors(path).tensors),
                     Catch::Contains("unexpected key(s): \"bias\""));

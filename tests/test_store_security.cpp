@@ -301,7 +301,8 @@ TEST_CASE("store security: a client without the job token can neither read nor w
   CHECK(other.get("k") == "v");
 }
 
-TEST_CASE("store security: length prefixes, big streams and a connection flood keep rank 0's memory bounded", "[dist][store]") {
+TEST_CASE("store security: length prefixes, big streams and a connection flood keep rank 0's memory bounded",
+          "[dist][store]") {
   dist::TcpStore store = serve();
   const int port = store.port();
   store.set("x", "1");
@@ -359,8 +360,10 @@ TEST_CASE("store security: length prefixes, big streams and a connection flood k
   CHECK(store.get("y") == "2");
 }
 
-TEST_CASE("store security: job_token reads EMBER_JOB_TOKEN, a private token file, or says it is a default", "[dist][store]") {
-  for (const char* v : {"EMBER_JOB_TOKEN", "EMBER_JOB_TOKEN_FILE", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})
+TEST_CASE("store security: job_token reads EMBER_JOB_TOKEN, a private token file, or says it is a default",
+          "[dist][store]") {
+  for (const char* v :
+       {"EMBER_JOB_TOKEN", "EMBER_JOB_TOKEN_FILE", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})
     ::unsetenv(v);
   {
     const dist::JobToken t = dist::job_token();

@@ -37,15 +37,15 @@ TEST_CASE("f16 and bf16 conversions round to nearest even and keep specials", "[
   }
   CHECK(static_cast<float>(Half(1.0f)) == 1.0f);
   CHECK(static_cast<float>(Half(65504.0f)) == 65504.0f);
-  CHECK(std::isinf(static_cast<float>(Half(65520.0f))));            // rounds up to inf
-  CHECK(static_cast<float>(Half(65519.0f)) == 65504.0f);             // rounds down
+  CHECK(std::isinf(static_cast<float>(Half(65520.0f))));                              // rounds up to inf
+  CHECK(static_cast<float>(Half(65519.0f)) == 65504.0f);                              // rounds down
   CHECK(static_cast<float>(Half(5.9604644775390625e-8f)) == 5.9604644775390625e-8f);  // smallest subnormal
-  CHECK(static_cast<float>(Half(2.98023223876953125e-8f)) == 0.0f);  // tie -> even (0)
-  CHECK(static_cast<float>(Half(1.0f + 1.0f / 2048)) == 1.0f);       // tie -> even
+  CHECK(static_cast<float>(Half(2.98023223876953125e-8f)) == 0.0f);                   // tie -> even (0)
+  CHECK(static_cast<float>(Half(1.0f + 1.0f / 2048)) == 1.0f);                        // tie -> even
   CHECK(static_cast<float>(Half(1.0f + 3.0f / 2048)) == 1.0f + 2.0f / 1024);
   CHECK(static_cast<float>(BFloat16(1.0f)) == 1.0f);
-  CHECK(static_cast<float>(BFloat16(1.00390625f)) == 1.0f);          // tie -> even
-  CHECK(static_cast<float>(BFloat16(1.01171875f)) == 1.015625f);     // tie -> even (up)
+  CHECK(static_cast<float>(BFloat16(1.00390625f)) == 1.0f);       // tie -> even
+  CHECK(static_cast<float>(BFloat16(1.01171875f)) == 1.015625f);  // tie -> even (up)
   CHECK(std::isnan(static_cast<float>(BFloat16(std::numeric_limits<float>::quiet_NaN()))));
   CHECK(std::isinf(static_cast<float>(BFloat16(std::numeric_limits<float>::infinity()))));
 }

@@ -18,12 +18,8 @@ constexpr double kLogNoiseLo = -20.7, kLogNoiseHi = 0.0;   // n2 1e-9 .. 1
 constexpr double kPriorLogLength = -0.7,
                  kPriorSd = 1.5;  // length ~ 0.5 within a factor 4.5
 
-double sigmoid(double z) {
-  return 1 / (1 + std::exp(-z));
-}
-double logit(double p) {
-  return std::log(p / (1 - p));
-}
+double sigmoid(double z) { return 1 / (1 + std::exp(-z)); }
+double logit(double p) { return std::log(p / (1 - p)); }
 
 struct Box {
   double lo, hi;

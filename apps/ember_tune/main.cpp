@@ -247,10 +247,8 @@ int main(int argc, char** argv) {
     phase = 1;
     fs::create_directories(out_dir);
     lock(dir_lock, trial_dir_lock_path(out_dir), "the trial directory '" + out_dir + "'");
-    if (!study)
-      study = StudyFile::create(c.study, cfg, c.trials);
-    else if (study->planned_trials() != c.trials)
-      study->plan(c.trials);
+    if (!study) study = StudyFile::create(c.study, cfg, c.trials);
+    else if (study->planned_trials() != c.trials) study->plan(c.trials);
 
     RunOptions ro;
     ro.mnist_train = c.mnist_train;
@@ -270,8 +268,7 @@ int main(int argc, char** argv) {
     if (const std::string p = pruning_summary(*study); !p.empty()) std::printf("%s\n", p.c_str());
     if (const std::string best = best_command(*study, c.mnist_train); !best.empty())
       std::printf("best: %s\n", best.c_str());
-    else
-      std::printf("best: no trial completed\n");
+    else std::printf("best: no trial completed\n");
     write_study_plots(*study, c.plot.empty() ? stem : c.plot);
     if (stopped_by != 0) {
       std::fprintf(stderr, "ember_tune: stopped by %s; continue with: ember_tune --resume %s\n",

@@ -103,7 +103,8 @@ void write_study_plots(const StudyFile& study, const std::string& prefix) {
   for (const TrialRecord& t : study.trials()) rows.push_back(&t);
   std::sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->number < b->number; });
   // "best so far" holds until a trial beats it: steps, not diagonals between trials
-  logging::Series by_trial{"", {}, {}, logging::Series::Style::steps}, by_time{"", {}, {}, logging::Series::Style::steps};
+  logging::Series by_trial{"", {}, {}, logging::Series::Style::steps},
+      by_time{"", {}, {}, logging::Series::Style::steps};
   double best = std::numeric_limits<double>::quiet_NaN();
   for (const TrialRecord* t : rows) {
     if (t->state == "complete" &&

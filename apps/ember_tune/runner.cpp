@@ -37,9 +37,7 @@ const char* const kEpochMetrics[] = {"val_accuracy", "test_accuracy", "train_acc
 const char* const kSummaryMetrics[] = {"best_test_accuracy", "train_seconds", "total_seconds"};
 
 std::atomic<int> g_stop{0};
-void on_signal(int sig) {
-  g_stop.store(sig);
-}
+void on_signal(int sig) { g_stop.store(sig); }
 
 std::string flag_of(const std::string& name) {
   std::string f = "--" + name;
@@ -79,7 +77,7 @@ std::string flag_name(const std::string& arg) {
 }
 
 struct Captured {
-  int status = -1;  // as waitpid() gives it
+  int status = -1;     // as waitpid() gives it
   std::string output;  // stdout and stderr
 };
 
@@ -225,7 +223,7 @@ std::optional<double> objective_value(const Running& t, const Objective& obj, st
     for (const auto& e : t.epochs) {
       if (!e.contains("val_accuracy") || !e["val_accuracy"].is_number()) {
         error = e.contains("val_accuracy") && e["val_accuracy"].is_null() ? "val_accuracy" + unavailable
-                                                                           : "its log has no val_accuracy";
+                                                                          : "its log has no val_accuracy";
         return std::nullopt;
       }
       s += e.contains("seconds") && e["seconds"].is_number() ? e["seconds"].get<double>() : 0.0;
@@ -409,10 +407,8 @@ void make_paths_absolute(StudyConfig& config) {
   for (size_t i = 0; i < a.size(); ++i) {
     const std::string f = flag_name(a[i]);
     if (f.empty() || !is_path_flag(f)) continue;
-    if (a[i].size() > f.size())
-      a[i] = f + "=" + absolute_path(a[i].substr(f.size() + 1));
-    else if (i + 1 < a.size() && a[i + 1].rfind("--", 0) != 0)
-      a[i + 1] = absolute_path(a[i + 1]);
+    if (a[i].size() > f.size()) a[i] = f + "=" + absolute_path(a[i].substr(f.size() + 1));
+    else if (i + 1 < a.size() && a[i + 1].rfind("--", 0) != 0) a[i + 1] = absolute_path(a[i + 1]);
   }
   for (Param& p : config.space.params)
     if (p.type == ParamType::categorical && is_path_flag(flag_of(p.name)))
@@ -542,8 +538,7 @@ int run_study(StudyFile& study, const RunOptions& ro) {
       Running& t = running[i];
       // SIGKILL to the whole group: a trial past its time may be stuck where SIGTERM is not acted on, and what it
       // started (loader processes, a wrapper script's children) goes with it.
-      if (limit && t.timed_out_after == 0 &&
-          std::chrono::duration<double>(Clock::now() - t.start).count() > *limit) {
+      if (limit && t.timed_out_after == 0 && std::chrono::duration<double>(Clock::now() - t.start).count() > *limit) {
         t.timed_out_after = *limit;
         kill(-t.pid, SIGKILL);
       }

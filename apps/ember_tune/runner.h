@@ -66,9 +66,7 @@ int planned_epochs(const StudyConfig& config, const std::vector<double>& u);
 int run_study(StudyFile& study, const RunOptions& ro);
 
 // The orientation samplers and pruners work in (lower is better).
-inline double as_loss(const StudyConfig& c, double value) {
-  return c.maximize ? -value : value;
-}
+inline double as_loss(const StudyConfig& c, double value) { return c.maximize ? -value : value; }
 std::vector<Observation> observations(const StudyFile& study);
 
 }  // namespace ember::tune

@@ -249,12 +249,9 @@ SamplerKind parse_sampler(const std::string& name) {
 
 const char* sampler_name(SamplerKind k) {
   switch (k) {
-    case SamplerKind::random:
-      return "random";
-    case SamplerKind::gp:
-      return "gp";
-    case SamplerKind::tpe:
-      return "tpe";
+    case SamplerKind::random: return "random";
+    case SamplerKind::gp: return "gp";
+    case SamplerKind::tpe: return "tpe";
   }
   return "?";
 }

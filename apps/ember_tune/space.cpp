@@ -14,14 +14,10 @@ namespace {
 
 const char* type_name(ParamType t) {
   switch (t) {
-    case ParamType::uniform:
-      return "float";
-    case ParamType::log_uniform:
-      return "log";
-    case ParamType::integer:
-      return "int";
-    case ParamType::categorical:
-      return "cat";
+    case ParamType::uniform: return "float";
+    case ParamType::log_uniform: return "log";
+    case ParamType::integer: return "int";
+    case ParamType::categorical: return "cat";
   }
   return "?";
 }
@@ -102,9 +98,7 @@ std::vector<double> Space::decode(const std::vector<double>& u) const {
     const Param& p = params[i];
     const double t = std::clamp(u[i], 0.0, 1.0);
     switch (p.type) {
-      case ParamType::uniform:
-        v[i] = p.lo + t * (p.hi - p.lo);
-        break;
+      case ParamType::uniform: v[i] = p.lo + t * (p.hi - p.lo); break;
       case ParamType::log_uniform:
         v[i] = std::exp(std::log(p.lo) + t * (std::log(p.hi) - std::log(p.lo)));
         if (t == 0) v[i] = p.lo;  // exp(log(x)) can be an ulp off: the bounds exactly as given
@@ -129,15 +123,11 @@ std::vector<double> Space::features(const std::vector<double>& u) const {
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = params[i];
     switch (p.type) {
-      case ParamType::uniform:
-        f.push_back((v[i] - p.lo) / (p.hi - p.lo));
-        break;
+      case ParamType::uniform: f.push_back((v[i] - p.lo) / (p.hi - p.lo)); break;
       case ParamType::log_uniform:
         f.push_back((std::log(v[i]) - std::log(p.lo)) / (std::log(p.hi) - std::log(p.lo)));
         break;
-      case ParamType::integer:
-        f.push_back((v[i] - p.lo + 0.5) / static_cast<double>(p.count()));
-        break;
+      case ParamType::integer: f.push_back((v[i] - p.lo + 0.5) / static_cast<double>(p.count())); break;
       case ParamType::categorical:
         for (int64_t c = 0; c < p.count(); ++c) f.push_back(c == static_cast<int64_t>(v[i]) ? 1.0 : 0.0);
         break;
@@ -150,10 +140,8 @@ std::string Space::value_text(size_t i, double value) const {
   const Param& p = params.at(i);
   if (p.type == ParamType::categorical) return p.choices.at(static_cast<size_t>(value));
   char buf[64];
-  if (p.type == ParamType::integer)
-    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(value));
-  else
-    std::snprintf(buf, sizeof buf, "%.6g", value);
+  if (p.type == ParamType::integer) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(value));
+  else std::snprintf(buf, sizeof buf, "%.6g", value);
   return buf;
 }
 
@@ -162,12 +150,9 @@ nlohmann::json Space::values_json(const std::vector<double>& u) const {
   nlohmann::json j = nlohmann::json::object();
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = params[i];
-    if (p.type == ParamType::categorical)
-      j[p.name] = p.choices[static_cast<size_t>(v[i])];
-    else if (p.type == ParamType::integer)
-      j[p.name] = static_cast<int64_t>(v[i]);
-    else
-      j[p.name] = v[i];
+    if (p.type == ParamType::categorical) j[p.name] = p.choices[static_cast<size_t>(v[i])];
+    else if (p.type == ParamType::integer) j[p.name] = static_cast<int64_t>(v[i]);
+    else j[p.name] = v[i];
   }
   return j;
 }
@@ -176,8 +161,7 @@ nlohmann::json Space::to_json() const {
   nlohmann::json list = nlohmann::json::array();
   for (const Param& p : params) {
     nlohmann::json j{{"name", p.name}, {"type", type_name(p.type)}};
-    if (p.type == ParamType::categorical)
-      j["choices"] = p.choices;
+    if (p.type == ParamType::categorical) j["choices"] = p.choices;
     else {
       j["low"] = p.lo;
       j["high"] = p.hi;

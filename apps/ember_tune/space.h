@@ -37,7 +37,8 @@ struct Space {
   // The GP's input width: numeric parameters one column each, categoricals one per choice.
   size_t feature_size() const;
 
-  std::vector<double> decode(const std::vector<double>& u) const;  // u -> values (Note [latent and feature coordinates])
+  std::vector<double> decode(
+      const std::vector<double>& u) const;  // u -> values (Note [latent and feature coordinates])
   std::vector<double> features(const std::vector<double>& u) const;
   // u -> the value as text, as mnist_train gets it on its command line.
   std::string value_text(size_t i, double value) const;

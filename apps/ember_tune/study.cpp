@@ -48,8 +48,9 @@ int planned_count(const nlohmann::json& j, const char* what) {
 // is a record from elsewhere, and resuming would otherwise queue every number below it as a gap to fill.
 void check_trial(const TrialRecord& t, const StudyConfig& c, int planned) {
   const uint64_t bound = static_cast<uint64_t>(planned > 0 ? planned : kMaxTrials);
-  EMBER_CHECK(t.number < bound, "trial ", t.number, ": the number is not below the ", bound, " trials ",
-              planned > 0 ? "planned when it was recorded" : "a study can have");
+  EMBER_CHECK(t.number<bound, "trial ", t.number, ": the number is not below the ", bound, " trials ", planned> 0
+                  ? "planned when it was recorded"
+                  : "a study can have");
   EMBER_CHECK(t.u.size() == c.space.size(), "trial ", t.number, " has ", t.u.size(), " coordinates, the study's space ",
               c.space.size());
   for (double x : t.u)
@@ -165,11 +166,8 @@ StudyFile StudyFile::create(const std::string& path, const StudyConfig& config, 
   f.path_ = path;
   f.config_ = config;
   f.planned_trials_ = trials;
-  f.write_line(nlohmann::json{{"type", "header"},
-                              {"format", kFormat},
-                              {"version", kVersion},
-                              {"config", config.to_json()},
-                              {"trials", trials}}
+  f.write_line(nlohmann::json{
+      {"type", "header"}, {"format", kFormat}, {"version", kVersion}, {"config", config.to_json()}, {"trials", trials}}
                    .dump());
   return f;
 }
@@ -309,7 +307,8 @@ FileLock::FileLock(const std::string& lock_path, const std::string& what) : path
       EMBER_FAIL(what, " is in use by another ember_tune (pid ", pid.empty() ? "unknown" : pid, ", lock file ", path_,
                  ")");
     }
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
         held.st_ino == named.st_ino) {
       const std::string pid = std::to_string(::getpid()) + "\n";

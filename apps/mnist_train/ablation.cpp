@@ -57,8 +57,9 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
 
   std::printf("ablation: model %s, %lld optimizer steps per rung, %s on %s\n", base.model.c_str(),
               static_cast<long long>(base.ablation_steps), base.optimizer.c_str(), device.str().c_str());
-  std::printf("baseline: 0 workers, pageable memory, batch 64, fp32, zero-filled gradients, a host sync every "
-              "step, eager; each later rung adds one technique to the one above\n");
+  std::printf(
+      "baseline: 0 workers, pageable memory, batch 64, fp32, zero-filled gradients, a host sync every "
+      "step, eager; each later rung adds one technique to the one above\n");
   std::printf("%-66s %6s %11s %8s %8s %9s %9s\n", "rung", "batch", "samples/s", "speed-up", "GPU idle", "data wait",
               "test acc");
   Options o = base;
@@ -91,8 +92,9 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
   }
   set_backend_all("");
   for (const std::string& s : skipped) std::printf("skipped: %s\n", s.c_str());
-  std::printf("(samples/s: training only, evaluation excluded; GPU idle: time between steps with the GPU waiting, from "
-              "CUDA events; data wait: host time blocked on the loader)\n");
+  std::printf(
+      "(samples/s: training only, evaluation excluded; GPU idle: time between steps with the GPU waiting, from "
+      "CUDA events; data wait: host time blocked on the loader)\n");
   return 0;
 }
 

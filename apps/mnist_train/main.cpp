@@ -91,8 +91,11 @@ std::string same_output_files(const mnist::Options& o) {
     bool exists = false;
   };
   std::vector<Out> outs;
-  for (auto [flag, path] : {std::pair<const char*, std::string>{"--save", o.save}, {"--log", o.log}, {"--plot", o.plot},
-                            {"--profile", o.profile}, {"--tensorboard", o.tensorboard}}) {
+  for (auto [flag, path] : {std::pair<const char*, std::string>{"--save", o.save},
+                            {"--log", o.log},
+                            {"--plot", o.plot},
+                            {"--profile", o.profile},
+                            {"--tensorboard", o.tensorboard}}) {
     if (path.empty()) continue;
     Out x{flag, path, {}};
     std::error_code ec;
@@ -124,9 +127,10 @@ std::string describe(Device d) {
 // their shards silently. Returns whether this is rank 0; may move `device` to cuda:LOCAL_RANK.
 bool join_job(mnist::Options& o, Device& device) {
   dist::LaunchEnv env = dist::launch_env();
-  EMBER_CHECK(env.distributed, "--distributed: no launcher's variables are set (WORLD_SIZE, Slurm's or MPI's); "
-                               "start the processes with ember_run --nproc-per-node N -- mnist_train "
-                               "--distributed ..., or with srun or mpirun");
+  EMBER_CHECK(env.distributed,
+              "--distributed: no launcher's variables are set (WORLD_SIZE, Slurm's or MPI's); "
+              "start the processes with ember_run --nproc-per-node N -- mnist_train "
+              "--distributed ..., or with srun or mpirun");
   EMBER_CHECK(!o.ablation, "--ablation runs on one process; drop --distributed");
   if (device.is_cuda()) {
     EMBER_CHECK(env.local_rank < cuda::device_count(), "--distributed: LOCAL_RANK ", env.local_rank, " but only ",
@@ -259,4 +263,3 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
-

@@ -7,9 +7,10 @@ namespace mnist {
 using namespace ember;
 
 std::shared_ptr<nn::Module> make_model(const std::string& name, const InputShape& in) {
-  EMBER_CHECK(in.channels >= 1 && in.height >= 1 && in.width >= 1 && in.classes >= 2, "a model needs images of at "
-              "least 1x1 and at least 2 classes; the data has ", in.channels, "x", in.height, "x", in.width,
-              " images of ", in.classes, " class(es)");
+  EMBER_CHECK(in.channels >= 1 && in.height >= 1 && in.width >= 1 && in.classes >= 2,
+              "a model needs images of at "
+              "least 1x1 and at least 2 classes; the data has ",
+              in.channels, "x", in.height, "x", in.width, " images of ", in.classes, " class(es)");
   if (name == "mlp") {
     return nn::Sequential(nn::Flatten(), nn::Linear(in.channels * in.height * in.width, 128), nn::ReLU(),
                           nn::Linear(128, 64), nn::ReLU(), nn::Linear(64, in.classes))
@@ -25,8 +26,10 @@ std::shared_ptr<nn::Module> make_model(const std::string& name, const InputShape
         .ptr();
   }
   if (name == "fast") {
-    EMBER_CHECK(in.height >= 4 && in.width >= 4, "--model fast pools twice by 2: it needs images of at least 4x4, "
-                "the data has ", in.height, "x", in.width);
+    EMBER_CHECK(in.height >= 4 && in.width >= 4,
+                "--model fast pools twice by 2: it needs images of at least 4x4, "
+                "the data has ",
+                in.height, "x", in.width);
     auto block = [](int64_t cin, int64_t cout) {
       return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(cin, cout, 3).padding(1).bias(false)), nn::BatchNorm2d(cout),
                             nn::ReLU());

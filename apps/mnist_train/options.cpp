@@ -20,7 +20,8 @@ CLI::Validator at_least(double lo, bool strict) {
   return CLI::Validator(
       [lo, strict](std::string& text) -> std::string {
         double v = 0;
-        const std::string want = std::string(strict ? "a finite number > " : "a finite number >= ") + CLI::detail::to_string(lo);
+        const std::string want =
+            std::string(strict ? "a finite number > " : "a finite number >= ") + CLI::detail::to_string(lo);
         if (!CLI::detail::lexical_cast(text, v)) return "expected " + want + ", got '" + text + "'";
         if (!std::isfinite(v) || (strict ? !(v > lo) : !(v >= lo))) return "expected " + want + ", got " + text;
         return std::string();

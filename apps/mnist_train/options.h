@@ -12,7 +12,7 @@ struct Options {
   // data: an IDX directory, an ImageFolder directory or a packed file (load_splits in trainer.h)
   std::string data = "/usr/share/datasets/fashion-mnist";
   double val_split = 0.1;
-  double test_split = 0.2;  // held out for testing when the data has no test split of its own
+  double test_split = 0.2;             // held out for testing when the data has no test split of its own
   int64_t resize_h = 0, resize_w = 0;  // --resize HxW (ImageFolder; 0: the first image's size)
   bool skip_bad_images = false;
   int workers = 2;
@@ -34,7 +34,7 @@ struct Options {
   uint64_t seed = 0;
   bool deterministic = false;
   std::string device = "auto";
-  int64_t max_steps = 0;  // 0: the whole epochs (a cap, for quick runs and the ablation)
+  int64_t max_steps = 0;        // 0: the whole epochs (a cap, for quick runs and the ablation)
   int max_nonfinite_steps = 1;  // consecutive NaN/inf losses that stop the run (divergence)
   // speed
   bool graph = false;
@@ -53,9 +53,9 @@ struct Options {
   int log_interval = 50;
   bool quiet = false;
   bool check_options = false;  // parse and check the command line, then exit 0 (scripts' dry runs)
-  bool distributed = false;  // data parallel over the ranks ember_run started
-  bool lr_scaling = true;    // with --distributed: lr x WORLD_SIZE (the linear scaling rule)
-  bool silent = false;  // not a flag: no per-epoch lines (the ablation's runs)
+  bool distributed = false;    // data parallel over the ranks ember_run started
+  bool lr_scaling = true;      // with --distributed: lr x WORLD_SIZE (the linear scaling rule)
+  bool silent = false;         // not a flag: no per-epoch lines (the ablation's runs)
   // checkpoints
   std::string save;
   std::string resume;

@@ -26,7 +26,8 @@ void print_confusion(const EvalResult& e, const std::vector<std::string>& classe
   }
 }
 
-void print_summary(const Options& o, const RunResult& r, const std::vector<std::string>& classes, const std::string& device) {
+void print_summary(const Options& o, const RunResult& r, const std::vector<std::string>& classes,
+                   const std::string& device) {
   std::printf("\nsummary: model %s on %s, %zu epochs, %lld optimizer steps, batch %lld\n", o.model.c_str(),
               device.c_str(), r.epochs.size(), static_cast<long long>(r.steps), static_cast<long long>(o.batch_size));
   std::printf("  total time            %.2f s (loading and evaluation included)\n", r.total_seconds);
@@ -38,8 +39,9 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
   if (r.gpu_idle_fraction >= 0)
     std::printf("  GPU idle between steps %.1f%% (CUDA events around each step)\n", 100.0 * r.gpu_idle_fraction);
   if (o.graph) std::printf("  CUDA graph            %s\n", r.graph_used ? "captured and replayed" : "not used");
-  if (o.amp == "fp16") std::printf("  loss scaler           %lld steps skipped (inf/NaN gradients)\n",
-                                   static_cast<long long>(r.skipped_steps));
+  if (o.amp == "fp16")
+    std::printf("  loss scaler           %lld steps skipped (inf/NaN gradients)\n",
+                static_cast<long long>(r.skipped_steps));
   for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
   print_confusion(r.final_test, classes);
 }
@@ -47,7 +49,9 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
 void write_plot(const std::string& path, const RunResult& r) {
   using ember::logging::Chart;
   using ember::logging::Series;
-  Chart loss{"training loss", "optimizer step", "cross-entropy loss (nats)",
+  Chart loss{"training loss",
+             "optimizer step",
+             "cross-entropy loss (nats)",
              {{"train (per log interval)", r.curve_steps, r.curve_loss}}};
   Series train_acc{"train", {}, {}}, val_acc{"validation", {}, {}}, test_acc{"test", {}, {}};
   for (const EpochResult& e : r.epochs) {
@@ -59,8 +63,8 @@ void write_plot(const std::string& path, const RunResult& r) {
     test_acc.y.push_back(e.test_acc);
   }
   // without a validation split there is no validation curve (not a line at 0)
-  Chart acc{"accuracy", "epoch", "accuracy (%)", r.has_val ? std::vector<Series>{train_acc, val_acc, test_acc}
-                                                            : std::vector<Series>{train_acc, test_acc}};
+  Chart acc{"accuracy", "epoch", "accuracy (%)",
+            r.has_val ? std::vector<Series>{train_acc, val_acc, test_acc} : std::vector<Series>{train_acc, test_acc}};
   ember::logging::write_svg(path, {loss, acc});
 }
 

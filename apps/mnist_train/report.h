@@ -9,7 +9,8 @@
 
 namespace mnist {
 
-void print_summary(const Options& o, const RunResult& r, const std::vector<std::string>& classes, const std::string& device);
+void print_summary(const Options& o, const RunResult& r, const std::vector<std::string>& classes,
+                   const std::string& device);
 void print_confusion(const EvalResult& e, const std::vector<std::string>& classes);
 void write_plot(const std::string& path, const RunResult& r);
 

@@ -17,8 +17,8 @@
 namespace mnist {
 
 struct RunField {
-  std::string name;   // what the user would change, e.g. "--batch-size"
-  int64_t value = 0;  // numbers as they are; names as their index in `names`
+  std::string name;                     // what the user would change, e.g. "--batch-size"
+  int64_t value = 0;                    // numbers as they are; names as their index in `names`
   std::vector<std::string> names = {};  // when set, value indexes it (for the message)
 };
 

@@ -154,8 +154,9 @@ std::optional<TrainedOn> trained_on(const Metadata& metadata, const std::string&
   TrainedOn t;
   t.model = meta("model");
   char end = 0;
-  EMBER_CHECK(std::sscanf(shape.c_str(), "%ldx%ldx%ld%c", &t.shape.channels, &t.shape.height, &t.shape.width, &end) == 3,
-              what, ": the metadata 'run.input_shape' is '", shape, "', expected CxHxW; the checkpoint is damaged");
+  EMBER_CHECK(
+      std::sscanf(shape.c_str(), "%ldx%ldx%ld%c", &t.shape.channels, &t.shape.height, &t.shape.width, &end) == 3, what,
+      ": the metadata 'run.input_shape' is '", shape, "', expected CxHxW; the checkpoint is damaged");
   try {
     t.classes = nlohmann::json::parse(meta("classes")).get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception&) {
@@ -289,7 +290,8 @@ void measure_normalisation(const Tensor& img, Splits& s) {
       }
     const double mean = m > 0 ? sum / static_cast<double>(m) : 0.0;
     s.mean[static_cast<size_t>(ch)] = mean;
-    s.std[static_cast<size_t>(ch)] = m > 0 ? std::sqrt(std::max(sq / static_cast<double>(m) - mean * mean, 1e-12)) : 1.0;
+    s.std[static_cast<size_t>(ch)] =
+        m > 0 ? std::sqrt(std::max(sq / static_cast<double>(m) - mean * mean, 1e-12)) : 1.0;
   }
 }
 

@@ -80,7 +80,8 @@ void output_failed(const std::string& flag, const std::string& path, const std::
   ++g_output_failures;
   const std::string line = user_message(what);  // one line, no source locations
   std::fflush(stdout);
-  std::fprintf(stderr, "mnist_train: error: %s %s: %s (training goes on without this output; the exit code will be 1)\n",
+  std::fprintf(stderr,
+               "mnist_train: error: %s %s: %s (training goes on without this output; the exit code will be 1)\n",
                flag.c_str(), path.c_str(), line.c_str());
 }
 
@@ -121,7 +122,7 @@ class StridedSampler final : public data::Sampler {
 // summary() the last record. A file output that fails is reported once and written no more
 // (Note [side outputs]).
 struct Trainer::Logs {
-  struct Step {  // one log interval
+  struct Step {     // one log interval
     int epoch = 0;  // 1-based
     int64_t step = 0, step_in_epoch = 0;
     double loss = 0, accuracy = 0, lr = 0, samples_per_s = 0;
@@ -158,8 +159,13 @@ struct Trainer::Logs {
       std::snprintf(extra, sizeof extra, "loss %.4f acc %.2f%%", s.loss, s.accuracy);
       progress_->update(s.step_in_epoch, s.step_in_epoch * o_.batch_size, extra);
     }
-    json({{"type", "step"}, {"epoch", s.epoch}, {"step", s.step}, {"loss", s.loss},
-          {"accuracy", s.accuracy}, {"lr", s.lr}, {"samples_per_s", s.samples_per_s}});
+    json({{"type", "step"},
+          {"epoch", s.epoch},
+          {"step", s.step},
+          {"loss", s.loss},
+          {"accuracy", s.accuracy},
+          {"lr", s.lr},
+          {"samples_per_s", s.samples_per_s}});
     scalar("train/loss", s.loss, s.step);
     scalar("train/accuracy", s.accuracy, s.step);
     scalar("train/lr", s.lr, s.step);
@@ -168,15 +174,22 @@ struct Trainer::Logs {
 
   void epoch(const EpochResult& er) {
     if (!o_.silent)
-      std::printf("epoch %d/%d  train loss %.4f  train acc %.2f%%  val acc %s  test acc %.2f%%  %.1f s  "
-                  "%.0f samples/s  lr %.3g\n",
-                  er.epoch, o_.epochs, er.train_loss, er.train_acc, has_val_ ? fmt_pct(er.val_acc).c_str() : "-",
-                  er.test_acc, er.seconds, er.samples_per_s, er.lr);
+      std::printf(
+          "epoch %d/%d  train loss %.4f  train acc %.2f%%  val acc %s  test acc %.2f%%  %.1f s  "
+          "%.0f samples/s  lr %.3g\n",
+          er.epoch, o_.epochs, er.train_loss, er.train_acc, has_val_ ? fmt_pct(er.val_acc).c_str() : "-", er.test_acc,
+          er.seconds, er.samples_per_s, er.lr);
     std::fflush(stdout);
     // Without a validation split there is no validation accuracy: null, not a 0 that reads as a measured one.
-    json({{"type", "epoch"}, {"epoch", er.epoch}, {"train_loss", er.train_loss}, {"train_accuracy", er.train_acc},
-          {"val_accuracy", has_val_ ? nlohmann::json(er.val_acc) : nlohmann::json()}, {"test_accuracy", er.test_acc},
-          {"seconds", er.seconds}, {"samples_per_s", er.samples_per_s}, {"lr", er.lr}});
+    json({{"type", "epoch"},
+          {"epoch", er.epoch},
+          {"train_loss", er.train_loss},
+          {"train_accuracy", er.train_acc},
+          {"val_accuracy", has_val_ ? nlohmann::json(er.val_acc) : nlohmann::json()},
+          {"test_accuracy", er.test_acc},
+          {"seconds", er.seconds},
+          {"samples_per_s", er.samples_per_s},
+          {"lr", er.lr}});
     scalar("epoch/train_loss", er.train_loss, er.epoch);
     if (has_val_) scalar("epoch/val_accuracy", er.val_acc, er.epoch);
     scalar("epoch/test_accuracy", er.test_acc, er.epoch);
@@ -343,7 +356,8 @@ Trainer::~Trainer() {
 void Trainer::build_optimizer() {
   if (o_.optimizer == "sgd") {
     opt_ = std::make_unique<optim::SGD>(
-        params_, optim::SGDOptions(o_.lr).momentum(o_.momentum).nesterov(o_.momentum > 0).weight_decay(o_.weight_decay));
+        params_,
+        optim::SGDOptions(o_.lr).momentum(o_.momentum).nesterov(o_.momentum > 0).weight_decay(o_.weight_decay));
   } else if (o_.optimizer == "adam") {
     opt_ = std::make_unique<optim::Adam>(
         params_, optim::AdamOptions(o_.lr).betas(std::make_tuple(o_.momentum, 0.999)).weight_decay(o_.weight_decay));
@@ -360,7 +374,8 @@ void Trainer::build_scheduler(int64_t total_steps) {
     // The warm-up phase ends at step pct_start * total_steps - 1; at exactly 0 (4 steps in all) it
     // is empty, which OneCycleLR rejects (PyTorch divides by zero there): warm up over 2 steps.
     const double pct_start = 0.25 * static_cast<double>(total_steps) == 1.0 ? 0.5 : 0.25;
-    sched_ = std::make_unique<optim::OneCycleLR>(*opt_, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(pct_start));
+    sched_ =
+        std::make_unique<optim::OneCycleLR>(*opt_, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(pct_start));
   } else if (o_.scheduler == "cyclic") {
     int64_t half = std::max<int64_t>(1, total_steps / 4);  // two triangles over the run
     optim::CyclicLROptions c(o_.lr / 10, o_.lr);
@@ -393,12 +408,14 @@ std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InM
   if (pg_ && train) {
     // each rank its shard of every epoch's permutation (padded to equal shards)
     auto sampler = std::make_shared<data::DistributedSampler>(
-        ds->size(), data::DistributedSamplerOptions().world_size(pg_->size()).rank(pg_->rank()).shuffle(true).seed(o_.seed));
+        ds->size(),
+        data::DistributedSamplerOptions().world_size(pg_->size()).rank(pg_->rank()).shuffle(true).seed(o_.seed));
     return std::make_unique<data::DataLoader>(ds, lo, sampler);
   }
   if (pg_) {
     // evaluation: every sample exactly once over the ranks (rank r takes r, r + w, ...)
-    return std::make_unique<data::DataLoader>(ds, lo, std::make_shared<StridedSampler>(ds->size(), pg_->rank(), pg_->size()));
+    return std::make_unique<data::DataLoader>(ds, lo,
+                                              std::make_shared<StridedSampler>(ds->size(), pg_->rank(), pg_->size()));
   }
   return std::make_unique<data::DataLoader>(ds, lo);
 }
@@ -552,8 +569,13 @@ std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t
   double rate = world * static_cast<double>(interval_samples_) / std::max(now - interval_start_, 1e-9);
   r.curve_steps.push_back(static_cast<double>(global_step_));
   r.curve_loss.push_back(loss);
-  logs_->step({.epoch = epoch + 1, .step = global_step_, .step_in_epoch = step_in_epoch, .loss = loss,
-               .accuracy = acc, .lr = current_lr(), .samples_per_s = rate});
+  logs_->step({.epoch = epoch + 1,
+               .step = global_step_,
+               .step_in_epoch = step_in_epoch,
+               .loss = loss,
+               .accuracy = acc,
+               .lr = current_lr(),
+               .samples_per_s = rate});
   interval_samples_ = 0;
   interval_steps_ = 0;
   interval_start_ = now;
@@ -652,11 +674,13 @@ void Trainer::check_resume_flags(const Metadata& saved) const {
       {"weight_decay", "--weight-decay", "the optimizer continues with the saved value", false},
       {"momentum", "--momentum", "the optimizer continues with the saved value", false},
       {"scheduler", "--scheduler", "the schedule continues from the checkpoint", false},
-      {"epochs", "--epochs", "the schedule is laid out over the saved run's length (--scheduler none runs can be extended)", false},
+      {"epochs", "--epochs",
+       "the schedule is laid out over the saved run's length (--scheduler none runs can be extended)", false},
       {"max_steps", "--max-steps", "the schedule is laid out over the saved run's length", false},
       {"seed", "--seed", "the seed decides the validation split and the order of the samples", false},
       {"val_split", "--val-split", "the split decides which samples train and which validate", false},
-      {"data_train_images", "--data: the training images", "another dataset: the split and the schedule would change", false},
+      {"data_train_images", "--data: the training images", "another dataset: the split and the schedule would change",
+       false},
       {"data_test_images", "--data: the test images", "another dataset", false},
       {"data_labels", "--data: the labels' checksum", "another dataset, or the same size with other labels", false},
       {"input_shape", "--data: the image shape (CxHxW)", "the model takes the saved shape", false},
@@ -664,7 +688,9 @@ void Trainer::check_resume_flags(const Metadata& saved) const {
       {"steps_per_epoch", "the steps per epoch", "another number of processes under --distributed?", true},
       {"total_steps", "the planned steps", "the schedule is laid out over the saved run's length", true},
   };
-  auto numeric = [](const std::string& key) { return key == "lr" || key == "weight_decay" || key == "momentum" || key == "val_split"; };
+  auto numeric = [](const std::string& key) {
+    return key == "lr" || key == "weight_decay" || key == "momentum" || key == "val_split";
+  };
   auto shown = [&](const std::string& key, const std::string& v) {
     if (!numeric(key)) return v;
     char b[40];
@@ -686,8 +712,8 @@ void Trainer::check_resume_flags(const Metadata& saved) const {
     if (!same && numeric(f.key)) same = std::strtod(value.c_str(), nullptr) == std::strtod(it->second.c_str(), nullptr);
     if (same) continue;
     std::string& out = f.derived ? derived : diffs;
-    out += std::string(out.empty() ? "" : "; ") + f.name + " " + shown(f.key, value) + " differs from the checkpoint's " +
-           shown(f.key, it->second) + " (" + f.why + ")";
+    out += std::string(out.empty() ? "" : "; ") + f.name + " " + shown(f.key, value) +
+           " differs from the checkpoint's " + shown(f.key, it->second) + " (" + f.why + ")";
     if (!f.derived && f.name[0] == '-' && std::string(f.name).find(':') == std::string::npos)
       wanted += std::string(wanted.empty() ? "" : " ") + f.name + " " + shown(f.key, it->second);
   }
@@ -764,7 +790,8 @@ void Trainer::ProfileWindow::write(const std::string& path) {
       ss << in.rdbuf();
       trace = ss.str();
       EMBER_CHECK(in.good() || in.eof(), "cannot read back the trace from ", scratch);
-      EMBER_CHECK(!trace.empty() && nlohmann::json::accept(trace), "the trace in ", scratch, " is incomplete (disk full?)");
+      EMBER_CHECK(!trace.empty() && nlohmann::json::accept(trace), "the trace in ", scratch,
+                  " is incomplete (disk full?)");
     } catch (...) {
       ::unlink(scratch.c_str());
       throw;
@@ -1034,8 +1061,7 @@ bool Trainer::save_epoch(const EpochStats& e, int epoch, RunResult& r) {
   }
   // A checkpoint marks a finished epoch (resume starts the next one); a --max-steps stop in the
   // middle of an epoch would otherwise be resumed as if the rest of that epoch had run.
-  if (e.micro == micro_per_epoch_)
-    save_checkpoint(epoch + 1, global_step_);
+  if (e.micro == micro_per_epoch_) save_checkpoint(epoch + 1, global_step_);
   else
     r.notes.push_back(str("--max-steps stopped epoch ", epoch + 1, " after ", e.micro, " of ", micro_per_epoch_,
                           " micro-batches: no checkpoint for the partial epoch (", o_.save,
@@ -1045,7 +1071,8 @@ bool Trainer::save_epoch(const EpochStats& e, int epoch, RunResult& r) {
 
 // The run's totals, the profile and the summary record.
 void Trainer::finish_run(RunResult& r) {
-  if (r.epochs.empty() && r.error.empty() && !stop_requested()) {  // resumed at or past --epochs: report the loaded model
+  if (r.epochs.empty() && r.error.empty() &&
+      !stop_requested()) {  // resumed at or past --epochs: report the loaded model
     r.final_test = evaluate(test_dev_ ? test_dev_ : splits_.test);
     r.best_test_acc = r.final_test.accuracy;
     r.notes.push_back(str("the checkpoint is at epoch ", start_epoch_, " of ", o_.epochs,

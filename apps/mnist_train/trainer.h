@@ -48,7 +48,7 @@ void install_stop_handlers();
 int stop_signal();  // 0 while no stop was asked for
 
 struct EvalResult {
-  double accuracy = 0;          // percent
+  double accuracy = 0;                          // percent
   std::vector<std::vector<int64_t>> confusion;  // [true][predicted], K x K
   int64_t samples = 0;
 };
@@ -56,7 +56,7 @@ struct EvalResult {
 struct EpochResult {
   int epoch = 0;
   double train_loss = 0, train_acc = 0, val_acc = 0, test_acc = 0;
-  double seconds = 0;          // training time of the epoch (evaluation excluded)
+  double seconds = 0;  // training time of the epoch (evaluation excluded)
   double samples_per_s = 0;
   double lr = 0;
 };
@@ -64,14 +64,14 @@ struct EpochResult {
 struct RunResult {
   std::vector<EpochResult> epochs;
   EvalResult final_test;
-  double total_seconds = 0;        // wall time of the whole run (loading and evaluation included)
-  double train_seconds = 0;        // time inside training epochs
-  double time_to_best = 0;         // wall time when the best test accuracy was first reached
+  double total_seconds = 0;  // wall time of the whole run (loading and evaluation included)
+  double train_seconds = 0;  // time inside training epochs
+  double time_to_best = 0;   // wall time when the best test accuracy was first reached
   double best_test_acc = 0;
   int64_t steps = 0, samples = 0;
-  double samples_per_s = 0;        // training throughput
-  double gpu_idle_fraction = -1;   // share of the GPU's step time spent idle between steps (-1: n/a)
-  double data_wait_fraction = 0;   // share of the training time the host waited for the loader
+  double samples_per_s = 0;       // training throughput
+  double gpu_idle_fraction = -1;  // share of the GPU's step time spent idle between steps (-1: n/a)
+  double data_wait_fraction = 0;  // share of the training time the host waited for the loader
   bool graph_used = false;
   bool has_val = false;            // a validation split was held out (else val_acc means nothing)
   int64_t skipped_steps = 0;       // steps the loss scaler skipped
@@ -119,7 +119,7 @@ class Trainer {
   double current_lr() const;
 
   // the pieces of run(), in the order it calls them
-  struct EpochStats {  // one epoch's steps
+  struct EpochStats {                // one epoch's steps
     int64_t micro = 0, samples = 0;  // micro-batches and samples trained
     double loss = 0, correct = 0;    // sums over the log intervals
     double start = 0, wait_before = 0;
@@ -142,7 +142,7 @@ class Trainer {
   std::shared_ptr<ember::nn::Module> model_;
   std::vector<ember::Tensor> params_;
   std::unique_ptr<ember::optim::Optimizer> opt_;
-  ember::dist::ProcessGroupPtr pg_;               // --distributed: the default group
+  ember::dist::ProcessGroupPtr pg_;  // --distributed: the default group
   std::unique_ptr<ember::dist::DistributedDataParallel> ddp_;
   std::unique_ptr<ember::optim::LRScheduler> sched_;
   std::unique_ptr<ember::amp::GradScaler> scaler_;
@@ -161,7 +161,7 @@ class Trainer {
   bool stop_requested() const;
   int64_t interval_samples_ = 0, interval_steps_ = 0;
   double interval_start_ = 0;  // when the current log interval began (now_s())
-  int64_t micro_ = 0;  // micro-batches since the last optimizer step
+  int64_t micro_ = 0;          // micro-batches since the last optimizer step
 
   // graph mode
   std::unique_ptr<ember::cuda::Graph> graph_;

@@ -9,8 +9,13 @@
 namespace ember::model {
 namespace {
 
-const char* const kCounters[] = {"global_load_efficiency", "global_store_efficiency", "global_efficiency",
-                                 "shared_conflict_factor", "occupancy", "spills", "registers"};
+const char* const kCounters[] = {"global_load_efficiency",
+                                 "global_store_efficiency",
+                                 "global_efficiency",
+                                 "shared_conflict_factor",
+                                 "occupancy",
+                                 "spills",
+                                 "registers"};
 
 std::string fmt(double v) {
   char buf[32];
@@ -48,7 +53,9 @@ std::vector<Expectation> parse_expectations(const std::string& text, const std::
   int lineno = 0;
   while (std::getline(in, raw)) {
     ++lineno;
-    auto fail = [&](const std::string& what) { throw std::runtime_error(file + ":" + std::to_string(lineno) + ": " + what); };
+    auto fail = [&](const std::string& what) {
+      throw std::runtime_error(file + ":" + std::to_string(lineno) + ": " + what);
+    };
     size_t first = raw.find_first_not_of(" \t\r");
     if (first == std::string::npos || raw[first] == '#') continue;
     Expectation e;
@@ -86,7 +93,8 @@ std::vector<Expectation> parse_expectations(const std::string& text, const std::
     else fail("unknown comparison '" + cmp + "' (>=, <= or ==)");
     char* end = nullptr;
     e.value = std::strtod(value.c_str(), &end);
-    if (end == value.c_str() || *end != '\0' || !std::isfinite(e.value)) fail("the value '" + value + "' is not a number");
+    if (end == value.c_str() || *end != '\0' || !std::isfinite(e.value))
+      fail("the value '" + value + "' is not a number");
     out.push_back(std::move(e));
   }
   return out;
@@ -163,7 +171,8 @@ std::vector<std::string> check_expectations(const std::vector<Expectation>& line
       std::string why;
       std::string head = "kernel " + s.stats.kernel + " [" + s.context + "]: counter " + e.counter;
       if (!counter_value(s, e.counter, &v, &why)) {
-        problems.push_back(head + " " + why + ", expected " + cmp_str(e.cmp) + " " + fmt(e.value) + " (" + e.where() + ")");
+        problems.push_back(head + " " + why + ", expected " + cmp_str(e.cmp) + " " + fmt(e.value) + " (" + e.where() +
+                           ")");
         continue;
       }
       if (!holds(v, e.cmp, e.value))
@@ -172,7 +181,8 @@ std::vector<std::string> check_expectations(const std::vector<Expectation>& line
     }
     if (!matched)
       problems.push_back(e.where() + ": no kernel that ran matches '" + e.glob +
-                         (e.call_glob == "*" ? "" : "@" + e.call_glob) + "' (a renamed or removed kernel? update the line)");
+                         (e.call_glob == "*" ? "" : "@" + e.call_glob) +
+                         "' (a renamed or removed kernel? update the line)");
   }
   return problems;
 }

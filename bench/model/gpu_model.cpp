@@ -47,20 +47,20 @@ GpuSpec sm90_limits() {
 GpuSpec make_h100() {
   GpuSpec g = sm90_limits();
   g.name = "H100 SXM";
-  g.sms = 132;                        // [WP]
-  g.clock_ghz = 1.98;                 // [WP]
-  g.hbm_bytes_per_s = 3.35 * kTera;   // [DS-H100]
-  g.fp32_flops = 67 * kTera;          // [DS-H100]
-  g.tf32_flops = 494.7 * kTera;       // [DS-H100], dense
-  g.f16_flops = 989.4 * kTera;        // [DS-H100], dense, f32 accumulate
-  g.bf16_flops = 989.4 * kTera;       // [DS-H100], dense
+  g.sms = 132;                       // [WP]
+  g.clock_ghz = 1.98;                // [WP]
+  g.hbm_bytes_per_s = 3.35 * kTera;  // [DS-H100]
+  g.fp32_flops = 67 * kTera;         // [DS-H100]
+  g.tf32_flops = 494.7 * kTera;      // [DS-H100], dense
+  g.f16_flops = 989.4 * kTera;       // [DS-H100], dense, f32 accumulate
+  g.bf16_flops = 989.4 * kTera;      // [DS-H100], dense
   return g;
 }
 
 GpuSpec make_h200() {
-  GpuSpec g = make_h100();            // [DS-H200]: the same chip and compute peaks
+  GpuSpec g = make_h100();  // [DS-H200]: the same chip and compute peaks
   g.name = "H200 SXM";
-  g.hbm_bytes_per_s = 4.8 * kTera;    // [DS-H200]
+  g.hbm_bytes_per_s = 4.8 * kTera;  // [DS-H200]
   return g;
 }
 
@@ -100,7 +100,9 @@ const GpuSpec& h200() {
 // with the name last because demangled names contain spaces.
 std::vector<KernelResources> load_kernel_resources(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open the kernel resource table (scripts/kernel_resources.py --write makes it)");
+  if (!in)
+    throw std::runtime_error(path +
+                             ": cannot open the kernel resource table (scripts/kernel_resources.py --write makes it)");
   std::vector<KernelResources> table;
   std::string text;
   int line = 0;
@@ -113,7 +115,8 @@ std::vector<KernelResources> load_kernel_resources(const std::string& path) {
     size_t v[5];
     for (int i = 0; i < 5; ++i) {
       std::string token;
-      if (!(fields >> token)) fail_at(path, line, std::string("missing ") + kNames[i] + " (expected 5 numbers, then the kernel name)");
+      if (!(fields >> token))
+        fail_at(path, line, std::string("missing ") + kNames[i] + " (expected 5 numbers, then the kernel name)");
       v[i] = parse_count(token, kNames[i], path, line);
     }
     std::string name;
@@ -122,7 +125,8 @@ std::vector<KernelResources> load_kernel_resources(const std::string& path) {
     const size_t e = name.find_last_not_of(" \t\r");
     if (b == std::string::npos) fail_at(path, line, "missing the kernel name after the 5 numbers");
     name = name.substr(b, e - b + 1);
-    if (v[0] > 255) fail_at(path, line, "registers per thread must be 0..255 (the sm_90 limit), got " + std::to_string(v[0]));
+    if (v[0] > 255)
+      fail_at(path, line, "registers per thread must be 0..255 (the sm_90 limit), got " + std::to_string(v[0]));
     if (find_kernel(table, name) != nullptr) fail_at(path, line, "kernel listed twice: " + name);
     KernelResources k;
     k.kernel = name;
@@ -176,7 +180,8 @@ Occupancy theoretical_occupancy(const KernelResources& k, int threads_per_block,
   // Shared memory: static + dynamic + the driver's reserved 1 KB, rounded up to the allocation unit;
   // a block above the per-block maximum (opt-in included) cannot launch at all.
   int by_shared = INT_MAX;
-  const size_t per_block = round_up(k.static_shared + dynamic_shared + gpu.shared_reserved_per_block, gpu.shared_alloc_unit);
+  const size_t per_block =
+      round_up(k.static_shared + dynamic_shared + gpu.shared_reserved_per_block, gpu.shared_alloc_unit);
   if (per_block > gpu.max_shared_per_block + gpu.shared_reserved_per_block) {
     by_shared = 0;
   } else if (per_block > 0) {
@@ -188,7 +193,8 @@ Occupancy theoretical_occupancy(const KernelResources& k, int threads_per_block,
   Occupancy o;
   o.blocks_per_sm = by_threads;
   o.limiter = "threads";
-  const std::pair<int, const char*> others[] = {{by_registers, "registers"}, {by_shared, "shared memory"}, {by_blocks, "blocks"}};
+  const std::pair<int, const char*> others[] = {
+      {by_registers, "registers"}, {by_shared, "shared memory"}, {by_blocks, "blocks"}};
   for (const auto& [limit, name] : others)
     if (limit < o.blocks_per_sm) {
       o.blocks_per_sm = limit;

@@ -15,34 +15,34 @@ namespace ember::model {
 // A GPU's limits and peaks (dense, no sparsity), from the vendor's data sheets; see the .cpp for
 // the sources of each number.
 struct GpuSpec {
-  std::string name;             // "H100 SXM", "H200 SXM"
+  std::string name;  // "H100 SXM", "H200 SXM"
   int sms = 0;
-  double clock_ghz = 0;         // boost clock the peaks assume
-  double hbm_bytes_per_s = 0;   // DRAM bandwidth
-  double fp32_flops = 0;        // FMA = 2 FLOPs
-  double tf32_flops = 0;        // tensor cores
-  double f16_flops = 0;         // tensor cores, f32 accumulate
+  double clock_ghz = 0;        // boost clock the peaks assume
+  double hbm_bytes_per_s = 0;  // DRAM bandwidth
+  double fp32_flops = 0;       // FMA = 2 FLOPs
+  double tf32_flops = 0;       // tensor cores
+  double f16_flops = 0;        // tensor cores, f32 accumulate
   double bf16_flops = 0;
-  int max_threads_per_sm = 0;   // 2048
-  int max_warps_per_sm = 0;     // 64
-  int max_blocks_per_sm = 0;    // 32
-  int registers_per_sm = 0;     // 65536
-  int max_registers_per_thread = 0;  // 255
-  int register_alloc_unit = 0;  // registers are allocated per warp in units of this many (256)
-  size_t shared_per_sm = 0;     // 228 KiB
-  size_t max_shared_per_block = 0;   // 227 KiB with the opt-in
+  int max_threads_per_sm = 0;            // 2048
+  int max_warps_per_sm = 0;              // 64
+  int max_blocks_per_sm = 0;             // 32
+  int registers_per_sm = 0;              // 65536
+  int max_registers_per_thread = 0;      // 255
+  int register_alloc_unit = 0;           // registers are allocated per warp in units of this many (256)
+  size_t shared_per_sm = 0;              // 228 KiB
+  size_t max_shared_per_block = 0;       // 227 KiB with the opt-in
   size_t shared_reserved_per_block = 0;  // 1 KiB the hardware keeps per block
-  size_t shared_alloc_unit = 0;  // 128 bytes
+  size_t shared_alloc_unit = 0;          // 128 bytes
 };
 const GpuSpec& h100();
 const GpuSpec& h200();
 
 // One kernel of the sm_90 build, as ptxas reported it.
 struct KernelResources {
-  std::string kernel;        // demangled name, the form the simulator's reports use
+  std::string kernel;  // demangled name, the form the simulator's reports use
   int registers = 0;
-  size_t static_shared = 0;  // bytes
-  size_t stack_frame = 0;    // local memory per thread, bytes
+  size_t static_shared = 0;                  // bytes
+  size_t stack_frame = 0;                    // local memory per thread, bytes
   size_t spill_stores = 0, spill_loads = 0;  // bytes
 };
 // Reads the checked-in table (bench/model/kernel_resources_sm90.txt). Throws a clear error naming

@@ -151,7 +151,8 @@ DType main_dtype(const std::vector<Tensor>& in) {
     else ++it->second;
   }
   if (!count.empty())
-    return std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; })
+    return std::max_element(count.begin(), count.end(),
+                            [](const auto& a, const auto& b) { return a.second < b.second; })
         ->first;
   for (const Tensor& t : in)
     if (t.defined()) return t.dtype();
@@ -176,12 +177,12 @@ bool full_cost(const OpInfo& info, const BenchCase& bc, Cost* cost) {
 
 // One case to run: inputs on the device, and what to predict.
 struct Case {
-  std::string name;         // the benchmark case's name, or "sample: <name>"
-  std::vector<Tensor> in;   // on the device
+  std::string name;        // the benchmark case's name, or "sample: <name>"
+  std::vector<Tensor> in;  // on the device
   Attrs attrs;
   bool has_target = false;  // predict the full benchmark shape (target) from this smaller run
   Cost target;
-  std::string run_shape;    // shapes that ran, when they differ from the case's name
+  std::string run_shape;  // shapes that ran, when they differ from the case's name
 };
 
 // The op's largest sample (by FLOPs, then bytes) whose inputs hold at most kQuickElements, cast to
@@ -310,13 +311,14 @@ std::string traffic_str(const model::Prediction& p) {
 
 void print_rows(const std::vector<Row>& rows, bool markdown, bool quick) {
   if (markdown) {
-    std::printf("| op | variant | case | dtype | sector eff | conflicts | occupancy | bytes | traffic | FLOPs | unit | "
-                "H100 bound (us) | H100 predicted (us) | %% | H200 bound (us) | H200 predicted (us) | %% | limit (H100) |\n");
+    std::printf(
+        "| op | variant | case | dtype | sector eff | conflicts | occupancy | bytes | traffic | FLOPs | unit | "
+        "H100 bound (us) | H100 predicted (us) | %% | H200 bound (us) | H200 predicted (us) | %% | limit (H100) |\n");
     std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
   } else {
-    std::printf("%-22s %-16s %-44s %-5s %6s %6s %5s %10s %7s %10s %-4s | %9s %9s %5s | %9s %9s %5s  %s\n", "op", "variant",
-                "case", "dtype", "sector", "confl", "occ", "bytes", "traffic", "FLOPs", "unit", "H100 lb", "predicted", "%", "H200 lb",
-                "predicted", "%", "limit (H100)");
+    std::printf("%-22s %-16s %-44s %-5s %6s %6s %5s %10s %7s %10s %-4s | %9s %9s %5s | %9s %9s %5s  %s\n", "op",
+                "variant", "case", "dtype", "sector", "confl", "occ", "bytes", "traffic", "FLOPs", "unit", "H100 lb",
+                "predicted", "%", "H200 lb", "predicted", "%", "limit (H100)");
   }
   for (const Row& r : rows) {
     const Cost& c = r.target.bytes > 0 || r.target.flops > 0 ? r.target : r.run;
@@ -324,19 +326,20 @@ void print_rows(const std::vector<Row>& rows, bool markdown, bool quick) {
     if (quick && !r.run_shape.empty()) name += " (ran " + r.run_shape + ")";
     const char* unit = model::math_unit_name(model::math_unit_for(r.variant, r.dtype));
     if (markdown) {
-      std::printf("| %s | %s | %s | %s | %.1f%% | %.2f | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %.0f | %s |\n",
-                  r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
-                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), traffic_str(r.h100).c_str(),
-                  si(c.flops, "").c_str(), unit,
-                  us(r.h100.lower_bound_s).c_str(), us(r.h100.predicted_s).c_str(), r.h100.pct_of_roofline,
-                  us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(), r.h200.pct_of_roofline, r.h100.bound);
+      std::printf(
+          "| %s | %s | %s | %s | %.1f%% | %.2f | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %.0f | %s |\n",
+          r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
+          r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), traffic_str(r.h100).c_str(),
+          si(c.flops, "").c_str(), unit, us(r.h100.lower_bound_s).c_str(), us(r.h100.predicted_s).c_str(),
+          r.h100.pct_of_roofline, us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(),
+          r.h200.pct_of_roofline, r.h100.bound);
     } else {
       std::printf("%-22s %-16s %-44s %-5s %5.1f%% %6.2f %5s %10s %7s %10s %-4s | %9s %9s %5.0f | %9s %9s %5.0f  %s\n",
                   r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
-                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), traffic_str(r.h100).c_str(),
-                  si(c.flops, "").c_str(), unit,
-                  us(r.h100.lower_bound_s).c_str(), us(r.h100.predicted_s).c_str(), r.h100.pct_of_roofline,
-                  us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(), r.h200.pct_of_roofline, r.h100.bound);
+                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(),
+                  traffic_str(r.h100).c_str(), si(c.flops, "").c_str(), unit, us(r.h100.lower_bound_s).c_str(),
+                  us(r.h100.predicted_s).c_str(), r.h100.pct_of_roofline, us(r.h200.lower_bound_s).c_str(),
+                  us(r.h200.predicted_s).c_str(), r.h200.pct_of_roofline, r.h100.bound);
     }
   }
 }
@@ -350,7 +353,8 @@ void print_kernels(const std::vector<Row>& rows) {
       const model::KernelResources* res = r.resources[i];
       std::printf("%-22s %-16s %-5s %8d %6.1f%% %6.1f%% %6.2f %6s %5s %5s  %s\n", r.op.c_str(), r.variant.c_str(),
                   r.dtype.c_str(), k.launches, 100 * k.global_load_efficiency(), 100 * k.global_store_efficiency(),
-                  k.shared_conflict_factor(), r.occupancy[i] < 0 ? "?" : str(std::round(100 * r.occupancy[i]), "%").c_str(),
+                  k.shared_conflict_factor(),
+                  r.occupancy[i] < 0 ? "?" : str(std::round(100 * r.occupancy[i]), "%").c_str(),
                   res ? std::to_string(res->registers).c_str() : "?",
                   res ? std::to_string(res->spill_stores + res->spill_loads).c_str() : "?", k.kernel.c_str());
     }
@@ -371,7 +375,8 @@ int run(const Options& opt) {
   std::vector<model::Expectation> expectations;
   if (!opt.gate.empty()) expectations = model::load_expectations(opt.gate);  // malformed: fail before the long run
   bool gate_needs_table = false;
-  for (const model::Expectation& e : expectations) gate_needs_table = gate_needs_table || model::needs_resources(e.counter);
+  for (const model::Expectation& e : expectations)
+    gate_needs_table = gate_needs_table || model::needs_resources(e.counter);
   std::vector<model::KernelResources> table;
   try {
     table = model::load_kernel_resources(opt.resources);
@@ -392,7 +397,8 @@ int run(const Options& opt) {
     if (!wanted(opt.ops, info.name)) continue;
     bool any_variant = false;
     for (const Variant& v : info.variants)
-      any_variant = any_variant || (v.device == DeviceType::cuda && !(v.flags & kVendor) && wanted(opt.variants, v.name));
+      any_variant =
+          any_variant || (v.device == DeviceType::cuda && !(v.flags & kVendor) && wanted(opt.variants, v.name));
     if (!any_variant) continue;
     std::vector<Case> cases;
     try {
@@ -437,7 +443,12 @@ int run(const Options& opt) {
           r.occupancy.push_back(occ);
           subjects.push_back({k, str(r.op, "/", r.variant, "/", r.case_name, " ", r.dtype), res, occ});
         }
-        model::PredictionInput pin{r.target.bytes, r.target.flops, r.run.bytes, r.run.flops, r.kernels, r.occupancy,
+        model::PredictionInput pin{r.target.bytes,
+                                   r.target.flops,
+                                   r.run.bytes,
+                                   r.run.flops,
+                                   r.kernels,
+                                   r.occupancy,
                                    model::math_unit_for(r.variant, r.dtype)};
         r.h100 = model::predict(h100, pin);
         r.h200 = model::predict(h200, pin);
@@ -447,14 +458,16 @@ int run(const Options& opt) {
   }
   std::printf("kernel_model: PREDICTED times (simulator counters + roofline model; nothing ran on a GPU)%s\n",
               opt.quick ? ", counters from the quick shapes" : "");
-  std::printf("H100: %.2f TB/s, fp32 %.1f / tf32 %.0f / f16 %.0f / bf16 %.0f TFLOP/s; "
-              "H200: %.2f TB/s, fp32 %.1f / tf32 %.0f / f16 %.0f / bf16 %.0f TFLOP/s\n",
-              h100.hbm_bytes_per_s / 1e12, h100.fp32_flops / 1e12, h100.tf32_flops / 1e12, h100.f16_flops / 1e12,
-              h100.bf16_flops / 1e12, h200.hbm_bytes_per_s / 1e12, h200.fp32_flops / 1e12, h200.tf32_flops / 1e12,
-              h200.f16_flops / 1e12, h200.bf16_flops / 1e12);
-  std::printf("lb = roofline lower bound, predicted = with the counted inefficiencies and %.1f us per launch, "
-              "%% = lb / predicted; occupancy '*': some kernel of the call is not in the resource table\n\n",
-              model::kLaunchOverheadSeconds * 1e6);
+  std::printf(
+      "H100: %.2f TB/s, fp32 %.1f / tf32 %.0f / f16 %.0f / bf16 %.0f TFLOP/s; "
+      "H200: %.2f TB/s, fp32 %.1f / tf32 %.0f / f16 %.0f / bf16 %.0f TFLOP/s\n",
+      h100.hbm_bytes_per_s / 1e12, h100.fp32_flops / 1e12, h100.tf32_flops / 1e12, h100.f16_flops / 1e12,
+      h100.bf16_flops / 1e12, h200.hbm_bytes_per_s / 1e12, h200.fp32_flops / 1e12, h200.tf32_flops / 1e12,
+      h200.f16_flops / 1e12, h200.bf16_flops / 1e12);
+  std::printf(
+      "lb = roofline lower bound, predicted = with the counted inefficiencies and %.1f us per launch, "
+      "%% = lb / predicted; occupancy '*': some kernel of the call is not in the resource table\n\n",
+      model::kLaunchOverheadSeconds * 1e6);
   print_rows(rows, opt.markdown, opt.quick);
   if (opt.kernels) print_kernels(rows);
   if (failures > 0) std::fprintf(stderr, "kernel_model: %d case(s) failed to run\n", failures);
@@ -475,9 +488,10 @@ int run(const Options& opt) {
       if (!covered && std::find(ungated.begin(), ungated.end(), s.stats.kernel) == ungated.end())
         ungated.push_back(s.stats.kernel);
     }
-    std::printf("\nkernel efficiency gate: %zu expectation(s) of %s hold for %zu kernel launch group(s); %zu kernel(s) "
-                "have no expectation:\n",
-                expectations.size(), opt.gate.c_str(), subjects.size(), ungated.size());
+    std::printf(
+        "\nkernel efficiency gate: %zu expectation(s) of %s hold for %zu kernel launch group(s); %zu kernel(s) "
+        "have no expectation:\n",
+        expectations.size(), opt.gate.c_str(), subjects.size(), ungated.size());
     for (const std::string& k : ungated) std::printf("  %s\n", k.c_str());
   }
   return failures > 0 ? 1 : 0;

@@ -102,7 +102,8 @@ Prediction predict(const GpuSpec& gpu, const PredictionInput& in) {
     throw std::invalid_argument("predict: one occupancy per kernel is needed");
   Prediction p;
   double peak = peak_flops(gpu, in.unit);
-  if (!(peak > 0)) throw std::invalid_argument(std::string("predict: no ") + math_unit_name(in.unit) + " peak for " + gpu.name);
+  if (!(peak > 0))
+    throw std::invalid_argument(std::string("predict: no ") + math_unit_name(in.unit) + " peak for " + gpu.name);
 
   sim::GlobalCounters g;
   sim::SharedCounters s;

@@ -118,8 +118,8 @@ struct Prediction {
   // reads its input twice (2), a tiled GEMM re-reads tiles (served by the L2 in the model's
   // memory time, but counted here). 0 when the op has no cost model bytes.
   double traffic_ratio = 0;
-  double conflict_factor = 1;    // all shared requests of the call
-  double occupancy = -1;         // lowest known; < 0: no kernel of the call is in the table
+  double conflict_factor = 1;  // all shared requests of the call
+  double occupancy = -1;       // lowest known; < 0: no kernel of the call is in the table
   double issue_efficiency = 1;
   bool occupancy_unknown = false;  // some kernel had no resource entry
   int launches = 0;

@@ -102,8 +102,8 @@ Tensor SavedTensor::unpack(const char* node_name) const {
               " has already freed its saved tensors); pass retain_graph=true to the first backward");
   if (data_.defined()) {
     EMBER_CHECK(data_.version() == version_, "a tensor saved by ", node_name,
-                " for backward was modified in place after it was saved (version ", version_, " -> ",
-                data_.version(), "); clone it before the in-place op");
+                " for backward was modified in place after it was saved (version ", version_, " -> ", data_.version(),
+                "); clone it before the in-place op");
   }
   return data_;
 }
@@ -117,9 +117,9 @@ struct ByLaterFirst {
 };
 
 void check_grad(const Node& node, size_t i, const Tensor& g, const OutputMeta& want) {
-  EMBER_CHECK(g.shape() == want.shape && g.dtype() == want.dtype && g.device() == want.device,
-              "backward of ", node.name(), " produced a gradient ", g.describe(), " for input ", i, " but that input is ",
-              want.dtype, want.shape, " on ", want.device);
+  EMBER_CHECK(g.shape() == want.shape && g.dtype() == want.dtype && g.device() == want.device, "backward of ",
+              node.name(), " produced a gradient ", g.describe(), " for input ", i, " but that input is ", want.dtype,
+              want.shape, " on ", want.device);
 }
 
 struct Task {
@@ -258,8 +258,8 @@ bool in_backward() { return t_backward_depth > 0; }
 
 void detail::run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph,
                           const GradMath& math) {
-  EMBER_CHECK(grads.empty() || grads.size() == roots.size(), "backward: ", roots.size(), " outputs but ",
-              grads.size(), " gradients");
+  EMBER_CHECK(grads.empty() || grads.size() == roots.size(), "backward: ", roots.size(), " outputs but ", grads.size(),
+              " gradients");
   Task task;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];

@@ -35,7 +35,7 @@ namespace detail {
 // these. Every gradient computation enters through them, so the engine always has its arithmetic.
 struct GradMath {
   Tensor (*add)(const Tensor& a, const Tensor& b);  // a + b, a new tensor
-  void (*add_)(Tensor& acc, const Tensor& g);         // acc += g, in place
+  void (*add_)(Tensor& acc, const Tensor& g);       // acc += g, in place
   Tensor (*clone)(const Tensor& t);
   Tensor (*ones_like)(const Tensor& t);
   Tensor (*to)(const Tensor& t, DType dtype);

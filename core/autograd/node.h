@@ -72,10 +72,10 @@ struct Node : std::enable_shared_from_this<Node> {
   size_t num_outputs() const { return outputs.size(); }
   void retain_output(uint32_t output_nr, const std::shared_ptr<TensorImpl>& t);
 
-  std::vector<Edge> next_edges;     // one per forward input
-  std::vector<OutputMeta> outputs;  // one per forward output
+  std::vector<Edge> next_edges;                     // one per forward input
+  std::vector<OutputMeta> outputs;                  // one per forward output
   std::vector<std::weak_ptr<TensorImpl>> retained;  // outputs that asked for retain_grad
-  uint64_t sequence_nr;             // creation order: later nodes run first
+  uint64_t sequence_nr;                             // creation order: later nodes run first
 };
 
 // The sink for a leaf: adds the incoming gradient into leaf.grad.
@@ -101,7 +101,10 @@ class SavedTensor {
   explicit SavedTensor(const Tensor& t);
   // The saved tensor; throws if it was released or modified in place since it was saved.
   Tensor unpack(const char* node_name) const;
-  void release() { data_ = Tensor(); released_ = true; }
+  void release() {
+    data_ = Tensor();
+    released_ = true;
+  }
   bool defined() const { return data_.defined(); }
 
  private:

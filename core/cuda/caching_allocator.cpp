@@ -154,7 +154,8 @@ class DeviceAllocator {
     }
     if (!pools_alive_.count(b->pool) && b->pool != 0) b->pool = 0;  // its pool is gone: share it
     if (!b->uses.empty() && !is_capturing(b->stream)) {
-      DeviceGuard on_device(device_, DeviceGuard::kNoThrow);  // the events: created and recorded on this allocator's device
+      DeviceGuard on_device(device_,
+                            DeviceGuard::kNoThrow);  // the events: created and recorded on this allocator's device
       Pending pend{b, {}};
       for (cudaStream_t s : b->uses) {
         cudaEvent_t e = get_event();
@@ -243,8 +244,8 @@ class DeviceAllocator {
       size_t free_b = 0, total = 0;
       cudaMemGetInfo(&free_b, &total);
       cudaGetLastError();
-      throw OutOfMemoryError(str("CUDA out of memory on cuda:", device_, ": tried to allocate ", format_bytes(requested),
-                                 " (rounded to ", format_bytes(size), "); ember has ",
+      throw OutOfMemoryError(str("CUDA out of memory on cuda:", device_, ": tried to allocate ",
+                                 format_bytes(requested), " (rounded to ", format_bytes(size), "); ember has ",
                                  format_bytes(stats_.allocated_bytes), " in use and ",
                                  format_bytes(stats_.reserved_bytes - stats_.allocated_bytes),
                                  " cached; the device has ", format_bytes(free_b), " free of ", format_bytes(total),
@@ -258,7 +259,8 @@ class DeviceAllocator {
   }
 
   void release_locked(uint64_t pool) {
-    DeviceGuard on_device(device_, DeviceGuard::kNoThrow);  // cudaFree on the blocks' own device (empty_cache loops devices)
+    DeviceGuard on_device(device_,
+                          DeviceGuard::kNoThrow);  // cudaFree on the blocks' own device (empty_cache loops devices)
     process_pending();
     bool synced = false;
     for (auto it = free_.begin(); it != free_.end();) {
@@ -283,9 +285,9 @@ class DeviceAllocator {
 
   void process_pending() {
     // Note [event queries during capture]: querying an event is potentially unsafe while a capture
-    // is underway (global mode: on any thread) and invalidates the capture: an H200 lost --graph captures with the host loader
-    // this way, whose batches leave blocks pending on the copy stream's events. The events belong
-    // to finished or eager work, never to the capture, so relaxed mode is the honest setting.
+    // is underway (global mode: on any thread) and invalidates the capture: an H200 lost --graph captures with the host
+    // loader this way, whose batches leave blocks pending on the copy stream's events. The events belong to finished or
+    // eager work, never to the capture, so relaxed mode is the honest setting.
     if (pending_.empty()) return;  // the common case: no mode switch on every allocation
     RelaxedCapture relaxed;
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -413,8 +415,10 @@ PoolScope::~PoolScope() { t_pool[device_] = prev_; }
 
 namespace ember {
 Allocator* cuda_allocator(int index) {
-  EMBER_CHECK(index >= 0 && index < cuda::device_count(), "CUDA device ", index, " is not available (",
-              cuda::device_count() == 0 ? cuda::unavailable_reason() : std::to_string(cuda::device_count()) + " device(s)", ")");
+  EMBER_CHECK(
+      index >= 0 && index < cuda::device_count(), "CUDA device ", index, " is not available (",
+      cuda::device_count() == 0 ? cuda::unavailable_reason() : std::to_string(cuda::device_count()) + " device(s)",
+      ")");
   static std::array<cuda::CudaAllocatorAdapter*, 16> adapters{};
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);

@@ -11,10 +11,10 @@ namespace ember::cuda::detail {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
 }  // namespace ember::cuda::detail
 
-#define EMBER_CUDA_CHECK(expr)                                                    \
-  do {                                                                            \
-    cudaError_t ember_err_ = (expr);                                              \
-    if (ember_err_ != cudaSuccess) [[unlikely]]                                   \
+#define EMBER_CUDA_CHECK(expr)                                                        \
+  do {                                                                                \
+    cudaError_t ember_err_ = (expr);                                                  \
+    if (ember_err_ != cudaSuccess) [[unlikely]]                                       \
       ::ember::cuda::detail::throw_cuda_error(ember_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 

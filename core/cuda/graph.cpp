@@ -37,7 +37,8 @@ void Graph::capture_begin(Stream stream) {
   if (rng_state_ == nullptr) EMBER_CUDA_CHECK(cudaMalloc(&rng_state_, 2 * sizeof(uint64_t)));
   pool_ = std::make_unique<MemPool>(stream.device());
   scope_ = std::make_unique<PoolScope>(*pool_);
-  EMBER_CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream.handle()), cudaStreamCaptureModeThreadLocal));
+  EMBER_CUDA_CHECK(
+      cudaStreamBeginCapture(static_cast<cudaStream_t>(stream.handle()), cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
   default_generator().begin_graph_capture(static_cast<const uint64_t*>(rng_state_));
 }

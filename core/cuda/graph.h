@@ -43,8 +43,8 @@ class Graph {
   std::unique_ptr<MemPool> pool_;
   std::unique_ptr<PoolScope> scope_;
   bool capturing_ = false;
-  void* rng_state_ = nullptr;   // device {seed, offset} the graph's random kernels read
-  uint64_t rng_counters_ = 0;   // Philox counters one replay uses
+  void* rng_state_ = nullptr;  // device {seed, offset} the graph's random kernels read
+  uint64_t rng_counters_ = 0;  // Philox counters one replay uses
 };
 
 }  // namespace ember::cuda

@@ -52,8 +52,9 @@ inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
                    Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "ember::cuda::launch: wrong number of kernel arguments");
 #if EMBER_CUDA_SIM
-  ::ember::sim::launch(reinterpret_cast<const void*>(kernel), grid, block, smem_bytes, stream,
-                       ::ember::sim::kernel_body(kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)));
+  ::ember::sim::launch(
+      reinterpret_cast<const void*>(kernel), grid, block, smem_bytes, stream,
+      ::ember::sim::kernel_body(kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)));
 #else
   kernel<<<grid, block, smem_bytes, stream>>>(std::forward<Args>(args)...);
 #endif
@@ -73,9 +74,10 @@ inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 
 #if EMBER_CUDA_SIM
 #define EMBER_DEVICE_ARCH 900
-#define EMBER_SHARED(type, name)                                \
-  static constexpr char ember_shared_site_##name = 0;           \
-  auto& name = ::ember::sim::static_shared<::ember::cuda::detail::type_identity_t<type>>(&ember_shared_site_##name, #name)
+#define EMBER_SHARED(type, name)                      \
+  static constexpr char ember_shared_site_##name = 0; \
+  auto& name =                                        \
+      ::ember::sim::static_shared<::ember::cuda::detail::type_identity_t<type>>(&ember_shared_site_##name, #name)
 #define EMBER_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::ember::sim::dynamic_shared(#name))
 #else
 #if defined(__CUDA_ARCH__)
@@ -83,6 +85,9 @@ inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 #else
 #define EMBER_DEVICE_ARCH 0
 #endif
+// clang-format would glue `__align__(16)` to the `::` that follows
+// clang-format off
 #define EMBER_SHARED(type, name) __shared__ __align__(16) ::ember::cuda::detail::type_identity_t<type> name
+// clang-format on
 #define EMBER_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
 #endif

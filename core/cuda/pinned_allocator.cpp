@@ -64,8 +64,8 @@ class PinnedAllocator final : public Allocator {
     }
     if (err == cudaErrorMemoryAllocation) {
       cudaGetLastError();
-      throw OutOfMemoryError(str("out of pinned host memory: tried to allocate ", nbytes, " bytes (", stats_.allocated_bytes,
-                                 " in use, ", stats_.cached_bytes, " cached)"));
+      throw OutOfMemoryError(str("out of pinned host memory: tried to allocate ", nbytes, " bytes (",
+                                 stats_.allocated_bytes, " in use, ", stats_.cached_bytes, " cached)"));
     }
     EMBER_CUDA_CHECK(err);
     ++stats_.num_host_allocs;

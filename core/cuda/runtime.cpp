@@ -23,8 +23,8 @@ void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int l
   const char* short_file = file;
   if (const char* p = std::strstr(file, "/core/")) short_file = p + 1;
   else if (const char* q = std::strstr(file, "/kernels/")) short_file = q + 1;
-  throw CudaError(std::string("CUDA error ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + " in `" +
-                      expr + "` (" + short_file + ":" + std::to_string(line) + ")",
+  throw CudaError(std::string("CUDA error ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + " in `" + expr +
+                      "` (" + short_file + ":" + std::to_string(line) + ")",
                   static_cast<int>(err));
 }
 }  // namespace detail
@@ -237,8 +237,7 @@ Event::~Event() {
   if (handle_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(handle_));
 }
 
-Event::Event(Event&& o) noexcept
-    : handle_(o.handle_), device_(o.device_), timing_(o.timing_), recorded_(o.recorded_) {
+Event::Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_), timing_(o.timing_), recorded_(o.recorded_) {
   o.handle_ = nullptr;
   o.recorded_ = false;
 }
@@ -280,7 +279,8 @@ void Event::block(const Stream& s) const {
 
 bool Event::query() const {
   if (!recorded()) return true;
-  RelaxedCapture relaxed;  // asking never waits, and the event is not part of a capture (that is cudaErrorCapturedEvent)
+  RelaxedCapture
+      relaxed;  // asking never waits, and the event is not part of a capture (that is cudaErrorCapturedEvent)
   cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(handle_));
   if (err == cudaErrorNotReady) {
     cudaGetLastError();

@@ -138,9 +138,9 @@ void set_device_error_describer(std::string (*describe)(int code));
 // ---- the caching device allocator ----
 
 struct AllocatorStats {
-  size_t allocated_bytes = 0;       // handed out to tensors now
+  size_t allocated_bytes = 0;  // handed out to tensors now
   size_t peak_allocated_bytes = 0;
-  size_t reserved_bytes = 0;        // obtained from cudaMalloc (in use + cached)
+  size_t reserved_bytes = 0;  // obtained from cudaMalloc (in use + cached)
   size_t peak_reserved_bytes = 0;
   uint64_t num_allocs = 0;          // allocate() calls
   uint64_t num_cache_hits = 0;      // served from the cache

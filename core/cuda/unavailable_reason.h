@@ -27,7 +27,8 @@ inline std::string describe_no_cuda(int err, int count, bool driver_present, con
   if (err == kCudaErrorNoDevice) return "no CUDA device";
   if (err == kCudaErrorInsufficientDriver || err == kCudaErrorStubLibrary) {
     if (!driver_present) return "no NVIDIA driver found (libcuda.so.1 is not installed)";
-    if (err == kCudaErrorStubLibrary) return "no NVIDIA driver found (only the CUDA stub library libcuda.so is installed)";
+    if (err == kCudaErrorStubLibrary)
+      return "no NVIDIA driver found (only the CUDA stub library libcuda.so is installed)";
     return "the NVIDIA driver is too old for this build's CUDA runtime (" + message + "); update the driver";
   }
   if (!driver_present) return "no NVIDIA driver found (libcuda.so.1 is not installed)";

@@ -18,7 +18,9 @@ struct alignas(sizeof(T) * VEC) AlignedVec {
   T v[VEC];
 #if EMBER_CUDA_SIM
   AlignedVec() = default;
-  __attribute__((always_inline)) AlignedVec(const AlignedVec& o) { ::ember::sim::vector_copy(this, &o, sizeof(AlignedVec)); }
+  __attribute__((always_inline)) AlignedVec(const AlignedVec& o) {
+    ::ember::sim::vector_copy(this, &o, sizeof(AlignedVec));
+  }
   __attribute__((always_inline)) AlignedVec& operator=(const AlignedVec& o) {
     ::ember::sim::vector_copy(this, &o, sizeof(AlignedVec));
     return *this;

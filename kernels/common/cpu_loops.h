@@ -37,7 +37,8 @@ inline void cpu_run(char* const* p, const int64_t* s, int64_t n, const F& f, std
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    *reinterpret_cast<Out*>(p[0] + i * s[0]) = static_cast<Out>(f(*reinterpret_cast<const Ins*>(p[I + 1] + i * s[I + 1])...));
+    *reinterpret_cast<Out*>(p[0] + i * s[0]) =
+        static_cast<Out>(f(*reinterpret_cast<const Ins*>(p[I + 1] + i * s[I + 1])...));
   }
 }
 

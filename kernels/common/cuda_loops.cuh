@@ -37,13 +37,13 @@ struct OffsetCalc {
 
   template <class Index>
   __device__ __forceinline__ void get(Index linear, int64_t (&off)[N]) const {
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = ndim - 1; d >= 0; --d) {
       Index size = static_cast<Index>(sizes[d]);
       Index i = linear % size;
       linear /= size;
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int k = 0; k < N; ++k) off[k] += static_cast<int64_t>(i) * strides[k][d];
     }
   }
@@ -57,13 +57,13 @@ struct InPtrs {
 // (__global__ templates may have one parameter pack, last; the index_sequence expansions live in
 // these __device__ helpers.)
 template <int VEC, class Out, class F, class... Ins, size_t... I>
-__device__ __forceinline__ void vec_step(const F& f, Out* __restrict__ out, const InPtrs<sizeof...(Ins)>& in,
-                                         int64_t i, std::index_sequence<I...>) {
+__device__ __forceinline__ void vec_step(const F& f, Out* __restrict__ out, const InPtrs<sizeof...(Ins)>& in, int64_t i,
+                                         std::index_sequence<I...>) {
   // one 16-byte (or narrower) load per input, then VEC independent evaluations
   ::cuda::std::tuple<AlignedVec<Ins, VEC>...> loaded{
       *reinterpret_cast<const AlignedVec<Ins, VEC>*>(reinterpret_cast<const Ins*>(in.p[I]) + i)...};
   AlignedVec<Out, VEC> r;
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int j = 0; j < VEC; ++j) r.v[j] = static_cast<Out>(f(::cuda::std::get<I>(loaded).v[j]...));
   *reinterpret_cast<AlignedVec<Out, VEC>*>(out + i) = r;
 }

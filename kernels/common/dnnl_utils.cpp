@@ -65,9 +65,8 @@ Reorder Reorder::between(const dnnl::memory::desc& from, const dnnl::memory::des
   Reorder r;
   r.to = to;
   if (from != to)
-    r.prim = checked("oneDNN reorder", [&] {
-      return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
-    });
+    r.prim = checked("oneDNN reorder",
+                     [&] { return dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to)); });
   return r;
 }
 

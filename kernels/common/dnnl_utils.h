@@ -97,8 +97,7 @@ std::optional<PD> try_primitive_desc(const char* what, Make&& make) {
     return make();
   } catch (const dnnl::error& e) {
     if (e.status == dnnl_unimplemented) return std::nullopt;
-    EMBER_FAIL(what, ": oneDNN could not describe the primitive (status ", static_cast<int>(e.status), "): ",
-               e.what());
+    EMBER_FAIL(what, ": oneDNN could not describe the primitive (status ", static_cast<int>(e.status), "): ", e.what());
   }
 }
 

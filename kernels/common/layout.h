@@ -20,7 +20,7 @@ struct ElementwiseLayout {
   int ndim = 0;
   int nops = 0;
   int64_t numel = 0;
-  int64_t sizes[kMaxDims] = {};                 // outermost first
+  int64_t sizes[kMaxDims] = {};                  // outermost first
   int64_t strides[kMaxOperands][kMaxDims] = {};  // in elements; operand 0 is the output
 
   // One dim (or none) with stride 1 for every operand: a flat loop over numel elements.

@@ -14,11 +14,11 @@ namespace ember::math {
 // host build (and so the simulator) takes the std:: branch, which is why only a real GPU showed it
 // (NaN from Adam's bias correction, total_norm without its root, f64 GELU).
 #if defined(__CUDA_ARCH__)
-#define EMBER_MATH1(name, fexpr, dexpr)                          \
-  EMBER_HD inline float name(float x) { return ::fexpr(x); }     \
+#define EMBER_MATH1(name, fexpr, dexpr)                      \
+  EMBER_HD inline float name(float x) { return ::fexpr(x); } \
   EMBER_HD inline double name(double x) { return ::dexpr(x); }
 #else
-#define EMBER_MATH1(name, fexpr, dexpr)                        \
+#define EMBER_MATH1(name, fexpr, dexpr)                         \
   EMBER_HD inline float name(float x) { return std::dexpr(x); } \
   EMBER_HD inline double name(double x) { return std::dexpr(x); }
 #endif

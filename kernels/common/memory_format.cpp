@@ -15,7 +15,8 @@ Tensor contiguous_as(const Tensor& x, bool channels_last) {
   if (!channels_last) return x.is_contiguous() ? x : x.contiguous();
   EMBER_CHECK(x.dim() == 4, "channels-last layout needs a 4-D tensor, got ", x.describe());
   if (x.is_channels_last()) return x;
-  Tensor out = empty_strided(x.shape(), channels_last_strides(x.shape()), TensorOptions().dtype(x.dtype()).device(x.device()));
+  Tensor out =
+      empty_strided(x.shape(), channels_last_strides(x.shape()), TensorOptions().dtype(x.dtype()).device(x.device()));
   copy_(out, x);
   return out;
 }

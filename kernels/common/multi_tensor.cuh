@@ -57,9 +57,9 @@ int64_t total_chunks(const std::vector<Entry<Depth>>& entries) {
 template <int Depth, class Launch>
 void for_each_table(const std::vector<Entry<Depth>>& entries, Launch&& launch) {
   Table<Depth> tab;
-  int nt = 0;           // tensors in the table
-  int nb = 0;           // blocks in the table
-  int64_t done = 0;     // blocks launched before this table
+  int nt = 0;        // tensors in the table
+  int nb = 0;        // blocks in the table
+  int64_t done = 0;  // blocks launched before this table
   for (const auto& e : entries) {
     if (e.numel == 0) continue;
     const int64_t chunks = (e.numel + kChunk - 1) / kChunk;

@@ -33,9 +33,9 @@ template <int N>
 __device__ inline void cp_async_wait() {
   ::ember::sim::cp_async_wait(N);
 }
-#define EMBER_SIM_LDMATRIX(name, count, trans)                                                      \
-  __device__ inline void name(uint32_t (&r)[count], const void* row, SourceLocation loc = SourceLocation::current()) { \
-    ::ember::sim::ldmatrix(r, count, row, trans, loc);                                              \
+#define EMBER_SIM_LDMATRIX(name, count, trans)                                                                        \
+  __device__ inline void name(uint32_t(&r)[count], const void* row, SourceLocation loc = SourceLocation::current()) { \
+    ::ember::sim::ldmatrix(r, count, row, trans, loc);                                                                \
   }
 EMBER_SIM_LDMATRIX(ldmatrix_x1, 1, false)
 EMBER_SIM_LDMATRIX(ldmatrix_x2, 2, false)
@@ -73,7 +73,10 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 __device__ __forceinline__ void ldmatrix_x1(uint32_t (&r)[1], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(shared_address(row)) : "memory");
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+               : "=r"(r[0])
+               : "r"(shared_address(row))
+               : "memory");
 }
 __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
@@ -107,7 +110,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 }
 
 // d += a b on one m16n8k16 tile, f32 accumulators; bf16 = false: f16 operands.
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                                             bool bf16) {
   if (bf16) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

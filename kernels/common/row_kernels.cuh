@@ -110,7 +110,7 @@ __device__ __forceinline__ void online_merge(Acc& m, Acc& s, Acc m2, Acc s2) {
 template <class Acc, int N>
 __device__ __forceinline__ Stats<Acc, N> shfl_xor(const Stats<Acc, N>& s, int lane_mask) {
   Stats<Acc, N> r;
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int i = 0; i < N; ++i) r.v[i] = __shfl_xor_sync(0xffffffffu, s.v[i], lane_mask);
   return r;
 }
@@ -146,20 +146,19 @@ __device__ __forceinline__ void block_allreduce(const P& p, typename P::Stats& s
 // Phase 1 of one row held by a group: loads (when active), reduces, all-reduces, finishes.
 template <class P, int K>
 __device__ __forceinline__ typename P::Stats regs_phase1(const P& p, int64_t row, bool active, int C, int G, int lane,
-                                                         const typename P::Row& rc,
-                                                         typename P::Acc (&v)[K][P::kIn]) {
+                                                         const typename P::Row& rc, typename P::Acc (&v)[K][P::kIn]) {
   using Acc = typename P::Acc;
   const int64_t base = row * C;
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int j = 0; j < K; ++j) {
     const int c = lane + j * G;
     if (active && c < C) {
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int k = 0; k < P::kIn; ++k) v[j][k] = static_cast<Acc>(p.in[k][base + c]);
     }
   }
   typename P::Stats st = p.init();
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int j = 0; j < K; ++j) {
     const int c = lane + j * G;
     if (active && c < C) p.step(st, rc, c, v[j]);
@@ -183,7 +182,7 @@ __global__ void __launch_bounds__(128) regs_kernel(P p, int64_t rows, int C, int
   typename P::Stats st = regs_phase1<P, K>(p, row, active, C, G, lane, rc, v);
   if (!active) return;  // after the shuffles, which need every lane
   if constexpr (P::kOut) {
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int j = 0; j < K; ++j) {
       const int c = lane + j * G;
       if (c < C) p.out[row * C + c] = static_cast<T>(p.value(st, rc, c, v[j]));
@@ -204,20 +203,20 @@ __global__ void __launch_bounds__(256) warp_kernel(P p, int64_t rows, int64_t C)
   const int64_t base = row * C;
   const typename P::Row rc = p.row(row, base);
   typename P::Stats st = p.init();
-EMBER_UNROLL_N(4)
+  EMBER_UNROLL_N(4)
   for (int64_t c = lane; c < C; c += 32) {
     Acc v[P::kIn];
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(p.in[k][base + c]);
     p.step(st, rc, c, v);
   }
   group_allreduce(p, st, 32);
   p.finish(st, rc);
   if constexpr (P::kOut) {
-EMBER_UNROLL_N(4)
+    EMBER_UNROLL_N(4)
     for (int64_t c = lane; c < C; c += 32) {
       Acc v[P::kIn];
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(p.in[k][base + c]);
       p.out[base + c] = static_cast<T>(p.value(st, rc, c, v));
     }
@@ -245,26 +244,26 @@ __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
   typename P::Stats st = p.init();
   for (int64_t i0 = threadIdx.x; i0 < nvec; i0 += U * nthreads) {
     V a[U][P::kIn];
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int u = 0; u < U; ++u) {
       const int64_t i = i0 + u * nthreads;
       if (i < nvec) {
-EMBER_UNROLL
+        EMBER_UNROLL
         for (int k = 0; k < P::kIn; ++k) a[u][k] = reinterpret_cast<const V*>(p.in[k] + base)[i];
       }
     }
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int u = 0; u < U; ++u) {
       const int64_t i = i0 + u * nthreads;
       if (i < nvec) {
         if constexpr (kCache) {
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int k = 0; k < P::kIn; ++k) cache[k * nvec + i] = a[u][k];
         }
-EMBER_UNROLL
+        EMBER_UNROLL
         for (int j = 0; j < VEC; ++j) {
           Acc v[P::kIn];
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(a[u][k].v[j]);
           p.step(st, rc, i * VEC + j, v);
         }
@@ -276,24 +275,24 @@ EMBER_UNROLL
   if constexpr (P::kOut) {
     for (int64_t i0 = threadIdx.x; i0 < nvec; i0 += U * nthreads) {
       V a[U][P::kIn];
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int u = 0; u < U; ++u) {
         const int64_t i = i0 + u * nthreads;
         if (i < nvec) {
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int k = 0; k < P::kIn; ++k)
             a[u][k] = kCache ? cache[k * nvec + i] : reinterpret_cast<const V*>(p.in[k] + base)[i];
         }
       }
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int u = 0; u < U; ++u) {
         const int64_t i = i0 + u * nthreads;
         if (i < nvec) {
           V o;
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int j = 0; j < VEC; ++j) {
             Acc v[P::kIn];
-EMBER_UNROLL
+            EMBER_UNROLL
             for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(a[u][k].v[j]);
             o.v[j] = static_cast<T>(p.value(st, rc, i * VEC + j, v));
           }
@@ -310,7 +309,7 @@ EMBER_UNROLL
 constexpr int kColsX = 32, kColsY = 8;
 
 template <class P>
-__global__ void __launch_bounds__(kColsX * kColsY) cols_kernel(P p, int64_t C, int64_t B) {
+__global__ void __launch_bounds__(kColsX* kColsY) cols_kernel(P p, int64_t C, int64_t B) {
   using Acc = typename P::Acc;
   using T = typename P::T;
   EMBER_SHARED(typename P::Stats[kColsY][kColsX], sm);
@@ -327,7 +326,7 @@ __global__ void __launch_bounds__(kColsX * kColsY) cols_kernel(P p, int64_t C, i
   if (valid) {
     for (int64_t c = ty; c < C; c += kColsY) {
       Acc v[P::kIn];
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(p.in[k][base + c * B]);
       p.step(st, rc, c, v);
     }
@@ -335,7 +334,7 @@ EMBER_UNROLL
   sm[ty][tx] = st;
   __syncthreads();
   if (ty == 0) {
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int k = 1; k < kColsY; ++k) p.merge(st, sm[k][tx]);
     sm[0][tx] = st;
   }
@@ -346,7 +345,7 @@ EMBER_UNROLL
   if constexpr (P::kOut) {
     for (int64_t c = ty; c < C; c += kColsY) {
       Acc v[P::kIn];
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(p.in[k][base + c * B]);
       p.out[base + c * B] = static_cast<T>(p.value(st, rc, c, v));
     }

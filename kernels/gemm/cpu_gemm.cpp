@@ -47,8 +47,8 @@ const char* isa_name(Isa i) {
 
 bool isa_supported(Isa i) {
 #if EMBER_GEMM_X86
-  if (i == Isa::avx512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-                               __builtin_cpu_supports("fma");
+  if (i == Isa::avx512)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (i == Isa::avx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return true;
 #else

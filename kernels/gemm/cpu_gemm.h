@@ -35,10 +35,10 @@ struct CpuGemm {
   const T* b = nullptr;
   int64_t b_rs = 0, b_cs = 0;  // element strides of B's rows (k) and columns (n)
   T* c = nullptr;
-  int64_t c_rs = 0;           // row stride of C (its column stride is 1)
-  const T* bias = nullptr;    // [N] with stride bias_s, added to every row; nullptr: none
+  int64_t c_rs = 0;         // row stride of C (its column stride is 1)
+  const T* bias = nullptr;  // [N] with stride bias_s, added to every row; nullptr: none
   int64_t bias_s = 1;
-  int act = 0;                // 0 none, 1 relu, 2 gelu (exact erf form), as linear's Activation
+  int act = 0;  // 0 none, 1 relu, 2 gelu (exact erf form), as linear's Activation
   // Batches: element offsets of batch i are a_off[i], b_off[i], c_off[i] (nullptr: 0 for all).
   int64_t batch = 1;
   const int64_t* a_off = nullptr;

@@ -102,8 +102,8 @@ int plan_splits(Args& args, const Problem& p, int64_t ktiles, int splits, int ac
 
 // out[z, m, n] = act(sum over splits of ws[s][z][m][n] + bias[n]), the splits added in order.
 template <class T, class Acc>
-__global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int64_t total, int64_t M, int64_t N,
-                                     T* C, int64_t c_rs, int64_t c_bs, const T* bias, int act) {
+__global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int64_t total, int64_t M, int64_t N, T* C,
+                                     int64_t c_rs, int64_t c_bs, const T* bias, int act) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t n = i % N, m = (i / N) % M, z = i / (M * N);

@@ -46,12 +46,12 @@
 #include "kernels/functional.h"
 #include "kernels/gemm/gemm_common.cuh"
 
-#define EMBER_CUBLAS_CHECK(expr)                                                                             \
-  do {                                                                                                        \
-    cublasStatus_t ember_st_ = (expr);                                                                        \
-    if (ember_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                                      \
-      EMBER_FAIL("cuBLAS call ", #expr, " failed: ", cublasGetStatusString(ember_st_), " (status ",           \
-                 static_cast<int>(ember_st_), ")");                                                           \
+#define EMBER_CUBLAS_CHECK(expr)                                                                    \
+  do {                                                                                              \
+    cublasStatus_t ember_st_ = (expr);                                                              \
+    if (ember_st_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                            \
+      EMBER_FAIL("cuBLAS call ", #expr, " failed: ", cublasGetStatusString(ember_st_), " (status ", \
+                 static_cast<int>(ember_st_), ")");                                                 \
   } while (0)
 
 namespace ember::gemm {
@@ -174,10 +174,22 @@ CublasView to_cublas(const Problem& p) {
   }
   v.ldc = p.c_rs;
   switch (p.dtype) {
-    case DType::f32: v.type = CUDA_R_32F; v.compute = CUBLAS_COMPUTE_32F; break;
-    case DType::f64: v.type = CUDA_R_64F; v.compute = CUBLAS_COMPUTE_64F; break;
-    case DType::f16: v.type = CUDA_R_16F; v.compute = CUBLAS_COMPUTE_32F; break;
-    case DType::bf16: v.type = CUDA_R_16BF; v.compute = CUBLAS_COMPUTE_32F; break;
+    case DType::f32:
+      v.type = CUDA_R_32F;
+      v.compute = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::f64:
+      v.type = CUDA_R_64F;
+      v.compute = CUBLAS_COMPUTE_64F;
+      break;
+    case DType::f16:
+      v.type = CUDA_R_16F;
+      v.compute = CUBLAS_COMPUTE_32F;
+      break;
+    case DType::bf16:
+      v.type = CUDA_R_16BF;
+      v.compute = CUBLAS_COMPUTE_32F;
+      break;
     default: EMBER_FAIL("cuBLAS gemm: dtype ", p.dtype, " is not supported");
   }
   v.es = dtype_size(p.dtype);
@@ -369,7 +381,8 @@ void run_cublaslt(const Problem& p) {
   else if (p.act == 1) epi = CUBLASLT_EPILOGUE_RELU;
   EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (p.bias != nullptr)
-    EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+    EMBER_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
 
   // stored (pre-op) shapes, column-major: cuBLAS's A is our B, its B our A
   const uint64_t a_rows = v.ta == CUBLAS_OP_N ? p.N : p.K, a_cols = v.ta == CUBLAS_OP_N ? p.K : p.N;
@@ -377,12 +390,14 @@ void run_cublaslt(const Problem& p) {
   LayoutDesc la, lb, lc;
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.d, v.type, a_rows, a_cols, v.lda));
   EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.d, v.type, b_rows, b_cols, v.ldb));
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc.d, v.type, static_cast<uint64_t>(p.N), static_cast<uint64_t>(p.M), v.ldc));
+  EMBER_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&lc.d, v.type, static_cast<uint64_t>(p.N), static_cast<uint64_t>(p.M), v.ldc));
   if (bs.inner > 1) {
     const int32_t count = static_cast<int32_t>(bs.inner);
     const int64_t sa = bs.b_stride, sb = bs.a_stride, sc = p.c_bs;
     for (auto [l, stride] : {std::pair{la.d, sa}, std::pair{lb.d, sb}, std::pair{lc.d, sc}}) {
-      EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      EMBER_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
       EMBER_CUBLAS_CHECK(
           cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
     }
@@ -430,8 +445,8 @@ void run_cublaslt(const Problem& p) {
     // output: cuBLASLt's counterpart of the cuBLAS handle's DISALLOW_REDUCED_PRECISION_REDUCTION
     // (an H200 run gave bf16 results on the output dtype's grid with OUTPUT_TYPE and INPLACE allowed)
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                            sizeof(schemes)));
+    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                            &schemes, sizeof(schemes)));
     // With a bias in f16/bf16, no split-K: an H200 run (cuBLASLt 13.1) chose 16 K-slices for bf16
     // [64,129] -> 33 and its output lost the small sums of an accumulator and a bias that nearly
     // cancel (0 where 0.0011 was due): the partials are reduced in f32 but the bias is added after
@@ -442,10 +457,12 @@ void run_cublaslt(const Problem& p) {
     constexpr int kCandidates = 16;
     cublasLtMatmulHeuristicResult_t results[kCandidates]{};
     int found = 0;
-    EMBER_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, op.d, la.d, lb.d, lc.d, lc.d, pref.d, kCandidates, results,
-                                                      &found));
+    EMBER_CUBLAS_CHECK(
+        cublasLtMatmulAlgoGetHeuristic(h, op.d, la.d, lb.d, lc.d, lc.d, pref.d, kCandidates, results, &found));
     int pick = -1;
-    auto unsplit = [](const cublasLtMatmulAlgo_t& a) { return algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) <= 1; };
+    auto unsplit = [](const cublasLtMatmulAlgo_t& a) {
+      return algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) <= 1;
+    };
     for (int i = 0; i < found && pick < 0; ++i)
       if (results[i].state == CUBLAS_STATUS_SUCCESS && (!no_splitk || unsplit(results[i].algo))) pick = i;
     for (int i = 0; i < found && pick < 0 && no_splitk; ++i) {
@@ -455,8 +472,8 @@ void run_cublaslt(const Problem& p) {
       cublasLtMatmulHeuristicResult_t checked{};
       if (cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &slices, sizeof(slices)) ==
               CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof(none)) ==
-              CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none,
+                                               sizeof(none)) == CUBLAS_STATUS_SUCCESS &&
           cublasLtMatmulAlgoCheck(h, op.d, la.d, lb.d, lc.d, lc.d, &one_slice, &checked) == CUBLAS_STATUS_SUCCESS &&
           checked.workspaceSize <= ws_bytes) {
         results[i].algo = one_slice;

@@ -96,8 +96,8 @@ void define_op_amp_unscale(OpInfo& info) {
   info.infer = infer_unscale;
   info.contiguous_inputs = false;  // dense layouts reach the kernels as they are (infer_unscale)
   info.cost = unscale_cost;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = unscale_cpu,
-                    .note = "one loop over every gradient"});
+  info.add_variant(
+      {.name = "cpu", .device = DeviceType::cpu, .fn = unscale_cpu, .note = "one loop over every gradient"});
 }
 
 void define_op_amp_update_scale(OpInfo& info) {

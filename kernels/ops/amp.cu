@@ -107,7 +107,9 @@ void update_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_amp_unscale(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = unscale_cuda,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = unscale_cuda,
                     .note = "multi-tensor: one launch per 48 gradients, table in kernel arguments"});
 }
 

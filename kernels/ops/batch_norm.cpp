@@ -61,12 +61,14 @@ std::vector<TensorSpec> infer_batch_norm(std::span<const Tensor> in, const Attrs
   check_param("batch_norm", b, "bias", C, x.dtype(), s);
   check_param("batch_norm", rm, "running_mean", C, x.dtype(), s);
   check_param("batch_norm", rv, "running_var", C, x.dtype(), s);
-  EMBER_CHECK(rm.defined() == rv.defined(), "batch_norm: running_mean and running_var must both be given or both be undefined");
+  EMBER_CHECK(rm.defined() == rv.defined(),
+              "batch_norm: running_mean and running_var must both be given or both be undefined");
   for (const Tensor* r : {&rm, &rv}) {
     if (!r->defined()) continue;
     EMBER_CHECK(!r->requires_grad(), "batch_norm: running statistics must not require grad (they are buffers), got ",
                 r->describe(), " with requires_grad");
-    EMBER_CHECK(!a.training || r->is_contiguous(), "batch_norm: running statistics are updated in place and must be contiguous");
+    EMBER_CHECK(!a.training || r->is_contiguous(),
+                "batch_norm: running statistics are updated in place and must be contiguous");
   }
   const int64_t M = C == 0 ? 0 : x.numel() / C;
   if (a.training) {
@@ -176,7 +178,8 @@ std::vector<TensorSpec> infer_batch_norm_backward(std::span<const Tensor> in, co
   EMBER_CHECK(x.defined() && gy.defined() && mean.defined() && invstd.defined(),
               "batch_norm_backward: grad_output, input, mean and invstd must be defined");
   EMBER_CHECK(x.dim() >= 2, "batch_norm_backward: expects an input (N, C) or (N, C, *), got ", x.shape());
-  EMBER_CHECK(gy.shape() == x.shape(), "batch_norm_backward: grad_output ", gy.shape(), " must match the input ", x.shape());
+  EMBER_CHECK(gy.shape() == x.shape(), "batch_norm_backward: grad_output ", gy.shape(), " must match the input ",
+              x.shape());
   EMBER_CHECK(is_floating(x.dtype()) && gy.dtype() == x.dtype(), "batch_norm_backward: grad_output ", gy.describe(),
               " and input ", x.describe(), " must share a floating dtype");
   const int64_t C = x.shape()[1];
@@ -187,7 +190,8 @@ std::vector<TensorSpec> infer_batch_norm_backward(std::span<const Tensor> in, co
                 "batch_norm_backward: saved statistics must be ", s, "[", C, "] (as batch_norm returns them), got ",
                 t->describe());
   DType pd = w.defined() ? w.dtype() : s;
-  return {{x.shape(), x.dtype(), layout_strides(x.shape(), runs_channels_last(x))}, {Shape{C}, pd, {}}, {Shape{C}, pd, {}}};
+  return {
+      {x.shape(), x.dtype(), layout_strides(x.shape(), runs_channels_last(x))}, {Shape{C}, pd, {}}, {Shape{C}, pd, {}}};
 }
 
 template <class T>
@@ -296,13 +300,16 @@ void define_op_batch_norm(OpInfo& info) {
   info.infer = infer_batch_norm;
   info.backward = batch_norm_vjp;
   info.save = Save::both;
-  info.save_inputs_mask = 0b00011;   // x, weight: never the running statistics (Note [running statistics])
-  info.save_outputs_mask = 0b110;    // mean, invstd: not y
+  info.save_inputs_mask = 0b00011;  // x, weight: never the running statistics (Note [running statistics])
+  info.save_outputs_mask = 0b110;   // mean, invstd: not y
   info.cost = batch_norm_cost;
   // f16/bf16 activations stay in their dtype with f32 statistics and parameters (as cuDNN's path)
   info.autocast = AutocastPolicy::none;
   info.contiguous_inputs = false;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = batch_norm_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = batch_norm_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "two passes per channel in double, parallel over channels"});
 #if EMBER_WITH_DNNL
   register_dnnl_batch_norm(info);  // batch_norm_dnnl.cpp: oneDNN forward, kVendor
@@ -314,7 +321,10 @@ void define_op_batch_norm_backward(OpInfo& info) {
   info.infer = infer_batch_norm_backward;
   info.cost = batch_norm_cost;
   info.contiguous_inputs = false;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = batch_norm_backward_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = batch_norm_backward_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "per channel in double, parallel over channels"});
 }
 

@@ -96,7 +96,7 @@ template <class A, class Merge, class Shfl>
 __device__ __forceinline__ A block_merge(A a, Merge merge, Shfl shfl) {
   EMBER_SHARED(A[kPlanarThreads / 32], warps);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int off = 16; off > 0; off >>= 1) a = merge(a, shfl(a, off));
   if (lane == 0) warps[warp] = a;
   __syncthreads();
@@ -106,9 +106,9 @@ EMBER_UNROLL
 }
 
 struct BnDims {
-  int N, C, L;       // planar: x[(n C + c) L + l]; columnar: x[m C + c] with m < M = N L
+  int N, C, L;  // planar: x[(n C + c) L + l]; columnar: x[m C + c] with m < M = N L
   int64_t M;
-  int per_split;     // images (planar) or rows (columnar) per split
+  int per_split;  // images (planar) or rows (columnar) per split
   int splits;
 };
 
@@ -122,7 +122,8 @@ struct Affine {
 // ---- forward ----
 
 template <class T, class S>
-__global__ void __launch_bounds__(kPlanarThreads) stats_planar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
+__global__ void __launch_bounds__(kPlanarThreads)
+    stats_planar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
   const int c = blockIdx.x, sp = blockIdx.y;
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -131,7 +132,8 @@ __global__ void __launch_bounds__(kPlanarThreads) stats_planar(const T* __restri
     const T* row = x + (static_cast<int64_t>(n) * d.C + c) * d.L;
     for (int l = lane; l < d.L; l += 32) a = wf_push(a, static_cast<S>(row[l]));
   }
-  a = block_merge(a, [](Wf<S> p, Wf<S> q) { return wf_merge(p, q); }, [](Wf<S> p, int o) { return wf_shfl_down(p, o); });
+  a = block_merge(
+      a, [](Wf<S> p, Wf<S> q) { return wf_merge(p, q); }, [](Wf<S> p, int o) { return wf_shfl_down(p, o); });
   if (threadIdx.x == 0) ws[c * d.splits + sp] = a;
 }
 
@@ -191,7 +193,8 @@ __global__ void __launch_bounds__(kPlanarThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int n = n0 + warp; n < n1; n += nw) {
     const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
-    for (int l = lane; l < d.L; l += 32) y[base + l] = static_cast<T>((static_cast<S>(x[base + l]) - k.mean) * k.scale + k.bias);
+    for (int l = lane; l < d.L; l += 32)
+      y[base + l] = static_cast<T>((static_cast<S>(x[base + l]) - k.mean) * k.scale + k.bias);
   }
 }
 
@@ -200,7 +203,8 @@ __global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDim
                                const S* w, const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
   EMBER_SHARED(Affine<S>[kColTile], af);
   const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
-  if (threadIdx.y == 0 && c < d.C) af[threadIdx.x] = finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0);
+  if (threadIdx.y == 0 && c < d.C)
+    af[threadIdx.x] = finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0);
   __syncthreads();
   if (c >= d.C) return;
   const Affine<S> k = af[threadIdx.x];
@@ -249,14 +253,14 @@ __global__ void __launch_bounds__(kPlanarThreads)
       a.gx += g * (static_cast<S>(x[base + l]) - mu);
     }
   }
-  a = block_merge(a, [](Sums<S> p, Sums<S> q) { return sums_merge(p, q); },
-                  [](Sums<S> p, int o) { return sums_shfl_down(p, o); });
+  a = block_merge(
+      a, [](Sums<S> p, Sums<S> q) { return sums_merge(p, q); }, [](Sums<S> p, int o) { return sums_shfl_down(p, o); });
   if (threadIdx.x == 0) ws[c * d.splits + sp] = a;
 }
 
 template <class T, class S>
-__global__ void bwd_sums_columnar(const T* __restrict__ gy, const T* __restrict__ x, const S* __restrict__ mean, BnDims d,
-                                  Sums<S>* __restrict__ ws) {
+__global__ void bwd_sums_columnar(const T* __restrict__ gy, const T* __restrict__ x, const S* __restrict__ mean,
+                                  BnDims d, Sums<S>* __restrict__ ws) {
   EMBER_SHARED(Sums<S>[kColRows][kColTile + 1], sm);
   const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
@@ -308,7 +312,8 @@ __global__ void __launch_bounds__(kPlanarThreads)
                      int training) {
   EMBER_SHARED(BwdCoef<S>, co);
   const int c = blockIdx.x, sp = blockIdx.y;
-  if (threadIdx.x == 0) co = bwd_finalize(ws, c, d.splits, mean, invstd, w, dweight, dbias, d.M, training != 0, sp == 0);
+  if (threadIdx.x == 0)
+    co = bwd_finalize(ws, c, d.splits, mean, invstd, w, dweight, dbias, d.M, training != 0, sp == 0);
   __syncthreads();
   const BwdCoef<S> k = co;
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
@@ -316,7 +321,8 @@ __global__ void __launch_bounds__(kPlanarThreads)
   for (int n = n0 + warp; n < n1; n += nw) {
     const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
     for (int l = lane; l < d.L; l += 32)
-      dx[base + l] = static_cast<T>(k.k1 * static_cast<S>(gy[base + l]) + k.k2 * (static_cast<S>(x[base + l]) - k.mean) + k.k0);
+      dx[base + l] =
+          static_cast<T>(k.k1 * static_cast<S>(gy[base + l]) + k.k2 * (static_cast<S>(x[base + l]) - k.mean) + k.k0);
   }
 }
 
@@ -629,10 +635,10 @@ void batch_norm_backward_cudnn(const KernelCall& c) {
   Tensor dweight = dweight_out.dtype() == sd ? dweight_out : empty({gx.C}, so);
   Tensor dbias = dbias_out.dtype() == sd ? dbias_out : empty({gx.C}, so);
   const Scaling k(x.dtype());
-  EMBER_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-      h, CUDNN_BATCHNORM_SPATIAL, k.one(), k.zero(), k.one(), k.zero(), xd.d, x.data_ptr(), gd_desc.d, gy.data_ptr(),
-      dxd.d, dx.data_ptr(), pd.d, w.data_ptr(), dweight.data_ptr(), dbias.data_ptr(), a.eps, mean.data_ptr(),
-      invstd.data_ptr()));
+  EMBER_CUDNN_CHECK(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, k.one(), k.zero(), k.one(), k.zero(),
+                                                    xd.d, x.data_ptr(), gd_desc.d, gy.data_ptr(), dxd.d, dx.data_ptr(),
+                                                    pd.d, w.data_ptr(), dweight.data_ptr(), dbias.data_ptr(), a.eps,
+                                                    mean.data_ptr(), invstd.data_ptr()));
   write_back(dweight, dweight_out);
   write_back(dbias, dbias_out);
 }
@@ -641,24 +647,38 @@ void batch_norm_backward_cudnn(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_batch_norm(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = batch_norm_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = batch_norm_cuda,
+                    .dtypes = kFloatTypes,
                     .supports = bn_supports,
                     .note = "Welford partials per block + normalise (2 kernels, deterministic), "
                             "NCHW or channels-last"});
 #if EMBER_WITH_CUDNN
-  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = batch_norm_cudnn,
-                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16}, .flags = kVendor, .supports = cudnn_bn_ok,
+  info.add_variant({.name = "cudnn",
+                    .device = DeviceType::cuda,
+                    .fn = batch_norm_cudnn,
+                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16},
+                    .flags = kVendor,
+                    .supports = cudnn_bn_ok,
                     .note = "cudnnBatchNormalizationForwardTraining / ForwardInference (SPATIAL)"});
 #endif
 }
 
 void register_cuda_batch_norm_backward(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = batch_norm_backward_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = batch_norm_backward_cuda,
+                    .dtypes = kFloatTypes,
                     .supports = bn_supports,
                     .note = "per-block (sum g, sum g (x - mean)) partials + fused dx/dweight/dbias (2 kernels)"});
 #if EMBER_WITH_CUDNN
-  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = batch_norm_backward_cudnn,
-                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16}, .flags = kVendor, .supports = cudnn_bn_ok,
+  info.add_variant({.name = "cudnn",
+                    .device = DeviceType::cuda,
+                    .fn = batch_norm_backward_cudnn,
+                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16},
+                    .flags = kVendor,
+                    .supports = cudnn_bn_ok,
                     .note = "cudnnBatchNormalizationBackward (SPATIAL, training mode)"});
 #endif
 }

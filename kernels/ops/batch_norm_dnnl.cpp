@@ -92,7 +92,7 @@ bool supports(const KernelCall& c) {
   if (x.dtype() != DType::f32 && x.dtype() != DType::bf16) return false;
   if ((x.dim() != 2 && x.dim() != 4) || x.numel() == 0) return false;
   return entry(contiguous_as(x, runs_channels_last(x)), c.attr<BatchNormAttrs>().training != 0,
-                c.attr<BatchNormAttrs>().eps) != nullptr;
+               c.attr<BatchNormAttrs>().eps) != nullptr;
 }
 
 // A [C] parameter as a contiguous f32 tensor (`fill` where undefined).
@@ -113,9 +113,9 @@ void run(const KernelCall& c) {
               "; supports() should have refused it");
   EMBER_CHECK(runs_channels_last(x) ? y.is_channels_last() : y.is_contiguous(),
               "batch_norm dnnl: the output must have the input's layout, got strides ", y.strides());
-  EMBER_CHECK(mean.dtype() == DType::f32 && invstd.dtype() == DType::f32 && mean.is_contiguous() &&
-                  invstd.is_contiguous(),
-              "batch_norm dnnl: mean and invstd must be contiguous f32 tensors");
+  EMBER_CHECK(
+      mean.dtype() == DType::f32 && invstd.dtype() == DType::f32 && mean.is_contiguous() && invstd.is_contiguous(),
+      "batch_norm dnnl: mean and invstd must be contiguous f32 tensors");
   const Tensor scale = f32_param(c.in[1], C, 1.0), shift = f32_param(c.in[2], C, 0.0);
   // training: oneDNN writes the batch mean into ember's output and the variance here;
   // eval: the running statistics are oneDNN's inputs
@@ -123,12 +123,10 @@ void run(const KernelCall& c) {
   Tensor mean_in = training ? mean : f32_param(rm, C, 0.0);
   checked("batch_norm dnnl", [&] {
     Tensor keep;
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory_of(e->x, x)},
-                                         {DNNL_ARG_DST, memory_of(e->x, y)},
-                                         {DNNL_ARG_SCALE, memory_of(e->scale, scale)},
-                                         {DNNL_ARG_SHIFT, memory_of(e->scale, shift)},
-                                         {DNNL_ARG_MEAN, memory_of(e->stat, mean_in)},
-                                         {DNNL_ARG_VARIANCE, memory_of(e->stat, var)}};
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, memory_of(e->x, x)},           {DNNL_ARG_DST, memory_of(e->x, y)},
+        {DNNL_ARG_SCALE, memory_of(e->scale, scale)}, {DNNL_ARG_SHIFT, memory_of(e->scale, shift)},
+        {DNNL_ARG_MEAN, memory_of(e->stat, mean_in)}, {DNNL_ARG_VARIANCE, memory_of(e->stat, var)}};
     if (e->scratchpad.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, scratch(e->scratchpad, keep));
     e->prim.execute(stream(), args);
     stream().wait();
@@ -161,8 +159,12 @@ void run(const KernelCall& c) {
 }  // namespace
 
 void register_dnnl_batch_norm(OpInfo& info) {
-  info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = run, .dtypes = DTypeSet{DType::f32, DType::bf16},
-                    .flags = kVendor, .supports = supports,
+  info.add_variant({.name = "dnnl",
+                    .device = DeviceType::cpu,
+                    .fn = run,
+                    .dtypes = DTypeSet{DType::f32, DType::bf16},
+                    .flags = kVendor,
+                    .supports = supports,
                     .note = "oneDNN batch_normalization forward (scale/shift f32), invstd and running stats ours"});
 }
 

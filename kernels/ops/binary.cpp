@@ -23,8 +23,8 @@ template <class Op>
 std::vector<TensorSpec> infer_binary(std::span<const Tensor> in, const Attrs&) {
   EMBER_CHECK(in.size() == 2, Op::kName, ": expects two inputs");
   const Tensor &a = in[0], &b = in[1];
-  EMBER_CHECK(a.dtype() == b.dtype(), Op::kName, ": inputs must have the same dtype by now, got ", a.describe(), " and ",
-              b.describe(), " (the functional API promotes them)");
+  EMBER_CHECK(a.dtype() == b.dtype(), Op::kName, ": inputs must have the same dtype by now, got ", a.describe(),
+              " and ", b.describe(), " (the functional API promotes them)");
   check_binary_dtype<Op>(a.dtype());
   Shape s = broadcast_shapes(a.shape(), b.shape());
   return {{s, Op::kCompare ? DType::boolean : a.dtype(), elementwise_out_strides(s, {&a, &b})}};
@@ -56,13 +56,15 @@ void cpu_binary_scalar(const KernelCall& c) {
   ElementwiseLayout L = make_layout({&out, &a});
   EMBER_DISPATCH_NUMERIC(a.dtype(), Op::kName, [&] {
     cpu_map<binary::out_t<Op, scalar_t>, scalar_t>(L, {&out, &a},
-                                                    binary::ScalarFn<Op, scalar_t>{static_cast<acc_t<scalar_t>>(s)});
+                                                   binary::ScalarFn<Op, scalar_t>{static_cast<acc_t<scalar_t>>(s)});
   });
 }
 
 // ---- gradients ----
 
-Tensor reduce_to(const Tensor& g, const autograd::OutputMeta& m) { return g.shape() == m.shape ? g : sum_to(g, m.shape); }
+Tensor reduce_to(const Tensor& g, const autograd::OutputMeta& m) {
+  return g.shape() == m.shape ? g : sum_to(g, m.shape);
+}
 
 std::vector<Tensor> add_vjp(const BackwardCtx& ctx) {
   Tensor g = ctx.grad(0);
@@ -163,7 +165,8 @@ BackwardFn binary_scalar_vjp() {
 
 template <class Op>
 Save binary_save() {
-  if constexpr (std::is_same_v<Op, binary::Add> || std::is_same_v<Op, binary::Sub> || Op::kCompare) return Save::nothing;
+  if constexpr (std::is_same_v<Op, binary::Add> || std::is_same_v<Op, binary::Sub> || Op::kCompare)
+    return Save::nothing;
   return Save::inputs;
 }
 
@@ -176,7 +179,10 @@ void define_binary(OpInfo& info) {
   info.cost = binary_cost;
   info.contiguous_inputs = false;
   info.autocast = std::is_same_v<Op, binary::Pow> ? AutocastPolicy::fp32 : AutocastPolicy::promote;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_binary<Op>, .dtypes = kNumericTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = cpu_binary<Op>,
+                    .dtypes = kNumericTypes,
                     .note = "generic CPU elementwise loop"});
 }
 
@@ -192,7 +198,10 @@ void define_binary_scalar(OpInfo& info) {
   info.cost = binary_cost;
   info.contiguous_inputs = false;
   info.autocast = std::is_same_v<Op, binary::Pow> ? AutocastPolicy::fp32 : AutocastPolicy::none;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_binary_scalar<Op>, .dtypes = kNumericTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = cpu_binary_scalar<Op>,
+                    .dtypes = kNumericTypes,
                     .note = "generic CPU elementwise loop"});
 }
 
@@ -232,8 +241,8 @@ Tensor binary_scalar_call(OpId id, const Tensor& a, double s) {
 }  // namespace
 
 #define EMBER_BINARY(name, Functor)                                                                        \
-  void define_op_##name(OpInfo& info) { define_binary<binary::Functor>(info); }                           \
-  void define_op_##name##_scalar(OpInfo& info) { define_binary_scalar<binary::Functor>(info); }           \
+  void define_op_##name(OpInfo& info) { define_binary<binary::Functor>(info); }                            \
+  void define_op_##name##_scalar(OpInfo& info) { define_binary_scalar<binary::Functor>(info); }            \
   Tensor name(const Tensor& a, const Tensor& b) { return binary_call<binary::Functor>(OpId::name, a, b); } \
   Tensor name(const Tensor& a, double b) { return binary_scalar_call<binary::Functor>(OpId::name##_scalar, a, b); }
 #include "kernels/ops.def"

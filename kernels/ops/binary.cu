@@ -28,21 +28,27 @@ void cuda_binary_scalar(const KernelCall& c) {
   ElementwiseLayout L = make_layout({&out, &a});
   EMBER_DISPATCH_NUMERIC(a.dtype(), Op::kName, [&] {
     gpu_map<binary::out_t<Op, scalar_t>, scalar_t>(L, {&out, &a},
-                                                    binary::ScalarFn<Op, scalar_t>{static_cast<acc_t<scalar_t>>(s)});
+                                                   binary::ScalarFn<Op, scalar_t>{static_cast<acc_t<scalar_t>>(s)});
   });
 }
 
 }  // namespace
 
 // The macro parameter is `op`, not `name`: `name` would also replace the `.name` designator.
-#define EMBER_BINARY(op, Functor)                                                                                     \
-  void register_cuda_##op(OpInfo& info) {                                                                             \
-    info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_binary<binary::Functor>,                 \
-                      .dtypes = kNumericTypes, .note = "generic vectorized elementwise kernel"});                     \
-  }                                                                                                                   \
-  void register_cuda_##op##_scalar(OpInfo& info) {                                                                    \
-    info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_binary_scalar<binary::Functor>,          \
-                      .dtypes = kNumericTypes, .note = "generic vectorized elementwise kernel"});                     \
+#define EMBER_BINARY(op, Functor)                                        \
+  void register_cuda_##op(OpInfo& info) {                                \
+    info.add_variant({.name = "cuda",                                    \
+                      .device = DeviceType::cuda,                        \
+                      .fn = cuda_binary<binary::Functor>,                \
+                      .dtypes = kNumericTypes,                           \
+                      .note = "generic vectorized elementwise kernel"}); \
+  }                                                                      \
+  void register_cuda_##op##_scalar(OpInfo& info) {                       \
+    info.add_variant({.name = "cuda",                                    \
+                      .device = DeviceType::cuda,                        \
+                      .fn = cuda_binary_scalar<binary::Functor>,         \
+                      .dtypes = kNumericTypes,                           \
+                      .note = "generic vectorized elementwise kernel"}); \
   }
 #include "kernels/ops.def"
 

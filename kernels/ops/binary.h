@@ -22,28 +22,41 @@ namespace ember::binary {
 struct Add {
   static constexpr const char* kName = "add";
   static constexpr bool kCompare = false;
-  template <class T> EMBER_HD static T f(T a, T b) { return a + b; }
+  template <class T>
+  EMBER_HD static T f(T a, T b) {
+    return a + b;
+  }
 };
 struct Sub {
   static constexpr const char* kName = "sub";
   static constexpr bool kCompare = false;
-  template <class T> EMBER_HD static T f(T a, T b) { return a - b; }
+  template <class T>
+  EMBER_HD static T f(T a, T b) {
+    return a - b;
+  }
 };
 struct Mul {
   static constexpr const char* kName = "mul";
   static constexpr bool kCompare = false;
-  template <class T> EMBER_HD static T f(T a, T b) { return a * b; }
+  template <class T>
+  EMBER_HD static T f(T a, T b) {
+    return a * b;
+  }
 };
 struct Div {
   static constexpr const char* kName = "div";
   static constexpr bool kCompare = false;
   // Only floating types reach the kernel (true division); integers are promoted first.
-  template <class T> EMBER_HD static T f(T a, T b) { return a / b; }
+  template <class T>
+  EMBER_HD static T f(T a, T b) {
+    return a / b;
+  }
 };
 struct Pow {
   static constexpr const char* kName = "pow";
   static constexpr bool kCompare = false;
-  template <class T> EMBER_HD static T f(T a, T b) {
+  template <class T>
+  EMBER_HD static T f(T a, T b) {
     if constexpr (std::is_integral_v<T>) return math::ipow(a, b);
     else return math::pow(a, b);
   }
@@ -52,19 +65,28 @@ struct Maximum {
   static constexpr const char* kName = "maximum";
   static constexpr bool kCompare = false;
   // NaN propagates from either side (torch.maximum)
-  template <class T> EMBER_HD static T f(T a, T b) { return a != a ? a : (b != b ? b : (a > b ? a : b)); }
+  template <class T>
+  EMBER_HD static T f(T a, T b) {
+    return a != a ? a : (b != b ? b : (a > b ? a : b));
+  }
 };
 struct Minimum {
   static constexpr const char* kName = "minimum";
   static constexpr bool kCompare = false;
-  template <class T> EMBER_HD static T f(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? a : b)); }
+  template <class T>
+  EMBER_HD static T f(T a, T b) {
+    return a != a ? a : (b != b ? b : (a < b ? a : b));
+  }
 };
 
-#define EMBER_COMPARE_FUNCTOR(Name, name, op)                                    \
-  struct Name {                                                                  \
-    static constexpr const char* kName = #name;                                  \
-    static constexpr bool kCompare = true;                                       \
-    template <class T> EMBER_HD static bool f(T a, T b) { return a op b; }       \
+#define EMBER_COMPARE_FUNCTOR(Name, name, op)   \
+  struct Name {                                 \
+    static constexpr const char* kName = #name; \
+    static constexpr bool kCompare = true;      \
+    template <class T>                          \
+    EMBER_HD static bool f(T a, T b) {          \
+      return a op b;                            \
+    }                                           \
   };
 EMBER_COMPARE_FUNCTOR(Eq, eq, ==)
 EMBER_COMPARE_FUNCTOR(Ne, ne, !=)

@@ -74,8 +74,8 @@ void define_op_cat(OpInfo& info) {
 }
 
 void register_cuda_cat(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cat_kernel,
-                    .note = "a strided copy kernel per input"});
+  info.add_variant(
+      {.name = "cuda", .device = DeviceType::cuda, .fn = cat_kernel, .note = "a strided copy kernel per input"});
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {

@@ -43,16 +43,17 @@ ConvGeom conv_geometry(const char* op, const Shape& x, const Shape& w, const Con
   EMBER_CHECK(g.C >= 1, op, ": the input ", x, " has no channels");
   EMBER_CHECK(g.K >= 1 && w[1] >= 1 && g.R >= 1 && g.S >= 1, op, ": the weight ", w, " has an empty dimension");
   EMBER_CHECK(g.C % g.G == 0, op, ": groups = ", g.G, " must divide the input channels C = ", g.C, " (input ", x, ")");
-  EMBER_CHECK(g.K % g.G == 0, op, ": groups = ", g.G, " must divide the output channels K = ", g.K, " (weight ", w, ")");
+  EMBER_CHECK(g.K % g.G == 0, op, ": groups = ", g.G, " must divide the output channels K = ", g.K, " (weight ", w,
+              ")");
   g.Cg = g.C / g.G;
   g.Kg = g.K / g.G;
-  EMBER_CHECK(w[1] == g.Cg, op, ": input ", x, " has ", g.C, " channels but weight ", w, " expects ", w[1], " * groups = ",
-              w[1] * g.G, " channels (groups = ", g.G, ")");
+  EMBER_CHECK(w[1] == g.Cg, op, ": input ", x, " has ", g.C, " channels but weight ", w, " expects ", w[1],
+              " * groups = ", w[1] * g.G, " channels (groups = ", g.G, ")");
   const int64_t eh = g.dh * (g.R - 1) + 1, ew = g.dw * (g.S - 1) + 1;
   const int64_t hp = g.H + 2 * g.ph, wp = g.W + 2 * g.pw;
   EMBER_CHECK(eh <= hp && ew <= wp, op, ": the kernel ", g.R, "x", g.S, " (", eh, "x", ew, " with dilation ", g.dh, "x",
-              g.dw, ") is larger than the padded input ", hp, "x", wp, " (input ", g.H, "x", g.W, ", padding ", g.ph, "x",
-              g.pw, ")");
+              g.dw, ") is larger than the padded input ", hp, "x", wp, " (input ", g.H, "x", g.W, ", padding ", g.ph,
+              "x", g.pw, ")");
   g.P = (hp - eh) / g.sh + 1;
   g.Q = (wp - ew) / g.sw + 1;
   return g;
@@ -75,8 +76,8 @@ std::vector<TensorSpec> infer_conv2d(std::span<const Tensor> in, const Attrs& at
   ConvGeom g = conv_geometry("conv2d", x.shape(), w.shape(), attrs.get<Conv2dAttrs>());
   check_dtypes("conv2d", x, "input", w, "weight");
   if (b.defined()) {
-    EMBER_CHECK(b.dim() == 1 && b.shape()[0] == g.K, "conv2d: bias must be [", g.K, "] (one value per output channel), got ",
-                b.shape());
+    EMBER_CHECK(b.dim() == 1 && b.shape()[0] == g.K, "conv2d: bias must be [", g.K,
+                "] (one value per output channel), got ", b.shape());
     check_dtypes("conv2d", x, "input", b, "bias");
   }
   Shape out{g.N, g.K, g.P, g.Q};
@@ -157,8 +158,9 @@ std::vector<Tensor> conv2d_backward_weight_vjp(const BackwardCtx& ctx) {
   Tensor G = ctx.grad(0);
   Tensor dgy, dx;
   if (ctx.needs_grad(0)) dgy = call1(OpId::conv2d, {x, G, Tensor()}, with_size(a, 0, 0));
-  if (ctx.needs_grad(1)) dx = call1(OpId::conv2d_backward_input, {contiguous_as(gy, runs_channels_last(x)), G},
-                                    with_size(a, x.shape()[2], x.shape()[3]));
+  if (ctx.needs_grad(1))
+    dx = call1(OpId::conv2d_backward_input, {contiguous_as(gy, runs_channels_last(x)), G},
+               with_size(a, x.shape()[2], x.shape()[3]));
   return {dgy, dx};
 }
 

@@ -116,14 +116,18 @@ ConvGeom bww_geom(const KernelCall& c) {
 
 void simt_forward(const KernelCall& c) { convcuda::igemm_simt_forward(convcuda::forward_args(c)); }
 void simt_backward_input(const KernelCall& c) { convcuda::igemm_simt_backward_input(convcuda::backward_input_args(c)); }
-void simt_backward_weight(const KernelCall& c) { convcuda::igemm_simt_backward_weight(convcuda::backward_weight_args(c)); }
+void simt_backward_weight(const KernelCall& c) {
+  convcuda::igemm_simt_backward_weight(convcuda::backward_weight_args(c));
+}
 void mma_forward(const KernelCall& c) { convcuda::igemm_mma_forward(convcuda::forward_args(c)); }
 void mma_backward_input(const KernelCall& c) { convcuda::igemm_mma_backward_input(convcuda::backward_input_args(c)); }
-void mma_backward_weight(const KernelCall& c) { convcuda::igemm_mma_backward_weight(convcuda::backward_weight_args(c)); }
+void mma_backward_weight(const KernelCall& c) {
+  convcuda::igemm_mma_backward_weight(convcuda::backward_weight_args(c));
+}
 
 // ---- direct kernels (MNIST-sized convolutions) ----
 
-constexpr int kDirectTK = 8;        // output channels per thread (two float4 weight loads per tap)
+constexpr int kDirectTK = 8;              // output channels per thread (two float4 weight loads per tap)
 constexpr int kDirectSmemFloats = 12288;  // 48 KB: the default limit, several blocks per SM
 
 struct DirectGeom {
@@ -142,9 +146,8 @@ struct DirectGeom {
 // pixels of a row), accumulated over input-channel chunks staged in shared memory. FLIP: the weight
 // is read as the transposed, flipped kernel of a [Co, Ci] convolution (backward_input).
 template <class T, int KS, int TP, bool FLIP>
-__global__ void __launch_bounds__(256)
-    direct_kernel(const T* __restrict__ in, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ out,
-                  DirectGeom g) {
+__global__ void __launch_bounds__(256) direct_kernel(const T* __restrict__ in, const T* __restrict__ w,
+                                                     const T* __restrict__ bias, T* __restrict__ out, DirectGeom g) {
   EMBER_SHARED(float4[kDirectSmemFloats / 4], smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   const int plane = g.Hp * g.Wpa;
@@ -159,10 +162,9 @@ __global__ void __launch_bounds__(256)
   const int kg = tid / (g.QG * g.P);
   const int q0 = qg * TP;
   float acc[kDirectTK][TP];
-EMBER_UNROLL
-  for (int k = 0; k < kDirectTK; ++k)
-EMBER_UNROLL
-    for (int i = 0; i < TP; ++i) acc[k][i] = 0.f;
+  EMBER_UNROLL
+  for (int k = 0; k < kDirectTK; ++k) EMBER_UNROLL
+  for (int i = 0; i < TP; ++i) acc[k][i] = 0.f;
 
   const T* xn = in + static_cast<int64_t>(n) * g.Ci * g.H * g.W;
   for (int c0 = 0; c0 < g.Ci; c0 += g.CB) {
@@ -202,20 +204,19 @@ EMBER_UNROLL
       for (int c = 0; c < cb; ++c) {
         const float* xc = xs + c * plane + p * g.Wpa + q0;
         const float* wc = ws + c * KS * KS * g.KB + kg * kDirectTK;
-EMBER_UNROLL
+        EMBER_UNROLL
         for (int r = 0; r < KS; ++r) {
           float row[TP + KS - 1];
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int i = 0; i < TP + KS - 1; ++i) row[i] = xc[r * g.Wpa + i];
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int s = 0; s < KS; ++s) {
             const float4* wp = reinterpret_cast<const float4*>(wc + (r * KS + s) * g.KB);
             const float4 w0 = wp[0], w1 = wp[1];
             const float wv[kDirectTK] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-EMBER_UNROLL
-            for (int k = 0; k < kDirectTK; ++k)
-EMBER_UNROLL
-              for (int i = 0; i < TP; ++i) acc[k][i] = fmaf(wv[k], row[i + s], acc[k][i]);
+            EMBER_UNROLL
+            for (int k = 0; k < kDirectTK; ++k) EMBER_UNROLL
+            for (int i = 0; i < TP; ++i) acc[k][i] = fmaf(wv[k], row[i + s], acc[k][i]);
           }
         }
       }
@@ -223,13 +224,13 @@ EMBER_UNROLL
   }
   if (!active) return;
   T* yn = out + static_cast<int64_t>(n) * g.Co * g.P * g.Q;
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int k = 0; k < kDirectTK; ++k) {
     const int kk = k0 + kg * kDirectTK + k;
     if (kk >= g.Co) continue;
     const float bv = bias != nullptr ? static_cast<float>(bias[kk]) : 0.f;
     T* yrow = yn + (static_cast<int64_t>(kk) * g.P + p) * g.Q;
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int i = 0; i < TP; ++i)
       if (q0 + i < g.Q) yrow[q0 + i] = static_cast<T>(acc[k][i] + bv);
   }
@@ -327,7 +328,8 @@ DirectGeom compute_direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q
   d.KB = std::min(d.KB, (Co + kDirectTK - 1) / kDirectTK * kDirectTK);
   d.items = items(d.KB);
   const int natural = d.Wpa;
-  d.Wpa = pick_pitch(natural, d.items, [&](int tid, int pitch) { return ((tid / d.QG) % P) * pitch + (tid % d.QG) * tp; });
+  d.Wpa =
+      pick_pitch(natural, d.items, [&](int tid, int pitch) { return ((tid / d.QG) % P) * pitch + (tid % d.QG) * tp; });
   if (KS * KS * d.KB + d.Hp * d.Wpa > kDirectSmemFloats) d.Wpa = natural;  // a channel must fit
   const int per_channel = KS * KS * d.KB + d.Hp * d.Wpa;
   d.CB = std::min(Ci, kDirectSmemFloats / per_channel);
@@ -422,7 +424,8 @@ void direct_backward_input(const KernelCall& c) {
   EMBER_CHECK(d.KB > 0, "conv2d_backward_input direct: the shape does not fit the kernel");
   dispatch_half_float(a.x.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    launch_direct<T, true>(d, static_cast<int>(g.R), cp<T>(a.y), cp<T>(a.w), nullptr, mp<T>(a.x), cuda::stream_for(a.x));
+    launch_direct<T, true>(d, static_cast<int>(g.R), cp<T>(a.y), cp<T>(a.w), nullptr, mp<T>(a.x),
+                           cuda::stream_for(a.x));
   });
 }
 
@@ -434,14 +437,14 @@ constexpr int kWgTK3 = 4, kWgTK5 = 2;  // output channels per thread for 3x3 / 5
 
 struct DirectWgradGeom {
   int N, C, H, W, K, P, Q, pad;
-  int KB, CB;      // output / input channels per block
-  int PS;          // output-row shares per (k group, c)
-  int splits, ipb; // image splits and images per split
-  int Hp, Wp;      // padded input plane in shared memory: Hp rows of Wp >= Q + KS - 1 floats
-  int xpitch;      // floats per input plane in shared memory (>= Hp Wp; Note [direct plane pitch])
-  int gq;          // floats per grad_output row in shared memory (>= Q)
-  int gpitch;      // floats per grad_output plane in shared memory (>= P gq)
-  int rpitch;      // floats per unit in the final reduction (TK KS KS rounded up to odd)
+  int KB, CB;       // output / input channels per block
+  int PS;           // output-row shares per (k group, c)
+  int splits, ipb;  // image splits and images per split
+  int Hp, Wp;       // padded input plane in shared memory: Hp rows of Wp >= Q + KS - 1 floats
+  int xpitch;       // floats per input plane in shared memory (>= Hp Wp; Note [direct plane pitch])
+  int gq;           // floats per grad_output row in shared memory (>= Q)
+  int gpitch;       // floats per grad_output plane in shared memory (>= P gq)
+  int rpitch;       // floats per unit in the final reduction (TK KS KS rounded up to odd)
 };
 
 // Partial dW for images [split ipb, (split + 1) ipb) and a (k, c) slice, into ws[split][K][C][KS][KS].
@@ -465,12 +468,10 @@ __global__ void __launch_bounds__(256)
   const int ps = tid / (kgroups * g.CB);
 
   float acc[TK][KS][KS];
-EMBER_UNROLL
-  for (int t = 0; t < TK; ++t)
-EMBER_UNROLL
-    for (int r = 0; r < KS; ++r)
-EMBER_UNROLL
-      for (int s = 0; s < KS; ++s) acc[t][r][s] = 0.f;
+  EMBER_UNROLL
+  for (int t = 0; t < TK; ++t) EMBER_UNROLL
+  for (int r = 0; r < KS; ++r) EMBER_UNROLL
+  for (int s = 0; s < KS; ++s) acc[t][r][s] = 0.f;
 
   const int n_begin = split * g.ipb, n_end = ::min(g.N, n_begin + g.ipb);
   for (int n = n_begin; n < n_end; ++n) {
@@ -482,7 +483,8 @@ EMBER_UNROLL
       const int hh = rem / g.Wp, w = rem - hh * g.Wp;
       const int h = hh - g.pad, wi = w - g.pad;
       float v = 0.f;
-      if (c0 + c < g.C && h >= 0 && h < g.H && wi >= 0 && wi < g.W) v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
+      if (c0 + c < g.C && h >= 0 && h < g.H && wi >= 0 && wi < g.W)
+        v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
       xs[c * g.xpitch + rem] = v;
     }
     const T* gn = gy + static_cast<int64_t>(n) * g.K * gplane;
@@ -497,26 +499,23 @@ EMBER_UNROLL
       const float* gk = gs + kg * TK * g.gpitch;
       for (int p = ps; p < g.P; p += g.PS) {
         float win[KS][KS];
-EMBER_UNROLL
-        for (int r = 0; r < KS; ++r)
-EMBER_UNROLL
-          for (int s = 0; s < KS - 1; ++s) win[r][s + 1] = xc[(p + r) * g.Wp + s];
+        EMBER_UNROLL
+        for (int r = 0; r < KS; ++r) EMBER_UNROLL
+        for (int s = 0; s < KS - 1; ++s) win[r][s + 1] = xc[(p + r) * g.Wp + s];
         for (int q = 0; q < g.Q; ++q) {
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int r = 0; r < KS; ++r) {
-EMBER_UNROLL
+            EMBER_UNROLL
             for (int s = 0; s < KS - 1; ++s) win[r][s] = win[r][s + 1];
             win[r][KS - 1] = xc[(p + r) * g.Wp + q + KS - 1];
           }
           float gv[TK];
-EMBER_UNROLL
+          EMBER_UNROLL
           for (int t = 0; t < TK; ++t) gv[t] = gk[t * g.gpitch + p * g.gq + q];
-EMBER_UNROLL
-          for (int t = 0; t < TK; ++t)
-EMBER_UNROLL
-            for (int r = 0; r < KS; ++r)
-EMBER_UNROLL
-              for (int s = 0; s < KS; ++s) acc[t][r][s] = fmaf(gv[t], win[r][s], acc[t][r][s]);
+          EMBER_UNROLL
+          for (int t = 0; t < TK; ++t) EMBER_UNROLL
+          for (int r = 0; r < KS; ++r) EMBER_UNROLL
+          for (int s = 0; s < KS; ++s) acc[t][r][s] = fmaf(gv[t], win[r][s], acc[t][r][s]);
         }
       }
     }
@@ -526,12 +525,10 @@ EMBER_UNROLL
   constexpr int V = TK * KS * KS;
   float* red = smem;  // [units][rpitch]: an odd pitch puts the lanes' stores on 32 banks
   if (active) {
-EMBER_UNROLL
-    for (int t = 0; t < TK; ++t)
-EMBER_UNROLL
-      for (int r = 0; r < KS; ++r)
-EMBER_UNROLL
-        for (int s = 0; s < KS; ++s) red[tid * g.rpitch + (t * KS + r) * KS + s] = acc[t][r][s];
+    EMBER_UNROLL
+    for (int t = 0; t < TK; ++t) EMBER_UNROLL
+    for (int r = 0; r < KS; ++r) EMBER_UNROLL
+    for (int s = 0; s < KS; ++s) red[tid * g.rpitch + (t * KS + r) * KS + s] = acc[t][r][s];
   }
   __syncthreads();
   const int per_share = kgroups * g.CB;  // units with ps = 0
@@ -665,14 +662,21 @@ void direct_backward_weight(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_conv2d(OpInfo& info) {
-  info.add_variant({.name = "direct", .device = DeviceType::cuda, .fn = direct_forward,
-                    .dtypes = {DType::f32, DType::f16, DType::bf16}, .supports = direct_forward_supports,
+  info.add_variant({.name = "direct",
+                    .device = DeviceType::cuda,
+                    .fn = direct_forward,
+                    .dtypes = {DType::f32, DType::f16, DType::bf16},
+                    .supports = direct_forward_supports,
                     .note = "MNIST-sized: planes and weights in shared memory, 8 ch x 7 px per thread"});
-  info.add_variant({.name = "igemm_mma", .device = DeviceType::cuda, .fn = mma_forward,
+  info.add_variant({.name = "igemm_mma",
+                    .device = DeviceType::cuda,
+                    .fn = mma_forward,
                     .dtypes = {DType::f16, DType::bf16},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, fwd_geom); },
                     .note = "implicit GEMM, mma.sync m16n8k16 tensor cores, fp32 accumulation"});
-  info.add_variant({.name = "igemm_simt", .device = DeviceType::cuda, .fn = simt_forward,
+  info.add_variant({.name = "igemm_simt",
+                    .device = DeviceType::cuda,
+                    .fn = simt_forward,
                     .dtypes = {DType::f32, DType::f64},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, fwd_geom); },
                     .note = "implicit GEMM on FMA units, 128x128 / 64x64 tiles, register-staged double buffering"});
@@ -682,14 +686,21 @@ void register_cuda_conv2d(OpInfo& info) {
 }
 
 void register_cuda_conv2d_backward_input(OpInfo& info) {
-  info.add_variant({.name = "direct", .device = DeviceType::cuda, .fn = direct_backward_input,
-                    .dtypes = {DType::f32, DType::f16, DType::bf16}, .supports = direct_backward_input_supports,
+  info.add_variant({.name = "direct",
+                    .device = DeviceType::cuda,
+                    .fn = direct_backward_input,
+                    .dtypes = {DType::f32, DType::f16, DType::bf16},
+                    .supports = direct_backward_input_supports,
                     .note = "the direct forward kernel on grad_output with the flipped kernel"});
-  info.add_variant({.name = "igemm_mma", .device = DeviceType::cuda, .fn = mma_backward_input,
+  info.add_variant({.name = "igemm_mma",
+                    .device = DeviceType::cuda,
+                    .fn = mma_backward_input,
                     .dtypes = {DType::f16, DType::bf16},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, bwi_geom); },
                     .note = "implicit GEMM (dgrad), tensor cores"});
-  info.add_variant({.name = "igemm_simt", .device = DeviceType::cuda, .fn = simt_backward_input,
+  info.add_variant({.name = "igemm_simt",
+                    .device = DeviceType::cuda,
+                    .fn = simt_backward_input,
                     .dtypes = {DType::f32, DType::f64},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, bwi_geom); },
                     .note = "implicit GEMM (dgrad), FMA units"});
@@ -699,14 +710,21 @@ void register_cuda_conv2d_backward_input(OpInfo& info) {
 }
 
 void register_cuda_conv2d_backward_weight(OpInfo& info) {
-  info.add_variant({.name = "direct", .device = DeviceType::cuda, .fn = direct_backward_weight,
-                    .dtypes = {DType::f32, DType::f16, DType::bf16}, .supports = direct_wgrad_supports,
+  info.add_variant({.name = "direct",
+                    .device = DeviceType::cuda,
+                    .fn = direct_backward_weight,
+                    .dtypes = {DType::f32, DType::f16, DType::bf16},
+                    .supports = direct_wgrad_supports,
                     .note = "MNIST-sized: sliding windows over shared planes, image splits summed in order"});
-  info.add_variant({.name = "igemm_mma", .device = DeviceType::cuda, .fn = mma_backward_weight,
+  info.add_variant({.name = "igemm_mma",
+                    .device = DeviceType::cuda,
+                    .fn = mma_backward_weight,
                     .dtypes = {DType::f16, DType::bf16},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
                     .note = "implicit GEMM (wgrad), tensor cores, deterministic split-K"});
-  info.add_variant({.name = "igemm_simt", .device = DeviceType::cuda, .fn = simt_backward_weight,
+  info.add_variant({.name = "igemm_simt",
+                    .device = DeviceType::cuda,
+                    .fn = simt_backward_weight,
                     .dtypes = {DType::f32, DType::f64},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
                     .note = "implicit GEMM (wgrad), FMA units, deterministic split-K"});

@@ -52,7 +52,7 @@ struct ConvGeom {
   int64_t P = 0, Q = 0;                // output spatial
   int64_t G = 1, Cg = 0, Kg = 0;       // groups, channels per group
   int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
-  bool channels_last = false;          // the layout the op runs in
+  bool channels_last = false;  // the layout the op runs in
 
   double flops() const { return 2.0 * N * K * P * Q * Cg * R * S; }
 };

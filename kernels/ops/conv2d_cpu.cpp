@@ -159,7 +159,8 @@ Shape weight_shape_of(const KernelCall& c) {  // backward_weight: from the outpu
 
 void conv2d_naive_cpu(const KernelCall& c) {
   ConvGeom g = geom_of(c, "conv2d", c.in[0].shape(), c.in[1].shape());
-  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "conv2d", [&] { conv_fwd_naive<scalar_t>(g, c.in[0], c.in[1], c.in[2], c.out[0]); });
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "conv2d",
+                       [&] { conv_fwd_naive<scalar_t>(g, c.in[0], c.in[1], c.in[2], c.out[0]); });
 }
 void conv2d_backward_input_naive_cpu(const KernelCall& c) {
   ConvGeom g = geom_of(c, "conv2d_backward_input", c.out[0].shape(), c.in[1].shape());
@@ -182,8 +183,9 @@ Tensor prepare(const Tensor& t, DType ct, bool channels_last) {
   if (!t.defined()) return t;
   Tensor u = t.detach();
   if (u.dtype() != ct) {
-    Tensor v = empty_strided(u.shape(), channels_last ? channels_last_strides(u.shape()) : contiguous_strides(u.shape()),
-                             TensorOptions().dtype(ct));
+    Tensor v =
+        empty_strided(u.shape(), channels_last ? channels_last_strides(u.shape()) : contiguous_strides(u.shape()),
+                      TensorOptions().dtype(ct));
     copy_(v, u);
     return v;
   }
@@ -353,8 +355,7 @@ void copy_rows(const T* src, T* dst, int64_t rows, int64_t cols, int64_t ld, boo
     const T* s = src + i * cols;
     if (accumulate)
       for (int64_t j = 0; j < cols; ++j) d[j] += s[j];
-    else
-      std::memcpy(d, s, sizeof(T) * static_cast<size_t>(cols));
+    else std::memcpy(d, s, sizeof(T) * static_cast<size_t>(cols));
   }
 }
 
@@ -717,8 +718,7 @@ std::vector<T> wino_weights(const WinoGeom& g, const F& wt) {
         for (int a = 0; a < 4; ++a) {  // (G k) G^T
           const T u[4] = {t[a][0], T(0.5) * (t[a][0] + t[a][1] + t[a][2]), T(0.5) * (t[a][0] - t[a][1] + t[a][2]),
                           t[a][2]};
-          for (int b = 0; b < 4; ++b)
-            U[static_cast<size_t>(((grp * 16 + a * 4 + b) * g.Co + o) * g.Ci + i)] = u[b];
+          for (int b = 0; b < 4; ++b) U[static_cast<size_t>(((grp * 16 + a * 4 + b) * g.Co + o) * g.Ci + i)] = u[b];
         }
       }
   return U;
@@ -846,9 +846,8 @@ template <class T>
 // must hold zeros, which the caller's buffer keeps), so the transform runs over contiguous channels
 // and vectorises; wino_grad_image picks an AVX-512 or AVX2 build of it where the CPU has one.
 template <class T>
-[[gnu::always_inline]] inline void wino_grad_image_impl(const T* __restrict planes, int64_t P, int64_t Q,
-                                                        int64_t Co, T* __restrict yt, T* __restrict m,
-                                                        int64_t stride) {
+[[gnu::always_inline]] inline void wino_grad_image_impl(const T* __restrict planes, int64_t P, int64_t Q, int64_t Co,
+                                                        T* __restrict yt, T* __restrict m, int64_t stride) {
   const int64_t tp = (P + 1) / 2, tq = (Q + 1) / 2, Qp = 2 * tq;
   wino_planes_to_cl(planes, Co, P, Q, 0, 0, Qp, yt);
   for (int64_t ti = 0; ti < tp; ++ti)
@@ -861,7 +860,9 @@ template <class T>
 #pragma GCC ivdep
       for (int64_t o = 0; o < Co; ++o) {
         // A dY: rows (y0), (y0 + y1), (y0 - y1), (-y1) of the tile's rows y0, y1; then (A dY) A^T
-        const T u[4][2] = {{y00[o], y01[o]}, {y00[o] + y10[o], y01[o] + y11[o]}, {y00[o] - y10[o], y01[o] - y11[o]},
+        const T u[4][2] = {{y00[o], y01[o]},
+                           {y00[o] + y10[o], y01[o] + y11[o]},
+                           {y00[o] - y10[o], y01[o] - y11[o]},
                            {-y10[o], -y11[o]}};
         for (int a = 0; a < 4; ++a) {
           mt[(a * 4 + 0) * stride + o] = u[a][0];
@@ -879,8 +880,8 @@ template <class T>
 // w + pw; the rest (padding) must hold zeros, which the caller's buffer keeps. Vectorised over the
 // channels like wino_grad_image_impl.
 template <class T>
-[[gnu::always_inline]] inline void wino_input_image_impl(const T* __restrict planes, int64_t H, int64_t W,
-                                                         int64_t Ci, int64_t ph, int64_t pw, int64_t tp, int64_t tq,
+[[gnu::always_inline]] inline void wino_input_image_impl(const T* __restrict planes, int64_t H, int64_t W, int64_t Ci,
+                                                         int64_t ph, int64_t pw, int64_t tp, int64_t tq,
                                                          T* __restrict xt, T* __restrict v, int64_t stride) {
   const int64_t Wp = 2 * tq + 2;
   wino_planes_to_cl(planes, Ci, H, W, ph, pw, Wp, xt);
@@ -920,8 +921,8 @@ __attribute__((target("avx2,fma"))) void wino_grad_image_avx2(const float* plane
   wino_grad_image_impl<float>(planes, P, Q, Co, yt, m, stride);
 }
 __attribute__((target("avx512f,avx2,fma"))) void wino_input_image_avx512(const float* planes, int64_t H, int64_t W,
-                                                                         int64_t Ci, int64_t ph, int64_t pw,
-                                                                         int64_t tp, int64_t tq, float* xt, float* v,
+                                                                         int64_t Ci, int64_t ph, int64_t pw, int64_t tp,
+                                                                         int64_t tq, float* xt, float* v,
                                                                          int64_t stride) {
   wino_input_image_impl<float>(planes, H, W, Ci, ph, pw, tp, tq, xt, v, stride);
 }
@@ -935,11 +936,10 @@ __attribute__((target("avx2,fma"))) void wino_input_image_avx2(const float* plan
 // 2: AVX-512 (with AVX2, FMA), 1: AVX2 + FMA, 0: neither (or not x86-64).
 int wino_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const int isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-                                 __builtin_cpu_supports("fma")
-                             ? 2
-                         : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
-                                                                                            : 0;
+  static const int isa =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2
+      : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")                                    ? 1
+                                                                                                           : 0;
   return isa;
 #else
   return 0;
@@ -958,8 +958,8 @@ void wino_grad_image(const T* planes, int64_t P, int64_t Q, int64_t Co, T* yt, T
 }
 
 template <class T>
-void wino_input_image(const T* planes, int64_t H, int64_t W, int64_t Ci, int64_t ph, int64_t pw, int64_t tp,
-                      int64_t tq, T* xt, T* v, int64_t stride) {
+void wino_input_image(const T* planes, int64_t H, int64_t W, int64_t Ci, int64_t ph, int64_t pw, int64_t tp, int64_t tq,
+                      T* xt, T* v, int64_t stride) {
 #if defined(__x86_64__) && defined(__GNUC__)
   if constexpr (std::is_same_v<T, float>) {
     if (wino_isa() == 2) return wino_input_image_avx512(planes, H, W, Ci, ph, pw, tp, tq, xt, v, stride);
@@ -983,7 +983,7 @@ void wino_bwd_weight(const WinoGeom& g, const T* gy, const T* x, T* dw) {
     Tensor V = thread_scratch<T>(0, 16 * g.Ci * T_max);
     Tensor M = thread_scratch<T>(1, 16 * T_max * g.Co);
     Tensor D = thread_scratch<T>(2, 16 * g.Ci * g.Co);
-    std::vector<T> yt(static_cast<size_t>(2 * tp * 2 * tq * g.Co), T(0));  // past P, Q: zeros throughout
+    std::vector<T> yt(static_cast<size_t>(2 * tp * 2 * tq * g.Co), T(0));              // past P, Q: zeros throughout
     std::vector<T> xt(static_cast<size_t>((2 * tp + 2) * (2 * tq + 2) * g.Ci), T(0));  // padding: zeros
     for (int64_t nb0 = n0; nb0 < n1; nb0 += nb_max) {
       const int64_t nb = std::min(nb_max, n1 - nb0), NT = nb * tiles;
@@ -991,8 +991,8 @@ void wino_bwd_weight(const WinoGeom& g, const T* gy, const T* x, T* dw) {
         T* vp = V.data<T>();
         T* mp = M.data<T>();
         for (int64_t i = 0; i < nb; ++i)
-          wino_input_image(x + (nb0 + i) * g.Cin * HW + grp * g.Ci * HW, g.H, g.W, g.Ci, g.ph, g.pw, tp, tq,
-                           xt.data(), vp + i * tiles * g.Ci, NT * g.Ci);
+          wino_input_image(x + (nb0 + i) * g.Cin * HW + grp * g.Ci * HW, g.H, g.W, g.Ci, g.ph, g.pw, tp, tq, xt.data(),
+                           vp + i * tiles * g.Ci, NT * g.Ci);
         for (int64_t i = 0; i < nb; ++i)
           wino_grad_image(gy + (nb0 + i) * g.Cout * PQ + grp * g.Co * PQ, g.P, g.Q, g.Co, yt.data(),
                           mp + i * tiles * g.Co, NT * g.Co);
@@ -1170,43 +1170,79 @@ void conv2d_backward_weight_im2col_cpu(const KernelCall& c) {
 }  // namespace
 
 void register_cpu_conv2d(OpInfo& info) {
-  info.add_variant({.name = "naive", .device = DeviceType::cpu, .fn = conv2d_naive_cpu, .dtypes = kFloatTypes,
-                    .flags = kReference, .note = "the formula as loops over any strides, double accumulation"});
-  info.add_variant({.name = "winograd", .device = DeviceType::cpu, .fn = conv2d_winograd_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "naive",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_naive_cpu,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
+                    .note = "the formula as loops over any strides, double accumulation"});
+  info.add_variant({.name = "winograd",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_winograd_cpu,
+                    .dtypes = kFloatTypes,
                     .supports = wino_supports_fwd,
                     .note = "NCHW 3x3 stride 1: Winograd F(2x2, 3x3), 16 GEMMs per block of images"});
-  info.add_variant({.name = "im2col_blocked", .device = DeviceType::cpu, .fn = conv2d_blocked_cpu,
-                    .dtypes = kFloatTypes, .supports = blocked_supports,
+  info.add_variant({.name = "im2col_blocked",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_blocked_cpu,
+                    .dtypes = kFloatTypes,
+                    .supports = blocked_supports,
                     .note = "NCHW: im2col of a block of images + one matmul per block and group"});
-  info.add_variant({.name = "im2col", .device = DeviceType::cpu, .fn = conv2d_im2col_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "im2col",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_im2col_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "im2col per image and group + the matmul op, images across threads"});
 }
 
 void register_cpu_conv2d_backward_input(OpInfo& info) {
-  info.add_variant({.name = "naive", .device = DeviceType::cpu, .fn = conv2d_backward_input_naive_cpu,
-                    .dtypes = kFloatTypes, .flags = kReference,
+  info.add_variant({.name = "naive",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_backward_input_naive_cpu,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
                     .note = "the formula as loops over any strides, double accumulation"});
-  info.add_variant({.name = "winograd", .device = DeviceType::cpu, .fn = conv2d_backward_input_winograd_cpu,
-                    .dtypes = kFloatTypes, .supports = wino_supports_bwd_input,
+  info.add_variant({.name = "winograd",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_backward_input_winograd_cpu,
+                    .dtypes = kFloatTypes,
+                    .supports = wino_supports_bwd_input,
                     .note = "NCHW 3x3 stride 1: the flipped-weight convolution by Winograd F(2x2, 3x3)"});
-  info.add_variant({.name = "col2im_blocked", .device = DeviceType::cpu, .fn = conv2d_backward_input_blocked_cpu,
-                    .dtypes = kFloatTypes, .supports = blocked_supports,
+  info.add_variant({.name = "col2im_blocked",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_backward_input_blocked_cpu,
+                    .dtypes = kFloatTypes,
+                    .supports = blocked_supports,
                     .note = "NCHW: matmul (W^T G) per block of images and group, then col2im"});
-  info.add_variant({.name = "col2im", .device = DeviceType::cpu, .fn = conv2d_backward_input_col2im_cpu,
-                    .dtypes = kFloatTypes, .note = "matmul op (W^T g) per image and group, then col2im"});
+  info.add_variant({.name = "col2im",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_backward_input_col2im_cpu,
+                    .dtypes = kFloatTypes,
+                    .note = "matmul op (W^T g) per image and group, then col2im"});
 }
 
 void register_cpu_conv2d_backward_weight(OpInfo& info) {
-  info.add_variant({.name = "naive", .device = DeviceType::cpu, .fn = conv2d_backward_weight_naive_cpu,
-                    .dtypes = kFloatTypes, .flags = kReference,
+  info.add_variant({.name = "naive",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_backward_weight_naive_cpu,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
                     .note = "the formula as loops over any strides, double accumulation"});
-  info.add_variant({.name = "winograd", .device = DeviceType::cpu, .fn = conv2d_backward_weight_winograd_cpu,
-                    .dtypes = kFloatTypes, .supports = wino_supports_bwd_weight,
+  info.add_variant({.name = "winograd",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_backward_weight_winograd_cpu,
+                    .dtypes = kFloatTypes,
+                    .supports = wino_supports_bwd_weight,
                     .note = "NCHW 3x3 stride 1: Winograd F(2x2, 3x3), 16 GEMMs V^T (A dY A^T) per block of images"});
-  info.add_variant({.name = "im2col_blocked", .device = DeviceType::cpu, .fn = conv2d_backward_weight_blocked_cpu,
-                    .dtypes = kFloatTypes, .supports = blocked_supports_weight,
+  info.add_variant({.name = "im2col_blocked",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_backward_weight_blocked_cpu,
+                    .dtypes = kFloatTypes,
+                    .supports = blocked_supports_weight,
                     .note = "NCHW: matmul (G col^T) per block of images, per-thread partial sums added in order"});
-  info.add_variant({.name = "im2col", .device = DeviceType::cpu, .fn = conv2d_backward_weight_im2col_cpu,
+  info.add_variant({.name = "im2col",
+                    .device = DeviceType::cpu,
+                    .fn = conv2d_backward_weight_im2col_cpu,
                     .dtypes = kFloatTypes,
                     .note = "im2col + matmul op (g col^T) per image, per-thread partial sums added in order"});
 }

@@ -3,10 +3,10 @@
 //
 // - Algorithm: cudnnGet*Algorithm_v7 (heuristics: no sync, no allocation) by default; with
 //   EMBER_CUDNN_BENCHMARK=1, cudnnFind*AlgorithmEx times the candidates once per shape (it
-//   synchronises: the cudnn.benchmark idea; heuristics instead while a graph is being captured). Either way the choice is cached per shape, dtype,
-//   layout and determinism requirement, and the first usable algorithm wins: status success,
-//   workspace <= 1 GiB, deterministic unless the variant is cudnn_nondet (kNondeterministic, so
-//   deterministic mode never picks it), and for f32 no tensor-op (TF32) math.
+//   synchronises: the cudnn.benchmark idea; heuristics instead while a graph is being captured). Either way the choice
+//   is cached per shape, dtype, layout and determinism requirement, and the first usable algorithm wins: status
+//   success, workspace <= 1 GiB, deterministic unless the variant is cudnn_nondet (kNondeterministic, so deterministic
+//   mode never picks it), and for f32 no tensor-op (TF32) math.
 // - Math: CUDNN_FMA_MATH for f32 (no TF32: results comparable with the CPU reference) and
 //   CUDNN_DEFAULT_MATH for f64; for f16/bf16 the math type the algorithm was listed with, compute
 //   type float (cuDNN may still keep f16 partial sums: Note [cuDNN f16 partial sums] in
@@ -84,9 +84,9 @@ struct Descs {
       x.set(t, {N, C, H, W}, {C * H * W, H * W, W, 1});
       y.set(t, {N, K, P, Q}, {K * P * Q, P * Q, Q, 1});
     }
-    EMBER_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w.d, data_type(t), g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
-                                                 static_cast<int>(g.K), static_cast<int>(g.Cg), static_cast<int>(g.R),
-                                                 static_cast<int>(g.S)));
+    EMBER_CUDNN_CHECK(cudnnSetFilter4dDescriptor(
+        w.d, data_type(t), g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, static_cast<int>(g.K),
+        static_cast<int>(g.Cg), static_cast<int>(g.R), static_cast<int>(g.S)));
     EMBER_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
         conv.d, static_cast<int>(g.ph), static_cast<int>(g.pw), static_cast<int>(g.sh), static_cast<int>(g.sw),
         static_cast<int>(g.dh), static_cast<int>(g.dw), CUDNN_CROSS_CORRELATION,
@@ -107,12 +107,8 @@ struct Choice {
 using Key = std::tuple<int, int, int, bool, bool, std::vector<int64_t>>;
 
 Key make_key(ConvDirection kind, int device, DType t, const ConvGeom& g, bool nondet) {
-  return {static_cast<int>(kind),
-          device,
-          static_cast<int>(t),
-          g.channels_last,
-          nondet,
-          {g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.G, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw}};
+  return {static_cast<int>(kind), device, static_cast<int>(t),
+          g.channels_last,        nondet, {g.N, g.C, g.H, g.W, g.K, g.R, g.S, g.G, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw}};
 }
 
 std::mutex g_cache_mu;
@@ -158,8 +154,9 @@ Choice pick(const Perf* perf, int n, DType t, bool nondet, const char* what) {
   for (int i = 0; i < n && c.algo < 0; ++i) {
     const Perf& p = perf[i];
     if (vendor_log())
-      std::fprintf(stderr, "ember vendor: cuDNN %s %s candidate algo %d status %d determinism %d math %d workspace %zu\n",
-                   what, std::string(dtype_name(t)).c_str(), static_cast<int>(p.algo), static_cast<int>(p.status),
+      std::fprintf(stderr,
+                   "ember vendor: cuDNN %s %s candidate algo %d status %d determinism %d math %d workspace %zu\n", what,
+                   std::string(dtype_name(t)).c_str(), static_cast<int>(p.algo), static_cast<int>(p.status),
                    static_cast<int>(p.determinism), static_cast<int>(p.mathType), p.memory);
     if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) continue;
     if (!nondet && p.determinism != CUDNN_DETERMINISTIC) continue;
@@ -199,15 +196,14 @@ Choice choose(ConvDirection kind, cudnnHandle_t h, Descs& d, DType t, bool nonde
       }
       case ConvDirection::backward_input: {
         cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-        EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, d.w.d, bufs->w, d.y.d, bufs->y, d.conv.d, d.x.d,
-                                                                      bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
+        EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            h, d.w.d, bufs->w, d.y.d, bufs->y, d.conv.d, d.x.d, bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
         return pick(perf, n, t, nondet, "backward-data");
       }
       case ConvDirection::backward_weight: {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-        EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, d.x.d, bufs->x, d.y.d, bufs->y, d.conv.d,
-                                                                        d.w.d, bufs->out, kMax, &n, perf, ws.data_ptr(),
-                                                                        wss));
+        EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            h, d.x.d, bufs->x, d.y.d, bufs->y, d.conv.d, d.w.d, bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
         return pick(perf, n, t, nondet, "backward-filter");
       }
     }
@@ -225,7 +221,8 @@ Choice choose(ConvDirection kind, cudnnHandle_t h, Descs& d, DType t, bool nonde
     }
     case ConvDirection::backward_weight: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, kMax, &n, perf));
+      EMBER_CUDNN_CHECK(
+          cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, kMax, &n, perf));
       return pick(perf, n, t, nondet, "backward-filter");
     }
   }
@@ -241,13 +238,13 @@ Choice cached_choice(ConvDirection kind, const ConvGeom& g, DType t, bool nondet
     if (it != cache().end()) return it->second;
   }
   if (vendor_log())
-    std::fprintf(stderr,
-                 "ember vendor: cuDNN conv2d N=%lld C=%lld H=%lld W=%lld K=%lld R=%lld S=%lld groups=%lld stride %lldx%lld "
-                 "pad %lldx%lld dilation %lldx%lld%s%s\n",
-                 (long long)g.N, (long long)g.C, (long long)g.H, (long long)g.W, (long long)g.K, (long long)g.R,
-                 (long long)g.S, (long long)g.G, (long long)g.sh, (long long)g.sw, (long long)g.ph, (long long)g.pw,
-                 (long long)g.dh, (long long)g.dw, g.channels_last ? " channels-last" : "",
-                 nondet ? " nondeterministic allowed" : "");
+    std::fprintf(
+        stderr,
+        "ember vendor: cuDNN conv2d N=%lld C=%lld H=%lld W=%lld K=%lld R=%lld S=%lld groups=%lld stride %lldx%lld "
+        "pad %lldx%lld dilation %lldx%lld%s%s\n",
+        (long long)g.N, (long long)g.C, (long long)g.H, (long long)g.W, (long long)g.K, (long long)g.R, (long long)g.S,
+        (long long)g.G, (long long)g.sh, (long long)g.sw, (long long)g.ph, (long long)g.pw, (long long)g.dh,
+        (long long)g.dw, g.channels_last ? " channels-last" : "", nondet ? " nondeterministic allowed" : "");
   Choice c = choose(kind, h, d, t, nondet, bufs, dev);
   std::lock_guard<std::mutex> lock(g_cache_mu);
   cache()[key] = c;
@@ -353,8 +350,8 @@ void run(ConvDirection kind, const ConvArgs& a, DType t, bool nondet) {
       add_bias(a);
       break;
     case ConvDirection::backward_input:
-      EMBER_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(t), d.w.d, a.w.data_ptr(), d.y.d, a.y.data_ptr(), d.conv.d,
-                                                     static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), wsp,
+      EMBER_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(t), d.w.d, a.w.data_ptr(), d.y.d, a.y.data_ptr(),
+                                                     d.conv.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), wsp,
                                                      c.workspace, s.zero(t), d.x.d, a.x.data_ptr()));
       break;
     case ConvDirection::backward_weight:

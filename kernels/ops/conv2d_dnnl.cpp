@@ -98,10 +98,10 @@ struct ConvEntry {
   dnnl::primitive prim;
   int in_arg[2] = {0, 0};  // DNNL_ARG_* of the two tensor inputs
   memory::desc in_user[2];
-  Reorder in[2];           // user -> primitive
+  Reorder in[2];  // user -> primitive
   int out_arg = 0;
   memory::desc out_user, out_prim;
-  Reorder out;             // primitive -> user
+  Reorder out;  // primitive -> user
   bool bias = false;
   memory::desc bias_desc;
   memory::desc scratchpad;
@@ -113,8 +113,24 @@ PrimitiveCache<ConvEntry>& cache() {
 }
 
 std::vector<int64_t> key_of(ConvDirection kind, const ConvGeom& g, DType t, int bias_dtype) {
-  return {static_cast<int64_t>(kind), static_cast<int64_t>(t), bias_dtype, g.channels_last, g.N, g.C, g.H, g.W,
-          g.K, g.R, g.S, g.G, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw};
+  return {static_cast<int64_t>(kind),
+          static_cast<int64_t>(t),
+          bias_dtype,
+          g.channels_last,
+          g.N,
+          g.C,
+          g.H,
+          g.W,
+          g.K,
+          g.R,
+          g.S,
+          g.G,
+          g.sh,
+          g.sw,
+          g.ph,
+          g.pw,
+          g.dh,
+          g.dw};
 }
 
 std::shared_ptr<const ConvEntry> build(ConvDirection kind, const ConvGeom& g, DType t, int bias_dtype) {
@@ -176,8 +192,8 @@ std::shared_ptr<const ConvEntry> build(ConvDirection kind, const ConvGeom& g, DT
       break;
     }
     case ConvDirection::backward_weight: {
-      auto pd = try_primitive_desc<dnnl::convolution_backward_weights::primitive_desc>(
-          "conv2d_backward_weight dnnl", [&] {
+      auto pd =
+          try_primitive_desc<dnnl::convolution_backward_weights::primitive_desc>("conv2d_backward_weight dnnl", [&] {
             return dnnl::convolution_backward_weights::primitive_desc(
                 dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(u.xd), any(u.wd),
                                                          any(u.yd), strides, dil, pad, pad),

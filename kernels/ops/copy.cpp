@@ -85,9 +85,7 @@ void define_op_copy(OpInfo& info) {
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = copy_cpu, .note = "generic CPU elementwise loop"});
 }
 
-Tensor cast(const Tensor& x, DType dtype) {
-  return call1(OpId::cast, {x}, CastAttrs{static_cast<int64_t>(dtype), 0});
-}
+Tensor cast(const Tensor& x, DType dtype) { return call1(OpId::cast, {x}, CastAttrs{static_cast<int64_t>(dtype), 0}); }
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;

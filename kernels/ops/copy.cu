@@ -84,12 +84,14 @@ void copy_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_cast(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cast_cuda,
-                    .note = "generic vectorized elementwise kernel"});
+  info.add_variant(
+      {.name = "cuda", .device = DeviceType::cuda, .fn = cast_cuda, .note = "generic vectorized elementwise kernel"});
 }
 
 void register_cuda_copy(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = copy_cuda,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = copy_cuda,
                     .note = "elementwise kernel on one device; cudaMemcpyAsync across devices"});
 }
 

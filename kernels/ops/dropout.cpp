@@ -60,7 +60,10 @@ void define_op_dropout(OpInfo& info) {
   info.backward = dropout_vjp;
   info.save = Save::nothing;
   info.cost = dropout_cost;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = dropout_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = dropout_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "one Philox4x32-10 call per 4 elements, parallel"});
 }
 

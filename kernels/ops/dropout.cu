@@ -36,7 +36,7 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, int64
     if (kVec && i0 + 4 <= n) {
       const V in = reinterpret_cast<const V*>(x)[k];
       V out;
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int j = 0; j < 4; ++j) {
         const bool keep = static_cast<double>(uint_to_unit(r.v[j])) >= p;
         out.v[j] = static_cast<T>(static_cast<Acc>(in.v[j]) * (keep ? scale : Acc(0)));
@@ -80,7 +80,10 @@ void dropout_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_dropout(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = dropout_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = dropout_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "one Philox call per 4 elements, 4-wide vector loads and stores"});
 }
 

@@ -20,7 +20,8 @@ void fill_cpu(const KernelCall& c) {
   const Tensor& t = c.out[0];
   double v = c.attr<ScalarAttrs>().value;
   ElementwiseLayout L = make_layout({&t});
-  EMBER_DISPATCH_ALL(t.dtype(), "fill", [&] { cpu_map<scalar_t>(L, {&t}, FillFn<scalar_t>{convert<scalar_t, double>(v)}); });
+  EMBER_DISPATCH_ALL(t.dtype(), "fill",
+                     [&] { cpu_map<scalar_t>(L, {&t}, FillFn<scalar_t>{convert<scalar_t, double>(v)}); });
 }
 
 std::vector<TensorSpec> infer_arange(std::span<const Tensor> in, const Attrs& a) {
@@ -55,7 +56,10 @@ void define_op_arange(OpInfo& info) {
   info.doc = "start + i * step (in place)";
   info.infer = infer_arange;
   info.cost = write_cost;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = arange_cpu, .dtypes = kNumericTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = arange_cpu,
+                    .dtypes = kNumericTypes,
                     .note = "parallel CPU loop"});
 }
 

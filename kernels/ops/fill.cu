@@ -16,7 +16,8 @@ void fill_cuda(const KernelCall& c) {
   const Tensor& t = c.out[0];
   double v = c.attr<ScalarAttrs>().value;
   ElementwiseLayout L = make_layout({&t});
-  EMBER_DISPATCH_ALL(t.dtype(), "fill", [&] { gpu_map<scalar_t>(L, {&t}, FillFn<scalar_t>{convert<scalar_t, double>(v)}); });
+  EMBER_DISPATCH_ALL(t.dtype(), "fill",
+                     [&] { gpu_map<scalar_t>(L, {&t}, FillFn<scalar_t>{convert<scalar_t, double>(v)}); });
 }
 
 template <class T>
@@ -40,12 +41,15 @@ void arange_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_fill(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = fill_cuda,
-                    .note = "generic vectorized elementwise kernel"});
+  info.add_variant(
+      {.name = "cuda", .device = DeviceType::cuda, .fn = fill_cuda, .note = "generic vectorized elementwise kernel"});
 }
 
 void register_cuda_arange(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = arange_cuda, .dtypes = kNumericTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = arange_cuda,
+                    .dtypes = kNumericTypes,
                     .note = "grid-stride loop"});
 }
 

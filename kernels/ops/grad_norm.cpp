@@ -38,8 +38,7 @@ void total_norm_cpu(const KernelCall& c) {
     for (const Tensor& t : c.in) {
       const scalar_t* x = t.data<scalar_t>();
       for (int64_t i = 0; i < t.numel(); ++i)
-        acc = norm_detail::combine(acc, norm_detail::term(convert<double, scalar_t>(x[i]), kind, p),
-                                   kind);
+        acc = norm_detail::combine(acc, norm_detail::term(convert<double, scalar_t>(x[i]), kind, p), kind);
     }
   });
   double r = norm_detail::finish(acc, kind, p);
@@ -60,8 +59,8 @@ std::vector<TensorSpec> infer_clip(std::span<const Tensor> in, const Attrs& attr
     const Tensor& t = in[i];
     EMBER_CHECK(t.defined() && is_floating(t.dtype()), "clip_by_total_norm: tensor ", i - 1, " must be floating, got ",
                 t.defined() ? t.describe() : std::string("undefined"));
-    EMBER_CHECK(t.dtype() == in[1].dtype(), "clip_by_total_norm: tensor ", i - 1, " is ", t.dtype(), " but tensor 0 is ",
-                in[1].dtype());
+    EMBER_CHECK(t.dtype() == in[1].dtype(), "clip_by_total_norm: tensor ", i - 1, " is ", t.dtype(),
+                " but tensor 0 is ", in[1].dtype());
     EMBER_CHECK(t.device() == norm.device(), "clip_by_total_norm: tensor ", i - 1, " is on ", t.device(),
                 " but the norm is on ", norm.device());
     EMBER_CHECK(t.is_contiguous(), "clip_by_total_norm: tensor ", i - 1, " (", t.describe(), ") must be contiguous");
@@ -76,8 +75,9 @@ void clip_cpu(const KernelCall& c) {
   const Tensor& norm = c.in[0];
   EMBER_DISPATCH_FLOAT(c.in[1].dtype(), "clip_by_total_norm", [&] {
     using A = acc_t<scalar_t>;
-    A coef = norm.dtype() == DType::f64 ? static_cast<A>(norm_detail::clip_coef<double>(norm.data<double>()[0], max_norm))
-                                        : static_cast<A>(norm_detail::clip_coef<float>(norm.data<float>()[0], max_norm));
+    A coef = norm.dtype() == DType::f64
+                 ? static_cast<A>(norm_detail::clip_coef<double>(norm.data<double>()[0], max_norm))
+                 : static_cast<A>(norm_detail::clip_coef<float>(norm.data<float>()[0], max_norm));
     for (size_t k = 1; k < c.in.size(); ++k) {
       scalar_t* x = static_cast<scalar_t*>(c.in[k].data_ptr());
       for (int64_t i = 0; i < c.in[k].numel(); ++i) x[i] = convert<scalar_t, A>(convert<A, scalar_t>(x[i]) * coef);
@@ -109,7 +109,10 @@ void define_op_total_norm(OpInfo& info) {
   info.infer = infer_total_norm;
   info.cost = total_norm_cost;
   info.autocast = AutocastPolicy::none;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = total_norm_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = total_norm_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "serial f64 accumulation"});
 }
 
@@ -118,8 +121,8 @@ void define_op_clip_by_total_norm(OpInfo& info) {
   info.infer = infer_clip;
   info.cost = clip_cost;
   info.contiguous_inputs = false;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = clip_cpu, .dtypes = kFloatTypes,
-                    .note = "loop over tensors"});
+  info.add_variant(
+      {.name = "cpu", .device = DeviceType::cpu, .fn = clip_cpu, .dtypes = kFloatTypes, .note = "loop over tensors"});
 }
 
 // ---- functional ----

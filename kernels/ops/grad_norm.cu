@@ -26,14 +26,14 @@ using norm_detail::combine;
 __device__ double block_combine(double v, int kind) {
   EMBER_SHARED(double[32], warps);
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int off = 16; off > 0; off >>= 1) v = combine(v, __shfl_down_sync(0xffffffffu, v, off), kind);
   if (lane == 0) warps[warp] = v;
   __syncthreads();
   const int nwarps = static_cast<int>(blockDim.x / 32);
   if (warp == 0) {
     v = lane < nwarps ? warps[lane] : 0.0;
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int off = 16; off > 0; off >>= 1) v = combine(v, __shfl_down_sync(0xffffffffu, v, off), kind);
   }
   return v;
@@ -78,8 +78,7 @@ void total_norm_cuda(const KernelCall& c) {
   });
   if (out.dtype() == DType::f64)
     cuda::launch(norm_finish_kernel<double>, 1, 1024, 0, stream, part, nblocks, out.data<double>(), kind, p);
-  else
-    cuda::launch(norm_finish_kernel<float>, 1, 1024, 0, stream, part, nblocks, out.data<float>(), kind, p);
+  else cuda::launch(norm_finish_kernel<float>, 1, 1024, 0, stream, part, nblocks, out.data<float>(), kind, p);
 }
 
 template <class T, class N>
@@ -104,8 +103,7 @@ void clip_cuda(const KernelCall& c) {
     mt::for_each_table<1>(entries, [&](const mt::Table<1>& tab, int nb, int64_t) {
       if (norm.dtype() == DType::f64)
         cuda::launch(clip_kernel<scalar_t, double>, nb, mt::kThreads, 0, stream, tab, norm.data<double>(), max_norm);
-      else
-        cuda::launch(clip_kernel<scalar_t, float>, nb, mt::kThreads, 0, stream, tab, norm.data<float>(), max_norm);
+      else cuda::launch(clip_kernel<scalar_t, float>, nb, mt::kThreads, 0, stream, tab, norm.data<float>(), max_norm);
     });
   });
 }
@@ -113,13 +111,18 @@ void clip_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_total_norm(OpInfo& info) {
-  info.add_variant({.name = "v1_multi_tensor", .device = DeviceType::cuda, .fn = total_norm_cuda,
+  info.add_variant({.name = "v1_multi_tensor",
+                    .device = DeviceType::cuda,
+                    .fn = total_norm_cuda,
                     .dtypes = kFloatTypes,
                     .note = "per-chunk f64 partials, then one block combines them (deterministic)"});
 }
 
 void register_cuda_clip_by_total_norm(OpInfo& info) {
-  info.add_variant({.name = "v1_multi_tensor", .device = DeviceType::cuda, .fn = clip_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "v1_multi_tensor",
+                    .device = DeviceType::cuda,
+                    .fn = clip_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "one block per chunk; the coefficient is read from the norm on the device"});
 }
 

@@ -46,13 +46,14 @@ void index_select_cpu(const KernelCall& c) {
     const index_t* ip = static_cast<const index_t*>(index.data_ptr());
     for (int64_t k = 0; k < K; ++k)
       if (ip[k] < 0 || ip[k] >= sx.size) out_of_range("index_select", ip[k], d, sx.size);
-    parallel_for(0, sx.outer * K, std::max<int64_t>(1, 4096 / std::max<int64_t>(sx.inner, 1)), [&](int64_t b, int64_t e) {
-      for (int64_t ok = b; ok < e; ++ok) {
-        int64_t o = ok / K, k = ok % K;
-        std::memcpy(op + (ok * sx.inner) * es, xp + ((o * sx.size + ip[k]) * sx.inner) * es,
-                    static_cast<size_t>(sx.inner) * es);
-      }
-    });
+    parallel_for(0, sx.outer * K, std::max<int64_t>(1, 4096 / std::max<int64_t>(sx.inner, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t ok = b; ok < e; ++ok) {
+                     int64_t o = ok / K, k = ok % K;
+                     std::memcpy(op + (ok * sx.inner) * es, xp + ((o * sx.size + ip[k]) * sx.inner) * es,
+                                 static_cast<size_t>(sx.inner) * es);
+                   }
+                 });
   });
 }
 
@@ -129,8 +130,8 @@ std::vector<TensorSpec> infer_index_add(std::span<const Tensor> in, const Attrs&
   int d = wrap_dim(a.get<IndexAttrs>().dim, self.dim(), "index_add dim");
   Shape want = self.shape();
   want[d] = index.numel();
-  EMBER_CHECK(src.shape() == want, "index_add: source has shape ", src.shape(), " but self ", self.shape(),
-              " with ", index.numel(), " indices along dim ", d, " needs ", want);
+  EMBER_CHECK(src.shape() == want, "index_add: source has shape ", src.shape(), " but self ", self.shape(), " with ",
+              index.numel(), " indices along dim ", d, " needs ", want);
   return {{self.shape(), self.dtype(), {}}};
 }
 
@@ -158,7 +159,8 @@ void index_add_cpu(const KernelCall& c) {
         for (int64_t oi = b; oi < e; ++oi) {
           int64_t o = oi / s.inner, i = oi % s.inner;
           for (int64_t k = 0; k < K; ++k)
-            acc[static_cast<size_t>((o * s.size + ip[k]) * s.inner + i)] += static_cast<A>(srcp[(o * K + k) * s.inner + i]);
+            acc[static_cast<size_t>((o * s.size + ip[k]) * s.inner + i)] +=
+                static_cast<A>(srcp[(o * K + k) * s.inner + i]);
         }
       });
     });
@@ -179,7 +181,8 @@ std::vector<TensorSpec> infer_scatter_add(std::span<const Tensor> in, const Attr
   EMBER_CHECK(in.size() == 3, "scatter_add: expects (self, index, src)");
   const Tensor &self = in[0], &index = in[1], &src = in[2];
   check_index_dtype("scatter_add", index);
-  EMBER_CHECK(src.dtype() == self.dtype(), "scatter_add: src ", src.describe(), " must have self's dtype ", self.dtype());
+  EMBER_CHECK(src.dtype() == self.dtype(), "scatter_add: src ", src.describe(), " must have self's dtype ",
+              self.dtype());
   EMBER_CHECK(index.shape() == src.shape(), "scatter_add: index ", index.shape(), " and src ", src.shape(),
               " must have the same shape");
   EMBER_CHECK(index.dim() == self.dim(), "scatter_add: index ", index.shape(), " must have as many dims as self ",
@@ -254,8 +257,8 @@ void define_op_gather(OpInfo& info) {
   info.backward = gather_vjp;
   info.save = Save::inputs;
   info.cost = io_cost;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = gather_cpu,
-                    .note = "parallel loop over the index"});
+  info.add_variant(
+      {.name = "cpu", .device = DeviceType::cpu, .fn = gather_cpu, .note = "parallel loop over the index"});
 }
 void define_op_index_add(OpInfo& info) {
   info.doc = "self + source added at index rows";
@@ -263,7 +266,10 @@ void define_op_index_add(OpInfo& info) {
   info.backward = index_add_vjp;
   info.save = Save::inputs;
   info.cost = io_cost;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = index_add_cpu, .dtypes = kNumericTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = index_add_cpu,
+                    .dtypes = kNumericTypes,
                     .note = "parallel over rows, indices in order"});
 }
 void define_op_scatter_add(OpInfo& info) {
@@ -272,14 +278,19 @@ void define_op_scatter_add(OpInfo& info) {
   info.backward = scatter_add_vjp;
   info.save = Save::inputs;
   info.cost = io_cost;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = scatter_add_cpu, .dtypes = kNumericTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = scatter_add_cpu,
+                    .dtypes = kNumericTypes,
                     .note = "serial, row-major order"});
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   return call1(OpId::index_select, {x, index.dim() == 0 ? index.reshape({1}) : index}, IndexAttrs{dim});
 }
-Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) { return call1(OpId::gather, {x, index}, IndexAttrs{dim}); }
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  return call1(OpId::gather, {x, index}, IndexAttrs{dim});
+}
 Tensor index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
   return call1(OpId::index_add, {self, index, source.dtype() == self.dtype() ? source : cast(source, self.dtype())},
                IndexAttrs{dim});

@@ -41,13 +41,13 @@ __device__ __forceinline__ void add_to(T& dst, T v) {
   dst = static_cast<T>(static_cast<acc_t<T>>(dst) + static_cast<acc_t<T>>(v));
 }
 
-#define EMBER_GRID_LOOP(i, n)                                                           \
+#define EMBER_GRID_LOOP(i, n)                                                            \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 template <class T, class I>
-__global__ void index_select_kernel(const T* __restrict__ x, const I* __restrict__ idx, T* __restrict__ out,
-                                    int64_t K, int64_t size, int64_t inner, int64_t n, int* err, int code) {
+__global__ void index_select_kernel(const T* __restrict__ x, const I* __restrict__ idx, T* __restrict__ out, int64_t K,
+                                    int64_t size, int64_t inner, int64_t n, int* err, int code) {
   EMBER_GRID_LOOP(e, n) {
     int64_t i = e % inner, ok = e / inner;
     int64_t k = ok % K, o = ok / K;
@@ -61,8 +61,8 @@ __global__ void index_select_kernel(const T* __restrict__ x, const I* __restrict
 }
 
 template <class T, class I>
-__global__ void gather_kernel(const T* __restrict__ x, const I* __restrict__ idx, T* __restrict__ out, Dims dims,
-                              int d, int64_t size, int64_t n, int* err, int code) {
+__global__ void gather_kernel(const T* __restrict__ x, const I* __restrict__ idx, T* __restrict__ out, Dims dims, int d,
+                              int64_t size, int64_t n, int* err, int code) {
   EMBER_GRID_LOOP(e, n) {
     int64_t j = static_cast<int64_t>(idx[e]);
     if (j < 0 || j >= size) {
@@ -223,7 +223,8 @@ void index_add_cuda(const KernelCall& c) {
     check_indices<index_t>(index, s.size, OpId::index_add);
     auto run = [&]<class scalar_t>() {
       if constexpr (kAtomic) {
-        EMBER_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
+        EMBER_CUDA_CHECK(
+            cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
         if (src.numel() == 0) return;
         cuda::launch(index_add_atomic_kernel<scalar_t, index_t>, cuda::grid_for(src.numel(), 256, device), 256, 0,
                      stream, static_cast<const index_t*>(index.data_ptr()),
@@ -262,7 +263,8 @@ void scatter_add_cuda(const KernelCall& c) {
     check_indices<index_t>(index, size, OpId::scatter_add);
     auto run = [&]<class scalar_t>() {
       if constexpr (kAtomic) {
-        EMBER_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
+        EMBER_CUDA_CHECK(
+            cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
         if (src.numel() == 0) return;
         cuda::launch(scatter_add_atomic_kernel<scalar_t, index_t>, cuda::grid_for(src.numel(), 256, device), 256, 0,
                      stream, static_cast<const index_t*>(index.data_ptr()),
@@ -294,25 +296,37 @@ void scatter_add_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_index_select(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = index_select_cuda,
-                    .note = "thread per output element"});
+  info.add_variant(
+      {.name = "cuda", .device = DeviceType::cuda, .fn = index_select_cuda, .note = "thread per output element"});
 }
 void register_cuda_gather(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = gather_cuda,
-                    .note = "thread per output element"});
+  info.add_variant(
+      {.name = "cuda", .device = DeviceType::cuda, .fn = gather_cuda, .note = "thread per output element"});
 }
 void register_cuda_index_add(OpInfo& info) {
-  info.add_variant({.name = "ordered", .device = DeviceType::cuda, .fn = index_add_cuda<false>,
-                    .dtypes = kNumericTypes, .note = "thread per output element, indices in order (deterministic)"});
-  info.add_variant({.name = "atomic", .device = DeviceType::cuda, .fn = index_add_cuda<true>,
-                    .dtypes = DTypeSet{DType::f32, DType::f64}, .flags = kNondeterministic,
+  info.add_variant({.name = "ordered",
+                    .device = DeviceType::cuda,
+                    .fn = index_add_cuda<false>,
+                    .dtypes = kNumericTypes,
+                    .note = "thread per output element, indices in order (deterministic)"});
+  info.add_variant({.name = "atomic",
+                    .device = DeviceType::cuda,
+                    .fn = index_add_cuda<true>,
+                    .dtypes = DTypeSet{DType::f32, DType::f64},
+                    .flags = kNondeterministic,
                     .note = "thread per source element, atomicAdd"});
 }
 void register_cuda_scatter_add(OpInfo& info) {
-  info.add_variant({.name = "ordered", .device = DeviceType::cuda, .fn = scatter_add_cuda<false>,
-                    .dtypes = kNumericTypes, .note = "thread per output element, indices in order (deterministic)"});
-  info.add_variant({.name = "atomic", .device = DeviceType::cuda, .fn = scatter_add_cuda<true>,
-                    .dtypes = DTypeSet{DType::f32, DType::f64}, .flags = kNondeterministic,
+  info.add_variant({.name = "ordered",
+                    .device = DeviceType::cuda,
+                    .fn = scatter_add_cuda<false>,
+                    .dtypes = kNumericTypes,
+                    .note = "thread per output element, indices in order (deterministic)"});
+  info.add_variant({.name = "atomic",
+                    .device = DeviceType::cuda,
+                    .fn = scatter_add_cuda<true>,
+                    .dtypes = DTypeSet{DType::f32, DType::f64},
+                    .flags = kNondeterministic,
                     .note = "thread per source element, atomicAdd"});
 }
 

@@ -149,10 +149,16 @@ void define_op_linear(OpInfo& info) {
   info.save = Save::both;
   info.cost = linear_cost;
   info.autocast = AutocastPolicy::lower;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = linear_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = linear_cpu,
+                    .dtypes = kFloatTypes,
                     .flags = kReference,
                     .note = "reference: matmul's loop in acc_t, then bias and activation in one pass"});
-  info.add_variant({.name = "cpu_fused", .device = DeviceType::cpu, .fn = linear_cpu_fused, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu_fused",
+                    .device = DeviceType::cpu,
+                    .fn = linear_cpu_fused,
+                    .dtypes = kFloatTypes,
                     .note = "blocked GEMM with bias, activation and rounding fused into each output tile"});
 }
 

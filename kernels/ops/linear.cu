@@ -68,17 +68,31 @@ void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm:
 }  // namespace
 
 void register_cuda_linear(OpInfo& info) {
-  info.add_variant({.name = "v2_tiled", .device = DeviceType::cuda, .fn = linear_v2,
-                    .dtypes = DTypeSet{DType::f32, DType::f64}, .supports = simt_ok,
+  info.add_variant({.name = "v2_tiled",
+                    .device = DeviceType::cuda,
+                    .fn = linear_v2,
+                    .dtypes = DTypeSet{DType::f32, DType::f64},
+                    .supports = simt_ok,
                     .note = "SIMT tiles with the epilogue fused"});
-  info.add_variant({.name = "v3_mma", .device = DeviceType::cuda, .fn = linear_v3,
-                    .dtypes = DTypeSet{DType::f16, DType::bf16}, .supports = mma_ok,
+  info.add_variant({.name = "v3_mma",
+                    .device = DeviceType::cuda,
+                    .fn = linear_v3,
+                    .dtypes = DTypeSet{DType::f16, DType::bf16},
+                    .supports = mma_ok,
                     .note = "tensor cores (mma.sync) with the epilogue fused"});
-  info.add_variant({.name = "cublas", .device = DeviceType::cuda, .fn = linear_cublas, .dtypes = kFloatTypes,
-                    .flags = kVendor, .supports = cublas_ok,
+  info.add_variant({.name = "cublas",
+                    .device = DeviceType::cuda,
+                    .fn = linear_cublas,
+                    .dtypes = kFloatTypes,
+                    .flags = kVendor,
+                    .supports = cublas_ok,
                     .note = "cuBLAS with the bias as C (beta = 1), relu in place; no gelu; halves without bias only"});
-  info.add_variant({.name = "cublaslt", .device = DeviceType::cuda, .fn = linear_cublaslt,
-                    .dtypes = DTypeSet{DType::f32, DType::f16, DType::bf16}, .flags = kVendor, .supports = lt_ok,
+  info.add_variant({.name = "cublaslt",
+                    .device = DeviceType::cuda,
+                    .fn = linear_cublaslt,
+                    .dtypes = DTypeSet{DType::f32, DType::f16, DType::bf16},
+                    .flags = kVendor,
+                    .supports = lt_ok,
                     .note = "cuBLASLt with its BIAS/RELU epilogues; no gelu (its GELU is the tanh form)"});
 }
 

@@ -73,8 +73,8 @@ std::vector<TensorSpec> infer_class_loss(std::span<const Tensor> in, const Attrs
   check_reduction(op, la.reduction);
   EMBER_CHECK(la.label_smoothing >= 0 && la.label_smoothing <= 1, op, ": label_smoothing must be in [0, 1], got ",
               la.label_smoothing);
-  EMBER_CHECK(kCE || la.label_smoothing == 0, "nll_loss: label_smoothing is not supported (got ",
-              la.label_smoothing, "); use cross_entropy");
+  EMBER_CHECK(kCE || la.label_smoothing == 0, "nll_loss: label_smoothing is not supported (got ", la.label_smoothing,
+              "); use cross_entropy");
   class_loss_geometry(op, in[0], in[1], in[2]);
   return class_loss_outputs(in[0], in[1], la.reduction);
 }
@@ -129,8 +129,8 @@ std::vector<TensorSpec> infer_mse_backward(std::span<const Tensor> in, const Att
 std::vector<Tensor> cross_entropy_vjp(const BackwardCtx& ctx) {
   Tensor dx;
   if (ctx.needs_grad(0))
-    dx = call1(OpId::cross_entropy_backward,
-               {ctx.grad(0), ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1]}, *ctx.attrs);
+    dx = call1(OpId::cross_entropy_backward, {ctx.grad(0), ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1]},
+               *ctx.attrs);
   return {dx, Tensor(), Tensor()};  // no gradient for targets or class weights
 }
 
@@ -150,7 +150,8 @@ std::vector<Tensor> nll_loss_backward_vjp(const BackwardCtx& ctx) {
   if (ctx.needs_grad(0)) {
     LossAttrs a = ctx.attr<LossAttrs>();
     if (a.reduction == Reduction::mean) {
-      Tensor s = call(OpId::nll_loss, {ctx.grad(0), ctx.inputs[2], ctx.inputs[3]}, LossAttrs{Reduction::sum, a.ignore_index, 0})[0];
+      Tensor s = call(OpId::nll_loss, {ctx.grad(0), ctx.inputs[2], ctx.inputs[3]},
+                      LossAttrs{Reduction::sum, a.ignore_index, 0})[0];
       Tensor tw = to_dtype(ctx.inputs[4], s.dtype());
       dg = where(eq(tw, 0.0), zeros_like(s), div(s, tw));  // on the device: no host sync
     } else {

@@ -42,7 +42,9 @@ __device__ __forceinline__ void report(int* err, int code) { atomicCAS(err, 0, c
 int code_of(OpId id) { return static_cast<int>(id) + 1; }
 
 // Row geometry of class-index losses: [N, C, d...] -> (N, C, Π d); [C] -> (1, C, 1).
-RowGeometry class_rows(const Tensor& x) { return x.dim() == 1 ? RowGeometry{1, x.shape()[0], 1} : row_geometry(x.shape(), 1); }
+RowGeometry class_rows(const Tensor& x) {
+  return x.dim() == 1 ? RowGeometry{1, x.shape()[0], 1} : row_geometry(x.shape(), 1);
+}
 
 // ---- block reduction of two doubles (fixed order) ----
 
@@ -51,7 +53,7 @@ __device__ __forceinline__ void block_sum2(double& a, double& b) {
   EMBER_SHARED(double[32], sa);
   EMBER_SHARED(double[32], sb);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int off = 16; off > 0; off >>= 1) {
     a += __shfl_xor_sync(0xffffffffu, a, off);
     b += __shfl_xor_sync(0xffffffffu, b, off);
@@ -64,7 +66,7 @@ EMBER_UNROLL
   if (warp == 0) {
     a = lane < nwarps ? sa[lane] : 0.0;
     b = lane < nwarps ? sb[lane] : 0.0;
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int off = 16; off > 0; off >>= 1) {
       a += __shfl_xor_sync(0xffffffffu, a, off);
       b += __shfl_xor_sync(0xffffffffu, b, off);
@@ -136,10 +138,10 @@ struct CrossEntropyForward {
   const T* weight;  // nullptr: all ones
   int64_t C, ignore_index;
   Acc eps;
-  int mode;      // 0: loss_out[r] = l_n (reduction none); 1: ws[2r], ws[2r + 1] = (l_n, w_n)
-  T* loss_out;   // mode 0
-  Acc* tw_out;   // mode 0: zeroed by row 0
-  double* ws;    // mode 1
+  int mode;     // 0: loss_out[r] = l_n (reduction none); 1: ws[2r], ws[2r + 1] = (l_n, w_n)
+  T* loss_out;  // mode 0
+  Acc* tw_out;  // mode 0: zeroed by row 0
+  double* ws;   // mode 1
   int* err;
   int code;
 
@@ -198,9 +200,9 @@ struct CrossEntropyForward {
 
 // One block does every row (groups of G lanes, K elements each) and the mean/sum.
 template <class P, int K>
-__global__ void __launch_bounds__(1024) ce_small_kernel(P p, int64_t rows, int C, int log2g, Reduction reduction,
-                                                        typename P::T* __restrict__ out,
-                                                        typename P::Acc* __restrict__ tw) {
+__global__ void __launch_bounds__(1024)
+    ce_small_kernel(P p, int64_t rows, int C, int log2g, Reduction reduction, typename P::T* __restrict__ out,
+                    typename P::Acc* __restrict__ tw) {
   using Acc = typename P::Acc;
   const int G = 1 << log2g;
   const int lane = threadIdx.x & (G - 1);
@@ -398,10 +400,10 @@ void cross_entropy_backward_cuda(const KernelCall& c) {
 // Thread per row, grid-stride. none: writes l_n (block 0 thread 0 zeroes total_weight); mean/sum:
 // per-thread f64 sums reduced per block; one block writes the result, several write (l, w) pairs.
 template <class T, class I>
-__global__ void __launch_bounds__(1024) nll_kernel(const T* __restrict__ x, const I* __restrict__ target, const T* __restrict__ weight,
-                           int64_t rows, int64_t C, int64_t B, int64_t ignore_index, Reduction reduction,
-                           T* __restrict__ out, acc_t<T>* __restrict__ tw, double* __restrict__ ws, int* err,
-                           int code) {
+__global__ void __launch_bounds__(1024)
+    nll_kernel(const T* __restrict__ x, const I* __restrict__ target, const T* __restrict__ weight, int64_t rows,
+               int64_t C, int64_t B, int64_t ignore_index, Reduction reduction, T* __restrict__ out,
+               acc_t<T>* __restrict__ tw, double* __restrict__ ws, int* err, int code) {
   double lsum = 0, wsum = 0;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -451,21 +453,21 @@ void nll_loss_cuda(const KernelCall& c) {
   // none: enough blocks to cover the rows.
   constexpr int kThreads = 1024;
   const int64_t blocks = la.reduction == Reduction::none ? cuda::grid_for(rows, kThreads, x.device().index)
-                                           : std::min<int64_t>(1024, (rows + 65535) / 65536);
+                                                         : std::min<int64_t>(1024, (rows + 65535) / 65536);
   EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss", [&] {
     EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss", [&] {
       using Acc = acc_t<scalar_t>;
       Tensor ws;
-      if (la.reduction != Reduction::none && blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
+      if (la.reduction != Reduction::none && blocks > 1)
+        ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
       cuda::launch(nll_kernel<scalar_t, index_t>, static_cast<unsigned>(blocks), kThreads, 0, stream,
                    static_cast<const scalar_t*>(x.data_ptr()), static_cast<const index_t*>(t.data_ptr()),
                    w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr, rows, g.C, g.B, la.ignore_index,
-                   la.reduction, static_cast<scalar_t*>(out.data_ptr()),
-                   static_cast<Acc*>(tw.data_ptr()), ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr,
+                   la.reduction, static_cast<scalar_t*>(out.data_ptr()), static_cast<Acc*>(tw.data_ptr()),
+                   ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr,
                    cuda::device_error_word(x.device().index), code_of(OpId::nll_loss));
       if (ws.defined())
-        launch_finalize<scalar_t, Acc>(ws, blocks, la.reduction, 0, out,
-                                       static_cast<Acc*>(tw.data_ptr()), stream);
+        launch_finalize<scalar_t, Acc>(ws, blocks, la.reduction, 0, out, static_cast<Acc*>(tw.data_ptr()), stream);
     });
   });
 }
@@ -507,8 +509,8 @@ void nll_loss_backward_cuda(const KernelCall& c) {
   EMBER_DISPATCH_FLOAT(x.dtype(), "nll_loss_backward", [&] {
     EMBER_DISPATCH_INDEX(t.dtype(), "nll_loss_backward", [&] {
       cuda::launch(nll_backward_kernel<scalar_t, index_t>, cuda::grid_for(dx.numel(), 256, x.device().index), 256, 0,
-                   cuda::stream_for(x), static_cast<const scalar_t*>(g.data_ptr()), la.reduction == Reduction::none ? 1 : 0,
-                   static_cast<const index_t*>(t.data_ptr()),
+                   cuda::stream_for(x), static_cast<const scalar_t*>(g.data_ptr()),
+                   la.reduction == Reduction::none ? 1 : 0, static_cast<const index_t*>(t.data_ptr()),
                    w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr,
                    static_cast<const acc_t<scalar_t>*>(tw.data_ptr()), la.reduction,
                    static_cast<scalar_t*>(dx.data_ptr()), dx.numel(), geo.C, geo.B, la.ignore_index,
@@ -529,12 +531,14 @@ struct SquaredDiff {
 
 // Per-thread f64 sums of (x - y)^2 over a grid-stride range, reduced per block.
 template <class T>
-__global__ void __launch_bounds__(256) sqdiff_sum_kernel(const T* __restrict__ x, const T* __restrict__ y, int64_t n,
-                                                         Reduction reduction, T* __restrict__ out, double* __restrict__ ws) {
+__global__ void __launch_bounds__(256)
+    sqdiff_sum_kernel(const T* __restrict__ x, const T* __restrict__ y, int64_t n, Reduction reduction,
+                      T* __restrict__ out, double* __restrict__ ws) {
   double s = 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const double d = static_cast<double>(static_cast<acc_t<T>>(x[i])) - static_cast<double>(static_cast<acc_t<T>>(y[i]));
+    const double d =
+        static_cast<double>(static_cast<acc_t<T>>(x[i])) - static_cast<double>(static_cast<acc_t<T>>(y[i]));
     s += d * d;
   }
   double unused = 0;
@@ -557,8 +561,9 @@ void mse_loss_cuda(const KernelCall& c) {
   if (red == Reduction::none) {
     if (n == 0) return;
     ElementwiseLayout L = make_layout({&out, &x, &y});
-    EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss",
-                         [&] { gpu_map<scalar_t, scalar_t, scalar_t>(L, {&out, &x, &y}, SquaredDiff{}); });
+    EMBER_DISPATCH_FLOAT(x.dtype(), "mse_loss", [&] {
+      gpu_map<scalar_t, scalar_t, scalar_t>(L, {&out, &x, &y}, SquaredDiff{});
+    });
     return;
   }
   cuda::DeviceGuard guard(x.device().index);
@@ -569,12 +574,10 @@ void mse_loss_cuda(const KernelCall& c) {
     Tensor ws;
     if (blocks > 1) ws = empty({2 * blocks}, TensorOptions().dtype(DType::f64).device(x.device()));
     cuda::launch(sqdiff_sum_kernel<scalar_t>, static_cast<unsigned>(blocks), kThreads, 0, stream,
-                 static_cast<const scalar_t*>(x.data_ptr()), static_cast<const scalar_t*>(y.data_ptr()), n,
-                 red, static_cast<scalar_t*>(out.data_ptr()),
-                 ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr);
+                 static_cast<const scalar_t*>(x.data_ptr()), static_cast<const scalar_t*>(y.data_ptr()), n, red,
+                 static_cast<scalar_t*>(out.data_ptr()), ws.defined() ? static_cast<double*>(ws.data_ptr()) : nullptr);
     if (ws.defined())
-      launch_finalize<scalar_t, acc_t<scalar_t>>(ws, blocks, red, static_cast<double>(n), out,
-                                                 nullptr, stream);
+      launch_finalize<scalar_t, acc_t<scalar_t>>(ws, blocks, red, static_cast<double>(n), out, nullptr, stream);
   });
 }
 
@@ -608,52 +611,82 @@ bool class_innermost(const KernelCall& c, int x_index) { return class_rows(c.in[
 }  // namespace
 
 void register_cuda_cross_entropy(OpInfo& info) {
-  info.add_variant({.name = "fused", .device = DeviceType::cuda,
-                    .fn = cross_entropy_cuda<rows::Plan::automatic, false>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "fused",
+                    .device = DeviceType::cuda,
+                    .fn = cross_entropy_cuda<rows::Plan::automatic, false>,
+                    .dtypes = kFloatTypes,
                     .note = "one kernel: online log-sum-exp + target + smoothing per row; one block does the "
                             "mean for small batches, else per-row pairs + finalize"});
-  info.add_variant({.name = "rows", .device = DeviceType::cuda, .fn = cross_entropy_cuda<rows::Plan::automatic, true>,
+  info.add_variant({.name = "rows",
+                    .device = DeviceType::cuda,
+                    .fn = cross_entropy_cuda<rows::Plan::automatic, true>,
                     .dtypes = kFloatTypes,
                     .note = "per-row kernel (regs/warp/block/cols) + fixed-order finalize for every size"});
-  info.add_variant({.name = "block", .device = DeviceType::cuda,
-                    .fn = cross_entropy_cuda<rows::Plan::block_2pass, true>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "block",
+                    .device = DeviceType::cuda,
+                    .fn = cross_entropy_cuda<rows::Plan::block_2pass, true>,
+                    .dtypes = kFloatTypes,
                     .supports = [](const KernelCall& c) { return class_innermost(c, 0); },
                     .note = "a block per row + finalize, for every C"});
 }
 void register_cuda_cross_entropy_backward(OpInfo& info) {
   auto innermost = [](const KernelCall& c) { return class_innermost(c, 1); };
-  info.add_variant({.name = "fused", .device = DeviceType::cuda,
-                    .fn = cross_entropy_backward_cuda<rows::Plan::automatic>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "fused",
+                    .device = DeviceType::cuda,
+                    .fn = cross_entropy_backward_cuda<rows::Plan::automatic>,
+                    .dtypes = kFloatTypes,
                     .note = "one kernel: lse per row (online), then (p A - B) * scale"});
-  info.add_variant({.name = "warp", .device = DeviceType::cuda, .fn = cross_entropy_backward_cuda<rows::Plan::warp>,
-                    .dtypes = kFloatTypes, .supports = innermost, .note = "a warp per row"});
-  info.add_variant({.name = "block_2pass", .device = DeviceType::cuda,
-                    .fn = cross_entropy_backward_cuda<rows::Plan::block_2pass>, .dtypes = kFloatTypes,
-                    .supports = innermost, .note = "a block per row, the row read twice"});
-  info.add_variant({.name = "block_cached", .device = DeviceType::cuda,
-                    .fn = cross_entropy_backward_cuda<rows::Plan::block_cached>, .dtypes = kFloatTypes,
-                    .supports = [](const KernelCall& c) {
-                      const Tensor& x = c.in[1];
-                      RowGeometry g = class_rows(x);
-                      int dev = x.is_cuda() ? x.device().index : cuda::current_device();
-                      return g.B == 1 && static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
-                    },
+  info.add_variant({.name = "warp",
+                    .device = DeviceType::cuda,
+                    .fn = cross_entropy_backward_cuda<rows::Plan::warp>,
+                    .dtypes = kFloatTypes,
+                    .supports = innermost,
+                    .note = "a warp per row"});
+  info.add_variant({.name = "block_2pass",
+                    .device = DeviceType::cuda,
+                    .fn = cross_entropy_backward_cuda<rows::Plan::block_2pass>,
+                    .dtypes = kFloatTypes,
+                    .supports = innermost,
+                    .note = "a block per row, the row read twice"});
+  info.add_variant({.name = "block_cached",
+                    .device = DeviceType::cuda,
+                    .fn = cross_entropy_backward_cuda<rows::Plan::block_cached>,
+                    .dtypes = kFloatTypes,
+                    .supports =
+                        [](const KernelCall& c) {
+                          const Tensor& x = c.in[1];
+                          RowGeometry g = class_rows(x);
+                          int dev = x.is_cuda() ? x.device().index : cuda::current_device();
+                          return g.B == 1 && static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
+                        },
                     .note = "a block per row, the row kept in shared memory"});
 }
 void register_cuda_nll_loss(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = nll_loss_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = nll_loss_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "thread per row; one block (<= 64Ki rows) or blocks + finalize"});
 }
 void register_cuda_nll_loss_backward(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = nll_loss_backward_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = nll_loss_backward_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "thread per gradient element"});
 }
 void register_cuda_mse_loss(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = mse_loss_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = mse_loss_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "elementwise (none); f64 per-thread sums, one block (<= 64Ki) or blocks + finalize"});
 }
 void register_cuda_mse_loss_backward(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = mse_loss_backward_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = mse_loss_backward_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "thread per element"});
 }
 

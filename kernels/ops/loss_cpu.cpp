@@ -41,7 +41,8 @@ double scalar_value(const Tensor& t) {
 
 // Writes the reduced (or per-row) loss and total_weight from per-row values.
 template <class T>
-void write_reduced(const KernelCall& c, Reduction reduction, const std::vector<double>& l, const std::vector<double>& w) {
+void write_reduced(const KernelCall& c, Reduction reduction, const std::vector<double>& l,
+                   const std::vector<double>& w) {
   const Tensor &out = c.out[0], &tw = c.out[1];
   T* op = static_cast<T*>(out.data_ptr());
   double total = 0, wsum = 0;
@@ -229,7 +230,8 @@ void mse_loss_cpu(const KernelCall& c) {
       double d = static_cast<double>(xp[i]) - static_cast<double>(yp[i]);
       s += d * d;
     }
-    op[0] = static_cast<scalar_t>(red == Reduction::mean ? s / static_cast<double>(n) : s);  // mean of nothing: 0/0 = NaN
+    op[0] =
+        static_cast<scalar_t>(red == Reduction::mean ? s / static_cast<double>(n) : s);  // mean of nothing: 0/0 = NaN
   });
 }
 
@@ -256,32 +258,50 @@ void mse_loss_backward_cpu(const KernelCall& c) {
 }  // namespace
 
 void register_cpu_cross_entropy(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cross_entropy_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = cross_entropy_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "per row in f64 (max, log Σ exp, target and smoothing terms), reduction in row order"});
 }
 
 void register_cpu_cross_entropy_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cross_entropy_backward_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = cross_entropy_backward_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "per row in f64: lse, then the gradient row"});
 }
 
 void register_cpu_nll_loss(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = nll_loss_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = nll_loss_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "serial over rows in f64"});
 }
 
 void register_cpu_nll_loss_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = nll_loss_backward_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = nll_loss_backward_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "zero fill, then one store per row"});
 }
 
 void register_cpu_mse_loss(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = mse_loss_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = mse_loss_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "f64 accumulation"});
 }
 
 void register_cpu_mse_loss_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = mse_loss_backward_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = mse_loss_backward_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "elementwise in f64"});
 }
 

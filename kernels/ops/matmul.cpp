@@ -172,9 +172,16 @@ void define_op_matmul(OpInfo& info) {
   info.contiguous_inputs = false;
   info.autocast = AutocastPolicy::lower;
   // The reference loop stays first: the generic tests compare every other CPU variant with it.
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = matmul_cpu, .dtypes = kFloatTypes,
-                    .flags = kReference, .note = "reference loop, parallel over rows"});
-  info.add_variant({.name = "cpu_blocked", .device = DeviceType::cpu, .fn = matmul_cpu_blocked, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = matmul_cpu,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
+                    .note = "reference loop, parallel over rows"});
+  info.add_variant({.name = "cpu_blocked",
+                    .device = DeviceType::cpu,
+                    .fn = matmul_cpu_blocked,
+                    .dtypes = kFloatTypes,
                     .note = "packed panels, cache blocking, SIMD micro-kernel (AVX-512/AVX2/generic), multi-threaded"});
 #if EMBER_WITH_DNNL
   register_dnnl_matmul(info);  // matmul_dnnl.cpp: oneDNN, kVendor

@@ -55,16 +55,30 @@ void matmul_cublaslt(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm:
 }  // namespace
 
 void register_cuda_matmul(OpInfo& info) {
-  info.add_variant({.name = "v2_tiled", .device = DeviceType::cuda, .fn = matmul_v2,
-                    .dtypes = DTypeSet{DType::f32, DType::f64}, .supports = simt_ok,
+  info.add_variant({.name = "v2_tiled",
+                    .device = DeviceType::cuda,
+                    .fn = matmul_v2,
+                    .dtypes = DTypeSet{DType::f32, DType::f64},
+                    .supports = simt_ok,
                     .note = "SIMT 128x128x8 tiles, 8x8 per thread, double-buffered shared memory"});
-  info.add_variant({.name = "v3_mma", .device = DeviceType::cuda, .fn = matmul_v3,
-                    .dtypes = DTypeSet{DType::f16, DType::bf16}, .supports = mma_ok,
+  info.add_variant({.name = "v3_mma",
+                    .device = DeviceType::cuda,
+                    .fn = matmul_v3,
+                    .dtypes = DTypeSet{DType::f16, DType::bf16},
+                    .supports = mma_ok,
                     .note = "tensor cores: mma.sync m16n8k16, ldmatrix, 3-stage cp.async, 128x128x64 tiles"});
-  info.add_variant({.name = "cublas", .device = DeviceType::cuda, .fn = matmul_cublas, .dtypes = kFloatTypes,
-                    .flags = kVendor, .note = "cublasGemmStridedBatchedEx (FP32 compute, no TF32)"});
-  info.add_variant({.name = "cublaslt", .device = DeviceType::cuda, .fn = matmul_cublaslt,
-                    .dtypes = DTypeSet{DType::f32, DType::f16, DType::bf16}, .flags = kVendor, .supports = lt_ok,
+  info.add_variant({.name = "cublas",
+                    .device = DeviceType::cuda,
+                    .fn = matmul_cublas,
+                    .dtypes = kFloatTypes,
+                    .flags = kVendor,
+                    .note = "cublasGemmStridedBatchedEx (FP32 compute, no TF32)"});
+  info.add_variant({.name = "cublaslt",
+                    .device = DeviceType::cuda,
+                    .fn = matmul_cublaslt,
+                    .dtypes = DTypeSet{DType::f32, DType::f16, DType::bf16},
+                    .flags = kVendor,
+                    .supports = lt_ok,
                     .note = "cublasLtMatmul (FP32 compute)"});
 }
 

@@ -68,9 +68,8 @@ std::shared_ptr<const MatmulEntry> entry(const Tensor& a, const Tensor& b) {
     const memory::desc cd = desc_of(a.dtype(), od, contiguous_strides(od));
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    auto pd = try_primitive_desc<dnnl::matmul::primitive_desc>("matmul dnnl", [&] {
-      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), attr, engine());
-    });
+    auto pd = try_primitive_desc<dnnl::matmul::primitive_desc>(
+        "matmul dnnl", [&] { return dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), attr, engine()); });
     if (!pd) return nullptr;
     auto e = std::make_shared<MatmulEntry>();
     e->prim = checked("matmul dnnl", [&] { return dnnl::matmul(*pd); });
@@ -116,8 +115,12 @@ void run(const KernelCall& c) {
 }  // namespace
 
 void register_dnnl_matmul(OpInfo& info) {
-  info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = run,
-                    .dtypes = DTypeSet{DType::f32, DType::bf16, DType::f16}, .flags = kVendor, .supports = supports,
+  info.add_variant({.name = "dnnl",
+                    .device = DeviceType::cpu,
+                    .fn = run,
+                    .dtypes = DTypeSet{DType::f32, DType::bf16, DType::f16},
+                    .flags = kVendor,
+                    .supports = supports,
                     .note = "oneDNN matmul on the operands' own strides (2-D, or 3-D with one batch)"});
 }
 

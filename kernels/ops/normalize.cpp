@@ -79,8 +79,8 @@ Cost normalize_cost(const KernelCall& c) {
 }  // namespace
 
 NormalizeU8Attrs normalize_u8_attrs(const std::vector<double>& mean, const std::vector<double>& std, DType dtype) {
-  EMBER_CHECK(!mean.empty() && mean.size() == std.size(), "normalize_u8: mean has ", mean.size(),
-              " entries and std ", std.size(), "; they need the same number (one per channel, or one for all)");
+  EMBER_CHECK(!mean.empty() && mean.size() == std.size(), "normalize_u8: mean has ", mean.size(), " entries and std ",
+              std.size(), "; they need the same number (one per channel, or one for all)");
   EMBER_CHECK(mean.size() <= static_cast<size_t>(kMaxNormalizeChannels), "normalize_u8: ", mean.size(),
               " channels; at most ", kMaxNormalizeChannels, " are supported");
   NormalizeU8Attrs a{};
@@ -98,7 +98,10 @@ void define_op_normalize_u8(OpInfo& info) {
   info.infer = infer_normalize_u8;
   info.cost = normalize_cost;
   info.autocast = AutocastPolicy::none;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = normalize_u8_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = normalize_u8_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "parallel over channel planes"});
 }
 

@@ -64,7 +64,10 @@ void normalize_u8_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_normalize_u8(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = normalize_u8_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = normalize_u8_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "one thread per element, per-channel constants in kernel parameters"});
 }
 

@@ -38,8 +38,8 @@ void check_list(const char* op, const char* what, std::span<const Tensor> in, in
     const Tensor& p = in[static_cast<size_t>(kFirstTensor + i)];
     const Tensor& t = in[static_cast<size_t>(kFirstTensor + list * n + i)];
     EMBER_CHECK(t.defined(), op, ": ", what, " ", i, " is undefined");
-    EMBER_CHECK(t.device() == dev, op, ": ", what, " ", i, " is on ", t.device(), " but the hyperparameters are on ", dev,
-                "; every tensor of one step must be on one device");
+    EMBER_CHECK(t.device() == dev, op, ": ", what, " ", i, " is on ", t.device(), " but the hyperparameters are on ",
+                dev, "; every tensor of one step must be on one device");
     EMBER_CHECK(t.is_contiguous(), op, ": ", what, " ", i, " (", t.describe(), ") must be contiguous");
     if (list == 0) {
       EMBER_CHECK(is_floating(t.dtype()), op, ": parameter ", i, " must be floating, got ", t.describe());
@@ -207,7 +207,10 @@ void define_op_sgd_step(OpInfo& info) {
   info.infer = infer_sgd;
   info.cost = sgd_cost;
   info.contiguous_inputs = false;  // in place: params and state must stay the caller's tensors
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = sgd_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = sgd_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "loop over tensors, parallel over elements"});
 }
 
@@ -216,7 +219,10 @@ void define_op_adam_step(OpInfo& info) {
   info.infer = infer_adam;
   info.cost = adam_cost;
   info.contiguous_inputs = false;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = adam_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = adam_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "loop over tensors, parallel over elements"});
 }
 
@@ -229,8 +235,8 @@ void check_same_count(const char* op, const char* what, size_t got, size_t want)
 }  // namespace
 
 void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
-              const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov, bool maximize,
-              const Tensor& found_inf, const Tensor& inv_scale) {
+              const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov,
+              bool maximize, const Tensor& found_inf, const Tensor& inv_scale) {
   const size_t n = params.size();
   check_same_count("sgd_step", "gradients", grads.size(), n);
   const bool bufs = !momentum_buffers.empty();
@@ -252,8 +258,8 @@ void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std:
 
 void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
-               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps, bool decoupled_weight_decay,
-               bool maximize, const Tensor& found_inf, const Tensor& inv_scale) {
+               const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps,
+               bool decoupled_weight_decay, bool maximize, const Tensor& found_inf, const Tensor& inv_scale) {
   const size_t n = params.size();
   check_same_count("adam_step", "gradients", grads.size(), n);
   check_same_count("adam_step", "exp_avg tensors", exp_avgs.size(), n);

@@ -149,12 +149,18 @@ void adam_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_sgd_step(OpInfo& info) {
-  info.add_variant({.name = "v1_multi_tensor", .device = DeviceType::cuda, .fn = sgd_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "v1_multi_tensor",
+                    .device = DeviceType::cuda,
+                    .fn = sgd_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "one launch per table of 32 tensors / 256 chunks; hyperparameters read from the device"});
 }
 
 void register_cuda_adam_step(OpInfo& info) {
-  info.add_variant({.name = "v1_multi_tensor", .device = DeviceType::cuda, .fn = adam_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "v1_multi_tensor",
+                    .device = DeviceType::cuda,
+                    .fn = adam_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "one launch per table of 32 tensors / 256 chunks; step counters and hyperparameters "
                             "on the device"});
 }

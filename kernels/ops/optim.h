@@ -106,7 +106,8 @@ EMBER_HD inline SgdHyper load_sgd_hyper(const double* hyper) {
 }
 
 template <class A>
-EMBER_HD inline SgdScalars<A> make_sgd_scalars(const double* hyper, double inv_scale, float step, const SgdStepAttrs& a) {
+EMBER_HD inline SgdScalars<A> make_sgd_scalars(const double* hyper, double inv_scale, float step,
+                                               const SgdStepAttrs& a) {
   const SgdHyper h = load_sgd_hyper(hyper);
   SgdScalars<A> s;
   s.lr = static_cast<A>(h.lr);
@@ -141,8 +142,7 @@ EMBER_HD inline void sgd_update(T* p, const T* grad, T* buf, int64_t i, const Sg
 
 template <class A>
 struct AdamScalars {
-  A lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay_factor, step_size, bc2_sqrt,
-      inv_scale;
+  A lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay_factor, step_size, bc2_sqrt, inv_scale;
   bool has_weight_decay, decoupled, amsgrad, maximize;
 };
 
@@ -173,7 +173,8 @@ EMBER_HD inline AdamScalars<A> make_adam_scalars(const double* hyper, double inv
 
 // One element of Adam/AdamW; vmax is null without amsgrad.
 template <class T, class A>
-EMBER_HD inline void adam_update(T* p, const T* grad, T* m, T* v, T* vmax, int64_t i, const AdamScalars<A>& s, bool scale) {
+EMBER_HD inline void adam_update(T* p, const T* grad, T* m, T* v, T* vmax, int64_t i, const AdamScalars<A>& s,
+                                 bool scale) {
   A g = convert<A, T>(grad[i]);
   if (scale) g = g * s.inv_scale;
   if (s.maximize) g = -g;

@@ -31,8 +31,8 @@ PoolGeom pool_geometry(const char* op, const Shape& x, const PoolAttrs& a) {
   EMBER_CHECK(2 * g.ph <= g.kh && 2 * g.pw <= g.kw, op, ": padding (", g.ph, ", ", g.pw,
               ") must be at most half the kernel size (", g.kh, ", ", g.kw, ")");
   EMBER_CHECK(g.H + 2 * g.ph >= g.kh && g.W + 2 * g.pw >= g.kw, op, ": the kernel ", g.kh, "x", g.kw,
-              " is larger than the padded input ", g.H + 2 * g.ph, "x", g.W + 2 * g.pw, " (input ", x, ", padding ", g.ph,
-              "x", g.pw, "): the output would be empty");
+              " is larger than the padded input ", g.H + 2 * g.ph, "x", g.W + 2 * g.pw, " (input ", x, ", padding ",
+              g.ph, "x", g.pw, "): the output would be empty");
   g.P = (g.H + 2 * g.ph - g.kh) / g.sh + 1;
   g.Q = (g.W + 2 * g.pw - g.kw) / g.sw + 1;
   return g;
@@ -90,7 +90,8 @@ std::vector<TensorSpec> infer_max_pool2d_backward(std::span<const Tensor> in, co
   PoolGeom g = pool_geometry("max_pool2d_backward", {gy.shape()[0], gy.shape()[1], a.size[0], a.size[1]}, a);
   Shape ys{g.N, g.C, g.P, g.Q};
   EMBER_CHECK(gy.shape() == ys && ind.shape() == ys, "max_pool2d_backward: grad_output ", gy.shape(), " and indices ",
-              ind.shape(), " must both be ", ys, ", the output of pooling an input of size ", a.size[0], "x", a.size[1]);
+              ind.shape(), " must both be ", ys, ", the output of pooling an input of size ", a.size[0], "x",
+              a.size[1]);
   Shape xs{g.N, g.C, g.H, g.W};
   return {{xs, gy.dtype(), layout_strides(xs, runs_channels_last(gy))}};
 }

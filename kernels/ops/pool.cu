@@ -59,7 +59,7 @@ __device__ __forceinline__ int64_t offset(int64_t n, int64_t c, int64_t a, int64
   return CL ? ((n * A + a) * B + b) * C + c : ((n * C + c) * A + a) * B + b;
 }
 
-#define EMBER_POOL_LOOP(i, n)                                                             \
+#define EMBER_POOL_LOOP(i, n)                                                            \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -171,7 +171,7 @@ __global__ void global_avg_nchw_kernel(const T* __restrict__ x, T* __restrict__ 
     const T* p = x + pl * HW;
     acc_t<T> s = 0;
     for (int64_t i = lane; i < HW; i += 32) s += static_cast<acc_t<T>>(p[i]);
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
     if (lane == 0) y[pl] = static_cast<T>(s / static_cast<acc_t<T>>(HW));
   }
@@ -193,7 +193,8 @@ __global__ void adaptive_backward_kernel(const T* __restrict__ gy, T* __restrict
       for (int64_t q = q0; q < q1; ++q) {
         const int64_t w0 = pool::bin_start(q, d.W, d.Q), w1 = pool::bin_end(q, d.W, d.Q);
         if (w < w0 || w >= w1) continue;
-        acc += static_cast<acc_t<T>>(gy[offset<CL>(n, c, p, q, d.C, d.P, d.Q)]) / static_cast<acc_t<T>>((h1 - h0) * (w1 - w0));
+        acc += static_cast<acc_t<T>>(gy[offset<CL>(n, c, p, q, d.C, d.P, d.Q)]) /
+               static_cast<acc_t<T>>((h1 - h0) * (w1 - w0));
       }
     }
     dx[i] = static_cast<T>(acc);
@@ -307,8 +308,8 @@ void adaptive_backward_cuda(const KernelCall& c) {
   const bool cl = runs_channels_last(c.in[0]);
   Tensor gy = contiguous_as(c.in[0], cl);
   const auto& a = c.attr<AdaptivePoolAttrs>();
-  Dims d = dims_of(adaptive_geometry("adaptive_avg_pool2d_backward",
-                                     {gy.shape()[0], gy.shape()[1], a.size[0], a.size[1]}, a));
+  Dims d = dims_of(
+      adaptive_geometry("adaptive_avg_pool2d_backward", {gy.shape()[0], gy.shape()[1], a.size[0], a.size[1]}, a));
   dispatch(gy.dtype(), "adaptive_avg_pool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     launch_elems(c.out[0], c.out[0].numel(), cl, [&](auto CL, unsigned grid, cudaStream_t st) {
@@ -371,11 +372,17 @@ void avg_pool2d_cudnn(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_max_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = max_pool2d_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = max_pool2d_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "thread per output, first maximum, NCHW or channels-last"});
 }
 void register_cuda_max_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = max_pool2d_backward_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = max_pool2d_backward_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "gather: thread per input element over its covering windows (no atomics)"});
 }
 void register_cuda_avg_pool2d(OpInfo& info) {
@@ -385,9 +392,13 @@ void register_cuda_avg_pool2d(OpInfo& info) {
                     .dtypes = kFloatTypes,
                     .note = "thread per output"});
 #if EMBER_WITH_CUDNN
-  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = avg_pool2d_cudnn,
-                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16}, .flags = kVendor,
-                    .supports = cudnn_avg_ok, .note = "cudnnPoolingForward (AVERAGE, count_include_pad as the mode)"});
+  info.add_variant({.name = "cudnn",
+                    .device = DeviceType::cuda,
+                    .fn = avg_pool2d_cudnn,
+                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16},
+                    .flags = kVendor,
+                    .supports = cudnn_avg_ok,
+                    .note = "cudnnPoolingForward (AVERAGE, count_include_pad as the mode)"});
 #endif
 }
 void register_cuda_avg_pool2d_backward(OpInfo& info) {
@@ -398,11 +409,17 @@ void register_cuda_avg_pool2d_backward(OpInfo& info) {
                     .note = "gather: thread per input element (no atomics)"});
 }
 void register_cuda_adaptive_avg_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = adaptive_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = adaptive_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "thread per output; NCHW 1x1: warp per plane"});
 }
 void register_cuda_adaptive_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = adaptive_backward_cuda, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = adaptive_backward_cuda,
+                    .dtypes = kFloatTypes,
                     .note = "gather: thread per input element (no atomics)"});
 }
 

@@ -103,8 +103,8 @@ void max_pool_planes_impl(const PoolGeom& g, const Tensor& x, const Tensor& y, c
   auto X = plane<const T>(x);
   auto Y = plane<T>(y);
   auto I = plane<int64_t>(ind);
-  const bool k2s2 = g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && X.s3 == 1 &&
-                    Y.s3 == 1 && I.s3 == 1;
+  const bool k2s2 =
+      g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 && X.s3 == 1 && Y.s3 == 1 && I.s3 == 1;
   for_each_plane(g, [&](int64_t n, int64_t c) {
     thread_local std::vector<A> row_best;  // one output row's maxima and window positions (k2s2)
     thread_local std::vector<int32_t> row_code;
@@ -197,8 +197,8 @@ void max_pool_backward_cpu_impl(const PoolGeom& g, const Tensor& gy, const Tenso
       for (int64_t p = 0; p < g.P; ++p)
         for (int64_t q = 0; q < g.Q; ++q) {
           const int64_t idx = I.at(n, c, p, q);
-          EMBER_CHECK(idx >= 0 && idx < g.H * g.W, "max_pool2d_backward: index ", idx, " at [", n, ", ", c, ", ", p, ", ",
-                      q, "] is out of range for an input plane of ", g.H, "x", g.W);
+          EMBER_CHECK(idx >= 0 && idx < g.H * g.W, "max_pool2d_backward: index ", idx, " at [", n, ", ", c, ", ", p,
+                      ", ", q, "] is out of range for an input plane of ", g.H, "x", g.W);
           acc[static_cast<size_t>(idx)] += static_cast<double>(G.at(n, c, p, q));
         }
       for (int64_t h = 0; h < g.H; ++h)
@@ -294,7 +294,8 @@ void adaptive_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y) {
 
 void adaptive_cpu(const KernelCall& c) {
   PoolGeom g = adaptive_geometry("adaptive_avg_pool2d", c.in[0].shape(), c.attr<AdaptivePoolAttrs>());
-  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "adaptive_avg_pool2d", [&] { adaptive_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "adaptive_avg_pool2d",
+                       [&] { adaptive_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
 }
 
 template <class T>
@@ -333,34 +334,56 @@ void adaptive_backward_cpu(const KernelCall& c) {
 }  // namespace
 
 void register_cpu_max_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = max_pool2d_cpu, .dtypes = kFloatTypes,
-                    .flags = kReference, .note = "loop per (n, c) plane in double"});
-  info.add_variant({.name = "planes", .device = DeviceType::cpu, .fn = max_pool2d_planes_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = max_pool2d_cpu,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
+                    .note = "loop per (n, c) plane in double"});
+  info.add_variant({.name = "planes",
+                    .device = DeviceType::cpu,
+                    .fn = max_pool2d_planes_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "loop per (n, c) plane in the input's precision, 2x2 stride 2 vectorised"});
 }
 
 void register_cpu_max_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = max_pool2d_backward_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = max_pool2d_backward_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "scatter per (n, c) plane into a double buffer, indices checked"});
 }
 
 void register_cpu_avg_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = avg_pool2d_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = avg_pool2d_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "loop per (n, c) plane"});
 }
 
 void register_cpu_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = avg_pool2d_backward_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = avg_pool2d_backward_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "gather per input element"});
 }
 
 void register_cpu_adaptive_avg_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = adaptive_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = adaptive_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "loop per (n, c) plane"});
 }
 
 void register_cpu_adaptive_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = adaptive_backward_cpu, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = adaptive_backward_cpu,
+                    .dtypes = kFloatTypes,
                     .note = "gather per input element"});
 }
 

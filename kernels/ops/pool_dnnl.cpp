@@ -87,8 +87,8 @@ std::shared_ptr<const PoolEntry> build(bool fwd, const PoolGeom& g, DType t, boo
 
 std::shared_ptr<const PoolEntry> entry(bool fwd, const KernelCall& c, const PoolGeom& g, bool cl) {
   const DType t = c.in[0].dtype();
-  const std::vector<int64_t> key{fwd,  static_cast<int64_t>(t), cl,   g.N,  g.C,  g.H,  g.W,
-                                 g.kh, g.kw,                    g.sh, g.sw, g.ph, g.pw, g.count_include_pad};
+  const std::vector<int64_t> key{fwd,  static_cast<int64_t>(t), cl, g.N, g.C, g.H, g.W, g.kh, g.kw, g.sh, g.sw, g.ph,
+                                 g.pw, g.count_include_pad};
   return cache().get(key, [&] { return build(fwd, g, t, cl); });
 }
 
@@ -131,15 +131,21 @@ constexpr DTypeSet kDnnlTypes{DType::f32, DType::bf16, DType::f16};
 }  // namespace
 
 void register_dnnl_avg_pool2d(OpInfo& info) {
-  info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = [](const KernelCall& c) { run(true, c); },
-                    .dtypes = kDnnlTypes, .flags = kVendor,
+  info.add_variant({.name = "dnnl",
+                    .device = DeviceType::cpu,
+                    .fn = [](const KernelCall& c) { run(true, c); },
+                    .dtypes = kDnnlTypes,
+                    .flags = kVendor,
                     .supports = [](const KernelCall& c) { return supports(true, c); },
                     .note = "oneDNN pooling_forward (avg include/exclude padding) on ember's layout"});
 }
 
 void register_dnnl_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "dnnl", .device = DeviceType::cpu, .fn = [](const KernelCall& c) { run(false, c); },
-                    .dtypes = kDnnlTypes, .flags = kVendor,
+  info.add_variant({.name = "dnnl",
+                    .device = DeviceType::cpu,
+                    .fn = [](const KernelCall& c) { run(false, c); },
+                    .dtypes = kDnnlTypes,
+                    .flags = kVendor,
                     .supports = [](const KernelCall& c) { return supports(false, c); },
                     .note = "oneDNN pooling_backward (avg) on ember's layout"});
 }

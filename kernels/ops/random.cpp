@@ -26,7 +26,8 @@ void random_cpu(const Tensor& t, F value_at) {
 
 void uniform_cpu(const KernelCall& c) {
   const RandomAttrs a = c.attr<RandomAttrs>();
-  random_cpu(c.out[0], [&](int64_t i) { return a.a + (a.b - a.a) * static_cast<double>(philox_uniform(a.seed, a.base, i)); });
+  random_cpu(c.out[0],
+             [&](int64_t i) { return a.a + (a.b - a.a) * static_cast<double>(philox_uniform(a.seed, a.base, i)); });
 }
 void normal_cpu(const KernelCall& c) {
   const RandomAttrs a = c.attr<RandomAttrs>();
@@ -34,7 +35,8 @@ void normal_cpu(const KernelCall& c) {
 }
 void bernoulli_cpu(const KernelCall& c) {
   const RandomAttrs a = c.attr<RandomAttrs>();
-  random_cpu(c.out[0], [&](int64_t i) { return static_cast<double>(philox_uniform(a.seed, a.base, i)) < a.a ? 1.0 : 0.0; });
+  random_cpu(c.out[0],
+             [&](int64_t i) { return static_cast<double>(philox_uniform(a.seed, a.base, i)) < a.a ? 1.0 : 0.0; });
 }
 
 Cost write_cost(const KernelCall& c) { return {static_cast<double>(c.out[0].nbytes()), 0}; }
@@ -43,7 +45,10 @@ void define_random(OpInfo& info, const char* doc, KernelFn cpu) {
   info.doc = doc;
   info.infer = infer_random;
   info.cost = write_cost;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu, .dtypes = kNumericTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = cpu,
+                    .dtypes = kNumericTypes,
                     .note = "Philox4x32-10 per element"});
 }
 

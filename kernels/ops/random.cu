@@ -42,16 +42,25 @@ void random_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_uniform(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = random_cuda<Dist::uniform>,
-                    .dtypes = kNumericTypes, .note = "Philox4x32-10 per element"});
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = random_cuda<Dist::uniform>,
+                    .dtypes = kNumericTypes,
+                    .note = "Philox4x32-10 per element"});
 }
 void register_cuda_normal(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = random_cuda<Dist::normal>,
-                    .dtypes = kNumericTypes, .note = "Philox4x32-10, Box-Muller in double"});
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = random_cuda<Dist::normal>,
+                    .dtypes = kNumericTypes,
+                    .note = "Philox4x32-10, Box-Muller in double"});
 }
 void register_cuda_bernoulli(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = random_cuda<Dist::bernoulli>,
-                    .dtypes = kNumericTypes, .note = "Philox4x32-10 per element"});
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = random_cuda<Dist::bernoulli>,
+                    .dtypes = kNumericTypes,
+                    .note = "Philox4x32-10 per element"});
 }
 
 }  // namespace ember

@@ -179,10 +179,10 @@ void reduce_cpu(const KernelCall& c) {
       if constexpr (std::is_same_v<acc_t_, double>) {
         double corr = ra.correction;
         reduce_loop_cpu<reduce::WelfordOp<double>>(xp, static_cast<scalar_t*>(out.data_ptr()), p,
-                                                    [corr](reduce::WelfordAcc<double> w) {
-                                                      double den = static_cast<double>(w.n) - corr;
-                                                      return static_cast<scalar_t>(den > 0 ? w.m2 / den : std::nan(""));
-                                                    });
+                                                   [corr](reduce::WelfordAcc<double> w) {
+                                                     double den = static_cast<double>(w.n) - corr;
+                                                     return static_cast<scalar_t>(den > 0 ? w.m2 / den : std::nan(""));
+                                                   });
       }
     }
   });
@@ -245,14 +245,19 @@ void define_reduce(OpInfo& info, const char* doc, BackwardFn vjp, Save save, DTy
   info.save = save;
   info.cost = reduce_cost;
   info.autocast = K == Kind::argmax || K == Kind::amax || K == Kind::amin ? AutocastPolicy::none : AutocastPolicy::fp32;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = reduce_cpu<K>, .dtypes = types,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = reduce_cpu<K>,
+                    .dtypes = types,
                     .note = "[A, R, B] plan, f64 accumulation, parallel over outputs"});
 }
 
 }  // namespace
 
 void define_op_sum(OpInfo& info) { define_reduce<Kind::sum>(info, "sum over dims", sum_vjp, Save::nothing, kAllTypes); }
-void define_op_mean(OpInfo& info) { define_reduce<Kind::mean>(info, "mean over dims", mean_vjp, Save::nothing, kFloatTypes); }
+void define_op_mean(OpInfo& info) {
+  define_reduce<Kind::mean>(info, "mean over dims", mean_vjp, Save::nothing, kFloatTypes);
+}
 void define_op_amax(OpInfo& info) {
   define_reduce<Kind::amax>(info, "max over dims", extremum_vjp, Save::both, kNumericTypes);
 }
@@ -262,7 +267,9 @@ void define_op_amin(OpInfo& info) {
 void define_op_argmax(OpInfo& info) {
   define_reduce<Kind::argmax>(info, "index of the max along a dim", nullptr, Save::nothing, kNumericTypes);
 }
-void define_op_var(OpInfo& info) { define_reduce<Kind::var>(info, "variance over dims (Welford)", var_vjp, Save::inputs, kFloatTypes); }
+void define_op_var(OpInfo& info) {
+  define_reduce<Kind::var>(info, "variance over dims (Welford)", var_vjp, Save::inputs, kFloatTypes);
+}
 
 // ---- functional API ----
 

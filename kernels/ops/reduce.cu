@@ -38,7 +38,7 @@ __device__ __forceinline__ reduce::WelfordAcc<V> shfl_down(reduce::WelfordAcc<V>
 
 template <class Op, class Acc>
 __device__ __forceinline__ Acc warp_reduce(Acc acc) {
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int off = 16; off > 0; off >>= 1) acc = Op::merge(acc, shfl_down(acc, off));
   return acc;
 }
@@ -61,22 +61,30 @@ __device__ __forceinline__ Acc block_reduce(Acc acc) {
 
 template <class Out>
 struct CastProj {
-  template <class Acc> __device__ Out operator()(Acc a) const { return static_cast<Out>(a); }
+  template <class Acc>
+  __device__ Out operator()(Acc a) const {
+    return static_cast<Out>(a);
+  }
 };
 template <class Out>
 struct MeanProj {
   double r;
-  template <class Acc> __device__ Out operator()(Acc a) const {
+  template <class Acc>
+  __device__ Out operator()(Acc a) const {
     return static_cast<Out>(r == 0 ? static_cast<Acc>(NAN) : static_cast<Acc>(a / static_cast<Acc>(r)));
   }
 };
 struct IndexProj {
-  template <class Acc> __device__ int64_t operator()(Acc a) const { return a.index; }
+  template <class Acc>
+  __device__ int64_t operator()(Acc a) const {
+    return a.index;
+  }
 };
 template <class Out>
 struct VarProj {
   double correction;
-  template <class Acc> __device__ Out operator()(Acc a) const {
+  template <class Acc>
+  __device__ Out operator()(Acc a) const {
     double den = static_cast<double>(a.n) - correction;
     return static_cast<Out>(den > 0 ? a.m2 / static_cast<decltype(a.m2)>(den) : static_cast<decltype(a.m2)>(NAN));
   }
@@ -106,7 +114,7 @@ __global__ void rows_block_kernel(const T* __restrict__ x, int64_t R, int64_t ch
   const T* p = x + row * R;
   constexpr int kIlp = 4;
   Acc acc[kIlp];
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int k = 0; k < kIlp; ++k) acc[k] = Op::init();
   if constexpr (VEC > 1) {
     // begin is a multiple of VEC (chunk is), rows are 16-byte aligned (checked on the host)
@@ -115,16 +123,15 @@ EMBER_UNROLL
     int64_t i = begin + static_cast<int64_t>(threadIdx.x) * VEC;
     for (; i + (kIlp - 1) * stride < vend; i += kIlp * stride) {
       detail::AlignedVec<T, VEC> v[kIlp];
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int k = 0; k < kIlp; ++k) v[k] = *reinterpret_cast<const detail::AlignedVec<T, VEC>*>(p + i + k * stride);
-EMBER_UNROLL
-      for (int k = 0; k < kIlp; ++k)
-EMBER_UNROLL
-        for (int j = 0; j < VEC; ++j) acc[k] = Op::step(acc[k], v[k].v[j], i + k * stride + j);
+      EMBER_UNROLL
+      for (int k = 0; k < kIlp; ++k) EMBER_UNROLL
+      for (int j = 0; j < VEC; ++j) acc[k] = Op::step(acc[k], v[k].v[j], i + k * stride + j);
     }
     for (; i < vend; i += stride) {
       detail::AlignedVec<T, VEC> v = *reinterpret_cast<const detail::AlignedVec<T, VEC>*>(p + i);
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int j = 0; j < VEC; ++j) acc[0] = Op::step(acc[0], v.v[j], i + j);
     }
     for (int64_t t = vend + threadIdx.x; t < end; t += blockDim.x) acc[0] = Op::step(acc[0], p[t], t);
@@ -133,15 +140,15 @@ EMBER_UNROLL
     const int64_t stride = blockDim.x;
     for (; i + (kIlp - 1) * stride < end; i += kIlp * stride) {
       T v[kIlp];
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int k = 0; k < kIlp; ++k) v[k] = p[i + k * stride];
-EMBER_UNROLL
+      EMBER_UNROLL
       for (int k = 0; k < kIlp; ++k) acc[k] = Op::step(acc[k], v[k], i + k * stride);
     }
     for (; i < end; i += stride) acc[0] = Op::step(acc[0], p[i], i);
   }
   Acc total = acc[0];
-EMBER_UNROLL
+  EMBER_UNROLL
   for (int k = 1; k < kIlp; ++k) total = Op::merge(total, acc[k]);
   total = block_reduce<Op>(total);
   if (threadIdx.x == 0) {
@@ -170,7 +177,7 @@ __global__ void cols_kernel(const T* __restrict__ x, int64_t A, int64_t R, int64
   sm[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && b < B) {
-EMBER_UNROLL
+    EMBER_UNROLL
     for (int k = 1; k < kColLanes; ++k) acc = Op::merge(acc, sm[k][threadIdx.x]);
     int64_t o = a * B + b;
     if (splits == 1) out[o] = proj(acc);
@@ -236,8 +243,7 @@ void launch_reduce(const Tensor& x, const ReducePlan& p, const Tensor& out_t, Pr
     bool aligned = reinterpret_cast<uintptr_t>(xp) % 16 == 0 && (R * static_cast<int64_t>(sizeof(T))) % 16 == 0;
     if (aligned && VEC > 1)
       cuda::launch(rows_block_kernel<VEC, Op, T, Out, Proj>, grid, 256, 0, stream, xp, R, chunk, out, partial, proj);
-    else
-      cuda::launch(rows_block_kernel<1, Op, T, Out, Proj>, grid, 256, 0, stream, xp, R, chunk, out, partial, proj);
+    else cuda::launch(rows_block_kernel<1, Op, T, Out, Proj>, grid, 256, 0, stream, xp, R, chunk, out, partial, proj);
   } else {
     int64_t tiles = A * ((B + kColTile - 1) / kColTile);
     splits = std::clamp<int64_t>((target_blocks + tiles - 1) / tiles, 1, std::max<int64_t>(1, R / 64));
@@ -259,10 +265,10 @@ void launch_reduce(const Tensor& x, const ReducePlan& p, const Tensor& out_t, Pr
 }
 
 template <class T>
-using cuda_acc_t = std::conditional_t<std::is_same_v<T, double>, double,
-                                      std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, Half> ||
-                                                             std::is_same_v<T, BFloat16>,
-                                                         float, int64_t>>;
+using cuda_acc_t = std::conditional_t<
+    std::is_same_v<T, double>, double,
+    std::conditional_t<std::is_same_v<T, float> || std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>, float,
+                       int64_t>>;
 
 enum class Kind { sum, mean, amax, amin, argmax, var };
 
@@ -310,23 +316,38 @@ void register_cuda_sum(OpInfo& info) {
   info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::sum>, .note = kNote});
 }
 void register_cuda_mean(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::mean>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = reduce_cuda<Kind::mean>,
+                    .dtypes = kFloatTypes,
                     .note = kNote});
 }
 void register_cuda_amax(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::amax>,
-                    .dtypes = kNumericTypes, .note = kNote});
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = reduce_cuda<Kind::amax>,
+                    .dtypes = kNumericTypes,
+                    .note = kNote});
 }
 void register_cuda_amin(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::amin>,
-                    .dtypes = kNumericTypes, .note = kNote});
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = reduce_cuda<Kind::amin>,
+                    .dtypes = kNumericTypes,
+                    .note = kNote});
 }
 void register_cuda_argmax(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::argmax>,
-                    .dtypes = kNumericTypes, .note = kNote});
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = reduce_cuda<Kind::argmax>,
+                    .dtypes = kNumericTypes,
+                    .note = kNote});
 }
 void register_cuda_var(OpInfo& info) {
-  info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = reduce_cuda<Kind::var>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = reduce_cuda<Kind::var>,
+                    .dtypes = kFloatTypes,
                     .note = kNote + std::string(", Welford")});
 }
 

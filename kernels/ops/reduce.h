@@ -34,9 +34,9 @@ struct ReduceAttrs {
 
 struct ReducePlan {
   int64_t A = 1, R = 1, B = 1;
-  bool permute = false;             // the input must first be permuted (kept dims, then reduced)
-  std::vector<int64_t> perm;        // for permute
-  Shape out_shape;                  // with or without the kept size-1 dims, per keepdim
+  bool permute = false;       // the input must first be permuted (kept dims, then reduced)
+  std::vector<int64_t> perm;  // for permute
+  Shape out_shape;            // with or without the kept size-1 dims, per keepdim
 };
 
 // mask: which dims to reduce (bit d), already wrapped; ndim: x.dim().
@@ -53,7 +53,10 @@ template <class Acc>
 struct SumOp {
   using acc_type = Acc;
   EMBER_HD static Acc init() { return Acc(0); }
-  template <class T> EMBER_HD static Acc step(Acc a, T v, int64_t) { return a + static_cast<Acc>(v); }
+  template <class T>
+  EMBER_HD static Acc step(Acc a, T v, int64_t) {
+    return a + static_cast<Acc>(v);
+  }
   EMBER_HD static Acc merge(Acc a, Acc b) { return a + b; }
 };
 
@@ -65,7 +68,10 @@ struct MaxOp {
     else return std::numeric_limits<Acc>::lowest();
   }
   EMBER_HD static Acc merge(Acc a, Acc b) { return (a != a || a > b) ? a : (b != b ? b : (a > b ? a : b)); }
-  template <class T> EMBER_HD static Acc step(Acc a, T v, int64_t) { return merge(a, static_cast<Acc>(v)); }
+  template <class T>
+  EMBER_HD static Acc step(Acc a, T v, int64_t) {
+    return merge(a, static_cast<Acc>(v));
+  }
 };
 
 template <class Acc>
@@ -76,7 +82,10 @@ struct MinOp {
     else return std::numeric_limits<Acc>::max();
   }
   EMBER_HD static Acc merge(Acc a, Acc b) { return (a != a || a < b) ? a : (b != b ? b : (a < b ? a : b)); }
-  template <class T> EMBER_HD static Acc step(Acc a, T v, int64_t) { return merge(a, static_cast<Acc>(v)); }
+  template <class T>
+  EMBER_HD static Acc step(Acc a, T v, int64_t) {
+    return merge(a, static_cast<Acc>(v));
+  }
 };
 
 // argmax: (value, index); ties and NaN resolved towards the lower index, NaN beats everything.
@@ -101,7 +110,8 @@ struct ArgMaxOp {
     return a.index < b.index;
   }
   EMBER_HD static acc_type merge(acc_type a, acc_type b) { return better(a, b) ? a : b; }
-  template <class T> EMBER_HD static acc_type step(acc_type a, T v, int64_t i) {
+  template <class T>
+  EMBER_HD static acc_type step(acc_type a, T v, int64_t i) {
     return merge(a, acc_type{static_cast<V>(v), i});
   }
 };
@@ -117,7 +127,8 @@ template <class V>
 struct WelfordOp {
   using acc_type = WelfordAcc<V>;
   EMBER_HD static acc_type init() { return {V(0), V(0), 0}; }
-  template <class T> EMBER_HD static acc_type step(acc_type a, T v, int64_t) {
+  template <class T>
+  EMBER_HD static acc_type step(acc_type a, T v, int64_t) {
     V x = static_cast<V>(v);
     a.n += 1;
     V d = x - a.mean;

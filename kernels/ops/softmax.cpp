@@ -154,7 +154,10 @@ void define_softmax(OpInfo& info) {
   info.save = Save::outputs;
   info.cost = softmax_cost;
   info.autocast = AutocastPolicy::fp32;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = softmax_cpu<kLog>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = softmax_cpu<kLog>,
+                    .dtypes = kFloatTypes,
                     .note = "two passes per row in f64 (max, Σ exp), rows in parallel"});
 }
 
@@ -167,7 +170,10 @@ void define_softmax_backward(OpInfo& info) {
   info.backward = kLog ? log_softmax_backward_vjp : softmax_backward_vjp;
   info.save = Save::inputs;
   info.cost = softmax_cost;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = softmax_backward_cpu<kLog>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = softmax_backward_cpu<kLog>,
+                    .dtypes = kFloatTypes,
                     .note = "one reduction pass and one output pass per row in f64"});
 }
 

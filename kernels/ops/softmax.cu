@@ -171,8 +171,8 @@ void softmax_cudnn(const KernelCall& c) {
   const void* one = dbl ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
   const void* zero = dbl ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
   if constexpr (!kBackward) {
-    EMBER_CUDNN_CHECK(cudnnSoftmaxForward(h, algo, CUDNN_SOFTMAX_MODE_CHANNEL, one, desc.d, x.data_ptr(), zero,
-                                          desc.d, y.data_ptr()));
+    EMBER_CUDNN_CHECK(cudnnSoftmaxForward(h, algo, CUDNN_SOFTMAX_MODE_CHANNEL, one, desc.d, x.data_ptr(), zero, desc.d,
+                                          y.data_ptr()));
   } else {
     const Tensor &grad = c.in[0], &out = c.in[1];
     EMBER_CUDNN_CHECK(cudnnSoftmaxBackward(h, algo, CUDNN_SOFTMAX_MODE_CHANNEL, one, desc.d, out.data_ptr(), desc.d,
@@ -184,25 +184,40 @@ void softmax_cudnn(const KernelCall& c) {
 template <template <class, bool> class Policy, bool kLog>
 void register_family(OpInfo& info) {
   constexpr int kIn = Policy<float, kLog>::kIn;
-  info.add_variant({.name = "fused", .device = DeviceType::cuda,
-                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::automatic>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "fused",
+                    .device = DeviceType::cuda,
+                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::automatic>,
+                    .dtypes = kFloatTypes,
                     .note = "online max/sum in one read: regs (C <= 512), warp (< 4096), block (row in smem), "
                             "cols (strided)"});
-  info.add_variant({.name = "warp", .device = DeviceType::cuda,
-                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::warp>, .dtypes = kFloatTypes,
-                    .supports = innermost, .note = "a warp per row, the row read twice"});
-  info.add_variant({.name = "block_2pass", .device = DeviceType::cuda,
-                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::block_2pass>, .dtypes = kFloatTypes,
-                    .supports = innermost, .note = "a block per row, 16-byte loads, the row read twice"});
-  info.add_variant({.name = "block_cached", .device = DeviceType::cuda,
-                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::block_cached>, .dtypes = kFloatTypes,
-                    .supports = innermost_and_fits<kIn>, .note = "a block per row, the row kept in shared memory"});
+  info.add_variant({.name = "warp",
+                    .device = DeviceType::cuda,
+                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::warp>,
+                    .dtypes = kFloatTypes,
+                    .supports = innermost,
+                    .note = "a warp per row, the row read twice"});
+  info.add_variant({.name = "block_2pass",
+                    .device = DeviceType::cuda,
+                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::block_2pass>,
+                    .dtypes = kFloatTypes,
+                    .supports = innermost,
+                    .note = "a block per row, 16-byte loads, the row read twice"});
+  info.add_variant({.name = "block_cached",
+                    .device = DeviceType::cuda,
+                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::block_cached>,
+                    .dtypes = kFloatTypes,
+                    .supports = innermost_and_fits<kIn>,
+                    .note = "a block per row, the row kept in shared memory"});
 #if EMBER_WITH_CUDNN
   constexpr bool kBackward = std::is_same_v<Policy<float, kLog>, SoftmaxBackwardPolicy<float, kLog>>;
-  info.add_variant({.name = "cudnn", .device = DeviceType::cuda, .fn = softmax_cudnn<kLog, kBackward>,
-                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16}, .flags = kVendor, .supports = cudnn_ok,
+  info.add_variant({.name = "cudnn",
+                    .device = DeviceType::cuda,
+                    .fn = softmax_cudnn<kLog, kBackward>,
+                    .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16},
+                    .flags = kVendor,
+                    .supports = cudnn_ok,
                     .note = kBackward ? "cudnnSoftmaxBackward (CHANNEL mode over the [A, C, B] view)"
-                              : "cudnnSoftmaxForward (ACCURATE or LOG, CHANNEL mode over the [A, C, B] view)"});
+                                      : "cudnnSoftmaxForward (ACCURATE or LOG, CHANNEL mode over the [A, C, B] view)"});
 #endif
 }
 

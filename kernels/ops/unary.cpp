@@ -74,8 +74,11 @@ void define_unary(OpInfo& info) {
   info.cost = unary_cost;
   info.contiguous_inputs = false;
   info.autocast = Op::kAutocast;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_unary<Op>,
-                    .dtypes = Op::kFloatOnly ? kFloatTypes : kNumericTypes, .note = "generic CPU elementwise loop"});
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = cpu_unary<Op>,
+                    .dtypes = Op::kFloatOnly ? kFloatTypes : kNumericTypes,
+                    .note = "generic CPU elementwise loop"});
 }
 
 template <class Op>
@@ -84,7 +87,10 @@ void define_unary_backward(OpInfo& info) {
   info.infer = infer_unary_backward<Op>;
   info.cost = unary_cost;
   info.contiguous_inputs = false;
-  info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cpu_unary_backward<Op>, .dtypes = kFloatTypes,
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = cpu_unary_backward<Op>,
+                    .dtypes = kFloatTypes,
                     .note = "generic CPU elementwise loop"});
 }
 
@@ -92,12 +98,10 @@ void define_unary_backward(OpInfo& info) {
 
 // Per ops.def line: the op's definitions and its functional API, `name(x)` and `name_backward(grad, x)`
 // (kernels/functional.h declares both from the same line).
-#define EMBER_UNARY(name, Functor)                                                                       \
-  void define_op_##name(OpInfo& info) { define_unary<unary::Functor, OpId::name##_backward>(info); }     \
-  void define_op_##name##_backward(OpInfo& info) { define_unary_backward<unary::Functor>(info); }        \
-  Tensor name(const Tensor& x) {                                                                         \
-    return call1(OpId::name, {unary::Functor::kFloatOnly ? promote_to_float(x) : x});                    \
-  }                                                                                                      \
+#define EMBER_UNARY(name, Functor)                                                                                   \
+  void define_op_##name(OpInfo& info) { define_unary<unary::Functor, OpId::name##_backward>(info); }                 \
+  void define_op_##name##_backward(OpInfo& info) { define_unary_backward<unary::Functor>(info); }                    \
+  Tensor name(const Tensor& x) { return call1(OpId::name, {unary::Functor::kFloatOnly ? promote_to_float(x) : x}); } \
   Tensor name##_backward(const Tensor& grad, const Tensor& x) { return call1(OpId::name##_backward, {grad, x}); }
 #include "kernels/ops.def"
 

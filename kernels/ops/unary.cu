@@ -17,11 +17,13 @@ void cuda_unary(const KernelCall& c) {
   Tensor& y = c.out[0];
   ElementwiseLayout L = make_layout({&y, &x});
   if constexpr (Op::kFloatOnly) {
-    EMBER_DISPATCH_FLOAT(x.dtype(), Op::kName,
-                         [&] { gpu_map<scalar_t, scalar_t>(L, {&y, &x}, unary::Fwd<Op, scalar_t>{}); });
+    EMBER_DISPATCH_FLOAT(x.dtype(), Op::kName, [&] {
+      gpu_map<scalar_t, scalar_t>(L, {&y, &x}, unary::Fwd<Op, scalar_t>{});
+    });
   } else {
-    EMBER_DISPATCH_NUMERIC(x.dtype(), Op::kName,
-                           [&] { gpu_map<scalar_t, scalar_t>(L, {&y, &x}, unary::Fwd<Op, scalar_t>{}); });
+    EMBER_DISPATCH_NUMERIC(x.dtype(), Op::kName, [&] {
+      gpu_map<scalar_t, scalar_t>(L, {&y, &x}, unary::Fwd<Op, scalar_t>{});
+    });
   }
 }
 
@@ -38,15 +40,20 @@ void cuda_unary_backward(const KernelCall& c) {
 }  // namespace
 
 // The macro parameter is `op`, not `name`: `name` would also replace the `.name` designator.
-#define EMBER_UNARY(op, Functor)                                                                                      \
-  void register_cuda_##op(OpInfo& info) {                                                                             \
-    info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_unary<unary::Functor>,                   \
-                      .dtypes = unary::Functor::kFloatOnly ? kFloatTypes : kNumericTypes,                             \
-                      .note = "generic vectorized elementwise kernel"});                                              \
-  }                                                                                                                   \
-  void register_cuda_##op##_backward(OpInfo& info) {                                                                  \
-    info.add_variant({.name = "cuda", .device = DeviceType::cuda, .fn = cuda_unary_backward<unary::Functor>,          \
-                      .dtypes = kFloatTypes, .note = "generic vectorized elementwise kernel"});                       \
+#define EMBER_UNARY(op, Functor)                                                          \
+  void register_cuda_##op(OpInfo& info) {                                                 \
+    info.add_variant({.name = "cuda",                                                     \
+                      .device = DeviceType::cuda,                                         \
+                      .fn = cuda_unary<unary::Functor>,                                   \
+                      .dtypes = unary::Functor::kFloatOnly ? kFloatTypes : kNumericTypes, \
+                      .note = "generic vectorized elementwise kernel"});                  \
+  }                                                                                       \
+  void register_cuda_##op##_backward(OpInfo& info) {                                      \
+    info.add_variant({.name = "cuda",                                                     \
+                      .device = DeviceType::cuda,                                         \
+                      .fn = cuda_unary_backward<unary::Functor>,                          \
+                      .dtypes = kFloatTypes,                                              \
+                      .note = "generic vectorized elementwise kernel"});                  \
   }
 #include "kernels/ops.def"
 

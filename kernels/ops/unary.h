@@ -32,8 +32,14 @@ struct Neg {
   static constexpr bool kFloatOnly = false;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -3, kHi = 3;
-  template <class T> EMBER_HD static T f(T x) { return -x; }
-  template <class T> EMBER_HD static T df(T, T g) { return -g; }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return -x;
+  }
+  template <class T>
+  EMBER_HD static T df(T, T g) {
+    return -g;
+  }
 };
 
 struct Abs {
@@ -42,12 +48,16 @@ struct Abs {
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -3, kHi = 3;
   static constexpr double kKinks[] = {0.0};
-  template <class T> EMBER_HD static T f(T x) {
+  template <class T>
+  EMBER_HD static T f(T x) {
     if constexpr (std::is_unsigned_v<T>) return x;
     else return x < T(0) ? T(-x) : x;
   }
   // d|x|/dx = sign(x), 0 at 0 (as PyTorch)
-  template <class T> EMBER_HD static T df(T x, T g) { return x > T(0) ? g : (x < T(0) ? T(-g) : T(0)); }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
+    return x > T(0) ? g : (x < T(0) ? T(-g) : T(0));
+  }
 };
 
 struct Exp {
@@ -55,8 +65,14 @@ struct Exp {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = -4, kHi = 4;
-  template <class T> EMBER_HD static T f(T x) { return math::exp(x); }
-  template <class T> EMBER_HD static T df(T x, T g) { return g * math::exp(x); }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return math::exp(x);
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
+    return g * math::exp(x);
+  }
 };
 
 struct Log {
@@ -64,8 +80,14 @@ struct Log {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = 0.1, kHi = 4;
-  template <class T> EMBER_HD static T f(T x) { return math::log(x); }
-  template <class T> EMBER_HD static T df(T x, T g) { return g / x; }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return math::log(x);
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
+    return g / x;
+  }
 };
 
 struct Sqrt {
@@ -73,8 +95,14 @@ struct Sqrt {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = 0.1, kHi = 4;
-  template <class T> EMBER_HD static T f(T x) { return math::sqrt(x); }
-  template <class T> EMBER_HD static T df(T x, T g) { return g / (T(2) * math::sqrt(x)); }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return math::sqrt(x);
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
+    return g / (T(2) * math::sqrt(x));
+  }
 };
 
 struct Rsqrt {
@@ -82,9 +110,15 @@ struct Rsqrt {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = 0.1, kHi = 4;
-  template <class T> EMBER_HD static T f(T x) { return T(1) / math::sqrt(x); }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return T(1) / math::sqrt(x);
+  }
   // d/dx x^-1/2 = -1/2 x^-3/2
-  template <class T> EMBER_HD static T df(T x, T g) { return T(-0.5) * g / (x * math::sqrt(x)); }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
+    return T(-0.5) * g / (x * math::sqrt(x));
+  }
 };
 
 struct Sin {
@@ -92,8 +126,14 @@ struct Sin {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = -3, kHi = 3;
-  template <class T> EMBER_HD static T f(T x) { return math::sin(x); }
-  template <class T> EMBER_HD static T df(T x, T g) { return g * math::cos(x); }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return math::sin(x);
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
+    return g * math::cos(x);
+  }
 };
 
 struct Cos {
@@ -101,8 +141,14 @@ struct Cos {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::fp32;
   static constexpr double kLo = -3, kHi = 3;
-  template <class T> EMBER_HD static T f(T x) { return math::cos(x); }
-  template <class T> EMBER_HD static T df(T x, T g) { return -g * math::sin(x); }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return math::cos(x);
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
+    return -g * math::sin(x);
+  }
 };
 
 struct Relu {
@@ -112,8 +158,14 @@ struct Relu {
   static constexpr double kLo = -3, kHi = 3;
   static constexpr double kKinks[] = {0.0};
   // NaN propagates (as torch.relu)
-  template <class T> EMBER_HD static T f(T x) { return (x > T(0) || x != x) ? x : T(0); }
-  template <class T> EMBER_HD static T df(T x, T g) { return x > T(0) ? g : T(0); }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return (x > T(0) || x != x) ? x : T(0);
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
+    return x > T(0) ? g : T(0);
+  }
 };
 
 // Exact GELU: x * Phi(x), Phi the standard normal CDF (torch.nn.functional.gelu's default, the erf
@@ -123,9 +175,13 @@ struct Gelu {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -4, kHi = 4;
-  template <class T> EMBER_HD static T f(T x) { return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440))); }
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
+  }
   // d/dx x Phi(x) = Phi(x) + x phi(x)
-  template <class T> EMBER_HD static T df(T x, T g) {
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
     T cdf = T(0.5) * (T(1) + math::erf(x * T(0.70710678118654752440)));
     T pdf = math::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
     return g * (cdf + x * pdf);
@@ -137,8 +193,12 @@ struct Sigmoid {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -6, kHi = 6;
-  template <class T> EMBER_HD static T f(T x) { return T(1) / (T(1) + math::exp(-x)); }
-  template <class T> EMBER_HD static T df(T x, T g) {
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return T(1) / (T(1) + math::exp(-x));
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
     T s = f(x);
     return g * s * (T(1) - s);
   }
@@ -149,8 +209,12 @@ struct Tanh {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -3, kHi = 3;
-  template <class T> EMBER_HD static T f(T x) { return math::tanh(x); }
-  template <class T> EMBER_HD static T df(T x, T g) {
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return math::tanh(x);
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
     T t = math::tanh(x);
     return g * (T(1) - t * t);
   }
@@ -162,8 +226,12 @@ struct Silu {
   static constexpr bool kFloatOnly = true;
   static constexpr AutocastPolicy kAutocast = AutocastPolicy::none;
   static constexpr double kLo = -6, kHi = 6;
-  template <class T> EMBER_HD static T f(T x) { return x / (T(1) + math::exp(-x)); }
-  template <class T> EMBER_HD static T df(T x, T g) {
+  template <class T>
+  EMBER_HD static T f(T x) {
+    return x / (T(1) + math::exp(-x));
+  }
+  template <class T>
+  EMBER_HD static T df(T x, T g) {
     T s = T(1) / (T(1) + math::exp(-x));
     return g * s * (T(1) + x * (T(1) - s));
   }

@@ -23,8 +23,9 @@ void where_cpu(const KernelCall& k) {
   const Tensor &c = k.in[0], &a = k.in[1], &b = k.in[2];
   Tensor& out = k.out[0];
   ElementwiseLayout L = make_layout({&out, &c, &a, &b});
-  EMBER_DISPATCH_ALL(a.dtype(), "where",
-                     [&] { cpu_map<scalar_t, bool, scalar_t, scalar_t>(L, {&out, &c, &a, &b}, WhereFn<scalar_t>{}); });
+  EMBER_DISPATCH_ALL(a.dtype(), "where", [&] {
+    cpu_map<scalar_t, bool, scalar_t, scalar_t>(L, {&out, &c, &a, &b}, WhereFn<scalar_t>{});
+  });
 }
 
 std::vector<Tensor> where_vjp(const BackwardCtx& ctx) {
@@ -65,7 +66,9 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, double b) {
-  return where(cond, a, full({}, b, TensorOptions().dtype(is_floating(a.dtype()) ? a.dtype() : kDefaultFloat).device(a.device())));
+  return where(
+      cond, a,
+      full({}, b, TensorOptions().dtype(is_floating(a.dtype()) ? a.dtype() : kDefaultFloat).device(a.device())));
 }
 
 }  // namespace ember

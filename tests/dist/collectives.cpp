@@ -43,8 +43,9 @@ void check_reduced(const Tensor& t, ReduceOp op, int n, const std::string& what,
     if (op == ReduceOp::kAvg && n > 1) acc = static_cast<A>(static_cast<T>(acc / static_cast<A>(n)));
     T want = static_cast<T>(acc);
     if (!(static_cast<double>(p[i]) == static_cast<double>(want)))
-      throw std::runtime_error(what + ": element " + std::to_string(i) + " is " + std::to_string(static_cast<double>(p[i])) +
-                               ", expected " + std::to_string(static_cast<double>(want)));
+      throw std::runtime_error(what + ": element " + std::to_string(i) + " is " +
+                               std::to_string(static_cast<double>(p[i])) + ", expected " +
+                               std::to_string(static_cast<double>(want)));
   }
 }
 
@@ -73,8 +74,9 @@ int collectives(const std::vector<std::string>& args) {
         fill<scalar_t>(b, r);
         pg->broadcast(b, n - 1)->wait();
         for (int64_t i = 0; i < size; ++i)
-          expect(static_cast<double>(b.data<scalar_t>()[i]) == static_cast<double>(static_cast<scalar_t>(value(n - 1, i))),
-                 "broadcast " + tag + " element " + std::to_string(i));
+          expect(
+              static_cast<double>(b.data<scalar_t>()[i]) == static_cast<double>(static_cast<scalar_t>(value(n - 1, i))),
+              "broadcast " + tag + " element " + std::to_string(i));
         // all_gather: rank order
         Tensor in = empty({size}, TensorOptions().dtype(dt));
         fill<scalar_t>(in, r);

@@ -144,7 +144,8 @@ int ddp_equivalence(const std::vector<std::string>& args) {
     reference_step(ref, step, X, Y);
     double diff = max_diff(d.model, ref.model, true);
     std::printf("step %d: max relative difference to one process on the full batch: %.3g\n", step + 1, diff);
-    expect(diff <= 1.0, "step " + std::to_string(step + 1) + ": DDP equals single-process training (within 1e-5 + 1e-4 rel)");
+    expect(diff <= 1.0,
+           "step " + std::to_string(step + 1) + ": DDP equals single-process training (within 1e-5 + 1e-4 rel)");
     if (step == 1 && !ckpt.empty()) {
       if (r == 0) TrainingCheckpoint().model(*d.model).optimizer(*d.opt).save(ckpt, {0, step + 1});
       pg->barrier()->wait();
@@ -196,9 +197,8 @@ int ddp_unused(const std::vector<std::string>& args) {
   // The one bucket holds the unused parameters too: it can only start in the end callback, after
   // backward, so it overlaps nothing.
   expect(ddp.bucket_names().size() == 1, "one bucket");
-  expect(ddp.overlapped_reductions() == 0,
-         "a bucket started in the end callback is not overlapped (counted " +
-             std::to_string(ddp.overlapped_reductions()) + ")");
+  expect(ddp.overlapped_reductions() == 0, "a bucket started in the end callback is not overlapped (counted " +
+                                               std::to_string(ddp.overlapped_reductions()) + ")");
   // a second step works too
   cross_entropy(ddp.forward(X), Y).backward();
   expect(ddp.overlapped_reductions() == 0, "still none overlapped after the second step");
@@ -229,7 +229,8 @@ int ddp_buffers(const std::vector<std::string>&) {
   auto pg = init_process_group();
   manual_seed(5);
   auto model = nn::Sequential(nn::Linear(kFeatures, 8), nn::BatchNorm1d(8), nn::ReLU(), nn::BatchNorm1d(8),
-                              nn::Linear(8, kClasses)).ptr();
+                              nn::Linear(8, kClasses))
+                   .ptr();
   DDP ddp(model);
   const Tensor X = features(), Y = labels();
   for (int step = 0; step < 2; ++step) {
@@ -243,7 +244,8 @@ int ddp_buffers(const std::vector<std::string>&) {
   }
   // after the last forward every rank holds rank 0's statistics, updated by the same batch
   Tensor mine = cat({model->named_buffers().at("1.running_mean").contiguous(),
-                     model->named_buffers().at("3.running_var").contiguous()}, 0);
+                     model->named_buffers().at("3.running_var").contiguous()},
+                    0);
   Tensor all = empty({mine.numel() * pg->size()});
   pg->all_gather(all, mine)->wait();
   for (int r = 1; r < pg->size(); ++r)

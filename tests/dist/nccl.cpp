@@ -65,7 +65,8 @@ int collectives(const std::vector<std::string>&) {
           switch (op) {
             case ReduceOp::kSum: want[i] = n * b + ranks_sum; break;
             case ReduceOp::kAvg:
-              want[i] = is_floating(dt) ? b + ranks_sum / n : static_cast<double>(static_cast<int64_t>((n * b + ranks_sum) / n));
+              want[i] = is_floating(dt) ? b + ranks_sum / n
+                                        : static_cast<double>(static_cast<int64_t>((n * b + ranks_sum) / n));
               break;
             case ReduceOp::kMax: want[i] = b + n - 1; break;
             case ReduceOp::kMin: want[i] = b; break;

@@ -179,7 +179,8 @@ void run_case(const ProcessGroupPtr& pg, const std::vector<int64_t>& sizes, cons
            st + ": forward + backward ran " + std::to_string(pg->started() - before) + " collectives");
 
     check_close(ys, yf.narrow(0, start, n), tol.rtol, tol.atol, st + ": output");
-    if (c.input_grad) check_close(xs.grad(), xf.grad().narrow(0, start, n), tol.rtol, tol.atol, st + ": input gradient");
+    if (c.input_grad)
+      check_close(xs.grad(), xf.grad().narrow(0, start, n), tol.rtol, tol.atol, st + ": input gradient");
     else expect(!xs.grad().defined(), st + ": no input gradient");
     if (c.affine) {
       auto& s = *sync;

@@ -128,7 +128,7 @@ __global__ void votes(int* out) {
     out[7] = andd;
   }
   if (t == 30) out[3] = static_cast<int>(down);  // lane 30: lane 34 is outside the warp -> own value
-  if (t == 9) out[4] = idx;                     // width 8: lane 9 reads lane 8 + 7 = 15
+  if (t == 9) out[4] = idx;                      // width 8: lane 9 reads lane 8 + 7 = 15
 }
 
 __global__ void intrinsics(const float* x, float* out) {
@@ -191,7 +191,8 @@ TEST_CASE("sim: dynamic shared memory is sized by the launch", "[gpu][sim]") {
   CHECK(fault_of([&] { cuda::launch(reverse_dynamic, 1, 64, 64 * sizeof(float), stream(), fp(out), 64); }).empty());
   std::vector<float> v = out.to_vector<float>();
   for (int i = 0; i < 64; ++i) CHECK(v[static_cast<size_t>(i)] == static_cast<float>(63 - i));
-  const std::string m = fault_of([&] { cuda::launch(reverse_dynamic, 1, 64, 32 * sizeof(float), stream(), fp(out), 64); });
+  const std::string m =
+      fault_of([&] { cuda::launch(reverse_dynamic, 1, 64, 32 * sizeof(float), stream(), fp(out), 64); });
   CHECK_THAT(m, Contains("out-of-bounds shared-memory"));
   CHECK_THAT(m, Contains("dynamic shared memory"));
 }
@@ -215,7 +216,8 @@ TEST_CASE("sim: racecheck finds a race between lanes of one warp without __syncw
 
 TEST_CASE("sim: atomics on shared memory do not race", "[gpu][sim]") {
   Tensor out = dev_zeros(1, DType::i32);
-  CHECK(fault_of([&] { cuda::launch(shared_counter, 1, 256, 0, stream(), static_cast<int*>(out.data_ptr())); }).empty());
+  CHECK(
+      fault_of([&] { cuda::launch(shared_counter, 1, 256, 0, stream(), static_cast<int*>(out.data_ptr())); }).empty());
   CHECK(out.item<int>() == 256);
 }
 
@@ -293,14 +295,15 @@ TEST_CASE("sim: launch limits of an H100 are enforced", "[gpu][sim]") {
   Tensor out = dev_zeros(64);
   CHECK_THROWS_WITH(cuda::launch(shared_tile, 1, 2048, 0, stream(), fp(out)), Contains("1024 threads per block"));
   CHECK_THROWS_WITH(cuda::launch(shared_tile, dim3(1, 70000), 32, 0, stream(), fp(out)), Contains("65535"));
-  CHECK_THROWS_WITH(cuda::launch(shared_tile, 1, dim3(1, 1, 65), 0, stream(), fp(out)), Contains("1024 threads per block"));
+  CHECK_THROWS_WITH(cuda::launch(shared_tile, 1, dim3(1, 1, 65), 0, stream(), fp(out)),
+                    Contains("1024 threads per block"));
   // dynamic shared memory over 48 KiB needs the opt-in attribute, and the opt-in has a maximum
   CHECK_THROWS_WITH(cuda::launch(reverse_dynamic, 1, 64, 64 * 1024, stream(), fp(out), 64), Contains("48 KiB"));
-  CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(reverse_dynamic), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             300 * 1024) == cudaErrorInvalidValue);
+  CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(reverse_dynamic),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, 300 * 1024) == cudaErrorInvalidValue);
   cudaGetLastError();
-  REQUIRE(cudaFuncSetAttribute(reinterpret_cast<const void*>(reverse_dynamic), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               100 * 1024) == cudaSuccess);
+  REQUIRE(cudaFuncSetAttribute(reinterpret_cast<const void*>(reverse_dynamic),
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024) == cudaSuccess);
   CHECK(fault_of([&] { cuda::launch(reverse_dynamic, 1, 64, 64 * 1024, stream(), fp(out), 64); }).empty());
   // static shared memory over 48 KiB: found when the kernel declares it, and at launch afterwards
   std::string m = fault_of([&] { cuda::launch(big_static_shared, 1, 32, 0, stream(), fp(out)); });

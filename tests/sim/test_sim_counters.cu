@@ -249,7 +249,8 @@ TEST_CASE("sim counters: coalesced, strided, misaligned and broadcast float load
 TEST_CASE("sim counters: float2 and float4 accesses", "[gpu][sim][counters]") {
   Tensor in = dev_zeros(128), out = dev_zeros(128);
   const sim::LaunchCounters c2 = count_one([&] {
-    cuda::launch(copy_f2, 1, 32, 0, stream(), reinterpret_cast<const float2*>(fp(in)), reinterpret_cast<float2*>(fp(out)));
+    cuda::launch(copy_f2, 1, 32, 0, stream(), reinterpret_cast<const float2*>(fp(in)),
+                 reinterpret_cast<float2*>(fp(out)));
   });
   Expect l2, s2;
   l2.global(lanes_at(addr(in), 32, 1, 8), 8);
@@ -258,7 +259,8 @@ TEST_CASE("sim counters: float2 and float4 accesses", "[gpu][sim][counters]") {
   check_global(c2.global_store, s2);
   CHECK(c2.global_load.sectors == 8);
   const sim::LaunchCounters c4 = count_one([&] {
-    cuda::launch(copy_f4, 1, 32, 0, stream(), reinterpret_cast<const float4*>(fp(in)), reinterpret_cast<float4*>(fp(out)));
+    cuda::launch(copy_f4, 1, 32, 0, stream(), reinterpret_cast<const float4*>(fp(in)),
+                 reinterpret_cast<float4*>(fp(out)));
   });
   Expect l4, s4;
   l4.global(lanes_at(addr(in), 32, 1, 16), 16);
@@ -271,7 +273,8 @@ TEST_CASE("sim counters: float2 and float4 accesses", "[gpu][sim][counters]") {
 TEST_CASE("sim counters: a partial warp and a divergent branch", "[gpu][sim][counters]") {
   Tensor in = dev_zeros(64), out = dev_zeros(64);
   SECTION("blockDim 48: a full warp and a warp of 16") {
-    const sim::LaunchCounters c = count_one([&] { cuda::launch(gather_f32, 1, 48, 0, stream(), fp(in), fp(out), 1, 0); });
+    const sim::LaunchCounters c =
+        count_one([&] { cuda::launch(gather_f32, 1, 48, 0, stream(), fp(in), fp(out), 1, 0); });
     Expect load;
     load.global(lanes_at(addr(in), 32, 1, 4), 4);
     load.global(lanes_at(addr(in), 16, 1, 4, 32), 4);
@@ -280,7 +283,8 @@ TEST_CASE("sim counters: a partial warp and a divergent branch", "[gpu][sim][cou
     CHECK(c.partial_requests == 0);  // the second warp has 16 threads, and all take part
   }
   SECTION("half the lanes load") {
-    const sim::LaunchCounters c = count_one([&] { cuda::launch(half_lanes_load, 1, 64, 0, stream(), fp(in), fp(out)); });
+    const sim::LaunchCounters c =
+        count_one([&] { cuda::launch(half_lanes_load, 1, 64, 0, stream(), fp(in), fp(out)); });
     Expect load, store;
     for (int w = 0; w < 2; ++w) {
       load.global(lanes_at(addr(in), 16, 2, 4, w * 32), 4);
@@ -360,16 +364,14 @@ TEST_CASE("sim counters: barriers, warp collectives and atomics", "[gpu][sim][co
   CHECK(w.warp_collectives == 3 * 2 * 2);  // 3 per warp, 2 warps per block, 2 blocks
   CHECK(w.barriers == 0);
   Tensor counter = dev_zeros(1, DType::i32);
-  const sim::LaunchCounters a = count_one([&] {
-    cuda::launch(global_atomics, 3, 96, 0, stream(), static_cast<int*>(counter.data_ptr()));
-  });
+  const sim::LaunchCounters a =
+      count_one([&] { cuda::launch(global_atomics, 3, 96, 0, stream(), static_cast<int*>(counter.data_ptr())); });
   CHECK(a.atomics == 3 * 3);  // one per warp
   CHECK(a.global_load.requests == 0);
   CHECK(a.global_store.requests == 0);
   CHECK(counter.to_vector<int>()[0] == 3 * 96);
-  const sim::LaunchCounters s = count_one([&] {
-    cuda::launch(shared_atomics, 1, 64, 0, stream(), static_cast<int*>(counter.data_ptr()));
-  });
+  const sim::LaunchCounters s =
+      count_one([&] { cuda::launch(shared_atomics, 1, 64, 0, stream(), static_cast<int*>(counter.data_ptr())); });
   CHECK(s.atomics == 2);
   CHECK(s.shared_store.requests == 1);  // count = 0 by thread 0
   CHECK(s.barriers == 2);
@@ -379,9 +381,8 @@ TEST_CASE("sim counters: ldmatrix wavefronts go matrix by matrix", "[gpu][sim][c
   Tensor out = dev_zeros(32, DType::i32);
   for (int row_bytes : {16, 32, 64, 80, 128}) {
     CAPTURE(row_bytes);
-    const sim::LaunchCounters c = count_one([&] {
-      cuda::launch(ldmatrix_rows, 1, 32, 0, stream(), static_cast<uint32_t*>(out.data_ptr()), row_bytes);
-    });
+    const sim::LaunchCounters c = count_one(
+        [&] { cuda::launch(ldmatrix_rows, 1, 32, 0, stream(), static_cast<uint32_t*>(out.data_ptr()), row_bytes); });
     // 4 matrices, each the rows of 8 lanes; wavefronts summed over them (counters.h)
     uint64_t wavefronts = 0;
     std::set<uintptr_t> bytes;
@@ -400,7 +401,7 @@ TEST_CASE("sim counters: ldmatrix wavefronts go matrix by matrix", "[gpu][sim][c
     CHECK(c.shared_load.bytes == 32 * 16);
     CHECK(c.warp_collectives == 1);
     if (row_bytes == 16 || row_bytes == 80) CHECK(c.shared_load.wavefronts == 4);  // conflict-free
-    if (row_bytes == 128) CHECK(c.shared_load.wavefronts == 4 * 8);                 // 8 rows in one bank group
+    if (row_bytes == 128) CHECK(c.shared_load.wavefronts == 4 * 8);                // 8 rows in one bank group
   }
 }
 

@@ -60,12 +60,25 @@ std::vector<Case> cases() {
   std::vector<Case> v;
   v.push_back({"add", "2^20 f32", [m] { return std::vector<Tensor>{rnd(m), rnd(m)}; }, {}});
   v.push_back({"mul", "2^20 f32", [m] { return std::vector<Tensor>{rnd(m), rnd(m)}; }, {}});
-  v.push_back({"add", "[1024,1024] + [1024] f32", [] { return std::vector<Tensor>{rnd({1024, 1024}), rnd({1024})}; }, {}});
+  v.push_back({"add",
+               "[1024,1024] + [1024] f32",
+               [] {
+                 return std::vector<Tensor>{rnd({1024, 1024}), rnd({1024})};
+               },
+               {}});
   v.push_back({"add", "2^20 bf16", [m] { return std::vector<Tensor>{rnd(m, DType::bf16), rnd(m, DType::bf16)}; }, {}});
   v.push_back({"relu", "2^20 f32", [m] { return std::vector<Tensor>{rnd(m)}; }, {}});
   v.push_back({"sum", "[2^20] all f32", [m] { return std::vector<Tensor>{rnd(m)}; }, ReduceAttrs{1, 0, 1}});
-  v.push_back({"sum", "[1024,1000] dim 1 f32", [] { return std::vector<Tensor>{rnd({1024, 1000})}; }, ReduceAttrs{2, 0, 1}});
-  v.push_back({"sum", "[1024,1000] dim 0 f32", [] { return std::vector<Tensor>{rnd({1024, 1000})}; }, ReduceAttrs{1, 0, 1}});
+  v.push_back({"sum", "[1024,1000] dim 1 f32",
+               [] {
+                 return std::vector<Tensor>{rnd({1024, 1000})};
+               },
+               ReduceAttrs{2, 0, 1}});
+  v.push_back({"sum", "[1024,1000] dim 0 f32",
+               [] {
+                 return std::vector<Tensor>{rnd({1024, 1000})};
+               },
+               ReduceAttrs{1, 0, 1}});
   v.push_back({"softmax", "[1024,1000] f32", [] { return std::vector<Tensor>{rnd({1024, 1000})}; }, SoftmaxAttrs{1}});
   v.push_back({"cross_entropy", "[1024,1000] f32",
                [] {
@@ -74,34 +87,53 @@ std::vector<Case> cases() {
                LossAttrs{Reduction::mean, -100, 0}});
   for (DType dt : {DType::f32, DType::bf16}) {
     const std::string d = dt == DType::f32 ? "f32" : "bf16";
-    v.push_back({"matmul", "[256,256] x [256,256] " + d, [dt] { return std::vector<Tensor>{rnd({256, 256}, dt), rnd({256, 256}, dt)}; }, {}});
+    v.push_back({"matmul",
+                 "[256,256] x [256,256] " + d,
+                 [dt] {
+                   return std::vector<Tensor>{rnd({256, 256}, dt), rnd({256, 256}, dt)};
+                 },
+                 {}});
     v.push_back({"linear", "[256,256] -> 256 " + d,
-                 [dt] { return std::vector<Tensor>{rnd({256, 256}, dt), rnd({256, 256}, dt), rnd({256}, dt)}; },
+                 [dt] {
+                   return std::vector<Tensor>{rnd({256, 256}, dt), rnd({256, 256}, dt), rnd({256}, dt)};
+                 },
                  LinearAttrs{0}});
   }
   const Conv2dAttrs conv{Conv2dFuncOptions().set_padding(1)};
   v.push_back({"conv2d", "mnist conv2 32->64 3x3 14x14 n8 f32",
-               [] { return std::vector<Tensor>{rnd({8, 32, 14, 14}), rnd({64, 32, 3, 3}), rnd({64})}; }, conv});
+               [] {
+                 return std::vector<Tensor>{rnd({8, 32, 14, 14}), rnd({64, 32, 3, 3}), rnd({64})};
+               },
+               conv});
   v.push_back({"conv2d", "64->64 3x3 28x28 n2 bf16 channels-last",
                [] {
                  return std::vector<Tensor>{contiguous_as(rnd({2, 64, 28, 28}, DType::bf16), true),
-                                            contiguous_as(rnd({64, 64, 3, 3}, DType::bf16), true), rnd({64}, DType::bf16)};
+                                            contiguous_as(rnd({64, 64, 3, 3}, DType::bf16), true),
+                                            rnd({64}, DType::bf16)};
                },
                conv});
   PoolAttrs pool{};
   pool.kernel[0] = pool.kernel[1] = 2;
   pool.stride[0] = pool.stride[1] = 2;
-  v.push_back({"max_pool2d", "[16,32,28,28] 2x2 s2 f32", [] { return std::vector<Tensor>{rnd({16, 32, 28, 28})}; }, pool});
+  v.push_back({"max_pool2d", "[16,32,28,28] 2x2 s2 f32",
+               [] {
+                 return std::vector<Tensor>{rnd({16, 32, 28, 28})};
+               },
+               pool});
   v.push_back({"batch_norm", "[16,32,28,28] f32 training",
                [] {
                  TensorOptions o = TensorOptions(DType::f32).device(cuda0());
-                 return std::vector<Tensor>{rnd({16, 32, 28, 28}), ones({32}, o), zeros({32}, o), zeros({32}, o), ones({32}, o)};
+                 return std::vector<Tensor>{rnd({16, 32, 28, 28}), ones({32}, o), zeros({32}, o), zeros({32}, o),
+                                            ones({32}, o)};
                },
                BatchNormAttrs{}});
   v.push_back({"sgd_step", "6 tensors momentum",
                [] { return optim_lists(4, 3, SgdHyper{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}.values(), 6); },
                SgdStepAttrs{6, 1, 0, 0}});
-  v.push_back({"adam_step", "6 tensors AdamW", [] { return optim_lists(5, 4, {1e-3, 0.9, 0.999, 1e-8, 0.01}, 6); },
+  v.push_back({"adam_step", "6 tensors AdamW",
+               [] {
+                 return optim_lists(5, 4, {1e-3, 0.9, 0.999, 1e-8, 0.01}, 6);
+               },
                AdamStepAttrs{6, 0, 1, 0}});
   return v;
 }
@@ -148,10 +180,11 @@ TEST_CASE("sim counters: ember's CUDA kernels (report)", "[.][kernel-counters]")
       uint64_t global_bytes = 0;
       for (const sim::LaunchCounters& k : all) {
         global_bytes += k.global_load.bytes + k.global_store.bytes;
-        const uint64_t reqs = k.global_load.requests + k.global_store.requests + k.shared_load.requests +
-                              k.shared_store.requests;
+        const uint64_t reqs =
+            k.global_load.requests + k.global_store.requests + k.shared_load.requests + k.shared_store.requests;
         char gb[32];
-        std::snprintf(gb, sizeof gb, "%ux%ux%u x %u", k.grid[0], k.grid[1], k.grid[2], k.block[0] * k.block[1] * k.block[2]);
+        std::snprintf(gb, sizeof gb, "%ux%ux%u x %u", k.grid[0], k.grid[1], k.grid[2],
+                      k.block[0] * k.block[1] * k.block[2]);
         std::string kn = k.kernel.size() > 52 ? k.kernel.substr(0, 49) + "..." : k.kernel;
         std::printf("%-14s %-40s %-16s %-52s %12s %7llu %7.3f %7llu %7.3f %9llu %6.2f %6.2f %8llu %9.2f %9.2f %6.1f\n",
                     c.op.c_str(), c.name.c_str(), v.name.c_str(), kn.c_str(), gb,

@@ -506,9 +506,9 @@ TEST_CASE("tune: a real study records diverged and failing trials as failed and 
   // With 4 Latin-hypercube trials each half of [0, 1) holds two points, so each of two choices is drawn twice: lr
   // 1e30 diverges, --data without the data set fails at run time (a value mnist_train's parser refuses, such as
   // --optimizer bogus, is refused before the first trial).
-  const Run r = run(dir, kTune + " --study " + study + " --init 6 --trials 6 --parallel 2 --param lr=cat:0.003,1e30" +
-                             " --param data=cat:" + kData + "," + (dir / "missing") + " --tensorboard " +
-                             (dir / "tb") + kTiny);
+  const Run r =
+      run(dir, kTune + " --study " + study + " --init 6 --trials 6 --parallel 2 --param lr=cat:0.003,1e30" +
+                   " --param data=cat:" + kData + "," + (dir / "missing") + " --tensorboard " + (dir / "tb") + kTiny);
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
   const auto recs = trial_records(study);
@@ -816,8 +816,9 @@ TEST_CASE("tune: parameters and arguments mnist_train would refuse or ember_tune
       {lr + " -- --epochs 1 --lr=0.1", "parameter 'lr' is searched and also given after -- (--lr=0.1)"},
       {lr + " -- --epochs 1 --no-such-flag 3", "mnist_train argument --no-such-flag: mnist_train has no flag"},
       {lr + " -- --epochs 1 --data", "mnist_train argument --data has no value"},
-      {lr + " -- --data --augment", "mnist_train argument --data has no value (it takes one, and is followed by "
-                                    "--augment)"},
+      {lr + " -- --data --augment",
+       "mnist_train argument --data has no value (it takes one, and is followed by "
+       "--augment)"},
       {lr + " -- --check-options", "mnist_train argument --check-options: with it mnist_train does not train"},
       {lr + " -- --epochs 0", "mnist_train refuses the arguments after --: --epochs: Value 0 not in range"},
       {" --param momentum=float:0:1" + kTiny,
@@ -854,14 +855,13 @@ TEST_CASE("tune: paths in the stored mnist_train arguments are absolute, so a re
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
   const std::string study = dir / "a/s.jsonl";
-  CHECK(header_of(study)["config"]["train_args"] ==
-        nlohmann::json::array({"--data", dir / "a/data", "--epochs=1"}));
+  CHECK(header_of(study)["config"]["train_args"] == nlohmann::json::array({"--data", dir / "a/data", "--epochs=1"}));
   r = run(dir, "cd " + (dir / "b") + " && " + env + kTune + " --resume ../a/s.jsonl --trials 2 --mnist-train " + stub);
   INFO(r.out << r.err);
   CHECK(r.rc == 0);
   const auto recs = trial_records(study);
   REQUIRE(recs.size() == 2);
-  CHECK(recs[1]["state"] == "complete");  // the stub fails unless --data names a directory
+  CHECK(recs[1]["state"] == "complete");           // the stub fails unless --data names a directory
   CHECK(fs::exists(dir / "a/s.d/trial-1.jsonl"));  // the resumed study's own trial directory
 }
 
@@ -921,8 +921,8 @@ TEST_CASE("tune: without a validation split val_accuracy is missing, not 0, and 
     const std::string study = dir / "s.jsonl";
     fs::remove(study);
     fs::remove_all(dir / "s.d");
-    const Run r = run(dir, kTune + " --study " + study + " --trials 1 --objective " + objective +
-                               " --param lr=log:1e-3:1e-2" + tiny);
+    const Run r = run(
+        dir, kTune + " --study " + study + " --trials 1 --objective " + objective + " --param lr=log:1e-3:1e-2" + tiny);
     INFO(r.out << r.err);
     CHECK(r.rc == 1);  // every trial failed
     const auto recs = trial_records(study);

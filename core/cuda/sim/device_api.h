@@ -107,7 +107,9 @@ void vector_copy(void* dst, const void* src, size_t bytes);
 
 // (threadIdx, blockIdx, blockDim, gridDim and warpSize are macros of prelude.h, for kernel code only.)
 
-inline void __syncthreads(std::source_location loc = std::source_location::current()) { ::ember::sim::syncthreads(loc); }
+inline void __syncthreads(std::source_location loc = std::source_location::current()) {
+  ::ember::sim::syncthreads(loc);
+}
 inline int __syncthreads_count(int pred, std::source_location loc = std::source_location::current()) {
   return ::ember::sim::syncthreads_reduce(0, pred, loc);
 }
@@ -121,15 +123,15 @@ inline void __syncwarp(unsigned mask = 0xffffffffu, std::source_location loc = s
   ::ember::sim::syncwarp(mask, loc);
 }
 
-#define EMBER_SIM_SHUFFLE(name, kind, argtype)                                                                \
-  template <class T>                                                                                          \
-  inline T name(unsigned mask, T var, argtype arg, int width = 32,                                            \
-                std::source_location loc = std::source_location::current()) {                                 \
-    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 16, #name ": a value of at most 16 bytes"); \
-    T out;                                                                                                    \
-    ::ember::sim::shuffle(::ember::sim::Collective::kind, mask, &var, &out, sizeof(T), static_cast<int>(arg), \
-                          width, loc);                                                                        \
-    return out;                                                                                               \
+#define EMBER_SIM_SHUFFLE(name, kind, argtype)                                                                       \
+  template <class T>                                                                                                 \
+  inline T name(unsigned mask, T var, argtype arg, int width = 32,                                                   \
+                std::source_location loc = std::source_location::current()) {                                        \
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 16, #name ": a value of at most 16 bytes");        \
+    T out;                                                                                                           \
+    ::ember::sim::shuffle(::ember::sim::Collective::kind, mask, &var, &out, sizeof(T), static_cast<int>(arg), width, \
+                          loc);                                                                                      \
+    return out;                                                                                                      \
   }
 EMBER_SIM_SHUFFLE(__shfl_sync, shfl, int)
 EMBER_SIM_SHUFFLE(__shfl_up_sync, shfl_up, unsigned)
@@ -150,10 +152,10 @@ inline int __all_sync(unsigned mask, int pred, std::source_location loc = std::s
 // Atomics: checked as atomic accesses (never a race with one another), then done with a real host
 // atomic, so blocks running in parallel on different host threads see each other's updates.
 // Implemented in core/cuda/sim/device_functions.cpp, outside the instrumented kernel code.
-#define EMBER_SIM_ATOMIC_INTS(name)                          \
-  int name(int* address, int val);                           \
-  unsigned name(unsigned* address, unsigned val);            \
-  long long name(long long* address, long long val);         \
+#define EMBER_SIM_ATOMIC_INTS(name)                  \
+  int name(int* address, int val);                   \
+  unsigned name(unsigned* address, unsigned val);    \
+  long long name(long long* address, long long val); \
   unsigned long long name(unsigned long long* address, unsigned long long val);
 EMBER_SIM_ATOMIC_INTS(atomicAdd)
 EMBER_SIM_ATOMIC_INTS(atomicSub)
@@ -173,12 +175,36 @@ unsigned long long atomicCAS(unsigned long long* address, unsigned long long com
 unsigned short atomicCAS(unsigned short* address, unsigned short compare, unsigned short val);
 
 // ---- intrinsics: the host's IEEE operations (the fast-math variants are exact here) ----
-inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
-inline int __float_as_int(float f) { int v; std::memcpy(&v, &f, 4); return v; }
-inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
-inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
-inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
-inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
+inline float __int_as_float(int v) {
+  float f;
+  std::memcpy(&f, &v, 4);
+  return f;
+}
+inline int __float_as_int(float f) {
+  int v;
+  std::memcpy(&v, &f, 4);
+  return v;
+}
+inline float __uint_as_float(unsigned v) {
+  float f;
+  std::memcpy(&f, &v, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned v;
+  std::memcpy(&v, &f, 4);
+  return v;
+}
+inline double __longlong_as_double(long long v) {
+  double d;
+  std::memcpy(&d, &v, 8);
+  return d;
+}
+inline long long __double_as_longlong(double d) {
+  long long v;
+  std::memcpy(&v, &d, 8);
+  return v;
+}
 // (__expf and __logf: glibc's <math.h> declares them; core/cuda/sim/device_functions.cpp defines them)
 float rsqrtf(float x);
 double rsqrt(double x);
@@ -191,7 +217,7 @@ inline cudaError_t cudaFuncSetAttribute(T* func, cudaFuncAttribute attr, int val
 }
 
 // min and max as CUDA's math library overloads them (mixed signed/unsigned compare as unsigned).
-#define EMBER_SIM_MINMAX(A, B, R)                                        \
+#define EMBER_SIM_MINMAX(A, B, R)                                                                                  \
   inline R min(A a, B b) { return static_cast<R>(a) < static_cast<R>(b) ? static_cast<R>(a) : static_cast<R>(b); } \
   inline R max(A a, B b) { return static_cast<R>(a) < static_cast<R>(b) ? static_cast<R>(b) : static_cast<R>(a); }
 EMBER_SIM_MINMAX(int, int, int)

@@ -29,14 +29,15 @@ T atomic_rmw(T* p, F f, const void* pc) {
 
 }  // namespace
 
-#define EMBER_SIM_ATOMIC(name, T, expr)                                                          \
-  T name(T* address, T val) {                                                                    \
-    return atomic_rmw(address, [val](T old) -> T { return expr; }, __builtin_return_address(0)); \
+#define EMBER_SIM_ATOMIC(name, T, expr)                                            \
+  T name(T* address, T val) {                                                      \
+    return atomic_rmw(                                                             \
+        address, [val](T old) -> T { return expr; }, __builtin_return_address(0)); \
   }
-#define EMBER_SIM_ATOMIC_INTS(name, expr)          \
-  EMBER_SIM_ATOMIC(name, int, expr)                \
-  EMBER_SIM_ATOMIC(name, unsigned, expr)           \
-  EMBER_SIM_ATOMIC(name, long long, expr)          \
+#define EMBER_SIM_ATOMIC_INTS(name, expr) \
+  EMBER_SIM_ATOMIC(name, int, expr)       \
+  EMBER_SIM_ATOMIC(name, unsigned, expr)  \
+  EMBER_SIM_ATOMIC(name, long long, expr) \
   EMBER_SIM_ATOMIC(name, unsigned long long, expr)
 
 EMBER_SIM_ATOMIC_INTS(atomicAdd, old + val)
@@ -44,18 +45,18 @@ EMBER_SIM_ATOMIC_INTS(atomicSub, old - val)
 EMBER_SIM_ATOMIC_INTS(atomicExch, (static_cast<void>(old), val))
 EMBER_SIM_ATOMIC_INTS(atomicMax, old < val ? val : old)
 EMBER_SIM_ATOMIC_INTS(atomicMin, val < old ? val : old)
-EMBER_SIM_ATOMIC_INTS(atomicAnd, old & val)
+EMBER_SIM_ATOMIC_INTS(atomicAnd, old& val)
 EMBER_SIM_ATOMIC_INTS(atomicOr, old | val)
 EMBER_SIM_ATOMIC_INTS(atomicXor, old ^ val)
 EMBER_SIM_ATOMIC(atomicAdd, float, old + val)
 EMBER_SIM_ATOMIC(atomicAdd, double, old + val)
 EMBER_SIM_ATOMIC(atomicExch, float, (static_cast<void>(old), val))
 
-#define EMBER_SIM_ATOMIC_CAS(T)                                                                      \
-  T atomicCAS(T* address, T compare, T val) {                                                        \
-    ember::sim::atomic_access(address, sizeof(T), __builtin_return_address(0));                      \
+#define EMBER_SIM_ATOMIC_CAS(T)                                                                     \
+  T atomicCAS(T* address, T compare, T val) {                                                       \
+    ember::sim::atomic_access(address, sizeof(T), __builtin_return_address(0));                     \
     __atomic_compare_exchange_n(address, &compare, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
-    return compare;                                                                                  \
+    return compare;                                                                                 \
   }
 EMBER_SIM_ATOMIC_CAS(int)
 EMBER_SIM_ATOMIC_CAS(unsigned)

@@ -99,10 +99,12 @@ Worker& worker() {
 
 // Reports a fault of the running thread. Then the caller ends it (EMBER_SIM_FAULT): in a separate
 // statement, once the message's temporaries are gone (the fiber's stack is abandoned, not unwound).
-void report(cudaError_t code, const std::string& what) { record_fault(code, where_am_i(*t_current_thread) + ": " + what); }
-#define EMBER_SIM_FAULT(...)       \
-  do {                             \
-    report(__VA_ARGS__);           \
+void report(cudaError_t code, const std::string& what) {
+  record_fault(code, where_am_i(*t_current_thread) + ": " + what);
+}
+#define EMBER_SIM_FAULT(...)             \
+  do {                                   \
+    report(__VA_ARGS__);                 \
     ::ember::sim::kill_current_thread(); \
   } while (0)
 
@@ -188,19 +190,19 @@ void fiber_entry(bc::transfer_t from) {
 void resolve_barrier(Block& b, int reduce_op) {
   if (b.exited > 0) {
     EMBER_SIM_FAULT(cudaErrorLaunchFailure,
-          "barrier divergence: " + std::to_string(b.exited) + " thread(s) of the block have exited while " +
-              std::to_string(b.at_barrier) + " wait at __syncthreads() (" + loc_str(current_thread()->where) +
-              "); every thread of a block must reach the same barriers");
+                    "barrier divergence: " + std::to_string(b.exited) + " thread(s) of the block have exited while " +
+                        std::to_string(b.at_barrier) + " wait at __syncthreads() (" + loc_str(current_thread()->where) +
+                        "); every thread of a block must reach the same barriers");
   }
   const Thread& first = b.threads[0];
   for (int i = 1; i < b.nthreads; ++i) {
     const Thread& o = b.threads[i];
     if (o.where.line() != first.where.line() || std::strcmp(o.where.file_name(), first.where.file_name()) != 0) {
-      EMBER_SIM_FAULT(cudaErrorLaunchFailure, "barrier divergence: thread (" + std::to_string(first.idx.x) + "," +
-                                        std::to_string(first.idx.y) + "," + std::to_string(first.idx.z) +
-                                        ") waits at __syncthreads() " + loc_str(first.where) + " but thread (" +
-                                        std::to_string(o.idx.x) + "," + std::to_string(o.idx.y) + "," +
-                                        std::to_string(o.idx.z) + ") at " + loc_str(o.where));
+      EMBER_SIM_FAULT(cudaErrorLaunchFailure,
+                      "barrier divergence: thread (" + std::to_string(first.idx.x) + "," + std::to_string(first.idx.y) +
+                          "," + std::to_string(first.idx.z) + ") waits at __syncthreads() " + loc_str(first.where) +
+                          " but thread (" + std::to_string(o.idx.x) + "," + std::to_string(o.idx.y) + "," +
+                          std::to_string(o.idx.z) + ") at " + loc_str(o.where));
     }
   }
   int acc = reduce_op == 1 ? 1 : 0;
@@ -227,9 +229,7 @@ void check_abort() {
 
 // ---- warp collectives ----
 
-bool same_collective(const Thread& a, const Thread& b) {
-  return a.kind == b.kind && a.mask == b.mask && a.op == b.op;
-}
+bool same_collective(const Thread& a, const Thread& b) { return a.kind == b.kind && a.mask == b.mask && a.op == b.op; }
 
 // The lanes of warp `w` named in `mask` that exist and have not exited.
 unsigned live_lanes(const Block& b, int w, unsigned mask) {
@@ -557,12 +557,14 @@ void* static_shared_raw(const void* site, size_t bytes, size_t align, const char
     const std::string problem = shared_memory_problem(L, b.static_bytes + bytes);
     if (!problem.empty()) {
       note_static_smem(L.kernel, b.static_bytes + bytes);  // so the next launch is refused up front
-      report(cudaErrorLaunchOutOfResources, "too much shared memory (found at `" + std::string(name) + "`): " + problem);
+      report(cudaErrorLaunchOutOfResources,
+             "too much shared memory (found at `" + std::string(name) + "`): " + problem);
       too_much = true;
     }
   }  // (the message is gone before the thread ends)
   if (too_much) kill_current_thread();
-  if (off + bytes + kRedZone > b.smem_capacity) EMBER_SIM_FAULT(cudaErrorLaunchOutOfResources, "shared memory arena exhausted");
+  if (off + bytes + kRedZone > b.smem_capacity)
+    EMBER_SIM_FAULT(cudaErrorLaunchOutOfResources, "shared memory arena exhausted");
   b.regions->push_back(SharedRegion{site, name, off, bytes});
   b.smem_used = off + bytes + kRedZone;
   b.static_bytes += bytes;
@@ -578,7 +580,8 @@ uint32_t shared_offset(const void* p, std::source_location loc) {
   Thread& t = me_in_kernel("__cvta_generic_to_shared");
   const auto* c = static_cast<const unsigned char*>(p);
   if (c < t.block->smem || c >= t.block->smem + t.block->smem_capacity)
-    EMBER_SIM_FAULT(cudaErrorIllegalAddress, "__cvta_generic_to_shared of an address that is not shared memory (" + loc_str(loc) + ")");
+    EMBER_SIM_FAULT(cudaErrorIllegalAddress,
+                    "__cvta_generic_to_shared of an address that is not shared memory (" + loc_str(loc) + ")");
   return static_cast<uint32_t>(c - t.block->smem);
 }
 
@@ -609,7 +612,7 @@ void arrive(Thread& me, Collective kind, uint8_t op, unsigned mask, std::source_
     char m[16];
     std::snprintf(m, sizeof m, "0x%08x", mask);
     EMBER_SIM_FAULT(cudaErrorLaunchFailure, std::string("warp collective at ") + loc_str(loc) + " with mask " + m +
-                                      " that does not name the calling lane " + std::to_string(me.lane));
+                                                " that does not name the calling lane " + std::to_string(me.lane));
   }
   me.kind = kind;
   me.op = op;
@@ -631,7 +634,7 @@ void shuffle(Collective kind, unsigned mask, const void* in, void* out, size_t b
   Thread& me = me_in_kernel("a warp shuffle");
   if (width < 1 || width > 32 || (width & (width - 1)) != 0)
     EMBER_SIM_FAULT(cudaErrorLaunchFailure, "warp shuffle at " + loc_str(loc) + " with width " + std::to_string(width) +
-                                      " (must be a power of two from 1 to 32)");
+                                                " (must be a power of two from 1 to 32)");
   std::memcpy(me.in, in, bytes);
   me.arg = arg;
   me.width = width;
@@ -652,9 +655,10 @@ unsigned vote(Collective kind, unsigned mask, int pred, std::source_location loc
 void warp_matrix_op(Thread& me, uint8_t op, std::source_location loc) {
   const Block& b = *me.block;
   if (me.warp * 32 + 32 > b.nthreads)
-    EMBER_SIM_FAULT(cudaErrorLaunchFailure, std::string((op & kLdmatrixOp) ? "ldmatrix.sync" : "mma.sync") + " at " + loc_str(loc) +
-                                      " in a partial warp (the block has " + std::to_string(b.nthreads) +
-                                      " threads): .aligned instructions need all 32 lanes");
+    EMBER_SIM_FAULT(cudaErrorLaunchFailure, std::string((op & kLdmatrixOp) ? "ldmatrix.sync" : "mma.sync") + " at " +
+                                                loc_str(loc) + " in a partial warp (the block has " +
+                                                std::to_string(b.nthreads) +
+                                                " threads): .aligned instructions need all 32 lanes");
   arrive(me, Collective::match, op, 0xffffffffu, loc);
 }
 

@@ -71,7 +71,7 @@ bool warp_ordered(const Block& b, const Thread& t, int other, uint8_t other_wsyn
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void shared_out_of_bounds(Thread& t, size_t off, size_t n, Access k,
-                                                                      const void* pc) {
+                                                                       const void* pc) {
   {
     Block& b = *t.block;
     // name the nearest region below the address
@@ -127,11 +127,11 @@ __attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Ac
     if (k == Access::read) {
       if (wrote_now && !warp_ordered(b, t, e.w_tid, e.w_wsync)) {
         EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
-              "racecheck: shared-memory read of `" + std::string(reg->name) + "` [byte " + std::to_string(off + i - reg->offset) +
-                  "] written by thread " + tid_str(b, e.w_tid) +
-                  " in the same barrier interval (no __syncthreads() between the write and this read" +
-                  (e.w_tid / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
-              pc);
+                        "racecheck: shared-memory read of `" + std::string(reg->name) + "` [byte " +
+                            std::to_string(off + i - reg->offset) + "] written by thread " + tid_str(b, e.w_tid) +
+                            " in the same barrier interval (no __syncthreads() between the write and this read" +
+                            (e.w_tid / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
+                        pc);
       }
       if (e.r_epoch == ep) {
         if (e.r_tid != me) e.flags |= kMultiRead;
@@ -145,23 +145,24 @@ __attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Ac
       const bool atomic = k == Access::atomic;
       if (wrote_now && !(atomic && (e.flags & kAtomicWrite)) && !warp_ordered(b, t, e.w_tid, e.w_wsync)) {
         EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
-              "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
-                  std::to_string(off + i - reg->offset) + "] also written by thread " + tid_str(b, e.w_tid) +
-                  " in the same barrier interval (write-write race: no __syncthreads() between them" +
-                  (e.w_tid / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
-              pc);
+                        "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
+                            std::to_string(off + i - reg->offset) + "] also written by thread " + tid_str(b, e.w_tid) +
+                            " in the same barrier interval (write-write race: no __syncthreads() between them" +
+                            (e.w_tid / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
+                        pc);
       }
       const bool read_now = e.r_epoch == ep && (e.r_tid != me || (e.flags & kMultiRead));
       if (read_now && !warp_ordered(b, t, e.r_tid, e.r_wsync)) {
         const int other = e.r_tid != me ? e.r_tid : -1;
-        EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
-              "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
-                  std::to_string(off + i - reg->offset) + "] read by " +
-                  (other >= 0 ? "thread " + tid_str(b, other) : std::string("other threads")) +
-                  " in the same barrier interval (write-after-read race: no __syncthreads() between the read and "
-                  "this write" +
-                  (other >= 0 && other / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
-              pc);
+        EMBER_SIM_FAULT(
+            t, cudaErrorLaunchFailure,
+            "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
+                std::to_string(off + i - reg->offset) + "] read by " +
+                (other >= 0 ? "thread " + tid_str(b, other) : std::string("other threads")) +
+                " in the same barrier interval (write-after-read race: no __syncthreads() between the read and "
+                "this write" +
+                (other >= 0 && other / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
+            pc);
       }
       e.w_epoch = ep;
       e.w_tid = me;
@@ -211,51 +212,56 @@ namespace {
   const Block& b = *t.block;
   const int owner = static_cast<int>((a - reinterpret_cast<uintptr_t>(b.stacks_lo)) / b.stack_bytes);
   EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
-        std::string(verb(k)) + " of " + std::to_string(n) + " bytes at " + hex(a) + " in the local memory of thread " +
-            tid_str(b, owner) + " (local memory is private to its thread)",
-        pc);
+                  std::string(verb(k)) + " of " + std::to_string(n) + " bytes at " + hex(a) +
+                      " in the local memory of thread " + tid_str(b, owner) +
+                      " (local memory is private to its thread)",
+                  pc);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void fault_param(Thread& t, Access k, const void* pc) {
-  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress, std::string(verb(k)) + " of the kernel's parameter memory (it is read-only)", pc);
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
+                  std::string(verb(k)) + " of the kernel's parameter memory (it is read-only)", pc);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void fault_unallocated(Thread& t, uintptr_t a, size_t n, Access k,
                                                                     bool device, const void* pc) {
   EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
-        "out-of-bounds " + std::string(device ? "global" : "pinned host") + " " + verb(k) + " of " + std::to_string(n) +
-            " bytes at " + hex(a) + ": " + describe_address(a),
-        pc);
+                  "out-of-bounds " + std::string(device ? "global" : "pinned host") + " " + verb(k) + " of " +
+                      std::to_string(n) + " bytes at " + hex(a) + ": " + describe_address(a),
+                  pc);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void fault_past_end(Thread& t, uintptr_t a, size_t n, Access k,
                                                                  bool device, const Allocation& al, const void* pc) {
   const size_t bound = al.bound();
   const bool freed = al.in_use.load() == 0;
-  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
-        (freed ? "use after free: " : "out-of-bounds ") + std::string(device ? "global" : "pinned host") + " " +
-            verb(k) + " of " + std::to_string(n) + " bytes at " + hex(a) + ": " +
-            (freed || a >= al.base + bound
-                 ? describe_address(a)
-                 : "it runs " + std::to_string(a + n - (al.base + bound)) + " bytes past the end of the " +
-                       std::to_string(bound) + "-byte " + (bound < al.size ? "tensor" : "allocation") + " at " +
-                       hex(al.base)),
-        pc);
+  EMBER_SIM_FAULT(
+      t, cudaErrorIllegalAddress,
+      (freed ? "use after free: " : "out-of-bounds ") + std::string(device ? "global" : "pinned host") + " " + verb(k) +
+          " of " + std::to_string(n) + " bytes at " + hex(a) + ": " +
+          (freed || a >= al.base + bound ? describe_address(a)
+                                         : "it runs " + std::to_string(a + n - (al.base + bound)) +
+                                               " bytes past the end of the " + std::to_string(bound) + "-byte " +
+                                               (bound < al.size ? "tensor" : "allocation") + " at " + hex(al.base)),
+      pc);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void fault_other_device(Thread& t, uintptr_t a, Access k, int device,
                                                                      const void* pc) {
   EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
-        std::string(verb(k)) + " at " + hex(a) + " of memory of cuda:" + std::to_string(device) +
-            " by a kernel running on cuda:" + std::to_string(t.block->launch->device) + " (no peer access in ember)",
-        pc);
+                  std::string(verb(k)) + " at " + hex(a) + " of memory of cuda:" + std::to_string(device) +
+                      " by a kernel running on cuda:" + std::to_string(t.block->launch->device) +
+                      " (no peer access in ember)",
+                  pc);
 }
 
-[[noreturn]] __attribute__((noinline, cold)) void fault_host(Thread& t, uintptr_t a, size_t n, Access k, const void* pc) {
+[[noreturn]] __attribute__((noinline, cold)) void fault_host(Thread& t, uintptr_t a, size_t n, Access k,
+                                                             const void* pc) {
   EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
-        std::string(verb(k)) + " of " + std::to_string(n) + " bytes at " + hex(a) + ": " +
-            (a < 4096 ? std::string("a null pointer") : "host memory, not device memory (a host pointer passed to a kernel?)"),
-        pc);
+                  std::string(verb(k)) + " of " + std::to_string(n) + " bytes at " + hex(a) + ": " +
+                      (a < 4096 ? std::string("a null pointer")
+                                : "host memory, not device memory (a host pointer passed to a kernel?)"),
+                  pc);
 }
 
 // Everything that is neither the block's shared memory nor the thread's own stack. True when it
@@ -297,7 +303,8 @@ __attribute__((always_inline)) inline void check(Thread& t, uintptr_t a, size_t 
   const Block& b = *t.block;
   if (a - reinterpret_cast<uintptr_t>(b.smem) < b.smem_capacity) {
     shared_access(t, a - reinterpret_cast<uintptr_t>(b.smem), n, k, pc);
-    if (b.counting && count) [[unlikely]] count_access(t, a, n, count_kind(k, true), pc);
+    if (b.counting && count) [[unlikely]]
+      count_access(t, a, n, count_kind(k, true), pc);
     return;
   }
   if (a - reinterpret_cast<uintptr_t>(t.stack_lo) < b.stack_bytes) return;
@@ -350,7 +357,8 @@ __attribute__((noinline)) void vector_copy(void* dst, const void* src, size_t by
   const void* pc = __builtin_return_address(0);
   on_access(reinterpret_cast<uintptr_t>(src), bytes, Access::read, pc);
   on_access(reinterpret_cast<uintptr_t>(dst), bytes, Access::write, pc);
-  raw_copy(dst, src, bytes);  // (not memmove: AddressSanitizer intercepts it, and device memory is poisoned for host code)
+  raw_copy(dst, src,
+           bytes);  // (not memmove: AddressSanitizer intercepts it, and device memory is poisoned for host code)
 }
 
 void checked_access(const void* p, size_t bytes, Access kind, const void* pc) {
@@ -362,12 +370,12 @@ void checked_access(const void* p, size_t bytes, Access kind, const void* pc) {
 
 // The hooks the kernel-address instrumentation calls (call mode, recoverable variants), and the
 // aborting variants in case a build asks for them.
-#define EMBER_SIM_HOOK(n)                                                                       \
-  extern "C" void __asan_load##n##_noabort(uintptr_t a) {                                       \
-    ember::sim::on_access(a, n, ember::sim::Access::read, __builtin_return_address(0));         \
-  }                                                                                             \
-  extern "C" void __asan_store##n##_noabort(uintptr_t a) {                                      \
-    ember::sim::on_access(a, n, ember::sim::Access::write, __builtin_return_address(0));        \
+#define EMBER_SIM_HOOK(n)                                                                \
+  extern "C" void __asan_load##n##_noabort(uintptr_t a) {                                \
+    ember::sim::on_access(a, n, ember::sim::Access::read, __builtin_return_address(0));  \
+  }                                                                                      \
+  extern "C" void __asan_store##n##_noabort(uintptr_t a) {                               \
+    ember::sim::on_access(a, n, ember::sim::Access::write, __builtin_return_address(0)); \
   }
 EMBER_SIM_HOOK(1)
 EMBER_SIM_HOOK(2)

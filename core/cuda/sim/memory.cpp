@@ -106,7 +106,8 @@ Memory& mem() {
   static Memory* m = [] {
     auto* m = new Memory();  // never destroyed: tensors in static objects may be freed after main
     const Config& c = config();
-    const size_t dev_bytes = std::max<size_t>(size_t{1} << 30, c.memory_per_device * 2) * static_cast<size_t>(c.devices);
+    const size_t dev_bytes =
+        std::max<size_t>(size_t{1} << 30, c.memory_per_device * 2) * static_cast<size_t>(c.devices);
     const size_t pin_bytes = size_t{64} << 30;
     void* d = mmap(nullptr, dev_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void* p = mmap(nullptr, pin_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -246,11 +247,11 @@ std::string describe_address(uintptr_t a) {
       return "inside the " + std::to_string(al.size) + "-byte allocation at " + hex(al.base) + " (byte " +
              std::to_string(a - al.base) + ")";
     }
-    if (std::string f = freed_at(); !f.empty() && m.freed.upper_bound(a) != m.freed.begin() &&
-                                    std::prev(m.freed.upper_bound(a))->first > al.base)
+    if (std::string f = freed_at();
+        !f.empty() && m.freed.upper_bound(a) != m.freed.begin() && std::prev(m.freed.upper_bound(a))->first > al.base)
       return f;
-    return std::to_string(a - (al.base + al.size)) + " bytes past the end of the " + std::to_string(al.size) + "-byte " +
-           what + " allocation at " + hex(al.base);
+    return std::to_string(a - (al.base + al.size)) + " bytes past the end of the " + std::to_string(al.size) +
+           "-byte " + what + " allocation at " + hex(al.base);
   }
   if (std::string f = freed_at(); !f.empty()) return f;
   return std::string("not inside any ") + what + " allocation";
@@ -278,8 +279,7 @@ void raw_copy(void* dst, const void* src, size_t bytes) {
   size_t i = 0;
   if (((reinterpret_cast<uintptr_t>(d) ^ reinterpret_cast<uintptr_t>(s)) & 7) == 0) {
     for (; i < bytes && (reinterpret_cast<uintptr_t>(d + i) & 7) != 0; ++i) d[i] = s[i];
-    for (; i + 8 <= bytes; i += 8)
-      *reinterpret_cast<uint64_t*>(d + i) = *reinterpret_cast<const uint64_t*>(s + i);
+    for (; i + 8 <= bytes; i += 8) *reinterpret_cast<uint64_t*>(d + i) = *reinterpret_cast<const uint64_t*>(s + i);
   }
   for (; i < bytes; ++i) d[i] = s[i];
 }

@@ -103,10 +103,16 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>
 
 size_t element_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -196,7 +202,8 @@ template <class T>
 void reduce_into(T* acc, const T* x, size_t n, ncclRedOp_t op) {
   for (size_t i = 0; i < n; ++i) {
     switch (op) {
-      case ncclSum: case ncclAvg: acc[i] = static_cast<T>(acc[i] + x[i]); break;
+      case ncclSum:
+      case ncclAvg: acc[i] = static_cast<T>(acc[i] + x[i]); break;
       case ncclProd: acc[i] = static_cast<T>(acc[i] * x[i]); break;
       case ncclMax: acc[i] = x[i] > acc[i] ? x[i] : acc[i]; break;
       case ncclMin: acc[i] = x[i] < acc[i] ? x[i] : acc[i]; break;
@@ -210,7 +217,8 @@ void reduce_into_half(H* acc, const H* x, size_t n, ncclRedOp_t op) {
     const float a = static_cast<float>(acc[i]), b = static_cast<float>(x[i]);
     float r = a;
     switch (op) {
-      case ncclSum: case ncclAvg: r = a + b; break;
+      case ncclSum:
+      case ncclAvg: r = a + b; break;
       case ncclProd: r = a * b; break;
       case ncclMax: r = b > a ? b : a; break;
       case ncclMin: r = b < a ? b : a; break;
@@ -388,11 +396,11 @@ ncclResult_t enqueue(ncclComm_t comm, Kind kind, const void* send, void* recv, s
   call.root = kind == Kind::broadcast ? root : 0;
   call.count = count;
   std::shared_ptr<State> keep = st;
-  const cudaError_t e =
-      ember::sim::enqueue_host_op(stream, [keep, call, send, recv, type, op] { run(keep, call, send, recv, type, op); });
+  const cudaError_t e = ember::sim::enqueue_host_op(
+      stream, [keep, call, send, recv, type, op] { run(keep, call, send, recv, type, op); });
   if (e != cudaSuccess)
-    return call_error(ncclUnhandledCudaError, std::string(name) + ": enqueueing on the stream failed: " +
-                                                  cudaGetErrorString(e));
+    return call_error(ncclUnhandledCudaError,
+                      std::string(name) + ": enqueueing on the stream failed: " + cudaGetErrorString(e));
   return ncclSuccess;
 }
 
@@ -513,8 +521,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   if (cudaGetDevice(&st->device) != cudaSuccess)
     return call_error(ncclUnhandledCudaError, "ncclCommInitRankConfig: no current CUDA device");
   char hex[33];
-  for (int i = 0; i < 16; ++i)
-    std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(id.internal[i]));
+  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(id.internal[i]));
   st->name = std::string("/ember-nccl-") + hex;
   st->async.store(ncclInProgress);
   *comm = new ncclComm{st};

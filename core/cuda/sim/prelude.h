@@ -29,6 +29,7 @@
 // Shared memory must be declared through core/cuda/kernel.cuh, so that it is placed in the
 // block's shared memory and bounds-checked; a plain declaration is a compile error here.
 #undef __shared__
-#define __shared__ static_assert(false, "declare shared memory with EMBER_SHARED / EMBER_DYNAMIC_SHARED (core/cuda/kernel.cuh)");
+#define __shared__ \
+  static_assert(false, "declare shared memory with EMBER_SHARED / EMBER_DYNAMIC_SHARED (core/cuda/kernel.cuh)");
 #undef __constant__
 #define __constant__ static_assert(false, "__constant__ memory is not simulated; pass the values as kernel arguments");

@@ -52,7 +52,8 @@ void ldmatrix(uint32_t* r, int count, const void* row, bool trans, std::source_l
   const auto smem = reinterpret_cast<uintptr_t>(t.block->smem);
   // Only lanes 0..8 count - 1 give addresses; the others' operands are ignored.
   if (t.lane < 8 * count) {
-    if (a - smem >= t.block->smem_capacity) EMBER_SIM_FAULT(cudaErrorIllegalAddress, "ldmatrix row address is not shared memory", loc);
+    if (a - smem >= t.block->smem_capacity)
+      EMBER_SIM_FAULT(cudaErrorIllegalAddress, "ldmatrix row address is not shared memory", loc);
     if ((a & 15) != 0) EMBER_SIM_FAULT(cudaErrorMisalignedAddress, "ldmatrix row address not 16-byte aligned", loc);
     // counted as an ldmatrix, whose wavefronts go by matrix (Note [ldmatrix wavefronts] in counters.cpp)
     check_access(t, a, 16, Access::read, __builtin_return_address(0), false);
@@ -63,7 +64,8 @@ void ldmatrix(uint32_t* r, int count, const void* row, bool trans, std::source_l
   std::memcpy(r, t.out, sizeof(uint32_t) * static_cast<size_t>(count));
 }
 
-void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16, std::source_location loc) {
+void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16,
+                  std::source_location loc) {
   Thread& t = me("mma.sync");
   uint32_t in[10];
   std::memcpy(in, a, 16);
@@ -141,9 +143,11 @@ void cp_async(void* smem_dst, const void* gmem_src, int copy_bytes, int src_byte
   Thread& t = me("cp.async");
   const auto d = reinterpret_cast<uintptr_t>(smem_dst);
   const auto smem = reinterpret_cast<uintptr_t>(t.block->smem);
-  if (d - smem >= t.block->smem_capacity) EMBER_SIM_FAULT(cudaErrorIllegalAddress, "cp.async destination is not shared memory", loc);
+  if (d - smem >= t.block->smem_capacity)
+    EMBER_SIM_FAULT(cudaErrorIllegalAddress, "cp.async destination is not shared memory", loc);
   if ((d % static_cast<uintptr_t>(copy_bytes)) != 0 || (reinterpret_cast<uintptr_t>(gmem_src) % copy_bytes) != 0)
-    EMBER_SIM_FAULT(cudaErrorMisalignedAddress, "cp.async of " + std::to_string(copy_bytes) + " bytes with a misaligned address", loc);
+    EMBER_SIM_FAULT(cudaErrorMisalignedAddress,
+                    "cp.async of " + std::to_string(copy_bytes) + " bytes with a misaligned address", loc);
   if (src_bytes > 0) {
     if (reinterpret_cast<uintptr_t>(gmem_src) - smem < t.block->smem_capacity)
       EMBER_SIM_FAULT(cudaErrorIllegalAddress, "cp.async source is shared memory (it must be global)", loc);
@@ -153,7 +157,8 @@ void cp_async(void* smem_dst, const void* gmem_src, int copy_bytes, int src_byte
   // The efficiency counters take the shared write as issued here, at the instruction's address, with
   // its global read (one cp.async: one global request and one shared request); cp_async_wait does
   // it later and does not count it again.
-  if (t.block->counting) count_access(t, d, static_cast<size_t>(copy_bytes), CountKind::shared_store, __builtin_return_address(0));
+  if (t.block->counting)
+    count_access(t, d, static_cast<size_t>(copy_bytes), CountKind::shared_store, __builtin_return_address(0));
   t.copies.push_back(AsyncCopy{smem_dst, gmem_src, copy_bytes, src_bytes, t.groups_committed + 1});
 }
 
@@ -165,7 +170,8 @@ void cp_async_commit() {
 void cp_async_wait(int n) {
   Thread& t = me("cp.async.wait_group");
   // groups 1..committed exist; all but the newest n must be complete
-  const uint64_t done_upto = t.groups_committed > static_cast<uint64_t>(n) ? t.groups_committed - static_cast<uint64_t>(n) : 0;
+  const uint64_t done_upto =
+      t.groups_committed > static_cast<uint64_t>(n) ? t.groups_committed - static_cast<uint64_t>(n) : 0;
   size_t keep = 0;
   for (size_t i = 0; i < t.copies.size(); ++i) {
     AsyncCopy& c = t.copies[i];

@@ -45,9 +45,12 @@ size_t parse_bytes(const char* s, size_t fallback) {
   if (end == s || v <= 0) return fallback;
   double mult = 1;
   switch (*end) {
-    case 'k': case 'K': mult = 1024.0; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; break;
+    case 'k':
+    case 'K': mult = 1024.0; break;
+    case 'm':
+    case 'M': mult = 1024.0 * 1024; break;
+    case 'g':
+    case 'G': mult = 1024.0 * 1024 * 1024; break;
     default: break;
   }
   return static_cast<size_t>(v * mult);
@@ -68,7 +71,8 @@ const Config& config() {
     c.memory_per_device = parse_bytes(std::getenv("EMBER_SIM_MEMORY"), c.memory_per_device);
     c.racecheck = env_flag("EMBER_SIM_RACECHECK", true);
     c.abort_on_fault = env_flag("EMBER_SIM_ABORT", false);
-    if (const char* s = std::getenv("EMBER_SIM_STACK_KB")) c.stack_bytes = std::max<size_t>(64, std::strtoul(s, nullptr, 10)) * 1024;
+    if (const char* s = std::getenv("EMBER_SIM_STACK_KB"))
+      c.stack_bytes = std::max<size_t>(64, std::strtoul(s, nullptr, 10)) * 1024;
     return c;
   }();
   return c;
@@ -144,10 +148,10 @@ struct Capture;
 struct Node {
   cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
   std::vector<Node*> deps;
-  std::shared_ptr<Launch> launch;       // kernel
-  std::function<void()> run;            // copies, memsets, event records and waits
-  std::shared_ptr<EventImpl> event;     // event record / wait nodes
-  bool internal = false;                // the simulator's own bookkeeping (allocation bounds)
+  std::shared_ptr<Launch> launch;    // kernel
+  std::function<void()> run;         // copies, memsets, event records and waits
+  std::shared_ptr<EventImpl> event;  // event record / wait nodes
+  bool internal = false;             // the simulator's own bookkeeping (allocation bounds)
 };
 
 struct GraphImpl {
@@ -259,11 +263,11 @@ struct EventImpl {
 std::mutex g_mu;  // streams, captures, modes, kernel attributes
 std::vector<StreamImpl*> g_streams;
 std::vector<StreamImpl*> g_legacy;  // per device
-std::set<Capture*> g_captures;       // active captures
+std::set<Capture*> g_captures;      // active captures
 uint64_t g_capture_ids = 0;
 std::unordered_map<EventImpl*, std::shared_ptr<EventImpl>> g_events;  // live handles
-std::unordered_map<const void*, int> g_smem_attr;      // kernel -> max dynamic shared memory
-std::unordered_map<const void*, size_t> g_static_smem;  // kernel -> static shared memory seen
+std::unordered_map<const void*, int> g_smem_attr;                     // kernel -> max dynamic shared memory
+std::unordered_map<const void*, size_t> g_static_smem;                // kernel -> static shared memory seen
 std::map<const void*, KernelStats> g_stats;
 
 thread_local int t_device = 0;
@@ -328,7 +332,9 @@ void drain_device(int device) {
 // ---- capture rules ----
 
 const char* mode_name(cudaStreamCaptureMode m) {
-  return m == cudaStreamCaptureModeGlobal ? "global" : m == cudaStreamCaptureModeThreadLocal ? "thread-local" : "relaxed";
+  return m == cudaStreamCaptureModeGlobal        ? "global"
+         : m == cudaStreamCaptureModeThreadLocal ? "thread-local"
+                                                 : "relaxed";
 }
 
 void invalidate(Capture* c, const std::string& why) {
@@ -380,7 +386,8 @@ cudaError_t legacy_use(StreamImpl* s) {
   for (Capture* c : g_captures)
     if (!(c->origin->flags & cudaStreamNonBlocking)) {
       invalidate(c, "the legacy stream was used while a blocking stream was capturing");
-      return fail(cudaErrorStreamCaptureImplicit, "the legacy (default) stream was used while a blocking stream was capturing");
+      return fail(cudaErrorStreamCaptureImplicit,
+                  "the legacy (default) stream was used while a blocking stream was capturing");
     }
   return cudaSuccess;
 }
@@ -402,7 +409,8 @@ PtrKind classify(const void* p, size_t bytes, int* device, bool* valid) {
 std::string range_problem(const void* p, size_t bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%p", p);
-  return std::string(buf) + " + " + std::to_string(bytes) + " bytes: " + describe_address(reinterpret_cast<uintptr_t>(p));
+  return std::string(buf) + " + " + std::to_string(bytes) +
+         " bytes: " + describe_address(reinterpret_cast<uintptr_t>(p));
 }
 
 void note_stats(const Launch& L) {
@@ -461,10 +469,12 @@ cudaError_t check_launch_config(const Launch& l) {
   };
   auto k = [&] { return "launch of " + l.name() + ": "; };
   if (threads == 0 || l.grid.x == 0 || l.grid.y == 0 || l.grid.z == 0)
-    return fail(cudaErrorInvalidConfiguration, k() + "grid " + dims(l.grid) + " x block " + dims(l.block) + " has a zero dimension");
+    return fail(cudaErrorInvalidConfiguration,
+                k() + "grid " + dims(l.grid) + " x block " + dims(l.block) + " has a zero dimension");
   if (threads > kMaxThreadsPerBlock || l.block.x > 1024 || l.block.y > 1024 || l.block.z > kMaxBlockDimZ)
-    return fail(cudaErrorInvalidConfiguration, k() + "block " + dims(l.block) + " = " + std::to_string(threads) +
-                                                   " threads; the limits are 1024 threads per block, (1024, 1024, 64) per dimension");
+    return fail(cudaErrorInvalidConfiguration,
+                k() + "block " + dims(l.block) + " = " + std::to_string(threads) +
+                    " threads; the limits are 1024 threads per block, (1024, 1024, 64) per dimension");
   if (l.grid.y > kMaxGridDimYZ || l.grid.z > kMaxGridDimYZ || l.grid.x > 0x7fffffffu)
     return fail(cudaErrorInvalidConfiguration,
                 k() + "grid " + dims(l.grid) + " is over the limits (2^31 - 1, 65535, 65535)");
@@ -602,7 +612,8 @@ uint64_t last_record(EventImpl* E) {
 }
 
 // Runs `op` on stream `s` (or records it as a node while capturing). g_mu held on entry; released.
-cudaError_t submit(std::unique_lock<std::mutex>& lock, StreamImpl* s, cudaGraphNodeType type, std::function<void()> op) {
+cudaError_t submit(std::unique_lock<std::mutex>& lock, StreamImpl* s, cudaGraphNodeType type,
+                   std::function<void()> op) {
   if (cudaError_t e = legacy_use(s); e != cudaSuccess) return e;
   if (s->capture != nullptr) {
     if (cudaError_t e = capture_state_error(s); e != cudaSuccess) return e;
@@ -700,7 +711,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrConcurrentKernels: *value = 1; break;
     case cudaDevAttrMaxBlocksPerMultiprocessor: *value = p.maxBlocksPerMultiProcessor; break;
     case cudaDevAttrGlobalMemoryBusWidth: *value = p.memoryBusWidth; break;
-    default: return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute " + std::to_string(attr) + " is not simulated");
+    default:
+      return fail(cudaErrorInvalidValue,
+                  "cudaDeviceGetAttribute: attribute " + std::to_string(attr) + " is not simulated");
   }
   return ok();
 }
@@ -751,7 +764,9 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned flags, int pr
   *s = reinterpret_cast<cudaStream_t>(make_stream(t_device, flags, priority, false));
   return ok();
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { return cudaStreamCreateWithPriority(s, flags, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  return cudaStreamCreateWithPriority(s, flags, 0);
+}
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithPriority(s, cudaStreamDefault, 0); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
@@ -767,9 +782,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     s = resolve(stream);
     if (s->capture != nullptr) {
       invalidate(s->capture, "cudaStreamSynchronize on the capturing stream");
-      return fail(cudaErrorStreamCaptureUnsupported,
-                  "cudaStreamSynchronize on a stream that is capturing a graph (nothing runs during capture; synchronise "
-                  "after replaying the graph)");
+      return fail(
+          cudaErrorStreamCaptureUnsupported,
+          "cudaStreamSynchronize on a stream that is capturing a graph (nothing runs during capture; synchronise "
+          "after replaying the graph)");
     }
     if (legacy_use(s) != cudaSuccess) return t_last_error;
     // waiting for other work is potentially unsafe: refused during a global or this thread's capture
@@ -829,7 +845,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mo
   if (stream == nullptr || stream == cudaStreamLegacy)
     return fail(cudaErrorStreamCaptureUnsupported, "capture cannot begin on the legacy (default) stream");
   StreamImpl* s = resolve(stream);
-  if (s->capture != nullptr) return fail(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is already capturing");
+  if (s->capture != nullptr)
+    return fail(cudaErrorIllegalState, "cudaStreamBeginCapture: the stream is already capturing");
   auto* c = new Capture();
   c->origin = s;
   c->mode = mode;
@@ -849,7 +866,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   Capture* c = s->capture;
   if (c == nullptr) return fail(cudaErrorIllegalState, "cudaStreamEndCapture on a stream that is not capturing");
   if (c->origin != s)
-    return fail(cudaErrorStreamCaptureUnmatched, "cudaStreamEndCapture on a stream that joined the capture; end it on the stream that began it");
+    return fail(cudaErrorStreamCaptureUnmatched,
+                "cudaStreamEndCapture on a stream that joined the capture; end it on the stream that began it");
   if (c->mode != cudaStreamCaptureModeRelaxed && c->thread != std::this_thread::get_id()) {
     // The capture ends with the error, as on a GPU (H200, driver 580): the stream is no longer
     // capturing, and a second cudaStreamEndCapture, from any thread, is cudaErrorIllegalState.
@@ -929,12 +947,14 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream, unsigned flags) {
-  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord of an event that does not exist (destroyed?)");
+  if (!live_event(e))
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord of an event that does not exist (destroyed?)");
   std::unique_lock<std::mutex> lock(g_mu);
   StreamImpl* s = resolve(stream);
   EventImpl* E = ev(e);
   if (E->device != s->device)
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: the event and the stream belong to different devices");
+    return fail(cudaErrorInvalidResourceHandle,
+                "cudaEventRecord: the event and the stream belong to different devices");
   if (cudaError_t err = legacy_use(s); err != cudaSuccess) return err;
   if (s->capture != nullptr) {
     if (cudaError_t err = capture_state_error(s); err != cudaSuccess) return err;
@@ -968,7 +988,8 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream, unsigne
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) { return cudaEventRecordWithFlags(e, stream, 0); }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery of an event that does not exist (destroyed?)");
+  if (!live_event(e))
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery of an event that does not exist (destroyed?)");
   EventImpl* E = ev(e);
   // Querying any other event is potentially unsafe too (PyTorch's caching allocator defers its
   // event queries while a capture is underway for this reason): refused in global mode from any
@@ -982,7 +1003,8 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize of an event that does not exist (destroyed?)");
+  if (!live_event(e))
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize of an event that does not exist (destroyed?)");
   EventImpl* E = ev(e);
   if (cudaError_t u = check_event_wait(E, "cudaEventSynchronize", ""); u != cudaSuccess) return u;
   E->wait(last_record(E));
@@ -990,20 +1012,23 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (!live_event(start) || !live_event(end)) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an event that does not exist");
+  if (!live_event(start) || !live_event(end))
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime of an event that does not exist");
   EventImpl *a = ev(start), *b = ev(end);
   if ((a->flags & cudaEventDisableTiming) || (b->flags & cudaEventDisableTiming))
     return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event created with cudaEventDisableTiming");
   std::lock_guard<std::mutex> la(a->mu);
   std::lock_guard<std::mutex> lb(b->mu);
-  if (a->recorded == 0 || b->recorded == 0) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event never recorded");
+  if (a->recorded == 0 || b->recorded == 0)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event never recorded");
   if (a->done < a->recorded || b->done < b->recorded) return cudaErrorNotReady;
   *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
   return ok();
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned flags) {
-  if (!live_event(e)) return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on an event that does not exist (destroyed?)");
+  if (!live_event(e))
+    return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on an event that does not exist (destroyed?)");
   std::unique_lock<std::mutex> lock(g_mu);
   StreamImpl* s = resolve(stream);
   EventImpl* E = ev(e);
@@ -1030,12 +1055,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned fla
     if (!(flags & cudaEventWaitExternal)) {
       if (E->capture_id != 0) {
         invalidate(s->capture, "a wait on an event recorded in an earlier capture");
-        return fail(cudaErrorStreamCaptureIsolation, "cudaStreamWaitEvent on an event recorded in an earlier, ended capture");
+        return fail(cudaErrorStreamCaptureIsolation,
+                    "cudaStreamWaitEvent on an event recorded in an earlier, ended capture");
       }
       invalidate(s->capture, "a wait on an event recorded outside the capture");
-      return fail(cudaErrorStreamCaptureIsolation,
-                  "cudaStreamWaitEvent from a capturing stream on an event recorded outside the capture (would make the "
-                  "graph depend on work outside it; use cudaEventWaitExternal for that)");
+      return fail(
+          cudaErrorStreamCaptureIsolation,
+          "cudaStreamWaitEvent from a capturing stream on an event recorded outside the capture (would make the "
+          "graph depend on work outside it; use cudaEventWaitExternal for that)");
     }
     auto n = std::make_unique<Node>();
     n->type = cudaGraphNodeTypeWaitEvent;
@@ -1044,7 +1071,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned fla
     return ok();
   }
   if (E->capture_id != 0)
-    return fail(cudaErrorStreamCaptureIsolation, "cudaStreamWaitEvent on an event last recorded inside an ended capture");
+    return fail(cudaErrorStreamCaptureIsolation,
+                "cudaStreamWaitEvent on an event last recorded inside an ended capture");
   uint64_t gen;
   {
     std::lock_guard<std::mutex> el(E->mu);
@@ -1074,10 +1102,12 @@ cudaError_t cudaFree(void* p) {
   }
   if (p == nullptr) return ok();
   // cudaFree waits for the device to finish what it is doing with the memory
-  if (const Allocation* al = find_allocation(reinterpret_cast<uintptr_t>(p)); al != nullptr && al->kind == MemKind::device)
+  if (const Allocation* al = find_allocation(reinterpret_cast<uintptr_t>(p));
+      al != nullptr && al->kind == MemKind::device)
     drain_device(al->device);
   if (device_free(p) != cudaSuccess)
-    return fail(cudaErrorInvalidValue, "cudaFree of " + range_problem(p, 0) + " (not the start of a device allocation)");
+    return fail(cudaErrorInvalidValue,
+                "cudaFree of " + range_problem(p, 0) + " (not the start of a device allocation)");
   return ok();
 }
 
@@ -1099,12 +1129,14 @@ cudaError_t cudaFreeHost(void* p) {
   }
   if (p == nullptr) return ok();
   drain_all();
-  if (host_free(p) != cudaSuccess) return fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer cudaHostAlloc did not return");
+  if (host_free(p) != cudaSuccess)
+    return fail(cudaErrorInvalidValue, "cudaFreeHost of a pointer cudaHostAlloc did not return");
   return ok();
 }
 
 cudaError_t cudaHostGetDevicePointer(void** dev, void* host, unsigned) {
-  if (!in_pinned_region(reinterpret_cast<uintptr_t>(host)) || find_allocation(reinterpret_cast<uintptr_t>(host)) == nullptr)
+  if (!in_pinned_region(reinterpret_cast<uintptr_t>(host)) ||
+      find_allocation(reinterpret_cast<uintptr_t>(host)) == nullptr)
     return fail(cudaErrorInvalidValue, "cudaHostGetDevicePointer of memory cudaHostAlloc did not return");
   *dev = host;  // unified addressing: the same address on both sides
   return ok();
@@ -1124,10 +1156,18 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                                            (src_dev ? "device" : "host") + " memory");
   };
   switch (kind) {
-    case cudaMemcpyHostToDevice: if (!dst_dev || src_dev) return kind_error("cudaMemcpyHostToDevice"); break;
-    case cudaMemcpyDeviceToHost: if (dst_dev || !src_dev) return kind_error("cudaMemcpyDeviceToHost"); break;
-    case cudaMemcpyDeviceToDevice: if (!dst_dev || !src_dev) return kind_error("cudaMemcpyDeviceToDevice"); break;
-    case cudaMemcpyHostToHost: if (dst_dev || src_dev) return kind_error("cudaMemcpyHostToHost"); break;
+    case cudaMemcpyHostToDevice:
+      if (!dst_dev || src_dev) return kind_error("cudaMemcpyHostToDevice");
+      break;
+    case cudaMemcpyDeviceToHost:
+      if (dst_dev || !src_dev) return kind_error("cudaMemcpyDeviceToHost");
+      break;
+    case cudaMemcpyDeviceToDevice:
+      if (!dst_dev || !src_dev) return kind_error("cudaMemcpyDeviceToDevice");
+      break;
+    case cudaMemcpyHostToHost:
+      if (dst_dev || src_dev) return kind_error("cudaMemcpyHostToHost");
+      break;
     default: break;
   }
   std::unique_lock<std::mutex> lock(g_mu);
@@ -1402,9 +1442,11 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorStreamCaptureUnmatched: return "capture was not ended in the same stream as it began";
     case cudaErrorStreamCaptureUnjoined: return "capturing stream has unjoined work";
     case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
-    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
-    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     default: return "unknown error";
   }
 }
