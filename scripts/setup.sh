@@ -20,7 +20,7 @@ PACKAGES=(
   dataset-fashion-mnist  # the main job's data: /usr/share/datasets/fashion-mnist
   openmpi-bin            # tests: mpirun launching mnist_train (ember links no MPI library)
   python3 python3-pip    # interop tests (safetensors), helper scripts
-  clang-format           # tests: changed lines follow .clang-format (scripts/check_format.py)
+  clang-format           # tests: every C++/CUDA file follows .clang-format (scripts/check_format.py)
 )
 
 SUDO=""
