@@ -2,7 +2,7 @@
 //
 // The nvcc build with NCCL found at configure time (EMBER_WITH_NCCL, CMakeLists.txt) has the real
 // backend, and so does the simulator build with NCCL's header, on the simulator's emulation of the
-// NCCL calls (Note [simulated nccl] in core/cuda/sim/nccl.cpp); the CPU-only build compiles the
+// NCCL calls (Note [simulated nccl] in sim/libs/nccl.cpp); the CPU-only build compiles the
 // fallback at the end of this file, whose make_nccl_group throws an error saying why.
 //
 // Note [nccl streams]: every collective runs on the group's own high-priority stream S, ordered

@@ -22,7 +22,8 @@ import sys
 # Lowest first. A directory may include its own headers and those of every lower tier. Siblings in
 # one tier are independent of each other: nn/ does not include optim/ or data/, and so on.
 TIERS = [
-    ["core"],                               # tensor, autograd, CUDA runtime, simulator
+    ["sim"],                                # the simulator (EMBER_CUDA_SIM builds): CUDA runtime, PTX, libraries
+    ["core"],                               # tensor, autograd, CUDA runtime layer
     ["kernels"],                            # ops, registry and runner, GEMM engines
     ["io"],                                 # safetensors, atomic files, the state_dict types
     ["nn", "optim", "data", "logging"],     # modules, optimizers, datasets and loader, logging
@@ -36,6 +37,13 @@ INNER_RULES = [
     ("kernels/common", ["kernels/ops", "kernels/gemm"],
      "kernels/common/ holds what every op uses; an op's header belongs to the op"),
 ]
+
+# A layer whose headers above it may include only these (the rest is its own business): the
+# simulator is reached through the CUDA runtime API it implements, its controls and the device
+# built-ins kernel code is compiled against.
+PUBLIC_HEADERS = {
+    "sim": ["sim/sim.h", "sim/device_api.h"],
+}
 
 SOURCE_EXTENSIONS = (".h", ".cpp", ".cu", ".cuh", ".def")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
@@ -87,6 +95,10 @@ def scan(root):
                             yield rel, lineno, inc, (f"{layer}/ (layer {tier_of(layer)}) may include only "
                                                      f"{', '.join(d + '/' for d in allowed)}; {first}/ is {where}")
                             continue
+                        if first != layer and first in PUBLIC_HEADERS and inc not in PUBLIC_HEADERS[first]:
+                            yield rel, lineno, inc, (f"a private header: {first}/ is included from other layers "
+                                                     f"only through {', '.join(PUBLIC_HEADERS[first])}")
+                            continue
                         for inner, forbidden, why in INNER_RULES:
                             if rel.startswith(inner + "/") and any(inc.startswith(fb + "/") for fb in forbidden):
                                 yield rel, lineno, inc, (f"{inner}/ may not include {', '.join(fb + '/' for fb in forbidden)}"
@@ -101,10 +113,11 @@ def main():
     root = os.path.abspath(args.root)
     violations = list(scan(root))
     for rel, lineno, inc, msg in violations:
-        print(f'{rel}:{lineno}: upward include "{inc}": {msg}')
+        kind = "include" if msg.startswith("a private header") else "upward include"
+        print(f'{rel}:{lineno}: {kind} "{inc}": {msg}')
     if violations:
         order = " < ".join("{" + ", ".join(t) + "}" if len(t) > 1 else t[0] for t in TIERS)
-        print(f"layer check: {len(violations)} upward include(s) in {root}. The layers, lowest first: {order} "
+        print(f"layer check: {len(violations)} include(s) against the layers in {root}. The layers, lowest first: {order} "
               "(docs/architecture.md, \"Layers\"). Move the declaration down or the caller up.", file=sys.stderr)
         return 1
     print(f"layer check: OK ({root})")

@@ -6,7 +6,7 @@
 // last GPU ctest entry) merges the files, prints one line per variant and fails when a kernel
 // variant never ran in one of f32, f16 and bf16 that it is registered for and its op's samples use.
 // That includes the vendor variants (cuBLAS, cuBLASLt, cuDNN): the simulator build runs them on its
-// emulation of the libraries (Note [simulated vendor libraries] in core/cuda/sim/vendor/common.h).
+// emulation of the libraries (Note [simulated vendor libraries] in sim/libs/common.h).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 

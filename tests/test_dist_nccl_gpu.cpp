@@ -7,7 +7,7 @@
 // NCCL (world 2 and 4, DDP, faults) are in tests/test_dist_nccl_jobs_gpu.cpp.
 //
 // In the simulator build NCCL is the simulator's emulation of it (Note [simulated nccl] in
-// core/cuda/sim/nccl.cpp); a build without NCCL's header has none, and there these tests say so and
+// sim/libs/nccl.cpp); a build without NCCL's header has none, and there these tests say so and
 // skip, and check that asking for the backend is a clear error.
 #include <catch2/catch.hpp>
 

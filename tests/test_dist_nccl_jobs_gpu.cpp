@@ -2,7 +2,7 @@
 // nccl scenarios, tests/dist/nccl.cpp), and mnist_train --distributed --device cuda under ember_run
 // against one process with the same global batch. On a GPU machine they need as many GPUs as ranks
 // (and skip saying so); in the simulator each process gets EMBER_SIM_DEVICES = the world size
-// simulated GPUs and the simulator's NCCL (Note [simulated nccl] in core/cuda/sim/nccl.cpp).
+// simulated GPUs and the simulator's NCCL (Note [simulated nccl] in sim/libs/nccl.cpp).
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>

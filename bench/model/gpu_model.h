@@ -2,7 +2,7 @@
 // resources each kernel of the real sm_90 build uses (registers, static shared memory, local
 // memory and spills, read from ptxas; scripts/kernel_resources.py), and the theoretical occupancy
 // of a launch. bench_ops --model combines them with the simulator's efficiency counters
-// (core/cuda/sim/counters.h) into a roofline prediction; docs/perf.md keeps the table, labelled
+// (sim/counters.h) into a roofline prediction; docs/perf.md keeps the table, labelled
 // "predicted".
 #pragma once
 

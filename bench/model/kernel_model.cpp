@@ -1,5 +1,5 @@
 // kernel_model: runs every CUDA kernel variant of ember's own (not cuBLAS/cuDNN) in the SIMT
-// simulator with its efficiency counters on (core/cuda/sim/counters.h), and prints per op,
+// simulator with its efficiency counters on (sim/counters.h), and prints per op,
 // variant, benchmark case and dtype: global sector efficiency, shared-memory bank-conflict
 // factor, theoretical occupancy, bytes (the op's minimum) and the traffic the kernels asked for
 // against them, FLOPs, and a roofline lower bound and a predicted
@@ -43,7 +43,7 @@
 #include "bench/model/roofline.h"
 #include "core/autograd/node.h"
 #include "core/cuda/runtime.h"
-#include "core/cuda/sim/counters.h"
+#include "sim/counters.h"
 #include "core/rng.h"
 #include "ember.h"
 #include "kernels/registry.h"

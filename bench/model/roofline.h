@@ -1,7 +1,7 @@
 // The roofline prediction of one op call (bench/model/kernel_model.cpp prints it, docs/perf.md
 // keeps the table, labelled "predicted"): the op's minimum traffic and FLOPs (its cost model,
 // kernels/registry.h Cost) against an H100's or H200's peaks, and a predicted time that charges
-// the inefficiencies the simulator counted (core/cuda/sim/counters.h) while the op's kernels ran.
+// the inefficiencies the simulator counted (sim/counters.h) while the op's kernels ran.
 //
 // Note [kernel roofline model]: what the prediction assumes (docs/perf.md repeats it under the
 // table). Every number it prints is a model output, never a measurement.
@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "bench/model/gpu_model.h"
-#include "core/cuda/sim/counters.h"
+#include "sim/counters.h"
 
 namespace ember::model {
 
@@ -81,7 +81,7 @@ std::vector<KernelStats> group_by_kernel(const std::vector<sim::LaunchCounters>&
 
 // The resource-table entry (ptxas's full demangled name, "void ns::k<...>(params)") of a kernel as
 // the simulator names it: the simulator drops a leading "void " and everything from the last '('
-// on (core/cuda/sim/exec.cpp, Launch::name), so the table's names are shortened the same way
+// on (sim/exec.cpp, Launch::name), so the table's names are shortened the same way
 // before comparing. nullptr when no entry or several entries with different resources match.
 const KernelResources* match_resources(const std::vector<KernelResources>& table, const std::string& sim_name);
 // That shortening.

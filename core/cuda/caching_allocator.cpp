@@ -40,7 +40,7 @@
 #include "core/runtime.h"
 #include "core/storage.h"
 #if EMBER_CUDA_SIM
-#include "core/cuda/sim/sim.h"
+#include "sim/sim.h"
 #endif
 
 namespace ember::cuda {

@@ -1,5 +1,5 @@
 // What every CUDA source writes kernels and launches them with. The same source builds two ways:
-// nvcc for a GPU, or the host compiler for the SIMT simulator (-DEMBER_CUDA_SIM=ON, core/cuda/sim/),
+// nvcc for a GPU, or the host compiler for the SIMT simulator (-DEMBER_CUDA_SIM=ON, sim/),
 // which runs the very same kernel code on the CPU with racecheck, bounds and launch-limit checks.
 //
 //   ember::cuda::launch(kernel, grid, block, smem_bytes, stream, args...)
@@ -31,19 +31,10 @@
 #include "core/cuda/check.h"
 
 #if EMBER_CUDA_SIM
-#include "core/cuda/sim/device_api.h"
+#include "sim/device_api.h"
 #endif
 
 namespace ember::cuda {
-
-namespace detail {
-template <class T>
-struct type_identity {
-  using type = T;
-};
-template <class T>
-using type_identity_t = typename type_identity<T>::type;
-}  // namespace detail
 
 // Launches kernel<<<grid, block, smem_bytes, stream>>>(args...) and checks the launch. Arguments
 // are converted to the kernel's parameter types here, as a `<<<>>>` launch would.
@@ -52,13 +43,15 @@ inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
                    Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "ember::cuda::launch: wrong number of kernel arguments");
 #if EMBER_CUDA_SIM
-  ::ember::sim::launch(
-      reinterpret_cast<const void*>(kernel), grid, block, smem_bytes, stream,
-      ::ember::sim::kernel_body(kernel, std::tuple<std::decay_t<Params>...>(std::forward<Args>(args)...)));
+  // the simulator's launch_kernel is the `<<<>>>` below, and returns cudaGetLastError()
+  EMBER_CUDA_CHECK(::ember::sim::launch_kernel(kernel, grid, block, smem_bytes, stream, std::forward<Args>(args)...));
 #else
+  // clang-format 14 would split this launch's `>>>`
+  // clang-format off
   kernel<<<grid, block, smem_bytes, stream>>>(std::forward<Args>(args)...);
-#endif
+  // clang-format on
   EMBER_CUDA_CHECK_LAUNCH();
+#endif
 }
 
 }  // namespace ember::cuda
@@ -74,20 +67,14 @@ inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
 
 #if EMBER_CUDA_SIM
 #define EMBER_DEVICE_ARCH 900
-#define EMBER_SHARED(type, name)                      \
-  static constexpr char ember_shared_site_##name = 0; \
-  auto& name =                                        \
-      ::ember::sim::static_shared<::ember::cuda::detail::type_identity_t<type>>(&ember_shared_site_##name, #name)
-#define EMBER_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::ember::sim::dynamic_shared(#name))
+#define EMBER_SHARED(type, name) EMBER_SIM_SHARED(type, name)
+#define EMBER_DYNAMIC_SHARED(type, name) EMBER_SIM_DYNAMIC_SHARED(type, name)
 #else
 #if defined(__CUDA_ARCH__)
 #define EMBER_DEVICE_ARCH __CUDA_ARCH__
 #else
 #define EMBER_DEVICE_ARCH 0
 #endif
-// clang-format would glue `__align__(16)` to the `::` that follows
-// clang-format off
-#define EMBER_SHARED(type, name) __shared__ __align__(16) ::ember::cuda::detail::type_identity_t<type> name
-// clang-format on
+#define EMBER_SHARED(type, name) __shared__ __align__(16) std::type_identity_t<type> name
 #define EMBER_DYNAMIC_SHARED(type, name) extern __shared__ __align__(128) type name[]
 #endif

@@ -22,7 +22,7 @@ namespace ember::ptx {
 
 #if EMBER_CUDA_SIM
 
-// The simulator's implementations (core/cuda/sim/ptx.cpp); `loc` names the calling line in reports.
+// The simulator's implementations (sim/ptx.cpp); `loc` names the calling line in reports.
 using SourceLocation = std::source_location;
 __device__ inline void cp_async_16(void* smem_dst, const void* gmem_src, bool valid,
                                    SourceLocation loc = SourceLocation::current()) {

@@ -103,7 +103,7 @@ void conv_tol(OpSample& s, int64_t reduction) {
   // 0.35, whether listed with default or tensor-op math: an error that grows like an f16 rounding
   // per partial sum, not one rounding of an f32 sum. ember's kernels keep the tight bound; the
   // vendor variants get an f16 partial-sum bound. The simulator's cuDNN models it as partial sums of
-  // 32 products each rounded to f16 (core/cuda/sim/vendor/cudnn.cpp); with these samples' inputs in
+  // 32 products each rounded to f16 (sim/libs/cudnn.cpp); with these samples' inputs in
   // [-1, 1] (products of rms 1/3) each rounding is off by up to half an f16 ulp of a partial sum,
   // and the largest error over a sample's outputs stays within 5e-4 sqrt(n): about four standard
   // deviations of that model (the first bound, 2e-4 sqrt(n), was fitted to the H200's one shape and

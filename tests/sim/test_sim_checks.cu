@@ -15,7 +15,7 @@
 
 #include "core/cuda/kernel.cuh"
 #include "core/cuda/runtime.h"
-#include "core/cuda/sim/sim.h"
+#include "sim/sim.h"
 #include "core/tensor.h"
 #include "kernels/functional.h"
 

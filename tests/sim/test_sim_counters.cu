@@ -1,4 +1,4 @@
-// The simulator's efficiency counters (core/cuda/sim/counters.h): kernels whose access patterns
+// The simulator's efficiency counters (sim/counters.h): kernels whose access patterns
 // have known answers (coalesced, vector, strided, misaligned, broadcast, partial-warp and
 // divergent global accesses; strided, wide, broadcast and transposed shared accesses; ldmatrix;
 // cp.async; barriers, warp collectives and atomics). Each expected number is worked out here from
@@ -15,7 +15,7 @@
 
 #include "core/cuda/kernel.cuh"
 #include "core/cuda/runtime.h"
-#include "core/cuda/sim/counters.h"
+#include "sim/counters.h"
 #include "core/tensor.h"
 #include "kernels/common/ptx.cuh"
 #include "kernels/functional.h"

@@ -1,4 +1,4 @@
-// The simulator's emulation of cuBLAS and cuBLASLt (core/cuda/sim/vendor/cublas.cpp, Note
+// The simulator's emulation of cuBLAS and cuBLASLt (sim/libs/cublas.cpp, Note
 // [simulated cublas]): each contract rule it checks, provoked by one broken call; the numerics it
 // models (TF32, split-K reductions in the output type, the epilogue after a split-K rounding);
 // its algorithm heuristic; graph capture; and strided-batched results against host loops in
@@ -17,10 +17,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda/sim/vendor/common.h"
+#include "sim/libs/common.h"
 #include "core/half.h"
 
-using ember::sim::vendor::last_error;
+using ember::sim::libs::last_error;
 
 namespace {
 

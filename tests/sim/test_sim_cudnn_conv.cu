@@ -1,4 +1,4 @@
-// The simulator's cuDNN convolutions (core/cuda/sim/vendor/cudnn.cpp, conv.cu), called through
+// The simulator's cuDNN convolutions (sim/libs/cudnn.cpp, conv.cu), called through
 // cudnn.h as ember's cuDNN variants call them: one refused call per contract rule with the status
 // cuDNN documents; the three directions against a double-precision host loop (NCHW and NHWC,
 // groups, stride, padding, dilation, convolution mode, f64/f32/f16, alpha and beta); the numerics
@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/sim/vendor/common.h"
+#include "sim/libs/common.h"
 
 namespace {
 
-using ember::sim::vendor::Elem;
-using ember::sim::vendor::load_elem;
-using ember::sim::vendor::round_to;
-using ember::sim::vendor::store_elem;
+using ember::sim::libs::Elem;
+using ember::sim::libs::load_elem;
+using ember::sim::libs::round_to;
+using ember::sim::libs::store_elem;
 
 enum Dir { kFwd, kBwdData, kBwdFilter };
 
@@ -125,12 +125,12 @@ std::vector<double> random_values(size_t n, uint64_t seed, Elem e) {
 }
 
 void upload(void* dev, const std::vector<double>& v, const Layout& l, Elem e) {
-  std::vector<unsigned char> buf(l.count() * ember::sim::vendor::elem_bytes(e));
+  std::vector<unsigned char> buf(l.count() * ember::sim::libs::elem_bytes(e));
   for (size_t i = 0; i < v.size(); ++i) store_elem(buf.data(), l.offset(static_cast<int64_t>(i)), e, v[i]);
   REQUIRE(cudaMemcpy(dev, buf.data(), buf.size(), cudaMemcpyHostToDevice) == cudaSuccess);
 }
 std::vector<double> download(const void* dev, const Layout& l, Elem e) {
-  std::vector<unsigned char> buf(l.count() * ember::sim::vendor::elem_bytes(e));
+  std::vector<unsigned char> buf(l.count() * ember::sim::libs::elem_bytes(e));
   REQUIRE(cudaMemcpy(buf.data(), dev, buf.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
   std::vector<double> v(l.count());
   for (size_t i = 0; i < v.size(); ++i) v[i] = load_elem(buf.data(), l.offset(static_cast<int64_t>(i)), e);
@@ -199,7 +199,7 @@ Run run(Handle& h, const Problem& pb, Dir dir, int algo, cudnnMathType_t math, d
         const std::vector<double>* old = nullptr) {
   const Cfg& c = pb.c;
   const Elem e = c.elem();
-  const size_t eb = ember::sim::vendor::elem_bytes(e);
+  const size_t eb = ember::sim::libs::elem_bytes(e);
   Descs d(c, math);
   DevBuf x(x_layout(c).count() * eb), w(w_layout(c).count() * eb), y(y_layout(c).count() * eb);
   size_t need = 0;

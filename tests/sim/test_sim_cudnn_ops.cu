@@ -1,4 +1,4 @@
-// The simulator's cuDNN pooling, softmax and batch norm (core/cuda/sim/vendor/cudnn_ops.cpp,
+// The simulator's cuDNN pooling, softmax and batch norm (sim/libs/cudnn_ops.cpp,
 // ops.cu), called through cudnn.h as ember's cuDNN variants call them: one refused call per
 // contract rule with the status cuDNN documents; every mode against a double-precision host loop
 // (NCHW, NHWC and padded strides; f64, f32, f16); alpha/beta blending; a call captured in a CUDA
@@ -17,16 +17,16 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/sim/vendor/common.h"
-#include "core/cuda/sim/vendor/cudnn_internal.h"
+#include "sim/libs/common.h"
+#include "sim/libs/cudnn_internal.h"
 
 namespace {
 
-using ember::sim::vendor::Elem;
-using ember::sim::vendor::elem_bytes;
-using ember::sim::vendor::load_elem;
-using ember::sim::vendor::round_to;
-using ember::sim::vendor::store_elem;
+using ember::sim::libs::Elem;
+using ember::sim::libs::elem_bytes;
+using ember::sim::libs::load_elem;
+using ember::sim::libs::round_to;
+using ember::sim::libs::store_elem;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -300,7 +300,7 @@ BnStats bn_stats(const std::vector<std::vector<int64_t>>& feats, const std::vect
 // Runs `call` and checks its status and, for a refusal, that it recorded why.
 #define CHECK_REFUSED(call, status)                                     \
   do {                                                                  \
-    ember::sim::vendor::set_last_error("");                             \
+    ember::sim::libs::set_last_error("");                               \
     cudnnStatus_t st_ = (call);                                         \
     CHECK(std::string(cudnnGetErrorString(st_)) == #status);            \
     if (st_ != CUDNN_STATUS_SUCCESS) CHECK_FALSE(last_error().empty()); \
@@ -478,7 +478,7 @@ TEST_CASE("simulated cuDNN: pooling forward and backward match a double host loo
       {Elem::f64, Layout::nchw}, {Elem::f32, Layout::nhwc}, {Elem::f32, Layout::padded}, {Elem::f16, Layout::nchw}};
   for (const Case& k : cases)
     for (cudnnPoolingMode_t mode : modes) {
-      INFO("mode " << mode << ", " << ember::sim::vendor::elem_name(k.e) << ", layout " << static_cast<int>(k.l));
+      INFO("mode " << mode << ", " << ember::sim::libs::elem_name(k.e) << ", layout " << static_cast<int>(k.l));
       Pool p{mode};
       const Shape xs = shape(2, 3, 7, 6, k.l),
                   ys = shape(2, 3, out_dim(7, p.wh, p.ph, p.sh), out_dim(6, p.ww, p.pw, p.sw), k.l);
@@ -534,7 +534,7 @@ TEST_CASE("simulated cuDNN: softmax and log-softmax forward and backward match a
   for (const Case& k : cases)
     for (cudnnSoftmaxAlgorithm_t algo : {CUDNN_SOFTMAX_FAST, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_LOG})
       for (cudnnSoftmaxMode_t mode : {CUDNN_SOFTMAX_MODE_CHANNEL, CUDNN_SOFTMAX_MODE_INSTANCE}) {
-        INFO("algo " << algo << ", mode " << mode << ", " << ember::sim::vendor::elem_name(k.e) << ", layout "
+        INFO("algo " << algo << ", mode " << mode << ", " << ember::sim::libs::elem_name(k.e) << ", layout "
                      << static_cast<int>(k.l));
         const bool channel = mode == CUDNN_SOFTMAX_MODE_CHANNEL, log = algo == CUDNN_SOFTMAX_LOG;
         const Shape s = shape(2, 5, 3, 2, k.l);
@@ -602,7 +602,7 @@ TEST_CASE("simulated cuDNN: batch norm training, inference and backward match a 
                         {Elem::f32, Layout::nchw, CUDNN_BATCHNORM_PER_ACTIVATION}};
   const double eps = 1e-3, factor = 0.25;
   for (const Case& k : cases) {
-    INFO("mode " << k.mode << ", " << ember::sim::vendor::elem_name(k.e) << ", layout " << static_cast<int>(k.l));
+    INFO("mode " << k.mode << ", " << ember::sim::libs::elem_name(k.e) << ", layout " << static_cast<int>(k.l));
     const bool per_act = k.mode == CUDNN_BATCHNORM_PER_ACTIVATION;
     const Shape xs = shape(3, 4, 3, 5, k.l);
     TDesc xd(xs, k.e), pd;

@@ -1,4 +1,4 @@
-// The simulator's efficiency counters (core/cuda/sim/counters.h) over ember's own CUDA kernels:
+// The simulator's efficiency counters (sim/counters.h) over ember's own CUDA kernels:
 // every CUDA variant of the main ops, run through the registry on a mid-size shape, one line per
 // kernel launch with its global sector efficiency, shared bank-conflict factor, requests and bytes.
 // Hidden ([.]): it is a report, run by hand (docs/simulator.md, "Efficiency counters"):
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/sim/counters.h"
+#include "sim/counters.h"
 #include "core/tensor.h"
 #include "kernels/common/memory_format.h"
 #include "kernels/functional.h"

@@ -1,0 +1,290 @@
+// The simulator's internal structures, shared by sim/*.cpp. Not for other code.
+//
+// Note [simulator execution]: a launch is queued on its stream like any other work. When the
+// stream's worker thread reaches it, the grid's blocks are spread over host threads (ember's
+// thread pool); a host thread runs one block at a time, each CUDA thread of the block as a fiber
+// (Boost.Context fcontext) on a pooled stack. Fibers switch only inside the simulator: at a
+// barrier, a warp collective, or the end of the thread. The block's scheduler resumes runnable
+// threads in order until all have exited; when none is runnable but some have not exited, the
+// block is stuck (divergent barriers or collectives), which is reported as a fault.
+//
+// Note [simulator memory checks]: kernel code is compiled with the compiler's kernel-address
+// instrumentation in call mode, so every load and store in a .cu file calls
+// __asan_{load,store}N_noabort (memcheck.cpp). While a simulated thread runs, the address must be
+// the block's shared memory (bounds per declared array, racecheck), the thread's own stack
+// (registers and local memory), the launch's parameter buffer, device memory inside a live
+// allocation, pinned host memory, or the program's static data; anything else is a fault. Outside
+// kernels the same hooks keep AddressSanitizer's checks (sanitizer builds) and catch host code
+// touching device memory.
+#pragma once
+
+#include <boost/context/detail/fcontext.hpp>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <source_location>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sim/device_api.h"
+
+namespace ember::sim {
+
+namespace bc = boost::context::detail;
+
+// ---- configuration (sim.h lists the environment variables) ----
+struct Config {
+  int devices = 1;
+  size_t memory_per_device = size_t{8} << 30;
+  bool racecheck = true;
+  bool abort_on_fault = false;
+  int block_threads = 0;  // EMBER_SIM_THREADS; 0: EMBER_NUM_THREADS, else one per core
+  size_t stack_bytes = 256 * 1024;
+};
+const Config& config();
+
+// H100 SXM limits the checks use.
+inline constexpr int kMaxThreadsPerBlock = 1024;
+inline constexpr unsigned kMaxBlockDimZ = 64;
+inline constexpr unsigned kMaxGridDimYZ = 65535;
+inline constexpr size_t kDefaultSharedPerBlock = 48 * 1024;
+inline constexpr size_t kMaxSharedPerBlockOptin = 232448;  // 227 KiB
+inline constexpr int kSmCount = 132;
+
+// ---- kernel names (symbols.cpp): the demangled symbol at an address, "" if unknown ----
+std::string symbol_name(const void* address);
+// "function+0x1a4" for a code address (the PC of an access), or the hex address.
+std::string code_location(const void* pc);
+// Ranges of the program's loaded segments (static data a kernel may read).
+bool is_static_data(uintptr_t address, size_t bytes);
+
+// ---- memory (memory.cpp) ----
+enum class MemKind : uint8_t { device, pinned };
+struct Allocation {
+  uintptr_t base = 0;
+  size_t size = 0;
+  MemKind kind = MemKind::device;
+  int device = 0;
+  // What a caching allocator says is in use of the block (annotate_block): SIZE_MAX when it never
+  // said, 0 when the block sits in its free list. Changes while the allocation lives.
+  std::atomic<size_t> in_use{SIZE_MAX};
+  size_t bound() const { return std::min(size, in_use.load(std::memory_order_relaxed)); }
+};
+// The live allocation holding `address`, or nullptr. Records are pooled and never deleted (a
+// stale pointer still points at a record); a free bumps g_free_generation, so a caller that keeps
+// one checks that counter. Thread-safe.
+const Allocation* find_allocation(uintptr_t address);
+// What an address is, for reports ("12 bytes past the end of the 4096-byte allocation at 0x...",
+// "inside an allocation freed earlier", ...).
+std::string describe_address(uintptr_t address);
+// Bumped whenever an allocation is freed (invalidates kept lookups).
+extern std::atomic<uint64_t> g_free_generation;
+// Device memory and pinned host memory each live in one reserved address range.
+extern uintptr_t g_device_lo, g_device_hi, g_pinned_lo, g_pinned_hi;
+inline bool in_device_region(uintptr_t a) { return a - g_device_lo < g_device_hi - g_device_lo; }
+inline bool in_pinned_region(uintptr_t a) { return a - g_pinned_lo < g_pinned_hi - g_pinned_lo; }
+cudaError_t device_malloc(int device, size_t bytes, void** out);
+cudaError_t device_free(void* p);
+// Sets Allocation::in_use of the device allocation starting at `base` (false if there is none).
+bool set_in_use(uintptr_t base, size_t bytes);
+cudaError_t host_alloc(size_t bytes, void** out);
+cudaError_t host_free(void* p);
+std::pair<size_t, size_t> device_memory_info(int device);  // (free, total)
+// Copies and fills that may touch device memory (no sanitizer interception).
+void raw_copy(void* dst, const void* src, size_t bytes);
+void raw_fill(void* dst, unsigned char value, size_t bytes);
+// Runs `op` in `stream` order as a kernel would run (while the stream is capturing: a host node
+// that every replay runs again). The simulator's NCCL (nccl.cpp) enqueues its collectives so.
+cudaError_t enqueue_host_op(cudaStream_t stream, std::function<void()> op);
+// Makes device memory unreadable to sanitized host code (ASan builds) and readable again.
+void poison_for_host(void* p, size_t bytes);
+void unpoison_for_host(void* p, size_t bytes);
+
+// ---- faults ----
+// What a fault is reported as to the program.
+struct FaultInfo {
+  cudaError_t code = cudaSuccess;
+  std::string message;
+};
+// Records a fault of the running kernel (first one wins), marks the launch aborted, prints it.
+void record_fault(cudaError_t code, const std::string& message);
+// The sticky error of the device (cudaSuccess if none) and its message.
+cudaError_t sticky_error();
+std::string sticky_message();
+void clear_sticky();
+
+// ---- execution (exec.cpp) ----
+struct Launch;
+struct Block;
+struct Thread;
+struct CounterRecord;  // counters.cpp
+
+enum class ThreadState : uint8_t { runnable, at_barrier, at_warp, exited };
+
+// A pending cp.async request of one thread.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int bytes;
+  int src_bytes;
+  uint64_t group;
+};
+
+struct Thread {
+  Block* block = nullptr;
+  uint3 idx{};
+  int linear = 0;  // x + y Dx + z Dx Dy
+  int lane = 0, warp = 0;
+  bc::fcontext_t ctx = nullptr;
+  char* stack_lo = nullptr;  // the fiber's stack: [stack_lo, stack_lo + stack_bytes)
+  ThreadState state = ThreadState::runnable;
+  std::source_location where;  // the barrier or collective it waits at
+  // A warp collective in flight: what this lane brings, and what it gets back.
+  Collective kind = Collective::syncwarp;
+  uint8_t op = 0;  // collective sub-kind (ldmatrix count, mma dtype, ...)
+  unsigned mask = 0;
+  int arg = 0, width = 32;
+  alignas(16) unsigned char in[64];
+  alignas(16) unsigned char out[64];
+  // cp.async
+  std::vector<AsyncCopy> copies;
+  uint64_t groups_committed = 0;
+};
+
+// What a block's threads see of its shared memory: the dynamic part first, then each static
+// declaration in the order a thread first reached it, each followed by a red zone.
+struct SharedRegion {
+  const void* site;  // the declaration (nullptr: dynamic shared memory)
+  const char* name;
+  size_t offset, bytes;
+};
+
+struct Launch {
+  const void* kernel = nullptr;
+  dim3 grid{}, block{};
+  size_t dynamic_smem = 0;
+  // cudaFuncAttributeMaxDynamicSharedMemorySize of the kernel, 0 if never set. Note [shared memory
+  // limits] in runtime_api.cpp.
+  size_t dynamic_smem_attr = 0;
+  KernelBody body;
+  const void* params = nullptr;  // the argument copies every thread reads (parameter space)
+  size_t param_bytes = 0;
+  int device = 0;
+  std::atomic<bool> aborted{false};
+  // The efficiency counters of this launch, or null when they were off when it started.
+  std::shared_ptr<CounterRecord> counters;
+  std::string name() const;
+};
+
+// A warp's collective in progress (exec.cpp), so that the last lane to arrive completes it without
+// scanning the warp: its signature and the lanes that have arrived; and which lanes exist and which
+// have exited.
+struct WarpState {
+  unsigned exists = 0, exited = 0;
+  bool pending = false;
+  Collective kind = Collective::syncwarp;
+  uint8_t op = 0;
+  unsigned mask = 0, arrived = 0;
+};
+
+// One block being run by a host thread (the thread's Worker owns the stacks, the shared-memory
+// arena and its race shadow, reused block after block).
+struct Block {
+  Launch* launch = nullptr;
+  uint3 idx{};
+  int nthreads = 0, nwarps = 0;
+  Thread* threads = nullptr;
+  int exited = 0, at_barrier = 0;
+  uint32_t epoch = 0;           // racecheck: the current barrier interval
+  uint8_t warp_epoch[32] = {};  // racecheck: per warp, bumped by every completed warp collective
+  WarpState warps[32];
+  // shared memory: [smem, smem + smem_capacity); the regions handed out so far
+  unsigned char* smem = nullptr;
+  size_t smem_capacity = 0, smem_used = 0, static_bytes = 0;
+  std::vector<SharedRegion>* regions = nullptr;
+  size_t last_region = 0;  // memcheck.cpp: the region the last shared access hit
+  bool racecheck = true;   // config().racecheck, read once per block
+  bool counting = false;   // the launch records efficiency counters (counters.cpp)
+  void* shadow = nullptr;  // memcheck.cpp's race shadow, one entry per shared byte
+  // every fiber stack of this host thread: [stacks_lo, stacks_lo + stack_slots * stack_bytes)
+  char* stacks_lo = nullptr;
+  size_t stack_bytes = 0;
+  int stack_slots = 0;
+};
+
+// The simulated thread running on this host thread, or nullptr.
+extern thread_local constinit Thread* t_current_thread;
+inline Thread* current_thread() { return t_current_thread; }
+// Warp-wide matrix instructions (ptx.cpp) go through the collective machinery as
+// Collective::match with op = kMmaOp | bf16, or kLdmatrixOp | count | (trans ? 8 : 0).
+inline constexpr uint8_t kMmaOp = 0x20, kLdmatrixOp = 0x10;
+void warp_matrix_op(Thread& me, uint8_t op, std::source_location loc);
+// Ends the current simulated thread at once (after a fault): control returns to the block's
+// scheduler, which abandons the block. Never returns.
+[[noreturn]] void kill_current_thread();
+// "kernel K block (x,y,z) thread (x,y,z)" for reports.
+std::string where_am_i(const Thread& t);
+// Runs a whole grid (called on the stream's worker thread); returns when every block is done.
+void run_grid(Launch& launch);
+// Calls body(i) for i in [0, blocks) on the simulator's block threads (block_pool.cpp).
+void run_blocks(int64_t blocks, const std::function<void(int64_t)>& body);
+// The block's shared memory.
+struct SharedView {
+  unsigned char* base;
+  size_t capacity;
+};
+
+// ---- memory checks (memcheck.cpp) ----
+enum class Access : uint8_t { read, write, atomic };
+// Checks one access by the running simulated thread; faults (and never returns) when it is bad.
+// `count`: the access goes into the efficiency counters (when they are on) as what it is.
+void check_access(Thread& t, uintptr_t address, size_t bytes, Access kind, const void* pc, bool count = true);
+// The shared-memory race shadow: a new barrier interval begins (block start or barrier).
+uint32_t next_epoch();
+// Checks done by the simulator's own device functions (atomics, ptx.cpp) on behalf of the
+// running thread; `pc` is the kernel code that called them.
+void atomic_access(const void* p, size_t bytes, const void* pc);
+void checked_access(const void* p, size_t bytes, Access kind, const void* pc);
+
+// ---- efficiency counters (counters.cpp; counters.h is the API) ----
+// What one lane's access counts as. Only global (device, pinned) and shared memory are counted.
+enum class CountKind : uint8_t { global_load, global_store, shared_load, shared_store, ldmatrix, atomic };
+// Called as a launch is queued on a stream (sets L.counters when the counters are on) ...
+void counters_launch_queued(Launch& L);
+// ... by run_grid around a launch (for graph replays, decides then) ...
+void counters_launch_begin(Launch& L);
+void counters_launch_end(Launch& L);
+// ... by run_block around a block (sets b.counting) ...
+void counters_block_begin(Block& b);
+void counters_block_end(Block& b);
+// ... for each counted access of a lane (only while b.counting) ...
+void count_access(Thread& t, uintptr_t address, size_t bytes, CountKind kind, const void* pc);
+// ... when a barrier releases the block, and when a warp collective completes (`whole_warp`: every
+// live lane of the warp took part, so the warp's lanes are all at the same point).
+void counters_barrier(Block& b);
+void counters_warp_collective(Block& b, int warp, bool whole_warp);
+
+// ---- streams and launches (runtime_api.cpp) ----
+int current_device();
+// Waits until every stream of every device has run all its queued work.
+void wait_all_streams();
+// Called at the start of every launch: checks configuration limits; returns the error to report.
+cudaError_t check_launch_config(const Launch& l);
+size_t kernel_smem_attribute(const void* kernel);
+// The shared-memory limits a launch breaks with `static_bytes` of static shared memory ("" if
+// none): Note [shared memory limits] in runtime_api.cpp.
+std::string shared_memory_problem(const Launch& l, size_t static_bytes);
+// Remembers the static shared memory a kernel declared (learnt when it runs), so later launches
+// are checked against the limit when they are made.
+void note_static_smem(const void* kernel, size_t bytes);
+
+}  // namespace ember::sim

@@ -1,0 +1,401 @@
+// Memory checks of simulated kernels (Note [simulator memory checks] in internal.h): the
+// instrumentation hooks, bounds of global, shared, local and parameter memory, and racecheck.
+//
+// Note [racecheck]: each byte of a block's shared memory has a shadow entry holding the last
+// write (thread, barrier interval, warp-sync count) and the last read (the same, plus whether
+// several threads read it in the interval). Two accesses by different threads to the same byte,
+// at least one a write, race unless a __syncthreads() separates them (different intervals) or they
+// are lanes of one warp with a warp collective (__syncwarp, shuffles, votes, mma, ldmatrix) between
+// them. Atomics never race with atomics. Intervals come from a per-host-thread counter, so a new
+// block starts with every old entry already stale: the shadow is never cleared per block.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "sim/internal.h"
+
+extern "C" {
+__attribute__((weak)) void* __asan_region_is_poisoned(void* beg, size_t size);
+__attribute__((weak)) void __asan_report_load_n(uintptr_t addr, size_t size);
+__attribute__((weak)) void __asan_report_store_n(uintptr_t addr, size_t size);
+}
+
+namespace ember::sim {
+
+namespace {
+
+struct ShadowEntry {
+  uint32_t w_epoch, r_epoch;
+  uint16_t w_tid, r_tid;
+  uint8_t w_wsync, r_wsync;
+  uint8_t flags;  // kMultiRead, kAtomicWrite
+  uint8_t pad;
+};
+static_assert(sizeof(ShadowEntry) == 16);
+constexpr uint8_t kMultiRead = 1, kAtomicWrite = 2;
+
+// Reports a fault of thread t. EMBER_SIM_FAULT then ends the thread in a separate statement, once
+// the message's temporaries are destroyed (the fiber's stack is abandoned, not unwound).
+__attribute__((noinline, cold)) void report(Thread& t, cudaError_t code, const std::string& what, const void* pc) {
+  std::string msg = where_am_i(t) + ": " + what;
+  if (pc != nullptr) msg += " [at " + code_location(pc) + "]";
+  record_fault(code, msg);
+}
+#define EMBER_SIM_FAULT(...)             \
+  do {                                   \
+    report(__VA_ARGS__);                 \
+    ::ember::sim::kill_current_thread(); \
+  } while (0)
+
+std::string hex(uintptr_t a) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%" PRIxPTR, a);
+  return buf;
+}
+
+const char* verb(Access k) { return k == Access::read ? "read" : k == Access::write ? "write" : "atomic"; }
+
+std::string tid_str(const Block& b, int linear) {
+  const dim3& d = b.launch->block;
+  const unsigned u = static_cast<unsigned>(linear);
+  return "(" + std::to_string(u % d.x) + "," + std::to_string((u / d.x) % d.y) + "," + std::to_string(u / (d.x * d.y)) +
+         ")";
+}
+
+// Ordered by warp synchronisation: the other access is by a lane of the same warp, before the
+// warp's latest collective.
+bool warp_ordered(const Block& b, const Thread& t, int other, uint8_t other_wsync) {
+  return other / 32 == t.warp && other_wsync != b.warp_epoch[t.warp];
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void shared_out_of_bounds(Thread& t, size_t off, size_t n, Access k,
+                                                                       const void* pc) {
+  {
+    Block& b = *t.block;
+    // name the nearest region below the address
+    const SharedRegion* near = nullptr;
+    for (const SharedRegion& r : *b.regions)
+      if (r.offset <= off && (near == nullptr || r.offset > near->offset)) near = &r;
+    std::string what = "out-of-bounds shared-memory " + std::string(verb(k)) + " of " + std::to_string(n) +
+                       " bytes at offset " + std::to_string(off);
+    if (near != nullptr) {
+      what += ": " + std::to_string(off - near->offset) + " bytes into `" + near->name + "` (" +
+              std::to_string(near->bytes) + " bytes)";
+    } else {
+      what += ": before any shared declaration";
+    }
+    if (b.regions->empty() || (near != nullptr && near->site == nullptr && b.launch->dynamic_smem == 0))
+      what += " (the launch has no dynamic shared memory)";
+    report(t, cudaErrorIllegalAddress, what, pc);
+  }  // `what` is gone before the thread ends
+  kill_current_thread();
+}
+
+// The declared region holding [off, off + n), or nullptr. Most accesses hit the region the last
+// one did.
+inline const SharedRegion* find_region(Block& b, size_t off, size_t n) {
+  const std::vector<SharedRegion>& regs = *b.regions;
+  if (b.last_region < regs.size()) {
+    const SharedRegion& r = regs[b.last_region];
+    if (off - r.offset < r.bytes && off + n <= r.offset + r.bytes) return &r;
+  }
+  for (size_t i = 0; i < regs.size(); ++i) {
+    const SharedRegion& r = regs[i];
+    if (off - r.offset < r.bytes) {
+      if (off + n > r.offset + r.bytes) return nullptr;
+      b.last_region = i;
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+__attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Access k, const void* pc) {
+  Block& b = *t.block;
+  const SharedRegion* reg = find_region(b, off, n);
+  if (reg == nullptr) shared_out_of_bounds(t, off, n, k, pc);
+  if (!b.racecheck) return;
+  auto* sh = static_cast<ShadowEntry*>(b.shadow) + off;
+  const uint32_t ep = b.epoch;
+  const uint16_t me = static_cast<uint16_t>(t.linear);
+  const uint8_t ws = b.warp_epoch[t.warp];
+  for (size_t i = 0; i < n; ++i) {
+    ShadowEntry& e = sh[i];
+    const bool wrote_now = e.w_epoch == ep && e.w_tid != me;
+    if (k == Access::read) {
+      if (wrote_now && !warp_ordered(b, t, e.w_tid, e.w_wsync)) {
+        EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
+                        "racecheck: shared-memory read of `" + std::string(reg->name) + "` [byte " +
+                            std::to_string(off + i - reg->offset) + "] written by thread " + tid_str(b, e.w_tid) +
+                            " in the same barrier interval (no __syncthreads() between the write and this read" +
+                            (e.w_tid / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
+                        pc);
+      }
+      if (e.r_epoch == ep) {
+        if (e.r_tid != me) e.flags |= kMultiRead;
+      } else {
+        e.flags &= static_cast<uint8_t>(~kMultiRead);
+      }
+      e.r_epoch = ep;
+      e.r_tid = me;
+      e.r_wsync = ws;
+    } else {
+      const bool atomic = k == Access::atomic;
+      if (wrote_now && !(atomic && (e.flags & kAtomicWrite)) && !warp_ordered(b, t, e.w_tid, e.w_wsync)) {
+        EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
+                        "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
+                            std::to_string(off + i - reg->offset) + "] also written by thread " + tid_str(b, e.w_tid) +
+                            " in the same barrier interval (write-write race: no __syncthreads() between them" +
+                            (e.w_tid / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
+                        pc);
+      }
+      const bool read_now = e.r_epoch == ep && (e.r_tid != me || (e.flags & kMultiRead));
+      if (read_now && !warp_ordered(b, t, e.r_tid, e.r_wsync)) {
+        const int other = e.r_tid != me ? e.r_tid : -1;
+        EMBER_SIM_FAULT(
+            t, cudaErrorLaunchFailure,
+            "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
+                std::to_string(off + i - reg->offset) + "] read by " +
+                (other >= 0 ? "thread " + tid_str(b, other) : std::string("other threads")) +
+                " in the same barrier interval (write-after-read race: no __syncthreads() between the read and "
+                "this write" +
+                (other >= 0 && other / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
+            pc);
+      }
+      e.w_epoch = ep;
+      e.w_tid = me;
+      e.w_wsync = ws;
+      e.flags = static_cast<uint8_t>((e.flags & kMultiRead) | (atomic ? kAtomicWrite : 0));
+    }
+  }
+}
+
+// Per host thread: the last few device or pinned allocations accesses hit (a kernel reads a few
+// tensors in turn), valid while no allocation has been freed since. The records are pooled, so
+// bounds read through them are current.
+struct AllocCache {
+  static constexpr int kWays = 8;
+  const Allocation* a[kWays] = {};
+  uint64_t generation = ~uint64_t{0};
+  int next = 0;
+
+  const Allocation* find(uintptr_t address) {
+    const uint64_t gen = g_free_generation.load(std::memory_order_acquire);
+    if (gen != generation) {
+      for (const Allocation*& e : a) e = nullptr;
+      generation = gen;
+    }
+    for (const Allocation* e : a)
+      if (e != nullptr && address - e->base < e->size) return e;
+    const Allocation* found = find_allocation(address);
+    if (found != nullptr) {
+      a[next] = found;
+      next = (next + 1) % kWays;
+    }
+    return found;
+  }
+};
+thread_local constinit AllocCache t_cache;
+
+}  // namespace
+
+std::atomic<uint64_t> g_free_generation{0};
+
+namespace {
+
+// ---- the faults of check_other, out of line so the hot path stays small ----
+
+[[noreturn]] __attribute__((noinline, cold)) void fault_local(Thread& t, uintptr_t a, size_t n, Access k,
+                                                              const void* pc) {
+  const Block& b = *t.block;
+  const int owner = static_cast<int>((a - reinterpret_cast<uintptr_t>(b.stacks_lo)) / b.stack_bytes);
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
+                  std::string(verb(k)) + " of " + std::to_string(n) + " bytes at " + hex(a) +
+                      " in the local memory of thread " + tid_str(b, owner) +
+                      " (local memory is private to its thread)",
+                  pc);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void fault_param(Thread& t, Access k, const void* pc) {
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
+                  std::string(verb(k)) + " of the kernel's parameter memory (it is read-only)", pc);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void fault_unallocated(Thread& t, uintptr_t a, size_t n, Access k,
+                                                                    bool device, const void* pc) {
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
+                  "out-of-bounds " + std::string(device ? "global" : "pinned host") + " " + verb(k) + " of " +
+                      std::to_string(n) + " bytes at " + hex(a) + ": " + describe_address(a),
+                  pc);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void fault_past_end(Thread& t, uintptr_t a, size_t n, Access k,
+                                                                 bool device, const Allocation& al, const void* pc) {
+  const size_t bound = al.bound();
+  const bool freed = al.in_use.load() == 0;
+  EMBER_SIM_FAULT(
+      t, cudaErrorIllegalAddress,
+      (freed ? "use after free: " : "out-of-bounds ") + std::string(device ? "global" : "pinned host") + " " + verb(k) +
+          " of " + std::to_string(n) + " bytes at " + hex(a) + ": " +
+          (freed || a >= al.base + bound ? describe_address(a)
+                                         : "it runs " + std::to_string(a + n - (al.base + bound)) +
+                                               " bytes past the end of the " + std::to_string(bound) + "-byte " +
+                                               (bound < al.size ? "tensor" : "allocation") + " at " + hex(al.base)),
+      pc);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void fault_other_device(Thread& t, uintptr_t a, Access k, int device,
+                                                                     const void* pc) {
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
+                  std::string(verb(k)) + " at " + hex(a) + " of memory of cuda:" + std::to_string(device) +
+                      " by a kernel running on cuda:" + std::to_string(t.block->launch->device) +
+                      " (no peer access in ember)",
+                  pc);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void fault_host(Thread& t, uintptr_t a, size_t n, Access k,
+                                                             const void* pc) {
+  EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
+                  std::string(verb(k)) + " of " + std::to_string(n) + " bytes at " + hex(a) + ": " +
+                      (a < 4096 ? std::string("a null pointer")
+                                : "host memory, not device memory (a host pointer passed to a kernel?)"),
+                  pc);
+}
+
+// Everything that is neither the block's shared memory nor the thread's own stack. True when it
+// is global memory (device or pinned), which the efficiency counters count.
+__attribute__((noinline)) bool check_other(Thread& t, uintptr_t a, size_t n, Access k, const void* pc) {
+  const Block& b = *t.block;
+  if (a - reinterpret_cast<uintptr_t>(b.stacks_lo) < b.stack_bytes * static_cast<size_t>(b.stack_slots))
+    fault_local(t, a, n, k, pc);
+  const Launch& L = *b.launch;
+  if (a - reinterpret_cast<uintptr_t>(L.params) < L.param_bytes) {
+    if (k != Access::read) fault_param(t, k, pc);
+    return false;
+  }
+  const bool device = in_device_region(a);
+  if (device || in_pinned_region(a)) {
+    const Allocation* al = t_cache.find(a);
+    if (al == nullptr) fault_unallocated(t, a, n, k, device, pc);
+    if (a + n > al->base + al->bound()) fault_past_end(t, a, n, k, device, *al, pc);
+    if (device && al->device != L.device) fault_other_device(t, a, k, al->device, pc);
+    return true;
+  }
+  if (is_static_data(a, n)) return false;  // the program's constant tables
+  fault_host(t, a, n, k, pc);
+}
+
+CountKind count_kind(Access k, bool shared) {
+  if (k == Access::atomic) return CountKind::atomic;
+  if (shared) return k == Access::read ? CountKind::shared_load : CountKind::shared_store;
+  return k == Access::read ? CountKind::global_load : CountKind::global_store;
+}
+
+}  // namespace
+
+// The hot path: the block's shared memory, then the thread's own stack (registers and local
+// memory), which is most of what a kernel touches; the rest out of line. With the efficiency
+// counters off, counting costs one well-predicted branch on a flag of the block.
+__attribute__((always_inline)) inline void check(Thread& t, uintptr_t a, size_t n, Access k, const void* pc,
+                                                 bool count = true) {
+  const Block& b = *t.block;
+  if (a - reinterpret_cast<uintptr_t>(b.smem) < b.smem_capacity) {
+    shared_access(t, a - reinterpret_cast<uintptr_t>(b.smem), n, k, pc);
+    if (b.counting && count) [[unlikely]]
+      count_access(t, a, n, count_kind(k, true), pc);
+    return;
+  }
+  if (a - reinterpret_cast<uintptr_t>(t.stack_lo) < b.stack_bytes) return;
+  if (check_other(t, a, n, k, pc) && b.counting && count) [[unlikely]]
+    count_access(t, a, n, count_kind(k, false), pc);
+}
+
+void check_access(Thread& t, uintptr_t a, size_t n, Access k, const void* pc, bool count) {
+  check(t, a, n, k, pc, count);
+}
+
+namespace {
+
+[[noreturn]] __attribute__((noinline, cold)) void host_touches_device(uintptr_t a, size_t n, Access k, const void* pc) {
+  std::fprintf(stderr,
+               "ember simulator: host code %s %zu bytes of device memory at %s without a copy [at %s]: %s\n"
+               "(device memory is not host memory: copy it with cudaMemcpyAsync / Tensor::to(kCPU) first)\n",
+               k == Access::read ? "reads" : "writes", n, hex(a).c_str(), code_location(pc).c_str(),
+               describe_address(a).c_str());
+  std::abort();
+}
+
+inline void on_access(uintptr_t a, size_t n, Access k, const void* pc) {
+  Thread* t = current_thread();
+  if (t != nullptr) [[likely]] {
+    check(*t, a, n, k, pc);
+    return;
+  }
+  // host code of a .cu file
+  if (in_device_region(a)) host_touches_device(a, n, k, pc);
+  if (__asan_region_is_poisoned != nullptr && __asan_region_is_poisoned(reinterpret_cast<void*>(a), n) != nullptr) {
+    if (k == Access::read) __asan_report_load_n(a, n);
+    else __asan_report_store_n(a, n);
+  }
+}
+
+}  // namespace
+
+void atomic_access(const void* p, size_t bytes, const void* pc) {
+  Thread* t = current_thread();
+  if (t == nullptr) {
+    std::fprintf(stderr, "ember simulator: an atomic device function called outside a kernel [at %s]\n",
+                 code_location(pc).c_str());
+    std::abort();
+  }
+  check_access(*t, reinterpret_cast<uintptr_t>(p), bytes, Access::atomic, pc);
+}
+
+__attribute__((noinline)) void vector_copy(void* dst, const void* src, size_t bytes) {
+  const void* pc = __builtin_return_address(0);
+  on_access(reinterpret_cast<uintptr_t>(src), bytes, Access::read, pc);
+  on_access(reinterpret_cast<uintptr_t>(dst), bytes, Access::write, pc);
+  raw_copy(dst, src,
+           bytes);  // (not memmove: AddressSanitizer intercepts it, and device memory is poisoned for host code)
+}
+
+void checked_access(const void* p, size_t bytes, Access kind, const void* pc) {
+  Thread* t = current_thread();
+  if (t != nullptr) check_access(*t, reinterpret_cast<uintptr_t>(p), bytes, kind, pc);
+}
+
+}  // namespace ember::sim
+
+// The hooks the kernel-address instrumentation calls (call mode, recoverable variants), and the
+// aborting variants in case a build asks for them.
+#define EMBER_SIM_HOOK(n)                                                                \
+  extern "C" void __asan_load##n##_noabort(uintptr_t a) {                                \
+    ember::sim::on_access(a, n, ember::sim::Access::read, __builtin_return_address(0));  \
+  }                                                                                      \
+  extern "C" void __asan_store##n##_noabort(uintptr_t a) {                               \
+    ember::sim::on_access(a, n, ember::sim::Access::write, __builtin_return_address(0)); \
+  }
+EMBER_SIM_HOOK(1)
+EMBER_SIM_HOOK(2)
+EMBER_SIM_HOOK(4)
+EMBER_SIM_HOOK(8)
+EMBER_SIM_HOOK(16)
+#undef EMBER_SIM_HOOK
+
+// The instrumentation also calls these before a noreturn call (a throw) and around the dynamic
+// initialisation of globals. AddressSanitizer builds get AddressSanitizer's own; elsewhere there is
+// nothing to do.
+#if !EMBER_SIM_WITH_ASAN
+extern "C" void __asan_handle_no_return() {}
+extern "C" void __asan_before_dynamic_init(const char*) {}
+extern "C" void __asan_after_dynamic_init() {}
+#endif
+
+extern "C" void __asan_loadN_noabort(uintptr_t a, size_t n) {
+  ember::sim::on_access(a, n, ember::sim::Access::read, __builtin_return_address(0));
+}
+extern "C" void __asan_storeN_noabort(uintptr_t a, size_t n) {
+  ember::sim::on_access(a, n, ember::sim::Access::write, __builtin_return_address(0));
+}
