@@ -49,6 +49,7 @@ struct Config {
   bool abort_on_fault = false;
   int block_threads = 0;  // EMBER_SIM_THREADS; 0: EMBER_NUM_THREADS, else one per core
   size_t stack_bytes = 256 * 1024;
+  int fail_captures = 0;  // EMBER_SIM_FAIL_CAPTURES
 };
 const Config& config();
 

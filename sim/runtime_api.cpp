@@ -72,6 +72,7 @@ const Config& config() {
     c.racecheck = env_flag("EMBER_SIM_RACECHECK", true);
     c.abort_on_fault = env_flag("EMBER_SIM_ABORT", false);
     if (const char* t = std::getenv("EMBER_SIM_THREADS")) c.block_threads = std::clamp(std::atoi(t), 0, 1024);
+    if (const char* f = std::getenv("EMBER_SIM_FAIL_CAPTURES")) c.fail_captures = std::max(0, std::atoi(f));
     if (const char* s = std::getenv("EMBER_SIM_STACK_KB"))
       c.stack_bytes = std::max<size_t>(64, std::strtoul(s, nullptr, 10)) * 1024;
     return c;
@@ -884,6 +885,14 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     delete c;
     return fail(cudaErrorStreamCaptureWrongThread, msg);
   }
+  // EMBER_SIM_FAIL_CAPTURES: the first N captures of the process fail here, as an invalidated
+  // capture does on a GPU, for tests of what a program does then
+  static int failed_on_purpose = 0;
+  if (!c->invalidated && failed_on_purpose < config().fail_captures) {
+    ++failed_on_purpose;
+    invalidate(c, "EMBER_SIM_FAIL_CAPTURES=" + std::to_string(config().fail_captures) +
+                      " fails the first captures of the process on purpose");
+  }
   // every stream forked into the capture must have been joined back into the origin stream
   if (!c->invalidated) {
     std::set<Node*> reach;
@@ -1094,6 +1103,11 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
     return fail(e, "out of memory: cudaMalloc of " + std::to_string(bytes) + " bytes on the simulated cuda:" +
                        std::to_string(t_device) + " (EMBER_SIM_MEMORY sets how much it has)");
   return ok();
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
+  if (fn == nullptr) return fail(cudaErrorInvalidValue, "cudaLaunchHostFunc: the function is null");
+  return ember::sim::enqueue_host_op(stream, [fn, user_data] { fn(user_data); });
 }
 
 cudaError_t cudaFree(void* p) {

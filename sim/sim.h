@@ -11,6 +11,8 @@
 //   EMBER_SIM_ABORT=1          abort the process at the first kernel fault (for a debugger)
 //   EMBER_SIM_THREADS=N        host threads running a grid's blocks (default: EMBER_NUM_THREADS,
 //                              else one per core)
+//   EMBER_SIM_FAIL_CAPTURES=N  the process's first N stream captures fail at cudaStreamEndCapture
+//                              (cudaErrorStreamCaptureInvalidated), for tests of the fallback
 #pragma once
 
 #include <cstdint>
