@@ -36,14 +36,38 @@ Range::Range(const char* name, const char* detail, Device device)
   if (listener_ != nullptr) listener_->on_begin(name_, detail_, device_);
 }
 
+namespace {
+// A listener's on_end that throws, caught in Range's destructor: reported once per process.
+void report_listener_failure(const char* range, const char* what) noexcept {
+  static std::atomic<bool> reported{false};
+  if (reported.exchange(true)) return;
+  std::fprintf(stderr, "ember: warning: the profiler could not close the range '%s': %s\n", range, what);
+}
+}  // namespace
+
+// A destructor: nothing thrown leaves it (Note [no abort] in core/error.h).
 Range::~Range() {
-  if (listener_ != nullptr) listener_->on_end(name_, detail_, device_);
+  if (listener_ != nullptr) {
+    try {
+      listener_->on_end(name_, detail_, device_);
+    } catch (const std::exception& e) {
+      report_listener_failure(name_, e.what());
+    } catch (...) {
+      report_listener_failure(name_, "an exception that is not a std::exception");
+    }
+  }
 #if EMBER_WITH_CUDA
   nvtxRangePop();
 #endif
 }
 
 // ---- TraceProfiler ----
+
+// Note [profiling captured work]: work queued on a stream that is capturing a CUDA graph does not
+// run then; it runs at each replay. An event recorded during the capture becomes part of the graph
+// and cannot be timed (cudaEventElapsedTime refuses it), so ranges opened or closed while their
+// stream captures keep their CPU time only (what the capture cost the host), and the graph's GPU
+// time is the "graph replay" range that cuda::Graph::replay opens around each launch.
 
 struct TraceProfiler::Impl {
   struct Record {
@@ -64,6 +88,7 @@ struct TraceProfiler::Impl {
   std::chrono::steady_clock::time_point t0;
   std::map<int, std::unique_ptr<cuda::Event>> ref;  // per CUDA device: the GPU time reference
   std::map<int, double> ref_host_us;
+  std::string failure;  // the first range whose GPU timing failed as it closed (guarded by mu)
 
   double now_us() const {
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -108,6 +133,7 @@ void TraceProfiler::clear() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->records.clear();
   impl_->stacks.clear();
+  impl_->failure.clear();
 }
 
 void TraceProfiler::on_begin(const char* name, const char* detail, Device device) {
@@ -121,9 +147,11 @@ void TraceProfiler::on_begin(const char* name, const char* detail, Device device
   r.device = device;
   if (device.is_cuda() && impl_->ref.count(device.index)) {
     cuda::Stream s = cuda::current_stream(device.index);
-    r.stream = s.handle();
-    r.start = std::make_unique<cuda::Event>(true);
-    r.start->record(s);
+    if (!s.is_capturing()) {  // Note [profiling captured work]
+      r.stream = s.handle();
+      r.start = std::make_unique<cuda::Event>(true);
+      r.start->record(s);
+    }
   }
   r.cpu_begin = impl_->now_us();
   stack.push_back(impl_->records.size());
@@ -138,9 +166,24 @@ void TraceProfiler::on_end(const char*, const char*, Device device) {
   Impl::Record& r = impl_->records[stack.back()];
   stack.pop_back();
   r.cpu_end = t;
-  if (r.start) {
-    r.stop = std::make_unique<cuda::Event>(true);
-    r.stop->record(cuda::current_stream(device.index));
+  if (!r.start) return;
+  // Called from Range's destructor (Listener::on_end): a failure is kept for write_chrome_trace,
+  // and the range keeps its CPU time only.
+  try {
+    cuda::Stream s = cuda::current_stream(device.index);
+    if (s.is_capturing()) {  // began before a capture, ends inside it: no GPU time to tell
+      r.start.reset();
+      return;
+    }
+    auto stop = std::make_unique<cuda::Event>(true);
+    stop->record(s);
+    r.stop = std::move(stop);
+  } catch (const std::exception& e) {
+    r.start.reset();
+    if (impl_->failure.empty()) impl_->failure = str("timing '", r.name, "' on ", device, " failed: ", e.what());
+  } catch (...) {
+    r.start.reset();
+    if (impl_->failure.empty()) impl_->failure = str("timing '", r.name, "' on ", device, " failed");
   }
 }
 
@@ -172,6 +215,7 @@ void resolve(TraceProfiler::Impl& impl) {
 
 size_t TraceProfiler::write_chrome_trace(const std::string& path) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  EMBER_CHECK(impl_->failure.empty(), "profiler: ", impl_->failure);
   resolve(*impl_);
   std::ofstream f(path);
   EMBER_CHECK(f.good(), "profiler: cannot write ", path);

@@ -19,6 +19,9 @@ class Listener {
   virtual ~Listener() = default;
   // `name`: the op or range name; `detail`: the kernel variant or "backward"; both outlive the call.
   virtual void on_begin(const char* name, const char* detail, Device device) = 0;
+  // Runs in Range's destructor, during the unwinding of an op's error too: what it throws is caught
+  // there and reported once on stderr (Note [no abort] in core/error.h). A listener whose end can
+  // fail keeps the failure for its owner instead (TraceProfiler does).
   virtual void on_end(const char* name, const char* detail, Device device) = 0;
 };
 
@@ -65,7 +68,8 @@ class TraceProfiler final : public Listener {
   void on_end(const char* name, const char* detail, Device device) override;
 
   // Resolves GPU times (synchronises the devices: call it outside the measured region) and
-  // writes Chrome trace JSON. Returns the number of events written.
+  // writes Chrome trace JSON. Returns the number of events written. Throws, writing nothing, when
+  // a range's GPU timing failed as it closed (on_end cannot throw: it keeps the first failure).
   size_t write_chrome_trace(const std::string& path);
   // Per-op totals, sorted by GPU time when there is any, else CPU time.
   std::vector<OpStats> op_stats();

@@ -1,9 +1,15 @@
 // The CUDA runtime layer on a real device: caching allocator (reuse, stats, OOM message and
 // recovery, pass-through), pinned allocator, streams and events, Philox CPU == CUDA, device error
-// word, device mismatches, async copies, sync-debug.
+// word, device mismatches, async copies, sync-debug, the profiler around graph replays.
 #include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/cuda/graph.h"
+#include "core/profiler.h"
 #include "core/runtime.h"
 #include "ember.h"
 
@@ -119,6 +125,45 @@ TEST_CASE("a capture that allocates while blocks wait for another stream's event
   }
   st.synchronize();
   CHECK(sum(y).item() == 2.0 * 4099);
+}
+
+TEST_CASE("the profiler shows a graph's replay as one timed range", "[gpu][profiler][graph]") {
+  // Ops queued while the stream captures keep their CPU time only; the GPU time of the graph is
+  // the replay's (Note [profiling captured work]).
+  cuda::Stream st = cuda::Stream::create(0);
+  Tensor x = ones({1 << 16}, kCUDA);
+  cuda::Graph g;
+  Tensor y;
+  profiler::TraceProfiler prof;
+  prof.start();
+  capture_on(g, st, [&] { y = relu(add(x, 1.0)); });
+  for (int i = 0; i < 3; ++i) {
+    cuda::StreamGuard guard(st);
+    g.replay();
+  }
+  st.synchronize();
+  Tensor eager = relu(x);
+  prof.stop();
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("ember_graph_trace_" + std::to_string(::getpid()) + ".json");
+  REQUIRE_NOTHROW(prof.write_chrome_trace(path.string()));
+  std::ifstream f(path);
+  nlohmann::json j = nlohmann::json::parse(f);
+  std::filesystem::remove(path);
+  int replays_gpu = 0, relu_gpu = 0, relu_cpu = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    const std::string name = e["name"].get<std::string>(), cat = e["cat"].get<std::string>();
+    if (name.rfind("graph replay", 0) == 0 && cat == "gpu") {
+      ++replays_gpu;
+      CHECK(e["dur"].get<double>() >= 0);
+    }
+    if (name.rfind("relu", 0) == 0) (cat == "gpu" ? relu_gpu : relu_cpu) += 1;
+  }
+  CHECK(replays_gpu == 3);
+  CHECK(relu_cpu == 2);  // captured and eager
+  CHECK(relu_gpu == 1);  // the eager one only
+  CHECK(prof.top_ops_table().find("graph replay") != std::string::npos);
 }
 
 TEST_CASE("pinned host memory: async copies, reuse only after the copy event", "[gpu][pinned]") {

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/cuda/check.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "core/storage.h"
 
@@ -67,6 +68,10 @@ void Graph::capture_end() {
 void Graph::replay() {
   EMBER_CHECK(exec_ != nullptr, "Graph::replay: nothing was captured");
   const auto stream = static_cast<cudaStream_t>(stream_.handle());
+  // the profiler's one range for the whole replay (Note [profiling captured work]), timed on the
+  // replay's stream
+  StreamGuard on_stream(stream_);
+  profiler::Range range("graph replay", "cuda graph", Device(DeviceType::cuda, stream_.device()));
   if (rng_counters_ > 0) {
     // This replay's Philox counters, reserved now from the host generator and copied in stream
     // order before the graph runs, from pinned memory (a pageable source may make the driver
