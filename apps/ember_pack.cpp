@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "data/data.h"
 
 using namespace ember;
@@ -131,6 +132,7 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ember::install_terminate_handler("ember_pack");  // Note [no abort] in core/error.h
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::printf("ember_pack: packs an image dataset into one file that InMemoryDataset::load reads at once\n%s",

@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <thread>
@@ -670,6 +671,18 @@ class Launcher {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o = parse(argc, argv);
-  return Launcher(std::move(o)).run();
+  // One line and exit code 1 for what the launcher itself cannot do (out of memory), never
+  // std::terminate's abort, which a caller would read as a rank's crash (Note [no abort] in
+  // core/error.h; this program links nothing of ember's, so it says so itself).
+  std::set_terminate([] {
+    std::fprintf(stderr, "ember_run: error: an exception escaped where it could not be handled\n");
+    std::_Exit(1);
+  });
+  try {
+    Options o = parse(argc, argv);
+    return Launcher(std::move(o)).run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember_run: error: %s\n", e.what());
+    return 1;
+  }
 }

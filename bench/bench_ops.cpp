@@ -403,9 +403,9 @@ int run_model(int argc, char** argv) {
   return 1;
 }
 
-int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::strcmp(argv[i], "--model") == 0) return run_model(argc, argv);
+namespace {
+
+int run(int argc, char** argv) {
   register_lab_variants();  // the CUDA oracles are timed too (Note [lab variants])
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -492,4 +492,19 @@ int main(int argc, char** argv) {
   if (!g_opt.json.empty()) write_json(g_opt.json);
   bool any_failed = std::any_of(g_results.begin(), g_results.end(), [](const Result& r) { return !r.ok; });
   return any_failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  install_terminate_handler("bench_ops");  // Note [no abort] in core/error.h
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--model") == 0) return run_model(argc, argv);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {  // outside a timed case: the rooflines, the JSON file
+    std::fflush(stdout);
+    std::fprintf(stderr, "bench_ops: error: %s\n", user_message(e.what()).c_str());
+    return 1;
+  }
 }

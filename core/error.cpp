@@ -1,7 +1,10 @@
 #include "core/error.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 
 namespace ember {
 
@@ -46,6 +49,48 @@ std::string user_message(const std::string& what) {
     out += joined[i++];
   }
   return out;
+}
+
+namespace {
+
+const char* g_program = "ember";
+
+// The last line of defense of a program (Note [no abort] in core/error.h).
+[[noreturn]] void on_terminate() noexcept {
+  // One report even when several threads get here at once: the first one ends the process, the
+  // others wait for it (the mutex is never released).
+  static std::mutex once;
+  once.lock();
+  const char* what = "std::terminate was called without an exception";
+  std::string text;
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      try {
+        text = user_message(x.what());
+        what = text.c_str();
+      } catch (...) {
+        what = x.what();  // no memory for the shortened message: the whole one
+      }
+    } catch (...) {
+      what = "an exception that is not a std::exception";
+    }
+  }
+  std::fflush(stdout);  // what the program printed before stays before the error line
+  std::fprintf(stderr,
+               "%s: error: %s (raised where nothing could handle it: a destructor, a thread or a callback; "
+               "please report this)\n",
+               g_program, what);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+}  // namespace
+
+void install_terminate_handler(const char* program) {
+  g_program = program;
+  std::set_terminate(on_terminate);
 }
 
 }  // namespace ember

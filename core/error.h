@@ -62,6 +62,30 @@ std::string cat(const Args&... args) {
 // EMBER_CHECK appends (they are for developers; EMBER_ERROR_LOCATIONS=1 keeps them).
 std::string user_message(const std::string& what);
 
+// Note [no abort]: an error in a program of ember's ends with one line, "<program>: error: ...", on
+// stderr and a non-zero exit code, never in std::terminate (SIGABRT, exit 134). Exceptions reach
+// std::terminate where nothing can catch them: thrown out of a destructor (implicitly noexcept;
+// during the unwinding of another error too), out of a thread's function, or out of a callback
+// that a noexcept function or a C library calls. So, in the code:
+//  - destructors catch what their calls may throw and report it once on stderr, or keep it for
+//    their owner to rethrow on the caller's thread (Note [no throwing destructors] in
+//    core/storage.cpp; a CUDA error a destructor swallows is also cleared from the runtime's last
+//    error, or the next launch check would report it as its own);
+//  - a thread's function catches everything and hands it to the thread that consumes its work
+//    (the DataLoader's workers to next(), a process group's worker to the collective's Work);
+//  - callbacks that a destructor runs (the profiler's Listener::on_end in profiler::Range) do not
+//    let an exception out.
+// And the programs (mnist_train, bench_ops, ember_pack, ember_tune; ember_run, which links nothing
+// of ember's, has one of its own) install the handler below as the last line of defense, so that a
+// path these rules missed still ends with the one line and exit code 1, naming the error; the place
+// it escaped from is then the bug to fix.
+//
+// install_terminate_handler makes std::terminate print "<program>: error: <the exception's
+// message> (...)" on stderr and end the process with exit code 1 (std::_Exit: no static
+// destructors run after a failure that may have left the device or a lock unusable). `program`
+// must outlive the process (a string literal).
+void install_terminate_handler(const char* program);
+
 // Builds a string from any streamable values: str("shape ", s, " vs ", t).
 template <class... Args>
 std::string str(const Args&... args) {

@@ -105,6 +105,7 @@ struct DataLoader::Run {
     std::atomic<int64_t> batch{-1};   // batch the worker is on (-1: none)
     std::atomic<int64_t> sample{-1};  // dataset index it is reading
     bool exited = false;              // guarded by mu
+    std::string exit_error;           // guarded by mu: why the worker ended early ("" if it did not)
   };
   std::vector<Status> status;
   std::vector<Slot> slots;
@@ -131,6 +132,15 @@ struct DataLoader::Run {
       consumed = b + 1;
     }
     cv_space.notify_all();
+  }
+
+  // Why batch b, due from worker w, is not ready in `slot` (mu held): the batch failed, or the
+  // worker ended before it (with the reason that ended it, when one did).
+  std::string why_missing(const Slot& slot, int64_t b, int w) const {
+    const std::string& why = status[static_cast<size_t>(w)].exit_error;
+    if (slot.batch == b && slot.state == SlotState::failed) return slot.error;
+    if (why.empty()) return str("worker ", w, " exited without producing batch ", b);
+    return str("worker ", w, " stopped at batch ", b, ": ", why);
   }
 
   void request_stop() {
@@ -382,7 +392,28 @@ bool DataLoader::fill(Run& run, Slot& slot, int64_t b, int worker, std::string& 
   return false;
 }
 
+// A worker thread: nothing leaves it as an exception (Note [no abort] in core/error.h). What
+// assembling a batch throws fails that batch (fill); what escapes even that ends the worker with
+// its reason in `exit_error`, and next() reports it on the consumer's thread.
 void DataLoader::worker_main(Run& run, int w) {
+  Run::Status& status = run.status[static_cast<size_t>(w)];
+  std::string why;
+  try {
+    worker_loop(run, w);
+  } catch (const std::exception& e) {
+    why = e.what();
+  } catch (...) {
+    why = "an exception that is not a std::exception";
+  }
+  {
+    std::lock_guard<std::mutex> lock(run.mu);
+    status.exited = true;
+    status.exit_error = std::move(why);
+  }
+  run.cv_ready.notify_all();
+}
+
+void DataLoader::worker_loop(Run& run, int w) {
   {
     std::string name = "ember-data-" + std::to_string(w);
     pthread_setname_np(pthread_self(), name.c_str());
@@ -407,6 +438,8 @@ void DataLoader::worker_main(Run& run, int w) {
       ok = fill(run, slot, b, w, error);
     } catch (const std::exception& e) {
       error = str("batch ", b, " (worker ", w, "): ", e.what());
+    } catch (...) {
+      error = str("batch ", b, " (worker ", w, "): an exception that is not a std::exception");
     }
     status.batch.store(-1);
     status.sample.store(-1);
@@ -420,11 +453,6 @@ void DataLoader::worker_main(Run& run, int w) {
     run.cv_ready.notify_all();
     if (stopped) break;
   }
-  {
-    std::lock_guard<std::mutex> lock(run.mu);
-    status.exited = true;
-  }
-  run.cv_ready.notify_all();
 }
 
 // ---- the consumer ----
@@ -537,8 +565,8 @@ std::optional<Batch> DataLoader::next() {
       EMBER_FAIL("DataLoader: timed out after ", o_.timeout_, " s waiting for batch ", b, " of epoch ", r.epoch,
                  " from worker ", w, " (", where, "); the epoch is stopped, begin() starts a new one");
     }
-    if (slot.batch != b || slot.state == SlotState::failed) {
-      std::string error = slot.batch == b ? slot.error : str("worker ", w, " exited without producing batch ", b);
+    if (slot.batch != b || slot.state != SlotState::ready) {
+      std::string error = r.why_missing(slot, b, w);
       lock.unlock();
       skip_failed(std::move(error));
     }

@@ -211,7 +211,8 @@ class DataLoader {
  private:
   struct Run;
   struct Slot;
-  void worker_main(Run& run, int worker);
+  void worker_main(Run& run, int worker);  // the thread's function: catches everything
+  void worker_loop(Run& run, int worker);
   bool fill(Run& run, Slot& slot, int64_t batch, int worker, std::string& error);
   bool wait_copy_done(Run& run, Slot& slot);
   void issue_copy(Slot& slot);

@@ -5,7 +5,9 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -21,6 +23,38 @@ namespace {
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
+}
+
+// Runs `work` on `threads` threads while `watch` runs on this one. The threads are stopped (`stop`)
+// and joined on every way out, `watch` throwing included (a joinable std::thread destroyed is
+// std::terminate), and what escapes `work` is rethrown here (Note [no abort] in core/error.h).
+void run_workers(int64_t threads, std::atomic<bool>& stop, const std::function<void()>& work,
+                 const std::function<void()>& watch) {
+  std::mutex mu;
+  std::exception_ptr escaped;
+  std::vector<std::thread> pool;
+  struct Joiner {
+    std::vector<std::thread>& pool;
+    std::atomic<bool>& stop;
+    ~Joiner() {
+      stop = true;
+      for (std::thread& t : pool)
+        if (t.joinable()) t.join();
+    }
+  } joiner{pool, stop};
+  for (int64_t t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      try {
+        work();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!escaped) escaped = std::current_exception();
+        stop = true;
+      }
+    });
+  watch();
+  for (std::thread& t : pool) t.join();
+  if (escaped) std::rethrow_exception(escaped);
 }
 
 }  // namespace
@@ -127,7 +161,7 @@ std::shared_ptr<InMemoryDataset> load_image_folder(const ImageFolder& folder, co
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::vector<BadImage> fatal;  // stops the load
-  auto work = [&] {
+  auto decode_all = [&] {
     for (int64_t i; !stop.load() && (i = next.fetch_add(1)) < n; ++done) {
       try {
         Image img = folder.get(i).image;
@@ -152,9 +186,9 @@ std::shared_ptr<InMemoryDataset> load_image_folder(const ImageFolder& folder, co
       }
     }
   };
-  std::vector<std::thread> threads;
-  for (int64_t t = 0; t < std::min<int64_t>(std::max(1, o.workers), n - next.load()); ++t) threads.emplace_back(work);
-  if (o.progress) {  // this thread reports while the workers decode
+  const int64_t threads = std::min<int64_t>(std::max(1, o.workers), n - next.load());
+  run_workers(threads, stop, decode_all, [&] {
+    if (!o.progress) return;  // this thread reports while the workers decode
     auto last = std::chrono::steady_clock::now();
     o.progress(std::min(done.load(), n), n);
     while (done.load() < n && !stop.load()) {
@@ -163,8 +197,7 @@ std::shared_ptr<InMemoryDataset> load_image_folder(const ImageFolder& folder, co
       last = std::chrono::steady_clock::now();
       o.progress(std::min(done.load(), n), n);
     }
-  }
-  for (std::thread& t : threads) t.join();
+  });
   if (!fatal.empty())
     EMBER_FAIL(std::min_element(fatal.begin(), fatal.end(), [](const BadImage& a, const BadImage& b) {
                  return a.index < b.index;

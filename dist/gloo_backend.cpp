@@ -43,6 +43,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -219,8 +220,8 @@ class GlooGroup final : public ProcessGroup {
                       " could not connect to its peers: " + e.what());
     }
     board_.publish();
-    worker_ = std::thread([this] { work_loop(); });
-    watchdog_ = std::thread([this] { watchdog_loop(); });
+    worker_ = std::thread([this] { guarded("its worker", [this] { work_loop(); }); });
+    watchdog_ = std::thread([this] { guarded("its watchdog", [this] { watchdog_loop(); }); });
   }
 
   ~GlooGroup() override {
@@ -229,13 +230,17 @@ class GlooGroup final : public ProcessGroup {
       stopping_ = true;
     }
     cv_.notify_all();
-    if (worker_.joinable()) {
-      // A worker stuck in a collective with a hung peer is not joined (Gloo's timeout ends it);
-      // the process is on its way out with the error already.
-      if (stuck_) worker_.detach();
-      else worker_.join();
+    try {
+      if (worker_.joinable()) {
+        // A worker stuck in a collective with a hung peer is not joined (Gloo's timeout ends it);
+        // the process is on its way out with the error already.
+        if (stuck_) worker_.detach();
+        else worker_.join();
+      }
+      if (watchdog_.joinable()) watchdog_.join();
+    } catch (const std::exception& e) {  // a join that fails (std::system_error): nothing to join then
+      std::fprintf(stderr, "ember: warning: gloo: stopping the group's threads failed: %s\n", e.what());
     }
-    if (watchdog_.joinable()) watchdog_.join();
   }
 
   std::string backend() const override { return "gloo"; }
@@ -395,6 +400,8 @@ class GlooGroup final : public ProcessGroup {
         err = e.what();
       } catch (const std::exception& e) {
         err = e.what();
+      } catch (...) {  // nothing leaves this thread (Note [no abort] in core/error.h)
+        err = "an exception that is not a std::exception";
       }
       if (err.empty()) {
         board_.completed(task.work->seq());
@@ -411,6 +418,35 @@ class GlooGroup final : public ProcessGroup {
       // returns and exits must not race this thread freeing memory into a torn-down allocator.
       task.fn = nullptr;
       task.work->finish(err.empty() ? std::string() : failed());
+    }
+  }
+
+  // A thread's function: what escapes `fn` (out of memory while reporting a failure) aborts the group
+  // with the reason instead of ending the process; the collectives queued and the next ones fail
+  // with it, on the threads that wait for them (Note [no abort] in core/error.h).
+  void guarded(const char* which, const std::function<void()>& fn) noexcept {
+    try {
+      fn();
+    } catch (...) {
+      const char* why = "an exception that is not a std::exception";
+      std::string text;
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        why = e.what();
+      } catch (...) {
+      }
+      {
+        // the task it ran is gone with the unwinding: the watchdog must not look at it
+        std::lock_guard<std::mutex> lock(mu_);
+        running_ = nullptr;
+      }
+      try {
+        text = std::string("gloo: ") + which + " on rank " + std::to_string(rank_) + " stopped: " + why;
+        abort(text);
+      } catch (...) {
+        std::fprintf(stderr, "ember: error: gloo: %s on rank %d stopped: %s\n", which, rank_, why);
+      }
     }
   }
 

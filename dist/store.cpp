@@ -392,6 +392,8 @@ struct TcpStore::Server {
     std::vector<std::string> keys;
   };
   std::map<int, Client> clients;
+  std::mutex failure_mu;
+  std::string failure_;  // why the server thread stopped early ("" while it serves)
 
   ~Server() {
     if (wake[1] >= 0) {
@@ -476,7 +478,12 @@ struct TcpStore::Server {
     Client c;
     c.fd = fd;
     c.since = Clock::now();
-    c.nonce = random_bytes();
+    try {
+      c.nonce = random_bytes();
+    } catch (const std::exception&) {  // no nonce (getrandom failed): this newcomer is turned away
+      ::close(fd);
+      return;
+    }
     std::string hello(kMagic, sizeof kMagic);
     hello.append(reinterpret_cast<const char*>(c.nonce.data()), kNonce);
     send_raw(c, hello);
@@ -512,21 +519,23 @@ struct TcpStore::Server {
       return;
     }
     c.since = Clock::now();
-    c.in.append(buf, static_cast<size_t>(r));
-    if (!c.authed) {
-      // nothing but the proof before the verdict: a longer prefix is not a member of the job
-      if (c.in.size() > kProof || !authenticate(c)) {
-        c.dead = true;
-        return;
-      }
-      if (!c.authed) return;
-    }
-    std::vector<std::string> req;
     try {
+      c.in.append(buf, static_cast<size_t>(r));
+      if (!c.authed) {
+        // nothing but the proof before the verdict: a longer prefix is not a member of the job
+        if (c.in.size() > kProof || !authenticate(c)) {
+          c.dead = true;
+          return;
+        }
+        if (!c.authed) return;
+      }
+      std::vector<std::string> req;
       while (!c.parked && !c.dead && decode(c.in, req, true)) handle(c, req);
       if (c.in.size() > kMaxMessage) c.dead = true;
     } catch (const std::exception&) {
-      c.dead = true;  // a malformed or oversized request closes this connection; the store goes on
+      // a malformed or oversized request, or a proof that could not be checked (libcrypto),
+      // closes this connection; the store goes on
+      c.dead = true;
     }
   }
 
@@ -537,6 +546,35 @@ struct TcpStore::Server {
       else if (!c.in.empty() && now - c.since > kStallTime) c.dead = true;
       else if (now - c.since > kIdleTime) c.dead = true;
     }
+  }
+
+  // The server thread's function: nothing leaves it (Note [no abort] in core/error.h). A failure of
+  // the loop itself ends the store: every connection is closed, so the ranks fail at once instead
+  // of waiting for their timeouts, and this process's own requests name the failure (failure()).
+  void run() noexcept {
+    try {
+      loop();
+    } catch (...) {
+      std::string why = "an exception that is not a std::exception";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        why = e.what();
+      } catch (...) {
+      }
+      {
+        std::lock_guard<std::mutex> lock(failure_mu);
+        failure_ = why;
+      }
+      for (auto& [fd, c] : clients) ::close(fd);
+      clients.clear();
+      for (int fd : listen_fds) ::close(fd);
+      listen_fds.clear();
+    }
+  }
+  std::string failure() {
+    std::lock_guard<std::mutex> lock(failure_mu);
+    return failure_;
   }
 
   void loop() {
@@ -635,7 +673,7 @@ TcpStore::TcpStore(std::string host, int port, bool is_server, std::chrono::mill
          (failures.empty() ? std::string(": no address") : failures.substr(1)));
   port_ = bound_port;
   if (::pipe2(server_->wake, O_CLOEXEC) != 0) fail("TcpStore: pipe(): " + errno_text(errno));
-  server_->thread = std::thread([s = server_.get()] { s->loop(); });
+  server_->thread = std::thread([s = server_.get()] { s->run(); });
 }
 
 TcpStore::~TcpStore() {
@@ -766,6 +804,9 @@ std::string TcpStore::request(char op, const std::vector<std::string>& args, std
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
+    if (server_ != nullptr)
+      if (std::string why = server_->failure(); !why.empty())
+        fail("TcpStore: the rendezvous store this process (rank 0) serves stopped: " + why);
     throw;
   }
 }

@@ -77,6 +77,7 @@ int benchmark(const Cli& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ember::install_terminate_handler("ember_tune");  // Note [no abort] in core/error.h
   Cli c;
   CLI::App app{
       "ember_tune: Bayesian hyper-parameter search (GP-EI, TPE or random) for mnist_train, with pruning and resumable "

@@ -239,6 +239,9 @@ int run(mnist::Options o) {
 
 int main(int argc, char** argv) {
   ember::restart_with_passive_openmp(argv);  // Note [OpenMP wait policy]
+  // an error that escapes a destructor, a loader thread or a callback still ends with one line
+  // and exit code 1 (Note [no abort] in core/error.h)
+  ember::install_terminate_handler("mnist_train");
   mnist::ParseResult parsed = mnist::parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   const mnist::Options& o = *parsed.options;
@@ -259,7 +262,12 @@ int main(int argc, char** argv) {
     // --predict: the checkpoint says everything (no --data, no training)
     return o.predict.empty() ? run(o) : mnist::predict(o, pick_device(o.device));
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "mnist_train: error: %s\n", user_message(e.what()).c_str());
+    return 1;
+  } catch (...) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "mnist_train: error: an exception that is not a std::exception\n");
     return 1;
   }
 }

@@ -29,7 +29,9 @@ class DeviceGuard {
     else prev_ = -1;
   }
   ~DeviceGuard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
+    // a failure to switch back is not thrown from a destructor; it is cleared from the last error,
+    // or the next launch check would report it as its own (Note [no abort] in core/error.h)
+    if (prev_ >= 0 && cudaSetDevice(prev_) != cudaSuccess) cudaGetLastError();
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;

@@ -17,7 +17,10 @@ Graph::~Graph() {
     cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &g);
     if (g != nullptr) cudaGraphDestroy(g);
     cudaGetLastError();
-    default_generator().end_graph_capture();
+    try {  // (end_graph_capture checks that this thread began one: nothing thrown leaves a destructor)
+      default_generator().end_graph_capture();
+    } catch (...) {
+    }
   }
   if (rng_state_ != nullptr) {
     cudaFree(rng_state_);

@@ -229,13 +229,23 @@ void set_current_stream(Stream s) {
 }
 
 StreamGuard::StreamGuard(Stream s) : prev_(current_stream(s.device())) { set_current_stream(s); }
-StreamGuard::~StreamGuard() { set_current_stream(prev_); }
+// (set_current_stream's check cannot fail for the stream current_stream gave: restored directly, so
+// that nothing in this destructor throws; Note [no abort] in core/error.h)
+StreamGuard::~StreamGuard() { t_current[prev_.device()] = prev_.handle(); }
 
 // ---- events ----
 
-Event::~Event() {
-  if (handle_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(handle_));
+namespace {
+// Destroys an event for a destructor: a failure (after an earlier error: a sticky fault, a runtime
+// that unloads at exit) is not reported, the event is left to the runtime, and the error is
+// cleared from the thread's last error, which the next launch check would otherwise report as its
+// own (Note [no abort] in core/error.h).
+void destroy_event(void* handle) noexcept {
+  if (handle != nullptr && cudaEventDestroy(static_cast<cudaEvent_t>(handle)) != cudaSuccess) cudaGetLastError();
 }
+}  // namespace
+
+Event::~Event() { destroy_event(handle_); }
 
 Event::Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_), timing_(o.timing_), recorded_(o.recorded_) {
   o.handle_ = nullptr;
@@ -244,7 +254,7 @@ Event::Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_), timin
 
 Event& Event::operator=(Event&& o) noexcept {
   if (this != &o) {
-    if (handle_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(handle_));
+    destroy_event(handle_);
     handle_ = o.handle_;
     device_ = o.device_;
     timing_ = o.timing_;
