@@ -1,31 +1,40 @@
 // The CUDA runtime layer on a real device: caching allocator (reuse, stats, OOM message and
-// recovery, pass-through), pinned allocator, streams and events, Philox CPU == CUDA, device error
-// word, device mismatches, async copies, sync-debug, the profiler around graph replays.
+// recovery, pass-through, blocks used by graphs and other streams, no release during a capture),
+// pinned allocator, streams and events, Philox CPU == CUDA, device error word, device mismatches,
+// async copies, sync-debug, the profiler around graph replays.
 #include <catch2/catch.hpp>
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/cuda/graph.h"
 #include "core/profiler.h"
 #include "core/runtime.h"
 #include "ember.h"
+#include "tests/stream_gate.h"
 
 using namespace ember;
+using ember::testing::StreamGate;
 
 namespace {
 
 // Captures what `work` queues into `g` on `st`, once st has waited for what device 0's current
 // stream already holds (the graph's inputs).
 template <class Work>
-void capture_on(cuda::Graph& g, cuda::Stream& st, Work&& work) {
+void capture_on(cuda::Graph& g, cuda::Stream& st, cuda::CaptureMode mode, Work&& work) {
   st.wait_stream(cuda::current_stream(0));
   cuda::StreamGuard guard(st);
-  g.capture_begin(st);
+  g.capture_begin(st, mode);
   work();
   REQUIRE_NOTHROW(g.capture_end());
+}
+template <class Work>
+void capture_on(cuda::Graph& g, cuda::Stream& st, Work&& work) {
+  capture_on(g, st, cuda::CaptureMode::this_thread, std::forward<Work>(work));
 }
 
 }  // namespace
@@ -111,6 +120,7 @@ TEST_CASE("a capture that allocates while blocks wait for another stream's event
   // came from the host loader's copy stream.
   cuda::Stream side = cuda::Stream::create(0);
   cuda::Stream st = cuda::Stream::create(0);
+  StreamGate gate(side);  // the side stream cannot finish before the capture has allocated
   {
     Tensor used_elsewhere = empty({1 << 20}, kCUDA);
     cuda::record_stream(used_elsewhere.data_ptr(), side);
@@ -118,13 +128,80 @@ TEST_CASE("a capture that allocates while blocks wait for another stream's event
   Tensor x = ones({4099}, kCUDA);
   cuda::Graph g;
   Tensor y;
-  capture_on(g, st, [&] { y = add(x, 1.0); });  // allocates inside the capture
+  capture_on(g, st, [&] { y = add(x, 1.0); });  // allocates inside the capture, with the block pending
+  gate.open();
   {
     cuda::StreamGuard guard(st);
     g.replay();
   }
   st.synchronize();
   CHECK(sum(y).item() == 2.0 * 4099);
+}
+
+TEST_CASE("a block a graph's replays use is not handed out again until the graph is gone", "[gpu][allocator][graph]") {
+  // record_stream onto a capturing stream means the graph reads the block at every replay, long
+  // after its tensor is freed (Note [allocator during capture]).
+  cuda::Stream st = cuda::Stream::create(0);
+  const int64_t n = 1 << 18;
+  Tensor x = ones({n}, kCUDA);
+  void* block = nullptr;
+  auto g = std::make_unique<cuda::Graph>();
+  Tensor y;
+  {
+    Tensor input = mul(x, 2.0);  // the shared pool, eagerly
+    block = input.data_ptr();
+    capture_on(*g, st, [&] {
+      cuda::record_stream(input.data_ptr(), st);
+      y = add(input, 1.0);
+    });
+  }  // `input` freed: the graph still reads its block
+  st.synchronize();
+  cuda::current_stream(0).synchronize();  // every stream idle: nothing else keeps the block from reuse
+  std::vector<Tensor> others;             // all alive: each one takes a block of that size the cache has free
+  for (int i = 0; i < 3; ++i) {
+    others.push_back(empty({n}, kCUDA));
+    CHECK(others.back().data_ptr() != block);
+    others.back().fill_(-7.0);
+  }
+  {
+    cuda::StreamGuard guard(st);
+    g->replay();
+  }
+  st.synchronize();
+  CHECK(sum(y).item() == 3.0 * n);  // the replay read 2.0, not what the others wrote
+  g.reset();                        // the graph is gone: the block is free again
+  cuda::current_stream(0).synchronize();
+  Tensor again = empty({n}, kCUDA);
+  CHECK(again.data_ptr() == block);
+}
+
+TEST_CASE("no cached memory is released while another thread captures on the device", "[gpu][allocator][graph]") {
+  // cudaFree and cudaFreeHost on any thread invalidate a global-mode capture (Note [allocator during
+  // capture]): empty_cache waits its turn.
+  { Tensor cached = empty({1 << 20}, kCUDA); }
+  { Tensor cached_pinned = empty({1 << 16}).pin_memory(); }
+  cuda::Stream st = cuda::Stream::create(0);
+  Tensor x = ones({4099}, kCUDA);
+  cuda::Graph g;
+  Tensor y;
+  capture_on(g, st, cuda::CaptureMode::global, [&] {
+    y = add(x, 1.0);
+    std::thread other([] {
+      cuda::empty_cache();
+      cuda::pinned_empty_cache();
+    });
+    other.join();
+    y = mul(y, 2.0);
+  });
+  {
+    cuda::StreamGuard guard(st);
+    g.replay();
+  }
+  st.synchronize();
+  CHECK(sum(y).item() == 4.0 * 4099);
+  const size_t reserved = cuda::allocator_stats(0).reserved_bytes;
+  cuda::empty_cache();  // no capture now: released
+  CHECK(cuda::allocator_stats(0).reserved_bytes < reserved);
 }
 
 TEST_CASE("the profiler shows a graph's replay as one timed range", "[gpu][profiler][graph]") {

@@ -18,6 +18,22 @@
 // the graph's replays still write. Device allocations under an active capture switch the thread to
 // relaxed capture mode (cudaMalloc is not a stream operation and is legal then).
 //
+// Note [allocator during capture]: while a capture is under way on a device (Graph tells the
+// allocator: allocator_capture_begin/end), work queued on the capturing streams does not run now
+// but at every replay, so three things change:
+// - A block that record_stream marks as used by a capturing stream is read by the graph's
+//   replays: after its tensor is freed it is held until that graph's pool is destroyed (the graph
+//   with it), then freed as usual. An event recorded now on that stream would stand for a point of
+//   the graph, not for work that finishes.
+// - A freed block with uses on other streams needs an event recorded on each of them; while any
+//   capture is under way on its device, one of them may be capturing, so the block is deferred and
+//   its events are recorded when the last capture on the device ends.
+// - The cache is not released, not even to retry an allocation that ran out of memory: cudaFree
+//   (and cudaFreeHost) is potentially unsafe during a capture, and a global-mode capture (PyTorch's
+//   default, CaptureMode::global here) is invalidated by such a call from any thread that is not in
+//   relaxed mode. (A thread-local capture is not: an H200 ends one fine after another thread's
+//   cudaMalloc and cudaFree, tests/test_graph_capture_gpu.cu.)
+//
 // EMBER_CUDA_ALLOC=passthrough: every allocation is a cudaMalloc and every free a cudaFree, so
 // compute-sanitizer sees each buffer's true bounds. The SIMT simulator needs no such mode: the
 // allocator tells it, in stream order, how much of each block a tensor uses and when the block goes
@@ -26,6 +42,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -56,7 +73,12 @@ struct Block {
   cudaStream_t stream = nullptr;
   uint64_t pool = 0;
   std::vector<cudaStream_t> uses;  // other streams that used the block (record_stream)
+  uint64_t held_by = 0;            // a graph's pool whose captured work used it (kHeldForever: no pool)
 };
+
+// A block used by captured work that no graph pool owns (a capture outside cuda::Graph): its
+// replays may come at any time, so it is never reused.
+constexpr uint64_t kHeldForever = UINT64_MAX;
 
 struct Pending {
   Block* block;
@@ -78,6 +100,9 @@ inline void annotate(void* p, size_t bytes, cudaStream_t s) {
   static_cast<void>(s);
 #endif
 }
+
+// Captures under way per device (Note [allocator during capture]).
+std::array<std::atomic<int>, kMaxDevices> g_captures{};
 
 bool is_capturing(cudaStream_t s) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -152,33 +177,7 @@ class DeviceAllocator {
       delete b;
       return;
     }
-    if (!pools_alive_.count(b->pool) && b->pool != 0) b->pool = 0;  // its pool is gone: share it
-    if (!b->uses.empty() && !is_capturing(b->stream)) {
-      DeviceGuard on_device(device_,
-                            DeviceGuard::kNoThrow);  // the events: created and recorded on this allocator's device
-      Pending pend{b, {}};
-      for (cudaStream_t s : b->uses) {
-        cudaEvent_t e = get_event();
-        cudaError_t err = cudaEventRecord(e, s);
-        if (err != cudaSuccess) {
-          // The other streams' use of the block cannot be ordered any more (a sticky error or an
-          // invalidated capture): the block is never reused, but stays owned here (not leaked),
-          // and the error goes to the caller (~Storage reports it once and goes on).
-          events_.push_back(e);
-          for (cudaEvent_t x : pend.events) events_.push_back(x);
-          b->uses.clear();
-          unusable_.push_back(b);
-          EMBER_CUDA_CHECK(err);
-        }
-        pend.events.push_back(e);
-      }
-      b->uses.clear();
-      pending_.push_back(std::move(pend));
-      return;
-    }
-    b->uses.clear();
-    annotate(b->ptr, 0, b->stream);
-    free_[FreeKey{b->pool, b->stream, b->size}].push_back(b);
+    release_freed(b);
   }
 
   void record_stream(void* p, cudaStream_t s) {
@@ -186,8 +185,31 @@ class DeviceAllocator {
     auto it = live_.find(p);
     EMBER_CHECK(it != live_.end(), "record_stream: pointer ", p, " is not the start of a live device block");
     Block* b = it->second;
+    if (is_capturing(s)) {  // used by a graph's replays (Note [allocator during capture])
+      if (b->held_by == 0) b->held_by = t_pool[device_] != 0 ? t_pool[device_] : kHeldForever;
+      return;
+    }
     if (s == b->stream) return;
     if (std::find(b->uses.begin(), b->uses.end(), s) == b->uses.end()) b->uses.push_back(s);
+  }
+
+  void capture_begin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++g_captures[device_];
+  }
+  void capture_end() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--g_captures[device_] > 0) return;
+    std::vector<Block*> deferred;
+    deferred.swap(deferred_);
+    for (size_t i = 0; i < deferred.size(); ++i) {
+      try {
+        release_freed(deferred[i]);
+      } catch (...) {  // the rest stay owned, never reused, and the first error goes to the caller
+        for (size_t j = i + 1; j < deferred.size(); ++j) unusable_.push_back(deferred[j]);
+        throw;
+      }
+    }
   }
 
   // Releases unused blocks of `pool` (UINT64_MAX: the shared pool 0 only, as empty_cache does).
@@ -205,8 +227,17 @@ class DeviceAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     pools_alive_.erase(id);
     release_locked(id);
-    for (auto& [ptr, b] : live_)
+    for (auto& [ptr, b] : live_) {
       if (b->pool == id) b->pool = 0;
+      if (b->held_by == id) b->held_by = 0;
+    }
+    // the graph that used these blocks is gone (Note [allocator during capture])
+    auto held = held_.extract(id);
+    if (held.empty()) return;
+    for (Block* b : held.mapped()) {
+      b->held_by = 0;
+      release_freed(b);
+    }
   }
 
   AllocatorStats stats() {
@@ -225,6 +256,49 @@ class DeviceAllocator {
     stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   }
 
+  // A freed block on its way back: held for a graph, deferred past a capture, pending on other
+  // streams' events, or free at once (Note [allocator during capture]). mu_ held.
+  void release_freed(Block* b) {
+    if (b->held_by == kHeldForever) {
+      unusable_.push_back(b);
+      return;
+    }
+    if (b->held_by != 0) {
+      held_[b->held_by].push_back(b);
+      return;
+    }
+    if (!pools_alive_.count(b->pool) && b->pool != 0) b->pool = 0;  // its pool is gone: share it
+    if (!b->uses.empty() && g_captures[device_] > 0) {
+      deferred_.push_back(b);
+      return;
+    }
+    if (!b->uses.empty()) {
+      DeviceGuard on_device(device_,
+                            DeviceGuard::kNoThrow);  // the events: created and recorded on this allocator's device
+      Pending pend{b, {}};
+      for (cudaStream_t s : b->uses) {
+        cudaEvent_t e = get_event();
+        cudaError_t err = cudaEventRecord(e, s);
+        if (err != cudaSuccess) {
+          // The other streams' use of the block cannot be ordered any more (a sticky error): the
+          // block is never reused, but stays owned here (not leaked), and the error goes to the
+          // caller (~Storage reports it once and goes on).
+          events_.push_back(e);
+          for (cudaEvent_t x : pend.events) events_.push_back(x);
+          b->uses.clear();
+          unusable_.push_back(b);
+          EMBER_CUDA_CHECK(err);
+        }
+        pend.events.push_back(e);
+      }
+      b->uses.clear();
+      pending_.push_back(std::move(pend));
+      return;
+    }
+    annotate(b->ptr, 0, b->stream);
+    free_[FreeKey{b->pool, b->stream, b->size}].push_back(b);
+  }
+
   void* device_malloc(size_t size, size_t requested, cudaStream_t stream) {
     void* p = nullptr;
     cudaError_t err;
@@ -232,7 +306,7 @@ class DeviceAllocator {
       RelaxedCapture relaxed;
       err = cudaMalloc(&p, size);
     }
-    if (err == cudaErrorMemoryAllocation && !is_capturing(stream)) {
+    if (err == cudaErrorMemoryAllocation && g_captures[device_] == 0) {
       cudaGetLastError();
       ++stats_.num_oom_retries;
       release_locked(0);
@@ -244,12 +318,13 @@ class DeviceAllocator {
       size_t free_b = 0, total = 0;
       cudaMemGetInfo(&free_b, &total);
       cudaGetLastError();
-      throw OutOfMemoryError(str("CUDA out of memory on cuda:", device_, ": tried to allocate ",
-                                 format_bytes(requested), " (rounded to ", format_bytes(size), "); ember has ",
-                                 format_bytes(stats_.allocated_bytes), " in use and ",
-                                 format_bytes(stats_.reserved_bytes - stats_.allocated_bytes),
-                                 " cached; the device has ", format_bytes(free_b), " free of ", format_bytes(total),
-                                 " (the cache was released and the allocation retried once)"));
+      throw OutOfMemoryError(
+          str("CUDA out of memory on cuda:", device_, ": tried to allocate ", format_bytes(requested), " (rounded to ",
+              format_bytes(size), "); ember has ", format_bytes(stats_.allocated_bytes), " in use and ",
+              format_bytes(stats_.reserved_bytes - stats_.allocated_bytes), " cached; the device has ",
+              format_bytes(free_b), " free of ", format_bytes(total),
+              g_captures[device_] == 0 ? " (the cache was released and the allocation retried once)"
+                                       : " (a CUDA graph capture is under way, so the cache was not released)"));
     }
     EMBER_CUDA_CHECK(err);
     ++stats_.num_device_mallocs;
@@ -262,6 +337,7 @@ class DeviceAllocator {
     DeviceGuard on_device(device_,
                           DeviceGuard::kNoThrow);  // cudaFree on the blocks' own device (empty_cache loops devices)
     process_pending();
+    if (g_captures[device_] > 0) return;  // cudaFree would end a capture (Note [allocator during capture])
     bool synced = false;
     for (auto it = free_.begin(); it != free_.end();) {
       if (std::get<0>(it->first) != pool) {
@@ -285,20 +361,33 @@ class DeviceAllocator {
 
   void process_pending() {
     // Note [event queries during capture]: querying an event is potentially unsafe while a capture
-    // is underway (global mode: on any thread) and invalidates the capture: an H200 lost --graph captures with the host
-    // loader this way, whose batches leave blocks pending on the copy stream's events. The events belong to finished or
-    // eager work, never to the capture, so relaxed mode is the honest setting.
+    // is underway (global mode: on any thread) and invalidates the capture: an H200 lost --graph
+    // captures with the host loader this way, whose batches leave blocks pending on the copy
+    // stream's events. These events are never a capture's: they are recorded only while no capture
+    // is under way on the device, and never on a stream a graph used (Note [allocator during
+    // capture] defers and holds those blocks), so relaxed mode is the honest setting.
     if (pending_.empty()) return;  // the common case: no mode switch on every allocation
     RelaxedCapture relaxed;
+    cudaError_t failure = cudaSuccess;
     for (auto it = pending_.begin(); it != pending_.end();) {
-      bool done = true;
+      bool done = true, failed = false;
       for (cudaEvent_t e : it->events) {
-        cudaError_t q = cudaEventQuery(e);
-        if (q == cudaErrorNotReady) {
-          cudaGetLastError();
-          done = false;
-          break;
+        const cudaError_t q = cudaEventQuery(e);
+        if (q == cudaSuccess) continue;
+        cudaGetLastError();  // answered here: not to be blamed on the next kernel
+        done = false;
+        if (q != cudaErrorNotReady) {
+          failed = true;
+          if (failure == cudaSuccess) failure = q;
         }
+        break;
+      }
+      if (failed) {
+        // whether the other streams are done with the block cannot be known (a sticky error):
+        // never hand it out again, but keep it owned here
+        unusable_.push_back(it->block);
+        it = pending_.erase(it);
+        continue;
       }
       if (!done) {
         ++it;
@@ -311,6 +400,11 @@ class DeviceAllocator {
       free_[FreeKey{b->pool, b->stream, b->size}].push_back(b);
       it = pending_.erase(it);
     }
+    if (failure != cudaSuccess)
+      throw CudaError(str("CUDA caching allocator on cuda:", device_,
+                          ": whether another stream still uses a freed block cannot be known (",
+                          cudaGetErrorName(failure), ": ", cudaGetErrorString(failure), "); the block is not reused"),
+                      static_cast<int>(failure));
   }
 
   cudaEvent_t get_event() {
@@ -344,7 +438,9 @@ class DeviceAllocator {
   std::map<FreeKey, std::vector<Block*>> free_;
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> events_;
-  std::vector<Block*> unusable_;  // blocks whose free failed: never handed out again
+  std::vector<Block*> unusable_;                  // blocks whose free failed: never handed out again
+  std::map<uint64_t, std::vector<Block*>> held_;  // freed blocks a graph of that pool still uses
+  std::vector<Block*> deferred_;                  // freed during a capture, their uses still to order
   std::map<uint64_t, bool> pools_alive_;
   AllocatorStats stats_;
 };
@@ -394,6 +490,15 @@ void empty_cache() {
 
 void record_stream(void* ptr, Stream s) {
   device_allocator(s.device()).record_stream(ptr, static_cast<cudaStream_t>(s.handle()));
+}
+
+void allocator_capture_begin(int device) { device_allocator(device).capture_begin(); }
+void allocator_capture_end(int device) { device_allocator(device).capture_end(); }
+int captures_underway(int device) {
+  if (device >= 0) return device < kMaxDevices ? g_captures[device].load() : 0;
+  int n = 0;
+  for (const auto& c : g_captures) n += c.load();
+  return n;
 }
 
 MemPool::MemPool(int device) : device_(device), id_(g_next_pool.fetch_add(1)) {

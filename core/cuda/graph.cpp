@@ -21,6 +21,10 @@ Graph::~Graph() {
       default_generator().end_graph_capture();
     } catch (...) {
     }
+    try {
+      allocator_capture_end(stream_.device());
+    } catch (...) {  // a destructor reports nothing; the blocks concerned stay unused
+    }
   }
   if (rng_state_ != nullptr) {
     cudaFree(rng_state_);
@@ -33,7 +37,7 @@ Graph::~Graph() {
   pool_.reset();
 }
 
-void Graph::capture_begin(Stream stream) {
+void Graph::capture_begin(Stream stream, CaptureMode mode) {
   EMBER_CHECK(!capturing_, "Graph::capture_begin: a capture is already in progress");
   EMBER_CHECK(exec_ == nullptr, "Graph::capture_begin: this graph was already captured; use a new Graph");
   EMBER_CHECK(stream.valid(), "Graph::capture_begin: invalid stream");
@@ -41,8 +45,16 @@ void Graph::capture_begin(Stream stream) {
   if (rng_state_ == nullptr) EMBER_CUDA_CHECK(cudaMalloc(&rng_state_, 2 * sizeof(uint64_t)));
   pool_ = std::make_unique<MemPool>(stream.device());
   scope_ = std::make_unique<PoolScope>(*pool_);
-  EMBER_CUDA_CHECK(
-      cudaStreamBeginCapture(static_cast<cudaStream_t>(stream.handle()), cudaStreamCaptureModeThreadLocal));
+  allocator_capture_begin(stream.device());
+  const cudaStreamCaptureMode cuda_mode = mode == CaptureMode::global    ? cudaStreamCaptureModeGlobal
+                                          : mode == CaptureMode::relaxed ? cudaStreamCaptureModeRelaxed
+                                                                         : cudaStreamCaptureModeThreadLocal;
+  const cudaError_t begun = cudaStreamBeginCapture(static_cast<cudaStream_t>(stream.handle()), cuda_mode);
+  if (begun != cudaSuccess) {
+    scope_.reset();
+    allocator_capture_end(stream.device());
+    EMBER_CUDA_CHECK(begun);
+  }
   capturing_ = true;
   default_generator().begin_graph_capture(static_cast<const uint64_t*>(rng_state_));
 }
@@ -54,6 +66,13 @@ void Graph::capture_end() {
   scope_.reset();
   cudaGraph_t g = nullptr;
   cudaError_t err = cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &g);
+  try {
+    allocator_capture_end(stream_.device());
+  } catch (...) {
+    if (g != nullptr) cudaGraphDestroy(g);
+    cudaGetLastError();
+    throw;
+  }
   if (err != cudaSuccess || g == nullptr) {
     cudaGetLastError();
     if (g != nullptr) cudaGraphDestroy(g);

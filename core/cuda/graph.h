@@ -15,6 +15,11 @@
 
 namespace ember::cuda {
 
+// How a capture treats potentially unsafe calls (cudaMalloc, cudaFree, event queries, syncs) made
+// while it is under way (cudaStreamCaptureMode): `this_thread` refuses them on the capturing thread
+// only, `global` on every thread that is not in relaxed mode (PyTorch's default), `relaxed` nowhere.
+enum class CaptureMode { this_thread, global, relaxed };
+
 class Graph {
  public:
   Graph();
@@ -24,7 +29,7 @@ class Graph {
 
   // Starts capturing the work queued on `stream` by this thread (make it current with a
   // StreamGuard). Allocations until capture_end come from this graph's private pool.
-  void capture_begin(Stream stream);
+  void capture_begin(Stream stream, CaptureMode mode = CaptureMode::this_thread);
   // Ends the capture and instantiates the graph. Throws (with CUDA's reason) if the capture was
   // invalidated, e.g. by a host synchronisation inside it; the graph is then empty.
   void capture_end();

@@ -52,6 +52,9 @@ void empty_cache() {}
 bool allocator_passthrough() { return false; }
 size_t allocator_round_size(size_t n) { return n; }
 void record_stream(void*, Stream) { no_cuda("cuda::record_stream"); }
+void allocator_capture_begin(int) { no_cuda("cuda::allocator_capture_begin"); }
+void allocator_capture_end(int) { no_cuda("cuda::allocator_capture_end"); }
+int captures_underway(int) { return 0; }
 MemPool::MemPool(int device) : device_(device), id_(0) { no_cuda("MemPool"); }
 MemPool::~MemPool() = default;
 PoolScope::PoolScope(MemPool&) : prev_(0), device_(0) { no_cuda("PoolScope"); }
@@ -59,7 +62,7 @@ PoolScope::~PoolScope() = default;
 
 Graph::Graph() = default;
 Graph::~Graph() = default;
-void Graph::capture_begin(Stream) { no_cuda("Graph::capture_begin"); }
+void Graph::capture_begin(Stream, CaptureMode) { no_cuda("Graph::capture_begin"); }
 void Graph::capture_end() { no_cuda("Graph::capture_end"); }
 void Graph::replay() { no_cuda("Graph::replay"); }
 size_t Graph::num_nodes() const { return 0; }

@@ -5,7 +5,11 @@
 // still being copied, so every stream that reads a block records an event on it
 // (record_pinned_use, which Tensor::to(non_blocking) calls), and a freed block goes back to the
 // free list only once all those events have completed. cudaHostAlloc is slow (it maps pages for
-// the device), so freed blocks are cached by size class and reused.
+// the device), so freed blocks are cached by size class and reused. A copy queued on a stream that
+// is capturing a CUDA graph reads the block at every replay of that graph: such a block is never
+// reused (the allocator cannot tell when the graph is gone), and no event is recorded for it (it
+// would be the capture's). While any capture is under way, the cache is not released (cudaFreeHost
+// synchronises the device: Note [allocator during capture] in caching_allocator.cpp).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -34,6 +38,8 @@ struct HostBlock {
   void* ptr = nullptr;
   size_t size = 0;
   bool in_use = false;
+  bool captured = false;         // a graph's replays read or write it: never reused
+  bool broken = false;           // an event of its uses failed (a sticky error): never reused
   std::vector<UseEvent> events;  // recorded by streams that read or wrote the block
 };
 
@@ -57,7 +63,7 @@ class PinnedAllocator final : public Allocator {
     void* p = nullptr;
     RelaxedCapture relaxed;  // host memory is not stream work; a loader worker may allocate while a step captures
     cudaError_t err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
-    if (err == cudaErrorMemoryAllocation) {
+    if (err == cudaErrorMemoryAllocation && captures_underway() == 0) {
       cudaGetLastError();
       release_free_locked();
       err = cudaHostAlloc(&p, size, cudaHostAllocPortable);
@@ -83,6 +89,7 @@ class PinnedAllocator final : public Allocator {
     HostBlock* b = it->second;
     b->in_use = false;
     stats_.allocated_bytes -= b->size;
+    if (b->captured || b->broken) return;  // kept, never handed out again
     stats_.cached_bytes += b->size;
     if (b->events.empty()) free_[b->size].push_back(b);
     else waiting_.push_back(b);
@@ -97,7 +104,11 @@ class PinnedAllocator final : public Allocator {
     EMBER_CHECK(b != nullptr, "record_pinned_use: ", ptr, " is not in a pinned block");
     // A long-lived block (a loader's staging buffer) is copied from many times without being
     // freed: drop its completed events here, or they would pile up until the next allocation.
-    drop_completed(*b);
+    throw_if_failed(drop_completed(*b));
+    if (s.is_capturing()) {
+      b->captured = true;
+      return;
+    }
     DeviceGuard on_device(s.device());  // create and record the event on the stream's device
     auto& spare = spare_events_[s.device()];
     cudaEvent_t e = nullptr;
@@ -126,7 +137,7 @@ class PinnedAllocator final : public Allocator {
   void empty_cache() {
     std::lock_guard<std::mutex> lock(mu_);
     process_events();
-    release_free_locked();
+    if (captures_underway() == 0) release_free_locked();
   }
 
  private:
@@ -142,13 +153,20 @@ class PinnedAllocator final : public Allocator {
   // Moves the completed events of a block to the spare list. Relaxed capture mode: the events are
   // copies' (never a capture's), and a query would otherwise break a global-mode capture on any
   // thread (Note [event queries during capture] in caching_allocator.cpp).
-  void drop_completed(HostBlock& b) {
+  // An event that fails (a sticky error) tells nothing: its block is never reused, and the error
+  // is returned here, cleared from cudaGetLastError (not to be blamed on the next kernel).
+  cudaError_t drop_completed(HostBlock& b) {
     RelaxedCapture relaxed;
     auto& ev = b.events;
+    cudaError_t failure = cudaSuccess;
     for (size_t i = 0; i < ev.size();) {
-      cudaError_t q = cudaEventQuery(ev[i].event);
-      if (q == cudaErrorNotReady) {
+      const cudaError_t q = cudaEventQuery(ev[i].event);
+      if (q != cudaSuccess) {
         cudaGetLastError();
+        if (q != cudaErrorNotReady) {
+          b.broken = true;
+          if (failure == cudaSuccess) failure = q;
+        }
         ++i;
         continue;
       }
@@ -156,19 +174,32 @@ class PinnedAllocator final : public Allocator {
       ev[i] = ev.back();
       ev.pop_back();
     }
+    return failure;
+  }
+  static void throw_if_failed(cudaError_t failure) {
+    if (failure != cudaSuccess)
+      throw CudaError(str("pinned allocator: whether a copy still uses a freed pinned block cannot be known (",
+                          cudaGetErrorName(failure), ": ", cudaGetErrorString(failure), "); the block is not reused"),
+                      static_cast<int>(failure));
   }
 
   // Drops completed events of every block; waiting blocks whose events are all done become free.
   void process_events() {
-    for (auto& [addr, b] : blocks_) drop_completed(*b);
+    cudaError_t failure = cudaSuccess;
+    for (auto& [addr, b] : blocks_)
+      if (cudaError_t f = drop_completed(*b); failure == cudaSuccess) failure = f;
     for (auto it = waiting_.begin(); it != waiting_.end();) {
-      if ((*it)->events.empty()) {
+      if ((*it)->broken) {
+        stats_.cached_bytes -= (*it)->size;
+        it = waiting_.erase(it);
+      } else if ((*it)->events.empty()) {
         free_[(*it)->size].push_back(*it);
         it = waiting_.erase(it);
       } else {
         ++it;
       }
     }
+    throw_if_failed(failure);
   }
 
   void release_free_locked() {

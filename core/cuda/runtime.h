@@ -163,6 +163,14 @@ size_t allocator_round_size(size_t nbytes);
 // was allocated on: its memory is reused only after the work queued on `s` so far completes.
 void record_stream(void* ptr, Stream s);
 
+// A capture begins and ends on `device` (cuda::Graph calls these; Note [allocator during capture]
+// in caching_allocator.cpp): while one is under way there, freed blocks whose other-stream uses
+// cannot be ordered wait, and cached memory is not released.
+void allocator_capture_begin(int device);
+void allocator_capture_end(int device);
+// Captures under way on `device` (-1: on any device).
+int captures_underway(int device = -1);
+
 // A private pool: while a PoolScope is active on this thread, device allocations on `device` come
 // from the pool and freed blocks go back to it, never to the shared cache. CUDA graph capture uses
 // one so the graph's buffers stay reserved for its replays.
