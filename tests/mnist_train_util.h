@@ -66,9 +66,11 @@ struct RunResult {
   std::string cmd;
 };
 
-// Runs mnist_train with `args`, stdout and stderr captured into files in `dir`. A run that takes
-// longer than `limit_s` is killed and reported as a failure.
-inline RunResult run_app(const std::vector<std::string>& args, const std::string& dir, double limit_s = 120) {
+// Runs mnist_train with `args`, stdout and stderr captured into files in `dir`, in this process's
+// environment plus `env` ("NAME=value" entries). A run that takes longer than `limit_s` is killed
+// and reported as a failure.
+inline RunResult run_app(const std::vector<std::string>& args, const std::string& dir, double limit_s = 120,
+                         const std::vector<std::string>& env = {}) {
   static std::atomic<int> counter{0};
   const int id = counter++;
   const std::string out_path = dir + "/run" + std::to_string(id) + ".out";
@@ -88,7 +90,12 @@ inline RunResult run_app(const std::vector<std::string>& args, const std::string
   posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, kBinary.c_str(), &fa, nullptr, argv.data(), environ);
+  std::vector<std::string> env_s(env);
+  std::vector<char*> envp;
+  for (std::string& e : env_s) envp.push_back(e.data());
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(nullptr);
+  int rc = posix_spawn(&pid, kBinary.c_str(), &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   REQUIRE(rc == 0);
   const auto t0 = std::chrono::steady_clock::now();

@@ -970,6 +970,7 @@ Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, bo
     ++interval_steps_;
     if (do_step) {
       ++global_step_;
+      ++steps_here_;
       if (sched_) sched_->step();
       if (graph_) opt_->sync_hyperparameters();  // the next replay reads the new lr from the device
     }
@@ -991,12 +992,19 @@ void Trainer::add_interval(EpochStats& e, std::pair<double, double> loss_and_cor
   e.correct += loss_and_correct.second;
 }
 
-// One micro-batch: captured into a CUDA graph once warm, then replayed; else eager.
+// One micro-batch: captured into a CUDA graph once warm, then replayed; else eager. Warm means
+// kGraphWarmup steps of this process (a resumed run too): they tune the kernels (--autotune, cuDNN's
+// benchmark mode), make the optimizer's state and the pinned buffers, and let DDP rebuild its
+// buckets, none of which may happen inside a capture.
 void Trainer::train_step(const data::Batch& b, bool do_step, bool want_graph, RunResult& r) {
-  const int warmup = 3;
-  if (want_graph && !graph_ && !graph_failed_ && global_step_ >= warmup && do_step) {
-    if (capture_graph(b.images, b.labels)) r.graph_used = true;
-    else r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
+  constexpr int64_t kGraphWarmup = 3;
+  if (want_graph && !graph_ && !graph_failed_ && steps_here_ >= kGraphWarmup && do_step) {
+    if (capture_graph(b.images, b.labels)) {
+      r.graph_used = true;
+    } else {
+      r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
+      eager_step(b.images, b.labels, do_step);  // the batch the capture did not train
+    }
   } else if (graph_) {
     graph_step(b.images, b.labels);
   } else {

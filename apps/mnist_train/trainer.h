@@ -182,6 +182,7 @@ class Trainer {
   struct ProfileWindow;
   std::unique_ptr<ProfileWindow> profile_;
   int64_t global_step_ = 0;
+  int64_t steps_here_ = 0;  // optimizer steps this process made (a resumed run starts at 0)
   int start_epoch_ = 0;
   // the run's length as laid out in run() (recorded in checkpoints, compared on --resume)
   int64_t micro_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
