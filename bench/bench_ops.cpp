@@ -3,12 +3,15 @@
 // TFLOP/s, % of the rooflines measured in the same run, and the ratio to the vendor variant.
 //
 //   bench_ops --list                 ops and variants (no GPU needed)
-//   bench_ops --cases                the benchmark cases of every op
+//   bench_ops --cases [--op a,b] [--case REGEX]   the benchmark cases (of those ops, those cases)
 //   bench_ops --model [--quick] ...  the PREDICTED H100/H200 table from the simulator's efficiency
 //                                    counters: runs bench/model/kernel_model.cpp's tool (simulator
 //                                    build only) with the other arguments
-//   bench_ops [--op add,matmul] [--variant cuda] [--device cuda|cpu] [--json out.json]
+//   bench_ops [--op add,matmul] [--variant cuda] [--case REGEX] [--device cuda|cpu] [--json out.json]
 //             [--min-time 0.2] [--quick] [Google Benchmark flags ...]
+//
+// --case keeps the cases whose name the regular expression (ECMAScript) matches somewhere, e.g.
+// 'n128 ' or 'f32$': the GPU runner sizes its steps with it (docs/gpu-validation.md).
 //
 // Method: inputs are random (never zeros), the L2 cache is flushed before every timed run, CUDA
 // events bracket the kernel, medians are reported, and every variant is checked first: against the CPU reference
@@ -26,6 +29,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,6 +54,7 @@ struct Options {
   bool list = false, cases = false, quick = false;
   std::vector<std::string> ops, variants;
   std::string device = "auto", json;
+  std::optional<std::regex> case_filter;
   double min_time = 0.2;
 };
 
@@ -97,12 +103,22 @@ std::string spec_str(const std::vector<TensorSpec>& in) {
   return s;
 }
 
-void print_cases() {
+bool case_wanted(const BenchCase& c) { return !g_opt.case_filter || std::regex_search(c.name, *g_opt.case_filter); }
+
+// The cases --op and --case select; false when there are none (a filter that selects nothing is a
+// mistake in the command line, which the GPU runner's dry run must catch).
+bool print_cases() {
+  int n = 0;
   for (const OpInfo& info : all_ops()) {
-    for (const BenchCase& c : op_benches(info.id)())
+    if (!wanted(g_opt.ops, info.name)) continue;
+    for (const BenchCase& c : op_benches(info.id)()) {
+      if (!case_wanted(c)) continue;
       std::printf("%-24s %-40s %s\n", info.name, c.name.c_str(),
                   c.make ? "(custom inputs)" : spec_str(c.inputs).c_str());
+      ++n;
+    }
   }
+  return n > 0;
 }
 
 // ---- timing ----
@@ -422,13 +438,21 @@ int run(int argc, char** argv) {
     else if (a == "--quick") g_opt.quick = true;
     else if (a == "--op") g_opt.ops = split_names(value("--op"));
     else if (a == "--variant") g_opt.variants = split_names(value("--variant"));
-    else if (a == "--device") g_opt.device = value("--device");
+    else if (a == "--case") {
+      const std::string re = value("--case");
+      try {
+        g_opt.case_filter.emplace(re, std::regex::ECMAScript);
+      } catch (const std::regex_error& e) {
+        std::fprintf(stderr, "bench_ops: error: --case '%s' is not a regular expression: %s\n", re.c_str(), e.what());
+        return 2;
+      }
+    } else if (a == "--device") g_opt.device = value("--device");
     else if (a == "--json") g_opt.json = value("--json");
     else if (a == "--min-time") g_opt.min_time = std::atof(value("--min-time").c_str());
     else if (a == "--help" || a == "-h") {
       std::printf(
-          "usage: bench_ops [--list] [--cases] [--op a,b] [--variant v] [--device auto|cpu|cuda] [--json FILE]\n"
-          "                 [--min-time SECONDS] [--quick] [Google Benchmark flags]\n"
+          "usage: bench_ops [--list] [--cases] [--op a,b] [--variant v] [--case REGEX] [--device auto|cpu|cuda]\n"
+          "                 [--json FILE] [--min-time SECONDS] [--quick] [Google Benchmark flags]\n"
           "       bench_ops --model [kernel_model arguments: --quick, --op, --variant, --kernels, --markdown, ...]\n");
       return 0;
     } else rest.push_back(argv[i]);
@@ -443,8 +467,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (g_opt.cases) {
-    print_cases();
-    return 0;
+    if (print_cases()) return 0;
+    std::fprintf(stderr, "bench_ops: error: --op and --case select no benchmark case (see --cases)\n");
+    return 1;
   }
   Device dev = kCPU;
   if (g_opt.device == "cuda" || (g_opt.device == "auto" && cuda::device_count() > 0)) {
@@ -471,6 +496,7 @@ int run(int argc, char** argv) {
   for (const OpInfo& info : all_ops()) {
     if (!wanted(g_opt.ops, info.name)) continue;
     for (const BenchCase& c : op_benches(info.id)()) {
+      if (!case_wanted(c)) continue;
       storage.push_back(c);
       const BenchCase* bc = &storage.back();
       for (const Variant& v : info.variants) {

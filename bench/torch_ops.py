@@ -6,6 +6,7 @@ Needs only torch (and a CUDA GPU). Run it on the GPU machine:
     python3 bench/torch_ops.py                       # the table
     python3 bench/torch_ops.py --json torch_ops.json # and a JSON list of rows
     python3 bench/torch_ops.py --only softmax        # ops whose name matches a regex
+    python3 bench/torch_ops.py --case 'f32$'         # cases whose name matches a regex
 
 Method: every case is warmed up, then timed with CUDA events around the op alone, each run after
 an L2 flush (a write of a buffer several times the L2 size, outside the timed interval); the median
@@ -137,14 +138,25 @@ def conv_shapes():
     return out
 
 
+# --case: the cases whose name matches (None: all); conv_cases asks before it sets a case up, the
+# setup (a convolution that cudnn.benchmark tunes) being most of its cost
+CASE_FILTER = None
+
+
+def case_wanted(name):
+    return CASE_FILTER is None or CASE_FILTER.search(name) is not None
+
+
 def conv_cases():
     for n, c, h, w, k, r, pad, dts in conv_shapes():
         for dt in dts:
+            name = f"[{n}, {c}, {h}, {w}] * [{k}, {c}, {r}, {r}] pad {pad} {dt}"
+            if not case_wanted(name):
+                continue
             x, wt = rand([n, c, h, w], dt), rand([k, c, r, r], dt)
             y = F.conv2d(x, wt, padding=pad)
             gy = torch.randn_like(y)
             flops = 2.0 * n * k * c * r * r * y.shape[2] * y.shape[3]
-            name = f"[{n}, {c}, {h}, {w}] * [{k}, {c}, {r}, {r}] pad {pad} {dt}"
             moved = nbytes(x, wt, y)
             yield "conv2d", name, dt, lambda x=x, wt=wt, pad=pad: F.conv2d(x, wt, padding=pad), moved, flops
 
@@ -242,6 +254,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="also write the rows to this JSON file")
     ap.add_argument("--only", help="regex: run the ops whose name matches (the rooflines always run)")
+    ap.add_argument("--case", help="regex: run the cases whose name matches (the rooflines always run)")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--no-flush", action="store_true", help="do not flush L2 between runs")
@@ -255,6 +268,8 @@ def main():
     torch.manual_seed(0)
     timer = Timer(args.warmup, args.iters, not args.no_flush)
     only = re.compile(args.only) if args.only else None
+    global CASE_FILTER
+    CASE_FILTER = re.compile(args.case) if args.case else None
 
     props = torch.cuda.get_device_properties(0)
     print(f"# {props.name}, torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {cudnn_version()}")
@@ -271,7 +286,7 @@ def main():
             print(f"{group.__name__:<24} setup failed: {type(e).__name__}: {e}")
             continue
         for op, case, dt, fn, moved, flops in cases:
-            if only is not None and op != "roofline" and not only.search(op):
+            if op != "roofline" and ((only is not None and not only.search(op)) or not case_wanted(case)):
                 continue
             try:
                 us = timer(fn)

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Turns bench_ops --json output (and optionally bench/torch_ops.py --json output) into the
 markdown table kept in docs/perf.md: per op and case, the best ember variant, the vendor variant,
-PyTorch, and the roofline percentages measured in the same run."""
+PyTorch, and the roofline percentages measured in the same run.
+
+    bench_table.py FILE...   each FILE either bench_ops's ({"results": [...]}) or torch_ops.py's
+                             ({"meta": ..., "rows": [...]}); the GPU runner's stage 4 passes one
+                             bench_ops file per step and torch_ops.py's last"""
 import json
 import sys
 
@@ -16,17 +20,28 @@ def load(path):
 
 def main():
     if len(sys.argv) < 2:
-        print("usage: bench_table.py bench_ops.json [torch_ops.json]", file=sys.stderr)
+        print("usage: bench_table.py bench_ops.json... [torch_ops.json]", file=sys.stderr)
         return 2
-    ours = load(sys.argv[1])
-    if ours is None:
-        print(f"bench_table: cannot read {sys.argv[1]}", file=sys.stderr)
-        return 1
-    torch = load(sys.argv[2]) if len(sys.argv) > 2 else None
+    ours = {"results": []}
     torch_us = {}
-    if torch:
-        for r in torch.get("results", []):
-            torch_us[(r.get("op"), r.get("case"), r.get("dtype"))] = r.get("time_us") or r.get("median_us")
+    read = 0
+    for path in sys.argv[1:]:
+        data = load(path)
+        if not isinstance(data, dict):
+            print(f"bench_table: cannot read {path}", file=sys.stderr)
+            continue
+        read += 1
+        if "rows" in data:  # torch_ops.py
+            for r in data["rows"]:
+                torch_us[(r.get("op"), r.get("case"), r.get("dtype"))] = r.get("time_us")
+            continue
+        ours["results"] += data.get("results", [])
+        # the rooflines: each run measures its own; the first run's are shown
+        for key in ("copy_gbps", "bf16_peak_tflops"):
+            if not ours.get(key):
+                ours[key] = data.get(key, 0)
+    if read == 0:
+        return 1
     vendor_names = ("cublas", "cublaslt", "cudnn")
     rows = {}
     for r in ours["results"]:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU runner (scripts/gpu_run.sh, the bundle's run.sh) checked without a GPU, against a build
-# tree: the plan fits 8 minutes; the library finder finds libraries laid out as the CUDA toolkit and
+# tree: the plan fits 8 minutes, and each stage's planned steps fit the stage's cap (Note [runner
+# sizing] in scripts/gpu_run.sh); the library finder finds libraries laid out as the CUDA toolkit and
 # PyTorch's wheels lay them out, with their versions; a dry run has every stage's command line
 # parsed by its own program; a stage that hangs or crashes is recorded and the next one runs; the
 # summary and the log archive are always written, and the output folder holds at most 8 files.
@@ -65,7 +66,17 @@ steps=$(grep -c $'\tparses\t' "$tmp/dry/results.tsv")
 check "the dry run checked at least 20 command lines (got $steps)" test "$steps" -ge 20
 check "the test binary's every case is selected by its own filter" has "$tmp/dry/results.tsv" $'gpu_tests\tparses'
 check "the dry run's output folder holds at most 8 files" test "$(files_in "$tmp/dry")" -le 8
+fits=$(grep -c $'\t(stage)\tfits\t' "$tmp/dry/results.tsv")
+check "each of the six stages' planned steps fit its cap (got $fits)" test "$fits" -eq 6
+check "no stage's steps add up to more than its cap" lacks "$tmp/dry/results.tsv" "STEPS OVER THE STAGE CAP"
+check "an on-demand step's command line is checked, its cap not counted" \
+      has "$tmp/dry/results.tsv" $'capture_api_errors\tparses\t0\tcap 25s, on demand'
 if (( rc != 0 )); then cat "$tmp/dry.log"; cat "$tmp/dry/summary.md"; fi
+
+# ---- a stage whose steps do not fit its cap fails the dry run ----
+GPU_RUN_TEST_CAP_4=60 "$runner" --tree "$build" --dry-run --only 4 --out "$tmp/over" > /dev/null 2>&1
+check "steps over their stage's cap fail the dry run" test $? -ne 0
+check "and the summary says by how much" has "$tmp/over/summary.md" "| 4 | (stage) | STEPS OVER THE STAGE CAP | 0 | its planned steps' caps add up to [0-9]*s, over the stage's 60s"
 
 # ---- a bad command line is caught by the dry run ----
 mkdir -p "$tmp/badtree/bin"
