@@ -277,6 +277,15 @@ void DistributedDataParallel::finish_backward() {
   }
 }
 
+void DistributedDataParallel::replay_graph(cuda::Graph& graph) {
+  std::ostringstream desc;
+  desc << "replayed from a CUDA graph: " << buckets_.size() << (buckets_.size() == 1 ? " bucket" : " buckets");
+  for (size_t i = 0; i < buckets_.size() && i < 4; ++i) desc << (i ? ", " : " ") << buckets_[i].buffer.describe();
+  if (buckets_.size() > 4) desc << " and " << buckets_.size() - 4 << " more";
+  desc << ", avg";
+  pg_->replay_graph(graph, "gradient all_reduce", desc.str());
+}
+
 void sync_grad_scaler(amp::GradScaler& scaler, ProcessGroupPtr pg) {
   if (!pg) pg = default_group();
   EMBER_CHECK(pg != nullptr, "sync_grad_scaler: no process group; call dist::init_process_group() first");

@@ -43,6 +43,9 @@
 namespace ember::amp {
 class GradScaler;
 }
+namespace ember::cuda {
+class Graph;
+}
 
 namespace ember::dist {
 
@@ -95,6 +98,12 @@ class DistributedDataParallel {
     bool prev_;
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // Replays a CUDA graph that captured a synchronised step (forward, backward and so the gradient
+  // all_reduce) through the process group, so that its watchdog times the replayed all_reduce: a
+  // rank that stops mid-step ends the others with the group's timeout error naming it, not a hang
+  // (Note [replayed collectives] in dist/nccl_backend.cpp). Use it in place of graph.replay().
+  void replay_graph(cuda::Graph& graph);
 
   const std::shared_ptr<nn::Module>& module() const { return module_; }
   const ProcessGroupPtr& process_group() const { return pg_; }

@@ -17,7 +17,19 @@
 // watchdog sees the collective complete. The same code path runs while C is capturing a CUDA graph:
 // the event record/wait pairs become the graph's fork and join edges (so wait() must be called
 // before the capture ends, as for any forked stream) and nothing is queried or synchronized.
-// Captured collectives run again with every replay; the watchdog does not track those.
+// Captured collectives run again with every replay (Note [replayed collectives]).
+//
+// Note [replayed collectives]: a replay runs a captured collective without a call to the group,
+// so nothing would time it: a peer stopped (not dead: NCCL sees no error) in the middle of a
+// replay left the others' streams spinning in the NCCL kernel and the host blocked at its next
+// sync, forever. ProcessGroup::replay_graph replays a graph for the caller (DDP::replay_graph for
+// a captured training step) and records an event on the graph's stream after it; the event goes
+// into the watchdog's in-flight list under the next sequence number, with the name and
+// description the caller gave ("gradient all_reduce" and DDP's buckets), so a replay that does
+// not finish within the timeout fails the group like any late collective, and the abort ends the
+// spinning kernel. The timer covers the whole replay (its kernels too), from when it was queued,
+// as for eager collectives. replay_graph refuses to replay on a failed group: the graph's NCCL
+// kernels would run on an aborted communicator.
 //
 // Faults (Note [dist faults] in process_group.cpp): the communicator is created non-blocking
 // (NCCL >= 2.14), so no NCCL call blocks the host and ncclCommAbort can stop a hung collective. A
@@ -48,6 +60,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -166,6 +179,9 @@ struct NcclWork final : Work {
       EMBER_CUDA_CHECK(cudaStreamIsCapturing(capture_stream, &st));
       return st == cudaStreamCaptureStatusNone;
     }
+    // Relaxed: the event is not part of any capture, and a query while this thread (or, in global
+    // mode, another) captures would otherwise invalidate that capture, as cuda::Event::query knows.
+    RelaxedCapture relaxed;
     cudaError_t q = cudaEventQuery(done->e);
     if (q == cudaErrorNotReady) {
       cudaGetLastError();
@@ -331,12 +347,29 @@ class NcclGroup final : public ProcessGroup {
                   [=](ncclComm_t c, cudaStream_t s) { return ncclAllReduce(p, p, 1, ncclFloat32, ncclSum, c, s); });
   }
 
+  void replay_graph(cuda::Graph& graph, const std::string& what, const std::string& desc) override {
+    std::lock_guard<std::mutex> issue(issue_mu_);
+    if (std::string e = state_->error(); !e.empty()) throw DistError(e);
+    const cuda::Stream st = graph.stream();
+    if (st.device() != device_)
+      throw std::invalid_argument("replay_graph: the graph was captured on cuda:" + std::to_string(st.device()) +
+                                  ", this group's device is cuda:" + std::to_string(device_));
+    DeviceGuard g(device_);
+    graph.replay();
+    const uint64_t seq = ++seq_;
+    last_seq_.store(seq);
+    auto done = std::make_shared<CudaEvent>(device_);
+    EMBER_CUDA_CHECK(cudaEventRecord(done->e, static_cast<cudaStream_t>(st.handle())));
+    std::lock_guard<std::mutex> lock(mu_);
+    inflight_.push_back({seq, what, desc, std::move(done), Clock::now(), {}});
+  }
+
   void abort(const std::string& why) override { fail(why); }
 
  private:
   struct Inflight {
     uint64_t seq;
-    const char* what;
+    std::string what;
     std::string desc;
     std::shared_ptr<CudaEvent> done;
     Clock::time_point issued;
@@ -491,8 +524,7 @@ class NcclGroup final : public ProcessGroup {
     std::deque<Inflight> finished;  // released outside the lock (frees kept tensors)
     bool running = false;
     uint64_t seq = 0;
-    const char* what = "";
-    std::string desc, cuda_err;
+    std::string what, desc, cuda_err;
     Clock::time_point issued;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -546,7 +578,7 @@ class NcclGroup final : public ProcessGroup {
       seq = last_seq_.load();
       desc = "no collective running";
     }
-    fail(collective_failure("nccl", what, seq, desc, rank_, size_, why, &board_));
+    fail(collective_failure("nccl", what.c_str(), seq, desc, rank_, size_, why, &board_));
   }
 
   std::shared_ptr<Store> store_;

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/cuda/graph.h"
 #include "core/error.h"
 #include "dist/backends.h"
 #include "dist/store.h"
@@ -45,6 +46,8 @@ void ProcessGroup::check_tensor(const char* what, const Tensor& t) const {
     throw std::invalid_argument(std::string(what) + ": the tensor must be contiguous, got " + t.describe() +
                                 " with strides that are not (call .contiguous() first)");
 }
+
+void ProcessGroup::replay_graph(cuda::Graph& graph, const std::string&, const std::string&) { graph.replay(); }
 
 void ProcessGroup::check_root(const char* what, int root) const {
   if (root < 0 || root >= size_)

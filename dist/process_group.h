@@ -30,6 +30,10 @@
 #include "core/tensor.h"
 #include "dist/launch_env.h"  // LaunchEnv, launch_env(): rank and world size from the launcher
 
+namespace ember::cuda {
+class Graph;
+}
+
 namespace ember::dist {
 
 enum class ReduceOp : uint8_t { kSum, kAvg, kMax, kMin };
@@ -92,7 +96,17 @@ class ProcessGroup {
   virtual WorkPtr reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::kSum) = 0;
   virtual WorkPtr barrier() = 0;
 
-  // The number of collectives started so far on this group (the next gets seq = that + 1).
+  // Collectives captured in a CUDA graph run again at every replay, where the group does not see
+  // them (Note [replayed collectives] in dist/nccl_backend.cpp). Replay such a graph with this
+  // instead of graph.replay(): it throws the group's failure rather than replay on a failed group,
+  // replays, and has the watchdog time the replay like a collective: `what` names it and `desc`
+  // says what it reduces (both quoted by a timeout), and it takes the next sequence number. A rank
+  // that stops in the middle of a replay then ends the others' replays in the group's timeout
+  // error instead of a hang. Backends whose collectives cannot be captured (gloo) just replay.
+  virtual void replay_graph(cuda::Graph& graph, const std::string& what, const std::string& desc);
+
+  // The number of collectives (and tracked graph replays) started so far on this group (the next
+  // gets seq = that + 1).
   uint64_t started() const { return seq_; }
   // Marks the group failed (future calls throw `why`) and tears down its connections so that
   // peers blocked in a collective with this rank fail fast instead of waiting for the timeout.

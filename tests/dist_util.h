@@ -28,9 +28,10 @@ inline const std::string kWorker = EMBER_BINARY_DIR "/bin/ember_dist_worker";
 
 struct RankResult {
   int rank = 0;
-  int exit_code = -1;  // -1: killed by us at the deadline
+  int exit_code = -1;  // -1: killed by us (at the deadline, or when the job ended)
   int signal = 0;      // the signal that ended it, if any
   bool timed_out = false;
+  bool ended = false;  // still running when the rank the job ends with exited: killed then
   double seconds = 0;  // from the start of the job to this rank's exit
   std::string output;  // stdout and stderr, interleaved
 };
@@ -43,6 +44,7 @@ struct Job {
   std::map<int, std::map<std::string, std::string>> rank_env;  // overrides per rank
   std::vector<int> ranks;                                      // which ranks to start (default: all)
   double deadline_s = 120;
+  int ends_with = -1;  // >= 0: when this rank exits, the others are killed (a stopped rank never exits)
 };
 
 // A TCP port that was free a moment ago.
@@ -131,6 +133,19 @@ inline std::vector<RankResult> run_job(const Job& job) {
         results[i].signal = WTERMSIG(status);
         results[i].exit_code = 128 + WTERMSIG(status);
       }
+      if (results[i].rank == job.ends_with) {
+        for (size_t k = 0; k < children.size(); ++k) {
+          if (done[k]) continue;
+          ::kill(-children[k].pid, SIGKILL);
+          ::kill(children[k].pid, SIGKILL);
+          ::waitpid(children[k].pid, nullptr, 0);
+          done[k] = true;
+          --left;
+          results[k].ended = true;
+          results[k].exit_code = -1;
+          results[k].seconds = t;
+        }
+      }
       continue;
     }
     if (t > job.deadline_s) {
@@ -167,8 +182,10 @@ inline std::string describe(const std::vector<RankResult>& rs) {
   std::ostringstream os;
   for (const auto& r : rs) {
     os << "---- rank " << r.rank << ": "
-       << (r.timed_out ? "killed at the deadline" : "exit " + std::to_string(r.exit_code)) << " after " << r.seconds
-       << " s ----\n"
+       << (r.timed_out ? std::string("killed at the deadline")
+           : r.ended   ? std::string("killed when the job ended")
+                       : "exit " + std::to_string(r.exit_code))
+       << " after " << r.seconds << " s ----\n"
        << r.output << "\n";
   }
   return os.str();

@@ -42,15 +42,20 @@ bool can_run(int world) {
   return true;
 }
 
-std::vector<td::RankResult> nccl_job(int world, const std::string& scenario, double deadline_s = 300,
-                                     const std::vector<std::string>& args = {}) {
+td::Job nccl_job_spec(int world, const std::string& scenario, double deadline_s = 300,
+                      const std::vector<std::string>& args = {}) {
   td::Job job;
   job.world_size = world;
   job.scenario = scenario;
   job.args = args;
   job.deadline_s = deadline_s;
   if (testing::kSimulator) job.env["EMBER_SIM_DEVICES"] = std::to_string(world);
-  return td::run_job(job);
+  return job;
+}
+
+std::vector<td::RankResult> nccl_job(int world, const std::string& scenario, double deadline_s = 300,
+                                     const std::vector<std::string>& args = {}) {
+  return td::run_job(nccl_job_spec(world, scenario, deadline_s, args));
 }
 
 }  // namespace
@@ -109,6 +114,30 @@ TEST_CASE("nccl jobs: a rank that dies between collectives ends the job through 
   if (testing::kSimulator)  // the simulator's NCCL names the peer (ncclGetLastError, quoted by the watchdog)
     CHECK_THAT(rs[0].output, Contains("rank 1 (pid") && Contains("exited in the middle of a collective"));
   CHECK(rs[0].seconds < 60);  // the group's timeout is 30 s; the simulator sees the exit at once
+}
+
+TEST_CASE("nccl jobs: a rank stopped in a replayed DDP step ends the others through the watchdog",
+          "[gpu][dist][nccl-jobs][graph]") {
+  if (!can_run(2)) return;
+  // without the replay in the watchdog's list (Note [replayed collectives]), rank 0 waits for
+  // rank 1's half of the replayed all_reduce for ever and the job ends at the deadline
+  // EMBER_DIST_TIMEOUT is the rendezvous and communicator deadline too: NCCL's setup on GPUs
+  // takes seconds
+  const int timeout = testing::kSimulator ? 4 : 10;
+  td::Job job = nccl_job_spec(2, "nccl_graph_peer_stops", 120);
+  job.env["EMBER_DIST_TIMEOUT"] = std::to_string(timeout);
+  job.ends_with = 0;  // rank 1 stays stopped
+  const std::vector<td::RankResult> rs = td::run_job(job);
+  INFO(td::describe(rs));
+  REQUIRE(rs.size() == 2);
+  CHECK_THAT(rs[1].output, Contains("rank 1 stops (SIGSTOP) after its first replay"));
+  REQUIRE(rs[0].exit_code == 1);
+  CHECK_THAT(rs[0].output, Contains("nccl gradient all_reduce #") && Contains("replayed from a CUDA graph") &&
+                               Contains("on rank 0 of 2 failed: timed out after " + std::to_string(timeout) + " s"));
+  const size_t at = rs[0].output.find("error after ");
+  REQUIRE(at != std::string::npos);
+  const double seconds = std::stod(rs[0].output.substr(at + std::string("error after ").size()));
+  CHECK(seconds < 2 * timeout);
 }
 
 TEST_CASE("nccl jobs: mnist_train --distributed --device cuda on 2 ranks equals one process",

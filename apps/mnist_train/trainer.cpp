@@ -505,14 +505,16 @@ bool Trainer::capture_graph(const Tensor& x, const Tensor& y) {
     return false;
   }
   // the capture did not run the step: replay it once for this batch
-  graph_->replay();
+  if (ddp_) ddp_->replay_graph(*graph_);  // the group's watchdog times the replayed all_reduce
+  else graph_->replay();
   return true;
 }
 
 void Trainer::graph_step(const Tensor& x, const Tensor& y) {
   copy_(static_x_, x, true);
   copy_(static_y_, y, true);
-  graph_->replay();
+  if (ddp_) ddp_->replay_graph(*graph_);  // the group's watchdog times the replayed all_reduce
+  else graph_->replay();
   if (o_.sync_every_step) {
     runtime::AllowSyncScope allow;
     (void)loss_sum_.item();

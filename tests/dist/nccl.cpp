@@ -1,7 +1,9 @@
 // NCCL scenarios: one rank per process and GPU (cuda:LOCAL_RANK), as ember_run starts them; in the
 // simulator build on the simulator's NCCL (tests/test_dist_nccl_jobs_gpu.cpp starts them with
 // EMBER_SIM_DEVICES = the world size). Every collective against an answer computed here; ranks that
-// call different collectives; a rank that dies between two collectives.
+// call different collectives; a rank that dies between two collectives; a rank that stops in the
+// middle of a DDP step replayed from a CUDA graph.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,10 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "core/dtype.h"
+#include "core/rng.h"
+#include "dist/ddp.h"
 #include "dist/process_group.h"
 #include "kernels/functional.h"
+#include "nn/nn.h"
 #include "tests/dist/scenarios.h"
 
 namespace ember::testing::dist {
@@ -145,12 +151,62 @@ int peer_dies(const std::vector<std::string>&) {
   }
 }
 
+// A DDP step captured in a CUDA graph (as mnist_train --graph --distributed does), replayed once by
+// every rank; the last rank then stops itself (SIGSTOP: alive, so NCCL reports nothing) and the
+// others' next replay must end in the watchdog's timeout naming the gradient all_reduce (Note
+// [replayed collectives] in dist/nccl_backend.cpp), not hang in the stream synchronisation.
+// EMBER_DIST_TIMEOUT sets the group's timeout.
+int graph_peer_stops(const std::vector<std::string>&) {
+  ProcessGroupPtr pg = nccl_group(std::chrono::seconds(120));
+  const Device dev = my_gpu();
+  manual_seed(11);
+  std::shared_ptr<nn::Module> model = nn::Sequential(nn::Linear(8, 16), nn::ReLU(), nn::Linear(16, 4)).ptr();
+  model->to(dev);
+  DistributedDataParallel ddp(model, DDPOptions().process_group(pg));
+  const Tensor x = full({4, 8}, 0.5 + pg->rank(), dev), y = zeros({4, 4}, dev);
+  auto step = [&] { mse_loss(ddp.forward(x), y).backward(); };
+  // DDP rebuilds its buckets after the first synchronised backward (a broadcast read on the host),
+  // which no capture may contain
+  step();
+  step();
+  cuda::device_synchronize(dev.index);
+  cuda::Stream st = cuda::Stream::create(dev.index);
+  st.wait_stream(cuda::current_stream(dev.index));
+  cuda::Graph graph;
+  {
+    cuda::StreamGuard guard(st);
+    graph.capture_begin(st);
+    step();
+    graph.capture_end();
+  }
+  ddp.replay_graph(graph);
+  st.synchronize();
+  if (pg->rank() == pg->size() - 1) {
+    std::printf("rank %d stops (SIGSTOP) after its first replay\n", pg->rank());
+    std::fflush(stdout);
+    ::raise(SIGSTOP);
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (;;) {
+      ddp.replay_graph(graph);
+      st.synchronize();
+    }
+  } catch (const DistError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("error after %.1f s: %s\n", s, e.what());
+    return 1;
+  }
+}
+
 }  // namespace
 
 void add_nccl_scenarios(Scenarios& s) {
   s["nccl_collectives"] = collectives;
   s["nccl_mismatch"] = mismatch;
   s["nccl_peer_dies"] = peer_dies;
+  s["nccl_graph_peer_stops"] = graph_peer_stops;
 }
 
 }  // namespace ember::testing::dist
