@@ -524,7 +524,8 @@ void batch_norm_backward_cuda(const KernelCall& c) {
 
 #if EMBER_WITH_CUDNN
 // ---- cuDNN's batch norm (legacy API, SPATIAL mode): the vendor variant to compare against ----
-// x is described as [N, C, L, 1] with its real strides (NCHW or channels-last). Scale, bias and
+// x is described as [N, C, L, 1], fully packed in its layout: NCHW, or NHWC for channels-last and
+// 2-D data (Note [cuDNN layouts from strides] in sim/libs/cudnn_common.cpp). Scale, bias and
 // statistics are float (double for f64 data), as cuDNN requires; an undefined weight or bias is
 // passed as ones or zeros. cuDNN's saved inverse variance is 1 / sqrt(var + eps), our invstd, and
 // its running variance update uses the unbiased variance, as ours. Its backward is the training
@@ -548,7 +549,9 @@ bool cudnn_bn_ok(const KernelCall& c) {
 
 void bn_desc(cudnn::TensorDesc& d, const Tensor& t, const BnGeom& g) {
   const int64_t size[4] = {g.N, g.C, g.L, 1};
-  const int64_t stride[4] = {g.sn, g.sc, g.sl, 1};
+  // the size-1 W's stride counts too: cuDNN tells NHWC from NCHW by the packed strides, and NHWC
+  // packing has W's stride = C (1 would read as neither layout)
+  const int64_t stride[4] = {g.sn, g.sc, g.sl, g.channels_last ? g.C : 1};
   d.set(t.dtype(), size, stride, "cuDNN batch_norm");
 }
 

@@ -10,7 +10,9 @@
 // - Math: CUDNN_FMA_MATH for f32 (no TF32: results comparable with the CPU reference) and
 //   CUDNN_DEFAULT_MATH for f64; for f16/bf16 the math type the algorithm was listed with, compute
 //   type float (cuDNN may still keep f16 partial sums: Note [cuDNN f16 partial sums] in
-//   tests/op_samples/conv2d_samples.cpp).
+//   tests/op_samples/conv2d_samples.cpp). An f32 entry listed with another math type runs with
+//   FMA math, so its workspace is asked again for FMA math: the listed size was for the listed
+//   math type's kernels.
 // - Layouts: tensor descriptors carry the real strides (NCHW or channels-last); the filter is KCRS
 //   (format NCHW) or KRSC (format NHWC) to match.
 // - Handles: one per (thread, device), returned to a pool when the thread ends; the stream is set
@@ -148,8 +150,30 @@ bool vendor_log() {
   return on;
 }
 
+// The workspace `algo` needs with the math type `d` has now (FMA for f32); false when cuDNN does
+// not run `algo` with it.
+bool workspace_for(ConvDirection kind, cudnnHandle_t h, Descs& d, int algo, size_t* bytes) {
+  cudnnStatus_t st = CUDNN_STATUS_NOT_SUPPORTED;
+  switch (kind) {
+    case ConvDirection::forward:
+      st = cudnnGetConvolutionForwardWorkspaceSize(h, d.x.d, d.w.d, d.conv.d, d.y.d,
+                                                   static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+      break;
+    case ConvDirection::backward_input:
+      st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, d.w.d, d.y.d, d.conv.d, d.x.d,
+                                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+      break;
+    case ConvDirection::backward_weight:
+      st = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, d.x.d, d.y.d, d.conv.d, d.w.d,
+                                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+      break;
+  }
+  return st == CUDNN_STATUS_SUCCESS;
+}
+
 template <class Perf>
-Choice pick(const Perf* perf, int n, DType t, bool nondet, const char* what) {
+Choice pick(const Perf* perf, int n, DType t, bool nondet, const char* what, ConvDirection kind, cudnnHandle_t h,
+            Descs& d) {
   Choice c;
   for (int i = 0; i < n && c.algo < 0; ++i) {
     const Perf& p = perf[i];
@@ -158,13 +182,18 @@ Choice pick(const Perf* perf, int n, DType t, bool nondet, const char* what) {
                    "ember vendor: cuDNN %s %s candidate algo %d status %d determinism %d math %d workspace %zu\n", what,
                    std::string(dtype_name(t)).c_str(), static_cast<int>(p.algo), static_cast<int>(p.status),
                    static_cast<int>(p.determinism), static_cast<int>(p.mathType), p.memory);
-    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxWorkspace) continue;
+    if (p.status != CUDNN_STATUS_SUCCESS) continue;
     if (!nondet && p.determinism != CUDNN_DETERMINISTIC) continue;
     if (t == DType::f32 && p.mathType != CUDNN_FMA_MATH && p.mathType != CUDNN_DEFAULT_MATH) continue;
     if (lossy(p.algo)) continue;
-    // f32 runs with FMA math whatever the heuristic listed: CUDNN_DEFAULT_MATH lets cuDNN use TF32
-    // on sm_80+
-    c = {static_cast<int>(p.algo), p.memory, t == DType::f32 ? CUDNN_FMA_MATH : p.mathType};
+    // f32 runs with FMA math whatever the heuristic listed (CUDNN_DEFAULT_MATH lets cuDNN use TF32
+    // on sm_80+), and the workspace is the one FMA math needs
+    size_t memory = p.memory;
+    if (t == DType::f32 && p.mathType != CUDNN_FMA_MATH &&
+        !workspace_for(kind, h, d, static_cast<int>(p.algo), &memory))
+      continue;
+    if (memory > kMaxWorkspace) continue;
+    c = {static_cast<int>(p.algo), memory, t == DType::f32 ? CUDNN_FMA_MATH : p.mathType};
   }
   if (vendor_log())
     std::fprintf(stderr, "ember vendor: cuDNN %s %s took algo %d math %d\n", what, std::string(dtype_name(t)).c_str(),
@@ -192,19 +221,19 @@ Choice choose(ConvDirection kind, cudnnHandle_t h, Descs& d, DType t, bool nonde
         cudnnConvolutionFwdAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x.d, bufs->x, d.w.d, bufs->w, d.conv.d, d.y.d,
                                                                  bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
-        return pick(perf, n, t, nondet, "forward");
+        return pick(perf, n, t, nondet, "forward", kind, h, d);
       }
       case ConvDirection::backward_input: {
         cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
             h, d.w.d, bufs->w, d.y.d, bufs->y, d.conv.d, d.x.d, bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
-        return pick(perf, n, t, nondet, "backward-data");
+        return pick(perf, n, t, nondet, "backward-data", kind, h, d);
       }
       case ConvDirection::backward_weight: {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
         EMBER_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
             h, d.x.d, bufs->x, d.y.d, bufs->y, d.conv.d, d.w.d, bufs->out, kMax, &n, perf, ws.data_ptr(), wss));
-        return pick(perf, n, t, nondet, "backward-filter");
+        return pick(perf, n, t, nondet, "backward-filter", kind, h, d);
       }
     }
   }
@@ -212,18 +241,18 @@ Choice choose(ConvDirection kind, cudnnHandle_t h, Descs& d, DType t, bool nonde
     case ConvDirection::forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, d.x.d, d.w.d, d.conv.d, d.y.d, kMax, &n, perf));
-      return pick(perf, n, t, nondet, "forward");
+      return pick(perf, n, t, nondet, "forward", kind, h, d);
     }
     case ConvDirection::backward_input: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, d.w.d, d.y.d, d.conv.d, d.x.d, kMax, &n, perf));
-      return pick(perf, n, t, nondet, "backward-data");
+      return pick(perf, n, t, nondet, "backward-data", kind, h, d);
     }
     case ConvDirection::backward_weight: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
       EMBER_CUDNN_CHECK(
           cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, d.x.d, d.y.d, d.conv.d, d.w.d, kMax, &n, perf));
-      return pick(perf, n, t, nondet, "backward-filter");
+      return pick(perf, n, t, nondet, "backward-filter", kind, h, d);
     }
   }
   return {};

@@ -320,8 +320,8 @@ void adaptive_backward_cuda(const KernelCall& c) {
 
 #if EMBER_WITH_CUDNN
 // cuDNN's average pooling forward (cudnnPoolingForward, AVERAGE_COUNT_INCLUDE/EXCLUDE_PADDING, which
-// are count_include_pad), the vendor variant to compare against. Descriptors carry the real strides
-// (NCHW or channels-last). Max pooling has no cuDNN variant: cuDNN does not return the argmax
+// are count_include_pad), the vendor variant to compare against. Descriptors carry the packed
+// strides of the layout (NCHW or channels-last). Max pooling has no cuDNN variant: cuDNN does not return the argmax
 // indices the backward op reads.
 // From the input alone: `supports` may see placeholder outputs (a valid non-empty input always
 // has a non-empty output, infer() saw to that).
@@ -330,9 +330,17 @@ bool cudnn_avg_ok(const KernelCall& c) {
   return x.numel() > 0 && x.numel() <= 0x7fffffff && x.dtype() != DType::bf16;
 }
 
-void nchw_desc(cudnn::TensorDesc& d, const Tensor& t) {
-  const int64_t size[4] = {t.shape()[0], t.shape()[1], t.shape()[2], t.shape()[3]};
-  const int64_t stride[4] = {t.strides()[0], t.strides()[1], t.strides()[2], t.strides()[3]};
+// `t` is dense in its layout (contiguous_as, or allocated so); the descriptor gets that layout's
+// packed strides, not t's own: ember's contiguity ignores a size-1 dimension's stride (a view of
+// one image or channel keeps the batch's), cuDNN's does not (Note [cuDNN layouts from strides] in
+// sim/libs/cudnn_common.cpp).
+void nchw_desc(cudnn::TensorDesc& d, const Tensor& t, bool channels_last) {
+  EMBER_CHECK(channels_last ? t.is_channels_last() : t.is_contiguous(), "cuDNN avg_pool2d: ", t.describe(),
+              " is not dense in the ", channels_last ? "channels-last" : "NCHW", " layout");
+  const Shape& s = t.shape();
+  const int64_t size[4] = {s[0], s[1], s[2], s[3]};
+  const Strides packed = channels_last ? channels_last_strides(s) : contiguous_strides(s);
+  const int64_t stride[4] = {packed[0], packed[1], packed[2], packed[3]};
   d.set(t.dtype(), size, stride, "cuDNN avg_pool2d");
 }
 
@@ -352,8 +360,8 @@ void avg_pool2d_cudnn(const KernelCall& c) {
   cuda::DeviceGuard scope(x.device().index);
   cudnnHandle_t h = cudnn::handle_for(x.device().index, cuda::stream_for(x));
   cudnn::TensorDesc xd, yd;
-  nchw_desc(xd, x);
-  nchw_desc(yd, y);
+  nchw_desc(xd, x, cl);
+  nchw_desc(yd, y, cl);
   PoolingDesc pd;
   const cudnnPoolingMode_t mode =
       a.count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;

@@ -14,10 +14,12 @@
 //   (BAD_PARAM); the filter no larger than the padded input (BAD_PARAM); an unknown algorithm
 //   (BAD_PARAM) or one that does not support the configuration (NOT_SUPPORTED, rules at
 //   `unsupported`); the workspace (BAD_PARAM when null with a nonzero size or smaller than the
-//   algorithm needs, which is what cudnnGet*WorkspaceSize returns); data pointers device memory of
+//   algorithm needs with the descriptor's math type, which is what cudnnGet*WorkspaceSize returns:
+//   sizes depend on the math type, `workspace_bytes`); data pointers device memory of
 //   the handle's device holding the tensor (BAD_PARAM; null: BAD_PARAM_NULL_POINTER); alpha and
 //   beta not null (BAD_PARAM_NULL_POINTER).
-// - Layouts: tensors carry any positive strides. The documented support tables pair a filter of
+// - Layouts: tensors carry any positive strides, a size-1 dimension's fitting the packing of the
+//   others (Note [cuDNN layouts from strides] in cudnn_common.cpp). The documented support tables pair a filter of
 //   format NCHW (KCRS) with x and y in any layout (except NCHW_VECT_C, which is not modelled),
 //   but a filter of format NHWC (KRSC) only with x and y in NHWC, fully packed: anything else with
 //   an NHWC filter is NOT_SUPPORTED. FFT and Winograd algorithms need NCHW tensors whose rows are
@@ -106,6 +108,15 @@ bool compute_allowed(Elem data, cudnnDataType_t compute) {
   return false;
 }
 
+// x and y of a convolution: 4-d (2-d convolutions), in layouts cuDNN reads as meant.
+cudnnStatus_t check_data_tensors(const char* what, const cudnnTensorStruct& x, const char* xn,
+                                 const cudnnTensorStruct& y, const char* yn) {
+  if (x.nb_dims != 4 || y.nb_dims != 4)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED, str_of(what, "only 4-d tensors (2-d convolutions) are simulated"));
+  EMBER_CUDNN_TRY(check_layout(x, what, xn));
+  return check_layout(y, what, yn);
+}
+
 // Checks the descriptors of one convolution (x, w, y: for backward data x is dx and y is dy, for
 // backward filter w is dw and y is dy) and fills `pr`.
 cudnnStatus_t describe(const char* what, Dir dir, cudnnTensorDescriptor_t xd, cudnnFilterDescriptor_t wd,
@@ -117,8 +128,7 @@ cudnnStatus_t describe(const char* what, Dir dir, cudnnTensorDescriptor_t xd, cu
   EMBER_CUDNN_TRY(check_filter(wd, what, wn));
   EMBER_CUDNN_TRY(check_conv(cd, what));
   EMBER_CUDNN_TRY(check_tensor(yd, what, yn));
-  if (xd->nb_dims != 4 || yd->nb_dims != 4)
-    return fail(CUDNN_STATUS_NOT_SUPPORTED, str_of(what, "only 4-d tensors (2-d convolutions) are simulated"));
+  EMBER_CUDNN_TRY(check_data_tensors(what, *xd, xn, *yd, yn));
   if (xd->type != wd->type || yd->type != wd->type)
     return fail(
         CUDNN_STATUS_BAD_PARAM,
@@ -311,10 +321,17 @@ int64_t next_pow2(int64_t v) {
   return p;
 }
 
-// The workspace `algo` needs (bytes): none for the implicit GEMMs, index tables for the
-// precomputed ones, an im2col or split-K buffer for the GEMM-like ones, transformed operands for
-// FFT and Winograd (complex f32 spectra; 6x6 or 8x8 tiles).
-size_t workspace_bytes(const Problem& pr, int algo) {
+// The workspace `algo` needs (bytes) with math type `math`: none for the implicit GEMMs, index
+// tables for the precomputed ones, an im2col or split-K buffer for the GEMM-like ones, transformed
+// operands for FFT and Winograd (complex f32 spectra; 6x6 or 8x8 tiles). With CUDNN_FMA_MATH
+// every algorithm that has a workspace needs twice as much: cuDNN documents no sizes, but its math
+// types select different kernels and its size queries read the math type from the convolution
+// descriptor, so an algorithm's size may change with it; the simulator makes it change, so that
+// running an algorithm with another math type than the one its size came for is caught (the
+// workspace check at the call). The FMA side is the larger so that forcing FMA math onto an entry
+// listed with CUDNN_DEFAULT_MATH (the mistake worth catching: TF32 is off that way) leaves the
+// workspace short.
+size_t workspace_bytes(const Problem& pr, int algo, cudnnMathType_t math) {
   const conv::ConvGeom& g = pr.g;
   const int64_t eb = static_cast<int64_t>(elem_bytes(pr.elem)), Cg = g.Cg();
   int64_t bytes = 0;
@@ -348,6 +365,7 @@ size_t workspace_bytes(const Problem& pr, int algo) {
       break;
     }
   }
+  if (math == CUDNN_FMA_MATH) bytes *= 2;
   return static_cast<size_t>(bytes);
 }
 
@@ -483,7 +501,7 @@ std::vector<Candidate> candidates(const Problem& pr) {
     c.algo = a;
     c.math = m;
     c.determinism = nondeterministic(pr.dir, a) ? CUDNN_NON_DETERMINISTIC : CUDNN_DETERMINISTIC;
-    if (unsupported(pr, a).empty()) c.memory = workspace_bytes(pr, a);
+    if (unsupported(pr, a).empty()) c.memory = workspace_bytes(pr, a, m);
     else c.status = CUDNN_STATUS_NOT_SUPPORTED;
     out.push_back(c);
   }
@@ -549,7 +567,7 @@ double scalar(const void* p, Elem e) {
 cudnnStatus_t enqueue(const char* what, const Problem& pr, int algo, cudnnMathType_t math, double alpha, double beta,
                       const void* a, const void* b, void* out, void* ws, cudaStream_t stream) {
   try {
-    const size_t need = workspace_bytes(pr, algo);
+    const size_t need = workspace_bytes(pr, algo, math);
     conv::enqueue(pr.dir, pr.g, numerics(pr, algo, math, alpha, beta), a, b, out, need > 0 ? ws : nullptr, need,
                   stream);
   } catch (const std::exception& e) {
@@ -597,7 +615,7 @@ cudnnStatus_t convolve(const char* what, cudnnHandle_t h, Dir dir, const void* a
   Problem pr;
   EMBER_CUDNN_TRY(describe(what, dir, xd, wd, cd, yd, pr));
   EMBER_CUDNN_TRY(check_algo(what, pr, algo));
-  EMBER_CUDNN_TRY(check_workspace(what, ws, ws_size, workspace_bytes(pr, algo)));
+  EMBER_CUDNN_TRY(check_workspace(what, ws, ws_size, workspace_bytes(pr, algo, pr.math)));
   const Operands o = operands(pr, first, second, out);
   EMBER_CUDNN_TRY(check_operands(what, o));
   return enqueue(what, pr, algo, pr.math, scalar(alpha, pr.elem), scalar(beta, pr.elem), o.a, o.b, o.out, ws,
@@ -695,7 +713,7 @@ cudnnStatus_t workspace_size(const char* what, cudnnHandle_t h, Dir dir, cudnnTe
   Problem pr;
   EMBER_CUDNN_TRY(describe(what, dir, xd, wd, cd, yd, pr));
   EMBER_CUDNN_TRY(check_algo(what, pr, algo));
-  *size = workspace_bytes(pr, algo);
+  *size = workspace_bytes(pr, algo, pr.math);
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -44,6 +44,58 @@ cudnnStatus_t check_tensor(cudnnTensorDescriptor_t d, const char* what, const ch
   return CUDNN_STATUS_SUCCESS;
 }
 
+// Note [cuDNN layouts from strides]: cuDNN knows a tensor's layout only from its descriptor's
+// strides, and its documentation defines the layouts by them: a tensor is XYZ-fully-packed when,
+// in the letters' order, each stride is the next dimension's size times the next stride and the
+// last stride is 1 (cuDNN's "Tensors and Layouts"). That definition binds a size-1 dimension's
+// stride as well, although no element is ever reached through it, and cuDNN applies it as
+// written: PyTorch rewrites those strides before every cuDNN call (fixSizeOneDimStride: "CuDNN has
+// a much more stringent requirement on strides"), XLA (openxla/xla#17053) and MLX
+// (ml-explore/mlx#2521) after cuDNN misread such tensors. So a descriptor of dense data whose
+// strides are NCHW- or NHWC-fully-packed except at a size-1 dimension is refused here with
+// NOT_SUPPORTED_LAYOUT, naming the stride the layout needs, rather than computed as if cuDNN had
+// read it right. Strided tensors (gaps, other orders) are computed with their strides, as the
+// documentation allows for the calls that take them.
+cudnnStatus_t check_layout(const cudnnTensorStruct& d, const char* what, const char* which) {
+  if (d.nb_dims != 4) return CUDNN_STATUS_SUCCESS;
+  struct Packing {
+    const char* name;
+    int order[4];  // dimensions from the slowest to the fastest
+  };
+  static constexpr Packing kLayouts[2] = {{"NCHW", {0, 1, 2, 3}}, {"NHWC", {0, 2, 3, 1}}};
+  int near_dim = -1;
+  int64_t near_want = 0;
+  const char* near_layout = nullptr;
+  for (const Packing& l : kLayouts) {
+    int64_t want = 1;
+    int off_singleton = -1;
+    int64_t off_want = 0;
+    bool packed_elsewhere = true;
+    for (int k = 3; k >= 0; --k) {
+      const int i = l.order[k];
+      if (d.strides[i] != want) {
+        if (d.dims[i] != 1) packed_elsewhere = false;
+        else if (off_singleton < 0) off_singleton = i, off_want = want;
+      }
+      want *= d.dims[i];
+    }
+    if (!packed_elsewhere) continue;
+    if (off_singleton < 0) return CUDNN_STATUS_SUCCESS;  // fully packed in this layout
+    if (near_layout == nullptr) near_dim = off_singleton, near_want = off_want, near_layout = l.name;
+  }
+  if (near_layout == nullptr) return CUDNN_STATUS_SUCCESS;
+  std::string dims, strides;
+  for (int i = 0; i < 4; ++i) {
+    dims += (i ? "," : "") + std::to_string(d.dims[i]);
+    strides += (i ? "," : "") + std::to_string(d.strides[i]);
+  }
+  return fail(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT,
+              std::string(what) + ": the " + which + " descriptor [" + dims + "] with strides (" + strides + ") is " +
+                  near_layout + "-fully-packed except for the stride " + std::to_string(d.strides[near_dim]) +
+                  " of its size-1 dimension " + std::to_string(near_dim) + ", which that layout needs to be " +
+                  std::to_string(near_want) + " (cuDNN reads the layout from the strides)");
+}
+
 bool elem_of(cudnnDataType_t t, Elem& out) {
   switch (t) {
     case CUDNN_DATA_FLOAT: out = Elem::f32; return true;

@@ -100,6 +100,10 @@ cudnnStatus_t check_handle(cudnnHandle_t h, const char* what);
 // A descriptor that was created and set (BAD_PARAM otherwise).
 cudnnStatus_t check_tensor(cudnnTensorDescriptor_t d, const char* what, const char* which);
 
+// A 4-d data descriptor whose strides cuDNN would not read as the layout they almost describe
+// (Note [cuDNN layouts from strides]): NOT_SUPPORTED_LAYOUT; any other descriptor passes.
+cudnnStatus_t check_layout(const cudnnTensorStruct& d, const char* what, const char* which);
+
 // The element type of a data type cuDNN's legacy API computes with (false: not one of them).
 bool elem_of(cudnnDataType_t t, Elem& out);
 

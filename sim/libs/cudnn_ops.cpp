@@ -79,7 +79,7 @@ Status check_tensor4(cudnnTensorDescriptor_t d, const char* what, const char* wh
   if (d->nb_dims != 4)
     return fail(CUDNN_STATUS_NOT_SUPPORTED, std::string(what) + ": the " + which + " descriptor has " +
                                                 std::to_string(d->nb_dims) + " dims; the simulator's cuDNN takes 4");
-  return kOk;
+  return check_layout(*d, what, which);
 }
 
 // The data's element type: a type the legacy API computes with, else NOT_SUPPORTED (int8 and the

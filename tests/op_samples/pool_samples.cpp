@@ -1,6 +1,7 @@
 // Test samples of the pooling ops and their gradients (kernels/ops/pool.*): overlapping and
 // non-square windows, padding counted or not, windows as large as the input, channels-last, ties,
-// NaN and -inf, upsampling adaptive bins, empty batches.
+// NaN and -inf, upsampling adaptive bins, empty batches, a view whose size-1 dims keep a batch's
+// strides.
 #include <cmath>
 #include <string>
 
@@ -103,6 +104,15 @@ std::vector<OpSample> avg_pool2d_samples() {
       s.attrs = a;
       out.push_back(std::move(s));
     }
+  }
+  {
+    // contiguous, yet its size-1 batch and channel dims keep the batch's strides (144, 36): the
+    // cuDNN variant must describe it packed (Note [cuDNN layouts from strides])
+    OpSample s;
+    s.name = "one image's channel of a batch [1,1,6,6] 3x3 stride 1";
+    s.inputs = {samples::uniform({3, 4, 6, 6}, -2, 2, ++seed).narrow(0, 1, 1).narrow(1, 2, 1)};
+    s.attrs = pool_attrs(3, 3, 1, 1, 0, 0);
+    out.push_back(std::move(s));
   }
   return out;
 }

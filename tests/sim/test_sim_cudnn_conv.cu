@@ -444,6 +444,58 @@ TEST_CASE("simulated cuDNN convolutions: every contract rule refuses with the do
     CHECK(fwd_with(d.x.d, d.w.d, d.conv.d, d.y.d, CUDNN_CONVOLUTION_FWD_ALGO_GEMM, nullptr, ws.p, need) ==
           CUDNN_STATUS_SUCCESS);
   }
+  SECTION("workspace: the size is the math type's; another math type's is refused") {
+    // cuDNN's kernels differ by math type and its size queries read the descriptor's: the
+    // simulator's FMA kernels need more than the TF32-permitting ones, so running FMA math on a
+    // size listed for default math is caught (workspace_bytes in sim/libs/cudnn.cpp)
+    Descs dflt(c, CUDNN_DEFAULT_MATH);
+    const int algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    size_t fma = 0, tf32 = 0;
+    REQUIRE(cudnnGetConvolutionForwardWorkspaceSize(h.h, d.x.d, d.w.d, d.conv.d, d.y.d,
+                                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+                                                    &fma) == CUDNN_STATUS_SUCCESS);
+    REQUIRE(cudnnGetConvolutionForwardWorkspaceSize(h.h, dflt.x.d, dflt.w.d, dflt.conv.d, dflt.y.d,
+                                                    static_cast<cudnnConvolutionFwdAlgo_t>(algo),
+                                                    &tf32) == CUDNN_STATUS_SUCCESS);
+    REQUIRE(tf32 > 0);
+    CHECK(fma > tf32);
+    // the list gives each entry the size of its own math type
+    cudnnConvolutionFwdAlgoPerf_t perf[16];
+    int n = 0;
+    REQUIRE(cudnnGetConvolutionForwardAlgorithm_v7(h.h, d.x.d, d.w.d, d.conv.d, d.y.d, 16, &n, perf) ==
+            CUDNN_STATUS_SUCCESS);
+    int seen = 0;
+    for (int i = 0; i < n; ++i) {
+      if (perf[i].algo != algo) continue;
+      ++seen;
+      CHECK(perf[i].memory == (perf[i].mathType == CUDNN_FMA_MATH ? fma : tf32));
+    }
+    CHECK(seen == 2);
+    DevBuf ws(fma);
+    CHECK(fwd_with(d.x.d, d.w.d, d.conv.d, d.y.d, algo, nullptr, ws.p, tf32) == CUDNN_STATUS_BAD_PARAM);
+    CHECK_THAT(last_error(), Catch::Contains("needs " + std::to_string(fma)));
+    CHECK(fwd_with(d.x.d, d.w.d, d.conv.d, d.y.d, algo, nullptr, ws.p, fma) == CUDNN_STATUS_SUCCESS);
+    CHECK(fwd_with(dflt.x.d, dflt.w.d, dflt.conv.d, dflt.y.d, algo, nullptr, ws.p, tf32) == CUDNN_STATUS_SUCCESS);
+  }
+  SECTION("layouts: a size-1 dimension's stride must fit the packing of the others") {
+    // x [2,3,1,5] NHWC-packed needs h's stride W * C = 15 (Note [cuDNN layouts from strides])
+    Cfg flat = c;
+    flat.H = 1;
+    flat.R = 1;
+    flat.ph = 0;
+    flat.nhwc = true;
+    Descs df(flat);
+    TDesc odd;
+    REQUIRE(cudnnSetTensor4dDescriptorEx(odd.d, CUDNN_DATA_FLOAT, 2, 3, 1, 5, 15, 1, 1, 3) == CUDNN_STATUS_SUCCESS);
+    size_t need = 0;
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(h.h, df.x.d, df.w.d, df.conv.d, df.y.d,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                                  &need) == CUDNN_STATUS_SUCCESS);
+    CHECK(cudnnGetConvolutionForwardWorkspaceSize(h.h, odd.d, df.w.d, df.conv.d, df.y.d,
+                                                  CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                                  &need) == CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);
+    CHECK_THAT(last_error(), Catch::Contains("size-1 dimension 2"));
+  }
   SECTION("pointers: host memory, too small a buffer, null; alpha and beta null") {
     std::vector<float> host(x_layout(c).count());
     CHECK(fwd_with(d.x.d, d.w.d, d.conv.d, d.y.d, 0, host.data()) == CUDNN_STATUS_BAD_PARAM);

@@ -465,6 +465,71 @@ TEST_CASE("simulated cuDNN: each broken pooling, softmax or batch-norm call gets
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
 }
 
+TEST_CASE("simulated cuDNN: a size-1 dimension's stride must fit the layout the other strides pack",
+          "[gpu][sim][vendor-sim]") {
+  // channels-last [3,4,2,3] data described as [N, C, H*W, 1] (what ember's batch-norm variant
+  // passes): NHWC-fully-packed only with the size-1 w's stride = C
+  // (Note [cuDNN layouts from strides] in sim/libs/cudnn_common.cpp)
+  Handle h;
+  const Elem f32 = Elem::f32;
+  const Scale one(1, f32), zero(0, f32);
+  const Shape cl = shape(3, 4, 2, 3, Layout::nhwc);
+  Shape flat{3, 4, 6, 1, 24, 1, 4, 4};
+  Shape flat_w1 = flat;
+  flat_w1.sw = 1;
+  DevTensor x(cl, f32, uniform(cl.numel(), 7)), y(cl, f32), dx(cl, f32);
+  const std::vector<double> ones(4, 1.0), zeros(4, 0.0);
+  const Shape ps = shape(1, 4, 1, 1);
+  DevTensor w(ps, f32, ones), b(ps, f32, zeros), sm(ps, f32), si(ps, f32), dw(ps, f32), db(ps, f32);
+  TDesc cld(cl, f32), flatd(flat, f32), oddd(flat_w1, f32), pd;
+  const auto sp = CUDNN_BATCHNORM_SPATIAL;
+  REQUIRE(cudnnDeriveBNTensorDescriptor(pd.d, cld.d, sp) == CUDNN_STATUS_SUCCESS);
+  auto train = [&](cudnnTensorDescriptor_t d) {
+    return cudnnBatchNormalizationForwardTraining(h.h, sp, one.p(), zero.p(), d, x.p(), d, y.p(), pd.d, w.p(), b.p(),
+                                                  0.1, nullptr, nullptr, 1e-5, sm.p(), si.p());
+  };
+  // the 4-d descriptor and its packed [N, C, L, 1] form read the same elements
+  REQUIRE(train(cld.d) == CUDNN_STATUS_SUCCESS);
+  const std::vector<double> want = y.download();
+  REQUIRE(train(flatd.d) == CUDNN_STATUS_SUCCESS);
+  check_close(y.download(), want, 1e-6, 1e-6, "[N, C, L, 1] NHWC-packed");
+  // w's stride 1 (NCHW's): dense data, but neither layout's packing: refused, naming the stride
+  CHECK_REFUSED(train(oddd.d), CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);
+  CHECK_THAT(last_error(), Catch::Matchers::Contains("NHWC-fully-packed except for the stride 1 of its size-1 "
+                                                     "dimension 3, which that layout needs to be 4"));
+  CHECK_REFUSED(cudnnBatchNormalizationForwardInference(h.h, sp, one.p(), zero.p(), oddd.d, x.p(), oddd.d, y.p(), pd.d,
+                                                        w.p(), b.p(), sm.p(), si.p(), 1e-5),
+                CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);
+  CHECK_REFUSED(
+      cudnnBatchNormalizationBackward(h.h, sp, one.p(), zero.p(), one.p(), zero.p(), cld.d, x.p(), cld.d, y.p(), oddd.d,
+                                      dx.p(), pd.d, w.p(), dw.p(), db.p(), 1e-5, sm.p(), si.p()),
+      CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);
+  // the same for the other calls that read a layout
+  CHECK_REFUSED(cudnnSoftmaxForward(h.h, CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL, one.p(), oddd.d, x.p(),
+                                    zero.p(), oddd.d, y.p()),
+                CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);
+  // 2-d data [5, 4] as [5, 4, 1, 1]: strides (4,1,1,1) are NCHW-packed, (4,1,4,4) NHWC-packed, and
+  // (4,1,4,1) (h as NHWC, w as NCHW) neither
+  const Shape rows_nchw{5, 4, 1, 1, 4, 1, 1, 1}, rows_nhwc{5, 4, 1, 1, 4, 1, 4, 4}, rows_odd{5, 4, 1, 1, 4, 1, 4, 1};
+  DevTensor r(rows_nchw, f32, uniform(rows_nchw.numel(), 8)), ry(rows_nchw, f32);
+  auto train_rows = [&](const Shape& s) {
+    TDesc d(s, f32);
+    return cudnnBatchNormalizationForwardTraining(h.h, sp, one.p(), zero.p(), d.d, r.p(), d.d, ry.p(), pd.d, w.p(),
+                                                  b.p(), 0.1, nullptr, nullptr, 1e-5, sm.p(), si.p());
+  };
+  CHECK(train_rows(rows_nchw) == CUDNN_STATUS_SUCCESS);
+  CHECK(train_rows(rows_nhwc) == CUDNN_STATUS_SUCCESS);
+  CHECK_REFUSED(train_rows(rows_odd), CUDNN_STATUS_NOT_SUPPORTED_LAYOUT);
+  // strided data (gaps between rows and planes) is no packed layout to misread: computed
+  const Shape padded = shape(3, 4, 2, 3, Layout::padded);
+  DevTensor px(padded, f32, uniform(padded.numel(), 9)), py(padded, f32);
+  TDesc pdd(padded, f32);
+  CHECK(cudnnBatchNormalizationForwardTraining(h.h, sp, one.p(), zero.p(), pdd.d, px.p(), pdd.d, py.p(), pd.d, w.p(),
+                                               b.p(), 0.1, nullptr, nullptr, 1e-5, sm.p(),
+                                               si.p()) == CUDNN_STATUS_SUCCESS);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+}
+
 TEST_CASE("simulated cuDNN: pooling forward and backward match a double host loop", "[gpu][sim][vendor-sim]") {
   Handle h;
   const cudnnPoolingMode_t modes[] = {CUDNN_POOLING_MAX, CUDNN_POOLING_MAX_DETERMINISTIC,
