@@ -24,15 +24,15 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
   const bool gpu = device.is_cuda();
   const int64_t big_batch = 512;
   // lr scaling for the larger batch: linear for SGD, square root for the Adam family
-  const double scale = base.optimizer == "sgd" ? static_cast<double>(big_batch) / 64.0
-                                               : std::sqrt(static_cast<double>(big_batch) / 64.0);
+  const double scale = base.optimizer == OptimizerKind::sgd ? static_cast<double>(big_batch) / 64.0
+                                                            : std::sqrt(static_cast<double>(big_batch) / 64.0);
   std::vector<Rung> rungs = {
       {"baseline (see above)",
        [](Options& o) {
          o.workers = 0;
          o.pin_memory = false;
          o.batch_size = 64;
-         o.amp = "off";
+         o.amp = AmpMode::off;
          o.zero_grad_to_none = false;
          o.sync_every_step = true;
          o.graph = false;
@@ -52,11 +52,11 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
       {"+ autotuned kernels", [](Options& o) { o.autotune = true; }},
       {"+ CUDA graph", [](Options& o) { o.graph = true; }, true},
       {gpu ? "+ mixed precision (bf16 autocast)" : "+ mixed precision (bf16 autocast on the CPU)",
-       [](Options& o) { o.amp = "bf16"; }},
+       [](Options& o) { o.amp = AmpMode::bf16; }},
   };
 
-  std::printf("ablation: model %s, %lld optimizer steps per rung, %s on %s\n", base.model.c_str(),
-              static_cast<long long>(base.ablation_steps), base.optimizer.c_str(), device.str().c_str());
+  std::printf("ablation: model %s, %lld optimizer steps per rung, %s on %s\n", name(base.model),
+              static_cast<long long>(base.ablation_steps), name(base.optimizer), device.str().c_str());
   std::printf(
       "baseline: 0 workers, pageable memory, batch 64, fp32, zero-filled gradients, a host sync every "
       "step, eager; each later rung adds one technique to the one above\n");

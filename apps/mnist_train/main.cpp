@@ -29,12 +29,14 @@ using namespace ember;
 
 namespace {
 
-Device pick_device(const std::string& flag) {
-  if (flag == "auto") return cuda::device_count() > 0 ? kCUDA : kCPU;
-  Device d = Device::parse(flag);
+// --device: the one asked for (it must exist), or the GPU when there is one.
+Device pick_device(const std::optional<Device>& asked) {
+  if (!asked) return cuda::device_count() > 0 ? kCUDA : kCPU;
+  const Device d = *asked;
   if (d.is_cuda()) {
-    EMBER_CHECK(cuda::device_count() > 0, "--device ", flag, ": ", cuda::unavailable_reason());
-    EMBER_CHECK(d.index < cuda::device_count(), "--device ", flag, ": only ", cuda::device_count(), " CUDA device(s)");
+    EMBER_CHECK(cuda::device_count() > 0, "--device ", d.str(), ": ", cuda::unavailable_reason());
+    EMBER_CHECK(d.index < cuda::device_count(), "--device ", d.str(), ": only ", cuda::device_count(),
+                " CUDA device(s)");
   }
   return d;
 }
@@ -220,8 +222,8 @@ int run(mnist::Options o) {
   Device device = pick_device(o.device);
   const bool rank0 = o.distributed ? join_job(o, device) : true;
   if (!o.quiet) {
-    std::string why = device.is_cpu() && o.device == "auto" ? " (" + cuda::unavailable_reason() + ")" : "";
-    std::printf("mnist_train: %s on %s%s, data %s\n", o.model.c_str(), describe(device).c_str(), why.c_str(),
+    std::string why = device.is_cpu() && !o.device ? " (" + cuda::unavailable_reason() + ")" : "";
+    std::printf("mnist_train: %s on %s%s, data %s\n", name(o.model), describe(device).c_str(), why.c_str(),
                 o.data.c_str());
   }
   mnist::Splits splits = mnist::load_splits(o);

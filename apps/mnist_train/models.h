@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/mnist_train/options.h"
 #include "nn/nn.h"
 
 namespace mnist {
@@ -23,6 +24,6 @@ struct InputShape {
   int64_t classes = 10;
 };
 
-std::shared_ptr<ember::nn::Module> make_model(const std::string& name, const InputShape& in = {});
+std::shared_ptr<ember::nn::Module> make_model(ModelKind kind, const InputShape& in = {});
 
 }  // namespace mnist

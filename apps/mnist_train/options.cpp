@@ -56,6 +56,48 @@ const CLI::Validator kSeed(
 const CLI::Validator kPositive = at_least(0, true);
 const CLI::Validator kNonNegative = at_least(0, false);
 
+// The choices a flag takes, spelled as on the command line.
+template <class E>
+struct Choice {
+  const char* name;
+  E value;
+};
+constexpr Choice<ModelKind> kModels[] = {{"mlp", ModelKind::mlp}, {"cnn", ModelKind::cnn}, {"fast", ModelKind::fast}};
+constexpr Choice<OptimizerKind> kOptimizers[] = {
+    {"sgd", OptimizerKind::sgd}, {"adam", OptimizerKind::adam}, {"adamw", OptimizerKind::adamw}};
+constexpr Choice<SchedulerKind> kSchedulers[] = {{"none", SchedulerKind::none},
+                                                 {"onecycle", SchedulerKind::onecycle},
+                                                 {"cyclic", SchedulerKind::cyclic},
+                                                 {"cosine", SchedulerKind::cosine},
+                                                 {"step", SchedulerKind::step}};
+constexpr Choice<AmpMode> kAmpModes[] = {{"off", AmpMode::off}, {"fp16", AmpMode::fp16}, {"bf16", AmpMode::bf16}};
+
+template <class E, size_t N>
+const char* name_in(const Choice<E> (&choices)[N], E value) {
+  for (const Choice<E>& c : choices)
+    if (c.value == value) return c.name;
+  return "?";
+}
+
+// A flag that takes one of `choices`: checked as text (the usual "X not in {a,b}" message), stored
+// as the enum.
+template <class E, size_t N>
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, E& target, const Choice<E> (&choices)[N],
+                        const std::string& help) {
+  std::vector<std::string> names;
+  for (const Choice<E>& c : choices) names.emplace_back(c.name);
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&target, &choices](const std::string& v) {
+            for (const Choice<E>& c : choices)
+              if (v == c.name) target = c.value;
+          },
+          help)
+      ->check(CLI::IsMember(names))
+      ->default_str(name_in(choices, target));
+}
+
 // --data and how it is split, loaded and augmented
 void add_data_options(CLI::App& app, Options& o, std::string& resize) {
   app.option_defaults()->group("Data");
@@ -99,20 +141,18 @@ void add_data_options(CLI::App& app, Options& o, std::string& resize) {
 // the model, the optimizer and its schedule, the run's length, --distributed
 void add_training_options(CLI::App& app, Options& o) {
   app.option_defaults()->group("Training");
-  app.add_option("--model", o.model,
-                 "mlp (784-128-64-10), cnn (two conv layers), fast (BN-CNN tuned for time-to-accuracy)")
-      ->check(CLI::IsMember({"mlp", "cnn", "fast"}));
+  add_choice(app, "--model", o.model, kModels,
+             "mlp (784-128-64-10), cnn (two conv layers), fast (BN-CNN tuned for time-to-accuracy)");
   app.add_option("--epochs", o.epochs, "passes over the training set")->check(CLI::Range(1, 1000));
   app.add_option("--batch-size", o.batch_size, "samples per optimizer step (per micro-batch with --grad-accum)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--lr", o.lr, "learning rate (the peak lr with onecycle/cyclic)")->check(kPositive);
-  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  add_choice(app, "--optimizer", o.optimizer, kOptimizers, "sgd, adam or adamw");
   app.add_option("--weight-decay", o.weight_decay, "weight decay (decoupled for adamw)")->check(kNonNegative);
   app.add_option("--momentum", o.momentum, "SGD momentum (nesterov), or Adam's beta1")
       ->check(kFinite)
       ->check(CLI::Range(0.0, 0.9999));
-  app.add_option("--scheduler", o.scheduler, "none, onecycle, cyclic, cosine or step")
-      ->check(CLI::IsMember({"none", "onecycle", "cyclic", "cosine", "step"}));
+  add_choice(app, "--scheduler", o.scheduler, kSchedulers, "none, onecycle, cyclic, cosine or step");
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step (the loss is divided by N)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--clip-grad", o.clip_grad, "clip the gradients' total 2-norm to this (0: off)")->check(kNonNegative);
@@ -128,7 +168,24 @@ void add_training_options(CLI::App& app, Options& o) {
                "and saves; the test accuracy covers the whole test set. Start: ember_run --nproc-per-node N -- "
                "mnist_train --distributed ...");
   app.add_flag("!--no-lr-scaling", o.lr_scaling, "with --distributed: do not scale --lr by WORLD_SIZE");
-  app.add_option("--device", o.device, "auto, cpu, cuda or cuda:N");
+  app.add_option_function<std::string>(
+         "--device",
+         [&o](const std::string& v) {
+           if (v == "auto") o.device.reset();
+           else o.device = ember::Device::parse(v);
+         },
+         "auto, cpu, cuda or cuda:N")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            try {
+              if (v != "auto") (void)ember::Device::parse(v);
+              return "";
+            } catch (const ember::Error& e) {
+              return e.what();
+            }
+          },
+          "DEVICE"))
+      ->default_str("auto");
   app.add_option("--max-steps", o.max_steps, "stop after this many optimizer steps in all (0: no limit)")
       ->check(kNonNegative);
   app.add_option("--max-nonfinite-steps", o.max_nonfinite_steps,
@@ -163,8 +220,7 @@ void add_speed_options(CLI::App& app, Options& o) {
           },
           "SPEC", "backends"));
   app.add_flag("--sync-debug", o.sync_debug, "report every host synchronisation inside a step, with the op");
-  app.add_option("--amp", o.amp, "mixed precision: off, fp16 (with loss scaling) or bf16")
-      ->check(CLI::IsMember({"off", "fp16", "bf16"}));
+  add_choice(app, "--amp", o.amp, kAmpModes, "mixed precision: off, fp16 (with loss scaling) or bf16");
   app.add_flag("--channels-last", o.channels_last, "NHWC activations for the conv models");
   app.add_flag("--zero-grad-to-none,!--zero-grad-fill", o.zero_grad_to_none,
                "set gradients to none between steps (else fill them with zeros)");
@@ -208,22 +264,28 @@ void add_checkpoint_options(CLI::App& app, Options& o) {
 
 // The usage errors CLI11 cannot see: combinations of flags and the device. Empty when fine.
 std::string usage_error(const Options& o) {
-  try {
-    if (o.device != "auto") (void)ember::Device::parse(o.device);
-  } catch (const ember::Error& e) {
-    return std::string("--device: ") + e.what();
-  }
   if (!o.eval_only.empty() && !o.resume.empty()) return "--eval-only and --resume cannot be combined";
   if (!o.predict.empty() && o.eval_only.empty()) return "--predict needs --eval-only CKPT (the model to predict with)";
   if (!o.predict.empty() && (o.distributed || o.ablation))
     return "--predict runs on one process, without --distributed or --ablation";
   if (o.ablation && (!o.eval_only.empty() || !o.resume.empty()))
     return "--ablation runs its own trainings; it cannot be combined with --eval-only or --resume";
-  if (o.channels_last && o.model == "mlp") return "--channels-last applies to the conv models (cnn, fast)";
+  if (o.channels_last && o.model == ModelKind::mlp) return "--channels-last applies to the conv models (cnn, fast)";
   return "";
 }
 
 }  // namespace
+
+const char* name(ModelKind m) { return name_in(kModels, m); }
+const char* name(OptimizerKind o) { return name_in(kOptimizers, o); }
+const char* name(SchedulerKind s) { return name_in(kSchedulers, s); }
+const char* name(AmpMode a) { return name_in(kAmpModes, a); }
+
+ModelKind model_named(const std::string& name) {
+  for (const Choice<ModelKind>& c : kModels)
+    if (name == c.name) return c.value;
+  EMBER_FAIL("unknown model '", name, "' (expected mlp, cnn or fast)");
+}
 
 ParseResult parse_options(int argc, char** argv) {
   Options o;

@@ -6,10 +6,24 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+
 namespace mnist {
 
+// The choices a flag names, as enums from parsing on; name() gives the flag's spelling back.
+enum class ModelKind { mlp, cnn, fast };
+enum class OptimizerKind { sgd, adam, adamw };
+enum class SchedulerKind { none, onecycle, cyclic, cosine, step };
+enum class AmpMode { off, fp16, bf16 };
+const char* name(ModelKind m);
+const char* name(OptimizerKind o);
+const char* name(SchedulerKind s);
+const char* name(AmpMode a);
+// The model a checkpoint names ("run.model"); throws naming it when it is none of mnist_train's.
+ModelKind model_named(const std::string& name);
+
 struct Options {
-  // data: an IDX directory, an ImageFolder directory or a packed file (load_splits in trainer.h)
+  // data: an IDX directory, an ImageFolder directory or a packed file (load_splits in splits.h)
   std::string data = "/usr/share/datasets/fashion-mnist";
   double val_split = 0.1;
   double test_split = 0.2;             // held out for testing when the data has no test split of its own
@@ -20,27 +34,27 @@ struct Options {
   bool device_resident = false;
   bool augment = false;
   // model and training
-  std::string model = "mlp";
+  ModelKind model = ModelKind::mlp;
   int epochs = 15;  // the MLP reaches ~89.3% on Fashion-MNIST in ~10 s on a 2-core CPU (docs/perf.md)
   int64_t batch_size = 128;
   double lr = 3e-3;
-  std::string optimizer = "adamw";
+  OptimizerKind optimizer = OptimizerKind::adamw;
   double weight_decay = 1e-4;
   double momentum = 0.9;
-  std::string scheduler = "onecycle";
+  SchedulerKind scheduler = SchedulerKind::onecycle;
   int grad_accum = 1;
   double clip_grad = 0;  // 0: off
   double label_smoothing = 0;
   uint64_t seed = 0;
   bool deterministic = false;
-  std::string device = "auto";
-  int64_t max_steps = 0;        // 0: the whole epochs (a cap, for quick runs and the ablation)
-  int max_nonfinite_steps = 1;  // consecutive NaN/inf losses that stop the run (divergence)
+  std::optional<ember::Device> device;  // --device; empty: auto (the GPU when there is one)
+  int64_t max_steps = 0;                // 0: the whole epochs (a cap, for quick runs and the ablation)
+  int max_nonfinite_steps = 1;          // consecutive NaN/inf losses that stop the run (divergence)
   // speed
   bool graph = false;
   bool autotune = false;
   bool sync_debug = false;
-  std::string amp = "off";
+  AmpMode amp = AmpMode::off;
   std::string backends;  // e.g. "matmul=cublas,conv2d=auto" (kernels/autotune.h set_backends)
   bool channels_last = false;
   bool zero_grad_to_none = true;

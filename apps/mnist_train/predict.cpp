@@ -29,7 +29,7 @@ int predict(const Options& o, Device device) {
   const std::vector<std::string>& classes = trained->classes;
   const std::vector<double>& mean = trained->mean;
   const std::vector<double>& stdev = trained->std;
-  auto model = make_model(trained->model, in);
+  auto model = make_model(model_named(trained->model), in);
   TensorDict state;
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("model.", 0) == 0) state.insert(name.substr(6), t);

@@ -28,7 +28,7 @@ void print_confusion(const EvalResult& e, const std::vector<std::string>& classe
 
 void print_summary(const Options& o, const RunResult& r, const std::vector<std::string>& classes,
                    const std::string& device) {
-  std::printf("\nsummary: model %s on %s, %zu epochs, %lld optimizer steps, batch %lld\n", o.model.c_str(),
+  std::printf("\nsummary: model %s on %s, %zu epochs, %lld optimizer steps, batch %lld\n", name(o.model),
               device.c_str(), r.epochs.size(), static_cast<long long>(r.steps), static_cast<long long>(o.batch_size));
   std::printf("  total time            %.2f s (loading and evaluation included)\n", r.total_seconds);
   std::printf("  training time         %.2f s, %.0f samples/s\n", r.train_seconds, r.samples_per_s);
@@ -39,7 +39,7 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
   if (r.gpu_idle_fraction >= 0)
     std::printf("  GPU idle between steps %.1f%% (CUDA events around each step)\n", 100.0 * r.gpu_idle_fraction);
   if (o.graph) std::printf("  CUDA graph            %s\n", r.graph_used ? "captured and replayed" : "not used");
-  if (o.amp == "fp16")
+  if (o.amp == AmpMode::fp16)
     std::printf("  loss scaler           %lld steps skipped (inf/NaN gradients)\n",
                 static_cast<long long>(r.skipped_steps));
   for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());

@@ -37,7 +37,7 @@ struct Splits {
 Splits load_splits(const Options& o);
 
 // What a training checkpoint records about the data its model was trained on (the run.* metadata
-// that Trainer::run_info writes). nullopt for a checkpoint that records none (saved before these
+// that Trainer::run_record writes). nullopt for a checkpoint that records none (saved before these
 // entries existed); throws naming `what` ("--eval-only ck.safetensors") when they are malformed.
 struct TrainedOn {
   std::string model;  // --model

@@ -3,45 +3,26 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <nlohmann/json.hpp>
-#include <numeric>
-#include <random>
 #include <csignal>
-#include <unistd.h>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "apps/mnist_train/models.h"
-#include "apps/mnist_train/run_agreement.h"
-#include "ckpt/training_checkpoint.h"
 #include "core/autocast.h"
 #include "core/hash.h"
-#include "core/profiler.h"
 #include "core/rng.h"
 #include "core/runtime.h"
-#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "kernels/autotune.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
-#include "logging/progress.h"
-#include "logging/tensorboard.h"
 
 namespace mnist {
 
 using namespace ember;
 
 namespace {
-
-std::string fmt_pct(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f%%", v);
-  return b;
-}
 
 double now_s() {
   static const auto t0 = std::chrono::steady_clock::now();
@@ -57,46 +38,6 @@ class ToChannelsLastImpl : public nn::Module {
     return x.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
   }
 };
-
-}  // namespace
-
-// ---- side outputs and signals ----
-
-namespace {
-int g_output_failures = 0;
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop_signal != 0) ::_exit(128 + sig);  // the second one: at once
-  g_stop_signal = sig;
-  static const char msg[] =
-      "mnist_train: stopping after the current step (outputs are written for the completed epochs; "
-      "press Ctrl-C again to exit at once)\n";
-  (void)!::write(2, msg, sizeof msg - 1);
-}
-}  // namespace
-
-void output_failed(const std::string& flag, const std::string& path, const std::string& what) {
-  ++g_output_failures;
-  const std::string line = user_message(what);  // one line, no source locations
-  std::fflush(stdout);
-  std::fprintf(stderr,
-               "mnist_train: error: %s %s: %s (training goes on without this output; the exit code will be 1)\n",
-               flag.c_str(), path.c_str(), line.c_str());
-}
-
-int output_failures() { return g_output_failures; }
-
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
-
-int stop_signal() { return g_stop_signal; }
 
 // Evaluation under --distributed: indices rank, rank + world, ... (no padding, so the ranks
 // together visit every sample exactly once).
@@ -115,225 +56,78 @@ class StridedSampler final : public data::Sampler {
   int rank_, world_;
 };
 
-// ---- logs ----
+DType amp_dtype(AmpMode a) { return a == AmpMode::fp16 ? DType::f16 : a == AmpMode::bf16 ? DType::bf16 : DType::f32; }
 
-// The run's records: the progress bar, the epoch lines on stdout, the JSONL file (--log) and
-// TensorBoard (--tensorboard). step() writes one log interval, epoch() one finished epoch,
-// summary() the last record. A file output that fails is reported once and written no more
-// (Note [side outputs]).
-struct Trainer::Logs {
-  struct Step {     // one log interval
-    int epoch = 0;  // 1-based
-    int64_t step = 0, step_in_epoch = 0;
-    double loss = 0, accuracy = 0, lr = 0, samples_per_s = 0;
-  };
-
-  Logs(const Options& o, bool has_val) : o_(o), has_val_(has_val) {
-    if (!o_.log.empty()) {
-      // Opened and locked now, before any training: a second run appending to the same log fails
-      // here (naming the first one's PID), not after its first interval. A run that writes no
-      // record still leaves no file (AppendFile::close).
-      jsonl_ = std::make_unique<io::AppendFile>(o_.log, false, /*exclusive=*/true);
-      jsonl_->open();
-    }
-    if (!o_.tensorboard.empty()) {
-      try {
-        tb_ = std::make_unique<logging::TensorBoardWriter>(o_.tensorboard);
-      } catch (const std::exception& e) {
-        output_failed("--tensorboard", o_.tensorboard, e.what());
-      }
-    }
-  }
-
-  void begin_epoch(int epoch, int64_t micro_per_epoch) {
-    if (!o_.quiet && !o_.silent)
-      progress_ = std::make_unique<logging::Progress>(str("epoch ", epoch + 1, "/", o_.epochs), micro_per_epoch);
-  }
-  void end_epoch() {
-    if (progress_) progress_->finish();
-  }
-
-  void step(const Step& s) {
-    if (progress_) {
-      char extra[64];
-      std::snprintf(extra, sizeof extra, "loss %.4f acc %.2f%%", s.loss, s.accuracy);
-      progress_->update(s.step_in_epoch, s.step_in_epoch * o_.batch_size, extra);
-    }
-    json({{"type", "step"},
-          {"epoch", s.epoch},
-          {"step", s.step},
-          {"loss", s.loss},
-          {"accuracy", s.accuracy},
-          {"lr", s.lr},
-          {"samples_per_s", s.samples_per_s}});
-    scalar("train/loss", s.loss, s.step);
-    scalar("train/accuracy", s.accuracy, s.step);
-    scalar("train/lr", s.lr, s.step);
-    scalar("train/samples_per_s", s.samples_per_s, s.step);
-  }
-
-  void epoch(const EpochResult& er) {
-    if (!o_.silent)
-      std::printf(
-          "epoch %d/%d  train loss %.4f  train acc %.2f%%  val acc %s  test acc %.2f%%  %.1f s  "
-          "%.0f samples/s  lr %.3g\n",
-          er.epoch, o_.epochs, er.train_loss, er.train_acc, has_val_ ? fmt_pct(er.val_acc).c_str() : "-", er.test_acc,
-          er.seconds, er.samples_per_s, er.lr);
-    std::fflush(stdout);
-    // Without a validation split there is no validation accuracy: null, not a 0 that reads as a measured one.
-    json({{"type", "epoch"},
-          {"epoch", er.epoch},
-          {"train_loss", er.train_loss},
-          {"train_accuracy", er.train_acc},
-          {"val_accuracy", has_val_ ? nlohmann::json(er.val_acc) : nlohmann::json()},
-          {"test_accuracy", er.test_acc},
-          {"seconds", er.seconds},
-          {"samples_per_s", er.samples_per_s},
-          {"lr", er.lr}});
-    scalar("epoch/train_loss", er.train_loss, er.epoch);
-    if (has_val_) scalar("epoch/val_accuracy", er.val_acc, er.epoch);
-    scalar("epoch/test_accuracy", er.test_acc, er.epoch);
-    scalar("epoch/samples_per_s", er.samples_per_s, er.epoch);
-  }
-
-  // The last JSONL record; closes the file (a failure to flush it is reported like any other).
-  void summary(const RunResult& r) {
-    const char* status = !r.error.empty() ? "diverged" : r.interrupted_by != 0 ? "interrupted" : "completed";
-    json({{"type", "summary"},
-          {"status", status},
-          {"epochs", r.epochs.size()},
-          {"steps", r.steps},
-          {"test_accuracy", r.final_test.accuracy},
-          {"best_test_accuracy", r.best_test_acc},
-          {"train_seconds", r.train_seconds},
-          {"total_seconds", r.total_seconds},
-          {"samples_per_s", r.samples_per_s}});
-    if (jsonl_) {
-      try {
-        jsonl_->close();
-      } catch (const std::exception& e) {
-        output_failed("--log", o_.log, e.what());
-      }
-      jsonl_.reset();
-    }
-  }
-
- private:
-  void json(const nlohmann::json& j) {
-    if (!jsonl_) return;
-    try {
-      jsonl_->append(j.dump() + "\n");
-    } catch (const std::exception& e) {
-      output_failed("--log", o_.log, e.what());
-      jsonl_.reset();
-    }
-  }
-  void scalar(const std::string& tag, double value, int64_t step) {
-    if (!tb_) return;
-    try {
-      tb_->scalar(tag, value, step);
-    } catch (const std::exception& e) {
-      output_failed("--tensorboard", o_.tensorboard, e.what());
-      tb_.reset();
-    }
-  }
-
-  const Options& o_;
-  const bool has_val_;  // the epoch line prints "-" for the validation accuracy without a split
-  std::unique_ptr<io::AppendFile> jsonl_;
-  std::unique_ptr<logging::TensorBoardWriter> tb_;
-  std::unique_ptr<logging::Progress> progress_;
-};
-
-// --profile records a window of 10 optimizer steps after 10 of warm-up, earlier in shorter runs (a
-// run of 10 steps or fewer is profiled from its first step). The loop calls before_step() and
-// after_step() around each micro-batch with the optimizer step count; write() closes a window the
-// run ended inside and saves the trace.
-struct Trainer::ProfileWindow {
-  explicit ProfileWindow(int64_t total_steps) : first_(std::min<int64_t>(10, std::max<int64_t>(0, total_steps - 10))) {}
-
-  void before_step(int64_t step) {
-    if (state_ != State::waiting || step < first_) return;
-    prof_.start();
-    state_ = State::recording;
-    end_ = step + 10;
-  }
-  void after_step(int64_t step) {
-    if (state_ != State::recording || step != end_) return;
-    runtime::AllowSyncScope allow;
-    prof_.stop();
-    state_ = State::done;
-  }
-  void write(const std::string& path);
-
- private:
-  enum class State { waiting, recording, done };
-  profiler::TraceProfiler prof_;
-  State state_ = State::waiting;
-  int64_t first_, end_ = 0;  // optimizer steps: the window is [first_ or later, end_)
-};
+}  // namespace
 
 // ---- construction ----
 
-Trainer::Trainer(const Options& o, Device device, const Splits& splits) : o_(o), device_(device), splits_(splits) {
+Trainer::Trainer(const Options& o, Device device, const Splits& splits)
+    : o_(o),
+      device_(device),
+      splits_(splits),
+      graph_(device, o.graph && device.is_cuda() && o.grad_accum == 1),
+      guard_(device, o.max_nonfinite_steps),
+      timer_(device) {
   manual_seed(o_.seed);
   if (o_.deterministic) set_deterministic(true);
   if (o_.autotune) set_backend_all("auto");
   if (!o_.backends.empty()) set_backends(o_.backends);
-  model_ = make_model(o_.model, splits_.shape);
-  mean_ = splits_.mean;
-  std_ = splits_.std;
+  inputs_.mean = splits_.mean;
+  inputs_.std = splits_.std;
+  build_learner();
+  interval_.loss_sum = zeros({1}, TensorOptions(DType::f32).device(device_));
+  interval_.correct = zeros({1}, TensorOptions(DType::i64).device(device_));
+  logs_ = std::make_unique<RunLogs>(o_, splits_.val != nullptr);
+}
+
+Trainer::~Trainer() {
+  if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
+}
+
+// The model on the device (channels-last after its first conv if asked), DDP around it, the
+// optimizer and fp16's loss scaler.
+void Trainer::build_learner() {
+  std::shared_ptr<nn::Module> model = make_model(o_.model, splits_.shape);
   if (o_.channels_last && device_.is_cuda()) {
     // after the first conv (the input has one channel, so NCHW and NHWC coincide there)
-    auto* seq = dynamic_cast<nn::SequentialImpl*>(model_.get());
+    auto* seq = dynamic_cast<nn::SequentialImpl*>(model.get());
     auto rebuilt = std::make_shared<nn::SequentialImpl>();
     for (size_t i = 0; seq != nullptr && i < seq->size(); ++i) {
       rebuilt->push_back((*seq)[i]);
       if (i == 0) rebuilt->push_back("to_channels_last", std::make_shared<ToChannelsLastImpl>());
     }
-    if (seq != nullptr) model_ = rebuilt;
+    if (seq != nullptr) model = rebuilt;
   }
-  model_->to(device_);
-  params_ = model_->parameters();
+  model->to(device_);
+  learner_.model = model;
+  learner_.params = model->parameters();
   if (o_.distributed) {
-    pg_ = dist::default_group();
-    EMBER_CHECK(pg_ != nullptr, "--distributed: no process group (main() creates it)");
-    check_ranks_agree(*pg_, run_fields(), device_);  // before DDP's first broadcast
-    ddp_ = std::make_unique<dist::DistributedDataParallel>(model_, dist::DDPOptions().process_group(pg_));
+    dp_.pg = dist::default_group();
+    EMBER_CHECK(dp_.pg != nullptr, "--distributed: no process group (main() creates it)");
+    check_ranks_agree(*dp_.pg, run_fields(), device_);  // before DDP's first broadcast
+    dp_.ddp = std::make_unique<dist::DistributedDataParallel>(model, dist::DDPOptions().process_group(dp_.pg));
   }
   build_optimizer();
-  if (o_.amp == "fp16") {
+  if (o_.amp == AmpMode::fp16) {
     EMBER_CHECK(device_.is_cuda(), "--amp fp16 needs a CUDA device (the CPU's autocast supports bf16: use --amp bf16)");
-    amp_dtype_ = DType::f16;
-    scaler_ = std::make_unique<amp::GradScaler>();
-  } else if (o_.amp == "bf16") {
-    amp_dtype_ = DType::bf16;
+    learner_.scaler = std::make_unique<amp::GradScaler>();
   }
-  loss_sum_ = zeros({1}, TensorOptions(DType::f32).device(device_));
-  correct_ = zeros({1}, TensorOptions(DType::i64).device(device_));
-  nonfinite_run_ = zeros({1}, TensorOptions(DType::f32).device(device_));
-  diverged_at_ = full({1}, -1.0, TensorOptions(DType::f32).device(device_));
-  dev_step_ = zeros({1}, TensorOptions(DType::f32).device(device_));
-  logs_ = std::make_unique<Logs>(o_, splits_.val != nullptr);
 }
 
 // What every rank of a --distributed job must share (run_agreement.h).
 std::vector<RunField> Trainer::run_fields() const {
   int64_t elements = 0;
   uint64_t shapes = kFnv1aBasis;  // every parameter's dims, each shape ended by its rank
-  for (const Tensor& p : params_) {
+  for (const Tensor& p : learner_.params) {
     elements += p.numel();
     const int64_t rank = p.dim();
     for (int64_t d : p.shape()) shapes = fnv1a(&d, sizeof d, shapes);
     shapes = fnv1a(&rank, sizeof rank, shapes);
   }
-  auto index_of = [](const std::string& v, const std::vector<std::string>& names) {
-    const auto it = std::find(names.begin(), names.end(), v);
-    return it == names.end() ? int64_t{-1} : static_cast<int64_t>(it - names.begin());
-  };
-  const std::vector<std::string> amps = {"off", "bf16", "fp16"}, optimizers = {"sgd", "adam", "adamw"};
+  const std::vector<std::string> amps = {"off", "fp16", "bf16"}, optimizers = {"sgd", "adam", "adamw"};
   return {
-      {"model parameter tensors", static_cast<int64_t>(params_.size())},
+      {"model parameter tensors", static_cast<int64_t>(learner_.params.size())},
       {"model parameter elements", elements},
       {"model parameter shapes (hash)", static_cast<int64_t>(shapes >> 1)},
       {"training images", splits_.train ? splits_.train->size() : 0},
@@ -344,47 +138,56 @@ std::vector<RunField> Trainer::run_fields() const {
       {"--epochs", o_.epochs},
       {"--max-steps", o_.max_steps},
       {"--seed", static_cast<int64_t>(o_.seed)},
-      {"--amp", index_of(o_.amp, amps), amps},
-      {"--optimizer", index_of(o_.optimizer, optimizers), optimizers},
+      {"--amp", static_cast<int64_t>(o_.amp), amps},
+      {"--optimizer", static_cast<int64_t>(o_.optimizer), optimizers},
   };
 }
 
-Trainer::~Trainer() {
-  if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
-}
-
 void Trainer::build_optimizer() {
-  if (o_.optimizer == "sgd") {
-    opt_ = std::make_unique<optim::SGD>(
-        params_,
-        optim::SGDOptions(o_.lr).momentum(o_.momentum).nesterov(o_.momentum > 0).weight_decay(o_.weight_decay));
-  } else if (o_.optimizer == "adam") {
-    opt_ = std::make_unique<optim::Adam>(
-        params_, optim::AdamOptions(o_.lr).betas(std::make_tuple(o_.momentum, 0.999)).weight_decay(o_.weight_decay));
-  } else {
-    optim::AdamOptions a = optim::AdamWOptions(o_.lr);
-    a.betas(std::make_tuple(o_.momentum, 0.999)).weight_decay(o_.weight_decay);
-    opt_ = std::make_unique<optim::AdamW>(params_, a);
+  switch (o_.optimizer) {
+    case OptimizerKind::sgd:
+      learner_.opt = std::make_unique<optim::SGD>(
+          learner_.params,
+          optim::SGDOptions(o_.lr).momentum(o_.momentum).nesterov(o_.momentum > 0).weight_decay(o_.weight_decay));
+      return;
+    case OptimizerKind::adam:
+      learner_.opt = std::make_unique<optim::Adam>(
+          learner_.params,
+          optim::AdamOptions(o_.lr).betas(std::make_tuple(o_.momentum, 0.999)).weight_decay(o_.weight_decay));
+      return;
+    case OptimizerKind::adamw: {
+      optim::AdamOptions a = optim::AdamWOptions(o_.lr);
+      a.betas(std::make_tuple(o_.momentum, 0.999)).weight_decay(o_.weight_decay);
+      learner_.opt = std::make_unique<optim::AdamW>(learner_.params, a);
+      return;
+    }
   }
 }
 
 void Trainer::build_scheduler(int64_t total_steps) {
   total_steps = std::max<int64_t>(total_steps, 1);
-  if (o_.scheduler == "onecycle") {
-    // The warm-up phase ends at step pct_start * total_steps - 1; at exactly 0 (4 steps in all) it
-    // is empty, which OneCycleLR rejects (PyTorch divides by zero there): warm up over 2 steps.
-    const double pct_start = 0.25 * static_cast<double>(total_steps) == 1.0 ? 0.5 : 0.25;
-    sched_ =
-        std::make_unique<optim::OneCycleLR>(*opt_, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(pct_start));
-  } else if (o_.scheduler == "cyclic") {
-    int64_t half = std::max<int64_t>(1, total_steps / 4);  // two triangles over the run
-    optim::CyclicLROptions c(o_.lr / 10, o_.lr);
-    c.step_size_up(half).cycle_momentum(o_.optimizer == "sgd" && o_.momentum > 0);
-    sched_ = std::make_unique<optim::CyclicLR>(*opt_, c);
-  } else if (o_.scheduler == "cosine") {
-    sched_ = std::make_unique<optim::CosineAnnealingLR>(*opt_, total_steps);
-  } else if (o_.scheduler == "step") {
-    sched_ = std::make_unique<optim::StepLR>(*opt_, std::max<int64_t>(1, total_steps / 3), 0.1);
+  optim::Optimizer& opt = *learner_.opt;
+  switch (o_.scheduler) {
+    case SchedulerKind::none: return;
+    case SchedulerKind::onecycle: {
+      // The warm-up phase ends at step pct_start * total_steps - 1; at exactly 0 (4 steps in all)
+      // it is empty, which OneCycleLR rejects (PyTorch divides by zero there): warm up over 2 steps.
+      const double pct_start = 0.25 * static_cast<double>(total_steps) == 1.0 ? 0.5 : 0.25;
+      learner_.sched =
+          std::make_unique<optim::OneCycleLR>(opt, optim::OneCycleLROptions(o_.lr, total_steps).pct_start(pct_start));
+      return;
+    }
+    case SchedulerKind::cyclic: {
+      const int64_t half = std::max<int64_t>(1, total_steps / 4);  // two triangles over the run
+      optim::CyclicLROptions c(o_.lr / 10, o_.lr);
+      c.step_size_up(half).cycle_momentum(o_.optimizer == OptimizerKind::sgd && o_.momentum > 0);
+      learner_.sched = std::make_unique<optim::CyclicLR>(opt, c);
+      return;
+    }
+    case SchedulerKind::cosine: learner_.sched = std::make_unique<optim::CosineAnnealingLR>(opt, total_steps); return;
+    case SchedulerKind::step:
+      learner_.sched = std::make_unique<optim::StepLR>(opt, std::max<int64_t>(1, total_steps / 3), 0.1);
+      return;
   }
 }
 
@@ -398,344 +201,156 @@ std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InM
       .non_blocking(o_.pin_memory)
       .device(device_)
       .seed(o_.seed)
-      .normalize(mean_, std_)
+      .normalize(inputs_.mean, inputs_.std)
       .dtype(DType::f32);
   if (train && o_.augment)
     lo.transform(std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
         std::make_shared<data::RandomCrop>(splits_.shape.height, splits_.shape.width, 2),
         std::make_shared<data::RandomHorizontalFlip>(0.5)}));
-  if (pg_) lo.shuffle(false);  // the samplers below shuffle (or not) themselves
-  if (pg_ && train) {
+  if (!dp_.pg) return std::make_unique<data::DataLoader>(ds, lo);
+  lo.shuffle(false);  // the samplers below shuffle (or not) themselves
+  if (train) {
     // each rank its shard of every epoch's permutation (padded to equal shards)
     auto sampler = std::make_shared<data::DistributedSampler>(
         ds->size(),
-        data::DistributedSamplerOptions().world_size(pg_->size()).rank(pg_->rank()).shuffle(true).seed(o_.seed));
+        data::DistributedSamplerOptions().world_size(dp_.pg->size()).rank(dp_.pg->rank()).shuffle(true).seed(o_.seed));
     return std::make_unique<data::DataLoader>(ds, lo, sampler);
   }
-  if (pg_) {
-    // evaluation: every sample exactly once over the ranks (rank r takes r, r + w, ...)
-    return std::make_unique<data::DataLoader>(ds, lo,
-                                              std::make_shared<StridedSampler>(ds->size(), pg_->rank(), pg_->size()));
-  }
-  return std::make_unique<data::DataLoader>(ds, lo);
+  // evaluation: every sample exactly once over the ranks (rank r takes r, r + w, ...)
+  return std::make_unique<data::DataLoader>(
+      ds, lo, std::make_shared<StridedSampler>(ds->size(), dp_.pg->rank(), dp_.pg->size()));
 }
 
 // ---- the step ----
+
+// One micro-batch. An optimizer step's batch goes through the graphed step (--graph: eager while
+// warming up, captured once, then replayed); the micro-batches that only accumulate run eagerly.
+void Trainer::train_step(const data::Batch& b, bool do_step, RunResult& r) {
+  if (!do_step) {
+    eager_step(b.images, b.labels, false);
+    return;
+  }
+  switch (graph_.run(b.images, b.labels, progress_.steps_here, graph_hooks())) {
+    case GraphedStep::Outcome::captured: r.graph_used = true; break;
+    case GraphedStep::Outcome::capture_failed:
+      r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
+      break;
+    case GraphedStep::Outcome::replayed:
+      if (o_.sync_every_step) {  // a replayed step's host read: the naive loop
+        runtime::AllowSyncScope allow;
+        (void)interval_.loss_sum.item();
+      }
+      break;
+    case GraphedStep::Outcome::eager: break;
+  }
+}
+
+GraphedStep::Hooks Trainer::graph_hooks() {
+  GraphedStep::Hooks h;
+  h.step = [this](const Tensor& x, const Tensor& y) { eager_step(x, y, true); };
+  h.before_capture = [this] { learner_.opt->sync_hyperparameters(); };
+  h.capture_start = [this] { learner_.opt->zero_grad(true); };
+  h.after_failure = [this] {
+    if (learner_.scaler) learner_.scaler->discard_step();
+    learner_.opt->zero_grad(true);
+  };
+  if (dp_.ddp) h.launch = [this](cuda::Graph& g) { dp_.ddp->replay_graph(g); };  // its watchdog times the all_reduce
+  return h;
+}
 
 void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
   Tensor logits, loss;
   // --distributed with --grad-accum: only the micro-batch that steps reduces the gradients
   std::unique_ptr<dist::DistributedDataParallel::NoSync> no_sync;
-  if (ddp_ && !do_step) no_sync = std::make_unique<dist::DistributedDataParallel::NoSync>(*ddp_);
+  if (dp_.ddp && !do_step) no_sync = std::make_unique<dist::DistributedDataParallel::NoSync>(*dp_.ddp);
   {
     std::optional<autocast::Scope> ac;
-    if (amp_dtype_ != DType::f32) ac.emplace(device_.type, amp_dtype_);
-    logits = ddp_ ? ddp_->forward(x) : model_->forward(x);
+    if (o_.amp != AmpMode::off) ac.emplace(device_.type, amp_dtype(o_.amp));
+    logits = dp_.ddp ? dp_.ddp->forward(x) : learner_.model->forward(x);
     CrossEntropyOptions ce;
     ce.label_smoothing = o_.label_smoothing;
     loss = cross_entropy(logits, y, ce);
   }
   Tensor scaled = o_.grad_accum > 1 ? div(loss, static_cast<double>(o_.grad_accum)) : loss;
-  if (scaler_) scaled = scaler_->scale(scaled);
+  if (learner_.scaler) scaled = learner_.scaler->scale(scaled);
   scaled.backward();
   {
     autograd::NoGradGuard ng;
     Tensor l = loss.detach().to(DType::f32).reshape({1});
-    loss_sum_.add_(l);
-    correct_.add_(sum(eq(argmax(logits.detach(), 1), y)).reshape({1}));
-    // divergence (Note [no host syncs in the step]): NaN or inf gives l - l != 0; the count of
-    // consecutive bad losses and the step where it reached the limit stay on the device
-    Tensor run = where(ne(sub(l, l), 0.0), add(nonfinite_run_, 1.0), 0.0);
-    Tensor at = where(ge(run, static_cast<double>(o_.max_nonfinite_steps)),
-                      where(lt(diverged_at_, 0.0), add(dev_step_, 1.0), diverged_at_), diverged_at_);
-    copy_(nonfinite_run_, run);
-    copy_(diverged_at_, at);
+    interval_.loss_sum.add_(l);
+    interval_.correct.add_(sum(eq(argmax(logits.detach(), 1), y)).reshape({1}));
+    guard_.observe(l);
   }
   if (do_step) {
     optimizer_step();
-    autograd::NoGradGuard ng;
-    copy_(dev_step_, add(dev_step_, 1.0));
+    guard_.stepped();
   }
-  if (o_.sync_every_step && !capturing_) {  // (a captured step syncs after each replay: graph_step)
+  if (o_.sync_every_step && !graph_.capturing()) {  // (a replayed step reads after the replay: train_step)
     runtime::AllowSyncScope allow;
     (void)loss.item();  // the naive loop: a host read every step
   }
 }
 
 void Trainer::optimizer_step() {
+  optim::Optimizer& opt = *learner_.opt;
+  amp::GradScaler* scaler = learner_.scaler.get();
   if (o_.clip_grad > 0) {
-    if (scaler_) scaler_->unscale_(*opt_);
-    optim::clip_grad_norm_(params_, o_.clip_grad);
+    if (scaler) scaler->unscale_(opt);
+    optim::clip_grad_norm_(learner_.params, o_.clip_grad);
   }
-  if (scaler_) {
-    scaler_->step(*opt_);
-    scaler_->update();
+  if (scaler) {
+    scaler->step(opt);
+    scaler->update();
   } else {
-    opt_->step();
+    opt.step();
   }
-  opt_->zero_grad(o_.zero_grad_to_none);
+  opt.zero_grad(o_.zero_grad_to_none);
 }
 
-bool Trainer::capture_graph(const Tensor& x, const Tensor& y) {
-  static_x_ = empty(x.shape(), TensorOptions(x.dtype()).device(device_));
-  static_y_ = empty(y.shape(), TensorOptions(y.dtype()).device(device_));
-  copy_(static_x_, x, true);
-  copy_(static_y_, y, true);
-  opt_->sync_hyperparameters();
-  {
-    runtime::AllowSyncScope allow;
-    cuda::device_synchronize(device_.index);
-  }
-  graph_ = std::make_unique<cuda::Graph>();
-  try {
-    graph_->capture_begin(cuda::current_stream(device_.index));
-    opt_->zero_grad(true);  // the grads the step writes are allocated inside the graph's pool
-    capturing_ = true;
-    eager_step(static_x_, static_y_, true);
-    capturing_ = false;
-    graph_->capture_end();
-  } catch (const std::exception& e) {
-    capturing_ = false;
-    graph_.reset();
-    graph_failed_ = true;
-    if (scaler_) scaler_->discard_step();
-    opt_->zero_grad(true);
-    std::fprintf(stderr, "mnist_train: --graph: the training step cannot be captured (%s); continuing eagerly\n",
-                 e.what());
-    return false;
-  }
-  // the capture did not run the step: replay it once for this batch
-  if (ddp_) ddp_->replay_graph(*graph_);  // the group's watchdog times the replayed all_reduce
-  else graph_->replay();
-  return true;
-}
+// ---- evaluation ----
 
-void Trainer::graph_step(const Tensor& x, const Tensor& y) {
-  copy_(static_x_, x, true);
-  copy_(static_y_, y, true);
-  if (ddp_) ddp_->replay_graph(*graph_);  // the group's watchdog times the replayed all_reduce
-  else graph_->replay();
-  if (o_.sync_every_step) {
-    runtime::AllowSyncScope allow;
-    (void)loss_sum_.item();
-  }
-}
-
-// ---- logging ----
-
-void Trainer::mark_step_event() {
-  if (!device_.is_cuda()) return;
-  if (events_used_ == events_.size()) events_.emplace_back(true);
-  events_[events_used_++].record(cuda::current_stream(device_.index));
-}
-
-std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t step_in_epoch) {
-  if (interval_steps_ == 0) return {0, 0};
-  runtime::AllowSyncScope allow;  // the one read per interval
-  const double world = pg_ ? static_cast<double>(pg_->size()) : 1.0;
-  if (pg_) {
-    // what every rank saw: the mean of the ranks' loss sums, the total of correct predictions
-    pg_->all_reduce(loss_sum_, dist::ReduceOp::kAvg)->wait();
-    pg_->all_reduce(correct_, dist::ReduceOp::kSum)->wait();
-    // every rank stops at the same interval when any of them saw the divergence or a signal
-    pg_->all_reduce(diverged_at_, dist::ReduceOp::kMax)->wait();
-    Tensor stop = full({1}, stop_signal() != 0 ? 1.0 : 0.0, TensorOptions(DType::f32).device(device_));
-    pg_->all_reduce(stop, dist::ReduceOp::kMax)->wait();
-    stop_agreed_ = stop_agreed_ || stop.item() > 0;
-  }
-  double loss_sum = loss_sum_.item();
-  double correct = correct_.item() / world;  // per rank, like interval_samples_
-  if (diverged_step_ < 0) {
-    const double at = diverged_at_.item();  // already on its way with the reads above
-    if (at >= 0) diverged_step_ = static_cast<int64_t>(at);
-  }
-  {
-    autograd::NoGradGuard ng;
-    loss_sum_.zero_();
-    correct_.zero_();
-  }
-  double loss = loss_sum / static_cast<double>(interval_steps_);
-  double acc = 100.0 * correct / static_cast<double>(interval_samples_);
-  // GPU busy and idle time from the step events, all complete after the reads above. Events come
-  // in (start, end) pairs; slot 0 may hold the previous interval's last end event.
-  if (events_used_ >= 2) {
-    size_t first = events_used_ % 2;  // 1 when slot 0 is a carried-over end event
-    for (size_t k = first; k + 1 < events_used_; k += 2) {
-      gpu_busy_ms_ += events_[k].elapsed_ms(events_[k + 1]);
-      if (k >= 1) gpu_idle_ms_ += events_[k - 1].elapsed_ms(events_[k]);
+EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
+  autograd::NoGradGuard ng;
+  nn::Module& model = *learner_.model;
+  const bool was_training = model.is_training();
+  model.eval();
+  auto loader = make_loader(ds, false);
+  const int64_t k = splits_.shape.classes;
+  Tensor counts = zeros({k * k}, TensorOptions(DType::i64).device(device_));
+  int64_t n = 0;
+  for (data::Batch& b : *loader) {
+    Tensor logits;
+    {
+      std::optional<autocast::Scope> ac;
+      if (o_.amp != AmpMode::off) ac.emplace(device_.type, amp_dtype(o_.amp));
+      logits = model.forward(b.images);
     }
-    std::swap(events_[0], events_[events_used_ - 1]);  // the last end event starts the next gap
-    events_used_ = 1;
+    Tensor cell = add(mul(b.labels, static_cast<double>(k)), argmax(logits, 1));
+    counts = index_add(counts, 0, cell, ones({b.size()}, TensorOptions(DType::i64).device(device_)));
+    n += b.size();
   }
-  double now = now_s();
-  double rate = world * static_cast<double>(interval_samples_) / std::max(now - interval_start_, 1e-9);
-  r.curve_steps.push_back(static_cast<double>(global_step_));
-  r.curve_loss.push_back(loss);
-  logs_->step({.epoch = epoch + 1,
-               .step = global_step_,
-               .step_in_epoch = step_in_epoch,
-               .loss = loss,
-               .accuracy = acc,
-               .lr = current_lr(),
-               .samples_per_s = rate});
-  interval_samples_ = 0;
-  interval_steps_ = 0;
-  interval_start_ = now;
-  return {loss_sum, correct};
-}
-
-std::string Trainer::nonfinite_weight() const {
-  for (const auto& [k, t] : model_->state_dict()) {
-    if (!is_floating(t.dtype()) || t.numel() == 0) continue;
-    runtime::AllowSyncScope allow;
-    Tensor v = t.detach().to(kCPU).to(DType::f64).contiguous();
-    const double* q = v.data<double>();
-    for (int64_t i = 0; i < v.numel(); ++i)
-      if (!std::isfinite(q[i])) return k;
-  }
-  return {};
-}
-
-void Trainer::save_checkpoint(int epoch, int64_t step) {
-  if (save_failed_) return;
-  TrainingCheckpoint ck;
-  ck.model(*model_).optimizer(*opt_).info(run_info());
-  if (sched_) ck.scheduler(*sched_);
-  if (scaler_) ck.add("scaler", *scaler_);
   runtime::AllowSyncScope allow;
-  try {
-    ck.save(o_.save, {epoch, step});
-  } catch (const std::exception& e) {
-    save_failed_ = true;
-    output_failed("--save", o_.save, e.what());
+  if (dp_.pg) {
+    // the whole test set: every rank's confusion counts and sample count, summed
+    Tensor total = full({1}, static_cast<double>(n), TensorOptions(DType::i64).device(device_));
+    dp_.pg->all_reduce(counts, dist::ReduceOp::kSum)->wait();
+    dp_.pg->all_reduce(total, dist::ReduceOp::kSum)->wait();
+    n = static_cast<int64_t>(total.item());
   }
-}
-
-// Under --distributed the ranks agree at each log interval (log_interval), so that they all leave
-// the loop after the same step; alone, the signal is seen after the step it arrived in.
-bool Trainer::stop_requested() const { return pg_ ? stop_agreed_ : stop_signal() != 0; }
-
-double Trainer::current_lr() const { return opt_->param_groups().at(0).options().get_lr(); }
-
-namespace {
-std::string exact(double v) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  return b;
-}
-}  // namespace
-
-// What a resume must agree on (Note [checkpoints mean what they say] in ckpt/): the optimizer and
-// the schedule continue from the saved state, so a flag that would change them cannot be honoured.
-// --epochs and --max-steps only matter to a schedule laid out over the run (not to --scheduler none,
-// whose runs can be extended), so they are recorded only then.
-Metadata Trainer::run_info() const {
-  Metadata m;
-  m["model"] = o_.model;
-  m["optimizer"] = o_.optimizer;
-  m["batch_size"] = std::to_string(o_.batch_size);
-  m["grad_accum"] = std::to_string(o_.grad_accum);
-  m["lr"] = exact(o_.lr);
-  m["weight_decay"] = exact(o_.weight_decay);
-  m["momentum"] = exact(o_.momentum);
-  m["scheduler"] = o_.scheduler;
-  if (o_.scheduler != "none") {
-    m["epochs"] = std::to_string(o_.epochs);
-    m["max_steps"] = std::to_string(o_.max_steps);
-    m["total_steps"] = std::to_string(total_steps_);
-  }
-  // which samples are seen, in which split and order
-  m["seed"] = std::to_string(o_.seed);
-  m["val_split"] = exact(o_.val_split);
-  m["data_train_images"] = std::to_string(splits_.train_file_images);
-  m["data_test_images"] = std::to_string(splits_.test_file_images);
-  m["data_labels"] = splits_.labels_checksum;
-  // what the model takes and how its inputs were normalised: --eval-only and --predict need them
-  m["input_shape"] = shape_text(splits_.shape);
-  m["classes"] = nlohmann::json(splits_.classes).dump();
-  m["normalize_mean"] = doubles_text(mean_);
-  m["normalize_std"] = doubles_text(std_);
-  m["steps_per_epoch"] = std::to_string(steps_per_epoch_);
-  return m;
-}
-
-void Trainer::check_resume_flags(const Metadata& saved) const {
-  const Metadata now = run_info();
-  struct Field {
-    const char* key;
-    const char* name;  // the flag, or what the value is
-    const char* why;
-    bool derived;  // follows from the others: named only when no flag or data difference explains it
-  };
-  const Field fields[] = {
-      {"model", "--model", "a checkpoint resumes the model it was saved from", false},
-      {"optimizer", "--optimizer", "the optimizer state continues from the checkpoint", false},
-      {"batch_size", "--batch-size", "the step counts and the schedule are laid out over the saved batch size", false},
-      {"grad_accum", "--grad-accum", "the step counts and the schedule are laid out over the saved value", false},
-      {"lr", "--lr", "the optimizer and the schedule continue with the saved learning rate", false},
-      {"weight_decay", "--weight-decay", "the optimizer continues with the saved value", false},
-      {"momentum", "--momentum", "the optimizer continues with the saved value", false},
-      {"scheduler", "--scheduler", "the schedule continues from the checkpoint", false},
-      {"epochs", "--epochs",
-       "the schedule is laid out over the saved run's length (--scheduler none runs can be extended)", false},
-      {"max_steps", "--max-steps", "the schedule is laid out over the saved run's length", false},
-      {"seed", "--seed", "the seed decides the validation split and the order of the samples", false},
-      {"val_split", "--val-split", "the split decides which samples train and which validate", false},
-      {"data_train_images", "--data: the training images", "another dataset: the split and the schedule would change",
-       false},
-      {"data_test_images", "--data: the test images", "another dataset", false},
-      {"data_labels", "--data: the labels' checksum", "another dataset, or the same size with other labels", false},
-      {"input_shape", "--data: the image shape (CxHxW)", "the model takes the saved shape", false},
-      {"classes", "--data: the classes", "the model's outputs are the saved classes", false},
-      {"steps_per_epoch", "the steps per epoch", "another number of processes under --distributed?", true},
-      {"total_steps", "the planned steps", "the schedule is laid out over the saved run's length", true},
-  };
-  auto numeric = [](const std::string& key) {
-    return key == "lr" || key == "weight_decay" || key == "momentum" || key == "val_split";
-  };
-  auto shown = [&](const std::string& key, const std::string& v) {
-    if (!numeric(key)) return v;
-    char b[40];
-    std::snprintf(b, sizeof b, "%g", std::strtod(v.c_str(), nullptr));
-    return std::string(b);
-  };
-  // Every difference is named, each with both values: a user fixing one at a time would otherwise
-  // need a run per difference.
-  std::string diffs, derived, wanted;
-  for (const Field& f : fields) {
-    auto it = saved.find(f.key);
-    if (it == saved.end()) continue;  // an older checkpoint, or a key not recorded for this run
-    auto mine = now.find(f.key);
-    std::string value = mine == now.end() ? std::string() : mine->second;
-    if (mine == now.end() && std::string(f.key) == "epochs") value = std::to_string(o_.epochs);
-    if (mine == now.end() && std::string(f.key) == "max_steps") value = std::to_string(o_.max_steps);
-    if (mine == now.end() && std::string(f.key) == "total_steps") value = std::to_string(total_steps_);
-    bool same = value == it->second;
-    if (!same && numeric(f.key)) same = std::strtod(value.c_str(), nullptr) == std::strtod(it->second.c_str(), nullptr);
-    if (same) continue;
-    std::string& out = f.derived ? derived : diffs;
-    out += std::string(out.empty() ? "" : "; ") + f.name + " " + shown(f.key, value) +
-           " differs from the checkpoint's " + shown(f.key, it->second) + " (" + f.why + ")";
-    if (!f.derived && f.name[0] == '-' && std::string(f.name).find(':') == std::string::npos)
-      wanted += std::string(wanted.empty() ? "" : " ") + f.name + " " + shown(f.key, it->second);
-  }
-  if (diffs.empty()) diffs = derived;
-  EMBER_CHECK(diffs.empty(), "--resume ", o_.resume, ": ", diffs, "; resume with ",
-              wanted.empty() ? std::string("the checkpoint's data and settings") : wanted,
-              ", or start a new run without --resume");
-}
-
-void Trainer::check_resume_progress(const Metadata& saved, const TrainingProgress& p, int64_t steps_per_epoch) const {
-  const std::string ck = o_.resume;
-  EMBER_CHECK(p.epoch <= 1000, "--resume ", ck, ": 'progress.epoch' is ", p.epoch,
-              ", beyond any run (--epochs is at most 1000); the checkpoint is damaged");
-  if (auto it = saved.find("epochs"); it != saved.end())
-    EMBER_CHECK(p.epoch <= std::strtoll(it->second.c_str(), nullptr, 10), "--resume ", ck, ": 'progress.epoch' is ",
-                p.epoch, ", beyond the saved run's ", it->second, " epochs; the checkpoint is damaged");
-  if (saved.count("batch_size"))
-    EMBER_CHECK(p.step <= p.epoch * steps_per_epoch, "--resume ", ck, ": 'progress.step' is ", p.step, ", beyond the ",
-                p.epoch * steps_per_epoch, " steps that ", p.epoch, " epochs of ", steps_per_epoch,
-                " take; the checkpoint is damaged (or was saved on other data)");
+  const std::vector<int64_t> c = counts.to_vector<int64_t>();
+  EvalResult r;
+  r.samples = n;
+  int64_t right = 0;
+  r.confusion.assign(static_cast<size_t>(k), std::vector<int64_t>(static_cast<size_t>(k), 0));
+  for (int64_t t = 0; t < k; ++t)
+    for (int64_t p = 0; p < k; ++p) {
+      const int64_t v = c[static_cast<size_t>(t * k + p)];
+      r.confusion[static_cast<size_t>(t)][static_cast<size_t>(p)] = v;
+      if (t == p) right += v;
+    }
+  r.accuracy = n > 0 ? 100.0 * static_cast<double>(right) / static_cast<double>(n) : 0;
+  model.train(was_training);
+  return r;
 }
 
 namespace {
@@ -757,104 +372,16 @@ void Trainer::load_model(const std::string& path) {
     EMBER_CHECK(shape == shape_text(splits_.shape) && t->classes == splits_.classes, "--eval-only ", path,
                 ": the checkpoint's model takes ", describe_data(shape, t->classes), ", but --data ", o_.data, " has ",
                 describe_data(shape_text(splits_.shape), splits_.classes));
-    mean_ = t->mean;  // the inputs are normalised as in training
-    std_ = t->std;
+    inputs_.mean = t->mean;  // the inputs are normalised as in training
+    inputs_.std = t->std;
   }
   TensorDict model_state;
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("model.", 0) == 0) model_state.insert(name.substr(6), t);
   const bool plain = model_state.empty();
   if (plain) model_state = f.tensors;  // a plain model state dict
-  check_module_state(model_state, *model_, plain ? "" : "model.", "--eval-only " + path);
-  model_->load_state_dict(model_state, true);
-}
-
-// The profiler writes its trace with plain streams: it goes to a scratch file first, and from there
-// into --profile through io::AtomicFile (never a half-written or empty trace under that name).
-void Trainer::ProfileWindow::write(const std::string& path) {
-  try {
-    runtime::AllowSyncScope allow;
-    if (state_ != State::done) prof_.stop();
-    state_ = State::done;
-    std::string scratch = (std::filesystem::temp_directory_path() / "mnist_train.profile.XXXXXX").string();
-    std::vector<char> buf(scratch.begin(), scratch.end());
-    buf.push_back('\0');
-    int fd = ::mkstemp(buf.data());
-    EMBER_CHECK(fd >= 0, "cannot create a scratch file ", scratch, ": ", std::strerror(errno));
-    ::close(fd);
-    scratch = buf.data();
-    size_t n = 0;
-    std::string trace;
-    try {
-      n = prof_.write_chrome_trace(scratch);
-      std::ifstream in(scratch, std::ios::binary);
-      std::ostringstream ss;
-      ss << in.rdbuf();
-      trace = ss.str();
-      EMBER_CHECK(in.good() || in.eof(), "cannot read back the trace from ", scratch);
-      EMBER_CHECK(!trace.empty() && nlohmann::json::accept(trace), "the trace in ", scratch,
-                  " is incomplete (disk full?)");
-    } catch (...) {
-      ::unlink(scratch.c_str());
-      throw;
-    }
-    ::unlink(scratch.c_str());
-    io::write_file_atomic(path, trace);
-    std::printf("\nprofile: %zu events written to %s (open in Perfetto or chrome://tracing)\n%s", n, path.c_str(),
-                prof_.top_ops_table(15).c_str());
-  } catch (const std::exception& e) {
-    output_failed("--profile", path, e.what());
-  }
-}
-
-// ---- evaluation ----
-
-EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
-  autograd::NoGradGuard ng;
-  bool was_training = model_->is_training();
-  model_->eval();
-  auto loader = make_loader(ds, false);
-  const int64_t k = splits_.shape.classes;
-  Tensor counts = zeros({k * k}, TensorOptions(DType::i64).device(device_));
-  int64_t n = 0;
-  for (data::Batch& b : *loader) {
-    Tensor logits;
-    {
-      std::optional<autocast::Scope> ac;
-      if (amp_dtype_ != DType::f32) ac.emplace(device_.type, amp_dtype_);
-      logits = model_->forward(b.images);
-    }
-    Tensor pred = argmax(logits, 1);
-    Tensor cell = add(mul(b.labels, static_cast<double>(k)), pred);
-    counts = index_add(counts, 0, cell, ones({b.size()}, TensorOptions(DType::i64).device(device_)));
-    n += b.size();
-  }
-  if (pg_) {
-    // the whole test set: every rank's confusion counts and sample count, summed
-    Tensor total = full({1}, static_cast<double>(n), TensorOptions(DType::i64).device(device_));
-    pg_->all_reduce(counts, dist::ReduceOp::kSum)->wait();
-    pg_->all_reduce(total, dist::ReduceOp::kSum)->wait();
-    runtime::AllowSyncScope allow;
-    n = static_cast<int64_t>(total.item());
-  }
-  EvalResult r;
-  r.samples = n;
-  std::vector<int64_t> c;
-  {
-    runtime::AllowSyncScope allow;
-    c = counts.to_vector<int64_t>();
-  }
-  int64_t right = 0;
-  r.confusion.assign(static_cast<size_t>(k), std::vector<int64_t>(static_cast<size_t>(k), 0));
-  for (int64_t t = 0; t < k; ++t)
-    for (int64_t p = 0; p < k; ++p) {
-      const int64_t v = c[static_cast<size_t>(t * k + p)];
-      r.confusion[static_cast<size_t>(t)][static_cast<size_t>(p)] = v;
-      if (t == p) right += v;
-    }
-  r.accuracy = n > 0 ? 100.0 * static_cast<double>(right) / static_cast<double>(n) : 0;
-  model_->train(was_training);
-  return r;
+  check_module_state(model_state, *learner_.model, plain ? "" : "model.", "--eval-only " + path);
+  learner_.model->load_state_dict(model_state, true);
 }
 
 // ---- the run ----
@@ -865,22 +392,18 @@ EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
 RunResult Trainer::run() {
   RunResult r;
   r.has_val = splits_.val != nullptr;
-  run_start_ = now_s();
+  progress_.run_start = now_s();
   upload_device_resident(r);
-  auto loader = make_loader(train_dev_ ? train_dev_ : splits_.train, true);
+  auto loader = make_loader(inputs_.train ? inputs_.train : splits_.train, true);
   plan_run(loader->size());
   if (!o_.resume.empty()) resume_from_checkpoint();
-  {
-    autograd::NoGradGuard ng;
-    dev_step_.fill_(static_cast<double>(global_step_));
-  }
-  const bool want_graph = graph_wanted(r);
+  guard_.start_at(progress_.global_step);
+  note_graph_limits(r);
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::warn);
-  events_used_ = 0;
-  for (int epoch = start_epoch_; epoch < o_.epochs; ++epoch) {
+  for (int epoch = progress_.start_epoch; epoch < o_.epochs; ++epoch) {
     if (stop_requested()) break;
-    if (o_.max_steps > 0 && global_step_ >= o_.max_steps) break;  // resumed at the --max-steps cap
-    const EpochStats e = train_epoch(*loader, epoch, want_graph, r);
+    if (o_.max_steps > 0 && progress_.global_step >= o_.max_steps) break;  // resumed at the --max-steps cap
+    const EpochStats e = train_epoch(*loader, epoch, r);
     if (!end_epoch(e, epoch, *loader, r) || e.max_steps_reached) break;
   }
   finish_run(r);
@@ -889,9 +412,9 @@ RunResult Trainer::run() {
 
 void Trainer::upload_device_resident(RunResult& r) {
   if (o_.device_resident && device_.is_cuda()) {  // uploaded once, as uint8
-    train_dev_ = splits_.train->to(device_);
-    if (splits_.val) val_dev_ = splits_.val->to(device_);
-    test_dev_ = splits_.test->to(device_);
+    inputs_.train = splits_.train->to(device_);
+    if (splits_.val) inputs_.val = splits_.val->to(device_);
+    inputs_.test = splits_.test->to(device_);
   } else if (o_.device_resident) {
     r.notes.push_back("--device-resident needs a CUDA device: the data stayed on the host");
   }
@@ -899,136 +422,156 @@ void Trainer::upload_device_resident(RunResult& r) {
 
 // The run's length, the schedule over it and the profiling window.
 void Trainer::plan_run(int64_t micro_per_epoch) {
-  micro_per_epoch_ = micro_per_epoch;
+  Progress& p = progress_;
+  p.micro_per_epoch = micro_per_epoch;
   // With --grad-accum N the last group of an epoch may be short: it steps too, so a group never
   // spans two epochs (the scheduler's step count is exact, and a checkpoint holds no pending grads).
-  steps_per_epoch_ = std::max<int64_t>(1, (micro_per_epoch + o_.grad_accum - 1) / o_.grad_accum);
-  total_steps_ = steps_per_epoch_ * o_.epochs;
-  if (o_.max_steps > 0) total_steps_ = std::min(total_steps_, o_.max_steps);
-  build_scheduler(total_steps_);
-  if (!o_.profile.empty()) profile_ = std::make_unique<ProfileWindow>(total_steps_);
+  p.steps_per_epoch = std::max<int64_t>(1, (micro_per_epoch + o_.grad_accum - 1) / o_.grad_accum);
+  p.total_steps = p.steps_per_epoch * o_.epochs;
+  if (o_.max_steps > 0) p.total_steps = std::min(p.total_steps, o_.max_steps);
+  build_scheduler(p.total_steps);
+  if (!o_.profile.empty()) profile_ = std::make_unique<ProfileWindow>(p.total_steps);
 }
 
 void Trainer::resume_from_checkpoint() {
   TrainingCheckpoint ck;
-  ck.model(*model_).optimizer(*opt_);
-  if (sched_) ck.scheduler(*sched_);
-  if (scaler_) ck.add("scaler", *scaler_);
+  ck.model(*learner_.model).optimizer(*learner_.opt);
+  if (learner_.sched) ck.scheduler(*learner_.sched);
+  if (learner_.scaler) ck.add("scaler", *learner_.scaler);
   io::SafetensorsFile f = io::load_safetensors(o_.resume);
   StateDict sd{std::move(f.tensors), std::move(f.metadata)};
   Metadata saved_run;
   for (const auto& [k, v] : sd.metadata)
     if (k.rfind("run.", 0) == 0) saved_run[k.substr(4)] = v;
-  check_resume_flags(saved_run);  // before anything is loaded (a different --optimizer, --model ...)
+  run_record().check_resume(saved_run, o_.resume);  // before anything is loaded (a different --optimizer ...)
   TrainingProgress p;
   try {
     p = ck.restore(sd);
   } catch (const std::exception& e) {
     EMBER_FAIL("--resume ", o_.resume, ": ", e.what());
   }
-  check_resume_progress(p.run, p, steps_per_epoch_);
-  start_epoch_ = static_cast<int>(p.epoch);
-  global_step_ = p.step;
+  check_resume_progress(p.run, p);
+  progress_.start_epoch = static_cast<int>(p.epoch);
+  progress_.global_step = p.step;
   if (!o_.quiet)
     std::printf("resumed from %s at epoch %lld, step %lld\n", o_.resume.c_str(), static_cast<long long>(p.epoch),
                 static_cast<long long>(p.step));
 }
 
-bool Trainer::graph_wanted(RunResult& r) const {
-  if (!o_.graph) return false;
-  if (!device_.is_cuda()) {
-    r.notes.push_back("--graph needs a CUDA device: ran eagerly on the CPU");
-    return false;
-  }
-  if (o_.grad_accum > 1) {
+void Trainer::note_graph_limits(RunResult& r) const {
+  if (!o_.graph) return;
+  if (!device_.is_cuda()) r.notes.push_back("--graph needs a CUDA device: ran eagerly on the CPU");
+  else if (o_.grad_accum > 1)
     r.notes.push_back("--graph with --grad-accum > 1 is not captured (the step is not one static unit): ran eagerly");
-    return false;
-  }
-  return true;
 }
 
 // One epoch of steps. Stops early at --max-steps, a divergence or a stop signal.
-Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, bool want_graph, RunResult& r) {
-  model_->train();
+Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, RunResult& r) {
+  learner_.model->train();
   loader.set_epoch(epoch);
-  events_used_ = 0;  // the gap across the evaluation is not idle time between steps
+  timer_.restart();  // the gap across the evaluation is not idle time between steps
   EpochStats e;
   e.wait_before = loader.stats().wait_seconds;
   e.start = now_s();
-  interval_start_ = e.start;
-  logs_->begin_epoch(epoch, micro_per_epoch_);
-  micro_ = 0;
+  interval_.start = e.start;
+  logs_->begin_epoch(epoch, progress_.micro_per_epoch);
+  Progress& p = progress_;
+  p.micro = 0;
   for (data::Batch& b : loader) {
-    mark_step_event();
-    if (profile_) profile_->before_step(global_step_);
-    ++micro_;
-    const bool do_step = micro_ == o_.grad_accum || e.micro + 1 == micro_per_epoch_;
-    if (do_step) micro_ = 0;
-    train_step(b, do_step, want_graph, r);
-    mark_step_event();
+    timer_.mark();
+    if (profile_) profile_->before_step(p.global_step);
+    ++p.micro;
+    const bool do_step = p.micro == o_.grad_accum || e.micro + 1 == p.micro_per_epoch;
+    if (do_step) p.micro = 0;
+    train_step(b, do_step, r);
+    timer_.mark();
     ++e.micro;
     e.samples += b.size();
-    interval_samples_ += b.size();
-    ++interval_steps_;
+    interval_.samples += b.size();
+    ++interval_.steps;
     if (do_step) {
-      ++global_step_;
-      ++steps_here_;
-      if (sched_) sched_->step();
-      if (graph_) opt_->sync_hyperparameters();  // the next replay reads the new lr from the device
+      ++p.global_step;
+      ++p.steps_here;
+      if (learner_.sched) learner_.sched->step();
+      if (graph_.captured()) learner_.opt->sync_hyperparameters();  // the next replay reads the new lr
     }
-    if (profile_) profile_->after_step(global_step_);
-    if (e.micro % o_.log_interval == 0 || e.micro == micro_per_epoch_) add_interval(e, log_interval(r, epoch, e.micro));
-    if (diverged_step_ >= 0 || stop_requested()) break;
-    if (o_.max_steps > 0 && global_step_ >= o_.max_steps) {
+    if (profile_) profile_->after_step(p.global_step);
+    if (e.micro % o_.log_interval == 0 || e.micro == p.micro_per_epoch) {
+      const auto [loss, correct] = log_interval(r, epoch, e.micro);
+      e.loss += loss;
+      e.correct += correct;
+    }
+    if (guard_.diverged_step() >= 0 || stop_requested()) break;
+    if (o_.max_steps > 0 && p.global_step >= o_.max_steps) {
       e.max_steps_reached = true;
       break;
     }
   }
-  if (interval_steps_ > 0) add_interval(e, log_interval(r, epoch, e.micro));
+  if (interval_.steps > 0) {
+    const auto [loss, correct] = log_interval(r, epoch, e.micro);
+    e.loss += loss;
+    e.correct += correct;
+  }
   logs_->end_epoch();
   return e;
 }
 
-void Trainer::add_interval(EpochStats& e, std::pair<double, double> loss_and_correct) {
-  e.loss += loss_and_correct.first;
-  e.correct += loss_and_correct.second;
-}
-
-// One micro-batch: captured into a CUDA graph once warm, then replayed; else eager. Warm means
-// kGraphWarmup steps of this process (a resumed run too): they tune the kernels (--autotune, cuDNN's
-// benchmark mode), make the optimizer's state and the pinned buffers, and let DDP rebuild its
-// buckets, none of which may happen inside a capture.
-void Trainer::train_step(const data::Batch& b, bool do_step, bool want_graph, RunResult& r) {
-  constexpr int64_t kGraphWarmup = 3;
-  if (want_graph && !graph_ && !graph_failed_ && steps_here_ >= kGraphWarmup && do_step) {
-    if (capture_graph(b.images, b.labels)) {
-      r.graph_used = true;
-    } else {
-      r.notes.push_back("--graph: capture failed, ran eagerly (see the message above)");
-      eager_step(b.images, b.labels, do_step);  // the batch the capture did not train
-    }
-  } else if (graph_) {
-    graph_step(b.images, b.labels);
-  } else {
-    eager_step(b.images, b.labels, do_step);
+std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t step_in_epoch) {
+  if (interval_.steps == 0) return {0, 0};
+  runtime::AllowSyncScope allow;  // the one read per interval
+  if (dp_.pg) {
+    // what every rank saw: the mean of the ranks' loss sums, the total of correct predictions
+    dp_.pg->all_reduce(interval_.loss_sum, dist::ReduceOp::kAvg)->wait();
+    dp_.pg->all_reduce(interval_.correct, dist::ReduceOp::kSum)->wait();
+    // every rank stops at the same interval when any of them saw the divergence or a signal
+    dp_.pg->all_reduce(guard_.diverged_at(), dist::ReduceOp::kMax)->wait();
+    Tensor stop = full({1}, stop_signal() != 0 ? 1.0 : 0.0, TensorOptions(DType::f32).device(device_));
+    dp_.pg->all_reduce(stop, dist::ReduceOp::kMax)->wait();
+    dp_.stop_agreed = dp_.stop_agreed || stop.item() > 0;
   }
+  const double loss_sum = interval_.loss_sum.item();
+  const double correct = interval_.correct.item() / dp_.world();  // per rank, like interval_.samples
+  guard_.read();                                                  // already on its way with the reads above
+  {
+    autograd::NoGradGuard ng;
+    interval_.loss_sum.zero_();
+    interval_.correct.zero_();
+  }
+  timer_.collect();  // the step events are complete after the reads above
+  const double loss = loss_sum / static_cast<double>(interval_.steps);
+  const double now = now_s();
+  r.curve_steps.push_back(static_cast<double>(progress_.global_step));
+  r.curve_loss.push_back(loss);
+  logs_->step(
+      {.epoch = epoch + 1,
+       .step = progress_.global_step,
+       .step_in_epoch = step_in_epoch,
+       .loss = loss,
+       .accuracy = 100.0 * correct / static_cast<double>(interval_.samples),
+       .lr = current_lr(),
+       .samples_per_s = dp_.world() * static_cast<double>(interval_.samples) / std::max(now - interval_.start, 1e-9)});
+  interval_.samples = 0;
+  interval_.steps = 0;
+  interval_.start = now;
+  return {loss_sum, correct};
 }
 
 // After an epoch's steps: stops on a divergence or a signal (false), else evaluates, records and
 // saves the epoch.
 bool Trainer::end_epoch(const EpochStats& e, int epoch, data::DataLoader& loader, RunResult& r) {
-  if (diverged_step_ >= 0) {
+  const Progress& p = progress_;
+  if (guard_.diverged_step() >= 0) {
     r.error = str("training diverged: the loss was NaN or inf for ", o_.max_nonfinite_steps, " consecutive step",
-                  o_.max_nonfinite_steps == 1 ? "" : "s", " at step ", diverged_step_, " (epoch ", epoch + 1,
+                  o_.max_nonfinite_steps == 1 ? "" : "s", " at step ", guard_.diverged_step(), " (epoch ", epoch + 1,
                   "; --max-nonfinite-steps ", o_.max_nonfinite_steps, "); stopped without saving a checkpoint of it",
                   o_.save.empty() ? std::string() : " (" + o_.save + " keeps the last good one, if any)",
                   "; try a lower --lr or --clip-grad");
     return false;
   }
-  if (stop_requested() && e.micro < micro_per_epoch_) {
+  if (stop_requested() && e.micro < p.micro_per_epoch) {
     r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;
     r.notes.push_back(str("stopped by ", r.interrupted_by == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM", " during epoch ",
-                          epoch + 1, " after ", e.micro, " of ", micro_per_epoch_,
+                          epoch + 1, " after ", e.micro, " of ", p.micro_per_epoch,
                           " micro-batches: that partial epoch is not reported or saved"));
     return false;
   }
@@ -1037,23 +580,23 @@ bool Trainer::end_epoch(const EpochStats& e, int epoch, data::DataLoader& loader
     cuda::current_stream(device_.index).synchronize();
   }
   const double e_train = now_s() - e.start;
-  train_total_ += e_train;
-  wait_total_ += loader.stats().wait_seconds - e.wait_before;
+  progress_.train_total += e_train;
+  progress_.wait_total += loader.stats().wait_seconds - e.wait_before;
   EpochResult er;
   er.epoch = epoch + 1;
   er.seconds = e_train;
-  er.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(e.samples) / std::max(e_train, 1e-9);
+  er.samples_per_s = dp_.world() * static_cast<double>(e.samples) / std::max(e_train, 1e-9);
   er.train_loss = e.micro > 0 ? e.loss / static_cast<double>(e.micro) : 0;
   er.train_acc = e.samples > 0 ? 100.0 * e.correct / static_cast<double>(e.samples) : 0;
   er.lr = current_lr();
-  if (splits_.val) er.val_acc = evaluate(val_dev_ ? val_dev_ : splits_.val).accuracy;
-  EvalResult test = evaluate(test_dev_ ? test_dev_ : splits_.test);
+  if (splits_.val) er.val_acc = evaluate(inputs_.val ? inputs_.val : splits_.val).accuracy;
+  EvalResult test = evaluate(inputs_.test ? inputs_.test : splits_.test);
   er.test_acc = test.accuracy;
   r.final_test = test;
   r.samples += e.samples;
   if (test.accuracy > r.best_test_acc || r.epochs.empty()) {
     r.best_test_acc = test.accuracy;
-    r.time_to_best = now_s() - run_start_;
+    r.time_to_best = now_s() - p.run_start;
   }
   r.epochs.push_back(er);
   logs_->epoch(er);
@@ -1062,44 +605,212 @@ bool Trainer::end_epoch(const EpochStats& e, int epoch, data::DataLoader& loader
 
 // The epoch's checkpoint; false (and r.error) when the weights hold NaN or inf.
 bool Trainer::save_epoch(const EpochStats& e, int epoch, RunResult& r) {
+  const Progress& p = progress_;
   // never a non-finite checkpoint: fewer than --max-nonfinite-steps bad steps may have ended the
   // epoch (the weights are read to the host for the save anyway)
   if (const std::string bad = nonfinite_weight(); !bad.empty()) {
     r.error = str("training diverged: weight '", bad, "' holds NaN or inf after epoch ", epoch + 1, " (step ",
-                  global_step_, "); not saving it to ", o_.save, "; try a lower --lr or --clip-grad");
+                  p.global_step, "); not saving it to ", o_.save, "; try a lower --lr or --clip-grad");
     return false;
   }
   // A checkpoint marks a finished epoch (resume starts the next one); a --max-steps stop in the
   // middle of an epoch would otherwise be resumed as if the rest of that epoch had run.
-  if (e.micro == micro_per_epoch_) save_checkpoint(epoch + 1, global_step_);
+  if (e.micro == p.micro_per_epoch) save_checkpoint(epoch + 1, p.global_step);
   else
-    r.notes.push_back(str("--max-steps stopped epoch ", epoch + 1, " after ", e.micro, " of ", micro_per_epoch_,
+    r.notes.push_back(str("--max-steps stopped epoch ", epoch + 1, " after ", e.micro, " of ", p.micro_per_epoch,
                           " micro-batches: no checkpoint for the partial epoch (", o_.save,
-                          epoch > start_epoch_ ? " holds the last finished one)" : " was not written)"));
+                          epoch > p.start_epoch ? " holds the last finished one)" : " was not written)"));
   return true;
 }
 
 // The run's totals, the profile and the summary record.
 void Trainer::finish_run(RunResult& r) {
+  const Progress& p = progress_;
   if (r.epochs.empty() && r.error.empty() &&
       !stop_requested()) {  // resumed at or past --epochs: report the loaded model
-    r.final_test = evaluate(test_dev_ ? test_dev_ : splits_.test);
+    r.final_test = evaluate(inputs_.test ? inputs_.test : splits_.test);
     r.best_test_acc = r.final_test.accuracy;
-    r.notes.push_back(str("the checkpoint is at epoch ", start_epoch_, " of ", o_.epochs,
+    r.notes.push_back(str("the checkpoint is at epoch ", p.start_epoch, " of ", o_.epochs,
                           ": nothing left to train (raise --epochs to continue)"));
   }
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
-  r.steps = global_step_;
-  r.train_seconds = train_total_;
-  r.samples_per_s = (pg_ ? pg_->size() : 1) * static_cast<double>(r.samples) / std::max(train_total_, 1e-9);
-  r.data_wait_fraction = train_total_ > 0 ? wait_total_ / train_total_ : 0;
-  if (device_.is_cuda() && gpu_busy_ms_ + gpu_idle_ms_ > 0)
-    r.gpu_idle_fraction = gpu_idle_ms_ / (gpu_busy_ms_ + gpu_idle_ms_);
-  if (scaler_) r.skipped_steps = scaler_->skipped_steps();
+  r.steps = p.global_step;
+  r.train_seconds = p.train_total;
+  r.samples_per_s = dp_.world() * static_cast<double>(r.samples) / std::max(p.train_total, 1e-9);
+  r.data_wait_fraction = p.train_total > 0 ? p.wait_total / p.train_total : 0;
+  r.gpu_idle_fraction = timer_.idle_fraction();
+  if (learner_.scaler) r.skipped_steps = learner_.scaler->skipped_steps();
   if (r.interrupted_by == 0 && stop_requested()) r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;
   if (profile_) profile_->write(o_.profile);
-  r.total_seconds = now_s() - run_start_;
+  r.total_seconds = now_s() - p.run_start;
   logs_->summary(r);
 }
+
+// ---- checkpoints ----
+
+std::string Trainer::nonfinite_weight() const {
+  for (const auto& [k, t] : learner_.model->state_dict()) {
+    if (!is_floating(t.dtype()) || t.numel() == 0) continue;
+    runtime::AllowSyncScope allow;
+    Tensor v = t.detach().to(kCPU).to(DType::f64).contiguous();
+    const double* q = v.data<double>();
+    for (int64_t i = 0; i < v.numel(); ++i)
+      if (!std::isfinite(q[i])) return k;
+  }
+  return {};
+}
+
+void Trainer::save_checkpoint(int epoch, int64_t step) {
+  if (progress_.save_failed) return;
+  TrainingCheckpoint ck;
+  ck.model(*learner_.model).optimizer(*learner_.opt).info(run_record().metadata());
+  if (learner_.sched) ck.scheduler(*learner_.sched);
+  if (learner_.scaler) ck.add("scaler", *learner_.scaler);
+  runtime::AllowSyncScope allow;
+  try {
+    ck.save(o_.save, {epoch, step});
+  } catch (const std::exception& e) {
+    progress_.save_failed = true;
+    output_failed("--save", o_.save, e.what());
+  }
+}
+
+namespace {
+std::string exact(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+}  // namespace
+
+// What a resume must agree on (ckpt/run_record.h): the optimizer and the schedule continue from the
+// saved state, so a flag that would change them cannot be honoured. --epochs and --max-steps only
+// matter to a schedule laid out over the run (not to --scheduler none, whose runs can be
+// extended), so they are recorded only then. The data and input facts let --eval-only and
+// --predict rebuild the model (splits.h, trained_on).
+RunRecord Trainer::run_record() const {
+  RunRecord rec;
+  add_training_settings(rec);
+  add_data_settings(rec);
+  return rec;
+}
+
+// The flags that shape the optimizer and the schedule, and the run's length.
+void Trainer::add_training_settings(RunRecord& rec) const {
+  const bool laid_out = o_.scheduler != SchedulerKind::none;
+  const std::string run_length = "the schedule is laid out over the saved run's length";
+  rec.add({.key = "model",
+           .flag = "--model",
+           .why = "a checkpoint resumes the model it was saved from",
+           .value = name(o_.model)});
+  rec.add({.key = "optimizer",
+           .flag = "--optimizer",
+           .why = "the optimizer state continues from the checkpoint",
+           .value = name(o_.optimizer)});
+  rec.add({.key = "batch_size",
+           .flag = "--batch-size",
+           .why = "the step counts and the schedule are laid out over the saved batch size",
+           .value = std::to_string(o_.batch_size)});
+  rec.add({.key = "grad_accum",
+           .flag = "--grad-accum",
+           .why = "the step counts and the schedule are laid out over the saved value",
+           .value = std::to_string(o_.grad_accum)});
+  rec.add({.key = "lr",
+           .flag = "--lr",
+           .why = "the optimizer and the schedule continue with the saved learning rate",
+           .value = exact(o_.lr),
+           .numeric = true});
+  rec.add({.key = "weight_decay",
+           .flag = "--weight-decay",
+           .why = "the optimizer continues with the saved value",
+           .value = exact(o_.weight_decay),
+           .numeric = true});
+  rec.add({.key = "momentum",
+           .flag = "--momentum",
+           .why = "the optimizer continues with the saved value",
+           .value = exact(o_.momentum),
+           .numeric = true});
+  rec.add({.key = "scheduler",
+           .flag = "--scheduler",
+           .why = "the schedule continues from the checkpoint",
+           .value = name(o_.scheduler)});
+  rec.add({.key = "epochs",
+           .flag = "--epochs",
+           .why = run_length + " (--scheduler none runs can be extended)",
+           .value = std::to_string(o_.epochs),
+           .recorded = laid_out});
+  rec.add({.key = "max_steps",
+           .flag = "--max-steps",
+           .why = run_length,
+           .value = std::to_string(o_.max_steps),
+           .recorded = laid_out});
+  rec.add({.key = "total_steps",
+           .flag = "the planned steps",
+           .why = run_length,
+           .value = std::to_string(progress_.total_steps),
+           .derived = true,
+           .recorded = laid_out});
+  rec.add({.key = "steps_per_epoch",
+           .flag = "the steps per epoch",
+           .why = "another number of processes under --distributed?",
+           .value = std::to_string(progress_.steps_per_epoch),
+           .derived = true});
+}
+
+// Which samples are seen, in which split and order; what the model takes and how its inputs were
+// normalised (--eval-only and --predict need them).
+void Trainer::add_data_settings(RunRecord& rec) const {
+  rec.add({.key = "seed",
+           .flag = "--seed",
+           .why = "the seed decides the validation split and the order of the samples",
+           .value = std::to_string(o_.seed)});
+  rec.add({.key = "val_split",
+           .flag = "--val-split",
+           .why = "the split decides which samples train and which validate",
+           .value = exact(o_.val_split),
+           .numeric = true});
+  rec.add({.key = "data_train_images",
+           .flag = "--data: the training images",
+           .why = "another dataset: the split and the schedule would change",
+           .value = std::to_string(splits_.train_file_images)});
+  rec.add({.key = "data_test_images",
+           .flag = "--data: the test images",
+           .why = "another dataset",
+           .value = std::to_string(splits_.test_file_images)});
+  rec.add({.key = "data_labels",
+           .flag = "--data: the labels' checksum",
+           .why = "another dataset, or the same size with other labels",
+           .value = splits_.labels_checksum});
+  rec.add({.key = "input_shape",
+           .flag = "--data: the image shape (CxHxW)",
+           .why = "the model takes the saved shape",
+           .value = shape_text(splits_.shape)});
+  rec.add({.key = "classes",
+           .flag = "--data: the classes",
+           .why = "the model's outputs are the saved classes",
+           .value = nlohmann::json(splits_.classes).dump()});
+  rec.add({.key = "normalize_mean", .value = doubles_text(inputs_.mean), .compared = false});
+  rec.add({.key = "normalize_std", .value = doubles_text(inputs_.std), .compared = false});
+}
+
+void Trainer::check_resume_progress(const Metadata& saved, const TrainingProgress& p) const {
+  const std::string ck = o_.resume;
+  const int64_t steps_per_epoch = progress_.steps_per_epoch;
+  EMBER_CHECK(p.epoch <= 1000, "--resume ", ck, ": 'progress.epoch' is ", p.epoch,
+              ", beyond any run (--epochs is at most 1000); the checkpoint is damaged");
+  if (auto it = saved.find("epochs"); it != saved.end())
+    EMBER_CHECK(p.epoch <= std::strtoll(it->second.c_str(), nullptr, 10), "--resume ", ck, ": 'progress.epoch' is ",
+                p.epoch, ", beyond the saved run's ", it->second, " epochs; the checkpoint is damaged");
+  if (saved.count("batch_size"))
+    EMBER_CHECK(p.step <= p.epoch * steps_per_epoch, "--resume ", ck, ": 'progress.step' is ", p.step, ", beyond the ",
+                p.epoch * steps_per_epoch, " steps that ", p.epoch, " epochs of ", steps_per_epoch,
+                " take; the checkpoint is damaged (or was saved on other data)");
+}
+
+// Under --distributed the ranks agree at each log interval (log_interval), so that they all leave
+// the loop after the same step; alone, the signal is seen after the step it arrived in.
+bool Trainer::stop_requested() const { return dp_.pg ? dp_.stop_agreed : stop_signal() != 0; }
+
+double Trainer::current_lr() const { return learner_.opt->param_groups().at(0).options().get_lr(); }
 
 }  // namespace mnist
