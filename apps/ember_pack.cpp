@@ -129,6 +129,106 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// False, saying why on stderr, unless the input is a directory.
+bool input_is_directory(const Options& o) {
+  struct stat st {};
+  if (::stat(o.input.c_str(), &st) != 0) {
+    std::fprintf(stderr, "ember_pack: error: the input directory %s does not exist\n", o.input.c_str());
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    std::fprintf(stderr, "ember_pack: error: the input %s is not a directory\n", o.input.c_str());
+    return false;
+  }
+  return true;
+}
+
+// Whether the input is read as an ImageFolder (--format, or "auto" without IDX files of the split). Options that only
+// the other kind of input uses are a usage error: they would otherwise be ignored without a word.
+bool read_as_folder(const Options& o) {
+  bool folder = o.format == "folder";
+  if (o.format == "auto") {
+    try {
+      find_mnist_files(o.input, o.split);
+    } catch (const Error&) {
+      folder = true;
+    }
+  }
+  if (folder && o.split_given)
+    usage("--split " + std::string(o.split == Split::train ? "train" : "test") + ": " + o.input +
+          " is read as an ImageFolder (no IDX " + (o.split == Split::train ? "train" : "t10k") +
+          " files found), which has no splits");
+  if (!folder && o.channels_given && o.channels != 1)
+    usage("--channels " + std::to_string(o.channels) + ": an IDX set is greyscale (1 channel)");
+  return folder;
+}
+
+// An IDX set with each image resized to rh x rw as it is read (by the loader's worker threads).
+struct ResizedIdx final : Dataset {
+  std::shared_ptr<InMemoryDataset> d;
+  int64_t rh, rw;
+  int64_t size() const override { return d->size(); }
+  Sample get(int64_t i) const override {
+    Sample s = d->get(i);
+    s.image = resize_image(s.image, rh, rw);
+    return s;
+  }
+  std::optional<Shape> sample_shape() const override { return Shape{d->images().size(1), rh, rw}; }
+  std::vector<std::string> classes() const override { return d->classes(); }
+};
+
+std::shared_ptr<InMemoryDataset> load_idx(const Options& o, int64_t& total) {
+  std::shared_ptr<InMemoryDataset> ds = load_mnist(o.input, o.split);
+  total = ds->size();
+  if (o.rh > 0) {
+    auto w = std::make_shared<ResizedIdx>();
+    w->d = ds;
+    w->rh = o.rh;
+    w->rw = o.rw;
+    ds = InMemoryDataset::from(w, static_cast<int>(o.workers));
+  }
+  return ds;
+}
+
+// The ImageFolder's images decoded by o.workers threads; the ones left out by --skip-bad-images into `bad`.
+std::shared_ptr<InMemoryDataset> load_folder(const Options& o, int64_t& total, std::vector<BadImage>& bad) {
+  ImageFolderOptions fo;
+  fo.channels(static_cast<int>(o.channels)).max_pixels(o.max_pixels);
+  if (o.rh > 0) fo.resize(o.rh, o.rw);
+  ImageFolder images(o.input, fo);
+  total = images.size();
+  std::printf("ember_pack: %s: %lld images in %zu classes, decoding with %lld workers\n", o.input.c_str(),
+              static_cast<long long>(total), images.classes().size(),
+              static_cast<long long>(std::min(o.workers, total)));
+  std::fflush(stdout);
+  FolderLoadOptions lo;
+  lo.workers = static_cast<int>(std::min<int64_t>(o.workers, 1 << 16));
+  lo.skip_bad = o.skip_bad;
+  lo.resize_hint = "a packed dataset needs one size: pass --resize HxW";
+  return load_image_folder(images, lo, &bad);
+}
+
+void print_written(const Options& o, const InMemoryDataset& ds, double secs, size_t skipped, int64_t total) {
+  std::printf("ember_pack: wrote %s: %lld samples of [%lld, %lld, %lld] u8, %zu classes, %.1f MB, in %.2f s",
+              o.output.c_str(), static_cast<long long>(ds.size()), static_cast<long long>(ds.images().size(1)),
+              static_cast<long long>(ds.images().size(2)), static_cast<long long>(ds.images().size(3)),
+              ds.classes().size(), static_cast<double>(file_size(o.output)) / 1e6, secs);
+  if (skipped > 0) std::printf(" (skipped %zu bad images of %lld)", skipped, static_cast<long long>(total));
+  std::printf("\n");
+}
+
+// The images --skip-bad-images left out: their count, and the first few by name with the reason.
+void warn_skipped(const std::vector<BadImage>& bad, int64_t total) {
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "ember_pack: warning: skipped %zu of %lld images that could not be decoded (--skip-bad-images)%s\n",
+               bad.size(), static_cast<long long>(total), bad.size() > kListedBadImages ? "; the first ones:" : ":");
+  for (size_t i = 0; i < std::min(bad.size(), kListedBadImages); ++i)
+    std::fprintf(stderr, "ember_pack: warning:   %s\n", bad[i].why.c_str());
+  if (bad.size() > kListedBadImages)
+    std::fprintf(stderr, "ember_pack: warning:   ... and %zu more\n", bad.size() - kListedBadImages);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,98 +240,19 @@ int main(int argc, char** argv) {
       return 0;
     }
   const Options o = parse(argc, argv);
-
-  {
-    struct stat st {};
-    if (::stat(o.input.c_str(), &st) != 0) {
-      std::fprintf(stderr, "ember_pack: error: the input directory %s does not exist\n", o.input.c_str());
-      return 1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      std::fprintf(stderr, "ember_pack: error: the input %s is not a directory\n", o.input.c_str());
-      return 1;
-    }
-  }
+  if (!input_is_directory(o)) return 1;
   const auto t0 = std::chrono::steady_clock::now();
-  bool folder = o.format == "folder";
   std::vector<BadImage> bad;
   int64_t total = 0;
   try {
-    std::shared_ptr<InMemoryDataset> ds;
-    if (o.format == "auto") {
-      try {
-        find_mnist_files(o.input, o.split);
-      } catch (const Error&) {
-        folder = true;
-      }
-    }
-    // Options that only one kind of input uses would otherwise be ignored without a word.
-    if (folder && o.split_given)
-      usage("--split " + std::string(o.split == Split::train ? "train" : "test") + ": " + o.input +
-            " is read as an ImageFolder (no IDX " + (o.split == Split::train ? "train" : "t10k") +
-            " files found), which has no splits");
-    if (!folder && o.channels_given && o.channels != 1)
-      usage("--channels " + std::to_string(o.channels) + ": an IDX set is greyscale (1 channel)");
-    if (!folder) {
-      ds = load_mnist(o.input, o.split);
-      total = ds->size();
-      if (o.rh > 0) {
-        // resized by the loader's worker threads
-        struct Wrap final : Dataset {
-          std::shared_ptr<InMemoryDataset> d;
-          int64_t rh, rw;
-          int64_t size() const override { return d->size(); }
-          Sample get(int64_t i) const override {
-            Sample s = d->get(i);
-            s.image = resize_image(s.image, rh, rw);
-            return s;
-          }
-          std::optional<Shape> sample_shape() const override { return Shape{d->images().size(1), rh, rw}; }
-          std::vector<std::string> classes() const override { return d->classes(); }
-        };
-        auto w = std::make_shared<Wrap>();
-        w->d = ds;
-        w->rh = o.rh;
-        w->rw = o.rw;
-        ds = InMemoryDataset::from(w, static_cast<int>(o.workers));
-      }
-    } else {
-      ImageFolderOptions fo;
-      fo.channels(static_cast<int>(o.channels)).max_pixels(o.max_pixels);
-      if (o.rh > 0) fo.resize(o.rh, o.rw);
-      ImageFolder images(o.input, fo);
-      total = images.size();
-      std::printf("ember_pack: %s: %lld images in %zu classes, decoding with %lld workers\n", o.input.c_str(),
-                  static_cast<long long>(total), images.classes().size(),
-                  static_cast<long long>(std::min(o.workers, total)));
-      std::fflush(stdout);
-      FolderLoadOptions lo;
-      lo.workers = static_cast<int>(std::min<int64_t>(o.workers, 1 << 16));
-      lo.skip_bad = o.skip_bad;
-      lo.resize_hint = "a packed dataset needs one size: pass --resize HxW";
-      ds = load_image_folder(images, lo, &bad);
-    }
+    const std::shared_ptr<InMemoryDataset> ds = read_as_folder(o) ? load_folder(o, total, bad) : load_idx(o, total);
     ds->save(o.output);  // atomic: a temporary file renamed into place (io/atomic_file.h)
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("ember_pack: wrote %s: %lld samples of [%lld, %lld, %lld] u8, %zu classes, %.1f MB, in %.2f s",
-                o.output.c_str(), static_cast<long long>(ds->size()), static_cast<long long>(ds->images().size(1)),
-                static_cast<long long>(ds->images().size(2)), static_cast<long long>(ds->images().size(3)),
-                ds->classes().size(), static_cast<double>(file_size(o.output)) / 1e6, secs);
-    if (!bad.empty()) std::printf(" (skipped %zu bad images of %lld)", bad.size(), static_cast<long long>(total));
-    std::printf("\n");
+    print_written(o, *ds, secs, bad.size(), total);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember_pack: error: %s\n", ember::user_message(e.what()).c_str());
     return 1;
   }
-  if (!bad.empty()) {
-    std::fflush(stdout);
-    std::fprintf(stderr,
-                 "ember_pack: warning: skipped %zu of %lld images that could not be decoded (--skip-bad-images)%s\n",
-                 bad.size(), static_cast<long long>(total), bad.size() > kListedBadImages ? "; the first ones:" : ":");
-    for (size_t i = 0; i < std::min(bad.size(), kListedBadImages); ++i)
-      std::fprintf(stderr, "ember_pack: warning:   %s\n", bad[i].why.c_str());
-    if (bad.size() > kListedBadImages)
-      std::fprintf(stderr, "ember_pack: warning:   ... and %zu more\n", bad.size() - kListedBadImages);
-  }
+  if (!bad.empty()) warn_skipped(bad, total);
   return 0;
 }

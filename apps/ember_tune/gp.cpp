@@ -105,6 +105,97 @@ double GaussianProcess::log_marginal(const Eigen::MatrixXd& X, const Eigen::Vect
   return lml;
 }
 
+namespace {
+
+// theta = lo + (hi - lo) sigmoid(z) per coordinate, and (when dt is given) its derivative in z.
+Eigen::VectorXd theta_of(const Eigen::VectorXd& z, const std::vector<Box>& box, Eigen::VectorXd* dt = nullptr) {
+  const Eigen::Index m = z.size();
+  Eigen::VectorXd t(m);
+  if (dt) dt->resize(m);
+  for (Eigen::Index i = 0; i < m; ++i) {
+    const Box& b = box[static_cast<size_t>(i)];
+    const double s = sigmoid(z[i]);
+    t[i] = b.lo + (b.hi - b.lo) * s;
+    if (dt) (*dt)[i] = (b.hi - b.lo) * s * (1 - s);
+  }
+  return t;
+}
+
+// The inverse of theta_of, kept a little inside the box.
+Eigen::VectorXd z_of(const Eigen::VectorXd& t, const std::vector<Box>& box) {
+  Eigen::VectorXd z(t.size());
+  for (Eigen::Index i = 0; i < t.size(); ++i) {
+    const Box& b = box[static_cast<size_t>(i)];
+    z[i] = logit(std::clamp((t[i] - b.lo) / (b.hi - b.lo), 1e-6, 1 - 1e-6));
+  }
+  return z;
+}
+
+// Where the fit climbs from, in z: a default, the previous fit's optimum when it has as many inputs, and `restarts`
+// random points.
+std::vector<Eigen::VectorXd> start_points(const std::vector<Box>& box, size_t d, const GpHyper* warm, int restarts,
+                                          Rng& rng) {
+  std::vector<Eigen::VectorXd> starts;
+  GpHyper def;
+  def.log_length.assign(d, kPriorLogLength);
+  def.log_signal = 0;
+  def.log_noise = -9;
+  starts.push_back(z_of(to_theta(def), box));
+  if (warm && warm->log_length.size() == d) starts.push_back(z_of(to_theta(*warm), box));
+  for (int r = 0; r < restarts; ++r) {
+    Eigen::VectorXd z(static_cast<Eigen::Index>(box.size()));
+    for (Eigen::Index i = 0; i < z.size(); ++i) z[i] = 3 * (2 * rng.uniform() - 1);
+    starts.push_back(z);
+  }
+  return starts;
+}
+
+// Minimises f(z, gradient) from z (left at the minimum found) by BFGS on the inverse Hessian with an Armijo
+// backtracking line search; returns the minimum, infinity when f is not finite at the start.
+template <class F>
+double minimise_bfgs(const F& objective, Eigen::VectorXd& z) {
+  const Eigen::Index m = z.size();
+  Eigen::VectorXd g;
+  double f = objective(z, g);
+  if (!std::isfinite(f)) return std::numeric_limits<double>::infinity();
+  Eigen::MatrixXd H = Eigen::MatrixXd::Identity(m, m);
+  for (int it = 0; it < 60; ++it) {
+    Eigen::VectorXd p = -H * g;
+    if (p.dot(g) >= 0) {  // not a descent direction: restart from steepest descent
+      H.setIdentity();
+      p = -g;
+    }
+    if (p.norm() > 3) p *= 3 / p.norm();  // z beyond +-6 is the box's flat edge anyway
+    double step = 1, fn = 0;
+    Eigen::VectorXd zn, gn;
+    bool ok = false;
+    for (int ls = 0; ls < 20; ++ls, step *= 0.5) {
+      zn = z + step * p;
+      fn = objective(zn, gn);
+      if (fn <= f + 1e-4 * step * p.dot(g)) {
+        ok = true;
+        break;
+      }
+    }
+    if (!ok) break;
+    const Eigen::VectorXd s = zn - z, yv = gn - g;
+    const double sy = s.dot(yv);
+    if (sy > 1e-12) {
+      const double rho = 1 / sy;
+      const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(m, m);
+      H = (I - rho * s * yv.transpose()) * H * (I - rho * yv * s.transpose()) + rho * s * s.transpose();
+    }
+    const double drop = f - fn;
+    z = zn;
+    g = gn;
+    f = fn;
+    if (g.lpNorm<Eigen::Infinity>() < 1e-5 || drop < 1e-9) break;
+  }
+  return f;
+}
+
+}  // namespace
+
 void GaussianProcess::fit(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, Rng& rng, int restarts,
                           const GpHyper* warm) {
   EMBER_CHECK(X.rows() >= 1 && X.rows() == y.size(), "GP fit: ", X.rows(), " inputs and ", y.size(), " outputs");
@@ -114,98 +205,29 @@ void GaussianProcess::fit(const Eigen::MatrixXd& X, const Eigen::VectorXd& y, Rn
   if (!(y_std_ > 1e-12)) y_std_ = 1;
   const Eigen::VectorXd ys = (y.array() - y_mean_) / y_std_;
   const std::vector<Box> box = boxes(d);
-  const Eigen::Index m = static_cast<Eigen::Index>(box.size());
 
-  // The objective in the unconstrained variables z (theta = lo + (hi - lo) sigmoid(z)), negated for minimisation.
+  // The objective in the unconstrained variables z, negated for minimisation.
   auto objective = [&](const Eigen::VectorXd& z, Eigen::VectorXd& g) {
-    Eigen::VectorXd t(m), dt(m);
-    for (Eigen::Index i = 0; i < m; ++i) {
-      const double s = sigmoid(z[i]);
-      t[i] = box[static_cast<size_t>(i)].lo + (box[static_cast<size_t>(i)].hi - box[static_cast<size_t>(i)].lo) * s;
-      dt[i] = (box[static_cast<size_t>(i)].hi - box[static_cast<size_t>(i)].lo) * s * (1 - s);
-    }
-    Eigen::VectorXd gt;
-    const double v = log_marginal(X, ys, from_theta(t, d), &gt);
+    Eigen::VectorXd dt, gt;
+    const double v = log_marginal(X, ys, from_theta(theta_of(z, box, &dt), d), &gt);
     if (!std::isfinite(v)) {
-      g = Eigen::VectorXd::Zero(m);
+      g = Eigen::VectorXd::Zero(z.size());
       return std::numeric_limits<double>::infinity();
     }
     g = -gt.cwiseProduct(dt);
     return -v;
   };
-  auto to_z = [&](const Eigen::VectorXd& t) {
-    Eigen::VectorXd z(m);
-    for (Eigen::Index i = 0; i < m; ++i) {
-      const Box& b = box[static_cast<size_t>(i)];
-      z[i] = logit(std::clamp((t[i] - b.lo) / (b.hi - b.lo), 1e-6, 1 - 1e-6));
-    }
-    return z;
-  };
-
-  std::vector<Eigen::VectorXd> starts;
-  GpHyper def;
-  def.log_length.assign(d, kPriorLogLength);
-  def.log_signal = 0;
-  def.log_noise = -9;
-  starts.push_back(to_z(to_theta(def)));
-  if (warm && warm->log_length.size() == d) starts.push_back(to_z(to_theta(*warm)));
-  for (int r = 0; r < restarts; ++r) {
-    Eigen::VectorXd z(m);
-    for (Eigen::Index i = 0; i < m; ++i) z[i] = 3 * (2 * rng.uniform() - 1);
-    starts.push_back(z);
-  }
-
+  const std::vector<Eigen::VectorXd> starts = start_points(box, d, warm, restarts, rng);
   double best_f = std::numeric_limits<double>::infinity();
   Eigen::VectorXd best_z = starts[0];
   for (Eigen::VectorXd z : starts) {
-    // BFGS on the inverse Hessian with an Armijo backtracking line search.
-    Eigen::VectorXd g;
-    double f = objective(z, g);
-    if (!std::isfinite(f)) continue;
-    Eigen::MatrixXd H = Eigen::MatrixXd::Identity(m, m);
-    for (int it = 0; it < 60; ++it) {
-      Eigen::VectorXd p = -H * g;
-      if (p.dot(g) >= 0) {  // not a descent direction: restart from steepest descent
-        H.setIdentity();
-        p = -g;
-      }
-      if (p.norm() > 3) p *= 3 / p.norm();  // z beyond +-6 is the box's flat edge anyway
-      double step = 1, fn = 0;
-      Eigen::VectorXd zn, gn;
-      bool ok = false;
-      for (int ls = 0; ls < 20; ++ls, step *= 0.5) {
-        zn = z + step * p;
-        fn = objective(zn, gn);
-        if (fn <= f + 1e-4 * step * p.dot(g)) {
-          ok = true;
-          break;
-        }
-      }
-      if (!ok) break;
-      const Eigen::VectorXd s = zn - z, yv = gn - g;
-      const double sy = s.dot(yv);
-      if (sy > 1e-12) {
-        const double rho = 1 / sy;
-        const Eigen::MatrixXd I = Eigen::MatrixXd::Identity(m, m);
-        H = (I - rho * s * yv.transpose()) * H * (I - rho * yv * s.transpose()) + rho * s * s.transpose();
-      }
-      const double drop = f - fn;
-      z = zn;
-      g = gn;
-      f = fn;
-      if (g.lpNorm<Eigen::Infinity>() < 1e-5 || drop < 1e-9) break;
-    }
+    const double f = minimise_bfgs(objective, z);
     if (f < best_f) {
       best_f = f;
       best_z = z;
     }
   }
-  Eigen::VectorXd t(m);
-  for (Eigen::Index i = 0; i < m; ++i) {
-    const Box& b = box[static_cast<size_t>(i)];
-    t[i] = b.lo + (b.hi - b.lo) * sigmoid(best_z[i]);
-  }
-  GpHyper h = from_theta(t, d);
+  GpHyper h = from_theta(theta_of(best_z, box), d);
   // If every start failed (K not positive definite anywhere tried), more noise makes it so.
   if (!std::isfinite(best_f)) h.log_noise = -2;
   condition_standardised(X, ys, h);

@@ -74,17 +74,8 @@ int benchmark(const Cli& c) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  ember::install_terminate_handler("ember_tune");  // Note [no abort] in core/error.h
-  Cli c;
-  CLI::App app{
-      "ember_tune: Bayesian hyper-parameter search (GP-EI, TPE or random) for mnist_train, with pruning and resumable "
-      "studies. Arguments after -- go to every trial's mnist_train.",
-      "ember_tune"};
-  app.option_defaults()->always_capture_default();
-  app.get_formatter()->column_width(34);
+// The study's flags: what is searched, how, and in which file.
+void add_study_options(CLI::App& app, Cli& c) {
   app.add_option("--param", c.params,
                  "a parameter: NAME=log:LO:HI, NAME=float:LO:HI, NAME=int:LO:HI or NAME=cat:A,B,C (NAME is "
                  "mnist_train's flag without --); repeatable")
@@ -112,6 +103,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", c.seed, "seed of the sampler and of every trial's mnist_train --seed")->group("Study");
   app.add_option("--study", c.study, "a new study file (JSONL, append-only)")->group("Study");
   app.add_option("--resume", c.resume, "continue this study file (its space, objective and sampler)")->group("Study");
+}
+
+// The flags of pruning, of the trials' processes, of the output and of --benchmark.
+void add_run_options(CLI::App& app, Cli& c) {
   app.add_option("--pruner", c.pruner, "none, median or asha")
       ->check(CLI::IsMember({"none", "median", "asha"}))
       ->group("Pruning");
@@ -148,8 +143,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000))
       ->group("Benchmark");
   app.add_option("--bench-svg", c.bench_svg, "the median-regret plot")->group("Benchmark");
-  app.footer("Arguments after -- are mnist_train's, given to every trial before the searched parameters.");
+}
 
+// Parses the command line into `c`; the exit code when the program ends here (--help 0, bad usage 2).
+std::optional<int> parse_command_line(CLI::App& app, Cli& c, int argc, char** argv) {
   // Everything after the first "--" is mnist_train's, split off here: CLI11 would let a vector option just before
   // "--" end there and then reject what follows.
   int own = argc;
@@ -169,6 +166,170 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ember_tune: error: %s (see --help)\n", e.what());
     return 2;
   }
+  return std::nullopt;
+}
+
+// The study the flags describe (a resumed study's own may differ: check_resume_agrees).
+StudyConfig config_of(const Cli& c) {
+  StudyConfig cfg;
+  if (!c.space_file.empty()) cfg.space = load_space_file(c.space_file);
+  for (const std::string& spec : c.params) {
+    const Param p = parse_param(spec);
+    for (const Param& q : cfg.space.params) EMBER_CHECK(q.name != p.name, "parameter '", p.name, "' is given twice");
+    cfg.space.params.push_back(p);
+  }
+  const Objective obj = parse_objective(c.objective);
+  cfg.objective = c.objective;
+  cfg.maximize = c.direction == "auto" ? default_maximize(obj) : c.direction == "max";
+  cfg.sampler.kind = parse_sampler(c.sampler);
+  cfg.sampler.seed = c.seed;
+  cfg.sampler.n_init = c.n_init;
+  cfg.pruner = c.pruner;
+  cfg.train_args = c.train_args;
+
+  // Paths in the arguments as absolute ones, before the resume comparison and before they are stored: the trials
+  // of a study resumed elsewhere must read and write the same files.
+  make_paths_absolute(cfg);
+  return cfg;
+}
+
+// Flags given again to --resume must agree with the study's own; flags left out take its values.
+void check_resume_agrees(const CLI::App& app, const Cli& c, const StudyConfig& cfg, const StudyConfig& have) {
+  auto same = [&](const char* flag, bool given, bool equal) {
+    EMBER_CHECK(!given || equal, "--resume ", c.resume, ": ", flag, " differs from the study's (",
+                have.to_json().dump(), "); leave it out to continue the study as it was");
+  };
+  same("the search space", !cfg.space.params.empty(), cfg.space.to_json() == have.space.to_json());
+  same("--objective", app.count("--objective") > 0, cfg.objective == have.objective);
+  same("--direction", app.count("--direction") > 0 && c.direction != "auto", cfg.maximize == have.maximize);
+  same("--sampler", app.count("--sampler") > 0, cfg.sampler.kind == have.sampler.kind);
+  same("--seed", app.count("--seed") > 0, cfg.sampler.seed == have.sampler.seed);
+  same("--init", app.count("--init") > 0, cfg.sampler.n_init == have.sampler.n_init);
+  same("--pruner", app.count("--pruner") > 0, cfg.pruner == have.pruner);
+  same("the mnist_train arguments", !cfg.train_args.empty(), cfg.train_args == have.train_args);
+}
+
+// What this ember_tune holds while its trials run. The study file and the trial directory each belong to one
+// ember_tune at a time, for the whole session: two writers of one study would interleave trial numbers and records,
+// two studies in one directory would overwrite each other's trial logs.
+struct Session {
+  std::string path;     // the study file
+  std::string stem;     // its name without .jsonl: the default trial directory and plot prefix
+  std::string out_dir;  // the trial directory
+  std::optional<FileLock> study_lock, dir_lock;
+  std::optional<StudyFile> study;
+};
+
+// Takes a lock. One that is taken is a run-time error (1), not bad input: `phase`, the exit code of an error, says so
+// while it is taken.
+void take_lock(std::optional<FileLock>& l, const std::string& lock_path, const std::string& what, int& phase) {
+  const int before = phase;
+  phase = 1;
+  l.emplace(lock_path, what);
+  phase = before;
+}
+
+// Opens the study of --resume, checked against the flags given again; the planned count is the study's unless
+// --trials says otherwise (a version 1 file stored none).
+void resume_study(Session& s, const CLI::App& app, Cli& c, const StudyConfig& cfg, int& phase) {
+  take_lock(s.study_lock, study_lock_path(c.resume), "the study '" + c.resume + "'", phase);
+  s.study = StudyFile::open(c.resume);
+  const StudyConfig& have = s.study->config();
+  check_resume_agrees(app, c, cfg, have);
+  check_trainer(c.mnist_train, have);
+  if (s.study->had_torn_line())
+    std::fprintf(stderr,
+                 "ember_tune: %s: the last record was cut short (a kill while writing); that trial runs again\n",
+                 s.path.c_str());
+  if (app.count("--trials") == 0 && s.study->planned_trials() > 0) c.trials = s.study->planned_trials();
+}
+
+// The study of --study (new) or --resume, locked with its trial directory. Errors until the trial directory is made
+// are bad input (phase 2), after it run-time ones (1).
+void open_session(Session& s, const CLI::App& app, Cli& c, const StudyConfig& cfg, int& phase) {
+  s.path = c.resume.empty() ? c.study : c.resume;
+  s.stem = s.path;
+  if (s.stem.size() > 6 && s.stem.substr(s.stem.size() - 6) == ".jsonl") s.stem.resize(s.stem.size() - 6);
+  s.out_dir = c.out_dir.empty() ? s.stem + ".d" : c.out_dir;
+  if (!c.resume.empty()) {
+    resume_study(s, app, c, cfg, phase);
+  } else {
+    EMBER_CHECK(!cfg.space.params.empty(), "no parameters to search: give --param NAME=TYPE:... or --space FILE");
+    check_trainer(c.mnist_train, cfg);
+    take_lock(s.study_lock, study_lock_path(c.study), "the study '" + c.study + "'", phase);
+    StudyFile::check_new(c.study);
+  }
+  phase = 1;
+  fs::create_directories(s.out_dir);
+  take_lock(s.dir_lock, trial_dir_lock_path(s.out_dir), "the trial directory '" + s.out_dir + "'", phase);
+  if (!s.study) s.study = StudyFile::create(c.study, cfg, c.trials);
+  else if (s.study->planned_trials() != c.trials) s.study->plan(c.trials);
+}
+
+RunOptions run_options(const Cli& c, const Session& s) {
+  RunOptions ro;
+  ro.mnist_train = c.mnist_train;
+  ro.out_dir = s.out_dir;
+  ro.tensorboard = c.tensorboard;
+  ro.trial_timeout = c.trial_timeout;
+  ro.parallel = c.parallel;
+  ro.n_trials = c.trials;
+  ro.quiet = c.quiet;
+  ro.pruner.kind = parse_pruner(s.study->config().pruner);
+  ro.pruner.warmup = c.warmup;
+  ro.pruner.eta = c.eta;
+  ro.pruner.min_epochs = c.min_epochs;
+  return ro;
+}
+
+// The trials table, the pruning summary, the best trial's command and the plots.
+void print_results(const Cli& c, const Session& s) {
+  const StudyFile& study = *s.study;
+  std::printf("\n%s", trials_table(study).c_str());
+  if (const std::string p = pruning_summary(study); !p.empty()) std::printf("%s\n", p.c_str());
+  if (const std::string best = best_command(study, c.mnist_train); !best.empty())
+    std::printf("best: %s\n", best.c_str());
+  else std::printf("best: no trial completed\n");
+  write_study_plots(study, c.plot.empty() ? s.stem : c.plot);
+}
+
+// The exit code of a session that ran its trials: 128 + the signal that stopped it, 1 when every trial failed, else 0.
+int exit_code(const Session& s, int stopped_by) {
+  if (stopped_by != 0) {
+    std::fprintf(stderr, "ember_tune: stopped by %s; continue with: ember_tune --resume %s\n",
+                 stopped_by == SIGINT ? "SIGINT" : "SIGTERM", s.path.c_str());
+    return 128 + stopped_by;
+  }
+  // A study in which nothing worked is a failed run, not a result: most often every trial failed the same way
+  // (a bad argument, missing data), and that reason is the one to show.
+  const std::vector<TrialRecord>& all = s.study->trials();
+  if (!all.empty() && std::all_of(all.begin(), all.end(), [](const TrialRecord& t) { return t.state == "failed"; })) {
+    std::map<std::string, int> count;
+    for (const TrialRecord& t : all) ++count[t.error];
+    const auto common =
+        std::max_element(count.begin(), count.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    std::fprintf(stderr, "ember_tune: error: every trial of %s failed (%zu); the most common reason (%d of them): %s\n",
+                 s.path.c_str(), all.size(), common->second, common->first.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ember::install_terminate_handler("ember_tune");  // Note [no abort] in core/error.h
+  Cli c;
+  CLI::App app{
+      "ember_tune: Bayesian hyper-parameter search (GP-EI, TPE or random) for mnist_train, with pruning and resumable "
+      "studies. Arguments after -- go to every trial's mnist_train.",
+      "ember_tune"};
+  app.option_defaults()->always_capture_default();
+  app.get_formatter()->column_width(34);
+  add_study_options(app, c);
+  add_run_options(app, c);
+  app.footer("Arguments after -- are mnist_train's, given to every trial before the searched parameters.");
+  if (const std::optional<int> code = parse_command_line(app, c, argc, argv)) return *code;
 
   int phase = 2;  // errors before the first trial are bad input
   try {
@@ -179,117 +340,12 @@ int main(int argc, char** argv) {
     EMBER_CHECK(c.study.empty() != c.resume.empty(),
                 "name the study file: --study PATH for a new one, or --resume PATH");
     if (c.mnist_train.empty()) c.mnist_train = self_dir() + "/mnist_train";
-
-    StudyConfig cfg;
-    if (!c.space_file.empty()) cfg.space = load_space_file(c.space_file);
-    for (const std::string& spec : c.params) {
-      const Param p = parse_param(spec);
-      for (const Param& q : cfg.space.params) EMBER_CHECK(q.name != p.name, "parameter '", p.name, "' is given twice");
-      cfg.space.params.push_back(p);
-    }
-    const Objective obj = parse_objective(c.objective);
-    cfg.objective = c.objective;
-    cfg.maximize = c.direction == "auto" ? default_maximize(obj) : c.direction == "max";
-    cfg.sampler.kind = parse_sampler(c.sampler);
-    cfg.sampler.seed = c.seed;
-    cfg.sampler.n_init = c.n_init;
-    cfg.pruner = c.pruner;
-    cfg.train_args = c.train_args;
-
-    // Paths in the arguments as absolute ones, before the resume comparison and before they are stored: the trials
-    // of a study resumed elsewhere must read and write the same files.
-    make_paths_absolute(cfg);
-
-    const std::string path = c.resume.empty() ? c.study : c.resume;
-    std::string stem = path;
-    if (stem.size() > 6 && stem.substr(stem.size() - 6) == ".jsonl") stem.resize(stem.size() - 6);
-    const std::string out_dir = c.out_dir.empty() ? stem + ".d" : c.out_dir;
-    // The study file and the trial directory each belong to one ember_tune at a time, for the whole session: two
-    // writers of one study would interleave trial numbers and records, two studies in one directory would overwrite
-    // each other's trial logs. A lock that is taken is a run-time error (1), not bad input.
-    std::optional<FileLock> study_lock, dir_lock;
-    auto lock = [&](std::optional<FileLock>& l, const std::string& lock_path, const std::string& what) {
-      const int before = phase;
-      phase = 1;
-      l.emplace(lock_path, what);
-      phase = before;
-    };
-    std::optional<StudyFile> study;
-    if (!c.resume.empty()) {
-      lock(study_lock, study_lock_path(c.resume), "the study '" + c.resume + "'");
-      study = StudyFile::open(c.resume);
-      const StudyConfig& have = study->config();
-      // Flags given again must agree with the study's own; flags left out take its values.
-      auto same = [&](const char* flag, bool given, bool equal) {
-        EMBER_CHECK(!given || equal, "--resume ", c.resume, ": ", flag, " differs from the study's (",
-                    have.to_json().dump(), "); leave it out to continue the study as it was");
-      };
-      same("the search space", !cfg.space.params.empty(), cfg.space.to_json() == have.space.to_json());
-      same("--objective", app.count("--objective") > 0, cfg.objective == have.objective);
-      same("--direction", app.count("--direction") > 0 && c.direction != "auto", cfg.maximize == have.maximize);
-      same("--sampler", app.count("--sampler") > 0, cfg.sampler.kind == have.sampler.kind);
-      same("--seed", app.count("--seed") > 0, cfg.sampler.seed == have.sampler.seed);
-      same("--init", app.count("--init") > 0, cfg.sampler.n_init == have.sampler.n_init);
-      same("--pruner", app.count("--pruner") > 0, cfg.pruner == have.pruner);
-      same("the mnist_train arguments", !cfg.train_args.empty(), cfg.train_args == have.train_args);
-      check_trainer(c.mnist_train, have);
-      if (study->had_torn_line())
-        std::fprintf(stderr,
-                     "ember_tune: %s: the last record was cut short (a kill while writing); that trial runs again\n",
-                     path.c_str());
-      // The planned count is the study's unless --trials says otherwise (a version 1 file stored none).
-      if (app.count("--trials") == 0 && study->planned_trials() > 0) c.trials = study->planned_trials();
-    } else {
-      EMBER_CHECK(!cfg.space.params.empty(), "no parameters to search: give --param NAME=TYPE:... or --space FILE");
-      check_trainer(c.mnist_train, cfg);
-      lock(study_lock, study_lock_path(c.study), "the study '" + c.study + "'");
-      StudyFile::check_new(c.study);
-    }
-    phase = 1;
-    fs::create_directories(out_dir);
-    lock(dir_lock, trial_dir_lock_path(out_dir), "the trial directory '" + out_dir + "'");
-    if (!study) study = StudyFile::create(c.study, cfg, c.trials);
-    else if (study->planned_trials() != c.trials) study->plan(c.trials);
-
-    RunOptions ro;
-    ro.mnist_train = c.mnist_train;
-    ro.out_dir = out_dir;
-    ro.tensorboard = c.tensorboard;
-    ro.trial_timeout = c.trial_timeout;
-    ro.parallel = c.parallel;
-    ro.n_trials = c.trials;
-    ro.quiet = c.quiet;
-    ro.pruner.kind = parse_pruner(study->config().pruner);
-    ro.pruner.warmup = c.warmup;
-    ro.pruner.eta = c.eta;
-    ro.pruner.min_epochs = c.min_epochs;
-    const int stopped_by = run_study(*study, ro);
-
-    std::printf("\n%s", trials_table(*study).c_str());
-    if (const std::string p = pruning_summary(*study); !p.empty()) std::printf("%s\n", p.c_str());
-    if (const std::string best = best_command(*study, c.mnist_train); !best.empty())
-      std::printf("best: %s\n", best.c_str());
-    else std::printf("best: no trial completed\n");
-    write_study_plots(*study, c.plot.empty() ? stem : c.plot);
-    if (stopped_by != 0) {
-      std::fprintf(stderr, "ember_tune: stopped by %s; continue with: ember_tune --resume %s\n",
-                   stopped_by == SIGINT ? "SIGINT" : "SIGTERM", path.c_str());
-      return 128 + stopped_by;
-    }
-    // A study in which nothing worked is a failed run, not a result: most often every trial failed the same way
-    // (a bad argument, missing data), and that reason is the one to show.
-    const std::vector<TrialRecord>& all = study->trials();
-    if (!all.empty() && std::all_of(all.begin(), all.end(), [](const TrialRecord& t) { return t.state == "failed"; })) {
-      std::map<std::string, int> count;
-      for (const TrialRecord& t : all) ++count[t.error];
-      const auto common = std::max_element(count.begin(), count.end(),
-                                           [](const auto& a, const auto& b) { return a.second < b.second; });
-      std::fprintf(stderr,
-                   "ember_tune: error: every trial of %s failed (%zu); the most common reason (%d of them): %s\n",
-                   path.c_str(), all.size(), common->second, common->first.c_str());
-      return 1;
-    }
-    return 0;
+    const StudyConfig cfg = config_of(c);
+    Session s;
+    open_session(s, app, c, cfg, phase);
+    const int stopped_by = run_study(*s.study, run_options(c, s));
+    print_results(c, s);
+    return exit_code(s, stopped_by);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember_tune: error: %s\n", ember::user_message(e.what()).c_str());
     return phase;

@@ -464,36 +464,204 @@ std::vector<Observation> observations(const StudyFile& study) {
   return obs;
 }
 
+namespace {
+
+// The trial numbers a session runs: the gaps first (trials that were running when an earlier session stopped), then
+// new ones after the highest recorded.
+class TrialNumbers {
+ public:
+  explicit TrialNumbers(const std::vector<TrialRecord>& trials) {
+    std::set<uint64_t> recorded;
+    for (const TrialRecord& t : trials) recorded.insert(t.number);
+    next_new_ = recorded.empty() ? 0 : *recorded.rbegin() + 1;
+    for (uint64_t n = 0; n < next_new_; ++n)
+      if (!recorded.count(n)) gaps_.push_back(n);
+  }
+  uint64_t next() { return gaps_used_ < gaps_.size() ? gaps_[gaps_used_++] : next_new_++; }
+
+ private:
+  std::vector<uint64_t> gaps_;
+  size_t gaps_used_ = 0;
+  uint64_t next_new_ = 0;
+};
+
+// The study's wall time, summed over resumed sessions: the earlier sessions' (the largest elapsed_s recorded) plus
+// this one's.
+struct StudyClock {
+  double offset_s = 0;
+  Clock::time_point session = Clock::now();
+
+  explicit StudyClock(const std::vector<TrialRecord>& trials) {
+    for (const TrialRecord& t : trials) offset_s = std::max(offset_s, t.elapsed_s);
+  }
+  double elapsed_s() const { return offset_s + std::chrono::duration<double>(Clock::now() - session).count(); }
+};
+
+// The SIGINT and SIGTERM handlers that catch_stop_signals() replaced.
+struct OldHandlers {
+  struct sigaction on_int {};
+  struct sigaction on_term {};
+};
+
+// SIGINT and SIGTERM set g_stop, which ends run_study's loop.
+OldHandlers catch_stop_signals() {
+  struct sigaction sa {};
+  OldHandlers old;
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old.on_int);
+  sigaction(SIGTERM, &sa, &old.on_term);
+  g_stop = 0;
+  return old;
+}
+
+void restore_stop_signals(const OldHandlers& old) {
+  sigaction(SIGINT, &old.on_int, nullptr);
+  sigaction(SIGTERM, &old.on_term, nullptr);
+}
+
+// Starts trial `number` at the sampler's point for it (the running trials' points are pending).
+Running start_trial(const StudyFile& study, const RunOptions& ro, uint64_t number,
+                    const std::vector<Running>& running) {
+  const StudyConfig& c = study.config();
+  Running t;
+  t.number = number;
+  std::vector<std::vector<double>> pending;
+  for (const Running& r : running) pending.push_back(r.u);
+  t.u = suggest(c.space, c.sampler, t.number, observations(study), pending);
+  t.log_path = ro.out_dir + "/trial-" + std::to_string(t.number) + ".jsonl";
+  t.out_path = ro.out_dir + "/trial-" + std::to_string(t.number) + ".out";
+  std::error_code ec;
+  fs::remove(t.log_path, ec);  // a rerun after a kill: mnist_train appends to --log
+  std::vector<std::string> args = trial_args(c, t.u);
+  args.insert(args.end(), {"--log", t.log_path, "--quiet"});
+  if (!ro.tensorboard.empty())
+    args.insert(args.end(), {"--tensorboard", ro.tensorboard + "/trial-" + std::to_string(t.number)});
+  t.planned = planned_epochs(c, t.u);
+  t.start = Clock::now();
+  t.pid = spawn(ro.mnist_train, args, t.out_path);
+  return t;
+}
+
+// Kills a trial that has run past `limit` seconds. SIGKILL to the whole group: a trial past its time may be stuck
+// where SIGTERM is not acted on, and what it started (loader processes, a wrapper script's children) goes with it.
+void enforce_timeout(Running& t, const std::optional<double>& limit) {
+  if (limit && t.timed_out_after == 0 && std::chrono::duration<double>(Clock::now() - t.start).count() > *limit) {
+    t.timed_out_after = *limit;
+    kill(-t.pid, SIGKILL);
+  }
+}
+
+// Shows the pruner a trial's new epochs, against the recorded trials' curves and the other running ones', and stops
+// the trial when it says so.
+void judge(Running& t, const std::vector<Running>& running, const StudyFile& study, const PrunerOptions& pruner,
+           const Objective& obj) {
+  if (t.pruned || pruner.kind == PrunerKind::none || t.curve.size() <= t.judged) return;
+  t.judged = t.curve.size();
+  const StudyConfig& c = study.config();
+  std::vector<std::vector<double>> others;
+  for (const TrialRecord& r : study.trials()) {
+    std::vector<double> cv;
+    for (double v : r.intermediate) cv.push_back(intermediate_metric(obj, c).second ? -v : v);
+    others.push_back(cv);
+  }
+  for (const Running& r : running)
+    if (&r != &t) others.push_back(r.curve);
+  // Each epoch is judged once, when it arrives (two epochs within one 50 ms poll: the newer one only).
+  if (should_prune(pruner, t.curve, t.planned, others)) {
+    t.pruned = true;
+    kill(-t.pid, SIGTERM);
+  }
+}
+
+// How a trial that exited with `status` (as waitpid() gives it) ended: its state, and its value or why it failed.
+void set_outcome(TrialRecord& rec, const Running& t, int status, const Objective& obj) {
+  std::string why;
+  const std::string status_text = t.summary.is_object() ? t.summary.value("status", "") : "";
+  if (t.timed_out_after > 0) {
+    rec.state = "failed";
+    rec.error = str("timed out after ", t.timed_out_after, " s");
+  } else if (t.pruned) {
+    rec.state = "pruned";
+    if (!rec.intermediate.empty() && std::isfinite(rec.intermediate.back()) && obj.epoch_level && !obj.time_to)
+      rec.value = rec.intermediate.back();
+  } else if (WIFSIGNALED(status)) {
+    rec.state = "failed";
+    rec.error = str("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  } else if (status_text == "diverged") {
+    rec.state = "failed";
+    rec.error = "diverged (non-finite loss): " + last_line(t.out_path);
+  } else if (WEXITSTATUS(status) != 0) {
+    rec.state = "failed";
+    rec.error = str("exit code ", WEXITSTATUS(status), ": ", last_line(t.out_path));
+  } else if (auto v = objective_value(t, obj, why)) {
+    rec.state = "complete";
+    rec.value = v;
+  } else {
+    rec.state = "failed";
+    rec.error = why;
+  }
+}
+
+// The record of a trial that has exited with `status`.
+TrialRecord record_of(const Running& t, int status, const Objective& obj, const StudyConfig& c,
+                      const StudyClock& clock) {
+  TrialRecord rec;
+  rec.number = t.number;
+  rec.u = t.u;
+  rec.params = c.space.values_json(t.u);
+  const bool up = intermediate_metric(obj, c).second;
+  for (double v : t.curve) rec.intermediate.push_back(up ? -v : v);
+  rec.epochs_run = static_cast<int>(t.epochs.size());
+  rec.epochs_planned = t.planned;
+  rec.seed = c.sampler.seed;
+  rec.duration_s = std::chrono::duration<double>(Clock::now() - t.start).count();
+  rec.elapsed_s = clock.elapsed_s();
+  set_outcome(rec, t, status, obj);
+  return rec;
+}
+
+// The line per finished trial (without --quiet).
+void print_trial(const StudyConfig& c, const TrialRecord& rec) {
+  std::string params;
+  const std::vector<double> v = c.space.decode(rec.u);
+  for (size_t k = 0; k < v.size(); ++k)
+    params += (params.empty() ? "" : " ") + c.space.params[k].name + "=" + c.space.value_text(k, v[k]);
+  std::printf("trial %3llu %-8s %s %-10s %5.1f s  %s%s%s\n", static_cast<unsigned long long>(rec.number),
+              rec.state.c_str(), c.objective.c_str(), rec.value ? str(*rec.value).c_str() : "-", rec.duration_s,
+              params.c_str(), rec.error.empty() ? "" : "  ", rec.error.c_str());
+  std::fflush(stdout);
+}
+
+// Stops the trials still running when the study is stopped. mnist_train stops at the end of its step on SIGTERM; one
+// stuck where it does not act on it is not waited for forever.
+void stop_trials(std::vector<Running>& running) {
+  for (Running& t : running) kill(-t.pid, SIGTERM);
+  const Clock::time_point grace = Clock::now() + std::chrono::seconds(10);
+  for (Running& t : running) {
+    int status = 0;
+    while (waitpid(t.pid, &status, WNOHANG) == 0) {
+      if (Clock::now() > grace) {
+        kill(-t.pid, SIGKILL);
+        waitpid(t.pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+}  // namespace
+
 int run_study(StudyFile& study, const RunOptions& ro) {
   const StudyConfig& c = study.config();
   const Objective obj = parse_objective(c.objective);
   fs::create_directories(ro.out_dir);
   if (!ro.tensorboard.empty()) fs::create_directories(ro.tensorboard);
+  TrialNumbers numbers(study.trials());
+  const StudyClock clock(study.trials());
+  const OldHandlers old_handlers = catch_stop_signals();
 
-  // Numbers to run: the gaps first (trials that were running when an earlier session stopped), then new ones.
-  std::set<uint64_t> recorded;
-  double offset_s = 0;
-  for (const TrialRecord& t : study.trials()) {
-    recorded.insert(t.number);
-    offset_s = std::max(offset_s, t.elapsed_s);
-  }
-  std::vector<uint64_t> queue;
-  const uint64_t top = recorded.empty() ? 0 : *recorded.rbegin() + 1;
-  for (uint64_t n = 0; n < top; ++n)
-    if (!recorded.count(n)) queue.push_back(n);
-  size_t missing_used = 0;
-  uint64_t next_new = top;
-  auto next_number = [&]() { return missing_used < queue.size() ? queue[missing_used++] : next_new++; };
-
-  struct sigaction sa {
-  }, old_int{}, old_term{};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  g_stop = 0;
-
-  const Clock::time_point session = Clock::now();
   std::vector<Running> running;
   auto recorded_count = [&]() { return static_cast<int>(study.trials().size()); };
   // The timeout in force, derived again as trials complete (a trial started before the first completion gets one
@@ -512,53 +680,15 @@ int run_study(StudyFile& study, const RunOptions& ro) {
 
   while (g_stop == 0 && (recorded_count() + static_cast<int>(running.size()) < ro.n_trials || !running.empty())) {
     while (g_stop == 0 && static_cast<int>(running.size()) < ro.parallel &&
-           recorded_count() + static_cast<int>(running.size()) < ro.n_trials) {
-      Running t;
-      t.number = next_number();
-      std::vector<std::vector<double>> pending;
-      for (const Running& r : running) pending.push_back(r.u);
-      t.u = suggest(c.space, c.sampler, t.number, observations(study), pending);
-      t.log_path = ro.out_dir + "/trial-" + std::to_string(t.number) + ".jsonl";
-      t.out_path = ro.out_dir + "/trial-" + std::to_string(t.number) + ".out";
-      std::error_code ec;
-      fs::remove(t.log_path,
-                 ec);  // a rerun after a kill: mnist_train appends to --log
-      std::vector<std::string> args = trial_args(c, t.u);
-      args.insert(args.end(), {"--log", t.log_path, "--quiet"});
-      if (!ro.tensorboard.empty())
-        args.insert(args.end(), {"--tensorboard", ro.tensorboard + "/trial-" + std::to_string(t.number)});
-      t.planned = planned_epochs(c, t.u);
-      t.start = Clock::now();
-      t.pid = spawn(ro.mnist_train, args, t.out_path);
-      running.push_back(std::move(t));
-    }
+           recorded_count() + static_cast<int>(running.size()) < ro.n_trials)
+      running.push_back(start_trial(study, ro, numbers.next(), running));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const std::optional<double> limit = current_timeout();
     for (size_t i = 0; i < running.size();) {
       Running& t = running[i];
-      // SIGKILL to the whole group: a trial past its time may be stuck where SIGTERM is not acted on, and what it
-      // started (loader processes, a wrapper script's children) goes with it.
-      if (limit && t.timed_out_after == 0 && std::chrono::duration<double>(Clock::now() - t.start).count() > *limit) {
-        t.timed_out_after = *limit;
-        kill(-t.pid, SIGKILL);
-      }
+      enforce_timeout(t, limit);
       read_log(t, obj, c);
-      if (!t.pruned && ro.pruner.kind != PrunerKind::none && t.curve.size() > t.judged) {
-        t.judged = t.curve.size();
-        std::vector<std::vector<double>> others;
-        for (const TrialRecord& r : study.trials()) {
-          std::vector<double> cv;
-          for (double v : r.intermediate) cv.push_back(intermediate_metric(obj, c).second ? -v : v);
-          others.push_back(cv);
-        }
-        for (const Running& r : running)
-          if (&r != &t) others.push_back(r.curve);
-        // Each epoch is judged once, when it arrives (two epochs within one 50 ms poll: the newer one only).
-        if (should_prune(ro.pruner, t.curve, t.planned, others)) {
-          t.pruned = true;
-          kill(-t.pid, SIGTERM);
-        }
-      }
+      judge(t, running, study, ro.pruner, obj);
       int status = 0;
       const pid_t w = waitpid(t.pid, &status, WNOHANG);
       if (w != t.pid) {
@@ -566,74 +696,15 @@ int run_study(StudyFile& study, const RunOptions& ro) {
         continue;
       }
       read_log(t, obj, c);
-      TrialRecord rec;
-      rec.number = t.number;
-      rec.u = t.u;
-      rec.params = c.space.values_json(t.u);
-      const bool up = intermediate_metric(obj, c).second;
-      for (double v : t.curve) rec.intermediate.push_back(up ? -v : v);
-      rec.epochs_run = static_cast<int>(t.epochs.size());
-      rec.epochs_planned = t.planned;
-      rec.seed = c.sampler.seed;
-      rec.duration_s = std::chrono::duration<double>(Clock::now() - t.start).count();
-      rec.elapsed_s = offset_s + std::chrono::duration<double>(Clock::now() - session).count();
-      std::string why;
-      const std::string status_text = t.summary.is_object() ? t.summary.value("status", "") : "";
-      if (t.timed_out_after > 0) {
-        rec.state = "failed";
-        rec.error = str("timed out after ", t.timed_out_after, " s");
-      } else if (t.pruned) {
-        rec.state = "pruned";
-        if (!rec.intermediate.empty() && std::isfinite(rec.intermediate.back()) && obj.epoch_level && !obj.time_to)
-          rec.value = rec.intermediate.back();
-      } else if (WIFSIGNALED(status)) {
-        rec.state = "failed";
-        rec.error = str("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
-      } else if (status_text == "diverged") {
-        rec.state = "failed";
-        rec.error = "diverged (non-finite loss): " + last_line(t.out_path);
-      } else if (WEXITSTATUS(status) != 0) {
-        rec.state = "failed";
-        rec.error = str("exit code ", WEXITSTATUS(status), ": ", last_line(t.out_path));
-      } else if (auto v = objective_value(t, obj, why)) {
-        rec.state = "complete";
-        rec.value = v;
-      } else {
-        rec.state = "failed";
-        rec.error = why;
-      }
+      const TrialRecord rec = record_of(t, status, obj, c, clock);
       study.append(rec);
-      if (!ro.quiet) {
-        std::string params;
-        const std::vector<double> v = c.space.decode(rec.u);
-        for (size_t k = 0; k < v.size(); ++k)
-          params += (params.empty() ? "" : " ") + c.space.params[k].name + "=" + c.space.value_text(k, v[k]);
-        std::printf("trial %3llu %-8s %s %-10s %5.1f s  %s%s%s\n", static_cast<unsigned long long>(rec.number),
-                    rec.state.c_str(), c.objective.c_str(), rec.value ? str(*rec.value).c_str() : "-", rec.duration_s,
-                    params.c_str(), rec.error.empty() ? "" : "  ", rec.error.c_str());
-        std::fflush(stdout);
-      }
+      if (!ro.quiet) print_trial(c, rec);
       running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
   const int stopped = g_stop.load();
-  for (Running& t : running) kill(-t.pid, SIGTERM);
-  // mnist_train stops at the end of its step on SIGTERM; one stuck where it does not act on it is not waited for
-  // forever.
-  const Clock::time_point grace = Clock::now() + std::chrono::seconds(10);
-  for (Running& t : running) {
-    int status = 0;
-    while (waitpid(t.pid, &status, WNOHANG) == 0) {
-      if (Clock::now() > grace) {
-        kill(-t.pid, SIGKILL);
-        waitpid(t.pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
+  stop_trials(running);
+  restore_stop_signals(old_handlers);
   return stopped;
 }
 

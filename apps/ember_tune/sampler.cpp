@@ -42,10 +42,35 @@ std::vector<double> imputed_losses(const std::vector<Observation>& h) {
 
 // ---- GP-EI ----
 
-std::vector<double> suggest_gp(const Space& space, const std::vector<Observation>& history,
-                               const std::vector<std::vector<double>>& pending, Rng& rng) {
-  const size_t dim = space.size();
-  const std::vector<double> y = imputed_losses(history);
+// The surrogate: the GP on the finished trials and, when trials are running, on them too, "observed" at its posterior
+// mean (the kriging believer); and the incumbent EI improves on.
+struct EiModel {
+  GaussianProcess gp;
+  double best = std::numeric_limits<double>::infinity();
+};
+
+// Conditions the model also on the running trials at its own posterior mean.
+void believe_pending(EiModel& model, const Space& space, const Eigen::MatrixXd& X, const Eigen::VectorXd& Y,
+                     const std::vector<std::vector<double>>& pending) {
+  const Eigen::Index n = X.rows();
+  Eigen::MatrixXd Xp(n + static_cast<Eigen::Index>(pending.size()), X.cols());
+  Eigen::VectorXd Yp(Xp.rows());
+  Xp.topRows(n) = X;
+  Yp.head(n) = Y;
+  for (size_t j = 0; j < pending.size(); ++j) {
+    const Eigen::VectorXd f = feature_vector(space, pending[j]);
+    double m = 0, v = 0;
+    model.gp.predict(f, m, v);
+    Xp.row(n + static_cast<Eigen::Index>(j)) = f.transpose();
+    Yp[n + static_cast<Eigen::Index>(j)] = m;
+    model.best = std::min(model.best, m);  // else EI there stays best - m > 0 and the next point lands on it
+  }
+  const GpHyper h = model.gp.hyper();
+  model.gp.condition(Xp, Yp, h);
+}
+
+EiModel fit_ei_model(const Space& space, const std::vector<Observation>& history, const std::vector<double>& y,
+                     const std::vector<std::vector<double>>& pending, Rng& rng) {
   const Eigen::Index n = static_cast<Eigen::Index>(history.size());
   Eigen::MatrixXd X(n, static_cast<Eigen::Index>(space.feature_size()));
   Eigen::VectorXd Y(n);
@@ -53,49 +78,39 @@ std::vector<double> suggest_gp(const Space& space, const std::vector<Observation
     X.row(i) = feature_vector(space, history[static_cast<size_t>(i)].u);
     Y[i] = y[static_cast<size_t>(i)];
   }
-  GaussianProcess gp;
-  gp.fit(X, Y, rng, 3);
+  EiModel model;
+  model.gp.fit(X, Y, rng, 3);
   // The incumbent: the lowest posterior mean at an observed point (with noise, the lowest observation is an
   // optimist's pick).
-  double best = std::numeric_limits<double>::infinity();
   for (Eigen::Index i = 0; i < n; ++i) {
     double m = 0, v = 0;
-    gp.predict(X.row(i).transpose(), m, v);
-    best = std::min(best, m);
+    model.gp.predict(X.row(i).transpose(), m, v);
+    model.best = std::min(model.best, m);
   }
-  if (!pending.empty()) {  // kriging believer: running trials "observed" at the posterior mean
-    Eigen::MatrixXd Xp(n + static_cast<Eigen::Index>(pending.size()), X.cols());
-    Eigen::VectorXd Yp(Xp.rows());
-    Xp.topRows(n) = X;
-    Yp.head(n) = Y;
-    for (size_t j = 0; j < pending.size(); ++j) {
-      const Eigen::VectorXd f = feature_vector(space, pending[j]);
-      double m = 0, v = 0;
-      gp.predict(f, m, v);
-      Xp.row(n + static_cast<Eigen::Index>(j)) = f.transpose();
-      Yp[n + static_cast<Eigen::Index>(j)] = m;
-      best = std::min(best,
-                      m);  // else EI there stays best - m > 0 and the next point lands on it
-    }
-    const GpHyper h = gp.hyper();
-    gp.condition(Xp, Yp, h);
-  }
-  auto ei = [&](const std::vector<double>& u) {
-    double m = 0, v = 0;
-    gp.predict(feature_vector(space, u), m, v);
-    return expected_improvement(m, v, best);
-  };
+  if (!pending.empty()) believe_pending(model, space, X, Y, pending);
+  return model;
+}
 
-  // Multi-start local search. Starts: the best of random points and of small moves around the best observed points
-  // (EI's maxima are often near them, in regions random points rarely hit).
-  struct Cand {
-    std::vector<double> u;
-    double ei;
-  };
+double expected_improvement_at(const EiModel& model, const Space& space, const std::vector<double>& u) {
+  double m = 0, v = 0;
+  model.gp.predict(feature_vector(space, u), m, v);
+  return expected_improvement(m, v, model.best);
+}
+
+struct Cand {
+  std::vector<double> u;
+  double ei;
+};
+
+// Candidate starts of the local search: random points, and small moves around the best observed points (EI's maxima
+// are often near them, in regions random points rarely hit).
+std::vector<Cand> ei_candidates(const EiModel& model, const Space& space, const std::vector<Observation>& history,
+                                const std::vector<double>& y, Rng& rng) {
+  const size_t dim = space.size();
   std::vector<Cand> cands;
   for (int i = 0; i < 1000; ++i) {
     std::vector<double> u = uniform_point(dim, rng);
-    cands.push_back({u, ei(u)});
+    cands.push_back({u, expected_improvement_at(model, space, u)});
   }
   std::vector<size_t> order(history.size());
   std::iota(order.begin(), order.end(), 0);
@@ -108,38 +123,51 @@ std::vector<double> suggest_gp(const Space& space, const std::vector<Observation
           u[d] = std::clamp(
               u[d] + (space.params[d].type == ParamType::categorical ? rng.uniform() - u[d] : 0.05 * rng.normal()), 0.0,
               1.0);
-      cands.push_back({u, ei(u)});
+      cands.push_back({u, expected_improvement_at(model, space, u)});
     }
+  return cands;
+}
+
+// Climbs EI from c: compass search on the numeric coordinates (step halved when no move helps), every choice of each
+// categorical tried in turn.
+Cand compass_search(const EiModel& model, const Space& space, Cand c) {
+  for (double step = 0.1; step > 1e-3;) {
+    bool moved = false;
+    for (size_t d = 0; d < space.size(); ++d) {
+      const Param& p = space.params[d];
+      std::vector<double> tries;
+      if (p.type == ParamType::categorical) {
+        for (int64_t k = 0; k < p.count(); ++k)
+          tries.push_back((static_cast<double>(k) + 0.5) / static_cast<double>(p.count()));
+      } else {
+        tries = {std::clamp(c.u[d] - step, 0.0, 1.0), std::clamp(c.u[d] + step, 0.0, 1.0)};
+      }
+      for (double t : tries) {
+        std::vector<double> u = c.u;
+        u[d] = t;
+        const double e = expected_improvement_at(model, space, u);
+        if (e > c.ei * (1 + 1e-9) + 1e-300) {
+          c = {u, e};
+          moved = true;
+        }
+      }
+    }
+    if (!moved) step /= 2;
+  }
+  return c;
+}
+
+// The point of largest EI found by a multi-start local search from the five best candidates.
+std::vector<double> suggest_gp(const Space& space, const std::vector<Observation>& history,
+                               const std::vector<std::vector<double>>& pending, Rng& rng) {
+  const std::vector<double> y = imputed_losses(history);
+  const EiModel model = fit_ei_model(space, history, y, pending, rng);
+  std::vector<Cand> cands = ei_candidates(model, space, history, y, rng);
   std::partial_sort(cands.begin(), cands.begin() + 5, cands.end(),
                     [](const Cand& a, const Cand& b) { return a.ei > b.ei; });
   Cand best_c = cands[0];
   for (int s = 0; s < 5; ++s) {
-    Cand c = cands[static_cast<size_t>(s)];
-    // Compass search on the numeric coordinates (step halved when no move helps), every choice of each categorical
-    // tried in turn.
-    for (double step = 0.1; step > 1e-3;) {
-      bool moved = false;
-      for (size_t d = 0; d < dim; ++d) {
-        const Param& p = space.params[d];
-        std::vector<double> tries;
-        if (p.type == ParamType::categorical) {
-          for (int64_t k = 0; k < p.count(); ++k)
-            tries.push_back((static_cast<double>(k) + 0.5) / static_cast<double>(p.count()));
-        } else {
-          tries = {std::clamp(c.u[d] - step, 0.0, 1.0), std::clamp(c.u[d] + step, 0.0, 1.0)};
-        }
-        for (double t : tries) {
-          std::vector<double> u = c.u;
-          u[d] = t;
-          const double e = ei(u);
-          if (e > c.ei * (1 + 1e-9) + 1e-300) {
-            c = {u, e};
-            moved = true;
-          }
-        }
-      }
-      if (!moved) step /= 2;
-    }
+    const Cand c = compass_search(model, space, cands[static_cast<size_t>(s)]);
     if (c.ei > best_c.ei) best_c = c;
   }
   return best_c.u;
