@@ -402,9 +402,10 @@ void thread_exit(Thread& t) {
   }
 }
 
-// Runs one block to completion on this host thread.
-void run_block(Launch& L, uint3 bidx) {
-  Worker& w = worker();
+namespace {
+
+// The worker's block made block `bidx` of launch L, its shared memory poisoned.
+Block& begin_block(Worker& w, Launch& L, uint3 bidx) {
   Block& b = w.block;
   b = Block{};
   b.launch = &L;
@@ -428,8 +429,12 @@ void run_block(Launch& L, uint3 bidx) {
   if (dyn > 0) w.regions.push_back(SharedRegion{nullptr, "dynamic shared memory", 0, dyn});
   b.smem_used = dyn == 0 ? 0 : (dyn + kRedZone + 127) / 128 * 128;
   b.epoch = next_epoch();
-  counters_block_begin(b);
+  return b;
+}
 
+// The block's warps and its threads, each a fiber on its own stack, ready to run from the kernel's entry.
+void create_threads(Worker& w, Block& b) {
+  const dim3& dim = b.launch->block;
   for (int wi = 0; wi < b.nwarps; ++wi) {
     const int lanes = std::min(32, b.nthreads - wi * 32);
     b.warps[wi] = WarpState{};
@@ -439,8 +444,8 @@ void run_block(Launch& L, uint3 bidx) {
     Thread& t = w.threads[i];
     t.block = &b;
     t.linear = i;
-    t.idx = uint3{static_cast<unsigned>(i) % L.block.x, (static_cast<unsigned>(i) / L.block.x) % L.block.y,
-                  static_cast<unsigned>(i) / (L.block.x * L.block.y)};
+    t.idx = uint3{static_cast<unsigned>(i) % dim.x, (static_cast<unsigned>(i) / dim.x) % dim.y,
+                  static_cast<unsigned>(i) / (dim.x * dim.y)};
     t.lane = i & 31;
     t.warp = i >> 5;
     t.state = ThreadState::runnable;
@@ -453,7 +458,44 @@ void run_block(Launch& L, uint3 bidx) {
     t.ctx = bc::make_fcontext(t.stack_lo + w.stack_bytes - colour,
                               w.stack_bytes - colour - static_cast<size_t>(sysconf(_SC_PAGESIZE)), fiber_entry);
   }
+}
 
+// Nobody can run and not all have exited: the block is stuck. Records the fault, saying who waits for what.
+void report_stuck_block(const Worker& w, const Block& b) {
+  std::map<std::string, std::vector<int>> groups;
+  for (int i = 0; i < b.nthreads; ++i) {
+    const Thread& t = w.threads[i];
+    std::string k;
+    if (t.state == ThreadState::exited) k = "have exited";
+    else if (t.state == ThreadState::at_barrier) k = "wait at __syncthreads() (" + loc_str(t.where) + ")";
+    else {
+      char m[16];
+      std::snprintf(m, sizeof m, "0x%08x", t.mask);
+      k = std::string("wait at ") + collective_name(t) + " with mask " + m + " (" + loc_str(t.where) + ")";
+    }
+    groups[k].push_back(i);
+  }
+  std::ostringstream os;
+  os << "kernel " << b.launch->name() << " block (" << b.idx.x << "," << b.idx.y << "," << b.idx.z
+     << ") is stuck (barrier or warp-collective divergence; on a GPU: a hang or undefined behaviour):";
+  bool first = true;
+  for (auto& [what, ids] : groups) {
+    os << (first ? " " : "; ") << ids.size() << " thread(s) [linear ids " << ids.front();
+    if (ids.size() > 1) os << ".." << ids.back();
+    os << "] " << what;
+    first = false;
+  }
+  record_fault(cudaErrorLaunchFailure, os.str());
+}
+
+}  // namespace
+
+// Runs one block to completion on this host thread.
+void run_block(Launch& L, uint3 bidx) {
+  Worker& w = worker();
+  Block& b = begin_block(w, L, bidx);
+  counters_block_begin(b);
+  create_threads(w, b);
   for (;;) {
     // a round: the first runnable thread runs, and each hands on to the next (switch_context)
     Thread* first = next_runnable(b, nullptr);
@@ -465,31 +507,7 @@ void run_block(Launch& L, uint3 bidx) {
     }
     if (b.exited == b.nthreads) break;
     if (first == nullptr) {
-      // Nobody can run and not all have exited: the block is stuck. Say who waits for what.
-      std::map<std::string, std::vector<int>> groups;
-      for (int i = 0; i < b.nthreads; ++i) {
-        const Thread& t = w.threads[i];
-        std::string k;
-        if (t.state == ThreadState::exited) k = "have exited";
-        else if (t.state == ThreadState::at_barrier) k = "wait at __syncthreads() (" + loc_str(t.where) + ")";
-        else {
-          char m[16];
-          std::snprintf(m, sizeof m, "0x%08x", t.mask);
-          k = std::string("wait at ") + collective_name(t) + " with mask " + m + " (" + loc_str(t.where) + ")";
-        }
-        groups[k].push_back(i);
-      }
-      std::ostringstream os;
-      os << "kernel " << L.name() << " block (" << bidx.x << "," << bidx.y << "," << bidx.z
-         << ") is stuck (barrier or warp-collective divergence; on a GPU: a hang or undefined behaviour):";
-      bool first = true;
-      for (auto& [what, ids] : groups) {
-        os << (first ? " " : "; ") << ids.size() << " thread(s) [linear ids " << ids.front();
-        if (ids.size() > 1) os << ".." << ids.back();
-        os << "] " << what;
-        first = false;
-      }
-      record_fault(cudaErrorLaunchFailure, os.str());
+      report_stuck_block(w, b);
       L.aborted.store(true);
       break;
     }

@@ -57,121 +57,141 @@ inline double round_operand(double v, OperandRounding r) {
 inline float fma_acc(float a, float b, float c) { return std::fmaf(a, b, c); }
 inline double fma_acc(double a, double b, double c) { return std::fma(a, b, c); }
 
-template <class Acc>
-__global__ void conv_kernel(Args p, const void* a, const void* b, void* out, unsigned char* ws) {
+// An output element's coordinates (those its direction has; the rest stay 0), its group, and its offset in `out`.
+struct Element {
+  int64_t n = 0, k = 0, c = 0, oh = 0, ow = 0, r = 0, s = 0, grp = 0, off = 0;
+};
+
+inline Element locate(const Args& p, int64_t i) {
   const ConvGeom& g = p.g;
+  Element o;
+  switch (p.dir) {
+    case Dir::forward:
+      o.ow = i % g.Q;
+      o.oh = (i / g.Q) % g.P;
+      o.k = (i / (g.Q * g.P)) % g.K;
+      o.n = i / (g.Q * g.P * g.K);
+      o.grp = o.k / g.Kg();
+      o.off = o.n * g.ys[0] + o.k * g.ys[1] + o.oh * g.ys[2] + o.ow * g.ys[3];
+      break;
+    case Dir::backward_data:
+      o.ow = i % g.W;
+      o.oh = (i / g.W) % g.H;
+      o.c = (i / (g.W * g.H)) % g.C;
+      o.n = i / (g.W * g.H * g.C);
+      o.grp = o.c / g.Cg();
+      o.off = o.n * g.xs[0] + o.c * g.xs[1] + o.oh * g.xs[2] + o.ow * g.xs[3];
+      break;
+    case Dir::backward_filter:
+      o.s = i % g.S;
+      o.r = (i / g.S) % g.R;
+      o.c = (i / (g.S * g.R)) % g.Cg();
+      o.k = i / (g.S * g.R * g.Cg());
+      o.grp = o.k / g.Kg();
+      o.off = o.k * g.ws[0] + o.c * g.ws[1] + o.r * g.ws[2] + o.s * g.ws[3];
+      break;
+  }
+  return o;
+}
+
+// Operand x at `index` of `src`, rounded as the math type permits.
+template <class Acc>
+inline Acc operand(const void* src, int64_t index, const ConvNumerics& num) {
+  return static_cast<Acc>(round_operand(load_elem(src, index, num.elem), num.operands));
+}
+
+// The operands of product t of output element o: forward x * w, backward-data dy * w, backward-filter x * dy.
+// False: the tap falls outside the input, a zero product.
+template <class Acc>
+inline bool term(const Args& p, const Element& o, int64_t t, const void* a, const void* b, Acc& u, Acc& v) {
+  const ConvGeom& g = p.g;
+  const int64_t Cg = g.Cg(), Kg = g.Kg();
+  switch (p.dir) {
+    case Dir::forward: {
+      const int64_t ts = t % g.S, tr = (t / g.S) % g.R, tc = t / (g.S * g.R);
+      const int64_t hi = o.oh * g.sh - g.ph + tr * g.dh, wi = o.ow * g.sw - g.pw + ts * g.dw;
+      if (hi < 0 || hi >= g.H || wi < 0 || wi >= g.W) return false;
+      const int64_t fr = g.flip ? g.R - 1 - tr : tr, fs = g.flip ? g.S - 1 - ts : ts;
+      u = operand<Acc>(a, o.n * g.xs[0] + (o.grp * Cg + tc) * g.xs[1] + hi * g.xs[2] + wi * g.xs[3], p.num);
+      v = operand<Acc>(b, o.k * g.ws[0] + tc * g.ws[1] + fr * g.ws[2] + fs * g.ws[3], p.num);
+      return true;
+    }
+    case Dir::backward_data: {
+      const int64_t ts = t % g.S, tr = (t / g.S) % g.R, tk = o.grp * Kg + t / (g.S * g.R);
+      const int64_t hp = o.oh + g.ph - tr * g.dh, wp = o.ow + g.pw - ts * g.dw;
+      if (hp < 0 || wp < 0 || hp % g.sh != 0 || wp % g.sw != 0) return false;
+      const int64_t py = hp / g.sh, qy = wp / g.sw;
+      if (py >= g.P || qy >= g.Q) return false;
+      const int64_t fr = g.flip ? g.R - 1 - tr : tr, fs = g.flip ? g.S - 1 - ts : ts;
+      u = operand<Acc>(a, o.n * g.ys[0] + tk * g.ys[1] + py * g.ys[2] + qy * g.ys[3], p.num);
+      v = operand<Acc>(b, tk * g.ws[0] + (o.c - o.grp * Cg) * g.ws[1] + fr * g.ws[2] + fs * g.ws[3], p.num);
+      return true;
+    }
+    case Dir::backward_filter: {
+      const int64_t tq = t % g.Q, tp = (t / g.Q) % g.P, tn = t / (g.Q * g.P);
+      // the stored filter element (r, s) is tap (R-1-r, S-1-s) in convolution mode
+      const int64_t tr = g.flip ? g.R - 1 - o.r : o.r, ts = g.flip ? g.S - 1 - o.s : o.s;
+      const int64_t hi = tp * g.sh - g.ph + tr * g.dh, wi = tq * g.sw - g.pw + ts * g.dw;
+      if (hi < 0 || hi >= g.H || wi < 0 || wi >= g.W) return false;
+      u = operand<Acc>(a, tn * g.xs[0] + (o.grp * Cg + o.c) * g.xs[1] + hi * g.xs[2] + wi * g.xs[3], p.num);
+      v = operand<Acc>(b, tn * g.ys[0] + o.k * g.ys[1] + tp * g.ys[2] + tq * g.ys[3], p.num);
+      return true;
+    }
+  }
+  return false;
+}
+
+// Output element i's reduction, cut into chunks and combined as Note [emulated convolution numerics] says (before
+// alpha and beta).
+template <class Acc>
+inline double reduce(const Args& p, const Element& o, int64_t i, const void* a, const void* b) {
   const ConvNumerics& num = p.num;
   const Elem e = num.elem;
-  const int64_t Cg = g.Cg(), Kg = g.Kg();
+  const int64_t chunk = num.chunk, nch = (p.len + chunk - 1) / chunk;
+  int64_t start = 0;
+  bool reverse = false;
+  if (num.nondeterministic && nch > 0) {
+    const uint64_t h = mix(num.seed, static_cast<uint64_t>(i));
+    start = static_cast<int64_t>(h % static_cast<uint64_t>(nch));
+    reverse = (h >> 63) != 0;
+  }
+  Acc acc = 0;
+  double in_type = 0, abs_sum = 0;
+  for (int64_t j = 0; j < nch; ++j) {
+    const int64_t ci = (start + (reverse ? nch - j : j)) % nch;
+    const int64_t lo = ci * chunk, hi = std::min(p.len, lo + chunk);
+    Acc part = 0;
+    for (int64_t t = lo; t < hi; ++t) {
+      Acc u = 0, v = 0;
+      if (!term(p, o, t, a, b, u, v)) continue;
+      part = fma_acc(u, v, part);
+      if (num.transform_error) abs_sum += std::fabs(static_cast<double>(u) * static_cast<double>(v));
+    }
+    if (num.partials_in_type) in_type = round_to(in_type + round_to(static_cast<double>(part), e), e);
+    else if (num.partials_rounded) acc += static_cast<Acc>(round_to(static_cast<double>(part), e));
+    else acc += part;
+  }
+  double result = num.partials_in_type ? in_type : static_cast<double>(acc);
+  if (num.transform_error && p.len > 0) {
+    const double unit = static_cast<double>(mix(num.transform_seed, static_cast<uint64_t>(i)) >> 11) * 0x1p-53;
+    result += 1e-3 * abs_sum / std::sqrt(static_cast<double>(p.len)) * (2 * unit - 1);
+  }
+  return result;
+}
+
+template <class Acc>
+__global__ void conv_kernel(Args p, const void* a, const void* b, void* out, unsigned char* ws) {
+  const ConvNumerics& num = p.num;
   if (p.ws_touch > 0 && blockIdx.x == 0 && threadIdx.x == 0) {
     ws[0] = 0;  // the workspace must be device memory of this size when the work runs
     ws[p.ws_touch - 1] = 0;
   }
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.total; i += step) {
-    // the output element's coordinates; `term` gives the operands of product t (false: the tap
-    // falls outside the input, a zero product)
-    int64_t n = 0, k = 0, c = 0, oh = 0, ow = 0, r = 0, s = 0, grp = 0, off = 0;
-    switch (p.dir) {
-      case Dir::forward:
-        ow = i % g.Q;
-        oh = (i / g.Q) % g.P;
-        k = (i / (g.Q * g.P)) % g.K;
-        n = i / (g.Q * g.P * g.K);
-        grp = k / Kg;
-        off = n * g.ys[0] + k * g.ys[1] + oh * g.ys[2] + ow * g.ys[3];
-        break;
-      case Dir::backward_data:
-        ow = i % g.W;
-        oh = (i / g.W) % g.H;
-        c = (i / (g.W * g.H)) % g.C;
-        n = i / (g.W * g.H * g.C);
-        grp = c / Cg;
-        off = n * g.xs[0] + c * g.xs[1] + oh * g.xs[2] + ow * g.xs[3];
-        break;
-      case Dir::backward_filter:
-        s = i % g.S;
-        r = (i / g.S) % g.R;
-        c = (i / (g.S * g.R)) % Cg;
-        k = i / (g.S * g.R * Cg);
-        grp = k / Kg;
-        off = k * g.ws[0] + c * g.ws[1] + r * g.ws[2] + s * g.ws[3];
-        break;
-    }
-    auto term = [&](int64_t t, Acc& u, Acc& v) -> bool {
-      switch (p.dir) {
-        case Dir::forward: {
-          const int64_t ts = t % g.S, tr = (t / g.S) % g.R, tc = t / (g.S * g.R);
-          const int64_t hi = oh * g.sh - g.ph + tr * g.dh, wi = ow * g.sw - g.pw + ts * g.dw;
-          if (hi < 0 || hi >= g.H || wi < 0 || wi >= g.W) return false;
-          const int64_t fr = g.flip ? g.R - 1 - tr : tr, fs = g.flip ? g.S - 1 - ts : ts;
-          u = static_cast<Acc>(round_operand(
-              load_elem(a, n * g.xs[0] + (grp * Cg + tc) * g.xs[1] + hi * g.xs[2] + wi * g.xs[3], e), num.operands));
-          v = static_cast<Acc>(
-              round_operand(load_elem(b, k * g.ws[0] + tc * g.ws[1] + fr * g.ws[2] + fs * g.ws[3], e), num.operands));
-          return true;
-        }
-        case Dir::backward_data: {
-          const int64_t ts = t % g.S, tr = (t / g.S) % g.R, tk = grp * Kg + t / (g.S * g.R);
-          const int64_t hp = oh + g.ph - tr * g.dh, wp = ow + g.pw - ts * g.dw;
-          if (hp < 0 || wp < 0 || hp % g.sh != 0 || wp % g.sw != 0) return false;
-          const int64_t py = hp / g.sh, qy = wp / g.sw;
-          if (py >= g.P || qy >= g.Q) return false;
-          const int64_t fr = g.flip ? g.R - 1 - tr : tr, fs = g.flip ? g.S - 1 - ts : ts;
-          u = static_cast<Acc>(
-              round_operand(load_elem(a, n * g.ys[0] + tk * g.ys[1] + py * g.ys[2] + qy * g.ys[3], e), num.operands));
-          v = static_cast<Acc>(round_operand(
-              load_elem(b, tk * g.ws[0] + (c - grp * Cg) * g.ws[1] + fr * g.ws[2] + fs * g.ws[3], e), num.operands));
-          return true;
-        }
-        case Dir::backward_filter: {
-          const int64_t tq = t % g.Q, tp = (t / g.Q) % g.P, tn = t / (g.Q * g.P);
-          // the stored filter element (r, s) is tap (R-1-r, S-1-s) in convolution mode
-          const int64_t tr = g.flip ? g.R - 1 - r : r, ts = g.flip ? g.S - 1 - s : s;
-          const int64_t hi = tp * g.sh - g.ph + tr * g.dh, wi = tq * g.sw - g.pw + ts * g.dw;
-          if (hi < 0 || hi >= g.H || wi < 0 || wi >= g.W) return false;
-          u = static_cast<Acc>(round_operand(
-              load_elem(a, tn * g.xs[0] + (grp * Cg + c) * g.xs[1] + hi * g.xs[2] + wi * g.xs[3], e), num.operands));
-          v = static_cast<Acc>(
-              round_operand(load_elem(b, tn * g.ys[0] + k * g.ys[1] + tp * g.ys[2] + tq * g.ys[3], e), num.operands));
-          return true;
-        }
-      }
-      return false;
-    };
-
-    const int64_t chunk = num.chunk, nch = (p.len + chunk - 1) / chunk;
-    int64_t start = 0;
-    bool reverse = false;
-    if (num.nondeterministic && nch > 0) {
-      const uint64_t h = mix(num.seed, static_cast<uint64_t>(i));
-      start = static_cast<int64_t>(h % static_cast<uint64_t>(nch));
-      reverse = (h >> 63) != 0;
-    }
-    Acc acc = 0;
-    double in_type = 0, abs_sum = 0;
-    for (int64_t j = 0; j < nch; ++j) {
-      const int64_t ci = (start + (reverse ? nch - j : j)) % nch;
-      const int64_t lo = ci * chunk, hi = std::min(p.len, lo + chunk);
-      Acc part = 0;
-      for (int64_t t = lo; t < hi; ++t) {
-        Acc u = 0, v = 0;
-        if (!term(t, u, v)) continue;
-        part = fma_acc(u, v, part);
-        if (num.transform_error) abs_sum += std::fabs(static_cast<double>(u) * static_cast<double>(v));
-      }
-      if (num.partials_in_type) in_type = round_to(in_type + round_to(static_cast<double>(part), e), e);
-      else if (num.partials_rounded) acc += static_cast<Acc>(round_to(static_cast<double>(part), e));
-      else acc += part;
-    }
-    double result = num.partials_in_type ? in_type : static_cast<double>(acc);
-    if (num.transform_error && p.len > 0) {
-      const double unit = static_cast<double>(mix(num.transform_seed, static_cast<uint64_t>(i)) >> 11) * 0x1p-53;
-      result += 1e-3 * abs_sum / std::sqrt(static_cast<double>(p.len)) * (2 * unit - 1);
-    }
-    double v = num.alpha * result;
-    if (num.beta != 0) v += num.beta * load_elem(out, off, e);
-    store_elem(out, off, e, v);
+    const Element o = locate(p, i);
+    double v = num.alpha * reduce<Acc>(p, o, i, a, b);
+    if (num.beta != 0) v += num.beta * load_elem(out, o.off, num.elem);
+    store_elem(out, o.off, num.elem, v);
   }
 }
 

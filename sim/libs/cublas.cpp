@@ -269,6 +269,45 @@ bool valid_gemm_algo(int algo) {
          (algo >= CUBLAS_GEMM_DEFAULT_TENSOR_OP && algo <= CUBLAS_GEMM_ALGO15_TENSOR_OP);
 }
 
+// A cuBLAS GEMM's numerics: the worst the compute type and the handle's math mode allow.
+void set_numerics(GemmArgs& g, const cublasContext& h, cublasComputeType_t compute) {
+  const int base_mode = h.mode & 0xf;
+  const bool disallow_reduced = (h.mode & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) != 0;
+  g.acc = acc_of(compute);
+  if (g.at == Elem::f32) {
+    if (compute == CUBLAS_COMPUTE_32F_FAST_TF32) g.in = InRound::tf32;
+    else if (compute == CUBLAS_COMPUTE_32F_FAST_16F) g.in = InRound::f16;
+    else if (compute == CUBLAS_COMPUTE_32F_FAST_16BF) g.in = InRound::bf16;
+    else if (compute == CUBLAS_COMPUTE_32F && base_mode == CUBLAS_TF32_TENSOR_OP_MATH) g.in = InRound::tf32;
+    else if (compute == CUBLAS_COMPUTE_32F && base_mode == CUBLAS_TENSOR_OP_MATH) g.in = InRound::f16;  // = FAST_16F
+  }
+  g.partials_in_output = (g.ct == Elem::f16 || g.ct == Elem::bf16) && g.acc == Elem::f32 &&
+                         compute != CUBLAS_COMPUTE_32F_PEDANTIC && !disallow_reduced;
+}
+
+// Split-K in kSplitKSlices slices where the workspace allows: the one cublasSetWorkspace gave, or else the stream's
+// default pool, made here at the first GEMM that wants one.
+cublasStatus_t plan_split_k(const std::string& f, cublasHandle_t h, GemmArgs& g) {
+  g.splits = kSplitKSlices;
+  const size_t need = g.work_bytes();
+  if (h->user_workspace) {
+    if (h->workspace_bytes >= need) g.work = h->workspace;
+  } else {
+    void*& pool = h->pools[h->stream];
+    if (pool == nullptr) {
+      if (cudaError_t e = library_malloc(&pool, kDefaultPoolBytes); e != cudaSuccess) {
+        pool = nullptr;
+        return refuse(CUBLAS_STATUS_ALLOC_FAILED,
+                      f + ": allocating the default workspace pool with cudaMalloc failed (" + cudaGetErrorString(e) +
+                          "; during a stream capture set a workspace with cublasSetWorkspace first)");
+      }
+    }
+    if (kDefaultPoolBytes >= need) g.work = pool;
+  }
+  if (g.work == nullptr) g.splits = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t blas_gemm(const char* fn, cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
                          int n, int k, const void* alpha, const void* A, cudaDataType Atype, int lda, long long sA,
                          const void* B, cudaDataType Btype, int ldb, long long sB, const void* beta, void* C,
@@ -336,40 +375,9 @@ cublasStatus_t blas_gemm(const char* fn, cublasHandle_t h, cublasOperation_t tra
                                                    std::to_string(batch) + " matrices");
   if (!product) g.k = 0;
 
-  // numerics (the worst the compute type and the handle's math mode allow)
-  const int base_mode = h->mode & 0xf;
-  const bool disallow_reduced = (h->mode & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION) != 0;
-  g.acc = acc_of(compute);
-  if (at == Elem::f32) {
-    if (compute == CUBLAS_COMPUTE_32F_FAST_TF32) g.in = InRound::tf32;
-    else if (compute == CUBLAS_COMPUTE_32F_FAST_16F) g.in = InRound::f16;
-    else if (compute == CUBLAS_COMPUTE_32F_FAST_16BF) g.in = InRound::bf16;
-    else if (compute == CUBLAS_COMPUTE_32F && base_mode == CUBLAS_TF32_TENSOR_OP_MATH) g.in = InRound::tf32;
-    else if (compute == CUBLAS_COMPUTE_32F && base_mode == CUBLAS_TENSOR_OP_MATH) g.in = InRound::f16;  // = FAST_16F
-  }
-  g.partials_in_output = (ct == Elem::f16 || ct == Elem::bf16) && g.acc == Elem::f32 &&
-                         compute != CUBLAS_COMPUTE_32F_PEDANTIC && !disallow_reduced;
-
-  // split-K and its workspace
-  if (g.k >= kSplitKMinK) {
-    g.splits = kSplitKSlices;
-    const size_t need = g.work_bytes();
-    if (h->user_workspace) {
-      if (h->workspace_bytes >= need) g.work = h->workspace;
-    } else {
-      void*& pool = h->pools[h->stream];
-      if (pool == nullptr) {
-        if (cudaError_t e = library_malloc(&pool, kDefaultPoolBytes); e != cudaSuccess) {
-          pool = nullptr;
-          return refuse(CUBLAS_STATUS_ALLOC_FAILED,
-                        f + ": allocating the default workspace pool with cudaMalloc failed (" + cudaGetErrorString(e) +
-                            "; during a stream capture set a workspace with cublasSetWorkspace first)");
-        }
-      }
-      if (kDefaultPoolBytes >= need) g.work = pool;
-    }
-    if (g.work == nullptr) g.splits = 1;
-  }
+  set_numerics(g, *h, compute);
+  if (g.k >= kSplitKMinK)
+    if (cublasStatus_t st = plan_split_k(f, h, g); st != CUBLAS_STATUS_SUCCESS) return st;
   return run(fn, g, h->stream);
 }
 
@@ -761,39 +769,26 @@ struct LtProblem {
   Elem bias_type = Elem::f32;
 };
 
-cublasStatus_t analyze(const char* fn_c, cublasLtHandle_t h, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t A,
-                       cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, LtProblem& p) {
-  const std::string fn = fn_c;
-  if (cublasStatus_t st = check_lt(fn_c, h); st != CUBLAS_STATUS_SUCCESS) return st;
-  if (cublasStatus_t st = check_object(fn, op, Kind::desc, kDescMagic, "the matmul descriptor");
-      st != CUBLAS_STATUS_SUCCESS)
-    return st;
-  const cublasLtMatrixLayout_t ls[4] = {A, B, C, D};
+// One layout (who: "<fn>: A's layout") checked on its own; e: its element type.
+cublasStatus_t check_layout(const std::string& who, const LayoutState& l, Elem& e) {
+  if (!elem_of(static_cast<cudaDataType>(l.type), e))
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
+                  who + " has type " + type_name(static_cast<int>(l.type)) + " (not emulated)");
+  if (l.order != CUBLASLT_ORDER_COL || l.batch_mode != CUBLASLT_BATCH_MODE_STRIDED || l.plane_offset != 0)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, who + ": only column-major strided-batch layouts are emulated");
+  if (l.rows > INT32_MAX || l.cols > INT32_MAX)
+    return refuse(CUBLAS_STATUS_NOT_SUPPORTED, who + " has " + std::to_string(l.rows) + " x " + std::to_string(l.cols) +
+                                                   " elements (more than int32 rows or columns)");
+  if (l.ld < std::max<int64_t>(1, static_cast<int64_t>(l.rows)))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, who + ": ld " + std::to_string(l.ld) + " < rows " +
+                                                   std::to_string(l.rows) +
+                                                   " (column-major: columns must not overlap)");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// m, n, k and the batch count from the four layouts and the transposes, which must make one matmul.
+cublasStatus_t derive_shape(const std::string& fn, LtProblem& p) {
   static const char* const names[4] = {"A", "B", "C", "D"};
-  for (int i = 0; i < 4; ++i)
-    if (cublasStatus_t st =
-            check_object(fn, ls[i], Kind::layout, kLayoutMagic, (std::string("the layout of ") + names[i]).c_str());
-        st != CUBLAS_STATUS_SUCCESS)
-      return st;
-  p.desc = load<DescState>(op);
-  for (int i = 0; i < 4; ++i) {
-    p.l[i] = load<LayoutState>(ls[i]);
-    const LayoutState& l = p.l[i];
-    const std::string who = fn + ": " + names[i] + "'s layout";
-    if (!elem_of(static_cast<cudaDataType>(l.type), p.e[i]))
-      return refuse(CUBLAS_STATUS_NOT_SUPPORTED,
-                    who + " has type " + type_name(static_cast<int>(l.type)) + " (not emulated)");
-    if (l.order != CUBLASLT_ORDER_COL || l.batch_mode != CUBLASLT_BATCH_MODE_STRIDED || l.plane_offset != 0)
-      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, who + ": only column-major strided-batch layouts are emulated");
-    if (l.rows > INT32_MAX || l.cols > INT32_MAX)
-      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, who + " has " + std::to_string(l.rows) + " x " +
-                                                     std::to_string(l.cols) +
-                                                     " elements (more than int32 rows or columns)");
-    if (l.ld < std::max<int64_t>(1, static_cast<int64_t>(l.rows)))
-      return refuse(CUBLAS_STATUS_INVALID_VALUE, who + ": ld " + std::to_string(l.ld) + " < rows " +
-                                                     std::to_string(l.rows) +
-                                                     " (column-major: columns must not overlap)");
-  }
   const DescState& d = p.desc;
   p.ta = d.transa != CUBLAS_OP_N;
   p.tb = d.transb != CUBLAS_OP_N;
@@ -816,6 +811,12 @@ cublasStatus_t analyze(const char* fn_c, cublasLtHandle_t h, cublasLtMatmulDesc_
   if (batches_overlap(p.m, p.n, p.l[3].ld, p.l[3].stride, p.batch))
     return refuse(CUBLAS_STATUS_INVALID_VALUE, fn + ": D's batch stride " + std::to_string(p.l[3].stride) +
                                                    " makes its " + std::to_string(p.batch) + " matrices overlap");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The descriptor's settings that are emulated: types, scale type, epilogue and its bias.
+cublasStatus_t check_desc(const std::string& fn, LtProblem& p) {
+  const DescState& d = p.desc;
   if (d.transc != CUBLAS_OP_N || d.fill_mode != CUBLAS_FILL_MODE_FULL)
     return refuse(CUBLAS_STATUS_NOT_SUPPORTED, fn + ": only TRANSC = N and FILL_MODE = FULL are supported");
   if (d.pointer_mode != CUBLASLT_POINTER_MODE_HOST)
@@ -845,6 +846,31 @@ cublasStatus_t analyze(const char* fn_c, cublasLtHandle_t h, cublasLtMatmulDesc_
                                                      libs::elem_name(p.e[3]) + " is not supported");
   }
   return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t analyze(const char* fn_c, cublasLtHandle_t h, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t A,
+                       cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D, LtProblem& p) {
+  const std::string fn = fn_c;
+  if (cublasStatus_t st = check_lt(fn_c, h); st != CUBLAS_STATUS_SUCCESS) return st;
+  if (cublasStatus_t st = check_object(fn, op, Kind::desc, kDescMagic, "the matmul descriptor");
+      st != CUBLAS_STATUS_SUCCESS)
+    return st;
+  const cublasLtMatrixLayout_t ls[4] = {A, B, C, D};
+  static const char* const names[4] = {"A", "B", "C", "D"};
+  for (int i = 0; i < 4; ++i)
+    if (cublasStatus_t st =
+            check_object(fn, ls[i], Kind::layout, kLayoutMagic, (std::string("the layout of ") + names[i]).c_str());
+        st != CUBLAS_STATUS_SUCCESS)
+      return st;
+  p.desc = load<DescState>(op);
+  for (int i = 0; i < 4; ++i) {
+    p.l[i] = load<LayoutState>(ls[i]);
+    if (cublasStatus_t st = check_layout(fn + ": " + names[i] + "'s layout", p.l[i], p.e[i]);
+        st != CUBLAS_STATUS_SUCCESS)
+      return st;
+  }
+  if (cublasStatus_t st = derive_shape(fn, p); st != CUBLAS_STATUS_SUCCESS) return st;
+  return check_desc(fn, p);
 }
 
 // Note [simulated cublasLt heuristic]: two kinds of kernels, a tensor-core one (ID 66) that needs
@@ -971,6 +997,101 @@ cublasStatus_t check_algo(const std::string& fn, const LtProblem& p, const cubla
 uint32_t pointer_alignment(const void* p) {
   const uintptr_t v = reinterpret_cast<uintptr_t>(p) | 256;
   return static_cast<uint32_t>(v & (~v + 1));
+}
+
+// The algorithm of a cublasLtMatmul: `algo`, or when it is NULL the heuristic's first choice for this workspace and
+// these pointers (A, B, C, D); checked against the problem, the workspace and the pointers' alignment.
+cublasStatus_t matmul_algo(const std::string& fn, const LtProblem& p, const cublasLtMatmulAlgo_t* algo,
+                           const void* const ptrs[4], void* workspace, size_t workspace_bytes, AlgoState& a) {
+  cublasLtMatmulAlgo_t chosen;
+  if (algo == nullptr) {
+    PrefState pref = default_pref();
+    pref.max_workspace = workspace_bytes;
+    for (int i = 0; i < 4; ++i) pref.align[i] = pointer_alignment(ptrs[i]);
+    const std::vector<AlgoState> list = candidates(p, pref);
+    if (list.empty())
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, fn + ": no algorithm for these pointers and this workspace");
+    store(&chosen, list.front());
+    algo = &chosen;
+  }
+  size_t need = 0;
+  if (cublasStatus_t st = check_algo(fn, p, algo, a, need); st != CUBLAS_STATUS_SUCCESS) return st;
+  // cublasLt.h: INVALID_VALUE "when workspaceSizeInBytes is less than workspace required by configured algo"
+  if (workspace_bytes < need)
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, fn + ": the algo needs " + std::to_string(need) +
+                                                   " bytes of workspace, workspaceSizeInBytes is " +
+                                                   std::to_string(workspace_bytes));
+  if (need > 0 && !libs::device_span_ok(workspace, need))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, fn + ": the workspace is not " + std::to_string(need) +
+                                                   " bytes of device memory of the current device");
+  // the alignment the algo was chosen for (the heuristic honoured the MIN_ALIGNMENT preferences).
+  // cublasLt.h: a successful cublasLtMatmulAlgoCheck "doesn't fully guarantee algo will run (will
+  // fail if e.g. buffers are not correctly aligned)"; of cublasLtMatmul's statuses NOT_SUPPORTED
+  // ("doesn't support configured operation") fits, so that is the one returned.
+  static const char* const names[4] = {"A", "B", "C", "D"};
+  for (int i = 0; i < 4; ++i)
+    if (ptrs[i] != nullptr && pointer_alignment(ptrs[i]) < a.align)
+      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, fn + ": " + names[i] + " is " +
+                                                     std::to_string(pointer_alignment(ptrs[i])) +
+                                                     "-byte aligned, the algo needs " + std::to_string(a.align));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The GEMM the problem describes on these operands, before its numerics.
+GemmArgs lt_gemm_args(const LtProblem& p, const void* alpha, const void* beta, const void* A, const void* B,
+                      const void* C, void* D) {
+  const Elem st = scale_of(p.desc.compute);
+  GemmArgs g;
+  g.m = p.m, g.n = p.n, g.k = p.k, g.batch = p.batch, g.ta = p.ta, g.tb = p.tb;
+  g.alpha = read_scalar(alpha, st), g.beta = read_scalar(beta, st);
+  g.a = A, g.lda = p.l[0].ld, g.sa = p.l[0].stride, g.at = p.e[0];
+  g.b = B, g.ldb = p.l[1].ld, g.sb = p.l[1].stride, g.bt = p.e[1];
+  g.c = C, g.ldc = p.l[2].ld, g.sc = p.l[2].stride, g.ct = p.e[2];
+  g.d = D, g.ldd = p.l[3].ld, g.sd = p.l[3].stride, g.dt = p.e[3];
+  return g;
+}
+
+// Every operand the GEMM reads or writes is device memory of the current device (A and B only when there is a
+// product to form, C only when beta reads it).
+cublasStatus_t check_operands(const std::string& fn, const LtProblem& p, const GemmArgs& g, bool product) {
+  const int64_t a_rows = static_cast<int64_t>(p.l[0].rows), a_cols = static_cast<int64_t>(p.l[0].cols);
+  const int64_t b_rows = static_cast<int64_t>(p.l[1].rows), b_cols = static_cast<int64_t>(p.l[1].cols);
+  if (product && !matrix_ok(g.a, a_rows, a_cols, g.lda, g.sa, g.batch, g.at))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  fn + ": A is not device memory of the current device holding its matrices");
+  if (product && !matrix_ok(g.b, b_rows, b_cols, g.ldb, g.sb, g.batch, g.bt))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  fn + ": B is not device memory of the current device holding its matrices");
+  if (g.beta != 0 && !matrix_ok(g.c, g.m, g.n, g.ldc, g.sc, g.batch, g.ct))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  fn + ": C is not device memory of the current device holding its matrices");
+  if (!matrix_ok(g.d, g.m, g.n, g.ldd, g.sd, g.batch, g.dt))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE,
+                  fn + ": D is not device memory of the current device holding its matrices");
+  if (p.bias && !matrix_ok(p.desc.bias, g.m, 1, g.m, p.desc.bias_stride, g.batch, p.bias_type))
+    return refuse(CUBLAS_STATUS_INVALID_VALUE, fn + ": the bias is not device memory of the current device holding " +
+                                                   std::to_string(g.m) + " entries per batch");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// A cuBLASLt GEMM's numerics, split-K and epilogue: the compute type's and the algorithm's.
+void set_lt_numerics(GemmArgs& g, const LtProblem& p, const AlgoState& a, void* workspace) {
+  g.acc = acc_of(p.desc.compute);
+  if (g.at == Elem::f32) {
+    if (p.desc.compute == CUBLAS_COMPUTE_32F_FAST_TF32) g.in = InRound::tf32;
+    else if (p.desc.compute == CUBLAS_COMPUTE_32F_FAST_16F) g.in = InRound::f16;
+    else if (p.desc.compute == CUBLAS_COMPUTE_32F_FAST_16BF) g.in = InRound::bf16;
+  }
+  g.splits = a.splitk > 1 ? a.splitk : 1;
+  g.partials_in_output =
+      a.reduction == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE || a.reduction == CUBLASLT_REDUCTION_SCHEME_INPLACE;
+  g.work = g.splits > 1 ? workspace : nullptr;
+  if (p.bias) {
+    g.bias = p.desc.bias;
+    g.biast = p.bias_type;
+    g.bias_stride = p.desc.bias_stride;
+  }
+  g.act = p.act;
 }
 
 }  // namespace
@@ -1327,87 +1448,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   if (C == D && std::memcmp(&p.l[2], &p.l[3], sizeof(LayoutState)) != 0)
     return refuse(CUBLAS_STATUS_INVALID_VALUE, fn + ": in place (C == D) needs identical C and D layouts");
 
+  const void* const ptrs[4] = {A, B, C, D};
   AlgoState a;
-  cublasLtMatmulAlgo_t chosen;
-  if (algo == nullptr) {  // the heuristic's first choice for this workspace and these pointers
-    PrefState pref = default_pref();
-    pref.max_workspace = workspaceSizeInBytes;
-    pref.align[0] = pointer_alignment(A);
-    pref.align[1] = pointer_alignment(B);
-    pref.align[2] = pointer_alignment(C);
-    pref.align[3] = pointer_alignment(D);
-    const std::vector<AlgoState> list = candidates(p, pref);
-    if (list.empty())
-      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, fn + ": no algorithm for these pointers and this workspace");
-    store(&chosen, list.front());
-    algo = &chosen;
-  }
-  size_t need = 0;
-  if (cublasStatus_t st = check_algo(fn, p, algo, a, need); st != CUBLAS_STATUS_SUCCESS) return st;
-  // cublasLt.h: INVALID_VALUE "when workspaceSizeInBytes is less than workspace required by configured algo"
-  if (workspaceSizeInBytes < need)
-    return refuse(CUBLAS_STATUS_INVALID_VALUE, fn + ": the algo needs " + std::to_string(need) +
-                                                   " bytes of workspace, workspaceSizeInBytes is " +
-                                                   std::to_string(workspaceSizeInBytes));
-  if (need > 0 && !libs::device_span_ok(workspace, need))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE, fn + ": the workspace is not " + std::to_string(need) +
-                                                   " bytes of device memory of the current device");
-  // the alignment the algo was chosen for (the heuristic honoured the MIN_ALIGNMENT preferences).
-  // cublasLt.h: a successful cublasLtMatmulAlgoCheck "doesn't fully guarantee algo will run (will
-  // fail if e.g. buffers are not correctly aligned)"; of cublasLtMatmul's statuses NOT_SUPPORTED
-  // ("doesn't support configured operation") fits, so that is the one returned.
-  const void* ptrs[4] = {A, B, C, D};
-  static const char* const names[4] = {"A", "B", "C", "D"};
-  for (int i = 0; i < 4; ++i)
-    if (ptrs[i] != nullptr && pointer_alignment(ptrs[i]) < a.align)
-      return refuse(CUBLAS_STATUS_NOT_SUPPORTED, fn + ": " + names[i] + " is " +
-                                                     std::to_string(pointer_alignment(ptrs[i])) +
-                                                     "-byte aligned, the algo needs " + std::to_string(a.align));
-
-  const Elem st = scale_of(p.desc.compute);
-  GemmArgs g;
-  g.m = p.m, g.n = p.n, g.k = p.k, g.batch = p.batch, g.ta = p.ta, g.tb = p.tb;
-  g.alpha = read_scalar(alpha, st), g.beta = read_scalar(beta, st);
-  g.a = A, g.lda = p.l[0].ld, g.sa = p.l[0].stride, g.at = p.e[0];
-  g.b = B, g.ldb = p.l[1].ld, g.sb = p.l[1].stride, g.bt = p.e[1];
-  g.c = C, g.ldc = p.l[2].ld, g.sc = p.l[2].stride, g.ct = p.e[2];
-  g.d = D, g.ldd = p.l[3].ld, g.sd = p.l[3].stride, g.dt = p.e[3];
+  if (cublasStatus_t st = matmul_algo(fn, p, algo, ptrs, workspace, workspaceSizeInBytes, a);
+      st != CUBLAS_STATUS_SUCCESS)
+    return st;
+  GemmArgs g = lt_gemm_args(p, alpha, beta, A, B, C, D);
   if (g.m == 0 || g.n == 0 || g.batch == 0) return CUBLAS_STATUS_SUCCESS;
   const bool product = g.k > 0 && g.alpha != 0;
-  const int64_t a_rows = static_cast<int64_t>(p.l[0].rows), a_cols = static_cast<int64_t>(p.l[0].cols);
-  const int64_t b_rows = static_cast<int64_t>(p.l[1].rows), b_cols = static_cast<int64_t>(p.l[1].cols);
-  if (product && !matrix_ok(A, a_rows, a_cols, g.lda, g.sa, g.batch, g.at))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE,
-                  fn + ": A is not device memory of the current device holding its matrices");
-  if (product && !matrix_ok(B, b_rows, b_cols, g.ldb, g.sb, g.batch, g.bt))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE,
-                  fn + ": B is not device memory of the current device holding its matrices");
-  if (g.beta != 0 && !matrix_ok(C, g.m, g.n, g.ldc, g.sc, g.batch, g.ct))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE,
-                  fn + ": C is not device memory of the current device holding its matrices");
-  if (!matrix_ok(D, g.m, g.n, g.ldd, g.sd, g.batch, g.dt))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE,
-                  fn + ": D is not device memory of the current device holding its matrices");
-  if (p.bias && !matrix_ok(p.desc.bias, g.m, 1, g.m, p.desc.bias_stride, g.batch, p.bias_type))
-    return refuse(CUBLAS_STATUS_INVALID_VALUE, fn + ": the bias is not device memory of the current device holding " +
-                                                   std::to_string(g.m) + " entries per batch");
+  if (cublasStatus_t st = check_operands(fn, p, g, product); st != CUBLAS_STATUS_SUCCESS) return st;
   if (!product) g.k = 0;
-  g.acc = acc_of(p.desc.compute);
-  if (g.at == Elem::f32) {
-    if (p.desc.compute == CUBLAS_COMPUTE_32F_FAST_TF32) g.in = InRound::tf32;
-    else if (p.desc.compute == CUBLAS_COMPUTE_32F_FAST_16F) g.in = InRound::f16;
-    else if (p.desc.compute == CUBLAS_COMPUTE_32F_FAST_16BF) g.in = InRound::bf16;
-  }
-  g.splits = a.splitk > 1 ? a.splitk : 1;
-  g.partials_in_output =
-      a.reduction == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE || a.reduction == CUBLASLT_REDUCTION_SCHEME_INPLACE;
-  g.work = g.splits > 1 ? workspace : nullptr;
-  if (p.bias) {
-    g.bias = p.desc.bias;
-    g.biast = p.bias_type;
-    g.bias_stride = p.desc.bias_stride;
-  }
-  g.act = p.act;
+  set_lt_numerics(g, p, a, workspace);
   return run(fn_c, g, stream);
 }
 
