@@ -506,6 +506,64 @@ std::optional<Batch> DataLoader::next_resident(Run& r) {
   return out;
 }
 
+bool DataLoader::await_batch(Run& r, Slot& slot, int64_t b, std::string& error) {
+  if (r.workers == 0) {
+    slot.batch = b;
+    return wait_copy_done(r, slot) && fill(r, slot, b, 0, error);
+  }
+  const auto t_wait = Clock::now();
+  std::unique_lock<std::mutex> lock(r.mu);
+  const int w = static_cast<int>(b % r.workers);
+  auto arrived = [&] {
+    return (slot.batch == b && (slot.state == SlotState::ready || slot.state == SlotState::failed)) ||
+           r.status[static_cast<size_t>(w)].exited;
+  };
+  bool ok = true;
+  if (o_.timeout_ > 0) {
+    ok = r.cv_ready.wait_for(lock, std::chrono::duration<double>(o_.timeout_), arrived);
+  } else {
+    r.cv_ready.wait(lock, arrived);
+  }
+  stats_.wait_seconds += seconds_since(t_wait);
+  if (!ok) {
+    const int64_t on = r.status[static_cast<size_t>(w)].batch.load();
+    const int64_t sample = r.status[static_cast<size_t>(w)].sample.load();
+    std::string where = on == b   ? str("it is still on that batch, reading sample ", sample)
+                        : on >= 0 ? str("it is on batch ", on)
+                                  : std::string("it has not started that batch");
+    lock.unlock();
+    retire_run();  // its threads are joined by the next epoch or the loader's destructor
+    EMBER_FAIL("DataLoader: timed out after ", o_.timeout_, " s waiting for batch ", b, " of epoch ", r.epoch,
+               " from worker ", w, " (", where, "); the epoch is stopped, begin() starts a new one");
+  }
+  if (slot.batch != b || slot.state != SlotState::ready) {
+    error = r.why_missing(slot, b, w);
+    return false;
+  }
+  return true;
+}
+
+void DataLoader::hand_over_copy(Run& r, Slot& slot, int64_t b) {
+  if (!slot.copy_issued) issue_copy(slot);
+  // Issue ahead: later batches already assembled start their copies now, to overlap this step.
+  const auto nb = static_cast<int64_t>(r.batches.size());
+  for (int64_t j = b + 1; j < std::min(nb, b + r.slots_n); ++j) {
+    Slot& other = r.slots[static_cast<size_t>(j % r.slots_n)];
+    bool go = false;
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      go = other.batch == j && other.state == SlotState::ready && !other.copy_issued;
+    }
+    if (go) issue_copy(other);
+  }
+  // Hand over to the compute stream: it waits for the copy on the device, and the memory is
+  // marked as in use there.
+  cuda::Stream compute = cuda::current_stream(o_.device_.index);
+  slot.copied.block(compute);
+  cuda::record_stream(slot.dev_images.storage()->data(), compute);
+  cuda::record_stream(slot.dev_labels.storage()->data(), compute);
+}
+
 std::optional<Batch> DataLoader::next() {
   EMBER_CHECK(run_ != nullptr,
               "DataLoader::next: no epoch is running (it ended, was stopped, or timed out); "
@@ -523,75 +581,21 @@ std::optional<Batch> DataLoader::next() {
     return out;
   }
   const int64_t b = r.consumed;
-  const auto nb = static_cast<int64_t>(r.batches.size());
-  if (b >= nb) {
+  if (b >= static_cast<int64_t>(r.batches.size())) {
     stop_epoch();  // every worker has finished its batches: this joins at once
     return std::nullopt;
   }
   Slot& slot = r.slots[static_cast<size_t>(b % r.slots_n)];
-
   auto skip_failed = [&](std::string error) {
     r.release_slot(slot, b);
     EMBER_FAIL("DataLoader: ", error);
   };
-
-  if (r.workers == 0) {
-    std::string error;
-    slot.batch = b;
-    if (!wait_copy_done(r, slot) || !fill(r, slot, b, 0, error)) skip_failed(std::move(error));
-  } else {
-    const auto t_wait = Clock::now();
-    std::unique_lock<std::mutex> lock(r.mu);
-    const int w = static_cast<int>(b % r.workers);
-    auto arrived = [&] {
-      return (slot.batch == b && (slot.state == SlotState::ready || slot.state == SlotState::failed)) ||
-             r.status[static_cast<size_t>(w)].exited;
-    };
-    bool ok = true;
-    if (o_.timeout_ > 0) {
-      ok = r.cv_ready.wait_for(lock, std::chrono::duration<double>(o_.timeout_), arrived);
-    } else {
-      r.cv_ready.wait(lock, arrived);
-    }
-    stats_.wait_seconds += seconds_since(t_wait);
-    if (!ok) {
-      const int64_t on = r.status[static_cast<size_t>(w)].batch.load();
-      const int64_t sample = r.status[static_cast<size_t>(w)].sample.load();
-      std::string where = on == b   ? str("it is still on that batch, reading sample ", sample)
-                          : on >= 0 ? str("it is on batch ", on)
-                                    : std::string("it has not started that batch");
-      lock.unlock();
-      retire_run();  // its threads are joined by the next epoch or the loader's destructor
-      EMBER_FAIL("DataLoader: timed out after ", o_.timeout_, " s waiting for batch ", b, " of epoch ", r.epoch,
-                 " from worker ", w, " (", where, "); the epoch is stopped, begin() starts a new one");
-    }
-    if (slot.batch != b || slot.state != SlotState::ready) {
-      std::string error = r.why_missing(slot, b, w);
-      lock.unlock();
-      skip_failed(std::move(error));
-    }
-  }
+  if (std::string error; !await_batch(r, slot, b, error)) skip_failed(std::move(error));
 
   Batch out;
   if (r.gpu) {
     try {
-      if (!slot.copy_issued) issue_copy(slot);
-      // Issue ahead: later batches already assembled start their copies now, to overlap this step.
-      for (int64_t j = b + 1; j < std::min(nb, b + r.slots_n); ++j) {
-        Slot& other = r.slots[static_cast<size_t>(j % r.slots_n)];
-        bool go = false;
-        {
-          std::lock_guard<std::mutex> lock(r.mu);
-          go = other.batch == j && other.state == SlotState::ready && !other.copy_issued;
-        }
-        if (go) issue_copy(other);
-      }
-      // Hand over to the compute stream: it waits for the copy on the device, and the memory is
-      // marked as in use there.
-      cuda::Stream compute = cuda::current_stream(o_.device_.index);
-      slot.copied.block(compute);
-      cuda::record_stream(slot.dev_images.storage()->data(), compute);
-      cuda::record_stream(slot.dev_labels.storage()->data(), compute);
+      hand_over_copy(r, slot, b);
     } catch (const std::exception& e) {
       skip_failed(str("batch ", b, ": copying to ", o_.device_, " failed: ", e.what()));
     }

@@ -217,6 +217,12 @@ class DataLoader {
   bool wait_copy_done(Run& run, Slot& slot);
   void issue_copy(Slot& slot);
   std::optional<Batch> next_resident(Run& run);
+  // Waits until `slot` holds batch `batch` (filled on this thread when there are no workers); false with `error` when
+  // the batch failed, throws when the wait timed out (the epoch is then stopped).
+  bool await_batch(Run& run, Slot& slot, int64_t batch, std::string& error);
+  // Starts the slot's copy to the device (and those of later batches already assembled) and hands it over to the
+  // compute stream.
+  void hand_over_copy(Run& run, Slot& slot, int64_t batch);
   void join_retired();
   void retire_run();
 

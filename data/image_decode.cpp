@@ -85,16 +85,39 @@ uint32_t crc32_of(const uint8_t* p, size_t n) {
   return static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), p, static_cast<uInt>(n)));
 }
 
-// PNG: every chunk's CRC, IHDR's fields, that the compressed data can hold what IHDR claims, and
-// the zlib stream itself (inflated here without keeping the output: stb_image's own inflate checks
-// neither the adler32 nor much of the deflate structure, and quietly takes a cut-short stream).
-void check_png(std::span<const uint8_t> b, const std::string& name, int64_t max_pixels) {
-  const size_t size = b.size();
-  size_t at = 8;
-  bool ihdr = false, apple = false;  // Apple's "CgBI" PNGs (stb_image reads them): raw deflate, no zlib wrapper
+// What check_png learns from a PNG's chunks.
+struct PngInfo {
+  bool apple = false;  // Apple's "CgBI" PNGs (stb_image reads them): raw deflate, no zlib wrapper
   uint32_t width = 0, height = 0, depth = 0, color = 0, interlace = 0;
   std::vector<std::span<const uint8_t>> idat;
   uint64_t idat_bytes = 0;
+};
+
+// IHDR's 13 bytes: dimensions within the limits, and a colour type, bit depth, compression, filter and interlace
+// method PNG defines.
+void read_ihdr(const uint8_t* data, PngInfo& png, const std::string& name, int64_t max_pixels) {
+  png.width = be32(data);
+  png.height = be32(data + 4);
+  png.depth = data[8];
+  png.color = data[9];
+  png.interlace = data[12];
+  check_dimensions(name, "PNG", png.width, png.height, max_pixels);
+  const uint32_t color = png.color, depth = png.depth;
+  const bool valid = (color == 0 && (depth == 1 || depth == 2 || depth == 4 || depth == 8 || depth == 16)) ||
+                     (color == 3 && (depth == 1 || depth == 2 || depth == 4 || depth == 8)) ||
+                     ((color == 2 || color == 4 || color == 6) && (depth == 8 || depth == 16));
+  if (!valid) fail(name, "IHDR has colour type ", color, " with bit depth ", depth, ", which PNG does not define");
+  if (data[10] != 0 || data[11] != 0 || png.interlace > 1)
+    fail(name, "IHDR has compression ", int{data[10]}, ", filter ", int{data[11]}, ", interlace ", png.interlace,
+         " (PNG defines 0, 0 and 0 or 1)");
+}
+
+// The chunks up to IEND, each whole and with its CRC right; IHDR first (after Apple's CgBI), the IDAT chunks kept.
+PngInfo read_png_chunks(std::span<const uint8_t> b, const std::string& name, int64_t max_pixels) {
+  const size_t size = b.size();
+  size_t at = 8;
+  bool ihdr = false;
+  PngInfo png;
   for (;;) {
     const size_t left = size - at;
     if (left == 0) fail(name, "truncated: the file ends at offset ", at, " without an IEND chunk");
@@ -111,63 +134,51 @@ void check_png(std::span<const uint8_t> b, const std::string& name, int64_t max_
            hex(computed, 8), "): the file is corrupt");
     const uint8_t* data = b.data() + at + 8;
     if (!ihdr && type == "CgBI") {
-      apple = true;
+      png.apple = true;
     } else if (!ihdr) {
       if (type != "IHDR" || len != 13)
         fail(name, "the first chunk is ", type, " (", len, " bytes), expected IHDR (13 bytes)");
       ihdr = true;
-      width = be32(data);
-      height = be32(data + 4);
-      depth = data[8];
-      color = data[9];
-      interlace = data[12];
-      check_dimensions(name, "PNG", width, height, max_pixels);
-      const bool valid = (color == 0 && (depth == 1 || depth == 2 || depth == 4 || depth == 8 || depth == 16)) ||
-                         (color == 3 && (depth == 1 || depth == 2 || depth == 4 || depth == 8)) ||
-                         ((color == 2 || color == 4 || color == 6) && (depth == 8 || depth == 16));
-      if (!valid) fail(name, "IHDR has colour type ", color, " with bit depth ", depth, ", which PNG does not define");
-      if (data[10] != 0 || data[11] != 0 || interlace > 1)
-        fail(name, "IHDR has compression ", int{data[10]}, ", filter ", int{data[11]}, ", interlace ", interlace,
-             " (PNG defines 0, 0 and 0 or 1)");
+      read_ihdr(data, png, name, max_pixels);
     } else if (type == "IDAT") {
-      idat.emplace_back(data, len);
-      idat_bytes += len;
+      png.idat.emplace_back(data, len);
+      png.idat_bytes += len;
     } else if (type == "IEND") {
       break;
     }
     at += 12 + len;
   }
-  if (idat.empty()) fail(name, "no IDAT chunk: the file holds no image data");
+  return png;
+}
 
-  // The filtered scanlines inflate to exactly this many bytes (Adam7 passes each have their rows).
+// The bytes the filtered scanlines inflate to (Adam7 passes each have their rows).
+uint64_t png_image_bytes(const PngInfo& png) {
+  const uint32_t color = png.color, width = png.width, height = png.height;
   const uint64_t channels = color == 2 ? 3 : color == 4 ? 2 : color == 6 ? 4 : 1;
-  const uint64_t bits = channels * depth;
+  const uint64_t bits = channels * png.depth;
   auto rows = [&](uint64_t w, uint64_t h) { return w == 0 || h == 0 ? 0 : h * (1 + (w * bits + 7) / 8); };
+  if (png.interlace == 0) return rows(width, height);
   uint64_t raw = 0;
-  if (interlace == 0) {
-    raw = rows(width, height);
-  } else {
-    const int x0[7] = {0, 4, 0, 2, 0, 1, 0}, y0[7] = {0, 0, 4, 0, 2, 0, 1};
-    const int dx[7] = {8, 8, 4, 4, 2, 2, 1}, dy[7] = {8, 8, 8, 4, 4, 2, 2};
-    for (int p = 0; p < 7; ++p)
-      raw += rows(width > uint32_t(x0[p]) ? (width - x0[p] + dx[p] - 1) / dx[p] : 0,
-                  height > uint32_t(y0[p]) ? (height - y0[p] + dy[p] - 1) / dy[p] : 0);
-  }
-  // Deflate's densest code is a 258-byte match in 2 bits: no stream expands more than 1032 times.
-  if (raw > idat_bytes * 1032)
-    fail(name, "the header claims width ", width, " x height ", height, " (", raw, " bytes of image data) but its ",
-         idat_bytes, " bytes of compressed data can hold at most ", idat_bytes * 1032,
-         ": the file is truncated or corrupt");
+  const int x0[7] = {0, 4, 0, 2, 0, 1, 0}, y0[7] = {0, 0, 4, 0, 2, 0, 1};
+  const int dx[7] = {8, 8, 4, 4, 2, 2, 1}, dy[7] = {8, 8, 8, 4, 4, 2, 2};
+  for (int p = 0; p < 7; ++p)
+    raw += rows(width > uint32_t(x0[p]) ? (width - x0[p] + dx[p] - 1) / dx[p] : 0,
+                height > uint32_t(y0[p]) ? (height - y0[p] + dy[p] - 1) / dy[p] : 0);
+  return raw;
+}
 
+// Inflates the IDAT data without keeping the output: a valid zlib stream (or raw deflate for Apple's PNGs), to its
+// end, with its checksum, giving at least the `raw` bytes the image needs.
+void check_png_stream(const PngInfo& png, uint64_t raw, const std::string& name) {
   z_stream z{};
-  if (inflateInit2(&z, apple ? -MAX_WBITS : MAX_WBITS) != Z_OK) fail(name, "zlib cannot start inflating");
+  if (inflateInit2(&z, png.apple ? -MAX_WBITS : MAX_WBITS) != Z_OK) fail(name, "zlib cannot start inflating");
   std::vector<uint8_t> sink(size_t{1} << 16);
   uint64_t produced = 0;
   int ret = Z_OK;
   std::string error;
-  for (size_t k = 0; k < idat.size() && ret != Z_STREAM_END && error.empty(); ++k) {
-    z.next_in = const_cast<Bytef*>(idat[k].data());
-    z.avail_in = static_cast<uInt>(idat[k].size());
+  for (size_t k = 0; k < png.idat.size() && ret != Z_STREAM_END && error.empty(); ++k) {
+    z.next_in = const_cast<Bytef*>(png.idat[k].data());
+    z.avail_in = static_cast<uInt>(png.idat[k].size());
     do {  // until this chunk is used up and no output is pending (a full sink may hide some)
       z.next_out = sink.data();
       z.avail_out = static_cast<uInt>(sink.size());
@@ -186,11 +197,26 @@ void check_png(std::span<const uint8_t> b, const std::string& name, int64_t max_
   if (!error.empty())
     fail(name, "corrupt zlib/deflate data in IDAT (zlib: ", error, ") after ", produced, " of ", raw, " image bytes");
   if (ret != Z_STREAM_END)
-    fail(name, "truncated: the zlib stream in the IDAT chunks (", idat_bytes, " bytes) stops before its end after ",
+    fail(name, "truncated: the zlib stream in the IDAT chunks (", png.idat_bytes, " bytes) stops before its end after ",
          produced, " of ", raw, " image bytes");
   if (produced < raw)
-    fail(name, "the image data decompresses to ", produced, " bytes, width ", width, " x height ", height, " needs ",
-         raw, ": the file is truncated or corrupt");
+    fail(name, "the image data decompresses to ", produced, " bytes, width ", png.width, " x height ", png.height,
+         " needs ", raw, ": the file is truncated or corrupt");
+}
+
+// PNG: every chunk's CRC, IHDR's fields, that the compressed data can hold what IHDR claims, and
+// the zlib stream itself (inflated here without keeping the output: stb_image's own inflate checks
+// neither the adler32 nor much of the deflate structure, and quietly takes a cut-short stream).
+void check_png(std::span<const uint8_t> b, const std::string& name, int64_t max_pixels) {
+  const PngInfo png = read_png_chunks(b, name, max_pixels);
+  if (png.idat.empty()) fail(name, "no IDAT chunk: the file holds no image data");
+  const uint64_t raw = png_image_bytes(png);
+  // Deflate's densest code is a 258-byte match in 2 bits: no stream expands more than 1032 times.
+  if (raw > png.idat_bytes * 1032)
+    fail(name, "the header claims width ", png.width, " x height ", png.height, " (", raw,
+         " bytes of image data) but its ", png.idat_bytes, " bytes of compressed data can hold at most ",
+         png.idat_bytes * 1032, ": the file is truncated or corrupt");
+  check_png_stream(png, raw, name);
 }
 
 // BMP: the headers, the dimensions, and that the rows of an uncompressed bitmap lie inside the file

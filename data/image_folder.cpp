@@ -120,32 +120,77 @@ Sample ImageFolder::get(int64_t i) const {
   return s;
 }
 
+namespace {
+
+std::string reason(const std::exception& e) { return user_message(e.what()); }
+
+// The sample shape: the folder's (resized, fixed channels), else that of the first good image, which is decoded here
+// into first_image (its index: `first`); the bad ones before it go to `bad`, or fail the load without skip_bad.
+Shape sample_shape_of(const ImageFolder& folder, const FolderLoadOptions& o, std::vector<BadImage>& bad, int64_t& first,
+                      Image& first_image) {
+  first = 0;
+  if (auto s = folder.sample_shape()) return *s;
+  const int64_t n = folder.size();
+  Shape shape;
+  for (; first < n && shape.empty(); ++first) {
+    try {
+      first_image = folder.get(first).image;
+      shape = first_image.shape();
+    } catch (const std::exception& e) {
+      if (!o.skip_bad) EMBER_FAIL(reason(e), " (", o.skip_hint, ")");
+      bad.push_back({first, reason(e)});
+    }
+  }
+  EMBER_CHECK(!shape.empty(), "all ", n, " images in ", folder.root(), " are bad");
+  --first;
+  return shape;
+}
+
+// Calls o.progress (when set) every half second until the workers are done or stopped.
+void report_progress(const FolderLoadOptions& o, const std::atomic<int64_t>& done, int64_t n,
+                     const std::atomic<bool>& stop) {
+  if (!o.progress) return;
+  auto last = std::chrono::steady_clock::now();
+  o.progress(std::min(done.load(), n), n);
+  while (done.load() < n && !stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (std::chrono::steady_clock::now() - last < std::chrono::milliseconds(500)) continue;
+    last = std::chrono::steady_clock::now();
+    o.progress(std::min(done.load(), n), n);
+  }
+}
+
+// Closes the gaps the skipped images left in `images` (n x shape), keeping the folder's order; returns the labels of
+// the images kept.
+Tensor keep_good(Tensor& images, const std::vector<uint8_t>& good, const ImageFolder& folder, const Shape& shape) {
+  const int64_t n = folder.size(), sample = shape[0] * shape[1] * shape[2];
+  auto* px = static_cast<uint8_t*>(images.data_ptr());
+  Tensor labels = empty({n}, TensorOptions(DType::i64));
+  int64_t* lp = labels.data<int64_t>();
+  int64_t kept = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!good[static_cast<size_t>(i)]) continue;
+    if (kept != i) std::memmove(px + kept * sample, px + i * sample, static_cast<size_t>(sample));
+    lp[kept++] = folder.samples()[static_cast<size_t>(i)].second;
+  }
+  EMBER_CHECK(kept > 0, "all ", n, " images in ", folder.root(), " are bad");
+  if (kept < n) {
+    images = make_view(images, {kept, shape[0], shape[1], shape[2]}, {sample, shape[1] * shape[2], shape[2], 1}, 0);
+    labels = make_view(labels, {kept}, {1}, 0);
+  }
+  return labels;
+}
+
+}  // namespace
+
 std::shared_ptr<InMemoryDataset> load_image_folder(const ImageFolder& folder, const FolderLoadOptions& o,
                                                    std::vector<BadImage>* bad_out) {
   const int64_t n = folder.size();
   std::vector<BadImage> bad;
-  auto reason = [](const std::exception& e) { return user_message(e.what()); };
   const std::string skip_hint = " (" + o.skip_hint + ")";
-
-  // The sample shape: the folder's (resized, fixed channels), else that of the first good image.
   int64_t first = 0;
   Image first_image;
-  Shape shape;
-  if (auto s = folder.sample_shape()) {
-    shape = *s;
-  } else {
-    for (; first < n && shape.empty(); ++first) {
-      try {
-        first_image = folder.get(first).image;
-        shape = first_image.shape();
-      } catch (const std::exception& e) {
-        if (!o.skip_bad) EMBER_FAIL(reason(e), skip_hint);
-        bad.push_back({first, reason(e)});
-      }
-    }
-    EMBER_CHECK(!shape.empty(), "all ", n, " images in ", folder.root(), " are bad");
-    --first;
-  }
+  const Shape shape = sample_shape_of(folder, o, bad, first, first_image);
   const int64_t sample = shape[0] * shape[1] * shape[2];
   Tensor images = empty({n, shape[0], shape[1], shape[2]}, TensorOptions(DType::u8));
   auto* px = static_cast<uint8_t*>(images.data_ptr());
@@ -187,38 +232,15 @@ std::shared_ptr<InMemoryDataset> load_image_folder(const ImageFolder& folder, co
     }
   };
   const int64_t threads = std::min<int64_t>(std::max(1, o.workers), n - next.load());
-  run_workers(threads, stop, decode_all, [&] {
-    if (!o.progress) return;  // this thread reports while the workers decode
-    auto last = std::chrono::steady_clock::now();
-    o.progress(std::min(done.load(), n), n);
-    while (done.load() < n && !stop.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (std::chrono::steady_clock::now() - last < std::chrono::milliseconds(500)) continue;
-      last = std::chrono::steady_clock::now();
-      o.progress(std::min(done.load(), n), n);
-    }
-  });
+  // this thread reports while the workers decode
+  run_workers(threads, stop, decode_all, [&] { report_progress(o, done, n, stop); });
   if (!fatal.empty())
     EMBER_FAIL(std::min_element(fatal.begin(), fatal.end(), [](const BadImage& a, const BadImage& b) {
                  return a.index < b.index;
                })->why);
   if (o.progress) o.progress(n, n);
   std::sort(bad.begin(), bad.end(), [](const BadImage& a, const BadImage& b) { return a.index < b.index; });
-
-  // Close the gaps the skipped images left, keeping the folder's order.
-  Tensor labels = empty({n}, TensorOptions(DType::i64));
-  int64_t* lp = labels.data<int64_t>();
-  int64_t kept = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!good[static_cast<size_t>(i)]) continue;
-    if (kept != i) std::memmove(px + kept * sample, px + i * sample, static_cast<size_t>(sample));
-    lp[kept++] = folder.samples()[static_cast<size_t>(i)].second;
-  }
-  EMBER_CHECK(kept > 0, "all ", n, " images in ", folder.root(), " are bad");
-  if (kept < n) {
-    images = make_view(images, {kept, shape[0], shape[1], shape[2]}, {sample, shape[1] * shape[2], shape[2], 1}, 0);
-    labels = make_view(labels, {kept}, {1}, 0);
-  }
+  Tensor labels = keep_good(images, good, folder, shape);
   if (bad_out != nullptr) *bad_out = std::move(bad);
   auto ds = std::make_shared<InMemoryDataset>(images, labels, folder.classes());
   ds->set_source(folder.root());

@@ -107,6 +107,107 @@ void write_packed(const std::string& path, const Tensor& images_in, const Tensor
   write_file(path, b);
 }
 
+namespace {
+
+// A packed file's header fields, and the sizes derived from them.
+struct PackedHeader {
+  uint64_t header_bytes = 0, n = 0, c = 0, h = 0, w = 0, k = 0;
+  uint64_t classes_off = 0, classes_bytes = 0, index_off = 0, pixels_off = 0, pixel_bytes = 0;
+  uint64_t sample = 0, index_bytes = 0;  // bytes of one sample's pixels, of the index section
+};
+
+// The header of the `size`-byte file at p: magic, version and sizes, its sections in order and inside the file.
+PackedHeader read_header(const uint8_t* p, uint64_t size, const std::string& path) {
+  if (std::memcmp(p, kPackedMagic, 8) != 0) {
+    EMBER_CHECK(!looks_gzip({p, 2}), path, ": this is gzip-compressed data, not a packed dataset (gunzip it first)");
+    EMBER_FAIL(path, ": not an ember packed dataset (expected the magic \"", kPackedMagic, "\" at offset 0)");
+  }
+  const uint32_t version = get_u32(p + 8);
+  EMBER_CHECK(version == kPackedVersion, path, ": packed dataset version ", version, "; this ember reads version ",
+              kPackedVersion);
+  PackedHeader hd;
+  hd.header_bytes = get_u32(p + 12);
+  EMBER_CHECK(hd.header_bytes == kHeaderBytes || hd.header_bytes == kLegacyHeaderBytes, path, ": header size ",
+              hd.header_bytes, ", expected ", kHeaderBytes, " (or ", kLegacyHeaderBytes,
+              " for files without a header CRC)");
+  EMBER_CHECK(size >= hd.header_bytes, path, ": too short for a packed dataset: expected at least ", hd.header_bytes,
+              " header bytes, got ", size);
+  hd.n = get_u64(p + 16);
+  hd.c = get_u32(p + 24), hd.h = get_u32(p + 28), hd.w = get_u32(p + 32);
+  hd.k = get_u32(p + 36);
+  hd.classes_off = get_u64(p + 40), hd.classes_bytes = get_u64(p + 48);
+  hd.index_off = get_u64(p + 56), hd.pixels_off = get_u64(p + 64), hd.pixel_bytes = get_u64(p + 72);
+  const uint64_t total = get_u64(p + 80);
+  EMBER_CHECK(total == size, path, ": the header says the file has ", total, " bytes, got ", size,
+              total > size ? " (truncated)" : " (trailing data)");
+  const uint64_t n = hd.n, c = hd.c, h = hd.h, w = hd.w;
+  uint64_t want_pixels = 0;
+  bool overflow = __builtin_mul_overflow(c, h, &hd.sample) || __builtin_mul_overflow(hd.sample, w, &hd.sample) ||
+                  __builtin_mul_overflow(hd.sample, n, &want_pixels) ||
+                  __builtin_mul_overflow(n, uint64_t{16}, &hd.index_bytes);
+  EMBER_CHECK(!overflow, path, ": sizes overflow: ", n, " samples of [", c, ", ", h, ", ", w, "]");
+  EMBER_CHECK(hd.pixel_bytes == want_pixels, path, ": pixel section holds ", hd.pixel_bytes, " bytes; ", n,
+              " samples of [", c, ", ", h, ", ", w, "] need ", want_pixels);
+  EMBER_CHECK(hd.classes_off == hd.header_bytes && hd.classes_bytes <= size - hd.classes_off, path,
+              ": classes section [", hd.classes_off, ", +", hd.classes_bytes, ") is outside the file");
+  EMBER_CHECK(hd.index_off == hd.classes_off + hd.classes_bytes && hd.index_bytes <= size - hd.index_off, path,
+              ": index section at ", hd.index_off, " (", hd.index_bytes, " bytes) is misplaced or outside the file of ",
+              size, " bytes");
+  EMBER_CHECK(hd.pixels_off % 64 == 0 && hd.pixels_off >= hd.index_off + hd.index_bytes && hd.pixels_off <= size &&
+                  hd.pixel_bytes == size - hd.pixels_off,
+              path, ": pixel section at ", hd.pixels_off, " (", hd.pixel_bytes, " bytes) does not end the file of ",
+              size, " bytes");
+  return hd;
+}
+
+// The CRCs of the header (files with one), of the classes and index sections, and of the pixels.
+void check_crcs(const uint8_t* p, const PackedHeader& hd, const std::string& path) {
+  if (hd.header_bytes == kHeaderBytes)
+    EMBER_CHECK(get_u32(p + 96) == crc(p, 96), path, ": CRC mismatch in the header (the CRC-32 at offset 96 does not ",
+                "match header bytes 0-95, which read ", hd.n, " samples of [", hd.c, ", ", hd.h, ", ", hd.w, "] in ",
+                hd.k,
+                " classes): the file is corrupt or its header was edited; pack the dataset again with ember_pack");
+  EMBER_CHECK(get_u32(p + 92) == crc(p + hd.classes_off, hd.index_off + hd.index_bytes - hd.classes_off), path,
+              ": CRC mismatch in the classes/index sections (the file is corrupt)");
+  EMBER_CHECK(get_u32(p + 88) == crc(p + hd.pixels_off, hd.pixel_bytes), path,
+              ": CRC mismatch in the pixel data (the file is corrupt)");
+}
+
+// The k class names, which fill the classes section exactly.
+std::vector<std::string> read_classes(const uint8_t* p, const PackedHeader& hd, const std::string& path) {
+  std::vector<std::string> classes;
+  const uint64_t k = hd.k, index_off = hd.index_off;
+  uint64_t at = hd.classes_off;
+  for (uint64_t i = 0; i < k; ++i) {
+    EMBER_CHECK(index_off - at >= 4, path, ": class name ", i, " of ", k, " runs past the classes section");
+    uint32_t len = get_u32(p + at);
+    EMBER_CHECK(index_off - at - 4 >= len, path, ": class name ", i, " (", len,
+                " bytes) runs past the classes section");
+    classes.emplace_back(reinterpret_cast<const char*>(p + at + 4), len);
+    at += 4 + len;
+  }
+  EMBER_CHECK(at == index_off, path, ": ", index_off - at, " unexpected bytes after the class names");
+  return classes;
+}
+
+// The labels from the index, whose records must point at the samples densely and in order.
+Tensor read_labels(const uint8_t* p, const PackedHeader& hd, const std::string& path) {
+  const uint64_t n = hd.n, k = hd.k;
+  Tensor labels = empty({static_cast<int64_t>(n)}, TensorOptions(DType::i64));
+  int64_t* lp = labels.data<int64_t>();
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint8_t* r = p + hd.index_off + 16 * i;
+    EMBER_CHECK(get_u64(r) == i * hd.sample, path, ": index record ", i, " points at pixel offset ", get_u64(r),
+                ", expected ", i * hd.sample, " (samples are stored densely, in order)");
+    lp[i] = static_cast<int64_t>(get_u64(r + 8));
+    EMBER_CHECK(k == 0 || (lp[i] >= 0 && static_cast<uint64_t>(lp[i]) < k), path, ": label ", lp[i], " of sample ", i,
+                " is outside the ", k, " classes");
+  }
+  return labels;
+}
+
+}  // namespace
+
 PackedDataset read_packed(const std::string& path) {
   const uint64_t size = file_size(path);
   EMBER_CHECK(size >= kLegacyHeaderBytes, path, ": too short for a packed dataset: expected at least ",
@@ -115,78 +216,16 @@ PackedDataset read_packed(const std::string& path) {
   Tensor file = empty({static_cast<int64_t>(size)}, TensorOptions(DType::u8));
   auto* p = static_cast<uint8_t*>(file.data_ptr());
   read_file_into(path, {p, static_cast<size_t>(size)});
-
-  if (std::memcmp(p, kPackedMagic, 8) != 0) {
-    EMBER_CHECK(!looks_gzip({p, 2}), path, ": this is gzip-compressed data, not a packed dataset (gunzip it first)");
-    EMBER_FAIL(path, ": not an ember packed dataset (expected the magic \"", kPackedMagic, "\" at offset 0)");
-  }
-  const uint32_t version = get_u32(p + 8);
-  EMBER_CHECK(version == kPackedVersion, path, ": packed dataset version ", version, "; this ember reads version ",
-              kPackedVersion);
-  const uint64_t header_bytes = get_u32(p + 12);
-  EMBER_CHECK(header_bytes == kHeaderBytes || header_bytes == kLegacyHeaderBytes, path, ": header size ", header_bytes,
-              ", expected ", kHeaderBytes, " (or ", kLegacyHeaderBytes, " for files without a header CRC)");
-  EMBER_CHECK(size >= header_bytes, path, ": too short for a packed dataset: expected at least ", header_bytes,
-              " header bytes, got ", size);
-  const uint64_t n = get_u64(p + 16);
-  const uint64_t c = get_u32(p + 24), h = get_u32(p + 28), w = get_u32(p + 32);
-  const uint64_t k = get_u32(p + 36);
-  const uint64_t classes_off = get_u64(p + 40), classes_bytes = get_u64(p + 48);
-  const uint64_t index_off = get_u64(p + 56), pixels_off = get_u64(p + 64), pixel_bytes = get_u64(p + 72);
-  const uint64_t total = get_u64(p + 80);
-  EMBER_CHECK(total == size, path, ": the header says the file has ", total, " bytes, got ", size,
-              total > size ? " (truncated)" : " (trailing data)");
-  uint64_t sample = 0, want_pixels = 0, index_bytes = 0;
-  bool overflow = __builtin_mul_overflow(c, h, &sample) || __builtin_mul_overflow(sample, w, &sample) ||
-                  __builtin_mul_overflow(sample, n, &want_pixels) ||
-                  __builtin_mul_overflow(n, uint64_t{16}, &index_bytes);
-  EMBER_CHECK(!overflow, path, ": sizes overflow: ", n, " samples of [", c, ", ", h, ", ", w, "]");
-  EMBER_CHECK(pixel_bytes == want_pixels, path, ": pixel section holds ", pixel_bytes, " bytes; ", n, " samples of [",
-              c, ", ", h, ", ", w, "] need ", want_pixels);
-  EMBER_CHECK(classes_off == header_bytes && classes_bytes <= size - classes_off, path, ": classes section [",
-              classes_off, ", +", classes_bytes, ") is outside the file");
-  EMBER_CHECK(index_off == classes_off + classes_bytes && index_bytes <= size - index_off, path, ": index section at ",
-              index_off, " (", index_bytes, " bytes) is misplaced or outside the file of ", size, " bytes");
-  EMBER_CHECK(pixels_off % 64 == 0 && pixels_off >= index_off + index_bytes && pixels_off <= size &&
-                  pixel_bytes == size - pixels_off,
-              path, ": pixel section at ", pixels_off, " (", pixel_bytes, " bytes) does not end the file of ", size,
-              " bytes");
+  const PackedHeader hd = read_header(p, size, path);
   // After the size checks (they name the field that is off), before the data is trusted: a header
   // whose fields are consistent but changed (height and width swapped) fails here.
-  if (header_bytes == kHeaderBytes)
-    EMBER_CHECK(get_u32(p + 96) == crc(p, 96), path, ": CRC mismatch in the header (the CRC-32 at offset 96 does not ",
-                "match header bytes 0-95, which read ", n, " samples of [", c, ", ", h, ", ", w, "] in ", k,
-                " classes): the file is corrupt or its header was edited; pack the dataset again with ember_pack");
-  EMBER_CHECK(get_u32(p + 92) == crc(p + classes_off, index_off + index_bytes - classes_off), path,
-              ": CRC mismatch in the classes/index sections (the file is corrupt)");
-  EMBER_CHECK(get_u32(p + 88) == crc(p + pixels_off, pixel_bytes), path,
-              ": CRC mismatch in the pixel data (the file is corrupt)");
-
+  check_crcs(p, hd, path);
   PackedDataset out;
-  uint64_t at = classes_off;
-  for (uint64_t i = 0; i < k; ++i) {
-    EMBER_CHECK(index_off - at >= 4, path, ": class name ", i, " of ", k, " runs past the classes section");
-    uint32_t len = get_u32(p + at);
-    EMBER_CHECK(index_off - at - 4 >= len, path, ": class name ", i, " (", len,
-                " bytes) runs past the classes section");
-    out.classes.emplace_back(reinterpret_cast<const char*>(p + at + 4), len);
-    at += 4 + len;
-  }
-  EMBER_CHECK(at == index_off, path, ": ", index_off - at, " unexpected bytes after the class names");
-
-  out.labels = empty({static_cast<int64_t>(n)}, TensorOptions(DType::i64));
-  int64_t* lp = out.labels.data<int64_t>();
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint8_t* r = p + index_off + 16 * i;
-    EMBER_CHECK(get_u64(r) == i * sample, path, ": index record ", i, " points at pixel offset ", get_u64(r),
-                ", expected ", i * sample, " (samples are stored densely, in order)");
-    lp[i] = static_cast<int64_t>(get_u64(r + 8));
-    EMBER_CHECK(k == 0 || (lp[i] >= 0 && static_cast<uint64_t>(lp[i]) < k), path, ": label ", lp[i], " of sample ", i,
-                " is outside the ", k, " classes");
-  }
-  const auto C = static_cast<int64_t>(c), H = static_cast<int64_t>(h), W = static_cast<int64_t>(w);
-  out.images =
-      make_view(file, {static_cast<int64_t>(n), C, H, W}, {C * H * W, H * W, W, 1}, static_cast<int64_t>(pixels_off));
+  out.classes = read_classes(p, hd, path);
+  out.labels = read_labels(p, hd, path);
+  const auto C = static_cast<int64_t>(hd.c), H = static_cast<int64_t>(hd.h), W = static_cast<int64_t>(hd.w);
+  out.images = make_view(file, {static_cast<int64_t>(hd.n), C, H, W}, {C * H * W, H * W, W, 1},
+                         static_cast<int64_t>(hd.pixels_off));
   return out;
 }
 

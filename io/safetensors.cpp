@@ -100,11 +100,11 @@ const char* safetensors_dtype_name(DType t) {
 
 // ---- header validation ----
 
-SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t data_size,
-                                           const std::string& where) {
-  SafetensorsHeader h;
-  h.header_size = bytes.size();
-  h.data_size = data_size;
+namespace {
+
+// The header as JSON: valid UTF-8, one object, no key given twice in any object (nlohmann silently keeps the last
+// one).
+json parse_header_json(std::span<const uint8_t> bytes, const std::string& where) {
   int64_t bad = first_invalid_utf8(bytes);
   EMBER_CHECK(bad < 0, where, ": the header is not valid UTF-8 (byte ", bad, " of the header)");
   size_t first = 0;
@@ -114,7 +114,7 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
   EMBER_CHECK(first < bytes.size() && bytes[first] == '{', where,
               ": the header must be a JSON object starting with '{' (", bytes.size(), " header bytes)");
 
-  // Parse, noting duplicate keys in any object (nlohmann silently keeps the last one).
+  // Parse, noting duplicate keys in any object.
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
   size_t duplicate_depth = 0;
@@ -139,71 +139,73 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
   EMBER_CHECK(duplicate.empty(), where, duplicate_depth == 1 ? ": duplicate tensor name '" : ": duplicate key '",
               duplicate, duplicate_depth == 1 ? "' in the header" : "' inside an entry of the header");
   EMBER_CHECK(j.is_object(), where, ": the header must be a JSON object, got ", j.type_name());
+  return j;
+}
 
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      EMBER_CHECK(v.is_object(), where, ": __metadata__ must be an object of strings, got ", v.type_name());
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        EMBER_CHECK(m.value().is_string(), where, ": __metadata__ value of '", m.key(), "' must be a string, got ",
-                    m.value().dump());
-        h.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    EMBER_CHECK(v.is_object(), where, ": tensor '", name,
-                "' must map to an object with dtype, shape and data_offsets, got ", v.type_name());
-    for (auto f = v.begin(); f != v.end(); ++f)
-      EMBER_CHECK(f.key() == "dtype" || f.key() == "shape" || f.key() == "data_offsets", where, ": tensor '", name,
-                  "' has an unexpected field '", f.key(), "'");
-    for (const char* field : {"dtype", "shape", "data_offsets"})
-      EMBER_CHECK(v.contains(field), where, ": tensor '", name, "' lacks the field '", field, "'");
-    SafetensorsEntry e;
-    e.name = name;
-    EMBER_CHECK(v["dtype"].is_string(), where, ": tensor '", name, "': dtype must be a string, got ",
-                v["dtype"].dump());
-    e.dtype = parse_dtype_name(v["dtype"].get<std::string>(), name, where);
-    const json& shape = v["shape"];
-    EMBER_CHECK(shape.is_array(), where, ": tensor '", name, "': shape must be an array, got ", shape.dump());
-    EMBER_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), where, ": tensor '", name, "' has ", shape.size(),
-                " dimensions; ember tensors have at most ", kMaxDims);
-    uint64_t numel = 1;
-    bool overflow = false;
-    for (const json& d : shape) {
-      uint64_t dim = as_u64(d, str("a dimension of tensor '", name, "'"), where);
-      EMBER_CHECK(dim <= static_cast<uint64_t>(INT64_MAX), where, ": tensor '", name, "' has dimension ", dim,
-                  ", too large");
-      e.shape.push_back(static_cast<int64_t>(dim));
-      overflow = overflow || __builtin_mul_overflow(numel, dim, &numel);
-    }
-    uint64_t nbytes = 0;
-    overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(e.dtype)), &nbytes);
-    overflow = overflow || numel > static_cast<uint64_t>(INT64_MAX);
-    EMBER_CHECK(!overflow, where, ": tensor '", name, "' of shape ", shape.dump(), " and dtype ",
-                v["dtype"].get<std::string>(), " has a byte size that overflows 64 bits");
-    const json& off = v["data_offsets"];
-    EMBER_CHECK(off.is_array() && off.size() == 2, where, ": tensor '", name,
-                "': data_offsets must be an array [begin, end], got ", off.dump());
-    e.begin = as_u64(off[0], str("data_offsets[0] of tensor '", name, "'"), where);
-    e.end = as_u64(off[1], str("data_offsets[1] of tensor '", name, "'"), where);
-    EMBER_CHECK(e.begin <= e.end, where, ": tensor '", name, "' has data_offsets [", e.begin, ", ", e.end,
-                "] with begin after end");
-    EMBER_CHECK(e.end <= data_size, where, ": tensor '", name, "' has data_offsets [", e.begin, ", ", e.end,
-                "] out of range: the byte buffer after the header is ", data_size, " bytes");
-    EMBER_CHECK(e.end - e.begin == nbytes, where, ": tensor '", name, "' of shape ", shape.dump(), " and dtype ",
-                v["dtype"].get<std::string>(), " needs ", nbytes, " bytes but its data_offsets [", e.begin, ", ", e.end,
-                "] span ", e.end - e.begin);
-    h.entries.push_back(std::move(e));
+void read_metadata(const json& v, Metadata& metadata, const std::string& where) {
+  EMBER_CHECK(v.is_object(), where, ": __metadata__ must be an object of strings, got ", v.type_name());
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    EMBER_CHECK(m.value().is_string(), where, ": __metadata__ value of '", m.key(), "' must be a string, got ",
+                m.value().dump());
+    metadata[m.key()] = m.value().get<std::string>();
   }
+}
 
-  // The tensors must tile the byte buffer exactly.
-  std::sort(h.entries.begin(), h.entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+// One tensor's entry: its fields, a dtype ember has, a shape whose byte size fits 64 bits, and data_offsets inside the
+// byte buffer spanning exactly that size.
+SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t data_size, const std::string& where) {
+  EMBER_CHECK(v.is_object(), where, ": tensor '", name,
+              "' must map to an object with dtype, shape and data_offsets, got ", v.type_name());
+  for (auto f = v.begin(); f != v.end(); ++f)
+    EMBER_CHECK(f.key() == "dtype" || f.key() == "shape" || f.key() == "data_offsets", where, ": tensor '", name,
+                "' has an unexpected field '", f.key(), "'");
+  for (const char* field : {"dtype", "shape", "data_offsets"})
+    EMBER_CHECK(v.contains(field), where, ": tensor '", name, "' lacks the field '", field, "'");
+  SafetensorsEntry e;
+  e.name = name;
+  EMBER_CHECK(v["dtype"].is_string(), where, ": tensor '", name, "': dtype must be a string, got ", v["dtype"].dump());
+  e.dtype = parse_dtype_name(v["dtype"].get<std::string>(), name, where);
+  const json& shape = v["shape"];
+  EMBER_CHECK(shape.is_array(), where, ": tensor '", name, "': shape must be an array, got ", shape.dump());
+  EMBER_CHECK(shape.size() <= static_cast<size_t>(kMaxDims), where, ": tensor '", name, "' has ", shape.size(),
+              " dimensions; ember tensors have at most ", kMaxDims);
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const json& d : shape) {
+    uint64_t dim = as_u64(d, str("a dimension of tensor '", name, "'"), where);
+    EMBER_CHECK(dim <= static_cast<uint64_t>(INT64_MAX), where, ": tensor '", name, "' has dimension ", dim,
+                ", too large");
+    e.shape.push_back(static_cast<int64_t>(dim));
+    overflow = overflow || __builtin_mul_overflow(numel, dim, &numel);
+  }
+  uint64_t nbytes = 0;
+  overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(e.dtype)), &nbytes);
+  overflow = overflow || numel > static_cast<uint64_t>(INT64_MAX);
+  EMBER_CHECK(!overflow, where, ": tensor '", name, "' of shape ", shape.dump(), " and dtype ",
+              v["dtype"].get<std::string>(), " has a byte size that overflows 64 bits");
+  const json& off = v["data_offsets"];
+  EMBER_CHECK(off.is_array() && off.size() == 2, where, ": tensor '", name,
+              "': data_offsets must be an array [begin, end], got ", off.dump());
+  e.begin = as_u64(off[0], str("data_offsets[0] of tensor '", name, "'"), where);
+  e.end = as_u64(off[1], str("data_offsets[1] of tensor '", name, "'"), where);
+  EMBER_CHECK(e.begin <= e.end, where, ": tensor '", name, "' has data_offsets [", e.begin, ", ", e.end,
+              "] with begin after end");
+  EMBER_CHECK(e.end <= data_size, where, ": tensor '", name, "' has data_offsets [", e.begin, ", ", e.end,
+              "] out of range: the byte buffer after the header is ", data_size, " bytes");
+  EMBER_CHECK(e.end - e.begin == nbytes, where, ": tensor '", name, "' of shape ", shape.dump(), " and dtype ",
+              v["dtype"].get<std::string>(), " needs ", nbytes, " bytes but its data_offsets [", e.begin, ", ", e.end,
+              "] span ", e.end - e.begin);
+  return e;
+}
+
+// Sorts the entries by offset and checks that they tile the byte buffer exactly: no gap, no overlap, nothing after.
+void check_tiling(std::vector<SafetensorsEntry>& entries, uint64_t data_size, const std::string& where) {
+  std::sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : (a.end != b.end ? a.end < b.end : a.name < b.name);
   });
   uint64_t pos = 0;
   const SafetensorsEntry* prev = nullptr;
-  for (const SafetensorsEntry& e : h.entries) {
+  for (const SafetensorsEntry& e : entries) {
     EMBER_CHECK(e.begin <= pos, where, ": gap in the byte buffer: bytes [", pos, ", ", e.begin, ") before tensor '",
                 e.name, "' belong to no tensor");
     EMBER_CHECK(e.begin >= pos, where, ": tensor '", e.name, "' [", e.begin, ", ", e.end, ") overlaps tensor '",
@@ -213,6 +215,21 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
   }
   EMBER_CHECK(pos == data_size, where, ": ", data_size - pos,
               " trailing bytes after the last tensor (the tensors end at ", pos, " of a ", data_size, "-byte buffer)");
+}
+
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t data_size,
+                                           const std::string& where) {
+  SafetensorsHeader h;
+  h.header_size = bytes.size();
+  h.data_size = data_size;
+  const json j = parse_header_json(bytes, where);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "__metadata__") read_metadata(it.value(), h.metadata, where);
+    else h.entries.push_back(parse_entry(it.key(), it.value(), data_size, where));
+  }
+  check_tiling(h.entries, data_size, where);
   return h;
 }
 
