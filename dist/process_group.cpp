@@ -90,7 +90,11 @@ void destroy_process_group() { set_default_group(nullptr); }
 
 // ---- rendezvous (Note [rendezvous]) ----
 
-ProcessGroupPtr init_process_group(Options o) {
+namespace {
+
+// The options completed from the environment (EMBER_DIST_TIMEOUT, the launcher's variables: Note
+// [launch conventions] in launch_env.h) and checked. `env` is what launch_env() found.
+Options resolve_options(Options o, const LaunchEnv& env) {
   if (const char* t = std::getenv("EMBER_DIST_TIMEOUT"); t != nullptr && *t != '\0') {
     char* end = nullptr;
     double s = std::strtod(t, &end);
@@ -98,9 +102,6 @@ ProcessGroupPtr init_process_group(Options o) {
       throw DistError(std::string("EMBER_DIST_TIMEOUT='") + t + "' is not a positive number of seconds");
     o.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
   }
-  // the launcher's variables (Note [launch conventions] in launch_env.h)
-  const LaunchEnv env = launch_env();
-  const bool torchrun = env.source.empty() || env.source == "ember_run" || env.source == "RANK and WORLD_SIZE";
   bool ws_set = true, rank_set = true;
   if (o.world_size < 0) {
     o.world_size = env.world_size;
@@ -132,94 +133,113 @@ ProcessGroupPtr init_process_group(Options o) {
   if (o.backend == "nccl" && !nccl_available())
     throw DistError(
         "init_process_group: the nccl backend is not available in this build (CPU-only or the simulator); use gloo");
+  return o;
+}
 
+// Rank 0 says where its store listens (Note [store security]), never the token itself.
+void announce_store(const TcpStore& store, const JobToken& token, const LaunchEnv& env, int n) {
+  const bool torchrun = env.source.empty() || env.source == "ember_run" || env.source == "RANK and WORLD_SIZE";
+  std::string where;
+  for (const auto& a : store.listen_addresses()) where += (where.empty() ? "" : ", ") + a;
+  const std::string ranks = torchrun ? std::string()
+                                     : "; " + std::to_string(n) + " ranks from " + env.source +
+                                           (env.master_source.empty() ? "" : ", master from " + env.master_source);
+  std::fprintf(stderr, "ember: rank 0 serves the rendezvous store on %s (%s; job token from %s%s)\n", where.c_str(),
+               store.loopback_only() ? "loopback only" : "reachable from other machines", token.source.c_str(),
+               ranks.c_str());
+  if (token.is_default && (!store.loopback_only() || token.source != "the public default"))
+    std::fprintf(stderr,
+                 "ember: warning: the job token is %s, which others can guess: any process that reaches the store "
+                 "can join or disturb this job. Share a secret one with ember_run --token-file or "
+                 "EMBER_JOB_TOKEN_FILE (docs/dist.md, Security)\n",
+                 token.source.c_str());
+}
+
+// Rank 0's verdict on the job: "ok", or why not (ranks missing after the timeout, or started with
+// another WORLD_SIZE or backend).
+std::string rank0_verdict(TcpStore& store, const Options& o) {
+  const int n = o.world_size;
+  std::vector<std::string> keys;
+  for (int i = 0; i < n; ++i) keys.push_back("rdzv/rank/" + std::to_string(i));
+  try {
+    store.wait(keys, o.timeout);
+  } catch (const DistError&) {
+    std::string missing;
+    for (int i = 0; i < n; ++i)
+      if (!store.check({keys[i]})) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+    return "rendezvous timed out after " + std::to_string(o.timeout.count() / 1000.0).substr(0, 5) + " s: rank(s) " +
+           missing + " of WORLD_SIZE=" + std::to_string(n) +
+           " never joined (not started, crashed early, or started with another MASTER_ADDR:MASTER_PORT)";
+  }
+  for (int i = 1; i < n; ++i) {
+    std::istringstream in(store.get(keys[i]));
+    int their_n = 0;
+    std::string their_backend;
+    in >> their_n >> their_backend;
+    if (their_n != n)
+      return "WORLD_SIZE mismatch: rank " + std::to_string(i) +
+             " was started with WORLD_SIZE=" + std::to_string(their_n) +
+             " but rank 0 with WORLD_SIZE=" + std::to_string(n);
+    if (their_backend != o.backend)
+      return "backend mismatch: rank " + std::to_string(i) + " uses " + their_backend + " but rank 0 uses " + o.backend;
+  }
+  return "ok";
+}
+
+// Rank 0 publishes its verdict; a bad one ends the job, after the ranks that joined have had a
+// moment to read it before the store goes away.
+void publish_verdict(TcpStore& store, const Options& o) {
+  const std::string verdict = rank0_verdict(store, o);
+  store.set("rdzv/verdict", verdict);
+  if (verdict == "ok") return;
+  try {
+    std::vector<std::string> acks;
+    for (int i = 1; i < o.world_size; ++i) acks.push_back("rdzv/ack/" + std::to_string(i));
+    store.wait(acks, std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2)));
+  } catch (const DistError&) {
+  }
+  throw DistError("init_process_group (rank 0): " + verdict);
+}
+
+// Another rank reads rank 0's verdict (and knows at once when rank 0 has another WORLD_SIZE).
+void await_verdict(TcpStore& store, const Options& o) {
+  const int r = o.rank, n = o.world_size;
+  std::istringstream in(store.get("rdzv/rank/0"));
+  int root_n = 0;
+  in >> root_n;
+  if (root_n != n) {
+    store.set("rdzv/ack/" + std::to_string(r), "1");
+    throw DistError("init_process_group (rank " + std::to_string(r) +
+                    "): WORLD_SIZE mismatch: this rank was started with WORLD_SIZE=" + std::to_string(n) +
+                    " but rank 0 with WORLD_SIZE=" + std::to_string(root_n));
+  }
+  // Rank 0 publishes its verdict within its own timeout; wait a little longer than that so a
+  // rank that is missing is named by rank 0's message, not by this rank's own timeout.
+  store.wait({"rdzv/verdict"}, o.timeout + std::chrono::seconds(10));
+  const std::string verdict = store.get("rdzv/verdict");
+  store.set("rdzv/ack/" + std::to_string(r), "1");
+  if (verdict != "ok") throw DistError("init_process_group (rank " + std::to_string(r) + "): " + verdict);
+}
+
+}  // namespace
+
+ProcessGroupPtr init_process_group(Options given) {
+  const LaunchEnv env = launch_env();
+  const Options o = resolve_options(std::move(given), env);
   const int r = o.rank, n = o.world_size;
   const JobToken token = job_token();
   auto store = std::make_shared<TcpStore>(o.master_addr, o.master_port, r == 0, o.timeout,
                                           StoreSecurity{token.secret, n, "rank " + std::to_string(r)});
-  if (r == 0) {
-    // where the store listens, first (Note [store security]); never the token itself
-    std::string where;
-    for (const auto& a : store->listen_addresses()) where += (where.empty() ? "" : ", ") + a;
-    const std::string ranks = torchrun ? std::string()
-                                       : "; " + std::to_string(n) + " ranks from " + env.source +
-                                             (env.master_source.empty() ? "" : ", master from " + env.master_source);
-    std::fprintf(stderr, "ember: rank 0 serves the rendezvous store on %s (%s; job token from %s%s)\n", where.c_str(),
-                 store->loopback_only() ? "loopback only" : "reachable from other machines", token.source.c_str(),
-                 ranks.c_str());
-    if (token.is_default && (!store->loopback_only() || token.source != "the public default"))
-      std::fprintf(stderr,
-                   "ember: warning: the job token is %s, which others can guess: any process that reaches the store "
-                   "can join or disturb this job. Share a secret one with ember_run --token-file or "
-                   "EMBER_JOB_TOKEN_FILE (docs/dist.md, Security)\n",
-                   token.source.c_str());
-  }
-  const std::string me = std::to_string(n) + " " + o.backend;
-  store->set("rdzv/rank/" + std::to_string(r), me);
+  if (r == 0) announce_store(*store, token, env, n);
+  store->set("rdzv/rank/" + std::to_string(r), std::to_string(n) + " " + o.backend);
   if (store->add("rdzv/count/" + std::to_string(r), 1) != 1) {
     std::string msg = "init_process_group: two processes were started as RANK=" + std::to_string(r) +
                       "; every rank must be unique (check RANK for each process)";
     store->set("rdzv/verdict", msg);
     throw DistError(msg);
   }
-  if (r == 0) {
-    std::string verdict = "ok";
-    std::vector<std::string> keys;
-    for (int i = 0; i < n; ++i) keys.push_back("rdzv/rank/" + std::to_string(i));
-    try {
-      store->wait(keys, o.timeout);
-    } catch (const DistError&) {
-      std::string missing;
-      for (int i = 0; i < n; ++i)
-        if (!store->check({keys[i]})) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-      verdict = "rendezvous timed out after " + std::to_string(o.timeout.count() / 1000.0).substr(0, 5) +
-                " s: rank(s) " + missing + " of WORLD_SIZE=" + std::to_string(n) +
-                " never joined (not started, crashed early, or started with another MASTER_ADDR:MASTER_PORT)";
-    }
-    if (verdict == "ok") {
-      for (int i = 1; i < n && verdict == "ok"; ++i) {
-        std::istringstream in(store->get(keys[i]));
-        int their_n = 0;
-        std::string their_backend;
-        in >> their_n >> their_backend;
-        if (their_n != n)
-          verdict = "WORLD_SIZE mismatch: rank " + std::to_string(i) +
-                    " was started with WORLD_SIZE=" + std::to_string(their_n) +
-                    " but rank 0 with WORLD_SIZE=" + std::to_string(n);
-        else if (their_backend != o.backend)
-          verdict = "backend mismatch: rank " + std::to_string(i) + " uses " + their_backend + " but rank 0 uses " +
-                    o.backend;
-      }
-    }
-    store->set("rdzv/verdict", verdict);
-    if (verdict != "ok") {
-      // Give the ranks that did join a moment to read the verdict before the store goes away.
-      try {
-        std::vector<std::string> acks;
-        for (int i = 1; i < n; ++i) acks.push_back("rdzv/ack/" + std::to_string(i));
-        store->wait(acks, std::min<std::chrono::milliseconds>(o.timeout, std::chrono::seconds(2)));
-      } catch (const DistError&) {
-      }
-      throw DistError("init_process_group (rank 0): " + verdict);
-    }
-  } else {
-    // A rank with another WORLD_SIZE than rank 0 knows at once.
-    std::istringstream in(store->get("rdzv/rank/0"));
-    int root_n = 0;
-    in >> root_n;
-    if (root_n != n) {
-      store->set("rdzv/ack/" + std::to_string(r), "1");
-      throw DistError("init_process_group (rank " + std::to_string(r) +
-                      "): WORLD_SIZE mismatch: this rank was started with WORLD_SIZE=" + std::to_string(n) +
-                      " but rank 0 with WORLD_SIZE=" + std::to_string(root_n));
-    }
-    // Rank 0 publishes its verdict within its own timeout; wait a little longer than that so a
-    // rank that is missing is named by rank 0's message, not by this rank's own timeout.
-    store->wait({"rdzv/verdict"}, o.timeout + std::chrono::seconds(10));
-    std::string verdict = store->get("rdzv/verdict");
-    store->set("rdzv/ack/" + std::to_string(r), "1");
-    if (verdict != "ok") throw DistError("init_process_group (rank " + std::to_string(r) + "): " + verdict);
-  }
+  if (r == 0) publish_verdict(*store, o);
+  else await_verdict(*store, o);
 
   auto pg_store = std::make_shared<PrefixStore>("pg0", store);
   ProcessGroupPtr pg = o.backend == "nccl" ? make_nccl_group(pg_store, r, n, o.device.index, o.timeout)

@@ -87,6 +87,62 @@ struct SyncBatchNormBackward final : autograd::Node {
   }
 };
 
+// The global batch's per-channel statistics, in the statistics dtype.
+struct GlobalStats {
+  Tensor mean, var, invstd;  // [C]; var biased
+  Tensor count;              // [] = M, the values per channel over all ranks
+};
+
+// The global batch's statistics: one all_gather of (mean_r, var_r, n_r), combined per channel.
+GlobalStats gather_stats(const Tensor& x, int64_t C, const ProcessGroupPtr& pg, double eps) {
+  autograd::NoGradGuard ng;
+  const DType s = stats_dtype(x.dtype());
+  const TensorOptions so = TensorOptions(s).device(x.device());
+  const int64_t n = x.numel() / C;  // this rank's values per channel (known from the shape)
+  Tensor mean_r, var_r;
+  if (n > 0) {
+    const std::vector<int64_t> dims = reduce_dims(x.dim());
+    const Tensor xs = x.to(s);
+    mean_r = div(sum(xs, dims), static_cast<double>(n));
+    const Tensor d = sub(xs, mean_r.reshape(channel_shape(x.dim(), C)));
+    var_r = div(sum(mul(d, d), dims), static_cast<double>(n));
+  } else {
+    mean_r = zeros({C}, so);
+    var_r = zeros({C}, so);
+  }
+  Tensor packed = cat({mean_r, var_r, full({1}, static_cast<double>(n), so)});  // [2C + 1]
+  const int64_t W = pg->size();
+  Tensor gathered = empty({W * (2 * C + 1)}, so);
+  pg->all_gather(gathered, packed)->wait();
+  const Tensor g = gathered.view({W, 2 * C + 1});
+  const Tensor means = g.narrow(1, 0, C), vars = g.narrow(1, C, C), counts = g.narrow(1, 2 * C, 1);
+  GlobalStats st;
+  st.count = sum(counts);                                                 // [] = M
+  st.mean = div(sum(mul(means, counts), {0}), st.count);                  // [C]
+  const Tensor dm = sub(means, st.mean.reshape({1, C}));                  // [W, C]
+  st.var = div(sum(mul(counts, add(vars, mul(dm, dm))), {0}), st.count);  // biased
+  st.invstd = rsqrt(add(st.var, eps));
+  return st;
+}
+
+// Records y's SyncBatchNormBackward when grad mode is on and x, weight or bias wants a gradient.
+void record_backward(const Tensor& y, const Tensor& x, const Tensor& weight, const Tensor& bias, const GlobalStats& st,
+                     const ProcessGroupPtr& pg) {
+  const bool need =
+      x.requires_grad() || (weight.defined() && weight.requires_grad()) || (bias.defined() && bias.requires_grad());
+  if (!autograd::grad_mode_enabled() || !need) return;
+  auto node = std::make_shared<SyncBatchNormBackward>();
+  node->next_edges = {autograd::gradient_edge(x), autograd::gradient_edge(weight), autograd::gradient_edge(bias)};
+  node->x = autograd::SavedTensor(x);
+  if (weight.defined()) node->weight = autograd::SavedTensor(weight);
+  node->mean = st.mean;
+  node->invstd = st.invstd;
+  node->count = st.count;
+  node->bias_dtype = bias.defined() ? bias.dtype() : stats_dtype(x.dtype());
+  node->pg = pg;
+  autograd::set_history(node, {y});
+}
+
 }  // namespace
 
 // ---- the module ----
@@ -187,63 +243,23 @@ Tensor SyncBatchNormImpl::forward(const Tensor& x) {
     return batch_norm(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps());
   }
 
-  // ---- the global batch's statistics: one all_gather of (mean_r, var_r, n_r) ----
-  const DType s = stats_dtype(x.dtype());
-  const TensorOptions so = TensorOptions(s).device(x.device());
-  const int64_t n = x.numel() / C;  // this rank's values per channel (known from the shape)
-  const Shape cs = channel_shape(x.dim(), C);
-  Tensor mean, var, invstd, count;
-  {
+  // ---- the global batch's statistics, and the running statistics updated with them ----
+  const GlobalStats st = gather_stats(x, C, pg, options.eps());
+  if (options.track_running_stats()) {
     autograd::NoGradGuard ng;
-    Tensor mean_r, var_r;
-    if (n > 0) {
-      const std::vector<int64_t> dims = reduce_dims(x.dim());
-      const Tensor xs = x.to(s);
-      mean_r = div(sum(xs, dims), static_cast<double>(n));
-      const Tensor d = sub(xs, mean_r.reshape(cs));
-      var_r = div(sum(mul(d, d), dims), static_cast<double>(n));
-    } else {
-      mean_r = zeros({C}, so);
-      var_r = zeros({C}, so);
-    }
-    Tensor packed = cat({mean_r, var_r, full({1}, static_cast<double>(n), so)});  // [2C + 1]
-    const int64_t W = pg->size();
-    Tensor gathered = empty({W * (2 * C + 1)}, so);
-    pg->all_gather(gathered, packed)->wait();
-    const Tensor g = gathered.view({W, 2 * C + 1});
-    const Tensor means = g.narrow(1, 0, C), vars = g.narrow(1, C, C), counts = g.narrow(1, 2 * C, 1);
-    count = sum(counts);                                              // [] = M
-    mean = div(sum(mul(means, counts), {0}), count);                  // [C]
-    const Tensor dm = sub(means, mean.reshape({1, C}));               // [W, C]
-    var = div(sum(mul(counts, add(vars, mul(dm, dm))), {0}), count);  // biased
-    invstd = rsqrt(add(var, options.eps()));
-    if (options.track_running_stats()) {
-      const Tensor unbiased = mul(var, div(count, sub(count, 1.0)));
-      running_mean.copy_(add(mul(running_mean.to(s), 1.0 - factor), mul(mean, factor)));
-      running_var.copy_(add(mul(running_var.to(s), 1.0 - factor), mul(unbiased, factor)));
-    }
+    const DType s = stats_dtype(x.dtype());
+    const Tensor unbiased = mul(st.var, div(st.count, sub(st.count, 1.0)));
+    running_mean.copy_(add(mul(running_mean.to(s), 1.0 - factor), mul(st.mean, factor)));
+    running_var.copy_(add(mul(running_var.to(s), 1.0 - factor), mul(unbiased, factor)));
   }
 
   // ---- normalise: batch_norm's eval form with the global statistics (no autograd recorded) ----
   Tensor y;
   {
     autograd::NoGradGuard ng;
-    y = batch_norm(x, weight, bias, mean, var, /*training=*/false, 0.0, options.eps());
+    y = batch_norm(x, weight, bias, st.mean, st.var, /*training=*/false, 0.0, options.eps());
   }
-  const bool need =
-      x.requires_grad() || (weight.defined() && weight.requires_grad()) || (bias.defined() && bias.requires_grad());
-  if (autograd::grad_mode_enabled() && need) {
-    auto node = std::make_shared<SyncBatchNormBackward>();
-    node->next_edges = {autograd::gradient_edge(x), autograd::gradient_edge(weight), autograd::gradient_edge(bias)};
-    node->x = autograd::SavedTensor(x);
-    if (weight.defined()) node->weight = autograd::SavedTensor(weight);
-    node->mean = mean;
-    node->invstd = invstd;
-    node->count = count;
-    node->bias_dtype = bias.defined() ? bias.dtype() : s;
-    node->pg = pg;
-    autograd::set_history(node, {y});
-  }
+  record_backward(y, x, weight, bias, st, pg);
   return y;
 }
 

@@ -154,49 +154,37 @@ std::string key(const OpInfo& info, const KernelCall& c) {
   return os.str();
 }
 
-const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const Variant* const> candidates_in) {
-  State& s = state();
-  // the registry already filters these; filtering again keeps choose() safe to call directly
-  std::vector<const Variant*> candidates;
-  for (const Variant* v : candidates_in)
-    if (!(deterministic() && (v->flags & kNondeterministic))) candidates.push_back(v);
-  if (candidates.empty()) return nullptr;
-  if (candidates.size() == 1) return candidates[0];
-  const std::string k = key(info, c);
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    auto it = s.cache.find(k);
-    if (it != s.cache.end()) {
-      if (const Variant* v = find_candidate(candidates, it->second.variant)) {
-        ++s.stats.hits;
-        return v;
-      }
-      s.cache.erase(it);  // stale (variant gone or not applicable): tune again
-    }
+namespace {
+
+// The cached choice for key k among the candidates, or null.
+const Variant* cached_choice(State& s, const std::string& k, std::span<const Variant* const> candidates) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  auto it = s.cache.find(k);
+  if (it == s.cache.end()) return nullptr;
+  if (const Variant* v = find_candidate(candidates, it->second.variant)) {
+    ++s.stats.hits;
+    return v;
   }
-  const Device dev = call_device(c);
-  if (dev.is_cuda() && cuda::current_stream(dev.index).is_capturing()) {
-    std::lock_guard<std::mutex> lock(s.mu);
-    ++s.stats.capture_skips;
-    return nullptr;
-  }
-  int warmup, timed;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    warmup = s.warmup;
-    timed = s.timed;
-  }
-  // Note [autotune scratch]: the candidates run on copies of every tensor of the call, never on
-  // the caller's. Outputs get scratch tensors with the call's layouts; every defined input is
-  // cloned too (same layout), because ops also write inputs that are not outputs: batch_norm's
-  // running statistics, the AMP scale/growth tracker, in-place random fills. An output that
-  // aliases an input (in-place ops, optimizer steps) becomes that input's clone. Cloning read-only
-  // inputs as well costs one copy per new key and keeps this right for any op, declared or not.
-  autograd::NoGradGuard no_grad;
+  s.cache.erase(it);  // stale (variant gone or not applicable): tune again
+  return nullptr;
+}
+
+// Note [autotune scratch]: the candidates run on copies of every tensor of the call, never on
+// the caller's. Outputs get scratch tensors with the call's layouts; every defined input is
+// cloned too (same layout), because ops also write inputs that are not outputs: batch_norm's
+// running statistics, the AMP scale/growth tracker, in-place random fills. An output that
+// aliases an input (in-place ops, optimizer steps) becomes that input's clone. Cloning read-only
+// inputs as well costs one copy per new key and keeps this right for any op, declared or not.
+struct Scratch {
+  std::vector<Tensor> in, out;
+};
+
+Scratch scratch_tensors(const KernelCall& c) {
   auto scratch_like = [](const Tensor& t) {
     return empty_strided(t.shape(), t.strides(), TensorOptions().dtype(t.dtype()).device(t.device()));
   };
-  std::vector<Tensor> in, out;
+  Scratch sc;
+  std::vector<Tensor>& in = sc.in;
   in.reserve(c.in.size());
   for (const Tensor& t : c.in) {
     if (!t.defined()) {
@@ -223,18 +211,21 @@ const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const V
   for (const Tensor& o : c.out) {
     size_t j = 0;
     while (j < c.in.size() && !(o.defined() && c.in[j].defined() && c.in[j].is_same(o))) ++j;
-    if (j < c.in.size()) out.push_back(in[j]);
-    else if (o.defined()) out.push_back(scratch_like(o));
-    else out.push_back(o);
+    if (j < c.in.size()) sc.out.push_back(in[j]);
+    else if (o.defined()) sc.out.push_back(scratch_like(o));
+    else sc.out.push_back(o);
   }
-  KernelCall tc{c.op, in, out, c.attrs};
+  return sc;
+}
+
+// The fastest candidate on call c and its time (best_ms); null when every candidate threw. failures: how many did.
+const Variant* fastest(std::span<const Variant* const> candidates, const KernelCall& c, Device dev, int warmup,
+                       int timed, double& best_ms, uint64_t& failures) {
   const Variant* best = nullptr;
-  double best_ms = 0;
-  uint64_t failures = 0;
   for (const Variant* v : candidates) {
     double ms;
     try {
-      ms = time_variant(*v, tc, dev, warmup, timed);
+      ms = time_variant(*v, c, dev, warmup, timed);
     } catch (const std::exception&) {
       ++failures;  // e.g. a vendor library that rejects this configuration: not a candidate
       continue;
@@ -244,6 +235,39 @@ const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const V
       best_ms = ms;
     }
   }
+  return best;
+}
+
+}  // namespace
+
+const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const Variant* const> candidates_in) {
+  State& s = state();
+  // the registry already filters these; filtering again keeps choose() safe to call directly
+  std::vector<const Variant*> candidates;
+  for (const Variant* v : candidates_in)
+    if (!(deterministic() && (v->flags & kNondeterministic))) candidates.push_back(v);
+  if (candidates.empty()) return nullptr;
+  if (candidates.size() == 1) return candidates[0];
+  const std::string k = key(info, c);
+  if (const Variant* v = cached_choice(s, k, candidates)) return v;
+  const Device dev = call_device(c);
+  if (dev.is_cuda() && cuda::current_stream(dev.index).is_capturing()) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.stats.capture_skips;
+    return nullptr;
+  }
+  int warmup, timed;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    warmup = s.warmup;
+    timed = s.timed;
+  }
+  autograd::NoGradGuard no_grad;
+  Scratch sc = scratch_tensors(c);  // Note [autotune scratch]
+  KernelCall tc{c.op, sc.in, sc.out, c.attrs};
+  double best_ms = 0;
+  uint64_t failures = 0;
+  const Variant* best = fastest(candidates, tc, dev, warmup, timed, best_ms, failures);
   std::lock_guard<std::mutex> lock(s.mu);
   s.stats.failures += failures;
   if (best == nullptr) return nullptr;

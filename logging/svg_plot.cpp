@@ -119,6 +119,119 @@ Ticks log_ticks(double lo, double hi) {
   return t;
 }
 
+namespace {
+
+// Whether a point can be drawn: finite, and positive on a log axis.
+bool usable(const Chart& c, double x, double y) {
+  return std::isfinite(x) && std::isfinite(y) && (!c.log_x || x > 0) && (!c.log_y || y > 0);
+}
+
+// The bounding box of the chart's usable points (a unit box, or a decade on a log axis, when there are none).
+struct Range {
+  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+};
+
+Range data_range(const Chart& c) {
+  Range d;
+  for (const Series& s : c.series)
+    for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
+      if (!usable(c, s.x[i], s.y[i])) continue;
+      d.xmin = std::min(d.xmin, s.x[i]);
+      d.xmax = std::max(d.xmax, s.x[i]);
+      d.ymin = std::min(d.ymin, s.y[i]);
+      d.ymax = std::max(d.ymax, s.y[i]);
+    }
+  if (!std::isfinite(d.xmin))
+    d.xmin = c.log_x ? 1 : 0, d.xmax = c.log_x ? 10 : 1, d.ymin = c.log_y ? 1 : 0, d.ymax = c.log_y ? 10 : 1;
+  return d;
+}
+
+// The x axis: one tick per category, else ticks over the data (whole numbers when every x is one).
+Ticks x_ticks(const Chart& c, const Range& d) {
+  Ticks xt;
+  if (!c.x_categories.empty()) {
+    xt.lo = -0.5;
+    xt.hi = static_cast<double>(c.x_categories.size()) - 0.5;
+    for (size_t k = 0; k < c.x_categories.size(); ++k) {
+      xt.values.push_back(static_cast<double>(k));
+      xt.labels.push_back(c.x_categories[k]);
+    }
+    return xt;
+  }
+  xt = c.log_x ? log_ticks(d.xmin, d.xmax) : linear_ticks(d.xmin, d.xmax, 6);
+  // x values that are all whole numbers (epochs, trials) get whole-number ticks
+  bool whole = !c.log_x;
+  for (const Series& s : c.series)
+    for (double v : s.x) whole = whole && (!std::isfinite(v) || v == std::floor(v));
+  if (whole && xt.values.size() > 1 && xt.values[1] - xt.values[0] < 1)
+    xt = linear_ticks(d.xmin, d.xmax, static_cast<int>(d.xmax - d.xmin));
+  return xt;
+}
+
+// A chart's plot area in pixels (left, right, top, bottom) and its axes: X and Y map data to pixels.
+struct Frame {
+  double l, r, t, b;
+  Ticks xt, yt;
+  bool log_x, log_y;
+  double fx(double v) const { return log_x ? std::log10(v) : v; }
+  double fy(double v) const { return log_y ? std::log10(v) : v; }
+  double X(double v) const { return l + (fx(v) - fx(xt.lo)) / (fx(xt.hi) - fx(xt.lo)) * (r - l); }
+  double Y(double v) const { return b - (fy(v) - fy(yt.lo)) / (fy(yt.hi) - fy(yt.lo)) * (b - t); }
+};
+
+// The title, the grid lines and tick labels, the frame and the axis labels.
+void draw_axes(std::ostringstream& os, const Chart& c, const Frame& f, int top) {
+  const double l = f.l, r = f.r, t = f.t, b = f.b;
+  os << "<text x=\"" << l << "\" y=\"" << top + 18 << "\" font-weight=\"bold\">" << esc(c.title) << "</text>\n";
+  for (size_t k = 0; k < f.yt.values.size(); ++k) {
+    const std::string y = px(f.Y(f.yt.values[k]));
+    os << "<line x1=\"" << l << "\" x2=\"" << px(r) << "\" y1=\"" << y << "\" y2=\"" << y << "\" stroke=\"#eee\"/>\n";
+    os << "<text x=\"" << l - 6 << "\" y=\"" << px(f.Y(f.yt.values[k]) + 4) << "\" text-anchor=\"end\">"
+       << esc(f.yt.labels[k]) << "</text>\n";
+  }
+  for (size_t k = 0; k < f.xt.values.size(); ++k) {
+    const std::string x = px(f.X(f.xt.values[k]));
+    os << "<line x1=\"" << x << "\" x2=\"" << x << "\" y1=\"" << px(b) << "\" y2=\"" << px(b + 4)
+       << "\" stroke=\"#888\"/>\n";
+    os << "<text x=\"" << x << "\" y=\"" << px(b + 17) << "\" text-anchor=\"middle\">" << esc(f.xt.labels[k])
+       << "</text>\n";
+  }
+  os << "<rect x=\"" << l << "\" y=\"" << px(t) << "\" width=\"" << px(r - l) << "\" height=\"" << px(b - t)
+     << "\" fill=\"none\" stroke=\"#888\"/>\n";
+  os << "<text x=\"" << px((l + r) / 2) << "\" y=\"" << px(b + 36) << "\" text-anchor=\"middle\">" << esc(c.x_label)
+     << "</text>\n";
+  os << "<text x=\"15\" y=\"" << px((t + b) / 2) << "\" transform=\"rotate(-90 15 " << px((t + b) / 2)
+     << ")\" text-anchor=\"middle\">" << esc(c.y_label) << "</text>\n";
+}
+
+// Each series as points, a line or steps, in its colour, with its name in the legend.
+void draw_series(std::ostringstream& os, const Chart& c, const Frame& f, bool legend) {
+  for (size_t si = 0; si < c.series.size(); ++si) {
+    const Series& s = c.series[si];
+    const char* color = kColors[si % 6];
+    std::vector<std::pair<double, double>> pts;
+    for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
+      if (usable(c, s.x[i], s.y[i])) pts.emplace_back(f.X(s.x[i]), f.Y(s.y[i]));
+    if (s.style == Series::Style::points) {
+      for (const auto& [x, y] : pts)
+        os << "<circle cx=\"" << px(x) << "\" cy=\"" << px(y) << "\" r=\"4\" fill=\"" << color
+           << "\" fill-opacity=\"0.7\"/>\n";
+    } else {
+      os << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
+      for (size_t i = 0; i < pts.size(); ++i) {
+        if (s.style == Series::Style::steps && i > 0) os << px(pts[i].first) << "," << px(pts[i - 1].second) << " ";
+        os << px(pts[i].first) << "," << px(pts[i].second) << " ";
+      }
+      os << "\"/>\n";
+    }
+    if (legend)
+      os << "<text x=\"" << px(f.r + 10) << "\" y=\"" << px(f.t + 15 + 16 * static_cast<double>(si)) << "\" fill=\""
+         << color << "\">" << esc(s.name) << "</text>\n";
+  }
+}
+
+}  // namespace
+
 std::string render_svg(const std::vector<Chart>& charts, int width, int chart_height) {
   std::ostringstream os;
   int total_h = static_cast<int>(charts.size()) * chart_height;
@@ -128,84 +241,18 @@ std::string render_svg(const std::vector<Chart>& charts, int width, int chart_he
     const Chart& c = charts[ci];
     const int top = static_cast<int>(ci) * chart_height;
     const bool legend = c.series.size() > 1 || (!c.series.empty() && !c.series[0].name.empty());
-    const double l = 70, r = width - (legend ? 160 : 25), t = top + 30, b = top + chart_height - 45;
-    auto usable = [&](double x, double y) {
-      return std::isfinite(x) && std::isfinite(y) && (!c.log_x || x > 0) && (!c.log_y || y > 0);
-    };
-    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
-    for (const Series& s : c.series)
-      for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i) {
-        if (!usable(s.x[i], s.y[i])) continue;
-        xmin = std::min(xmin, s.x[i]);
-        xmax = std::max(xmax, s.x[i]);
-        ymin = std::min(ymin, s.y[i]);
-        ymax = std::max(ymax, s.y[i]);
-      }
-    if (!std::isfinite(xmin))
-      xmin = c.log_x ? 1 : 0, xmax = c.log_x ? 10 : 1, ymin = c.log_y ? 1 : 0, ymax = c.log_y ? 10 : 1;
-    Ticks xt, yt = c.log_y ? log_ticks(ymin, ymax) : linear_ticks(ymin, ymax);
-    if (!c.x_categories.empty()) {
-      xt.lo = -0.5;
-      xt.hi = static_cast<double>(c.x_categories.size()) - 0.5;
-      for (size_t k = 0; k < c.x_categories.size(); ++k) {
-        xt.values.push_back(static_cast<double>(k));
-        xt.labels.push_back(c.x_categories[k]);
-      }
-    } else {
-      xt = c.log_x ? log_ticks(xmin, xmax) : linear_ticks(xmin, xmax, 6);
-      // x values that are all whole numbers (epochs, trials) get whole-number ticks
-      bool whole = !c.log_x;
-      for (const Series& s : c.series)
-        for (double v : s.x) whole = whole && (!std::isfinite(v) || v == std::floor(v));
-      if (whole && xt.values.size() > 1 && xt.values[1] - xt.values[0] < 1)
-        xt = linear_ticks(xmin, xmax, static_cast<int>(xmax - xmin));
-    }
-    auto fx = [&](double v) { return c.log_x ? std::log10(v) : v; };
-    auto fy = [&](double v) { return c.log_y ? std::log10(v) : v; };
-    auto X = [&](double v) { return l + (fx(v) - fx(xt.lo)) / (fx(xt.hi) - fx(xt.lo)) * (r - l); };
-    auto Y = [&](double v) { return b - (fy(v) - fy(yt.lo)) / (fy(yt.hi) - fy(yt.lo)) * (b - t); };
-    os << "<text x=\"" << l << "\" y=\"" << top + 18 << "\" font-weight=\"bold\">" << esc(c.title) << "</text>\n";
-    for (size_t k = 0; k < yt.values.size(); ++k) {
-      const std::string y = px(Y(yt.values[k]));
-      os << "<line x1=\"" << l << "\" x2=\"" << px(r) << "\" y1=\"" << y << "\" y2=\"" << y << "\" stroke=\"#eee\"/>\n";
-      os << "<text x=\"" << l - 6 << "\" y=\"" << px(Y(yt.values[k]) + 4) << "\" text-anchor=\"end\">"
-         << esc(yt.labels[k]) << "</text>\n";
-    }
-    for (size_t k = 0; k < xt.values.size(); ++k) {
-      const std::string x = px(X(xt.values[k]));
-      os << "<line x1=\"" << x << "\" x2=\"" << x << "\" y1=\"" << px(b) << "\" y2=\"" << px(b + 4)
-         << "\" stroke=\"#888\"/>\n";
-      os << "<text x=\"" << x << "\" y=\"" << px(b + 17) << "\" text-anchor=\"middle\">" << esc(xt.labels[k])
-         << "</text>\n";
-    }
-    os << "<rect x=\"" << l << "\" y=\"" << px(t) << "\" width=\"" << px(r - l) << "\" height=\"" << px(b - t)
-       << "\" fill=\"none\" stroke=\"#888\"/>\n";
-    os << "<text x=\"" << px((l + r) / 2) << "\" y=\"" << px(b + 36) << "\" text-anchor=\"middle\">" << esc(c.x_label)
-       << "</text>\n";
-    os << "<text x=\"15\" y=\"" << px((t + b) / 2) << "\" transform=\"rotate(-90 15 " << px((t + b) / 2)
-       << ")\" text-anchor=\"middle\">" << esc(c.y_label) << "</text>\n";
-    for (size_t si = 0; si < c.series.size(); ++si) {
-      const Series& s = c.series[si];
-      const char* color = kColors[si % 6];
-      std::vector<std::pair<double, double>> pts;
-      for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
-        if (usable(s.x[i], s.y[i])) pts.emplace_back(X(s.x[i]), Y(s.y[i]));
-      if (s.style == Series::Style::points) {
-        for (const auto& [x, y] : pts)
-          os << "<circle cx=\"" << px(x) << "\" cy=\"" << px(y) << "\" r=\"4\" fill=\"" << color
-             << "\" fill-opacity=\"0.7\"/>\n";
-      } else {
-        os << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"";
-        for (size_t i = 0; i < pts.size(); ++i) {
-          if (s.style == Series::Style::steps && i > 0) os << px(pts[i].first) << "," << px(pts[i - 1].second) << " ";
-          os << px(pts[i].first) << "," << px(pts[i].second) << " ";
-        }
-        os << "\"/>\n";
-      }
-      if (legend)
-        os << "<text x=\"" << px(r + 10) << "\" y=\"" << px(t + 15 + 16 * static_cast<double>(si)) << "\" fill=\""
-           << color << "\">" << esc(s.name) << "</text>\n";
-    }
+    const Range d = data_range(c);
+    // left, right, top and bottom of the plot area: room for the y tick labels, the legend, the title, the x labels
+    const Frame f{.l = 70,
+                  .r = static_cast<double>(width - (legend ? 160 : 25)),
+                  .t = static_cast<double>(top + 30),
+                  .b = static_cast<double>(top + chart_height - 45),
+                  .xt = x_ticks(c, d),
+                  .yt = c.log_y ? log_ticks(d.ymin, d.ymax) : linear_ticks(d.ymin, d.ymax),
+                  .log_x = c.log_x,
+                  .log_y = c.log_y};
+    draw_axes(os, c, f, top);
+    draw_series(os, c, f, legend);
   }
   os << "</svg>\n";
   return os.str();

@@ -209,6 +209,97 @@ void check_state_values(const Tensor& t, const std::string& key, const std::stri
                 " is never negative");
   }
 }
+
+// The state's 'param_groups' (JSON in its metadata), from an optimizer named `who` with n_groups groups.
+json saved_param_groups(const StateDict& sd, const std::string& who, size_t n_groups) {
+  auto it = sd.metadata.find("optimizer");
+  EMBER_CHECK(it != sd.metadata.end(), who, ".load_state_dict: the state has no 'optimizer' metadata entry");
+  EMBER_CHECK(it->second == who, who, ".load_state_dict: the state is from a ", it->second, " optimizer");
+  auto jt = sd.metadata.find("param_groups");
+  EMBER_CHECK(jt != sd.metadata.end(), who, ".load_state_dict: the state has no 'param_groups' metadata entry");
+  json groups;
+  try {
+    groups = json::parse(jt->second);
+  } catch (const json::exception& e) {
+    EMBER_FAIL(who, ".load_state_dict: 'param_groups' is not valid JSON: ", e.what());
+  }
+  EMBER_CHECK(groups.is_array() && groups.size() == n_groups, who, ".load_state_dict: the state has ",
+              groups.is_array() ? groups.size() : 0, " parameter groups, the optimizer ", n_groups);
+  return groups;
+}
+
+// Group gi's saved options, validated, for the group `g` it replaces.
+std::unique_ptr<OptimizerOptions> saved_options(const json& jg, const ParamGroup& g, size_t gi,
+                                                const std::string& who) {
+  EMBER_CHECK(jg.is_object() && jg.contains("options") && jg.contains("params") && jg["params"].is_array(), who,
+              ".load_state_dict: parameter group ", gi, " is malformed");
+  EMBER_CHECK(jg["params"].size() == g.params().size(), who, ".load_state_dict: parameter group ", gi, " has ",
+              jg["params"].size(), " parameters in the state but ", g.params().size(), " in the optimizer");
+  std::map<std::string, double> m;
+  for (auto o = jg["options"].begin(); o != jg["options"].end(); ++o) {
+    EMBER_CHECK(o.value().is_number(), who, ".load_state_dict: option '", o.key(), "' of group ", gi,
+                " is not a number");
+    m[o.key()] = o.value().get<double>();
+  }
+  auto opts = g.options().clone();
+  opts->from_map(m);
+  opts->validate();
+  return opts;
+}
+
+// The state tensors ("state.<k>.<name>") by parameter index k < n_params, then name.
+std::vector<std::map<std::string, Tensor>> saved_state(const StateDict& sd, size_t n_params, const std::string& who) {
+  std::vector<std::map<std::string, Tensor>> per_param(n_params);
+  for (const auto& [key, t] : sd.tensors) {
+    EMBER_CHECK(key.rfind("state.", 0) == 0, who, ".load_state_dict: unexpected tensor '", key, "'");
+    size_t dot = key.find('.', 6);
+    EMBER_CHECK(dot != std::string::npos && dot > 6, who, ".load_state_dict: malformed state key '", key, "'");
+    size_t k = 0;
+    try {
+      k = std::stoul(key.substr(6, dot - 6));
+    } catch (...) {
+      EMBER_FAIL(who, ".load_state_dict: malformed parameter index in '", key, "'");
+    }
+    EMBER_CHECK(k < n_params, who, ".load_state_dict: state for parameter ", k, " but the optimizer has ", n_params);
+    per_param[k][key.substr(dot + 1)] = t;
+  }
+  return per_param;
+}
+
+// Parameter k's saved state (not empty: it was stepped) against the parameter p: exactly the state `names` its
+// options keep, each of the parameter's shape and dtype (the step count: one element), with sensible values.
+void check_param_state(const std::map<std::string, Tensor>& state, const Tensor& p, size_t k,
+                       const std::vector<std::string>& names, const std::string& who) {
+  for (const auto& [sname, t] : state) {
+    bool known = std::find(names.begin(), names.end(), sname) != names.end();
+    EMBER_CHECK(known, who, ".load_state_dict: unexpected state '", sname, "' for parameter ", k);
+    const std::string key = "state." + std::to_string(k) + "." + sname;
+    if (sname == "step") {
+      EMBER_CHECK(t.numel() == 1, who, ".load_state_dict: 'step' of parameter ", k, " must have one element, got ",
+                  t.describe());
+    } else {
+      EMBER_CHECK(t.shape() == p.shape(), who, ".load_state_dict: state '", sname, "' of parameter ", k, " is ",
+                  t.shape(), " but the parameter is ", p.shape());
+      EMBER_CHECK(t.dtype() == p.dtype(), who, ".load_state_dict: state tensor '", key, "' is ", dtype_name(t.dtype()),
+                  " but the parameter is ", dtype_name(p.dtype()), " (optimizer state is never converted silently)");
+    }
+    check_state_values(t, key, sname, who);
+  }
+  for (const std::string& n : names)
+    EMBER_CHECK(state.count(n), who, ".load_state_dict: parameter ", k, " lacks state '", n, "'");
+}
+
+// Parameter p's state as the optimizer keeps it: copies on p's device, in p's dtype (the step count: an f32 scalar).
+TensorDict loaded_state(const std::map<std::string, Tensor>& state, const Tensor& p) {
+  TensorDict st;
+  for (const auto& [sname, t] : state) {
+    TensorOptions o = TensorOptions(sname == "step" ? DType::f32 : p.dtype()).device(p.device());
+    Tensor dst = empty(sname == "step" ? Shape{} : p.shape(), o);
+    dst.copy_(sname == "step" ? t.reshape({}) : t);
+    st.set(sname, dst);
+  }
+  return st;
+}
 }  // namespace
 
 bool Optimizer::keeps_state() const {
@@ -218,87 +309,24 @@ bool Optimizer::keeps_state() const {
 }
 
 void Optimizer::load_state_dict(const StateDict& sd) {
-  auto check_state_values = [this](const Tensor& t, const std::string& key, const std::string& sname) {
-    ::ember::optim::check_state_values(t, key, sname, name());
-  };
-  auto it = sd.metadata.find("optimizer");
-  EMBER_CHECK(it != sd.metadata.end(), name(), ".load_state_dict: the state has no 'optimizer' metadata entry");
-  EMBER_CHECK(it->second == name(), name(), ".load_state_dict: the state is from a ", it->second, " optimizer");
-  auto jt = sd.metadata.find("param_groups");
-  EMBER_CHECK(jt != sd.metadata.end(), name(), ".load_state_dict: the state has no 'param_groups' metadata entry");
-  json groups;
-  try {
-    groups = json::parse(jt->second);
-  } catch (const json::exception& e) {
-    EMBER_FAIL(name(), ".load_state_dict: 'param_groups' is not valid JSON: ", e.what());
-  }
-  EMBER_CHECK(groups.is_array() && groups.size() == groups_.size(), name(), ".load_state_dict: the state has ",
-              groups.is_array() ? groups.size() : 0, " parameter groups, the optimizer ", groups_.size());
+  const json groups = saved_param_groups(sd, name(), groups_.size());
   // Check everything first.
   std::vector<std::unique_ptr<OptimizerOptions>> new_options;
   std::vector<std::optional<double>> new_initial;
   std::vector<const Tensor*> params;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     const json& jg = groups[gi];
-    EMBER_CHECK(jg.is_object() && jg.contains("options") && jg.contains("params") && jg["params"].is_array(), name(),
-                ".load_state_dict: parameter group ", gi, " is malformed");
-    EMBER_CHECK(jg["params"].size() == groups_[gi].params().size(), name(), ".load_state_dict: parameter group ", gi,
-                " has ", jg["params"].size(), " parameters in the state but ", groups_[gi].params().size(),
-                " in the optimizer");
-    std::map<std::string, double> m;
-    for (auto o = jg["options"].begin(); o != jg["options"].end(); ++o) {
-      EMBER_CHECK(o.value().is_number(), name(), ".load_state_dict: option '", o.key(), "' of group ", gi,
-                  " is not a number");
-      m[o.key()] = o.value().get<double>();
-    }
-    auto opts = groups_[gi].options().clone();
-    opts->from_map(m);
-    opts->validate();
-    new_options.push_back(std::move(opts));
+    new_options.push_back(saved_options(jg, groups_[gi], gi, name()));
     new_initial.push_back(jg.contains("initial_lr") ? std::optional<double>(jg["initial_lr"].get<double>())
                                                     : std::nullopt);
     for (const Tensor& p : groups_[gi].params()) params.push_back(&p);
   }
-  std::vector<std::map<std::string, Tensor>> per_param(params.size());
-  for (const auto& [key, t] : sd.tensors) {
-    EMBER_CHECK(key.rfind("state.", 0) == 0, name(), ".load_state_dict: unexpected tensor '", key, "'");
-    size_t dot = key.find('.', 6);
-    EMBER_CHECK(dot != std::string::npos && dot > 6, name(), ".load_state_dict: malformed state key '", key, "'");
-    size_t k = 0;
-    try {
-      k = std::stoul(key.substr(6, dot - 6));
-    } catch (...) {
-      EMBER_FAIL(name(), ".load_state_dict: malformed parameter index in '", key, "'");
-    }
-    EMBER_CHECK(k < params.size(), name(), ".load_state_dict: state for parameter ", k, " but the optimizer has ",
-                params.size());
-    per_param[k][key.substr(dot + 1)] = t;
-  }
+  const std::vector<std::map<std::string, Tensor>> per_param = saved_state(sd, params.size(), name());
   size_t k = 0;
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     std::vector<std::string> names = state_names(*new_options[gi]);
-    for (size_t j = 0; j < groups_[gi].params().size(); ++j, ++k) {
-      const Tensor& p = *params[k];
-      if (per_param[k].empty()) continue;  // never stepped
-      for (const auto& [sname, t] : per_param[k]) {
-        bool known = std::find(names.begin(), names.end(), sname) != names.end();
-        EMBER_CHECK(known, name(), ".load_state_dict: unexpected state '", sname, "' for parameter ", k);
-        const std::string key = "state." + std::to_string(k) + "." + sname;
-        if (sname == "step") {
-          EMBER_CHECK(t.numel() == 1, name(), ".load_state_dict: 'step' of parameter ", k,
-                      " must have one element, got ", t.describe());
-        } else {
-          EMBER_CHECK(t.shape() == p.shape(), name(), ".load_state_dict: state '", sname, "' of parameter ", k, " is ",
-                      t.shape(), " but the parameter is ", p.shape());
-          EMBER_CHECK(t.dtype() == p.dtype(), name(), ".load_state_dict: state tensor '", key, "' is ",
-                      dtype_name(t.dtype()), " but the parameter is ", dtype_name(p.dtype()),
-                      " (optimizer state is never converted silently)");
-        }
-        check_state_values(t, key, sname);
-      }
-      for (const std::string& n : names)
-        EMBER_CHECK(per_param[k].count(n), name(), ".load_state_dict: parameter ", k, " lacks state '", n, "'");
-    }
+    for (size_t j = 0; j < groups_[gi].params().size(); ++j, ++k)
+      if (!per_param[k].empty()) check_param_state(per_param[k], *params[k], k, names, name());  // else never stepped
   }
   // Apply.
   autograd::NoGradGuard ng;
@@ -307,17 +335,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   for (size_t gi = 0; gi < groups_.size(); ++gi) {
     groups_[gi].set_options(std::move(new_options[gi]));
     groups_[gi].initial_lr = new_initial[gi];
-    for (size_t j = 0; j < groups_[gi].params().size(); ++j, ++k) {
-      const Tensor& p = *params[k];
-      if (per_param[k].empty()) continue;
-      TensorDict& st = state_[p.impl()];
-      for (const auto& [sname, t] : per_param[k]) {
-        TensorOptions o = TensorOptions(sname == "step" ? DType::f32 : p.dtype()).device(p.device());
-        Tensor dst = empty(sname == "step" ? Shape{} : p.shape(), o);
-        dst.copy_(sname == "step" ? t.reshape({}) : t);
-        st.set(sname, dst);
-      }
-    }
+    for (size_t j = 0; j < groups_[gi].params().size(); ++j, ++k)
+      if (!per_param[k].empty()) state_[params[k]->impl()] = loaded_state(per_param[k], *params[k]);
   }
   hyper_.clear();  // re-upload with the loaded options
 }
