@@ -123,7 +123,7 @@ TEST_CASE("gpu model: occupancy limited by threads, registers and their allocati
 
 TEST_CASE("gpu model: occupancy limited by shared memory and by blocks", "[model]") {
   const OccupancyCase cases[] = {
-      // gemm v3_mma's launch: 128 threads (4 warps), 96 KiB dynamic: 98304 + 1024 = 99328 per block
+      // gemm mma_sync's launch: 128 threads (4 warps), 96 KiB dynamic: 98304 + 1024 = 99328 per block
       // (a multiple of 128); 233472 / 99328 = 2 blocks, 8 warps, 12.5%.
       {32, 128, 98304, 0, 2, 8, 0.125, "shared memory"},
       // The allocation unit: 7000 dynamic + 1024 = 8024, rounded up to 8064; 233472 / 8064 = 28

@@ -105,10 +105,10 @@ TEST_CASE("roofline: resource-table entries found by the simulator's kernel name
 }
 
 TEST_CASE("roofline: math unit per variant and dtype", "[model]") {
-  CHECK(math_unit_for("v2_tiled", "f16") == MathUnit::fp32_simt);
-  CHECK(math_unit_for("v3_mma", "f16") == MathUnit::f16_tensor);
+  CHECK(math_unit_for("simt", "f16") == MathUnit::fp32_simt);
+  CHECK(math_unit_for("mma_sync", "f16") == MathUnit::f16_tensor);
   CHECK(math_unit_for("igemm_mma", "bf16") == MathUnit::bf16_tensor);
-  CHECK(math_unit_for("v3_mma", "f32") == MathUnit::tf32_tensor);
+  CHECK(math_unit_for("mma_sync", "f32") == MathUnit::tf32_tensor);
   CHECK(peak_flops(toy_gpu(), MathUnit::bf16_tensor) == 4e14);
 }
 

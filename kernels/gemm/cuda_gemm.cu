@@ -1,6 +1,6 @@
-// Problem setup shared by the CUDA GEMM variants, and v1_naive.
+// Problem setup shared by the CUDA GEMM variants, and the naive oracle.
 //
-// v1_naive: one thread per output element, 16x16 blocks, the K loop straight from global memory
+// naive: one thread per output element, 16x16 blocks, the K loop straight from global memory
 // through any strides, accumulating in acc_t (f32 for f16/bf16, f64 for f64). It is the
 // kernel-level oracle (kReference): simple enough to trust, never chosen by default.
 // Napkin math: every FMA loads two operands (through L1/L2); at 4096^3 f32 that is ~1 TB of
@@ -260,7 +260,7 @@ void run_naive(const Problem& p) {
   dim3 block(16, 16);
   dim3 grid(static_cast<unsigned>((p.N + 15) / 16), static_cast<unsigned>(std::min<int64_t>((p.M + 15) / 16, 65535)),
             dev::grid_z(batch));
-  EMBER_DISPATCH_FLOAT(p.dtype, "gemm v1_naive",
+  EMBER_DISPATCH_FLOAT(p.dtype, "gemm naive",
                        [&] { cuda::launch(dev::naive_kernel<scalar_t>, grid, block, 0, stream, args); });
 }
 

@@ -1,4 +1,4 @@
-// v3_mma: the f16/bf16 tensor-core GEMM (sm_80+): mma.sync.m16n8k16 with f32 accumulation,
+// mma_sync: the f16/bf16 tensor-core GEMM (sm_80+): mma.sync.m16n8k16 with f32 accumulation,
 // ldmatrix fragments from swizzled shared memory, a 3-stage cp.async pipeline.
 //
 // Tiles: 128x128 per block, BK = 64, 4 warps (2x2), 64x64 per warp = 4 (m16) x 8 (n8) mma tiles:
@@ -237,13 +237,13 @@ template <class T, bool A_K, bool B_K>
 void launch_mma(const Args& args, int splits, int device, cudaStream_t stream) {
   // the 96 KiB of dynamic shared memory must be allowed once per device
   static std::array<std::once_flag, 64> once;
-  EMBER_CHECK(device >= 0 && device < 64, "gemm v3_mma: bad device ", device);
+  EMBER_CHECK(device >= 0 && device < 64, "gemm mma_sync: bad device ", device);
   std::call_once(once[static_cast<size_t>(device)], [] {
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&mma_kernel<T, A_K, B_K>),
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaSmem));
   });
   const int64_t tiles = ((args.M + kMmaBM - 1) / kMmaBM) * ((args.N + kMmaBN - 1) / kMmaBN);
-  EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm v3_mma: too many tiles (", tiles, ")");
+  EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm mma_sync: too many tiles (", tiles, ")");
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
   cuda::launch(mma_kernel<T, A_K, B_K>, grid, kMmaThreads, kMmaSmem, stream, args);
 }
@@ -279,16 +279,16 @@ bool mma_supported(int device) {
 void run_mma(const Problem& p) {
   if (p.M == 0 || p.N == 0 || p.batch() == 0) return;
   constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
-  EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm v3_mma: M, N, K must fit in int32, got ", p.M,
+  EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm mma_sync: M, N, K must fit in int32, got ", p.M,
               ", ", p.N, ", ", p.K);
   EMBER_CHECK((p.a_cs == 1 || p.a_rs == 1) && (p.b_cs == 1 || p.b_rs == 1),
-              "gemm v3_mma: each operand needs a unit stride (prepare with Layout::unit_stride)");
-  EMBER_CHECK(mma_supported(p.device.index), "gemm v3_mma: needs a GPU of compute capability 8.0 or newer");
+              "gemm mma_sync: each operand needs a unit stride (prepare with Layout::unit_stride)");
+  EMBER_CHECK(mma_supported(p.device.index), "gemm mma_sync: needs a GPU of compute capability 8.0 or newer");
   cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   if (p.dtype == DType::f16) dev::dispatch_mma<Half>(p, stream);
   else if (p.dtype == DType::bf16) dev::dispatch_mma<BFloat16>(p, stream);
-  else EMBER_FAIL("gemm v3_mma: dtype ", p.dtype, " is not supported (f16, bf16)");
+  else EMBER_FAIL("gemm mma_sync: dtype ", p.dtype, " is not supported (f16, bf16)");
 }
 
 }  // namespace ember::gemm

@@ -1,4 +1,4 @@
-// v2_tiled: the f32/f64 SIMT GEMM (CUDA cores, no tensor cores: pure FP32/FP64 arithmetic).
+// simt: the f32/f64 SIMT GEMM (CUDA cores, no tensor cores: pure FP32/FP64 arithmetic).
 //
 // Tiles: f32 128x128 per block, BK = 8, 256 threads, 8x8 outputs per thread; f64 64x64, BK = 8,
 // 256 threads, 4x4 per thread. A thread's outputs are a 2x2 grid of (TM/2)x(TN/2) sub-tiles
@@ -284,7 +284,7 @@ template <class T, bool A_K, bool B_K>
 void launch_simt(const Args& args, int splits, cudaStream_t stream) {
   using Cfg = SimtCfg<T>;
   const int64_t tiles = ((args.M + Cfg::BM - 1) / Cfg::BM) * ((args.N + Cfg::BN - 1) / Cfg::BN);
-  EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm v2_tiled: too many tiles (", tiles, ")");
+  EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm simt: too many tiles (", tiles, ")");
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
   cuda::launch(simt_kernel<T, A_K, B_K>, grid, kSimtThreads, 0, stream, args);
 }
@@ -311,15 +311,15 @@ void dispatch_simt(const Problem& p, cudaStream_t stream) {
 void run_simt(const Problem& p) {
   if (p.M == 0 || p.N == 0 || p.batch() == 0) return;
   constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
-  EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm v2_tiled: M, N, K must fit in int32, got ", p.M,
+  EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm simt: M, N, K must fit in int32, got ", p.M,
               ", ", p.N, ", ", p.K);
   EMBER_CHECK((p.a_cs == 1 || p.a_rs == 1) && (p.b_cs == 1 || p.b_rs == 1),
-              "gemm v2_tiled: each operand needs a unit stride (prepare with Layout::unit_stride)");
+              "gemm simt: each operand needs a unit stride (prepare with Layout::unit_stride)");
   cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   if (p.dtype == DType::f32) dev::dispatch_simt<float>(p, stream);
   else if (p.dtype == DType::f64) dev::dispatch_simt<double>(p, stream);
-  else EMBER_FAIL("gemm v2_tiled: dtype ", p.dtype, " is not supported (f32, f64)");
+  else EMBER_FAIL("gemm simt: dtype ", p.dtype, " is not supported (f32, f64)");
 }
 
 }  // namespace ember::gemm

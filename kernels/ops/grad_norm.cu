@@ -1,12 +1,12 @@
 // total_norm and clip_by_total_norm on CUDA (see grad_norm.h for the formulas).
 //
 // Versions:
-//   v1_multi_tensor  total_norm: pass 1, one block per 64K-element chunk of any tensor of the list
-//                    (multi-tensor tables, multi_tensor.cuh), each writes one f64 partial; pass 2,
-//                    one block combines the partials in a fixed order and applies the root.
-//                    Deterministic, no atomics, the result stays on the device.
-//                    clip_by_total_norm: one block per chunk, coef computed by each thread from the
-//                    norm in device memory.
+//   multi_tensor  total_norm: pass 1, one block per 64K-element chunk of any tensor of the list
+//                 (multi-tensor tables, multi_tensor.cuh), each writes one f64 partial; pass 2, one
+//                 block combines the partials in a fixed order and applies the root.
+//                 Deterministic, no atomics, the result stays on the device.
+//                 clip_by_total_norm: one block per chunk, coef computed by each thread from the
+//                 norm in device memory.
 // Napkin math: 25M f32 gradients = 100 MB read (norm) + 200 MB read/write (clip): ~70 us on an H200.
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
@@ -111,7 +111,7 @@ void clip_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_total_norm(OpInfo& info) {
-  info.add_variant({.name = "v1_multi_tensor",
+  info.add_variant({.name = "multi_tensor",
                     .device = DeviceType::cuda,
                     .fn = total_norm_cuda,
                     .dtypes = kFloatTypes,
@@ -119,7 +119,7 @@ void register_cuda_total_norm(OpInfo& info) {
 }
 
 void register_cuda_clip_by_total_norm(OpInfo& info) {
-  info.add_variant({.name = "v1_multi_tensor",
+  info.add_variant({.name = "multi_tensor",
                     .device = DeviceType::cuda,
                     .fn = clip_cuda,
                     .dtypes = kFloatTypes,

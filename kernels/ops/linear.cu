@@ -1,9 +1,9 @@
 // linear on CUDA: y = act(x W^T + b) with the epilogue (bias, relu, exact gelu, rounding) fused
 // into the GEMM's output tile. B = W^T is read in place (k-major). Kernels in kernels/gemm/:
-//   v1_naive  (kReference) one thread per output (the oracle), a lab variant
+//   naive     (kReference) one thread per output (the oracle), a lab variant
 //             (bench/lab/linear_lab.cu, Note [lab variants] in kernels/lab_variants.h)
-//   v2_tiled  f32/f64 SIMT (gemm_simt.cu)
-//   v3_mma    f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
+//   simt      f32/f64 on the CUDA cores (gemm_simt.cu)
+//   mma_sync  f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
 //   cublas    (kVendor) bias added by cuBLAS (C prefilled, beta = 1), relu in place after; no gelu;
 //             f16/bf16 only without a bias (see cublas_ok)
 //   cublaslt  (kVendor) cuBLASLt's BIAS / RELU / RELU_BIAS epilogues; no gelu, because
@@ -60,23 +60,23 @@ bool lt_ok(const KernelCall& c) {
   return bias_aligned && gemm::cublaslt_accepts(rows, out_f, in_f, act_of(c));
 }
 
-void linear_v2(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_simt); }
-void linear_v3(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_mma); }
+void linear_simt(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_simt); }
+void linear_mma_sync(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_mma); }
 void linear_cublas(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublas); }
 void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublaslt); }
 
 }  // namespace
 
 void register_cuda_linear(OpInfo& info) {
-  info.add_variant({.name = "v2_tiled",
+  info.add_variant({.name = "simt",
                     .device = DeviceType::cuda,
-                    .fn = linear_v2,
+                    .fn = linear_simt,
                     .dtypes = DTypeSet{DType::f32, DType::f64},
                     .supports = simt_ok,
                     .note = "SIMT tiles with the epilogue fused"});
-  info.add_variant({.name = "v3_mma",
+  info.add_variant({.name = "mma_sync",
                     .device = DeviceType::cuda,
-                    .fn = linear_v3,
+                    .fn = linear_mma_sync,
                     .dtypes = DTypeSet{DType::f16, DType::bf16},
                     .supports = mma_ok,
                     .note = "tensor cores (mma.sync) with the epilogue fused"});

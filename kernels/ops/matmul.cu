@@ -1,10 +1,10 @@
 // matmul on CUDA. The kernels live in kernels/gemm/ (cuda_gemm.h lists them, each .cu file has its
 // napkin math):
-//   v1_naive  (kReference) one thread per output, any strides: the kernel-level oracle, a lab
+//   naive     (kReference) one thread per output, any strides: the kernel-level oracle, a lab
 //             variant (bench/lab/matmul_lab.cu, Note [lab variants] in kernels/lab_variants.h)
-//   v2_tiled  f32/f64 SIMT: 128x128x8 (f32) / 64x64x8 (f64) block tiles, 8x8 / 4x4 per thread,
-//             double-buffered shared memory, 16-byte loads where aligned (gemm_simt.cu)
-//   v3_mma    f16/bf16 tensor cores (sm_80+): mma.sync m16n8k16, ldmatrix from swizzled shared
+//   simt      f32/f64 on the CUDA cores: 128x128x8 (f32) / 64x64x8 (f64) block tiles, 8x8 / 4x4 per
+//             thread, double-buffered shared memory, 16-byte loads where aligned (gemm_simt.cu)
+//   mma_sync  f16/bf16 tensor cores (sm_80+): mma.sync m16n8k16, ldmatrix from swizzled shared
 //             memory, 3-stage cp.async pipeline, 128x128x64 tiles (gemm_mma.cu)
 //   cublas    (kVendor) cublasGemmStridedBatchedEx, FP32 compute without TF32 (gemm_vendor.cu)
 //   cublaslt  (kVendor) cublasLtMatmul (f32/f16/bf16; M, N, K > 1 as PyTorch requires for it)
@@ -47,23 +47,23 @@ bool lt_ok(const KernelCall& c) {
   return gemm::cublaslt_accepts(a.shape()[a.dim() - 2], b.shape()[b.dim() - 1], a.shape()[a.dim() - 1], 0);
 }
 
-void matmul_v2(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_simt); }
-void matmul_v3(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_mma); }
+void matmul_simt(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_simt); }
+void matmul_mma_sync(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_mma); }
 void matmul_cublas(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublas); }
 void matmul_cublaslt(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublaslt); }
 
 }  // namespace
 
 void register_cuda_matmul(OpInfo& info) {
-  info.add_variant({.name = "v2_tiled",
+  info.add_variant({.name = "simt",
                     .device = DeviceType::cuda,
-                    .fn = matmul_v2,
+                    .fn = matmul_simt,
                     .dtypes = DTypeSet{DType::f32, DType::f64},
                     .supports = simt_ok,
                     .note = "SIMT 128x128x8 tiles, 8x8 per thread, double-buffered shared memory"});
-  info.add_variant({.name = "v3_mma",
+  info.add_variant({.name = "mma_sync",
                     .device = DeviceType::cuda,
-                    .fn = matmul_v3,
+                    .fn = matmul_mma_sync,
                     .dtypes = DTypeSet{DType::f16, DType::bf16},
                     .supports = mma_ok,
                     .note = "tensor cores: mma.sync m16n8k16, ldmatrix, 3-stage cp.async, 128x128x64 tiles"});

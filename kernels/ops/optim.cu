@@ -1,9 +1,9 @@
 // sgd_step and adam_step on CUDA: multi-tensor kernels (kernels/common/multi_tensor.cuh).
 //
 // Versions:
-//   v1_multi_tensor  one block per 64K-element chunk, grid-stride within the chunk, the element
-//                    math is the EMBER_HD functor the CPU loop runs (optim.h); every parameter of a
-//                    call is updated by one launch per table (one launch for up to 32 tensors).
+//   multi_tensor  one block per 64K-element chunk, grid-stride within the chunk, the element math
+//                 is the EMBER_HD functor the CPU loop runs (optim.h); every parameter of a call is
+//                 updated by one launch per table (one launch for up to 32 tensors).
 // Launch sequence of one step, all on the params' current stream, no host sync, no H2D copy:
 //   1. increment_steps: step += 1 for every step counter (skipped when *found_inf != 0)
 //   2. the update kernel(s): read hyper (f64 on the device), found_inf, inv_scale and the step
@@ -149,7 +149,7 @@ void adam_cuda(const KernelCall& c) {
 }  // namespace
 
 void register_cuda_sgd_step(OpInfo& info) {
-  info.add_variant({.name = "v1_multi_tensor",
+  info.add_variant({.name = "multi_tensor",
                     .device = DeviceType::cuda,
                     .fn = sgd_cuda,
                     .dtypes = kFloatTypes,
@@ -157,7 +157,7 @@ void register_cuda_sgd_step(OpInfo& info) {
 }
 
 void register_cuda_adam_step(OpInfo& info) {
-  info.add_variant({.name = "v1_multi_tensor",
+  info.add_variant({.name = "multi_tensor",
                     .device = DeviceType::cuda,
                     .fn = adam_cuda,
                     .dtypes = kFloatTypes,
