@@ -62,6 +62,7 @@ struct Result {
   std::string op, variant, case_name, dtype, device, checked;
   double median_us = 0, gbps = 0, tflops = 0, pct_bw = 0, pct_peak = 0, vs_vendor = 0;
   bool ok = true;
+  bool vendor = false;  // a kVendor variant (scripts/bench_table.py's vendor column and --results)
   std::string error;
 };
 
@@ -244,6 +245,7 @@ void run_case(benchmark::State& state, const OpInfo* info, const Variant* v, con
   Result r;
   r.op = info->name;
   r.variant = v->name;
+  r.vendor = (v->flags & kVendor) != 0;
   r.case_name = bc->name;
   r.device = dev.str();
   try {
@@ -384,12 +386,12 @@ void write_json(const std::string& path) {
     << ",\n  \"results\": [\n";
   for (size_t i = 0; i < g_results.size(); ++i) {
     const Result& r = g_results[i];
-    f << "    {\"op\": \"" << r.op << "\", \"variant\": \"" << r.variant << "\", \"case\": \"" << r.case_name
-      << "\", \"dtype\": \"" << r.dtype << "\", \"device\": \"" << r.device
-      << "\", \"ok\": " << (r.ok ? "true" : "false") << ", \"median_us\": " << r.median_us << ", \"gbps\": " << r.gbps
-      << ", \"tflops\": " << r.tflops << ", \"pct_copy_bw\": " << r.pct_bw << ", \"pct_bf16_peak\": " << r.pct_peak
-      << ", \"x_vendor\": " << r.vs_vendor << ", \"checked\": \"" << r.checked << "\"}"
-      << (i + 1 < g_results.size() ? "," : "") << "\n";
+    f << "    {\"op\": \"" << r.op << "\", \"variant\": \"" << r.variant
+      << "\", \"vendor\": " << (r.vendor ? "true" : "false") << ", \"case\": \"" << r.case_name << "\", \"dtype\": \""
+      << r.dtype << "\", \"device\": \"" << r.device << "\", \"ok\": " << (r.ok ? "true" : "false")
+      << ", \"median_us\": " << r.median_us << ", \"gbps\": " << r.gbps << ", \"tflops\": " << r.tflops
+      << ", \"pct_copy_bw\": " << r.pct_bw << ", \"pct_bf16_peak\": " << r.pct_peak << ", \"x_vendor\": " << r.vs_vendor
+      << ", \"checked\": \"" << r.checked << "\"}" << (i + 1 < g_results.size() ? "," : "") << "\n";
   }
   f << "  ]\n}\n";
 }

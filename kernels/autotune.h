@@ -5,8 +5,9 @@
 // with the same key run the winner with no timing. The key is (op, device and its name, input and
 // output dtypes/shapes/strides, the attribute bytes, deterministic mode).
 //
-// Candidates: the variants for the device that accept the call, without kReference (the naive
-// oracles) and, in deterministic mode, without kNondeterministic ones (the registry filters them).
+// Candidates: the variants for the device that accept the call, without kReference (the oracles
+// and the lab's variants) and, in deterministic mode, without kNondeterministic ones (the registry
+// filters them).
 // Timing: a few warm-up runs, then `runs` timed runs, the median wins. On CUDA each run is timed
 // with a pair of events on the current stream; on the CPU with the host's steady clock. The
 // candidates write into scratch outputs (inputs that an op writes in place are cloned first), so

@@ -149,7 +149,8 @@ void OpInfo::add_variant(Variant v) {
 void add_lab_variant(OpId id, Variant v) {
   const OpInfo& info = op_info(id);
   EMBER_CHECK(v.flags & kReference, "add_lab_variant: ", info.name, "/", v.name,
-              " is not flagged kReference; the lab holds oracles only (Note [lab variants])");
+              " is not flagged kReference; a lab variant is never a default nor an autotune candidate (Note [lab "
+              "variants])");
   for (const auto& runs : g_variant_runs)
     for (const auto& n : runs)
       EMBER_CHECK(n.load(std::memory_order_relaxed) == 0, "add_lab_variant: ", info.name, "/", v.name,

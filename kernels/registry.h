@@ -92,11 +92,12 @@ using KernelFn = void (*)(const KernelCall&);
 enum VariantFlag : uint32_t {
   kVendor = 1u << 0,            // cuBLAS / cuDNN / oneDNN
   kNondeterministic = 1u << 1,  // e.g. float atomics: excluded in deterministic mode
-  kReference = 1u << 2,         // the naive kernel-level oracle: tested, benchmarked, never picked by default
+  kReference = 1u << 2,         // kept to be compared with (the oracles, the lab's variants): tested,
+                                // benchmarked, never picked by default nor by autotune
 };
 
 struct Variant {
-  std::string name;  // "cpu", "v1_naive", "v2_tiled", "cublas", ...
+  std::string name;  // what it is: "cpu", "simt", "mma_sync", "multi_tensor", "cublas", ...
   DeviceType device = DeviceType::cpu;
   KernelFn fn = nullptr;
   DTypeSet dtypes = kAllTypes;

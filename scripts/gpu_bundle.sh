@@ -73,6 +73,9 @@ for f in "$data"/*-ubyte.gz; do
 done
 cp bench/torch_ops.py scripts/bench_table.py "$stage/bench/"
 cp bench/e2e/run.sh bench/e2e/train_torch.py "$stage/bench/e2e/"
+# the GPU runs' results, which the GPU suite's library rule reads (run.sh sets EMBER_BENCH_RESULTS)
+mkdir -p "$stage/bench/results"
+cp bench/results/*.tsv "$stage/bench/results/"
 
 rm -rf "$out" && mkdir -p "$out"
 tar -C "$stage" -cf - . | xz -9 -T"$jobs" > "$out/payload.tar.xz"

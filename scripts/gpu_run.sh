@@ -9,7 +9,8 @@
 #
 #   --out DIR     where the results go ($OUT when set, else gpu-check-out/): summary.md (rewritten
 #                 after every step, so a stop loses nothing already found), results.tsv (one line a
-#                 step), logs.tar.gz (every log, re-archived after every stage). At most 8 files.
+#                 step), logs.tar.gz (every log, re-archived after every stage), bench_results.tsv
+#                 (stage 4's kernel times, for bench/results/README.md). At most 8 files.
 #   --only LIST   run these stages only (comma-separated numbers), e.g. the failing ones of a
 #                 first call
 #   --steps REGEX within those stages, run only the steps whose name matches (extended regex);
@@ -30,7 +31,9 @@
 # EMBER_PYTHON_SITE (python's site-packages folders, colon-separated; default: asked of python3),
 # PYTHON (python3), GPU_RUN_SCALE (multiply every cap: a slower card or a longer lease),
 # GPU_RUN_TEST_STAGE_<n> (tests only: a shell command run as stage n's body instead of its steps),
-# GPU_RUN_TEST_CAP_<n> (tests only: stage n's cap in seconds instead of the plan's).
+# GPU_RUN_TEST_CAP_<n> (tests only: stage n's cap in seconds instead of the plan's),
+# EMBER_BENCH_RESULTS (the results files for the GPU suite's library rule; default: the bundle's or
+# the repository's bench/results).
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -70,7 +73,7 @@ while [[ $# -gt 0 ]]; do
     --find-libs) find_libs_only=1; shift ;;
     --stage-body) stage_body="$2"; shift 2 ;;  # internal: the runner calls itself per stage
     --test-cases) shift; run_test_cases_args=("$@"); break ;;   # internal: stage 2's test runner
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,13 +83,16 @@ scale="${GPU_RUN_SCALE:-1}"
 python="${PYTHON:-python3}"
 
 # ---- where things are: the bundle's payload, or a build tree ----
-# Sets REAL_BIN, LIBDIR, DATA, PY (the PyTorch scripts), E2E (bench/e2e/run.sh), TABLE (bench_table.py).
+# Sets REAL_BIN, LIBDIR, DATA, PY (the PyTorch scripts), E2E (bench/e2e/run.sh), TABLE (bench_table.py),
+# and exports EMBER_BENCH_RESULTS (the results files the GPU suite's library rule reads,
+# bench/results/README.md) unless it is set.
 locate() {
   if [[ -n "$tree" ]]; then
     local t; t="$(cd "$tree" && pwd)" || { echo "run.sh: error: no build tree $tree" >&2; exit 2; }
     local repo; repo="$(cd "$here/.." && pwd)"
     REAL_BIN="$t/bin"; LIBDIR="$t/lib"; DATA="${DATA:-/usr/share/datasets/fashion-mnist}"
     PY="$repo/bench"; E2E="$repo/bench/e2e/run.sh"; TABLE="$repo/scripts/bench_table.py"
+    export EMBER_BENCH_RESULTS="${EMBER_BENCH_RESULTS:-$repo/bench/results}"
     return
   fi
   # the bundle: payload.tar.xz beside this script, unpacked once outside the bundle (which must
@@ -100,6 +106,7 @@ locate() {
     touch "$p/.unpacked"
   fi
   REAL_BIN="$p/bin"; LIBDIR="$p/lib"; DATA="$p/data"; PY="$p/bench"; E2E="$p/bench/e2e/run.sh"; TABLE="$p/bench/bench_table.py"
+  export EMBER_BENCH_RESULTS="${EMBER_BENCH_RESULTS:-$p/bench/results}"
 }
 
 # ---- the vendor libraries: found on the machine, never shipped ----
@@ -310,6 +317,13 @@ run_test_cases() {
 note_mnist() { grep -E 'test accuracy|training time' "$1" | tr -s ' ' | paste -sd ';'; }
 note_catch() { grep -E '^(test cases|All tests passed|No tests ran)' "$1" | tail -1; }
 
+# The commit of the programs: the bundle's manifest, else the repository's HEAD (a build tree).
+run_commit() {
+  local c; c="$(sed -n 's/.*"commit": *"\([^"]*\)".*/\1/p' "$here/manifest.json" 2>/dev/null | head -1)"
+  [[ -n "$c" ]] || c="$(git -C "$here/.." rev-parse --short HEAD 2>/dev/null)"
+  echo "${c:-unknown}"
+}
+
 stage_1() {
   STEP_NOTE=""
   step nvidia_smi 5 -- nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,pcie.link.gen.max --format=csv
@@ -420,6 +434,12 @@ stage_4() {
        --json "$j/torch_ops.json"
   (( dry_run )) && return 0
   "$python" "$TABLE" "$j"/bench_*.json "$j/torch_ops.json" > "$work/tables/4_kernels.md" 2> "$j/bench_table.err" || true
+  # the machine-readable results (bench/results/README.md): every variant timed above and which won
+  # each case; the repository keeps it as bench/results/<gpu>-<date>-<commit>.tsv
+  local about
+  about="$(printf '%s\n' "$(date -u +%F), commit $(run_commit), GPU: $(nvidia-smi --query-gpu=name,driver_version \
+    --format=csv,noheader 2>/dev/null | head -1)" "gpu-bundle/run.sh stage 4: bench_ops ${q[*]}, the bench_* steps' cases")"
+  "$python" "$TABLE" --results "$out/bench_results.tsv" --source "$about" "$j"/bench_*.json >> "$j/bench_table.err" 2>&1 || true
   write_summary
 }
 

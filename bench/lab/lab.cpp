@@ -9,8 +9,11 @@ void register_lab_variants() {
   static std::once_flag once;
   std::call_once(once, [] {
 #if EMBER_WITH_CUDA
+    register_lab_index();
     register_lab_matmul();
     register_lab_linear();
+    register_lab_softmax();
+    register_lab_loss();
     register_lab_conv2d();
 #endif
   });

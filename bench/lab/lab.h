@@ -1,6 +1,8 @@
-// The benchmark lab: kernel variants that exist only to be compared with (the CUDA oracles,
-// kReference), kept out of the library (Note [lab variants] in kernels/lab_variants.h). The tests and
-// the benchmarks link ember_lab and call register_lab_variants() at the start of main().
+// The benchmark lab: kernel variants that exist only to be compared with (the CUDA oracles, and the
+// variants that are neither a default nor a recorded winner: Note [library rule] in
+// bench/lab/library_rule.h), kept out of the library (Note [lab variants] in
+// kernels/lab_variants.h). The tests and the benchmarks link ember_lab and call
+// register_lab_variants() at the start of main().
 #pragma once
 
 namespace ember {
@@ -10,8 +12,11 @@ namespace ember {
 void register_lab_variants();
 
 // One per bench/lab/<op>_lab.cu (CUDA and simulator builds).
+void register_lab_index();
 void register_lab_matmul();
 void register_lab_linear();
+void register_lab_softmax();
+void register_lab_loss();
 void register_lab_conv2d();
 
 }  // namespace ember

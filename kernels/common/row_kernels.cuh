@@ -59,6 +59,7 @@
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/math.h"
 #include "kernels/common/row_geometry.h"
+#include "kernels/common/row_plan.h"
 
 namespace ember::rows {
 
@@ -355,9 +356,7 @@ __global__ void __launch_bounds__(kColsX* kColsY) cols_kernel(P p, int64_t C, in
 
 // ---- launching ----
 
-// Which kernel runs a B == 1 geometry. `automatic` picks by C (see the table at the top); the others
-// force one kernel for any C (the extra variants the tests and bench_ops compare).
-enum class Plan { automatic, warp, block_2pass, block_cached };
+// Plan (kernels/common/row_plan.h): which kernel runs a B == 1 geometry.
 
 // Raises a kernel's dynamic shared memory limit above the 48 KiB default (once per kernel and device).
 inline void allow_dynamic_smem(const void* kernel, int device, size_t bytes) {

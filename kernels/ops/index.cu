@@ -6,13 +6,15 @@
 //  index_add / scatter_add:
 //    ordered (default) - one thread per output element walks the indices in order: deterministic,
 //                        O(K) work per element (fine for the sizes gradients of batching produce)
-//    atomic            - one thread per source element, atomicAdd: faster for large K, but the
-//                        float sum order varies between runs (kNondeterministic; f32/f64 only)
+//    atomic            - the benchmark lab's (bench/lab/index_lab.cu): one thread per source element,
+//                        atomicAdd, faster for large K by design, nondeterministic; no measurement
+//                        shows where it wins yet (Note [library rule] in bench/lab/library_rule.h)
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/ops/index.h"
+#include "kernels/ops/index_cuda.h"
 #include "kernels/registry.h"
 
 namespace ember {
@@ -101,18 +103,6 @@ __global__ void index_add_ordered_kernel(const T* __restrict__ self, const I* __
   }
 }
 
-template <class T, class I>
-__global__ void index_add_atomic_kernel(const I* __restrict__ idx, const T* __restrict__ src, T* __restrict__ out,
-                                        int64_t K, int64_t size, int64_t inner, int64_t n) {
-  EMBER_GRID_LOOP(e, n) {
-    int64_t i = e % inner, ok = e / inner;
-    int64_t k = ok % K, o = ok / K;
-    int64_t j = static_cast<int64_t>(idx[k]);
-    if (j < 0 || j >= size) continue;  // reported by the check kernel
-    atomicAdd(out + (o * size + j) * inner + i, src[e]);
-  }
-}
-
 // scatter_add, ordered: thread per output element; walks the index positions that share its other
 // coordinates (dims.index_shape bounds them) along dim d.
 template <class T, class I>
@@ -142,22 +132,6 @@ __global__ void scatter_add_ordered_kernel(const T* __restrict__ self, const I* 
       }
     }
     out[e] = static_cast<T>(acc);
-  }
-}
-
-template <class T, class I>
-__global__ void scatter_add_atomic_kernel(const I* __restrict__ idx, const T* __restrict__ src, T* __restrict__ out,
-                                          Dims dims, int d, int64_t size, int64_t n) {
-  EMBER_GRID_LOOP(e, n) {
-    int64_t j = static_cast<int64_t>(idx[e]);
-    if (j < 0 || j >= size) continue;  // reported by the check kernel
-    int64_t rem = e, off = 0;
-    for (int k = dims.n - 1; k >= 0; --k) {
-      int64_t c = rem % dims.index_shape[k];
-      rem /= dims.index_shape[k];
-      off += (k == d ? j : c) * dims.x_strides[k];
-    }
-    atomicAdd(out + off, src[e]);
   }
 }
 
@@ -209,7 +183,6 @@ void check_indices(const Tensor& index, int64_t size, OpId op) {
                cuda::device_error_word(index.device().index), code_of(op));
 }
 
-template <bool kAtomic>
 void index_add_cuda(const KernelCall& c) {
   const Tensor &self = c.in[0], &index = c.in[1], &src = c.in[2];
   const Tensor& out = c.out[0];
@@ -221,35 +194,15 @@ void index_add_cuda(const KernelCall& c) {
   int device = self.device().index;
   EMBER_DISPATCH_INDEX(index.dtype(), "index_add", [&] {
     check_indices<index_t>(index, s.size, OpId::index_add);
-    auto run = [&]<class scalar_t>() {
-      if constexpr (kAtomic) {
-        EMBER_CUDA_CHECK(
-            cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
-        if (src.numel() == 0) return;
-        cuda::launch(index_add_atomic_kernel<scalar_t, index_t>, cuda::grid_for(src.numel(), 256, device), 256, 0,
-                     stream, static_cast<const index_t*>(index.data_ptr()),
-                     static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()),
-                     index.numel(), s.size, s.inner, src.numel());
-      } else {
-        cuda::launch(index_add_ordered_kernel<scalar_t, index_t>, cuda::grid_for(out.numel(), 256, device), 256, 0,
-                     stream, static_cast<const scalar_t*>(self.data_ptr()),
-                     static_cast<const index_t*>(index.data_ptr()), static_cast<const scalar_t*>(src.data_ptr()),
-                     static_cast<scalar_t*>(out.data_ptr()), index.numel(), s.size, s.inner, out.numel());
-      }
-    };
-    if constexpr (kAtomic) {
-      switch (self.dtype()) {
-        case DType::f32: run.template operator()<float>(); break;
-        case DType::f64: run.template operator()<double>(); break;
-        default: EMBER_FAIL("index_add atomic: f32/f64 only");
-      }
-    } else {
-      EMBER_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] { run.template operator()<scalar_t>(); });
-    }
+    EMBER_DISPATCH_NUMERIC(self.dtype(), "index_add", [&] {
+      cuda::launch(index_add_ordered_kernel<scalar_t, index_t>, cuda::grid_for(out.numel(), 256, device), 256, 0,
+                   stream, static_cast<const scalar_t*>(self.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
+                   static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()), index.numel(),
+                   s.size, s.inner, out.numel());
+    });
   });
 }
 
-template <bool kAtomic>
 void scatter_add_cuda(const KernelCall& c) {
   const Tensor &self = c.in[0], &index = c.in[1], &src = c.in[2];
   const Tensor& out = c.out[0];
@@ -261,39 +214,24 @@ void scatter_add_cuda(const KernelCall& c) {
   int device = self.device().index;
   EMBER_DISPATCH_INDEX(index.dtype(), "scatter_add", [&] {
     check_indices<index_t>(index, size, OpId::scatter_add);
-    auto run = [&]<class scalar_t>() {
-      if constexpr (kAtomic) {
-        EMBER_CUDA_CHECK(
-            cudaMemcpyAsync(out.data_ptr(), self.data_ptr(), self.nbytes(), cudaMemcpyDeviceToDevice, stream));
-        if (src.numel() == 0) return;
-        cuda::launch(scatter_add_atomic_kernel<scalar_t, index_t>, cuda::grid_for(src.numel(), 256, device), 256, 0,
-                     stream, static_cast<const index_t*>(index.data_ptr()),
-                     static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()),
-                     dims_of(index, out), d, size, src.numel());
-      } else {
-        Dims od{};
-        od.n = out.dim();
-        for (int k = 0; k < od.n; ++k) od.index_shape[k] = out.shape()[k];
-        Dims id = dims_of(index, index);  // index's own (contiguous) strides, shared by src
-        cuda::launch(scatter_add_ordered_kernel<scalar_t, index_t>, cuda::grid_for(out.numel(), 256, device), 256, 0,
-                     stream, static_cast<const scalar_t*>(self.data_ptr()),
-                     static_cast<const index_t*>(index.data_ptr()), static_cast<const scalar_t*>(src.data_ptr()),
-                     static_cast<scalar_t*>(out.data_ptr()), od, id, d, out.numel());
-      }
-    };
-    if constexpr (kAtomic) {
-      switch (self.dtype()) {
-        case DType::f32: run.template operator()<float>(); break;
-        case DType::f64: run.template operator()<double>(); break;
-        default: EMBER_FAIL("scatter_add atomic: f32/f64 only");
-      }
-    } else {
-      EMBER_DISPATCH_NUMERIC(self.dtype(), "scatter_add", [&] { run.template operator()<scalar_t>(); });
-    }
+    Dims od{};
+    od.n = out.dim();
+    for (int k = 0; k < od.n; ++k) od.index_shape[k] = out.shape()[k];
+    Dims id = dims_of(index, index);  // index's own (contiguous) strides, shared by src
+    EMBER_DISPATCH_NUMERIC(self.dtype(), "scatter_add", [&] {
+      cuda::launch(scatter_add_ordered_kernel<scalar_t, index_t>, cuda::grid_for(out.numel(), 256, device), 256, 0,
+                   stream, static_cast<const scalar_t*>(self.data_ptr()), static_cast<const index_t*>(index.data_ptr()),
+                   static_cast<const scalar_t*>(src.data_ptr()), static_cast<scalar_t*>(out.data_ptr()), od, id, d,
+                   out.numel());
+    });
   });
 }
 
 }  // namespace
+
+void check_index_bounds_cuda(const Tensor& index, int64_t size, OpId op) {
+  EMBER_DISPATCH_INDEX(index.dtype(), op_info(op).name, [&] { check_indices<index_t>(index, size, op); });
+}
 
 void register_cuda_index_select(OpInfo& info) {
   info.add_variant(
@@ -306,28 +244,16 @@ void register_cuda_gather(OpInfo& info) {
 void register_cuda_index_add(OpInfo& info) {
   info.add_variant({.name = "ordered",
                     .device = DeviceType::cuda,
-                    .fn = index_add_cuda<false>,
+                    .fn = index_add_cuda,
                     .dtypes = kNumericTypes,
                     .note = "thread per output element, indices in order (deterministic)"});
-  info.add_variant({.name = "atomic",
-                    .device = DeviceType::cuda,
-                    .fn = index_add_cuda<true>,
-                    .dtypes = DTypeSet{DType::f32, DType::f64},
-                    .flags = kNondeterministic,
-                    .note = "thread per source element, atomicAdd"});
 }
 void register_cuda_scatter_add(OpInfo& info) {
   info.add_variant({.name = "ordered",
                     .device = DeviceType::cuda,
-                    .fn = scatter_add_cuda<false>,
+                    .fn = scatter_add_cuda,
                     .dtypes = kNumericTypes,
                     .note = "thread per output element, indices in order (deterministic)"});
-  info.add_variant({.name = "atomic",
-                    .device = DeviceType::cuda,
-                    .fn = scatter_add_cuda<true>,
-                    .dtypes = DTypeSet{DType::f32, DType::f64},
-                    .flags = kNondeterministic,
-                    .note = "thread per source element, atomicAdd"});
 }
 
 }  // namespace ember

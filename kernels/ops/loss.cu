@@ -13,6 +13,10 @@
 // is read once into shared memory/registers and again for the output: same HBM traffic as
 // softmax) and writes (p A - B) * scale; the mean's 1/W comes from the forward's total_weight, a
 // device scalar, so nothing waits for the host.
+// Each registers one variant, `fused` (the automatic row plan). The forward's per-row path for every
+// size (`rows`, `block`) and the backward's forced row plans (`warp`, `block_2pass`,
+// `block_cached`) are the benchmark lab's (bench/lab/loss_lab.cu, through kernels/ops/loss_cuda.h):
+// none is a default nor a recorded winner (Note [library rule] in bench/lab/library_rule.h).
 // Napkin math, [8192, 32768] f32: forward reads 1 GiB (~0.25 ms at 4.3 TB/s); backward reads 1 GiB
 // and writes 1 GiB (~0.5 ms).
 //
@@ -31,6 +35,7 @@
 #include "kernels/common/row_kernels.cuh"
 #include "kernels/functional.h"
 #include "kernels/ops/loss.h"
+#include "kernels/ops/loss_cuda.h"
 #include "kernels/registry.h"
 
 namespace ember {
@@ -250,10 +255,9 @@ bool small_batch(const RowGeometry& g) {
   return g.rows() <= 8 * (1024 / lanes);
 }
 
-// kForceRows: run the per-row kernels with this plan (and the workspace + finalize reduction) for every
-// size, skipping the single-block path: the extra variants the tests and bench_ops compare.
-template <rows::Plan kPlan, bool kForceRows>
-void cross_entropy_cuda(const KernelCall& c) {
+// force_rows: run the per-row kernels with `plan` (and the workspace + finalize reduction) for every
+// size, skipping the single-block path: the lab's variants (cross_entropy_cuda_rows).
+void cross_entropy_cuda(const KernelCall& c, rows::Plan plan, bool force_rows) {
   const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2];
   Tensor out = c.out[0], tw = c.out[1];
   const LossAttrs& la = c.attr<LossAttrs>();
@@ -284,11 +288,11 @@ void cross_entropy_cuda(const KernelCall& c) {
         p.mode = 0;
         p.loss_out = static_cast<scalar_t*>(out.data_ptr());
         p.tw_out = twp;
-        rows::launch(p, g, x.device(), kPlan);
+        rows::launch(p, g, x.device(), plan);
         return;
       }
       if constexpr (!std::is_same_v<scalar_t, double>) {
-        if (!kForceRows && small_batch(g)) {
+        if (!force_rows && small_batch(g)) {
           scalar_t* op = static_cast<scalar_t*>(out.data_ptr());
           const Reduction red = la.reduction;
           if (g.C <= 32) return launch_ce_small<P, 1>(p, rows, g.C, red, op, twp, stream);
@@ -298,7 +302,7 @@ void cross_entropy_cuda(const KernelCall& c) {
       Tensor ws = empty({2 * rows}, TensorOptions().dtype(DType::f64).device(x.device()));
       p.mode = 1;
       p.ws = static_cast<double*>(ws.data_ptr());
-      rows::launch(p, g, x.device(), kPlan);
+      rows::launch(p, g, x.device(), plan);
       launch_finalize<scalar_t, Acc>(ws, rows, la.reduction, 0, out, twp, stream);
     });
   });
@@ -363,8 +367,7 @@ struct CrossEntropyBackward {
   __device__ void done(const Stats&, const Row&, int64_t) const {}
 };
 
-template <rows::Plan kPlan>
-void cross_entropy_backward_cuda(const KernelCall& c) {
+void cross_entropy_backward_cuda(const KernelCall& c, rows::Plan plan) {
   const Tensor &g = c.in[0], &x = c.in[1], &t = c.in[2], &w = c.in[3];
   const Tensor& dx = c.out[0];
   const LossAttrs& la = c.attr<LossAttrs>();
@@ -390,10 +393,13 @@ void cross_entropy_backward_cuda(const KernelCall& c) {
       p.eps = static_cast<Acc>(la.label_smoothing);
       p.err = cuda::device_error_word(x.device().index);
       p.code = code_of(OpId::cross_entropy_backward);
-      rows::launch(p, class_rows(x), x.device(), kPlan);
+      rows::launch(p, class_rows(x), x.device(), plan);
     });
   });
 }
+
+void cross_entropy_fused(const KernelCall& c) { cross_entropy_cuda(c, rows::Plan::automatic, false); }
+void cross_entropy_backward_fused(const KernelCall& c) { cross_entropy_backward_cuda(c, rows::Plan::automatic); }
 
 // ---- nll_loss ----
 
@@ -610,56 +616,37 @@ bool class_innermost(const KernelCall& c, int x_index) { return class_rows(c.in[
 
 }  // namespace
 
+void cross_entropy_cuda_rows(const KernelCall& c, rows::Plan plan) { cross_entropy_cuda(c, plan, true); }
+void cross_entropy_backward_cuda_plan(const KernelCall& c, rows::Plan plan) { cross_entropy_backward_cuda(c, plan); }
+
+bool cross_entropy_plan_supports(const KernelCall& c, rows::Plan plan) {
+  if (plan == rows::Plan::automatic) return true;
+  return plan != rows::Plan::block_cached && class_innermost(c, 0);  // no output row to cache
+}
+
+bool cross_entropy_backward_plan_supports(const KernelCall& c, rows::Plan plan) {
+  if (plan == rows::Plan::automatic) return true;
+  if (!class_innermost(c, 1)) return false;
+  if (plan != rows::Plan::block_cached) return true;
+  const Tensor& x = c.in[1];
+  const int dev = x.is_cuda() ? x.device().index : cuda::current_device();
+  return static_cast<size_t>(class_rows(x).C) * x.element_size() <= rows::row_cache_limit(dev);
+}
+
 void register_cuda_cross_entropy(OpInfo& info) {
   info.add_variant({.name = "fused",
                     .device = DeviceType::cuda,
-                    .fn = cross_entropy_cuda<rows::Plan::automatic, false>,
+                    .fn = cross_entropy_fused,
                     .dtypes = kFloatTypes,
                     .note = "one kernel: online log-sum-exp + target + smoothing per row; one block does the "
                             "mean for small batches, else per-row pairs + finalize"});
-  info.add_variant({.name = "rows",
-                    .device = DeviceType::cuda,
-                    .fn = cross_entropy_cuda<rows::Plan::automatic, true>,
-                    .dtypes = kFloatTypes,
-                    .note = "per-row kernel (regs/warp/block/cols) + fixed-order finalize for every size"});
-  info.add_variant({.name = "block",
-                    .device = DeviceType::cuda,
-                    .fn = cross_entropy_cuda<rows::Plan::block_2pass, true>,
-                    .dtypes = kFloatTypes,
-                    .supports = [](const KernelCall& c) { return class_innermost(c, 0); },
-                    .note = "a block per row + finalize, for every C"});
 }
 void register_cuda_cross_entropy_backward(OpInfo& info) {
-  auto innermost = [](const KernelCall& c) { return class_innermost(c, 1); };
   info.add_variant({.name = "fused",
                     .device = DeviceType::cuda,
-                    .fn = cross_entropy_backward_cuda<rows::Plan::automatic>,
+                    .fn = cross_entropy_backward_fused,
                     .dtypes = kFloatTypes,
                     .note = "one kernel: lse per row (online), then (p A - B) * scale"});
-  info.add_variant({.name = "warp",
-                    .device = DeviceType::cuda,
-                    .fn = cross_entropy_backward_cuda<rows::Plan::warp>,
-                    .dtypes = kFloatTypes,
-                    .supports = innermost,
-                    .note = "a warp per row"});
-  info.add_variant({.name = "block_2pass",
-                    .device = DeviceType::cuda,
-                    .fn = cross_entropy_backward_cuda<rows::Plan::block_2pass>,
-                    .dtypes = kFloatTypes,
-                    .supports = innermost,
-                    .note = "a block per row, the row read twice"});
-  info.add_variant({.name = "block_cached",
-                    .device = DeviceType::cuda,
-                    .fn = cross_entropy_backward_cuda<rows::Plan::block_cached>,
-                    .dtypes = kFloatTypes,
-                    .supports =
-                        [](const KernelCall& c) {
-                          const Tensor& x = c.in[1];
-                          RowGeometry g = class_rows(x);
-                          int dev = x.is_cuda() ? x.device().index : cuda::current_device();
-                          return g.B == 1 && static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
-                        },
-                    .note = "a block per row, the row kept in shared memory"});
 }
 void register_cuda_nll_loss(OpInfo& info) {
   info.add_variant({.name = "cuda",

@@ -1,16 +1,16 @@
-// softmax / log_softmax and their fused gradients on CUDA: four policies for the row kernels of
-// kernels/common/row_kernels.cuh (which holds the kernel table, Note [online softmax] and the
-// napkin math).
+// softmax / log_softmax and their fused gradients on CUDA: the row kernels of
+// kernels/common/row_kernels.cuh (which holds the kernel table, Note [online softmax] and the napkin
+// math) with the automatic plan.
 //
 // Variants (f32, f16, bf16 computing in f32; f64 in f64):
 //   fused         default: regs<K> for C <= 512 (several rows per warp for C <= 16), a warp per
 //                 row for C < 4096, a block per row beyond (the row cached in shared memory when it
 //                 fits: one HBM read + one write), the cols kernel when the dim is not innermost
-//   warp          a warp per row for every C (innermost dims only)
-//   block_2pass   a block per row, phase 2 re-reads the row from global memory (L2)
-//   block_cached  a block per row, the row kept in shared memory (rows that fit)
 //   cudnn         vendor (cudnnSoftmaxForward/Backward; f32, f64, f16): what bench_ops compares with
-// The three after `fused` exist to be compared by bench_ops and to run every kernel on every sample shape.
+// The forced plans (warp, block_2pass, block_cached: one kernel for every C, innermost dims only)
+// are the benchmark lab's (bench/lab/softmax_lab.cu, Note [library rule] in
+// bench/lab/library_rule.h): never a default, they run in bench_ops and the parity tests through
+// softmax_cuda_plan (kernels/ops/softmax_cuda.h).
 //
 // Strided dims (B > 1): the cols kernel reads 32 adjacent rows per instruction, so it is coalesced
 // for any B >= 32 and fully uses 32-byte sectors from B >= 8 (f32). Its parallelism is A * B / 32
@@ -26,6 +26,7 @@
 #include "kernels/common/row_kernels.cuh"
 #include "kernels/functional.h"
 #include "kernels/ops/softmax.h"
+#include "kernels/ops/softmax_cuda.h"
 #include "kernels/registry.h"
 
 #if EMBER_WITH_CUDNN
@@ -96,8 +97,8 @@ RowGeometry geometry_of(const KernelCall& c) {
 // Few long rows along a strided dim: permute innermost (see the header comment).
 bool should_permute(const RowGeometry& g) { return g.B > 1 && g.rows() < 4096 && g.C >= 1024; }
 
-template <template <class, bool> class Policy, bool kLog, rows::Plan kPlan>
-void softmax_family_cuda(const KernelCall& c) {
+template <template <class, bool> class Policy, bool kLog>
+void softmax_family_cuda(const KernelCall& c, rows::Plan plan) {
   const Tensor& y = c.out[0];
   if (y.numel() == 0) return;
   cuda::DeviceGuard guard(y.device().index);
@@ -106,7 +107,7 @@ void softmax_family_cuda(const KernelCall& c) {
   RowGeometry g = geometry_of(c);
   EMBER_DISPATCH_FLOAT(y.dtype(), "softmax", [&] {
     using P = Policy<scalar_t, kLog>;
-    if (kPlan == rows::Plan::automatic && should_permute(g)) {
+    if (plan == rows::Plan::automatic && should_permute(g)) {
       std::vector<int64_t> perm;
       for (int i = 0; i < n; ++i)
         if (i != d) perm.push_back(i);
@@ -127,19 +128,13 @@ void softmax_family_cuda(const KernelCall& c) {
     P p{};
     for (int k = 0; k < P::kIn; ++k) p.in[k] = static_cast<const scalar_t*>(c.in[k].data_ptr());
     p.out = static_cast<scalar_t*>(y.data_ptr());
-    rows::launch(p, g, y.device(), kPlan);
+    rows::launch(p, g, y.device(), plan);
   });
 }
 
-// The forced plans run innermost dims only.
-bool innermost(const KernelCall& c) { return geometry_of(c).B == 1; }
-template <int kIn>
-bool innermost_and_fits(const KernelCall& c) {
-  RowGeometry g = geometry_of(c);
-  if (g.B != 1) return false;
-  const Tensor& x = c.in[0];
-  int dev = x.is_cuda() ? x.device().index : cuda::current_device();
-  return static_cast<size_t>(kIn) * static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
+template <template <class, bool> class Policy, bool kLog>
+void softmax_family_fused(const KernelCall& c) {
+  softmax_family_cuda<Policy, kLog>(c, rows::Plan::automatic);
 }
 
 #if EMBER_WITH_CUDNN
@@ -183,31 +178,12 @@ void softmax_cudnn(const KernelCall& c) {
 
 template <template <class, bool> class Policy, bool kLog>
 void register_family(OpInfo& info) {
-  constexpr int kIn = Policy<float, kLog>::kIn;
   info.add_variant({.name = "fused",
                     .device = DeviceType::cuda,
-                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::automatic>,
+                    .fn = softmax_family_fused<Policy, kLog>,
                     .dtypes = kFloatTypes,
                     .note = "online max/sum in one read: regs (C <= 512), warp (< 4096), block (row in smem), "
                             "cols (strided)"});
-  info.add_variant({.name = "warp",
-                    .device = DeviceType::cuda,
-                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::warp>,
-                    .dtypes = kFloatTypes,
-                    .supports = innermost,
-                    .note = "a warp per row, the row read twice"});
-  info.add_variant({.name = "block_2pass",
-                    .device = DeviceType::cuda,
-                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::block_2pass>,
-                    .dtypes = kFloatTypes,
-                    .supports = innermost,
-                    .note = "a block per row, 16-byte loads, the row read twice"});
-  info.add_variant({.name = "block_cached",
-                    .device = DeviceType::cuda,
-                    .fn = softmax_family_cuda<Policy, kLog, rows::Plan::block_cached>,
-                    .dtypes = kFloatTypes,
-                    .supports = innermost_and_fits<kIn>,
-                    .note = "a block per row, the row kept in shared memory"});
 #if EMBER_WITH_CUDNN
   constexpr bool kBackward = std::is_same_v<Policy<float, kLog>, SoftmaxBackwardPolicy<float, kLog>>;
   info.add_variant({.name = "cudnn",
@@ -222,6 +198,28 @@ void register_family(OpInfo& info) {
 }
 
 }  // namespace
+
+void softmax_cuda_plan(const KernelCall& c, rows::Plan plan) {
+  switch (c.op) {
+    case OpId::softmax: return softmax_family_cuda<SoftmaxPolicy, false>(c, plan);
+    case OpId::log_softmax: return softmax_family_cuda<SoftmaxPolicy, true>(c, plan);
+    case OpId::softmax_backward: return softmax_family_cuda<SoftmaxBackwardPolicy, false>(c, plan);
+    case OpId::log_softmax_backward: return softmax_family_cuda<SoftmaxBackwardPolicy, true>(c, plan);
+    default: EMBER_FAIL("softmax_cuda_plan: op ", op_info(c.op).name, " is not of the softmax family");
+  }
+}
+
+bool softmax_plan_supports(const KernelCall& c, rows::Plan plan) {
+  if (plan == rows::Plan::automatic) return true;
+  const RowGeometry g = geometry_of(c);
+  if (g.B != 1) return false;  // the forced plans run innermost dims only
+  if (plan != rows::Plan::block_cached) return true;
+  const Tensor& x = c.in[0];
+  const int dev = x.is_cuda() ? x.device().index : cuda::current_device();
+  const bool backward = c.op == OpId::softmax_backward || c.op == OpId::log_softmax_backward;
+  const size_t rows_in = backward ? SoftmaxBackwardPolicy<float, false>::kIn : SoftmaxPolicy<float, false>::kIn;
+  return rows_in * static_cast<size_t>(g.C) * x.element_size() <= rows::row_cache_limit(dev);
+}
 
 void register_cuda_softmax(OpInfo& info) { register_family<SoftmaxPolicy, false>(info); }
 void register_cuda_log_softmax(OpInfo& info) { register_family<SoftmaxPolicy, true>(info); }
