@@ -341,6 +341,106 @@ void fill_empty_k(const CpuGemm<T>& g) {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// What both schedules share: the micro-kernel, the packed panels' sizes and the epilogue.
+template <class T, class S>
+struct GemmPlan {
+  static constexpr bool narrow = !std::is_same_v<T, S>;  // accumulate in S, then cast into T
+  Kernel<S> kern;
+  int64_t mpanels = 0, npanels = 0;
+  size_t a_elems = 0, b_elems = 0;
+  FinishFn<S> finish = nullptr;
+  double flops = 0;
+};
+
+int64_t offset_of(const int64_t* o, int64_t b) { return o != nullptr ? o[b] : int64_t{0}; }
+
+// One block of C (rows m0..m1, columns n0..n1 of batch entry ctx) with its scratch, if narrow.
+template <class T, class S>
+void gemm_block(const GemmPlan<T, S>& plan, const S* ap, const S* bp, int64_t K, const FinishCtx<T>& ctx, int64_t m0,
+                int64_t m1, int64_t n0, int64_t n1, S* scratch, int64_t scratch_ld) {
+  Block<S> t;
+  t.ap = ap;
+  t.bp = bp;
+  t.K = K;
+  t.KC = plan.kern.kc;
+  t.m0 = m0;
+  t.m1 = m1;
+  t.n0 = n0;
+  t.n1 = n1;
+  if constexpr (GemmPlan<T, S>::narrow) {
+    t.c = scratch;
+    t.ldc = scratch_ld;
+  } else {
+    t.c = ctx.c + m0 * ctx.c_rs + n0;
+    t.ldc = ctx.c_rs;
+  }
+  t.finish = plan.finish;
+  t.ctx = &ctx;
+  plan.kern.run(t);
+}
+
+// Many small problems: one batch entry per task, everything inside it serial.
+template <class T, class S>
+void gemm_small_batches(const CpuGemm<T>& g, const GemmPlan<T, S>& plan) {
+  const int MR = plan.kern.mr, NR = plan.kern.nr;
+  const int64_t M = g.M, N = g.N, K = g.K;
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(1e6 / plan.flops));
+  parallel_for(0, g.batch, grain, [&](int64_t lo, int64_t hi) {
+    Buffer<S> ap(plan.a_elems), bp(plan.b_elems), scratch(plan.narrow ? static_cast<size_t>(M * N) : 0);
+    for (int64_t b = lo; b < hi; ++b) {
+      if (b == lo || offset_of(g.a_off, b) != offset_of(g.a_off, b - 1))
+        for (int64_t p = 0; p < plan.mpanels; ++p)
+          pack_a_panel<T, S>(g.a + offset_of(g.a_off, b), g.a_rs, g.a_cs, M, K, MR, p, ap.get() + p * K * MR);
+      if (b == lo || offset_of(g.b_off, b) != offset_of(g.b_off, b - 1))
+        for (int64_t q = 0; q < plan.npanels; ++q)
+          pack_b_panel<T, S>(g.b + offset_of(g.b_off, b), g.b_rs, g.b_cs, N, K, NR, q, bp.get() + q * K * NR);
+      FinishCtx<T> ctx{g.c + offset_of(g.c_off, b), g.c_rs, g.bias, g.bias_s, g.act};
+      gemm_block(plan, ap.get(), bp.get(), K, ctx, 0, M, 0, N, scratch.get(), N);
+    }
+  });
+}
+
+// One large problem (or a few): the batch entries in turn, each packed and then cut into MC x NC
+// tiles, shrunk from the preferred size until there are enough tiles to keep every thread busy.
+template <class T, class S>
+void gemm_tiled(const CpuGemm<T>& g, const GemmPlan<T, S>& plan) {
+  const int MR = plan.kern.mr, NR = plan.kern.nr;
+  const int64_t M = g.M, N = g.N, K = g.K;
+  const int threads = in_parallel_region() ? 1 : num_threads();
+  int64_t mc = std::min(plan.kern.mc, round_up(M, MR)), nc = std::min(plan.kern.nc, round_up(N, NR));
+  const int64_t want = plan.flops < 2e6 ? 1 : int64_t{4} * threads;
+  while (ceil_div(M, mc) * ceil_div(N, nc) < want) {
+    if (nc / NR >= mc / MR && nc > NR) nc = round_up(nc / 2, NR);
+    else if (mc > MR) mc = round_up(mc / 2, MR);
+    else break;
+  }
+  const int64_t tiles_n = ceil_div(N, nc), tiles = ceil_div(M, mc) * tiles_n;
+  Buffer<S> ap(plan.a_elems), bp(plan.b_elems);
+  for (int64_t b = 0; b < g.batch; ++b) {
+    const bool pack_a = b == 0 || offset_of(g.a_off, b) != offset_of(g.a_off, b - 1);
+    const bool pack_b = b == 0 || offset_of(g.b_off, b) != offset_of(g.b_off, b - 1);
+    const int64_t na = pack_a ? plan.mpanels : 0, nb = pack_b ? plan.npanels : 0;
+    const T* a = g.a + offset_of(g.a_off, b);
+    const T* bb = g.b + offset_of(g.b_off, b);
+    const int64_t pgrain = std::max<int64_t>(1, 65536 / (K * std::max(MR, NR)));
+    parallel_for(0, na + nb, pgrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t p = lo; p < hi; ++p) {
+        if (p < na) pack_a_panel<T, S>(a, g.a_rs, g.a_cs, M, K, MR, p, ap.get() + p * K * MR);
+        else pack_b_panel<T, S>(bb, g.b_rs, g.b_cs, N, K, NR, p - na, bp.get() + (p - na) * K * NR);
+      }
+    });
+    FinishCtx<T> ctx{g.c + offset_of(g.c_off, b), g.c_rs, g.bias, g.bias_s, g.act};
+    parallel_for(0, tiles, want == 1 ? tiles : 1, [&](int64_t lo, int64_t hi) {
+      Buffer<S> scratch(plan.narrow ? static_cast<size_t>(mc * nc) : 0);
+      for (int64_t tile = lo; tile < hi; ++tile) {
+        const int64_t m0 = tile / tiles_n * mc, n0 = tile % tiles_n * nc;
+        gemm_block(plan, ap.get(), bp.get(), K, ctx, m0, std::min(M, m0 + mc), n0, std::min(N, n0 + nc), scratch.get(),
+                   nc);
+      }
+    });
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -354,105 +454,17 @@ void cpu_gemm(const CpuGemm<T>& g) {
     fill_empty_k<T, S>(g);
     return;
   }
-  const Kernel<S> kern = kernel_for<S>(current_isa());
-  const int MR = kern.mr, NR = kern.nr;
-  const int64_t M = g.M, N = g.N, K = g.K;
-  const int64_t mpanels = ceil_div(M, MR), npanels = ceil_div(N, NR);
-  const size_t a_elems = static_cast<size_t>(mpanels * MR * K), b_elems = static_cast<size_t>(npanels * NR * K);
-  constexpr bool narrow = !std::is_same_v<T, S>;
-  const bool epilogue = narrow || g.bias != nullptr || g.act != 0;
-  const FinishFn<S> finish = epilogue ? &finish_tile<T, S> : nullptr;
-  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
-  auto off = [](const int64_t* o, int64_t b) { return o != nullptr ? o[b] : int64_t{0}; };
-
-  // Many small problems: one batch per task, everything inside it serial.
-  if (g.batch > 1 && flops < 4e6) {
-    const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(1e6 / flops));
-    parallel_for(0, g.batch, grain, [&](int64_t lo, int64_t hi) {
-      Buffer<S> ap(a_elems), bp(b_elems), scratch(narrow ? static_cast<size_t>(M * N) : 0);
-      for (int64_t b = lo; b < hi; ++b) {
-        if (b == lo || off(g.a_off, b) != off(g.a_off, b - 1))
-          for (int64_t p = 0; p < mpanels; ++p)
-            pack_a_panel<T, S>(g.a + off(g.a_off, b), g.a_rs, g.a_cs, M, K, MR, p, ap.get() + p * K * MR);
-        if (b == lo || off(g.b_off, b) != off(g.b_off, b - 1))
-          for (int64_t q = 0; q < npanels; ++q)
-            pack_b_panel<T, S>(g.b + off(g.b_off, b), g.b_rs, g.b_cs, N, K, NR, q, bp.get() + q * K * NR);
-        FinishCtx<T> ctx{g.c + off(g.c_off, b), g.c_rs, g.bias, g.bias_s, g.act};
-        Block<S> t;
-        t.ap = ap.get();
-        t.bp = bp.get();
-        t.K = K;
-        t.KC = kern.kc;
-        t.m0 = 0;
-        t.m1 = M;
-        t.n0 = 0;
-        t.n1 = N;
-        if constexpr (narrow) {
-          t.c = scratch.get();
-          t.ldc = N;
-        } else {
-          t.c = ctx.c;
-          t.ldc = g.c_rs;
-        }
-        t.finish = finish;
-        t.ctx = &ctx;
-        kern.run(t);
-      }
-    });
-    return;
-  }
-
-  // Tiles: shrink the preferred MC x NC until there are enough tiles to keep every thread busy.
-  const int threads = in_parallel_region() ? 1 : num_threads();
-  int64_t mc = std::min(kern.mc, round_up(M, MR)), nc = std::min(kern.nc, round_up(N, NR));
-  const int64_t want = flops < 2e6 ? 1 : int64_t{4} * threads;
-  while (ceil_div(M, mc) * ceil_div(N, nc) < want) {
-    if (nc / NR >= mc / MR && nc > NR) nc = round_up(nc / 2, NR);
-    else if (mc > MR) mc = round_up(mc / 2, MR);
-    else break;
-  }
-  const int64_t tiles_m = ceil_div(M, mc), tiles_n = ceil_div(N, nc), tiles = tiles_m * tiles_n;
-  Buffer<S> ap(a_elems), bp(b_elems);
-  for (int64_t b = 0; b < g.batch; ++b) {
-    const bool pack_a = b == 0 || off(g.a_off, b) != off(g.a_off, b - 1);
-    const bool pack_b = b == 0 || off(g.b_off, b) != off(g.b_off, b - 1);
-    const int64_t na = pack_a ? mpanels : 0, nb = pack_b ? npanels : 0;
-    const T* a = g.a + off(g.a_off, b);
-    const T* bb = g.b + off(g.b_off, b);
-    const int64_t pgrain = std::max<int64_t>(1, 65536 / (K * std::max(MR, NR)));
-    parallel_for(0, na + nb, pgrain, [&](int64_t lo, int64_t hi) {
-      for (int64_t p = lo; p < hi; ++p) {
-        if (p < na) pack_a_panel<T, S>(a, g.a_rs, g.a_cs, M, K, MR, p, ap.get() + p * K * MR);
-        else pack_b_panel<T, S>(bb, g.b_rs, g.b_cs, N, K, NR, p - na, bp.get() + (p - na) * K * NR);
-      }
-    });
-    FinishCtx<T> ctx{g.c + off(g.c_off, b), g.c_rs, g.bias, g.bias_s, g.act};
-    parallel_for(0, tiles, want == 1 ? tiles : 1, [&](int64_t lo, int64_t hi) {
-      Buffer<S> scratch(narrow ? static_cast<size_t>(mc * nc) : 0);
-      for (int64_t tile = lo; tile < hi; ++tile) {
-        const int64_t tm = tile / tiles_n, tn = tile % tiles_n;
-        Block<S> t;
-        t.ap = ap.get();
-        t.bp = bp.get();
-        t.K = K;
-        t.KC = kern.kc;
-        t.m0 = tm * mc;
-        t.m1 = std::min(M, t.m0 + mc);
-        t.n0 = tn * nc;
-        t.n1 = std::min(N, t.n0 + nc);
-        if constexpr (narrow) {
-          t.c = scratch.get();
-          t.ldc = nc;
-        } else {
-          t.c = ctx.c + t.m0 * g.c_rs + t.n0;
-          t.ldc = g.c_rs;
-        }
-        t.finish = finish;
-        t.ctx = &ctx;
-        kern.run(t);
-      }
-    });
-  }
+  GemmPlan<T, S> plan;
+  plan.kern = kernel_for<S>(current_isa());
+  plan.mpanels = ceil_div(g.M, plan.kern.mr);
+  plan.npanels = ceil_div(g.N, plan.kern.nr);
+  plan.a_elems = static_cast<size_t>(plan.mpanels * plan.kern.mr * g.K);
+  plan.b_elems = static_cast<size_t>(plan.npanels * plan.kern.nr * g.K);
+  const bool epilogue = plan.narrow || g.bias != nullptr || g.act != 0;
+  plan.finish = epilogue ? &finish_tile<T, S> : nullptr;
+  plan.flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
+  if (g.batch > 1 && plan.flops < 4e6) gemm_small_batches(g, plan);
+  else gemm_tiled(g, plan);
 }
 
 template void cpu_gemm<float>(const CpuGemm<float>&);

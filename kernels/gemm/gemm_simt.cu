@@ -191,6 +191,25 @@ struct SimtTiles : RegisterStaged {
   }
 };
 
+// Split-K: this block's raw partial sums into its slice of the workspace.
+template <class Tiles, class T>
+__device__ __forceinline__ void simt_store_partials(const Args& p, int64_t z, int m0, int n0, int ty, int tx,
+                                                    const T (&acc)[Tiles::TM][Tiles::TN]) {
+  constexpr int BM = Tiles::BM, BN = Tiles::BN, TM = Tiles::TM, TN = Tiles::TN, HM = Tiles::HM, HN = Tiles::HN;
+  const int M = static_cast<int>(p.M), N = static_cast<int>(p.N);
+  T* W = static_cast<T*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
+  EMBER_UNROLL
+  for (int i = 0; i < TM; ++i) {
+    const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+    if (gm >= M) continue;
+    EMBER_UNROLL
+    for (int j = 0; j < TN; ++j) {
+      const int gn = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
+      if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[i][j];
+    }
+  }
+}
+
 template <class T, bool A_K, bool B_K>
 __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   using Tiles = SimtTiles<T, A_K, B_K>;
@@ -233,18 +252,8 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
     T acc[TM][TN];
     simt_gemm<BK>(tiles, kt_begin, kt_end, acc);
 
-    if (p.ws != nullptr) {  // split-K: raw partial sums, reduced by splitk_reduce
-      T* W = static_cast<T*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
-      EMBER_UNROLL
-      for (int i = 0; i < TM; ++i) {
-        const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
-        if (gm >= M) continue;
-        EMBER_UNROLL
-        for (int j = 0; j < TN; ++j) {
-          const int gn = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
-          if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[i][j];
-        }
-      }
+    if (p.ws != nullptr) {  // split-K: reduced by splitk_reduce
+      simt_store_partials<Tiles>(p, z, m0, n0, ty, tx, acc);
       __syncthreads();
       continue;
     }

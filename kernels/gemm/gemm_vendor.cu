@@ -353,6 +353,150 @@ bool cublaslt_accepts(int64_t M, int64_t N, int64_t K, int act) {
   return act != 2 && M > 1 && N > 1 && K > 1 && M < kMax && N < kMax && K < kMax;
 }
 
+namespace {
+
+// A cuBLASLt matmul described: the operation (transposes, epilogue, bias), the three matrix
+// layouts (batched when bs.inner > 1), and the byte alignment of every pointer the calls will use.
+struct LtCall {
+  MatmulDesc op;
+  LayoutDesc la, lb, lc;
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  uint32_t al_a = 0, al_b = 0, al_c = 0;
+};
+
+void describe_op(const Problem& p, const CublasView& v, LtCall& c) {
+  const cudaDataType_t scale_type = p.dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&c.op.d, v.compute, scale_type));
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.op.d, CUBLASLT_MATMUL_DESC_TRANSA, &v.ta, sizeof(v.ta)));
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.op.d, CUBLASLT_MATMUL_DESC_TRANSB, &v.tb, sizeof(v.tb)));
+  if (p.bias != nullptr) c.epi = p.act == 1 ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  else if (p.act == 1) c.epi = CUBLASLT_EPILOGUE_RELU;
+  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(c.op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &c.epi, sizeof(c.epi)));
+  if (p.bias != nullptr)
+    EMBER_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(c.op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+}
+
+void describe_layouts(const Problem& p, const CublasView& v, const BatchSplit& bs, LtCall& c) {
+  // stored (pre-op) shapes, column-major: cuBLAS's A is our B, its B our A
+  const uint64_t a_rows = v.ta == CUBLAS_OP_N ? p.N : p.K, a_cols = v.ta == CUBLAS_OP_N ? p.K : p.N;
+  const uint64_t b_rows = v.tb == CUBLAS_OP_N ? p.K : p.M, b_cols = v.tb == CUBLAS_OP_N ? p.M : p.K;
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.la.d, v.type, a_rows, a_cols, v.lda));
+  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c.lb.d, v.type, b_rows, b_cols, v.ldb));
+  EMBER_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&c.lc.d, v.type, static_cast<uint64_t>(p.N), static_cast<uint64_t>(p.M), v.ldc));
+  if (bs.inner > 1) {
+    const int32_t count = static_cast<int32_t>(bs.inner);
+    const int64_t sa = bs.b_stride, sb = bs.a_stride, sc = p.c_bs;
+    for (auto [l, stride] : {std::pair{c.la.d, sa}, std::pair{c.lb.d, sb}, std::pair{c.lc.d, sc}}) {
+      EMBER_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      EMBER_CUBLAS_CHECK(
+          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    }
+  }
+  // alignment of every pointer the calls will use (outer batches included)
+  const int64_t es = static_cast<int64_t>(v.es);
+  std::vector<int64_t> a_strides, b_strides;
+  for (int d = 0; d < p.nb; ++d) {
+    a_strides.push_back(p.a_bs[d] * es);
+    b_strides.push_back(p.b_bs[d] * es);
+  }
+  auto align_of = [](const void* ptr, const std::vector<int64_t>& strides, int64_t ld_bytes) {
+    uint32_t a = alignment(ptr, {ld_bytes});
+    for (int64_t s : strides) a = std::min(a, alignment(ptr, {s, ld_bytes}));
+    return a;
+  };
+  c.al_a = align_of(p.b, b_strides, v.lda * es);
+  c.al_b = align_of(p.a, a_strides, v.ldb * es);
+  c.al_c = alignment(p.c, {v.ldc * es, p.c_bs * es});
+}
+
+// The cache key of cuBLASLt's choice: everything the heuristic query is given.
+std::string lt_key(const Problem& p, const CublasView& v, const BatchSplit& bs, const LtCall& c) {
+  std::ostringstream key;
+  key << p.device.index << '|' << static_cast<int>(p.dtype) << '|' << v.ta << v.tb << '|' << p.M << ',' << p.N << ','
+      << p.K << '|' << v.lda << ',' << v.ldb << ',' << v.ldc << '|' << bs.inner << ',' << bs.a_stride << ','
+      << bs.b_stride << ',' << p.c_bs << '|' << static_cast<int>(c.epi) << '|' << c.al_a << ',' << c.al_b << ','
+      << c.al_c;
+  return key.str();
+}
+
+// A split-K configuration of the heuristic's made to run with one K-slice, if cuBLASLt accepts it
+// within the workspace.
+bool one_k_slice(cublasLtHandle_t h, const LtCall& c, uint64_t ws_bytes, cublasLtMatmulHeuristicResult_t& r) {
+  cublasLtMatmulAlgo_t one_slice = r.algo;
+  const uint32_t slices = 1, none = CUBLASLT_REDUCTION_SCHEME_NONE;
+  cublasLtMatmulHeuristicResult_t checked{};
+  if (cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &slices, sizeof(slices)) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none, sizeof(none)) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoCheck(h, c.op.d, c.la.d, c.lb.d, c.lc.d, c.lc.d, &one_slice, &checked) !=
+          CUBLAS_STATUS_SUCCESS ||
+      checked.workspaceSize > ws_bytes)
+    return false;
+  r.algo = one_slice;
+  r.workspaceSize = checked.workspaceSize;
+  return true;
+}
+
+void log_lt_choice(const Problem& p, const LtCall& c, const cublasLtMatmulHeuristicResult_t& r) {
+  // which kernel configuration cuBLASLt chose, for telling where a vendor variant's numbers come from
+  auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) { return algo_config(r.algo, a, 0); };
+  std::fprintf(stderr,
+               "ember vendor: cuBLASLt %s M=%lld N=%lld K=%lld epilogue %d -> algo %u tile %u stages %u split-k %u "
+               "reduction %u workspace %zu\n",
+               std::string(dtype_name(p.dtype)).c_str(), (long long)p.M, (long long)p.N, (long long)p.K,
+               static_cast<int>(c.epi), attr(CUBLASLT_ALGO_CONFIG_ID), attr(CUBLASLT_ALGO_CONFIG_TILE_ID),
+               attr(CUBLASLT_ALGO_CONFIG_STAGES_ID), attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+               attr(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), r.workspaceSize);
+}
+
+// cuBLASLt's heuristic, asked once per problem: the first algorithm it offers that we accept.
+cublasLtMatmulAlgo_t choose_lt_algo(cublasLtHandle_t h, const Problem& p, const LtCall& c, uint64_t ws_bytes) {
+  PrefDesc pref;
+  EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
+  EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                          sizeof(ws_bytes)));
+  for (auto [attr, al] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, c.al_a},
+                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, c.al_b},
+                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c.al_c},
+                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c.al_c}})
+    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, attr, &al, sizeof(al)));
+  // split-K partials summed in f32 in a workspace, never in the output dtype nor in place in the
+  // output: cuBLASLt's counterpart of the cuBLAS handle's DISALLOW_REDUCED_PRECISION_REDUCTION
+  // (an H200 run gave bf16 results on the output dtype's grid with OUTPUT_TYPE and INPLACE allowed)
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                          sizeof(schemes)));
+  // With a bias in f16/bf16, no split-K: an H200 run (cuBLASLt 13.1) chose 16 K-slices for bf16
+  // [64,129] -> 33 and its output lost the small sums of an accumulator and a bias that nearly
+  // cancel (0 where 0.0011 was due): the partials are reduced in f32 but the bias is added after
+  // a rounding to bf16. Without split-K the epilogue adds the bias to the f32 accumulator. The
+  // heuristic may list only split-K configurations (bf16 [64,3136] -> 128 did): the first one
+  // that cuBLASLt accepts with one K-slice is taken.
+  const bool no_splitk = p.bias != nullptr && (p.dtype == DType::f16 || p.dtype == DType::bf16);
+  constexpr int kCandidates = 16;
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
+  int found = 0;
+  EMBER_CUBLAS_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(h, c.op.d, c.la.d, c.lb.d, c.lc.d, c.lc.d, pref.d, kCandidates, results, &found));
+  auto unsplit = [](const cublasLtMatmulAlgo_t& a) { return algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) <= 1; };
+  int pick = -1;
+  for (int i = 0; i < found && pick < 0; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && (!no_splitk || unsplit(results[i].algo))) pick = i;
+  for (int i = 0; i < found && pick < 0 && no_splitk; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS && one_k_slice(h, c, ws_bytes, results[i])) pick = i;
+  EMBER_CHECK(pick >= 0, "cuBLASLt has no algorithm for ", p.dtype, " M=", p.M, " N=", p.N, " K=", p.K,
+              " with epilogue ", static_cast<int>(c.epi), " (alignments ", c.al_a, "/", c.al_b, "/", c.al_c, " bytes",
+              no_splitk ? "; split-K excluded with a bias in f16/bf16" : "", ", ", found, " candidates)");
+  if (runtime::env("EMBER_VENDOR_LOG") == "1") log_lt_choice(p, c, results[pick]);
+  return results[pick].algo;
+}
+
+}  // namespace
+
 void run_cublaslt(const Problem& p) {
   const int64_t batch = p.batch();
   if (p.M == 0 || p.N == 0 || batch == 0) return;
@@ -370,135 +514,25 @@ void run_cublaslt(const Problem& p) {
   cublasLtHandle_t h = lt_handle(p.device.index);
   Tensor ws = workspace(p);
   const uint64_t ws_bytes = static_cast<uint64_t>(ws.numel());
+  LtCall c;
+  describe_op(p, v, c);
+  describe_layouts(p, v, bs, c);
 
-  const cudaDataType_t scale_type = p.dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
-  MatmulDesc op;
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.d, v.compute, scale_type));
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &v.ta, sizeof(v.ta)));
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &v.tb, sizeof(v.tb)));
-  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-  if (p.bias != nullptr) epi = p.act == 1 ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-  else if (p.act == 1) epi = CUBLASLT_EPILOGUE_RELU;
-  EMBER_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  if (p.bias != nullptr)
-    EMBER_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
-
-  // stored (pre-op) shapes, column-major: cuBLAS's A is our B, its B our A
-  const uint64_t a_rows = v.ta == CUBLAS_OP_N ? p.N : p.K, a_cols = v.ta == CUBLAS_OP_N ? p.K : p.N;
-  const uint64_t b_rows = v.tb == CUBLAS_OP_N ? p.K : p.M, b_cols = v.tb == CUBLAS_OP_N ? p.M : p.K;
-  LayoutDesc la, lb, lc;
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.d, v.type, a_rows, a_cols, v.lda));
-  EMBER_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.d, v.type, b_rows, b_cols, v.ldb));
-  EMBER_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&lc.d, v.type, static_cast<uint64_t>(p.N), static_cast<uint64_t>(p.M), v.ldc));
-  if (bs.inner > 1) {
-    const int32_t count = static_cast<int32_t>(bs.inner);
-    const int64_t sa = bs.b_stride, sb = bs.a_stride, sc = p.c_bs;
-    for (auto [l, stride] : {std::pair{la.d, sa}, std::pair{lb.d, sb}, std::pair{lc.d, sc}}) {
-      EMBER_CUBLAS_CHECK(
-          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-      EMBER_CUBLAS_CHECK(
-          cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
-    }
-  }
-
-  // alignment of every pointer the calls will use (outer batches included)
-  std::vector<int64_t> a_strides, b_strides;
-  for (int d = 0; d < p.nb; ++d) {
-    a_strides.push_back(p.a_bs[d] * es);
-    b_strides.push_back(p.b_bs[d] * es);
-  }
-  auto align_of = [](const void* ptr, const std::vector<int64_t>& strides, int64_t ld_bytes) {
-    uint32_t a = alignment(ptr, {ld_bytes});
-    for (int64_t s : strides) a = std::min(a, alignment(ptr, {s, ld_bytes}));
-    return a;
-  };
-  const uint32_t al_a = align_of(p.b, b_strides, v.lda * es), al_b = align_of(p.a, a_strides, v.ldb * es);
-  const uint32_t al_c = alignment(p.c, {v.ldc * es, p.c_bs * es});
-
-  std::ostringstream key;
-  key << p.device.index << '|' << static_cast<int>(p.dtype) << '|' << v.ta << v.tb << '|' << p.M << ',' << p.N << ','
-      << p.K << '|' << v.lda << ',' << v.ldb << ',' << v.ldc << '|' << bs.inner << ',' << bs.a_stride << ','
-      << bs.b_stride << ',' << p.c_bs << '|' << static_cast<int>(epi) << '|' << al_a << ',' << al_b << ',' << al_c;
+  const std::string key = lt_key(p, v, bs, c);
   cublasLtMatmulAlgo_t algo;
   bool cached = false;
   {
     std::lock_guard<std::mutex> lock(g_lt_mu);
-    auto it = g_lt_algos.find(key.str());
+    auto it = g_lt_algos.find(key);
     if (it != g_lt_algos.end()) {
       algo = it->second;
       cached = true;
     }
   }
   if (!cached) {
-    PrefDesc pref;
-    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.d));
-    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                            sizeof(ws_bytes)));
-    for (auto [attr, al] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al_a},
-                            std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al_b},
-                            std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al_c},
-                            std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al_c}})
-      EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, attr, &al, sizeof(al)));
-    // split-K partials summed in f32 in a workspace, never in the output dtype nor in place in the
-    // output: cuBLASLt's counterpart of the cuBLAS handle's DISALLOW_REDUCED_PRECISION_REDUCTION
-    // (an H200 run gave bf16 results on the output dtype's grid with OUTPUT_TYPE and INPLACE allowed)
-    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    EMBER_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                            &schemes, sizeof(schemes)));
-    // With a bias in f16/bf16, no split-K: an H200 run (cuBLASLt 13.1) chose 16 K-slices for bf16
-    // [64,129] -> 33 and its output lost the small sums of an accumulator and a bias that nearly
-    // cancel (0 where 0.0011 was due): the partials are reduced in f32 but the bias is added after
-    // a rounding to bf16. Without split-K the epilogue adds the bias to the f32 accumulator. The
-    // heuristic may list only split-K configurations (bf16 [64,3136] -> 128 did): the first one
-    // that cuBLASLt accepts with one K-slice is taken.
-    const bool no_splitk = p.bias != nullptr && (p.dtype == DType::f16 || p.dtype == DType::bf16);
-    constexpr int kCandidates = 16;
-    cublasLtMatmulHeuristicResult_t results[kCandidates]{};
-    int found = 0;
-    EMBER_CUBLAS_CHECK(
-        cublasLtMatmulAlgoGetHeuristic(h, op.d, la.d, lb.d, lc.d, lc.d, pref.d, kCandidates, results, &found));
-    int pick = -1;
-    auto unsplit = [](const cublasLtMatmulAlgo_t& a) {
-      return algo_config(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 1) <= 1;
-    };
-    for (int i = 0; i < found && pick < 0; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS && (!no_splitk || unsplit(results[i].algo))) pick = i;
-    for (int i = 0; i < found && pick < 0 && no_splitk; ++i) {
-      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-      cublasLtMatmulAlgo_t one_slice = results[i].algo;
-      const uint32_t slices = 1, none = CUBLASLT_REDUCTION_SCHEME_NONE;
-      cublasLtMatmulHeuristicResult_t checked{};
-      if (cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &slices, sizeof(slices)) ==
-              CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoConfigSetAttribute(&one_slice, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &none,
-                                               sizeof(none)) == CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoCheck(h, op.d, la.d, lb.d, lc.d, lc.d, &one_slice, &checked) == CUBLAS_STATUS_SUCCESS &&
-          checked.workspaceSize <= ws_bytes) {
-        results[i].algo = one_slice;
-        results[i].workspaceSize = checked.workspaceSize;
-        pick = i;
-      }
-    }
-    EMBER_CHECK(pick >= 0, "cuBLASLt has no algorithm for ", p.dtype, " M=", p.M, " N=", p.N, " K=", p.K,
-                " with epilogue ", static_cast<int>(epi), " (alignments ", al_a, "/", al_b, "/", al_c, " bytes",
-                no_splitk ? "; split-K excluded with a bias in f16/bf16" : "", ", ", found, " candidates)");
-    const cublasLtMatmulHeuristicResult_t& result = results[pick];
-    algo = result.algo;
-    if (runtime::env("EMBER_VENDOR_LOG") == "1") {
-      // which kernel configuration cuBLASLt chose, for telling where a vendor variant's numbers come from
-      auto attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) { return algo_config(algo, a, 0); };
-      std::fprintf(stderr,
-                   "ember vendor: cuBLASLt %s M=%lld N=%lld K=%lld epilogue %d -> algo %u tile %u stages %u split-k %u "
-                   "reduction %u workspace %zu\n",
-                   std::string(dtype_name(p.dtype)).c_str(), (long long)p.M, (long long)p.N, (long long)p.K,
-                   static_cast<int>(epi), attr(CUBLASLT_ALGO_CONFIG_ID), attr(CUBLASLT_ALGO_CONFIG_TILE_ID),
-                   attr(CUBLASLT_ALGO_CONFIG_STAGES_ID), attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                   attr(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), result.workspaceSize);
-    }
+    algo = choose_lt_algo(h, p, c, ws_bytes);
     std::lock_guard<std::mutex> lock(g_lt_mu);
-    g_lt_algos[key.str()] = algo;
+    g_lt_algos[key] = algo;
   }
 
   const float alpha_f = 1.f, beta_f = 0.f;
@@ -511,8 +545,8 @@ void run_cublaslt(const Problem& p) {
     const char* A = static_cast<const char*>(p.a) + ao * es;
     const char* B = static_cast<const char*>(p.b) + bo * es;
     char* C = static_cast<char*>(p.c) + o * bs.inner * p.c_bs * es;
-    EMBER_CUBLAS_CHECK(cublasLtMatmul(h, op.d, alpha, B, la.d, A, lb.d, beta, C, lc.d, C, lc.d, &algo, ws.data_ptr(),
-                                      ws_bytes, stream));
+    EMBER_CUBLAS_CHECK(cublasLtMatmul(h, c.op.d, alpha, B, c.la.d, A, c.lb.d, beta, C, c.lc.d, C, c.lc.d, &algo,
+                                      ws.data_ptr(), ws_bytes, stream));
   }
 }
 

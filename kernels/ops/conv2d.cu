@@ -142,6 +142,44 @@ struct DirectGeom {
   int items;        // (KB / 8) P QG: one per thread
 };
 
+// One input-channel chunk [c0, c0 + cb) into shared memory: the weights of the block's KB output
+// channels and the zero-padded input planes.
+template <class T, int KS, bool FLIP>
+__device__ __forceinline__ void direct_stage_chunk(const T* __restrict__ xn, const T* __restrict__ w,
+                                                   const DirectGeom& g, int c0, int cb, int k0, float* ws, float* xs) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const int plane = g.Hp * g.Wpa;
+  // weights: ws[((c KS + r) KS + s) KB + kk]
+  const int wtotal = cb * KS * KS * g.KB;
+  for (int i = tid; i < wtotal; i += nt) {
+    const int kk = i % g.KB;
+    int t = i / g.KB;
+    const int s = t % KS;
+    t /= KS;
+    const int r = t % KS;
+    const int c = c0 + t / KS;
+    const int k = k0 + kk;
+    float v = 0.f;
+    if (k < g.Co) {
+      // forward: w[k][c][r][s] ([Co, Ci, KS, KS]); backward_input: w[c][k][KS-1-r][KS-1-s] ([Ci, Co, KS, KS])
+      v = FLIP ? static_cast<float>(w[((c * g.Co + k) * KS + (KS - 1 - r)) * KS + (KS - 1 - s)])
+               : static_cast<float>(w[((k * g.Ci + c) * KS + r) * KS + s]);
+    }
+    ws[i] = v;
+  }
+  // zero-padded input planes
+  const int xtotal = cb * plane;
+  for (int i = tid; i < xtotal; i += nt) {
+    const int c = i / plane;
+    const int rem = i - c * plane;
+    const int hh = rem / g.Wpa, ww = rem - hh * g.Wpa;
+    const int h = hh - g.pad, wi = ww - g.pad;
+    float v = 0.f;
+    if (h >= 0 && h < g.H && wi >= 0 && wi < g.W) v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
+    xs[i] = v;
+  }
+}
+
 // y[n, k0 + kk, p, q] for one image and KB output channels; thread = one item (8 channels x TP
 // pixels of a row), accumulated over input-channel chunks staged in shared memory. FLIP: the weight
 // is read as the transposed, flipped kernel of a [Co, Ci] convolution (backward_input).
@@ -155,7 +193,7 @@ __global__ void __launch_bounds__(256) direct_kernel(const T* __restrict__ in, c
   float* xs = smem + g.CB * KS * KS * g.KB;  // [CB][Hp][Wpa]
   const int n = blockIdx.x;
   const int k0 = blockIdx.y * g.KB;
-  const int tid = threadIdx.x, nt = blockDim.x;
+  const int tid = threadIdx.x;
   const bool active = tid < g.items;
   const int qg = tid % g.QG;
   const int p = (tid / g.QG) % g.P;
@@ -170,35 +208,7 @@ __global__ void __launch_bounds__(256) direct_kernel(const T* __restrict__ in, c
   for (int c0 = 0; c0 < g.Ci; c0 += g.CB) {
     const int cb = ::min(g.CB, g.Ci - c0);
     __syncthreads();  // the previous chunk is no longer read
-    // weights: ws[((c KS + r) KS + s) KB + kk]
-    const int wtotal = cb * KS * KS * g.KB;
-    for (int i = tid; i < wtotal; i += nt) {
-      const int kk = i % g.KB;
-      int t = i / g.KB;
-      const int s = t % KS;
-      t /= KS;
-      const int r = t % KS;
-      const int c = c0 + t / KS;
-      const int k = k0 + kk;
-      float v = 0.f;
-      if (k < g.Co) {
-        // forward: w[k][c][r][s] ([Co, Ci, KS, KS]); backward_input: w[c][k][KS-1-r][KS-1-s] ([Ci, Co, KS, KS])
-        v = FLIP ? static_cast<float>(w[((c * g.Co + k) * KS + (KS - 1 - r)) * KS + (KS - 1 - s)])
-                 : static_cast<float>(w[((k * g.Ci + c) * KS + r) * KS + s]);
-      }
-      ws[i] = v;
-    }
-    // zero-padded input planes
-    const int xtotal = cb * plane;
-    for (int i = tid; i < xtotal; i += nt) {
-      const int c = i / plane;
-      const int rem = i - c * plane;
-      const int hh = rem / g.Wpa, ww = rem - hh * g.Wpa;
-      const int h = hh - g.pad, wi = ww - g.pad;
-      float v = 0.f;
-      if (h >= 0 && h < g.H && wi >= 0 && wi < g.W) v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
-      xs[i] = v;
-    }
+    direct_stage_chunk<T, KS, FLIP>(xn, w, g, c0, cb, k0, ws, xs);
     __syncthreads();
     if (active) {
       for (int c = 0; c < cb; ++c) {
@@ -447,13 +457,39 @@ struct DirectWgradGeom {
   int rpitch;       // floats per unit in the final reduction (TK KS KS rounded up to odd)
 };
 
+// Image n's input planes (channels c0 ..) and grad_output planes (channels k0 ..) into shared
+// memory, zero-padded.
+template <class T>
+__device__ __forceinline__ void wgrad_stage_image(const T* __restrict__ gy, const T* __restrict__ x,
+                                                  const DirectWgradGeom& g, int n, int k0, int c0, float* xs,
+                                                  float* gs) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const int xplane = g.Hp * g.Wp, gplane = g.P * g.Q;
+  const T* xn = x + static_cast<int64_t>(n) * g.C * g.H * g.W;
+  for (int i = tid; i < g.CB * xplane; i += nt) {
+    const int c = i / xplane;
+    const int rem = i - c * xplane;
+    const int hh = rem / g.Wp, w = rem - hh * g.Wp;
+    const int h = hh - g.pad, wi = w - g.pad;
+    float v = 0.f;
+    if (c0 + c < g.C && h >= 0 && h < g.H && wi >= 0 && wi < g.W)
+      v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
+    xs[c * g.xpitch + rem] = v;
+  }
+  const T* gn = gy + static_cast<int64_t>(n) * g.K * gplane;
+  for (int i = tid; i < g.KB * gplane; i += nt) {
+    const int k = i / gplane, rem = i - k * gplane;
+    const int p = rem / g.Q, q = rem - p * g.Q;
+    gs[k * g.gpitch + p * g.gq + q] = k0 + k < g.K ? static_cast<float>(gn[(k0 + k) * gplane + rem]) : 0.f;
+  }
+}
+
 // Partial dW for images [split ipb, (split + 1) ipb) and a (k, c) slice, into ws[split][K][C][KS][KS].
 template <class T, int KS, int TK>
 __global__ void __launch_bounds__(256)
     direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x, float* __restrict__ ws, DirectWgradGeom g) {
   EMBER_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
-  const int xplane = g.Hp * g.Wp, gplane = g.P * g.Q;
   float* xs = smem;                    // [CB][xpitch >= Hp Wp]
   float* gs = smem + g.CB * g.xpitch;  // [KB][gpitch >= P gq]
   const int split = blockIdx.x;
@@ -476,23 +512,7 @@ __global__ void __launch_bounds__(256)
   const int n_begin = split * g.ipb, n_end = ::min(g.N, n_begin + g.ipb);
   for (int n = n_begin; n < n_end; ++n) {
     __syncthreads();  // the previous image's planes are no longer read
-    const T* xn = x + static_cast<int64_t>(n) * g.C * g.H * g.W;
-    for (int i = tid; i < g.CB * xplane; i += nt) {
-      const int c = i / xplane;
-      const int rem = i - c * xplane;
-      const int hh = rem / g.Wp, w = rem - hh * g.Wp;
-      const int h = hh - g.pad, wi = w - g.pad;
-      float v = 0.f;
-      if (c0 + c < g.C && h >= 0 && h < g.H && wi >= 0 && wi < g.W)
-        v = static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
-      xs[c * g.xpitch + rem] = v;
-    }
-    const T* gn = gy + static_cast<int64_t>(n) * g.K * gplane;
-    for (int i = tid; i < g.KB * gplane; i += nt) {
-      const int k = i / gplane, rem = i - k * gplane;
-      const int p = rem / g.Q, q = rem - p * g.Q;
-      gs[k * g.gpitch + p * g.gq + q] = k0 + k < g.K ? static_cast<float>(gn[(k0 + k) * gplane + rem]) : 0.f;
-    }
+    wgrad_stage_image(gy, x, g, n, k0, c0, xs, gs);
     __syncthreads();
     if (active) {
       const float* xc = xs + cc * g.xpitch;
