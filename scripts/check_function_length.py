@@ -27,6 +27,8 @@ import os
 import re
 import sys
 
+from repo_files import source_files, table_lines
+
 LAYERS = ["sim", "core", "kernels", "io", "nn", "optim", "data", "logging", "amp", "ckpt", "dist", "apps"]
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
 CONTROL = re.compile(r"^\s*(if|for|while|switch|catch|do|else|try|return)\b")
@@ -174,33 +176,22 @@ def scan(root, limit):
         base = os.path.join(root, layer)
         if not os.path.isdir(base):
             continue
-        for dirpath, _, files in sorted(os.walk(base)):
-            for f in sorted(files):
-                if not f.endswith(EXTENSIONS):
-                    continue
-                path = os.path.join(dirpath, f)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                with open(path, encoding="utf-8", errors="replace") as fh:
-                    text = fh.read()
-                for name, first, last in functions(text):
-                    n = last - first + 1
-                    if n > limit:
-                        yield rel, first, name, n
+        for path, rel in source_files(root, layer, EXTENSIONS):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+            for name, first, last in functions(text):
+                n = last - first + 1
+                if n > limit:
+                    yield rel, first, name, n
 
 
 def read_allow(path):
     allow = {}
-    if not path or not os.path.exists(path):
-        return allow
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            parts = line.split(None, 2)
-            if len(parts) < 3:
-                raise SystemExit(f"{path}:{lineno}: expected 'path function-name why', got '{line}'")
-            allow[(parts[0], parts[1])] = lineno
+    for lineno, line in table_lines(path):
+        parts = line.split(None, 2)
+        if len(parts) < 3:
+            raise SystemExit(f"{path}:{lineno}: expected 'path function-name why', got '{line}'")
+        allow[(parts[0], parts[1])] = lineno
     return allow
 
 

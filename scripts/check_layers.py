@@ -19,6 +19,8 @@ import os
 import re
 import sys
 
+from repo_files import source_files
+
 # Lowest first. A directory may include its own headers and those of every lower tier. Siblings in
 # one tier are independent of each other: nn/ does not include optim/ or data/, and so on.
 TIERS = [
@@ -69,40 +71,35 @@ def scan(root):
         if not os.path.isdir(layer_dir):
             continue
         allowed = allowed_for(layer)
-        for dirpath, _, files in sorted(os.walk(layer_dir)):
-            for name in sorted(files):
-                if not name.endswith(SOURCE_EXTENSIONS):
-                    continue
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    for lineno, line in enumerate(f, 1):
-                        m = INCLUDE_RE.match(line)
-                        if not m:
-                            continue
-                        inc = m.group(1)
-                        first = inc.split("/", 1)[0]
-                        if "/" not in inc:
-                            if inc == "ember.h":
-                                yield rel, lineno, inc, (f"ember.h is the umbrella over every layer; {layer}/ may "
-                                                         f"include only {', '.join(d + '/' for d in allowed)}")
-                            continue  # same-directory include
-                        if first not in top_dirs and tier_of(first) is None:
-                            continue  # not a path of this tree (e.g. a third-party "gloo/..." header)
-                        if first not in allowed:
-                            where = (f"layer {tier_of(first)}, {'a sibling' if tier_of(first) == tier_of(layer) else 'above'}"
-                                     if tier_of(first) is not None else "not a library layer")
-                            yield rel, lineno, inc, (f"{layer}/ (layer {tier_of(layer)}) may include only "
-                                                     f"{', '.join(d + '/' for d in allowed)}; {first}/ is {where}")
-                            continue
-                        if first != layer and first in PUBLIC_HEADERS and inc not in PUBLIC_HEADERS[first]:
-                            yield rel, lineno, inc, (f"a private header: {first}/ is included from other layers "
-                                                     f"only through {', '.join(PUBLIC_HEADERS[first])}")
-                            continue
-                        for inner, forbidden, why in INNER_RULES:
-                            if rel.startswith(inner + "/") and any(inc.startswith(fb + "/") for fb in forbidden):
-                                yield rel, lineno, inc, (f"{inner}/ may not include {', '.join(fb + '/' for fb in forbidden)}"
-                                                         f" ({why})")
+        for path, rel in source_files(root, layer, SOURCE_EXTENSIONS):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for lineno, line in enumerate(f, 1):
+                    m = INCLUDE_RE.match(line)
+                    if not m:
+                        continue
+                    inc = m.group(1)
+                    first = inc.split("/", 1)[0]
+                    if "/" not in inc:
+                        if inc == "ember.h":
+                            yield rel, lineno, inc, (f"ember.h is the umbrella over every layer; {layer}/ may "
+                                                     f"include only {', '.join(d + '/' for d in allowed)}")
+                        continue  # same-directory include
+                    if first not in top_dirs and tier_of(first) is None:
+                        continue  # not a path of this tree (e.g. a third-party "gloo/..." header)
+                    if first not in allowed:
+                        where = (f"layer {tier_of(first)}, {'a sibling' if tier_of(first) == tier_of(layer) else 'above'}"
+                                 if tier_of(first) is not None else "not a library layer")
+                        yield rel, lineno, inc, (f"{layer}/ (layer {tier_of(layer)}) may include only "
+                                                 f"{', '.join(d + '/' for d in allowed)}; {first}/ is {where}")
+                        continue
+                    if first != layer and first in PUBLIC_HEADERS and inc not in PUBLIC_HEADERS[first]:
+                        yield rel, lineno, inc, (f"a private header: {first}/ is included from other layers "
+                                                 f"only through {', '.join(PUBLIC_HEADERS[first])}")
+                        continue
+                    for inner, forbidden, why in INNER_RULES:
+                        if rel.startswith(inner + "/") and any(inc.startswith(fb + "/") for fb in forbidden):
+                            yield rel, lineno, inc, (f"{inner}/ may not include {', '.join(fb + '/' for fb in forbidden)}"
+                                                     f" ({why})")
 
 
 def main():

@@ -28,6 +28,8 @@ import re
 import subprocess
 import sys
 
+from repo_files import table_lines
+
 ARCH = "sm_90"
 COUNTERS = ["registers", "static_shared", "stack_frame", "spill_stores", "spill_loads"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -197,18 +199,12 @@ def read_allow(path):
     is stack_frame, spill_stores or spill_loads and the pattern is a demangled name with '*'
     wildcards. Returns [(line, counter, bound, pattern, regex)]."""
     allow = []
-    if not os.path.exists(path):
-        return allow
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            s = line.strip()
-            if not s or s.startswith("#"):
-                continue
-            parts = [p.strip() for p in s.split(" | ")]
-            m = re.fullmatch(r"(stack_frame|spill_stores|spill_loads)\s*<=\s*(\d+)", parts[0])
-            if len(parts) != 3 or not m or not parts[1] or not parts[2]:
-                raise Error(f"{path}:{n}: expected \"<stack_frame|spill_stores|spill_loads> <= <bytes> | <kernel pattern> | <reason>\"")
-            allow.append((n, m.group(1), int(m.group(2)), parts[1], glob_regex(parts[1])))
+    for n, s in table_lines(path):
+        parts = [p.strip() for p in s.split(" | ")]
+        m = re.fullmatch(r"(stack_frame|spill_stores|spill_loads)\s*<=\s*(\d+)", parts[0])
+        if len(parts) != 3 or not m or not parts[1] or not parts[2]:
+            raise Error(f"{path}:{n}: expected \"<stack_frame|spill_stores|spill_loads> <= <bytes> | <kernel pattern> | <reason>\"")
+        allow.append((n, m.group(1), int(m.group(2)), parts[1], glob_regex(parts[1])))
     return allow
 
 
