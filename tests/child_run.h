@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -24,9 +25,53 @@ extern char** environ;
 
 namespace ember::testing {
 
-struct ChildResult {
+// How a child process ended: its exit code, or the signal that killed it.
+struct ExitStatus {
   int exit_code = -1;
   int signal = 0;  // nonzero when the child died from a signal (SIGABRT: std::terminate's abort)
+};
+
+// Runs the program argv[0] with argv, stdout and stderr written to out_path and err_path, in this
+// process's environment plus `env` ("NAME=value", ahead of it, so it wins), and waits for it. A
+// child still running after `limit_s` is killed: then nullopt.
+inline std::optional<ExitStatus> spawn_and_wait(std::vector<std::string> argv_s, std::vector<std::string> env_s,
+                                                const std::string& out_path, const std::string& err_path,
+                                                double limit_s) {
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (std::string& e : env_s) envp.push_back(e.data());
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv_s[0].c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  for (;;) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    REQUIRE(w >= 0);
+    if (w == pid) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ExitStatus r;
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  return r;
+}
+
+struct ChildResult : ExitStatus {
   std::string out, err;
 };
 
@@ -42,41 +87,7 @@ inline ChildResult run_self(const std::string& spec, const std::vector<std::stri
                             ("ember_child_" + std::to_string(::getpid()) + "_" + std::to_string(counter++)))
                                .string();
   const std::string out_path = base + ".out", err_path = base + ".err";
-  std::vector<std::string> argv_s = {self, spec};
-  std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_s(env);
-  std::vector<char*> envp;
-  for (std::string& e : env_s) envp.push_back(e.data());
-  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  int status = 0;
-  for (;;) {
-    const pid_t w = waitpid(pid, &status, WNOHANG);
-    REQUIRE(w >= 0);
-    if (w == pid) break;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      std::filesystem::remove(out_path, ec);
-      std::filesystem::remove(err_path, ec);
-      FAIL(self << " " << spec << ": still running after " << limit_s << " s (killed)");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ChildResult r;
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  const std::optional<ExitStatus> status = spawn_and_wait({self, spec}, env, out_path, err_path, limit_s);
   auto read = [&](const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     std::ostringstream s;
@@ -85,8 +96,11 @@ inline ChildResult run_self(const std::string& spec, const std::vector<std::stri
     std::filesystem::remove(path, ec);
     return s.str();
   };
+  ChildResult r;
   r.out = read(out_path);
   r.err = read(err_path);
+  if (!status) FAIL(self << " " << spec << ": still running after " << limit_s << " s (killed)");
+  static_cast<ExitStatus&>(r) = *status;
   return r;
 }
 

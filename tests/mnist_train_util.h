@@ -2,12 +2,6 @@
 // (tests/test_mnist_train.cpp) and the GPU ones (tests/test_mnist_train_gpu.cpp).
 #pragma once
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -21,9 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/child_run.h"
 #include "tests/data_test_util.h"
-
-extern char** environ;
 
 namespace ember::testing::app {
 
@@ -59,9 +52,7 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
-struct RunResult {
-  int exit_code = -1;
-  int signal = 0;  // nonzero when the child died from a signal
+struct RunResult : ExitStatus {
   std::string out, err;
   std::string cmd;
 };
@@ -77,42 +68,14 @@ inline RunResult run_app(const std::vector<std::string>& args, const std::string
   const std::string err_path = dir + "/run" + std::to_string(id) + ".err";
   RunResult r;
   r.cmd = "mnist_train";
-  std::vector<std::string> argv_s = {kBinary};
+  std::vector<std::string> argv = {kBinary};
   for (const std::string& a : args) {
-    argv_s.push_back(a);
+    argv.push_back(a);
     r.cmd += " " + a;
   }
-  std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  std::vector<std::string> env_s(env);
-  std::vector<char*> envp;
-  for (std::string& e : env_s) envp.push_back(e.data());
-  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-  envp.push_back(nullptr);
-  int rc = posix_spawn(&pid, kBinary.c_str(), &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  int status = 0;
-  for (;;) {
-    pid_t w = waitpid(pid, &status, WNOHANG);
-    REQUIRE(w >= 0);
-    if (w == pid) break;
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL(r.cmd << ": still running after " << limit_s << " s (killed)");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  const std::optional<ExitStatus> status = spawn_and_wait(argv, env, out_path, err_path, limit_s);
+  if (!status) FAIL(r.cmd << ": still running after " << limit_s << " s (killed)");
+  static_cast<ExitStatus&>(r) = *status;
   r.out = read_file(out_path);
   r.err = read_file(err_path);
   return r;

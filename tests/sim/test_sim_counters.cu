@@ -32,12 +32,9 @@ __global__ void gather_f32(const float* in, float* out, int stride, int offset) 
   out[i] = in[i * stride + offset];
 }
 
-__global__ void copy_f2(const float2* in, float2* out) {
-  const int i = static_cast<int>(threadIdx.x);
-  out[i] = in[i];
-}
-
-__global__ void copy_f4(const float4* in, float4* out) {
+// One vector (float2, float4) per thread.
+template <class V>
+__global__ void copy_vec(const V* in, V* out) {
   const int i = static_cast<int>(threadIdx.x);
   out[i] = in[i];
 }
@@ -246,28 +243,26 @@ TEST_CASE("sim counters: coalesced, strided, misaligned and broadcast float load
   }
 }
 
-TEST_CASE("sim counters: float2 and float4 accesses", "[gpu][sim][counters]") {
+// A warp copying one V per lane: each load and store request covers 32 * sizeof(V) contiguous
+// bytes, sizeof(V) sectors of 32 bytes.
+template <class V>
+void check_vector_copy() {
   Tensor in = dev_zeros(128), out = dev_zeros(128);
-  const sim::LaunchCounters c2 = count_one([&] {
-    cuda::launch(copy_f2, 1, 32, 0, stream(), reinterpret_cast<const float2*>(fp(in)),
-                 reinterpret_cast<float2*>(fp(out)));
+  const sim::LaunchCounters c = count_one([&] {
+    cuda::launch(copy_vec<V>, 1, 32, 0, stream(), reinterpret_cast<const V*>(fp(in)), reinterpret_cast<V*>(fp(out)));
   });
-  Expect l2, s2;
-  l2.global(lanes_at(addr(in), 32, 1, 8), 8);
-  s2.global(lanes_at(addr(out), 32, 1, 8), 8);
-  check_global(c2.global_load, l2);
-  check_global(c2.global_store, s2);
-  CHECK(c2.global_load.sectors == 8);
-  const sim::LaunchCounters c4 = count_one([&] {
-    cuda::launch(copy_f4, 1, 32, 0, stream(), reinterpret_cast<const float4*>(fp(in)),
-                 reinterpret_cast<float4*>(fp(out)));
-  });
-  Expect l4, s4;
-  l4.global(lanes_at(addr(in), 32, 1, 16), 16);
-  s4.global(lanes_at(addr(out), 32, 1, 16), 16);
-  check_global(c4.global_load, l4);
-  check_global(c4.global_store, s4);
-  CHECK(c4.global_load.sectors == 16);
+  constexpr int kBytes = static_cast<int>(sizeof(V));
+  Expect load, store;
+  load.global(lanes_at(addr(in), 32, 1, kBytes), kBytes);
+  store.global(lanes_at(addr(out), 32, 1, kBytes), kBytes);
+  check_global(c.global_load, load);
+  check_global(c.global_store, store);
+  CHECK(c.global_load.sectors == kBytes);
+}
+
+TEST_CASE("sim counters: float2 and float4 accesses", "[gpu][sim][counters]") {
+  check_vector_copy<float2>();
+  check_vector_copy<float4>();
 }
 
 TEST_CASE("sim counters: a partial warp and a divergent branch", "[gpu][sim][counters]") {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sim/libs/common.h"
+#include "tests/sim/cudnn_objects.h"
 
 namespace {
 
@@ -49,31 +50,18 @@ struct Cfg {
   cudnnDataType_t compute() const { return type == CUDNN_DATA_DOUBLE ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
 };
 
-// ---- RAII wrappers ----
+// ---- RAII wrappers (tests/sim/cudnn_objects.h) and the descriptors of a problem ----
 
-struct Handle {
-  cudnnHandle_t h = nullptr;
-  Handle() { REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS); }
-  ~Handle() { cudnnDestroy(h); }
-};
-struct TDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TDesc() { cudnnCreateTensorDescriptor(&d); }
-  ~TDesc() { cudnnDestroyTensorDescriptor(d); }
+using ember::testing::cudnn::CDesc;
+using ember::testing::cudnn::DevBuf;
+using ember::testing::cudnn::FDesc;
+using ember::testing::cudnn::Handle;
+
+struct TDesc : ember::testing::cudnn::TensorDesc {
   cudnnStatus_t set(cudnnDataType_t t, int n, int c, int h, int w, bool nhwc) {
     return nhwc ? cudnnSetTensor4dDescriptorEx(d, t, n, c, h, w, h * w * c, 1, w * c, c)
                 : cudnnSetTensor4dDescriptorEx(d, t, n, c, h, w, c * h * w, h * w, w, 1);
   }
-};
-struct FDesc {
-  cudnnFilterDescriptor_t d = nullptr;
-  FDesc() { cudnnCreateFilterDescriptor(&d); }
-  ~FDesc() { cudnnDestroyFilterDescriptor(d); }
-};
-struct CDesc {
-  cudnnConvolutionDescriptor_t d = nullptr;
-  CDesc() { cudnnCreateConvolutionDescriptor(&d); }
-  ~CDesc() { cudnnDestroyConvolutionDescriptor(d); }
 };
 struct Descs {
   TDesc x, y;
@@ -89,13 +77,6 @@ struct Descs {
     REQUIRE(cudnnSetConvolutionGroupCount(conv.d, c.G) == CUDNN_STATUS_SUCCESS);
     REQUIRE(cudnnSetConvolutionMathType(conv.d, math) == CUDNN_STATUS_SUCCESS);
   }
-};
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { REQUIRE(cudaMalloc(&p, std::max<size_t>(bytes, 1)) == cudaSuccess); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
 };
 
 // ---- tensors: logical [a, b, c, d] values in double, stored NCHW-like or NHWC-like ----
@@ -224,26 +205,30 @@ Run run(Handle& h, const Problem& pb, Dir dir, int algo, cudnnMathType_t math, d
   if (r.status != CUDNN_STATUS_SUCCESS) return r;
   DevBuf ws(need);
   void* wsp = need > 0 ? ws.p : nullptr;
+  // The direction's two operands and its output: forward x * w -> y, backward-data dy * w -> dx,
+  // backward-filter x * dy -> dw.
+  struct Operand {
+    void* p;
+    const std::vector<double>* v;
+    Layout l;
+  };
+  const Operand xo{x.p, &pb.x, x_layout(c)}, wo{w.p, &pb.w, w_layout(c)}, yo{y.p, &pb.dy, y_layout(c)};
+  const Operand a = dir == kBwdData ? yo : xo, b = dir == kBwdFilter ? yo : wo;
+  const Operand out = dir == kFwd ? yo : dir == kBwdData ? xo : wo;
+  upload(a.p, *a.v, a.l, e);
+  upload(b.p, *b.v, b.l, e);
+  if (old != nullptr) upload(out.p, *old, out.l, e);
   switch (dir) {
     case kFwd:
-      upload(x.p, pb.x, x_layout(c), e);
-      upload(w.p, pb.w, w_layout(c), e);
-      if (old != nullptr) upload(y.p, *old, y_layout(c), e);
       r.status = cudnnConvolutionForward(h.h, pa, d.x.d, x.p, d.w.d, w.p, d.conv.d,
                                          static_cast<cudnnConvolutionFwdAlgo_t>(algo), wsp, need, pb_, d.y.d, y.p);
       break;
     case kBwdData:
-      upload(w.p, pb.w, w_layout(c), e);
-      upload(y.p, pb.dy, y_layout(c), e);
-      if (old != nullptr) upload(x.p, *old, x_layout(c), e);
       r.status =
           cudnnConvolutionBackwardData(h.h, pa, d.w.d, w.p, d.y.d, y.p, d.conv.d,
                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), wsp, need, pb_, d.x.d, x.p);
       break;
     case kBwdFilter:
-      upload(x.p, pb.x, x_layout(c), e);
-      upload(y.p, pb.dy, y_layout(c), e);
-      if (old != nullptr) upload(w.p, *old, w_layout(c), e);
       r.status = cudnnConvolutionBackwardFilter(h.h, pa, d.x.d, x.p, d.y.d, y.p, d.conv.d,
                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), wsp, need, pb_,
                                                 d.w.d, w.p);
@@ -251,9 +236,7 @@ Run run(Handle& h, const Problem& pb, Dir dir, int algo, cudnnMathType_t math, d
   }
   if (r.status != CUDNN_STATUS_SUCCESS) return r;
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  const Layout& l = dir == kFwd ? y_layout(c) : dir == kBwdData ? x_layout(c) : w_layout(c);
-  const void* out = dir == kFwd ? y.p : dir == kBwdData ? x.p : w.p;
-  r.out = download(out, l, e);
+  r.out = download(out.p, out.l, e);
   return r;
 }
 

@@ -19,6 +19,7 @@
 
 #include "sim/libs/common.h"
 #include "sim/libs/cudnn_internal.h"
+#include "tests/sim/cudnn_objects.h"
 
 namespace {
 
@@ -27,6 +28,9 @@ using ember::sim::libs::elem_bytes;
 using ember::sim::libs::load_elem;
 using ember::sim::libs::round_to;
 using ember::sim::libs::store_elem;
+using ember::testing::cudnn::DevBuf;
+using ember::testing::cudnn::Handle;
+using ember::testing::cudnn::PDesc;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -66,20 +70,11 @@ cudnnDataType_t type_of(Elem e) {
   }
 }
 
-struct Dev {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Dev(size_t b) : bytes(b) { REQUIRE(cudaMalloc(&p, b) == cudaSuccess); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-};
-
 // Device memory for `s` holding v (rounded to e); without v left as allocated (NaN everywhere).
 struct DevTensor {
   Shape s;
   Elem e;
-  Dev mem;
+  DevBuf mem;
   DevTensor(const Shape& sh, Elem el) : s(sh), e(el), mem(static_cast<size_t>(sh.span()) * elem_bytes(el)) {}
   DevTensor(const Shape& sh, Elem el, const std::vector<double>& v) : DevTensor(sh, el) { upload(v); }
   void upload(const std::vector<double>& v) {
@@ -127,31 +122,15 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 // The tolerance of a result computed in the compute type and rounded once to e.
 double rtol_of(Elem e) { return e == Elem::f64 ? 1e-12 : e == Elem::f32 ? 2e-5 : 2e-3; }
 
-// ---- RAII cuDNN objects ----
+// ---- RAII cuDNN objects (tests/sim/cudnn_objects.h) ----
 
-struct Handle {
-  cudnnHandle_t h = nullptr;
-  Handle() { REQUIRE(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS); }
-  ~Handle() { cudnnDestroy(h); }
-};
-struct TDesc {
-  cudnnTensorDescriptor_t d = nullptr;
-  TDesc() { cudnnCreateTensorDescriptor(&d); }
-  TDesc(const Shape& s, Elem e) : TDesc() { set(s, e); }
-  ~TDesc() { cudnnDestroyTensorDescriptor(d); }
-  TDesc(const TDesc&) = delete;
-  TDesc& operator=(const TDesc&) = delete;
+struct TDesc : ember::testing::cudnn::TensorDesc {
+  TDesc() = default;
+  TDesc(const Shape& s, Elem e) { set(s, e); }
   void set(const Shape& s, Elem e) {
     REQUIRE(cudnnSetTensor4dDescriptorEx(d, type_of(e), s.n, s.c, s.h, s.w, s.sn, s.sc, s.sh, s.sw) ==
             CUDNN_STATUS_SUCCESS);
   }
-};
-struct PDesc {
-  cudnnPoolingDescriptor_t d = nullptr;
-  PDesc() { REQUIRE(cudnnCreatePoolingDescriptor(&d) == CUDNN_STATUS_SUCCESS); }
-  ~PDesc() { cudnnDestroyPoolingDescriptor(d); }
-  PDesc(const PDesc&) = delete;
-  PDesc& operator=(const PDesc&) = delete;
 };
 
 // Scaling factors in the type cuDNN reads for e (double for f64 data, float otherwise).
@@ -360,7 +339,7 @@ TEST_CASE("simulated cuDNN: each broken pooling, softmax or batch-norm call gets
                   CUDNN_STATUS_BAD_PARAM_NULL_POINTER);
     CHECK_REFUSED(cudnnPoolingForward(h.h, p.d, one.p(), xd.d, host.data(), zero.p(), yd.d, y.p()),
                   CUDNN_STATUS_BAD_PARAM);
-    Dev small(16);
+    DevBuf small(16);
     CHECK_REFUSED(cudnnPoolingForward(h.h, p.d, one.p(), xd.d, x.p(), zero.p(), yd.d, small.p), CUDNN_STATUS_BAD_PARAM);
     // backward: dy strides must be y's
     TDesc dyd(shape(2, 3, 4, 4, Layout::nhwc), f32);
