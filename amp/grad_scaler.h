@@ -28,6 +28,7 @@
 #include <map>
 #include <string>
 
+#include "core/arg.h"
 #include "core/tensor.h"
 #include "io/state_dict.h"
 #include "optim/optimizer.h"
@@ -35,31 +36,11 @@
 namespace ember::amp {
 
 struct GradScalerOptions {
-  double init_scale_ = 65536.0;
-  double growth_factor_ = 2.0;
-  double backoff_factor_ = 0.5;
-  int64_t growth_interval_ = 2000;
-  bool enabled_ = true;
-  GradScalerOptions& init_scale(double v) {
-    init_scale_ = v;
-    return *this;
-  }
-  GradScalerOptions& growth_factor(double v) {
-    growth_factor_ = v;
-    return *this;
-  }
-  GradScalerOptions& backoff_factor(double v) {
-    backoff_factor_ = v;
-    return *this;
-  }
-  GradScalerOptions& growth_interval(int64_t v) {
-    growth_interval_ = v;
-    return *this;
-  }
-  GradScalerOptions& enabled(bool v) {
-    enabled_ = v;
-    return *this;
-  }
+  EMBER_FIELD(double, init_scale) = 65536.0;
+  EMBER_FIELD(double, growth_factor) = 2.0;
+  EMBER_FIELD(double, backoff_factor) = 0.5;
+  EMBER_FIELD(int64_t, growth_interval) = 2000;
+  EMBER_FIELD(bool, enabled) = true;
 };
 
 class GradScaler : public Stateful {

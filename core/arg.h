@@ -7,6 +7,14 @@
 //     EMBER_ARG(bool, bias) = true;
 //   };
 //   LinearOptions(784, 128).bias(false);   o.bias() reads it.
+//
+// EMBER_FIELD: the same chainable setter over a public field, read as `o.name_`: the option
+// structs whose fields are read directly (amp::GradScalerOptions, data::DistributedSamplerOptions).
+//
+//   struct GradScalerOptions {
+//     EMBER_FIELD(double, init_scale) = 65536.0;
+//   };
+//   GradScalerOptions().init_scale(1024);   o.init_scale_ reads it.
 #pragma once
 
 #define EMBER_ARG(T, name)                                 \
@@ -19,4 +27,11 @@
   T& name() noexcept { return this->name##_; }             \
                                                            \
  private:                                                  \
+  T name##_
+
+#define EMBER_FIELD(T, name)                        \
+  auto name(const T& new_##name)->decltype(*this) { \
+    this->name##_ = new_##name;                     \
+    return *this;                                   \
+  }                                                 \
   T name##_

@@ -79,41 +79,26 @@ inline constexpr DTypeSet kIntTypes{DType::i32, DType::i64, DType::u8};
 inline constexpr DTypeSet kNumericTypes = kFloatTypes | kIntTypes;
 inline constexpr DTypeSet kAllTypes = kNumericTypes | DTypeSet{DType::boolean};
 
-// C++ type <-> DType.
+// C++ type <-> DType: the C++ type of each DType, in the enum's order (dtype_v<Half> is f16).
+template <class... Ts>
+struct TypeList {};
+using DTypeScalars = TypeList<float, double, Half, BFloat16, int32_t, int64_t, uint8_t, bool>;
+
+// The position of T in the list, -1 when it is not there.
+template <class T, class... Ts>
+constexpr int index_in(TypeList<Ts...>) {
+  int i = 0;
+  const bool found = ((std::is_same_v<T, Ts> || (++i, false)) || ...);
+  return found ? i : -1;
+}
 template <class T>
-struct dtype_of;
-template <>
-struct dtype_of<float> {
-  static constexpr DType value = DType::f32;
+struct dtype_of {
+  static constexpr int index = index_in<T>(DTypeScalars{});
+  static_assert(index >= 0, "dtype_of<T>: T is the C++ type of no DType");
+  static constexpr DType value = static_cast<DType>(index);
 };
-template <>
-struct dtype_of<double> {
-  static constexpr DType value = DType::f64;
-};
-template <>
-struct dtype_of<Half> {
-  static constexpr DType value = DType::f16;
-};
-template <>
-struct dtype_of<BFloat16> {
-  static constexpr DType value = DType::bf16;
-};
-template <>
-struct dtype_of<int32_t> {
-  static constexpr DType value = DType::i32;
-};
-template <>
-struct dtype_of<int64_t> {
-  static constexpr DType value = DType::i64;
-};
-template <>
-struct dtype_of<uint8_t> {
-  static constexpr DType value = DType::u8;
-};
-template <>
-struct dtype_of<bool> {
-  static constexpr DType value = DType::boolean;
-};
+static_assert(dtype_of<bool>::value == DType::boolean && static_cast<int>(DType::boolean) == kNumDTypes - 1,
+              "DTypeScalars lists one C++ type per DType, in DType's order");
 template <class T>
 inline constexpr DType dtype_v = dtype_of<T>::value;
 

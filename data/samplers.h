@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/arg.h"
+
 namespace ember::data {
 
 class Sampler {
@@ -55,32 +57,11 @@ class RandomSampler final : public Sampler {
 };
 
 struct DistributedSamplerOptions {
-  int64_t world_size_ = 1;
-  int64_t rank_ = 0;
-  bool shuffle_ = true;
-  uint64_t seed_ = 0;
-  bool drop_last_ = false;
-
-  DistributedSamplerOptions& world_size(int64_t w) {
-    world_size_ = w;
-    return *this;
-  }
-  DistributedSamplerOptions& rank(int64_t r) {
-    rank_ = r;
-    return *this;
-  }
-  DistributedSamplerOptions& shuffle(bool s) {
-    shuffle_ = s;
-    return *this;
-  }
-  DistributedSamplerOptions& seed(uint64_t s) {
-    seed_ = s;
-    return *this;
-  }
-  DistributedSamplerOptions& drop_last(bool d) {
-    drop_last_ = d;
-    return *this;
-  }
+  EMBER_FIELD(int64_t, world_size) = 1;
+  EMBER_FIELD(int64_t, rank) = 0;
+  EMBER_FIELD(bool, shuffle) = true;
+  EMBER_FIELD(uint64_t, seed) = 0;
+  EMBER_FIELD(bool, drop_last) = false;
 };
 
 class DistributedSampler final : public Sampler {
