@@ -20,25 +20,6 @@ namespace ember {
 
 namespace {
 
-struct Dims {
-  int n;
-  int64_t index_shape[kMaxDims];
-  int64_t x_strides[kMaxDims];
-};
-Dims dims_of(const Tensor& index, const Tensor& x) {
-  Dims d{};
-  d.n = index.dim();
-  for (int k = 0; k < d.n; ++k) {
-    d.index_shape[k] = index.shape()[k];
-    d.x_strides[k] = x.strides()[k];
-  }
-  return d;
-}
-
-#define EMBER_GRID_LOOP(i, n)                                                            \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-
 template <class T, class I>
 __global__ void index_add_atomic_kernel(const I* __restrict__ idx, const T* __restrict__ src, T* __restrict__ out,
                                         int64_t K, int64_t size, int64_t inner, int64_t n) {

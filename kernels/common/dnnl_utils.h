@@ -89,6 +89,15 @@ class PrimitiveCache {
   std::map<std::vector<int64_t>, std::shared_ptr<const Entry>> map_;
 };
 
+// The process's cache of one op file's primitives, one per Entry type (the type is the op file's
+// own, so each file gets its cache). Never destroyed, so nothing depends on the order of static
+// destruction at exit.
+template <class Entry>
+PrimitiveCache<Entry>& cache_of() {
+  static auto* c = new PrimitiveCache<Entry>();
+  return *c;
+}
+
 // Builds a primitive descriptor with `make`; returns nullopt when oneDNN has no implementation
 // for it (dnnl_unimplemented) and rethrows every other failure as an ember error naming `what`.
 template <class PD, class Make>

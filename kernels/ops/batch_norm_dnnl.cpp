@@ -42,11 +42,6 @@ struct BnEntry {
   memory::desc scratchpad;
 };
 
-PrimitiveCache<BnEntry>& cache() {
-  static auto* c = new PrimitiveCache<BnEntry>();
-  return *c;
-}
-
 std::vector<int64_t> dense_strides(const Tensor& x, bool cl) {
   const Shape& s = x.shape();
   if (x.dim() == 2) return {s[1], 1};
@@ -62,7 +57,7 @@ std::shared_ptr<const BnEntry> entry(const Tensor& x, bool training, double eps)
   const double e = eps;
   std::memcpy(&eps_bits, &e, sizeof e);
   key.push_back(eps_bits);
-  return cache().get(key, [&]() -> std::shared_ptr<const BnEntry> {
+  return cache_of<BnEntry>().get(key, [&]() -> std::shared_ptr<const BnEntry> {
     const int64_t C = x.shape()[1];
     const memory::desc xd = desc_of(x.dtype(), {x.shape().begin(), x.shape().end()}, dense_strides(x, cl));
     auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;

@@ -107,11 +107,6 @@ struct ConvEntry {
   memory::desc scratchpad;
 };
 
-PrimitiveCache<ConvEntry>& cache() {
-  static auto* c = new PrimitiveCache<ConvEntry>();
-  return *c;
-}
-
 std::vector<int64_t> key_of(ConvDirection kind, const ConvGeom& g, DType t, int bias_dtype) {
   return {static_cast<int64_t>(kind),
           static_cast<int64_t>(t),
@@ -217,7 +212,7 @@ int bias_dtype_of(ConvDirection kind, const KernelCall& c) {
 std::shared_ptr<const ConvEntry> entry(ConvDirection kind, const KernelCall& c, const ConvGeom& g) {
   const DType t = c.in[0].dtype();
   const int bd = bias_dtype_of(kind, c);
-  return cache().get(key_of(kind, g, t, bd), [&] { return build(kind, g, t, bd); });
+  return cache_of<ConvEntry>().get(key_of(kind, g, t, bd), [&] { return build(kind, g, t, bd); });
 }
 
 bool supports(ConvDirection kind, const KernelCall& c) {

@@ -21,31 +21,12 @@ namespace ember {
 
 namespace {
 
-struct Dims {
-  int n;
-  int64_t index_shape[kMaxDims];
-  int64_t x_strides[kMaxDims];
-};
-Dims dims_of(const Tensor& index, const Tensor& x) {
-  Dims d{};
-  d.n = index.dim();
-  for (int k = 0; k < d.n; ++k) {
-    d.index_shape[k] = index.shape()[k];
-    d.x_strides[k] = x.strides()[k];
-  }
-  return d;
-}
-
 __device__ __forceinline__ void report(int* err, int code) { atomicCAS(err, 0, code); }
 
 template <class T>
 __device__ __forceinline__ void add_to(T& dst, T v) {
   dst = static_cast<T>(static_cast<acc_t<T>>(dst) + static_cast<acc_t<T>>(v));
 }
-
-#define EMBER_GRID_LOOP(i, n)                                                            \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 template <class T, class I>
 __global__ void index_select_kernel(const T* __restrict__ x, const I* __restrict__ idx, T* __restrict__ out, int64_t K,

@@ -37,11 +37,6 @@ struct MatmulEntry {
   memory::desc scratchpad;
 };
 
-PrimitiveCache<MatmulEntry>& cache() {
-  static auto* c = new PrimitiveCache<MatmulEntry>();
-  return *c;
-}
-
 std::vector<int64_t> dims_of(const Tensor& t) { return {t.shape().begin(), t.shape().end()}; }
 std::vector<int64_t> strides_of(const Tensor& t) { return {t.strides().begin(), t.strides().end()}; }
 
@@ -61,7 +56,7 @@ std::shared_ptr<const MatmulEntry> entry(const Tensor& a, const Tensor& b) {
   std::vector<int64_t> key;
   key_tensor(key, a);
   key_tensor(key, b);
-  return cache().get(key, [&]() -> std::shared_ptr<const MatmulEntry> {
+  return cache_of<MatmulEntry>().get(key, [&]() -> std::shared_ptr<const MatmulEntry> {
     const std::vector<int64_t> od = out_dims(a, b);
     const memory::desc ad = desc_of(a.dtype(), dims_of(a), strides_of(a));
     const memory::desc bd = desc_of(b.dtype(), dims_of(b), strides_of(b));

@@ -214,17 +214,39 @@ void max_pool2d_backward_cpu(const KernelCall& c) {
                        [&] { max_pool_backward_cpu_impl<scalar_t>(g, c.in[0], c.in[1], c.out[0]); });
 }
 
-template <class T>
-void avg_pool_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y) {
+// Average pooling's windows along one dim (rows or columns), for the shared loops below: the
+// window of output o, [lo, hi) clipped to the input, with the extent its sum is divided by, and
+// the outputs whose window may hold input index i, [first, last).
+struct AvgDim {
+  int64_t s, pad, k, in, out;
+  bool include_pad;
+  void window(int64_t o, int64_t& lo, int64_t& hi, int64_t& extent) const {
+    pool::avg_window(o, s, pad, k, in, include_pad, lo, hi, extent);
+  }
+  void covering(int64_t i, int64_t& first, int64_t& last) const { pool::covering(i, s, pad, k, out, first, last); }
+};
+struct AdaptiveDim {
+  int64_t in, out;
+  void window(int64_t o, int64_t& lo, int64_t& hi, int64_t& extent) const {
+    lo = pool::bin_start(o, in, out);
+    hi = pool::bin_end(o, in, out);
+    extent = hi - lo;
+  }
+  void covering(int64_t i, int64_t& first, int64_t& last) const { pool::bins_covering(i, in, out, first, last); }
+};
+
+// y(p, q) = the mean of x over the window of (p, q), summed in double.
+template <class T, class Dim>
+void avg_forward_impl(const PoolGeom& g, const Dim& hd, const Dim& wd, const Tensor& x, const Tensor& y) {
   auto X = plane<const T>(x);
   auto Y = plane<T>(y);
   for_each_plane(g, [&](int64_t n, int64_t c) {
     for (int64_t p = 0; p < g.P; ++p) {
       int64_t h0, h1, eh;
-      pool::avg_window(p, g.sh, g.ph, g.kh, g.H, g.count_include_pad, h0, h1, eh);
+      hd.window(p, h0, h1, eh);
       for (int64_t q = 0; q < g.Q; ++q) {
         int64_t w0, w1, ew;
-        pool::avg_window(q, g.sw, g.pw, g.kw, g.W, g.count_include_pad, w0, w1, ew);
+        wd.window(q, w0, w1, ew);
         double s = 0;
         const T* plane = &X.at(n, c, 0, 0);
         for (int64_t h = h0; h < h1; ++h) {
@@ -237,28 +259,27 @@ void avg_pool_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y) {
   });
 }
 
-void avg_pool2d_cpu(const KernelCall& c) {
-  PoolGeom g = pool_geometry("avg_pool2d", c.in[0].shape(), c.attr<PoolAttrs>());
-  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "avg_pool2d", [&] { avg_pool_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
-}
-
-template <class T>
-void avg_pool_backward_cpu_impl(const PoolGeom& g, const Tensor& gy, const Tensor& dx) {
+// dx(h, w) = the sum of gy(p, q) / (window extent) over the outputs whose window holds (h, w):
+// a gather per input element.
+template <class T, class Dim>
+void avg_backward_impl(const PoolGeom& g, const Dim& hd, const Dim& wd, const Tensor& gy, const Tensor& dx) {
   auto G = plane<const T>(gy);
   auto DX = plane<T>(dx);
   for_each_plane(g, [&](int64_t n, int64_t c) {
     for (int64_t h = 0; h < g.H; ++h)
       for (int64_t w = 0; w < g.W; ++w) {
         int64_t p0, p1, q0, q1;
-        pool::covering(h, g.sh, g.ph, g.kh, g.P, p0, p1);
-        pool::covering(w, g.sw, g.pw, g.kw, g.Q, q0, q1);
+        hd.covering(h, p0, p1);
+        wd.covering(w, q0, q1);
         double s = 0;
         for (int64_t p = p0; p < p1; ++p) {
           int64_t h0, h1, eh;
-          pool::avg_window(p, g.sh, g.ph, g.kh, g.H, g.count_include_pad, h0, h1, eh);
+          hd.window(p, h0, h1, eh);
+          if (h < h0 || h >= h1) continue;
           for (int64_t q = q0; q < q1; ++q) {
             int64_t w0, w1, ew;
-            pool::avg_window(q, g.sw, g.pw, g.kw, g.W, g.count_include_pad, w0, w1, ew);
+            wd.window(q, w0, w1, ew);
+            if (w < w0 || w >= w1) continue;
             s += static_cast<double>(G.at(n, c, p, q)) / static_cast<double>(eh * ew);
           }
         }
@@ -267,59 +288,26 @@ void avg_pool_backward_cpu_impl(const PoolGeom& g, const Tensor& gy, const Tenso
   });
 }
 
+AvgDim rows_of(const PoolGeom& g) { return {g.sh, g.ph, g.kh, g.H, g.P, g.count_include_pad}; }
+AvgDim cols_of(const PoolGeom& g) { return {g.sw, g.pw, g.kw, g.W, g.Q, g.count_include_pad}; }
+
+void avg_pool2d_cpu(const KernelCall& c) {
+  PoolGeom g = pool_geometry("avg_pool2d", c.in[0].shape(), c.attr<PoolAttrs>());
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "avg_pool2d",
+                       [&] { avg_forward_impl<scalar_t>(g, rows_of(g), cols_of(g), c.in[0], c.out[0]); });
+}
+
 void avg_pool2d_backward_cpu(const KernelCall& c) {
   const auto& a = c.attr<PoolAttrs>();
   PoolGeom g = pool_geometry("avg_pool2d_backward", {c.in[0].shape()[0], c.in[0].shape()[1], a.size[0], a.size[1]}, a);
   EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "avg_pool2d_backward",
-                       [&] { avg_pool_backward_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
-}
-
-template <class T>
-void adaptive_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y) {
-  auto X = plane<const T>(x);
-  auto Y = plane<T>(y);
-  for_each_plane(g, [&](int64_t n, int64_t c) {
-    for (int64_t p = 0; p < g.P; ++p) {
-      const int64_t h0 = pool::bin_start(p, g.H, g.P), h1 = pool::bin_end(p, g.H, g.P);
-      for (int64_t q = 0; q < g.Q; ++q) {
-        const int64_t w0 = pool::bin_start(q, g.W, g.Q), w1 = pool::bin_end(q, g.W, g.Q);
-        double s = 0;
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) s += static_cast<double>(X.at(n, c, h, w));
-        Y.at(n, c, p, q) = static_cast<T>(s / static_cast<double>((h1 - h0) * (w1 - w0)));
-      }
-    }
-  });
+                       [&] { avg_backward_impl<scalar_t>(g, rows_of(g), cols_of(g), c.in[0], c.out[0]); });
 }
 
 void adaptive_cpu(const KernelCall& c) {
   PoolGeom g = adaptive_geometry("adaptive_avg_pool2d", c.in[0].shape(), c.attr<AdaptivePoolAttrs>());
-  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "adaptive_avg_pool2d",
-                       [&] { adaptive_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
-}
-
-template <class T>
-void adaptive_backward_cpu_impl(const PoolGeom& g, const Tensor& gy, const Tensor& dx) {
-  auto G = plane<const T>(gy);
-  auto DX = plane<T>(dx);
-  for_each_plane(g, [&](int64_t n, int64_t c) {
-    for (int64_t h = 0; h < g.H; ++h)
-      for (int64_t w = 0; w < g.W; ++w) {
-        int64_t p0, p1, q0, q1;
-        pool::bins_covering(h, g.H, g.P, p0, p1);
-        pool::bins_covering(w, g.W, g.Q, q0, q1);
-        double s = 0;
-        for (int64_t p = p0; p < p1; ++p) {
-          const int64_t h0 = pool::bin_start(p, g.H, g.P), h1 = pool::bin_end(p, g.H, g.P);
-          if (h < h0 || h >= h1) continue;
-          for (int64_t q = q0; q < q1; ++q) {
-            const int64_t w0 = pool::bin_start(q, g.W, g.Q), w1 = pool::bin_end(q, g.W, g.Q);
-            if (w < w0 || w >= w1) continue;
-            s += static_cast<double>(G.at(n, c, p, q)) / static_cast<double>((h1 - h0) * (w1 - w0));
-          }
-        }
-        DX.at(n, c, h, w) = static_cast<T>(s);
-      }
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "adaptive_avg_pool2d", [&] {
+    avg_forward_impl<scalar_t>(g, AdaptiveDim{g.H, g.P}, AdaptiveDim{g.W, g.Q}, c.in[0], c.out[0]);
   });
 }
 
@@ -327,64 +315,42 @@ void adaptive_backward_cpu(const KernelCall& c) {
   const auto& a = c.attr<AdaptivePoolAttrs>();
   PoolGeom g = adaptive_geometry("adaptive_avg_pool2d_backward",
                                  {c.in[0].shape()[0], c.in[0].shape()[1], a.size[0], a.size[1]}, a);
-  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "adaptive_avg_pool2d_backward",
-                       [&] { adaptive_backward_cpu_impl<scalar_t>(g, c.in[0], c.out[0]); });
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "adaptive_avg_pool2d_backward", [&] {
+    avg_backward_impl<scalar_t>(g, AdaptiveDim{g.H, g.P}, AdaptiveDim{g.W, g.Q}, c.in[0], c.out[0]);
+  });
+}
+
+// One CPU variant over the float types (every pooling kernel here takes them).
+void add_cpu_variant(OpInfo& info, const char* name, KernelFn fn, const char* note, uint32_t flags = 0) {
+  info.add_variant(
+      {.name = name, .device = DeviceType::cpu, .fn = fn, .dtypes = kFloatTypes, .flags = flags, .note = note});
 }
 
 }  // namespace
 
 void register_cpu_max_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cpu",
-                    .device = DeviceType::cpu,
-                    .fn = max_pool2d_cpu,
-                    .dtypes = kFloatTypes,
-                    .flags = kReference,
-                    .note = "loop per (n, c) plane in double"});
-  info.add_variant({.name = "planes",
-                    .device = DeviceType::cpu,
-                    .fn = max_pool2d_planes_cpu,
-                    .dtypes = kFloatTypes,
-                    .note = "loop per (n, c) plane in the input's precision, 2x2 stride 2 vectorised"});
+  add_cpu_variant(info, "cpu", max_pool2d_cpu, "loop per (n, c) plane in double", kReference);
+  add_cpu_variant(info, "planes", max_pool2d_planes_cpu,
+                  "loop per (n, c) plane in the input's precision, 2x2 stride 2 vectorised");
 }
 
 void register_cpu_max_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu",
-                    .device = DeviceType::cpu,
-                    .fn = max_pool2d_backward_cpu,
-                    .dtypes = kFloatTypes,
-                    .note = "scatter per (n, c) plane into a double buffer, indices checked"});
+  add_cpu_variant(info, "cpu", max_pool2d_backward_cpu,
+                  "scatter per (n, c) plane into a double buffer, indices checked");
 }
 
-void register_cpu_avg_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cpu",
-                    .device = DeviceType::cpu,
-                    .fn = avg_pool2d_cpu,
-                    .dtypes = kFloatTypes,
-                    .note = "loop per (n, c) plane"});
-}
+void register_cpu_avg_pool2d(OpInfo& info) { add_cpu_variant(info, "cpu", avg_pool2d_cpu, "loop per (n, c) plane"); }
 
 void register_cpu_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu",
-                    .device = DeviceType::cpu,
-                    .fn = avg_pool2d_backward_cpu,
-                    .dtypes = kFloatTypes,
-                    .note = "gather per input element"});
+  add_cpu_variant(info, "cpu", avg_pool2d_backward_cpu, "gather per input element");
 }
 
 void register_cpu_adaptive_avg_pool2d(OpInfo& info) {
-  info.add_variant({.name = "cpu",
-                    .device = DeviceType::cpu,
-                    .fn = adaptive_cpu,
-                    .dtypes = kFloatTypes,
-                    .note = "loop per (n, c) plane"});
+  add_cpu_variant(info, "cpu", adaptive_cpu, "loop per (n, c) plane");
 }
 
 void register_cpu_adaptive_avg_pool2d_backward(OpInfo& info) {
-  info.add_variant({.name = "cpu",
-                    .device = DeviceType::cpu,
-                    .fn = adaptive_backward_cpu,
-                    .dtypes = kFloatTypes,
-                    .note = "gather per input element"});
+  add_cpu_variant(info, "cpu", adaptive_backward_cpu, "gather per input element");
 }
 
 }  // namespace ember

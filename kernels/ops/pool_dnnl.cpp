@@ -37,11 +37,6 @@ struct PoolEntry {
   memory::desc in, out;
 };
 
-PrimitiveCache<PoolEntry>& cache() {
-  static auto* c = new PrimitiveCache<PoolEntry>();
-  return *c;
-}
-
 // (forward?, geometry, layout): x [N, C, H, W] and y [N, C, P, Q] in the op's layout.
 PoolGeom geom_of(bool fwd, const KernelCall& c) {
   const auto& a = c.attr<PoolAttrs>();
@@ -89,7 +84,7 @@ std::shared_ptr<const PoolEntry> entry(bool fwd, const KernelCall& c, const Pool
   const DType t = c.in[0].dtype();
   const std::vector<int64_t> key{fwd,  static_cast<int64_t>(t), cl, g.N, g.C, g.H, g.W, g.kh, g.kw, g.sh, g.sw, g.ph,
                                  g.pw, g.count_include_pad};
-  return cache().get(key, [&] { return build(fwd, g, t, cl); });
+  return cache_of<PoolEntry>().get(key, [&] { return build(fwd, g, t, cl); });
 }
 
 bool supports(bool fwd, const KernelCall& c) {
