@@ -12,6 +12,7 @@
 
 #include <vector_types.h>
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -196,36 +197,12 @@ unsigned long long atomicCAS(unsigned long long* address, unsigned long long com
 unsigned short atomicCAS(unsigned short* address, unsigned short compare, unsigned short val);
 
 // ---- intrinsics: the host's IEEE operations (the fast-math variants are exact here) ----
-inline float __int_as_float(int v) {
-  float f;
-  std::memcpy(&f, &v, 4);
-  return f;
-}
-inline int __float_as_int(float f) {
-  int v;
-  std::memcpy(&v, &f, 4);
-  return v;
-}
-inline float __uint_as_float(unsigned v) {
-  float f;
-  std::memcpy(&f, &v, 4);
-  return f;
-}
-inline unsigned __float_as_uint(float f) {
-  unsigned v;
-  std::memcpy(&v, &f, 4);
-  return v;
-}
-inline double __longlong_as_double(long long v) {
-  double d;
-  std::memcpy(&d, &v, 8);
-  return d;
-}
-inline long long __double_as_longlong(double d) {
-  long long v;
-  std::memcpy(&v, &d, 8);
-  return v;
-}
+inline float __int_as_float(int v) { return std::bit_cast<float>(v); }
+inline int __float_as_int(float f) { return std::bit_cast<int>(f); }
+inline float __uint_as_float(unsigned v) { return std::bit_cast<float>(v); }
+inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
+inline double __longlong_as_double(long long v) { return std::bit_cast<double>(v); }
+inline long long __double_as_longlong(double d) { return std::bit_cast<long long>(d); }
 // (__expf and __logf: glibc's <math.h> declares them; sim/device_functions.cpp defines them)
 float rsqrtf(float x);
 double rsqrt(double x);

@@ -173,13 +173,17 @@ std::optional<TrainedOn> trained_on(const Metadata& metadata, const std::string&
 
 std::string shape_text(const InputShape& s) { return str(s.channels, "x", s.height, "x", s.width); }
 
+std::string exact_text(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
 std::string doubles_text(const std::vector<double>& v) {
   std::string out;
   for (double x : v) {
-    char b[40];
-    std::snprintf(b, sizeof b, "%.17g", x);
     if (!out.empty()) out += ',';
-    out += b;
+    out += exact_text(x);
   }
   return out;
 }

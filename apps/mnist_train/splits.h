@@ -50,6 +50,8 @@ std::optional<TrainedOn> trained_on(const ember::Metadata& metadata, const std::
 // "1x28x28" (the form checkpoints record), and "0.2860,0.3530"-style lists of exact doubles.
 std::string shape_text(const InputShape& s);
 std::string doubles_text(const std::vector<double>& v);
+// One double exactly ("%.17g": it reads back to the same value).
+std::string exact_text(double v);
 std::vector<double> parse_doubles(const std::string& text);
 
 }  // namespace mnist

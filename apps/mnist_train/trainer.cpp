@@ -675,14 +675,6 @@ void Trainer::save_checkpoint(int epoch, int64_t step) {
   }
 }
 
-namespace {
-std::string exact(double v) {
-  char b[40];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  return b;
-}
-}  // namespace
-
 // What a resume must agree on (ckpt/run_record.h): the optimizer and the schedule continue from the
 // saved state, so a flag that would change them cannot be honoured. --epochs and --max-steps only
 // matter to a schedule laid out over the run (not to --scheduler none, whose runs can be
@@ -718,17 +710,17 @@ void Trainer::add_training_settings(RunRecord& rec) const {
   rec.add({.key = "lr",
            .flag = "--lr",
            .why = "the optimizer and the schedule continue with the saved learning rate",
-           .value = exact(o_.lr),
+           .value = exact_text(o_.lr),
            .numeric = true});
   rec.add({.key = "weight_decay",
            .flag = "--weight-decay",
            .why = "the optimizer continues with the saved value",
-           .value = exact(o_.weight_decay),
+           .value = exact_text(o_.weight_decay),
            .numeric = true});
   rec.add({.key = "momentum",
            .flag = "--momentum",
            .why = "the optimizer continues with the saved value",
-           .value = exact(o_.momentum),
+           .value = exact_text(o_.momentum),
            .numeric = true});
   rec.add({.key = "scheduler",
            .flag = "--scheduler",
@@ -767,7 +759,7 @@ void Trainer::add_data_settings(RunRecord& rec) const {
   rec.add({.key = "val_split",
            .flag = "--val-split",
            .why = "the split decides which samples train and which validate",
-           .value = exact(o_.val_split),
+           .value = exact_text(o_.val_split),
            .numeric = true});
   rec.add({.key = "data_train_images",
            .flag = "--data: the training images",

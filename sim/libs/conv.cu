@@ -62,33 +62,31 @@ struct Element {
   int64_t n = 0, k = 0, c = 0, oh = 0, ow = 0, r = 0, s = 0, grp = 0, off = 0;
 };
 
+// Unravels i over a row-major [*, d1, d2, d3] into (a, b, c, d) and returns its offset with strides st.
+inline int64_t unravel(int64_t i, int64_t d1, int64_t d2, int64_t d3, const int64_t (&st)[4], int64_t& a, int64_t& b,
+                       int64_t& c, int64_t& d) {
+  d = i % d3;
+  c = (i / d3) % d2;
+  b = (i / (d3 * d2)) % d1;
+  a = i / (d3 * d2 * d1);
+  return a * st[0] + b * st[1] + c * st[2] + d * st[3];
+}
+
 inline Element locate(const Args& p, int64_t i) {
   const ConvGeom& g = p.g;
   Element o;
   switch (p.dir) {
     case Dir::forward:
-      o.ow = i % g.Q;
-      o.oh = (i / g.Q) % g.P;
-      o.k = (i / (g.Q * g.P)) % g.K;
-      o.n = i / (g.Q * g.P * g.K);
+      o.off = unravel(i, g.K, g.P, g.Q, g.ys, o.n, o.k, o.oh, o.ow);
       o.grp = o.k / g.Kg();
-      o.off = o.n * g.ys[0] + o.k * g.ys[1] + o.oh * g.ys[2] + o.ow * g.ys[3];
       break;
     case Dir::backward_data:
-      o.ow = i % g.W;
-      o.oh = (i / g.W) % g.H;
-      o.c = (i / (g.W * g.H)) % g.C;
-      o.n = i / (g.W * g.H * g.C);
+      o.off = unravel(i, g.C, g.H, g.W, g.xs, o.n, o.c, o.oh, o.ow);
       o.grp = o.c / g.Cg();
-      o.off = o.n * g.xs[0] + o.c * g.xs[1] + o.oh * g.xs[2] + o.ow * g.xs[3];
       break;
     case Dir::backward_filter:
-      o.s = i % g.S;
-      o.r = (i / g.S) % g.R;
-      o.c = (i / (g.S * g.R)) % g.Cg();
-      o.k = i / (g.S * g.R * g.Cg());
+      o.off = unravel(i, g.Cg(), g.R, g.S, g.ws, o.k, o.c, o.r, o.s);
       o.grp = o.k / g.Kg();
-      o.off = o.k * g.ws[0] + o.c * g.ws[1] + o.r * g.ws[2] + o.s * g.ws[3];
       break;
   }
   return o;

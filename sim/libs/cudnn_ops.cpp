@@ -60,16 +60,7 @@ bool same_strides(const cudnnTensorStruct& a, const cudnnTensorStruct& b) {
 }
 
 dnn::View4 view_of(const cudnnTensorStruct& d) {
-  dnn::View4 v;
-  v.n = d.dims[0];
-  v.c = d.dims[1];
-  v.h = d.dims[2];
-  v.w = d.dims[3];
-  v.sn = d.strides[0];
-  v.sc = d.strides[1];
-  v.sh = d.strides[2];
-  v.sw = d.strides[3];
-  return v;
+  return {d.dims[0], d.dims[1], d.dims[2], d.dims[3], d.strides[0], d.strides[1], d.strides[2], d.strides[3]};
 }
 
 // A set tensor descriptor of four dims (the calls here take 4-d tensors; cuDNN also takes 5-d ones
