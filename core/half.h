@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ostream>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -20,29 +21,23 @@ namespace ember {
 
 namespace detail {
 
-EMBER_HD inline uint32_t f32_bits(float f) {
+// The same 32 bits as another type: bits_as<uint32_t>(float) and bits_as<float>(uint32_t).
+template <class To, class From>
+EMBER_HD inline To bits_as(From v) {
+  static_assert(sizeof(To) == 4 && sizeof(From) == 4);
 #if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
+  if constexpr (std::is_same_v<To, float>) return __uint_as_float(v);
+  else return __float_as_uint(v);
 #else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-
-EMBER_HD inline float bits_f32(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  To out;
+  std::memcpy(&out, &v, 4);
+  return out;
 #endif
 }
 
 // binary32 -> binary16, round to nearest even, with subnormals, infinities and NaN.
 EMBER_HD inline uint16_t f32_to_f16_bits(float f) {
-  uint32_t x = f32_bits(f);
+  uint32_t x = bits_as<uint32_t>(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t mag = x & 0x7fffffffu;
   if (mag >= 0x7f800000u) {  // inf or NaN
@@ -73,35 +68,39 @@ EMBER_HD inline float f16_bits_to_f32(uint16_t h) {
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
   if (exp == 0) {
-    if (mant == 0) return bits_f32(sign);
+    if (mant == 0) return bits_as<float>(sign);
     // subnormal: value = mant * 2^-24
     float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
     return sign ? -v : v;
   }
-  if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
-  return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (exp == 31) return bits_as<float>(sign | 0x7f800000u | (mant << 13));
+  return bits_as<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
 EMBER_HD inline uint16_t f32_to_bf16_bits(float f) {
-  uint32_t x = f32_bits(f);
+  uint32_t x = bits_as<uint32_t>(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
   uint32_t lsb = (x >> 16) & 1u;
   x += 0x7fffu + lsb;
   return static_cast<uint16_t>(x >> 16);
 }
 
-EMBER_HD inline float bf16_bits_to_f32(uint16_t b) { return bits_f32(static_cast<uint32_t>(b) << 16); }
+EMBER_HD inline float bf16_bits_to_f32(uint16_t b) { return bits_as<float>(static_cast<uint32_t>(b) << 16); }
+
+// A Half or BFloat16 holding the bits `b` as they are.
+template <class T>
+EMBER_HD constexpr T with_bits(uint16_t b) {
+  T h{};
+  h.bits = b;
+  return h;
+}
 
 }  // namespace detail
 
 struct alignas(2) Half {
   uint16_t bits;
   Half() = default;
-  EMBER_HD static constexpr Half from_bits(uint16_t b) {
-    Half h{};
-    h.bits = b;
-    return h;
-  }
+  EMBER_HD static constexpr Half from_bits(uint16_t b) { return detail::with_bits<Half>(b); }
 #if defined(__CUDA_ARCH__)
   EMBER_HD Half(float f) : bits(__half_as_ushort(__float2half_rn(f))) {}
   EMBER_HD operator float() const { return __half2float(__ushort_as_half(bits)); }
@@ -117,11 +116,7 @@ struct alignas(2) Half {
 struct alignas(2) BFloat16 {
   uint16_t bits;
   BFloat16() = default;
-  EMBER_HD static constexpr BFloat16 from_bits(uint16_t b) {
-    BFloat16 h{};
-    h.bits = b;
-    return h;
-  }
+  EMBER_HD static constexpr BFloat16 from_bits(uint16_t b) { return detail::with_bits<BFloat16>(b); }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   EMBER_HD BFloat16(float f) : bits(__bfloat16_as_ushort(__float2bfloat16_rn(f))) {}
 #else
