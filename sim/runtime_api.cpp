@@ -587,11 +587,24 @@ bool live_event(cudaEvent_t e) {
   std::lock_guard<std::mutex> lock(g_mu);
   return e != nullptr && g_events.count(reinterpret_cast<EventImpl*>(e)) > 0;
 }
+// The error of `call` (with its preposition: "cudaEventQuery of") on a handle that is not a live event.
+cudaError_t no_such_event(const std::string& call) {
+  return fail(cudaErrorInvalidResourceHandle, call + " an event that does not exist (destroyed?)");
+}
 // The owning pointer of a live event (work queued on it keeps it alive past cudaEventDestroy).
 // g_mu held.
 std::shared_ptr<EventImpl> hold(EventImpl* e) {
   auto it = g_events.find(e);
   return it == g_events.end() ? nullptr : it->second;
+}
+
+// cudaSuccess, or the refusal of `call` (cudaStreamSynchronize or cudaStreamQuery) on a capturing
+// stream, where nothing runs until the graph is replayed, which also invalidates the capture.
+// `detail` ends the message. g_mu held.
+cudaError_t refuse_if_capturing(StreamImpl* s, const char* call, const char* detail) {
+  if (s->capture == nullptr) return cudaSuccess;
+  invalidate(s->capture, std::string(call) + " on the capturing stream");
+  return fail(cudaErrorStreamCaptureUnsupported, std::string(call) + " on a stream that is capturing a graph" + detail);
 }
 
 // Whether `call` (cudaEventQuery or cudaEventSynchronize) may look at event E now: not when E was
@@ -665,7 +678,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->maxGridSize[0] = 2147483647;
   p->maxGridSize[1] = 65535;
   p->maxGridSize[2] = 65535;
-  p->totalConstMem = 65536;
+  p->totalConstMem = 64 * 1024;
   p->major = 9;
   p->minor = 0;
   p->multiProcessorCount = kSmCount;
@@ -677,8 +690,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->l2CacheSize = 50 * 1024 * 1024;
   p->maxThreadsPerMultiProcessor = 2048;
   p->streamPrioritiesSupported = 1;
-  p->sharedMemPerMultiprocessor = 233472;
-  p->regsPerMultiprocessor = 65536;
+  p->sharedMemPerMultiprocessor = 228 * 1024;
+  p->regsPerMultiprocessor = 64 * 1024;
   p->sharedMemPerBlockOptin = kMaxSharedPerBlockOptin;
   p->maxBlocksPerMultiProcessor = 32;
   p->reservedSharedMemPerBlock = 1024;
@@ -782,13 +795,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     s = resolve(stream);
-    if (s->capture != nullptr) {
-      invalidate(s->capture, "cudaStreamSynchronize on the capturing stream");
-      return fail(
-          cudaErrorStreamCaptureUnsupported,
-          "cudaStreamSynchronize on a stream that is capturing a graph (nothing runs during capture; synchronise "
-          "after replaying the graph)");
-    }
+    if (cudaError_t e = refuse_if_capturing(s, "cudaStreamSynchronize",
+                                            " (nothing runs during capture; synchronise after replaying the graph)");
+        e != cudaSuccess)
+      return e;
     if (legacy_use(s) != cudaSuccess) return t_last_error;
     // waiting for other work is potentially unsafe: refused during a global or this thread's capture
     if (cudaError_t u = unsafe_call("cudaStreamSynchronize"); u != cudaSuccess) return u;
@@ -809,10 +819,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     s = resolve(stream);
-    if (s->capture != nullptr) {
-      invalidate(s->capture, "cudaStreamQuery on the capturing stream");
-      return fail(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery on a stream that is capturing a graph");
-    }
+    if (cudaError_t e = refuse_if_capturing(s, "cudaStreamQuery", ""); e != cudaSuccess) return e;
     if (cudaError_t u = unsafe_call("cudaStreamQuery"); u != cudaSuccess) return u;
   }
   if (cudaError_t e = sticky_or(cudaSuccess); e != cudaSuccess) return e;
@@ -957,8 +964,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream, unsigned flags) {
-  if (!live_event(e))
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord of an event that does not exist (destroyed?)");
+  if (!live_event(e)) return no_such_event("cudaEventRecord of");
   std::unique_lock<std::mutex> lock(g_mu);
   StreamImpl* s = resolve(stream);
   EventImpl* E = ev(e);
@@ -998,8 +1004,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t stream, unsigne
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) { return cudaEventRecordWithFlags(e, stream, 0); }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-  if (!live_event(e))
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery of an event that does not exist (destroyed?)");
+  if (!live_event(e)) return no_such_event("cudaEventQuery of");
   EventImpl* E = ev(e);
   // Querying any other event is potentially unsafe too (PyTorch's caching allocator defers its
   // event queries while a capture is underway for this reason): refused in global mode from any
@@ -1013,8 +1018,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  if (!live_event(e))
-    return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize of an event that does not exist (destroyed?)");
+  if (!live_event(e)) return no_such_event("cudaEventSynchronize of");
   EventImpl* E = ev(e);
   if (cudaError_t u = check_event_wait(E, "cudaEventSynchronize", ""); u != cudaSuccess) return u;
   E->wait(last_record(E));
@@ -1037,11 +1041,10 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned flags) {
-  if (!live_event(e))
-    return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on an event that does not exist (destroyed?)");
+  if (!live_event(e)) return no_such_event("cudaStreamWaitEvent on");
+  EventImpl* E = ev(e);
   std::unique_lock<std::mutex> lock(g_mu);
   StreamImpl* s = resolve(stream);
-  EventImpl* E = ev(e);
   if (cudaError_t err = legacy_use(s); err != cudaSuccess) return err;
   if (E->captured != nullptr) {
     Capture* c = E->captured;
