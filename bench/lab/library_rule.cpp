@@ -125,13 +125,7 @@ std::vector<BenchResult> read_bench_results(const std::string& path) {
     }
     std::vector<std::string> f7 = split_tabs(line);
     EMBER_CHECK(f7.size() == 7, where, ": expected 7 tab-separated fields (", kHeader, "), got ", f7.size());
-    BenchResult r;
-    r.op = f7[0];
-    r.case_name = f7[1];
-    r.dtype = f7[2];
-    r.variant = f7[3];
-    r.kind = f7[4];
-    r.where = where;
+    BenchResult r{.op = f7[0], .case_name = f7[1], .dtype = f7[2], .variant = f7[3], .kind = f7[4], .where = where};
     for (int i = 0; i < 4; ++i) EMBER_CHECK(!f7[static_cast<size_t>(i)].empty(), where, ": field ", i + 1, " is empty");
     EMBER_CHECK(r.kind == "ember" || r.kind == "vendor", where, ": kind must be ember or vendor, got '", r.kind, "'");
     char* end = nullptr;

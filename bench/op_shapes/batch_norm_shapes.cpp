@@ -10,13 +10,7 @@ namespace ember {
 namespace {
 
 std::vector<BenchCase> bn_benches(bool backward) {
-  struct S {
-    const char* name;
-    Shape x;
-    bool cl;
-    DType dt;
-  };
-  std::vector<S> shapes;
+  std::vector<LayerInput> shapes;
   for (int64_t n : {64, 512}) {
     shapes.push_back({"mnist after conv1", {n, 32, 28, 28}, false, DType::f32});
     shapes.push_back({"mnist after conv2", {n, 64, 14, 14}, false, DType::f32});
@@ -28,23 +22,20 @@ std::vector<BenchCase> bn_benches(bool backward) {
   shapes.push_back({"resnet50 2048ch 7x7", {32, 2048, 7, 7}, true, DType::f16});
   shapes.push_back({"resnet50 64ch 56x56", {32, 64, 56, 56}, false, DType::f32});
   std::vector<BenchCase> out;
-  for (const S& s : shapes) {
+  for (const LayerInput& s : shapes) {
     BenchCase b;
-    b.name = str(s.name, " ", s.x, " ", s.dt, s.cl ? " channels-last" : "", " training");
+    b.name = s.name() + " training";
     BatchNormAttrs a{};
     b.attrs = a;
-    Shape xs = s.x;
-    bool cl = s.cl;
-    DType dt = s.dt;
-    b.make = [xs, cl, dt, backward, a](Device d) {
-      const int64_t C = xs[1];
-      TensorOptions o = TensorOptions().dtype(dt).device(d);
-      TensorOptions so = TensorOptions().dtype(bn_stats_dtype(dt)).device(d);  // f32 parameters, as AMP runs them
-      Tensor x = contiguous_as(uniform(xs, -1, 1, o), cl);
+    b.make = [s, backward, a](Device d) {
+      const int64_t C = s.x[1];
+      TensorOptions o = TensorOptions().dtype(s.dt).device(d);
+      TensorOptions so = TensorOptions().dtype(bn_stats_dtype(s.dt)).device(d);  // f32 parameters, as AMP runs them
+      Tensor x = contiguous_as(uniform(s.x, -1, 1, o), s.cl);
       Tensor w = ones({C}, so), bb = zeros({C}, so), rm = zeros({C}, so), rv = ones({C}, so);
       if (!backward) return std::vector<Tensor>{x, w, bb, rm, rv};
       std::vector<Tensor> f = call(OpId::batch_norm, {x, w, bb, rm, rv}, a);
-      Tensor gy = contiguous_as(uniform(xs, -1, 1, o), cl);
+      Tensor gy = contiguous_as(uniform(s.x, -1, 1, o), s.cl);
       return std::vector<Tensor>{gy, x, w, f[1], f[2]};
     };
     out.push_back(std::move(b));

@@ -25,6 +25,16 @@ struct BenchCase {
 };
 using BenchFn = std::vector<BenchCase> (*)();
 
+// An input activation the layer ops (batch norm, pooling) are timed on.
+struct LayerInput {
+  const char* label;  // where in which model
+  Shape x;
+  bool cl;  // channels-last
+  DType dt;
+  // "<label> <shape> <dtype>[ channels-last]": the name of the cases on it.
+  std::string name() const { return str(label, " ", x, " ", dt, cl ? " channels-last" : ""); }
+};
+
 // One per ops.def entry (the unary family's name_backward and the binary family's name_scalar
 // included), defined in bench/op_shapes/<op file>_shapes.cpp or, for ops without benchmark
 // cases, in op_shapes.cpp.

@@ -11,35 +11,28 @@ namespace {
 // The MNIST CNN's activations (after conv1 and conv2) and ResNet-50's stem pool and head.
 std::vector<BenchCase> pool_benches(int kind) {
   struct S {
-    const char* name;
-    Shape x;
+    LayerInput in;
     PoolAttrs a;
-    bool cl;
-    DType dt;
   };
   std::vector<S> shapes;
   for (int64_t n : {64, 512}) {
-    shapes.push_back({"mnist pool1 2x2", {n, 32, 28, 28}, pool_attrs(2, 2, 2, 2, 0, 0), false, DType::f32});
-    shapes.push_back({"mnist pool2 2x2", {n, 64, 14, 14}, pool_attrs(2, 2, 2, 2, 0, 0), false, DType::f32});
+    shapes.push_back({{"mnist pool1 2x2", {n, 32, 28, 28}, false, DType::f32}, pool_attrs(2, 2, 2, 2, 0, 0)});
+    shapes.push_back({{"mnist pool2 2x2", {n, 64, 14, 14}, false, DType::f32}, pool_attrs(2, 2, 2, 2, 0, 0)});
   }
-  shapes.push_back({"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, pool_attrs(3, 3, 2, 2, 1, 1), true, DType::f16});
-  shapes.push_back({"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, pool_attrs(3, 3, 2, 2, 1, 1), false, DType::f32});
+  shapes.push_back({{"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, true, DType::f16}, pool_attrs(3, 3, 2, 2, 1, 1)});
+  shapes.push_back({{"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, false, DType::f32}, pool_attrs(3, 3, 2, 2, 1, 1)});
   std::vector<BenchCase> out;
   for (const S& s : shapes) {
-    PoolGeom g = pool_geometry("bench", s.x, s.a);
+    PoolGeom g = pool_geometry("bench", s.in.x, s.a);
     BenchCase b;
-    b.name = str(s.name, " ", s.x, " ", s.dt, s.cl ? " channels-last" : "");
+    b.name = s.in.name();
     b.attrs = kind == 0 ? s.a : with_input_size(s.a, g.H, g.W);
-    Shape xs = s.x;
-    PoolAttrs a = s.a;
-    bool cl = s.cl;
-    DType dt = s.dt;
-    b.make = [xs, a, cl, dt, kind, g](Device d) {
-      Tensor x = uniform(xs, -1, 1, TensorOptions().dtype(dt).device(d));
-      if (cl) x = contiguous_as(x, true);
+    b.make = [in = s.in, a = s.a, kind, g](Device d) {
+      Tensor x = uniform(in.x, -1, 1, TensorOptions().dtype(in.dt).device(d));
+      if (in.cl) x = contiguous_as(x, true);
       if (kind == 0) return std::vector<Tensor>{x};
       Shape ys{g.N, g.C, g.P, g.Q};
-      Tensor gy = contiguous_as(uniform(ys, -1, 1, TensorOptions().dtype(dt).device(d)), cl);
+      Tensor gy = contiguous_as(uniform(ys, -1, 1, TensorOptions().dtype(in.dt).device(d)), in.cl);
       if (kind == 1) return std::vector<Tensor>{gy};
       return std::vector<Tensor>{gy, call(OpId::max_pool2d, {x}, a)[1]};  // kind 2: max backward
     };
@@ -51,22 +44,20 @@ std::vector<BenchCase> pool_benches(int kind) {
 std::vector<BenchCase> adaptive_benches(bool backward) {
   std::vector<BenchCase> out;
   struct S {
-    const char* name;
-    Shape x;
+    LayerInput in;
     int64_t oh, ow;
-    bool cl;
-    DType dt;
   };
-  for (const S& s : std::vector<S>{{"resnet50 head 7x7 -> 1x1", {32, 2048, 7, 7}, 1, 1, false, DType::f32},
-                                   {"resnet50 head 7x7 -> 1x1", {32, 2048, 7, 7}, 1, 1, true, DType::f16},
-                                   {"mnist 7x7 -> 1x1", {512, 64, 7, 7}, 1, 1, false, DType::f32},
-                                   {"14x14 -> 6x6 (overlapping bins)", {64, 64, 14, 14}, 6, 6, false, DType::f32}}) {
+  for (const S& s : std::vector<S>{{{"resnet50 head 7x7 -> 1x1", {32, 2048, 7, 7}, false, DType::f32}, 1, 1},
+                                   {{"resnet50 head 7x7 -> 1x1", {32, 2048, 7, 7}, true, DType::f16}, 1, 1},
+                                   {{"mnist 7x7 -> 1x1", {512, 64, 7, 7}, false, DType::f32}, 1, 1},
+                                   {{"14x14 -> 6x6 (overlapping bins)", {64, 64, 14, 14}, false, DType::f32}, 6, 6}}) {
+    const Shape& x = s.in.x;
     BenchCase b;
-    b.name = str(s.name, " ", s.x, " ", s.dt, s.cl ? " channels-last" : "");
-    b.attrs = backward ? adaptive_pool_attrs(s.oh, s.ow, s.x[2], s.x[3]) : adaptive_pool_attrs(s.oh, s.ow);
-    Shape shape = backward ? Shape{s.x[0], s.x[1], s.oh, s.ow} : s.x;
-    bool cl = s.cl;
-    DType dt = s.dt;
+    b.name = s.in.name();
+    b.attrs = backward ? adaptive_pool_attrs(s.oh, s.ow, x[2], x[3]) : adaptive_pool_attrs(s.oh, s.ow);
+    Shape shape = backward ? Shape{x[0], x[1], s.oh, s.ow} : x;
+    bool cl = s.in.cl;
+    DType dt = s.in.dt;
     b.make = [shape, cl, dt](Device d) {
       return std::vector<Tensor>{contiguous_as(uniform(shape, -1, 1, TensorOptions().dtype(dt).device(d)), cl)};
     };
