@@ -27,7 +27,7 @@ import os
 import re
 import sys
 
-from repo_files import source_files, table_lines
+from repo_files import report, source_files, table_lines
 
 LAYERS = ["sim", "core", "kernels", "io", "nn", "optim", "data", "logging", "amp", "ckpt", "dist", "apps"]
 EXTENSIONS = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
@@ -214,19 +214,15 @@ def main():
     bad = [r for r in long_ones if (r[0], r[2]) not in allow]
     used = {(r[0], r[2]) for r in long_ones}
     stale = [(k, line) for k, line in allow.items() if k not in used]
-    for rel, line, name, n in bad:
-        print(f"{rel}:{line}: {name} is {n} lines, over the limit of {args.limit}")
-    for (rel, name), line in stale:
-        print(f"{args.allow}:{line}: the exception for {rel} {name} matches no function over {args.limit} lines; "
-              "remove it")
-    if bad or stale:
-        print(f"function length: {len(bad)} function(s) over {args.limit} lines, {len(stale)} stale exception(s). "
-              "Split long functions into named steps (a table long by nature may be named in "
-              f"{args.allow}).", file=sys.stderr)
-        return 1
-    print(f"function length: every function in {', '.join(LAYERS)} fits in {args.limit} lines "
-          f"({len(long_ones)} named exception(s))")
-    return 0
+    problems = [f"{rel}:{line}: {name} is {n} lines, over the limit of {args.limit}" for rel, line, name, n in bad]
+    problems += [f"{args.allow}:{line}: the exception for {rel} {name} matches no function over {args.limit} lines; "
+                 "remove it" for (rel, name), line in stale]
+    return report(problems,
+                  f"function length: {len(bad)} function(s) over {args.limit} lines, {len(stale)} stale exception(s). "
+                  "Split long functions into named steps (a table long by nature may be named in "
+                  f"{args.allow}).",
+                  f"function length: every function in {', '.join(LAYERS)} fits in {args.limit} lines "
+                  f"({len(long_ones)} named exception(s))")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import os
 import re
 import sys
 
+from repo_files import report
+
 SOURCES = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh", ".def", ".inc", ".py", ".sh", ".cmake")
 DOCS = (".md",)
 SKIP_DIRS = {".git", "__pycache__"}
@@ -99,13 +101,9 @@ def main():
             return 1
         print(f"check_notes: found exactly the {len(want)} expected problem(s)")
         return 0
-    for what, where in found:
-        print(f"{what} ({where})")
-    if found:
-        return 1
-    print(f"check_notes: {len(defined)} notes, each defined once; {sum(len(v) for v in cited.values())} citations, "
-          f"all of defined notes")
-    return 0
+    return report([f"{what} ({where})" for what, where in found], None,
+                  f"check_notes: {len(defined)} notes, each defined once; {sum(len(v) for v in cited.values())} "
+                  "citations, all of defined notes")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
-"""What the repository checks share: walking a layer's source files and reading a table file.
+"""What the repository checks share: walking a layer's source files, reading a table file and
+reporting what a check found.
 
-Imported by scripts/check_function_length.py, scripts/check_layers.py and
+Imported by scripts/check_function_length.py, scripts/check_layers.py, scripts/check_notes.py and
 scripts/kernel_resources.py (a script's own directory is on sys.path when it runs).
 """
 import os
+import sys
 
 
 def source_files(root, base, extensions):
@@ -26,3 +28,16 @@ def table_lines(path):
             text = line.strip()
             if text and not text.startswith("#"):
                 yield lineno, text
+
+
+def report(problems, failure, success):
+    """Prints each problem on stdout, then `failure` (if any) on stderr, and returns the exit code 1;
+    with no problem, prints `success` and returns 0."""
+    for p in problems:
+        print(p)
+    if problems:
+        if failure:
+            print(failure, file=sys.stderr)
+        return 1
+    print(success)
+    return 0
