@@ -18,9 +18,7 @@
 
 using namespace ember;
 using namespace ember::data;
-using ember::testing::error_of;
-using ember::testing::TempDir;
-using ember::testing::within;
+using namespace ember::testing;
 
 namespace {
 

@@ -12,9 +12,7 @@
 
 using namespace ember;
 using namespace ember::data;
-using ember::testing::error_of;
-using ember::testing::ProbeDataset;
-using ember::testing::within;
+using namespace ember::testing;
 
 namespace {
 

@@ -40,8 +40,7 @@ std::vector<OpSample> binary_samples() {
   std::vector<OpSample> out;
   uint64_t seed = 100;
   auto add_case = [&](std::string name, Tensor a, Tensor b) {
-    OpSample s;
-    s.name = std::move(name);
+    OpSample& s = samples::add_sample(out, std::move(name));
     s.inputs = {std::move(a), std::move(b)};
     s.gradcheck = !Op::kCompare;
     if constexpr (std::is_same_v<Op, binary::Pow>) {
@@ -50,7 +49,6 @@ std::vector<OpSample> binary_samples() {
       s.tol = {{DType::f16, {2e-3, 1e-5}}, {DType::bf16, {3.2e-2, 1e-5}}};
       s.tol_note = "the exponent's gradient is a product of three rounded factors";
     }
-    out.push_back(std::move(s));
   };
   for (const auto& ns : samples::elementwise_shapes()) {
     seed += 2;
@@ -73,11 +71,9 @@ std::vector<OpSample> binary_samples() {
     Tensor a = sample({33}, -2, 2, false, 905);
     Tensor b = a.clone();
     b.data<double>()[0] += 1;
-    OpSample s;
-    s.name = "ties";
+    OpSample& s = samples::add_sample(out, "ties");
     s.inputs = {a, b};
     s.gradcheck = false;  // central differences straddle the tie
-    out.push_back(std::move(s));
   }
   return out;
 }
@@ -89,19 +85,15 @@ std::vector<OpSample> binary_scalar_samples() {
   uint64_t seed = 300;
   double value = std::is_same_v<Op, binary::Pow> ? 2.5 : (std::is_same_v<Op, binary::Div> ? -1.75 : 0.75);
   for (const auto& ns : samples::elementwise_shapes()) {
-    OpSample s;
-    s.name = ns.name;
+    OpSample& s = samples::add_sample(out, ns.name);
     s.inputs = {sample(ns.shape, d.alo, d.ahi, false, ++seed)};
     s.attrs = ScalarAttrs{value};
     s.gradcheck = !Op::kCompare;
-    out.push_back(std::move(s));
   }
-  OpSample t;
-  t.name = "transposed";
+  OpSample& t = samples::add_sample(out, "transposed");
   t.inputs = {sample({5, 6}, d.alo, d.ahi, false, 999).transpose(0, 1)};
   t.attrs = ScalarAttrs{value};
   t.gradcheck = !Op::kCompare;
-  out.push_back(std::move(t));
   return out;
 }
 

@@ -22,12 +22,10 @@ std::vector<OpSample> samples_total_norm() {
   std::vector<OpSample> out;
   uint64_t seed = 7500;
   auto mk = [&](std::string name, double p, bool big) {
-    OpSample s;
-    s.name = std::move(name);
+    OpSample& s = samples::add_sample(out, std::move(name));
     s.gradcheck = false;
     for (const Shape& sh : norm_shapes(big)) s.inputs.push_back(samples::uniform(sh, -2, 2, ++seed));
     s.attrs = TotalNormAttrs{p};
-    out.push_back(std::move(s));
   };
   mk("L2 over 7 tensors incl. 2^20+3", 2, true);
   mk("L1", 1, false);
@@ -35,12 +33,10 @@ std::vector<OpSample> samples_total_norm() {
   mk("p = 3", 3, false);
   mk("p = 0.5", 0.5, false);
   mk("p = 0 (count)", 0, false);
-  OpSample one;
-  one.name = "single empty tensor";
+  OpSample& one = samples::add_sample(out, "single empty tensor");
   one.gradcheck = false;
   one.inputs = {samples::uniform({0}, -1, 1, 1)};
   one.attrs = TotalNormAttrs{2};
-  out.push_back(std::move(one));
   return out;
 }
 
@@ -48,14 +44,12 @@ std::vector<OpSample> samples_clip_by_total_norm() {
   std::vector<OpSample> out;
   uint64_t seed = 7600;
   auto mk = [&](std::string name, double norm, double max_norm, bool big) {
-    OpSample s;
-    s.name = std::move(name);
+    OpSample& s = samples::add_sample(out, std::move(name));
     s.gradcheck = false;
     s.inputs.push_back(full({}, norm, DType::f32));
     for (const Shape& sh : norm_shapes(big)) s.inputs.push_back(samples::uniform(sh, -2, 2, ++seed));
     s.keep_dtype = {0};
     s.attrs = ClipByNormAttrs{max_norm};
-    out.push_back(std::move(s));
   };
   mk("norm 5 > max 1: scale by 1/5", 5.0, 1.0, true);
   mk("norm 0.5 < max 1: unchanged", 0.5, 1.0, false);

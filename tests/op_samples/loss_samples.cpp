@@ -113,14 +113,12 @@ template <bool kCE>
 std::vector<OpSample> class_loss_samples() {
   std::vector<OpSample> out;
   for (ClassCase& c : class_cases(kCE)) {
-    OpSample s;
-    s.name = c.name;
+    OpSample& s = samples::add_sample(out, c.name);
     s.inputs = {kCE ? c.x : log_softmax(c.x, c.x.dim() == 1 ? 0 : 1), c.t, c.w};
     s.attrs = c.attrs;
     s.grad_inputs = {0};  // not the targets, not the class weights (no gradient, like PyTorch)
     s.gradcheck = c.gradcheck;
     set_loss_tolerance(s);
-    out.push_back(std::move(s));
   }
   return out;
 }
@@ -130,8 +128,7 @@ std::vector<OpSample> class_loss_backward_samples() {
   std::vector<OpSample> out;
   uint64_t seed = 2300;
   for (ClassCase& c : class_cases(kCE)) {
-    OpSample s;
-    s.name = c.name;
+    OpSample& s = samples::add_sample(out, c.name);
     Tensor x = kCE ? c.x : log_softmax(c.x, c.x.dim() == 1 ? 0 : 1);
     std::vector<Tensor> fwd = call(kCE ? OpId::cross_entropy : OpId::nll_loss, {x, c.t, c.w}, c.attrs);
     Tensor g = samples::uniform(fwd[0].shape(), 0.5, 2, ++seed);
@@ -141,7 +138,6 @@ std::vector<OpSample> class_loss_backward_samples() {
     // cross_entropy_backward is not differentiated again; nll_loss_backward is (w.r.t. grad)
     s.gradcheck = !kCE && c.gradcheck;
     set_loss_tolerance(s);
-    out.push_back(std::move(s));
   }
   return out;
 }
@@ -150,8 +146,7 @@ std::vector<OpSample> mse_samples(bool backward) {
   std::vector<OpSample> out;
   uint64_t seed = 2500;
   auto add = [&](std::string name, Tensor x, Tensor y, Reduction red) {
-    OpSample s;
-    s.name = std::move(name) + " " + reduction_name(red);
+    OpSample& s = samples::add_sample(out, std::move(name) + " " + reduction_name(red));
     s.attrs = LossAttrs{red, -100, 0};
     if (backward) {
       Shape gs = red == Reduction::none ? x.shape() : Shape{};
@@ -163,7 +158,6 @@ std::vector<OpSample> mse_samples(bool backward) {
       s.tol = {{DType::f32, {1e-5, 1e-5}}};
       s.tol_note = "CUDA sums in f32 per thread and f64 across threads, in another order than the f64 reference";
     }
-    out.push_back(std::move(s));
   };
   auto pair = [&](std::string name, Shape shape, Reduction red, bool transposed = false) {
     Tensor x = transposed ? samples::transposed(shape, -2, 2, ++seed) : samples::uniform(shape, -2, 2, ++seed);

@@ -14,8 +14,7 @@ std::vector<OpSample> samples_matmul() {
   std::vector<OpSample> out;
   uint64_t seed = 700;
   auto mk = [&](std::string name, Tensor a, Tensor b) {
-    OpSample s;
-    s.name = std::move(name);
+    OpSample& s = samples::add_sample(out, std::move(name));
     const int64_t M = a.shape()[a.dim() - 2], K = a.shape()[a.dim() - 1], N = b.shape()[b.dim() - 1];
     s.inputs = {std::move(a), std::move(b)};
     s.dtypes = {DType::f32, DType::f64, DType::f16, DType::bf16};
@@ -33,7 +32,6 @@ std::vector<OpSample> samples_matmul() {
         s.tol_note += "; a broadcast operand's gradient is a sum of rounded per-batch products";
       }
     }
-    out.push_back(std::move(s));
   };
   auto u = [&](Shape s) { return samples::uniform(s, -1, 1, ++seed); };
   for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1},

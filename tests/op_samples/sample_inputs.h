@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -27,6 +28,14 @@ Tensor randint(const Shape& shape, int64_t n, uint64_t seed);
 Tensor transposed(const Shape& shape, double lo, double hi, uint64_t seed);     // last two dims swapped in memory
 Tensor strided_slice(const Shape& shape, double lo, double hi, uint64_t seed);  // every other column of a wider tensor
 Tensor expanded(const Shape& shape, double lo, double hi, uint64_t seed);       // dim 0 broadcast from size 1
+
+// Appends a sample named `name` to `out`, to be filled in through the returned reference (valid
+// until the next append).
+inline OpSample& add_sample(std::vector<OpSample>& out, std::string name) {
+  OpSample& s = out.emplace_back();
+  s.name = std::move(name);
+  return s;
+}
 
 // The shapes every elementwise op is tested on: empty, scalar, 1, 7, 1023, 2^20 + 3, 2-D and 4-D.
 struct NamedShape {

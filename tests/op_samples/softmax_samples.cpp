@@ -102,8 +102,7 @@ template <bool kLog>
 std::vector<OpSample> softmax_samples() {
   std::vector<OpSample> out;
   for (SoftmaxCase& c : softmax_cases()) {
-    OpSample s;
-    s.name = c.name;
+    OpSample& s = samples::add_sample(out, c.name);
     s.inputs = {c.x};
     s.attrs = SoftmaxAttrs{c.dim};
     s.gradcheck = c.gradcheck;
@@ -117,7 +116,6 @@ std::vector<OpSample> softmax_samples() {
       s.tol_note += std::string(s.tol_note.empty() ? "" : "; ") +
                     "vendor (cuDNN) variants skipped: non-finite rows and |x| >= 1e3 differ by design";
     }
-    out.push_back(std::move(s));
   }
   return out;
 }
@@ -128,13 +126,11 @@ std::vector<OpSample> softmax_backward_samples() {
   uint64_t seed = 1300;
   for (SoftmaxCase& c : softmax_cases()) {
     if (!c.gradcheck) continue;  // the special-value rows are covered by the forward samples
-    OpSample s;
-    s.name = c.name;
+    OpSample& s = samples::add_sample(out, c.name);
     Tensor y = kLog ? log_softmax(c.x.contiguous(), c.dim) : softmax(c.x.contiguous(), c.dim);
     s.inputs = {samples::uniform(c.x.shape(), -1, 1, ++seed), y};
     s.attrs = SoftmaxAttrs{c.dim};
     set_tolerance(s, case_length(c), false);
-    out.push_back(std::move(s));
   }
   return out;
 }
