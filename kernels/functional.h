@@ -48,33 +48,15 @@ Tensor scalar_tensor(double value, const TensorOptions& options = {});
 #include "kernels/ops.def"
 
 // ---- elementwise binary with broadcasting and type promotion ----
-Tensor add(const Tensor& a, const Tensor& b);
-Tensor sub(const Tensor& a, const Tensor& b);
-Tensor mul(const Tensor& a, const Tensor& b);
-Tensor div(const Tensor& a, const Tensor& b);  // true division: integers give f32
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor add(const Tensor& a, double b);
-Tensor sub(const Tensor& a, double b);
-Tensor mul(const Tensor& a, double b);
-Tensor div(const Tensor& a, double b);
-Tensor pow(const Tensor& a, double b);
-Tensor maximum(const Tensor& a, double b);
-Tensor minimum(const Tensor& a, double b);
-// Comparisons give bool tensors.
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor eq(const Tensor& a, double b);
-Tensor ne(const Tensor& a, double b);
-Tensor lt(const Tensor& a, double b);
-Tensor le(const Tensor& a, double b);
-Tensor gt(const Tensor& a, double b);
-Tensor ge(const Tensor& a, double b);
+// Declared from kernels/ops.def, a pair per EMBER_BINARY(name, Functor) line (add, sub, mul, div,
+// pow, maximum, minimum, eq, ne, lt, le, gt, ge; the formulas are the functors' in
+// kernels/ops/binary.h): `name(a, b)` of two tensors and `name(a, b)` of a tensor and a scalar.
+// div is true division (integers give f32); the comparisons give bool tensors.
+#define EMBER_BINARY(name, Functor)              \
+  Tensor name(const Tensor& a, const Tensor& b); \
+  Tensor name(const Tensor& a, double b);
+#include "kernels/ops.def"
+
 Tensor clamp(const Tensor& x, double lo, double hi);
 
 Tensor operator-(const Tensor& x);
