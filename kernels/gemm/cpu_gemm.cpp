@@ -252,45 +252,41 @@ Kernel<S> kernel_for(Isa isa) {
 
 // ---- packing (plain C++; runs at memory speed) ----
 
-// Rows [p*MR, p*MR + MR) of A into panel p: dst[k * MR + r], zero rows past M.
+// Rows [p*W, p*W + W) of an R x K matrix X (X[r][k] at x[r * rs + k * cs]) into panel p:
+// dst[k * W + r], zero rows past R. A's MR-row panels are panels of A, B's NR-column panels are
+// panels of B^T (B with its strides swapped).
 template <class T, class S>
-void pack_a_panel(const T* a, int64_t rs, int64_t cs, int64_t M, int64_t K, int MR, int64_t p, S* dst) {
-  const int64_t i0 = p * MR;
-  const int mr = static_cast<int>(std::min<int64_t>(MR, M - i0));
-  if (cs == 1) {
-    for (int r = 0; r < mr; ++r) {
-      const T* src = a + (i0 + r) * rs;
-      for (int64_t k = 0; k < K; ++k) dst[k * MR + r] = static_cast<S>(src[k]);
+void pack_panel(const T* x, int64_t rs, int64_t cs, int64_t R, int64_t K, int W, int64_t p, S* dst) {
+  const int64_t r0 = p * W;
+  const int w = static_cast<int>(std::min<int64_t>(W, R - r0));
+  if (cs == 1) {  // each row contiguous: read along k
+    for (int r = 0; r < w; ++r) {
+      const T* src = x + (r0 + r) * rs;
+      for (int64_t k = 0; k < K; ++k) dst[k * W + r] = static_cast<S>(src[k]);
+    }
+  } else if (rs == 1) {  // each column contiguous: read and write along r
+    for (int64_t k = 0; k < K; ++k) {
+      const T* src = x + k * cs + r0;
+      S* d = dst + k * W;
+      for (int r = 0; r < w; ++r) d[r] = static_cast<S>(src[r]);
     }
   } else {
     for (int64_t k = 0; k < K; ++k)
-      for (int r = 0; r < mr; ++r) dst[k * MR + r] = static_cast<S>(a[(i0 + r) * rs + k * cs]);
+      for (int r = 0; r < w; ++r) dst[k * W + r] = static_cast<S>(x[(r0 + r) * rs + k * cs]);
   }
-  if (mr < MR)
+  if (w < W)
     for (int64_t k = 0; k < K; ++k)
-      for (int r = mr; r < MR; ++r) dst[k * MR + r] = S(0);
+      for (int r = w; r < W; ++r) dst[k * W + r] = S(0);
 }
 
-// Columns [q*NR, q*NR + NR) of B into panel q: dst[k * NR + j], zero columns past N.
+template <class T, class S>
+void pack_a_panel(const T* a, int64_t rs, int64_t cs, int64_t M, int64_t K, int MR, int64_t p, S* dst) {
+  pack_panel(a, rs, cs, M, K, MR, p, dst);
+}
+
 template <class T, class S>
 void pack_b_panel(const T* b, int64_t rs, int64_t cs, int64_t N, int64_t K, int NR, int64_t q, S* dst) {
-  const int64_t j0 = q * NR;
-  const int nr = static_cast<int>(std::min<int64_t>(NR, N - j0));
-  if (cs == 1) {
-    for (int64_t k = 0; k < K; ++k) {
-      const T* src = b + k * rs + j0;
-      S* d = dst + k * NR;
-      for (int j = 0; j < nr; ++j) d[j] = static_cast<S>(src[j]);
-    }
-  } else {
-    for (int j = 0; j < nr; ++j) {
-      const T* src = b + (j0 + j) * cs;
-      for (int64_t k = 0; k < K; ++k) dst[k * NR + j] = static_cast<S>(src[k * rs]);
-    }
-  }
-  if (nr < NR)
-    for (int64_t k = 0; k < K; ++k)
-      for (int j = nr; j < NR; ++j) dst[k * NR + j] = S(0);
+  pack_panel(b, cs, rs, N, K, NR, q, dst);
 }
 
 // ---- epilogue ----
