@@ -34,17 +34,20 @@
 // so results do not depend on timing. The butterfly leaves bit-identical statistics in every lane
 // because each merge is commutative in floating point (a + b == b + a, max is symmetric).
 //
-// A policy P provides:
+// A policy P derives from rows::Policy<T, kIn, kStats, kOut> (below), which gives it
 //   using T, Acc;                     element type and accumulation type
 //   static constexpr int kIn;         input rows read per element (1 or 2), in p.in[0..kIn)
 //   static constexpr int kStats;      accumulators in Stats = rows::Stats<Acc, kStats>
 //   static constexpr bool kOut;       whether phase 2 writes p.out (same layout as the inputs)
+//   const T* in[kIn]; T* out;
+// and defaults for a policy without per-row context or epilogue, which P may hide with its own:
 //   struct Row;                       per-row context (target, weight, scale; default-constructible)
 //   Row row(int64_t r, int64_t base)  r = a B + b, base = offset of element c = 0
+//   void done(const Stats&, const Row&, int64_t r);                          (epilogue, one thread)
+// P provides
 //   Stats init(); void step(Stats&, const Row&, int64_t c, const Acc (&v)[kIn]);
 //   void merge(Stats&, const Stats&); void finish(Stats&, const Row&);
 //   Acc value(const Stats&, const Row&, int64_t c, const Acc (&v)[kIn]);   (phase 2)
-//   void done(const Stats&, const Row&, int64_t r);                          (epilogue, one thread)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,6 +58,7 @@
 #include <type_traits>
 
 #include "core/cuda/kernel.cuh"
+#include "core/dtype.h"
 #include "kernels/common/cuda_loops.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/math.h"
@@ -66,6 +70,25 @@ namespace ember::rows {
 template <class Acc, int N>
 struct Stats {
   Acc v[N];
+};
+
+// The base of every policy (the list above). A policy is a class template, so it names what it
+// uses of its base: using typename Base::Acc, ...
+template <class T_, int kIn_, int kStats_, bool kOut_>
+struct Policy {
+  using T = T_;
+  using Acc = acc_t<T>;
+  static constexpr int kIn = kIn_, kStats = kStats_;
+  static constexpr bool kOut = kOut_;
+  using Stats = rows::Stats<Acc, kStats>;
+  struct Row {};
+
+  const T* in[kIn];
+  T* out;  // unused when !kOut
+
+  __device__ Row row(int64_t, int64_t) const { return {}; }
+  template <class R>
+  __device__ void done(const Stats&, const R&, int64_t) const {}
 };
 
 template <class Acc>
@@ -227,6 +250,29 @@ __global__ void __launch_bounds__(256) warp_kernel(P p, int64_t rows, int64_t C)
 
 // ---- block: a block per row ----
 
+// This thread's U vectors i = i0 + u nthreads (those below nvec) of every input row into a: from
+// global memory, or with kFromCache from the row's copy in shared memory (cache[k * nvec + i]).
+template <class P, bool kFromCache, int U, class V>
+__device__ __forceinline__ void block_load(const P& p, int64_t base, int64_t i0, int64_t nthreads, int64_t nvec,
+                                           const V* cache, V (&a)[U][P::kIn]) {
+  EMBER_UNROLL
+  for (int u = 0; u < U; ++u) {
+    const int64_t i = i0 + u * nthreads;
+    if (i < nvec) {
+      EMBER_UNROLL
+      for (int k = 0; k < P::kIn; ++k)
+        a[u][k] = kFromCache ? cache[k * nvec + i] : reinterpret_cast<const V*>(p.in[k] + base)[i];
+    }
+  }
+}
+
+// Element j of each input's vector, in the accumulation type.
+template <class P, class V>
+__device__ __forceinline__ void block_unpack(const V (&a)[P::kIn], int j, typename P::Acc (&v)[P::kIn]) {
+  EMBER_UNROLL
+  for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<typename P::Acc>(a[k].v[j]);
+}
+
 // VEC elements per load (16 bytes; the host checks alignment and C % VEC == 0 when VEC > 1).
 template <class P, int VEC, bool kCache>
 __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
@@ -245,14 +291,7 @@ __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
   typename P::Stats st = p.init();
   for (int64_t i0 = threadIdx.x; i0 < nvec; i0 += U * nthreads) {
     V a[U][P::kIn];
-    EMBER_UNROLL
-    for (int u = 0; u < U; ++u) {
-      const int64_t i = i0 + u * nthreads;
-      if (i < nvec) {
-        EMBER_UNROLL
-        for (int k = 0; k < P::kIn; ++k) a[u][k] = reinterpret_cast<const V*>(p.in[k] + base)[i];
-      }
-    }
+    block_load<P, false>(p, base, i0, nthreads, nvec, cache, a);
     EMBER_UNROLL
     for (int u = 0; u < U; ++u) {
       const int64_t i = i0 + u * nthreads;
@@ -264,8 +303,7 @@ __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
         EMBER_UNROLL
         for (int j = 0; j < VEC; ++j) {
           Acc v[P::kIn];
-          EMBER_UNROLL
-          for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(a[u][k].v[j]);
+          block_unpack<P>(a[u], j, v);
           p.step(st, rc, i * VEC + j, v);
         }
       }
@@ -276,15 +314,7 @@ __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
   if constexpr (P::kOut) {
     for (int64_t i0 = threadIdx.x; i0 < nvec; i0 += U * nthreads) {
       V a[U][P::kIn];
-      EMBER_UNROLL
-      for (int u = 0; u < U; ++u) {
-        const int64_t i = i0 + u * nthreads;
-        if (i < nvec) {
-          EMBER_UNROLL
-          for (int k = 0; k < P::kIn; ++k)
-            a[u][k] = kCache ? cache[k * nvec + i] : reinterpret_cast<const V*>(p.in[k] + base)[i];
-        }
-      }
+      block_load<P, kCache>(p, base, i0, nthreads, nvec, cache, a);
       EMBER_UNROLL
       for (int u = 0; u < U; ++u) {
         const int64_t i = i0 + u * nthreads;
@@ -293,8 +323,7 @@ __global__ void __launch_bounds__(1024) block_kernel(P p, int64_t C) {
           EMBER_UNROLL
           for (int j = 0; j < VEC; ++j) {
             Acc v[P::kIn];
-            EMBER_UNROLL
-            for (int k = 0; k < P::kIn; ++k) v[k] = static_cast<Acc>(a[u][k].v[j]);
+            block_unpack<P>(a[u], j, v);
             o.v[j] = static_cast<T>(p.value(st, rc, i * VEC + j, v));
           }
           reinterpret_cast<V*>(p.out + base)[i] = o;

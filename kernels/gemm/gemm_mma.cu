@@ -153,6 +153,25 @@ struct MmaTiles {
   }
 };
 
+// The outputs of the warp's 64x64 sub-tile at (m0, n0) that this thread holds in acc: thread
+// (g, t4) of the warp holds rows g and g + 8, columns 2 t4 and 2 t4 + 1 of each m16n8 tile. For
+// each of its rows gm < M, r = row(gm) once, then f(r, gn, v0, v1) per pair (gm, gn), (gm, gn + 1).
+template <class Row, class F>
+__device__ __forceinline__ void for_each_acc_pair(const float (&acc)[4][8][4], int m0, int n0, int g, int t4, int M,
+                                                  const Row& row, const F& f) {
+  EMBER_UNROLL
+  for (int mt = 0; mt < 4; ++mt) {
+    EMBER_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const int gm = m0 + mt * 16 + g + h * 8;
+      if (gm >= M) continue;
+      const auto r = row(gm);
+      EMBER_UNROLL
+      for (int nt = 0; nt < 8; ++nt) f(r, n0 + nt * 8 + t4 * 2, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+    }
+  }
+}
+
 template <class T, bool A_K, bool B_K>
 __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
 #if EMBER_DEVICE_ARCH >= 800
@@ -177,41 +196,23 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
     float acc[4][8][4];
     mma_gemm<kMmaBK / 16, std::is_same_v<T, BFloat16>>(tiles, kt_begin, kt_end, acc);
 
-    // epilogue: thread (g, t4) of the warp holds rows g and g + 8, columns 2 t4 and 2 t4 + 1 of
-    // each m16n8 tile
     const int g = lane >> 2, t4 = lane & 3;
     if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by splitk_reduce
       float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
-      EMBER_UNROLL
-      for (int mt = 0; mt < 4; ++mt) {
-        EMBER_UNROLL
-        for (int h = 0; h < 2; ++h) {
-          const int gm = m0 + wm + mt * 16 + g + h * 8;
-          if (gm >= M) continue;
-          EMBER_UNROLL
-          for (int nt = 0; nt < 8; ++nt) {
-            const int gn = n0 + wn + nt * 8 + t4 * 2;
-            if (gn < N) W[static_cast<int64_t>(gm) * N + gn] = acc[mt][nt][2 * h];
-            if (gn + 1 < N) W[static_cast<int64_t>(gm) * N + gn + 1] = acc[mt][nt][2 * h + 1];
-          }
-        }
-      }
+      for_each_acc_pair(
+          acc, m0 + wm, n0 + wn, g, t4, M, [&](int gm) { return W + static_cast<int64_t>(gm) * N; },
+          [&](float* wrow, int gn, float v0, float v1) {
+            if (gn < N) wrow[gn] = v0;
+            if (gn + 1 < N) wrow[gn + 1] = v1;
+          });
       __syncthreads();
       continue;
     }
     const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
-    EMBER_UNROLL
-    for (int mt = 0; mt < 4; ++mt) {
-      EMBER_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        const int gm = m0 + wm + mt * 16 + g + h * 8;
-        if (gm >= M) continue;
-        T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
-        EMBER_UNROLL
-        for (int nt = 0; nt < 8; ++nt) {
-          const int gn = n0 + wn + nt * 8 + t4 * 2;
-          float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
+    for_each_acc_pair(
+        acc, m0 + wm, n0 + wn, g, t4, M, [&](int gm) { return Cz + static_cast<int64_t>(gm) * p.c_rs; },
+        [&](T* crow, int gn, float v0, float v1) {
           if (bias != nullptr) {
             if (gn < N) v0 += static_cast<float>(bias[gn]);
             if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
@@ -223,9 +224,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
             if (gn < N) crow[gn] = o0;
             if (gn + 1 < N) crow[gn + 1] = o1;
           }
-        }
-      }
-    }
+        });
     __syncthreads();  // the next batch reuses the stages
   }
 #else

@@ -313,15 +313,7 @@ Geom cached_geom(const std::array<int64_t, N>& key, const Make& make) {
 // KB: the largest of 32/16/8 with one item per thread (<= 256), halved while there are fewer
 // blocks than SMs; CB: as many input channels as fit the 48 KB of shared memory. KB = 0: no fit.
 DirectGeom compute_direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pad, int KS, int sms) {
-  DirectGeom d{};
-  d.N = N;
-  d.Ci = Ci;
-  d.H = H;
-  d.W = W;
-  d.Co = Co;
-  d.P = P;
-  d.Q = Q;
-  d.pad = pad;
+  DirectGeom d{.N = N, .Ci = Ci, .H = H, .W = W, .Co = Co, .P = P, .Q = Q, .pad = pad};
   const int tp = direct_tp(Q);
   d.QG = (Q + tp - 1) / tp;
   d.Hp = P + KS - 1;

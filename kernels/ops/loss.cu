@@ -128,17 +128,13 @@ __device__ __forceinline__ int classify(I tv, int64_t C, int64_t ignore_index, i
 
 // Stats: (max, Σ exp(x - max), x_t, Σ w_c (x_c - x0), Σ w_c); x0 = the row's first logit (a
 // shift that keeps the smoothing sum accurate when all logits are large and close together).
-template <class T_, class I>
-struct CrossEntropyForward {
-  using T = T_;
-  using Acc = acc_t<T>;
-  static constexpr int kIn = 1, kStats = 5;
-  static constexpr bool kOut = false;
-  using Stats = rows::Stats<Acc, kStats>;
+template <class T, class I>
+struct CrossEntropyForward : rows::Policy<T, 1, 5, false> {
+  using Base = rows::Policy<T, 1, 5, false>;
+  using Base::kIn, Base::in;
+  using typename Base::Acc, typename Base::Stats;
   using Row = ClassRow<T, Acc, I>;
 
-  const T* in[kIn];
-  T* out;  // unused (no output row)
   const I* target;
   const T* weight;  // nullptr: all ones
   int64_t C, ignore_index;
@@ -311,17 +307,13 @@ void cross_entropy_cuda(const KernelCall& c, rows::Plan plan, bool force_rows) {
 // ---- cross_entropy: backward policy ----
 
 // Stats: (max, Σ exp(x - max), Σ w_c); after finish (max, log s, A).
-template <class T_, class I>
-struct CrossEntropyBackward {
-  using T = T_;
-  using Acc = acc_t<T>;
-  static constexpr int kIn = 1, kStats = 3;
-  static constexpr bool kOut = true;
-  using Stats = rows::Stats<Acc, kStats>;
+template <class T, class I>
+struct CrossEntropyBackward : rows::Policy<T, 1, 3, true> {
+  using Base = rows::Policy<T, 1, 3, true>;
+  using Base::kIn;
+  using typename Base::Acc, typename Base::Stats;
   using Row = ClassRow<T, Acc, I>;
 
-  const T* in[kIn];
-  T* out;
   const I* target;
   const T* weight;
   const T* grad;
@@ -364,7 +356,6 @@ struct CrossEntropyBackward {
     if (eps > Acc(0)) b += eps / static_cast<Acc>(C) * (weight ? static_cast<Acc>(weight[c]) : Acc(1));
     return (p * s.v[2] - b) * rw.scale;
   }
-  __device__ void done(const Stats&, const Row&, int64_t) const {}
 };
 
 void cross_entropy_backward_cuda(const KernelCall& c, rows::Plan plan) {

@@ -42,39 +42,48 @@ void increment_steps(const std::vector<float*>& steps, const float* found_inf, c
   }
 }
 
+// The frame of every update kernel: nothing when GradScaler found an inf or NaN (*found_inf != 0:
+// the step is skipped); else update = make(w) for this block's chunk w, then update(i) for each
+// element i of the chunk, strided over the block's threads.
+template <int Depth, class Make>
+__device__ __forceinline__ void update_chunk(const mt::Table<Depth>& tab, const float* found_inf, const Make& make) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  const mt::BlockWork w = mt::block_work(tab);
+  const auto update = make(w);
+  for (int64_t i = w.begin + threadIdx.x; i < w.end; i += blockDim.x) update(i);
+}
+
 template <class T>
 __global__ void __launch_bounds__(mt::kThreads)
     sgd_kernel(const __grid_constant__ mt::Table<3> tab, const double* __restrict__ hyper,
                const float* __restrict__ found_inf, const float* __restrict__ inv_scale, SgdStepAttrs a) {
-  if (found_inf != nullptr && *found_inf != 0.0f) return;
-  using A = acc_t<T>;
-  const mt::BlockWork w = mt::block_work(tab);
-  const float step = tab.step[w.t] != nullptr ? *tab.step[w.t] : 0.0f;
-  const SgdScalars<A> s =
-      make_sgd_scalars<A>(hyper, inv_scale != nullptr ? static_cast<double>(*inv_scale) : 1.0, step, a);
-  T* p = static_cast<T*>(tab.ptr[0][w.t]);
-  const T* g = static_cast<const T*>(tab.ptr[1][w.t]);
-  T* buf = static_cast<T*>(tab.ptr[2][w.t]);
-  const bool scale = inv_scale != nullptr;
-  for (int64_t i = w.begin + threadIdx.x; i < w.end; i += blockDim.x) sgd_update<T, A>(p, g, buf, i, s, scale);
+  update_chunk(tab, found_inf, [&](const mt::BlockWork& w) {
+    const float step = tab.step[w.t] != nullptr ? *tab.step[w.t] : 0.0f;
+    const auto s =
+        make_sgd_scalars<acc_t<T>>(hyper, inv_scale != nullptr ? static_cast<double>(*inv_scale) : 1.0, step, a);
+    T* p = static_cast<T*>(tab.ptr[0][w.t]);
+    const T* g = static_cast<const T*>(tab.ptr[1][w.t]);
+    T* buf = static_cast<T*>(tab.ptr[2][w.t]);
+    const bool scale = inv_scale != nullptr;
+    return [=](int64_t i) { sgd_update(p, g, buf, i, s, scale); };
+  });
 }
 
 template <class T>
 __global__ void __launch_bounds__(mt::kThreads)
     adam_kernel(const __grid_constant__ mt::Table<5> tab, const double* __restrict__ hyper,
                 const float* __restrict__ found_inf, const float* __restrict__ inv_scale, AdamStepAttrs a) {
-  if (found_inf != nullptr && *found_inf != 0.0f) return;
-  using A = acc_t<T>;
-  const mt::BlockWork w = mt::block_work(tab);
-  const AdamScalars<A> s =
-      make_adam_scalars<A>(hyper, inv_scale != nullptr ? static_cast<double>(*inv_scale) : 1.0, *tab.step[w.t], a);
-  T* p = static_cast<T*>(tab.ptr[0][w.t]);
-  const T* g = static_cast<const T*>(tab.ptr[1][w.t]);
-  T* m = static_cast<T*>(tab.ptr[2][w.t]);
-  T* v = static_cast<T*>(tab.ptr[3][w.t]);
-  T* vmax = static_cast<T*>(tab.ptr[4][w.t]);
-  const bool scale = inv_scale != nullptr;
-  for (int64_t i = w.begin + threadIdx.x; i < w.end; i += blockDim.x) adam_update<T, A>(p, g, m, v, vmax, i, s, scale);
+  update_chunk(tab, found_inf, [&](const mt::BlockWork& w) {
+    const auto s = make_adam_scalars<acc_t<T>>(hyper, inv_scale != nullptr ? static_cast<double>(*inv_scale) : 1.0,
+                                               *tab.step[w.t], a);
+    T* p = static_cast<T*>(tab.ptr[0][w.t]);
+    const T* g = static_cast<const T*>(tab.ptr[1][w.t]);
+    T* m = static_cast<T*>(tab.ptr[2][w.t]);
+    T* v = static_cast<T*>(tab.ptr[3][w.t]);
+    T* vmax = static_cast<T*>(tab.ptr[4][w.t]);
+    const bool scale = inv_scale != nullptr;
+    return [=](int64_t i) { adam_update(p, g, m, v, vmax, i, s, scale); };
+  });
 }
 
 const float* opt_f32(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }

@@ -37,19 +37,13 @@ namespace ember {
 
 namespace {
 
-template <class T_, bool kLog>
-struct SoftmaxPolicy {
-  using T = T_;
-  using Acc = acc_t<T>;
-  static constexpr int kIn = 1, kStats = 2;
-  static constexpr bool kOut = true;
-  using Stats = rows::Stats<Acc, kStats>;  // (max, Σ exp(x - max)); after finish (max, 1/s or log s)
-  struct Row {};
+// Stats: (max, Σ exp(x - max)); after finish (max, 1/s or log s).
+template <class T, bool kLog>
+struct SoftmaxPolicy : rows::Policy<T, 1, 2, true> {
+  using Base = rows::Policy<T, 1, 2, true>;
+  using Base::kIn;
+  using typename Base::Acc, typename Base::Row, typename Base::Stats;
 
-  const T* in[kIn];
-  T* out;
-
-  __device__ Row row(int64_t, int64_t) const { return {}; }
   __device__ Stats init() const { return {{rows::neg_inf<Acc>(), Acc(0)}}; }
   __device__ void step(Stats& s, const Row&, int64_t, const Acc (&v)[kIn]) const {
     rows::online_step(s.v[0], s.v[1], v[0]);
@@ -60,23 +54,15 @@ struct SoftmaxPolicy {
     const Acc d = v[0] - s.v[0];
     return kLog ? d - s.v[1] : math::exp(d) * s.v[1];
   }
-  __device__ void done(const Stats&, const Row&, int64_t) const {}
 };
 
-// in[0] = g, in[1] = y.
-template <class T_, bool kLog>
-struct SoftmaxBackwardPolicy {
-  using T = T_;
-  using Acc = acc_t<T>;
-  static constexpr int kIn = 2, kStats = 1;
-  static constexpr bool kOut = true;
-  using Stats = rows::Stats<Acc, kStats>;  // Σ g (log) or Σ g y
-  struct Row {};
+// in[0] = g, in[1] = y. Stats: Σ g (log) or Σ g y.
+template <class T, bool kLog>
+struct SoftmaxBackwardPolicy : rows::Policy<T, 2, 1, true> {
+  using Base = rows::Policy<T, 2, 1, true>;
+  using Base::kIn;
+  using typename Base::Acc, typename Base::Row, typename Base::Stats;
 
-  const T* in[kIn];
-  T* out;
-
-  __device__ Row row(int64_t, int64_t) const { return {}; }
   __device__ Stats init() const { return {{Acc(0)}}; }
   __device__ void step(Stats& s, const Row&, int64_t, const Acc (&v)[kIn]) const {
     s.v[0] += kLog ? v[0] : v[0] * v[1];
@@ -86,7 +72,6 @@ struct SoftmaxBackwardPolicy {
   __device__ Acc value(const Stats& s, const Row&, int64_t, const Acc (&v)[kIn]) const {
     return kLog ? v[0] - math::exp(v[1]) * s.v[0] : v[1] * (v[0] - s.v[0]);
   }
-  __device__ void done(const Stats&, const Row&, int64_t) const {}
 };
 
 RowGeometry geometry_of(const KernelCall& c) {
