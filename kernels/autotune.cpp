@@ -413,7 +413,13 @@ void set_backends(const std::string& spec) {
     item = trim(item);
     if (item.empty()) continue;
     size_t eq = item.find('=');
-    EMBER_CHECK(eq != std::string::npos, "set_backends: '", item, "' is not op=backend (in '", spec, "')");
+    // a bare default, auto or vendor means every op: "vendor" is "*=vendor"
+    if (eq == std::string::npos && (item == "default" || item == "auto" || item == "vendor")) {
+      item = "*=" + item;
+      eq = 1;
+    }
+    EMBER_CHECK(eq != std::string::npos, "set_backends: '", item, "' is not op=backend (in '", spec,
+                "'); for every op write *=backend, or default, auto or vendor alone");
     std::string op = trim(item.substr(0, eq)), be = trim(item.substr(eq + 1));
     EMBER_CHECK(!be.empty(), "set_backends: no backend given for '", op, "' (in '", spec, "')");
     if (op == "*") {

@@ -36,8 +36,9 @@ namespace ember {
 
 // Backend preferences as a string, e.g. "matmul=cublas,linear=auto,conv2d=cudnn". Each item is
 // op=backend, where op is an op name or "*" (every op) and backend is default, auto, vendor, or
-// the name of one of the op's variants. Errors name the unknown op or backend (with the known
-// ones); nothing is changed unless the whole string is valid.
+// the name of one of the op's variants; default, auto or vendor alone means every op ("vendor" is
+// "*=vendor"). Errors name the unknown op or backend (with the known ones); nothing is changed
+// unless the whole string is valid.
 void set_backends(const std::string& spec);
 // The current non-default preferences in the same syntax ("" when every op uses its default).
 std::string backends();

@@ -308,6 +308,13 @@ TEST_CASE("set_backends: the string API", "[autotune]") {
   CHECK(backend(OpId::add) == "auto");
   CHECK(backend(OpId::matmul) == "auto");
   CHECK_THROWS_WITH(set_backends("*=nope"), Catch::Contains("no op has a backend 'nope'"));
+  // a bare default, auto or vendor is every op (the README's `--backends vendor`)
+  set_backends("vendor");
+  CHECK(backend(OpId::matmul) == "vendor");
+  CHECK(backend(OpId::conv2d) == "vendor");
+  set_backends("default");
+  CHECK(backend(OpId::matmul) == "");
+  CHECK_THROWS_WITH(set_backends("cudnn"), Catch::Contains("is not op=backend") && Catch::Contains("*=backend"));
   set_backends("*=default");
   CHECK(backends() == "");
   // the chosen backend is what runs

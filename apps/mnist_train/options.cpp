@@ -203,7 +203,8 @@ void add_speed_options(CLI::App& app, Options& o) {
   app.add_flag("--autotune", o.autotune, "time every kernel variant once per shape and keep the fastest");
   app.add_option("--backends", o.backends,
                  "kernel choice per op, e.g. matmul=cublas,linear=auto,conv2d=cudnn (op or *, = default, auto, vendor "
-                 "or a variant name from bench_ops --list; applied after --autotune; the ablation sets its own)")
+                 "or a variant name from bench_ops --list; vendor alone: every op; applied after --autotune; the "
+                 "ablation sets its own)")
       ->check(CLI::Validator(
           [](std::string& spec) -> std::string {
             try {
