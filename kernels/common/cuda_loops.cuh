@@ -5,11 +5,11 @@
 // Two kernels, chosen at launch:
 //  - contiguous and 16-byte aligned: each thread moves 16 bytes per operand per iteration
 //    (float4 for f32, 8 halves for f16) in a grid-stride loop; the tail (< VEC elements) is done
-//    scalar. Napkin math for add f32 over 2^26 elements: 768 MiB moved (2 reads + 1 write);
-//    at ~4.3 TB/s that is ~0.19 ms, and this loop is bandwidth-bound, not instruction-bound.
+//    scalar. This loop is bandwidth-bound, not instruction-bound.
 //  - anything else (strided, broadcast, misaligned): one element per thread per iteration with the
 //    offsets computed from the layout's sizes and byte strides (32-bit index math when it fits).
 // f must be a __host__ __device__ functor (or an extended __device__ lambda).
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #pragma once
 
 #include <cuda/std/tuple>

@@ -8,9 +8,7 @@
 // under the classic 4 KB parameter limit); longer lists take several launches, and a tensor with
 // more chunks than fit continues in the next table.
 //
-// Napkin math: 32 tensors x 64K elements is 2M elements per launch at most per table; an Adam
-// step on f32 moves 28 bytes per element, so a 25M-parameter model is ~700 MB -> ~0.17 ms at
-// 4.3 TB/s, in ceil(25M / 64K) = 382 blocks, i.e. a couple of launches.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #pragma once
 
 #include <array>

@@ -19,9 +19,8 @@
 //             (adjacent b, so every load instruction reads 32 consecutive elements) and 8 threads
 //             split each row's C elements; their statistics merge in shared memory.
 //
-// Napkin math, softmax f32 [8192, 32768]: 1 GiB read + 1 GiB written. At the H200's ~4.3 TB/s of
-// achievable copy bandwidth that is ~0.50 ms; the exp per element (2^28 of them, ~2 instructions
-// each on the SFU/FMA pipes) is ~30 us of issue across 132 SMs, so the kernel is memory-bound.
+// The row ops are memory-bound: the exp per element costs far less issue time than moving the row.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 //
 // Note [online softmax]: phase 1 keeps a running max m and a sum s of exp(x - m) rescaled whenever
 // m grows (s <- s exp(m_old - m_new) + 1), so the statistics need a single read of the row. Two

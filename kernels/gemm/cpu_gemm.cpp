@@ -1,10 +1,9 @@
 // The blocked CPU GEMM (see cpu_gemm.h for the design).
 //
-// Napkin math (this kind of machine: Zen 4 cores, two 256-bit FMA pipes each, ~3 GHz): 16 f32
-// FMAs per cycle per core = ~96 GFLOP/s per core peak. The AVX2 micro-kernel issues 12 FMAs for 2
-// B loads and 6 broadcasts per k step, the AVX-512 one 24 FMAs for 2 loads and 12 broadcasts, so
-// the loads never limit it; what is left is packing (O(MK + KN) per batch against O(MNK) FLOPs)
-// and the tile edges.
+// The AVX2 micro-kernel issues 12 FMAs for 2 B loads and 6 broadcasts per k step, the AVX-512 one
+// 24 FMAs for 2 loads and 12 broadcasts, so the loads never limit it; what is left is packing
+// (O(MK + KN) per batch against O(MNK) FLOPs) and the tile edges.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include "kernels/gemm/cpu_gemm.h"
 
 #include <algorithm>

@@ -3,8 +3,9 @@
 // naive: one thread per output element, 16x16 blocks, the K loop straight from global memory
 // through any strides, accumulating in acc_t (f32 for f16/bf16, f64 for f64). It is the
 // kernel-level oracle (kReference): simple enough to trust, never chosen by default.
-// Napkin math: every FMA loads two operands (through L1/L2); at 4096^3 f32 that is ~1 TB of
-// L1 traffic, ~100x the compute time of the tiled kernels. It exists to be obviously right.
+// Every FMA loads two operands (through L1/L2), so it runs far below the tiled kernels; it exists
+// to be obviously right.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include <algorithm>
 
 #include "core/cuda/device_guard.h"

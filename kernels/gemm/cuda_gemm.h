@@ -3,7 +3,7 @@
 //   C[z] = act(A[z] B[z] + bias)   A [M, K], B [K, N], C [M, N] row-major (unit column stride), per
 //                                  batch z; bias [N] contiguous or none; act none / relu / gelu (erf)
 //
-// Kernels (napkin math in each .cu header):
+// Kernels (napkin math: docs/perf.md, "Napkin math behind the kernels"):
 //   run_naive   v1: one thread per output, any strides, acc_t accumulation (the oracle)
 //   run_simt    v2: f32/f64 SIMT, shared-memory tiles, register blocking (gemm_simt.cu)
 //   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)

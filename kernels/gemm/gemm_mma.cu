@@ -21,15 +21,11 @@
 // store where aligned. Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill less than
 // half the SMs (the MNIST layers).
 //
-// Napkin math (H200: 132 SMs, ~1.83 GHz under tensor load; dense f16/bf16 989 TFLOP/s with wgmma):
-// mma.sync cannot feed Hopper's tensor cores at full rate (wgmma's asynchronous, shared-memory-
-// sourced operands are what reach the 989): published Ampere-style kernels reach ~60-70% of the
-// H100's peak with mma.sync. Shared memory per k16 step and warp: 8 ldmatrix.x4 = 4 KiB for
-// 32 x 4096 MACs; per SM at ~1024 MAC/clk of mma.sync throughput that is 128 clk of math against
-// 32 clk of shared-memory bandwidth (4 warps): not the limit. Global: 32 KiB per block per k tile
-// for 2.1 MFLOP (64 FLOP/B). So at 4096^3 (137 GFLOP) expect ~0.22-0.25 ms, ~550-650 TFLOP/s,
-// i.e. ~70-85% of cuBLAS (whose sm_90 kernels use wgmma + TMA at ~700-750 TFLOP/s). The >= 90%
-// target needs v4 (wgmma + TMA), which is not written yet.
+// Limits: mma.sync cannot feed Hopper's tensor cores at full rate (wgmma's asynchronous,
+// shared-memory-sourced operands can), so this kernel stays below cuBLAS's sm_90 kernels (wgmma +
+// TMA); shared-memory and global bandwidth are not the limit. Closing the gap needs v4 (wgmma +
+// TMA), which is not written yet.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include <algorithm>
 #include <array>
 #include <mutex>

@@ -15,14 +15,11 @@
 // vector loads when the base, leading dim, batch strides and the contiguous extent allow, else
 // guarded scalar loads. Epilogue: bias, activation, rounding, 16-byte stores where aligned.
 //
-// Napkin math (H200: 132 SMs, ~1.98 GHz boost): FP32 peak = 132 SMs * 128 FMA/clk * 2 * 1.98e9
-// = 67 TFLOP/s; FP64 (non-tensor) 34 TFLOP/s. Per k step a warp issues 64 FFMA per thread
-// against 4 LDS.128 (4 wavefronts): the FMA pipe, not shared memory, is the limit. Per k tile a
-// block reads 8 KiB from L2 for 262k FLOPs (32 FLOP/B; the H200's L2 gives >10 TB/s, so 67
-// TFLOP/s needs ~2 TB/s). Registers: 64 accumulators + 16 operands + 8 prefetch ~ 120 per thread,
-// so 2 blocks (16 warps) per SM. 4096^3 = 137 GFLOP: 2.0 ms at peak; we expect ~75-85% of peak,
-// i.e. about cuBLAS's FP32 SGEMM (which runs at ~80-90% of peak without TF32). f64 runs at FP64
-// SIMT speed; cuBLAS's DGEMM uses the FP64 tensor cores (2x), so v2 f64 is ~40-50% of cuBLAS.
+// Limits: per k step a warp issues 64 FFMA per thread against 4 LDS.128 (4 wavefronts), and a k
+// tile's L2 reads are small beside its FLOPs, so the FMA pipe, not shared memory or L2, is the
+// limit. Registers: 64 accumulators + 16 operands + 8 prefetch ~ 120 per thread, so 2 blocks
+// (16 warps) per SM. f64 runs at FP64 SIMT speed, while cuBLAS's DGEMM uses the FP64 tensor cores.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include <algorithm>
 
 #include "core/cuda/device_guard.h"

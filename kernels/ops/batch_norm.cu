@@ -15,9 +15,9 @@
 //     0, dx = w invstd (g - sum g / M - xhat dweight / M) (training) or w invstd g (eval)
 // Statistics and parameters run in f32 (f64 for f64 inputs); f16/bf16 parameters and running stats
 // are converted on the way in and out (f32 ones, as AMP keeps them, are used in place).
-// Napkin math, [512, 64, 14, 14] f32 training (25.7 MB): forward reads x twice and writes y (77 MB)
-// -> ~17 us at 4.5 TB/s; backward reads g and x twice and writes dx (128 MB) -> ~28 us. A fused
-// single-pass version would keep x in shared memory between the passes; left for later.
+// Memory bound: the forward reads x twice and writes y; the backward reads g and x twice and writes
+// dx. A fused single-pass version would keep x in shared memory between the passes; left for later.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/current_stream.cuh"

@@ -15,13 +15,10 @@
 //               (4 output channels, one input channel, every tap) for a share of the output rows and
 //               walks them with a sliding window (7 shared loads per 36 FMAs for 3x3); the row shares
 //               are summed in shared memory, the image splits by a second, ordered pass.
-//               Napkin math (H200: ~67 TFLOP/s fp32 FMA, ~4.5 TB/s): MNIST conv2 (32->64, 14x14)
-//               forward at batch 64 is 0.46 GFLOP (6.9 us at peak) over 4.8 MB (~1 us): compute bound;
-//               at the ~50% of peak this issue mix allows, ~14 us (batch 512: ~110 us), which is the
-//               bar for ">= 1.0x cuDNN" (cuDNN's FMA implicit GEMM pays the im2col gather and tile
-//               waste at K = 64). conv1 (1->32, 28x28) at batch 64 is 29 MFLOP but writes 6.4 MB:
-//               memory and launch bound, ~2-3 us; the implicit GEMM would waste 31/32 of each
-//               32-deep reduction tile on C = 1.
+//               Why a direct kernel: MNIST conv2 (32->64, 14x14) is compute bound, and cuDNN's FMA
+//               implicit GEMM pays the im2col gather and tile waste at K = 64; conv1 (1->32, 28x28)
+//               is memory and launch bound, and the implicit GEMM would waste 31/32 of each 32-deep
+//               reduction tile on C = 1.
 //   igemm_mma   f16/bf16 implicit GEMM on tensor cores (conv2d_igemm.cu)
 //   igemm_simt  f32/f64 implicit GEMM on FMA units (conv2d_igemm.cu)
 //   cudnn       (kVendor) cuDNN's legacy API, algorithm cached per shape (conv2d_cudnn.cu);
@@ -32,6 +29,7 @@
 // ember_gpu_tests checks each variant against the CPU reference on every sample (and
 // tests/test_cnn_ops_gpu.cpp at MNIST batch 64), in the simulator build and on a GPU; what has run
 // where is recorded in docs/gpu-validation.md.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include <algorithm>
 #include <array>
 #include <map>

@@ -30,14 +30,11 @@
 //   128x128 (8 warps), 128x64 and 64x64 (4 warps), chosen by tile count. fp32 accumulators, bias and
 //   conversion in the epilogue.
 //
-// Napkin math (H200: ~67 TFLOP/s fp32 FMA, ~990 TFLOP/s dense f16/bf16 tensor, ~4.8 TB/s HBM):
-//   ResNet-50 64->64 3x3 56x56 batch 32: 2 * 32 * 64 * 3136 * 576 = 7.4 GFLOP. f32: >= 110 us at
-//   peak FMA; cuDNN's FMA kernels reach roughly 60-70% (~170 us), the target is 80% of that. f16: the
-//   tensor cores need 7.5 us, the 2 x 12.8 MB of activations 5.3 us: both bounds matter; cuDNN lands
-//   near 20-25 us, so 80% means <= ~30 us, i.e. >= 250 TFLOP/s: this kernel's shared-memory staging
-//   through registers (no cp.async, no warp specialisation) is the first thing to revisit if not.
-//   512->512 3x3 7x7 batch 32: M = 1568 rows is ~13 tiles of 128: too few for 132 SMs without
-//   split-K; the 64x64 config gives 200 blocks.
+// f32 is bound by the FMA units; f16/bf16 by the tensor cores and the activations' bytes alike, so
+// the shared-memory staging through registers (no cp.async, no warp specialisation) is the first
+// thing to revisit if the MMA kernels fall short of cuDNN. Late, small layers (7x7 planes) have too
+// few 128-row tiles for the SMs: the 64x64 config is what gives them enough blocks.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 // The generic parity tests check every variant (every config, both layouts, vector loads, split-K)
 // against the CPU reference, in the simulator build and on a GPU; what has run where is recorded in
 // docs/gpu-validation.md.

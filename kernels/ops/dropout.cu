@@ -3,9 +3,9 @@
 // One thread per 4 elements: one Philox4x32-10 call gives the 4 uniforms of counter base + k for
 // elements 4k .. 4k+3 (philox_uniform's layout, so the mask equals the CPU's bit for bit), and the
 // 4 elements move as one vector (16 bytes for f32, 8 for f16/bf16) when the pointers are aligned;
-// otherwise element by element. Napkin math, f32 2^26: 256 MiB in + 256 MiB out at ~4.3 TB/s is
-// ~0.12 ms; 2^24 Philox calls (~10 rounds of 2 mul.hi/lo each) are ~0.3 G instructions, well under
-// the memory time across 132 SMs.
+// otherwise element by element. Memory bound: the Philox calls cost well under the time of moving
+// the bytes, so recomputing the mask is cheap.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"

@@ -17,8 +17,8 @@
 // size (`rows`, `block`) and the backward's forced row plans (`warp`, `block_2pass`,
 // `block_cached`) are the benchmark lab's (bench/lab/loss_lab.cu, through kernels/ops/loss_cuda.h):
 // none is a default nor a recorded winner (Note [library rule] in bench/lab/library_rule.h).
-// Napkin math, [8192, 32768] f32: forward reads 1 GiB (~0.25 ms at 4.3 TB/s); backward reads 1 GiB
-// and writes 1 GiB (~0.5 ms).
+// Memory bound: the forward reads each row once; the backward reads it once and writes it once.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 //
 // nll_loss: one thread per row (a block per 64Ki rows at most) with the same single-block /
 // workspace-and-finalize split; backward: one thread per element of the (dense) gradient.

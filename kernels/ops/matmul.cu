@@ -1,5 +1,5 @@
-// matmul on CUDA. The kernels live in kernels/gemm/ (cuda_gemm.h lists them, each .cu file has its
-// napkin math):
+// matmul on CUDA. The kernels live in kernels/gemm/ (cuda_gemm.h lists them; their napkin math is
+// in docs/perf.md):
 //   naive     (kReference) one thread per output, any strides: the kernel-level oracle, a lab
 //             variant (bench/lab/matmul_lab.cu, Note [lab variants] in kernels/lab_variants.h)
 //   simt      f32/f64 on the CUDA cores: 128x128x8 (f32) / 64x64x8 (f64) block tiles, 8x8 / 4x4 per

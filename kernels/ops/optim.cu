@@ -8,8 +8,9 @@
 //   1. increment_steps: step += 1 for every step counter (skipped when *found_inf != 0)
 //   2. the update kernel(s): read hyper (f64 on the device), found_inf, inv_scale and the step
 //      counter of their tensor; return at once when *found_inf != 0.
-// Napkin math (H200, ~4.3 TB/s): Adam f32 moves 28 B/element -> 25M params in ~0.16 ms; SGD with
-// momentum 24 B/element.
+// Memory bound: a step reads the parameters, gradients and state once and writes the parameters and
+// state once.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/current_stream.cuh"

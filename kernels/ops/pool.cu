@@ -5,9 +5,9 @@
 //   gradients     gather form: one thread per input element sums the windows that cover it in
 //                 increasing (p, q) order (deterministic, no atomics); max_pool2d_backward compares
 //                 the saved argmax of each covering window with its own position
-// Napkin math, max_pool2d 2x2 on MNIST conv1 activations [512, 32, 28, 28] f32: 51 MB read +
-// 13 MB out + 26 MB indices = 90 MB -> ~20 us at 4.5 TB/s; backward reads 13 + 26 MB and writes
-// 51 MB -> ~20 us. adaptive 7x7 -> 1x1 on [32, 2048, 7, 7] f16: 6.4 MB -> ~1.5 us (launch bound).
+// Memory bound (max_pool2d's indices are part of the traffic both ways); the adaptive 1x1 average
+// of small planes is launch bound.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/current_stream.cuh"

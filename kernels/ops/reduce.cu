@@ -7,8 +7,9 @@
 //                 merges them (two passes, no atomics: deterministic)
 //  - cols         B > 1: a 32x8 block per (32 outputs, R split); adjacent threads read adjacent
 //                 columns (coalesced), 8 rows of threads share the R range, merged in shared memory
-// Napkin math, sum over 2^26 f32: 256 MiB read once; at ~4.3 TB/s ~ 62 us. With ~8 blocks per SM
-// and 4 independent accumulators per thread the loads stay in flight.
+// Memory bound: every input is read once. With ~8 blocks per SM and 4 independent accumulators per
+// thread the loads stay in flight.
+// Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"

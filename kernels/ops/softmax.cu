@@ -1,6 +1,6 @@
 // softmax / log_softmax and their fused gradients on CUDA: the row kernels of
-// kernels/common/row_kernels.cuh (which holds the kernel table, Note [online softmax] and the napkin
-// math) with the automatic plan.
+// kernels/common/row_kernels.cuh (which holds the kernel table and Note [online softmax]; their
+// napkin math is in docs/perf.md) with the automatic plan.
 //
 // Variants (f32, f16, bf16 computing in f32; f64 in f64):
 //   fused         default: regs<K> for C <= 512 (several rows per warp for C <= 16), a warp per
