@@ -18,17 +18,9 @@
 // asynchronous one (cp.async) writes shared memory directly, and commit closes the copy group. So
 // one bug fix or pipeline change here reaches every GEMM and convolution.
 //
-// An operand iterator provides:
-//   static constexpr int kStages;
-//   void fetch(int t, int stage);          // start reading k tile t for `stage`
-//   void commit(int stage, bool fetched);  // make the fetch land in `stage` (fetched: fetch ran)
-//   void wait();                           // the oldest uncommitted-to-math stage has landed
-//   void drain();                          // nothing of this thread is in flight any more
-// and, for the multiply, either (SIMT)
-//   void fragments(int stage, int kk, T (&a)[TM], T (&b)[TN]);  // column kk of A's and row kk of
-//                                                                // B's tile: this thread's values
-// or (tensor cores, mma.sync m16n8k16)
-//   void fragments(int stage, int ks, uint32_t (&a)[MT][4], uint32_t (&b)[NT8][2]);  // k16 step ks
+// An operand iterator is checked against the concepts below (OperandIterator, and SimtOperands or
+// MmaOperands for the multiply) wherever a kernel hands one to mainloop, simt_gemm or mma_gemm:
+// a missing or misspelt member fails there, with the concept's name, not deep inside the loop.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +30,36 @@
 
 namespace ember::gemm::dev {
 
+// What the pipeline asks of every operand iterator (Note [gemm main loop]): kStages k tiles in
+// flight; fetch starts reading k tile t for a stage, commit makes it land there (fetched: fetch
+// ran), wait returns when the oldest stage not yet multiplied has landed, drain when nothing of
+// this thread is in flight any more.
+template <class I>
+concept OperandIterator = requires(I it, int t, int stage, bool fetched) {
+  requires I::kStages >= 2;
+  it.fetch(t, stage);
+  it.commit(stage, fetched);
+  it.wait();
+  it.drain();
+};
+
+// The SIMT multiply's fragments: column kk of A's tile and row kk of B's, this thread's values.
+template <class I, class T, int TM, int TN>
+concept SimtOperands = OperandIterator<I> && requires(I it, int stage, int kk, T (&a)[TM], T (&b)[TN]) {
+  it.fragments(stage, kk, a, b);
+};
+
+// The tensor-core multiply's fragments (mma.sync m16n8k16): k16 step ks of the stage, A as MT
+// m16 x k16 tiles of four registers, B as NT8 k16 x n8 tiles of two.
+template <class I, int MT, int NT8>
+concept MmaOperands = OperandIterator<I> &&
+    requires(I it, int stage, int ks, uint32_t (&a)[MT][4], uint32_t (&b)[NT8][2]) {
+  it.fragments(stage, ks, a, b);
+};
+
 // Runs `multiply(stage)` once per k tile t in [t_begin, t_end), tiles fetched by `tiles`
 // (Note [gemm main loop]).
-template <class Tiles, class Multiply>
+template <OperandIterator Tiles, class Multiply>
 __device__ __forceinline__ void mainloop(Tiles& tiles, int t_begin, int t_end, Multiply&& multiply) {
   constexpr int S = Tiles::kStages;
   const int n = t_end - t_begin;
@@ -70,7 +89,8 @@ struct RegisterStaged {
 
 // SIMT (CUDA cores): acc = sum over the k tiles of the outer products of the thread's fragments.
 template <int BK, class Tiles, class T, int TM, int TN>
-__device__ __forceinline__ void simt_gemm(Tiles& tiles, int t_begin, int t_end, T (&acc)[TM][TN]) {
+requires SimtOperands<Tiles, T, TM, TN> __device__ __forceinline__ void simt_gemm(Tiles& tiles, int t_begin, int t_end,
+                                                                                  T (&acc)[TM][TN]) {
   EMBER_UNROLL
   for (int i = 0; i < TM; ++i) {
     EMBER_UNROLL
@@ -93,7 +113,8 @@ __device__ __forceinline__ void simt_gemm(Tiles& tiles, int t_begin, int t_end, 
 // Tensor cores: f32 accumulators of an MT x NT8 grid of m16n8 tiles per warp, K16 k16 steps per
 // k tile; BF16 picks the mma's input type (else f16).
 template <int K16, bool BF16, class Tiles, int MT, int NT8>
-__device__ __forceinline__ void mma_gemm(Tiles& tiles, int t_begin, int t_end, float (&acc)[MT][NT8][4]) {
+requires MmaOperands<Tiles, MT, NT8> __device__ __forceinline__ void mma_gemm(Tiles& tiles, int t_begin, int t_end,
+                                                                              float (&acc)[MT][NT8][4]) {
   EMBER_UNROLL
   for (int i = 0; i < MT; ++i) {
     EMBER_UNROLL
