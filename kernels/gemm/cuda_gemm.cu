@@ -128,6 +128,16 @@ void finish_splits(const Args& args, const Problem& p, int splits, cudaStream_t 
 
 }  // namespace dev
 
+void sum_splits(DType dtype, const void* ws, int splits, int64_t n, void* out, cudaStream_t stream, int device) {
+  // one row of n outputs: no bias, no activation
+  EMBER_DISPATCH_FLOAT(dtype, "split-K sum", [&] {
+    using Acc = acc_t<scalar_t>;
+    cuda::launch(dev::splitk_reduce_kernel<scalar_t, Acc>, cuda::grid_for(n, 256, device), 256, 0, stream,
+                 static_cast<const Acc*>(ws), splits, n, int64_t{1}, n, static_cast<scalar_t*>(out), n, int64_t{0},
+                 static_cast<const scalar_t*>(nullptr), 0);
+  });
+}
+
 namespace {
 
 // Strides of a matrix with R rows and C columns, made canonical where a dim of size 1 leaves them

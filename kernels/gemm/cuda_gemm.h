@@ -86,4 +86,10 @@ void run_cublaslt(const Problem& p);
 // below 65535 * 32, and no gelu).
 bool cublaslt_accepts(int64_t M, int64_t N, int64_t K, int act);
 
+// The split-K reduction of every tiled GEMM and convolution (Note [split-K] in gemm_common.cuh):
+// out[i] = the sum over s = 0 .. splits-1, in that order, of ws[s n + i], accumulated in
+// acc_t<dtype> (ws holds that type) and rounded once to dtype; deterministic, no atomics. Queued
+// on `stream` of `device`.
+void sum_splits(DType dtype, const void* ws, int splits, int64_t n, void* out, cudaStream_t stream, int device);
+
 }  // namespace ember::gemm

@@ -86,8 +86,10 @@ Args make_args(const Problem& p, int vec_bytes);
 // is one 128x128 tile) would run on one or two SMs. Split-K cuts the k tiles into `splits` ranges
 // run by separate blocks that write f32 (f64) partial tiles to a workspace from the caching
 // allocator; a second kernel adds the partials in split order (deterministic) and applies bias,
-// activation and rounding. Chosen when the tiles fill less than half of the SMs and every split
-// keeps at least `min_kt` k tiles. Returns the number of splits (1: none).
+// activation and rounding. That kernel is the one split-K reduction of ember: the convolutions'
+// weight gradients (implicit GEMM and direct) reduce through it too (gemm::sum_splits in
+// cuda_gemm.h). Chosen when the tiles fill less than half of the SMs and every split keeps at
+// least `min_kt` k tiles. Returns the number of splits (1: none).
 int choose_splits(int64_t tiles, int64_t ktiles, int64_t min_kt, int device);
 // Sets up args for `splits` (allocating the workspace into `ws`) and, after the GEMM kernel ran,
 // finish_splits() reduces. acc_bytes: 4 (f32 accumulators) or 8 (f64).

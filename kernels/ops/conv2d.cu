@@ -43,6 +43,7 @@
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/memory_format.h"
+#include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops/conv2d_cuda.h"
 
 namespace ember {
@@ -555,15 +556,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <class T>
-__global__ void direct_wgrad_reduce(const float* __restrict__ ws, int splits, int n, T* __restrict__ out) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    float s = 0.f;
-    for (int k = 0; k < splits; ++k) s += ws[static_cast<int64_t>(k) * n + i];
-    out[i] = static_cast<T>(s);
-  }
-}
-
 int wgrad_tk(int KS) { return KS == 3 ? kWgTK3 : kWgTK5; }
 
 size_t wgrad_smem(const DirectWgradGeom& d, int KS) {
@@ -663,9 +655,7 @@ void direct_backward_weight(const KernelCall& c) {
     auto kern = KS == 3 ? direct_wgrad_kernel<T, 3, kWgTK3> : direct_wgrad_kernel<T, 5, kWgTK5>;
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     cuda::launch(kern, grid, threads, smem, st, cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d);
-    const int n = static_cast<int>(g.K * g.C * KS * KS);
-    cuda::launch(direct_wgrad_reduce<T>, cuda::grid_for(n, 256, a.w.device().index), 256, 0, st, mp<float>(ws),
-                 d.splits, n, mp<T>(a.w));
+    gemm::sum_splits(a.w.dtype(), mp<float>(ws), d.splits, g.K * g.C * KS * KS, mp<T>(a.w), st, a.w.device().index);
   });
 }
 

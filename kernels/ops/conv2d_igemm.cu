@@ -46,6 +46,7 @@
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/gemm/cuda_gemm.h"
 #include "kernels/gemm/mainloop.cuh"
 #include "kernels/ops/conv2d_cuda.h"
 
@@ -254,25 +255,6 @@ __device__ __forceinline__ int wgrad_g_index(const WgradGemm& w, int g, int k, c
   return CL ? a.j * w.K + kk : (a.n * w.K + kk) * w.PQ + a.p * w.Q + a.q;
 }
 
-template <class T>
-struct AccOf {
-  using type = float;
-};
-template <>
-struct AccOf<double> {
-  using type = double;
-};
-
-// Sums split-K partials in split order and converts.
-template <class Acc, class T>
-__global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int n, T* __restrict__ out) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    Acc s = 0;
-    for (int k = 0; k < splits; ++k) s += ws[static_cast<int64_t>(k) * n + i];
-    out[i] = static_cast<T>(s);
-  }
-}
-
 // ======================= SIMT kernels =======================
 
 // Note [conv simt tile padding]: both SIMT kernels keep their tiles k-major, As[k][m] and Bs[k][n],
@@ -477,8 +459,8 @@ struct WgradSimtTiles : ConvSimtSmem<T, BM, BN, BK, TM, TN> {
 
 template <class T, int BM, int BN, int BK, int TM, int TN, bool CL>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
-    wgrad_simt_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dw,
-                      typename AccOf<T>::type* __restrict__ ws, WgradGemm p) {
+    wgrad_simt_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dw, acc_t<T>* __restrict__ ws,
+                      WgradGemm p) {
   using Tiles = WgradSimtTiles<T, BM, BN, BK, TM, TN, CL>;
   EMBER_SHARED(typename Tiles::ATile, As);
   EMBER_SHARED(typename Tiles::BTile, Bs);
@@ -864,7 +846,7 @@ void choose_splits(WgradGemm& p, int64_t mn_blocks, int bk, int sms) {
 
 template <class T, int BM, int BN, int BK, int TM, int TN, bool CL>
 void launch_wgrad_simt(const ConvArgs& a, WgradGemm p) {
-  using Acc = typename AccOf<T>::type;
+  using Acc = acc_t<T>;
   const int sms = cuda::sm_count(a.w.device().index);
   const int64_t mn = int64_t{ceil_div(p.ncol, BN)} * ceil_div(p.Kg, BM) * p.G;
   choose_splits(p, mn, BK, sms);
@@ -876,10 +858,7 @@ void launch_wgrad_simt(const ConvArgs& a, WgradGemm p) {
   dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
   cuda::launch(wgrad_simt_kernel<T, BM, BN, BK, TM, TN, CL>, grid, (BM / TM) * (BN / TN), 0, st, cp<T>(a.y), cp<T>(a.x),
                mp<T>(a.w), p.splits > 1 ? mp<Acc>(ws) : nullptr, p);
-  if (p.splits > 1) {
-    cuda::launch(splitk_reduce_kernel<Acc, T>, cuda::grid_for(nout, 256, a.w.device().index), 256, 0, st, mp<Acc>(ws),
-                 p.splits, nout, mp<T>(a.w));
-  }
+  if (p.splits > 1) gemm::sum_splits(dtype_v<T>, mp<Acc>(ws), p.splits, nout, mp<T>(a.w), st, a.w.device().index);
 }
 
 template <class T>
@@ -963,15 +942,9 @@ void launch_wgrad_mma(const ConvArgs& a, WgradGemm p) {
   dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
   cuda::launch(wgrad_mma_kernel<BF16, BM, BN, WM, WN, CL>, grid, (BM / WM) * (BN / WN) * 32, 0, st, cp<uint16_t>(a.y),
                cp<uint16_t>(a.x), mp<uint16_t>(a.w), p.splits > 1 ? mp<float>(ws) : nullptr, p);
-  if (p.splits > 1) {
-    const int dev = a.w.device().index;
-    if constexpr (BF16)
-      cuda::launch(splitk_reduce_kernel<float, BFloat16>, cuda::grid_for(nout, 256, dev), 256, 0, st, mp<float>(ws),
-                   p.splits, nout, mp<BFloat16>(a.w));
-    else
-      cuda::launch(splitk_reduce_kernel<float, Half>, cuda::grid_for(nout, 256, dev), 256, 0, st, mp<float>(ws),
-                   p.splits, nout, mp<Half>(a.w));
-  }
+  if (p.splits > 1)
+    gemm::sum_splits(BF16 ? DType::bf16 : DType::f16, mp<float>(ws), p.splits, nout, a.w.data_ptr(), st,
+                     a.w.device().index);
 }
 
 template <bool BF16, bool CL>
