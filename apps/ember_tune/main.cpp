@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 
+#include "apps/cli_checks.h"
 #include "apps/ember_tune/benchmark.h"
 #include "apps/ember_tune/report.h"
 #include "apps/ember_tune/runner.h"
@@ -100,7 +101,9 @@ void add_study_options(CLI::App& app, Cli& c) {
   app.add_option("--init", c.n_init, "Latin-hypercube trials before the model (0: 2 x parameters + 2, at least 5)")
       ->check(CLI::Range(0, 100000))
       ->group("Study");
-  app.add_option("--seed", c.seed, "seed of the sampler and of every trial's mnist_train --seed")->group("Study");
+  app.add_option("--seed", c.seed, "seed of the sampler and of every trial's mnist_train --seed")
+      ->check(ember::cli::kSeed)
+      ->group("Study");
   app.add_option("--study", c.study, "a new study file (JSONL, append-only)")->group("Study");
   app.add_option("--resume", c.resume, "continue this study file (its space, objective and sampler)")->group("Study");
 }
@@ -128,6 +131,7 @@ void add_run_options(CLI::App& app, Cli& c) {
                  "seconds a trial may run before its process group is killed and it is recorded as failed (0: "
                  "never; default: 10 x the median completed trial's duration, at least 60 s, none before a trial "
                  "completed)")
+      ->check(ember::cli::kFinite)
       ->check(CLI::NonNegativeNumber)
       ->default_str("derived")
       ->group("Trials");

@@ -465,6 +465,11 @@ TEST_CASE("tune: ember_tune refuses bad input with one error line, starting no t
       {" --param lr=log:1e-3:1e-1 --objective val_f1", "mnist_train never reports it"},
       {" --param no-such-flag=float:0:1", "mnist_train has no flag --no-such-flag"},
       {"", "no parameters to search"},
+      // parsed like mnist_train: no seed wraps or clamps, no timeout is nan or inf
+      {" --param lr=log:1e-3:1e-1 --seed -1", "expected an integer in [0, 18446744073709551615], got '-1'"},
+      {" --param lr=log:1e-3:1e-1 --seed 18446744073709551616", "(out of range)"},
+      {" --param lr=log:1e-3:1e-1 --trial-timeout nan", "expected a finite number, got nan"},
+      {" --param lr=log:1e-3:1e-1 --trial-timeout inf", "expected a finite number, got inf"},
   };
   for (const Case& c : cases) {
     INFO(c.args);
