@@ -1,7 +1,6 @@
 #include "apps/mnist_train/options.h"
 
 #include <CLI/CLI.hpp>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
