@@ -27,6 +27,16 @@ std::atomic<uint64_t> g_fault_after{0};
 
 std::string errno_text() { return std::strerror(errno); }
 
+void (*g_before_rename)(const AtomicFile&) = nullptr;
+
+// Whether `path` still names the file open at `fd` (another process may have removed it).
+bool names_file(const char* path, int fd) {
+  struct stat held {
+  }, named{};
+  return ::fstat(fd, &held) == 0 && ::stat(path, &named) == 0 && held.st_dev == named.st_dev &&
+         held.st_ino == named.st_ino;
+}
+
 std::string dir_of(const std::string& path) {
   size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -90,7 +100,9 @@ void remove_stale_temps(const std::string& target) {
     int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(p.c_str());
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+        names_file(p.c_str(), fd))
+      ::unlink(p.c_str());
     ::close(fd);
   }
 }
@@ -119,6 +131,8 @@ TargetKind target_kind(const std::string& resolved) {
   if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISFIFO(st.st_mode)) return TargetKind::kWriteThrough;
   return TargetKind::kOther;
 }
+
+void set_before_rename_for_testing(void (*hook)(const AtomicFile&)) { g_before_rename = hook; }
 
 void set_write_fault_for_testing(WriteFault fault, uint64_t after_bytes) {
   g_fault_after = after_bytes;
@@ -180,14 +194,25 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     through_ = true;
     return;
   }
-  std::string pattern = dir_of(target_) + "/." + base_of(target_) + ".tmp.XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
-  EMBER_CHECK(fd_ >= 0, "cannot create a temporary file next to '", path_, "' (", pattern, "): ", errno_text());
-  tmp_ = buf.data();
-  ::flock(fd_, LOCK_EX | LOCK_NB);  // marks the file as live (remove_stale_temps)
-  ::fchmod(fd_, 0644);              // mkstemp creates 0600; a checkpoint is an ordinary file
+  const std::string pattern = dir_of(target_) + "/." + base_of(target_) + ".tmp.XXXXXX";
+  // The lock marks the file as live from its creation to the rename (remove_stale_temps). Another
+  // writer's cleanup may take the new file for a stale one in the instant before it is locked: it
+  // is made again then, so a locked file is always the one under the name.
+  for (int attempt = 0; fd_ < 0; ++attempt) {
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    const int fd = ::mkostemp(buf.data(), O_CLOEXEC);
+    EMBER_CHECK(fd >= 0, "cannot create a temporary file next to '", path_, "' (", pattern, "): ", errno_text());
+    ::flock(fd, LOCK_EX | LOCK_NB);
+    if (names_file(buf.data(), fd)) {
+      fd_ = fd;
+      tmp_ = buf.data();
+    } else {
+      ::close(fd);
+      EMBER_CHECK(attempt < 100, "cannot keep a temporary file next to '", path_, "': it keeps being removed");
+    }
+  }
+  ::fchmod(fd_, 0644);  // mkstemp creates 0600; a checkpoint is an ordinary file
 }
 
 AtomicFile::~AtomicFile() {
@@ -228,12 +253,15 @@ void AtomicFile::commit() {
   const TargetKind now = target_kind(target_);
   EMBER_CHECK(now == TargetKind::kNone || now == TargetKind::kRegular, "cannot replace '", target_,
               "': it is no longer a regular file (changed while it was being written)");
-  int rc = ::close(fd_);
-  fd_ = -1;
-  EMBER_CHECK(rc == 0, "closing '", tmp_, "' failed: ", errno_text());
+  if (g_before_rename) g_before_rename(*this);
+  // Renamed while still open and locked: closed first, the file would look stale to another
+  // writer's cleanup until the rename, and could be removed from under it.
   EMBER_CHECK(::rename(tmp_.c_str(), target_.c_str()) == 0, "renaming '", tmp_, "' to '", target_,
               "' failed: ", errno_text());
   committed_ = true;
+  int rc = ::close(fd_);
+  fd_ = -1;
+  EMBER_CHECK(rc == 0, "closing '", target_, "' failed: ", errno_text());
   remove_stale_temps(target_);
   // Make the rename durable: fsync the directory that holds the new name.
   std::string dir = dir_of(target_);

@@ -109,5 +109,8 @@ class AppendFile {
 // clears it. kThrow fires once, then clears itself.
 enum class WriteFault { kNone, kThrow, kExit };
 void set_write_fault_for_testing(WriteFault fault, uint64_t after_bytes = 0);
+// Tests of concurrent writers: `hook` runs in AtomicFile::commit() just before the rename (nullptr:
+// none), where another writer's commit may run.
+void set_before_rename_for_testing(void (*hook)(const AtomicFile&));
 
 }  // namespace ember::io

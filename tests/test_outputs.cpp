@@ -253,6 +253,29 @@ TEST_CASE("outputs: the next successful save removes the temporary files of a ki
   CHECK(!fs::exists(tmp.file(".p.svg.tmp.XYZ123")));
 }
 
+// The moment that lost checkpoints when runs shared a --save: between closing its temporary file
+// and renaming it, a writer's file looked stale to another writer's cleanup.
+TEST_CASE("outputs: another writer's cleanup cannot remove a temporary file about to be renamed", "[outputs]") {
+  testing::TempDir tmp;
+  static std::string target;  // the hook is a plain function pointer
+  static int other_commits;
+  target = tmp.file("ck.bin");
+  other_commits = 0;
+  io::set_before_rename_for_testing([](const io::AtomicFile& f) {
+    if (f.target() != target || other_commits++ > 0) return;
+    io::write_file_atomic(target, "other");  // commits, and cleans up what looks stale
+  });
+  io::AtomicFile mine(target);
+  mine.write("mine", 4);
+  const std::string mine_tmp = mine.temp_path();
+  CHECK_NOTHROW(mine.commit());
+  io::set_before_rename_for_testing(nullptr);
+  CHECK(other_commits == 2);  // the other writer committed in between (its own hook call is the second)
+  CHECK(read_file(target) == "mine");
+  CHECK(!fs::exists(mine_tmp));
+  CHECK(dir_entries(tmp.path()) == std::vector<std::string>{"ck.bin"});
+}
+
 TEST_CASE("outputs: append files write records whole or not at all", "[outputs]") {
   testing::TempDir tmp;
   const std::string path = tmp.file("log.jsonl");
