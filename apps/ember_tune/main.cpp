@@ -25,11 +25,13 @@
 #include "apps/ember_tune/runner.h"
 #include "apps/ember_tune/study.h"
 #include "core/error.h"
+#include "io/file_lock.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using namespace ember::tune;
+namespace io = ember::io;
 
 struct Cli {
   std::vector<std::string> params;
@@ -220,16 +222,18 @@ struct Session {
   std::string path;     // the study file
   std::string stem;     // its name without .jsonl: the default trial directory and plot prefix
   std::string out_dir;  // the trial directory
-  std::optional<FileLock> study_lock, dir_lock;
+  std::optional<io::FileLock> study_lock, dir_lock;
+  std::optional<io::IdentityLock> study_identity;  // a hard link is the same study under another name
   std::optional<StudyFile> study;
 };
 
 // Takes a lock. One that is taken is a run-time error (1), not bad input: `phase`, the exit code of an error, says so
 // while it is taken.
-void take_lock(std::optional<FileLock>& l, const std::string& lock_path, const std::string& what, int& phase) {
+template <class Lock>
+void take_lock(std::optional<Lock>& l, const std::string& path, const std::string& what, int& phase) {
   const int before = phase;
   phase = 1;
-  l.emplace(lock_path, what);
+  l.emplace(path, what, "ember_tune");
   phase = before;
 }
 
@@ -238,6 +242,7 @@ void take_lock(std::optional<FileLock>& l, const std::string& lock_path, const s
 void resume_study(Session& s, const CLI::App& app, Cli& c, const StudyConfig& cfg, int& phase) {
   take_lock(s.study_lock, study_lock_path(c.resume), "the study '" + c.resume + "'", phase);
   s.study = StudyFile::open(c.resume);
+  take_lock(s.study_identity, c.resume, "the study '" + c.resume + "'", phase);
   const StudyConfig& have = s.study->config();
   check_resume_agrees(app, c, cfg, have);
   check_trainer(c.mnist_train, have);
@@ -266,8 +271,10 @@ void open_session(Session& s, const CLI::App& app, Cli& c, const StudyConfig& cf
   phase = 1;
   fs::create_directories(s.out_dir);
   take_lock(s.dir_lock, trial_dir_lock_path(s.out_dir), "the trial directory '" + s.out_dir + "'", phase);
-  if (!s.study) s.study = StudyFile::create(c.study, cfg, c.trials);
-  else if (s.study->planned_trials() != c.trials) s.study->plan(c.trials);
+  if (!s.study) {
+    s.study = StudyFile::create(c.study, cfg, c.trials);
+    take_lock(s.study_identity, c.study, "the study '" + c.study + "'", phase);
+  } else if (s.study->planned_trials() != c.trials) s.study->plan(c.trials);
 }
 
 RunOptions run_options(const Cli& c, const Session& s) {

@@ -289,48 +289,6 @@ void StudyFile::write_line(const std::string& line) {
   valid_bytes_ += rec.size();
 }
 
-FileLock::FileLock(const std::string& lock_path, const std::string& what) : path_(lock_path) {
-  // The file is removed on release, so a waiter may have opened the file just before the holder removed it and then
-  // lock that orphan: a lock only counts when the path still names the file that was locked (else: open again).
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    EMBER_CHECK(fd >= 0, "cannot open the lock file '", path_, "' of ", what, ": ", std::strerror(errno));
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int e = errno;
-      char buf[32] = {};
-      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-      ::close(fd);
-      EMBER_CHECK(e == EWOULDBLOCK, "cannot lock '", path_, "' of ", what, ": ", std::strerror(e));
-      // The holder writes its PID just after locking: a reader in between sees none.
-      std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-      EMBER_FAIL(what, " is in use by another ember_tune (pid ", pid.empty() ? "unknown" : pid, ", lock file ", path_,
-                 ")");
-    }
-    struct stat held {
-    }, named{};
-    if (::fstat(fd, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
-        held.st_ino == named.st_ino) {
-      const std::string pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
-        const int e = errno;
-        ::close(fd);
-        EMBER_FAIL("cannot write the lock file '", path_, "': ", std::strerror(e));
-      }
-      fd_ = fd;
-      return;
-    }
-    ::close(fd);
-  }
-  EMBER_FAIL("cannot lock '", path_, "' of ", what, ": it keeps being replaced");
-}
-
-FileLock::~FileLock() {
-  // Removed while still held, so nobody can lock the old file and think it is the current one (the check above).
-  ::unlink(path_.c_str());
-  ::close(fd_);
-}
-
 std::string study_lock_path(const std::string& study) {
   std::error_code ec;
   const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(study, ec), ec);

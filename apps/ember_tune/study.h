@@ -97,27 +97,6 @@ class StudyFile {
   uint64_t valid_bytes_ = 0;
 };
 
-// An exclusive flock() on a lock file, held for the object's life, with the holder's PID written into the file so a
-// second ember_tune can say who has it. flock() and not a PID check or fcntl(): the kernel drops it when the holder
-// dies however it dies (a stale file with a dead PID locks nothing), and unlike an fcntl() lock it is not dropped
-// when the process closes some other descriptor of the file. The descriptor is close-on-exec, so trials (and
-// anything they leave running) never hold it. The file is removed on release (see the constructor for why that is
-// safe).
-class FileLock {
- public:
-  // Takes the lock or throws ember::Error: "<what> is in use by another ember_tune (pid N, lock file PATH)".
-  FileLock(const std::string& lock_path, const std::string& what);
-  ~FileLock();
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
-
 // Where a study file's lock is: beside it, as STUDY.lock, after resolving symbolic links so that two names of one
 // study share one lock. A trial directory's is DIR/ember_tune.lock (inside it: any name of the directory finds it).
 std::string study_lock_path(const std::string& study);

@@ -29,6 +29,7 @@
 #include "apps/ember_tune/space.h"
 #include "apps/ember_tune/study.h"
 #include "core/error.h"
+#include "io/file_lock.h"
 
 extern char** environ;
 
@@ -36,6 +37,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace ember::tune;
+namespace io = ember::io;
 
 const std::string kTune = EMBER_BINARY_DIR "/bin/ember_tune";
 const std::string kTrainer = EMBER_BINARY_DIR "/bin/mnist_train";
@@ -707,17 +709,17 @@ TEST_CASE("tune: a lock file is held by one holder, names its PID and goes away 
   TempDir dir;
   const std::string path = dir / "s.jsonl.lock", pid = std::to_string(getpid());
   {
-    FileLock a(path, "the study 's.jsonl'");
+    io::FileLock a(path, "the study 's.jsonl'", "ember_tune");
     CHECK(read_all(path) == pid + "\n");
     // flock() locks belong to an open file, so a second open in this process is refused like another process.
-    CHECK_THROWS_WITH(FileLock(path, "the study 's.jsonl'"),
+    CHECK_THROWS_WITH(io::FileLock(path, "the study 's.jsonl'", "ember_tune"),
                       Catch::Contains("the study 's.jsonl' is in use by another ember_tune (pid " + pid +
                                       ", lock file " + path + ")"));
   }
   CHECK_FALSE(fs::exists(path));
   write_all(path, "999999999\n");  // left by a holder that died: no lock on it any more
   {
-    FileLock b(path, "the study 's.jsonl'");
+    io::FileLock b(path, "the study 's.jsonl'", "ember_tune");
     CHECK(read_all(path) == pid + "\n");
   }
   fs::create_directories(dir / "sub");
@@ -760,6 +762,15 @@ TEST_CASE("tune: a second ember_tune on a running study or its trial directory f
     CHECK_THAT(r.err, Catch::Contains("the trial directory '" + (dir / "s.d") + "' is in use by another ember_tune " +
                                       holder + (dir / "s.d/ember_tune.lock") + ")"));
     CHECK_FALSE(fs::exists(other));
+    // A hard link: the same study under another name, with a lock file and a trial directory of its own.
+    const std::string hard = dir / "h.jsonl";
+    fs::create_hard_link(study, hard);
+    r = run(dir, stub_env(dir, "ok") + kTune + " --resume " + hard + " --mnist-train " + stub);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.err,
+               Catch::Contains("ember_tune: error: the study '" + hard + "' is in use by another ember_tune (pid " +
+                               std::to_string(pid) + ", under another name of the same file)"));
+    fs::remove(hard);
   }
   // SIGKILL: no clean-up runs, yet the kernel drops the locks with the process.
   kill(pid, SIGKILL);
