@@ -260,6 +260,13 @@ void open_session(Session& s, const CLI::App& app, Cli& c, const StudyConfig& cf
   s.stem = s.path;
   if (s.stem.size() > 6 && s.stem.substr(s.stem.size() - 6) == ".jsonl") s.stem.resize(s.stem.size() - 6);
   s.out_dir = c.out_dir.empty() ? s.stem + ".d" : c.out_dir;
+  auto canonical = [](const std::string& p) {  // "d/" and "./d" are d
+    std::error_code ec;
+    const fs::path c = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    return c.has_filename() ? c : c.parent_path();
+  };
+  EMBER_CHECK(canonical(s.out_dir) != canonical(s.path), "--out-dir ", s.out_dir,
+              " is the study file itself; the trial directory needs a name of its own");
   if (!c.resume.empty()) {
     resume_study(s, app, c, cfg, phase);
   } else {

@@ -153,7 +153,18 @@ TrialRecord TrialRecord::from_json(const nlohmann::json& j) {
   return t;
 }
 
+namespace {
+// A study is one file: a directory in its place is named as one (reading it would say "empty", a
+// new study "already exists").
+void check_not_directory(const std::string& path) {
+  std::error_code ec;
+  EMBER_CHECK(!std::filesystem::is_directory(path, ec), "the study file '", path,
+              "' is a directory; a study is one file (e.g. ", path, "/study.jsonl)");
+}
+}  // namespace
+
 void StudyFile::check_new(const std::string& path) {
+  check_not_directory(path);
   struct stat st {};
   EMBER_CHECK(!(::stat(path.c_str(), &st) == 0 && st.st_size > 0), "the study file '", path,
               "' already exists; continue it with --resume ", path, ", or name a new file");
@@ -173,6 +184,7 @@ StudyFile StudyFile::create(const std::string& path, const StudyConfig& config, 
 }
 
 StudyFile StudyFile::open(const std::string& path) {
+  check_not_directory(path);
   std::ifstream in(path, std::ios::binary);
   EMBER_CHECK(in.good(), "cannot read the study file '", path, "': ", std::strerror(errno));
   std::stringstream ss;

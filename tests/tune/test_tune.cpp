@@ -472,6 +472,9 @@ TEST_CASE("tune: ember_tune refuses bad input with one error line, starting no t
       {" --param lr=log:1e-3:1e-1 --seed 18446744073709551616", "(out of range)"},
       {" --param lr=log:1e-3:1e-1 --trial-timeout nan", "expected a finite number, got nan"},
       {" --param lr=log:1e-3:1e-1 --trial-timeout inf", "expected a finite number, got inf"},
+      // the trial directory in the study file's place, refused before either is made
+      {" --param lr=log:1e-3:1e-1 --out-dir " + study, "--out-dir " + study + " is the study file itself"},
+      {" --param lr=log:1e-3:1e-1 --out-dir " + study + "/", "is the study file itself"},
   };
   for (const Case& c : cases) {
     INFO(c.args);
@@ -481,6 +484,14 @@ TEST_CASE("tune: ember_tune refuses bad input with one error line, starting no t
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK_FALSE(fs::exists(study));
     CHECK_FALSE(fs::exists(dir / "s.d"));
+  }
+  // A directory where the study file goes is called one, as --study and as --resume.
+  fs::create_directories(dir / "d.jsonl");
+  for (const std::string flags :
+       {" --study " + (dir / "d.jsonl") + " --param lr=log:1e-3:1e-1" + kTiny, " --resume " + (dir / "d.jsonl")}) {
+    const Run d = run(dir, kTune + flags);
+    CHECK(d.rc == 2);
+    CHECK_THAT(d.err, Catch::Contains("the study file '" + (dir / "d.jsonl") + "' is a directory"));
   }
   // A foreign file and a corrupt study, given to --resume: refused, not changed.
   const std::string foreign = "{\"type\":\"epoch\",\"epoch\":1}\n";
