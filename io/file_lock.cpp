@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "io/atomic_file.h"
 
 namespace ember::io {
@@ -74,8 +76,14 @@ std::string output_lock_path(const std::string& output) {
   std::string target = resolve_output_path(output);
   while (target.size() > 1 && target.back() == '/') target.pop_back();  // "tb/" is the directory tb
   const size_t slash = target.find_last_of('/');
-  if (slash == std::string::npos) return "." + target + ".lock";
-  return target.substr(0, slash + 1) + "." + target.substr(slash + 1) + ".lock";
+  const std::string dir = slash == std::string::npos ? "" : target.substr(0, slash + 1);
+  std::string name = target.substr(slash + 1);
+  if (name.size() > 200) {  // ".NAME.lock" must fit NAME_MAX (255) where NAME itself does
+    char hash[20];
+    std::snprintf(hash, sizeof hash, "-%016llx", static_cast<unsigned long long>(fnv1a(name)));
+    name = name.substr(0, 200) + hash;
+  }
+  return dir + "." + name + ".lock";
 }
 
 }  // namespace ember::io

@@ -468,6 +468,77 @@ TEST_CASE("mnist_train: a --log another process is writing is refused before tra
   CHECK(read_file(log).size() > 3);  // appended after the lock was released
 }
 
+TEST_CASE("mnist_train: a running run's outputs are refused to another run as any output, naming its PID",
+          "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data"), log = tmp.file("a.jsonl"), ck = tmp.file("a.safetensors");
+  write_synthetic_set(d, false);
+  fs::create_symlink("a.jsonl", tmp.file("link.jsonl"));
+  Child a =
+      spawn_app(quick(d, {"--epochs", "1000", "--scheduler", "none", "--log", log, "--save", ck}), tmp.path(), "a");
+  const auto t0 = std::chrono::steady_clock::now();
+  while (read_file(a.out_path).find("epoch 1/1000") == std::string::npos) {  // a checkpoint and a log exist
+    int status = 0;
+    REQUIRE(waitpid(a.pid, &status, WNOHANG) == 0);
+    REQUIRE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 60);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const std::string holder = " is in use by another mnist_train (pid " + std::to_string(a.pid) + ", lock file ";
+  // before: --save replaced the live log and --log appended to the checkpoint, both runs exit 0
+  for (const auto& [flag, path] : std::vector<std::pair<std::string, std::string>>{
+           {"--save", log}, {"--plot", tmp.file("link.jsonl")}, {"--log", ck}, {"--profile", ck}}) {
+    RunResult r = run_app(quick(d, {"--epochs", "1", flag, path}), tmp.path());
+    check_error(r, 1, flag + " " + path + holder);
+    CHECK(r.out.find("epoch 1/1") == std::string::npos);
+  }
+  REQUIRE(kill(a.pid, SIGTERM) == 0);
+  CHECK(wait_child(a, 60) == 128 + SIGTERM);
+  for (const std::string& l : lines_of(read_file(log))) CHECK(nlohmann::json::accept(l));  // a's log, whole
+  CHECK(io::load_safetensors(ck).metadata.count("progress.epoch") == 1);
+  CHECK(!fs::exists(tmp.file(".a.jsonl.lock")));                                    // released at the end
+  require_success(run_app(quick(d, {"--epochs", "1", "--log", log}), tmp.path()));  // free again
+}
+
+TEST_CASE("mnist_train: an output naming an input is a usage error", "[mnist_train][outputs]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data"), pack = tmp.file("run.pack"), ck = tmp.file("ck.safetensors");
+  write_synthetic_set(d, false);
+  testing::write_bytes(pack, {'p', 'a', 'c', 'k'});
+  fs::create_symlink("run.pack", tmp.file("link.pack"));
+  fs::create_hard_link(pack, tmp.file("hard.pack"));
+  require_success(run_app(quick(d, {"--epochs", "1", "--scheduler", "none", "--save", ck}), tmp.path()));
+  const std::string ck_bytes = read_file(ck);
+  struct Case {
+    std::vector<std::string> args;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      // before: --save run.pack replaced the packed data with a checkpoint, exit 0
+      {{"--data", pack, "--save", pack}, "--save " + pack + " names --data " + pack},
+      {{"--data", pack, "--log", tmp.file("link.pack")}, "names --data " + pack},
+      {{"--data", pack, "--plot", tmp.file("hard.pack")}, "names --data " + pack},
+      {{"--data", d, "--log", d + "/run.jsonl"}, "--log " + d + "/run.jsonl is inside --data " + d},
+      {{"--data", d, "--tensorboard", d + "/tb"}, "is inside --data " + d},
+      {{"--data", d, "--resume", ck, "--plot", ck}, "--plot " + ck + " names --resume " + ck},
+      {{"--data", d, "--eval-only", ck, "--save", ck}, "--save " + ck + " names --eval-only " + ck},
+      {{"--eval-only", ck, "--predict", pack, "--log", pack}, "--log " + pack + " names --predict " + pack},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> a = {"--device", "cpu", "--quiet", "--epochs", "1"};
+    a.insert(a.end(), c.args.begin(), c.args.end());
+    check_error(run_app(a, tmp.path()), 2, c.needle + "; an output never overwrites or adds to an input");
+  }
+  CHECK(read_file(pack) == "pack");
+  CHECK(read_file(ck) == ck_bytes);
+  CHECK(!fs::exists(d + "/run.jsonl"));
+  CHECK(!fs::exists(d + "/tb"));
+  // a resumed run saves over its own checkpoint
+  require_success(
+      run_app(quick(d, {"--epochs", "2", "--scheduler", "none", "--resume", ck, "--save", ck}), tmp.path()));
+}
+
 TEST_CASE("mnist_train: a FIFO or socket as an input is refused at once, a name too long says so",
           "[mnist_train][outputs]") {
   if (!have_binary()) return;

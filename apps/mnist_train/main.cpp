@@ -16,6 +16,7 @@
 
 #include "apps/mnist_train/ablation.h"
 #include "apps/mnist_train/options.h"
+#include "apps/mnist_train/output_checks.h"
 #include "apps/mnist_train/predict.h"
 #include "apps/mnist_train/report.h"
 #include "apps/mnist_train/trainer.h"
@@ -39,84 +40,6 @@ Device pick_device(const std::optional<Device>& asked) {
                 " CUDA device(s)");
   }
   return d;
-}
-
-// Output files are checked before anything trains: a typo in --save must not cost the run. A
-// symlink is checked at its target; a device or FIFO is written through (io/atomic_file.h).
-void check_output_path(const char* flag, const std::string& given) {
-  if (given.empty()) return;
-  namespace fs = std::filesystem;
-  // --log is appended to in place; the others are replaced through a temporary file beside them
-  try {
-    io::check_output_name(given, std::string(flag) != "--log");
-  } catch (const Error& e) {
-    EMBER_FAIL(flag, ": ", e.what());
-  }
-  const std::string path = io::resolve_output_path(given);
-  const io::TargetKind kind = io::target_kind(path);
-  EMBER_CHECK(kind != io::TargetKind::kDirectory, flag, " ", given, " is a directory, expected a file name");
-  EMBER_CHECK(kind != io::TargetKind::kOther, flag, " ", given, ": not a regular file, device or FIFO (a socket?)");
-  if (kind == io::TargetKind::kWriteThrough) return;  // written through: the directory is not written
-  const fs::path p(path);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  std::error_code ec;
-  EMBER_CHECK(fs::exists(dir, ec), flag, " ", path, ": the directory ", dir.string(), " does not exist");
-  EMBER_CHECK(fs::is_directory(dir, ec), flag, " ", path, ": ", dir.string(), " is not a directory");
-  EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, flag, " ", path, ": the directory ", dir.string(), " is not writable");
-  EMBER_CHECK(!fs::is_directory(p, ec), flag, " ", path, " is a directory, expected a file name");
-}
-
-// --tensorboard names a directory, created if needed: the nearest existing ancestor must be one.
-void check_output_dir(const char* flag, const std::string& path) {
-  if (path.empty()) return;
-  namespace fs = std::filesystem;
-  try {
-    io::check_output_name(path, false);
-  } catch (const Error& e) {
-    EMBER_FAIL(flag, ": ", e.what());
-  }
-  std::error_code ec;
-  fs::path p = fs::absolute(fs::path(path), ec);
-  while (!p.empty() && !fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
-  EMBER_CHECK(fs::is_directory(p, ec), flag, " ", path, ": ", p.string(), " is not a directory");
-  EMBER_CHECK(::access(p.c_str(), W_OK) == 0, flag, " ", path, ": the directory ", p.string(), " is not writable");
-}
-
-// Two output flags naming one file (after links; hard links too) would overwrite each other's
-// records: a usage error, before anything trains. Character devices (/dev/null) may be shared.
-std::string same_output_files(const mnist::Options& o) {
-  namespace fs = std::filesystem;
-  struct Out {
-    const char* flag;
-    std::string path, canonical;
-    struct stat st {};
-    bool exists = false;
-  };
-  std::vector<Out> outs;
-  for (auto [flag, path] : {std::pair<const char*, std::string>{"--save", o.save},
-                            {"--log", o.log},
-                            {"--plot", o.plot},
-                            {"--profile", o.profile},
-                            {"--tensorboard", o.tensorboard}}) {
-    if (path.empty()) continue;
-    Out x{flag, path, {}};
-    std::error_code ec;
-    fs::path c = fs::weakly_canonical(fs::absolute(io::resolve_output_path(path), ec), ec);
-    x.canonical = c.has_filename() ? c.string() : c.parent_path().string();  // "tb/" is "tb"
-    x.exists = ::stat(x.canonical.c_str(), &x.st) == 0;
-    if (x.exists && S_ISCHR(x.st.st_mode)) continue;
-    outs.push_back(std::move(x));
-  }
-  for (size_t i = 0; i < outs.size(); ++i)
-    for (size_t j = i + 1; j < outs.size(); ++j) {
-      const Out &a = outs[i], &b = outs[j];
-      const bool same = a.canonical == b.canonical ||
-                        (a.exists && b.exists && a.st.st_dev == b.st.st_dev && a.st.st_ino == b.st.st_ino);
-      if (same)
-        return std::string(a.flag) + " " + a.path + " and " + b.flag + " " + b.path + " name the same file (" +
-               a.canonical + "); each output needs a file of its own";
-    }
-  return {};
 }
 
 std::string describe(Device d) {
@@ -214,13 +137,10 @@ int report(const mnist::Options& o, const mnist::RunResult& r, const mnist::Spli
 // Everything after the command line: outputs checked, the device and the job, the data, then the
 // ablation, an evaluation or the training run.
 int run(mnist::Options o) {
-  check_output_path("--save", o.save);
-  check_output_path("--plot", o.plot);
-  check_output_path("--profile", o.profile);
-  check_output_path("--log", o.log);
-  check_output_dir("--tensorboard", o.tensorboard);
+  mnist::check_output_paths(o);
   Device device = pick_device(o.device);
-  const bool rank0 = o.distributed ? join_job(o, device) : true;
+  const bool rank0 = o.distributed ? join_job(o, device) : true;  // the other ranks write no outputs
+  const auto locks = mnist::lock_outputs(o);
   if (!o.quiet) {
     std::string why = device.is_cpu() && !o.device ? " (" + cuda::unavailable_reason() + ")" : "";
     std::printf("mnist_train: %s on %s%s, data %s\n", name(o.model), describe(device).c_str(), why.c_str(),
@@ -247,7 +167,7 @@ int main(int argc, char** argv) {
   mnist::ParseResult parsed = mnist::parse_options(argc, argv);
   if (!parsed.options) return parsed.exit_code;
   const mnist::Options& o = *parsed.options;
-  if (std::string same = same_output_files(o); !same.empty()) {
+  if (std::string same = mnist::output_conflict(o); !same.empty()) {
     std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", same.c_str());
     return 2;
   }

@@ -1,12 +1,13 @@
 // How mnist_train treats the files a run writes besides its exit code.
 //
 // Note [side outputs]: --log, --tensorboard, --plot, --profile and --save are side outputs of a
-// run. Their paths are checked before anything trains (main.cpp); a failure later (a full disk,
-// /dev/full, an I/O error) never stops the training: it is reported once, as one line on stderr
-// naming the flag, the path and the error, nothing more is written to that output, and the
-// program exits 1 at the end. Files are never left empty or half-written: --plot, --profile and
-// --save are replaced atomically (io::AtomicFile), --log and --tensorboard write each record whole
-// or not at all (io::AppendFile).
+// run. Their paths are checked, and the files locked for the run, before anything trains
+// (output_checks.h); a failure later (a full disk, /dev/full, an I/O error) never stops the
+// training: it is reported once, as one line on stderr naming the flag, the path and the error,
+// nothing more is written to that output, and the program exits 1 at the end. Files are never
+// left empty or half-written: --plot, --profile and --save are replaced atomically
+// (io::AtomicFile), --log and --tensorboard write each record whole or not at all
+// (io::AppendFile).
 #pragma once
 
 #include <string>
