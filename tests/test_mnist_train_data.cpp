@@ -101,6 +101,13 @@ TEST_CASE("mnist_train: trains on an ImageFolder and a packed file, predicts, re
 
   check_error(run_app(common(idx, {"--resize", "8x8"}), tmp.path()), 1,
               "--resize applies to an ImageFolder; --data " + idx + " is an IDX set of 28x28 images");
+  // before: ignored without a word
+  check_error(run_app(common(idx, {"--test-split", "0.3"}), tmp.path()), 1,
+              "--test-split applies to data without a test split of its own; --data " + idx + " has one (");
+  // the held-out split is the run's: a resume with another is named as that flag, not as other data
+  RunResult other = run_app(common(folder, {"--resize", "16x16", "--resume", ck, "--test-split", "0.3"}), tmp.path());
+  check_error(other, 1, "--test-split 0.3 differs from the checkpoint's 0.2");
+  CHECK(other.err.find("another dataset") == std::string::npos);
 
   // the same images packed by ember_pack
   if (!fs::exists(kPack)) WARN("SKIPPED (the packed part): " << kPack << " is not built");

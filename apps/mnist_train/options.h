@@ -27,6 +27,7 @@ struct Options {
   std::string data = "/usr/share/datasets/fashion-mnist";
   double val_split = 0.1;
   double test_split = 0.2;             // held out for testing when the data has no test split of its own
+  bool test_split_given = false;       // --test-split on the command line (refused for data with a test split)
   int64_t resize_h = 0, resize_w = 0;  // --resize HxW (ImageFolder; 0: the first image's size)
   bool skip_bad_images = false;
   int workers = 2;

@@ -316,6 +316,10 @@ Splits load_splits(const Options& o) {
   s.train_file_images = train->size();  // the identity: the sets as loaded, before any split
   s.test_file_images = test ? test->size() : 0;
   s.labels_checksum = labels_checksum(train, test);
+  // like --resize: an option the data leaves nothing to do for is refused, not ignored
+  EMBER_CHECK(!test || !o.test_split_given, "--test-split applies to data without a test split of its own; --data ",
+              o.data, " has one (", test ? test->size() : 0, " images)");
+  s.test_held_out = !test;
   if (!test) {  // an ImageFolder without train/ and test/, or a packed file
     auto [kept, held] = stratified_split(train->labels(), k, o.test_split, o.seed);
     EMBER_CHECK(!kept.empty() && !held.empty(), "--data ", o.data, ": ", train->size(),

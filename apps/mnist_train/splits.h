@@ -28,6 +28,7 @@ struct Splits {
   int64_t train_file_images = 0, test_file_images = 0;
   std::string labels_checksum;
   int64_t skipped_images = 0;  // --skip-bad-images: images left out
+  bool test_held_out = false;  // the test set is --test-split of the data (which has no test split)
 };
 
 // Loads --data (one error listing the three forms when it is none of them), holds out

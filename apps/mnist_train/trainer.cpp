@@ -761,6 +761,12 @@ void Trainer::add_data_settings(RunRecord& rec) const {
            .why = "the split decides which samples train and which validate",
            .value = exact_text(o_.val_split),
            .numeric = true});
+  rec.add({.key = "test_split",
+           .flag = "--test-split",
+           .why = "the split decides which samples train and which test",
+           .value = exact_text(o_.test_split),
+           .numeric = true,
+           .recorded = splits_.test_held_out});
   rec.add({.key = "data_train_images",
            .flag = "--data: the training images",
            .why = "another dataset: the split and the schedule would change",
@@ -768,7 +774,8 @@ void Trainer::add_data_settings(RunRecord& rec) const {
   rec.add({.key = "data_test_images",
            .flag = "--data: the test images",
            .why = "another dataset",
-           .value = std::to_string(splits_.test_file_images)});
+           .value = std::to_string(splits_.test_file_images),
+           .derived = splits_.test_held_out});  // held out: follows from --test-split
   rec.add({.key = "data_labels",
            .flag = "--data: the labels' checksum",
            .why = "another dataset, or the same size with other labels",
