@@ -3,7 +3,6 @@
 // pinned allocator, streams and events, Philox CPU == CUDA, device error word, device mismatches,
 // async copies, sync-debug, the profiler around graph replays.
 #include <catch2/catch.hpp>
-#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <filesystem>
