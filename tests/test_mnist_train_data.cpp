@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "tests/data_test_util.h"
 #include "tests/mnist_train_util.h"
 
@@ -158,4 +159,43 @@ TEST_CASE("mnist_train: an ImageFolder with train/ and test/, grey images, and a
   CHECK(r.out.find("1 bad image(s) left out (--skip-bad-images)") != std::string::npos);
   CHECK(r.err.find("broken.png") != std::string::npos);
   CHECK(reported_test_accuracy(r.out) > 80.0);
+}
+
+TEST_CASE("mnist_train: --predict checks a checkpoint's recorded shape, classes and normalisation first",
+          "[mnist_train][data][checkpoint]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data"), img = tmp.file("x.png");
+  write_synthetic_set(d, false);
+  write_image(img, 28, 28, 1, 1, 5);
+  // every model's real checkpoint predicts: the size the check expects is the model's
+  for (const char* model : {"mlp", "cnn", "fast"}) {
+    const std::string ck = tmp.file(std::string(model) + ".safetensors");
+    require_success(run_app(quick(d, {"--model", model, "--epochs", "1", "--save", ck}), tmp.path()));
+    require_success(run_app({"--eval-only", ck, "--predict", img, "--device", "cpu"}, tmp.path()));
+  }
+  const io::SafetensorsFile good = io::load_safetensors(tmp.file("mlp.safetensors"));
+  struct Case {
+    std::string key, value, needle;
+  };
+  const std::vector<Case> cases = {
+      // before: a 1.3 MB checkpoint claiming 1x3000x3000 inputs made a model of 4.6 GB
+      {"input_shape", "1x3000x3000",
+       "records 1x3000x3000 inputs and 10 classes for --model mlp, which has 1152009034 values, but its model "
+       "tensors hold 109386"},
+      {"input_shape", "1x5000x5000", "expected 1 or 3 channels of 1x1 to 4096x4096 pixels"},
+      {"input_shape", "-1x28x28", "expected 1 or 3 channels"},
+      {"classes", "[\"one\"]", "names 1 class(es), a classifier has at least 2"},
+      {"classes", "[\"a\",\"b\",\"c\"]", "records 1x28x28 inputs and 3 classes for --model mlp"},
+      {"normalize_mean", "nan", "channel 0's normalisation (mean nan"},
+      {"normalize_std", "0", "is not that of pixels on the [0, 1] scale"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.key << " = " << c.value);
+    Metadata m = good.metadata;
+    m.at("run." + c.key) = c.value;
+    const std::string bad = tmp.file("bad.safetensors");
+    io::save_safetensors(bad, good.tensors, m);
+    check_error(run_app({"--eval-only", bad, "--predict", img, "--device", "cpu"}, tmp.path()), 1, c.needle);
+  }
 }

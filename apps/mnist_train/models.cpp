@@ -41,4 +41,22 @@ std::shared_ptr<nn::Module> make_model(ModelKind kind, const InputShape& in) {
   EMBER_FAIL("unknown model kind ", static_cast<int>(kind));
 }
 
+int64_t state_size(ModelKind kind, const InputShape& in) {
+  auto linear = [](int64_t n_in, int64_t n_out) { return n_in * n_out + n_out; };
+  auto conv3x3 = [](int64_t cin, int64_t cout, bool bias) { return cin * cout * 9 + (bias ? cout : 0); };
+  const int64_t k = in.classes;
+  switch (kind) {
+    case ModelKind::mlp: return linear(in.channels * in.height * in.width, 128) + linear(128, 64) + linear(64, k);
+    case ModelKind::cnn:
+      return conv3x3(in.channels, 32, true) + conv3x3(32, 64, true) +
+             linear(64 * (in.height / 4) * (in.width / 4), 128) + linear(128, k);
+    case ModelKind::fast: {
+      // batch norm: weight, bias, running mean and variance per channel, and the batch count
+      auto block = [&](int64_t cin, int64_t cout) { return conv3x3(cin, cout, false) + 4 * cout + 1; };
+      return block(in.channels, 32) + block(32, 64) + block(64, 128) + linear(128, k);
+    }
+  }
+  EMBER_FAIL("unknown model kind ", static_cast<int>(kind));
+}
+
 }  // namespace mnist

@@ -26,4 +26,9 @@ struct InputShape {
 
 std::shared_ptr<ember::nn::Module> make_model(ModelKind kind, const InputShape& in = {});
 
+// How many values make_model(kind, in)'s state dict holds (parameters and buffers), computed
+// without making it: predict.cpp checks a checkpoint's recorded input shape against its tensors
+// before a model of that size is allocated.
+int64_t state_size(ModelKind kind, const InputShape& in);
+
 }  // namespace mnist

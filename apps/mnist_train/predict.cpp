@@ -18,6 +18,12 @@ namespace mnist {
 
 using namespace ember;
 
+namespace {
+std::string describe_inputs(const InputShape& in) {
+  return str(shape_text(in), " inputs and ", in.classes, " classes");
+}
+}  // namespace
+
 int predict(const Options& o, Device device) {
   const std::string& ck = o.eval_only;
   io::SafetensorsFile f = io::load_safetensors(ck, kCPU);
@@ -29,7 +35,15 @@ int predict(const Options& o, Device device) {
   const std::vector<std::string>& classes = trained->classes;
   const std::vector<double>& mean = trained->mean;
   const std::vector<double>& stdev = trained->std;
-  auto model = make_model(model_named(trained->model), in);
+  // The recorded shape and classes against the tensors, before a model of that size is made.
+  const ModelKind kind = model_named(trained->model);
+  int64_t held = 0;
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind("model.", 0) == 0) held += t.numel();
+  EMBER_CHECK(held == state_size(kind, in), "--predict: ", ck, " records ", describe_inputs(in), " for --model ",
+              trained->model, ", which has ", state_size(kind, in), " values, but its model tensors hold ", held,
+              "; the checkpoint is damaged");
+  auto model = make_model(kind, in);
   TensorDict state;
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("model.", 0) == 0) state.insert(name.substr(6), t);

@@ -157,17 +157,29 @@ std::optional<TrainedOn> trained_on(const Metadata& metadata, const std::string&
   EMBER_CHECK(
       std::sscanf(shape.c_str(), "%ldx%ldx%ld%c", &t.shape.channels, &t.shape.height, &t.shape.width, &end) == 3, what,
       ": the metadata 'run.input_shape' is '", shape, "', expected CxHxW; the checkpoint is damaged");
+  // Bounded before anything is sized by them: a damaged or forged checkpoint must not make a model
+  // (or inputs) of gigabytes. 1 or 3 channels is what the data forms give, 4096 the largest --resize.
+  const bool sane = (t.shape.channels == 1 || t.shape.channels == 3) && t.shape.height >= 1 && t.shape.height <= 4096 &&
+                    t.shape.width >= 1 && t.shape.width <= 4096;
+  EMBER_CHECK(sane, what, ": the metadata 'run.input_shape' is '", shape,
+              "', expected 1 or 3 channels of 1x1 to 4096x4096 pixels; the checkpoint is damaged");
   try {
     t.classes = nlohmann::json::parse(meta("classes")).get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception&) {
     EMBER_FAIL(what, ": the metadata 'run.classes' is not a JSON list of names; the checkpoint is damaged");
   }
   t.shape.classes = static_cast<int64_t>(t.classes.size());
+  EMBER_CHECK(t.shape.classes >= 2, what, ": the metadata 'run.classes' names ", t.shape.classes,
+              " class(es), a classifier has at least 2; the checkpoint is damaged");
   t.mean = parse_doubles(meta("normalize_mean"));
   t.std = parse_doubles(meta("normalize_std"));
   EMBER_CHECK(t.mean.size() == static_cast<size_t>(t.shape.channels) && t.std.size() == t.mean.size(), what,
               ": the metadata 'run.normalize_mean' / 'run.normalize_std' do not hold one value per channel; the "
               "checkpoint is damaged");
+  for (size_t c = 0; c < t.mean.size(); ++c)  // pixels on the [0, 1] scale: so are their mean and std
+    EMBER_CHECK(t.mean[c] >= 0 && t.mean[c] <= 1 && t.std[c] > 0 && t.std[c] <= 1, what, ": channel ", c,
+                "'s normalisation (mean ", t.mean[c], ", std ", t.std[c],
+                ") is not that of pixels on the [0, 1] scale; the checkpoint is damaged");
   return t;
 }
 
