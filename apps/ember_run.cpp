@@ -207,6 +207,9 @@ std::string job_token(const Options& o) {
     struct stat st {};
     if (stat(o.token_file.c_str(), &st) != 0)
       usage_error("--token-file '" + o.token_file + "': " + std::strerror(errno));
+    if (S_ISDIR(st.st_mode))
+      usage_error("--token-file '" + o.token_file + "' is a directory; the token is a file's first line");
+    if (!S_ISREG(st.st_mode)) usage_error("--token-file '" + o.token_file + "' is not a regular file");
     if ((st.st_mode & 077) != 0) {
       char mode[8];
       std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));

@@ -337,6 +337,8 @@ int get_port(const sockaddr_storage& a) {
 std::string read_token_file(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) fail("EMBER_JOB_TOKEN_FILE '" + path + "': cannot read it: " + errno_text(errno));
+  if (S_ISDIR(st.st_mode)) fail("EMBER_JOB_TOKEN_FILE '" + path + "' is a directory; the token is a file's first line");
+  if (!S_ISREG(st.st_mode)) fail("EMBER_JOB_TOKEN_FILE '" + path + "' is not a regular file");
   if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%03o", static_cast<unsigned>(st.st_mode & 0777));

@@ -577,6 +577,8 @@ TEST_CASE("ember_run: usage errors exit 2 with a message and start nothing", "[e
       {{"--token-file", shared, "--"},
        "--token-file '" + shared + "' is readable or writable by other users (mode 604)"},
       {{"--token-file", short_token, "--"}, "--token-file '" + short_token + "': its first line has 9 characters"},
+      {{"--token-file", dir.path(), "--"},
+       "--token-file '" + dir.path() + "' is a directory"},  // before: "0 characters"
       {{"--nproc-per-node", "2", "/bin/true"}, "missing '--' before the program ('/bin/true')", false},
       {{"--nproc-per-node", "2"}, "missing '--' before the program", false},
       {{"--nproc-per-node", "2", "--"}, "no program after '--'", false},

@@ -409,6 +409,12 @@ TEST_CASE("store security: job_token reads EMBER_JOB_TOKEN, a private token file
     EnvGuard g("EMBER_JOB_TOKEN_FILE", path);
     CHECK_THROWS_WITH(dist::job_token(), Contains(path) && Contains("cannot read"));
   }
+  REQUIRE(::mkdir(path.c_str(), 0700) == 0);
+  {
+    EnvGuard g("EMBER_JOB_TOKEN_FILE", path);  // before: "cannot read its first line"
+    CHECK_THROWS_WITH(dist::job_token(), Contains("EMBER_JOB_TOKEN_FILE '" + path + "' is a directory"));
+  }
+  ::rmdir(path.c_str());
 }
 
 TEST_CASE("store security: a process that ends while strangers send forged proofs exits cleanly", "[dist][store]") {
