@@ -11,6 +11,7 @@
 
 #include "core/autograd/engine.h"
 #include "core/cuda/runtime.h"
+#include "core/parallel.h"
 #include "core/runtime.h"
 #include "kernels/functional.h"
 
@@ -65,8 +66,29 @@ void describe_tensor(std::ostringstream& os, const Tensor& t) {
   os << "}";
 }
 
+// The CPU as its choices depend on it (Note [CPU defaults] in registry.h): the model, the widest
+// vector ISA the kernels use, the threads they run on.
+std::string cpu_name() {
+  static const std::string model = [] {
+    std::ifstream f("/proc/cpuinfo");
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("model name", 0) == 0 && line.find(':') != std::string::npos) {
+        std::string m = line.substr(line.find(':') + 2);
+        for (char& ch : m)
+          if (ch == '\t' || ch == '|') ch = ' ';
+        return m;
+      }
+    return std::string("unknown model");
+  }();
+  const char* isa = __builtin_cpu_supports("avx512bf16") ? "avx512bf16"
+                    : __builtin_cpu_supports("avx512f")  ? "avx512"
+                    : __builtin_cpu_supports("avx2")     ? "avx2"
+                                                         : "baseline";
+  return str("cpu:", model, " ", isa, " ", num_threads(), " threads");
+}
+
 std::string device_name(Device d) {
-  if (!d.is_cuda()) return str(d);
+  if (!d.is_cuda()) return d.is_cpu() ? cpu_name() : str(d);
   static std::mutex mu;
   static std::map<int, std::string> names;
   std::lock_guard<std::mutex> lock(mu);
@@ -88,8 +110,11 @@ Device call_device(const KernelCall& c) {
   return kCPU;
 }
 
+double (*g_fake_timer)(const Variant&) = nullptr;
+
 // Milliseconds of one run of v on c (median of the timed runs); throws what the kernel throws.
 double time_variant(const Variant& v, const KernelCall& c, Device dev, int warmup, int timed) {
+  if (g_fake_timer != nullptr) return g_fake_timer(v);
   for (int i = 0; i < warmup; ++i) v.fn(c);
   std::vector<double> ms;
   if (dev.is_cuda()) {
@@ -250,6 +275,13 @@ const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const V
   if (candidates.size() == 1) return candidates[0];
   const std::string k = key(info, c);
   if (const Variant* v = cached_choice(s, k, candidates)) return v;
+  // Inside a parallel_for body (a kernel that runs another op per chunk) nothing is timed: the
+  // other chunks run beside it, so the times would mean little, and every thread would tune the
+  // same key at once. One thread tunes at a time (recursively: a candidate may call other ops).
+  if (in_parallel_region()) return nullptr;
+  static std::recursive_mutex tuning;
+  std::lock_guard<std::recursive_mutex> one_at_a_time(tuning);
+  if (const Variant* v = cached_choice(s, k, candidates)) return v;  // tuned while this thread waited
   const Device dev = call_device(c);
   if (dev.is_cuda() && cuda::current_stream(dev.index).is_capturing()) {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -278,6 +310,8 @@ const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const V
 }
 
 void install() { set_autotune_hook(&choose); }
+
+void set_timer_for_testing(double (*ms_of)(const Variant& v)) { g_fake_timer = ms_of; }
 
 void set_cache_file(const std::string& path) {
   State& s = state();

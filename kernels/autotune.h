@@ -53,7 +53,7 @@ void install();
 // graph is captured). This is the function installed as the registry's hook.
 const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const Variant* const> candidates);
 
-// The cache key of a call (see above).
+// The cache key of a call (see above). A CPU is named by its model, ISA and thread count.
 std::string key(const OpInfo& info, const KernelCall& c);
 
 void set_cache_file(const std::string& path);  // "" stops using a file (entries stay in memory)
@@ -77,6 +77,10 @@ void reset_stats();
 
 // Warm-up and timed runs per candidate (defaults 2 and 5).
 void set_runs(int warmup, int timed);
+
+// Tests of what follows from measurements: `ms_of` gives each candidate's time instead of running
+// it (nullptr: measure again).
+void set_timer_for_testing(double (*ms_of)(const Variant& v));
 
 // The last warning about the cache file ("" when none): also printed to stderr.
 std::string last_warning();

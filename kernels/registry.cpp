@@ -90,6 +90,7 @@ Registry& registry() {
 std::mutex g_pref_mu;
 std::array<std::string, kNumOps> g_pref;
 std::atomic<bool> g_deterministic{false};
+std::atomic<bool> g_measured_cpu{false};  // Note [CPU defaults]
 std::atomic<AutotuneFn> g_autotune{nullptr};
 
 }  // namespace
@@ -192,6 +193,25 @@ std::string backend(OpId id) {
 }
 void set_deterministic(bool on) { g_deterministic = on; }
 bool deterministic() { return g_deterministic; }
+void set_measured_cpu_defaults(bool on) { g_measured_cpu = on; }
+bool measured_cpu_defaults() { return g_measured_cpu; }
+
+std::string variants_run(DeviceType d) {
+  std::string out;
+  for (const OpInfo& op : all_ops()) {
+    int choices = 0;
+    std::string ran;
+    for (const Variant& v : op.variants) {
+      if (v.device != d || (v.flags & kReference)) continue;
+      ++choices;
+      uint64_t runs = 0;
+      for (int t = 0; t < kNumDTypes; ++t) runs += variant_runs(v, static_cast<DType>(t));
+      if (runs > 0) ran += (ran.empty() ? "" : "+") + v.name;
+    }
+    if (choices > 1 && !ran.empty()) out += (out.empty() ? "" : ", ") + std::string(op.name) + "=" + ran;
+  }
+  return out;
+}
 void set_autotune_hook(AutotuneFn fn) { g_autotune = fn; }
 
 const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceType d) {
@@ -210,8 +230,8 @@ const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceTyp
   } else if (pref == "vendor") {
     for (const Variant& v : info.variants)
       if ((v.flags & kVendor) && usable(v)) return v;
-  } else if (pref == "auto") {
-    if (AutotuneFn tune = g_autotune.load()) {
+  } else if (pref == "auto" || (pref.empty() && d == DeviceType::cpu && g_measured_cpu && !det)) {
+    if (AutotuneFn tune = g_autotune.load()) {  // measured like "auto" (Note [CPU defaults])
       std::vector<const Variant*> cands;
       for (const Variant& v : info.variants)
         if (usable(v) && !(v.flags & kReference)) cands.push_back(&v);

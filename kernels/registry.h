@@ -205,6 +205,19 @@ std::string backend(OpId id);
 // Deterministic mode: variants flagged kNondeterministic are never chosen.
 void set_deterministic(bool on);
 bool deterministic();
+// Note [CPU defaults]: which CPU variant is fastest depends on the machine (its ISA, caches and
+// cores): ember's own conv kernels win on one CPU, oneDNN's on another. With measured CPU defaults
+// on (mnist_train's default; the library's is off), an op on the CPU that has no backend
+// preference is tuned like "auto" on first use at its shape, among its non-reference variants
+// (oneDNN's included), and the choice is kept in the autotune cache, whose keys name the CPU
+// model, its ISA and the thread count (one machine's choices never apply on another). With it off,
+// or in deterministic mode, the default is the first plain variant registered.
+void set_measured_cpu_defaults(bool on);
+bool measured_cpu_defaults();
+// The variants of device type `d` that ran since the process started (each op's with runs, in
+// registration order), for the ops with more than one plain or vendor variant there: what a run's
+// choices were. "conv2d=dnnl, max_pool2d=cpu+planes".
+std::string variants_run(DeviceType d);
 // Picks the variant that will run `c` on device type `d`.
 const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceType d);
 

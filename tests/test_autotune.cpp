@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "kernels/autotune.h"
 #include "kernels/functional.h"
@@ -324,4 +325,61 @@ TEST_CASE("set_backends: the string API", "[autotune]") {
   std::vector<Tensor> out{empty({3, 2})};
   CHECK(select_variant(op_info(OpId::matmul), KernelCall{OpId::matmul, in, out, Attrs{}}, DeviceType::cpu).name ==
         "cpu");
+}
+
+namespace {
+// The fake timer of the measured-defaults test: the variant named g_fast takes 1 ms, every other 5.
+std::string g_fast;
+std::vector<std::string> g_timed;
+double fake_ms(const Variant& v) {
+  g_timed.push_back(v.name);
+  return v.name == g_fast ? 1.0 : 5.0;
+}
+// Which CPU matmul variant a call of matmul() ran.
+std::string ran_matmul(const Tensor& a, const Tensor& b) {
+  std::vector<uint64_t> before;
+  const auto& vs = op_info(OpId::matmul).variants;
+  for (const Variant& v : vs) before.push_back(variant_runs(v, DType::f32));
+  matmul(a, b);
+  for (size_t i = 0; i < vs.size(); ++i)
+    if (variant_runs(vs[i], DType::f32) != before[i]) return vs[i].name;
+  return "";
+}
+}  // namespace
+
+TEST_CASE("autotune: measured CPU defaults follow the measurements, kept per CPU in the cache", "[autotune]") {
+  Fresh fresh;
+  const std::string file = temp_path("cpu_defaults");
+  std::remove(file.c_str());
+  autotune::set_cache_file(file);
+  autotune::set_timer_for_testing(&fake_ms);
+  const Tensor a = uniform({24, 40}, -1, 1), b = uniform({40, 16}, -1, 1);
+  const std::string fixed = ran_matmul(a, b);  // measured defaults off: the first plain variant, untimed
+  CHECK(g_timed.empty());
+  set_measured_cpu_defaults(true);
+  ran_matmul(a, b);  // every candidate timed once (all at 5 ms: the first wins)
+  const std::vector<std::string> candidates = g_timed;
+  REQUIRE(candidates.size() >= 2);
+  for (const std::string& fast : candidates) {  // whichever the measurements favour runs
+    INFO("fast: " << fast);
+    autotune::clear();
+    g_fast = fast;
+    CHECK(ran_matmul(a, b) == fast);
+    g_timed.clear();
+    CHECK(ran_matmul(a, b) == fast);  // from the cache: nothing timed again
+    CHECK(g_timed.empty());
+  }
+  // the file keeps the last choice under a key that names this CPU: model, ISA and threads
+  const std::string text = read_file(file);
+  CHECK(text.find("matmul|cpu:") != std::string::npos);
+  CHECK(text.find(" " + std::to_string(num_threads()) + " threads|") != std::string::npos);
+  CHECK(text.find("\t" + candidates.back() + "\n") != std::string::npos);
+  // deterministic mode and measured defaults off: the fixed default again
+  set_deterministic(true);
+  CHECK(ran_matmul(a, b) == fixed);
+  set_deterministic(false);
+  set_measured_cpu_defaults(false);
+  CHECK(ran_matmul(a, b) == fixed);
+  autotune::set_timer_for_testing(nullptr);
+  std::remove(file.c_str());
 }
