@@ -937,3 +937,34 @@ TEST_CASE("mnist_train: without a validation split the log and the plot have no 
   CHECK(read_file(log + "2").find("\"val_accuracy\":null") == std::string::npos);
   CHECK(read_file(plot + "2").find("validation") != std::string::npos);
 }
+
+TEST_CASE("mnist_train: CPU kernels are measured once per machine, kept in the cache and named in the summary",
+          "[mnist_train][autotune]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string d = tmp.file("data"), cache = tmp.file("cache");
+  write_synthetic_set(d, false);
+  const std::vector<std::string> env = {"EMBER_CPU_DEFAULTS=measured", "EMBER_CACHE_DIR=" + cache};
+  const std::vector<std::string> args = quick(d, {"--model", "cnn", "--epochs", "1"});
+  RunResult first = run_app(args, tmp.path(), 300, env);
+  require_success(first);
+  const std::string file = cache + "/kernel-choices.tsv", choices = read_file(file);
+  CHECK(choices.rfind("# ember autotune cache v1\n", 0) == 0);
+  CHECK(choices.find("conv2d|cpu:") != std::string::npos);
+  const auto kernels = [](const std::string& out) {
+    const size_t at = out.find("  kernels ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  CHECK(kernels(first.out).find("conv2d=") != std::string::npos);
+  // the next run on this machine measures nothing again and makes the same choices
+  RunResult second = run_app(args, tmp.path(), 300, env);
+  require_success(second);
+  CHECK(read_file(file) == choices);
+  CHECK(kernels(second.out) == kernels(first.out));
+  // fixed defaults: nothing measured or kept; a bad value is named
+  RunResult fixed = run_app(args, tmp.path(), 300, {"EMBER_CPU_DEFAULTS=fixed", "EMBER_CACHE_DIR=" + tmp.file("c2")});
+  require_success(fixed);
+  CHECK(!fs::exists(tmp.file("c2")));
+  check_error(run_app(args, tmp.path(), 60, {"EMBER_CPU_DEFAULTS=fastest"}), 2,
+              "EMBER_CPU_DEFAULTS is 'fastest', expected measured or fixed");
+}

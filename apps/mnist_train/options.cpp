@@ -50,6 +50,7 @@ constexpr Choice<SchedulerKind> kSchedulers[] = {{"none", SchedulerKind::none},
                                                  {"cosine", SchedulerKind::cosine},
                                                  {"step", SchedulerKind::step}};
 constexpr Choice<AmpMode> kAmpModes[] = {{"off", AmpMode::off}, {"fp16", AmpMode::fp16}, {"bf16", AmpMode::bf16}};
+constexpr Choice<bool> kCpuDefaults[] = {{"measured", true}, {"fixed", false}};
 
 template <class E, size_t N>
 const char* name_in(const Choice<E> (&choices)[N], E value) {
@@ -201,6 +202,10 @@ void add_speed_options(CLI::App& app, Options& o) {
           "SPEC", "backends"));
   app.add_flag("--sync-debug", o.sync_debug, "report every host synchronisation inside a step, with the op");
   add_choice(app, "--amp", o.amp, kAmpModes, "mixed precision: off, fp16 (with loss scaling) or bf16");
+  add_choice(app, "--cpu-defaults", o.measured_cpu_defaults, kCpuDefaults,
+             "on the CPU, the kernel of an op without --backends: measured (the fastest on this machine, timed at "
+             "first use and kept in the kernel cache, EMBER_CACHE_DIR or ~/.cache/ember) or fixed (the first "
+             "registered); the default is EMBER_CPU_DEFAULTS or measured");
   app.add_flag("--channels-last", o.channels_last, "NHWC activations for the conv models");
   app.add_flag("--zero-grad-to-none,!--zero-grad-fill", o.zero_grad_to_none,
                "set gradients to none between steps (else fill them with zeros)");
@@ -269,6 +274,16 @@ ModelKind model_named(const std::string& name) {
 
 ParseResult parse_options(int argc, char** argv) {
   Options o;
+  // the environment's default for --cpu-defaults (test suites fix it for reproducible kernels)
+  if (const char* e = std::getenv("EMBER_CPU_DEFAULTS"); e != nullptr && *e != '\0') {
+    const std::string v = e;
+    if (v != "measured" && v != "fixed") {
+      std::fprintf(stderr, "mnist_train: error: EMBER_CPU_DEFAULTS is '%s', expected measured or fixed\n",
+                   ember::user_message(v).c_str());
+      return ParseResult{std::nullopt, 2};
+    }
+    o.measured_cpu_defaults = v == "measured";
+  }
   CLI::App app{
       "mnist_train: trains and evaluates a classifier on an MNIST-format IDX set (Fashion-MNIST by default), an "
       "ImageFolder of your own images or a packed file, on the "

@@ -57,6 +57,9 @@ struct Options {
   bool sync_debug = false;
   AmpMode amp = AmpMode::off;
   std::string backends;  // e.g. "matmul=cublas,conv2d=auto" (kernels/autotune.h set_backends)
+  // Note [CPU defaults] in kernels/registry.h: true: the CPU's defaults measured on this machine
+  // (--cpu-defaults measured, or EMBER_CPU_DEFAULTS), false: the fixed ones
+  bool measured_cpu_defaults = true;
   bool channels_last = false;
   bool zero_grad_to_none = true;
   bool sync_every_step = false;

@@ -37,6 +37,7 @@ struct RunResult {
   bool has_val = false;            // a validation split was held out (else val_acc means nothing)
   int64_t skipped_steps = 0;       // steps the loss scaler skipped
   std::vector<std::string> notes;  // fallbacks and warnings worth repeating in the summary
+  std::string kernels;             // the variants that ran, for ops with a choice ("conv2d=dnnl, ...")
   int interrupted_by = 0;          // the signal that stopped the run (Note [stopping on a signal])
   std::string error;               // why the run stopped early with a failure (divergence): exit 1
   // curves for the plot: (step, interval loss)

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -73,12 +75,32 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits)
   if (o_.deterministic) set_deterministic(true);
   if (o_.autotune) set_backend_all("auto");
   if (!o_.backends.empty()) set_backends(o_.backends);
+  if (device_.is_cpu() && o_.measured_cpu_defaults) use_measured_cpu_defaults();
   inputs_.mean = splits_.mean;
   inputs_.std = splits_.std;
   build_learner();
   interval_.loss_sum = zeros({1}, TensorOptions(DType::f32).device(device_));
   interval_.correct = zeros({1}, TensorOptions(DType::i64).device(device_));
   logs_ = std::make_unique<RunLogs>(o_, splits_.val != nullptr);
+}
+
+// The measured CPU defaults' choices (Note [CPU defaults] in kernels/registry.h) persist in a file
+// per user, so a machine measures each shape once (EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember,
+// else ~/.cache/ember).
+// Without a writable one they are measured again by each run, and the run says so.
+void Trainer::use_measured_cpu_defaults() {
+  set_measured_cpu_defaults(true);
+  std::string dir;
+  if (const char* e = std::getenv("EMBER_CACHE_DIR"); e != nullptr && *e != '\0') dir = e;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') dir = std::string(x) + "/ember";
+  else if (const char* h = std::getenv("HOME"); h != nullptr && *h == '/') dir = std::string(h) + "/.cache/ember";
+  std::error_code ec;
+  if (dir.empty() || (std::filesystem::create_directories(dir, ec), ec)) {
+    notes_.push_back(str("no kernel cache directory (", dir.empty() ? "no HOME" : dir + ": " + ec.message(),
+                         "): the CPU kernels were measured for this run only"));
+    return;
+  }
+  autotune::set_cache_file(dir + "/kernel-choices.tsv");
 }
 
 Trainer::~Trainer() {
@@ -634,6 +656,8 @@ void Trainer::finish_run(RunResult& r) {
                           ": nothing left to train (raise --epochs to continue)"));
   }
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
+  r.kernels = variants_run(device_.type);
+  r.notes.insert(r.notes.end(), notes_.begin(), notes_.end());
   r.steps = p.global_step;
   r.train_seconds = p.train_total;
   r.samples_per_s = dp_.world() * static_cast<double>(r.samples) / std::max(p.train_total, 1e-9);

@@ -95,6 +95,7 @@ class Trainer {
 
   // construction
   void build_learner();
+  void use_measured_cpu_defaults();
   void build_optimizer();
   void build_scheduler(int64_t total_steps);
   std::vector<RunField> run_fields() const;
@@ -142,6 +143,7 @@ class Trainer {
   Progress progress_;
   std::unique_ptr<RunLogs> logs_;
   std::unique_ptr<ProfileWindow> profile_;
+  std::vector<std::string> notes_;  // from construction, for the run's summary
 };
 
 }  // namespace mnist
