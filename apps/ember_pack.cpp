@@ -2,15 +2,16 @@
 // InMemoryDataset::load reads in a single read, so decoding and resizing happen once instead of
 // every epoch.
 //
-//   ember_pack <input dir> <output file> [--split train|test] [--resize HxW] [--channels 1|3|4]
+//   ember_pack <input dir> <output file> [--split train|val|test] [--resize HxW] [--channels 1|3|4]
 //              [--format auto|idx|folder] [--workers N] [--max-pixels N] [--skip-bad-images]
 //
 // The input is a directory of MNIST-format IDX files (train-images-idx3-ubyte[.gz] and friends;
-// --split picks train or t10k) or an ImageFolder (root/<class>/<image>, PNG/JPEG/BMP); "auto"
-// (the default) uses IDX files when it finds them. ImageFolder images are decoded by --workers
-// threads (default: all cores) and must all have one size unless --resize is given. Every image is
-// checked before it is decoded (data/image_decode.h): a corrupt, truncated or oversized one fails
-// the pack, or with --skip-bad-images is left out and reported. The output is written atomically:
+// --split picks train or t10k) or an ImageFolder (root/<class>/<image>, PNG/JPEG/BMP; split by
+// folder, root/train/<class>/... with val/ or test/, --split picks one); "auto" (the default) uses
+// IDX files when it finds them. ImageFolder images are decoded by --workers threads (default: all
+// cores) and must all have one size unless --resize is given. Every image is checked before it is
+// decoded (data/image_decode.h): a corrupt, truncated or oversized one fails the pack, or with
+// --skip-bad-images is left out and reported. The output is written atomically:
 // a failed pack leaves no file behind (and an existing one untouched).
 #include <sys/stat.h>
 
@@ -36,11 +37,12 @@ namespace {
 // Exit codes: 0 success (and --help), 1 runtime error (a missing input, unreadable or bad images, a
 // failed write), 2 usage error. Errors are one line on stderr.
 const char kUsage[] =
-    "usage: ember_pack <input dir> <output file> [--split train|test] [--resize HxW]\n"
+    "usage: ember_pack <input dir> <output file> [--split train|val|test] [--resize HxW]\n"
     "                  [--channels 1|3|4] [--format auto|idx|folder] [--workers N]\n"
     "                  [--max-pixels N] [--skip-bad-images]\n"
     "  input: a directory of MNIST-format IDX files, or an ImageFolder (root/<class>/<image>)\n"
-    "  --split          which IDX set to pack (default train)\n"
+    "  --split          which split to pack: an IDX set's train or test, a folder's train,\n"
+    "                   val or test (root/<split>/<class>/<image>; default train)\n"
     "  --resize         resize every ImageFolder image to H x W (needed when their sizes differ)\n"
     "  --channels       ImageFolder images as 1 (grey), 3 (RGB, the default) or 4 (RGBA) channels\n"
     "  --workers        decoding threads, >= 1 (default: all cores)\n"
@@ -68,7 +70,7 @@ bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t& out) {
 }
 
 struct Options {
-  std::string input, output, format = "auto";
+  std::string input, output, format = "auto", split_name = "train";
   Split split = Split::train;
   bool split_given = false, channels_given = false, skip_bad = false;
   int64_t rh = 0, rw = 0, channels = 3, max_pixels = kDefaultMaxImagePixels;
@@ -90,9 +92,10 @@ Options parse(int argc, char** argv) {
     };
     auto bad = [&](const std::string& v, const char* want) { usage(a + " " + (v.empty() ? "''" : v) + ": " + want); };
     if (a == "--split") {
-      const std::string v = value();
-      if (v != "train" && v != "test") bad(v, "must be train or test");
-      o.split = v == "train" ? Split::train : Split::test;
+      o.split_name = value();
+      if (o.split_name != "train" && o.split_name != "val" && o.split_name != "test")
+        bad(o.split_name, "must be train, val or test");
+      o.split = o.split_name == "test" ? Split::test : Split::train;
       o.split_given = true;
     } else if (a == "--resize") {
       const std::string v = value();
@@ -154,13 +157,32 @@ bool read_as_folder(const Options& o) {
       folder = true;
     }
   }
-  if (folder && o.split_given)
-    usage("--split " + std::string(o.split == Split::train ? "train" : "test") + ": " + o.input +
-          " is read as an ImageFolder (no IDX " + (o.split == Split::train ? "train" : "t10k") +
-          " files found), which has no splits");
+  if (!folder && o.split_name == "val")
+    usage("--split val: " + o.input + " is an IDX set, whose splits are train and test");
   if (!folder && o.channels_given && o.channels != 1)
     usage("--channels " + std::to_string(o.channels) + ": an IDX set is greyscale (1 channel)");
   return folder;
+}
+
+// The folder to pack: the input, or its split --split (train by default) when the input is split by folder,
+// root/<split>/<class>/<image> (data::find_split_folders).
+std::string folder_to_pack(const Options& o) {
+  const std::optional<SplitFolders> f = find_split_folders(o.input);
+  if (!f) {
+    if (o.split_given)
+      usage("--split " + o.split_name + ": " + o.input + " is read as an ImageFolder (no IDX " +
+            (o.split == Split::train ? "train" : "t10k") + " files found), which has no splits");
+    return o.input;
+  }
+  const std::string& dir = o.split_name == "val" ? f->val : o.split_name == "test" ? f->test : f->train;
+  std::string splits;
+  for (const std::string* d : {&f->train, &f->val, &f->test})
+    if (!d->empty()) splits += (splits.empty() ? "" : ", ") + d->substr(d->rfind('/') + 1) + "/";
+  if (dir.empty()) usage("--split " + o.split_name + ": " + o.input + " has no such split (it has " + splits + ")");
+  if (!o.split_given)
+    std::printf("ember_pack: %s is split by folder (%s): packing %s (--split val or test packs another)\n",
+                o.input.c_str(), splits.c_str(), dir.c_str());
+  return dir;
 }
 
 // An IDX set with each image resized to rh x rw as it is read (by the loader's worker threads).
@@ -195,9 +217,9 @@ std::shared_ptr<InMemoryDataset> load_folder(const Options& o, int64_t& total, s
   ImageFolderOptions fo;
   fo.channels(static_cast<int>(o.channels)).max_pixels(o.max_pixels);
   if (o.rh > 0) fo.resize(o.rh, o.rw);
-  ImageFolder images(o.input, fo);
+  ImageFolder images(folder_to_pack(o), fo);
   total = images.size();
-  std::printf("ember_pack: %s: %lld images in %zu classes, decoding with %lld workers\n", o.input.c_str(),
+  std::printf("ember_pack: %s: %lld images in %zu classes, decoding with %lld workers\n", images.root().c_str(),
               static_cast<long long>(total), images.classes().size(),
               static_cast<long long>(std::min(o.workers, total)));
   std::fflush(stdout);

@@ -57,7 +57,100 @@ void run_workers(int64_t threads, std::atomic<bool>& stop, const std::function<v
   if (escaped) std::rethrow_exception(escaped);
 }
 
+// .ipynb_checkpoints, .DS_Store, macOS's ._name: tool droppings, never classes or images.
+bool hidden(const fs::path& p) { return p.filename().string().starts_with('.'); }
+
+// The folders of `dir` that are not hidden, sorted by name.
+std::vector<fs::path> visible_folders(const std::string& dir) {
+  std::error_code ec;
+  std::vector<fs::path> out;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+    if (!hidden(e.path()) && e.is_directory()) out.push_back(e.path());
+  EMBER_CHECK(!ec, "ImageFolder: cannot list '", dir, "': ", ec.message());
+  std::sort(out.begin(), out.end(),
+            [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  return out;
+}
+
+enum class Role { none, train, val, test };
+Role split_role(const std::string& name) {
+  const std::string n = lower(name);
+  if (n == "train" || n == "training") return Role::train;
+  if (n == "val" || n == "valid" || n == "validation" || n == "dev") return Role::val;
+  if (n == "test" || n == "testing") return Role::test;
+  return Role::none;
+}
+const char* const kSplitNames = "train, training; val, valid, validation, dev; test, testing";
+
+// `s` with every byte outside printable ASCII as \xNN: a name that is not UTF-8 cannot be printed as it is.
+std::string escaped(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7F) out += ch;
+    else out += str("\\x", "0123456789ABCDEF"[c >> 4], "0123456789ABCDEF"[c & 15]);
+  }
+  return out;
+}
+
+// The image files of the class folder `dir`, sorted. Images in a sub-folder are an error naming both levels.
+std::vector<std::string> class_images(const std::string& root, const fs::path& dir,
+                                      const std::vector<std::string>& exts) {
+  std::vector<std::string> files, nested;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (hidden(it->path())) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file() &&
+        std::find(exts.begin(), exts.end(), lower(it->path().extension().string())) != exts.end())
+      (it.depth() == 0 ? files : nested).push_back(it->path().string());
+  }
+  EMBER_CHECK(!ec, "ImageFolder: cannot list '", dir.string(), "': ", ec.message());
+  if (!nested.empty()) {  // the first in path order, so that the message does not depend on the listing's order
+    const fs::path image = *std::min_element(nested.begin(), nested.end());
+    const std::string name = dir.filename().string();
+    EMBER_FAIL("ImageFolder: the class folder '", dir.string(), "' has a sub-folder '",
+               image.lexically_relative(dir).begin()->string(), "' with images (", image.string(), "): expected ", root,
+               "/<class>/<image>, each image directly in its class folder",
+               split_role(name) != Role::none
+                   ? str("; '", name, "' looks like a split: read '", dir.string(), "' itself")
+                   : std::string("; are the classes one level deeper?"));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 }  // namespace
+
+std::optional<SplitFolders> find_split_folders(const std::string& root) {
+  const std::vector<fs::path> folders = visible_folders(root);
+  const auto holds_folders = [](const fs::path& p) { return !visible_folders(p.string()).empty(); };
+  const auto split = std::find_if(folders.begin(), folders.end(), [&](const fs::path& p) {
+    return split_role(p.filename().string()) != Role::none && holds_folders(p);
+  });
+  if (split == folders.end()) return std::nullopt;
+  SplitFolders s;
+  const std::string why =
+      str(root, ": its folders are splits ('", split->filename().string(), "' holds class folders)");
+  for (const fs::path& f : folders) {
+    const std::string name = f.filename().string();
+    const Role role = split_role(name);
+    std::string* slot = role == Role::train  ? &s.train
+                        : role == Role::val  ? &s.val
+                        : role == Role::test ? &s.test
+                                             : nullptr;
+    EMBER_CHECK(slot != nullptr, why, ", but '", escaped(name), "' is none of the split names (", kSplitNames,
+                "); move it out, or hide it as '.", escaped(name), "'");
+    EMBER_CHECK(slot->empty(), why, ", and '", fs::path(*slot).filename().string(), "' and '", name,
+                "' are the same split; keep one");
+    *slot = f.string();
+  }
+  EMBER_CHECK(!s.train.empty(), why, ", but none is a training split (train/ or training/)");
+  return s;
+}
 
 ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
     : root_(std::move(root)), options_(std::move(options)) {
@@ -74,33 +167,20 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
   std::error_code ec;
   EMBER_CHECK(fs::is_directory(root_, ec), "ImageFolder: '", root_, "' is not a directory",
               ec ? ": " + ec.message() : std::string());
-  std::vector<fs::path> class_dirs;
-  for (const fs::directory_entry& e : fs::directory_iterator(root_, ec))
-    if (e.is_directory()) class_dirs.push_back(e.path());
-  EMBER_CHECK(!ec, "ImageFolder: cannot list '", root_, "': ", ec.message());
-  std::sort(class_dirs.begin(), class_dirs.end(),
-            [](const fs::path& a, const fs::path& b) { return a.filename().string() < b.filename().string(); });
+  const std::vector<fs::path> class_dirs = visible_folders(root_);
   EMBER_CHECK(!class_dirs.empty(), "ImageFolder: '", root_,
               "' has no class subdirectories (expected root/<class>/<image>)");
 
   for (const fs::path& dir : class_dirs) {
     const auto label = static_cast<int64_t>(classes_.size());
     classes_.push_back(dir.filename().string());
-    std::vector<std::string> files;
-    for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (!it->is_regular_file()) continue;
-      std::string ext = lower(it->path().extension().string());
-      if (std::find(exts.begin(), exts.end(), ext) != exts.end()) files.push_back(it->path().string());
-    }
-    EMBER_CHECK(!ec, "ImageFolder: cannot list '", dir.string(), "': ", ec.message());
+    std::vector<std::string> files = class_images(root_, dir, exts);
     EMBER_CHECK(!files.empty(), "ImageFolder: class '", classes_.back(), "' (", dir.string(),
                 ") has no image files with the extensions ", [&] {
                   std::string s;
                   for (const std::string& e : exts) s += (s.empty() ? "" : ", ") + e;
                   return s;
                 }());
-    std::sort(files.begin(), files.end());
     for (std::string& f : files) samples_.emplace_back(std::move(f), label);
   }
 }

@@ -1,10 +1,13 @@
 // ImageFolder: images stored as root/<class>/<image>, torchvision's layout.
 //
 // Classes are the subdirectories of root, sorted by name (label = position); images are the files
-// in each class directory (recursively) whose extension is one of options.extensions (case
-// insensitive), sorted by path. Images are decoded when a sample is read (in the loader's worker
-// threads): an unreadable, corrupt, truncated or oversized file raises an error naming its path and
-// what is wrong with it (data/image_decode.h).
+// in each class directory whose extension is one of options.extensions (case insensitive), sorted
+// by path. Names starting with '.' (.ipynb_checkpoints, .DS_Store) are neither classes nor images.
+// A class folder with images in a sub-folder is an error naming both: its sub-folders are classes
+// (or splits) of their own, and reading them as one class would train a classifier of the wrong
+// thing. Images are decoded when a sample is read (in the loader's worker threads): an
+// unreadable, corrupt, truncated or oversized file raises an error naming its path and what is
+// wrong with it (data/image_decode.h).
 #pragma once
 
 #include <functional>
@@ -68,6 +71,19 @@ class ImageFolder final : public Dataset {
   std::vector<std::string> classes_;
   std::vector<std::pair<std::string, int64_t>> samples_;
 };
+
+// An image tree split by folder, root/<split>/<class>/<image>: the split folders' paths, empty
+// where the tree has no such split.
+struct SplitFolders {
+  std::string train, val, test;
+};
+
+// The split folders of `root`, or nullopt when its folders are classes (a flat ImageFolder). Split
+// names, in any case: train, training; val, valid, validation, dev; test, testing. A folder so
+// named is a split when it holds folders itself (a flat ImageFolder may have a class "train" of
+// images). Then every visible folder of root must be a split, one per role, and a training split
+// must be there; otherwise an error names the folder.
+std::optional<SplitFolders> find_split_folders(const std::string& root);
 
 // An image left out by load_image_folder: its position in the folder and what is wrong with it
 // (the message names the file).

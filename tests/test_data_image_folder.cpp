@@ -124,14 +124,16 @@ std::vector<uint8_t> grey_png(uint32_t w, uint32_t h, int depth, bool interlace)
   return png;
 }
 
-// root/bird/{a.png, b.bmp}, root/cat/{c.jpg, sub/d.PNG}, root/dog/e.png (grey), plus noise.
+// root/bird/{a.png, b.bmp}, root/cat/{c.jpg, f.PNG}, root/dog/e.png (grey), plus noise (a sub-folder
+// without images is not a class of its own).
 void make_tree(const TempDir& dir) {
   namespace fs = std::filesystem;
   for (const char* d : {"bird", "cat/sub", "dog"}) fs::create_directories(dir.file(d));
   write_png(dir.file("bird/a.png"), 6, 5, 3);
   write_bmp(dir.file("bird/b.bmp"), 6, 5, 3);
   write_jpg(dir.file("cat/c.jpg"), 6, 5, 3);
-  write_png(dir.file("cat/sub/d.PNG"), 6, 5, 4);
+  write_png(dir.file("cat/f.PNG"), 6, 5, 4);
+  testing::write_bytes(dir.file("cat/sub/notes.txt"), {'h', 'i'});
   write_png(dir.file("dog/e.png"), 6, 5, 1);
   testing::write_bytes(dir.file("dog/notes.txt"), {'h', 'i'});
   testing::write_bytes(dir.file("README"), {'x'});
@@ -214,7 +216,7 @@ TEST_CASE("image folder: unreadable and undecodable files name the path and the 
   testing::write_bytes(dir.file("dog/junk.bmp"), {'B', 'M', 1, 2, 3});
   testing::write_bytes(dir.file("cat/empty.jpg"), {});
   ImageFolder ds(dir.path());
-  // sorted: bird a b | cat c empty.jpg sub/d | dog broken e junk
+  // sorted: bird a b | cat c empty.jpg f | dog broken e junk
   CHECK(ds.samples()[3].first == dir.file("cat/empty.jpg"));
   CHECK_THAT(error_of([&] { ds.get(3); }),
              Catch::Contains("cannot decode '" + dir.file("cat/empty.jpg") + "': the file is empty"));
@@ -609,4 +611,139 @@ TEST_CASE("packed: ember_pack's --resize hint comes only with the error about im
   CHECK_THAT(err, Catch::Contains("class 'c'") && Catch::Contains("has no image files"));
   CHECK(err.find("--resize") == std::string::npos);
   CHECK(!fs::exists(dir.file("y.epk")));
+}
+
+namespace {
+
+// root/a/1.png and root/b/1.png: two classes of one 4x4 grey image each.
+void two_classes(const std::string& root) {
+  for (const char* c : {"a", "b"}) {
+    std::filesystem::create_directories(root + "/" + c);
+    write_png(root + "/" + c + "/1.png", 4, 4, 1);
+  }
+}
+
+// Runs ember_pack with `args`: {exit code, stdout, stderr}.
+std::tuple<int, std::string, std::string> run_pack(const std::string& tool, const TempDir& dir,
+                                                   const std::string& args) {
+  const std::string out = dir.file("pack.out"), err = dir.file("pack.err");
+  const int rc = std::system((tool + " " + args + " > " + out + " 2> " + err).c_str());
+  auto text = [](const std::string& path) {
+    std::vector<uint8_t> b = read_file(path);
+    return std::string(b.begin(), b.end());
+  };
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, text(out), text(err)};
+}
+
+}  // namespace
+
+TEST_CASE("image folder: train/valid/test split folders are found in any case, never taken for classes",
+          "[data][image_folder]") {
+  TempDir dir;
+  const std::string full = dir.file("full");
+  for (const char* split : {"train", "valid", "test"}) two_classes(full + "/" + split);
+  std::optional<SplitFolders> f = find_split_folders(full);
+  REQUIRE(f.has_value());
+  CHECK(f->train == full + "/train");
+  CHECK(f->val == full + "/valid");
+  CHECK(f->test == full + "/test");
+  for (const char* val : {"val", "validation", "dev", "Valid"}) {
+    const std::string root = dir.file(std::string("with_") + val);
+    two_classes(root + "/train");
+    two_classes(root + "/" + val);
+    f = find_split_folders(root);
+    REQUIRE(f.has_value());
+    CHECK(f->val == root + "/" + val);
+    CHECK(f->test.empty());
+  }
+  const std::string upper = dir.file("upper");
+  two_classes(upper + "/Train");
+  two_classes(upper + "/TEST");
+  f = find_split_folders(upper);
+  REQUIRE(f.has_value());
+  CHECK(f->train == upper + "/Train");
+  CHECK(f->test == upper + "/TEST");
+  CHECK(f->val.empty());
+  // a class that happens to be called "train" (of images, not of class folders): a flat ImageFolder
+  const std::string vehicles = dir.file("vehicles");
+  two_classes(vehicles);
+  std::filesystem::rename(vehicles + "/a", vehicles + "/train");
+  CHECK_FALSE(find_split_folders(vehicles).has_value());
+  CHECK(ImageFolder(vehicles).classes() == std::vector<std::string>{"b", "train"});
+
+  // what is not a split tree of one training split and one split of each other role is refused, naming the folder
+  const std::string extra = dir.file("extra"), twice = dir.file("twice"), no_train = dir.file("no_train");
+  for (const char* split : {"train", "test", "more"}) two_classes(extra + "/" + split);
+  for (const char* split : {"train", "val", "valid"}) two_classes(twice + "/" + split);
+  for (const char* split : {"valid", "test"}) two_classes(no_train + "/" + split);
+  CHECK_THAT(message_of([&] { find_split_folders(extra); }), Catch::Contains(extra + ": its folders are splits") &&
+                                                                 Catch::Contains("'more' is none of the split names"));
+  CHECK_THAT(message_of([&] { find_split_folders(twice); }), Catch::Contains("'val' and 'valid' are the same split"));
+  CHECK_THAT(message_of([&] { find_split_folders(no_train); }), Catch::Contains("none is a training split"));
+}
+
+TEST_CASE("image folder: class folders holding class folders are refused naming both, hidden names are skipped",
+          "[data][image_folder]") {
+  TempDir dir;
+  // a split tree read as one ImageFolder: before, its classes were 'test' and 'train'
+  const std::string split = dir.file("split");
+  for (const char* s : {"train", "test"}) two_classes(split + "/" + s);
+  CHECK_THAT(message_of([&] { ImageFolder x(split); }),
+             Catch::Contains("the class folder '" + split + "/test' has a sub-folder 'a' with images (" + split +
+                             "/test/a/1.png)") &&
+                 Catch::Contains("'test' looks like a split: read '" + split + "/test' itself"));
+  // one level too deep under names that are no split
+  const std::string deep = dir.file("deep");
+  for (const char* s : {"part1", "part2"}) two_classes(deep + "/" + s);
+  CHECK_THAT(message_of([&] { ImageFolder x(deep); }),
+             Catch::Contains("the class folder '" + deep + "/part1' has a sub-folder 'a' with images") &&
+                 Catch::Contains("are the classes one level deeper?"));
+
+  // .ipynb_checkpoints, .DS_Store, macOS's ._ files (not images, though named .png), hidden sub-folders
+  const std::string root = dir.file("hidden");
+  two_classes(root);
+  namespace fs = std::filesystem;
+  fs::create_directories(root + "/.ipynb_checkpoints");
+  fs::create_directories(root + "/b/.cache");
+  testing::write_bytes(root + "/.ipynb_checkpoints/x.png", {1, 2, 3});
+  testing::write_bytes(root + "/a/.DS_Store", {0, 0, 0, 1});
+  testing::write_bytes(root + "/a/._1.png", {0, 5, 22, 7});
+  testing::write_bytes(root + "/b/.cache/1.png", {9});
+  ImageFolder ds(root);
+  CHECK(ds.classes() == std::vector<std::string>{"a", "b"});
+  CHECK(ds.size() == 2);
+  CHECK(load_image_folder(ds, FolderLoadOptions{})->size() == 2);
+  CHECK_FALSE(find_split_folders(root).has_value());
+}
+
+TEST_CASE("packed: ember_pack packs one split of a tree split by folder, never the splits as classes",
+          "[data][packed]") {
+  const std::string tool = ember_pack_tool();
+  if (tool.empty()) return;
+  TempDir dir;
+  const std::string root = dir.file("tree"), out = dir.file("p.epk");
+  two_classes(root + "/train");
+  write_png(root + "/train/b/2.png", 4, 4, 1);
+  two_classes(root + "/Valid");
+  auto [rc, so, se] = run_pack(tool, dir, root + " " + out);
+  INFO(se);
+  CHECK(rc == 0);
+  CHECK_THAT(so, Catch::Contains(root + " is split by folder (train/, Valid/): packing " + root + "/train"));
+  auto packed = InMemoryDataset::load(out);
+  CHECK(packed->classes() == std::vector<std::string>{"a", "b"});
+  CHECK(packed->size() == 3);
+  std::tie(rc, so, se) = run_pack(tool, dir, root + " " + out + " --split val");
+  CHECK(rc == 0);
+  CHECK(InMemoryDataset::load(out)->size() == 2);
+  std::tie(rc, so, se) = run_pack(tool, dir, root + " " + out + " --split test");
+  CHECK(rc == 2);
+  CHECK(se == "ember_pack: error: --split test: " + root + " has no such split (it has train/, Valid/) (see --help)\n");
+  // class folders holding class folders: refused, naming both levels
+  const std::string deep = dir.file("deep");
+  for (const char* s : {"part1", "part2"}) two_classes(deep + "/" + s);
+  std::tie(rc, so, se) = run_pack(tool, dir, deep + " " + dir.file("d.epk"));
+  CHECK(rc == 1);
+  CHECK_THAT(se, Catch::StartsWith("ember_pack: error: ImageFolder: the class folder '" + deep +
+                                   "/part1' has a sub-folder 'a' with images"));
+  CHECK_FALSE(std::filesystem::exists(dir.file("d.epk")));
 }

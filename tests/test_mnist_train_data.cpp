@@ -199,3 +199,62 @@ TEST_CASE("mnist_train: --predict checks a checkpoint's recorded shape, classes 
     check_error(run_app({"--eval-only", bad, "--predict", img, "--device", "cpu"}, tmp.path()), 1, c.needle);
   }
 }
+
+namespace {
+
+// root/<split>/<dark|light>/<i>.png for each {split, images per class}: 12x12 grey, separable.
+void write_grey_splits(const std::string& root, const std::vector<std::pair<std::string, int>>& splits) {
+  const char* names[] = {"dark", "light"};
+  uint32_t seed = 0;
+  for (const auto& [split, n] : splits)
+    for (int c = 0; c < 2; ++c)
+      for (int i = 0; i < n; ++i)
+        write_image(root + "/" + split + "/" + names[c] + "/" + std::to_string(i) + ".png", 12, 12, 1, c, ++seed);
+}
+
+std::vector<std::string> quick_run(const std::string& data, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"--data",  data,  "--device", "cpu", "--workers",    "2",
+                                "--model", "mlp", "--epochs", "1",   "--batch-size", "8"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("mnist_train: split folders (train/ with valid/, val/, dev/, Test/ ...) are splits, never classes",
+          "[mnist_train][data]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  // train/ and valid/, no test/: valid/ is the validation set, --test-split comes out of train/
+  const std::string tv = tmp.file("tv");
+  write_grey_splits(tv, {{"train", 24}, {"valid", 6}});
+  fs::create_directories(tv + "/.ipynb_checkpoints");  // hidden: neither a split nor a class
+  RunResult r = run_app(quick_run(tv), tmp.path());
+  require_success(r);
+  CHECK(r.out.find("1x12x12 images of 2 classes") != std::string::npos);
+  CHECK(r.out.find("38 train, 12 validation, 10 test images") != std::string::npos);
+  // any case, all three
+  const std::string tvt = tmp.file("tvt");
+  write_grey_splits(tvt, {{"Train", 24}, {"Validation", 6}, {"Test", 8}});
+  r = run_app(quick_run(tvt), tmp.path());
+  require_success(r);
+  CHECK(r.out.find("48 train, 12 validation, 16 test images") != std::string::npos);
+  // --val-split would be ignored: a usage error
+  check_error(
+      run_app(quick_run(tv, {"--val-split", "0.2"}), tmp.path()), 2,
+      "--val-split 0.2: --data " + tv + " has a validation split of its own (" + tv + "/valid); leave --val-split out");
+  // without a validation split --val-split still comes out of train/
+  const std::string tt = tmp.file("tt");
+  write_grey_splits(tt, {{"TRAIN", 20}, {"test", 5}});
+  r = run_app(quick_run(tt, {"--val-split", "0.1"}), tmp.path());
+  require_success(r);
+  CHECK(r.out.find("36 train, 4 validation, 10 test images") != std::string::npos);
+  // splits under other names are class folders holding class folders: refused, naming both levels
+  const std::string other = tmp.file("other");
+  write_grey_splits(other, {{"part1", 4}, {"part2", 4}});
+  check_error(run_app(quick_run(other), tmp.path()), 1,
+              "the class folder '" + other + "/part1' has a sub-folder 'dark' with images");
+  // a folder beside the splits that is none: named
+  write_grey_splits(tv, {{"extra", 2}});
+  check_error(run_app(quick_run(tv), tmp.path()), 1, "'extra' is none of the split names");
+}

@@ -19,6 +19,7 @@
 #include "apps/mnist_train/output_checks.h"
 #include "apps/mnist_train/predict.h"
 #include "apps/mnist_train/report.h"
+#include "apps/mnist_train/splits.h"
 #include "apps/mnist_train/trainer.h"
 #include "core/cuda/runtime.h"
 #include "dist/process_group.h"
@@ -169,6 +170,10 @@ int main(int argc, char** argv) {
   const mnist::Options& o = *parsed.options;
   if (std::string same = mnist::output_conflict(o); !same.empty()) {
     std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", same.c_str());
+    return 2;
+  }
+  if (std::string misuse = mnist::data_usage_error(o); !misuse.empty()) {
+    std::fprintf(stderr, "mnist_train: error: %s (see --help)\n", misuse.c_str());
     return 2;
   }
   if (o.check_options) {  // the GPU runner's dry run: the line parses, nothing is loaded or trained

@@ -315,6 +315,7 @@ ParseResult parse_options(int argc, char** argv) {
     return r;
   }
   o.test_split_given = app.count("--test-split") > 0;
+  o.val_split_given = app.count("--val-split") > 0;
   if (!resize.empty()) {  // checked by its validator: "HxW"
     o.resize_h = std::strtol(resize.c_str(), nullptr, 10);
     o.resize_w = std::strtol(resize.c_str() + resize.find('x') + 1, nullptr, 10);

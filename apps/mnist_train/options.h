@@ -26,6 +26,7 @@ struct Options {
   // data: an IDX directory, an ImageFolder directory or a packed file (load_splits in splits.h)
   std::string data = "/usr/share/datasets/fashion-mnist";
   double val_split = 0.1;
+  bool val_split_given = false;        // a data set with a validation split of its own refuses --val-split
   double test_split = 0.2;             // held out for testing when the data has no test split of its own
   bool test_split_given = false;       // --test-split on the command line (refused for data with a test split)
   int64_t resize_h = 0, resize_w = 0;  // --resize HxW (ImageFolder; 0: the first image's size)

@@ -34,7 +34,8 @@ const std::vector<std::string> kFashionClasses = {"T-shirt/top", "Trouser", "Pul
   EMBER_FAIL("--data ", path, ": ", what,
              "; expected one of: a directory of IDX files (train-images-idx3-ubyte, train-labels-idx1-ubyte, "
              "t10k-... raw or .gz), an ImageFolder directory (root/<class>/<image>.png|.jpg|.bmp, or "
-             "root/train/<class>/... and root/test/<class>/...), or a packed file written by ember_pack");
+             "split by folder: root/train/<class>/... with root/valid/... and root/test/... if any), or a packed file "
+             "written by ember_pack");
 }
 
 bool is_dir(const fs::path& p) {
@@ -57,7 +58,7 @@ bool has_idx(const std::string& dir) {
 bool has_subdirs(const std::string& dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_directory(ec)) return true;
+    if (e.is_directory(ec) && !e.path().filename().string().starts_with('.')) return true;
   return false;
 }
 
@@ -213,9 +214,39 @@ std::vector<double> parse_doubles(const std::string& text) {
 
 namespace {
 
-// What --data holds, loaded: {training set, test set (null when the data has none)}; s.kind set.
-std::pair<std::shared_ptr<data::InMemoryDataset>, std::shared_ptr<data::InMemoryDataset>> load_source(const Options& o,
-                                                                                                      Splits& s) {
+// What --data holds, loaded: the training set, and the validation and test sets when the data has its own (else
+// null).
+struct Loaded {
+  std::shared_ptr<data::InMemoryDataset> train, val, test;
+};
+
+// A split folder's classes and image size must be the training split's.
+void check_like_train(const std::string& path, const std::string& split, const data::InMemoryDataset& train,
+                      const data::InMemoryDataset& other) {
+  const std::string name = fs::path(split).filename().string();
+  EMBER_CHECK(train.classes() == other.classes(), "--data ", path, ": the training split and ", name,
+              "/ have different classes (", train.classes().size(), " and ", other.classes().size(),
+              " class folders); they must be the same");
+  const Tensor &a = train.images(), &b = other.images();
+  EMBER_CHECK(a.size(1) == b.size(1) && a.size(2) == b.size(2) && a.size(3) == b.size(3), "--data ", path,
+              ": the training images are ", a.size(1), "x", a.size(2), "x", a.size(3), " but the ", name, "/ images ",
+              b.size(1), "x", b.size(2), "x", b.size(3), " (CxHxW); pass --resize HxW");
+}
+
+// An image tree split by folder (data::find_split_folders): each split decoded on its own.
+Loaded load_split_folders(const std::string& path, const data::SplitFolders& f, const Options& o, Splits& s) {
+  s.kind = "ImageFolder";
+  Loaded l;
+  l.train = load_folder(f.train, o, s.skipped_images);
+  for (auto [dir, set] : {std::pair{f.val, &l.val}, std::pair{f.test, &l.test}}) {
+    if (dir.empty()) continue;
+    *set = load_folder(dir, o, s.skipped_images);
+    check_like_train(path, dir, *l.train, **set);
+  }
+  return l;
+}
+
+Loaded load_source(const Options& o, Splits& s) {
   const std::string& path = o.data;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
@@ -230,7 +261,7 @@ std::pair<std::shared_ptr<data::InMemoryDataset>, std::shared_ptr<data::InMemory
     if (got != 8 || std::memcmp(magic, data::kPackedMagic, 8) != 0)
       not_a_dataset(path, "a file that is not a packed dataset (it does not begin with EMBPACK1)");
     s.kind = "packed";
-    return {data::InMemoryDataset::load(path), nullptr};
+    return {data::InMemoryDataset::load(path), nullptr, nullptr};
   }
   if (!S_ISDIR(st.st_mode)) not_a_dataset(path, std::string("is ") + io::file_kind_name(st.st_mode));
   if (has_idx(path)) {
@@ -238,23 +269,13 @@ std::pair<std::shared_ptr<data::InMemoryDataset>, std::shared_ptr<data::InMemory
     auto train = data::load_mnist(path, data::Split::train);
     auto test = data::load_mnist(path, data::Split::test);
     data::check_same_image_size(*train, *test);  // both files and both sizes, before anything trains
-    return {train, test};
+    return {train, nullptr, test};
   }
-  if (is_dir(fs::path(path) / "train") && is_dir(fs::path(path) / "test")) {
-    s.kind = "ImageFolder";
-    auto train = load_folder((fs::path(path) / "train").string(), o, s.skipped_images);
-    auto test = load_folder((fs::path(path) / "test").string(), o, s.skipped_images);
-    EMBER_CHECK(train->classes() == test->classes(), "--data ", path, ": train/ and test/ have different classes (",
-                train->classes().size(), " and ", test->classes().size(), " class folders); they must be the same");
-    const Tensor &a = train->images(), &b = test->images();
-    EMBER_CHECK(a.size(1) == b.size(1) && a.size(2) == b.size(2) && a.size(3) == b.size(3), "--data ", path,
-                ": the training images are ", a.size(1), "x", a.size(2), "x", a.size(3), " but the test images ",
-                b.size(1), "x", b.size(2), "x", b.size(3), " (CxHxW); pass --resize HxW");
-    return {train, test};
-  }
+  if (const std::optional<data::SplitFolders> f = data::find_split_folders(path))
+    return load_split_folders(path, *f, o, s);
   if (!has_subdirs(path)) not_a_dataset(path, "a directory with neither IDX files nor class folders");
   s.kind = "ImageFolder";
-  return {load_folder(path, o, s.skipped_images), nullptr};
+  return {load_folder(path, o, s.skipped_images), nullptr, nullptr};
 }
 
 // The class names: the folders', the packed file's, or MNIST's ten.
@@ -275,11 +296,10 @@ std::vector<std::string> class_names(const Splits& s, const std::string& path, c
   return names;
 }
 
-// A checksum of the labels (i64, contiguous), training then test, in order.
-std::string labels_checksum(const std::shared_ptr<data::InMemoryDataset>& train,
-                            const std::shared_ptr<data::InMemoryDataset>& test) {
+// A checksum of the labels (i64, contiguous), training, validation (a split of the data's own) then test, in order.
+std::string labels_checksum(const Loaded& l) {
   uint64_t h = kFnv1aBasis;
-  for (const auto& ds : {train, test}) {
+  for (const auto& ds : {l.train, l.val, l.test}) {
     if (!ds) continue;
     const Tensor y = ds->labels().contiguous();
     h = fnv1a(y.data_ptr(), y.nbytes(), h);
@@ -311,38 +331,14 @@ void measure_normalisation(const Tensor& img, Splits& s) {
   }
 }
 
-}  // namespace
-
-Splits load_splits(const Options& o) {
-  Splits s;
-  auto [train, test] = load_source(o, s);
-  // an option that only one form uses would otherwise be ignored without a word
-  EMBER_CHECK(o.resize_h == 0 || s.kind == "ImageFolder", "--resize applies to an ImageFolder; --data ", o.data, " is ",
-              s.kind == "IDX" ? "an IDX set" : "a packed file (ember_pack --resize sizes its images)", " of ",
-              train->images().size(2), "x", train->images().size(3), " images");
-  s.classes = class_names(s, o.data, *train);
-  const auto k = static_cast<int64_t>(s.classes.size());
-  // the models have K outputs and the confusion matrix K rows: say so here, not as an index error
-  check_labels(*train, k, o.data, "training");
-  if (test) check_labels(*test, k, o.data, "test");
-  s.train_file_images = train->size();  // the identity: the sets as loaded, before any split
-  s.test_file_images = test ? test->size() : 0;
-  s.labels_checksum = labels_checksum(train, test);
-  // like --resize: an option the data leaves nothing to do for is refused, not ignored
-  EMBER_CHECK(!test || !o.test_split_given, "--test-split applies to data without a test split of its own; --data ",
-              o.data, " has one (", test ? test->size() : 0, " images)");
-  s.test_held_out = !test;
-  if (!test) {  // an ImageFolder without train/ and test/, or a packed file
-    auto [kept, held] = stratified_split(train->labels(), k, o.test_split, o.seed);
-    EMBER_CHECK(!kept.empty() && !held.empty(), "--data ", o.data, ": ", train->size(),
-                " images are too few to hold out --test-split ", o.test_split, " and train on the rest");
-    test = subset(*train, held);
-    train = subset(*train, kept);
-    s.test_file_images = test->size();
+// Validation: the data's own split, else a seeded permutation of --val-split of the training set.
+void split_validation(const Options& o, Loaded& l, Splits& s) {
+  if (l.val) {
+    s.train = l.train;
+    s.val = l.val;
+    return;
   }
-  s.test = test;
-  // validation: a seeded permutation of the training set
-  const int64_t n = train->size();
+  const int64_t n = l.train->size();
   const auto nv = static_cast<int64_t>(std::llround(static_cast<double>(n) * o.val_split));
   std::vector<int64_t> perm(static_cast<size_t>(n));
   std::iota(perm.begin(), perm.end(), 0);
@@ -351,8 +347,55 @@ Splits load_splits(const Options& o) {
   std::vector<int64_t> val(perm.begin(), perm.begin() + nv), tr(perm.begin() + nv, perm.end());
   std::sort(val.begin(), val.end());
   std::sort(tr.begin(), tr.end());
-  s.train = subset(*train, tr);
-  s.val = nv > 0 ? subset(*train, val) : nullptr;
+  s.train = subset(*l.train, tr);
+  s.val = nv > 0 ? subset(*l.train, val) : nullptr;
+}
+
+}  // namespace
+
+std::string data_usage_error(const Options& o) {
+  if (!o.val_split_given || !is_dir(o.data) || has_idx(o.data)) return "";
+  std::optional<data::SplitFolders> f;
+  try {
+    f = data::find_split_folders(o.data);
+  } catch (const std::exception&) {
+    return "";  // not a usable tree: loading it says why
+  }
+  if (!f || f->val.empty()) return "";
+  return str("--val-split ", o.val_split, ": --data ", o.data, " has a validation split of its own (", f->val,
+             "); leave --val-split out");
+}
+
+Splits load_splits(const Options& o) {
+  Splits s;
+  Loaded l = load_source(o, s);
+  // an option that only one form uses would otherwise be ignored without a word
+  EMBER_CHECK(o.resize_h == 0 || s.kind == "ImageFolder", "--resize applies to an ImageFolder; --data ", o.data, " is ",
+              s.kind == "IDX" ? "an IDX set" : "a packed file (ember_pack --resize sizes its images)", " of ",
+              l.train->images().size(2), "x", l.train->images().size(3), " images");
+  s.classes = class_names(s, o.data, *l.train);
+  const auto k = static_cast<int64_t>(s.classes.size());
+  // the models have K outputs and the confusion matrix K rows: say so here, not as an index error
+  check_labels(*l.train, k, o.data, "training");
+  if (l.val) check_labels(*l.val, k, o.data, "validation");
+  if (l.test) check_labels(*l.test, k, o.data, "test");
+  s.train_file_images = l.train->size();  // the identity: the sets as loaded, before any split
+  s.test_file_images = l.test ? l.test->size() : 0;
+  s.labels_checksum = labels_checksum(l);
+  // like --resize: an option the data leaves nothing to do for is refused, not ignored
+  EMBER_CHECK(!l.test || !o.test_split_given, "--test-split applies to data without a test split of its own; --data ",
+              o.data, " has one (", l.test ? l.test->size() : 0, " images)");
+  s.test_held_out = !l.test;
+  if (!l.test) {  // an ImageFolder without a test split, or a packed file
+    auto [kept, held] = stratified_split(l.train->labels(), k, o.test_split, o.seed);
+    EMBER_CHECK(!kept.empty() && !held.empty(), "--data ", o.data, ": ", l.train->size(),
+                " images are too few to hold out --test-split ", o.test_split, " and train on the rest");
+    l.test = subset(*l.train, held);
+    l.train = subset(*l.train, kept);
+    s.test_file_images = l.test->size();
+  }
+  s.test = l.test;
+  split_validation(o, l, s);
   const Tensor& img = s.train->images();  // u8 [N, C, H, W]
   s.shape = InputShape{img.size(1), img.size(2), img.size(3), k};
   measure_normalisation(img, s);  // 0.2860 / 0.3530 on Fashion-MNIST

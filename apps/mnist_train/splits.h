@@ -33,9 +33,14 @@ struct Splits {
 
 // Loads --data (one error listing the three forms when it is none of them), holds out
 // --test-split when the data has no test split of its own (stratified by class, seeded) and
-// --val-split of the training set (a seeded permutation), and measures the training split's
-// per-channel mean and std. Prints what it loads unless --quiet.
+// --val-split of the training set (a seeded permutation) when it has no validation split of its
+// own, and measures the training split's per-channel mean and std. Prints what it loads unless
+// --quiet.
 Splits load_splits(const Options& o);
+
+// A usage error that depends on what --data holds ("" when none): --val-split given for data with a
+// validation split of its own (root/valid/... and the like, data::find_split_folders).
+std::string data_usage_error(const Options& o);
 
 // What a training checkpoint records about the data its model was trained on (the run.* metadata
 // that Trainer::run_record writes). nullopt for a checkpoint that records none (saved before these
