@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "core/error.h"
@@ -157,6 +158,28 @@ void check_output_name(const std::string& path, bool temp_file) {
   EMBER_CHECK(!temp_file || target_kind(target) == TargetKind::kWriteThrough || static_cast<long>(temp) <= name_max,
               "cannot write '", path, "': name too long for its temporary file (.NAME.tmp.XXXXXX would have ", temp,
               " bytes, the limit is ", name_max, "; the name may have at most ", name_max - 12, ")");
+}
+
+TargetKind check_output_file(const std::string& what, const std::string& given, bool temp_file) {
+  namespace fs = std::filesystem;
+  try {
+    check_output_name(given, temp_file);
+  } catch (const Error& e) {
+    EMBER_FAIL(what, ": ", e.what());
+  }
+  const std::string path = resolve_output_path(given);
+  const TargetKind kind = target_kind(path);
+  EMBER_CHECK(kind != TargetKind::kDirectory, what, " ", given, " is a directory, expected a file name");
+  EMBER_CHECK(kind != TargetKind::kOther, what, " ", given, ": not a regular file, device or FIFO (a socket?)");
+  if (kind == TargetKind::kWriteThrough) return kind;  // written through: the directory is not written
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  std::error_code ec;
+  EMBER_CHECK(fs::exists(dir, ec), what, " ", path, ": the directory ", dir.string(), " does not exist");
+  EMBER_CHECK(fs::is_directory(dir, ec), what, " ", path, ": ", dir.string(), " is not a directory");
+  EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, what, " ", path, ": the directory ", dir.string(), " is not writable");
+  EMBER_CHECK(!fs::is_directory(p, ec), what, " ", path, " is a directory, expected a file name");
+  return kind;
 }
 
 long flock_holder(int fd) {

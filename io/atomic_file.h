@@ -37,6 +37,12 @@ TargetKind target_kind(const std::string& resolved_path);
 // ENAMETOOLONG only when the first save comes).
 void check_output_name(const std::string& path, bool temp_file);
 
+// Checks at start-up, before any work, that `given` can be written as an output: its name fits
+// (check_output_name), it is no directory or socket, and a file to be replaced lies in an existing,
+// writable directory. Errors name the output as `what` ("--save", "the output") and the path.
+// Returns the target's kind: a caller that cannot write through a device refuses kWriteThrough.
+TargetKind check_output_file(const std::string& what, const std::string& given, bool temp_file);
+
 // The PID of the process holding a flock() lock on the file open at `fd`, from /proc/locks; -1 if
 // unknown.
 long flock_holder(int fd);

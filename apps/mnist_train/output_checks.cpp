@@ -19,25 +19,8 @@ namespace {
 // Output files are checked before anything trains: a typo in --save must not cost the run. A
 // symlink is checked at its target; a device or FIFO is written through (io/atomic_file.h).
 void check_output_path(const char* flag, const std::string& given) {
-  if (given.empty()) return;
   // --log is appended to in place; the others are replaced through a temporary file beside them
-  try {
-    io::check_output_name(given, std::string(flag) != "--log");
-  } catch (const Error& e) {
-    EMBER_FAIL(flag, ": ", e.what());
-  }
-  const std::string path = io::resolve_output_path(given);
-  const io::TargetKind kind = io::target_kind(path);
-  EMBER_CHECK(kind != io::TargetKind::kDirectory, flag, " ", given, " is a directory, expected a file name");
-  EMBER_CHECK(kind != io::TargetKind::kOther, flag, " ", given, ": not a regular file, device or FIFO (a socket?)");
-  if (kind == io::TargetKind::kWriteThrough) return;  // written through: the directory is not written
-  const fs::path p(path);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  std::error_code ec;
-  EMBER_CHECK(fs::exists(dir, ec), flag, " ", path, ": the directory ", dir.string(), " does not exist");
-  EMBER_CHECK(fs::is_directory(dir, ec), flag, " ", path, ": ", dir.string(), " is not a directory");
-  EMBER_CHECK(::access(dir.c_str(), W_OK) == 0, flag, " ", path, ": the directory ", dir.string(), " is not writable");
-  EMBER_CHECK(!fs::is_directory(p, ec), flag, " ", path, " is a directory, expected a file name");
+  if (!given.empty()) io::check_output_file(flag, given, std::string(flag) != "--log");
 }
 
 // --tensorboard names a directory, created if needed: the nearest existing ancestor must be one.
