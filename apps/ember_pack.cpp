@@ -22,12 +22,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "data/data.h"
+#include "io/atomic_file.h"
+#include "io/input_file.h"
 
 using namespace ember;
 using namespace ember::data;
@@ -141,6 +144,42 @@ bool input_is_directory(const Options& o) {
   }
   if (!S_ISDIR(st.st_mode)) {
     std::fprintf(stderr, "ember_pack: error: the input %s is not a directory\n", o.input.c_str());
+    return false;
+  }
+  return true;
+}
+
+// A pack inside its input tree would be read as part of the input the next time (an ImageFolder's file, or one of its
+// classes' when it lands in a class folder), so it is a usage error, after links are resolved.
+void refuse_output_in_input(const Options& o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path in = fs::canonical(o.input, ec);
+  fs::path out;
+  try {
+    out = fs::weakly_canonical(fs::absolute(io::resolve_output_path(o.output), ec), ec);
+  } catch (const Error&) {
+    return;  // a link loop: the output check says so
+  }
+  if (ec || in.empty()) return;
+  if (std::mismatch(in.begin(), in.end(), out.begin(), out.end()).first == in.end())
+    usage("the output " + o.output + " is inside the input directory " + o.input + " (" + out.string() + " is under " +
+          in.string() + "); write the pack elsewhere");
+}
+
+// False, saying why on stderr, unless the output can be written. Checked before anything is decoded, so that a typo
+// costs nothing (io::check_output_file, as mnist_train does). The pack replaces a regular file atomically; a device or
+// FIFO (/dev/null) would take it and keep nothing, so it is refused.
+bool output_is_writable(const Options& o) {
+  try {
+    if (io::check_output_file("the output", o.output, true) == io::TargetKind::kWriteThrough) {
+      struct stat st {};
+      ::stat(o.output.c_str(), &st);
+      EMBER_FAIL("the output ", o.output, " is ", io::file_kind_name(st.st_mode),
+                 ", not a regular file; ember_pack writes a packed file to keep");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember_pack: error: %s\n", ember::user_message(e.what()).c_str());
     return false;
   }
   return true;
@@ -263,6 +302,8 @@ int main(int argc, char** argv) {
     }
   const Options o = parse(argc, argv);
   if (!input_is_directory(o)) return 1;
+  refuse_output_in_input(o);
+  if (!output_is_writable(o)) return 1;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<BadImage> bad;
   int64_t total = 0;

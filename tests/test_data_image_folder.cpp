@@ -477,12 +477,14 @@ TEST_CASE("packed: bin/ember_pack converts an ImageFolder and an IDX set", "[dat
   std::vector<uint8_t> text = read_file(log);
   CHECK_THAT(std::string(text.begin(), text.end()), Catch::Contains("--resize"));
   // an IDX directory
-  testing::write_mnist_pair(dir.file("t10k-images-idx3-ubyte.gz"), dir.file("t10k-labels-idx1-ubyte.gz"), 30, 4, 4,
-                            true);
-  rc = std::system((tool + " " + dir.path() + " " + dir.file("m.epk") + " --split test > " + log + " 2>&1").c_str());
+  fs::create_directories(dir.file("idx"));
+  testing::write_mnist_pair(dir.file("idx/t10k-images-idx3-ubyte.gz"), dir.file("idx/t10k-labels-idx1-ubyte.gz"), 30, 4,
+                            4, true);
+  rc = std::system(
+      (tool + " " + dir.file("idx") + " " + dir.file("m.epk") + " --split test > " + log + " 2>&1").c_str());
   CHECK(rc == 0);
   auto m = InMemoryDataset::load(dir.file("m.epk"));
-  auto direct = load_mnist(dir.path(), Split::test);
+  auto direct = load_mnist(dir.file("idx"), Split::test);
   CHECK(m->images().to_vector<uint8_t>() == direct->images().to_vector<uint8_t>());
   CHECK(m->labels().to_vector<int64_t>() == direct->labels().to_vector<int64_t>());
 }

@@ -837,3 +837,48 @@ TEST_CASE("ember_pack: every option value is checked: a bad one is a usage error
   CHECK(read_file(err).empty());
   CHECK(read_file(out).find("10 samples of [1, 4, 6] u8") != std::string::npos);
 }
+
+TEST_CASE("ember_pack: the output is checked before any image is decoded, and never lies in the input tree",
+          "[outputs]") {
+  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
+  if (!fs::exists(tool)) {
+    WARN("SKIPPED: " << tool << " is not built");
+    return;
+  }
+  testing::TempDir tmp;
+  const std::string in = tmp.file("in"), err = tmp.file("err.txt");
+  fs::create_directories(in + "/a");
+  // undecodable: had the images been decoded first, this error would come instead of the output's
+  testing::write_bytes(in + "/a/1.png", {0x89, 'P', 'N', 'G', 1, 2, 3});
+  fs::create_directories(tmp.file("outdir"));
+  fs::create_directory_symlink(in, tmp.file("link"));
+  auto run = [&](const std::string& args) {
+    int rc = std::system((tool + " " + args + " > /dev/null 2> " + err).c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  const std::string long_name = tmp.file(std::string(300, 'n') + ".epk");
+  // {the output, the exit code, what the one line on stderr says}
+  const std::vector<std::tuple<std::string, int, std::string>> cases = {
+      {tmp.file("nowhere/x.epk"), 1,
+       "the output " + tmp.file("nowhere/x.epk") + ": the directory " + tmp.file("nowhere") + " does not exist"},
+      {long_name, 1, "the output: cannot write '" + long_name + "': name too long"},
+      {tmp.file("outdir"), 1, "the output " + tmp.file("outdir") + " is a directory, expected a file name"},
+      {"/dev/null", 1, "the output /dev/null is a character device, not a regular file"},
+      {in + "/x.epk", 2, "the output " + in + "/x.epk is inside the input directory " + in},
+      {in + "/a/x.epk", 2, "the output " + in + "/a/x.epk is inside the input directory " + in},
+      {tmp.file("link/x.epk"), 2, "the output " + tmp.file("link/x.epk") + " is inside the input directory " + in},
+  };
+  for (const auto& [output, code, want] : cases) {
+    INFO("ember_pack " << in << " " << output);
+    CHECK(run(in + " " + output) == code);
+    const std::string e = read_file(err);
+    CHECK(lines_of(e).size() == 1);
+    CHECK(e.rfind("ember_pack: error: " + want, 0) == 0);
+  }
+  CHECK(fs::is_character_file("/dev/null"));
+  CHECK(fs::is_empty(tmp.file("outdir")));
+  CHECK(std::distance(fs::directory_iterator(in), fs::directory_iterator()) == 1);  // only a/
+  // a good output: the images are decoded, and the bad one fails the pack
+  CHECK(run(in + " " + tmp.file("x.epk")) == 1);
+  CHECK(read_file(err).find("cannot decode '" + in + "/a/1.png'") != std::string::npos);
+}
