@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "data/image_decode.h"
+#include "io/safetensors.h"
 
 namespace ember::data {
 
@@ -93,6 +94,16 @@ std::string escaped(const std::string& s) {
   return out;
 }
 
+// Class names go into checkpoints (UTF-8 JSON metadata): a name that is not UTF-8 is refused here, before any image
+// is decoded, rather than when the first checkpoint is written.
+void check_class_name(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  const int64_t bad = io::first_invalid_utf8({reinterpret_cast<const uint8_t*>(name.data()), name.size()});
+  EMBER_CHECK(bad < 0, "ImageFolder: the class folder '", escaped(dir.string()),
+              "' has a name that is not UTF-8 (byte ", bad, " is ", escaped(name.substr(static_cast<size_t>(bad), 1)),
+              "); class names are stored as UTF-8: rename the folder");
+}
+
 // The image files of the class folder `dir`, sorted. Images in a sub-folder are an error naming both levels.
 std::vector<std::string> class_images(const std::string& root, const fs::path& dir,
                                       const std::vector<std::string>& exts) {
@@ -170,6 +181,7 @@ ImageFolder::ImageFolder(std::string root, ImageFolderOptions options)
   const std::vector<fs::path> class_dirs = visible_folders(root_);
   EMBER_CHECK(!class_dirs.empty(), "ImageFolder: '", root_,
               "' has no class subdirectories (expected root/<class>/<image>)");
+  for (const fs::path& dir : class_dirs) check_class_name(dir);
 
   for (const fs::path& dir : class_dirs) {
     const auto label = static_cast<int64_t>(classes_.size());

@@ -5,9 +5,10 @@
 // by path. Names starting with '.' (.ipynb_checkpoints, .DS_Store) are neither classes nor images.
 // A class folder with images in a sub-folder is an error naming both: its sub-folders are classes
 // (or splits) of their own, and reading them as one class would train a classifier of the wrong
-// thing. Images are decoded when a sample is read (in the loader's worker threads): an
-// unreadable, corrupt, truncated or oversized file raises an error naming its path and what is
-// wrong with it (data/image_decode.h).
+// thing. A class folder whose name is not UTF-8 is an error too (class names are stored in
+// checkpoints, whose metadata is UTF-8 JSON). Images are decoded when a sample is read (in the
+// loader's worker threads): an unreadable, corrupt, truncated or oversized file raises an error
+// naming its path and what is wrong with it (data/image_decode.h).
 #pragma once
 
 #include <functional>

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "data/file_io.h"
+#include "io/safetensors.h"
 #include "kernels/functional.h"
 
 namespace ember::data {
@@ -62,6 +63,9 @@ void write_packed(const std::string& path, const Tensor& images_in, const Tensor
   const uint64_t sample = static_cast<uint64_t>(images.size(1) * images.size(2) * images.size(3));
   for (int d = 1; d < 4; ++d)
     EMBER_CHECK(images.size(d) <= 0xFFFFFFFFll, "write_packed: dim ", d, " of ", images.describe(), " exceeds 32 bits");
+  for (size_t c = 0; c < classes.size(); ++c)  // the format's names are UTF-8 (readers refuse others)
+    EMBER_CHECK(io::first_invalid_utf8({reinterpret_cast<const uint8_t*>(classes[c].data()), classes[c].size()}) < 0,
+                "write_packed: class name ", c, " is not UTF-8");
   const int64_t* lp = labels.data<int64_t>();
   for (uint64_t i = 0; i < n && !classes.empty(); ++i)
     EMBER_CHECK(lp[i] >= 0 && lp[i] < static_cast<int64_t>(classes.size()), "write_packed: label ", lp[i],
@@ -183,6 +187,9 @@ std::vector<std::string> read_classes(const uint8_t* p, const PackedHeader& hd, 
     uint32_t len = get_u32(p + at);
     EMBER_CHECK(index_off - at - 4 >= len, path, ": class name ", i, " (", len,
                 " bytes) runs past the classes section");
+    const int64_t bad = io::first_invalid_utf8({p + at + 4, len});
+    EMBER_CHECK(bad < 0, path, ": class name ", i, " of ", k, " is not UTF-8 (byte ", bad,
+                "); the file was not written by ember_pack, or is corrupt");
     classes.emplace_back(reinterpret_cast<const char*>(p + at + 4), len);
     at += 4 + len;
   }

@@ -35,33 +35,6 @@ constexpr DTypeName kDTypes[] = {{"F32", DType::f32}, {"F16", DType::f16},     {
 constexpr const char* kForeignDTypes[] = {"I8",      "I16",     "U16", "U32",     "U64",     "F8_E4M3",
                                           "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
-// Checks UTF-8 validity; returns the offset of the first bad byte or -1.
-int64_t first_invalid_utf8(std::span<const uint8_t> s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    uint8_t c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len = 0;
-    uint32_t cp = 0, min = 0;
-    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
-    else return static_cast<int64_t>(i);
-    if (i + static_cast<size_t>(len) > s.size()) return static_cast<int64_t>(i);
-    for (int k = 1; k < len; ++k) {
-      uint8_t cc = s[i + static_cast<size_t>(k)];
-      if ((cc & 0xC0) != 0x80) return static_cast<int64_t>(i);
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return static_cast<int64_t>(i);
-    i += static_cast<size_t>(len);
-  }
-  return -1;
-}
-
 uint64_t read_u64_le(const uint8_t* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
@@ -91,6 +64,32 @@ uint64_t as_u64(const json& v, const std::string& what, const std::string& where
 }
 
 }  // namespace
+
+int64_t first_invalid_utf8(std::span<const uint8_t> s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len = 0;
+    uint32_t cp = 0, min = 0;
+    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07, min = 0x10000;
+    else return static_cast<int64_t>(i);
+    if (i + static_cast<size_t>(len) > s.size()) return static_cast<int64_t>(i);
+    for (int k = 1; k < len; ++k) {
+      uint8_t cc = s[i + static_cast<size_t>(k)];
+      if ((cc & 0xC0) != 0x80) return static_cast<int64_t>(i);
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return static_cast<int64_t>(i);
+    i += static_cast<size_t>(len);
+  }
+  return -1;
+}
 
 const char* safetensors_dtype_name(DType t) {
   for (const auto& d : kDTypes)

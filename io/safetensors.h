@@ -38,6 +38,11 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100ull * 1000 * 1000;  // as t
 // "F32", "BF16", "BOOL", ...
 const char* safetensors_dtype_name(DType t);
 
+// The offset of the first byte of `s` that is not valid UTF-8 (overlong forms and surrogates
+// included), or -1. A header, and so every metadata value, must be UTF-8: callers that put names
+// they did not make into metadata (class folders) check them first.
+int64_t first_invalid_utf8(std::span<const uint8_t> s);
+
 struct SafetensorsEntry {
   std::string name;
   DType dtype = DType::f32;

@@ -749,3 +749,29 @@ TEST_CASE("packed: ember_pack packs one split of a tree split by folder, never t
                                    "/part1' has a sub-folder 'a' with images"));
   CHECK_FALSE(std::filesystem::exists(dir.file("d.epk")));
 }
+
+TEST_CASE("image folder: a class folder whose name is not UTF-8 is refused up front, its bytes shown escaped",
+          "[data][image_folder][packed]") {
+  TempDir dir;
+  const std::string root = dir.file("names"), bad = root + "/caf\xE9";
+  two_classes(root);
+  std::filesystem::rename(root + "/b", bad);
+  CHECK_THAT(
+      message_of([&] { ImageFolder x(root); }),
+      Catch::Contains("the class folder '" + root + "/caf\\xE9' has a name that is not UTF-8 (byte 3 is \\xE9)"));
+  std::filesystem::rename(bad, root + "/caf\xC3\xA9");  // UTF-8: a name like any other
+  CHECK(ImageFolder(root).classes() == std::vector<std::string>{"a", "caf\xC3\xA9"});
+  // packed files hold UTF-8 names: not written otherwise
+  auto ds = std::make_shared<InMemoryDataset>(zeros({1, 1, 2, 2}, TensorOptions(DType::u8)), tensor_i64({0}, {1}),
+                                              std::vector<std::string>{"x\xFF"});
+  CHECK_THAT(message_of([&] { ds->save(dir.file("bad.epk")); }), Catch::Contains("class name 0 is not UTF-8"));
+
+  const std::string tool = ember_pack_tool();
+  if (tool.empty()) return;
+  std::filesystem::rename(root + "/caf\xC3\xA9", bad);
+  auto [rc, so, se] = run_pack(tool, dir, "'" + root + "' " + dir.file("n.epk"));
+  CHECK(rc == 1);
+  CHECK_THAT(se, Catch::Contains("the class folder '" + root + "/caf\\xE9' has a name that is not UTF-8"));
+  CHECK(so.find("decoding") == std::string::npos);  // refused before any image
+  CHECK_FALSE(std::filesystem::exists(dir.file("n.epk")));
+}

@@ -258,3 +258,18 @@ TEST_CASE("mnist_train: split folders (train/ with valid/, val/, dev/, Test/ ...
   write_grey_splits(tv, {{"extra", 2}});
   check_error(run_app(quick_run(tv), tmp.path()), 1, "'extra' is none of the split names");
 }
+
+TEST_CASE("mnist_train: a class folder whose name is not UTF-8 is refused before training, naming it",
+          "[mnist_train][data]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string root = tmp.file("latin1"), ck = tmp.file("ck.safetensors");
+  write_grey_splits(root, {{"dark", 6}});  // root/dark/{dark,light}: rename the classes
+  fs::rename(root + "/dark/dark", root + "/caf\xE9");
+  fs::rename(root + "/dark/light", root + "/ok");
+  fs::remove(root + "/dark");
+  RunResult r = run_app(quick_run(root, {"--save", ck}), tmp.path());
+  check_error(r, 1, "the class folder '" + root + "/caf\\xE9' has a name that is not UTF-8 (byte 3 is \\xE9)");
+  CHECK(r.out.find("epoch") == std::string::npos);  // before, it trained and failed at the first checkpoint
+  CHECK_FALSE(fs::exists(ck));
+}

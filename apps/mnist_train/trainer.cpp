@@ -686,12 +686,13 @@ std::string Trainer::nonfinite_weight() const {
 
 void Trainer::save_checkpoint(int epoch, int64_t step) {
   if (progress_.save_failed) return;
-  TrainingCheckpoint ck;
-  ck.model(*learner_.model).optimizer(*learner_.opt).info(run_record().metadata());
-  if (learner_.sched) ck.scheduler(*learner_.sched);
-  if (learner_.scaler) ck.add("scaler", *learner_.scaler);
   runtime::AllowSyncScope allow;
+  // building the metadata can fail too (a value JSON cannot hold): that is a failed save like any other
   try {
+    TrainingCheckpoint ck;
+    ck.model(*learner_.model).optimizer(*learner_.opt).info(run_record().metadata());
+    if (learner_.sched) ck.scheduler(*learner_.sched);
+    if (learner_.scaler) ck.add("scaler", *learner_.scaler);
     ck.save(o_.save, {epoch, step});
   } catch (const std::exception& e) {
     progress_.save_failed = true;
