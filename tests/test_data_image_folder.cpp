@@ -765,6 +765,24 @@ TEST_CASE("image folder: a class folder whose name is not UTF-8 is refused up fr
   auto ds = std::make_shared<InMemoryDataset>(zeros({1, 1, 2, 2}, TensorOptions(DType::u8)), tensor_i64({0}, {1}),
                                               std::vector<std::string>{"x\xFF"});
   CHECK_THAT(message_of([&] { ds->save(dir.file("bad.epk")); }), Catch::Contains("class name 0 is not UTF-8"));
+  // nor read: a name made not UTF-8 after the pack, its CRCs made right again
+  InMemoryDataset(zeros({1, 1, 2, 2}, TensorOptions(DType::u8)), tensor_i64({0}, {1}), {"xy"}).save(dir.file("x.epk"));
+  std::vector<uint8_t> b = read_file(dir.file("x.epk"));
+  auto u64 = [&](size_t at) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = v << 8 | b[at + static_cast<size_t>(i)];
+    return v;
+  };
+  auto put_crc = [&](size_t at, uint64_t from, uint64_t n) {
+    const auto c = static_cast<uint32_t>(crc32(0L, b.data() + from, static_cast<uInt>(n)));
+    for (int i = 0; i < 4; ++i) b[at + static_cast<size_t>(i)] = static_cast<uint8_t>(c >> (8 * i));
+  };
+  b[u64(40) + 5] = 0xFF;                         // the 'y' of the first name
+  put_crc(92, u64(40), u64(56) + 16 - u64(40));  // the classes and the one index record
+  put_crc(96, 0, 96);                            // the header, which holds that CRC
+  testing::write_bytes(dir.file("x.epk"), b);
+  CHECK_THAT(message_of([&] { InMemoryDataset::load(dir.file("x.epk")); }),
+             Catch::Contains("x.epk: class name 0 of 1 is not UTF-8 (byte 1)"));
 
   const std::string tool = ember_pack_tool();
   if (tool.empty()) return;
