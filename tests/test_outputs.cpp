@@ -852,6 +852,7 @@ TEST_CASE("ember_pack: the output is checked before any image is decoded, and ne
   testing::write_bytes(in + "/a/1.png", {0x89, 'P', 'N', 'G', 1, 2, 3});
   fs::create_directories(tmp.file("outdir"));
   fs::create_directory_symlink(in, tmp.file("link"));
+  fs::create_symlink(in + "/a/y.epk", tmp.file("y.epk"));  // dangling: the pack would create its target
   auto run = [&](const std::string& args) {
     int rc = std::system((tool + " " + args + " > /dev/null 2> " + err).c_str());
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -867,6 +868,7 @@ TEST_CASE("ember_pack: the output is checked before any image is decoded, and ne
       {in + "/x.epk", 2, "the output " + in + "/x.epk is inside the input directory " + in},
       {in + "/a/x.epk", 2, "the output " + in + "/a/x.epk is inside the input directory " + in},
       {tmp.file("link/x.epk"), 2, "the output " + tmp.file("link/x.epk") + " is inside the input directory " + in},
+      {tmp.file("y.epk"), 2, "the output " + tmp.file("y.epk") + " is inside the input directory " + in},
   };
   for (const auto& [output, code, want] : cases) {
     INFO("ember_pack " << in << " " << output);
