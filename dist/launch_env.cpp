@@ -127,6 +127,68 @@ int slurm_tasks_on_node(const std::string& spec, int node) {
                   std::to_string(node));
 }
 
+namespace {
+
+// 2. srun (SLURM_PROCID or SLURM_NTASKS is set).
+void from_slurm(const Env& env, LaunchEnv& e) {
+  rank_and_size(env, "SLURM_PROCID", "SLURM_NTASKS", "Slurm", e);
+  e.local_rank = env.integer("SLURM_LOCALID", 0);
+  if (env.has("SLURM_LOCAL_NTASKS")) e.local_world_size = env.integer("SLURM_LOCAL_NTASKS", 1);
+  else if (env.has("SLURM_NTASKS_PER_NODE")) e.local_world_size = env.integer("SLURM_NTASKS_PER_NODE", 1);
+  else if (env.has("SLURM_TASKS_PER_NODE"))
+    e.local_world_size = slurm_tasks_on_node(env.str("SLURM_TASKS_PER_NODE"), env.integer("SLURM_NODEID", 0));
+  else e.local_world_size = e.world_size;
+  e.source = "Slurm (SLURM_PROCID " + std::to_string(e.rank) + ", SLURM_NTASKS " + std::to_string(e.world_size) + ")";
+  for (const char* var : {"SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURM_NODELIST"})
+    if (env.has(var)) {
+      e.master_addr = slurm_first_host(env.str(var));
+      e.master_source = std::string("the first host of ") + var;
+      break;
+    }
+  if (env.has("SLURM_JOB_ID")) e.master_port = port_from_job_id(env.str("SLURM_JOB_ID"));
+  master_overrides(env, e);
+  if (e.master_addr.empty() && e.world_size > 1)
+    throw DistError("Slurm: SLURM_JOB_NODELIST is not set, so rank 0's host is unknown; set MASTER_ADDR");
+}
+
+// 3. mpirun/mpiexec; returns the variable the world size came from.
+const char* from_mpi(const Env& env, LaunchEnv& e) {
+  const bool ompi = env.has("OMPI_COMM_WORLD_RANK") || env.has("OMPI_COMM_WORLD_SIZE");
+  const char* size_var = ompi ? "OMPI_COMM_WORLD_SIZE" : "PMI_SIZE";
+  if (ompi) {
+    rank_and_size(env, "OMPI_COMM_WORLD_RANK", size_var, "Open MPI", e);
+    e.local_rank = env.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    e.local_world_size = env.integer("OMPI_COMM_WORLD_LOCAL_SIZE", e.world_size);
+    e.source = "Open MPI (OMPI_COMM_WORLD_RANK " + std::to_string(e.rank) + ", OMPI_COMM_WORLD_SIZE " +
+               std::to_string(e.world_size) + ")";
+  } else {
+    rank_and_size(env, "PMI_RANK", size_var, "MPI (PMI)", e);
+    e.local_rank = env.integer("MPI_LOCALRANKID", 0);
+    e.local_world_size = env.integer("MPI_LOCALNRANKS", e.world_size);
+    e.source = "MPI (PMI_RANK " + std::to_string(e.rank) + ", PMI_SIZE " + std::to_string(e.world_size) + ")";
+  }
+  if (e.local_world_size == e.world_size) {
+    e.master_addr = "127.0.0.1";
+    e.master_source = "every rank on this machine";
+  }
+  for (const char* var : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID", "I_MPI_JOB_ID"})
+    if (env.has(var)) {
+      e.master_port = port_from_job_id(env.str(var));
+      break;
+    }
+  master_overrides(env, e);
+  if (e.master_addr.empty())
+    throw DistError(
+        "MPI: the job spans several machines (" + std::to_string(e.local_world_size) + " of " +
+        std::to_string(e.world_size) +
+        " ranks on this one), so rank 0's host is unknown; pass it: mpirun -x MASTER_ADDR=<rank 0's host> ...");
+  if (e.master_port < 0 && e.world_size > 1)
+    throw DistError("MPI: no job id to derive a port from; set MASTER_PORT (mpirun -x MASTER_PORT=29500 ...)");
+  return size_var;
+}
+
+}  // namespace
+
 LaunchEnv launch_env(const EnvLookup& get) {
   const Env env{get};
   LaunchEnv e;
@@ -141,57 +203,20 @@ LaunchEnv launch_env(const EnvLookup& get) {
     master_overrides(env, e);
     return e;
   }
-  if (env.has("SLURM_PROCID") || env.has("SLURM_NTASKS")) {  // 2. srun
-    rank_and_size(env, "SLURM_PROCID", "SLURM_NTASKS", "Slurm", e);
-    e.local_rank = env.integer("SLURM_LOCALID", 0);
-    if (env.has("SLURM_LOCAL_NTASKS")) e.local_world_size = env.integer("SLURM_LOCAL_NTASKS", 1);
-    else if (env.has("SLURM_NTASKS_PER_NODE")) e.local_world_size = env.integer("SLURM_NTASKS_PER_NODE", 1);
-    else if (env.has("SLURM_TASKS_PER_NODE"))
-      e.local_world_size = slurm_tasks_on_node(env.str("SLURM_TASKS_PER_NODE"), env.integer("SLURM_NODEID", 0));
-    else e.local_world_size = e.world_size;
-    e.source = "Slurm (SLURM_PROCID " + std::to_string(e.rank) + ", SLURM_NTASKS " + std::to_string(e.world_size) + ")";
-    for (const char* var : {"SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURM_NODELIST"})
-      if (env.has(var)) {
-        e.master_addr = slurm_first_host(env.str(var));
-        e.master_source = std::string("the first host of ") + var;
-        break;
-      }
-    if (env.has("SLURM_JOB_ID")) e.master_port = port_from_job_id(env.str("SLURM_JOB_ID"));
-    master_overrides(env, e);
-    if (e.master_addr.empty() && e.world_size > 1)
-      throw DistError("Slurm: SLURM_JOB_NODELIST is not set, so rank 0's host is unknown; set MASTER_ADDR");
-  } else if (env.has("OMPI_COMM_WORLD_RANK") || env.has("OMPI_COMM_WORLD_SIZE") || env.has("PMI_RANK") ||
-             env.has("PMI_SIZE")) {  // 3. mpirun
-    const bool ompi = env.has("OMPI_COMM_WORLD_RANK") || env.has("OMPI_COMM_WORLD_SIZE");
-    if (ompi) {
-      rank_and_size(env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI", e);
-      e.local_rank = env.integer("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-      e.local_world_size = env.integer("OMPI_COMM_WORLD_LOCAL_SIZE", e.world_size);
-      e.source = "Open MPI (OMPI_COMM_WORLD_RANK " + std::to_string(e.rank) + ", OMPI_COMM_WORLD_SIZE " +
-                 std::to_string(e.world_size) + ")";
-    } else {
-      rank_and_size(env, "PMI_RANK", "PMI_SIZE", "MPI (PMI)", e);
-      e.local_rank = env.integer("MPI_LOCALRANKID", 0);
-      e.local_world_size = env.integer("MPI_LOCALNRANKS", e.world_size);
-      e.source = "MPI (PMI_RANK " + std::to_string(e.rank) + ", PMI_SIZE " + std::to_string(e.world_size) + ")";
-    }
-    if (e.local_world_size == e.world_size) {
-      e.master_addr = "127.0.0.1";
-      e.master_source = "every rank on this machine";
-    }
-    for (const char* var : {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "PMI_JOBID", "I_MPI_JOB_ID"})
-      if (env.has(var)) {
-        e.master_port = port_from_job_id(env.str(var));
-        break;
-      }
-    master_overrides(env, e);
-    if (e.master_addr.empty())
-      throw DistError(
-          "MPI: the job spans several machines (" + std::to_string(e.local_world_size) + " of " +
-          std::to_string(e.world_size) +
-          " ranks on this one), so rank 0's host is unknown; pass it: mpirun -x MASTER_ADDR=<rank 0's host> ...");
-    if (e.master_port < 0 && e.world_size > 1)
-      throw DistError("MPI: no job id to derive a port from; set MASTER_PORT (mpirun -x MASTER_PORT=29500 ...)");
+  if (env.has("OMPI_COMM_WORLD_RANK") || env.has("OMPI_COMM_WORLD_SIZE") || env.has("PMI_RANK") ||
+      env.has("PMI_SIZE")) {
+    // mpirun inside a Slurm allocation: its ranks inherit the Slurm step's variables (mpirun's
+    // own, or those of the step that started Open MPI's daemons), which describe another set of
+    // processes. MPI's describe this one; a world size they disagree on is an error, not a guess.
+    const char* size_var = from_mpi(env, e);
+    if (env.has("SLURM_NTASKS") && env.integer("SLURM_NTASKS", 0) != e.world_size)
+      throw DistError(std::string(size_var) + "=" + std::to_string(e.world_size) +
+                      " and SLURM_NTASKS=" + env.str("SLURM_NTASKS") +
+                      " disagree on the number of processes: the MPI launcher's and Slurm's variables describe "
+                      "different jobs. Start the ranks with one launcher: srun alone, or mpirun with Slurm's "
+                      "variables cleared (mpirun -x SLURM_NTASKS= -x SLURM_PROCID= ...)");
+  } else if (env.has("SLURM_PROCID") || env.has("SLURM_NTASKS")) {
+    from_slurm(env, e);
   } else {
     master_overrides(env, e);
   }

@@ -3,15 +3,19 @@
 // Note [launch conventions]: three launchers, tried in this order, the first whose variables are
 // present wins:
 //   1. torchrun's variables, which ember_run sets: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-//      MASTER_ADDR, MASTER_PORT;
-//   2. Slurm's, under srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the tasks on this node
-//      (SLURM_LOCAL_NTASKS, SLURM_NTASKS_PER_NODE, or SLURM_TASKS_PER_NODE such as "2(x3),1" at
-//      SLURM_NODEID); the master is the first host of SLURM_JOB_NODELIST (compressed lists such as
-//      "node[03-05,07]" included), its port derived from SLURM_JOB_ID;
-//   3. an MPI launcher's, under mpirun/mpiexec: Open MPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,
+//      MASTER_ADDR, MASTER_PORT (set for this very process by its launcher, so they win over
+//      anything inherited, e.g. ember_run inside a Slurm allocation);
+//   2. an MPI launcher's, under mpirun/mpiexec: Open MPI's OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,
 //      LOCAL_SIZE}, or MPICH's and Intel MPI's PMI_RANK, PMI_SIZE, MPI_LOCALRANKID,
 //      MPI_LOCALNRANKS; the master is this machine when every rank runs on it (else MASTER_ADDR
-//      must name rank 0's host), its port derived from the MPI job's id.
+//      must name rank 0's host), its port derived from the MPI job's id. mpirun inside a Slurm
+//      allocation passes the allocation's or its daemons' Slurm variables on to the ranks, which
+//      describe other processes: MPI's win, and a SLURM_NTASKS that disagrees with MPI's world
+//      size is an error naming both (before, Slurm's won and every rank joined as SLURM_PROCID);
+//   3. Slurm's, under srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the tasks on this node
+//      (SLURM_LOCAL_NTASKS, SLURM_NTASKS_PER_NODE, or SLURM_TASKS_PER_NODE such as "2(x3),1" at
+//      SLURM_NODEID); the master is the first host of SLURM_JOB_NODELIST (compressed lists such as
+//      "node[03-05,07]" included), its port derived from SLURM_JOB_ID.
 // MASTER_ADDR and MASTER_PORT, when set, override what a convention derives. A partial set (a
 // rank without a size), a rank outside the size or an unparsable node list is a DistError naming
 // the variables. ember needs no MPI library: the launcher only starts the processes, and the

@@ -269,6 +269,59 @@ TEST_CASE(
   CHECK_THROWS_WITH(from({{"PMI_SIZE", "2"}}), Contains("PMI_SIZE is set but PMI_RANK is not"));
 }
 
+TEST_CASE(
+    "dist: launch conventions: mpirun inside a Slurm allocation takes MPI's ranks, and sizes that disagree stop it",
+    "[dist]") {
+  using Vars = std::map<std::string, std::string>;
+  auto from = [](const Vars& vars) {
+    return dist::launch_env([&vars](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    });
+  };
+  // what mpirun's rank 1 of 4 sees inside `sbatch --ntasks 4`: mpirun's own Slurm variables
+  // (SLURM_PROCID 0 for every rank) next to Open MPI's
+  const Vars slurm = {{"SLURM_PROCID", "0"},
+                      {"SLURM_NTASKS", "4"},
+                      {"SLURM_LOCALID", "0"},
+                      {"SLURM_JOB_NODELIST", "node[01-02]"},
+                      {"SLURM_JOB_ID", "4242"}};
+  Vars ompi = slurm;
+  for (const auto& [k, v] : Vars{{"OMPI_COMM_WORLD_RANK", "1"},
+                                 {"OMPI_COMM_WORLD_SIZE", "4"},
+                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                 {"OMPI_MCA_ess_base_jobid", "77"}})
+    ompi[k] = v;
+  dist::LaunchEnv e = from(ompi);
+  CHECK((e.rank == 1 && e.world_size == 4 && e.local_rank == 1 && e.local_world_size == 4));
+  CHECK_THAT(e.source, Contains("Open MPI (OMPI_COMM_WORLD_RANK 1, OMPI_COMM_WORLD_SIZE 4)"));
+  CHECK(e.master_addr == "127.0.0.1");
+  // MPICH / Intel MPI (PMI) likewise
+  Vars pmi = slurm;
+  for (const auto& [k, v] : Vars{{"PMI_RANK", "3"},
+                                 {"PMI_SIZE", "4"},
+                                 {"MPI_LOCALRANKID", "3"},
+                                 {"MPI_LOCALNRANKS", "4"},
+                                 {"PMI_JOBID", "9"}})
+    pmi[k] = v;
+  e = from(pmi);
+  CHECK((e.rank == 3 && e.world_size == 4));
+  CHECK_THAT(e.source, Contains("MPI (PMI_RANK 3, PMI_SIZE 4)"));
+  // a world size the two disagree on: an error naming both variables and values
+  ompi["SLURM_NTASKS"] = "8";
+  CHECK_THROWS_WITH(from(ompi), Contains("OMPI_COMM_WORLD_SIZE=4 and SLURM_NTASKS=8 disagree on the number of "
+                                         "processes"));
+  pmi["PMI_SIZE"] = "2";
+  pmi["PMI_RANK"] = "1";
+  pmi["MPI_LOCALNRANKS"] = "2";
+  pmi["MPI_LOCALRANKID"] = "1";
+  CHECK_THROWS_WITH(from(pmi), Contains("PMI_SIZE=2 and SLURM_NTASKS=4 disagree on the number of processes"));
+  // Slurm's variables cleared for the ranks (mpirun -x SLURM_NTASKS= ...): MPI's alone
+  ompi["SLURM_NTASKS"] = "";
+  CHECK(from(ompi).world_size == 4);
+}
+
 TEST_CASE("dist: processes started with Slurm's variables join as their SLURM_PROCID", "[dist][fault]") {
   std::map<int, std::map<std::string, std::string>> per_rank;
   for (int r : {0, 1})
