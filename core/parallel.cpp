@@ -8,12 +8,14 @@
 #include <thread>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
-#include "core/runtime.h"
 
 namespace ember {
 
 namespace {
+
+constexpr int64_t kMaxThreadsFromEnv = 4096;  // more than any machine ember runs on has cores
 
 thread_local bool t_in_parallel = false;
 
@@ -116,12 +118,10 @@ class Pool {
   bool stop_ = false;
 };
 
+// EMBER_NUM_THREADS, checked (Note [environment numbers] in core/env.h): "0" or "8x" is an error,
+// not a silent fall-back to every core.
 int default_threads() {
-  std::string v = runtime::env("EMBER_NUM_THREADS");
-  if (!v.empty()) {
-    int n = std::atoi(v.c_str());
-    if (n >= 1) return n;
-  }
+  if (auto n = env::integer("EMBER_NUM_THREADS", 1, kMaxThreadsFromEnv)) return static_cast<int>(*n);
   return std::max(1u, std::thread::hardware_concurrency());
 }
 

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/runtime.h"
 
@@ -53,7 +54,8 @@ namespace ember {
 //   hundred MB at most (the cache needs to hold what one step frees, once), while several
 //   processes (ember_run ranks) each keep their own cache, hence the cap by physical memory.
 //   EMBER_CPU_ALLOC_CACHE=0 turns the cache off (every block goes back to malloc at once);
-//   EMBER_CPU_ALLOC_CACHE=<bytes>[K|M|G] sets another bound; set_cpu_cache_limit() changes it.
+//   EMBER_CPU_ALLOC_CACHE=<bytes>[K|M|G] sets another bound (at most 1 TiB; another value is an
+//   error at the first allocation); set_cpu_cache_limit() changes it.
 // - Out of memory: when aligned_alloc fails, the cache is emptied and the allocation retried once
 //   before the error.
 // - Newly handed-out memory was never promised zeroed (fresh mmap pages happen to be; a reused
@@ -97,30 +99,33 @@ size_t default_cache_limit() {
   return limit;
 }
 
-// EMBER_CPU_ALLOC_CACHE: unset or "1": the default bound; "0": off; "<n>[K|M|G]": n bytes (KiB, ...).
+// EMBER_CPU_ALLOC_CACHE: unset or "1": the default bound; "0": off; "<n>[K|M|G][B]": n bytes (KiB, ...),
+// at most 1 TiB. Anything else is an error, not the default (Note [environment numbers] in core/env.h).
 size_t cache_limit_from_env() {
-  std::string v = runtime::env("EMBER_CPU_ALLOC_CACHE");
+  const std::string v = runtime::env("EMBER_CPU_ALLOC_CACHE");
   if (v.empty() || v == "1") return default_cache_limit();
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v.c_str(), &end, 10);
+  std::string digits = v;
+  if (digits.size() >= 2 && std::toupper(static_cast<unsigned char>(digits.back())) == 'B' &&
+      std::isalpha(static_cast<unsigned char>(digits[digits.size() - 2])))
+    digits.pop_back();
   int shift = 0;
-  if (end != v.c_str() && *end != '\0') {
-    switch (std::toupper(static_cast<unsigned char>(*end))) {
+  if (!digits.empty()) {
+    switch (std::toupper(static_cast<unsigned char>(digits.back()))) {
       case 'K': shift = 10; break;
       case 'M': shift = 20; break;
       case 'G': shift = 30; break;
-      default: shift = -1;
+      default: break;
     }
-    if (shift >= 0 && end[1] != '\0' && !(std::toupper(static_cast<unsigned char>(end[1])) == 'B' && end[2] == '\0'))
-      shift = -1;
+    if (shift != 0) digits.pop_back();
   }
-  if (end == v.c_str() || shift < 0) {
-    std::fprintf(stderr,
-                 "ember: warning: EMBER_CPU_ALLOC_CACHE='%s' is not 0, 1 or a size such as 512M; using the default\n",
-                 v.c_str());
-    return default_cache_limit();
+  constexpr int64_t kMaxBytes = int64_t{1} << 40;
+  try {
+    return static_cast<size_t>(env::parse_integer("EMBER_CPU_ALLOC_CACHE", digits, 0, kMaxBytes >> shift)) << shift;
+  } catch (const Error&) {
+    throw Error("EMBER_CPU_ALLOC_CACHE='" + v +
+                "': expected 0 (no cache), 1 (the default bound) or a size such as 512M (bytes, or with a K, M or G "
+                "suffix), at most 1024G");
   }
-  return static_cast<size_t>(n) << shift;
 }
 
 // The cache: free lists per size class, the size class of every live cached-size block.

@@ -65,6 +65,12 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kCheckedCalls = 64;
 constexpr size_t kCallRecord = 128;  // bytes per rank in the check's all_gather
 
+// Gloo's transport needs a number: kNoTimeout (EMBER_DIST_TIMEOUT=none) is a year there, where
+// Gloo's own arithmetic on the clock cannot overflow.
+std::chrono::milliseconds for_gloo(std::chrono::milliseconds t) {
+  return std::min<std::chrono::milliseconds>(t, std::chrono::hours(24 * 365));
+}
+
 uint64_t check_limit_from_env() {
   const char* v = std::getenv("EMBER_DIST_CHECK");
   if (v == nullptr || *v == '\0') return kCheckedCalls;
@@ -212,7 +218,7 @@ class GlooGroup final : public ProcessGroup {
     GlooStore gs(store);
     auto device = gloo::transport::tcp::CreateDevice(device_attr());
     ctx_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    ctx_->setTimeout(timeout);
+    ctx_->setTimeout(for_gloo(timeout));
     try {
       ctx_->connectFullMesh(gs, device);
     } catch (const std::exception& e) {
@@ -256,7 +262,7 @@ class GlooGroup final : public ProcessGroup {
         opts.setOutput(t.data<scalar_t>(), static_cast<size_t>(t.numel()));
         opts.setReduceFunction(reduce_fn<scalar_t>(op));
         opts.setTag(tag);
-        opts.setTimeout(timeout_);
+        opts.setTimeout(for_gloo(timeout_));
         gloo::allreduce(opts);
         if (op == ReduceOp::kAvg && size_ > 1) divide_in_place(t.data<scalar_t>(), t.numel(), size_);
       });
@@ -274,7 +280,7 @@ class GlooGroup final : public ProcessGroup {
       opts.setOutput(static_cast<uint8_t*>(t.data_ptr()), t.nbytes());
       opts.setRoot(root);
       opts.setTag(tag);
-      opts.setTimeout(timeout_);
+      opts.setTimeout(for_gloo(timeout_));
       gloo::broadcast(opts);
     });
   }
@@ -294,7 +300,7 @@ class GlooGroup final : public ProcessGroup {
       opts.setInput(static_cast<uint8_t*>(in.data_ptr()), in.nbytes());
       opts.setOutput(static_cast<uint8_t*>(out.data_ptr()), out.nbytes());
       opts.setTag(tag);
-      opts.setTimeout(timeout_);
+      opts.setTimeout(for_gloo(timeout_));
       gloo::allgather(opts);
     });
   }
@@ -313,7 +319,7 @@ class GlooGroup final : public ProcessGroup {
           opts.setOutput(tmp.data<scalar_t>(), static_cast<size_t>(tmp.numel()));
           opts.setReduceFunction(reduce_fn<scalar_t>(op));
           opts.setTag(tag);
-          opts.setTimeout(timeout_);
+          opts.setTimeout(for_gloo(timeout_));
           gloo::allreduce(opts);
         }
         std::memcpy(out.data_ptr(), tmp.data<scalar_t>() + rank_ * out.numel(), out.nbytes());
@@ -327,7 +333,7 @@ class GlooGroup final : public ProcessGroup {
       if (size_ == 1) return;
       gloo::BarrierOptions opts(ctx_);
       opts.setTag(tag);
-      opts.setTimeout(timeout_);
+      opts.setTimeout(for_gloo(timeout_));
       gloo::barrier(opts);
     });
   }
@@ -458,7 +464,7 @@ class GlooGroup final : public ProcessGroup {
     opts.setInput(mine.data(), mine.size());
     opts.setOutput(all.data(), all.size());
     opts.setTag(0x80000000u | static_cast<uint32_t>(seq & 0x7FFFFFFF));
-    opts.setTimeout(timeout_);
+    opts.setTimeout(for_gloo(timeout_));
     gloo::allgather(opts);
     std::vector<std::string> calls;
     for (int r = 0; r < size_; ++r) calls.emplace_back(all.data() + r * kCallRecord);
@@ -494,7 +500,7 @@ class GlooGroup final : public ProcessGroup {
       cv_.wait_for(lock, std::chrono::seconds(1));
       if (stopping_) break;
       GlooWork* r = running_;
-      bool overdue = r != nullptr && Clock::now() - running_since_ > timeout_ + std::chrono::seconds(10);
+      bool overdue = r != nullptr && Clock::now() - running_since_ > for_gloo(timeout_) + std::chrono::seconds(10);
       lock.unlock();
       board_.publish();
       if (overdue) {

@@ -238,7 +238,7 @@ class NcclGroup final : public ProcessGroup {
     config.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
     bool timed_out = false;
-    r = settle(r, Clock::now() + timeout, &timed_out);
+    r = settle(r, deadline_after(timeout), &timed_out);
     if (r != ncclSuccess) {
       std::string why = timed_out ? "timed out after " + seconds(timeout) +
                                         " waiting for the other ranks (a rank is missing, hung, or on another NCCL id)"
@@ -411,7 +411,7 @@ class NcclGroup final : public ProcessGroup {
     ncclResult_t r = fn(comm_, s);
     // Non-blocking: the call finishes enqueueing in the background. Poll with the lock released in
     // between, so the watchdog can abort a communicator that never gets there.
-    const Clock::time_point deadline = Clock::now() + timeout_;
+    const Clock::time_point deadline = deadline_after(timeout_);
     while (r == ncclInProgress) {
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -570,7 +570,7 @@ class NcclGroup final : public ProcessGroup {
             (async == ncclInvalidUsage ? std::string()
                                        : std::string("; a peer exited or crashed, or the network failed"));
     else if (!cuda_err.empty()) why = "a CUDA error ended it (" + cuda_err + ")";
-    else if (running && Clock::now() - issued > timeout_)
+    else if (running && timeout_ != kNoTimeout && Clock::now() - issued > timeout_)
       why = "timed out after " + seconds(timeout_) + "; a peer is hung, exited, or never called this collective";
     if (why.empty()) return;
     if (!running) {

@@ -18,13 +18,16 @@
 #include "dist/process_group.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
 
 #include "core/cuda/graph.h"
+#include "core/env.h"
 #include "core/error.h"
+#include "core/runtime.h"
 #include "dist/backends.h"
 #include "dist/store.h"
 
@@ -69,6 +72,20 @@ void ProcessGroup::check_reduce_scatter_sizes(const Tensor& out, const Tensor& i
                                 out.describe());
 }
 
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  // a century is past any job; the clock's nanoseconds reach about 292 years
+  if (timeout > std::chrono::hours(24 * 365 * 100)) return Clock::time_point::max();
+  return Clock::now() + timeout;
+}
+
+std::string describe_timeout(std::chrono::milliseconds timeout) {
+  if (timeout == kNoTimeout) return "no limit";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(timeout.count()) / 1000.0);
+  return buf;
+}
+
 // ---- the default group ----
 
 namespace {
@@ -92,16 +109,24 @@ void destroy_process_group() { set_default_group(nullptr); }
 
 namespace {
 
+// EMBER_DIST_TIMEOUT: seconds in [1 ms, a week], or "none" (Note [environment numbers] in
+// core/env.h). Before, inf and 1e300 overflowed into a negative timeout that failed every rank
+// with a store error, and 1e-6 became 0 ms.
+std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {
+  const std::string v = runtime::env("EMBER_DIST_TIMEOUT");
+  if (v.empty()) return fallback;
+  if (v == "none") return kNoTimeout;
+  try {
+    return std::chrono::milliseconds(std::llround(env::parse_number("EMBER_DIST_TIMEOUT", v, 0.001, 604800) * 1000));
+  } catch (const Error& e) {
+    throw DistError(std::string(e.what()) + " seconds, or none (no limit)");
+  }
+}
+
 // The options completed from the environment (EMBER_DIST_TIMEOUT, the launcher's variables: Note
 // [launch conventions] in launch_env.h) and checked. `env` is what launch_env() found.
 Options resolve_options(Options o, const LaunchEnv& env) {
-  if (const char* t = std::getenv("EMBER_DIST_TIMEOUT"); t != nullptr && *t != '\0') {
-    char* end = nullptr;
-    double s = std::strtod(t, &end);
-    if (end == t || *end != '\0' || !(s > 0))
-      throw DistError(std::string("EMBER_DIST_TIMEOUT='") + t + "' is not a positive number of seconds");
-    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-  }
+  o.timeout = timeout_from_env(o.timeout);
   bool ws_set = true, rank_set = true;
   if (o.world_size < 0) {
     o.world_size = env.world_size;
@@ -215,7 +240,7 @@ void await_verdict(TcpStore& store, const Options& o) {
   }
   // Rank 0 publishes its verdict within its own timeout; wait a little longer than that so a
   // rank that is missing is named by rank 0's message, not by this rank's own timeout.
-  store.wait({"rdzv/verdict"}, o.timeout + std::chrono::seconds(10));
+  store.wait({"rdzv/verdict"}, o.timeout == kNoTimeout ? kNoTimeout : o.timeout + std::chrono::seconds(10));
   const std::string verdict = store.get("rdzv/verdict");
   store.set("rdzv/ack/" + std::to_string(r), "1");
   if (verdict != "ok") throw DistError("init_process_group (rank " + std::to_string(r) + "): " + verdict);

@@ -60,12 +60,20 @@ class Work {
 };
 using WorkPtr = std::shared_ptr<Work>;
 
+// Options::timeout without a limit (EMBER_DIST_TIMEOUT=none): the rendezvous, the store and the
+// watchdogs wait as long as it takes (Gloo's transport, which needs a number, gets a year).
+inline constexpr std::chrono::milliseconds kNoTimeout = std::chrono::milliseconds::max();
+// now + timeout, saturating: kNoTimeout (and anything past the clock's range) never comes.
+std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout);
+// "5 s", "0.25 s" or "no limit", for messages.
+std::string describe_timeout(std::chrono::milliseconds timeout);
+
 struct Options {
   // "gloo", "nccl", or "" = nccl when CUDA tensors will be used (device is CUDA), else gloo.
   std::string backend;
   Device device = kCPU;
-  // Per-collective timeout, also the rendezvous deadline. EMBER_DIST_TIMEOUT (seconds) overrides
-  // the default of 10 minutes.
+  // Per-collective timeout, also the rendezvous deadline. EMBER_DIST_TIMEOUT (seconds from 0.001
+  // to 604800, or none: kNoTimeout) overrides the default of 10 minutes.
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   // Rendezvous. Empty/-1 = from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as
   // torchrun and ember_run set it.

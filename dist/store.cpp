@@ -755,7 +755,7 @@ void TcpStore::connect_and_prove(Clock::time_point deadline, std::chrono::millis
     ::close(fd);
     if (Clock::now() >= deadline)
       fail("could not reach the rendezvous store at " + peer + " (MASTER_ADDR:MASTER_PORT) within " +
-           std::to_string(timeout.count() / 1000.0).substr(0, 5) + " s: " + last +
+           describe_timeout(timeout) + ": " + last +
            "; is rank 0 running, and is the address reachable from this machine?");
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 * (attempt + 1), 500)));
   }
@@ -770,7 +770,7 @@ std::string TcpStore::request(char op, const std::vector<std::string>& args, std
                                  : "check";
   std::lock_guard<std::mutex> lock(mu_);
   const std::string peer = host_ + ":" + std::to_string(port_);
-  auto deadline = Clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   // the server closes connections idle for kIdleTime: reconnect well before that
   if (fd_ >= 0 && Clock::now() - last_used_ > kReconnectAfter) {
     ::close(fd_);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ember.h"
+#include "tests/child_run.h"
 
 using namespace ember;
 
@@ -208,7 +209,15 @@ TEST_CASE("cpu allocator: EMBER_CPU_ALLOC_CACHE sets the bound or turns the cach
   if (pages > 0 && page > 0) def = std::min(def, static_cast<size_t>(pages) * static_cast<size_t>(page) / 8);
   if (fallback != 0) CHECK(fallback == def);
   run("1", def);
-  run("lots", def);  // not understood: a warning and the default
+  // not understood or too big: an error naming the value (before, a warning and the default, or
+  // a bound that overflowed)
+  for (const std::string bad : {"lots", "2MX", "-1", "2048G", "99999999999999999999"}) {
+    const testing::ChildResult r =
+        testing::run_self("[cpu_alloc_child]", {"EMBER_CPU_ALLOC_CACHE=" + bad, "EMBER_TEST_EXPECT_LIMIT=0"});
+    INFO(r.out << r.err);
+    CHECK(r.exit_code != 0);
+    CHECK((r.out + r.err).find("EMBER_CPU_ALLOC_CACHE='" + bad + "': expected 0 (no cache), 1") != std::string::npos);
+  }
 }
 
 TEST_CASE("cpu allocator: empty_cpu_cache releases every cached block", "[cpu_alloc]") {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "apps/mnist_train/splits.h"
 #include "apps/mnist_train/trainer.h"
 #include "core/cuda/runtime.h"
+#include "core/env.h"
 #include "dist/process_group.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -182,8 +184,8 @@ int main(int argc, char** argv) {
   }
   // Tests of the output policy (Note [side outputs]): the first output file to pass this many
   // bytes fails as a write error would.
-  if (const char* fault = std::getenv("EMBER_TEST_WRITE_FAULT_AFTER"))
-    io::set_write_fault_for_testing(io::WriteFault::kThrow, std::strtoull(fault, nullptr, 10));
+  if (auto fault = env::integer("EMBER_TEST_WRITE_FAULT_AFTER", 0, INT64_MAX))
+    io::set_write_fault_for_testing(io::WriteFault::kThrow, static_cast<uint64_t>(*fault));
   if (o.predict.empty()) mnist::install_stop_handlers();
   try {
     // --predict: the checkpoint says everything (no --data, no training)
