@@ -192,9 +192,12 @@ std::string rank0_verdict(TcpStore& store, const Options& o) {
     std::string missing;
     for (int i = 0; i < n; ++i)
       if (!store.check({keys[i]})) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-    return "rendezvous timed out after " + std::to_string(o.timeout.count() / 1000.0).substr(0, 5) + " s: rank(s) " +
-           missing + " of WORLD_SIZE=" + std::to_string(n) +
-           " never joined (not started, crashed early, or started with another MASTER_ADDR:MASTER_PORT)";
+    // Ranks that registered between the timeout and this look joined after all: go on. (Before,
+    // that made "rank(s)  of WORLD_SIZE=2 never joined", naming nobody.)
+    if (!missing.empty())
+      return "rendezvous timed out after " + describe_timeout(o.timeout) + ": rank(s) " + missing +
+             " of WORLD_SIZE=" + std::to_string(n) +
+             " never joined (not started, crashed early, or started with another MASTER_ADDR:MASTER_PORT)";
   }
   for (int i = 1; i < n; ++i) {
     std::istringstream in(store.get(keys[i]));

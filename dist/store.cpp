@@ -16,12 +16,17 @@
 //   with its own nonce and HMAC-SHA256(token, "ember-store-client" | server nonce | client nonce);
 //   the server checks it in constant time and answers 'A' + HMAC(token, "ember-store-server" |
 //   client nonce | server nonce), so the client knows it reached its own job's store, or 'R' and
-//   closes. A client that has not proved itself within kHandshakeTime is closed; before that it
+//   closes. A client that has not proved itself within kHandshakeTime of its accept is closed,
+//   however it trickles its bytes (the deadline is absolute: before, each byte renewed it, and 40
+//   strangers sending a byte every 0.9 s kept a 2-rank job out for a minute); before that it
 //   can send at most the 64 bytes of its proof. The token is never sent, logged or put on a
 //   command line. HMAC from OpenSSL's libcrypto: no home-made cryptography.
 // - How much: keys <= 4 KiB, values <= 16 MiB, messages <= values + 64 KiB, checked from each
-//   length prefix before its bytes are waited for; at most 4 * world size + 16 connections (more
-//   wait in the kernel's backlog, first come first served); a
+//   length prefix before its bytes are waited for. Connections that have not proved themselves
+//   wait in a room of their own, at most 4 * world size + 64 of them: the store always accepts,
+//   and a newcomer to a full room closes the oldest one there, so a member (whose proof takes
+//   one round trip) never queues behind strangers. Members get 4 * world size + 16 connections
+//   (one more is closed after its proof). A
 //   message that stalls half-way for kStallTime, or a connection idle for kIdleTime, is closed
 //   (clients reconnect by themselves after kReconnectAfter idle, well before that). A reply the
 //   client does not read within kSendTime closes that connection. Whatever one connection does
@@ -377,17 +382,20 @@ struct TcpStore::Server {
   std::vector<std::string> addresses;
   bool loopback = true;
   std::string token;
-  size_t max_clients = 20;
-  int wake[2] = {-1, -1};  // a pipe that ends the poll loop
+  size_t max_members = 20;           // connections that proved the token
+  size_t max_pending = 68;           // connections still proving it
+  Clock::time_point accept_again{};  // accept() ran out of descriptors: not before then
+  int wake[2] = {-1, -1};            // a pipe that ends the poll loop
   std::thread thread;
   std::map<std::string, std::string> data;
   struct Client {
     int fd = -1;
     std::string in;
     bool authed = false;
-    Bytes nonce{};            // the server's nonce sent in the hello
-    Clock::time_point since;  // accepted at, or the last byte received at
-    bool dead = false;        // to be closed after this round
+    Bytes nonce{};               // the server's nonce sent in the hello
+    Clock::time_point accepted;  // the handshake's deadline counts from here
+    Clock::time_point since;     // accepted at, or the last byte received at
+    bool dead = false;           // to be closed after this round
     // A parked get/wait: answered once all its keys exist.
     bool parked = false;
     std::string op;
@@ -470,16 +478,34 @@ struct TcpStore::Server {
       if (c.parked && !c.dead && ready(c)) answer_parked(c);
   }
 
+  // Pending connections (not proved yet) wait in a room of their own: a newcomer to a full room
+  // closes the oldest one there, which has had the most time to prove itself (Note [store security]).
+  void make_room() {
+    size_t pending = 0;
+    Client* oldest = nullptr;
+    for (auto& [fd, c] : clients) {
+      if (c.authed || c.dead) continue;
+      ++pending;
+      if (oldest == nullptr || c.accepted < oldest->accepted) oldest = &c;
+    }
+    if (pending >= max_pending && oldest != nullptr) oldest->dead = true;
+  }
+
   void accept_one(int lfd) {
     int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) {
+      // out of descriptors: the listening socket stays readable, so pause instead of spinning
+      if (errno == EMFILE || errno == ENFILE) accept_again = Clock::now() + std::chrono::milliseconds(100);
+      return;
+    }
+    make_room();
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     timeval tv{kSendTimeMs / 1000, (kSendTimeMs % 1000) * 1000};
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     Client c;
     c.fd = fd;
-    c.since = Clock::now();
+    c.accepted = c.since = Clock::now();
     try {
       c.nonce = random_bytes();
     } catch (const std::exception&) {  // no nonce (getrandom failed): this newcomer is turned away
@@ -505,6 +531,9 @@ struct TcpStore::Server {
       send_raw(c, "R");
       return false;
     }
+    size_t members = 0;
+    for (const auto& [fd, other] : clients) members += other.authed && !other.dead ? 1 : 0;
+    if (members >= max_members) return false;  // closed without a verdict: the client retries
     const Bytes answer = mac(token, "ember-store-server", p, c.nonce.data());
     send_raw(c, "A" + std::string(reinterpret_cast<const char*>(answer.data()), kMac));
     c.in.erase(0, kProof);
@@ -544,7 +573,7 @@ struct TcpStore::Server {
   void expire(Clock::time_point now) {
     for (auto& [fd, c] : clients) {
       if (c.dead || c.parked) continue;
-      if (!c.authed && now - c.since > kHandshakeTime) c.dead = true;
+      if (!c.authed && now - c.accepted > kHandshakeTime) c.dead = true;
       else if (!c.in.empty() && now - c.since > kStallTime) c.dead = true;
       else if (now - c.since > kIdleTime) c.dead = true;
     }
@@ -583,15 +612,14 @@ struct TcpStore::Server {
     for (;;) {
       std::vector<pollfd> fds;
       fds.push_back({wake[0], POLLIN, 0});
-      // At the connection cap nothing is accepted: newcomers wait in the kernel's backlog, first
-      // come first served, until a slot frees (a stranger's lasts kHandshakeTime at most), so a
-      // flood of connections delays a rank's join by seconds and never locks it out.
-      const short accepting = clients.size() < max_clients ? POLLIN : 0;
+      // Always accepting: a full room of pending connections makes room (make_room), so nobody
+      // waits in the kernel's backlog behind strangers.
+      const short accepting = Clock::now() >= accept_again ? POLLIN : 0;
       for (int l : listen_fds) fds.push_back({l, accepting, 0});
       const size_t first = fds.size();
       for (auto& [fd, c] : clients) fds.push_back({fd, POLLIN, 0});
       // a tick while anyone is still proving itself or midway through a message
-      bool waiting = false;
+      bool waiting = accepting == 0;
       for (auto& [fd, c] : clients) waiting = waiting || !c.authed || !c.in.empty();
       int n = ::poll(fds.data(), fds.size(), waiting ? 200 : 5000);
       if (n < 0 && errno == EINTR) continue;
@@ -628,7 +656,8 @@ TcpStore::TcpStore(std::string host, int port, bool is_server, std::chrono::mill
   if (!is_server) return;
   server_ = std::make_unique<Server>();
   server_->token = security_.token;
-  server_->max_clients = 4 * static_cast<size_t>(std::max(1, security_.world_size)) + 16;
+  server_->max_members = 4 * static_cast<size_t>(std::max(1, security_.world_size)) + 16;
+  server_->max_pending = 4 * static_cast<size_t>(std::max(1, security_.world_size)) + 64;
   auto in_use = [](int e) {
     return e == EADDRINUSE ? std::string(
                                  " (another process serves it already: two processes started as RANK=0, or "

@@ -63,7 +63,7 @@ JobToken job_token();
 // How a TcpStore proves and checks membership of the job, and how much it accepts.
 struct StoreSecurity {
   std::string token;   // the HMAC key; empty: job_token()'s public default
-  int world_size = 1;  // the server accepts at most 4 * world_size + 16 connections
+  int world_size = 1;  // the server admits 4 * world_size + 16 members, 4 * world_size + 64 pending
   std::string who;     // this process in messages, e.g. "rank 3"; empty: "this process"
 };
 

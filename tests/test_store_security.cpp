@@ -16,11 +16,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -198,6 +202,83 @@ struct EnvGuard {
   std::string name;
   EnvGuard(const std::string& n, const std::string& v) : name(n) { ::setenv(n.c_str(), v.c_str(), 1); }
   ~EnvGuard() { ::unsetenv(name.c_str()); }
+};
+
+// Whether something accepts connections on 127.0.0.1:port (no Catch2 assertions: threads call it).
+bool listening(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Whether the server closed `fd` (end of file or an error), reading what is there without waiting.
+bool peer_closed(int fd) {
+  for (;;) {
+    char buf[256];
+    const ssize_t r = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (r > 0) continue;
+    return r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+}
+
+// `n` strangers on the store at 127.0.0.1:port, each sending one byte of a proof every `every`
+// (slower than nothing, faster than the handshake deadline), reopened when the server closes them;
+// records how long each one lasted.
+class Tricklers {
+ public:
+  Tricklers(int port, int n, std::chrono::milliseconds every) : thread_([=, this] { run(port, n, every); }) {}
+  ~Tricklers() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::vector<double> lifetimes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lifetimes_;
+  }
+  int open() const { return open_; }
+
+ private:
+  void run(int port, int n, std::chrono::milliseconds every) {
+    std::vector<std::pair<int, Clock::time_point>> conns;
+    while (!stop_) {
+      for (auto it = conns.begin(); it != conns.end();) {
+        if (peer_closed(it->first)) {
+          std::lock_guard<std::mutex> lock(mu_);
+          lifetimes_.push_back(std::chrono::duration<double>(Clock::now() - it->second).count());
+          ::close(it->first);
+          it = conns.erase(it);
+        } else {
+          (void)!::send(it->first, "x", 1, MSG_NOSIGNAL);
+          ++it;
+        }
+      }
+      while (static_cast<int>(conns.size()) < n) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+          ::close(fd);
+          break;
+        }
+        conns.emplace_back(fd, Clock::now());
+      }
+      open_ = static_cast<int>(conns.size());
+      std::this_thread::sleep_for(every);
+    }
+    for (auto& [fd, t] : conns) ::close(fd);
+  }
+  std::atomic<bool> stop_{false};
+  std::atomic<int> open_{0};
+  std::mutex mu_;
+  std::vector<double> lifetimes_;
+  std::thread thread_;
 };
 
 dist::TcpStore serve(const std::string& host = "127.0.0.1", int world = 2) {
@@ -433,4 +514,71 @@ TEST_CASE("store security: a process that ends while strangers send forged proof
     CHECK(rs[0].exit_code == 0);
     CHECK(rs[0].output.find("ok: the store on port") != std::string::npos);
   }
+}
+
+TEST_CASE("store security: strangers trickling a byte at a time cannot stall a rendezvous, and a missing rank is named",
+          "[dist][store]") {
+  // Before: each byte renewed a stranger's handshake deadline, and the store stopped accepting at
+  // its connection cap, so 40 strangers sending a byte every 0.3 s held every slot for 19 s while
+  // rank 1 waited in the kernel's backlog behind them.
+  const int port = ember::testing::dist::free_port();
+  dist::Options o;
+  o.world_size = 2;
+  o.master_addr = "127.0.0.1";
+  o.master_port = port;
+  o.timeout = 30s;
+  dist::ProcessGroupPtr pg0;
+  std::string err0;
+  std::thread rank0([&] {
+    try {
+      dist::Options o0 = o;
+      o0.rank = 0;
+      pg0 = dist::init_process_group(o0);
+    } catch (const std::exception& e) {
+      err0 = e.what();
+    }
+  });
+  int probe = -1;
+  for (int i = 0; i < 500 && probe < 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+    probe = connect_to("127.0.0.1", port);
+  }
+  REQUIRE(probe >= 0);
+  ::close(probe);
+  {
+    Tricklers strangers(port, 40, 300ms);
+    std::this_thread::sleep_for(500ms);  // they are in: rank 1 comes after them
+    CHECK(strangers.open() == 40);
+    const auto t0 = Clock::now();
+    dist::Options o1 = o;
+    o1.rank = 1;
+    dist::ProcessGroupPtr pg1 = dist::init_process_group(o1);
+    const double joined_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rank0.join();
+    REQUIRE(err0.empty());
+    REQUIRE(pg0 != nullptr);
+    CHECK(pg1->size() == 2);
+    INFO("rank 1 joined " << joined_s << " s after it started, behind 40 strangers");
+    CHECK(joined_s < 5);
+    // every stranger was closed about a second after its accept, whatever it kept sending
+    for (int i = 0; i < 60 && strangers.lifetimes().size() < 40; ++i) std::this_thread::sleep_for(100ms);
+    const std::vector<double> lived = strangers.lifetimes();
+    REQUIRE(lived.size() >= 40);
+    CHECK(*std::max_element(lived.begin(), lived.end()) < 3.0);
+  }
+  pg0.reset();
+  dist::destroy_process_group();
+  // rank 1 never comes while strangers keep trickling: rank 0's timeout names it
+  o.master_port = ember::testing::dist::free_port();
+  o.rank = 0;
+  o.timeout = 1s;
+  std::unique_ptr<Tricklers> strangers;
+  std::thread attack([&] {
+    for (int i = 0; i < 500 && !listening(o.master_port); ++i) std::this_thread::sleep_for(10ms);
+    strangers = std::make_unique<Tricklers>(o.master_port, 40, 300ms);
+  });
+  const auto t0 = Clock::now();
+  CHECK_THROWS_WITH(dist::init_process_group(o), Contains("rank(s) 1 of WORLD_SIZE=2 never joined"));
+  CHECK(Clock::now() - t0 < 15s);
+  attack.join();
 }
