@@ -221,6 +221,8 @@ class GlooGroup final : public ProcessGroup {
     ctx_->setTimeout(for_gloo(timeout));
     try {
       ctx_->connectFullMesh(gs, device);
+    } catch (const Interrupted&) {
+      throw;  // asked to stop while waiting for the peers' addresses: not a connection failure
     } catch (const std::exception& e) {
       throw DistError("gloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                       " could not connect to its peers: " + e.what());

@@ -188,6 +188,8 @@ std::string rank0_verdict(TcpStore& store, const Options& o) {
   for (int i = 0; i < n; ++i) keys.push_back("rdzv/rank/" + std::to_string(i));
   try {
     store.wait(keys, o.timeout);
+  } catch (const Interrupted&) {
+    throw;
   } catch (const DistError&) {
     std::string missing;
     for (int i = 0; i < n; ++i)
@@ -258,6 +260,7 @@ ProcessGroupPtr init_process_group(Options given) {
   const JobToken token = job_token();
   auto store = std::make_shared<TcpStore>(o.master_addr, o.master_port, r == 0, o.timeout,
                                           StoreSecurity{token.secret, n, "rank " + std::to_string(r)});
+  store->set_interrupt(o.stop_requested);
   if (r == 0) announce_store(*store, token, env, n);
   store->set("rdzv/rank/" + std::to_string(r), std::to_string(n) + " " + o.backend);
   if (store->add("rdzv/count/" + std::to_string(r), 1) != 1) {
@@ -272,6 +275,7 @@ ProcessGroupPtr init_process_group(Options given) {
   auto pg_store = std::make_shared<PrefixStore>("pg0", store);
   ProcessGroupPtr pg = o.backend == "nccl" ? make_nccl_group(pg_store, r, n, o.device.index, o.timeout)
                                            : make_gloo_group(pg_store, r, n, o.timeout);
+  store->set_interrupt({});  // the rendezvous is over: a stop request is the trainer's business now
   set_default_group(pg);
   // The default group goes at exit before what it uses: handlers registered later run earlier, and
   // the CUDA runtime, the caching allocator and the backend's statics were all set up by now. Left

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -43,6 +44,17 @@ const char* to_string(ReduceOp op);
 class DistError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The process was asked to stop (Options::stop_requested: SIGINT, SIGTERM) while it waited in the
+// rendezvous; signal() is the signal, for the exit code 128 + signal.
+class Interrupted : public DistError {
+ public:
+  Interrupted(const std::string& what, int signal) : DistError(what), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 // The handle of one collective. wait() returns when its result may be used: on the host for Gloo,
@@ -81,6 +93,10 @@ struct Options {
   int world_size = -1;
   std::string master_addr;
   int master_port = -1;
+  // Asked at least every 100 ms while the rendezvous waits (for rank 0's store, the other ranks,
+  // the verdict, Gloo's addresses): a non-zero answer, the signal that asked this process to stop,
+  // ends init_process_group with dist::Interrupted. Empty: only the timeout ends a wait.
+  std::function<int()> stop_requested;
 };
 
 class Store;

@@ -52,6 +52,8 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -86,6 +88,7 @@ constexpr auto kStallTime = std::chrono::seconds(30);
 constexpr auto kIdleTime = std::chrono::minutes(30);
 constexpr auto kReconnectAfter = std::chrono::minutes(10);
 constexpr int kSendTimeMs = 2000;
+constexpr int kInterruptTickMs = 100;  // how often a wait asks whether to stop (set_interrupt)
 
 constexpr char kMagic[8] = {'E', 'M', 'B', 'S', 'T', 'O', 'R', '1'};
 constexpr size_t kNonce = 32, kMac = 32;
@@ -782,11 +785,12 @@ void TcpStore::connect_and_prove(Clock::time_point deadline, std::chrono::millis
       last = errno_text(errno);
     }
     ::close(fd);
+    check_interrupt(peer);
     if (Clock::now() >= deadline)
       fail("could not reach the rendezvous store at " + peer + " (MASTER_ADDR:MASTER_PORT) within " +
            describe_timeout(timeout) + ": " + last +
            "; is rank 0 running, and is the address reachable from this machine?");
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 * (attempt + 1), 500)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 * (attempt + 1), interrupt_ ? 100 : 500)));
   }
 }
 
@@ -805,6 +809,7 @@ std::string TcpStore::request(char op, const std::vector<std::string>& args, std
     ::close(fd_);
     fd_ = -1;
   }
+  check_interrupt(peer);
   if (fd_ < 0) connect_and_prove(deadline, timeout, peer);
   last_used_ = Clock::now();
   std::vector<std::string> parts{name};
@@ -815,9 +820,12 @@ std::string TcpStore::request(char op, const std::vector<std::string>& args, std
     std::vector<std::string> reply;
     while (!decode(buf, reply, false)) {
       pollfd p{fd_, POLLIN, 0};
-      int ms = remaining_ms(deadline);
+      const int ms = std::min(remaining_ms(deadline), interrupt_ ? kInterruptTickMs : INT_MAX);
       int n = ms == 0 ? 0 : ::poll(&p, 1, ms);
-      if (n < 0 && errno == EINTR) continue;
+      if ((n < 0 && errno == EINTR) || (n == 0 && remaining_ms(deadline) > 0)) {
+        check_interrupt(peer);  // a signal or a tick: asked to stop?
+        continue;
+      }
       if (n == 0)
         throw StoreTimeout("TcpStore: no reply to '" + std::string(name) + "' from the store at " + peer + " within " +
                            std::to_string(timeout.count()) + " ms");
@@ -840,6 +848,20 @@ std::string TcpStore::request(char op, const std::vector<std::string>& args, std
         fail("TcpStore: the rendezvous store this process (rank 0) serves stopped: " + why);
     throw;
   }
+}
+
+void TcpStore::set_interrupt(std::function<int()> stop_requested) {
+  std::lock_guard<std::mutex> lock(mu_);
+  interrupt_ = std::move(stop_requested);
+}
+
+void TcpStore::check_interrupt(const std::string& peer) {
+  const int sig = interrupt_ ? interrupt_() : 0;
+  if (sig == 0) return;
+  const std::string name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "signal " + std::to_string(sig);
+  throw Interrupted(security_.who + ": stopped by " + name + " while waiting in the rendezvous (for the store at " +
+                        peer + " or the other ranks)",
+                    sig);
 }
 
 void TcpStore::set(const std::string& key, const std::string& value) { request('s', {key, value}, timeout_); }

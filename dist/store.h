@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -94,12 +95,17 @@ class TcpStore : public Store {
   std::vector<std::string> listen_addresses() const;
   // Whether the server listens on loopback addresses only.
   bool loopback_only() const;
+  // While set, this store's blocking waits (connecting to rank 0, a reply not there yet) ask it at
+  // least every 100 ms; a non-zero answer, a signal number, ends the wait with dist::Interrupted.
+  void set_interrupt(std::function<int()> stop_requested);
 
  private:
   struct Server;
   std::string request(char op, const std::vector<std::string>& args, std::chrono::milliseconds deadline);
   void connect_and_prove(std::chrono::steady_clock::time_point deadline, std::chrono::milliseconds timeout,
                          const std::string& peer);
+  void check_interrupt(const std::string& peer);  // with mu_ held
+  std::function<int()> interrupt_;                // guarded by mu_
   std::string host_;
   int port_;
   StoreSecurity security_;

@@ -8,6 +8,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +30,7 @@
 using namespace ember;
 using namespace ember::testing::app;
 namespace fs = std::filesystem;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -56,6 +60,18 @@ bool can_run_jobs() {
     return false;
   }
   return true;
+}
+
+// Whether something accepts connections on 127.0.0.1:port.
+bool listening(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
 }
 
 // The pid of the process whose environment has RANK=0 and MASTER_PORT=port (rank 0), or -1.
@@ -341,4 +357,60 @@ TEST_CASE("mnist_train: --distributed under a real mpirun takes its ranks from O
                  "this machine") != std::string::npos);
   CHECK(out.find("distributed: 2 processes (gloo)") != std::string::npos);
   CHECK(reported_test_accuracy(out) > 50.0);
+}
+
+TEST_CASE("mnist_train: one SIGTERM stops a rank that waits in the rendezvous, exit 143 at once",
+          "[mnist_train][dist]") {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  // rank 1 of a job whose rank 0 never comes (it retries connecting to the store), then rank 0 of
+  // one whose rank 1 never comes (it waits for rank 1 to register); EMBER_DIST_TIMEOUT is the
+  // default 10 minutes. Before, SIGTERM was acknowledged and ignored until that timeout.
+  for (const int rank : {1, 0}) {
+    INFO("rank " << rank);
+    const int port = ember::testing::dist::free_port();
+    std::vector<std::string> env_s = {
+        "RANK=" + std::to_string(rank), "WORLD_SIZE=2",          "LOCAL_RANK=0",
+        "LOCAL_WORLD_SIZE=1",           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+    std::vector<std::string> argv_s = {kBinary, "--distributed", "--device", "cpu", "--data", testing::kFashionMnist};
+    std::vector<char*> argv, envp;
+    for (std::string& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (std::string& e : env_s) envp.push_back(e.data());
+    for (char** e = environ; *e != nullptr; ++e)
+      if (std::strncmp(*e, "EMBER_DIST_TIMEOUT=", 19) != 0) envp.push_back(*e);
+    envp.push_back(nullptr);
+    const std::string err_path = tmp.path() + "/rank" + std::to_string(rank) + ".err";
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid = 0;
+    const int rc = posix_spawn(&pid, kBinary.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    REQUIRE(rc == 0);
+    // waiting: rank 0 once its store listens, rank 1 after a moment of retries
+    for (int i = 0; i < 300 && rank == 0 && !listening(port); ++i) std::this_thread::sleep_for(50ms);
+    std::this_thread::sleep_for(1500ms);
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);  // still waiting
+    ::kill(pid, SIGTERM);
+    const auto t0 = std::chrono::steady_clock::now();
+    pid_t w = 0;
+    while ((w = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < 20s)
+      std::this_thread::sleep_for(10ms);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (w == 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    const std::string err = read_file(err_path);
+    INFO("exited " << took << " s after SIGTERM; stderr:\n" << err);
+    REQUIRE(w == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 143);
+    CHECK(took < 3.0);
+    CHECK_THAT(err, Catch::Matchers::Contains("rank " + std::to_string(rank) +
+                                              ": stopped by SIGTERM while waiting in the rendezvous"));
+  }
 }

@@ -21,6 +21,7 @@
 #include "apps/mnist_train/predict.h"
 #include "apps/mnist_train/report.h"
 #include "apps/mnist_train/splits.h"
+#include "apps/mnist_train/stop_signals.h"
 #include "apps/mnist_train/trainer.h"
 #include "core/cuda/runtime.h"
 #include "core/env.h"
@@ -67,6 +68,7 @@ bool join_job(mnist::Options& o, Device& device) {
   }
   dist::Options d;
   d.device = device;
+  d.stop_requested = [] { return mnist::stop_signal(); };  // a SIGTERM ends the wait for the others
   dist::ProcessGroupPtr pg = dist::init_process_group(d);
   if (o.lr_scaling) o.lr *= pg->size();
   if (pg->rank() != 0) {
@@ -190,6 +192,10 @@ int main(int argc, char** argv) {
   try {
     // --predict: the checkpoint says everything (no --data, no training)
     return o.predict.empty() ? run(o) : mnist::predict(o, pick_device(o.device));
+  } catch (const dist::Interrupted& e) {  // stopped before training (Note [stopping on a signal])
+    std::fflush(stdout);
+    std::fprintf(stderr, "mnist_train: %s; nothing was trained\n", user_message(e.what()).c_str());
+    return 128 + e.signal();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "mnist_train: error: %s\n", user_message(e.what()).c_str());

@@ -5,6 +5,9 @@
 // completed epochs (JSONL summary, plot, profile) and the program exits 128 + the signal number
 // (130, 143). A second signal exits at once. Under --distributed the ranks agree on stopping at
 // each log interval (an all_reduce next to the loss's), so they all leave after the same step.
+// Before training, a rank waiting in the rendezvous (for rank 0's store or the other ranks) asks
+// stop_signal() every 100 ms (dist::Options::stop_requested) and exits 130 / 143 at once, instead
+// of waiting out EMBER_DIST_TIMEOUT (10 minutes by default).
 #pragma once
 
 namespace mnist {
