@@ -37,6 +37,7 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
          o.sync_every_step = true;
          o.graph = false;
          o.autotune = false;
+         o.measured_cpu_defaults = false;  // ember's fixed kernels until the autotune rung
          o.device_resident = false;
        }},
       {"+ 4 worker threads", [](Options& o) { o.workers = 4; }},

@@ -75,6 +75,7 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits)
   if (o_.deterministic) set_deterministic(true);
   if (o_.autotune) set_backend_all("auto");
   if (!o_.backends.empty()) set_backends(o_.backends);
+  set_measured_cpu_defaults(false);  // per run: the ablation's rungs differ
   if (device_.is_cpu() && o_.measured_cpu_defaults) use_measured_cpu_defaults();
   inputs_.mean = splits_.mean;
   inputs_.std = splits_.std;
