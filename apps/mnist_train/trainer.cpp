@@ -658,6 +658,10 @@ void Trainer::finish_run(RunResult& r) {
   }
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
   r.kernels = variants_run(device_.type);
+  if (measured_cpu_defaults() && autotune::stats().tunings > 0)
+    notes_.push_back(str("this run measured the CPU kernels of ", autotune::stats().tunings,
+                         " op shapes (once per machine", autotune::cache_file().empty() ? "" : ": kept in ",
+                         autotune::cache_file(), ")"));
   r.notes.insert(r.notes.end(), notes_.begin(), notes_.end());
   r.steps = p.global_step;
   r.train_seconds = p.train_total;
