@@ -83,14 +83,14 @@ void add_data_options(CLI::App& app, Options& o, std::string& resize) {
   app.option_defaults()->group("Data");
   app.add_option("--data", o.data,
                  "the data: a directory of IDX files (raw or .gz; MNIST and Fashion-MNIST names), an ImageFolder "
-                 "directory (root/<class>/<image>, or root/train/<class>/... and root/test/<class>/...), or a "
-                 "packed file from ember_pack");
+                 "directory (root/<class>/<image>, or split by folder: root/train/<class>/... with valid/, val/, "
+                 "dev/ and/or test/, any case; docs/data.md), or a packed file from ember_pack");
   app.add_option("--val-split", o.val_split, "fraction of the training set held out for validation")
       ->check(kFinite)
       ->check(CLI::Range(0.0, 0.5));
   app.add_option("--test-split", o.test_split,
                  "fraction held out for testing (stratified by class, seeded) when the data has no test split: an "
-                 "ImageFolder without train/ and test/, or a packed file")
+                 "ImageFolder without a test/ folder, or a packed file (an error for data with one)")
       ->check(kFinite)
       ->check(CLI::Range(0.01, 0.9));
   app.add_option("--resize", resize,
