@@ -62,8 +62,9 @@ if [[ "$device" == cpu ]]; then
   # torch.set_num_threads for PyTorch); default: every core.
   threads="${threads:-$(nproc)}"
   [[ "$threads" =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: error: --threads must be a positive integer, not '$threads'" >&2; exit 2; }
-  # ember's plain eager loop with its default (hand-written) kernels; --device-resident and --graph
-  # are GPU features, and --autotune could pick a vendor (oneDNN) variant
+  # ember's plain eager loop with its default kernels (on the CPU measured on this machine, oneDNN's
+  # among the candidates: Note [CPU defaults] in kernels/registry.h); --device-resident and --graph
+  # are GPU features
   [[ "$ember_flags" == unset ]] && ember_flags=""
   # torch.compile's "reduce-overhead" mode is CUDA graphs; on the CPU it compiles C++ for minutes
   configs="${configs:-plain tuned}"
