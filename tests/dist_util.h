@@ -47,6 +47,18 @@ struct Job {
   int ends_with = -1;  // >= 0: when this rank exits, the others are killed (a stopped rank never exits)
 };
 
+// Whether something accepts connections on 127.0.0.1:port (no Catch2 assertions: threads call it).
+inline bool listening(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
 // A TCP port that was free a moment ago.
 inline int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

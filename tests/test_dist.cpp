@@ -186,16 +186,21 @@ TEST_CASE("dist: a rank that never joins is named when the rendezvous times out"
   }
 }
 
+namespace {
+// The launch conventions read from `vars` instead of the environment.
+using Vars = std::map<std::string, std::string>;
+dist::LaunchEnv from(const Vars& vars) {
+  return dist::launch_env([&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+}  // namespace
+
 TEST_CASE(
     "dist: launch conventions: torchrun's, Slurm's and MPI's variables, with MASTER_ADDR and MASTER_PORT overriding",
     "[dist]") {
-  using Vars = std::map<std::string, std::string>;
-  auto from = [](const Vars& vars) {
-    return dist::launch_env([&vars](const char* name) -> const char* {
-      auto it = vars.find(name);
-      return it == vars.end() ? nullptr : it->second.c_str();
-    });
-  };
   // nothing: one process
   dist::LaunchEnv e = from({});
   CHECK((!e.distributed && e.rank == 0 && e.world_size == 1));
@@ -272,13 +277,6 @@ TEST_CASE(
 TEST_CASE(
     "dist: launch conventions: mpirun inside a Slurm allocation takes MPI's ranks, and sizes that disagree stop it",
     "[dist]") {
-  using Vars = std::map<std::string, std::string>;
-  auto from = [](const Vars& vars) {
-    return dist::launch_env([&vars](const char* name) -> const char* {
-      auto it = vars.find(name);
-      return it == vars.end() ? nullptr : it->second.c_str();
-    });
-  };
   // what mpirun's rank 1 of 4 sees inside `sbatch --ntasks 4`: mpirun's own Slurm variables
   // (SLURM_PROCID 0 for every rank) next to Open MPI's
   const Vars slurm = {{"SLURM_PROCID", "0"},

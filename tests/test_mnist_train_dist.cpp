@@ -62,18 +62,6 @@ bool can_run_jobs() {
   return true;
 }
 
-// Whether something accepts connections on 127.0.0.1:port.
-bool listening(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
 // The pid of the process whose environment has RANK=0 and MASTER_PORT=port (rank 0), or -1.
 pid_t rank0_of(int port) {
   DIR* d = ::opendir("/proc");
@@ -390,7 +378,7 @@ TEST_CASE("mnist_train: one SIGTERM stops a rank that waits in the rendezvous, e
     posix_spawn_file_actions_destroy(&fa);
     REQUIRE(rc == 0);
     // waiting: rank 0 once its store listens, rank 1 after a moment of retries
-    for (int i = 0; i < 300 && rank == 0 && !listening(port); ++i) std::this_thread::sleep_for(50ms);
+    for (int i = 0; i < 300 && rank == 0 && !testing::dist::listening(port); ++i) std::this_thread::sleep_for(50ms);
     std::this_thread::sleep_for(1500ms);
     int status = 0;
     REQUIRE(::waitpid(pid, &status, WNOHANG) == 0);  // still waiting

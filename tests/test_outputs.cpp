@@ -741,12 +741,18 @@ TEST_CASE("mnist_train: SIGTERM to ember_run stops every --distributed rank afte
 
 // ---- ember_pack ----
 
+namespace {
+const std::string kPackTool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
+bool have_pack_tool() {
+  if (fs::exists(kPackTool)) return true;
+  WARN("SKIPPED: " << kPackTool << " is not built");
+  return false;
+}
+}  // namespace
+
 TEST_CASE("ember_pack: --help exits 0 and a missing input directory is one line", "[outputs]") {
-  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
-  if (!fs::exists(tool)) {
-    WARN("SKIPPED: " << tool << " is not built");
-    return;
-  }
+  const std::string tool = kPackTool;
+  if (!have_pack_tool()) return;
   testing::TempDir tmp;
   const std::string out = tmp.file("out.txt"), err = tmp.file("err.txt");
   auto run = [&](const std::string& args) {
@@ -772,11 +778,8 @@ TEST_CASE("ember_pack: --help exits 0 and a missing input directory is one line"
 
 TEST_CASE("ember_pack: every option value is checked: a bad one is a usage error naming the flag and the value",
           "[outputs]") {
-  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
-  if (!fs::exists(tool)) {
-    WARN("SKIPPED: " << tool << " is not built");
-    return;
-  }
+  const std::string tool = kPackTool;
+  if (!have_pack_tool()) return;
   testing::TempDir tmp;
   const std::string idx = tmp.file("idx"), empty = tmp.file("empty"), out = tmp.file("out.txt"),
                     err = tmp.file("err.txt");
@@ -840,11 +843,8 @@ TEST_CASE("ember_pack: every option value is checked: a bad one is a usage error
 
 TEST_CASE("ember_pack: the output is checked before any image is decoded, and never lies in the input tree",
           "[outputs]") {
-  const std::string tool = std::string(EMBER_BINARY_DIR) + "/bin/ember_pack";
-  if (!fs::exists(tool)) {
-    WARN("SKIPPED: " << tool << " is not built");
-    return;
-  }
+  const std::string tool = kPackTool;
+  if (!have_pack_tool()) return;
   testing::TempDir tmp;
   const std::string in = tmp.file("in"), err = tmp.file("err.txt");
   fs::create_directories(in + "/a");

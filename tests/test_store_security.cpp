@@ -204,18 +204,6 @@ struct EnvGuard {
   ~EnvGuard() { ::unsetenv(name.c_str()); }
 };
 
-// Whether something accepts connections on 127.0.0.1:port (no Catch2 assertions: threads call it).
-bool listening(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
 // Whether the server closed `fd` (end of file or an error), reading what is there without waiting.
 bool peer_closed(int fd) {
   for (;;) {
@@ -574,7 +562,7 @@ TEST_CASE("store security: strangers trickling a byte at a time cannot stall a r
   o.timeout = 1s;
   std::unique_ptr<Tricklers> strangers;
   std::thread attack([&] {
-    for (int i = 0; i < 500 && !listening(o.master_port); ++i) std::this_thread::sleep_for(10ms);
+    for (int i = 0; i < 500 && !testing::dist::listening(o.master_port); ++i) std::this_thread::sleep_for(10ms);
     strangers = std::make_unique<Tricklers>(o.master_port, 40, 300ms);
   });
   const auto t0 = Clock::now();
