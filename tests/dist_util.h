@@ -47,16 +47,23 @@ struct Job {
   int ends_with = -1;  // >= 0: when this rank exits, the others are killed (a stopped rank never exits)
 };
 
-// Whether something accepts connections on 127.0.0.1:port (no Catch2 assertions: threads call it).
-inline bool listening(int port) {
+// A connected socket to 127.0.0.1:port, or -1 (no Catch2 assertions: threads call it).
+inline int connect_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
   ::close(fd);
-  return ok;
+  return -1;
+}
+
+// Whether something accepts connections on 127.0.0.1:port.
+inline bool listening(int port) {
+  const int fd = connect_loopback(port);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0;
 }
 
 // A TCP port that was free a moment ago.

@@ -116,15 +116,8 @@ void stranger(int port, bool attack, std::atomic<bool>& stop, std::atomic<long>&
         }
       }
       while (conns.size() < 100) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(static_cast<uint16_t>(port));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-          ::close(fd);
-          break;
-        }
+        const int fd = testing::dist::connect_loopback(port);
+        if (fd < 0) break;
         ::fcntl(fd, F_SETFL, O_NONBLOCK);
         const long kind = opened++ % 3;
         if (kind == 0) {

@@ -246,15 +246,8 @@ class Tricklers {
         }
       }
       while (static_cast<int>(conns.size()) < n) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(static_cast<uint16_t>(port));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-          ::close(fd);
-          break;
-        }
+        const int fd = testing::dist::connect_loopback(port);
+        if (fd < 0) break;
         conns.emplace_back(fd, Clock::now());
       }
       open_ = static_cast<int>(conns.size());
