@@ -1,11 +1,17 @@
 // Autotuning (see autotune.h).
 #include "kernels/autotune.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <mutex>
 #include <sstream>
 
@@ -14,6 +20,10 @@
 #include "core/parallel.h"
 #include "core/runtime.h"
 #include "kernels/functional.h"
+
+#ifndef EMBER_COMMIT
+#define EMBER_COMMIT "unknown"  // set by CMakeLists.txt
+#endif
 
 namespace ember {
 
@@ -26,6 +36,7 @@ constexpr const char* kHeader = "# ember autotune cache v1";
 struct State {
   std::mutex mu;
   std::map<std::string, Entry> cache;
+  std::set<std::string> served_from_file;  // keys of the file's entries used (Stats::keys_from_file)
   std::string file;
   bool file_ok = false;  // entries may be appended
   Stats stats;
@@ -84,9 +95,12 @@ std::string cpu_name() {
                     : __builtin_cpu_supports("avx512f")  ? "avx512"
                     : __builtin_cpu_supports("avx2")     ? "avx2"
                                                          : "baseline";
-  return str("cpu:", model, " ", isa, " ", num_threads(), " threads");
+  return str("cpu:", model, " ", isa, " ", num_threads(), " threads ember ", EMBER_COMMIT);
 }
 
+// A GPU as its choices depend on it: the model and compute capability, the driver and CUDA
+// runtime (which ship cuBLAS's and cuDNN's kernels' neighbours), and the commit ember's kernels
+// were built from.
 std::string device_name(Device d) {
   if (!d.is_cuda()) return d.is_cpu() ? cpu_name() : str(d);
   static std::mutex mu;
@@ -94,7 +108,8 @@ std::string device_name(Device d) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = names.find(d.index);
   if (it == names.end()) {
-    std::string n = cuda::properties(d.index).name;
+    const cuda::DeviceProperties p = cuda::properties(d.index);
+    std::string n = str(p.name, " sm_", p.major, p.minor, " ", cuda::software_versions(), " ember ", EMBER_COMMIT);
     for (char& ch : n)
       if (ch == '\t' || ch == '|' || ch == '\n') ch = ' ';
     it = names.emplace(d.index, str(d, ":", n)).first;
@@ -148,15 +163,16 @@ const Variant* find_candidate(std::span<const Variant* const> cands, const std::
   return nullptr;
 }
 
+// One line in one write() with O_APPEND: the lines of processes appending at once never interleave.
 void append_entry(State& s, const std::string& key, const std::string& variant) {
   if (s.file.empty() || !s.file_ok) return;
-  std::ofstream f(s.file, std::ios::app);
-  if (!f) {
+  const std::string line = key + '\t' + variant + '\n';
+  const int fd = ::open(s.file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  const bool ok = fd >= 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  if ((fd >= 0 && ::close(fd) != 0) || !ok) {
     warn(s, str("cannot append to the cache file ", s.file, "; new entries stay in memory only"));
     s.file_ok = false;
-    return;
   }
-  f << key << '\t' << variant << '\n';
 }
 
 }  // namespace
@@ -188,6 +204,7 @@ const Variant* cached_choice(State& s, const std::string& k, std::span<const Var
   if (it == s.cache.end()) return nullptr;
   if (const Variant* v = find_candidate(candidates, it->second.variant)) {
     ++s.stats.hits;
+    if (it->second.from_file && s.served_from_file.insert(k).second) ++s.stats.keys_from_file;
     return v;
   }
   s.cache.erase(it);  // stale (variant gone or not applicable): tune again
@@ -299,8 +316,10 @@ const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const V
   KernelCall tc{c.op, sc.in, sc.out, c.attrs};
   double best_ms = 0;
   uint64_t failures = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   const Variant* best = fastest(candidates, tc, dev, warmup, timed, best_ms, failures);
   std::lock_guard<std::mutex> lock(s.mu);
+  s.stats.tuning_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.stats.failures += failures;
   if (best == nullptr) return nullptr;
   ++s.stats.tunings;
@@ -313,53 +332,69 @@ void install() { set_autotune_hook(&choose); }
 
 void set_timer_for_testing(double (*ms_of)(const Variant& v)) { g_fake_timer = ms_of; }
 
+namespace {
+
+// The entries of an open cache file into `loaded`; what is wrong with it ("line 3 is ..."), or
+// empty when it is a cache file (an empty file is one too: `has_header` says whether it has begun).
+std::string parse_file(std::ifstream& f, std::vector<std::pair<std::string, std::string>>& loaded, bool& has_header) {
+  std::string line;
+  int64_t lineno = 0;
+  has_header = false;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (lineno == 1) {
+      if (line != kHeader) return str("line 1 is '", excerpt(line, 60), "', expected '", kHeader, "'");
+      has_header = true;
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.rfind('\t');
+    if (tab == std::string::npos || tab == 0 || tab + 1 == line.size() || line.find('|') == std::string::npos)
+      return str("line ", lineno, " is not 'key<TAB>variant': '", excerpt(line, 80), "'");
+    loaded.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  }
+  return {};
+}
+
+// The file replaced by one holding the header alone, atomically (a temporary file renamed over
+// it): another process reading it sees the old file or the new one, and one appending to it at
+// that moment loses its line, never the file. False when it cannot be written.
+bool start_file(const std::string& path) {
+  const std::string tmp = str(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  const std::string header = std::string(kHeader) + "\n";
+  const bool written = ::write(fd, header.data(), header.size()) == static_cast<ssize_t>(header.size());
+  if (::close(fd) != 0 || !written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void set_cache_file(const std::string& path) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   s.file = path;
   s.file_ok = false;
   if (path.empty()) return;
-  std::ifstream f(path);
-  if (!f) {
-    // a new file: created with its header
-    std::ofstream o(path);
-    if (!o) {
-      warn(s, str("cannot create the cache file ", path, "; entries stay in memory only"));
-      return;
-    }
-    o << kHeader << '\n';
-    s.file_ok = true;
-    return;
-  }
   std::vector<std::pair<std::string, std::string>> loaded;
-  std::string line;
-  int64_t lineno = 0;
-  bool empty_file = true;
-  while (std::getline(f, line)) {
-    ++lineno;
-    if (lineno == 1) {
-      empty_file = false;
-      if (line != kHeader) {
-        warn(s, str("ignoring the cache file ", path, ": line 1 is '", excerpt(line, 60), "', expected '", kHeader,
-                    "' (delete the file to start a new cache)"));
-        return;
-      }
-      continue;
-    }
-    if (line.empty() || line[0] == '#') continue;
-    size_t tab = line.rfind('\t');
-    if (tab == std::string::npos || tab == 0 || tab + 1 == line.size() || line.find('|') == std::string::npos) {
-      warn(s, str("ignoring the cache file ", path, ": line ", lineno, " is not 'key<TAB>variant': '",
-                  excerpt(line, 80), "' (delete the file to start a new cache)"));
+  bool has_header = false;
+  std::string problem;
+  if (std::ifstream f(path); f) problem = parse_file(f, loaded, has_header);
+  if (!problem.empty()) {  // a damaged or foreign file: its entries cannot be trusted, none is used
+    warn(s, str("the cache file ", path, " is not one: ", problem, "; it is started again"));
+    loaded.clear();
+  }
+  if (!has_header || !problem.empty()) {
+    if (!start_file(path)) {
+      warn(s, str("cannot create the cache file ", path, " (", std::strerror(errno), "); entries stay in memory only"));
       return;
     }
-    loaded.emplace_back(line.substr(0, tab), line.substr(tab + 1));
   }
-  if (empty_file) {
-    std::ofstream o(path, std::ios::app);
-    o << kHeader << '\n';
-  }
-  for (auto& [k, v] : loaded) s.cache[k] = Entry{k, v, 0};
+  for (auto& [k, v] : loaded) s.cache[k] = Entry{k, v, 0, true};
   s.file_ok = true;
 }
 
@@ -373,6 +408,7 @@ void clear() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   s.cache.clear();
+  s.served_from_file.clear();
 }
 
 std::vector<Entry> entries() {
@@ -393,6 +429,7 @@ void reset_stats() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   s.stats = Stats{};
+  s.served_from_file.clear();
 }
 
 void set_runs(int warmup, int timed) {

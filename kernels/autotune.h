@@ -20,9 +20,11 @@
 //
 // Disk cache: set_cache_file(path) loads the file's entries (a text file: a header line
 // "# ember autotune cache v1", then one "key<TAB>variant" line per entry) and appends each new
-// winner to it. A malformed file gives one warning naming the file and line and is then neither
-// read nor written (delete it to start again); a file that cannot be opened gives a warning too.
-// A cached variant that no longer exists or does not accept the call is tuned again.
+// winner to it, one line per write() (processes sharing the file never interleave their lines).
+// A damaged or foreign file gives one warning naming the file and the line, none of its entries
+// is used, and it is started again (replaced atomically by the header alone); a file that cannot
+// be created gives a warning too. A cached variant that no longer exists or does not accept the
+// call is tuned again.
 #pragma once
 
 #include <cstdint>
@@ -62,15 +64,18 @@ void clear();  // forgets the in-memory entries (not the file)
 
 struct Entry {
   std::string key, variant;
-  double ms = 0;  // median time of the winner (0 when loaded from disk)
+  double ms = 0;           // median time of the winner (0 when loaded from disk)
+  bool from_file = false;  // loaded from the cache file
 };
 std::vector<Entry> entries();
 
 struct Stats {
-  uint64_t tunings = 0;        // keys timed
-  uint64_t hits = 0;           // calls served from the cache
-  uint64_t capture_skips = 0;  // new keys seen while a graph was captured (default used)
-  uint64_t failures = 0;       // candidates that threw while being timed (skipped)
+  uint64_t tunings = 0;         // keys timed
+  uint64_t hits = 0;            // calls served from the cache
+  uint64_t capture_skips = 0;   // new keys seen while a graph was captured (default used)
+  uint64_t failures = 0;        // candidates that threw while being timed (skipped)
+  uint64_t keys_from_file = 0;  // keys the cache file answered (each counted once)
+  double tuning_s = 0;          // wall time spent timing candidates
 };
 Stats stats();
 void reset_stats();

@@ -1,6 +1,9 @@
 // The autotuner's host-side logic with CPU variants (timed with the host clock): cache keys, the
 // in-memory cache, the disk cache round trip, malformed cache files, deterministic filtering, the
 // registry's "auto" path, and the set_backends string API.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -94,7 +97,8 @@ TEST_CASE("autotune: the key names op, device, layouts, dtypes and attributes", 
   MatmulCall c4(a, uniform({4, 16}, -1, 1).t()), c5(a.to(DType::f64), b.to(DType::f64));
   std::string k1 = autotune::key(info, c1.call());
   CHECK(k1 == autotune::key(info, c2.call()));
-  CHECK(k1.find("matmul|cpu") == 0);
+  CHECK(k1.find("matmul|cpu:") == 0);
+  CHECK(k1.find(" threads ember ") != std::string::npos);  // the thread count and ember's commit
   CHECK(k1.find("f32[8,16]{16,1}") != std::string::npos);
   CHECK(k1 != autotune::key(info, c3.call()));  // shape
   CHECK(k1 != autotune::key(info, c4.call()));  // strides (b transposed)
@@ -248,7 +252,7 @@ TEST_CASE("autotune: the disk cache round trip", "[autotune]") {
   std::remove(path.c_str());
 }
 
-TEST_CASE("autotune: a malformed cache file is reported and ignored", "[autotune]") {
+TEST_CASE("autotune: a malformed cache file is reported, its entries unused, and it is started again", "[autotune]") {
   Fresh fresh;
   const OpInfo& info = op_info(OpId::matmul);
   const Variant* cands[] = {&variant(OpId::matmul, "cpu"), &variant(OpId::matmul, "cpu_blocked")};
@@ -270,10 +274,12 @@ TEST_CASE("autotune: a malformed cache file is reported and ignored", "[autotune
     CHECK_NOTHROW(autotune::set_cache_file(path));
     CHECK_THAT(autotune::last_warning(), Catch::Contains("line 1"));
   }
-  std::string before = read_file(path);
-  CHECK(autotune::entries().empty());                         // nothing loaded, not even the valid lines
-  CHECK(autotune::choose(info, c.call(), cands) != nullptr);  // tuning still works ...
-  CHECK(read_file(path) == before);                           // ... and the file is left alone
+  CHECK_THAT(autotune::last_warning(), Catch::Contains("it is started again"));
+  CHECK(autotune::entries().empty());                          // nothing loaded, not even the valid lines
+  CHECK(read_file(path) == "# ember autotune cache v1\n");     // replaced by the header alone
+  const Variant* v = autotune::choose(info, c.call(), cands);  // tuning works, and is kept again
+  REQUIRE(v != nullptr);
+  CHECK(read_file(path) == "# ember autotune cache v1\n" + autotune::key(info, c.call()) + "\t" + v->name + "\n");
   autotune::set_cache_file("");
   std::remove(path.c_str());
 }
@@ -372,7 +378,7 @@ TEST_CASE("autotune: measured CPU defaults follow the measurements, kept per CPU
   // the file keeps the last choice under a key that names this CPU: model, ISA and threads
   const std::string text = read_file(file);
   CHECK(text.find("matmul|cpu:") != std::string::npos);
-  CHECK(text.find(" " + std::to_string(num_threads()) + " threads|") != std::string::npos);
+  CHECK(text.find(" " + std::to_string(num_threads()) + " threads ember ") != std::string::npos);
   CHECK(text.find("\t" + candidates.back() + "\n") != std::string::npos);
   // deterministic mode and measured defaults off: the fixed default again
   set_deterministic(true);
@@ -382,4 +388,40 @@ TEST_CASE("autotune: measured CPU defaults follow the measurements, kept per CPU
   CHECK(ran_matmul(a, b) == fixed);
   autotune::set_timer_for_testing(nullptr);
   std::remove(file.c_str());
+}
+
+TEST_CASE("autotune: processes appending to one cache file at once leave it whole", "[autotune]") {
+  Fresh fresh;
+  const std::string path = temp_path("two_writers");
+  std::remove(path.c_str());
+  const std::string warned_before = autotune::last_warning();  // from earlier tests, if any
+  autotune::set_cache_file(path);                              // created here, with its header
+  constexpr int kKeys = 150;
+  std::vector<pid_t> kids;
+  for (int w = 0; w < 2; ++w) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {  // each writer tunes keys of its own, as fast as the fake timer lets it
+      autotune::set_cache_file(path);
+      autotune::set_timer_for_testing(&fake_ms);
+      const Variant* cands[] = {&variant(OpId::matmul, "cpu"), &variant(OpId::matmul, "cpu_blocked")};
+      for (int i = 0; i < kKeys; ++i) {
+        MatmulCall c(empty({1 + i, 3 + w}), empty({3 + w, 2}));
+        if (autotune::choose(op_info(OpId::matmul), c.call(), cands) == nullptr) ::_exit(1);
+      }
+      ::_exit(autotune::last_warning() == warned_before ? 0 : 2);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  autotune::clear();
+  autotune::set_cache_file(path);  // read back: every line whole, every key there
+  CHECK(autotune::last_warning() == warned_before);
+  CHECK(autotune::entries().size() == 2 * kKeys);
+  autotune::set_cache_file("");
+  std::remove(path.c_str());
 }

@@ -16,6 +16,7 @@ namespace {
 bool compiled_with_cuda() { return false; }
 int device_count() { return 0; }
 std::string unavailable_reason() { return "ember was built without CUDA"; }
+std::string software_versions() { return ""; }
 DeviceProperties properties(int) { no_cuda("cuda::properties"); }
 int current_device() { return 0; }
 void set_device(int) { no_cuda("cuda::set_device"); }

@@ -122,6 +122,13 @@ bool compiled_with_cuda() { return true; }
 int device_count() { return device_info().count; }
 std::string unavailable_reason() { return device_info().count > 0 ? "" : device_info().reason; }
 
+std::string software_versions() {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  return "driver " + std::to_string(driver) + " runtime " + std::to_string(runtime);
+}
+
 DeviceProperties properties(int device) {
   check_device(device);
   cudaDeviceProp p{};

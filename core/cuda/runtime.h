@@ -26,6 +26,8 @@ int device_count();
 inline bool is_available() { return device_count() > 0; }
 // Why there is no CUDA device ("no CUDA device", "built without CUDA", the driver's message).
 std::string unavailable_reason();
+// "driver 12080 runtime 13000": the CUDA driver's and runtime's versions ("" without CUDA).
+std::string software_versions();
 
 struct DeviceProperties {
   std::string name;
