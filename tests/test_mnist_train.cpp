@@ -956,11 +956,20 @@ TEST_CASE("mnist_train: CPU kernels are measured once per machine, kept in the c
     return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
   };
   CHECK(kernels(first.out).find("conv2d=") != std::string::npos);
+  CHECK(first.out.find("kernel choices        0 from the cache, ") != std::string::npos);
   // the next run on this machine measures nothing again and makes the same choices
   RunResult second = run_app(args, tmp.path(), 300, env);
   require_success(second);
   CHECK(read_file(file) == choices);
   CHECK(kernels(second.out) == kernels(first.out));
+  CHECK(second.out.find(" from the cache, 0 measured in 0.00 s (" + file + ")") != std::string::npos);
+  // --autotune keeps its choices in the same cache: with the fixed defaults it finds them there
+  std::vector<std::string> tuned = args;
+  tuned.push_back("--autotune");
+  RunResult third = run_app(tuned, tmp.path(), 300, {"EMBER_CPU_DEFAULTS=fixed", "EMBER_CACHE_DIR=" + cache});
+  require_success(third);
+  CHECK(third.out.find(" from the cache, 0 measured in 0.00 s") != std::string::npos);
+  CHECK(kernels(third.out) == kernels(first.out));
   // fixed defaults: nothing measured or kept; a bad value is named
   RunResult fixed = run_app(args, tmp.path(), 300, {"EMBER_CPU_DEFAULTS=fixed", "EMBER_CACHE_DIR=" + tmp.file("c2")});
   require_success(fixed);

@@ -43,6 +43,7 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
     std::printf("  loss scaler           %lld steps skipped (inf/NaN gradients)\n",
                 static_cast<long long>(r.skipped_steps));
   if (!r.kernels.empty()) std::printf("  kernels               %s\n", r.kernels.c_str());
+  if (!r.kernel_choices.empty()) std::printf("  kernel choices        %s\n", r.kernel_choices.c_str());
   for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
   print_confusion(r.final_test, classes);
 }

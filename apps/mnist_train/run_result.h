@@ -38,6 +38,7 @@ struct RunResult {
   int64_t skipped_steps = 0;       // steps the loss scaler skipped
   std::vector<std::string> notes;  // fallbacks and warnings worth repeating in the summary
   std::string kernels;             // the variants that ran, for ops with a choice ("conv2d=dnnl, ...")
+  std::string kernel_choices;      // with --autotune or measured CPU defaults: where the choices came from
   int interrupted_by = 0;          // the signal that stopped the run (Note [stopping on a signal])
   std::string error;               // why the run stopped early with a failure (divergence): exit 1
   // curves for the plot: (step, interval loss)

@@ -76,7 +76,8 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits)
   if (o_.autotune) set_backend_all("auto");
   if (!o_.backends.empty()) set_backends(o_.backends);
   set_measured_cpu_defaults(false);  // per run: the ablation's rungs differ
-  if (device_.is_cpu() && o_.measured_cpu_defaults) use_measured_cpu_defaults();
+  set_measured_cpu_defaults(device_.is_cpu() && o_.measured_cpu_defaults);
+  if (measured_cpu_defaults() || o_.autotune) use_kernel_cache();
   inputs_.mean = splits_.mean;
   inputs_.std = splits_.std;
   build_learner();
@@ -85,12 +86,11 @@ Trainer::Trainer(const Options& o, Device device, const Splits& splits)
   logs_ = std::make_unique<RunLogs>(o_, splits_.val != nullptr);
 }
 
-// The measured CPU defaults' choices (Note [CPU defaults] in kernels/registry.h) persist in a file
-// per user, so a machine measures each shape once (EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember,
-// else ~/.cache/ember).
-// Without a writable one they are measured again by each run, and the run says so.
-void Trainer::use_measured_cpu_defaults() {
-  set_measured_cpu_defaults(true);
+// Kernel choices (--autotune's, and the measured CPU defaults': Note [CPU defaults] in
+// kernels/registry.h) persist in a file per user, so a machine measures each shape once
+// (EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else ~/.cache/ember). Without a writable one they
+// are measured again by each run, and the run says so.
+void Trainer::use_kernel_cache() {
   std::string dir;
   if (const char* e = std::getenv("EMBER_CACHE_DIR"); e != nullptr && *e != '\0') dir = e;
   else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') dir = std::string(x) + "/ember";
@@ -98,7 +98,7 @@ void Trainer::use_measured_cpu_defaults() {
   std::error_code ec;
   if (dir.empty() || (std::filesystem::create_directories(dir, ec), ec)) {
     notes_.push_back(str("no kernel cache directory (", dir.empty() ? "no HOME" : dir + ": " + ec.message(),
-                         "): the CPU kernels were measured for this run only"));
+                         "): kernel choices were measured for this run only"));
     return;
   }
   autotune::set_cache_file(dir + "/kernel-choices.tsv");
@@ -658,10 +658,14 @@ void Trainer::finish_run(RunResult& r) {
   }
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::off);
   r.kernels = variants_run(device_.type);
-  if (measured_cpu_defaults() && autotune::stats().tunings > 0)
-    notes_.push_back(str("this run measured the CPU kernels of ", autotune::stats().tunings,
-                         " op shapes (once per machine", autotune::cache_file().empty() ? "" : ": kept in ",
-                         autotune::cache_file(), ")"));
+  if (measured_cpu_defaults() || o_.autotune) {
+    const autotune::Stats t = autotune::stats();
+    const std::string file = autotune::cache_file();
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f", t.tuning_s);
+    r.kernel_choices = str(t.keys_from_file, " from the cache, ", t.tunings, " measured in ", secs, " s",
+                           file.empty() ? std::string() : " (" + file + ")");
+  }
   r.notes.insert(r.notes.end(), notes_.begin(), notes_.end());
   r.steps = p.global_step;
   r.train_seconds = p.train_total;

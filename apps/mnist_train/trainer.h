@@ -95,7 +95,7 @@ class Trainer {
 
   // construction
   void build_learner();
-  void use_measured_cpu_defaults();
+  void use_kernel_cache();
   void build_optimizer();
   void build_scheduler(int64_t total_steps);
   std::vector<RunField> run_fields() const;
