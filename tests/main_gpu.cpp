@@ -26,6 +26,7 @@
 #include "kernels/openmp.h"
 #include "kernels/registry.h"
 #include "tests/op_samples/op_samples.h"
+#include "tests/suite_env.h"
 
 namespace {
 
@@ -138,9 +139,9 @@ bool only_lists(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ember::restart_with_passive_openmp(argv);    // as tests/main_cpu.cpp
-  ::setenv("EMBER_CPU_DEFAULTS", "fixed", 0);  // as tests/main_cpu.cpp
-  ember::register_lab_variants();              // the CUDA oracles (Note [lab variants])
+  ember::restart_with_passive_openmp(argv);  // as tests/main_cpu.cpp
+  ember::testing::set_suite_environment();   // as tests/main_cpu.cpp
+  ember::register_lab_variants();            // the CUDA oracles (Note [lab variants])
   if (only_lists(argc, argv)) return Catch::Session().run(argc, argv);
   if (ember::cuda::device_count() == 0) {
     std::printf("SKIPPED: the GPU tests need a CUDA device (%s)\n", ember::cuda::unavailable_reason().c_str());
