@@ -501,6 +501,13 @@ TEST_CASE("mnist_train: trains on a synthetic IDX set, raw and gzip'd", "[mnist_
     CHECK(reported_test_accuracy(r.out) >= 90.0);
     CHECK(r.out.find("epoch 1/1") != std::string::npos);
     CHECK(r.out.find("17 optimizer steps") != std::string::npos);  // ceil(270 / 16)
+    // the start-up: from the process's start to the first step, within the process's own time
+    const std::regex startup(
+        R"(start-up +([0-9.]+) s \(process start to the first step; the process ran ([0-9.]+) s\))");
+    std::smatch m;
+    REQUIRE(std::regex_search(r.out, m, startup));
+    CHECK(std::stod(m[1]) > 0);
+    CHECK(std::stod(m[1]) <= std::stod(m[2]));
   }
   SECTION("gzip'd files, cnn, not quiet") {
     write_synthetic_set(tmp.path() + "/gz", true);

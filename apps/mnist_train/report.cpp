@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "apps/mnist_train/process_age.h"
 #include "logging/svg_plot.h"
 
 namespace mnist {
@@ -32,6 +33,9 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
               device.c_str(), r.epochs.size(), static_cast<long long>(r.steps), static_cast<long long>(o.batch_size));
   std::printf("  total time            %.2f s (loading and evaluation included)\n", r.total_seconds);
   std::printf("  training time         %.2f s, %.0f samples/s\n", r.train_seconds, r.samples_per_s);
+  if (r.startup_seconds >= 0)
+    std::printf("  start-up              %.2f s (process start to the first step; the process ran %.2f s)\n",
+                r.startup_seconds, process_age_s());
   std::printf("  test accuracy         %.2f%% (best %.2f%%, reached after %.2f s)\n", r.final_test.accuracy,
               r.best_test_acc, r.time_to_best);
   std::printf("  data wait             %.1f%% of the training time (host waiting for the loader)\n",

@@ -25,9 +25,10 @@ struct EpochResult {
 struct RunResult {
   std::vector<EpochResult> epochs;
   EvalResult final_test;
-  double total_seconds = 0;  // wall time of the whole run (loading and evaluation included)
-  double train_seconds = 0;  // time inside training epochs
-  double time_to_best = 0;   // wall time when the best test accuracy was first reached
+  double total_seconds = 0;     // wall time of the whole run (loading and evaluation included)
+  double train_seconds = 0;     // time inside training epochs
+  double startup_seconds = -1;  // process start to the first training step (-1: no step ran)
+  double time_to_best = 0;      // wall time when the best test accuracy was first reached
   double best_test_acc = 0;
   int64_t steps = 0, samples = 0;
   double samples_per_s = 0;       // training throughput

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "apps/mnist_train/models.h"
+#include "apps/mnist_train/process_age.h"
 #include "core/autocast.h"
 #include "core/hash.h"
 #include "core/rng.h"
@@ -249,6 +250,7 @@ std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InM
 // One micro-batch. An optimizer step's batch goes through the graphed step (--graph: eager while
 // warming up, captured once, then replayed); the micro-batches that only accumulate run eagerly.
 void Trainer::train_step(const data::Batch& b, bool do_step, RunResult& r) {
+  if (r.startup_seconds < 0) r.startup_seconds = process_age_s();  // the first step of the run
   if (!do_step) {
     eager_step(b.images, b.labels, false);
     return;
