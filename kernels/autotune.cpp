@@ -13,7 +13,6 @@
 #include <map>
 #include <set>
 #include <mutex>
-#include <sstream>
 
 #include "core/autograd/engine.h"
 #include "core/cuda/runtime.h"
@@ -65,16 +64,18 @@ std::string excerpt(const std::string& line, size_t n) {
   return line.size() > n ? out + "..." : out;
 }
 
-void describe_tensor(std::ostringstream& os, const Tensor& t) {
+// Appended to the key: "f32[8,16]{16,1}", "-" when undefined. Built with appends, not a stream:
+// with measured CPU defaults every CPU call of an op with a choice builds its key.
+void describe_tensor(std::string& k, const Tensor& t) {
   if (!t.defined()) {
-    os << "-";
+    k += '-';
     return;
   }
-  os << t.dtype() << "[";
-  for (int d = 0; d < t.dim(); ++d) os << (d ? "," : "") << t.shape()[d];
-  os << "]{";
-  for (int d = 0; d < t.dim(); ++d) os << (d ? "," : "") << t.strides()[d];
-  os << "}";
+  k += dtype_name(t.dtype());
+  for (int d = 0; d < t.dim(); ++d) k.append(d ? "," : "[").append(std::to_string(t.shape()[d]));
+  k += t.dim() ? "]{" : "[]{";
+  for (int d = 0; d < t.dim(); ++d) k.append(d ? "," : "").append(std::to_string(t.strides()[d]));
+  k += '}';
 }
 
 // The CPU as its choices depend on it (Note [CPU defaults] in registry.h): the model, the widest
@@ -102,17 +103,22 @@ std::string cpu_name() {
 // runtime (which ship cuBLAS's and cuDNN's kernels' neighbours), and the commit ember's kernels
 // were built from.
 std::string device_name(Device d) {
-  if (!d.is_cuda()) return d.is_cpu() ? cpu_name() : str(d);
+  if (!d.is_cuda() && !d.is_cpu()) return str(d);
+  // made once per GPU and per CPU thread count: the name is part of every key
   static std::mutex mu;
-  static std::map<int, std::string> names;
+  static std::map<std::pair<int, int>, std::string> names;
+  const std::pair<int, int> id{d.is_cpu() ? -1 : static_cast<int>(d.index), d.is_cpu() ? num_threads() : 0};
   std::lock_guard<std::mutex> lock(mu);
-  auto it = names.find(d.index);
+  auto it = names.find(id);
   if (it == names.end()) {
-    const cuda::DeviceProperties p = cuda::properties(d.index);
-    std::string n = str(p.name, " sm_", p.major, p.minor, " ", cuda::software_versions(), " ember ", EMBER_COMMIT);
+    std::string n = d.is_cpu() ? cpu_name() : "";
+    if (d.is_cuda()) {
+      const cuda::DeviceProperties p = cuda::properties(d.index);
+      n = str(d, ":", p.name, " sm_", p.major, p.minor, " ", cuda::software_versions(), " ember ", EMBER_COMMIT);
+    }
     for (char& ch : n)
       if (ch == '\t' || ch == '|' || ch == '\n') ch = ' ';
-    it = names.emplace(d.index, str(d, ":", n)).first;
+    it = names.emplace(id, n).first;
   }
   return it->second;
 }
@@ -178,21 +184,16 @@ void append_entry(State& s, const std::string& key, const std::string& variant) 
 }  // namespace
 
 std::string key(const OpInfo& info, const KernelCall& c) {
-  std::ostringstream os;
-  os << info.name << "|" << device_name(call_device(c)) << "|det" << (deterministic() ? 1 : 0) << "|in";
-  for (const Tensor& t : c.in) {
-    os << " ";
-    describe_tensor(os, t);
-  }
-  os << "|out";
-  for (const Tensor& t : c.out) {
-    os << " ";
-    describe_tensor(os, t);
-  }
-  os << "|attrs ";
+  std::string k;
+  k.reserve(256);
+  k.append(info.name).append("|").append(device_name(call_device(c))).append(deterministic() ? "|det1|in" : "|det0|in");
+  for (const Tensor& t : c.in) describe_tensor(k += ' ', t);
+  k += "|out";
+  for (const Tensor& t : c.out) describe_tensor(k += ' ', t);
+  k += "|attrs ";
   static const char* hex = "0123456789abcdef";
-  for (unsigned char ch : c.attrs.bytes()) os << hex[ch >> 4] << hex[ch & 15];
-  return os.str();
+  for (unsigned char ch : c.attrs.bytes()) k.append(1, hex[ch >> 4]).append(1, hex[ch & 15]);
+  return k;
 }
 
 namespace {
