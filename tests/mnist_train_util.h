@@ -117,6 +117,14 @@ inline double reported_test_accuracy(const std::string& out) {
   return std::stod(m[1].str());
 }
 
+// The summary's "peak host memory" in MiB (the first one: rank 0's in a job's output), or -1.
+inline double reported_peak_host_mib(const std::string& out) {
+  std::smatch m;
+  static const std::regex re(R"(peak host memory\s+([0-9]+\.[0-9]+) MiB resident)");
+  if (!std::regex_search(out, m, re)) return -1;
+  return std::stod(m[1].str());
+}
+
 // ---- synthetic IDX sets ----
 
 // A few hundred 28x28 images of `classes` separable classes: class c is a bright horizontal band

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -62,47 +61,13 @@ bool can_run_jobs() {
   return true;
 }
 
-// The pid of the process whose environment has RANK=0 and MASTER_PORT=port (rank 0), or -1.
-pid_t rank0_of(int port) {
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return -1;
-  pid_t found = -1;
-  const std::string want_port = "MASTER_PORT=" + std::to_string(port);
-  while (dirent* e = ::readdir(d)) {
-    const pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
-    if (pid <= 0) continue;
-    std::ifstream in("/proc/" + std::string(e->d_name) + "/environ");
-    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::string comm;
-    std::ifstream("/proc/" + std::string(e->d_name) + "/comm") >> comm;
-    if (comm == "mnist_train" && env.find(std::string("\0") + want_port + '\0') != std::string::npos &&
-        (env.rfind("RANK=0", 0) == 0 || env.find(std::string("\0RANK=0\0", 8)) != std::string::npos)) {
-      found = pid;
-      break;
-    }
-  }
-  ::closedir(d);
-  return found;
-}
-
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-  return -1;
-}
-
-// While `stop` is false: samples rank 0's resident memory into `peak_kib` and, when `attack`,
-// keeps up to 100 stranger connections to the store on `port`: announcing 1 GiB and streaming
-// junk, sending a forged 64-byte proof, or saying nothing.
-void stranger(int port, bool attack, std::atomic<bool>& stop, std::atomic<long>& peak_kib, std::atomic<long>& opened) {
+// While `stop` is false and when `attack`: keeps up to 100 stranger connections to the store on `port`: announcing 1
+// GiB and streaming junk, sending a forged 64-byte proof, or saying nothing.
+void stranger(int port, bool attack, std::atomic<bool>& stop, std::atomic<long>& opened) {
   std::vector<int> conns;
   const std::string junk(256 << 10, 'j');
   const std::string prefix = std::string("\x01\x00\x00\x00\x00\x00\x00\x40", 8);  // 1 part of 1 GiB
-  pid_t rank0 = -1;
   for (long i = 0; !stop; ++i) {
-    if (rank0 < 0) rank0 = rank0_of(port);
-    if (rank0 > 0) peak_kib = std::max(peak_kib.load(), rss_kib(rank0));
     if (attack) {
       // drop what the server closed, open new ones up to 100
       for (auto it = conns.begin(); it != conns.end();) {
@@ -219,7 +184,6 @@ TEST_CASE("mnist_train: --distributed trains on while strangers flood the rendez
   struct Run {
     int code;
     std::string out;
-    long peak_kib;
     long opened;
   };
   auto job = [&](bool attack) {
@@ -248,12 +212,12 @@ TEST_CASE("mnist_train: --distributed trains on while strangers flood the rendez
                                      "--batch-size",
                                      "64"};
     std::atomic<bool> stop{false};
-    std::atomic<long> peak{0}, opened{0};
-    std::thread t([&] { stranger(port, attack, stop, peak, opened); });
+    std::atomic<long> opened{0};
+    std::thread t([&] { stranger(port, attack, stop, opened); });
     auto [code, out] = run_launcher(args, tmp.path());
     stop = true;
     t.join();
-    return Run{code, out, peak.load(), opened.load()};
+    return Run{code, out, opened.load()};
   };
   const Run clean = job(false);
   const Run attacked = job(true);
@@ -265,17 +229,20 @@ TEST_CASE("mnist_train: --distributed trains on while strangers flood the rendez
   CHECK(attacked.out.find("(loopback only; job token from EMBER_JOB_TOKEN)") != std::string::npos);
   CHECK(attacked.out.find("warning") == std::string::npos);
   const double acc_clean = reported_test_accuracy(clean.out), acc_attacked = reported_test_accuracy(attacked.out);
+  // rank 0's own high-water mark from its summary: sampling /proc every 10 ms missed the short
+  // peaks of loading and evaluation in one run and caught them in the other (42 MiB apart, seen in CI)
+  const double peak_clean = reported_peak_host_mib(clean.out), peak_attacked = reported_peak_host_mib(attacked.out);
   INFO("accuracy " << acc_clean << "% clean, " << acc_attacked << "% attacked by " << attacked.opened
-                   << " connections; rank 0's peak VmRSS " << clean.peak_kib << " KiB clean, " << attacked.peak_kib
-                   << " KiB attacked");
+                   << " connections; rank 0's peak resident memory " << peak_clean << " MiB clean, " << peak_attacked
+                   << " MiB attacked");
   CHECK(attacked.opened >= 100);
   CHECK(acc_attacked == acc_clean);
-  REQUIRE(clean.peak_kib > 0);
-  REQUIRE(attacked.peak_kib > 0);
+  REQUIRE(peak_clean > 0);
+  REQUIRE(peak_attacked > 0);
 #if defined(__SANITIZE_ADDRESS__)
   WARN("AddressSanitizer build: its quarantine makes rank 0's VmRSS vary from run to run; not compared");
 #else
-  CHECK(attacked.peak_kib - clean.peak_kib < 16 * 1024);
+  CHECK(peak_attacked - peak_clean < 16);
 #endif
 }
 

@@ -1,5 +1,7 @@
 #include "apps/mnist_train/report.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 
 #include "apps/mnist_train/process_age.h"
@@ -46,6 +48,10 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
   if (o.amp == AmpMode::fp16)
     std::printf("  loss scaler           %lld steps skipped (inf/NaN gradients)\n",
                 static_cast<long long>(r.skipped_steps));
+  // the kernel's high-water mark of this process's resident memory (ru_maxrss is in KiB on Linux):
+  // it catches the short peaks of loading and evaluation that sampling /proc misses
+  if (rusage ru{}; ::getrusage(RUSAGE_SELF, &ru) == 0)
+    std::printf("  peak host memory      %.1f MiB resident\n", static_cast<double>(ru.ru_maxrss) / 1024.0);
   if (!r.kernels.empty()) std::printf("  kernels               %s\n", r.kernels.c_str());
   if (!r.kernel_choices.empty()) std::printf("  kernel choices        %s\n", r.kernel_choices.c_str());
   for (const std::string& n : r.notes) std::printf("  note: %s\n", n.c_str());
