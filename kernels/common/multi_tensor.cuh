@@ -1,12 +1,15 @@
 // Multi-tensor launches: one kernel launch works on a whole list of tensors.
 //
-// Every tensor is cut into chunks of kChunk elements; each CUDA block handles one chunk of one
-// tensor. The pointers, sizes and the block -> (tensor, chunk) map travel in a Table passed BY VALUE
-// as a kernel parameter (__grid_constant__, so it is read in place from the parameter bank):
-// nothing is uploaded with a host-to-device copy, so a launch never syncs and can be captured into
-// a CUDA graph. A table holds up to kMaxTensors tensors and kMaxBlocks chunks (3.3 KB for Depth 5,
-// under the classic 4 KB parameter limit); longer lists take several launches, and a tensor with
-// more chunks than fit continues in the next table.
+// Every tensor is cut into chunks; each CUDA block handles one chunk of one tensor. The pointers,
+// sizes and where each tensor's chunks start travel in a Table passed BY VALUE as a kernel
+// parameter (__grid_constant__, read in place from the parameter bank): nothing is uploaded with a
+// host-to-device copy, so a launch never syncs and can be captured into a CUDA graph. A table holds
+// up to kMaxTensors tensors (2 KB for Depth 5, under the classic 4 KB parameter limit) and any
+// number of chunks; a longer list takes one launch per kMaxTensors tensors.
+//
+// The chunk size is chosen per call from all of its elements (Note [multi-tensor chunks]): small
+// models get small chunks, so the update of a 421K-parameter CNN runs on ~200 blocks, not on the
+// 7 that 64K-element chunks gave it (each thread then walked 128 elements one after another).
 //
 // Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #pragma once
@@ -19,9 +22,15 @@
 
 namespace ember::mt {
 
-inline constexpr int64_t kChunk = 65536;
+// Note [multi-tensor chunks]: a call's chunk is the smallest power of two in [kMinChunk,
+// kMaxChunk] that cuts its elements into at most kTargetBlocks chunks: about two blocks per SM of
+// an H100/H200 while the model is small, then 64K elements per block (128 per thread) once a
+// launch has enough blocks to fill the GPU anyway. It depends on the sizes only, so total_norm's
+// partials, and with them its rounding, are the same on every GPU.
+inline constexpr int64_t kMinChunk = 2048;
+inline constexpr int64_t kMaxChunk = 65536;
+inline constexpr int64_t kTargetBlocks = 256;
 inline constexpr int kMaxTensors = 32;
-inline constexpr int kMaxBlocks = 256;
 inline constexpr int kThreads = 512;
 
 template <int Depth>
@@ -29,10 +38,11 @@ struct Table {
   void* ptr[Depth][kMaxTensors];
   float* step[kMaxTensors];  // per-tensor step counter (optimizers), or null
   int64_t numel[kMaxTensors];
-  int16_t block_tensor[kMaxBlocks];
-  int32_t block_chunk[kMaxBlocks];
+  int32_t first_block[kMaxTensors + 1];  // tensor t's chunks are blocks first_block[t] .. first_block[t + 1] - 1
+  int32_t n;                             // tensors in the table
+  int32_t chunk;                         // elements per chunk
 };
-static_assert(sizeof(Table<5>) <= 3600, "multi-tensor table must stay well under the 4 KB kernel parameter limit");
+static_assert(sizeof(Table<5>) <= 2048, "multi-tensor table must stay well under the 4 KB kernel parameter limit");
 
 // One tensor of a multi-tensor call: its Depth pointers (param, grad, state...), numel, step.
 template <int Depth>
@@ -42,11 +52,22 @@ struct Entry {
   float* step = nullptr;
 };
 
+// The chunk size of a call over `entries` (Note [multi-tensor chunks]).
+template <int Depth>
+int64_t chunk_for(const std::vector<Entry<Depth>>& entries) {
+  int64_t total = 0;
+  for (const auto& e : entries) total += e.numel;
+  int64_t chunk = kMinChunk;
+  while (chunk < kMaxChunk && chunk * kTargetBlocks < total) chunk *= 2;
+  return chunk;
+}
+
 // Number of chunks (= blocks) the entries need in all.
 template <int Depth>
 int64_t total_chunks(const std::vector<Entry<Depth>>& entries) {
+  const int64_t chunk = chunk_for(entries);
   int64_t n = 0;
-  for (const auto& e : entries) n += (e.numel + kChunk - 1) / kChunk;
+  for (const auto& e : entries) n += (e.numel + chunk - 1) / chunk;
   return n;
 }
 
@@ -54,38 +75,29 @@ int64_t total_chunks(const std::vector<Entry<Depth>>& entries) {
 // first_block) for each, where first_block is the global index of the table's first chunk.
 template <int Depth, class Launch>
 void for_each_table(const std::vector<Entry<Depth>>& entries, Launch&& launch) {
+  const int64_t chunk = chunk_for(entries);
   Table<Depth> tab;
-  int nt = 0;        // tensors in the table
-  int nb = 0;        // blocks in the table
+  tab.chunk = static_cast<int32_t>(chunk);
+  tab.n = 0;
+  tab.first_block[0] = 0;
   int64_t done = 0;  // blocks launched before this table
+  auto flush = [&] {
+    if (tab.n == 0) return;
+    const int nblocks = tab.first_block[tab.n];
+    launch(tab, nblocks, done);
+    done += nblocks;
+    tab.n = 0;
+  };
   for (const auto& e : entries) {
     if (e.numel == 0) continue;
-    const int64_t chunks = (e.numel + kChunk - 1) / kChunk;
-    for (int d = 0; d < Depth; ++d) tab.ptr[d][nt] = e.ptr[static_cast<size_t>(d)];
-    tab.step[nt] = e.step;
-    tab.numel[nt] = e.numel;
-    for (int64_t c = 0; c < chunks; ++c) {
-      tab.block_tensor[nb] = static_cast<int16_t>(nt);
-      tab.block_chunk[nb] = static_cast<int32_t>(c);
-      ++nb;
-      const bool last_chunk = c == chunks - 1;
-      if (nb == kMaxBlocks || (last_chunk && nt + 1 == kMaxTensors)) {
-        launch(tab, nb, done);
-        done += nb;
-        nb = 0;
-        if (last_chunk) {
-          nt = -1;  // the table restarts after this tensor
-        } else {    // the tensor continues in slot 0 of the next table
-          for (int d = 0; d < Depth; ++d) tab.ptr[d][0] = tab.ptr[d][nt];
-          tab.step[0] = tab.step[nt];
-          tab.numel[0] = tab.numel[nt];
-          nt = 0;
-        }
-      }
-    }
-    ++nt;
+    const int t = tab.n;
+    for (int d = 0; d < Depth; ++d) tab.ptr[d][t] = e.ptr[static_cast<size_t>(d)];
+    tab.step[t] = e.step;
+    tab.numel[t] = e.numel;
+    tab.first_block[t + 1] = tab.first_block[t] + static_cast<int32_t>((e.numel + chunk - 1) / chunk);
+    if (++tab.n == kMaxTensors) flush();
   }
-  if (nb > 0) launch(tab, nb, done);
+  flush();
 }
 
 // The chunk a block works on: elements [begin, end) of tensor t.
@@ -95,11 +107,18 @@ struct BlockWork {
 };
 template <int Depth>
 __device__ __forceinline__ BlockWork block_work(const Table<Depth>& tab) {
+  const int b = static_cast<int>(blockIdx.x);
+  int lo = 0, hi = tab.n - 1;  // the last tensor whose first block is <= b
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tab.first_block[mid] <= b) lo = mid;
+    else hi = mid - 1;
+  }
   BlockWork w;
-  w.t = tab.block_tensor[blockIdx.x];
-  w.begin = static_cast<int64_t>(tab.block_chunk[blockIdx.x]) * kChunk;
+  w.t = lo;
+  w.begin = static_cast<int64_t>(b - tab.first_block[lo]) * tab.chunk;
   const int64_t n = tab.numel[w.t];
-  w.end = w.begin + kChunk < n ? w.begin + kChunk : n;
+  w.end = w.begin + tab.chunk < n ? w.begin + tab.chunk : n;
   return w;
 }
 
