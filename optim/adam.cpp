@@ -80,7 +80,7 @@ void AdamBase::step(const GradScaling& scaling) {
         steps.push_back(st.at("step"));
       }
       adam_step(hyper(gi, b.device), b.params, b.grads, m, v, vmax, steps, decoupled_, o.maximize(),
-                on_device(scaling.found_inf, b.device), on_device(scaling.inv_scale, b.device));
+                on_device(scaling.found_inf, b.device), on_device(scaling.inv_scale, b.device), ticket(gi, b.device));
     }
   }
 }

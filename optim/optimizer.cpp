@@ -143,10 +143,17 @@ void Optimizer::upload(HyperSlot& s, const std::vector<double>& values) {
 Tensor Optimizer::hyper(size_t group, Device device) {
   std::vector<double> values = hyper_values(groups_.at(group).options());
   HyperSlot& s = slot(group, device);
-  if (!s.tensor.defined())
+  if (!s.tensor.defined()) {
     s.tensor = empty({static_cast<int64_t>(values.size())}, TensorOptions(DType::f64).device(device));
+    if (device.is_cuda()) s.ticket = zeros({1}, TensorOptions(DType::i32).device(device));
+  }
   upload(s, values);
   return s.tensor;
+}
+
+Tensor Optimizer::ticket(size_t group, Device device) {
+  hyper(group, device);
+  return slot(group, device).ticket;
 }
 
 Tensor Optimizer::hyperparameter_tensor(size_t group, Device device) { return hyper(group, device); }

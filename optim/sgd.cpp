@@ -76,7 +76,7 @@ void SGD::step(const GradScaling& scaling) {
         }
       }
       sgd_step(hyper(gi, b.device), b.params, b.grads, bufs, steps, o.nesterov(), o.maximize(),
-               on_device(scaling.found_inf, b.device), on_device(scaling.inv_scale, b.device));
+               on_device(scaling.found_inf, b.device), on_device(scaling.inv_scale, b.device), ticket(gi, b.device));
     }
   }
 }

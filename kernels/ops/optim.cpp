@@ -29,6 +29,12 @@ Device check_scalars(const char* op, std::span<const Tensor> in, int hyper_len) 
     EMBER_CHECK(t.device() == hyper.device(), op, ": ", k == kFoundInf ? "found_inf" : "inv_scale", " is on ",
                 t.device(), " but the hyperparameters are on ", hyper.device());
   }
+  if (const Tensor& t = in[kTicket]; t.defined()) {
+    EMBER_CHECK(t.dtype() == DType::i32 && t.numel() == 1 && t.is_contiguous(), op,
+                ": the ticket must be an int32 tensor of one element, got ", t.describe());
+    EMBER_CHECK(t.device() == hyper.device(), op, ": the ticket is on ", t.device(), " but the hyperparameters are on ",
+                hyper.device());
+  }
   return hyper.device();
 }
 
@@ -236,7 +242,7 @@ void check_same_count(const char* op, const char* what, size_t got, size_t want)
 
 void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
               const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov,
-              bool maximize, const Tensor& found_inf, const Tensor& inv_scale) {
+              bool maximize, const Tensor& found_inf, const Tensor& inv_scale, const Tensor& ticket) {
   const size_t n = params.size();
   check_same_count("sgd_step", "gradients", grads.size(), n);
   const bool bufs = !momentum_buffers.empty();
@@ -245,7 +251,7 @@ void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std:
     check_same_count("sgd_step", "step counters", steps.size(), n);
   }
   EMBER_CHECK(!nesterov || bufs, "sgd_step: nesterov needs momentum buffers");
-  std::vector<Tensor> in{hyper, found_inf, inv_scale};
+  std::vector<Tensor> in{hyper, found_inf, inv_scale, ticket};
   for (const auto* list : {&params, &grads}) in.insert(in.end(), list->begin(), list->end());
   if (bufs) {
     in.insert(in.end(), momentum_buffers.begin(), momentum_buffers.end());
@@ -259,7 +265,8 @@ void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std:
 void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps,
-               bool decoupled_weight_decay, bool maximize, const Tensor& found_inf, const Tensor& inv_scale) {
+               bool decoupled_weight_decay, bool maximize, const Tensor& found_inf, const Tensor& inv_scale,
+               const Tensor& ticket) {
   const size_t n = params.size();
   check_same_count("adam_step", "gradients", grads.size(), n);
   check_same_count("adam_step", "exp_avg tensors", exp_avgs.size(), n);
@@ -267,7 +274,7 @@ void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std
   check_same_count("adam_step", "step counters", steps.size(), n);
   const bool amsgrad = !max_exp_avg_sqs.empty();
   if (amsgrad) check_same_count("adam_step", "max_exp_avg_sq tensors", max_exp_avg_sqs.size(), n);
-  std::vector<Tensor> in{hyper, found_inf, inv_scale};
+  std::vector<Tensor> in{hyper, found_inf, inv_scale, ticket};
   for (const auto* list : {&params, &grads, &exp_avgs, &exp_avg_sqs}) in.insert(in.end(), list->begin(), list->end());
   if (amsgrad) in.insert(in.end(), max_exp_avg_sqs.begin(), max_exp_avg_sqs.end());
   in.insert(in.end(), steps.begin(), steps.end());

@@ -1,9 +1,10 @@
 // Fused multi-tensor optimizer steps: sgd_step and adam_step (Adam and AdamW).
 //
 // Both ops update a whole list of parameters (and their optimizer state) in place: one CPU loop
-// over the tensors, one CUDA launch per table of up to 32 tensors / 256 chunks of 64K elements
-// (so a small model is one launch; see optim.cu), plus one tiny launch that advances the step
-// counters. Every tensor of one call shares a device; params, grads and state share a dtype.
+// over the tensors, one CUDA launch per table of up to 32 tensors (so a small model is one launch;
+// see optim.cu), which also advances the step counters when the caller passes a ticket (below;
+// without one, a tiny launch before it does). Every tensor of one call shares a device; params,
+// grads and state share a dtype.
 //
 // Note [optimizer hyperparameters on the device]: what may change between steps is read by the
 // kernels from device memory, never baked into kernel arguments, so a step replayed from a CUDA
@@ -16,6 +17,12 @@
 //             graph itself holds only these kernels.
 //   step      one f32 scalar per parameter (PyTorch's state["step"]), incremented ON THE DEVICE by
 //             the op itself, so bias corrections advance with every replay without the host.
+//   ticket    optional, int32 [1] on the params' device, 0 at rest, owned by the caller (the
+//             optimizer keeps one per param group and device). With it the CUDA update kernel
+//             advances the step counters itself: each block reads the old count, and the last
+//             block to finish (a ticket taken with atomicAdd) adds 1 to every counter of its table
+//             and puts the ticket back to 0. One launch per step instead of two. Calls that could
+//             run at the same time (other streams) must not share a ticket. The CPU loop ignores it.
 // Structural switches (nesterov, amsgrad, decoupled weight decay, maximize, whether momentum
 // buffers exist) are attributes: changing them means a different kernel anyway.
 //
@@ -27,7 +34,7 @@
 //
 // ---- sgd_step ----
 // inputs:  hyper f64[kSgdHyper]: an SgdHyper (kernels/options.h), its fields in order,
-//          found_inf, inv_scale,
+//          found_inf, inv_scale, ticket,
 //          params[n], grads[n], and when attrs.momentum_buffers: bufs[n], steps[n]
 // outputs: params[n] (aliases), then bufs[n], steps[n] (aliases) when present
 // per element (PyTorch's torch.optim.SGD):
@@ -39,7 +46,7 @@
 //   p = p - lr * g
 //
 // ---- adam_step ----
-// inputs:  hyper f64[5] = {lr, beta1, beta2, eps, weight_decay}, found_inf, inv_scale,
+// inputs:  hyper f64[5] = {lr, beta1, beta2, eps, weight_decay}, found_inf, inv_scale, ticket,
 //          params[n], grads[n], exp_avgs[n], exp_avg_sqs[n], max_exp_avg_sqs[n] (amsgrad only),
 //          steps[n]
 // outputs: params, exp_avgs, exp_avg_sqs, (max_exp_avg_sqs), steps - all aliases
@@ -87,7 +94,7 @@ inline constexpr int kAdamHyper = 5;  // lr, beta1, beta2, eps, weight_decay
 
 // Input positions.
 namespace optim_layout {
-inline constexpr int kHyper = 0, kFoundInf = 1, kInvScale = 2, kFirstTensor = 3;
+inline constexpr int kHyper = 0, kFoundInf = 1, kInvScale = 2, kTicket = 3, kFirstTensor = 4;
 }
 
 // Per-call scalars of SGD, in the accumulation type A.

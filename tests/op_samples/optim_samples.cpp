@@ -1,6 +1,7 @@
 // Test samples of sgd_step and adam_step (kernels/ops/optim.*): every option (momentum, dampening,
 // nesterov, weight decay, amsgrad, decoupled decay, maximize), first and later steps, the AMP
-// found_inf/inv_scale protocol, lists with empty, scalar and 2^20+3 element tensors.
+// found_inf/inv_scale protocol, lists with empty, scalar and 2^20+3 element tensors, and the
+// ticket with which the CUDA kernel counts the steps itself (lists without an empty tensor).
 #include <string>
 
 #include "kernels/functional.h"
@@ -14,8 +15,9 @@ namespace {
 
 using namespace optim_layout;
 
-std::vector<Shape> sample_shapes(bool big) {
-  std::vector<Shape> s{{7}, {3, 5}, {1}, {0}, {}, {1023}};
+std::vector<Shape> sample_shapes(bool big, bool empty) {
+  std::vector<Shape> s{{7}, {3, 5}, {1}, {}, {1023}};
+  if (empty) s.insert(s.begin() + 3, Shape{0});
   if (big) s.push_back({(int64_t{1} << 20) + 3});
   return s;
 }
@@ -26,19 +28,21 @@ struct SampleOpts {
   float step = 0;         // initial step counters
   double found_inf = -1;  // < 0: undefined
   double inv_scale = -1;  // < 0: undefined
+  bool ticket = false;    // a ticket (the CUDA kernel counts the steps), and no empty tensor
 };
 
 Tensor f32_scalar(double v, Shape shape = {}) { return full(shape, v, DType::f32); }
 
-// What every optimizer sample starts with: the hyper-parameters, found_inf, inv_scale, then the
-// params and the grads, one tensor per shape. Returns the shapes.
+// What every optimizer sample starts with: the hyper-parameters, found_inf, inv_scale, the ticket,
+// then the params and the grads, one tensor per shape. Returns the shapes.
 std::vector<Shape> start_sample(OpSample& s, const SampleOpts& o, std::vector<double> hyper, uint64_t& seed) {
-  s.name = o.name;
+  s.name = o.name + (o.ticket ? ", ticket" : "");
   s.gradcheck = false;
-  std::vector<Shape> shapes = sample_shapes(o.big);
+  std::vector<Shape> shapes = sample_shapes(o.big, !o.ticket);
   s.inputs.push_back(tensor(hyper, DType::f64));
   s.inputs.push_back(o.found_inf >= 0 ? f32_scalar(o.found_inf, {1}) : Tensor());
   s.inputs.push_back(o.inv_scale >= 0 ? f32_scalar(o.inv_scale, {1}) : Tensor());
+  s.inputs.push_back(o.ticket ? zeros({1}, DType::i32) : Tensor());
   for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // params
   for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));  // grads
   return shapes;
@@ -57,7 +61,7 @@ std::vector<OpSample> samples_sgd_step() {
       for (const Shape& sh : shapes) s.inputs.push_back(samples::uniform(sh, -1, 1, ++seed));
       for (int64_t i = 0; i < n; ++i) s.inputs.push_back(f32_scalar(o.step));
     }
-    s.keep_dtype = {kHyper, kFoundInf, kInvScale};
+    s.keep_dtype = {kHyper, kFoundInf, kInvScale, kTicket};
     if (bufs)
       for (int64_t i = 0; i < n; ++i) s.keep_dtype.push_back(static_cast<int>(kFirstTensor + 3 * n + i));
     s.attrs = SgdStepAttrs{n, bufs ? 1 : 0, nesterov ? 1 : 0, maximize ? 1 : 0};
@@ -73,6 +77,12 @@ std::vector<OpSample> samples_sgd_step() {
   mk({"found_inf set: nothing changes", false, 3.0f, 1.0, 0.5}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1}, true,
      true, false);
   mk({"found_inf clear", false, 3.0f, 0.0, 0.25}, {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1}, true, true, false);
+  mk({"momentum first step", true, 0.0f, -1, -1, true}, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1}, true, false,
+     false);
+  mk({"nesterov later step", false, 2.0f, -1, -1, true}, {.lr = 0.03, .momentum = 0.8, .weight_decay = 5e-4}, true,
+     true, false);
+  mk({"found_inf set: nothing changes", false, 3.0f, 1.0, 0.5, true}, {.lr = 0.1, .momentum = 0.9}, true, false, false);
+  mk({"plain lr 0.1", false, 0.0f, -1, -1, true}, {.lr = 0.1}, false, false, false);
   return out;
 }
 
@@ -92,7 +102,7 @@ std::vector<OpSample> samples_adam_step() {
       for (const Shape& sh : shapes)
         s.inputs.push_back(fresh ? zeros(sh, DType::f64) : samples::uniform(sh, 0, 0.05, ++seed));
     for (int64_t i = 0; i < n; ++i) s.inputs.push_back(f32_scalar(o.step));
-    s.keep_dtype = {kHyper, kFoundInf, kInvScale};
+    s.keep_dtype = {kHyper, kFoundInf, kInvScale, kTicket};
     int step_list = amsgrad ? 5 : 4;
     for (int64_t i = 0; i < n; ++i) s.keep_dtype.push_back(static_cast<int>(kFirstTensor + step_list * n + i));
     s.attrs = AdamStepAttrs{n, amsgrad ? 1 : 0, decoupled ? 1 : 0, maximize ? 1 : 0};
@@ -108,6 +118,11 @@ std::vector<OpSample> samples_adam_step() {
   mk({"inv_scale 1/1024", false, 1.0f, -1, 1.0 / 1024}, {1e-3, 0.9, 0.999, 1e-8, 0}, false, false, false);
   mk({"found_inf set: nothing changes", false, 6.0f, 1.0, 0.5}, {1e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, false);
   mk({"found_inf clear", false, 6.0f, 0.0, 0.5}, {1e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, false);
+  mk({"adam first step", true, 0.0f, -1, -1, true}, {1e-3, 0.9, 0.999, 1e-8, 0}, false, false, false);
+  mk({"adamw amsgrad step 3, maximize", false, 2.0f, -1, -1, true}, {3e-3, 0.9, 0.999, 1e-8, 0.01}, true, true, true);
+  mk({"found_inf set: nothing changes", false, 6.0f, 1.0, 0.5, true}, {1e-3, 0.9, 0.999, 1e-8, 0.01}, false, true,
+     false);
+  mk({"inv_scale 1/1024", false, 1.0f, -1, 1.0 / 1024, true}, {1e-3, 0.9, 0.999, 1e-8, 0}, false, false, false);
   return out;
 }
 
