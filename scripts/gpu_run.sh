@@ -372,8 +372,9 @@ stage_2() {
 }
 
 stage_3() {
-  # ember's default, then ember's best beside PyTorch's plain, tuned and compiled loops (in that
-  # order, so a stop at the cap loses the least important); 5 epochs, same data and recipe
+  # ember's default, then ember's best beside PyTorch's graphed, plain and tuned loops (in that
+  # order, so a stop at the cap loses the least important; compiled on demand); 5 epochs, same
+  # data and recipe
   mkdir -p "$work/tables"
   STEP_NOTE=""
   local e=(env "EMBER_BIN=$BIN/mnist_train" "DATA=$DATA" "PYTHON=$python" EPOCHS=5)
@@ -381,16 +382,22 @@ stage_3() {
   step e2e_ember_default 10 e2e -- "${e[@]}" "$E2E" --ember-flags "" --configs none --gpu-idle --table "$work/tables/3a_e2e_default.md"
   step e2e_ember_bf16 10 e2e -- "${e[@]}" "$E2E" --ember-flags "--graph --device-resident --amp bf16" --configs none \
        --gpu-idle --table "$work/tables/3b_e2e_bf16.md"
+  # the honest yardstick (issue 36, item 7): ember's best fp32 flags against PyTorch's strongest
+  # uncompiled loop, the whole step in one CUDA graph (train_torch.py --config graphed, not run on
+  # a GPU before 2026-11-29), medians of 3, both models; estimated 45 s (3 x 2 x ~6 s for PyTorch's
+  # process, ~1.5 s for ember's)
+  step e2e_vs_torch_graphed 60 e2e -- "${e[@]}" "$E2E" --configs graphed --repeats 3 --gpu-idle \
+       --table "$work/tables/3g_e2e_graphed.md"
   # fp32 on both sides: ember's best fp32 flags (run.sh's GPU default) against PyTorch's plain and
   # tuned loops; 35-37 s per model on the H200
   step e2e_mlp_vs_torch 43 e2e -- "${e[@]}" "$E2E" --models mlp --configs "plain tuned" --gpu-idle --table "$work/tables/3c_e2e_mlp.md"
   step e2e_cnn_vs_torch 43 e2e -- "${e[@]}" "$E2E" --models cnn --configs "plain tuned" --gpu-idle --table "$work/tables/3d_e2e_cnn.md"
-  # torch.compile: both models took 88 s (call 5, the cap tripled), more than the 60 s left here, so
-  # one model a step, the CNN in the plan (about 45 s: its run 33.4 s of wall time, plus start-up
-  # and ember's run) and the MLP on demand: ember's margin is the smaller one on the CNN (17x
-  # against 25x in wall time), and the MLP's row is in docs/perf.md from call 5
-  step e2e_cnn_vs_torch_compile 60 e2e -- "${e[@]}" "$E2E" --models cnn --configs compiled --gpu-idle \
-       --table "$work/tables/3e_e2e_cnn_compiled.md"
+  # torch.compile: both models took 88 s (call 5, the cap tripled), one model a step, both on
+  # demand since the graphed loop above took their place in the plan (about 45 s for the CNN: its
+  # run 33.4 s of wall time, plus start-up and ember's run); their rows are in docs/perf.md from
+  # calls 5 and later
+  STEP_ON_DEMAND=1 step e2e_cnn_vs_torch_compile 60 e2e -- "${e[@]}" "$E2E" --models cnn --configs compiled \
+       --gpu-idle --table "$work/tables/3e_e2e_cnn_compiled.md"
   STEP_ON_DEMAND=1 step e2e_mlp_vs_torch_compile 60 e2e -- "${e[@]}" "$E2E" --models mlp --configs compiled --gpu-idle \
        --table "$work/tables/3f_e2e_mlp_compiled.md"
 }

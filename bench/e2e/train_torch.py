@@ -13,16 +13,23 @@ defaults (apps/mnist_train/options.h, trainer.cpp):
   pixels normalised with the training split's mean and std, cross-entropy, evaluation in batches
   of 1000 on the validation and test sets after every epoch.
 
-Three configurations:
+Four configurations:
   plain     DataLoader defaults (no workers, pageable memory), the loss read every step
   tuned     the tuned eager loop: the whole set uploaded once as uint8 and normalised on the GPU,
             batches gathered there (or, with --tuned-loader workers, DataLoader workers, pinned
             memory and non_blocking copies), zero_grad(set_to_none=True), cudnn.benchmark, fused
             AdamW, no host read inside the step
   compiled  tuned plus torch.compile(model, mode="reduce-overhead") (CUDA graphs)
+  graphed   PyTorch's strongest loop without a compiler (CUDA only): tuned with the data on the
+            GPU, and the whole step (forward, loss, backward, AdamW) captured in one CUDA graph
+            (torch.cuda.graph) and replayed; AdamW capturable, its lr and beta1 device tensors that
+            OneCycleLR's values are written into, so the schedule runs unchanged. The batch gather
+            and normalisation run outside the graph, and an epoch's last, smaller batch is dropped,
+            as in ember's --device-resident --graph.
 
 Prints one JSON line per run: config, model, wall time of the whole run (loading, compilation and
-evaluation included), training samples/s, test accuracy.
+evaluation included), training samples/s, test accuracy; graphed adds capture_s, the warm-up and
+capture (inside the training time, as ember's capture is inside its own).
 
   python3 train_torch.py --data /usr/share/datasets/fashion-mnist --model mlp --batch-size 64 --epochs 5
   python3 train_torch.py --check   # reads the IDX files and prints their shapes (numpy only)
@@ -138,7 +145,10 @@ def run(args, config, model_name):
     torch.manual_seed(args.seed)
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
-    tuned = config in ("tuned", "compiled")
+    tuned = config in ("tuned", "compiled", "graphed")
+    graphed = config == "graphed"
+    if graphed and not cuda:
+        raise ValueError("--config graphed needs a CUDA device (it captures the step with torch.cuda.graph)")
     if tuned and cuda:
         torch.backends.cudnn.benchmark = True
     # fp32 throughout, as mnist_train without --amp (no TF32: ember's fp32 path is exact fp32)
@@ -152,15 +162,23 @@ def run(args, config, model_name):
     if config == "compiled":
         step_model = torch.compile(model, mode="reduce-overhead")
     opt_kwargs = {"lr": args.lr, "betas": (0.9, 0.999), "weight_decay": args.weight_decay}
-    if tuned and cuda:
+    if graphed:
+        # capturable: step counters on the device; lr and betas are tensors the graph reads, so the
+        # schedule's new values reach every replay (the fused AdamW takes betas as numbers only)
+        betas = (torch.tensor(0.9, device=device), torch.tensor(0.999, device=device))
+        opt_kwargs.update(lr=torch.tensor(args.lr, device=device), betas=betas, capturable=True, foreach=True)
+    elif tuned and cuda:
         opt_kwargs["fused"] = True
     opt = torch.optim.AdamW(model.parameters(), **opt_kwargs)
 
     train_x, train_y = s["train"]
     n_train = train_x.shape[0]
-    steps_per_epoch = (n_train + args.batch_size - 1) // args.batch_size
+    # graphed replays one static batch shape, so like mnist_train --graph it drops an epoch's last,
+    # smaller batch
+    steps_per_epoch = n_train // args.batch_size if graphed else (n_train + args.batch_size - 1) // args.batch_size
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps_per_epoch * args.epochs,
                                                 pct_start=0.25)
+    step = GraphedStep(torch, F, model, opt, betas) if graphed else None
 
     def to_input(x_u8):  # uint8 [B, 28, 28] on the device -> normalised f32 [B, 1, 28, 28]
         return ((x_u8.float() / 255.0 - mean) / std).unsqueeze(1)
@@ -220,14 +238,21 @@ def run(args, config, model_name):
         for x, y in batches("train", args.batch_size, True, epoch):
             if config == "compiled":
                 torch.compiler.cudagraph_mark_step_begin()
-            loss = F.cross_entropy(step_model(x), y)
-            if tuned:
-                opt.zero_grad(set_to_none=True)
+            if step is not None:
+                if y.shape[0] < args.batch_size:
+                    break
+                loss = step(x, y)
             else:
-                opt.zero_grad()
-            loss.backward()
-            opt.step()
+                loss = F.cross_entropy(step_model(x), y)
+                if tuned:
+                    opt.zero_grad(set_to_none=True)
+                else:
+                    opt.zero_grad()
+                loss.backward()
+                opt.step()
             sched.step()
+            if step is not None:
+                step.follow_schedule()
             if tuned:
                 loss_sum += loss.detach()  # no host read inside the step
             else:
@@ -244,6 +269,7 @@ def run(args, config, model_name):
             print(f"# {config} {model_name} epoch {epoch + 1}/{args.epochs}: train loss {train_loss:.4f} "
                   f"val acc {val_acc:.2f}% test acc {test_acc:.2f}%", file=sys.stderr, flush=True)
     wall = time.perf_counter() - t_start
+    extra = {"capture_s": round(step.capture_s, 3)} if step is not None else {}
     return {
         "config": config,
         "model": model_name,
@@ -256,7 +282,72 @@ def run(args, config, model_name):
         "test_accuracy": round(test_acc, 2),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        **extra,
     }
+
+
+class GraphedStep:
+    """One training step (forward, loss, backward, AdamW) captured in a CUDA graph and replayed.
+
+    Captured at its first call, following PyTorch's whole-network capture recipe: a few warm-up
+    steps on a side stream (cuDNN and the allocator settle), then the capture, with the gradients
+    set to None so that backward allocates them from the graph's pool. The warm-up steps are undone
+    in place (parameters and AdamW's state copied back into the very tensors the graph reads), so
+    the run trains on exactly the steps the other configurations take.
+    """
+
+    def __init__(self, torch, F, model, opt, betas):
+        self.torch, self.F, self.model, self.opt = torch, F, model, opt
+        self.beta1, self.beta2 = betas  # the tensors AdamW was made with (OneCycleLR replaced beta1)
+        self.graph = None
+        self.capture_s = 0.0
+        self.follow_schedule()
+
+    def follow_schedule(self):
+        # OneCycleLR writes lr into the lr tensor in place, but beta1 as a new number: copy it into
+        # the tensor the graph reads (stream-ordered, no host sync)
+        group = self.opt.param_groups[0]
+        b1 = group["betas"][0]
+        if not isinstance(b1, self.torch.Tensor):
+            self.beta1.fill_(b1)
+            group["betas"] = (self.beta1, self.beta2)
+
+    def capture(self, x, y):
+        torch, F = self.torch, self.F
+        t0 = time.perf_counter()
+        params = [p for p in self.model.parameters()]
+        saved = [p.detach().clone() for p in params]
+        self.x, self.y = x.clone(), y.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self.opt.zero_grad(set_to_none=True)
+                F.cross_entropy(self.model(self.x), self.y).backward()
+                self.opt.step()
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.no_grad():  # undo the warm-up: AdamW's state was fresh (zeros, step 0)
+            for p, v in zip(params, saved):
+                p.copy_(v)
+            for state in self.opt.state.values():
+                for k in ("exp_avg", "exp_avg_sq", "step"):
+                    state[k].zero_()
+        self.graph = torch.cuda.CUDAGraph()
+        self.opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(self.graph):
+            self.loss = F.cross_entropy(self.model(self.x), self.y)
+            self.loss.backward()
+            self.opt.step()
+        torch.cuda.synchronize()
+        self.capture_s = time.perf_counter() - t0
+
+    def __call__(self, x, y):
+        if self.graph is None:
+            self.capture(x, y)
+        self.x.copy_(x)
+        self.y.copy_(y)
+        self.graph.replay()
+        return self.loss
 
 
 def parse_args(argv=None):
@@ -264,7 +355,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist", help="directory with the IDX files")
     p.add_argument("--model", choices=["mlp", "cnn", "all"], default="all")
-    p.add_argument("--config", choices=["plain", "tuned", "compiled", "all"], default="all")
+    p.add_argument("--config", choices=["plain", "tuned", "compiled", "graphed", "all"], default="all",
+                   help="all: plain, tuned and compiled, and graphed on a GPU")
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW lr (OneCycleLR's max_lr)")
@@ -286,6 +378,14 @@ def parse_args(argv=None):
     return a
 
 
+def uses_cuda(device):
+    """Whether --device names a GPU (auto: when torch sees one)."""
+    if device != "auto":
+        return device.startswith("cuda")
+    import torch
+    return torch.cuda.is_available()
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.check:
@@ -296,7 +396,9 @@ def main(argv=None):
         print(json.dumps(summary))
         return 0
     models = ["mlp", "cnn"] if args.model == "all" else [args.model]
-    configs = ["plain", "tuned", "compiled"] if args.config == "all" else [args.config]
+    configs = [args.config]
+    if args.config == "all":
+        configs = ["plain", "tuned", "compiled"] + (["graphed"] if uses_cuda(args.device) else [])
     for m in models:
         for c in configs:
             print(json.dumps(run(args, c, m)), flush=True)
