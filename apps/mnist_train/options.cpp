@@ -179,7 +179,9 @@ void add_speed_options(CLI::App& app, Options& o) {
   app.option_defaults()->group("Speed");
   app.add_flag("--graph", o.graph,
                "capture the whole training step in a CUDA graph after warm-up and replay it (eager fallback if "
-               "capture is impossible)");
+               "capture is impossible); with --device-resident, each evaluation pass too");
+  app.add_flag("--eager-eval", o.eager_eval,
+               "with --graph --device-resident: evaluate eagerly, batch by batch, not from a replayed CUDA graph");
   app.add_flag("--autotune", o.autotune, "time every kernel variant once per shape and keep the fastest");
   app.add_option("--backends", o.backends,
                  "kernel choice per op, e.g. matmul=cublas,linear=auto,conv2d=cudnn (op or *, = default, auto, vendor "

@@ -54,6 +54,7 @@ struct Options {
   int max_nonfinite_steps = 1;          // consecutive NaN/inf losses that stop the run (divergence)
   // speed
   bool graph = false;
+  bool eager_eval = false;  // with --graph --device-resident: evaluate eagerly, not from a graph
   bool autotune = false;
   bool sync_debug = false;
   AmpMode amp = AmpMode::off;

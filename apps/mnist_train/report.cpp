@@ -44,7 +44,11 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
               100.0 * r.data_wait_fraction);
   if (r.gpu_idle_fraction >= 0)
     std::printf("  GPU idle between steps %.1f%% (CUDA events around each step)\n", 100.0 * r.gpu_idle_fraction);
-  if (o.graph) std::printf("  CUDA graph            %s\n", r.graph_used ? "captured and replayed" : "not used");
+  if (o.graph) {
+    std::printf("  CUDA graph            %s", r.graph_used ? "captured and replayed" : "not used");
+    if (r.eval_replays > 0) std::printf("; %lld evaluation passes replayed", static_cast<long long>(r.eval_replays));
+    std::printf("\n");
+  }
   if (o.amp == AmpMode::fp16)
     std::printf("  loss scaler           %lld steps skipped (inf/NaN gradients)\n",
                 static_cast<long long>(r.skipped_steps));

@@ -35,6 +35,7 @@ struct RunResult {
   double gpu_idle_fraction = -1;  // share of the GPU's step time spent idle between steps (-1: n/a)
   double data_wait_fraction = 0;  // share of the training time the host waited for the loader
   bool graph_used = false;
+  int64_t eval_replays = 0;        // evaluation passes replayed from a CUDA graph (graphed_eval.h)
   bool has_val = false;            // a validation split was held out (else val_acc means nothing)
   int64_t skipped_steps = 0;       // steps the loss scaler skipped
   std::vector<std::string> notes;  // fallbacks and warnings worth repeating in the summary

@@ -217,7 +217,7 @@ void Trainer::build_scheduler(int64_t total_steps) {
 
 std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InMemoryDataset> ds, bool train) {
   data::DataLoaderOptions lo;
-  lo.batch_size(train ? o_.batch_size : 1000)
+  lo.batch_size(train ? o_.batch_size : kEvalBatch)
       .shuffle(train)
       .drop_last(train && o_.graph)  // graph mode replays one static batch shape
       .num_workers(train ? o_.workers : std::min(o_.workers, 2))
@@ -334,25 +334,52 @@ void Trainer::optimizer_step() {
 
 // ---- evaluation ----
 
+// Adds one evaluation batch's (label, prediction) cells to the confusion counts (i64 [k * k]).
+Tensor Trainer::count_batch(const Tensor& counts, const Tensor& images, const Tensor& labels) {
+  const int64_t k = splits_.shape.classes;
+  Tensor logits;
+  {
+    std::optional<autocast::Scope> ac;
+    if (o_.amp != AmpMode::off) ac.emplace(device_.type, amp_dtype(o_.amp));
+    logits = learner_.model->forward(images);
+  }
+  Tensor cell = add(mul(labels, static_cast<double>(k)), argmax(logits, 1));
+  return index_add(counts, 0, cell, ones({images.size(0)}, TensorOptions(DType::i64).device(device_)));
+}
+
+// One evaluation pass over a device-resident split, in the loader's batches of 1000 taken in order
+// (slices of the resident uint8 images, normalised as the loader does): only device work on the
+// current stream, so it can be captured. Returns the confusion counts.
+Tensor Trainer::resident_pass(const data::InMemoryDataset& ds) {
+  const int64_t k = splits_.shape.classes, n = ds.size(), batch = kEvalBatch;
+  Tensor counts = zeros({k * k}, TensorOptions(DType::i64).device(device_));
+  for (int64_t i = 0; i < n; i += batch) {
+    const int64_t b = std::min(batch, n - i);
+    Tensor x = normalize_u8(ds.images().narrow(0, i, b), inputs_.mean, inputs_.std, DType::f32);
+    counts = count_batch(counts, x, ds.labels().narrow(0, i, b));
+  }
+  return counts;
+}
+
 EvalResult Trainer::evaluate(const std::shared_ptr<data::InMemoryDataset>& ds) {
   autograd::NoGradGuard ng;
   nn::Module& model = *learner_.model;
   const bool was_training = model.is_training();
   model.eval();
-  auto loader = make_loader(ds, false);
   const int64_t k = splits_.shape.classes;
-  Tensor counts = zeros({k * k}, TensorOptions(DType::i64).device(device_));
+  Tensor counts;
   int64_t n = 0;
-  for (data::Batch& b : *loader) {
-    Tensor logits;
-    {
-      std::optional<autocast::Scope> ac;
-      if (o_.amp != AmpMode::off) ac.emplace(device_.type, amp_dtype(o_.amp));
-      logits = model.forward(b.images);
+  if (o_.graph && !o_.eager_eval && ds->device_resident() && !dp_.pg) {
+    // a fixed pass over the resident split: replayed from a CUDA graph once warm (graphed_eval.h)
+    counts = eval_graphs_.counts(ds.get(), device_, [&] { return resident_pass(*ds); });
+    n = ds->size();
+  } else {
+    counts = zeros({k * k}, TensorOptions(DType::i64).device(device_));
+    auto loader = make_loader(ds, false);
+    for (data::Batch& b : *loader) {
+      counts = count_batch(counts, b.images, b.labels);
+      n += b.size();
     }
-    Tensor cell = add(mul(b.labels, static_cast<double>(k)), argmax(logits, 1));
-    counts = index_add(counts, 0, cell, ones({b.size()}, TensorOptions(DType::i64).device(device_)));
-    n += b.size();
   }
   runtime::AllowSyncScope allow;
   if (dp_.pg) {
@@ -669,6 +696,8 @@ void Trainer::finish_run(RunResult& r) {
                            file.empty() ? std::string() : " (" + file + ")");
   }
   r.notes.insert(r.notes.end(), notes_.begin(), notes_.end());
+  r.notes.insert(r.notes.end(), eval_graphs_.notes().begin(), eval_graphs_.notes().end());
+  r.eval_replays = eval_graphs_.replays();
   r.steps = p.global_step;
   r.train_seconds = p.train_total;
   r.samples_per_s = dp_.world() * static_cast<double>(r.samples) / std::max(p.train_total, 1e-9);

@@ -1,8 +1,8 @@
 // The training loop of mnist_train: Trainer::run reads top to bottom (plan, resume, per epoch the
 // steps, then evaluation, the epoch's record and checkpoint); the parts it is made of live beside
-// it: the graphed step (graphed_step.h), the divergence guard (nonfinite_guard.h), the step timer
-// (step_timer.h), the records (run_logs.h), the profile window (profile_window.h), the side
-// outputs and stop signals (outputs.h, stop_signals.h).
+// it: the graphed step and evaluation (graphed_step.h, graphed_eval.h), the divergence guard (nonfinite_guard.h), the
+// step timer (step_timer.h), the records (run_logs.h), the profile window (profile_window.h), the side outputs and stop
+// signals (outputs.h, stop_signals.h).
 //
 // Note [no host syncs in the step]: the loss and the number of correct predictions accumulate in
 // device tensors; the host reads them once per log interval (one sync), never per step, unless
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "amp/grad_scaler.h"
+#include "apps/mnist_train/graphed_eval.h"
 #include "apps/mnist_train/graphed_step.h"
 #include "apps/mnist_train/nonfinite_guard.h"
 #include "apps/mnist_train/options.h"
@@ -100,6 +101,10 @@ class Trainer {
   void build_scheduler(int64_t total_steps);
   std::vector<RunField> run_fields() const;
   std::unique_ptr<ember::data::DataLoader> make_loader(std::shared_ptr<ember::data::InMemoryDataset> ds, bool train);
+  // evaluation: one batch counted into the confusion table; one pass over a resident split
+  static constexpr int64_t kEvalBatch = 1000;
+  ember::Tensor count_batch(const ember::Tensor& counts, const ember::Tensor& images, const ember::Tensor& labels);
+  ember::Tensor resident_pass(const ember::data::InMemoryDataset& ds);
   // the step
   void train_step(const ember::data::Batch& b, bool do_step, RunResult& r);
   void eager_step(const ember::Tensor& x, const ember::Tensor& y, bool do_step);
@@ -137,6 +142,7 @@ class Trainer {
   Learner learner_;
   DataParallel dp_;
   GraphedStep graph_;
+  GraphedEval eval_graphs_;
   NonFiniteGuard guard_;
   StepTimer timer_;
   Interval interval_;
