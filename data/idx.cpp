@@ -1,5 +1,6 @@
 #include "data/idx.h"
 
+#include <libdeflate.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "core/error.h"
 #include "data/file_io.h"
@@ -159,8 +161,6 @@ class GzipSource final : public Source {
   uint8_t in_[1 << 16];
 };
 
-// ---- the parser ----
-
 size_t read_full(Source& src, uint8_t* dst, size_t n) {
   size_t got = 0;
   while (got < n) {
@@ -170,6 +170,37 @@ size_t read_full(Source& src, uint8_t* dst, size_t n) {
   }
   return got;
 }
+
+// Note [whole-buffer gzip]: a gzip'd IDX file is inflated in one call of libdeflate when it can
+// be: the file read whole, the output sized by the gzip trailer's ISIZE. libdeflate inflates about
+// twice as fast as zlib's streaming inflate (Fashion-MNIST's 26 MB of training images: 0.15 s
+// against 0.24-0.36 s on the development VM), and that decompression was most of mnist_train's
+// start-up on the CPU. Anything else (several gzip members, a damaged or truncated stream, an
+// ISIZE that does not fit) takes the streaming path (GzipSource), which also says where a stream
+// breaks; libdeflate's errors name no offset.
+std::optional<std::vector<uint8_t>> inflate_whole(const std::string& path, uint64_t size) {
+  constexpr uint64_t kTrailer = 8, kMinGzip = 18;  // header 10 + trailer 8
+  if (size < kMinGzip || size > (uint64_t{1} << 32)) return std::nullopt;
+  std::vector<uint8_t> in(static_cast<size_t>(size));
+  {
+    FileSource file(path);
+    if (read_full(file, in.data(), in.size()) != in.size()) return std::nullopt;
+  }
+  const uint8_t* t = in.data() + in.size() - kTrailer + 4;
+  const uint64_t isize = uint64_t{t[0]} | uint64_t{t[1]} << 8 | uint64_t{t[2]} << 16 | uint64_t{t[3]} << 24;
+  if (isize > 1032 * size + 1024) return std::nullopt;  // more than deflate can expand to: damaged
+  std::vector<uint8_t> out(static_cast<size_t>(isize));
+  std::unique_ptr<libdeflate_decompressor, void (*)(libdeflate_decompressor*)> d(libdeflate_alloc_decompressor(),
+                                                                                 libdeflate_free_decompressor);
+  if (d == nullptr) return std::nullopt;
+  size_t in_used = 0, out_len = 0;
+  const libdeflate_result rc =
+      libdeflate_gzip_decompress_ex(d.get(), in.data(), in.size(), out.data(), out.size(), &in_used, &out_len);
+  if (rc != LIBDEFLATE_SUCCESS || in_used != in.size() || out_len != out.size()) return std::nullopt;
+  return out;
+}
+
+// ---- the parser ----
 
 struct Header {
   uint32_t magic = 0;
@@ -279,6 +310,29 @@ IdxArray read_known(Source& src, const Header& h, uint64_t remaining, const std:
   EMBER_CHECK(got == data.size(), name, ": truncated IDX data: expected ", data.size(), " bytes, got ", got,
               " (was the file changed while being read?)");
   return make_array(h, std::move(data));
+}
+
+// zlib's deflate expands data at most ~1032:1; a header declaring more than that for a gzip file
+// of `size` bytes cannot be right, and is refused before anything is allocated for it.
+void check_gzip_bound(const Header& h, uint64_t size, const std::string& name) {
+  const uint64_t bound = 1032 * size + 1024;
+  EMBER_CHECK(h.payload_bytes <= bound, name, ": the IDX header declares ", declared(h), ", but a gzip file of ", size,
+              " bytes decompresses to at most ~", bound, " bytes");
+}
+
+// The payload of a whole decompressed gzip file of `size` bytes (header included) in `bytes`,
+// checked as the streaming path checks it, kept without a copy of its payload.
+IdxArray read_whole(std::vector<uint8_t> bytes, uint64_t size, uint32_t expected_magic, const std::string& name) {
+  MemorySource src(bytes);
+  Header h = read_header(src, name, expected_magic);
+  check_gzip_bound(h, size, name);
+  const uint64_t remaining = bytes.size() - h.header_bytes;
+  EMBER_CHECK(remaining >= h.payload_bytes, name, ": truncated IDX data: the header declares ", declared(h),
+              ", expected ", h.payload_bytes, " bytes, got ", remaining);
+  EMBER_CHECK(remaining == h.payload_bytes, name, ": unexpected bytes after the IDX data: the header declares ",
+              declared(h), " but the stream continues (wrong dims, or two files joined?)");
+  bytes.erase(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(h.header_bytes));
+  return make_array(h, std::move(bytes));
 }
 
 // The payload of a stream of unknown length: collected as it arrives, never reserved from the
@@ -396,13 +450,11 @@ IdxArray read_idx(const std::string& path, IdxCompression compression, uint32_t 
                 head_n > 0 ? hex_bytes(head, head_n) : std::string("nothing (it is empty)"),
                 head_n == 4 && head[0] == 0 && head[1] == 0 ? " (a raw IDX header: the file is not compressed)"
                                                             : " (gzip files start with 1f 8b)");
+    if (std::optional<std::vector<uint8_t>> whole = inflate_whole(path, size))
+      return read_whole(std::move(*whole), size, expected_magic, path);
     GzipSource src(path);
     Header h = read_header(src, path, expected_magic);
-    // zlib's deflate expands data at most ~1032:1; a header declaring more than that cannot be
-    // right, and is refused before anything is allocated for it.
-    const uint64_t bound = 1032 * size + 1024;
-    EMBER_CHECK(h.payload_bytes <= bound, path, ": the IDX header declares ", declared(h), ", but a gzip file of ",
-                size, " bytes decompresses to at most ~", bound, " bytes");
+    check_gzip_bound(h, size, path);
     return read_stream(src, h, path);
   }
   FileSource src(path);

@@ -8,7 +8,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   catch2                 # tests (Catch2 v2)
   libbenchmark-dev       # bench_ops
-  zlib1g-dev             # gzip'd IDX files
+  zlib1g-dev             # gzip'd IDX files (streamed), PNG
+  libdeflate-dev         # gzip'd IDX files inflated in one call (data/idx.cpp)
   nlohmann-json3-dev     # safetensors headers, JSON logs
   libstb-dev             # ImageFolder decoding (stb_image)
   libcli11-dev           # command lines of the programs
