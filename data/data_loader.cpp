@@ -506,6 +506,30 @@ std::optional<Batch> DataLoader::next_resident(Run& r) {
   return out;
 }
 
+bool DataLoader::take_indices(const Tensor& dst, int64_t k) {
+  EMBER_CHECK(resident_ && run_ != nullptr,
+              "DataLoader::take_indices: needs a device-resident dataset and a running epoch (start_epoch())");
+  Run& r = *run_;
+  const int64_t b = r.consumed, bs = o_.batch_size_;
+  if (k < 1 || b + k > static_cast<int64_t>(r.batches.size())) return false;
+  for (int64_t j = b; j < b + k; ++j)
+    if (static_cast<int64_t>(r.batches[static_cast<size_t>(j)].size()) != bs) return false;
+  EMBER_CHECK(dst.dtype() == DType::i64 && dst.device() == o_.device_ && dst.is_contiguous() && dst.numel() >= k * bs,
+              "DataLoader::take_indices: dst must be a contiguous i64 tensor of at least ", k * bs, " on ", o_.device_,
+              ", got ", dst.describe());
+  autograd::NoGradGuard no_grad;
+  const cuda::Stream stream = cuda::current_stream(o_.device_.index);
+  if (stream != r.upload_stream) {  // as next_resident: the order was uploaded on another stream
+    r.uploaded.block(stream);
+    cuda::record_stream(r.order_device.storage()->data(), stream);
+  }
+  Tensor window = dst.slice(0, 0, k * bs);
+  copy_(window, r.order_device.slice(0, b * bs, (b + k) * bs), /*non_blocking=*/true);
+  r.consumed = b + k;
+  stats_.batches += k;
+  return true;
+}
+
 bool DataLoader::await_batch(Run& r, Slot& slot, int64_t b, std::string& error) {
   if (r.workers == 0) {
     slot.batch = b;

@@ -202,6 +202,11 @@ class DataLoader {
   std::optional<Batch> next();
   // Abandons the running epoch, if any, and joins its threads.
   void stop_epoch();
+  // Device-resident datasets: instead of the next k batches, the dataset indices they hold, copied
+  // into dst[0, k * batch_size) (i64 on the loader's device, stream-ordered) for a caller that
+  // gathers them itself, as next() would (a CUDA graph of k training steps). False, and nothing
+  // taken, when fewer than k full batches are left in the epoch.
+  bool take_indices(const Tensor& dst, int64_t k);
   bool running() const { return run_ != nullptr; }
 
   const DataLoaderOptions& options() const { return o_; }

@@ -141,6 +141,12 @@ void Optimizer::upload(HyperSlot& s, const std::vector<double>& values) {
 }
 
 Tensor Optimizer::hyper(size_t group, Device device) {
+  if (row_ >= 0) {
+    HyperSlot& s = slot(group, device);
+    EMBER_CHECK(s.rows.defined() && row_ < s.rows.size(0), name_, ": hyperparameter row ", row_,
+                " of a group without rows (make_hyper_rows first)");
+    return s.rows.select(0, row_);
+  }
   std::vector<double> values = hyper_values(groups_.at(group).options());
   HyperSlot& s = slot(group, device);
   if (!s.tensor.defined()) {
@@ -158,14 +164,51 @@ Tensor Optimizer::ticket(size_t group, Device device) {
 
 Tensor Optimizer::hyperparameter_tensor(size_t group, Device device) { return hyper(group, device); }
 
-void Optimizer::sync_hyperparameters() {
+void Optimizer::for_each_slot(const std::function<void(size_t, Device)>& f) const {
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::set<int> devices;
     for (const Tensor& p : groups_[g].params()) {
       Device d = p.device();
-      if (devices.insert(static_cast<int>(d.type) * 256 + d.index).second) hyper(g, d);
+      if (devices.insert(static_cast<int>(d.type) * 256 + d.index).second) f(g, d);
     }
   }
+}
+
+void Optimizer::sync_hyperparameters() {
+  for_each_slot([&](size_t g, Device d) { hyper(g, d); });
+}
+
+void Optimizer::make_hyper_rows(int64_t rows) {
+  EMBER_CHECK(rows >= 1 && row_ < 0, name_, ": make_hyper_rows(", rows, ") needs rows >= 1, outside use_hyper_row");
+  for_each_slot([&](size_t g, Device d) {
+    const auto k = static_cast<int64_t>(hyper(g, d).numel());
+    HyperSlot& s = slot(g, d);
+    s.rows = empty({rows, k}, TensorOptions(DType::f64).device(d));
+    s.staged.assign(static_cast<size_t>(rows * k), 0.0);
+  });
+}
+
+void Optimizer::use_hyper_row(int64_t row) { row_ = row; }
+
+void Optimizer::stage_hyper_row(int64_t row) {
+  for_each_slot([&](size_t g, Device d) {
+    HyperSlot& s = slot(g, d);
+    const std::vector<double> values = hyper_values(groups_[g].options());
+    EMBER_CHECK(s.rows.defined() && row >= 0 && row < s.rows.size(0), name_, ": no hyperparameter row ", row);
+    std::copy(values.begin(), values.end(), s.staged.begin() + static_cast<std::ptrdiff_t>(row) * s.rows.size(1));
+  });
+}
+
+void Optimizer::upload_hyper_rows() {
+  for_each_slot([&](size_t g, Device d) {
+    HyperSlot& s = slot(g, d);
+    EMBER_CHECK(s.rows.defined(), name_, ": upload_hyper_rows without make_hyper_rows");
+    // a fresh pinned block per upload, as upload() does: a pending copy's bytes are never overwritten
+    Tensor staging =
+        empty({static_cast<int64_t>(s.staged.size())}, TensorOptions(DType::f64).pinned_memory(d.is_cuda()));
+    std::copy(s.staged.begin(), s.staged.end(), staging.data<double>());
+    s.rows.copy_(staging.reshape(s.rows.shape()), /*non_blocking=*/d.is_cuda());
+  });
 }
 
 Tensor Optimizer::on_device(const Tensor& t, Device device) {

@@ -19,6 +19,7 @@
 // initial_lr). load_state_dict() checks everything before changing anything.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -104,6 +105,17 @@ class Optimizer : public Stateful {
   // The device tensor of group g's hyperparameters on `device` (for graph-mode code and tests).
   Tensor hyperparameter_tensor(size_t group, Device device);
 
+  // Note [hyperparameter rows]: K optimizer steps captured in one CUDA graph must each read their
+  // own hyperparameters (a schedule moves lr every step). With rows, every group's hyperparameters
+  // on each device get a [rows, K] table beside the single tensor: use_hyper_row(j) makes the steps
+  // that follow read row j (capture step j of the graph after it; -1: the single tensor again),
+  // stage_hyper_row(j) keeps the current options' values as row j, upload_hyper_rows() copies the
+  // staged rows to the device before a replay (stream-ordered, no host sync).
+  void make_hyper_rows(int64_t rows);
+  void use_hyper_row(int64_t row);
+  void stage_hyper_row(int64_t row);
+  void upload_hyper_rows();
+
   // Per-parameter state ("exp_avg", "step", ...), empty before the first step.
   const TensorDict& state(const Tensor& param) const;
 
@@ -145,7 +157,11 @@ class Optimizer : public Stateful {
     Tensor tensor;
     Tensor ticket;
     std::vector<double> uploaded;
+    Tensor rows;                 // [rows, K] on the device (Note [hyperparameter rows])
+    std::vector<double> staged;  // the rows' next values, row-major
   };
+  // Calls f(group, device) once for every group and device its parameters are on.
+  void for_each_slot(const std::function<void(size_t, Device)>& f) const;
   HyperSlot& slot(size_t group, Device device);
   void upload(HyperSlot& s, const std::vector<double>& values);
 
@@ -154,6 +170,7 @@ class Optimizer : public Stateful {
   std::unique_ptr<OptimizerOptions> defaults_;
   std::unordered_map<const TensorImpl*, TensorDict> state_;
   std::map<std::pair<size_t, int>, HyperSlot> hyper_;
+  int64_t row_ = -1;  // the row hyper() hands out (-1: the single tensor)
 };
 
 }  // namespace ember::optim
