@@ -236,13 +236,20 @@ TEST_CASE("mnist_train --graph: a failed capture trains its batch eagerly", "[gp
 
 namespace {
 
-// The epoch records of a JSONL log: train loss, validation and test accuracy, epoch by epoch.
-std::vector<std::vector<double>> epoch_records(const std::string& jsonl) {
+// The JSONL records of a run, but the timings: every step record's epoch, step, loss, accuracy and
+// lr, and every epoch record's train loss and accuracy, validation accuracy (-1 without a
+// validation split) and test accuracy, in order.
+std::vector<std::vector<double>> training_records(const std::string& jsonl) {
   std::vector<std::vector<double>> out;
   for (const std::string& l : lines_of(read_file(jsonl))) {
     nlohmann::json j = nlohmann::json::parse(l);
-    if (j["type"] == "epoch")
-      out.push_back({j["train_loss"].get<double>(), j["val_accuracy"].get<double>(), j["test_accuracy"].get<double>()});
+    if (j["type"] == "step")
+      out.push_back({j["epoch"].get<double>(), j["step"].get<double>(), j["loss"].get<double>(),
+                     j["accuracy"].get<double>(), j["lr"].get<double>()});
+    else if (j["type"] == "epoch")
+      out.push_back({j["train_loss"].get<double>(), j["train_accuracy"].get<double>(),
+                     j["val_accuracy"].is_null() ? -1.0 : j["val_accuracy"].get<double>(),
+                     j["test_accuracy"].get<double>()});
   }
   return out;
 }
@@ -291,11 +298,12 @@ TEST_CASE("mnist_train --graph --device-resident: evaluation replayed from graph
   require_success(b);
   CHECK(a.out.find("evaluation passes replayed") == std::string::npos);
   // 3 epochs, a validation and a test pass each: per split 1 eager, 1 captured and 2 replays
-  CHECK(b.out.find("CUDA graph            captured and replayed; 4 evaluation passes replayed") != std::string::npos);
+  CHECK(b.out.find("CUDA graph            captured and replayed;") != std::string::npos);
+  CHECK(b.out.find("; 4 evaluation passes replayed") != std::string::npos);
   CHECK(b.err.find("cannot be captured") == std::string::npos);
-  const auto want = epoch_records(tmp.path() + "/eager.jsonl");
-  REQUIRE(want.size() == 3);
-  CHECK(epoch_records(tmp.path() + "/graphed.jsonl") == want);
+  const auto want = training_records(tmp.path() + "/eager.jsonl");
+  REQUIRE(want.size() >= 3);  // 3 epochs
+  CHECK(training_records(tmp.path() + "/graphed.jsonl") == want);
 }
 
 // A failed capture of an evaluation pass leaves that split eager, with a note, and changes nothing.
@@ -321,7 +329,83 @@ TEST_CASE("mnist_train --graph --device-resident: a failed evaluation capture ev
   require_success(r);
   CHECK(r.out.find("an evaluation pass cannot be captured") != std::string::npos);
   CHECK(r.out.find("2 evaluation passes replayed") != std::string::npos);  // the test split's
-  const auto want = epoch_records(tmp.path() + "/eager.jsonl");
-  REQUIRE(want.size() == 3);
-  CHECK(epoch_records(tmp.path() + "/failed.jsonl") == want);
+  const auto want = training_records(tmp.path() + "/eager.jsonl");
+  REQUIRE(want.size() >= 3);  // 3 epochs
+  CHECK(training_records(tmp.path() + "/failed.jsonl") == want);
+}
+
+namespace {
+
+// Runs `flags` with one step per graph launch and with K steps per launch; both must log the same
+// records, bit for bit, and the second must have run `steps` steps in `launches` launches.
+void check_multi_step(const std::vector<std::string>& flags, const std::string& steps_in_launches) {
+  if (!have_binary()) return;
+  testing::TempDir tmp;
+  const std::string data = tmp.path() + "/data";
+  write_synthetic_set(data, false, 240, 60);
+  auto args = [&](const std::string& log, const std::string& graph_steps) {
+    std::vector<std::string> a = {"--data",
+                                  data,
+                                  "--device",
+                                  "cuda",
+                                  "--workers",
+                                  "0",
+                                  "--quiet",
+                                  "--seed",
+                                  "11",
+                                  "--val-split",
+                                  "0",
+                                  "--graph",
+                                  "--device-resident",
+                                  "--graph-steps",
+                                  graph_steps,
+                                  "--log",
+                                  log};
+    a.insert(a.end(), flags.begin(), flags.end());
+    return a;
+  };
+  const RunResult one = run_app(args(tmp.path() + "/one.jsonl", "1"), tmp.path(), 600);
+  require_success(one);
+  const RunResult many = run_app(args(tmp.path() + "/many.jsonl", "100"), tmp.path(), 600);
+  INFO(EMBER_DESCRIBE_RUN(many));
+  require_success(many);
+  CHECK(one.out.find("launches") == std::string::npos);
+  CHECK(many.out.find("CUDA graph            captured and replayed; " + steps_in_launches) != std::string::npos);
+  CHECK(many.err.find("cannot be captured") == std::string::npos);
+  const auto want = training_records(tmp.path() + "/one.jsonl");
+  REQUIRE(want.size() >= 2);  // a log line and an epoch at least
+  CHECK(training_records(tmp.path() + "/many.jsonl") == want);
+}
+
+}  // namespace
+
+// K optimizer steps per graph launch (multi_step.h) train exactly as one step per launch: the
+// same kernels in the same order, each step reading its own row of the schedule's values. MLP,
+// 240 images in batches of 16 (15 steps an epoch), 2 epochs, a log line every 5 steps: 3 warm-up
+// steps and the one-step graph's capture, 1 more step to the first log line, then launches of 5.
+TEST_CASE("mnist_train --graph --device-resident: K steps per launch equal one step per launch, MLP f32 and bf16",
+          "[gpu][mnist_train]") {
+  SECTION("f32, OneCycle") {
+    check_multi_step({"--model", "mlp", "--batch-size", "16", "--epochs", "2", "--log-interval", "5"},
+                     "25 steps in 5 launches");
+  }
+  SECTION("bf16 autocast, gradient clipping, AdamW") {
+    check_multi_step({"--model", "mlp", "--batch-size", "16", "--epochs", "2", "--log-interval", "5", "--amp", "bf16",
+                      "--clip-grad", "1.0", "--optimizer", "adamw"},
+                     "25 steps in 5 launches");
+  }
+}
+
+// The CNN, f32 and bf16: 8 steps of batch 8, a log line every 4: the warm-up and capture take the
+// first 4, the next 4 are one launch, and the second log line's losses depend on the updates in it.
+TEST_CASE("mnist_train --graph --device-resident: K steps per launch equal one step per launch, CNN",
+          "[gpu][mnist_train]") {
+  const std::vector<std::string> cnn = {"--model",     "cnn", "--batch-size",   "8", "--epochs", "1",
+                                        "--max-steps", "8",   "--log-interval", "4"};
+  SECTION("f32") { check_multi_step(cnn, "4 steps in 1 launch"); }
+  SECTION("bf16 autocast") {
+    std::vector<std::string> bf16 = cnn;
+    bf16.insert(bf16.end(), {"--amp", "bf16"});
+    check_multi_step(bf16, "4 steps in 1 launch");
+  }
 }

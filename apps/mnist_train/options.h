@@ -54,7 +54,8 @@ struct Options {
   int max_nonfinite_steps = 1;          // consecutive NaN/inf losses that stop the run (divergence)
   // speed
   bool graph = false;
-  bool eager_eval = false;  // with --graph --device-resident: evaluate eagerly, not from a graph
+  bool eager_eval = false;    // with --graph --device-resident: evaluate eagerly, not from a graph
+  int64_t graph_steps = 100;  // with --graph --device-resident: optimizer steps per graph launch, at most
   bool autotune = false;
   bool sync_debug = false;
   AmpMode amp = AmpMode::off;

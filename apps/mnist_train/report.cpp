@@ -46,6 +46,9 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
     std::printf("  GPU idle between steps %.1f%% (CUDA events around each step)\n", 100.0 * r.gpu_idle_fraction);
   if (o.graph) {
     std::printf("  CUDA graph            %s", r.graph_used ? "captured and replayed" : "not used");
+    if (r.multi_launches > 0)
+      std::printf("; %lld steps in %lld %s", static_cast<long long>(r.multi_steps),
+                  static_cast<long long>(r.multi_launches), r.multi_launches == 1 ? "launch" : "launches");
     if (r.eval_replays > 0) std::printf("; %lld evaluation passes replayed", static_cast<long long>(r.eval_replays));
     std::printf("\n");
   }

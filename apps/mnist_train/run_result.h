@@ -36,6 +36,8 @@ struct RunResult {
   double data_wait_fraction = 0;  // share of the training time the host waited for the loader
   bool graph_used = false;
   int64_t eval_replays = 0;        // evaluation passes replayed from a CUDA graph (graphed_eval.h)
+  int64_t multi_steps = 0;         // optimizer steps run by K-step graphs (multi_step.h)
+  int64_t multi_launches = 0;      // ... and their launches
   bool has_val = false;            // a validation split was held out (else val_acc means nothing)
   int64_t skipped_steps = 0;       // steps the loss scaler skipped
   std::vector<std::string> notes;  // fallbacks and warnings worth repeating in the summary

@@ -446,6 +446,9 @@ RunResult Trainer::run() {
   r.has_val = splits_.val != nullptr;
   progress_.run_start = now_s();
   upload_device_resident(r);
+  if (o_.graph && o_.graph_steps > 1 && inputs_.train && !dp_.ddp && o_.grad_accum == 1 && !o_.augment &&
+      !o_.sync_every_step && o_.profile.empty())
+    multi_ = std::make_unique<MultiStepGraphs>(device_, o_.batch_size, o_.graph_steps);
   auto loader = make_loader(inputs_.train ? inputs_.train : splits_.train, true);
   plan_run(loader->size());
   if (!o_.resume.empty()) resume_from_checkpoint();
@@ -529,36 +532,32 @@ Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, Ru
   logs_->begin_epoch(epoch, progress_.micro_per_epoch);
   Progress& p = progress_;
   p.micro = 0;
-  for (data::Batch& b : loader) {
+  loader.start_epoch();
+  while (true) {
+    // K steps in one launch once warm (multi_step.h), else one batch
+    if (const int64_t k = multi_step_size(e); k >= 2 && loader.take_indices(multi_->indices(), k)) {
+      timer_.mark();
+      run_multi_step(k);
+      timer_.mark();
+      if (!count_steps(k, k * o_.batch_size, epoch, e, r)) break;
+      continue;
+    }
+    std::optional<data::Batch> b = loader.next();
+    if (!b) break;
     timer_.mark();
     if (profile_) profile_->before_step(p.global_step);
     ++p.micro;
     const bool do_step = p.micro == o_.grad_accum || e.micro + 1 == p.micro_per_epoch;
     if (do_step) p.micro = 0;
-    train_step(b, do_step, r);
+    train_step(*b, do_step, r);
     timer_.mark();
-    ++e.micro;
-    e.samples += b.size();
-    interval_.samples += b.size();
-    ++interval_.steps;
     if (do_step) {
-      ++p.global_step;
-      ++p.steps_here;
       if (learner_.sched) learner_.sched->step();
       if (graph_.captured()) learner_.opt->sync_hyperparameters();  // the next replay reads the new lr
     }
-    if (profile_) profile_->after_step(p.global_step);
-    if (e.micro % o_.log_interval == 0 || e.micro == p.micro_per_epoch) {
-      const auto [loss, correct] = log_interval(r, epoch, e.micro);
-      e.loss += loss;
-      e.correct += correct;
-    }
-    if (guard_.diverged_step() >= 0 || stop_requested()) break;
-    if (o_.max_steps > 0 && p.global_step >= o_.max_steps) {
-      e.max_steps_reached = true;
-      break;
-    }
+    if (!count_steps(1, b->size(), epoch, e, r, do_step)) break;
   }
+  loader.stop_epoch();  // an epoch left early (a stop, --max-steps, divergence)
   if (interval_.steps > 0) {
     const auto [loss, correct] = log_interval(r, epoch, e.micro);
     e.loss += loss;
@@ -566,6 +565,75 @@ Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, Ru
   }
   logs_->end_epoch();
   return e;
+}
+
+// The bookkeeping after `micro` micro-batches of `samples` samples (optimizer steps when
+// `stepped`): the counts, the log line at an interval's end, the profile window; false when the
+// epoch stops here (divergence, a stop signal, --max-steps).
+bool Trainer::count_steps(int64_t micro, int64_t samples, int epoch, EpochStats& e, RunResult& r, bool stepped) {
+  Progress& p = progress_;
+  e.micro += micro;
+  e.samples += samples;
+  interval_.samples += samples;
+  interval_.steps += micro;
+  if (stepped) {
+    p.global_step += micro;
+    p.steps_here += micro;
+  }
+  if (profile_) profile_->after_step(p.global_step);
+  if (e.micro % o_.log_interval == 0 || e.micro == p.micro_per_epoch) {
+    const auto [loss, correct] = log_interval(r, epoch, e.micro);
+    e.loss += loss;
+    e.correct += correct;
+  }
+  if (guard_.diverged_step() >= 0 || stop_requested()) return false;
+  if (o_.max_steps > 0 && p.global_step >= o_.max_steps) {
+    e.max_steps_reached = true;
+    return false;
+  }
+  return true;
+}
+
+// How many steps the next launch may take (multi_step.h): 0 before the one-step graph is captured
+// (the warm-up) or without multi-step graphs, else up to the next log line, the epoch's end and
+// --max-steps, at most --graph-steps.
+int64_t Trainer::multi_step_size(const EpochStats& e) const {
+  if (!multi_ || multi_->failed() || !graph_.captured()) return 0;
+  const Progress& p = progress_;
+  int64_t k = std::min({multi_->max_steps(), o_.log_interval - e.micro % o_.log_interval, p.micro_per_epoch - e.micro});
+  if (o_.max_steps > 0) k = std::min(k, o_.max_steps - p.global_step);
+  return k;
+}
+
+// K optimizer steps in one launch: the schedule's values for each of them staged as a row of the
+// optimizer's hyperparameter table (row j: after j scheduler steps) and uploaded, the graph
+// replayed, the scheduler at its K-th step after it, as K single steps would leave it.
+void Trainer::run_multi_step(int64_t k) {
+  optim::Optimizer& opt = *learner_.opt;
+  if (!hyper_rows_made_) {
+    opt.make_hyper_rows(multi_->max_steps());
+    hyper_rows_made_ = true;
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    if (j > 0 && learner_.sched) learner_.sched->step();
+    opt.stage_hyper_row(j);
+  }
+  opt.upload_hyper_rows();
+  MultiStepGraphs::Hooks h;
+  h.step = [this](const Tensor& ids) {
+    const data::InMemoryDataset& ds = *inputs_.train;
+    Tensor x = normalize_u8(index_select(ds.images(), 0, ids), inputs_.mean, inputs_.std, DType::f32);
+    eager_step(x, index_select(ds.labels(), 0, ids), true);
+  };
+  h.use_row = [&opt](int64_t row) { opt.use_hyper_row(row); };
+  h.capture_start = [&opt] { opt.zero_grad(true); };
+  h.after_failure = [this, &opt] {
+    if (learner_.scaler) learner_.scaler->discard_step();
+    opt.zero_grad(true);
+  };
+  multi_->run(k, h);
+  if (learner_.sched) learner_.sched->step();
+  opt.sync_hyperparameters();  // a one-step replay after this one reads the new lr
 }
 
 std::pair<double, double> Trainer::log_interval(RunResult& r, int epoch, int64_t step_in_epoch) {
@@ -698,6 +766,11 @@ void Trainer::finish_run(RunResult& r) {
   r.notes.insert(r.notes.end(), notes_.begin(), notes_.end());
   r.notes.insert(r.notes.end(), eval_graphs_.notes().begin(), eval_graphs_.notes().end());
   r.eval_replays = eval_graphs_.replays();
+  if (multi_) {
+    r.multi_steps = multi_->steps();
+    r.multi_launches = multi_->launches();
+    r.notes.insert(r.notes.end(), multi_->notes().begin(), multi_->notes().end());
+  }
   r.steps = p.global_step;
   r.train_seconds = p.train_total;
   r.samples_per_s = dp_.world() * static_cast<double>(r.samples) / std::max(p.train_total, 1e-9);

@@ -1,6 +1,7 @@
 // The training loop of mnist_train: Trainer::run reads top to bottom (plan, resume, per epoch the
 // steps, then evaluation, the epoch's record and checkpoint); the parts it is made of live beside
-// it: the graphed step and evaluation (graphed_step.h, graphed_eval.h), the divergence guard (nonfinite_guard.h), the
+// it: the graphed step, K steps per launch and evaluation (graphed_step.h, multi_step.h,
+// graphed_eval.h), the divergence guard (nonfinite_guard.h), the
 // step timer (step_timer.h), the records (run_logs.h), the profile window (profile_window.h), the side outputs and stop
 // signals (outputs.h, stop_signals.h).
 //
@@ -18,6 +19,7 @@
 #include "amp/grad_scaler.h"
 #include "apps/mnist_train/graphed_eval.h"
 #include "apps/mnist_train/graphed_step.h"
+#include "apps/mnist_train/multi_step.h"
 #include "apps/mnist_train/nonfinite_guard.h"
 #include "apps/mnist_train/options.h"
 #include "apps/mnist_train/outputs.h"
@@ -116,6 +118,9 @@ class Trainer {
   void resume_from_checkpoint();
   void note_graph_limits(RunResult& r) const;
   EpochStats train_epoch(ember::data::DataLoader& loader, int epoch, RunResult& r);
+  bool count_steps(int64_t micro, int64_t samples, int epoch, EpochStats& e, RunResult& r, bool stepped = true);
+  int64_t multi_step_size(const EpochStats& e) const;
+  void run_multi_step(int64_t k);
   // Reads the device sums (the one host sync of an interval), logs, resets them; returns the
   // interval's (loss sum, correct count).
   std::pair<double, double> log_interval(RunResult& r, int epoch, int64_t step_in_epoch);
@@ -143,6 +148,8 @@ class Trainer {
   DataParallel dp_;
   GraphedStep graph_;
   GraphedEval eval_graphs_;
+  std::unique_ptr<MultiStepGraphs> multi_;  // --graph --device-resident: K steps per launch
+  bool hyper_rows_made_ = false;
   NonFiniteGuard guard_;
   StepTimer timer_;
   Interval interval_;

@@ -1,0 +1,69 @@
+#include "apps/mnist_train/multi_step.h"
+
+#include <cstdio>
+
+#include "core/cuda/runtime.h"
+#include "core/runtime.h"
+#include "kernels/functional.h"
+
+namespace mnist {
+
+using namespace ember;
+
+MultiStepGraphs::MultiStepGraphs(Device device, int64_t batch_size, int64_t max_steps)
+    : device_(device),
+      batch_size_(batch_size),
+      max_steps_(max_steps),
+      indices_(empty({max_steps * batch_size}, TensorOptions(DType::i64).device(device))) {}
+
+// The K steps one after another, step j reading hyperparameter row j.
+void MultiStepGraphs::steps_of(int64_t k, const Hooks& hooks) {
+  for (int64_t j = 0; j < k; ++j) {
+    hooks.use_row(j);
+    hooks.step(indices_.slice(0, j * batch_size_, (j + 1) * batch_size_));
+  }
+  hooks.use_row(-1);
+}
+
+bool MultiStepGraphs::capture(int64_t k, const Hooks& hooks) {
+  {
+    runtime::AllowSyncScope allow;  // the eager work queued so far must not be captured
+    cuda::device_synchronize(device_.index);
+  }
+  auto graph = std::make_unique<cuda::Graph>();
+  try {
+    graph->capture_begin(cuda::current_stream(device_.index));
+    hooks.capture_start();
+    steps_of(k, hooks);
+    graph->capture_end();
+  } catch (const std::exception& e) {
+    hooks.use_row(-1);
+    hooks.after_failure();
+    failed_ = true;
+    notes_.push_back("--graph: a graph of " + std::to_string(k) + " steps cannot be captured (" + e.what() +
+                     "); ran one step per launch");
+    std::fprintf(stderr,
+                 "mnist_train: --graph: a graph of %lld steps cannot be captured (%s); continuing with one "
+                 "step per launch\n",
+                 static_cast<long long>(k), e.what());
+    return false;
+  }
+  graphs_[k] = std::move(graph);
+  return true;
+}
+
+void MultiStepGraphs::run(int64_t k, const Hooks& hooks) {
+  if (!failed_ && graphs_.count(k) == 0 && !capture(k, hooks)) {
+    steps_of(k, hooks);  // the steps the capture did not train, eagerly
+    return;
+  }
+  if (failed_) {
+    steps_of(k, hooks);
+    return;
+  }
+  graphs_.at(k)->replay();
+  steps_ += k;
+  ++launches_;
+}
+
+}  // namespace mnist
