@@ -924,7 +924,8 @@ TEST_CASE("mnist_train: the ablation on the CPU prints its table and the skipped
   CHECK(rows == 7);
   for (const char* skipped : {"skipped: + pinned memory, non-blocking copies: needs a CUDA device",
                               "skipped: + device-resident uint8 data, normalised on the GPU: needs a CUDA device",
-                              "skipped: + CUDA graph: needs a CUDA device"})
+                              "skipped: + CUDA graph (one step per launch): needs a CUDA device",
+                              "skipped: + many steps per graph launch (up to the log interval): needs a CUDA device"})
     CHECK(r.out.find(skipped) != std::string::npos);
   CHECK(r.out.find("+ mixed precision (bf16 autocast on the CPU)") != std::string::npos);
 }

@@ -18,15 +18,13 @@ struct Rung {
   bool needs_gpu = false;
 };
 
-}  // namespace
-
-int run_ablation(const Options& base, Device device, const Splits& splits) {
-  const bool gpu = device.is_cuda();
+// The ladder: each rung adds one technique to the one above.
+std::vector<Rung> ablation_rungs(const Options& base, bool gpu) {
   const int64_t big_batch = 512;
   // lr scaling for the larger batch: linear for SGD, square root for the Adam family
   const double scale = base.optimizer == OptimizerKind::sgd ? static_cast<double>(big_batch) / 64.0
                                                             : std::sqrt(static_cast<double>(big_batch) / 64.0);
-  std::vector<Rung> rungs = {
+  return {
       {"baseline (see above)",
        [](Options& o) {
          o.workers = 0;
@@ -36,6 +34,7 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
          o.zero_grad_to_none = false;
          o.sync_every_step = true;
          o.graph = false;
+         o.graph_steps = 1;
          o.autotune = false;
          o.measured_cpu_defaults = false;  // ember's fixed kernels until the autotune rung
          o.device_resident = false;
@@ -43,7 +42,7 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
       {"+ 4 worker threads", [](Options& o) { o.workers = 4; }},
       {"+ pinned memory, non-blocking copies", [](Options& o) { o.pin_memory = true; }, true},
       {str("+ batch ", big_batch, " (lr x", scale, ")"),
-       [&](Options& o) {
+       [big_batch, scale, &base](Options& o) {
          o.batch_size = big_batch;
          o.lr = base.lr * scale;
        }},
@@ -51,11 +50,19 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
       {"+ gradients set to none", [](Options& o) { o.zero_grad_to_none = true; }},
       {"+ no host sync in the step (read once per interval)", [](Options& o) { o.sync_every_step = false; }},
       {"+ autotuned kernels", [](Options& o) { o.autotune = true; }},
-      {"+ CUDA graph", [](Options& o) { o.graph = true; }, true},
+      {"+ CUDA graph (one step per launch)", [](Options& o) { o.graph = true; }, true},
+      {"+ many steps per graph launch (up to the log interval)",
+       [&base](Options& o) { o.graph_steps = base.graph_steps; }, true},
       {gpu ? "+ mixed precision (bf16 autocast)" : "+ mixed precision (bf16 autocast on the CPU)",
        [](Options& o) { o.amp = AmpMode::bf16; }},
   };
+}
 
+}  // namespace
+
+int run_ablation(const Options& base, Device device, const Splits& splits) {
+  const bool gpu = device.is_cuda();
+  const std::vector<Rung> rungs = ablation_rungs(base, gpu);
   std::printf("ablation: model %s, %lld optimizer steps per rung, %s on %s\n", name(base.model),
               static_cast<long long>(base.ablation_steps), name(base.optimizer), device.str().c_str());
   std::printf(
