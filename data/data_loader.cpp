@@ -485,24 +485,33 @@ std::optional<Batch> DataLoader::next_resident(Run& r) {
     run_.reset();
     return std::nullopt;
   }
-  const auto* mem = static_cast<const InMemoryDataset*>(dataset_.get());
   const int64_t start = b * o_.batch_size_;
   const auto n = static_cast<int64_t>(r.batches[static_cast<size_t>(b)].size());
-  autograd::NoGradGuard no_grad;
+  order_on_current_stream(r);
+  Batch out = gather(r.order_device.slice(0, start, start + n));
+  out.indices = std::move(r.batches[static_cast<size_t>(b)]);
+  out.index = b;
+  r.consumed = b + 1;
+  return out;
+}
+
+// Iterating on another stream than the one the epoch's order was uploaded on: that stream waits
+// for the upload, and the order's memory is marked as used there.
+void DataLoader::order_on_current_stream(Run& r) {
   const cuda::Stream stream = cuda::current_stream(o_.device_.index);
-  if (stream != r.upload_stream) {
-    // iterating on another stream than the one the order was uploaded on
-    r.uploaded.block(stream);
-    cuda::record_stream(r.order_device.storage()->data(), stream);
-  }
-  Tensor ids = r.order_device.slice(0, start, start + n);
+  if (stream == r.upload_stream) return;
+  r.uploaded.block(stream);
+  cuda::record_stream(r.order_device.storage()->data(), stream);
+}
+
+Batch DataLoader::gather(const Tensor& ids) const {
+  EMBER_CHECK(resident_, "DataLoader::gather: needs a device-resident dataset");
+  const auto* mem = static_cast<const InMemoryDataset*>(dataset_.get());
+  autograd::NoGradGuard no_grad;
   Batch out;
   out.images = index_select(mem->images(), 0, ids);
   out.labels = index_select(mem->labels(), 0, ids);
   if (convert_) out.images = normalize_u8(out.images, mean_, std_, out_dtype_);
-  out.indices = std::move(r.batches[static_cast<size_t>(b)]);
-  out.index = b;
-  r.consumed = b + 1;
   return out;
 }
 
@@ -518,11 +527,7 @@ bool DataLoader::take_indices(const Tensor& dst, int64_t k) {
               "DataLoader::take_indices: dst must be a contiguous i64 tensor of at least ", k * bs, " on ", o_.device_,
               ", got ", dst.describe());
   autograd::NoGradGuard no_grad;
-  const cuda::Stream stream = cuda::current_stream(o_.device_.index);
-  if (stream != r.upload_stream) {  // as next_resident: the order was uploaded on another stream
-    r.uploaded.block(stream);
-    cuda::record_stream(r.order_device.storage()->data(), stream);
-  }
+  order_on_current_stream(r);
   Tensor window = dst.slice(0, 0, k * bs);
   copy_(window, r.order_device.slice(0, b * bs, (b + k) * bs), /*non_blocking=*/true);
   r.consumed = b + k;

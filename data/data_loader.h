@@ -207,6 +207,9 @@ class DataLoader {
   // gathers them itself, as next() would (a CUDA graph of k training steps). False, and nothing
   // taken, when fewer than k full batches are left in the epoch.
   bool take_indices(const Tensor& dst, int64_t k);
+  // Device-resident datasets: the batch of these dataset indices (i64 on the device), gathered and
+  // converted as next() makes its batches (no `indices`, `index` 0).
+  Batch gather(const Tensor& ids) const;
   bool running() const { return run_ != nullptr; }
 
   const DataLoaderOptions& options() const { return o_; }
@@ -216,6 +219,7 @@ class DataLoader {
  private:
   struct Run;
   struct Slot;
+  void order_on_current_stream(Run& r);
   void worker_main(Run& run, int worker);  // the thread's function: catches everything
   void worker_loop(Run& run, int worker);
   bool fill(Run& run, Slot& slot, int64_t batch, int worker, std::string& error);

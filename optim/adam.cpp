@@ -79,7 +79,8 @@ void AdamBase::step(const GradScaling& scaling) {
         if (o.amsgrad()) vmax.push_back(st.at("max_exp_avg_sq"));
         steps.push_back(st.at("step"));
       }
-      adam_step(hyper(gi, b.device), b.params, b.grads, m, v, vmax, steps, decoupled_, o.maximize(),
+      const Tensor h = hyper(gi, b.device);  // first: it makes the slot the ticket lives in
+      adam_step(h, b.params, b.grads, m, v, vmax, steps, decoupled_, o.maximize(),
                 on_device(scaling.found_inf, b.device), on_device(scaling.inv_scale, b.device), ticket(gi, b.device));
     }
   }

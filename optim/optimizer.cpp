@@ -157,10 +157,7 @@ Tensor Optimizer::hyper(size_t group, Device device) {
   return s.tensor;
 }
 
-Tensor Optimizer::ticket(size_t group, Device device) {
-  hyper(group, device);
-  return slot(group, device).ticket;
-}
+Tensor Optimizer::ticket(size_t group, Device device) { return slot(group, device).ticket; }
 
 Tensor Optimizer::hyperparameter_tensor(size_t group, Device device) { return hyper(group, device); }
 

@@ -146,8 +146,9 @@ class Optimizer : public Stateful {
   std::vector<Bucket> buckets(size_t group) const;
   // The hyper tensor of group g on device, with its current values uploaded.
   Tensor hyper(size_t group, Device device);
-  // Group g's ticket on a CUDA device (int32 [1], 0 at rest), made with its hyper tensor: the
-  // step op's update kernel counts the steps with it (kernels/ops/optim.h); undefined on the CPU.
+  // Group g's ticket on a CUDA device (int32 [1], 0 at rest), made with its hyper tensor (call
+  // hyper() first): the step op's update kernel counts the steps with it (kernels/ops/optim.h);
+  // undefined on the CPU.
   Tensor ticket(size_t group, Device device);
   // found_inf / inv_scale moved to `device` if they live elsewhere.
   static Tensor on_device(const Tensor& t, Device device);

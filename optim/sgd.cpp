@@ -75,8 +75,9 @@ void SGD::step(const GradScaling& scaling) {
           steps.push_back(st.at("step"));
         }
       }
-      sgd_step(hyper(gi, b.device), b.params, b.grads, bufs, steps, o.nesterov(), o.maximize(),
-               on_device(scaling.found_inf, b.device), on_device(scaling.inv_scale, b.device), ticket(gi, b.device));
+      const Tensor h = hyper(gi, b.device);  // first: it makes the slot the ticket lives in
+      sgd_step(h, b.params, b.grads, bufs, steps, o.nesterov(), o.maximize(), on_device(scaling.found_inf, b.device),
+               on_device(scaling.inv_scale, b.device), ticket(gi, b.device));
     }
   }
 }

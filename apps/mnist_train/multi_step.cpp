@@ -53,12 +53,9 @@ bool MultiStepGraphs::capture(int64_t k, const Hooks& hooks) {
 }
 
 void MultiStepGraphs::run(int64_t k, const Hooks& hooks) {
-  if (!failed_ && graphs_.count(k) == 0 && !capture(k, hooks)) {
+  EMBER_CHECK(!failed_, "MultiStepGraphs::run after a failed capture");
+  if (graphs_.count(k) == 0 && !capture(k, hooks)) {
     steps_of(k, hooks);  // the steps the capture did not train, eagerly
-    return;
-  }
-  if (failed_) {
-    steps_of(k, hooks);
     return;
   }
   graphs_.at(k)->replay();

@@ -43,8 +43,9 @@ class MultiStepGraphs {
   // The buffer the loader copies the next K batches' indices into (DataLoader::take_indices).
   const ember::Tensor& indices() const { return indices_; }
   // Runs the K steps whose indices are in indices() and whose hyperparameter rows are uploaded:
-  // replays the graph of K steps, capturing it first if there is none; after a failed capture,
-  // runs them eagerly (nothing is lost but time) and never captures again.
+  // replays the graph of K steps, capturing it first if there is none. A failed capture runs
+  // them eagerly (nothing is lost but time) and sets failed(): the caller then keeps to one step
+  // per launch and calls run no more.
   void run(int64_t k, const Hooks& hooks);
   // Optimizer steps run by replays of K-step graphs, and the replays.
   int64_t steps() const { return steps_; }

@@ -537,7 +537,7 @@ Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, Ru
     // K steps in one launch once warm (multi_step.h), else one batch
     if (const int64_t k = multi_step_size(e); k >= 2 && loader.take_indices(multi_->indices(), k)) {
       timer_.mark();
-      run_multi_step(k);
+      run_multi_step(k, loader);
       timer_.mark();
       if (!count_steps(k, k * o_.batch_size, epoch, e, r)) break;
       continue;
@@ -608,7 +608,7 @@ int64_t Trainer::multi_step_size(const EpochStats& e) const {
 // K optimizer steps in one launch: the schedule's values for each of them staged as a row of the
 // optimizer's hyperparameter table (row j: after j scheduler steps) and uploaded, the graph
 // replayed, the scheduler at its K-th step after it, as K single steps would leave it.
-void Trainer::run_multi_step(int64_t k) {
+void Trainer::run_multi_step(int64_t k, const data::DataLoader& loader) {
   optim::Optimizer& opt = *learner_.opt;
   if (!hyper_rows_made_) {
     opt.make_hyper_rows(multi_->max_steps());
@@ -620,10 +620,9 @@ void Trainer::run_multi_step(int64_t k) {
   }
   opt.upload_hyper_rows();
   MultiStepGraphs::Hooks h;
-  h.step = [this](const Tensor& ids) {
-    const data::InMemoryDataset& ds = *inputs_.train;
-    Tensor x = normalize_u8(index_select(ds.images(), 0, ids), inputs_.mean, inputs_.std, DType::f32);
-    eager_step(x, index_select(ds.labels(), 0, ids), true);
+  h.step = [this, &loader](const Tensor& ids) {
+    const data::Batch b = loader.gather(ids);  // the batch next() would have made
+    eager_step(b.images, b.labels, true);
   };
   h.use_row = [&opt](int64_t row) { opt.use_hyper_row(row); };
   h.capture_start = [&opt] { opt.zero_grad(true); };

@@ -120,7 +120,7 @@ class Trainer {
   EpochStats train_epoch(ember::data::DataLoader& loader, int epoch, RunResult& r);
   bool count_steps(int64_t micro, int64_t samples, int epoch, EpochStats& e, RunResult& r, bool stepped = true);
   int64_t multi_step_size(const EpochStats& e) const;
-  void run_multi_step(int64_t k);
+  void run_multi_step(int64_t k, const ember::data::DataLoader& loader);
   // Reads the device sums (the one host sync of an interval), logs, resets them; returns the
   // interval's (loss sum, correct count).
   std::pair<double, double> log_interval(RunResult& r, int epoch, int64_t step_in_epoch);
