@@ -136,6 +136,13 @@ Tensor log_softmax_backward(const Tensor& grad, const Tensor& y, int64_t dim);
 // logits [N, C] or [N, C, d1, ...] (class dim 1) or [C]; target i64/i32 class indices [N] /
 // [N, d1, ...] / []. The result is a device tensor: nothing here synchronises the host.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o = {});
+// cross_entropy for the loss a backward() starts from, called with `grad` (the loss's shape; the
+// logits' floating dtype, f32 under autocast; not requiring grad): the logits' gradient is computed
+// in the same pass (one launch on CUDA at MNIST sizes) and handed over when backward(grad) reaches
+// the loss. Any other gradient reaching it is still exact (op cross_entropy_with_grad, loss.h).
+// Without grad mode or a logits that requires grad it is cross_entropy.
+Tensor cross_entropy_with_grad(const Tensor& logits, const Tensor& target, const Tensor& grad,
+                               const CrossEntropyOptions& o = {});
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target,
                 const CrossEntropyOptions& o = {});  // label_smoothing must be 0
 // input and target broadcast together (like PyTorch, which warns).

@@ -7,12 +7,13 @@
 
 namespace ember::nn::functional {
 
-using ember::adaptive_avg_pool2d;  // (x, output_size)
-using ember::avg_pool2d;           // (x, kernel, stride, padding, count_include_pad)
-using ember::batch_norm;           // (x, weight, bias, running_mean, running_var, training, momentum, eps)
-using ember::conv2d;               // (x, weight, bias, Conv2dFuncOptions)
-using ember::cross_entropy;        // (logits, target, CrossEntropyOptions)
-using ember::dropout;              // (x, p, training)
+using ember::adaptive_avg_pool2d;      // (x, output_size)
+using ember::avg_pool2d;               // (x, kernel, stride, padding, count_include_pad)
+using ember::batch_norm;               // (x, weight, bias, running_mean, running_var, training, momentum, eps)
+using ember::conv2d;                   // (x, weight, bias, Conv2dFuncOptions)
+using ember::cross_entropy;            // (logits, target, CrossEntropyOptions)
+using ember::cross_entropy_with_grad;  // (logits, target, the gradient backward() will get, options)
+using ember::dropout;                  // (x, p, training)
 using ember::gelu;
 using ember::linear;  // (x, weight [out, in], bias, activation)
 using ember::log_softmax;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/autograd/node.h"
 #include "core/rng.h"
 #include "kernels/functional.h"
 #include "kernels/ops/random.h"
@@ -129,6 +130,58 @@ TEST_CASE("cross_entropy shapes, reductions and empty batches", "[loss]") {
   CHECK(std::isnan(all_ignored.item()));
   all_ignored.backward();
   for (double g : xl.grad().to_vector<double>()) CHECK(g == 0.0);
+}
+
+TEST_CASE("cross_entropy_with_grad: backward(grad) gets the forward's dx and any other gradient is exact too",
+          "[loss]") {
+  CrossEntropyOptions o;
+  o.weight = ref_weights();
+  o.label_smoothing = 0.1;
+  const Tensor t = tensor_i64({1, 3, 0}, {3});
+  const Tensor g = full({}, 0.7, TensorOptions(DType::f64));
+  auto leaf = [] { return ref_logits().requires_grad_(true); };
+  // the reference: cross_entropy, then backward with the same gradient
+  Tensor xr = leaf(), lr = cross_entropy(xr, t, o);
+  lr.backward(g);
+  const std::vector<double> want = xr.grad().to_vector<double>();
+  {  // the announced gradient: the forward's dx, the same numbers
+    Tensor x = leaf(), loss = cross_entropy_with_grad(x, t, g, o);
+    CHECK(loss.to_vector<double>() == lr.to_vector<double>());
+    loss.backward(g);
+    CHECK(x.grad().to_vector<double>() == want);
+  }
+  {  // another tensor holding the same value: the backward op, the same numbers
+    Tensor x = leaf();
+    cross_entropy_with_grad(x, t, g, o).backward(full({}, 0.7, TensorOptions(DType::f64)));
+    CHECK(x.grad().to_vector<double>() == want);
+  }
+  {  // the loss used twice and scaled: 2 g reaches it, not g
+    Tensor x = leaf(), loss = cross_entropy_with_grad(x, t, g, o);
+    add(loss, loss).backward(g);
+    check_close(x.grad(),
+                std::vector<double>{2 * want[0], 2 * want[1], 2 * want[2], 2 * want[3], 2 * want[4], 2 * want[5],
+                                    2 * want[6], 2 * want[7], 2 * want[8], 2 * want[9], 2 * want[10], 2 * want[11]},
+                1e-15);
+    // the leaf's gradient is its own buffer: clipping it in place leaves the saved dx alone
+    Tensor x2 = leaf(), loss2 = cross_entropy_with_grad(x2, t, g, o);
+    loss2.backward(g, true);
+    x2.grad().mul_(0.0);
+    loss2.backward(g);
+    CHECK(x2.grad().to_vector<double>() == want);
+  }
+  {  // without grad mode, or logits that need no gradient: plain cross_entropy
+    autograd::NoGradGuard ng;
+    CHECK(cross_entropy_with_grad(ref_logits(), t, g, o).to_vector<double>() == lr.to_vector<double>());
+  }
+  // the announced gradient has the loss's shape and dtype and is a constant
+  Tensor x = leaf();
+  CHECK_THROWS_WITH(cross_entropy_with_grad(x, t, full({1}, 1.0, TensorOptions(DType::f64)), o),
+                    Catch::Contains("cross_entropy_with_grad: grad (the gradient the loss's backward will get) must "
+                                    "be f64[] on cpu for reduction mean, got f64[1]"));
+  CHECK_THROWS_WITH(cross_entropy_with_grad(x, t, full({}, 1.0, TensorOptions(DType::f32)), o),
+                    Catch::Contains("must be f64[]"));
+  CHECK_THROWS_WITH(cross_entropy_with_grad(x, t, full({}, 1.0, TensorOptions(DType::f64)).requires_grad_(true), o),
+                    Catch::Contains("requires grad; the announced gradient is a constant of the backward"));
 }
 
 TEST_CASE("cross_entropy and nll_loss reject bad input clearly", "[loss][bad_input]") {

@@ -1,7 +1,7 @@
 // softmax / cross_entropy / dropout on CUDA beyond the generic parity tests: the launch counts
-// the training loop relies on (one kernel for the MNIST-sized forward and backward, counted by
-// capturing the calls into a CUDA graph), no host synchronisation, the device error for a bad
-// target, and dropout's mask equal to the CPU's.
+// the training loop relies on (one kernel for the MNIST-sized forward and backward, one for both
+// with cross_entropy_with_grad, counted by capturing the calls into a CUDA graph), no host
+// synchronisation, the device error for a bad target, and dropout's mask equal to the CPU's.
 #include <catch2/catch.hpp>
 
 #if EMBER_WITH_CUDA
@@ -80,6 +80,32 @@ TEST_CASE("cuda: MNIST-sized cross_entropy forward and backward are one kernel e
   CHECK(kernels_launched_by([&] { softmax(big, 1); }) == 1);
   Tensor h = uniform({1 << 20}, -1, 1, TensorOptions().device(kGPU));
   CHECK(kernels_launched_by([&] { dropout(h, 0.5); }) == 1);
+}
+
+TEST_CASE("cuda: cross_entropy_with_grad is one kernel for the loss and dx and equals the two ops", "[gpu][loss]") {
+  for (int64_t n : {64, 512}) {
+    INFO("batch " << n);
+    Tensor x = logits(n, 10), t = class_targets(n, 10), w = uniform({10}, 0.5, 2, TensorOptions().device(kGPU));
+    Tensor g = full({}, 0.75, TensorOptions().device(kGPU));
+    const LossAttrs a{Reduction::mean, -100, 0.1};
+    std::vector<Tensor> fused = call(OpId::cross_entropy_with_grad, {x, t, w, g}, a);  // warm-up
+    CHECK(kernels_launched_by([&] { call(OpId::cross_entropy_with_grad, {x, t, w, g}, a); }) == 1);
+    std::vector<Tensor> fwd = call(OpId::cross_entropy, {x, t, w}, a);
+    Tensor dx = call1(OpId::cross_entropy_backward, {g, x, t, w, fwd[1]}, a);
+    // the same arithmetic in the same order (Note in kernels/ops/loss.cu): equal bits
+    CHECK(fused[0].cpu().to_vector<float>() == fwd[0].cpu().to_vector<float>());
+    CHECK(fused[1].cpu().to_vector<float>() == fwd[1].cpu().to_vector<float>());
+    CHECK(fused[2].cpu().to_vector<float>() == dx.cpu().to_vector<float>());
+  }
+  // Through autograd: backward(g) with the announced g gets dx without a launch for the loss.
+  Tensor x = logits(128, 10).requires_grad_(true), t = class_targets(128, 10);
+  Tensor g = ones({}, TensorOptions().device(kGPU));
+  cross_entropy_with_grad(x, t, g).backward(g);  // warm-up
+  x.reset_grad();
+  size_t fused = kernels_launched_by([&] { cross_entropy_with_grad(x, t, g).backward(g); });
+  x.reset_grad();
+  size_t separate = kernels_launched_by([&] { cross_entropy(x, t).backward(g); });
+  CHECK(fused + 1 == separate);
 }
 
 TEST_CASE("cuda: the loss path does not synchronise the host", "[gpu][loss]") {

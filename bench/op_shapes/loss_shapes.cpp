@@ -41,6 +41,23 @@ std::vector<BenchCase> cross_entropy_benches() {
   return v;
 }
 
+// cross_entropy_with_grad against cross_entropy + cross_entropy_backward above: the same shapes.
+std::vector<BenchCase> cross_entropy_with_grad_benches() {
+  std::vector<BenchCase> v;
+  for (const BenchShape& b : class_bench_shapes()) {
+    BenchCase bc;
+    bc.name = b.name;
+    bc.attrs = LossAttrs{Reduction::mean, -100, 0};
+    bc.make = [b](Device d) {
+      Tensor x = uniform({b.N, b.C}, -1, 1, TensorOptions().dtype(b.dt).device(d));
+      Tensor t = samples::randint({b.N}, b.C, 7).to(d);
+      return std::vector<Tensor>{x, t, Tensor(), full({}, 1.0, TensorOptions().dtype(b.dt).device(d))};
+    };
+    v.push_back(std::move(bc));
+  }
+  return v;
+}
+
 std::vector<BenchCase> nll_loss_benches() {
   BenchCase bc;
   bc.name = "[512, 10] f32";
@@ -71,6 +88,7 @@ std::vector<BenchCase> mse_backward_benches() {
 
 std::vector<BenchCase> benches_cross_entropy() { return cross_entropy_benches<false>(); }
 std::vector<BenchCase> benches_cross_entropy_backward() { return cross_entropy_benches<true>(); }
+std::vector<BenchCase> benches_cross_entropy_with_grad() { return cross_entropy_with_grad_benches(); }
 std::vector<BenchCase> benches_nll_loss() { return nll_loss_benches(); }
 std::vector<BenchCase> benches_mse_loss() { return mse_benches(); }
 std::vector<BenchCase> benches_mse_loss_backward() { return mse_backward_benches(); }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "core/autograd/node.h"
 #include "kernels/functional.h"
 #include "kernels/ops/dtype_promotion.h"
 #include "kernels/ops/softmax.h"
@@ -65,10 +66,9 @@ std::vector<TensorSpec> class_loss_outputs(const Tensor& x, const Tensor& t, Red
   return {{out, x.dtype(), {}}, {Shape{}, loss_acc_dtype(x.dtype()), {}}};
 }
 
+// (input, target, weight) of op `op` -> (loss, total_weight).
 template <bool kCE>
-std::vector<TensorSpec> infer_class_loss(std::span<const Tensor> in, const Attrs& a) {
-  const char* op = kCE ? "cross_entropy" : "nll_loss";
-  EMBER_CHECK(in.size() == 3, op, ": expects (input, target, weight)");
+std::vector<TensorSpec> infer_class_loss_of(const char* op, std::span<const Tensor> in, const Attrs& a) {
   const LossAttrs& la = a.get<LossAttrs>();
   check_reduction(op, la.reduction);
   EMBER_CHECK(la.label_smoothing >= 0 && la.label_smoothing <= 1, op, ": label_smoothing must be in [0, 1], got ",
@@ -77,6 +77,27 @@ std::vector<TensorSpec> infer_class_loss(std::span<const Tensor> in, const Attrs
               "); use cross_entropy");
   class_loss_geometry(op, in[0], in[1], in[2]);
   return class_loss_outputs(in[0], in[1], la.reduction);
+}
+
+template <bool kCE>
+std::vector<TensorSpec> infer_class_loss(std::span<const Tensor> in, const Attrs& a) {
+  const char* op = kCE ? "cross_entropy" : "nll_loss";
+  EMBER_CHECK(in.size() == 3, op, ": expects (input, target, weight)");
+  return infer_class_loss_of<kCE>(op, in, a);
+}
+
+// (input, target, weight, grad) -> (loss, total_weight, d input).
+std::vector<TensorSpec> infer_cross_entropy_with_grad(std::span<const Tensor> in, const Attrs& a) {
+  const char* op = "cross_entropy_with_grad";
+  EMBER_CHECK(in.size() == 4, op, ": expects (input, target, weight, grad)");
+  std::vector<TensorSpec> out = infer_class_loss_of<true>(op, in.first(3), a);
+  const Tensor &x = in[0], &g = in[3];
+  EMBER_CHECK(g.defined() && g.shape() == out[0].shape && g.dtype() == x.dtype() && g.device() == x.device(), op,
+              ": grad (the gradient the loss's backward will get) must be ", x.dtype(), out[0].shape, " on ",
+              x.device(), " for reduction ", reduction_name(a.get<LossAttrs>().reduction), ", got ",
+              g.defined() ? g.describe() : std::string("undefined"));
+  out.push_back({x.shape(), x.dtype(), {}});
+  return out;
 }
 
 // (grad, input, target, weight, total_weight) -> d input.
@@ -132,6 +153,23 @@ std::vector<Tensor> cross_entropy_vjp(const BackwardCtx& ctx) {
     dx = call1(OpId::cross_entropy_backward, {ctx.grad(0), ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1]},
                *ctx.attrs);
   return {dx, Tensor(), Tensor()};  // no gradient for targets or class weights
+}
+
+// The forward computed dx for the gradient `grad` (input 3); when that very tensor arrives (the
+// backward() the caller announced), dx is the answer. The AccumulateGrad of a leaf copies it, since
+// this node still holds it.
+std::vector<Tensor> cross_entropy_with_grad_vjp(const BackwardCtx& ctx) {
+  Tensor dx;
+  if (ctx.needs_grad(0)) {
+    const Tensor g = ctx.grad(0), &announced = ctx.inputs[3];
+    const bool same = g.defined() && g.data_ptr() == announced.data_ptr() && g.dtype() == announced.dtype() &&
+                      g.shape() == announced.shape() && g.strides() == announced.strides() &&
+                      g.device() == announced.device();
+    dx = same ? ctx.outputs[2]
+              : call1(OpId::cross_entropy_backward, {g, ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1]},
+                      *ctx.attrs);
+  }
+  return {dx, Tensor(), Tensor(), Tensor()};  // none for targets, class weights or the announced grad
 }
 
 std::vector<Tensor> nll_loss_vjp(const BackwardCtx& ctx) {
@@ -202,6 +240,13 @@ Cost cross_entropy_backward_cost(const KernelCall& c) {
   k.flops = 6.0 * static_cast<double>(c.in[1].numel());
   return k;
 }
+// cross_entropy_with_grad: the forward's read of the logits and the backward's write of dx (its
+// second read of each row is an L1/L2 hit in the one-block kernel).
+Cost cross_entropy_with_grad_cost(const KernelCall& c) {
+  Cost k = io_cost(c);
+  k.flops = 10.0 * static_cast<double>(c.in[0].numel());
+  return k;
+}
 // nll_loss reads one element per row, not the whole input.
 Cost nll_loss_cost(const KernelCall& c) {
   const Tensor &x = c.in[0], &t = c.in[1];
@@ -247,6 +292,11 @@ void define_op_cross_entropy_backward(OpInfo& info) {
               infer_class_loss_backward<true>, nullptr, Save::nothing, cross_entropy_backward_cost,
               AutocastPolicy::none, register_cpu_cross_entropy_backward);
 }
+void define_op_cross_entropy_with_grad(OpInfo& info) {
+  define_loss(info, "cross_entropy and, from the same pass, its backward for an announced gradient (the loss last)",
+              infer_cross_entropy_with_grad, cross_entropy_with_grad_vjp, Save::both, cross_entropy_with_grad_cost,
+              AutocastPolicy::fp32, register_cpu_cross_entropy_with_grad);
+}
 void define_op_nll_loss(OpInfo& info) {
   define_loss(info, "negative log likelihood of class indices with weights and ignore_index", infer_class_loss<false>,
               nll_loss_vjp, Save::both, nll_loss_cost, AutocastPolicy::fp32, register_cpu_nll_loss);
@@ -283,6 +333,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   LossAttrs a = loss_attrs("cross_entropy", o);
   Tensor x = promote_to_float(logits);
   return call(OpId::cross_entropy, {x, target, class_weight(o.weight, x)}, a)[0];
+}
+
+Tensor cross_entropy_with_grad(const Tensor& logits, const Tensor& target, const Tensor& grad,
+                               const CrossEntropyOptions& o) {
+  EMBER_CHECK(logits.defined() && target.defined() && grad.defined(),
+              "cross_entropy_with_grad: logits, target and grad must be defined tensors");
+  EMBER_CHECK(!grad.requires_grad(), "cross_entropy_with_grad: grad ", grad.describe(),
+              " requires grad; the announced gradient is a constant of the backward (detach it)");
+  if (!autograd::grad_mode_enabled() || !logits.requires_grad()) return cross_entropy(logits, target, o);
+  LossAttrs a = loss_attrs("cross_entropy_with_grad", o);
+  Tensor x = promote_to_float(logits);
+  return call(OpId::cross_entropy_with_grad, {x, target, class_weight(o.weight, x), grad}, a)[0];
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const CrossEntropyOptions& o) {

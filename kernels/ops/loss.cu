@@ -13,6 +13,10 @@
 // is read once into shared memory/registers and again for the output: same HBM traffic as
 // softmax) and writes (p A - B) * scale; the mean's 1/W comes from the forward's total_weight, a
 // device scalar, so nothing waits for the host.
+// cross_entropy_with_grad (the loss that ends the graph, with the gradient its backward will get):
+//   at the small path's sizes ONE launch: the forward's one block, then the same block writes dx
+//   row by row with the backward's policy and row mapping (the same bits as the backward kernel);
+//   elsewhere the forward's launches, then the backward's.
 // Each registers one variant, `fused` (the automatic row plan). The forward's per-row path for every
 // size (`rows`, `block`) and the backward's forced row plans (`warp`, `block_2pass`,
 // `block_cached`) are the benchmark lab's (bench/lab/loss_lab.cu, through kernels/ops/loss_cuda.h):
@@ -27,6 +31,8 @@
 //
 // Bad targets set the device error word (Note [device errors]); the row gives NaN in the forward and
 // zeros in the backward, and the next synchronisation throws naming the op.
+#include <array>
+
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/cuda_loops.cuh"
@@ -199,11 +205,11 @@ struct CrossEntropyForward : rows::Policy<T, 1, 5, false> {
   }
 };
 
-// One block does every row (groups of G lanes, K elements each) and the mean/sum.
+// One block does every row (groups of G lanes, K elements each) and the mean/sum; thread 0 writes
+// the loss and W.
 template <class P, int K>
-__global__ void __launch_bounds__(1024)
-    ce_small_kernel(P p, int64_t rows, int C, int log2g, Reduction reduction, typename P::T* __restrict__ out,
-                    typename P::Acc* __restrict__ tw) {
+__device__ __forceinline__ void ce_small_loss(const P& p, int64_t rows, int C, int log2g, Reduction reduction,
+                                              typename P::T* __restrict__ out, typename P::Acc* __restrict__ tw) {
   using Acc = typename P::Acc;
   const int G = 1 << log2g;
   const int lane = threadIdx.x & (G - 1);
@@ -231,15 +237,77 @@ __global__ void __launch_bounds__(1024)
 }
 
 template <class P, int K>
-void launch_ce_small(const P& p, int64_t rows, int64_t C, Reduction reduction, typename P::T* out, typename P::Acc* tw,
-                     cudaStream_t stream) {
+__global__ void __launch_bounds__(1024)
+    ce_small_kernel(P p, int64_t rows, int C, int log2g, Reduction reduction, typename P::T* __restrict__ out,
+                    typename P::Acc* __restrict__ tw) {
+  ce_small_loss<P, K>(p, rows, C, log2g, reduction, out, tw);
+}
+
+// cross_entropy_with_grad's one launch: the loss as above, then the same block writes dx with the
+// backward's policy B (whose total_weight points at tw): after the barrier every thread sees W, and
+// each group reads its rows again (L1/L2 hits: the block read them a moment ago) with the backward
+// kernel's row mapping (regs<K>, G lanes per row), so dx equals cross_entropy_backward's bit for bit.
+template <class P, class B, int K>
+__global__ void __launch_bounds__(1024)
+    ce_small_grad_kernel(P p, B b, int64_t rows, int C, int log2g, Reduction reduction, typename P::T* __restrict__ out,
+                         typename P::Acc* __restrict__ tw) {
+  using Acc = typename P::Acc;
+  ce_small_loss<P, K>(p, rows, C, log2g, reduction, out, tw);
+  __syncthreads();  // thread 0's W (and the loss) are visible to the block
+  const int G = 1 << log2g;
+  const int lane = threadIdx.x & (G - 1);
+  const int group = threadIdx.x >> log2g, groups = blockDim.x >> log2g;
+  for (int64_t r0 = 0; r0 < rows; r0 += groups) {  // the same trip count for every thread
+    const int64_t row = r0 + group;
+    const bool active = row < rows;
+    typename B::Row rc{};
+    if (active) rc = b.row(row, row * C);
+    Acc v[K][B::kIn];
+    typename B::Stats st = rows::regs_phase1<B, K>(b, row, active, C, G, lane, rc, v);
+    if (!active) continue;  // after the shuffles, which need every lane
+    EMBER_UNROLL
+    for (int j = 0; j < K; ++j) {
+      const int c = lane + j * G;
+      if (c < C) b.out[row * C + c] = static_cast<typename P::T>(b.value(st, rc, c, v[j]));
+    }
+  }
+}
+
+// G: lanes per row of the one-block kernels (K = 1: pow2ceil(C); else 32), as log2.
+template <int K>
+int ce_small_log2g(int64_t C) {
   int g = 1, log2g = 0;
   const int64_t per_row = K == 1 ? C : 32;
   while (g < per_row && g < 32) {
     g <<= 1;
     ++log2g;
   }
-  cuda::launch(ce_small_kernel<P, K>, 1, 1024, 0, stream, p, rows, static_cast<int>(C), log2g, reduction, out, tw);
+  return log2g;
+}
+
+template <class P, int K>
+void launch_ce_small(const P& p, int64_t rows, int64_t C, Reduction reduction, typename P::T* out, typename P::Acc* tw,
+                     cudaStream_t stream) {
+  cuda::launch(ce_small_kernel<P, K>, 1, 1024, 0, stream, p, rows, static_cast<int>(C), ce_small_log2g<K>(C), reduction,
+               out, tw);
+}
+
+// The forward's policy for logits x, targets t, class weights w (undefined: none); `op` names the
+// op in the device error a bad target raises.
+template <class T, class I>
+CrossEntropyForward<T, I> forward_policy(OpId op, const Tensor& x, const Tensor& t, const Tensor& w,
+                                         const LossAttrs& la) {
+  using Acc = typename CrossEntropyForward<T, I>::Acc;
+  CrossEntropyForward<T, I> p{};
+  p.in[0] = static_cast<const T*>(x.data_ptr());
+  p.target = static_cast<const I*>(t.data_ptr());
+  p.weight = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
+  p.C = class_rows(x).C;
+  p.ignore_index = la.ignore_index;
+  p.eps = static_cast<Acc>(la.label_smoothing);
+  p.err = cuda::device_error_word(x.device().index);
+  p.code = code_of(op);
+  return p;
 }
 
 // The single-block path: rows of at most 128 classes, at most 8 passes of the 1024-thread block
@@ -270,15 +338,7 @@ void cross_entropy_cuda(const KernelCall& c, rows::Plan plan, bool force_rows) {
     EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy", [&] {
       using P = CrossEntropyForward<scalar_t, index_t>;
       using Acc = typename P::Acc;
-      P p{};
-      p.in[0] = static_cast<const scalar_t*>(x.data_ptr());
-      p.target = static_cast<const index_t*>(t.data_ptr());
-      p.weight = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
-      p.C = g.C;
-      p.ignore_index = la.ignore_index;
-      p.eps = static_cast<Acc>(la.label_smoothing);
-      p.err = cuda::device_error_word(x.device().index);
-      p.code = code_of(OpId::cross_entropy);
+      P p = forward_policy<scalar_t, index_t>(c.op, x, t, w, la);
       Acc* twp = static_cast<Acc*>(tw.data_ptr());
       if (la.reduction == Reduction::none) {
         p.mode = 0;
@@ -358,6 +418,30 @@ struct CrossEntropyBackward : rows::Policy<T, 1, 3, true> {
   }
 };
 
+// The backward's policy: dx = (p A - B) s from the gradient g and the forward's total_weight `tw`
+// (a device pointer: the one-block kernel of cross_entropy_with_grad writes it just before).
+template <class T, class I>
+CrossEntropyBackward<T, I> backward_policy(OpId op, const Tensor& g, const Tensor& x, const Tensor& t, const Tensor& w,
+                                           const typename CrossEntropyBackward<T, I>::Acc* tw, const Tensor& dx,
+                                           const LossAttrs& la) {
+  using Acc = typename CrossEntropyBackward<T, I>::Acc;
+  CrossEntropyBackward<T, I> p{};
+  p.in[0] = static_cast<const T*>(x.data_ptr());
+  p.out = static_cast<T*>(dx.data_ptr());
+  p.target = static_cast<const I*>(t.data_ptr());
+  p.weight = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
+  p.grad = static_cast<const T*>(g.data_ptr());
+  p.grad_stride = la.reduction == Reduction::none ? 1 : 0;
+  p.total_weight = tw;
+  p.reduction = la.reduction;
+  p.C = class_rows(x).C;
+  p.ignore_index = la.ignore_index;
+  p.eps = static_cast<Acc>(la.label_smoothing);
+  p.err = cuda::device_error_word(x.device().index);
+  p.code = code_of(op);
+  return p;
+}
+
 void cross_entropy_backward_cuda(const KernelCall& c, rows::Plan plan) {
   const Tensor &g = c.in[0], &x = c.in[1], &t = c.in[2], &w = c.in[3];
   const Tensor& dx = c.out[0];
@@ -368,22 +452,9 @@ void cross_entropy_backward_cuda(const KernelCall& c, rows::Plan plan) {
   Tensor tw = c.in[4].dtype() == acc ? c.in[4] : cast(c.in[4], acc);  // (already so from the forward)
   EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy_backward", [&] {
     EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_backward", [&] {
-      using P = CrossEntropyBackward<scalar_t, index_t>;
-      using Acc = typename P::Acc;
-      P p{};
-      p.in[0] = static_cast<const scalar_t*>(x.data_ptr());
-      p.out = static_cast<scalar_t*>(dx.data_ptr());
-      p.target = static_cast<const index_t*>(t.data_ptr());
-      p.weight = w.defined() ? static_cast<const scalar_t*>(w.data_ptr()) : nullptr;
-      p.grad = static_cast<const scalar_t*>(g.data_ptr());
-      p.grad_stride = la.reduction == Reduction::none ? 1 : 0;
-      p.total_weight = static_cast<const Acc*>(tw.data_ptr());
-      p.reduction = la.reduction;
-      p.C = class_rows(x).C;
-      p.ignore_index = la.ignore_index;
-      p.eps = static_cast<Acc>(la.label_smoothing);
-      p.err = cuda::device_error_word(x.device().index);
-      p.code = code_of(OpId::cross_entropy_backward);
+      using Acc = typename CrossEntropyBackward<scalar_t, index_t>::Acc;
+      const auto p =
+          backward_policy<scalar_t, index_t>(c.op, g, x, t, w, static_cast<const Acc*>(tw.data_ptr()), dx, la);
       rows::launch(p, class_rows(x), x.device(), plan);
     });
   });
@@ -391,6 +462,45 @@ void cross_entropy_backward_cuda(const KernelCall& c, rows::Plan plan) {
 
 void cross_entropy_fused(const KernelCall& c) { cross_entropy_cuda(c, rows::Plan::automatic, false); }
 void cross_entropy_backward_fused(const KernelCall& c) { cross_entropy_backward_cuda(c, rows::Plan::automatic); }
+
+// cross_entropy_with_grad: one launch where the forward takes its one-block path (mean or sum over
+// the MNIST-sized batches, small_batch); elsewhere the forward's kernels, then the backward's, as
+// the two ops would run (a bad target is reported under this op's name either way).
+void cross_entropy_with_grad_fused(const KernelCall& c) {
+  const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2], &g = c.in[3];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  const RowGeometry geo = class_rows(x);
+  if (la.reduction != Reduction::none && x.dtype() != DType::f64 && geo.rows() > 0 && small_batch(geo)) {
+    cuda::DeviceGuard guard(x.device().index);
+    cudaStream_t stream = cuda::stream_for(x);
+    EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy_with_grad", [&] {
+      EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_with_grad", [&] {
+        if constexpr (!std::is_same_v<scalar_t, double>) {  // f64 took the two ops' kernels (no instances)
+          using P = CrossEntropyForward<scalar_t, index_t>;
+          using B = CrossEntropyBackward<scalar_t, index_t>;
+          using Acc = typename P::Acc;
+          Acc* tw = static_cast<Acc*>(c.out[1].data_ptr());
+          const P p = forward_policy<scalar_t, index_t>(c.op, x, t, w, la);
+          const B b = backward_policy<scalar_t, index_t>(c.op, g, x, t, w, tw, c.out[2], la);
+          scalar_t* out = static_cast<scalar_t*>(c.out[0].data_ptr());
+          const int C = static_cast<int>(geo.C);
+          if (geo.C <= 32)
+            cuda::launch(ce_small_grad_kernel<P, B, 1>, 1, 1024, 0, stream, p, b, geo.rows(), C, ce_small_log2g<1>(C),
+                         la.reduction, out, tw);
+          else
+            cuda::launch(ce_small_grad_kernel<P, B, 4>, 1, 1024, 0, stream, p, b, geo.rows(), C, ce_small_log2g<4>(C),
+                         la.reduction, out, tw);
+        }
+      });
+    });
+    return;
+  }
+  std::array<Tensor, 2> fwd_out{c.out[0], c.out[1]};
+  cross_entropy_cuda(KernelCall{c.op, c.in.first(3), fwd_out, c.attrs}, rows::Plan::automatic, false);
+  const std::array<Tensor, 5> bwd_in{g, x, t, w, c.out[1]};
+  std::array<Tensor, 1> bwd_out{c.out[2]};
+  cross_entropy_backward_cuda(KernelCall{c.op, bwd_in, bwd_out, c.attrs}, rows::Plan::automatic);
+}
 
 // ---- nll_loss ----
 
@@ -638,6 +748,14 @@ void register_cuda_cross_entropy_backward(OpInfo& info) {
                     .fn = cross_entropy_backward_fused,
                     .dtypes = kFloatTypes,
                     .note = "one kernel: lse per row (online), then (p A - B) * scale"});
+}
+void register_cuda_cross_entropy_with_grad(OpInfo& info) {
+  info.add_variant({.name = "fused",
+                    .device = DeviceType::cuda,
+                    .fn = cross_entropy_with_grad_fused,
+                    .dtypes = kFloatTypes,
+                    .note = "one block, one launch for small batches: the loss, then dx from the same rows; "
+                            "else the forward's kernels and the backward's"});
 }
 void register_cuda_nll_loss(OpInfo& info) {
   info.add_variant({.name = "cuda",

@@ -20,6 +20,14 @@
 //     dx_nc = (p_c A_n - B_nc) s_n,  s_n = g_n (none), g (sum), g / W (mean); 0 for ignored rows.
 //   Without weights A_n = 1 and this is (softmax - smoothed one-hot) * scale. There is no gradient
 //   for the weights or the targets. cross_entropy_backward is not differentiated again.
+// cross_entropy_with_grad(x, t, w, g) -> (loss, total_weight, dx): both of the above from one
+//   pass, for the loss that ends the graph (llm.c's fused classifier): g is the gradient its
+//   backward() will be called with (the loss's shape and dtype: a ones scalar, the AMP scale, 1 /
+//   accumulation steps), and dx = cross_entropy_backward(g, x, t, w, total_weight). When that very
+//   tensor arrives in the backward, the vjp hands dx over without a launch; any other gradient
+//   (the loss used again, a different seed) gets cross_entropy_backward, so the op is exact for
+//   every use. On CUDA the MNIST-sized batches (the forward's one-block path) take one launch for
+//   the loss and dx together, where cross_entropy and its backward take two.
 //
 // nll_loss(lp, t; w, reduction, ignore_index) -> (loss, total_weight): l_n = -w_{t_n} lp_{n,t_n},
 //   the same shapes, reductions and W (label_smoothing must be 0).
@@ -58,6 +66,7 @@ struct OpInfo;
 // The CPU variants (loss_cpu.cpp), registered by define_op_* (loss.cpp).
 void register_cpu_cross_entropy(OpInfo& info);
 void register_cpu_cross_entropy_backward(OpInfo& info);
+void register_cpu_cross_entropy_with_grad(OpInfo& info);
 void register_cpu_nll_loss(OpInfo& info);
 void register_cpu_nll_loss_backward(OpInfo& info);
 void register_cpu_mse_loss(OpInfo& info);

@@ -5,6 +5,7 @@
 // parallel computing in double; the reductions add the per-row values in row order in double.
 #include "kernels/ops/loss.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -255,6 +256,16 @@ void mse_loss_backward_cpu(const KernelCall& c) {
   });
 }
 
+// The specification of cross_entropy_with_grad: the forward, then the backward for the announced
+// gradient with the forward's total_weight.
+void cross_entropy_with_grad_cpu(const KernelCall& c) {
+  std::array<Tensor, 2> fwd_out{c.out[0], c.out[1]};
+  cross_entropy_cpu(KernelCall{OpId::cross_entropy, c.in.first(3), fwd_out, c.attrs});
+  const std::array<Tensor, 5> bwd_in{c.in[3], c.in[0], c.in[1], c.in[2], c.out[1]};
+  std::array<Tensor, 1> bwd_out{c.out[2]};
+  cross_entropy_backward_cpu(KernelCall{OpId::cross_entropy_backward, bwd_in, bwd_out, c.attrs});
+}
+
 }  // namespace
 
 void register_cpu_cross_entropy(OpInfo& info) {
@@ -271,6 +282,14 @@ void register_cpu_cross_entropy_backward(OpInfo& info) {
                     .fn = cross_entropy_backward_cpu,
                     .dtypes = kFloatTypes,
                     .note = "per row in f64: lse, then the gradient row"});
+}
+
+void register_cpu_cross_entropy_with_grad(OpInfo& info) {
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = cross_entropy_with_grad_cpu,
+                    .dtypes = kFloatTypes,
+                    .note = "the cpu cross_entropy, then the cpu cross_entropy_backward"});
 }
 
 void register_cpu_nll_loss(OpInfo& info) {

@@ -152,6 +152,23 @@ std::vector<OpSample> class_loss_backward_samples() {
   return out;
 }
 
+// cross_entropy_with_grad: every cross_entropy case with an announced gradient (not 1, so the
+// scale is checked). Its vjp is cross_entropy's (checked there); dx is an output, compared with
+// the CPU's like the loss.
+std::vector<OpSample> cross_entropy_with_grad_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 2400;
+  for (ClassCase& c : class_cases(true)) {
+    OpSample& s = samples::add_sample(out, c.name);
+    const Shape gs = c.attrs.reduction == Reduction::none ? c.t.shape() : Shape{};
+    s.inputs = {c.x, c.t, c.w, samples::uniform(gs, 0.5, 2, ++seed)};
+    s.attrs = c.attrs;
+    s.gradcheck = false;
+    set_loss_tolerance(s);
+  }
+  return out;
+}
+
 std::vector<OpSample> mse_samples(bool backward) {
   std::vector<OpSample> out;
   uint64_t seed = 2500;
@@ -191,6 +208,7 @@ std::vector<OpSample> mse_samples(bool backward) {
 
 std::vector<OpSample> samples_cross_entropy() { return class_loss_samples<true>(); }
 std::vector<OpSample> samples_cross_entropy_backward() { return class_loss_backward_samples<true>(); }
+std::vector<OpSample> samples_cross_entropy_with_grad() { return cross_entropy_with_grad_samples(); }
 std::vector<OpSample> samples_nll_loss() { return class_loss_samples<false>(); }
 std::vector<OpSample> samples_nll_loss_backward() { return class_loss_backward_samples<false>(); }
 std::vector<OpSample> samples_mse_loss() { return mse_samples(false); }
