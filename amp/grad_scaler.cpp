@@ -41,6 +41,12 @@ Tensor GradScaler::scale(const Tensor& loss) {
   return mul(loss, scale_.dtype() == loss.dtype() ? scale_.reshape({}) : scale_.reshape({}).to(loss.dtype()));
 }
 
+Tensor GradScaler::scale_as_grad(Device device) {
+  if (!options_.enabled_) return Tensor();
+  lazy_init(device);
+  return scale_.reshape({});
+}
+
 GradScaler::PerOptimizer& GradScaler::state_of(optim::Optimizer& optimizer) {
   PerOptimizer& s = per_opt_[&optimizer];
   if (!s.found_inf.defined()) s.found_inf = zeros({1}, TensorOptions(DType::f32).device(device_));

@@ -49,6 +49,11 @@ class GradScaler : public Stateful {
 
   // loss * scale (a device multiply; the scale lives on the loss's device from the first call).
   Tensor scale(const Tensor& loss);
+  // The scale as the gradient a backward starts from: `loss.backward(g)` with g = scale_as_grad()
+  // equals `scale(loss).backward()` for an f32 scalar loss, and g is what cross_entropy_with_grad
+  // is told. A 0-d f32 view of the scale on `device` (no launch; it follows update()), or an
+  // undefined tensor when the scaler is disabled (then nothing scales: start from ones).
+  Tensor scale_as_grad(Device device);
   // Divides the optimizer's gradients by the scale in place and records whether any is inf/NaN.
   // At most once per optimizer between update() calls.
   void unscale_(optim::Optimizer& optimizer);

@@ -133,6 +133,7 @@ void Trainer::build_learner() {
     dp_.ddp = std::make_unique<dist::DistributedDataParallel>(model, dist::DDPOptions().process_group(dp_.pg));
   }
   build_optimizer();
+  learner_.loss_grad = full({}, 1.0 / static_cast<double>(o_.grad_accum), TensorOptions(DType::f32).device(device_));
   if (o_.amp == AmpMode::fp16) {
     EMBER_CHECK(device_.is_cuda(), "--amp fp16 needs a CUDA device (the CPU's autocast supports bf16: use --amp bf16)");
     learner_.scaler = std::make_unique<amp::GradScaler>();
@@ -285,6 +286,11 @@ GraphedStep::Hooks Trainer::graph_hooks() {
 
 void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
   Tensor logits, loss;
+  // The loss's backward starts from 1 / grad_accum times fp16's scale: told to the loss, which
+  // computes the logits' gradient in its own pass (cross_entropy_with_grad).
+  Tensor seed = learner_.loss_grad;
+  if (Tensor s = learner_.scaler ? learner_.scaler->scale_as_grad(device_) : Tensor(); s.defined())
+    seed = o_.grad_accum > 1 ? div(s, static_cast<double>(o_.grad_accum)) : s;
   // --distributed with --grad-accum: only the micro-batch that steps reduces the gradients
   std::unique_ptr<dist::DistributedDataParallel::NoSync> no_sync;
   if (dp_.ddp && !do_step) no_sync = std::make_unique<dist::DistributedDataParallel::NoSync>(*dp_.ddp);
@@ -294,11 +300,9 @@ void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
     logits = dp_.ddp ? dp_.ddp->forward(x) : learner_.model->forward(x);
     CrossEntropyOptions ce;
     ce.label_smoothing = o_.label_smoothing;
-    loss = cross_entropy(logits, y, ce);
+    loss = cross_entropy_with_grad(logits, y, seed, ce);
   }
-  Tensor scaled = o_.grad_accum > 1 ? div(loss, static_cast<double>(o_.grad_accum)) : loss;
-  if (learner_.scaler) scaled = learner_.scaler->scale(scaled);
-  scaled.backward();
+  loss.backward(seed);
   {
     autograd::NoGradGuard ng;
     Tensor l = loss.detach().to(DType::f32).reshape({1});

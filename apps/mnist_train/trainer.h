@@ -58,6 +58,7 @@ class Trainer {
     std::unique_ptr<ember::optim::Optimizer> opt;
     std::unique_ptr<ember::optim::LRScheduler> sched;
     std::unique_ptr<ember::amp::GradScaler> scaler;
+    ember::Tensor loss_grad;  // f32 1 / grad_accum: the loss's backward starts from it (times the scale)
   };
   // --distributed: the default group and DDP around the model.
   struct DataParallel {
