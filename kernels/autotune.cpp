@@ -14,6 +14,13 @@
 #include <set>
 #include <mutex>
 
+#if EMBER_WITH_CUDA
+#include <cublasLt.h>
+#endif
+#if EMBER_WITH_CUDNN
+#include <cudnn.h>
+#endif
+
 #include "core/autograd/engine.h"
 #include "core/cuda/runtime.h"
 #include "core/parallel.h"
@@ -99,9 +106,21 @@ std::string cpu_name() {
   return str("cpu:", model, " ", isa, " ", num_threads(), " threads ember ", EMBER_COMMIT);
 }
 
-// A GPU as its choices depend on it: the model and compute capability, the driver and CUDA
-// runtime (which ship cuBLAS's and cuDNN's kernels' neighbours), and the commit ember's kernels
-// were built from.
+// The vendor libraries the CUDA candidates call, as loaded (not as compiled against): another
+// cuBLASLt or cuDNN can change which candidate wins.
+std::string vendor_library_versions() {
+  std::string v;
+#if EMBER_WITH_CUDA
+  v += " cublasLt " + std::to_string(cublasLtGetVersion());
+#endif
+#if EMBER_WITH_CUDNN
+  v += " cudnn " + std::to_string(cudnnGetVersion());
+#endif
+  return v;
+}
+
+// A GPU as its choices depend on it: the model and compute capability, the driver, the CUDA
+// runtime, cuBLASLt and cuDNN, and the commit ember's kernels were built from.
 std::string device_name(Device d) {
   if (!d.is_cuda() && !d.is_cpu()) return str(d);
   // made once per GPU and per CPU thread count: the name is part of every key
@@ -114,7 +133,8 @@ std::string device_name(Device d) {
     std::string n = d.is_cpu() ? cpu_name() : "";
     if (d.is_cuda()) {
       const cuda::DeviceProperties p = cuda::properties(d.index);
-      n = str(d, ":", p.name, " sm_", p.major, p.minor, " ", cuda::software_versions(), " ember ", EMBER_COMMIT);
+      n = str(d, ":", p.name, " sm_", p.major, p.minor, " ", cuda::software_versions(), vendor_library_versions(),
+              " ember ", EMBER_COMMIT);
     }
     for (char& ch : n)
       if (ch == '\t' || ch == '|' || ch == '\n') ch = ' ';

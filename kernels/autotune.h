@@ -55,7 +55,9 @@ void install();
 // graph is captured). This is the function installed as the registry's hook.
 const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const Variant* const> candidates);
 
-// The cache key of a call (see above). A CPU is named by its model, ISA and thread count.
+// The cache key of a call (see above). A CPU is named by its model, ISA and thread count; a GPU by
+// its model, compute capability, the driver, CUDA runtime, cuBLASLt and cuDNN versions it runs with
+// and ember's commit.
 std::string key(const OpInfo& info, const KernelCall& c);
 
 void set_cache_file(const std::string& path);  // "" stops using a file (entries stay in memory)

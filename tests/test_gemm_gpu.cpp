@@ -16,6 +16,7 @@
 #include "tests/op_driver.h"
 
 #if EMBER_WITH_CUDA
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -114,6 +115,23 @@ TEST_CASE("cuda gemm: cuBLAS from several threads", "[gpu][gemm]") {
     });
   for (auto& th : threads) th.join();
   for (const std::string& e : errors) CHECK(e == "");
+}
+
+TEST_CASE("cuda autotune: a GPU's key names the driver, runtime, cuBLASLt and cuDNN it runs with", "[gpu][autotune]") {
+  std::vector<Tensor> in{uniform({3, 4}, -1, 1).cuda(), uniform({5, 4}, -1, 1).cuda(), Tensor()};
+  std::vector<Tensor> out{empty({3, 5}, TensorOptions().device(in[0].device()))};
+  Attrs relu = LinearAttrs{1};
+  const std::string k = autotune::key(op_info(OpId::linear), KernelCall{OpId::linear, in, out, relu});
+  INFO(k);
+  CHECK(k.find("linear|cuda:0:") == 0);
+  CHECK(k.find(" sm_") != std::string::npos);
+  CHECK(k.find(" driver ") != std::string::npos);
+  CHECK(k.find(" runtime ") != std::string::npos);
+  CHECK(k.find(" cublasLt " + std::to_string(cublasLtGetVersion()) + " ") != std::string::npos);
+#if EMBER_WITH_CUDNN
+  CHECK(k.find(" cudnn ") != std::string::npos);
+#endif
+  CHECK(k.find(" ember ") != std::string::npos);
 }
 
 TEST_CASE("cuda autotune: tunes once per key, never while a graph is captured", "[gpu][autotune]") {

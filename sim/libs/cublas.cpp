@@ -1098,6 +1098,9 @@ void set_lt_numerics(GemmArgs& g, const LtProblem& p, const AlgoState& a, void* 
 
 extern "C" {
 
+// The emulation answers for the headers it was built with (CUBLAS_VERSION).
+size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
+
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* lightHandle) {
   libs::set_last_error("");
   if (lightHandle == nullptr) return refuse(CUBLAS_STATUS_INVALID_VALUE, "cublasLtCreate: lightHandle == NULL");
