@@ -136,13 +136,18 @@ TEST_CASE("mnist_train --device cuda: the MLP's 20 steps match the CPU, eager an
 // multiply-adds: seconds in the simulator, more under CI's sanitizers), at batch 8 and for 8 steps:
 // 3 eager warm-up steps, the capture, and 4 replays are what a --graph run has to show; the MLP
 // above runs 20.
+// In the simulator each CNN run costs 10-20 s under CI's sanitizers, so there the CNN runs each
+// precision and each kind of step once, and leaves to the MLP's test the loop's mechanics that do
+// not depend on the model (the profiler, a host sync per step, the other loader per precision).
 TEST_CASE("mnist_train --device cuda: the CNN's 8 steps match the CPU in f32, eager and graph", "[gpu][mnist_train]") {
-  check_against_cpu("cnn", "8", {kEager, kGraph, kGraphResident, kGraphProfile, kGraphSync}, 8);
+  if (testing::kSimulator) check_against_cpu("cnn", "8", {kEager, kGraph, kGraphResident}, 8);
+  else check_against_cpu("cnn", "8", {kEager, kGraph, kGraphResident, kGraphProfile, kGraphSync}, 8);
 }
 
 TEST_CASE("mnist_train --device cuda: the CNN's 8 steps match the CPU in bf16 and fp16, eager and graph",
           "[gpu][mnist_train]") {
-  check_against_cpu("cnn", "8", {kEagerBf16, kGraphBf16, kEagerFp16, kGraphFp16}, 8);
+  if (testing::kSimulator) check_against_cpu("cnn", "8", {kEagerBf16, kGraphFp16}, 8);
+  else check_against_cpu("cnn", "8", {kEagerBf16, kGraphBf16, kEagerFp16, kGraphFp16}, 8);
 }
 
 // The MLP: in the simulator the vendor libraries' emulation computes naively (a CNN step at batch 8

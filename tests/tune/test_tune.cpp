@@ -556,7 +556,7 @@ TEST_CASE("tune: a real study records diverged and failing trials as failed and 
 }
 
 TEST_CASE("tune: a seeded study is reproducible and resumes after a kill without repeating a trial",
-          "[tune][ember_tune]") {
+          "[tune][ember_tune][study]") {
   if (!have_programs()) return;
   TempDir dir;
   const std::string space = " --param lr=log:1e-3:3e-2 --param batch-size=cat:32,64,128 --init 3 --seed 5";
@@ -597,7 +597,7 @@ TEST_CASE("tune: a seeded study is reproducible and resumes after a kill without
 }
 
 TEST_CASE("tune: ASHA prunes a real trial that is behind at its first rung, and says what it saved",
-          "[tune][ember_tune]") {
+          "[tune][ember_tune][study]") {
   if (!have_programs()) return;
   TempDir dir;
   const std::string study = dir / "s.jsonl";
@@ -626,7 +626,7 @@ TEST_CASE("tune: ASHA prunes a real trial that is behind at its first rung, and 
 }
 
 TEST_CASE("tune: the time-to-accuracy objective is minimised and a trial that never gets there fails",
-          "[tune][ember_tune]") {
+          "[tune][ember_tune][study]") {
   if (!have_programs()) return;
   TempDir dir;
   const std::string study = dir / "s.jsonl";
@@ -651,7 +651,7 @@ TEST_CASE("tune: the time-to-accuracy objective is minimised and a trial that ne
 }
 
 TEST_CASE("tune: SIGTERM stops a study, and --resume keeps every finished trial and runs the rest once",
-          "[tune][ember_tune]") {
+          "[tune][ember_tune][study]") {
   if (!have_programs()) return;
   TempDir dir;
   const std::string study = dir / "s.jsonl";
@@ -688,7 +688,7 @@ TEST_CASE("tune: SIGTERM stops a study, and --resume keeps every finished trial 
   CHECK(numbers == std::set<int>{0, 1, 2, 3, 4, 5, 6, 7});
 }
 
-TEST_CASE("tune: the median pruner stops real trials that are behind the others", "[tune][ember_tune]") {
+TEST_CASE("tune: the median pruner stops real trials that are behind the others", "[tune][ember_tune][study]") {
   if (!have_programs()) return;
   TempDir dir;
   const std::string study = dir / "s.jsonl";
@@ -939,7 +939,7 @@ TEST_CASE("tune: a trial past --trial-timeout is killed with its whole process g
 }
 
 TEST_CASE("tune: without a validation split val_accuracy is missing, not 0, and such a trial fails saying so",
-          "[tune][ember_tune]") {
+          "[tune][ember_tune][study]") {
   if (!have_programs()) return;
   TempDir dir;
   const std::string tiny = " -- --epochs 1 --max-steps 10 --log-interval 5 --workers 0 --device cpu --val-split 0";
