@@ -8,7 +8,7 @@
 //                                    counters: runs bench/model/kernel_model.cpp's tool (simulator
 //                                    build only) with the other arguments
 //   bench_ops [--op add,matmul] [--variant cuda] [--case REGEX] [--device cuda|cpu] [--json out.json]
-//             [--min-time 0.2] [--quick] [Google Benchmark flags ...]
+//             [--plot out.svg] [--min-time 0.2] [--quick] [Google Benchmark flags ...]
 //
 // --case keeps the cases whose name the regular expression (ECMAScript) matches somewhere, e.g.
 // 'n128 ' or 'f32$': the GPU runner sizes its steps with it (docs/gpu-validation.md).
@@ -18,6 +18,15 @@
 // variant for cases of up to 2e10 FLOPs, else against the vendor (or default) variant on the device, by relative L2
 // error. The rooflines: a large device-to-device copy (bytes read + written per second) and, when a cuBLAS matmul
 // variant is registered, an 8192^3 bf16 GEMM.
+//
+// Note [latency floor]: a small case is far from both rooflines whatever the kernel does, so each
+// case also gets a floor, the least time any kernel could take: the launch overhead measured in
+// the same run (a one-element fill timed like the cases) + the op's bytes at the copy bandwidth +
+// its FLOPs at the GEMM peak of its dtype (bf16/f16: the bf16 GEMM above; other dtypes: an f32
+// GEMM of the vendor's, 8192^3 on a GPU, 1024^3 on the CPU). %floor = floor / time: 100% is the
+// best possible. On the CPU the same: a one-element op call, a 256 MiB copy, the fastest CPU
+// matmul variant. --plot draws every case's floor, ember's best variant and the vendor's best
+// side by side on a log time axis (an SVG file).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -53,7 +62,7 @@ namespace {
 struct Options {
   bool list = false, cases = false, quick = false;
   std::vector<std::string> ops, variants;
-  std::string device = "auto", json;
+  std::string device = "auto", json, plot;
   std::optional<std::regex> case_filter;
   double min_time = 0.2;
 };
@@ -61,6 +70,7 @@ struct Options {
 struct Result {
   std::string op, variant, case_name, dtype, device, checked;
   double median_us = 0, gbps = 0, tflops = 0, pct_bw = 0, pct_peak = 0, vs_vendor = 0;
+  double floor_us = 0, pct_floor = 0;  // Note [latency floor]
   bool ok = true;
   bool vendor = false;  // a kVendor variant (scripts/bench_table.py's vendor column and --results)
   std::string error;
@@ -69,6 +79,7 @@ struct Result {
 Options g_opt;
 std::vector<Result> g_results;
 double g_copy_gbps = 0, g_peak_tflops = 0;
+double g_launch_us = 0, g_peak_f32_tflops = 0;  // Note [latency floor]
 
 using bench::split_names;
 using bench::wanted;
@@ -241,6 +252,16 @@ std::string validate(const OpInfo& info, const Variant& v, const BenchCase& bc, 
   return "";
 }
 
+// The least time a kernel could take for `cost` in dtype `dt` (Note [latency floor]); 0 when the
+// rooflines were not measured.
+double floor_us(const Cost& cost, DType dt) {
+  if (g_launch_us <= 0 || g_copy_gbps <= 0) return 0;
+  const double peak = (dt == DType::bf16 || dt == DType::f16) && g_peak_tflops > 0 ? g_peak_tflops : g_peak_f32_tflops;
+  double us = g_launch_us + cost.bytes / (g_copy_gbps * 1e9) * 1e6;
+  if (cost.flops > 0 && peak > 0) us += cost.flops / (peak * 1e12) * 1e6;
+  return us;
+}
+
 void run_case(benchmark::State& state, const OpInfo* info, const Variant* v, const BenchCase* bc, Device dev) {
   Result r;
   r.op = info->name;
@@ -290,6 +311,8 @@ void run_case(benchmark::State& state, const OpInfo* info, const Variant* v, con
     r.tflops = cost.flops / s / 1e12;
     if (dev.is_cuda() && g_copy_gbps > 0) r.pct_bw = 100.0 * r.gbps / g_copy_gbps;
     if (dev.is_cuda() && g_peak_tflops > 0) r.pct_peak = 100.0 * r.tflops / g_peak_tflops;
+    r.floor_us = floor_us(cost, case_dtype(in));
+    if (r.floor_us > 0) r.pct_floor = 100.0 * r.floor_us / r.median_us;
     state.counters["GB/s"] = r.gbps;
     state.counters["TFLOP/s"] = r.tflops;
     if (r.pct_bw > 0) state.counters["%copyBW"] = r.pct_bw;
@@ -302,41 +325,61 @@ void run_case(benchmark::State& state, const OpInfo* info, const Variant* v, con
   g_results.push_back(r);
 }
 
-void measure_rooflines(Device d) {
-  if (!d.is_cuda()) return;
-  autograd::NoGradGuard ng;
-  int64_t n = int64_t{1} << 30;  // 1 GiB each way
-  Tensor a = empty({n}, TensorOptions(DType::u8).device(d)).fill_(3);
-  Tensor b = empty({n}, TensorOptions(DType::u8).device(d));
+// Median microseconds of `runs` timed calls of f after `warm` untimed ones.
+template <class F>
+double median_us(Device d, int warm, int runs, const F& f) {
   Timer t{d};
+  for (int i = 0; i < warm; ++i) f();
   std::vector<double> us;
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < runs; ++i) {
     t.begin();
-    b.copy_(a);
-    double x = t.end_us();
-    if (i >= 2) us.push_back(x);
+    f();
+    us.push_back(t.end_us());
   }
   std::sort(us.begin(), us.end());
-  g_copy_gbps = 2.0 * static_cast<double>(n) / (us[us.size() / 2] * 1e-6) / 1e9;
+  return us[us.size() / 2];
+}
+
+// TFLOP/s of the fastest matmul variant on `d` (vendor ones on a GPU) for n^3 in dtype dt; 0 if none.
+double gemm_peak(Device d, DType dt, int64_t n) {
+  double best = 0;
   const OpInfo& mm = op_info(OpId::matmul);
+  Tensor x = uniform({n, n}, -1, 1, TensorOptions(dt).device(d)),
+         y = uniform({n, n}, -1, 1, TensorOptions(dt).device(d));
+  std::vector<Tensor> in{x, y};
+  std::vector<Tensor> out{empty({n, n}, TensorOptions(dt).device(d))};
+  const KernelCall c{OpId::matmul, in, out, Attrs()};
   for (const Variant& v : mm.variants) {
-    if (v.device != DeviceType::cuda || !(v.flags & kVendor)) continue;
-    Tensor x = uniform({8192, 8192}, -1, 1, TensorOptions(DType::bf16).device(d));
-    Tensor y = uniform({8192, 8192}, -1, 1, TensorOptions(DType::bf16).device(d));
-    std::vector<Tensor> in{x, y};
-    std::vector<Tensor> out{empty({8192, 8192}, TensorOptions(DType::bf16).device(d))};
-    KernelCall c{OpId::matmul, in, out, Attrs()};
-    if (!v.accepts(c)) continue;
-    for (int i = 0; i < 3; ++i) v.fn(c);
-    std::vector<double> ts;
-    for (int i = 0; i < 10; ++i) {
-      t.begin();
-      v.fn(c);
-      ts.push_back(t.end_us());
-    }
-    std::sort(ts.begin(), ts.end());
-    g_peak_tflops = 2.0 * 8192.0 * 8192.0 * 8192.0 / (ts[ts.size() / 2] * 1e-6) / 1e12;
-    break;
+    if (v.device != d.type || (v.flags & kReference) || (d.is_cuda() && !(v.flags & kVendor)) || !v.accepts(c))
+      continue;
+    const double us = median_us(d, 2, d.is_cuda() ? 10 : 3, [&] { v.fn(c); });
+    best = std::max(
+        best, 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / (us * 1e-6) / 1e12);
+  }
+  return best;
+}
+
+void measure_rooflines(Device d) {
+  autograd::NoGradGuard ng;
+  // a GPU: 1 GiB each way; the CPU: 256 MiB (beyond its caches, and quick)
+  const int64_t n = d.is_cuda() ? int64_t{1} << 30 : int64_t{1} << 28;
+  {
+    Tensor a = empty({n}, TensorOptions(DType::u8).device(d)).fill_(3);
+    Tensor b = empty({n}, TensorOptions(DType::u8).device(d));
+    g_copy_gbps =
+        2.0 * static_cast<double>(n) / (median_us(d, 2, d.is_cuda() ? 10 : 5, [&] { b.copy_(a); }) * 1e-6) / 1e9;
+  }
+  Tensor one = empty({1}, TensorOptions(DType::f32).device(d));
+  g_launch_us = median_us(d, 5, 51, [&] { one.fill_(0.0); });
+  if (d.is_cuda()) {
+    for (const Variant& v : op_info(OpId::matmul).variants)
+      if (v.device == DeviceType::cuda && (v.flags & kVendor)) {
+        g_peak_tflops = gemm_peak(d, DType::bf16, 8192);
+        break;
+      }
+    g_peak_f32_tflops = gemm_peak(d, DType::f32, 8192);
+  } else {
+    g_peak_f32_tflops = gemm_peak(d, DType::f32, 1024);  // bf16 cases use it too (the CPU computes them in f32)
   }
 }
 
@@ -355,34 +398,39 @@ void fill_vendor_ratios() {
   }
 }
 
-void print_table() {
-  std::printf("\nrooflines measured in this run: device-to-device copy %.0f GB/s, bf16 GEMM %s\n", g_copy_gbps,
-              g_peak_tflops > 0 ? str(g_peak_tflops, " TFLOP/s (cuBLAS 8192^3)").c_str() : "n/a");
-  std::printf("%-22s %-14s %-30s %-5s %10s %9s %9s %7s %7s %8s  %s\n", "op", "variant", "case", "dtype", "time_us",
-              "GB/s", "TFLOP/s", "%copy", "%peak", "x_vendor", "checked vs");
+void print_table(Device d) {
+  const char* copy = d.is_cuda() ? "device-to-device copy" : "host memory copy";
+  const char* gemm = d.is_cuda() ? "cuBLAS 8192^3" : "the fastest CPU matmul, 1024^3";
+  std::printf("\nrooflines measured in this run: %s %.0f GB/s, bf16 GEMM %s, f32 GEMM %s; launch %.2f us\n", copy,
+              g_copy_gbps, g_peak_tflops > 0 ? str(g_peak_tflops, " TFLOP/s (", gemm, ")").c_str() : "n/a",
+              g_peak_f32_tflops > 0 ? str(g_peak_f32_tflops, " TFLOP/s").c_str() : "n/a", g_launch_us);
+  std::printf("%-22s %-14s %-30s %-5s %10s %9s %9s %7s %7s %9s %7s %8s  %s\n", "op", "variant", "case", "dtype",
+              "time_us", "GB/s", "TFLOP/s", "%copy", "%peak", "floor_us", "%floor", "x_vendor", "checked vs");
   for (const Result& r : g_results) {
     if (!r.ok) {
       std::printf("%-22s %-14s %-30s %-5s FAILED: %s\n", r.op.c_str(), r.variant.c_str(), r.case_name.c_str(),
                   r.dtype.c_str(), r.error.c_str());
       continue;
     }
-    auto opt = [](double v, const char* fmt) {
-      static char buf[4][32];
+    auto opt = [](double v, const char* fmt) {  // (one buffer per call in the printf below)
+      static char buf[8][32];
       static int k = 0;
-      k = (k + 1) % 4;
+      k = (k + 1) % 8;
       if (v <= 0) std::snprintf(buf[k], 32, "%s", "-");
       else std::snprintf(buf[k], 32, fmt, v);
       return buf[k];
     };
-    std::printf("%-22s %-14s %-30s %-5s %10.2f %9.1f %9s %7s %7s %8s  %s\n", r.op.c_str(), r.variant.c_str(),
+    std::printf("%-22s %-14s %-30s %-5s %10.2f %9.1f %9s %7s %7s %9s %7s %8s  %s\n", r.op.c_str(), r.variant.c_str(),
                 r.case_name.c_str(), r.dtype.c_str(), r.median_us, r.gbps, opt(r.tflops, "%.2f"), opt(r.pct_bw, "%.1f"),
-                opt(r.pct_peak, "%.1f"), opt(r.vs_vendor, "%.2f"), r.checked.c_str());
+                opt(r.pct_peak, "%.1f"), opt(r.floor_us, "%.2f"), opt(r.pct_floor, "%.1f"), opt(r.vs_vendor, "%.2f"),
+                r.checked.c_str());
   }
 }
 
 void write_json(const std::string& path) {
   std::ofstream f(path);
   f << "{\n  \"copy_gbps\": " << g_copy_gbps << ",\n  \"bf16_peak_tflops\": " << g_peak_tflops
+    << ",\n  \"f32_peak_tflops\": " << g_peak_f32_tflops << ",\n  \"launch_us\": " << g_launch_us
     << ",\n  \"results\": [\n";
   for (size_t i = 0; i < g_results.size(); ++i) {
     const Result& r = g_results[i];
@@ -390,10 +438,93 @@ void write_json(const std::string& path) {
       << "\", \"vendor\": " << (r.vendor ? "true" : "false") << ", \"case\": \"" << r.case_name << "\", \"dtype\": \""
       << r.dtype << "\", \"device\": \"" << r.device << "\", \"ok\": " << (r.ok ? "true" : "false")
       << ", \"median_us\": " << r.median_us << ", \"gbps\": " << r.gbps << ", \"tflops\": " << r.tflops
-      << ", \"pct_copy_bw\": " << r.pct_bw << ", \"pct_bf16_peak\": " << r.pct_peak << ", \"x_vendor\": " << r.vs_vendor
-      << ", \"checked\": \"" << r.checked << "\"}" << (i + 1 < g_results.size() ? "," : "") << "\n";
+      << ", \"pct_copy_bw\": " << r.pct_bw << ", \"pct_bf16_peak\": " << r.pct_peak << ", \"floor_us\": " << r.floor_us
+      << ", \"pct_floor\": " << r.pct_floor << ", \"x_vendor\": " << r.vs_vendor << ", \"checked\": \"" << r.checked
+      << "\"}" << (i + 1 < g_results.size() ? "," : "") << "\n";
   }
   f << "  ]\n}\n";
+}
+
+// --plot: one row per case (op, case, dtype): its floor, the fastest of ember's variants and the
+// fastest vendor variant on a log time axis (Note [latency floor]).
+struct PlotRow {
+  std::string label;
+  double floor = 0, ember = 0, vendor = 0;
+};
+
+std::string xml_escape(const std::string& in) {
+  std::string o;
+  for (char ch : in) {
+    if (ch == '<') o += "&lt;";
+    else if (ch == '>') o += "&gt;";
+    else if (ch == '&') o += "&amp;";
+    else if (ch == '"') o += "&quot;";
+    else o += ch;
+  }
+  return o;
+}
+
+std::vector<PlotRow> plot_rows() {
+  std::vector<PlotRow> rows;
+  std::map<std::string, size_t> index;
+  for (const Result& r : g_results) {
+    if (!r.ok || r.median_us <= 0) continue;
+    const std::string label =
+        r.op + " " + r.case_name + (r.case_name.find(r.dtype) == std::string::npos ? " " + r.dtype : "");
+    auto [it, fresh] = index.emplace(label, rows.size());
+    if (fresh) rows.push_back({label});
+    PlotRow& row = rows[it->second];
+    row.floor = r.floor_us;
+    double& slot = r.vendor ? row.vendor : row.ember;
+    slot = slot == 0 ? r.median_us : std::min(slot, r.median_us);
+  }
+  return rows;
+}
+
+void write_plot(const std::string& path, Device d) {
+  const std::vector<PlotRow> rows = plot_rows();
+  double lo = INFINITY, hi = 0;
+  for (const PlotRow& r : rows)
+    for (double v : {r.floor, r.ember, r.vendor})
+      if (v > 0) {
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+  if (rows.empty() || hi <= 0) throw Error(str("--plot ", path, ": no case was timed, nothing to draw"));
+  const double x0 = std::floor(std::log10(lo)), x1 = std::max(x0 + 1, std::ceil(std::log10(hi)));
+  const int label_w = 420, plot_w = 520, row_h = 18, top = 54, h = top + row_h * static_cast<int>(rows.size()) + 30;
+  auto x = [&](double us) { return label_w + (std::log10(us) - x0) / (x1 - x0) * plot_w; };
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << label_w + plot_w + 20 << "\" height=\"" << h
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  o << "<text x=\"10\" y=\"18\" font-size=\"13\">bench_ops on " << xml_escape(d.str())
+    << ": time per case (log scale, microseconds)</text>\n";
+  o << "<text x=\"10\" y=\"36\"><tspan fill=\"black\">| floor (launch " << str(g_launch_us)
+    << " us + bytes at the copy bandwidth + FLOPs at the GEMM peak)</tspan>  <tspan fill=\"#1f77b4\">o ember</tspan>  "
+       "<tspan fill=\"#d62728\">^ vendor</tspan></text>\n";
+  for (double e = x0; e <= x1; ++e) {
+    o << "<line x1=\"" << x(std::pow(10, e)) << "\" y1=\"" << top - 8 << "\" x2=\"" << x(std::pow(10, e)) << "\" y2=\""
+      << h - 24 << "\" stroke=\"#ddd\"/>\n";
+    o << "<text x=\"" << x(std::pow(10, e)) - 8 << "\" y=\"" << h - 10 << "\">" << std::pow(10, e) << "</text>\n";
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const PlotRow& r = rows[i];
+    const double y = top + row_h * static_cast<double>(i) + row_h / 2.0;
+    o << "<text x=\"10\" y=\"" << y + 4 << "\">" << xml_escape(r.label) << "</text>\n";
+    if (r.floor > 0)
+      o << "<line class=\"floor\" x1=\"" << x(r.floor) << "\" y1=\"" << y - 6 << "\" x2=\"" << x(r.floor) << "\" y2=\""
+        << y + 6 << "\" stroke=\"black\" stroke-width=\"2\"><title>floor " << r.floor << " us</title></line>\n";
+    if (r.ember > 0)
+      o << "<circle class=\"ember\" cx=\"" << x(r.ember) << "\" cy=\"" << y
+        << "\" r=\"4\" fill=\"#1f77b4\"><title>ember " << r.ember << " us</title></circle>\n";
+    if (r.vendor > 0)
+      o << "<path class=\"vendor\" d=\"M " << x(r.vendor) << " " << y - 5
+        << " l 5 9 l -10 0 z\" fill=\"#d62728\"><title>vendor " << r.vendor << " us</title></path>\n";
+  }
+  o << "</svg>\n";
+  std::ofstream f(path);
+  f << o.str();
+  if (!f) throw Error(str("--plot ", path, ": cannot write the file"));
 }
 
 }  // namespace
@@ -450,11 +581,12 @@ int run(int argc, char** argv) {
       }
     } else if (a == "--device") g_opt.device = value("--device");
     else if (a == "--json") g_opt.json = value("--json");
+    else if (a == "--plot") g_opt.plot = value("--plot");
     else if (a == "--min-time") g_opt.min_time = std::atof(value("--min-time").c_str());
     else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: bench_ops [--list] [--cases] [--op a,b] [--variant v] [--case REGEX] [--device auto|cpu|cuda]\n"
-          "                 [--json FILE] [--min-time SECONDS] [--quick] [Google Benchmark flags]\n"
+          "                 [--json FILE] [--plot FILE.svg] [--min-time SECONDS] [--quick] [Google Benchmark flags]\n"
           "       bench_ops --model [kernel_model arguments: --quick, --op, --variant, --kernels, --markdown, ...]\n");
       return 0;
     } else rest.push_back(argv[i]);
@@ -516,8 +648,9 @@ int run(int argc, char** argv) {
   benchmark::Initialize(&bargc, rest.data());
   benchmark::RunSpecifiedBenchmarks();
   fill_vendor_ratios();
-  print_table();
+  print_table(dev);
   if (!g_opt.json.empty()) write_json(g_opt.json);
+  if (!g_opt.plot.empty()) write_plot(g_opt.plot, dev);
   bool any_failed = std::any_of(g_results.begin(), g_results.end(), [](const Result& r) { return !r.ok; });
   return any_failed ? 1 : 0;
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""bench_ops on the CPU: every timed case gets a latency floor (Note [latency floor] in
+bench/bench_ops.cpp) and --plot draws it beside the case's times.
+
+  check_floor.py BENCH_OPS_BINARY WORKDIR
+Runs the MNIST-sized cross_entropy cases, then checks the JSON file's rooflines and floors and the
+SVG's rows (one per case: a floor mark and a circle for ember's best variant)."""
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+binary, work = sys.argv[1], sys.argv[2]
+os.makedirs(work, exist_ok=True)
+js, svg = os.path.join(work, "floor.json"), os.path.join(work, "floor.svg")
+cmd = [binary, "--device", "cpu", "--op", "cross_entropy,cross_entropy_with_grad", "--case", r"10\] f32$", "--quick",
+       "--json", js, "--plot", svg]
+run = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+print(run.stdout[-3000:], run.stderr[-2000:])
+errors = []
+if run.returncode != 0:
+    errors.append(f"bench_ops exited {run.returncode}")
+if "floor_us" not in run.stdout or "%floor" not in run.stdout:
+    errors.append("the table has no floor_us / %floor columns")
+if "launch" not in run.stdout:
+    errors.append("the rooflines line does not give the launch overhead")
+doc = json.load(open(js))
+for key in ("copy_gbps", "f32_peak_tflops", "launch_us"):
+    if not doc.get(key, 0) > 0:
+        errors.append(f"{key} = {doc.get(key)} in the JSON file, expected > 0")
+results = [r for r in doc["results"] if r["ok"]]
+if len(results) != 4:  # 2 ops x 2 cases x the CPU variant
+    errors.append(f"{len(results)} timed results, expected 4")
+for r in results:
+    floor, t = r["floor_us"], r["median_us"]
+    # the floor: the launch plus the bytes at the copy bandwidth (these cases have no GEMM FLOPs
+    # worth counting), never more than the case took (a little noise allowed)
+    if not floor >= doc["launch_us"]:
+        errors.append(f"{r['op']} {r['case']}: floor {floor} us below the launch overhead {doc['launch_us']} us")
+    if not 0 < r["pct_floor"] <= 150:
+        errors.append(f"{r['op']} {r['case']}: %floor {r['pct_floor']} (floor {floor} us, time {t} us)")
+    if abs(r["pct_floor"] - 100 * floor / t) > 0.01 * r["pct_floor"]:
+        errors.append(f"{r['op']} {r['case']}: %floor {r['pct_floor']} is not floor / time")
+# the table prints the same floor and %floor on the case's line
+for r in results:
+    want = f"{r['floor_us']:.2f} {r['pct_floor']:.1f}"
+    lines = [l for l in run.stdout.splitlines() if l.startswith(r["op"] + " ") and r["case"] in l]
+    if len(lines) != 1 or want not in " ".join(lines[0].split()):
+        errors.append(f"{r['op']} {r['case']}: the table's line {lines} does not show floor and %floor '{want}'")
+root = ET.parse(svg).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+labels = [t.text for t in root.iter(ns + "text") if t.text and t.text.startswith("cross_entropy")]
+floors = [e for e in root.iter(ns + "line") if e.get("class") == "floor"]
+circles = [e for e in root.iter(ns + "circle") if e.get("class") == "ember"]
+if len(labels) != 4 or len(floors) != 4 or len(circles) != 4:
+    errors.append(f"the plot has {len(labels)} case labels, {len(floors)} floors and {len(circles)} ember marks, expected 4 each")
+for e in errors:
+    print("check_floor:", e, file=sys.stderr)
+sys.exit(1 if errors else 0)
