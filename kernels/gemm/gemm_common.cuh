@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/half.h"
@@ -58,6 +59,36 @@ __device__ __forceinline__ Acc activate(Acc v, int act) {
   if (act == 1) return unary::Relu::f(v);
   if (act == 2) return unary::Gelu::f(v);
   return v;
+}
+
+// The same with the activation known at compile time (0 none, 1 relu, 2 gelu), or kAct -1: relu
+// or none as `act` says, a select with no branch. The tiles' epilogues use it (Note [compact
+// epilogues]).
+template <int kAct, class Acc>
+__device__ __forceinline__ Acc activate(Acc v, int act = 0) {
+  if constexpr (kAct == 1) return unary::Relu::f(v);
+  if constexpr (kAct == 2) return unary::Gelu::f(v);
+  if constexpr (kAct == -1) return act == 1 ? unary::Relu::f(v) : v;
+  return v;
+}
+
+// Note [compact epilogues]: a tile's epilogue is unrolled over every accumulator of the thread
+// (128 in mma_sync, 64 in simt). With the activation chosen per value at run time, each value
+// carried GELU's code (erf inlined 128 times): mma_sync's epilogue was about 6,700 of its 11,640
+// SASS instructions (186 KB of code, sm_90), all of it walked by a linear layer too small for
+// split-K, e.g. [64, 128] -> 10, which measured 50-57 us on an H200 against cuBLASLt's 5-6 us (the
+// split-K shapes, which skip it, were not slow). Instruction fetch from a cold cache is the
+// suspect, not yet confirmed on a GPU. So the epilogue chooses once between a GELU loop and a
+// loop for relu or none (a select per value, activate<-1>), and stops at the thread's first n8
+// tile (simt: column half) past N, so a narrow output walks a few KB of code. (One loop per
+// activation, three, made mma_sync spill at its 255-register cap.)
+//
+// with_activation calls f(std::integral_constant<int, 2>{}) for gelu (act 2), else
+// f(std::integral_constant<int, -1>{}).
+template <class F>
+__device__ __forceinline__ void with_activation(int act, const F& f) {
+  if (act == 2) f(std::integral_constant<int, 2>{});
+  else f(std::integral_constant<int, -1>{});
 }
 
 // Grouped tile order: consecutive blocks walk down a group of 8 tile rows before moving right,

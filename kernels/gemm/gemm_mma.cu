@@ -18,8 +18,9 @@
 // base, leading dim, batch strides or contiguous extent are not multiples of 8 elements are
 // loaded with guarded scalar loads into the same layout instead (same pipeline, loads not async).
 // Epilogue: bias, activation and rounding in registers; pairs of outputs stored as one 32-bit
-// store where aligned. Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill less than
-// half the SMs (the MNIST layers).
+// store where aligned; GELU's code apart from relu's and none's, n8 tiles past N skipped
+// (Note [compact epilogues]). Split-K (Note [split-K] in gemm_common.cuh) when the tiles fill
+// less than half the SMs (the MNIST layers).
 //
 // Limits: mma.sync cannot feed Hopper's tensor cores at full rate (wgmma's asynchronous,
 // shared-memory-sourced operands can), so this kernel stays below cuBLAS's sm_90 kernels (wgmma +
@@ -151,10 +152,11 @@ struct MmaTiles {
 
 // The outputs of the warp's 64x64 sub-tile at (m0, n0) that this thread holds in acc: thread
 // (g, t4) of the warp holds rows g and g + 8, columns 2 t4 and 2 t4 + 1 of each m16n8 tile. For
-// each of its rows gm < M, r = row(gm) once, then f(r, gn, v0, v1) per pair (gm, gn), (gm, gn + 1).
+// each of its rows gm < M, r = row(gm) once, then f(r, gn, v0, v1) per pair (gm, gn), (gm, gn + 1)
+// of the n8 tiles that start before N (Note [compact epilogues] in gemm_common.cuh).
 template <class Row, class F>
 __device__ __forceinline__ void for_each_acc_pair(const float (&acc)[4][8][4], int m0, int n0, int g, int t4, int M,
-                                                  const Row& row, const F& f) {
+                                                  int N, const Row& row, const F& f) {
   EMBER_UNROLL
   for (int mt = 0; mt < 4; ++mt) {
     EMBER_UNROLL
@@ -163,7 +165,10 @@ __device__ __forceinline__ void for_each_acc_pair(const float (&acc)[4][8][4], i
       if (gm >= M) continue;
       const auto r = row(gm);
       EMBER_UNROLL
-      for (int nt = 0; nt < 8; ++nt) f(r, n0 + nt * 8 + t4 * 2, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      for (int nt = 0; nt < 8; ++nt) {
+        if (n0 + nt * 8 >= N) break;  // this n8 tile and the next ones are past N
+        f(r, n0 + nt * 8 + t4 * 2, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
     }
   }
 }
@@ -196,7 +201,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
     if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by splitk_reduce
       float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
       for_each_acc_pair(
-          acc, m0 + wm, n0 + wn, g, t4, M, [&](int gm) { return W + static_cast<int64_t>(gm) * N; },
+          acc, m0 + wm, n0 + wn, g, t4, M, N, [&](int gm) { return W + static_cast<int64_t>(gm) * N; },
           [&](float* wrow, int gn, float v0, float v1) {
             if (gn < N) wrow[gn] = v0;
             if (gn + 1 < N) wrow[gn + 1] = v1;
@@ -206,21 +211,23 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
     }
     const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
-    for_each_acc_pair(
-        acc, m0 + wm, n0 + wn, g, t4, M, [&](int gm) { return Cz + static_cast<int64_t>(gm) * p.c_rs; },
-        [&](T* crow, int gn, float v0, float v1) {
-          if (bias != nullptr) {
-            if (gn < N) v0 += static_cast<float>(bias[gn]);
-            if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
-          }
-          const T o0(activate(v0, p.act)), o1(activate(v1, p.act));
-          if (p.c_pair && gn + 1 < N) {
-            *reinterpret_cast<uint32_t*>(crow + gn) = uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
-          } else {
-            if (gn < N) crow[gn] = o0;
-            if (gn + 1 < N) crow[gn + 1] = o1;
-          }
-        });
+    with_activation(p.act, [&](auto act) {
+      for_each_acc_pair(
+          acc, m0 + wm, n0 + wn, g, t4, M, N, [&](int gm) { return Cz + static_cast<int64_t>(gm) * p.c_rs; },
+          [&](T* crow, int gn, float v0, float v1) {
+            if (bias != nullptr) {
+              if (gn < N) v0 += static_cast<float>(bias[gn]);
+              if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
+            }
+            const T o0(activate<decltype(act)::value>(v0, p.act)), o1(activate<decltype(act)::value>(v1, p.act));
+            if (p.c_pair && gn + 1 < N) {
+              *reinterpret_cast<uint32_t*>(crow + gn) = uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
+            } else {
+              if (gn < N) crow[gn] = o0;
+              if (gn + 1 < N) crow[gn + 1] = o1;
+            }
+          });
+    });
     __syncthreads();  // the next batch reuses the stages
   }
 #else

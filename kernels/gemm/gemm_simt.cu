@@ -207,12 +207,50 @@ __device__ __forceinline__ void simt_store_partials(const Args& p, int64_t z, in
   }
 }
 
+// The epilogue: bias, activation, store (16-byte vectors where aligned and inside N); GELU's loop
+// apart, the thread's column halves past N skipped (Note [compact epilogues]).
+template <class Tiles, class T>
+__device__ __forceinline__ void simt_store_tile(const Args& p, int64_t z, int m0, int n0, int ty, int tx,
+                                                const T (&acc)[Tiles::TM][Tiles::TN]) {
+  constexpr int BM = Tiles::BM, BN = Tiles::BN, TM = Tiles::TM, HM = Tiles::HM, HN = Tiles::HN;
+  using V = typename Tiles::V;
+  const int M = static_cast<int>(p.M), N = static_cast<int>(p.N);
+  const T* bias = static_cast<const T*>(p.bias);
+  T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
+  with_activation(p.act, [&](auto act) {
+    EMBER_UNROLL
+    for (int i = 0; i < TM; ++i) {
+      const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+      if (gm >= M) continue;
+      T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
+      EMBER_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int gn0 = n0 + h * (BN / 2) + tx * HN;
+        if (gn0 >= N) continue;  // this thread's columns of the half are past N
+        V out;
+        EMBER_UNROLL
+        for (int j = 0; j < HN; ++j) {
+          T v = acc[i][h * HN + j];
+          if (bias != nullptr && gn0 + j < N) v += bias[gn0 + j];
+          out.v[j] = activate<decltype(act)::value>(v, p.act);
+        }
+        if (p.c_vec && gn0 + HN <= N) {
+          *reinterpret_cast<V*>(crow + gn0) = out;
+        } else {
+          EMBER_UNROLL
+          for (int j = 0; j < HN; ++j) {
+            if (gn0 + j < N) crow[gn0 + j] = out.v[j];
+          }
+        }
+      }
+    }
+  });
+}
+
 template <class T, bool A_K, bool B_K>
 __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   using Tiles = SimtTiles<T, A_K, B_K>;
   constexpr int BM = Tiles::BM, BN = Tiles::BN, BK = Tiles::BK, TM = Tiles::TM, TN = Tiles::TN;
-  constexpr int HM = Tiles::HM, HN = Tiles::HN;
-  using V = typename Tiles::V;
 
   // Note [simt tile padding]: a k-contiguous operand arrives as one vector along k per thread and
   // is stored transposed, element by element: for element i a warp's lanes write the rows
@@ -254,34 +292,7 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
       __syncthreads();
       continue;
     }
-    // epilogue: bias, activation, store (16-byte vectors where aligned and inside N)
-    const T* bias = static_cast<const T*>(p.bias);
-    T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
-    EMBER_UNROLL
-    for (int i = 0; i < TM; ++i) {
-      const int gm = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
-      if (gm >= M) continue;
-      T* crow = Cz + static_cast<int64_t>(gm) * p.c_rs;
-      EMBER_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        const int gn0 = n0 + h * (BN / 2) + tx * HN;
-        V out;
-        EMBER_UNROLL
-        for (int j = 0; j < HN; ++j) {
-          T v = acc[i][h * HN + j];
-          if (bias != nullptr && gn0 + j < N) v += bias[gn0 + j];
-          out.v[j] = activate(v, p.act);
-        }
-        if (p.c_vec && gn0 + HN <= N) {
-          *reinterpret_cast<V*>(crow + gn0) = out;
-        } else {
-          EMBER_UNROLL
-          for (int j = 0; j < HN; ++j) {
-            if (gn0 + j < N) crow[gn0 + j] = out.v[j];
-          }
-        }
-      }
-    }
+    simt_store_tile<Tiles>(p, z, m0, n0, ty, tx, acc);
     __syncthreads();  // the next batch reuses the shared tiles
   }
 }
