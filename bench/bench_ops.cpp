@@ -51,7 +51,9 @@
 #include "core/cuda/runtime.h"
 #include "core/rng.h"
 #include "ember.h"
+#include "io/atomic_file.h"
 #include "kernels/registry.h"
+#include "logging/svg_plot.h"
 
 #include <unistd.h>  // execv
 
@@ -452,18 +454,6 @@ struct PlotRow {
   double floor = 0, ember = 0, vendor = 0;
 };
 
-std::string xml_escape(const std::string& in) {
-  std::string o;
-  for (char ch : in) {
-    if (ch == '<') o += "&lt;";
-    else if (ch == '>') o += "&gt;";
-    else if (ch == '&') o += "&amp;";
-    else if (ch == '"') o += "&quot;";
-    else o += ch;
-  }
-  return o;
-}
-
 std::vector<PlotRow> plot_rows() {
   std::vector<PlotRow> rows;
   std::map<std::string, size_t> index;
@@ -497,7 +487,7 @@ void write_plot(const std::string& path, Device d) {
   std::ostringstream o;
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << label_w + plot_w + 20 << "\" height=\"" << h
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  o << "<text x=\"10\" y=\"18\" font-size=\"13\">bench_ops on " << xml_escape(d.str())
+  o << "<text x=\"10\" y=\"18\" font-size=\"13\">bench_ops on " << logging::xml_escape(d.str())
     << ": time per case (log scale, microseconds)</text>\n";
   o << "<text x=\"10\" y=\"36\"><tspan fill=\"black\">| floor (launch " << str(g_launch_us)
     << " us + bytes at the copy bandwidth + FLOPs at the GEMM peak)</tspan>  <tspan fill=\"#1f77b4\">o ember</tspan>  "
@@ -510,7 +500,7 @@ void write_plot(const std::string& path, Device d) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const PlotRow& r = rows[i];
     const double y = top + row_h * static_cast<double>(i) + row_h / 2.0;
-    o << "<text x=\"10\" y=\"" << y + 4 << "\">" << xml_escape(r.label) << "</text>\n";
+    o << "<text x=\"10\" y=\"" << y + 4 << "\">" << logging::xml_escape(r.label) << "</text>\n";
     if (r.floor > 0)
       o << "<line class=\"floor\" x1=\"" << x(r.floor) << "\" y1=\"" << y - 6 << "\" x2=\"" << x(r.floor) << "\" y2=\""
         << y + 6 << "\" stroke=\"black\" stroke-width=\"2\"><title>floor " << r.floor << " us</title></line>\n";
@@ -522,9 +512,7 @@ void write_plot(const std::string& path, Device d) {
         << " l 5 9 l -10 0 z\" fill=\"#d62728\"><title>vendor " << r.vendor << " us</title></path>\n";
   }
   o << "</svg>\n";
-  std::ofstream f(path);
-  f << o.str();
-  if (!f) throw Error(str("--plot ", path, ": cannot write the file"));
+  io::write_file_atomic(path, o.str());  // never a half-written file
 }
 
 }  // namespace

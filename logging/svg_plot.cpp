@@ -10,9 +10,7 @@
 
 namespace ember::logging {
 
-namespace {
-
-std::string esc(const std::string& s) {
+std::string xml_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     if (c == '<') o += "&lt;";
@@ -23,6 +21,8 @@ std::string esc(const std::string& s) {
   }
   return o;
 }
+
+namespace {
 
 // SVG coordinates: two decimals are a hundredth of a pixel
 std::string px(double v) {
@@ -182,26 +182,26 @@ struct Frame {
 // The title, the grid lines and tick labels, the frame and the axis labels.
 void draw_axes(std::ostringstream& os, const Chart& c, const Frame& f, int top) {
   const double l = f.l, r = f.r, t = f.t, b = f.b;
-  os << "<text x=\"" << l << "\" y=\"" << top + 18 << "\" font-weight=\"bold\">" << esc(c.title) << "</text>\n";
+  os << "<text x=\"" << l << "\" y=\"" << top + 18 << "\" font-weight=\"bold\">" << xml_escape(c.title) << "</text>\n";
   for (size_t k = 0; k < f.yt.values.size(); ++k) {
     const std::string y = px(f.Y(f.yt.values[k]));
     os << "<line x1=\"" << l << "\" x2=\"" << px(r) << "\" y1=\"" << y << "\" y2=\"" << y << "\" stroke=\"#eee\"/>\n";
     os << "<text x=\"" << l - 6 << "\" y=\"" << px(f.Y(f.yt.values[k]) + 4) << "\" text-anchor=\"end\">"
-       << esc(f.yt.labels[k]) << "</text>\n";
+       << xml_escape(f.yt.labels[k]) << "</text>\n";
   }
   for (size_t k = 0; k < f.xt.values.size(); ++k) {
     const std::string x = px(f.X(f.xt.values[k]));
     os << "<line x1=\"" << x << "\" x2=\"" << x << "\" y1=\"" << px(b) << "\" y2=\"" << px(b + 4)
        << "\" stroke=\"#888\"/>\n";
-    os << "<text x=\"" << x << "\" y=\"" << px(b + 17) << "\" text-anchor=\"middle\">" << esc(f.xt.labels[k])
+    os << "<text x=\"" << x << "\" y=\"" << px(b + 17) << "\" text-anchor=\"middle\">" << xml_escape(f.xt.labels[k])
        << "</text>\n";
   }
   os << "<rect x=\"" << l << "\" y=\"" << px(t) << "\" width=\"" << px(r - l) << "\" height=\"" << px(b - t)
      << "\" fill=\"none\" stroke=\"#888\"/>\n";
-  os << "<text x=\"" << px((l + r) / 2) << "\" y=\"" << px(b + 36) << "\" text-anchor=\"middle\">" << esc(c.x_label)
-     << "</text>\n";
+  os << "<text x=\"" << px((l + r) / 2) << "\" y=\"" << px(b + 36) << "\" text-anchor=\"middle\">"
+     << xml_escape(c.x_label) << "</text>\n";
   os << "<text x=\"15\" y=\"" << px((t + b) / 2) << "\" transform=\"rotate(-90 15 " << px((t + b) / 2)
-     << ")\" text-anchor=\"middle\">" << esc(c.y_label) << "</text>\n";
+     << ")\" text-anchor=\"middle\">" << xml_escape(c.y_label) << "</text>\n";
 }
 
 // Each series as points, a line or steps, in its colour, with its name in the legend.
@@ -226,7 +226,7 @@ void draw_series(std::ostringstream& os, const Chart& c, const Frame& f, bool le
     }
     if (legend)
       os << "<text x=\"" << px(f.r + 10) << "\" y=\"" << px(f.t + 15 + 16 * static_cast<double>(si)) << "\" fill=\""
-         << color << "\">" << esc(s.name) << "</text>\n";
+         << color << "\">" << xml_escape(s.name) << "</text>\n";
   }
 }
 

@@ -42,6 +42,9 @@ Ticks linear_ticks(double lo, double hi, int target = 5);
 // decades, every other power when they span more than eight).
 Ticks log_ticks(double lo, double hi);
 
+// Text for SVG/XML: <, >, & and " as entities (charts of other layouts, e.g. bench_ops --plot).
+std::string xml_escape(const std::string& s);
+
 // One SVG document with the charts stacked vertically. NaN/inf points are skipped.
 std::string render_svg(const std::vector<Chart>& charts, int width = 720, int chart_height = 300);
 // Writes it atomically (io::AtomicFile: temp file + rename; a device is written through).

@@ -21,7 +21,9 @@ const std::vector<BenchShape>& class_bench_shapes() {
   return v;
 }
 
-template <bool kBackward>
+// cross_entropy's forward, its backward, and both at once (cross_entropy_with_grad) on the same shapes.
+enum class CeBench { forward, backward, with_grad };
+template <CeBench kMode>
 std::vector<BenchCase> cross_entropy_benches() {
   std::vector<BenchCase> v;
   for (const BenchShape& b : class_bench_shapes()) {
@@ -31,27 +33,11 @@ std::vector<BenchCase> cross_entropy_benches() {
     bc.make = [b](Device d) {
       Tensor x = uniform({b.N, b.C}, -1, 1, TensorOptions().dtype(b.dt).device(d));
       Tensor t = samples::randint({b.N}, b.C, 7).to(d);
-      if (!kBackward) return std::vector<Tensor>{x, t, Tensor()};
       Tensor g = full({}, 1.0, TensorOptions().dtype(b.dt).device(d));
+      if (kMode == CeBench::forward) return std::vector<Tensor>{x, t, Tensor()};
+      if (kMode == CeBench::with_grad) return std::vector<Tensor>{x, t, Tensor(), g};
       Tensor tw = full({}, static_cast<double>(b.N), TensorOptions().dtype(loss_acc_dtype(b.dt)).device(d));
       return std::vector<Tensor>{g, x, t, Tensor(), tw};
-    };
-    v.push_back(std::move(bc));
-  }
-  return v;
-}
-
-// cross_entropy_with_grad against cross_entropy + cross_entropy_backward above: the same shapes.
-std::vector<BenchCase> cross_entropy_with_grad_benches() {
-  std::vector<BenchCase> v;
-  for (const BenchShape& b : class_bench_shapes()) {
-    BenchCase bc;
-    bc.name = b.name;
-    bc.attrs = LossAttrs{Reduction::mean, -100, 0};
-    bc.make = [b](Device d) {
-      Tensor x = uniform({b.N, b.C}, -1, 1, TensorOptions().dtype(b.dt).device(d));
-      Tensor t = samples::randint({b.N}, b.C, 7).to(d);
-      return std::vector<Tensor>{x, t, Tensor(), full({}, 1.0, TensorOptions().dtype(b.dt).device(d))};
     };
     v.push_back(std::move(bc));
   }
@@ -86,9 +72,9 @@ std::vector<BenchCase> mse_backward_benches() {
 
 }  // namespace
 
-std::vector<BenchCase> benches_cross_entropy() { return cross_entropy_benches<false>(); }
-std::vector<BenchCase> benches_cross_entropy_backward() { return cross_entropy_benches<true>(); }
-std::vector<BenchCase> benches_cross_entropy_with_grad() { return cross_entropy_with_grad_benches(); }
+std::vector<BenchCase> benches_cross_entropy() { return cross_entropy_benches<CeBench::forward>(); }
+std::vector<BenchCase> benches_cross_entropy_backward() { return cross_entropy_benches<CeBench::backward>(); }
+std::vector<BenchCase> benches_cross_entropy_with_grad() { return cross_entropy_benches<CeBench::with_grad>(); }
 std::vector<BenchCase> benches_nll_loss() { return nll_loss_benches(); }
 std::vector<BenchCase> benches_mse_loss() { return mse_benches(); }
 std::vector<BenchCase> benches_mse_loss_backward() { return mse_backward_benches(); }

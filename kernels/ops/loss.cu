@@ -205,30 +205,42 @@ struct CrossEntropyForward : rows::Policy<T, 1, 5, false> {
   }
 };
 
+// The one-block kernels' walk over the rows: groups of G = 2^log2g lanes, K elements of a row in
+// each lane's registers, as many passes as the rows need (the same trip count for every thread,
+// so the shuffles of regs_phase1 see every lane); per row and lane, after phase 1,
+// f(row, active, lane, rc, st, v).
+template <class P, int K, class F>
+__device__ __forceinline__ void for_each_block_row(const P& p, int64_t rows, int C, int log2g, F&& f) {
+  const int G = 1 << log2g;
+  const int lane = threadIdx.x & (G - 1);
+  const int group = threadIdx.x >> log2g, groups = blockDim.x >> log2g;
+  for (int64_t r0 = 0; r0 < rows; r0 += groups) {
+    const int64_t row = r0 + group;
+    const bool active = row < rows;
+    typename P::Row rc{};
+    if (active) rc = p.row(row, row * C);
+    typename P::Acc v[K][P::kIn];
+    typename P::Stats st = rows::regs_phase1<P, K>(p, row, active, C, G, lane, rc, v);
+    f(row, active, lane, rc, st, v);
+  }
+}
+
 // One block does every row (groups of G lanes, K elements each) and the mean/sum; thread 0 writes
 // the loss and W.
 template <class P, int K>
 __device__ __forceinline__ void ce_small_loss(const P& p, int64_t rows, int C, int log2g, Reduction reduction,
                                               typename P::T* __restrict__ out, typename P::Acc* __restrict__ tw) {
   using Acc = typename P::Acc;
-  const int G = 1 << log2g;
-  const int lane = threadIdx.x & (G - 1);
-  const int group = threadIdx.x >> log2g, groups = blockDim.x >> log2g;
   double lsum = 0, wsum = 0;
-  for (int64_t r0 = 0; r0 < rows; r0 += groups) {  // the same trip count for every thread
-    const int64_t row = r0 + group;
-    const bool active = row < rows;
-    typename P::Row rc{};
-    if (active) rc = p.row(row, row * C);
-    Acc v[K][P::kIn];
-    typename P::Stats st = rows::regs_phase1<P, K>(p, row, active, C, G, lane, rc, v);
-    if (active && lane == 0) {
-      Acc l, w;
-      p.row_loss(st, rc, l, w);
-      lsum += static_cast<double>(l);
-      wsum += static_cast<double>(w);
-    }
-  }
+  for_each_block_row<P, K>(p, rows, C, log2g,
+                           [&](int64_t, bool active, int lane, const auto& rc, const auto& st, auto&) {
+                             if (active && lane == 0) {
+                               Acc l, w;
+                               p.row_loss(st, rc, l, w);
+                               lsum += static_cast<double>(l);
+                               wsum += static_cast<double>(w);
+                             }
+                           });
   block_sum2(lsum, wsum);
   if (threadIdx.x == 0) {
     out[0] = static_cast<typename P::T>(reduction == Reduction::mean ? lsum / wsum : lsum);  // W = 0: NaN
@@ -251,26 +263,18 @@ template <class P, class B, int K>
 __global__ void __launch_bounds__(1024)
     ce_small_grad_kernel(P p, B b, int64_t rows, int C, int log2g, Reduction reduction, typename P::T* __restrict__ out,
                          typename P::Acc* __restrict__ tw) {
-  using Acc = typename P::Acc;
   ce_small_loss<P, K>(p, rows, C, log2g, reduction, out, tw);
   __syncthreads();  // thread 0's W (and the loss) are visible to the block
   const int G = 1 << log2g;
-  const int lane = threadIdx.x & (G - 1);
-  const int group = threadIdx.x >> log2g, groups = blockDim.x >> log2g;
-  for (int64_t r0 = 0; r0 < rows; r0 += groups) {  // the same trip count for every thread
-    const int64_t row = r0 + group;
-    const bool active = row < rows;
-    typename B::Row rc{};
-    if (active) rc = b.row(row, row * C);
-    Acc v[K][B::kIn];
-    typename B::Stats st = rows::regs_phase1<B, K>(b, row, active, C, G, lane, rc, v);
-    if (!active) continue;  // after the shuffles, which need every lane
-    EMBER_UNROLL
-    for (int j = 0; j < K; ++j) {
-      const int c = lane + j * G;
-      if (c < C) b.out[row * C + c] = static_cast<typename P::T>(b.value(st, rc, c, v[j]));
-    }
-  }
+  for_each_block_row<B, K>(b, rows, C, log2g,
+                           [&](int64_t row, bool active, int lane, const auto& rc, const auto& st, auto& v) {
+                             if (!active) return;
+                             EMBER_UNROLL
+                             for (int j = 0; j < K; ++j) {
+                               const int c = lane + j * G;
+                               if (c < C) b.out[row * C + c] = static_cast<typename P::T>(b.value(st, rc, c, v[j]));
+                             }
+                           });
 }
 
 // G: lanes per row of the one-block kernels (K = 1: pow2ceil(C); else 32), as log2.
