@@ -76,9 +76,13 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   s.stage = Stage::unscaled;
 }
 
-void GradScaler::step(optim::Optimizer& optimizer) {
+void GradScaler::step(optim::Optimizer& optimizer) { step(optimizer, optim::GradScaling{}); }
+
+void GradScaler::step(optim::Optimizer& optimizer, const optim::GradScaling& clip) {
+  EMBER_CHECK(!clip.found_inf.defined() && !clip.inv_scale.defined(),
+              "GradScaler::step: the scaler sets found_inf and inv_scale itself; pass only clipping");
   if (!options_.enabled_) {
-    optimizer.step();
+    optimizer.step(clip);
     return;
   }
   EMBER_CHECK(initialised_, "GradScaler::step: scale() was never called");
@@ -86,8 +90,11 @@ void GradScaler::step(optim::Optimizer& optimizer) {
   EMBER_CHECK(s.stage != Stage::stepped,
               "GradScaler::step() has already been called on this optimizer since the last "
               "update()");
+  EMBER_CHECK(s.stage == Stage::unscaled || !clip.clip_norm.defined(),
+              "GradScaler::step: clipping folded into the step needs the norm of unscaled gradients; call "
+              "unscale_(optimizer) before clip_grad_norm_into_step");
   if (s.stage == Stage::ready) unscale_(optimizer);
-  optim::GradScaling scaling;
+  optim::GradScaling scaling = clip;
   scaling.found_inf = s.found_inf;
   optimizer.step(scaling);
   s.stage = Stage::stepped;

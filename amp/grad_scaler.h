@@ -10,6 +10,8 @@
 //     scaler.unscale_(opt);                          // optional: before clipping
 //     optim::clip_grad_norm_(params, 1.0);
 //     scaler.step(opt);                              // skipped on the device when a grad is inf/NaN
+//     // or clipping folded into the step (optim/clip_grad.h):
+//     //   optim::GradScaling clip; optim::clip_grad_norm_into_step(params, 1.0, clip); scaler.step(opt, clip);
 //     scaler.update();
 //   }
 //
@@ -58,7 +60,9 @@ class GradScaler : public Stateful {
   // At most once per optimizer between update() calls.
   void unscale_(optim::Optimizer& optimizer);
   // unscale_ (if not done yet), then the optimizer's step, skipped on the device when found_inf.
+  // `clip` carries clipping folded into the step (clip_grad_norm_into_step, after unscale_).
   void step(optim::Optimizer& optimizer);
+  void step(optim::Optimizer& optimizer, const optim::GradScaling& clip);
   // Grows or backs off the scale on the device and resets the per-step state.
   void update();
   // Runs `fn(found_inf)` after every unscale_, before the flag is used: dist::sync_grad_scaler

@@ -187,16 +187,18 @@ Tensor normalize_u8(const Tensor& x, const std::vector<double>& mean = {0.0}, co
 // In place on params and state (run under no_grad internally). `hyper` is the optimizer's f64
 // device tensor of hyperparameters; `steps` are f32 scalar step counters the op increments;
 // found_inf / inv_scale (f32 [1], optional) are the loss scaler's hooks; `ticket` (int32 [1], 0,
-// optional) lets the CUDA kernel advance the step counters itself: see kernels/ops/optim.h.
+// optional) lets the CUDA kernel advance the step counters itself; clip_norm (total_norm's result,
+// optional) with max_norm clips the gradients as they are read: see kernels/ops/optim.h.
 void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
               const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov,
               bool maximize, const Tensor& found_inf = Tensor(), const Tensor& inv_scale = Tensor(),
-              const Tensor& ticket = Tensor());
+              const Tensor& ticket = Tensor(), const Tensor& clip_norm = Tensor(), double max_norm = 0);
 void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps,
                bool decoupled_weight_decay, bool maximize, const Tensor& found_inf = Tensor(),
-               const Tensor& inv_scale = Tensor(), const Tensor& ticket = Tensor());
+               const Tensor& inv_scale = Tensor(), const Tensor& ticket = Tensor(), const Tensor& clip_norm = Tensor(),
+               double max_norm = 0);
 // The p-norm of all elements of all tensors (inf for the max norm), as a device scalar (f32; f64
 // for f64 tensors). Tensors may mix devices and dtypes (one launch per bucket).
 Tensor total_norm(const std::vector<Tensor>& tensors, double norm_type = 2.0);

@@ -81,7 +81,8 @@ void AdamBase::step(const GradScaling& scaling) {
       }
       const Tensor h = hyper(gi, b.device);  // first: it makes the slot the ticket lives in
       adam_step(h, b.params, b.grads, m, v, vmax, steps, decoupled_, o.maximize(),
-                on_device(scaling.found_inf, b.device), on_device(scaling.inv_scale, b.device), ticket(gi, b.device));
+                on_device(scaling.found_inf, b.device), on_device(scaling.inv_scale, b.device), ticket(gi, b.device),
+                on_device(scaling.clip_norm, b.device), scaling.max_norm);
     }
   }
 }

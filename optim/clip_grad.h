@@ -16,6 +16,19 @@ namespace ember::optim {
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm, double norm_type = 2.0);
 
+// The same clipping folded into the next optimizer step: computes and returns the total norm and
+// puts it into `scaling`; opt.step(scaling) (or GradScaler::step(opt, scaling)) then multiplies
+// each gradient by the coefficient as it reads it. The parameters end up exactly as after
+// clip_grad_norm_ and step(), one pass over the gradients and one launch cheaper, but the
+// gradients themselves are left unclipped (Note [clipping folded into the step] in
+// kernels/ops/optim.h): use clip_grad_norm_ when something else reads them.
+//   optim::GradScaling clip;
+//   optim::clip_grad_norm_into_step(model->parameters(), 1.0, clip);
+//   opt.step(clip);
+struct GradScaling;
+Tensor clip_grad_norm_into_step(const std::vector<Tensor>& parameters, double max_norm, GradScaling& scaling,
+                                double norm_type = 2.0);
+
 }  // namespace ember::optim
 
 namespace ember::nn::utils {

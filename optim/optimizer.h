@@ -73,10 +73,14 @@ class ParamGroup {
   std::unique_ptr<OptimizerOptions> options_;
 };
 
-// The loss scaler's hooks into a step (amp/): both optional, f32 [1] on the params' device.
+// What scales a step's gradients: the loss scaler's hooks (amp/: both optional, f32 [1] on the
+// params' device) and gradient clipping folded into the step (clip_grad_norm_into_step in
+// optim/clip_grad.h; Note [clipping folded into the step] in kernels/ops/optim.h).
 struct GradScaling {
   Tensor found_inf;  // nonzero: skip the step (params, state and step counters untouched)
   Tensor inv_scale;  // grads are multiplied by it before use
+  Tensor clip_norm;  // the total norm: grads are multiplied by min(1, max_norm / (clip_norm + 1e-6))
+  double max_norm = 0;
 };
 
 class Optimizer : public Stateful {

@@ -77,7 +77,8 @@ void SGD::step(const GradScaling& scaling) {
       }
       const Tensor h = hyper(gi, b.device);  // first: it makes the slot the ticket lives in
       sgd_step(h, b.params, b.grads, bufs, steps, o.nesterov(), o.maximize(), on_device(scaling.found_inf, b.device),
-               on_device(scaling.inv_scale, b.device), ticket(gi, b.device));
+               on_device(scaling.inv_scale, b.device), ticket(gi, b.device), on_device(scaling.clip_norm, b.device),
+               scaling.max_norm);
     }
   }
 }

@@ -156,6 +156,20 @@ TEST_CASE("GradScaler state errors name the misuse", "[amp][scaler]") {
   expect_error([&] { scaler.unscale_(opt); }, "after step()");
   scaler.update();
 
+  // clipping folded into the step: the norm must be of unscaled gradients, and the scaler owns
+  // found_inf and inv_scale
+  opt.zero_grad();
+  scaler.scale(cross_entropy(fc(b.x), b.y)).backward();
+  optim::GradScaling clip;
+  optim::clip_grad_norm_into_step(fc->parameters(), 1.0, clip);
+  expect_error([&] { scaler.step(opt, clip); }, "call unscale_(optimizer) before clip_grad_norm_into_step");
+  optim::GradScaling own{ones({1}), ones({1})};
+  expect_error([&] { scaler.step(opt, own); }, "pass only clipping");
+  scaler.unscale_(opt);
+  optim::clip_grad_norm_into_step(fc->parameters(), 1.0, clip);
+  scaler.step(opt, clip);
+  scaler.update();
+
   // after update() the cycle is open again (and step alone unscales)
   opt.zero_grad();
   scaler.scale(cross_entropy(fc(b.x), b.y)).backward();

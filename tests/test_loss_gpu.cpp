@@ -17,37 +17,14 @@
 #include "kernels/functional.h"
 #include "kernels/ops/loss.h"  // LossAttrs
 #include "kernels/registry.h"
+#include "tests/launch_count_util.h"
 
 using namespace ember;
 
 namespace {
 
 const Device kGPU(DeviceType::cuda, 0);
-
-// Kernel nodes that f enqueues on the current stream (captured into a graph, never run).
-size_t kernels_launched_by(const std::function<void()>& f) {
-  cudaStream_t s = static_cast<cudaStream_t>(cuda::current_stream(0).handle());
-  cuda::MemPool pool(0);
-  size_t kernels = 0;
-  {
-    cuda::PoolScope scope(pool);
-    REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-    f();
-    cudaGraph_t graph = nullptr;
-    REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
-    size_t n = 0;
-    REQUIRE(cudaGraphGetNodes(graph, nullptr, &n) == cudaSuccess);
-    std::vector<cudaGraphNode_t> nodes(n);
-    if (n > 0) REQUIRE(cudaGraphGetNodes(graph, nodes.data(), &n) == cudaSuccess);
-    for (cudaGraphNode_t node : nodes) {
-      cudaGraphNodeType type;
-      REQUIRE(cudaGraphNodeGetType(node, &type) == cudaSuccess);
-      if (type == cudaGraphNodeTypeKernel) ++kernels;
-    }
-    REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
-  }
-  return kernels;
-}
+using test::kernels_launched_by;
 
 Tensor logits(int64_t n, int64_t c) { return uniform({n, c}, -3, 3, TensorOptions().device(kGPU)); }
 

@@ -11,6 +11,7 @@
 #include "kernels/functional.h"
 #include "nn/linear.h"
 #include "optim/optim.h"
+#include "tests/clip_step_check.h"
 
 using namespace ember;
 
@@ -364,6 +365,26 @@ TEST_CASE("optim clip_grad_norm_ returns the total norm and scales like PyTorch"
   Tensor e = param({1}, DType::f32);
   CHECK(optim::clip_grad_norm_({e}, 1.0).item() == 0.0);
   CHECK_THROWS_WITH(total_norm({a.grad()}, -1.0), Catch::Contains("norm_type must be >= 0"));
+}
+
+TEST_CASE("optim clipping folded into the step equals clip_grad_norm_ then step bit for bit", "[optim]") {
+  for (int which : {0, 1, 2})
+    for (DType dt : {DType::f32, DType::f64, DType::bf16}) test::check_clip_into_step(kCPU, dt, which);
+  // the op's own checks
+  Tensor p = param({1, 2}, DType::f32);
+  set_grad(p, {3, 4});
+  optim::SGD opt({p}, optim::SGDOptions(0.1));
+  optim::GradScaling bad;
+  bad.clip_norm = full({2}, 1.0);
+  CHECK_THROWS_WITH(opt.step(bad), Catch::Contains("clip_norm (the total norm clipping scales by) must be one f32"));
+  bad.clip_norm = full({}, 5.0);
+  bad.max_norm = std::nan("");
+  CHECK_THROWS_WITH(opt.step(bad), Catch::Contains("max_norm is NaN"));
+  CHECK_THROWS_WITH(optim::clip_grad_norm_into_step({p}, std::nan(""), bad), Catch::Contains("max_norm is NaN"));
+  // no gradients: nothing to clip, and a stale norm is not left behind
+  Tensor q = param({1}, DType::f32);
+  CHECK(optim::clip_grad_norm_into_step({q}, 1.0, bad).item() == 0.0);
+  CHECK_FALSE(bad.clip_norm.defined());
 }
 
 TEST_CASE("optim gradient accumulation over N micro-batches equals the large-batch gradient", "[optim]") {

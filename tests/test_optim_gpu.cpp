@@ -13,6 +13,10 @@
 #include "kernels/functional.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
+#include "tests/clip_step_check.h"
+#if EMBER_WITH_CUDA  // raw CUDA runtime calls; a CPU-only build has no toolkit headers
+#include "tests/launch_count_util.h"
+#endif
 #include "tests/op_driver.h"
 
 using namespace ember;
@@ -199,6 +203,30 @@ TEST_CASE("cuda clip_grad_norm_ matches the CPU over many tensors", "[gpu][optim
     }
     compare(gg, gc, 2e-6, 1e-7);
   }
+}
+
+TEST_CASE("cuda clipping folded into the step: clip_grad_norm_ then step bit for bit, one launch fewer",
+          "[gpu][optim]") {
+  for (int which : {0, 1, 2})
+    for (DType dt : {DType::f32, DType::bf16}) test::check_clip_into_step(kCUDA, dt, which);
+#if EMBER_WITH_CUDA  // (a CPU-only build skips every GPU test anyway)
+  // launches of a warm step: the norm's two passes and the update; clipping in place adds one
+  std::vector<Tensor> all = make_params(kCUDA, 5, false), p(all.begin(), all.begin() + 8);  // one table
+  set_grads(p, 9);
+  optim::AdamW opt(p, optim::AdamOptions(1e-3));
+  opt.step();
+  const size_t folded = test::kernels_launched_by([&] {
+    optim::GradScaling clip;
+    optim::clip_grad_norm_into_step(p, 1.0, clip);
+    opt.step(clip);
+  });
+  const size_t separate = test::kernels_launched_by([&] {
+    optim::clip_grad_norm_(p, 1.0);
+    opt.step();
+  });
+  CHECK(folded == 3);
+  CHECK(separate == folded + 1);
+#endif
 }
 
 TEST_CASE("cuda activation checkpointing lowers the peak device memory, same gradients", "[gpu][checkpoint]") {

@@ -19,15 +19,17 @@ std::vector<int64_t> resnet_sizes() {
 const std::vector<int64_t> kCnnSizes = {288, 32, 18432, 64, 401408, 128, 1280, 10};
 const std::vector<int64_t> kMlpSizes = {100352, 128, 1280, 10};
 
-// The op's inputs for parameters of `sizes`: hyper, found_inf, inv_scale, the ticket, then `lists`
-// lists, the one at `step_list` of step counters.
+// The op's inputs for parameters of `sizes`: hyper, found_inf, inv_scale, the ticket, clip_norm
+// (with `clip`: a norm of 4, which max_norm 1 clips), then `lists` lists, the one at `step_list` of
+// step counters.
 std::vector<Tensor> bench_lists(Device d, int lists, int step_list, std::vector<double> hyper,
-                                const std::vector<int64_t>& sizes) {
+                                const std::vector<int64_t>& sizes, bool clip = false) {
   std::vector<Tensor> in;
   in.push_back(tensor(hyper, DType::f64).to(d));
   in.push_back(Tensor());                                                                  // found_inf
   in.push_back(Tensor());                                                                  // inv_scale
   in.push_back(d.is_cuda() ? zeros({1}, TensorOptions(DType::i32).device(d)) : Tensor());  // ticket
+  in.push_back(clip ? full({}, 4.0, TensorOptions(DType::f32).device(d)) : Tensor());      // clip_norm
   const int n = static_cast<int>(sizes.size());
   for (int l = 0; l < lists; ++l)
     for (int i = 0; i < n; ++i) {
@@ -59,6 +61,11 @@ std::vector<BenchCase> benches_adam_step() {
   v.push_back({"mnist MLP, 4 tensors, 101,770 params, AdamW", {}, AdamStepAttrs{4, 0, 1, 0}, [adamw](Device d) {
                  return bench_lists(d, 5, 4, adamw, kMlpSizes);
                }});
+  // mnist_train --clip-grad: the clipping coefficient applied as the gradients are read
+  v.push_back(
+      {"mnist CNN, 8 tensors, 421,642 params, AdamW, clipped", {}, AdamStepAttrs{8, 0, 1, 0, 1.0}, [adamw](Device d) {
+         return bench_lists(d, 5, 4, adamw, kCnnSizes, true);
+       }});
   return v;
 }
 

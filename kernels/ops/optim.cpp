@@ -29,6 +29,12 @@ Device check_scalars(const char* op, std::span<const Tensor> in, int hyper_len) 
     EMBER_CHECK(t.device() == hyper.device(), op, ": ", k == kFoundInf ? "found_inf" : "inv_scale", " is on ",
                 t.device(), " but the hyperparameters are on ", hyper.device());
   }
+  if (const Tensor& t = in[kClipNorm]; t.defined()) {
+    EMBER_CHECK((t.dtype() == DType::f32 || t.dtype() == DType::f64) && t.numel() == 1 && t.is_contiguous(), op,
+                ": clip_norm (the total norm clipping scales by) must be one f32 or f64 element, got ", t.describe());
+    EMBER_CHECK(t.device() == hyper.device(), op, ": clip_norm is on ", t.device(), " but the hyperparameters are on ",
+                hyper.device());
+  }
   if (const Tensor& t = in[kTicket]; t.defined()) {
     EMBER_CHECK(t.dtype() == DType::i32 && t.numel() == 1 && t.is_contiguous(), op,
                 ": the ticket must be an int32 tensor of one element, got ", t.describe());
@@ -87,6 +93,7 @@ std::vector<TensorSpec> infer_sgd(std::span<const Tensor> in, const Attrs& attrs
   const int lists = sgd_lists(a);
   EMBER_CHECK(static_cast<int64_t>(in.size()) == kFirstTensor + lists * a.n, "sgd_step: expects ", kFirstTensor,
               " scalar inputs and ", lists, " lists of ", a.n, " tensors, got ", in.size(), " inputs");
+  EMBER_CHECK(!in[kClipNorm].defined() || !std::isnan(a.max_norm), "sgd_step: max_norm is NaN");
   Device dev = check_scalars("sgd_step", in, kSgdHyper);
   check_list("sgd_step", "parameter", in, a.n, 0, dev);
   check_list("sgd_step", "gradient", in, a.n, 1, dev);
@@ -104,6 +111,7 @@ std::vector<TensorSpec> infer_adam(std::span<const Tensor> in, const Attrs& attr
   const int lists = adam_lists(a);
   EMBER_CHECK(static_cast<int64_t>(in.size()) == kFirstTensor + lists * a.n, "adam_step: expects ", kFirstTensor,
               " scalar inputs and ", lists, " lists of ", a.n, " tensors, got ", in.size(), " inputs");
+  EMBER_CHECK(!in[kClipNorm].defined() || !std::isnan(a.max_norm), "adam_step: max_norm is NaN");
   Device dev = check_scalars("adam_step", in, kAdamHyper);
   check_list("adam_step", "parameter", in, a.n, 0, dev);
   check_list("adam_step", "gradient", in, a.n, 1, dev);
@@ -123,9 +131,16 @@ bool skip_step(const KernelCall& c) {
   const Tensor& f = c.in[kFoundInf];
   return f.defined() && f.data<float>()[0] != 0.0f;
 }
-double inv_scale_of(const KernelCall& c) {
-  const Tensor& s = c.in[kInvScale];
-  return s.defined() ? static_cast<double>(s.data<float>()[0]) : 1.0;
+// inv_scale and the clipping coefficient (Note [clipping folded into the step]) as host values.
+GradFactors grad_factors(const KernelCall& c, double max_norm) {
+  GradFactors f;
+  if (const Tensor& s = c.in[kInvScale]; s.defined()) f.inv_scale = static_cast<double>(s.data<float>()[0]);
+  if (const Tensor& n = c.in[kClipNorm]; n.defined()) {
+    f.clip = true;
+    f.clip_coef = n.dtype() == DType::f64 ? step_clip_coef(nullptr, n.data<double>(), max_norm)
+                                          : step_clip_coef(n.data<float>(), nullptr, max_norm);
+  }
+  return f;
 }
 
 template <class T>
@@ -141,7 +156,7 @@ void sgd_cpu(const KernelCall& c) {
   const auto& a = c.attr<SgdStepAttrs>();
   if (a.n == 0 || skip_step(c)) return;
   const double* hyper = c.in[kHyper].data<double>();
-  const double inv_scale = inv_scale_of(c);
+  const GradFactors factors = grad_factors(c, a.max_norm);
   const bool scale = c.in[kInvScale].defined();
   EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "sgd_step", [&] {
     using A = acc_t<scalar_t>;
@@ -152,7 +167,7 @@ void sgd_cpu(const KernelCall& c) {
         *st += 1.0f;
         step = *st;
       }
-      SgdScalars<A> s = make_sgd_scalars<A>(hyper, inv_scale, step, a);
+      SgdScalars<A> s = make_sgd_scalars<A>(hyper, factors, step, a);
       scalar_t* p = ptr<scalar_t>(c, a.n, 0, i);
       const scalar_t* g = ptr<scalar_t>(c, a.n, 1, i);
       scalar_t* buf = a.momentum_buffers ? ptr<scalar_t>(c, a.n, 2, i) : nullptr;
@@ -167,7 +182,7 @@ void adam_cpu(const KernelCall& c) {
   const auto& a = c.attr<AdamStepAttrs>();
   if (a.n == 0 || skip_step(c)) return;
   const double* hyper = c.in[kHyper].data<double>();
-  const double inv_scale = inv_scale_of(c);
+  const GradFactors factors = grad_factors(c, a.max_norm);
   const bool scale = c.in[kInvScale].defined();
   const int step_list = a.amsgrad ? 5 : 4;
   EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "adam_step", [&] {
@@ -175,7 +190,7 @@ void adam_cpu(const KernelCall& c) {
     for (int64_t i = 0; i < a.n; ++i) {
       float* st = step_ptr(c, a.n, step_list, i);
       *st += 1.0f;
-      AdamScalars<A> s = make_adam_scalars<A>(hyper, inv_scale, *st, a);
+      AdamScalars<A> s = make_adam_scalars<A>(hyper, factors, *st, a);
       scalar_t* p = ptr<scalar_t>(c, a.n, 0, i);
       const scalar_t* g = ptr<scalar_t>(c, a.n, 1, i);
       scalar_t* m = ptr<scalar_t>(c, a.n, 2, i);
@@ -242,7 +257,8 @@ void check_same_count(const char* op, const char* what, size_t got, size_t want)
 
 void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
               const std::vector<Tensor>& momentum_buffers, const std::vector<Tensor>& steps, bool nesterov,
-              bool maximize, const Tensor& found_inf, const Tensor& inv_scale, const Tensor& ticket) {
+              bool maximize, const Tensor& found_inf, const Tensor& inv_scale, const Tensor& ticket,
+              const Tensor& clip_norm, double max_norm) {
   const size_t n = params.size();
   check_same_count("sgd_step", "gradients", grads.size(), n);
   const bool bufs = !momentum_buffers.empty();
@@ -251,7 +267,7 @@ void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std:
     check_same_count("sgd_step", "step counters", steps.size(), n);
   }
   EMBER_CHECK(!nesterov || bufs, "sgd_step: nesterov needs momentum buffers");
-  std::vector<Tensor> in{hyper, found_inf, inv_scale, ticket};
+  std::vector<Tensor> in{hyper, found_inf, inv_scale, ticket, clip_norm};
   for (const auto* list : {&params, &grads}) in.insert(in.end(), list->begin(), list->end());
   if (bufs) {
     in.insert(in.end(), momentum_buffers.begin(), momentum_buffers.end());
@@ -259,14 +275,14 @@ void sgd_step(const Tensor& hyper, const std::vector<Tensor>& params, const std:
   }
   autograd::NoGradGuard no_grad;
   call(OpId::sgd_step, std::move(in),
-       SgdStepAttrs{static_cast<int64_t>(n), bufs ? 1 : 0, nesterov ? 1 : 0, maximize ? 1 : 0});
+       SgdStepAttrs{static_cast<int64_t>(n), bufs ? 1 : 0, nesterov ? 1 : 0, maximize ? 1 : 0, max_norm});
 }
 
 void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                const std::vector<Tensor>& max_exp_avg_sqs, const std::vector<Tensor>& steps,
                bool decoupled_weight_decay, bool maximize, const Tensor& found_inf, const Tensor& inv_scale,
-               const Tensor& ticket) {
+               const Tensor& ticket, const Tensor& clip_norm, double max_norm) {
   const size_t n = params.size();
   check_same_count("adam_step", "gradients", grads.size(), n);
   check_same_count("adam_step", "exp_avg tensors", exp_avgs.size(), n);
@@ -274,13 +290,14 @@ void adam_step(const Tensor& hyper, const std::vector<Tensor>& params, const std
   check_same_count("adam_step", "step counters", steps.size(), n);
   const bool amsgrad = !max_exp_avg_sqs.empty();
   if (amsgrad) check_same_count("adam_step", "max_exp_avg_sq tensors", max_exp_avg_sqs.size(), n);
-  std::vector<Tensor> in{hyper, found_inf, inv_scale, ticket};
+  std::vector<Tensor> in{hyper, found_inf, inv_scale, ticket, clip_norm};
   for (const auto* list : {&params, &grads, &exp_avgs, &exp_avg_sqs}) in.insert(in.end(), list->begin(), list->end());
   if (amsgrad) in.insert(in.end(), max_exp_avg_sqs.begin(), max_exp_avg_sqs.end());
   in.insert(in.end(), steps.begin(), steps.end());
   autograd::NoGradGuard no_grad;
   call(OpId::adam_step, std::move(in),
-       AdamStepAttrs{static_cast<int64_t>(n), amsgrad ? 1 : 0, decoupled_weight_decay ? 1 : 0, maximize ? 1 : 0});
+       AdamStepAttrs{static_cast<int64_t>(n), amsgrad ? 1 : 0, decoupled_weight_decay ? 1 : 0, maximize ? 1 : 0,
+                     max_norm});
 }
 
 }  // namespace ember

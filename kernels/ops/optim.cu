@@ -7,7 +7,8 @@
 //                 call is updated by one launch per table (one launch for up to 32 tensors).
 // Launch sequence of one step, all on the params' current stream, no host sync, no H2D copy:
 //   with a ticket (the optimizers pass one) and no empty tensor: the update kernel(s) alone. They
-//      read hyper (f64 on the device), found_inf, inv_scale and the old step count of their
+//      read hyper (f64 on the device), found_inf, inv_scale, clip_norm (Note [clipping folded
+//      into the step]: clipping costs no launch of its own) and the old step count of their
 //      tensor, update with count + 1, and the last block to finish advances the counters
 //      (Note [optimizer step counters]); all of it is skipped when *found_inf != 0.
 //   else: 1. increment_steps: step += 1 for every step counter (skipped when *found_inf != 0)
@@ -95,24 +96,40 @@ __device__ __forceinline__ void update_chunk(const mt::Table<Depth>& tab, const 
   count_step(tab, ticket);
 }
 
+// The device scalars that scale the gradients (each pointer optional).
+struct GradScalePtrs {
+  const float* inv_scale;  // AMP's 1 / scale
+  const float* norm32;     // clip_norm when f32
+  const double* norm64;    // clip_norm when f64
+};
+
+// inv_scale and the clipping coefficient as one thread reads them (thread 0, make_scalars).
+__device__ __forceinline__ GradFactors read_factors(const GradScalePtrs& g, double max_norm) {
+  GradFactors f;
+  if (g.inv_scale != nullptr) f.inv_scale = static_cast<double>(*g.inv_scale);
+  if (g.norm32 != nullptr || g.norm64 != nullptr) {
+    f.clip = true;
+    f.clip_coef = step_clip_coef(g.norm32, g.norm64, max_norm);
+  }
+  return f;
+}
+
 template <class T>
 __global__ void __launch_bounds__(mt::kThreads)
     sgd_kernel(const __grid_constant__ mt::Table<3> tab, const double* __restrict__ hyper,
-               const float* __restrict__ found_inf, const float* __restrict__ inv_scale, unsigned* ticket,
-               SgdStepAttrs a) {
+               const float* __restrict__ found_inf, GradScalePtrs gs, unsigned* ticket, SgdStepAttrs a) {
   using S = SgdScalars<acc_t<T>>;
   update_chunk<S>(
       tab, found_inf, ticket,
       [&](const mt::BlockWork& w) {
-        return make_sgd_scalars<acc_t<T>>(hyper, inv_scale != nullptr ? static_cast<double>(*inv_scale) : 1.0,
-                                          step_count(tab.step[w.t], ticket), a);
+        return make_sgd_scalars<acc_t<T>>(hyper, read_factors(gs, a.max_norm), step_count(tab.step[w.t], ticket), a);
       },
       [&](const mt::BlockWork& w, const S& shared) {
         const S s = shared;
         T* p = static_cast<T*>(tab.ptr[0][w.t]);
         const T* g = static_cast<const T*>(tab.ptr[1][w.t]);
         T* buf = static_cast<T*>(tab.ptr[2][w.t]);
-        const bool scale = inv_scale != nullptr;
+        const bool scale = gs.inv_scale != nullptr;
         return [=](int64_t i) { sgd_update(p, g, buf, i, s, scale); };
       });
 }
@@ -120,14 +137,12 @@ __global__ void __launch_bounds__(mt::kThreads)
 template <class T>
 __global__ void __launch_bounds__(mt::kThreads)
     adam_kernel(const __grid_constant__ mt::Table<5> tab, const double* __restrict__ hyper,
-                const float* __restrict__ found_inf, const float* __restrict__ inv_scale, unsigned* ticket,
-                AdamStepAttrs a) {
+                const float* __restrict__ found_inf, GradScalePtrs gs, unsigned* ticket, AdamStepAttrs a) {
   using S = AdamScalars<acc_t<T>>;
   update_chunk<S>(
       tab, found_inf, ticket,
       [&](const mt::BlockWork& w) {
-        return make_adam_scalars<acc_t<T>>(hyper, inv_scale != nullptr ? static_cast<double>(*inv_scale) : 1.0,
-                                           step_count(tab.step[w.t], ticket), a);
+        return make_adam_scalars<acc_t<T>>(hyper, read_factors(gs, a.max_norm), step_count(tab.step[w.t], ticket), a);
       },
       [&](const mt::BlockWork& w, const S& shared) {
         const S s = shared;
@@ -136,7 +151,7 @@ __global__ void __launch_bounds__(mt::kThreads)
         T* m = static_cast<T*>(tab.ptr[2][w.t]);
         T* v = static_cast<T*>(tab.ptr[3][w.t]);
         T* vmax = static_cast<T*>(tab.ptr[4][w.t]);
-        const bool scale = inv_scale != nullptr;
+        const bool scale = gs.inv_scale != nullptr;
         return [=](int64_t i) { adam_update(p, g, m, v, vmax, i, s, scale); };
       });
 }
@@ -149,15 +164,21 @@ struct StepInputs {
   cuda::DeviceGuard guard;
   cudaStream_t stream;
   const float* found_inf;  // GradScaler's flag: nullptr, or skip the step when set
-  const float* inv_scale;  // nullptr, or unscale the gradients on the fly
+  GradScalePtrs scale;     // unscale (inv_scale) and clip (clip_norm) the gradients on the fly
   unsigned* ticket;        // nullptr, or the update kernel counts the steps (Note [optimizer step counters])
   explicit StepInputs(const KernelCall& c)
       : hyper(c.in[kHyper]),
         guard(hyper.device().index),
         stream(cuda::stream_for(hyper)),
         found_inf(opt_f32(c.in[kFoundInf])),
-        inv_scale(opt_f32(c.in[kInvScale])),
+        scale(scale_ptrs(c)),
         ticket(c.in[kTicket].defined() ? static_cast<unsigned*>(c.in[kTicket].data_ptr()) : nullptr) {}
+
+  static GradScalePtrs scale_ptrs(const KernelCall& c) {
+    const Tensor& n = c.in[kClipNorm];
+    const bool f64 = n.defined() && n.dtype() == DType::f64;
+    return {opt_f32(c.in[kInvScale]), f64 ? nullptr : opt_f32(n), f64 ? n.data<double>() : nullptr};
+  }
 
   // Advances the step counters now (increment_steps) unless the update kernels will: they need a
   // ticket, and an empty tensor is in no table, so its counter would be left behind. Returns the
@@ -195,7 +216,7 @@ void sgd_cuda(const KernelCall& c) {
   EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "sgd_step", [&] {
     mt::for_each_table<3>(entries, [&](const mt::Table<3>& tab, int nblocks, int64_t) {
       cuda::launch(sgd_kernel<scalar_t>, nblocks, mt::kThreads, 0, in.stream, tab, in.hyper.data<double>(),
-                   in.found_inf, in.inv_scale, ticket, a);
+                   in.found_inf, in.scale, ticket, a);
     });
   });
 }
@@ -221,7 +242,7 @@ void adam_cuda(const KernelCall& c) {
   EMBER_DISPATCH_FLOAT(c.in[kFirstTensor].dtype(), "adam_step", [&] {
     mt::for_each_table<5>(entries, [&](const mt::Table<5>& tab, int nblocks, int64_t) {
       cuda::launch(adam_kernel<scalar_t>, nblocks, mt::kThreads, 0, in.stream, tab, in.hyper.data<double>(),
-                   in.found_inf, in.inv_scale, ticket, a);
+                   in.found_inf, in.scale, ticket, a);
     });
   });
 }
@@ -234,7 +255,7 @@ void register_cuda_sgd_step(OpInfo& info) {
                     .fn = sgd_cuda,
                     .dtypes = kFloatTypes,
                     .note = "one launch per table of 32 tensors, chunks sized to the call; hyperparameters read from "
-                            "the device; with a ticket it also counts the steps"});
+                            "the device; with a ticket it also counts the steps; clipping folded in"});
 }
 
 void register_cuda_adam_step(OpInfo& info) {
@@ -242,8 +263,9 @@ void register_cuda_adam_step(OpInfo& info) {
                     .device = DeviceType::cuda,
                     .fn = adam_cuda,
                     .dtypes = kFloatTypes,
-                    .note = "one launch per table of 32 tensors, chunks sized to the call; step counters and "
-                            "hyperparameters on the device; with a ticket it also counts the steps"});
+                    .note =
+                        "one launch per table of 32 tensors, chunks sized to the call; step counters and "
+                        "hyperparameters on the device; with a ticket it also counts the steps; clipping folded in"});
 }
 
 }  // namespace ember

@@ -32,13 +32,22 @@
 //   inv_scale  grads are multiplied by it before use (g = grad * inv_scale); grads themselves are
 //              not written.
 //
+// Note [clipping folded into the step]: one more optional input, clip_norm (one f32 or f64
+// element on the params' device: total_norm's result), with the attribute max_norm. When present,
+// each gradient is multiplied by clip_by_total_norm's coefficient as it is read:
+//   g = round_T(g * min(1, max_norm / (clip_norm + 1e-6)))     (coefficient in the norm's dtype)
+// rounded to the gradient's dtype as clipping in place stores it, so a step with it equals
+// clip_by_total_norm_ followed by the step, bit for bit, with one pass over the gradients fewer
+// and one launch fewer. The gradients themselves are not written. (With inv_scale too, the norm
+// must be the unscaled gradients'; GradScaler unscales in place before clipping instead.)
+//
 // ---- sgd_step ----
 // inputs:  hyper f64[kSgdHyper]: an SgdHyper (kernels/options.h), its fields in order,
-//          found_inf, inv_scale, ticket,
+//          found_inf, inv_scale, ticket, clip_norm,
 //          params[n], grads[n], and when attrs.momentum_buffers: bufs[n], steps[n]
 // outputs: params[n] (aliases), then bufs[n], steps[n] (aliases) when present
 // per element (PyTorch's torch.optim.SGD):
-//   g = grad * inv_scale;  if maximize: g = -g
+//   g = grad * inv_scale;  g = clip(g);  if maximize: g = -g
 //   if weight_decay != 0:  g = g + weight_decay * p
 //   if momentum buffers:   step += 1
 //                          buf = (step == 1) ? g : momentum * buf + (1 - dampening) * g
@@ -46,12 +55,12 @@
 //   p = p - lr * g
 //
 // ---- adam_step ----
-// inputs:  hyper f64[5] = {lr, beta1, beta2, eps, weight_decay}, found_inf, inv_scale, ticket,
+// inputs:  hyper f64[5] = {lr, beta1, beta2, eps, weight_decay}, found_inf, inv_scale, ticket, clip_norm,
 //          params[n], grads[n], exp_avgs[n], exp_avg_sqs[n], max_exp_avg_sqs[n] (amsgrad only),
 //          steps[n]
 // outputs: params, exp_avgs, exp_avg_sqs, (max_exp_avg_sqs), steps - all aliases
 // per element (PyTorch's torch.optim.Adam / AdamW, the fused form):
-//   step += 1;  g = grad * inv_scale;  if maximize: g = -g
+//   step += 1;  g = grad * inv_scale;  g = clip(g);  if maximize: g = -g
 //   if weight_decay != 0:  AdamW: p = p * (1 - lr * weight_decay)   Adam: g = g + weight_decay * p
 //   m = beta1 * m + (1 - beta1) * g
 //   v = beta2 * v + (1 - beta2) * g * g
@@ -71,7 +80,8 @@
 
 #include "kernels/common/math.h"
 #include "kernels/ops/copy.h"
-#include "kernels/options.h"  // SgdHyper
+#include "kernels/ops/grad_norm.h"  // norm_detail::clip_coef
+#include "kernels/options.h"        // SgdHyper
 
 namespace ember {
 
@@ -80,6 +90,7 @@ struct SgdStepAttrs {
   int64_t momentum_buffers = 0;  // bufs[] and steps[] present
   int64_t nesterov = 0;
   int64_t maximize = 0;
+  double max_norm = 0;  // with clip_norm (Note [clipping folded into the step])
 };
 
 struct AdamStepAttrs {
@@ -87,6 +98,7 @@ struct AdamStepAttrs {
   int64_t amsgrad = 0;
   int64_t decoupled = 0;  // AdamW
   int64_t maximize = 0;
+  double max_norm = 0;  // with clip_norm
 };
 
 inline constexpr int kSgdHyper = SgdHyper::kCount;
@@ -94,14 +106,34 @@ inline constexpr int kAdamHyper = 5;  // lr, beta1, beta2, eps, weight_decay
 
 // Input positions.
 namespace optim_layout {
-inline constexpr int kHyper = 0, kFoundInf = 1, kInvScale = 2, kTicket = 3, kFirstTensor = 4;
+inline constexpr int kHyper = 0, kFoundInf = 1, kInvScale = 2, kTicket = 3, kClipNorm = 4, kFirstTensor = 5;
 }
 
 // Per-call scalars of SGD, in the accumulation type A.
+// What scales a step's gradients besides the hyperparameters: AMP's inv_scale and the clipping
+// coefficient (Note [clipping folded into the step]); clip_coef is read only when clip is set.
+struct GradFactors {
+  double inv_scale = 1.0;
+  bool clip = false;
+  double clip_coef = 1.0;
+};
+
+// The clipping coefficient from the norm as the op received it (one of the two pointers set).
+EMBER_HD inline double step_clip_coef(const float* norm32, const double* norm64, double max_norm) {
+  return norm64 != nullptr ? norm_detail::clip_coef<double>(*norm64, max_norm)
+                           : static_cast<double>(norm_detail::clip_coef<float>(*norm32, max_norm));
+}
+
+// g * coef stored in the gradient's dtype T and read back, as clipping in place would leave it.
+template <class T, class A>
+EMBER_HD inline A clip_grad(A g, A coef) {
+  return convert<A, T>(convert<T, A>(g * coef));
+}
+
 template <class A>
 struct SgdScalars {
-  A lr, momentum, one_minus_dampening, weight_decay, inv_scale;
-  bool has_weight_decay, first, has_momentum, nesterov, maximize;
+  A lr, momentum, one_minus_dampening, weight_decay, inv_scale, clip_coef;
+  bool has_weight_decay, first, has_momentum, nesterov, maximize, clip;
 };
 
 // The hyper tensor's contents as the struct the optimizer filled, field by field in SgdHyper's
@@ -113,7 +145,7 @@ EMBER_HD inline SgdHyper load_sgd_hyper(const double* hyper) {
 }
 
 template <class A>
-EMBER_HD inline SgdScalars<A> make_sgd_scalars(const double* hyper, double inv_scale, float step,
+EMBER_HD inline SgdScalars<A> make_sgd_scalars(const double* hyper, const GradFactors& f, float step,
                                                const SgdStepAttrs& a) {
   const SgdHyper h = load_sgd_hyper(hyper);
   SgdScalars<A> s;
@@ -122,7 +154,9 @@ EMBER_HD inline SgdScalars<A> make_sgd_scalars(const double* hyper, double inv_s
   s.one_minus_dampening = static_cast<A>(1.0 - h.dampening);
   s.weight_decay = static_cast<A>(h.weight_decay);
   s.has_weight_decay = h.weight_decay != 0.0;
-  s.inv_scale = static_cast<A>(inv_scale);
+  s.inv_scale = static_cast<A>(f.inv_scale);
+  s.clip = f.clip;
+  s.clip_coef = static_cast<A>(f.clip_coef);
   s.first = step <= 1.0f;  // step was already incremented for this update
   s.has_momentum = a.momentum_buffers != 0;
   s.nesterov = a.nesterov != 0;
@@ -135,6 +169,7 @@ template <class T, class A>
 EMBER_HD inline void sgd_update(T* p, const T* grad, T* buf, int64_t i, const SgdScalars<A>& s, bool scale) {
   A g = convert<A, T>(grad[i]);
   if (scale) g = g * s.inv_scale;
+  if (s.clip) g = clip_grad<T>(g, s.clip_coef);
   if (s.maximize) g = -g;
   A pv = convert<A, T>(p[i]);
   if (s.has_weight_decay) g = g + s.weight_decay * pv;
@@ -149,12 +184,13 @@ EMBER_HD inline void sgd_update(T* p, const T* grad, T* buf, int64_t i, const Sg
 
 template <class A>
 struct AdamScalars {
-  A lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay_factor, step_size, bc2_sqrt, inv_scale;
-  bool has_weight_decay, decoupled, amsgrad, maximize;
+  A lr, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay, decay_factor, step_size, bc2_sqrt, inv_scale,
+      clip_coef;
+  bool has_weight_decay, decoupled, amsgrad, maximize, clip;
 };
 
 template <class A>
-EMBER_HD inline AdamScalars<A> make_adam_scalars(const double* hyper, double inv_scale, float step,
+EMBER_HD inline AdamScalars<A> make_adam_scalars(const double* hyper, const GradFactors& f, float step,
                                                  const AdamStepAttrs& a) {
   double lr = hyper[0], beta1 = hyper[1], beta2 = hyper[2], eps = hyper[3], wd = hyper[4];
   double st = static_cast<double>(step);
@@ -170,7 +206,9 @@ EMBER_HD inline AdamScalars<A> make_adam_scalars(const double* hyper, double inv
   s.decay_factor = static_cast<A>(1.0 - lr * wd);
   s.step_size = static_cast<A>(lr / bc1);
   s.bc2_sqrt = static_cast<A>(math::sqrt(bc2));
-  s.inv_scale = static_cast<A>(inv_scale);
+  s.inv_scale = static_cast<A>(f.inv_scale);
+  s.clip = f.clip;
+  s.clip_coef = static_cast<A>(f.clip_coef);
   s.has_weight_decay = wd != 0.0;
   s.decoupled = a.decoupled != 0;
   s.amsgrad = a.amsgrad != 0;
@@ -184,6 +222,7 @@ EMBER_HD inline void adam_update(T* p, const T* grad, T* m, T* v, T* vmax, int64
                                  bool scale) {
   A g = convert<A, T>(grad[i]);
   if (scale) g = g * s.inv_scale;
+  if (s.clip) g = clip_grad<T>(g, s.clip_coef);
   if (s.maximize) g = -g;
   A pv = convert<A, T>(p[i]);
   if (s.has_weight_decay) {

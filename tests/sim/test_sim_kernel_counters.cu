@@ -46,7 +46,7 @@ double ratio(uint64_t a, uint64_t b) { return b == 0 ? 0.0 : static_cast<double>
 // lists of n tensors, list `step_list` the f32 step counters.
 std::vector<Tensor> optim_lists(int lists, int step_list, std::vector<double> hyper, int n) {
   std::vector<Tensor> in{tensor(hyper, DType::f64).to(cuda0()), Tensor(), Tensor(),
-                         zeros({1}, TensorOptions(DType::i32).device(cuda0()))};
+                         zeros({1}, TensorOptions(DType::i32).device(cuda0())), Tensor()};
   const int64_t sizes[3] = {100003, 20003, 64};
   for (int l = 0; l < lists; ++l)
     for (int i = 0; i < n; ++i) {
