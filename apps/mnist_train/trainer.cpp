@@ -323,15 +323,16 @@ void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
 void Trainer::optimizer_step() {
   optim::Optimizer& opt = *learner_.opt;
   amp::GradScaler* scaler = learner_.scaler.get();
+  optim::GradScaling clip;  // the clipping coefficient, applied by the optimizer as it reads each gradient
   if (o_.clip_grad > 0) {
     if (scaler) scaler->unscale_(opt);
-    optim::clip_grad_norm_(learner_.params, o_.clip_grad);
+    optim::clip_grad_norm_into_step(learner_.params, o_.clip_grad, clip);
   }
   if (scaler) {
-    scaler->step(opt);
+    scaler->step(opt, clip);
     scaler->update();
   } else {
-    opt.step();
+    opt.step(clip);
   }
   opt.zero_grad(o_.zero_grad_to_none);
 }
