@@ -775,6 +775,14 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
         CHECK(j["status"] == "completed");
         CHECK(j["epochs"] == 2);
         CHECK(j["steps"] == 34);
+        // a warm-up of one step, then training and evaluation on the clock (Note [the timing rule])
+        const double warmup = j["warmup_seconds"], timed = j["timed_seconds"], total = j["total_seconds"];
+        CHECK(j["startup_seconds"].get<double>() > 0);
+        CHECK(warmup > 0);
+        CHECK(timed > 0);
+        CHECK(timed + warmup <= total);
+        // the samples after the warm-up step: 2 epochs of 270 training images, less one batch of 16
+        CHECK(j["timed_samples_per_s"].get<double>() == Approx((2 * 270 - 16) / timed).epsilon(1e-6));
         continue;
       } else {
         REQUIRE(j["type"] == "epoch");

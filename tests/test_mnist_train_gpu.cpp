@@ -89,11 +89,15 @@ void check_against_cpu(const std::string& model, const std::string& batch, const
     args.insert(args.end(), {"--amp", c.amp});
     const RunResult r = run_app(args, tmp.path(), 600);
     require_success(r);
+    INFO(EMBER_DESCRIBE_RUN(r));
     if (c.graph) {
-      INFO(EMBER_DESCRIBE_RUN(r));
       CHECK(r.out.find("CUDA graph            captured and replayed") != std::string::npos);
       CHECK(r.err.find("cannot be captured") == std::string::npos);
     }
+    // the warm-up (Note [the timing rule] in run_result.h) is the first step, with --graph the
+    // three eager steps and the captured one
+    CHECK(r.out.find("after a warm-up of") != std::string::npos);
+    CHECK(r.out.find(c.graph ? " s, 4 steps)" : " s, 1 step)") != std::string::npos);
     const std::vector<double> got = step_losses(log);
     const std::vector<double>& want = cpu[c.amp == "bf16" ? "bf16" : "off"];
     REQUIRE(got.size() == want.size());

@@ -45,6 +45,9 @@ class GraphedStep {
   // True inside the capture: the step is recorded, not run (no host reads).
   bool capturing() const { return capturing_; }
   bool captured() const { return graph_ != nullptr; }
+  // Whether the steps to come run as they will for the rest of the run: replayed, or eager for
+  // good (not wanted, or the capture failed).
+  bool settled() const { return graph_ != nullptr || !wanted_ || failed_; }
 
  private:
   bool capture(const ember::Tensor& x, const ember::Tensor& y, const Hooks& hooks);

@@ -38,6 +38,12 @@ void print_summary(const Options& o, const RunResult& r, const std::vector<std::
   if (r.startup_seconds >= 0)
     std::printf("  start-up              %.2f s (process start to the first step; the process ran %.2f s)\n",
                 r.startup_seconds, process_age_s());
+  if (r.timed_seconds >= 0)  // Note [the timing rule] in run_result.h
+    std::printf(
+        "  timed                 %.2f s, %.0f samples/s (training and evaluation after a warm-up of %.2f s, "
+        "%lld %s)\n",
+        r.timed_seconds, r.timed_samples_per_s, r.warmup_seconds, static_cast<long long>(r.warmup_steps),
+        r.warmup_steps == 1 ? "step" : "steps");
   std::printf("  test accuracy         %.2f%% (best %.2f%%, reached after %.2f s)\n", r.final_test.accuracy,
               r.best_test_acc, r.time_to_best);
   std::printf("  data wait             %.1f%% of the training time (host waiting for the loader)\n",

@@ -104,7 +104,11 @@ void RunLogs::summary(const RunResult& r) {
                               {"best_test_accuracy", r.best_test_acc},
                               {"train_seconds", r.train_seconds},
                               {"total_seconds", r.total_seconds},
-                              {"samples_per_s", r.samples_per_s}})
+                              {"samples_per_s", r.samples_per_s},
+                              {"startup_seconds", r.startup_seconds},
+                              {"warmup_seconds", r.warmup_seconds},
+                              {"timed_seconds", r.timed_seconds},
+                              {"timed_samples_per_s", r.timed_samples_per_s}})
                   .dump());
   if (jsonl_) {
     try {

@@ -28,7 +28,15 @@ struct RunResult {
   double total_seconds = 0;     // wall time of the whole run (loading and evaluation included)
   double train_seconds = 0;     // time inside training epochs
   double startup_seconds = -1;  // process start to the first training step (-1: no step ran)
-  double time_to_best = 0;      // wall time when the best test accuracy was first reached
+  // Note [the timing rule]: the warm-up is this process's first optimizer step (with --graph: the
+  // steps until the step graph is captured), plus with --autotune one forward at each evaluation
+  // batch shape; what a run pays once (tuning, capture) lands there. After it the clock runs over
+  // training and the per-epoch evaluations: timed_seconds, and the samples trained in it per second.
+  double warmup_seconds = -1;  // first step's start to the warm-up's end (-1: it did not end)
+  int64_t warmup_steps = 0;
+  double timed_seconds = -1;  // the warm-up's end to the last epoch's evaluation's end (-1: n/a)
+  double timed_samples_per_s = 0;
+  double time_to_best = 0;  // wall time when the best test accuracy was first reached
   double best_test_acc = 0;
   int64_t steps = 0, samples = 0;
   double samples_per_s = 0;       // training throughput

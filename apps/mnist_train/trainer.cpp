@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "apps/mnist_train/models.h"
 #include "apps/mnist_train/process_age.h"
@@ -584,6 +585,7 @@ bool Trainer::count_steps(int64_t micro, int64_t samples, int epoch, EpochStats&
   if (stepped) {
     p.global_step += micro;
     p.steps_here += micro;
+    if (p.warmup_end < 0 && graph_.settled()) end_warmup(r.samples + e.samples, r);
   }
   if (profile_) profile_->after_step(p.global_step);
   if (e.micro % o_.log_interval == 0 || e.micro == p.micro_per_epoch) {
@@ -597,6 +599,44 @@ bool Trainer::count_steps(int64_t micro, int64_t samples, int epoch, EpochStats&
     return false;
   }
   return true;
+}
+
+// The end of the warm-up (Note [the timing rule] in run_result.h): with --autotune the evaluation's
+// batch shapes are tuned now, then the device is drained and the clock starts.
+void Trainer::end_warmup(int64_t samples, RunResult& r) {
+  if (o_.autotune) warm_evaluation_shapes();
+  if (device_.is_cuda()) {
+    runtime::AllowSyncScope allow;
+    cuda::current_stream(device_.index).synchronize();
+  }
+  progress_.warmup_end = now_s();
+  progress_.warmup_samples = samples;
+  r.warmup_seconds = process_age_s() - r.startup_seconds;
+  r.warmup_steps = progress_.steps_here;
+}
+
+// One evaluation forward at each batch shape the evaluations will see, on zeros, its result
+// dropped: --autotune measures their kernels here rather than inside the first timed evaluation.
+void Trainer::warm_evaluation_shapes() {
+  autograd::NoGradGuard ng;
+  nn::Module& model = *learner_.model;
+  const bool was_training = model.is_training();
+  model.eval();
+  std::set<int64_t> batches;
+  for (const auto& ds : {inputs_.val ? inputs_.val : splits_.val, inputs_.test ? inputs_.test : splits_.test}) {
+    if (!ds) continue;
+    const int64_t n = dp_.pg ? StridedSampler(ds->size(), dp_.pg->rank(), dp_.pg->size()).size() : ds->size();
+    if (n >= 1) batches.insert(std::min(n, kEvalBatch));
+    if (n > kEvalBatch && n % kEvalBatch != 0) batches.insert(n % kEvalBatch);
+  }
+  const InputShape& s = splits_.shape;
+  const int64_t k = s.classes;
+  for (int64_t b : batches) {
+    Tensor x = zeros({b, s.channels, s.height, s.width}, TensorOptions(DType::f32).device(device_));
+    Tensor y = zeros({b}, TensorOptions(DType::i64).device(device_));
+    (void)count_batch(zeros({k * k}, TensorOptions(DType::i64).device(device_)), x, y);
+  }
+  model.train(was_training);
 }
 
 // How many steps the next launch may take (multi_step.h): 0 before the one-step graph is captured
@@ -715,6 +755,7 @@ bool Trainer::end_epoch(const EpochStats& e, int epoch, data::DataLoader& loader
   er.lr = current_lr();
   if (splits_.val) er.val_acc = evaluate(inputs_.val ? inputs_.val : splits_.val).accuracy;
   EvalResult test = evaluate(inputs_.test ? inputs_.test : splits_.test);
+  progress_.last_eval_end = now_s();  // evaluate() read its counts: the device is idle
   er.test_acc = test.accuracy;
   r.final_test = test;
   r.samples += e.samples;
@@ -779,6 +820,10 @@ void Trainer::finish_run(RunResult& r) {
   r.train_seconds = p.train_total;
   r.samples_per_s = dp_.world() * static_cast<double>(r.samples) / std::max(p.train_total, 1e-9);
   r.data_wait_fraction = p.train_total > 0 ? p.wait_total / p.train_total : 0;
+  if (p.warmup_end >= 0 && p.last_eval_end > p.warmup_end) {
+    r.timed_seconds = p.last_eval_end - p.warmup_end;
+    r.timed_samples_per_s = dp_.world() * static_cast<double>(r.samples - p.warmup_samples) / r.timed_seconds;
+  }
   r.gpu_idle_fraction = timer_.idle_fraction();
   if (learner_.scaler) r.skipped_steps = learner_.scaler->skipped_steps();
   if (r.interrupted_by == 0 && stop_requested()) r.interrupted_by = stop_signal() != 0 ? stop_signal() : SIGTERM;

@@ -87,6 +87,10 @@ class Trainer {
     int64_t micro = 0;  // micro-batches since the last optimizer step
     int64_t micro_per_epoch = 0, steps_per_epoch = 0, total_steps = 0;
     double run_start = 0, train_total = 0, wait_total = 0;  // now_s() at the start; time training, waiting for data
+    // Note [the timing rule] (run_result.h): now_s() at the warm-up's end and at the last
+    // evaluation's end, and the samples trained by the warm-up's end (-1 / 0: not yet)
+    double warmup_end = -1, last_eval_end = -1;
+    int64_t warmup_samples = 0;
     bool save_failed = false;
   };
   // One epoch's steps.
@@ -120,6 +124,8 @@ class Trainer {
   void note_graph_limits(RunResult& r) const;
   EpochStats train_epoch(ember::data::DataLoader& loader, int epoch, RunResult& r);
   bool count_steps(int64_t micro, int64_t samples, int epoch, EpochStats& e, RunResult& r, bool stepped = true);
+  void end_warmup(int64_t samples, RunResult& r);
+  void warm_evaluation_shapes();
   int64_t multi_step_size(const EpochStats& e) const;
   void run_multi_step(int64_t k, const ember::data::DataLoader& loader);
   // Reads the device sums (the one host sync of an interval), logs, resets them; returns the
