@@ -22,7 +22,7 @@ python="${PYTHON:-python3}"
 # empty: the GPU comparison as it always ran (mnist_train and PyTorch pick the GPU themselves)
 device="${DEVICE:-}"
 threads="${THREADS:-}"
-repeats="${REPEATS:-1}"
+repeats="${REPEATS:-3}"
 configs="${CONFIGS:-}"
 ember_flags="${EMBER_FLAGS-unset}"
 dry_run=0
@@ -162,6 +162,10 @@ def grab(pattern):
 print(json.dumps({"config": "ember", "model": model, "batch_size": batch, "epochs": epochs,
                   "wall_s": grab(r"total time\s+([0-9.]+) s"),
                   "samples_per_s": grab(r"training time\s+[0-9.]+ s, ([0-9.]+) samples/s"),
+                  "startup_s": grab(r"start-up\s+([0-9.]+) s"),
+                  "timed_s": grab(r"timed\s+([0-9.]+) s,"),
+                  "timed_samples_per_s": grab(r"timed\s+[0-9.]+ s, ([0-9.]+) samples/s"),
+                  "warmup_s": grab(r"timed\s+.*after a warm-up of ([0-9.]+) s"),
                   "test_accuracy": grab(r"test accuracy\s+([0-9.]+)%")}))
 EOF
   add_result "$out.json"
@@ -195,15 +199,18 @@ rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 repeats, threads = int(sys.argv[2]), sys.argv[3]
 def median_row(group):
     out = dict(group[0])
-    for key in ("wall_s", "samples_per_s", "test_accuracy", "gpu_idle_pct"):
+    for key in ("wall_s", "samples_per_s", "test_accuracy", "gpu_idle_pct", "timed_s", "timed_samples_per_s",
+                "warmup_s", "startup_s"):
         if all(key in r for r in group):
             out[key] = statistics.median(r[key] for r in group)
     out["runs"] = len(group)
     return out
 idle = any("gpu_idle_pct" in r for r in rows)
-print("| model | batch | run | wall time (s) | samples/s | test acc | ember speed-up (wall) | ember speed-up (samples/s) |"
-      + (" GPU idle % |" if idle else ""))
-print("|---|---|---|---:|---:|---:|---:|---:|" + ("---:|" if idle else ""))
+def num(r, key, fmt):
+    return format(r[key], fmt) if key in r else "-"
+print("| model | batch | run | timed (s) | samples/s (timed) | warm-up (s) | start-up (s) | wall (s) | test acc "
+      "| ember speed-up (timed) | ember speed-up (wall) |" + (" GPU idle % |" if idle else ""))
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if idle else ""))
 for model in ("mlp", "cnn"):
     configs = []
     for r in rows:
@@ -212,17 +219,21 @@ for model in ("mlp", "cnn"):
     group = {c: median_row([r for r in rows if r["model"] == model and r["config"] == c]) for c in configs}
     ember = group.get("ember")
     for c, r in group.items():
-        if c == "ember" or ember is None:
-            wall = rate = "-"
-        else:
+        wall = timed = "-"
+        if c != "ember" and ember is not None:
             wall = f"{r['wall_s'] / ember['wall_s']:.2f}x"
-            rate = f"{ember['samples_per_s'] / r['samples_per_s']:.2f}x"
+            if "timed_s" in r and "timed_s" in ember:
+                timed = f"{r['timed_s'] / ember['timed_s']:.2f}x"
         name = f"ember {sys.argv[4] or '(default flags)'}" if c == "ember" else f"torch {c}"
-        print(f"| {model} | {r['batch_size']} | {name} | {r['wall_s']:.2f} | {r['samples_per_s']:.0f} | "
-              f"{r['test_accuracy']:.2f}% | {wall} | {rate} |"
+        print(f"| {model} | {r['batch_size']} | {name} | {num(r, 'timed_s', '.3f')} | "
+              f"{num(r, 'timed_samples_per_s', '.0f')} | {num(r, 'warmup_s', '.3f')} | {num(r, 'startup_s', '.2f')} | "
+              f"{r['wall_s']:.2f} | {r['test_accuracy']:.2f}% | {timed} | {wall} |"
               + (f" {r['gpu_idle_pct']:.0f} |" if "gpu_idle_pct" in r else (" - |" if idle else "")))
+print("\ntimed: training and the per-epoch evaluations after the warm-up (the first optimizer step, and with "
+      "tuning one evaluation forward per batch shape), the same rule on both sides (bench/e2e/README.md); "
+      "torch.compile's compilation is in its warm-up.")
 if repeats > 1:
-    print(f"\nEach row: the median of {repeats} runs, ember and PyTorch alternating.")
+    print(f"Each row: the median of {repeats} runs, ember and PyTorch alternating.")
 if threads:
     print(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '')} for both processes.")
     torch_threads = sorted({r.get("threads") for r in rows if r["config"] != "ember"} - {None})

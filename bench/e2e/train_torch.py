@@ -28,8 +28,13 @@ Four configurations:
             as in ember's --device-resident --graph.
 
 Prints one JSON line per run: config, model, wall time of the whole run (loading, compilation and
-evaluation included), training samples/s, test accuracy; graphed adds capture_s, the warm-up and
-capture (inside the training time, as ember's capture is inside its own).
+evaluation included), training samples/s, test accuracy, and the timing rule's numbers (the same
+rule as mnist_train's summary line "timed", bench/e2e/README.md): warmup_s, the first optimizer step
+(torch.compile's compilation, graphed's warm-up and capture, cuDNN's benchmarking) plus, for the
+tuned configurations, one evaluation forward at each evaluation batch shape; timed_s, training and
+the per-epoch evaluations after it; timed_samples_per_s, the samples trained after it per timed
+second; startup_s, process start to the first step. compiled reports compile_s (= its warm-up) and
+graphed capture_s (inside its warm-up).
 
   python3 train_torch.py --data /usr/share/datasets/fashion-mnist --model mlp --batch-size 64 --epochs 5
   python3 train_torch.py --check   # reads the IDX files and prints their shapes (numpy only)
@@ -212,6 +217,24 @@ def run(args, config, model_name):
         for x, y in loader:
             yield to_input(x.to(device, non_blocking=tuned)), y.to(device, non_blocking=tuned)
 
+    def warm_evaluation_shapes():
+        # one forward at each evaluation batch shape, on zeros (as mnist_train --autotune does
+        # before its clock starts): cuDNN's benchmark mode and torch.compile meet them here
+        model.eval()
+        sizes = set()
+        for split in ("val", "test"):
+            if s[split] is not None:
+                n = s[split][0].shape[0]
+                sizes.add(min(n, 1000))
+                if n > 1000 and n % 1000:
+                    sizes.add(n % 1000)
+        with torch.no_grad():
+            for b in sorted(sizes):
+                if config == "compiled":
+                    torch.compiler.cudagraph_mark_step_begin()
+                step_model(torch.zeros((b, 1, 28, 28), device=device)).argmax(1)
+        model.train()
+
     def evaluate(split):
         model.eval()
         correct = torch.zeros((), dtype=torch.int64, device=device)
@@ -228,6 +251,8 @@ def run(args, config, model_name):
     train_seconds = 0.0
     samples = 0
     test_acc = val_acc = 0.0
+    t_first = t_timed = None  # the first step's start; the warm-up's end (the timing rule's clock)
+    warmup_samples = 0
     for epoch in range(args.epochs):
         model.train()
         if cuda:
@@ -236,6 +261,8 @@ def run(args, config, model_name):
         loss_sum = torch.zeros((), device=device)
         running = 0.0
         for x, y in batches("train", args.batch_size, True, epoch):
+            if t_first is None:
+                t_first = time.perf_counter()
             if config == "compiled":
                 torch.compiler.cudagraph_mark_step_begin()
             if step is not None:
@@ -258,6 +285,13 @@ def run(args, config, model_name):
             else:
                 running += loss.item()  # the usual tutorial loop: a host read every step
             samples += y.shape[0]
+            if t_timed is None:  # the end of the warm-up: the first step, then the evaluation shapes
+                if tuned:
+                    warm_evaluation_shapes()
+                if cuda:
+                    torch.cuda.synchronize()
+                t_timed = time.perf_counter()
+                warmup_samples = samples
         if cuda:
             torch.cuda.synchronize()
         train_seconds += time.perf_counter() - t0
@@ -268,8 +302,15 @@ def run(args, config, model_name):
         if args.verbose:
             print(f"# {config} {model_name} epoch {epoch + 1}/{args.epochs}: train loss {train_loss:.4f} "
                   f"val acc {val_acc:.2f}% test acc {test_acc:.2f}%", file=sys.stderr, flush=True)
-    wall = time.perf_counter() - t_start
+    t_end = time.perf_counter()  # evaluate() read its result: the device is idle
+    wall = t_end - t_start
     extra = {"capture_s": round(step.capture_s, 3)} if step is not None else {}
+    if t_timed is not None:
+        timed = t_end - t_timed
+        extra.update(startup_s=round(t_first - t_start, 3), warmup_s=round(t_timed - t_first, 3),
+                     timed_s=round(timed, 3), timed_samples_per_s=round((samples - warmup_samples) / timed, 1))
+        if config == "compiled":
+            extra["compile_s"] = extra["warmup_s"]
     return {
         "config": config,
         "model": model_name,
