@@ -346,30 +346,20 @@ TEST_CASE("mnist_train --graph --device-resident: a failed evaluation capture ev
 namespace {
 
 // Runs `flags` with one step per graph launch and with K steps per launch; both must log the same
-// records, bit for bit, and the second must have run `steps` steps in `launches` launches.
-void check_multi_step(const std::vector<std::string>& flags, const std::string& steps_in_launches) {
+// records, bit for bit, and the second must have run `steps` steps in `launches` launches. With
+// `resident` the data is device-resident (the K batches staged as indices), else the host loader
+// feeds it (the K batches staged as copies).
+void check_multi_step(const std::vector<std::string>& flags, const std::string& steps_in_launches,
+                      bool resident = true) {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string data = tmp.path() + "/data";
   write_synthetic_set(data, false, 240, 60);
   auto args = [&](const std::string& log, const std::string& graph_steps) {
-    std::vector<std::string> a = {"--data",
-                                  data,
-                                  "--device",
-                                  "cuda",
-                                  "--workers",
-                                  "0",
-                                  "--quiet",
-                                  "--seed",
-                                  "11",
-                                  "--val-split",
-                                  "0",
-                                  "--graph",
-                                  "--device-resident",
-                                  "--graph-steps",
-                                  graph_steps,
-                                  "--log",
-                                  log};
+    std::vector<std::string> a = {
+        "--data", data,          "--device", "cuda",    "--workers",     "0",         "--quiet", "--seed",
+        "11",     "--val-split", "0",        "--graph", "--graph-steps", graph_steps, "--log",   log};
+    if (resident) a.push_back("--device-resident");
     a.insert(a.end(), flags.begin(), flags.end());
     return a;
   };
@@ -403,6 +393,15 @@ TEST_CASE("mnist_train --graph --device-resident: K steps per launch equal one s
                       "--clip-grad", "1.0", "--optimizer", "adamw"},
                      "25 steps in 5 launches");
   }
+}
+
+// The same with the host loader feeding the graphs: the K batches it copied to the device are
+// copied into the buffer the K-step graph reads, the rest is the same.
+TEST_CASE("mnist_train --graph with the host loader: K steps per launch equal one step per launch, MLP",
+          "[gpu][mnist_train]") {
+  check_multi_step({"--model", "mlp", "--batch-size", "16", "--epochs", "2", "--log-interval", "5", "--amp", "bf16",
+                    "--clip-grad", "1.0"},
+                   "25 steps in 5 launches", false);
 }
 
 // The CNN, f32 and bf16: 8 steps of batch 8, a log line every 4: the warm-up and capture take the

@@ -10,17 +10,13 @@ namespace mnist {
 
 using namespace ember;
 
-MultiStepGraphs::MultiStepGraphs(Device device, int64_t batch_size, int64_t max_steps)
-    : device_(device),
-      batch_size_(batch_size),
-      max_steps_(max_steps),
-      indices_(empty({max_steps * batch_size}, TensorOptions(DType::i64).device(device))) {}
+MultiStepGraphs::MultiStepGraphs(Device device, int64_t max_steps) : device_(device), max_steps_(max_steps) {}
 
 // The K steps one after another, step j reading hyperparameter row j.
 void MultiStepGraphs::steps_of(int64_t k, const Hooks& hooks) {
   for (int64_t j = 0; j < k; ++j) {
     hooks.use_row(j);
-    hooks.step(indices_.slice(0, j * batch_size_, (j + 1) * batch_size_));
+    hooks.step(j);
   }
   hooks.use_row(-1);
 }

@@ -181,7 +181,7 @@ void add_speed_options(CLI::App& app, Options& o) {
                "capture the whole training step in a CUDA graph after warm-up and replay it (eager fallback if "
                "capture is impossible); with --device-resident, each evaluation pass too");
   app.add_option("--graph-steps", o.graph_steps,
-                 "with --graph --device-resident: optimizer steps per graph launch, at most (up to the next log "
+                 "with --graph: optimizer steps per graph launch, at most (up to the next log "
                  "line or the end of the epoch; 1: one step per launch)")
       ->check(CLI::Range(int64_t{1}, int64_t{10000}));
   app.add_flag("--eager-eval", o.eager_eval,

@@ -55,7 +55,7 @@ struct Options {
   // speed
   bool graph = false;
   bool eager_eval = false;    // with --graph --device-resident: evaluate eagerly, not from a graph
-  int64_t graph_steps = 100;  // with --graph --device-resident: optimizer steps per graph launch, at most
+  int64_t graph_steps = 100;  // with --graph: optimizer steps per graph launch, at most
   bool autotune = false;
   bool sync_debug = false;
   AmpMode amp = AmpMode::off;

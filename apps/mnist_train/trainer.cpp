@@ -452,9 +452,9 @@ RunResult Trainer::run() {
   r.has_val = splits_.val != nullptr;
   progress_.run_start = now_s();
   upload_device_resident(r);
-  if (o_.graph && o_.graph_steps > 1 && inputs_.train && !dp_.ddp && o_.grad_accum == 1 && !o_.augment &&
-      !o_.sync_every_step && o_.profile.empty())
-    multi_ = std::make_unique<MultiStepGraphs>(device_, o_.batch_size, o_.graph_steps);
+  if (o_.graph && device_.is_cuda() && o_.graph_steps > 1 && !dp_.ddp && o_.grad_accum == 1 && !o_.sync_every_step &&
+      o_.profile.empty())
+    multi_ = std::make_unique<MultiStepGraphs>(device_, o_.graph_steps);
   auto loader = make_loader(inputs_.train ? inputs_.train : splits_.train, true);
   plan_run(loader->size());
   if (!o_.resume.empty()) resume_from_checkpoint();
@@ -541,7 +541,7 @@ Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, Ru
   loader.start_epoch();
   while (true) {
     // K steps in one launch once warm (multi_step.h), else one batch
-    if (const int64_t k = multi_step_size(e); k >= 2 && loader.take_indices(multi_->indices(), k)) {
+    if (const int64_t k = multi_step_size(e); k >= 2 && stage_batches(k, loader)) {
       timer_.mark();
       run_multi_step(k, loader);
       timer_.mark();
@@ -650,6 +650,32 @@ int64_t Trainer::multi_step_size(const EpochStats& e) const {
   return k;
 }
 
+// The next k batches into the static buffers a K-step graph reads (multi_step.h): their dataset
+// indices with device-resident data, else copies of the loader's batches (already on the device).
+// False, and nothing taken, when fewer than k full batches are left (device-resident data).
+bool Trainer::stage_batches(int64_t k, data::DataLoader& loader) {
+  const int64_t bs = o_.batch_size, rows = multi_->max_steps() * bs;
+  if (inputs_.train) {
+    if (!staged_.indices.defined()) staged_.indices = empty({rows}, TensorOptions(DType::i64).device(device_));
+    return loader.take_indices(staged_.indices, k);
+  }
+  // the host loader: multi_step_size kept k within the epoch's full batches (graph mode drops the last short one)
+  for (int64_t j = 0; j < k; ++j) {
+    std::optional<data::Batch> b = loader.next();
+    EMBER_CHECK(b && b->size() == bs, "mnist_train: the loader ended its epoch ", k - j,
+                " batches early");  // the epoch's batch count said otherwise
+    if (!staged_.images.defined()) {
+      Shape s = b->images.shape();
+      s[0] = rows;
+      staged_.images = empty(s, TensorOptions(b->images.dtype()).device(device_));
+      staged_.labels = empty({rows}, TensorOptions(b->labels.dtype()).device(device_));
+    }
+    staged_.images.narrow(0, j * bs, bs).copy_(b->images, /*non_blocking=*/true);
+    staged_.labels.narrow(0, j * bs, bs).copy_(b->labels, /*non_blocking=*/true);
+  }
+  return true;
+}
+
 // K optimizer steps in one launch: the schedule's values for each of them staged as a row of the
 // optimizer's hyperparameter table (row j: after j scheduler steps) and uploaded, the graph
 // replayed, the scheduler at its K-th step after it, as K single steps would leave it.
@@ -665,9 +691,14 @@ void Trainer::run_multi_step(int64_t k, const data::DataLoader& loader) {
   }
   opt.upload_hyper_rows();
   MultiStepGraphs::Hooks h;
-  h.step = [this, &loader](const Tensor& ids) {
-    const data::Batch b = loader.gather(ids);  // the batch next() would have made
-    eager_step(b.images, b.labels, true);
+  const int64_t bs = o_.batch_size;
+  h.step = [this, &loader, bs](int64_t j) {
+    if (inputs_.train) {
+      const data::Batch b = loader.gather(staged_.indices.slice(0, j * bs, (j + 1) * bs));  // as next() makes it
+      eager_step(b.images, b.labels, true);
+    } else {
+      eager_step(staged_.images.narrow(0, j * bs, bs), staged_.labels.narrow(0, j * bs, bs), true);
+    }
   };
   h.use_row = [&opt](int64_t row) { opt.use_hyper_row(row); };
   h.capture_start = [&opt] { opt.zero_grad(true); };

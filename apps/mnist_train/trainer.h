@@ -127,6 +127,7 @@ class Trainer {
   void end_warmup(int64_t samples, RunResult& r);
   void warm_evaluation_shapes();
   int64_t multi_step_size(const EpochStats& e) const;
+  bool stage_batches(int64_t k, ember::data::DataLoader& loader);
   void run_multi_step(int64_t k, const ember::data::DataLoader& loader);
   // Reads the device sums (the one host sync of an interval), logs, resets them; returns the
   // interval's (loss sum, correct count).
@@ -155,7 +156,11 @@ class Trainer {
   DataParallel dp_;
   GraphedStep graph_;
   GraphedEval eval_graphs_;
-  std::unique_ptr<MultiStepGraphs> multi_;  // --graph --device-resident: K steps per launch
+  std::unique_ptr<MultiStepGraphs> multi_;  // --graph: K steps per launch
+  // What K-step graphs read (stage_batches): dataset indices (device-resident data), else batches.
+  struct Staged {
+    ember::Tensor indices, images, labels;
+  } staged_;
   bool hyper_rows_made_ = false;
   NonFiniteGuard guard_;
   StepTimer timer_;
