@@ -39,6 +39,7 @@ struct Worker {
   // shared memory
   unsigned char* arena = nullptr;
   std::vector<SharedRegion> regions;
+  std::vector<BulkCopy> bulk;  // the block's cp.async.bulk copies in flight
   void* shadow = nullptr;
   size_t dirty = kArenaBytes;  // shared memory below this may hold a previous block's data
   uint32_t epoch = 0;          // racecheck intervals handed out (Note [racecheck] in memcheck.cpp)
@@ -366,6 +367,11 @@ void kill_current_thread() {
   __builtin_unreachable();
 }
 
+void wait_current_thread() {
+  switch_to_scheduler(false);
+  check_abort();
+}
+
 std::string where_am_i(const Thread& t) {
   const Block& b = *t.block;
   std::ostringstream os;
@@ -417,6 +423,8 @@ Block& begin_block(Worker& w, Launch& L, uint3 bidx) {
   b.smem_capacity = kArenaBytes;
   w.regions.clear();
   b.regions = &w.regions;
+  w.bulk.clear();
+  b.bulk = &w.bulk;
   b.shadow = w.shadow;
   b.racecheck = config().racecheck;
   b.stacks_lo = w.stacks;
@@ -468,6 +476,7 @@ void report_stuck_block(const Worker& w, const Block& b) {
     std::string k;
     if (t.state == ThreadState::exited) k = "have exited";
     else if (t.state == ThreadState::at_barrier) k = "wait at __syncthreads() (" + loc_str(t.where) + ")";
+    else if (t.state == ThreadState::at_mbarrier) k = describe_mbarrier_wait(b, t) + " (" + loc_str(t.where) + ")";
     else {
       char m[16];
       std::snprintf(m, sizeof m, "0x%08x", t.mask);
@@ -477,7 +486,7 @@ void report_stuck_block(const Worker& w, const Block& b) {
   }
   std::ostringstream os;
   os << "kernel " << b.launch->name() << " block (" << b.idx.x << "," << b.idx.y << "," << b.idx.z
-     << ") is stuck (barrier or warp-collective divergence; on a GPU: a hang or undefined behaviour):";
+     << ") is stuck (barrier, mbarrier or warp-collective divergence; on a GPU: a hang or undefined behaviour):";
   bool first = true;
   for (auto& [what, ids] : groups) {
     os << (first ? " " : "; ") << ids.size() << " thread(s) [linear ids " << ids.front();
@@ -486,6 +495,22 @@ void report_stuck_block(const Worker& w, const Block& b) {
     first = false;
   }
   record_fault(cudaErrorLaunchFailure, os.str());
+}
+
+// Every thread exited with bulk copies still in flight: nothing waited for their phase.
+void report_unwaited_bulk_copies(Block& b) {
+  const BulkCopy& c = b.bulk->front();
+  const Thread& t = b.threads[c.issuer];
+  record_fault(cudaErrorLaunchFailure,
+               "kernel " + b.launch->name() + " block (" + std::to_string(b.idx.x) + "," + std::to_string(b.idx.y) +
+                   "," + std::to_string(b.idx.z) + ") ended with " + std::to_string(b.bulk->size()) +
+                   " cp.async.bulk cop" + (b.bulk->size() == 1 ? "y" : "ies") +
+                   " in flight (the first issued by thread (" + std::to_string(t.idx.x) + "," +
+                   std::to_string(t.idx.y) + "," + std::to_string(t.idx.z) + ") at " + loc_str(c.where) +
+                   "): no thread waited for its mbarrier phase, so its data was never read (a phase completes "
+                   "without waiting for a copy whose bytes it was not told to expect: mbarrier.expect_tx)");
+  b.bulk->clear();
+  b.launch->aborted.store(true);
 }
 
 }  // namespace
@@ -505,8 +530,12 @@ void run_block(Launch& L, uint3 bidx) {
       if (b.counting) counters_block_end(b);
       return;
     }
-    if (b.exited == b.nthreads) break;
+    if (b.exited == b.nthreads) {
+      if (!b.bulk->empty()) report_unwaited_bulk_copies(b);
+      break;
+    }
     if (first == nullptr) {
+      if (land_bulk_copies(b, nullptr) > 0) continue;  // they may complete a phase someone waits for
       report_stuck_block(w, b);
       L.aborted.store(true);
       break;

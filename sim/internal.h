@@ -129,7 +129,7 @@ struct Block;
 struct Thread;
 struct CounterRecord;  // counters.cpp
 
-enum class ThreadState : uint8_t { runnable, at_barrier, at_warp, exited };
+enum class ThreadState : uint8_t { runnable, at_barrier, at_warp, at_mbarrier, exited };
 
 // A pending cp.async request of one thread.
 struct AsyncCopy {
@@ -159,6 +159,20 @@ struct Thread {
   // cp.async
   std::vector<AsyncCopy> copies;
   uint64_t groups_committed = 0;
+  // at_mbarrier: the mbarrier it waits on and the parity of the phase it waits to complete
+  uint64_t* wait_bar = nullptr;
+  unsigned wait_parity = 0;
+};
+
+// A cp.async.bulk copy to shared memory issued and not landed yet (Note [bulk copies land late] in
+// sim/mbarrier.cpp).
+struct BulkCopy {
+  unsigned char* dst;  // shared memory
+  const void* src;
+  uint32_t bytes;
+  uint64_t* bar;  // the mbarrier it completes `bytes` transactions on
+  int issuer;     // the thread that issued it (linear id)
+  std::source_location where;
 };
 
 // What a block's threads see of its shared memory: the dynamic part first, then each static
@@ -212,10 +226,11 @@ struct Block {
   unsigned char* smem = nullptr;
   size_t smem_capacity = 0, smem_used = 0, static_bytes = 0;
   std::vector<SharedRegion>* regions = nullptr;
-  size_t last_region = 0;  // memcheck.cpp: the region the last shared access hit
-  bool racecheck = true;   // config().racecheck, read once per block
-  bool counting = false;   // the launch records efficiency counters (counters.cpp)
-  void* shadow = nullptr;  // memcheck.cpp's race shadow, one entry per shared byte
+  size_t last_region = 0;                 // memcheck.cpp: the region the last shared access hit
+  std::vector<BulkCopy>* bulk = nullptr;  // cp.async.bulk copies in flight, in issue order
+  bool racecheck = true;                  // config().racecheck, read once per block
+  bool counting = false;                  // the launch records efficiency counters (counters.cpp)
+  void* shadow = nullptr;                 // memcheck.cpp's race shadow, one entry per shared byte
   // every fiber stack of this host thread: [stacks_lo, stacks_lo + stack_slots * stack_bytes)
   char* stacks_lo = nullptr;
   size_t stack_bytes = 0;
@@ -232,6 +247,14 @@ void warp_matrix_op(Thread& me, uint8_t op, std::source_location loc);
 // Ends the current simulated thread at once (after a fault): control returns to the block's
 // scheduler, which abandons the block. Never returns.
 [[noreturn]] void kill_current_thread();
+// The running thread (its state already set to a waiting one) lets the block's other threads run;
+// returns when something made it runnable again (ends it if the launch was aborted meanwhile).
+void wait_current_thread();
+// mbarrier.cpp: the block's bulk copies in flight on `bar` land (all of them when null), in issue
+// order, each completing its transactions; returns how many landed.
+int land_bulk_copies(Block& b, const uint64_t* bar);
+// mbarrier.cpp: "waits on the mbarrier at shared offset ... (phase ..., ...)" for a stuck report.
+std::string describe_mbarrier_wait(const Block& b, const Thread& t);
 // "kernel K block (x,y,z) thread (x,y,z)" for reports.
 std::string where_am_i(const Thread& t);
 // Runs a whole grid (called on the stream's worker thread); returns when every block is done.
@@ -251,6 +274,14 @@ enum class Access : uint8_t { read, write, atomic };
 void check_access(Thread& t, uintptr_t address, size_t bytes, Access kind, const void* pc, bool count = true);
 // The shared-memory race shadow: a new barrier interval begins (block start or barrier).
 uint32_t next_epoch();
+// An access of shared bytes [off, off + n) that a bulk copy in flight writes: a fault (the thread
+// did not wait for the copy's mbarrier). Called by the shared-memory checks while copies are in
+// flight (mbarrier.cpp).
+void check_bulk_in_flight(Thread& t, size_t off, size_t n, Access k, const void* pc);
+// Shared bytes an asynchronous copy wrote: bounds-checked against the block's declarations
+// (faults `t` when outside them) and, for racecheck, written before every access of this interval.
+void check_shared_destination(Thread& t, size_t off, size_t n, const void* pc);
+void async_wrote_shared(Block& b, size_t off, size_t n);
 // Checks done by the simulator's own device functions (atomics, ptx.cpp) on behalf of the
 // running thread; `pc` is the kernel code that called them.
 void atomic_access(const void* p, size_t bytes, const void* pc);

@@ -116,6 +116,8 @@ __attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Ac
   Block& b = *t.block;
   const SharedRegion* reg = find_region(b, off, n);
   if (reg == nullptr) shared_out_of_bounds(t, off, n, k, pc);
+  if (!b.bulk->empty()) [[unlikely]]
+    check_bulk_in_flight(t, off, n, k, pc);
   if (!b.racecheck) return;
   auto* sh = static_cast<ShadowEntry*>(b.shadow) + off;
   const uint32_t ep = b.epoch;
@@ -314,6 +316,43 @@ __attribute__((always_inline)) inline void check(Thread& t, uintptr_t a, size_t 
 
 void check_access(Thread& t, uintptr_t a, size_t n, Access k, const void* pc, bool count) {
   check(t, a, n, k, pc, count);
+}
+
+// Bytes a bulk copy in flight will write (Note [bulk copies land late] in mbarrier.cpp).
+__attribute__((noinline)) void check_bulk_in_flight(Thread& t, size_t off, size_t n, Access k, const void* pc) {
+  Block& b = *t.block;
+  for (const BulkCopy& c : *b.bulk) {
+    const size_t c_off = static_cast<size_t>(c.dst - b.smem);
+    if (off >= c_off + c.bytes || c_off >= off + n) continue;
+    {
+      const SharedRegion* reg = find_region(b, off, n);
+      const size_t byte = std::max(off, c_off) - reg->offset;
+      const std::string issued = "issued by thread " + tid_str(b, c.issuer) + " at " + c.where.file_name() + ":" +
+                                 std::to_string(c.where.line());
+      report(t, cudaErrorLaunchFailure,
+             k == Access::read
+                 ? "shared-memory read of `" + std::string(reg->name) + "` [byte " + std::to_string(byte) +
+                       "] before the cp.async.bulk that writes it has landed (" + issued +
+                       "): wait for its mbarrier phase first (mbarrier.try_wait.parity)"
+                 : "shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " + std::to_string(byte) +
+                       "] while a cp.async.bulk into it is in flight (" + issued + ")",
+             pc);
+    }
+    kill_current_thread();
+  }
+}
+
+void check_shared_destination(Thread& t, size_t off, size_t n, const void* pc) {
+  if (find_region(*t.block, off, n) == nullptr) shared_out_of_bounds(t, off, n, Access::write, pc);
+}
+
+// The async proxy's writes are ordered by the mbarrier, not by __syncthreads(): racecheck treats
+// the bytes as written before this interval (interval 0 is never current), so the threads that
+// waited for the barrier read them freely. (A write-after-read race between a bulk copy and the
+// threads still reading the old data is not detected: Note [bulk copies land late].)
+void async_wrote_shared(Block& b, size_t off, size_t n) {
+  auto* sh = static_cast<ShadowEntry*>(b.shadow) + off;
+  for (size_t i = 0; i < n; ++i) sh[i] = ShadowEntry{};
 }
 
 namespace {

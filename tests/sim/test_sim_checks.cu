@@ -1,9 +1,9 @@
 // The simulator's checks, each provoked by a deliberately broken kernel: launch limits, out-of-
 // bounds global and shared memory, host and freed memory, another thread's local memory, shared-
 // memory races (between warps and within a warp), barrier and warp-collective divergence, __trap,
-// reads of memory nobody wrote. Each must be caught with a message naming the kernel, the block,
-// the thread and what was wrong; the same kernels with the bug fixed must pass. Simulator build
-// only (-DEMBER_CUDA_SIM=ON): on a GPU these kernels would corrupt memory or hang.
+// reads of memory nobody wrote, mbarriers and bulk copies misused. Each must be caught with a message naming the
+// kernel, the block, the thread and what was wrong; the same kernels with the bug fixed must pass. Simulator build only
+// (-DEMBER_CUDA_SIM=ON): on a GPU these kernels would corrupt memory or hang.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include "core/cuda/runtime.h"
 #include "sim/sim.h"
 #include "core/tensor.h"
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/functional.h"
 
 using namespace ember;
@@ -141,6 +142,31 @@ __global__ void intrinsics(const float* x, float* out) {
   out[threadIdx.x * 6 + 5] = __int_as_float(__float_as_int(v));
 }
 
+// One stage of 32 float4 brought by a bulk copy and read by a warp. kOk waits for the barrier;
+// the others break it one way each.
+enum BulkMode : int { kOk, kReadEarly, kNoArrival, kNoInit, kBadSize, kNeverRead };
+__global__ void bulk_stage(const float4* src, float* out, int mode) {
+  EMBER_SHARED(float4[32], stage);
+  EMBER_SHARED(uint64_t, full);
+  const int t = static_cast<int>(threadIdx.x);
+  if (t == 0 && mode != kNoInit) ptx::mbarrier_init(&full, 1);
+  __syncthreads();
+  if (t == 0 && mode != kNoArrival) {
+    const uint32_t bytes = mode == kBadSize ? 500 : 512;
+    if (mode == kNeverRead) {
+      ptx::bulk_copy_g2s(stage, src, bytes, &full);
+      ptx::mbarrier_arrive(&full);  // without expect_tx: the phase completes before the copy lands
+    } else {
+      ptx::mbarrier_arrive_expect_tx(&full, bytes);
+      ptx::bulk_copy_g2s(stage, src, bytes, &full);
+    }
+  }
+  if (mode == kNeverRead) return;
+  if (mode != kReadEarly) ptx::mbarrier_wait_parity(&full, 0);
+  const float4 v = stage[t];
+  out[t] = v.x + v.w;
+}
+
 // Host code of a .cu file that reads device memory directly (the simulator aborts with a report).
 float host_peek(const float* device_ptr) { return *device_ptr; }
 
@@ -229,6 +255,37 @@ TEST_CASE("sim: barrier divergence is reported, not hung", "[gpu][sim]") {
   m = fault_of([&] { cuda::launch(two_barriers, 1, 32, 0, stream(), fp(out)); });
   CHECK_THAT(m, Contains("barrier divergence"));
   CHECK_THAT(m, Contains("test_sim_checks.cu"));
+}
+
+TEST_CASE("sim: mbarriers and bulk copies misused are reported, not hung", "[gpu][sim][mbarrier]") {
+  std::vector<float> host(128);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(i);
+  Tensor src = from_blob(host.data(), {128}, DType::f32).to(cuda0()), out = dev_zeros(32);
+  auto run = [&](BulkMode mode) {
+    return fault_of([&] {
+      cuda::launch(bulk_stage, 1, 32, 0, stream(), static_cast<const float4*>(src.data_ptr()), fp(out),
+                   static_cast<int>(mode));
+    });
+  };
+  CHECK(run(kOk).empty());
+  std::vector<float> v = out.to_vector<float>();
+  for (int i = 0; i < 32; ++i)
+    CHECK(v[static_cast<size_t>(i)] == host[static_cast<size_t>(4 * i)] + host[static_cast<size_t>(4 * i + 3)]);
+  std::string m = run(kReadEarly);
+  CHECK_THAT(m, Contains("shared-memory read of `stage`"));
+  CHECK_THAT(m, Contains("before the cp.async.bulk that writes it has landed"));
+  m = run(kNoArrival);
+  CHECK_THAT(m, Contains("is stuck"));
+  CHECK_THAT(m, Contains("32 thread(s)"));
+  CHECK_THAT(m, Contains("for its phase of parity 0 to complete (it is in that phase with 1 of 1 arrivals"));
+  m = run(kNoInit);
+  CHECK_THAT(m, Contains("which is not initialised"));
+  m = run(kBadSize);
+  CHECK_THAT(m, Contains("cp.async.bulk of 500 bytes"));
+  CHECK_THAT(m, Contains("a positive multiple of 16"));
+  m = run(kNeverRead);
+  CHECK_THAT(m, Contains("ended with 1 cp.async.bulk copy in flight"));
+  CHECK_THAT(m, Contains("mbarrier.expect_tx"));
 }
 
 TEST_CASE("sim: lanes that disagree on a warp collective are reported", "[gpu][sim]") {

@@ -1,0 +1,23 @@
+// The simulator's mbarriers and bulk asynchronous copies as kernel code calls them, through the
+// wrappers of kernels/common/mbarrier.cuh (simulator build only). Implementations and the
+// simulator's model of them: sim/mbarrier.cpp.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+
+namespace ember::sim {
+
+void mbarrier_init(uint64_t* bar, uint32_t count, std::source_location loc);
+// arrive (count 1), after adding `tx` to the phase's transaction count; returns the state token (the
+// phase it arrived in).
+uint64_t mbarrier_arrive(uint64_t* bar, uint32_t tx, std::source_location loc);
+void mbarrier_expect_tx(uint64_t* bar, uint32_t tx, std::source_location loc);
+// True once the phase of this parity has completed; waits (lets the block's other threads run)
+// until it has.
+bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity, std::source_location loc);
+void mbarrier_inval(uint64_t* bar, std::source_location loc);
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
+void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar, std::source_location loc);
+
+}  // namespace ember::sim
