@@ -164,8 +164,10 @@ struct Thread {
   unsigned wait_parity = 0;
 };
 
+// A tensor copy's box (tma.cpp): the tensor map's fields and the box's coordinates.
+struct TmaBox;
 // A cp.async.bulk copy to shared memory issued and not landed yet (Note [bulk copies land late] in
-// sim/mbarrier.cpp).
+// sim/mbarrier.cpp): `bytes` bytes from `src`, or with `box` a tensor copy's box.
 struct BulkCopy {
   unsigned char* dst;  // shared memory
   const void* src;
@@ -173,7 +175,15 @@ struct BulkCopy {
   uint64_t* bar;  // the mbarrier it completes `bytes` transactions on
   int issuer;     // the thread that issued it (linear id)
   std::source_location where;
+  std::shared_ptr<const TmaBox> box;
 };
+// mbarrier.cpp: records a bulk copy the running thread issued at kernel address `pc` (its global
+// source already checked), after checking its barrier, its shared destination and that no copy in
+// flight writes the same bytes.
+void issue_bulk_copy(Thread& t, BulkCopy c, const void* pc);
+// tma.cpp: lands a tensor copy's box at `dst` in b's shared memory (swizzled, out-of-bounds
+// elements filled, as the map says).
+void land_tma_box(Block& b, unsigned char* dst, const TmaBox& box);
 
 // What a block's threads see of its shared memory: the dynamic part first, then each static
 // declaration in the order a thread first reached it, each followed by a red zone.

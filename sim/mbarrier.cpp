@@ -213,18 +213,22 @@ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_
                         " bytes past 16-byte alignment to shared offset " + std::to_string(off) +
                         ": addresses must be 16-byte aligned and the size a positive multiple of 16",
                     loc, cudaErrorMisalignedAddress);
-  checked_barrier(t, bar, "cp.async.bulk's mbarrier", loc);
   const void* pc = __builtin_return_address(0);
-  check_access(t, src, bytes, Access::read, pc);  // the global read, counted as issued here
-  check_shared_destination(t, off, bytes, pc);
+  check_access(t, src, bytes, Access::read, pc);  // the global read, counted as issued
+  issue_bulk_copy(t, BulkCopy{static_cast<unsigned char*>(smem_dst), gmem_src, bytes, bar, t.linear, loc, nullptr}, pc);
+}
+
+void issue_bulk_copy(Thread& t, BulkCopy copy, const void* pc) {
+  Block& b = *t.block;
+  checked_barrier(t, copy.bar, "cp.async.bulk's mbarrier", copy.where);
+  check_shared_destination(t, shared_off(b, copy.dst), copy.bytes, pc);
   for (const BulkCopy& c : *b.bulk)
-    if (c.dst < static_cast<unsigned char*>(smem_dst) + bytes &&
-        static_cast<unsigned char*>(smem_dst) < c.dst + c.bytes)
+    if (c.dst < copy.dst + copy.bytes && copy.dst < c.dst + c.bytes)
       EMBER_SIM_FAULT(
           "cp.async.bulk into shared memory another cp.async.bulk still writes (issued at " + loc_text(c.where) + ")",
-          loc);
-  if (b.counting) count_access(t, reinterpret_cast<uintptr_t>(smem_dst), bytes, CountKind::shared_store, pc);
-  b.bulk->push_back(BulkCopy{static_cast<unsigned char*>(smem_dst), gmem_src, bytes, bar, t.linear, loc});
+          copy.where);
+  if (b.counting) count_access(t, reinterpret_cast<uintptr_t>(copy.dst), copy.bytes, CountKind::shared_store, pc);
+  b.bulk->push_back(std::move(copy));
 }
 
 int land_bulk_copies(Block& b, const uint64_t* bar) {
@@ -233,7 +237,8 @@ int land_bulk_copies(Block& b, const uint64_t* bar) {
   if (land.empty()) return 0;
   *b.bulk = std::move(keep);
   for (const BulkCopy& c : land) {
-    raw_copy(c.dst, c.src, c.bytes);
+    if (c.box != nullptr) land_tma_box(b, c.dst, *c.box);
+    else raw_copy(c.dst, c.src, c.bytes);
     async_wrote_shared(b, shared_off(b, c.dst), c.bytes);
     BarState s = load(c.bar);
     // (the barrier was checked when the copy was issued, and mbarrier.inval refuses one in flight)

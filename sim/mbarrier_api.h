@@ -19,5 +19,9 @@ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity, std::source_locati
 void mbarrier_inval(uint64_t* bar, std::source_location loc);
 // cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes
 void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar, std::source_location loc);
+// cp.async.bulk.tensor.<rank>d.shared::cluster.global.tile.mbarrier::complete_tx::bytes (sim/tma.cpp):
+// the box of the tensor map at `coords` (rank of them, dimension 0 first).
+void tma_load(void* smem_dst, const void* tensor_map, const int32_t* coords, int rank, uint64_t* bar,
+              std::source_location loc);
 
 }  // namespace ember::sim
