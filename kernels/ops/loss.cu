@@ -467,36 +467,47 @@ void cross_entropy_backward_cuda(const KernelCall& c, rows::Plan plan) {
 void cross_entropy_fused(const KernelCall& c) { cross_entropy_cuda(c, rows::Plan::automatic, false); }
 void cross_entropy_backward_fused(const KernelCall& c) { cross_entropy_backward_cuda(c, rows::Plan::automatic); }
 
+// The one launch of cross_entropy_with_grad_fused for logits of type T and targets of type I.
+template <class T, class I>
+void launch_ce_small_grad(const KernelCall& c, const RowGeometry& geo) {
+  const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2], &g = c.in[3];
+  const LossAttrs& la = c.attr<LossAttrs>();
+  cuda::DeviceGuard guard(x.device().index);
+  cudaStream_t stream = cuda::stream_for(x);
+  using P = CrossEntropyForward<T, I>;
+  using B = CrossEntropyBackward<T, I>;
+  using Acc = typename P::Acc;
+  Acc* tw = static_cast<Acc*>(c.out[1].data_ptr());
+  const P p = forward_policy<T, I>(c.op, x, t, w, la);
+  const B b = backward_policy<T, I>(c.op, g, x, t, w, tw, c.out[2], la);
+  T* out = static_cast<T*>(c.out[0].data_ptr());
+  const int C = static_cast<int>(geo.C);
+  if (geo.C <= 32)
+    cuda::launch(ce_small_grad_kernel<P, B, 1>, 1, 1024, 0, stream, p, b, geo.rows(), C, ce_small_log2g<1>(C),
+                 la.reduction, out, tw);
+  else
+    cuda::launch(ce_small_grad_kernel<P, B, 4>, 1, 1024, 0, stream, p, b, geo.rows(), C, ce_small_log2g<4>(C),
+                 la.reduction, out, tw);
+}
+
 // cross_entropy_with_grad: one launch where the forward takes its one-block path (mean or sum over
-// the MNIST-sized batches, small_batch); elsewhere the forward's kernels, then the backward's, as
-// the two ops would run (a bad target is reported under this op's name either way).
+// the MNIST-sized batches, small_batch; not f64, whose one-block kernels have no instances);
+// elsewhere the forward's kernels, then the backward's, as the two ops would run (a bad target is
+// reported under this op's name either way).
 void cross_entropy_with_grad_fused(const KernelCall& c) {
   const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2], &g = c.in[3];
   const LossAttrs& la = c.attr<LossAttrs>();
   const RowGeometry geo = class_rows(x);
   if (la.reduction != Reduction::none && x.dtype() != DType::f64 && geo.rows() > 0 && small_batch(geo)) {
-    cuda::DeviceGuard guard(x.device().index);
-    cudaStream_t stream = cuda::stream_for(x);
-    EMBER_DISPATCH_FLOAT(x.dtype(), "cross_entropy_with_grad", [&] {
-      EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_with_grad", [&] {
-        if constexpr (!std::is_same_v<scalar_t, double>) {  // f64 took the two ops' kernels (no instances)
-          using P = CrossEntropyForward<scalar_t, index_t>;
-          using B = CrossEntropyBackward<scalar_t, index_t>;
-          using Acc = typename P::Acc;
-          Acc* tw = static_cast<Acc*>(c.out[1].data_ptr());
-          const P p = forward_policy<scalar_t, index_t>(c.op, x, t, w, la);
-          const B b = backward_policy<scalar_t, index_t>(c.op, g, x, t, w, tw, c.out[2], la);
-          scalar_t* out = static_cast<scalar_t*>(c.out[0].data_ptr());
-          const int C = static_cast<int>(geo.C);
-          if (geo.C <= 32)
-            cuda::launch(ce_small_grad_kernel<P, B, 1>, 1, 1024, 0, stream, p, b, geo.rows(), C, ce_small_log2g<1>(C),
-                         la.reduction, out, tw);
-          else
-            cuda::launch(ce_small_grad_kernel<P, B, 4>, 1, 1024, 0, stream, p, b, geo.rows(), C, ce_small_log2g<4>(C),
-                         la.reduction, out, tw);
-        }
-      });
-    });
+    auto with_targets = [&]<class T>() {
+      EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_with_grad", [&] { launch_ce_small_grad<T, index_t>(c, geo); });
+    };
+    switch (x.dtype()) {
+      case DType::f32: with_targets.template operator()<float>(); break;
+      case DType::f16: with_targets.template operator()<Half>(); break;
+      case DType::bf16: with_targets.template operator()<BFloat16>(); break;
+      default: EMBER_FAIL("cross_entropy_with_grad: dtype ", x.dtype(), " has no one-launch kernel");
+    }
     return;
   }
   std::array<Tensor, 2> fwd_out{c.out[0], c.out[1]};
