@@ -108,14 +108,6 @@ void report(cudaError_t code, const std::string& what) {
     ::ember::sim::kill_current_thread(); \
   } while (0)
 
-std::string loc_str(const std::source_location& loc) {
-  const char* f = loc.file_name();
-  if (const char* p = std::strstr(f, "/kernels/")) f = p + 1;
-  else if (const char* q = std::strstr(f, "/core/")) f = q + 1;
-  else if (const char* r = std::strstr(f, "/tests/")) f = r + 1;
-  return std::string(f) + ":" + std::to_string(loc.line());
-}
-
 const char* collective_name(const Thread& t) {
   switch (t.kind) {
     case Collective::syncwarp: return "__syncwarp";
@@ -189,10 +181,11 @@ void fiber_entry(bc::transfer_t from) {
 // All live threads have reached a barrier: check they agree, then let them go.
 void resolve_barrier(Block& b, int reduce_op) {
   if (b.exited > 0) {
-    EMBER_SIM_FAULT(cudaErrorLaunchFailure,
-                    "barrier divergence: " + std::to_string(b.exited) + " thread(s) of the block have exited while " +
-                        std::to_string(b.at_barrier) + " wait at __syncthreads() (" + loc_str(current_thread()->where) +
-                        "); every thread of a block must reach the same barriers");
+    EMBER_SIM_FAULT(cudaErrorLaunchFailure, "barrier divergence: " + std::to_string(b.exited) +
+                                                " thread(s) of the block have exited while " +
+                                                std::to_string(b.at_barrier) + " wait at __syncthreads() (" +
+                                                source_text(current_thread()->where) +
+                                                "); every thread of a block must reach the same barriers");
   }
   const Thread& first = b.threads[0];
   for (int i = 1; i < b.nthreads; ++i) {
@@ -200,9 +193,9 @@ void resolve_barrier(Block& b, int reduce_op) {
     if (o.where.line() != first.where.line() || std::strcmp(o.where.file_name(), first.where.file_name()) != 0) {
       EMBER_SIM_FAULT(cudaErrorLaunchFailure,
                       "barrier divergence: thread (" + std::to_string(first.idx.x) + "," + std::to_string(first.idx.y) +
-                          "," + std::to_string(first.idx.z) + ") waits at __syncthreads() " + loc_str(first.where) +
+                          "," + std::to_string(first.idx.z) + ") waits at __syncthreads() " + source_text(first.where) +
                           " but thread (" + std::to_string(o.idx.x) + "," + std::to_string(o.idx.y) + "," +
-                          std::to_string(o.idx.z) + ") at " + loc_str(o.where));
+                          std::to_string(o.idx.z) + ") at " + source_text(o.where));
     }
   }
   int acc = reduce_op == 1 ? 1 : 0;
@@ -367,6 +360,20 @@ void kill_current_thread() {
   __builtin_unreachable();
 }
 
+std::string source_text(const std::source_location& loc) {
+  const char* f = loc.file_name();
+  for (const char* dir : {"/kernels/", "/core/", "/tests/", "/bench/"})
+    if (const char* p = std::strstr(f, dir)) {
+      f = p + 1;
+      break;
+    }
+  return std::string(f) + ":" + std::to_string(loc.line());
+}
+
+void report_fault_at(cudaError_t code, const std::string& what, std::source_location loc) {
+  record_fault(code, where_am_i(*t_current_thread) + ": " + what + " (" + source_text(loc) + ")");
+}
+
 void wait_current_thread() {
   switch_to_scheduler(false);
   check_abort();
@@ -391,7 +398,7 @@ void thread_exit(Thread& t) {
       if (b.threads[i].state == ThreadState::at_barrier) waiter = &b.threads[i];
     record_fault(cudaErrorLaunchFailure,
                  where_am_i(t) + ": barrier divergence: this thread exited while " + std::to_string(b.at_barrier) +
-                     " thread(s) of its block wait at __syncthreads() (" + loc_str(waiter->where) +
+                     " thread(s) of its block wait at __syncthreads() (" + source_text(waiter->where) +
                      "); every thread of a block must reach the same barriers");
     return;
   }
@@ -475,12 +482,12 @@ void report_stuck_block(const Worker& w, const Block& b) {
     const Thread& t = w.threads[i];
     std::string k;
     if (t.state == ThreadState::exited) k = "have exited";
-    else if (t.state == ThreadState::at_barrier) k = "wait at __syncthreads() (" + loc_str(t.where) + ")";
-    else if (t.state == ThreadState::at_mbarrier) k = describe_mbarrier_wait(b, t) + " (" + loc_str(t.where) + ")";
+    else if (t.state == ThreadState::at_barrier) k = "wait at __syncthreads() (" + source_text(t.where) + ")";
+    else if (t.state == ThreadState::at_mbarrier) k = describe_mbarrier_wait(b, t) + " (" + source_text(t.where) + ")";
     else {
       char m[16];
       std::snprintf(m, sizeof m, "0x%08x", t.mask);
-      k = std::string("wait at ") + collective_name(t) + " with mask " + m + " (" + loc_str(t.where) + ")";
+      k = std::string("wait at ") + collective_name(t) + " with mask " + m + " (" + source_text(t.where) + ")";
     }
     groups[k].push_back(i);
   }
@@ -506,7 +513,7 @@ void report_unwaited_bulk_copies(Block& b) {
                    "," + std::to_string(b.idx.z) + ") ended with " + std::to_string(b.bulk->size()) +
                    " cp.async.bulk cop" + (b.bulk->size() == 1 ? "y" : "ies") +
                    " in flight (the first issued by thread (" + std::to_string(t.idx.x) + "," +
-                   std::to_string(t.idx.y) + "," + std::to_string(t.idx.z) + ") at " + loc_str(c.where) +
+                   std::to_string(t.idx.y) + "," + std::to_string(t.idx.z) + ") at " + source_text(c.where) +
                    "): no thread waited for its mbarrier phase, so its data was never read (a phase completes "
                    "without waiting for a copy whose bytes it was not told to expect: mbarrier.expect_tx)");
   b.bulk->clear();
@@ -571,8 +578,7 @@ uint32_t next_epoch() {
 
 // ---- device built-ins ----
 
-namespace {
-Thread& me_in_kernel(const char* what) {
+Thread& thread_in_kernel(const char* what) {
   Thread* t = t_current_thread;
   if (t == nullptr) {
     std::fprintf(stderr, "ember simulator: %s used outside a kernel\n", what);
@@ -580,15 +586,14 @@ Thread& me_in_kernel(const char* what) {
   }
   return *t;
 }
-}  // namespace
 
-uint3 thread_idx() { return me_in_kernel("threadIdx").idx; }
-uint3 block_idx() { return me_in_kernel("blockIdx").block->idx; }
-dim3 block_dim() { return me_in_kernel("blockDim").block->launch->block; }
-dim3 grid_dim() { return me_in_kernel("gridDim").block->launch->grid; }
+uint3 thread_idx() { return thread_in_kernel("threadIdx").idx; }
+uint3 block_idx() { return thread_in_kernel("blockIdx").block->idx; }
+dim3 block_dim() { return thread_in_kernel("blockDim").block->launch->block; }
+dim3 grid_dim() { return thread_in_kernel("gridDim").block->launch->grid; }
 
 void* static_shared_raw(const void* site, size_t bytes, size_t align, const char* name) {
-  Thread& t = me_in_kernel("a __shared__ declaration");
+  Thread& t = thread_in_kernel("a __shared__ declaration");
   Block& b = *t.block;
   for (const SharedRegion& r : *b.regions)
     if (r.site == site) return b.smem + r.offset;
@@ -615,23 +620,23 @@ void* static_shared_raw(const void* site, size_t bytes, size_t align, const char
 }
 
 void* dynamic_shared(const char*) {
-  Thread& t = me_in_kernel("dynamic shared memory");
+  Thread& t = thread_in_kernel("dynamic shared memory");
   return t.block->smem;
 }
 
 uint32_t shared_offset(const void* p, std::source_location loc) {
-  Thread& t = me_in_kernel("__cvta_generic_to_shared");
+  Thread& t = thread_in_kernel("__cvta_generic_to_shared");
   const auto* c = static_cast<const unsigned char*>(p);
   if (c < t.block->smem || c >= t.block->smem + t.block->smem_capacity)
     EMBER_SIM_FAULT(cudaErrorIllegalAddress,
-                    "__cvta_generic_to_shared of an address that is not shared memory (" + loc_str(loc) + ")");
+                    "__cvta_generic_to_shared of an address that is not shared memory (" + source_text(loc) + ")");
   return static_cast<uint32_t>(c - t.block->smem);
 }
 
 void syncthreads(std::source_location loc) { syncthreads_reduce(0, 0, loc); }
 
 int syncthreads_reduce(int op, int pred, std::source_location loc) {
-  Thread& me = me_in_kernel("__syncthreads");
+  Thread& me = thread_in_kernel("__syncthreads");
   check_abort();
   Block& b = *me.block;
   me.state = ThreadState::at_barrier;
@@ -654,7 +659,7 @@ void arrive(Thread& me, Collective kind, uint8_t op, unsigned mask, std::source_
   if (!((mask >> me.lane) & 1u)) {
     char m[16];
     std::snprintf(m, sizeof m, "0x%08x", mask);
-    EMBER_SIM_FAULT(cudaErrorLaunchFailure, std::string("warp collective at ") + loc_str(loc) + " with mask " + m +
+    EMBER_SIM_FAULT(cudaErrorLaunchFailure, std::string("warp collective at ") + source_text(loc) + " with mask " + m +
                                                 " that does not name the calling lane " + std::to_string(me.lane));
   }
   me.kind = kind;
@@ -668,16 +673,16 @@ void arrive(Thread& me, Collective kind, uint8_t op, unsigned mask, std::source_
 }  // namespace
 
 void syncwarp(unsigned mask, std::source_location loc) {
-  Thread& me = me_in_kernel("__syncwarp");
+  Thread& me = thread_in_kernel("__syncwarp");
   arrive(me, Collective::syncwarp, 0, mask, loc);
 }
 
 void shuffle(Collective kind, unsigned mask, const void* in, void* out, size_t bytes, int arg, int width,
              std::source_location loc) {
-  Thread& me = me_in_kernel("a warp shuffle");
+  Thread& me = thread_in_kernel("a warp shuffle");
   if (width < 1 || width > 32 || (width & (width - 1)) != 0)
-    EMBER_SIM_FAULT(cudaErrorLaunchFailure, "warp shuffle at " + loc_str(loc) + " with width " + std::to_string(width) +
-                                                " (must be a power of two from 1 to 32)");
+    EMBER_SIM_FAULT(cudaErrorLaunchFailure, "warp shuffle at " + source_text(loc) + " with width " +
+                                                std::to_string(width) + " (must be a power of two from 1 to 32)");
   std::memcpy(me.in, in, bytes);
   me.arg = arg;
   me.width = width;
@@ -686,7 +691,7 @@ void shuffle(Collective kind, unsigned mask, const void* in, void* out, size_t b
 }
 
 unsigned vote(Collective kind, unsigned mask, int pred, std::source_location loc) {
-  Thread& me = me_in_kernel("a warp vote");
+  Thread& me = thread_in_kernel("a warp vote");
   me.arg = pred;
   arrive(me, kind, 0, mask, loc);
   unsigned r;
@@ -699,15 +704,15 @@ void warp_matrix_op(Thread& me, uint8_t op, std::source_location loc) {
   const Block& b = *me.block;
   if (me.warp * 32 + 32 > b.nthreads)
     EMBER_SIM_FAULT(cudaErrorLaunchFailure, std::string((op & kLdmatrixOp) ? "ldmatrix.sync" : "mma.sync") + " at " +
-                                                loc_str(loc) + " in a partial warp (the block has " +
+                                                source_text(loc) + " in a partial warp (the block has " +
                                                 std::to_string(b.nthreads) +
                                                 " threads): .aligned instructions need all 32 lanes");
   arrive(me, Collective::match, op, 0xffffffffu, loc);
 }
 
 void trap(std::source_location loc) {
-  me_in_kernel("__trap");
-  EMBER_SIM_FAULT(cudaErrorLaunchFailure, "__trap() at " + loc_str(loc));
+  thread_in_kernel("__trap");
+  EMBER_SIM_FAULT(cudaErrorLaunchFailure, "__trap() at " + source_text(loc));
 }
 
 std::string Launch::name() const {

@@ -257,6 +257,19 @@ void warp_matrix_op(Thread& me, uint8_t op, std::source_location loc);
 // Ends the current simulated thread at once (after a fault): control returns to the block's
 // scheduler, which abandons the block. Never returns.
 [[noreturn]] void kill_current_thread();
+// The running simulated thread; aborts the process when `what` (a built-in) is used outside a kernel.
+Thread& thread_in_kernel(const char* what);
+// "kernels/ops/x.cu:12": a source location from kernels/, core/, tests/ or bench/ on.
+std::string source_text(const std::source_location& loc);
+// Records a fault of the running thread: "<kernel, block, thread>: <what> (<file:line>)".
+void report_fault_at(cudaError_t code, const std::string& what, std::source_location loc);
+// ... and ends the thread, in a statement of its own, so the message's temporaries are gone first
+// (the fiber's stack is abandoned, not unwound).
+#define EMBER_SIM_FAULT_AT(code, what, loc)               \
+  do {                                                    \
+    ::ember::sim::report_fault_at((code), (what), (loc)); \
+    ::ember::sim::kill_current_thread();                  \
+  } while (0)
 // The running thread (its state already set to a waiting one) lets the block's other threads run;
 // returns when something made it runnable again (ends it if the launch was aborted meanwhile).
 void wait_current_thread();

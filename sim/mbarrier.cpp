@@ -57,35 +57,6 @@ void store(uint64_t* bar, const BarState& s) {
   std::memcpy(bar, &v, sizeof v);
 }
 
-std::string loc_text(const std::source_location& loc) {
-  std::string f = loc.file_name();
-  for (const char* dir : {"/kernels/", "/tests/", "/bench/"})
-    if (const size_t k = f.find(dir); k != std::string::npos) {
-      f = f.substr(k + 1);
-      break;
-    }
-  return f + ":" + std::to_string(loc.line());
-}
-
-// Reports a fault of the running thread (EMBER_SIM_FAULT then ends it, once the temporaries are gone).
-void report(const std::string& what, std::source_location loc, cudaError_t code = cudaErrorLaunchFailure) {
-  record_fault(code, where_am_i(*current_thread()) + ": " + what + " (" + loc_text(loc) + ")");
-}
-#define EMBER_SIM_FAULT(...)             \
-  do {                                   \
-    report(__VA_ARGS__);                 \
-    ::ember::sim::kill_current_thread(); \
-  } while (0)
-
-Thread& me(const char* what) {
-  Thread* t = current_thread();
-  if (t == nullptr) {
-    std::fprintf(stderr, "ember simulator: %s used outside a kernel\n", what);
-    std::abort();
-  }
-  return *t;
-}
-
 size_t shared_off(const Block& b, const void* p) {
   return static_cast<size_t>(static_cast<const unsigned char*>(p) - b.smem);
 }
@@ -97,17 +68,19 @@ BarState checked_barrier(Thread& t, const uint64_t* bar, const char* op, std::so
   const Block& b = *t.block;
   const size_t off = shared_off(b, bar);
   if (off >= b.smem_capacity)
-    EMBER_SIM_FAULT(std::string(op) + " on an address that is not shared memory", loc, cudaErrorIllegalAddress);
+    EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, std::string(op) + " on an address that is not shared memory", loc);
   if (off % 8 != 0)
-    EMBER_SIM_FAULT(
-        std::string(op) + " on an mbarrier that is not 8-byte aligned (shared offset " + std::to_string(off) + ")", loc,
-        cudaErrorMisalignedAddress);
+    EMBER_SIM_FAULT_AT(
+        cudaErrorMisalignedAddress,
+        std::string(op) + " on an mbarrier that is not 8-byte aligned (shared offset " + std::to_string(off) + ")",
+        loc);
   check_shared_destination(t, off, 8, __builtin_return_address(0));
   const BarState s = load(bar);
   if (!may_be_new && !s.init)
-    EMBER_SIM_FAULT(std::string(op) + " on the mbarrier at shared offset " + std::to_string(off) +
-                        ", which is not initialised (mbarrier.init it first, and not after mbarrier.inval)",
-                    loc);
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       std::string(op) + " on the mbarrier at shared offset " + std::to_string(off) +
+                           ", which is not initialised (mbarrier.init it first, and not after mbarrier.inval)",
+                       loc);
   return s;
 }
 
@@ -134,14 +107,16 @@ bool add_tx(BarState& s, int64_t delta) {
 }  // namespace
 
 void mbarrier_init(uint64_t* bar, uint32_t count, std::source_location loc) {
-  Thread& t = me("mbarrier.init");
+  Thread& t = thread_in_kernel("mbarrier.init");
   const BarState old = checked_barrier(t, bar, "mbarrier.init", loc, true);
   if (old.init)
-    EMBER_SIM_FAULT("mbarrier.init of an mbarrier that is already initialised (shared offset " +
-                        std::to_string(shared_off(*t.block, bar)) + "; mbarrier.inval it first)",
-                    loc);
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "mbarrier.init of an mbarrier that is already initialised (shared offset " +
+                           std::to_string(shared_off(*t.block, bar)) + "; mbarrier.inval it first)",
+                       loc);
   if (count < 1 || count > kMaxCount)
-    EMBER_SIM_FAULT("mbarrier.init with count " + std::to_string(count) + " (it must be 1 to 2^20 - 1)", loc);
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "mbarrier.init with count " + std::to_string(count) + " (it must be 1 to 2^20 - 1)", loc);
   BarState s;
   s.pending = s.expected = count;
   s.init = true;
@@ -149,17 +124,19 @@ void mbarrier_init(uint64_t* bar, uint32_t count, std::source_location loc) {
 }
 
 uint64_t mbarrier_arrive(uint64_t* bar, uint32_t tx, std::source_location loc) {
-  Thread& t = me("mbarrier.arrive");
+  Thread& t = thread_in_kernel("mbarrier.arrive");
   BarState s = checked_barrier(t, bar, "mbarrier.arrive", loc);
   if (!add_tx(s, tx))
-    EMBER_SIM_FAULT("mbarrier.arrive.expect_tx takes the transaction count past 2^20 - 1 (" + std::to_string(s.tx) +
-                        " + " + std::to_string(tx) + ")",
-                    loc);
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "mbarrier.arrive.expect_tx takes the transaction count past 2^20 - 1 (" + std::to_string(s.tx) +
+                           " + " + std::to_string(tx) + ")",
+                       loc);
   if (s.pending == 0)
-    EMBER_SIM_FAULT("mbarrier.arrive on an mbarrier whose phase has no arrivals left to wait for (all " +
-                        std::to_string(s.expected) + " arrived; the phase waits for " + std::to_string(s.tx) +
-                        " transaction bytes)",
-                    loc);
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "mbarrier.arrive on an mbarrier whose phase has no arrivals left to wait for (all " +
+                           std::to_string(s.expected) + " arrived; the phase waits for " + std::to_string(s.tx) +
+                           " transaction bytes)",
+                       loc);
   const uint64_t token = s.phase;
   --s.pending;
   complete_if_done(*t.block, bar, s);
@@ -168,14 +145,15 @@ uint64_t mbarrier_arrive(uint64_t* bar, uint32_t tx, std::source_location loc) {
 }
 
 void mbarrier_expect_tx(uint64_t* bar, uint32_t tx, std::source_location loc) {
-  Thread& t = me("mbarrier.expect_tx");
+  Thread& t = thread_in_kernel("mbarrier.expect_tx");
   BarState s = checked_barrier(t, bar, "mbarrier.expect_tx", loc);
-  if (!add_tx(s, tx)) EMBER_SIM_FAULT("mbarrier.expect_tx takes the transaction count past 2^20 - 1", loc);
+  if (!add_tx(s, tx))
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, "mbarrier.expect_tx takes the transaction count past 2^20 - 1", loc);
   store(bar, s);
 }
 
 bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity, std::source_location loc) {
-  Thread& t = me("mbarrier.try_wait.parity");
+  Thread& t = thread_in_kernel("mbarrier.try_wait.parity");
   BarState s = checked_barrier(t, bar, "mbarrier.try_wait.parity", loc);
   parity &= 1;
   if (s.phase != parity) return true;  // the phase of that parity is over
@@ -191,28 +169,31 @@ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity, std::source_locati
 }
 
 void mbarrier_inval(uint64_t* bar, std::source_location loc) {
-  Thread& t = me("mbarrier.inval");
+  Thread& t = thread_in_kernel("mbarrier.inval");
   checked_barrier(t, bar, "mbarrier.inval", loc);
   for (const BulkCopy& c : *t.block->bulk)
-    if (c.bar == bar) EMBER_SIM_FAULT("mbarrier.inval of an mbarrier with a cp.async.bulk still in flight", loc);
+    if (c.bar == bar)
+      EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, "mbarrier.inval of an mbarrier with a cp.async.bulk still in flight",
+                         loc);
   store(bar, BarState{});
 }
 
 void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar, std::source_location loc) {
-  Thread& t = me("cp.async.bulk");
+  Thread& t = thread_in_kernel("cp.async.bulk");
   Block& b = *t.block;
   const size_t off = shared_off(b, smem_dst);
   if (off >= b.smem_capacity)
-    EMBER_SIM_FAULT("cp.async.bulk destination is not shared memory", loc, cudaErrorIllegalAddress);
+    EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, "cp.async.bulk destination is not shared memory", loc);
   const auto src = reinterpret_cast<uintptr_t>(gmem_src);
   if (src - reinterpret_cast<uintptr_t>(b.smem) < b.smem_capacity)
-    EMBER_SIM_FAULT("cp.async.bulk source is shared memory (this form copies global memory)", loc,
-                    cudaErrorIllegalAddress);
+    EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress,
+                       "cp.async.bulk source is shared memory (this form copies global memory)", loc);
   if (off % 16 != 0 || src % 16 != 0 || bytes % 16 != 0 || bytes == 0)
-    EMBER_SIM_FAULT("cp.async.bulk of " + std::to_string(bytes) + " bytes from " + std::to_string(src % 16) +
-                        " bytes past 16-byte alignment to shared offset " + std::to_string(off) +
-                        ": addresses must be 16-byte aligned and the size a positive multiple of 16",
-                    loc, cudaErrorMisalignedAddress);
+    EMBER_SIM_FAULT_AT(cudaErrorMisalignedAddress,
+                       "cp.async.bulk of " + std::to_string(bytes) + " bytes from " + std::to_string(src % 16) +
+                           " bytes past 16-byte alignment to shared offset " + std::to_string(off) +
+                           ": addresses must be 16-byte aligned and the size a positive multiple of 16",
+                       loc);
   const void* pc = __builtin_return_address(0);
   check_access(t, src, bytes, Access::read, pc);  // the global read, counted as issued
   issue_bulk_copy(t, BulkCopy{static_cast<unsigned char*>(smem_dst), gmem_src, bytes, bar, t.linear, loc, nullptr}, pc);
@@ -224,9 +205,10 @@ void issue_bulk_copy(Thread& t, BulkCopy copy, const void* pc) {
   check_shared_destination(t, shared_off(b, copy.dst), copy.bytes, pc);
   for (const BulkCopy& c : *b.bulk)
     if (c.dst < copy.dst + copy.bytes && copy.dst < c.dst + c.bytes)
-      EMBER_SIM_FAULT(
-          "cp.async.bulk into shared memory another cp.async.bulk still writes (issued at " + loc_text(c.where) + ")",
-          copy.where);
+      EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                         "cp.async.bulk into shared memory another cp.async.bulk still writes (issued at " +
+                             source_text(c.where) + ")",
+                         copy.where);
   if (b.counting) count_access(t, reinterpret_cast<uintptr_t>(copy.dst), copy.bytes, CountKind::shared_store, pc);
   b.bulk->push_back(std::move(copy));
 }

@@ -18,41 +18,19 @@ namespace ember::sim {
 
 namespace {
 
-// Reports a fault of the running thread; EMBER_SIM_FAULT then ends it, once the temporaries are gone.
-void report(cudaError_t code, const std::string& what, std::source_location loc) {
-  Thread* t = current_thread();
-  std::string file = loc.file_name();
-  if (const size_t k = file.find("/kernels/"); k != std::string::npos) file = file.substr(k + 1);
-  record_fault(code, where_am_i(*t) + ": " + what + " (" + file + ":" + std::to_string(loc.line()) + ")");
-}
-#define EMBER_SIM_FAULT(...)             \
-  do {                                   \
-    report(__VA_ARGS__);                 \
-    ::ember::sim::kill_current_thread(); \
-  } while (0)
-
-Thread& me(const char* what) {
-  Thread* t = current_thread();
-  if (t == nullptr) {
-    std::fprintf(stderr, "ember simulator: %s used outside a kernel\n", what);
-    std::abort();
-  }
-  return *t;
-}
-
 float b16_to_float(uint16_t bits, bool bf16) { return bf16 ? bf16_to_float(bits) : f16_to_float(bits); }
 
 }  // namespace
 
 void ldmatrix(uint32_t* r, int count, const void* row, bool trans, std::source_location loc) {
-  Thread& t = me("ldmatrix");
+  Thread& t = thread_in_kernel("ldmatrix");
   const auto a = reinterpret_cast<uintptr_t>(row);
   const auto smem = reinterpret_cast<uintptr_t>(t.block->smem);
   // Only lanes 0..8 count - 1 give addresses; the others' operands are ignored.
   if (t.lane < 8 * count) {
     if (a - smem >= t.block->smem_capacity)
-      EMBER_SIM_FAULT(cudaErrorIllegalAddress, "ldmatrix row address is not shared memory", loc);
-    if ((a & 15) != 0) EMBER_SIM_FAULT(cudaErrorMisalignedAddress, "ldmatrix row address not 16-byte aligned", loc);
+      EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, "ldmatrix row address is not shared memory", loc);
+    if ((a & 15) != 0) EMBER_SIM_FAULT_AT(cudaErrorMisalignedAddress, "ldmatrix row address not 16-byte aligned", loc);
     // counted as an ldmatrix, whose wavefronts go by matrix (Note [ldmatrix wavefronts] in counters.cpp)
     check_access(t, a, 16, Access::read, __builtin_return_address(0), false);
     if (t.block->counting) count_access(t, a, 16, CountKind::ldmatrix, __builtin_return_address(0));
@@ -64,7 +42,7 @@ void ldmatrix(uint32_t* r, int count, const void* row, bool trans, std::source_l
 
 void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16,
                   std::source_location loc) {
-  Thread& t = me("mma.sync");
+  Thread& t = thread_in_kernel("mma.sync");
   uint32_t in[10];
   std::memcpy(in, a, 16);
   in[4] = b0;
@@ -138,17 +116,17 @@ void ptx_collective(Block& b, int w, const Thread& proto) {
 }
 
 void cp_async(void* smem_dst, const void* gmem_src, int copy_bytes, int src_bytes, std::source_location loc) {
-  Thread& t = me("cp.async");
+  Thread& t = thread_in_kernel("cp.async");
   const auto d = reinterpret_cast<uintptr_t>(smem_dst);
   const auto smem = reinterpret_cast<uintptr_t>(t.block->smem);
   if (d - smem >= t.block->smem_capacity)
-    EMBER_SIM_FAULT(cudaErrorIllegalAddress, "cp.async destination is not shared memory", loc);
+    EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, "cp.async destination is not shared memory", loc);
   if ((d % static_cast<uintptr_t>(copy_bytes)) != 0 || (reinterpret_cast<uintptr_t>(gmem_src) % copy_bytes) != 0)
-    EMBER_SIM_FAULT(cudaErrorMisalignedAddress,
-                    "cp.async of " + std::to_string(copy_bytes) + " bytes with a misaligned address", loc);
+    EMBER_SIM_FAULT_AT(cudaErrorMisalignedAddress,
+                       "cp.async of " + std::to_string(copy_bytes) + " bytes with a misaligned address", loc);
   if (src_bytes > 0) {
     if (reinterpret_cast<uintptr_t>(gmem_src) - smem < t.block->smem_capacity)
-      EMBER_SIM_FAULT(cudaErrorIllegalAddress, "cp.async source is shared memory (it must be global)", loc);
+      EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, "cp.async source is shared memory (it must be global)", loc);
     check_access(t, reinterpret_cast<uintptr_t>(gmem_src), static_cast<size_t>(src_bytes), Access::read,
                  __builtin_return_address(0));
   }
@@ -161,12 +139,12 @@ void cp_async(void* smem_dst, const void* gmem_src, int copy_bytes, int src_byte
 }
 
 void cp_async_commit() {
-  Thread& t = me("cp.async.commit_group");
+  Thread& t = thread_in_kernel("cp.async.commit_group");
   ++t.groups_committed;
 }
 
 void cp_async_wait(int n) {
-  Thread& t = me("cp.async.wait_group");
+  Thread& t = thread_in_kernel("cp.async.wait_group");
   // groups 1..committed exist; all but the newest n must be complete
   const uint64_t done_upto =
       t.groups_committed > static_cast<uint64_t>(n) ? t.groups_committed - static_cast<uint64_t>(n) : 0;

@@ -167,26 +167,6 @@ void fill_value(const TmaBox& b, unsigned char* dst) {
   }
 }
 
-Thread& me(const char* what) {
-  Thread* t = current_thread();
-  if (t == nullptr) {
-    std::fprintf(stderr, "ember simulator: %s used outside a kernel\n", what);
-    std::abort();
-  }
-  return *t;
-}
-
-[[noreturn]] void fault(Thread& t, const std::string& what, std::source_location loc,
-                        cudaError_t code = cudaErrorLaunchFailure) {
-  {
-    std::string f = loc.file_name();
-    for (const char* dir : {"/kernels/", "/tests/"})
-      if (const size_t k = f.find(dir); k != std::string::npos) f = f.substr(k + 1);
-    record_fault(code, where_am_i(t) + ": " + what + " (" + f + ":" + std::to_string(loc.line()) + ")");
-  }
-  kill_current_thread();
-}
-
 }  // namespace
 
 void land_tma_box(Block& blk, unsigned char* dst, const TmaBox& b) {
@@ -210,29 +190,30 @@ void land_tma_box(Block& blk, unsigned char* dst, const TmaBox& b) {
 
 void tma_load(void* smem_dst, const void* tensor_map, const int32_t* coords, int rank, uint64_t* bar,
               std::source_location loc) {
-  Thread& t = me("cp.async.bulk.tensor");
+  Thread& t = thread_in_kernel("cp.async.bulk.tensor");
   Block& blk = *t.block;
   const void* pc = __builtin_return_address(0);
   check_access(t, reinterpret_cast<uintptr_t>(tensor_map), sizeof(CUtensorMap), Access::read, pc, false);
   auto box = std::make_shared<TmaBox>();
   if (!decode(tensor_map, *box))
-    fault(t, "cp.async.bulk.tensor with a tensor map that cuTensorMapEncodeTiled did not make", loc);
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "cp.async.bulk.tensor with a tensor map that cuTensorMapEncodeTiled did not make", loc);
   if (box->rank != rank)
-    fault(t,
-          "cp.async.bulk.tensor." + std::to_string(rank) + "d with a " + std::to_string(box->rank) +
-              "-dimensional tensor map",
-          loc);
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "cp.async.bulk.tensor." + std::to_string(rank) + "d with a " + std::to_string(box->rank) +
+                           "-dimensional tensor map",
+                       loc);
   for (int i = 0; i < rank; ++i) box->coord[i] = coords[i];
   const size_t off = static_cast<size_t>(static_cast<unsigned char*>(smem_dst) - blk.smem);
   if (off >= blk.smem_capacity)
-    fault(t, "cp.async.bulk.tensor destination is not shared memory", loc, cudaErrorIllegalAddress);
+    EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, "cp.async.bulk.tensor destination is not shared memory", loc);
   const size_t align = box->swizzle == 0 ? 128 : static_cast<size_t>(box->swizzle) * 8;
   if (off % align != 0)
-    fault(t,
-          "cp.async.bulk.tensor destination at shared offset " + std::to_string(off) + " is not " +
-              std::to_string(align) + "-byte aligned" +
-              (box->swizzle != 0 ? " (a swizzled box starts where its pattern repeats)" : ""),
-          loc, cudaErrorMisalignedAddress);
+    EMBER_SIM_FAULT_AT(cudaErrorMisalignedAddress,
+                       "cp.async.bulk.tensor destination at shared offset " + std::to_string(off) + " is not " +
+                           std::to_string(align) + "-byte aligned" +
+                           (box->swizzle != 0 ? " (a swizzled box starts where its pattern repeats)" : ""),
+                       loc);
   // the global rows inside the tensor: in bounds of a live allocation
   for_each_element(*box, [&](const int64_t* g, uint64_t, uint32_t n0) {
     if (!row_inside(*box, g)) return;
