@@ -444,6 +444,7 @@ Block& begin_block(Worker& w, Launch& L, uint3 bidx) {
   if (dyn > 0) w.regions.push_back(SharedRegion{nullptr, "dynamic shared memory", 0, dyn});
   b.smem_used = dyn == 0 ? 0 : (dyn + kRedZone + 127) / 128 * 128;
   b.epoch = next_epoch();
+  b.first_epoch = b.epoch;
   return b;
 }
 
@@ -466,6 +467,8 @@ void create_threads(Worker& w, Block& b) {
     t.state = ThreadState::runnable;
     t.copies.clear();
     t.groups_committed = 0;
+    t.proxy_fences = 0;
+    t.bulk_groups_committed = 0;
     t.stack_lo = w.stacks + static_cast<size_t>(i) * w.stack_bytes;
     // The stacks are equally spaced, so their tops would all fall into the same cache sets: start
     // each one a little lower (colouring), or switching between fibers thrashes the cache.
@@ -514,8 +517,11 @@ void report_unwaited_bulk_copies(Block& b) {
                    " cp.async.bulk cop" + (b.bulk->size() == 1 ? "y" : "ies") +
                    " in flight (the first issued by thread (" + std::to_string(t.idx.x) + "," +
                    std::to_string(t.idx.y) + "," + std::to_string(t.idx.z) + ") at " + source_text(c.where) +
-                   "): no thread waited for its mbarrier phase, so its data was never read (a phase completes "
-                   "without waiting for a copy whose bytes it was not told to expect: mbarrier.expect_tx)");
+                   (c.store ? "): a tensor store its thread never waited for (cp.async.bulk.wait_group), so its "
+                              "shared source may be gone before it is read"
+                            : "): no thread waited for its mbarrier phase, so its data was never read (a phase "
+                              "completes without waiting for a copy whose bytes it was not told to expect: "
+                              "mbarrier.expect_tx)"));
   b.bulk->clear();
   b.launch->aborted.store(true);
 }

@@ -162,28 +162,56 @@ struct Thread {
   // at_mbarrier: the mbarrier it waits on and the parity of the phase it waits to complete
   uint64_t* wait_bar = nullptr;
   unsigned wait_parity = 0;
+  // fence.proxy.async instructions it ran (mod 256; Note [async proxy] in sim/tma.cpp) and its
+  // committed groups of bulk stores (cp.async.bulk.commit_group)
+  uint8_t proxy_fences = 0;
+  uint64_t bulk_groups_committed = 0;
 };
 
 // A tensor copy's box (tma.cpp): the tensor map's fields and the box's coordinates.
-struct TmaBox;
-// A cp.async.bulk copy to shared memory issued and not landed yet (Note [bulk copies land late] in
-// sim/mbarrier.cpp): `bytes` bytes from `src`, or with `box` a tensor copy's box.
+struct TmaBox {
+  uintptr_t base = 0;
+  int rank = 0, elem = 0, swizzle = 0;  // swizzle: 0 or its span in bytes
+  bool float_type = false, nan_fill = false;
+  uint64_t dims[5] = {}, strides[5] = {};  // strides in bytes, strides[0] = elem
+  uint32_t box[5] = {}, estride[5] = {};
+  int32_t coord[5] = {};
+  // elements loaded along dimension i
+  uint32_t count(int i) const { return (box[i] + estride[i] - 1) / estride[i]; }
+  uint32_t bytes() const {
+    uint32_t n = static_cast<uint32_t>(elem);
+    for (int i = 0; i < rank; ++i) n *= count(i);
+    return n;
+  }
+};
+// A bulk copy issued and not performed yet (Note [bulk copies land late] in sim/mbarrier.cpp):
+// a load into shared memory at `dst` (`bytes` bytes from `src`, or with has_box a tensor copy's
+// box) completing on `bar`; or, with `store`, a tensor store of `box` from the shared memory at
+// `dst`, in its issuer's bulk group `group` (cp.async.bulk.wait_group performs it). Trivially
+// destructible, so a fault that ends the issuing thread (its stack abandoned) leaks nothing.
 struct BulkCopy {
-  unsigned char* dst;  // shared memory
+  unsigned char* dst;  // shared memory: the load's destination, the store's source
   const void* src;
   uint32_t bytes;
-  uint64_t* bar;  // the mbarrier it completes `bytes` transactions on
+  uint64_t* bar;  // the mbarrier a load completes `bytes` transactions on
   int issuer;     // the thread that issued it (linear id)
   std::source_location where;
-  std::shared_ptr<const TmaBox> box;
+  TmaBox box{};
+  bool has_box = false, store = false;
+  uint64_t group = 0;
 };
 // mbarrier.cpp: records a bulk copy the running thread issued at kernel address `pc` (its global
 // source already checked), after checking its barrier, its shared destination and that no copy in
 // flight writes the same bytes.
-void issue_bulk_copy(Thread& t, BulkCopy c, const void* pc);
+void issue_bulk_copy(Thread& t, const BulkCopy& c, const void* pc);
 // tma.cpp: lands a tensor copy's box at `dst` in b's shared memory (swizzled, out-of-bounds
-// elements filled, as the map says).
+// elements filled, as the map says); stores the box at `src` to global memory (elements outside
+// the tensor are not written).
 void land_tma_box(Block& b, unsigned char* dst, const TmaBox& box);
+void store_tma_box(Block& b, const unsigned char* src, const TmaBox& box);
+// memcheck.cpp: the async proxy reads shared bytes [off, off + n) for the running thread (a tensor
+// store's source): each byte's last write must be ordered before it (Note [async proxy] in tma.cpp).
+void check_async_proxy_read(Thread& t, size_t off, size_t n, std::source_location loc);
 
 // What a block's threads see of its shared memory: the dynamic part first, then each static
 // declaration in the order a thread first reached it, each followed by a red zone.
@@ -230,6 +258,7 @@ struct Block {
   Thread* threads = nullptr;
   int exited = 0, at_barrier = 0;
   uint32_t epoch = 0;           // racecheck: the current barrier interval
+  uint32_t first_epoch = 0;     // racecheck: the block's first interval (older shadow entries are stale)
   uint8_t warp_epoch[32] = {};  // racecheck: per warp, bumped by every completed warp collective
   WarpState warps[32];
   // shared memory: [smem, smem + smem_capacity); the regions handed out so far

@@ -196,21 +196,24 @@ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_
                        loc);
   const void* pc = __builtin_return_address(0);
   check_access(t, src, bytes, Access::read, pc);  // the global read, counted as issued
-  issue_bulk_copy(t, BulkCopy{static_cast<unsigned char*>(smem_dst), gmem_src, bytes, bar, t.linear, loc, nullptr}, pc);
+  issue_bulk_copy(t, BulkCopy{static_cast<unsigned char*>(smem_dst), gmem_src, bytes, bar, t.linear, loc}, pc);
 }
 
-void issue_bulk_copy(Thread& t, BulkCopy copy, const void* pc) {
+void issue_bulk_copy(Thread& t, const BulkCopy& copy, const void* pc) {
   Block& b = *t.block;
-  checked_barrier(t, copy.bar, "cp.async.bulk's mbarrier", copy.where);
+  if (!copy.store) checked_barrier(t, copy.bar, "cp.async.bulk's mbarrier", copy.where);
   check_shared_destination(t, shared_off(b, copy.dst), copy.bytes, pc);
   for (const BulkCopy& c : *b.bulk)
-    if (c.dst < copy.dst + copy.bytes && copy.dst < c.dst + c.bytes)
+    if ((!c.store || !copy.store) && c.dst < copy.dst + copy.bytes && copy.dst < c.dst + c.bytes)
       EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
-                         "cp.async.bulk into shared memory another cp.async.bulk still writes (issued at " +
-                             source_text(c.where) + ")",
+                         std::string(copy.store ? "cp.async.bulk.tensor store of" : "cp.async.bulk into") +
+                             " shared memory a cp.async.bulk " + (c.store ? "store still reads" : "still writes") +
+                             " (issued at " + source_text(c.where) + ")",
                          copy.where);
-  if (b.counting) count_access(t, reinterpret_cast<uintptr_t>(copy.dst), copy.bytes, CountKind::shared_store, pc);
-  b.bulk->push_back(std::move(copy));
+  if (b.counting)
+    count_access(t, reinterpret_cast<uintptr_t>(copy.dst), copy.bytes,
+                 copy.store ? CountKind::shared_load : CountKind::shared_store, pc);
+  b.bulk->push_back(copy);
 }
 
 int land_bulk_copies(Block& b, const uint64_t* bar) {
@@ -219,7 +222,11 @@ int land_bulk_copies(Block& b, const uint64_t* bar) {
   if (land.empty()) return 0;
   *b.bulk = std::move(keep);
   for (const BulkCopy& c : land) {
-    if (c.box != nullptr) land_tma_box(b, c.dst, *c.box);
+    if (c.store) {  // (only when every copy lands: a stuck block)
+      store_tma_box(b, c.dst, c.box);
+      continue;
+    }
+    if (c.has_box) land_tma_box(b, c.dst, c.box);
     else raw_copy(c.dst, c.src, c.bytes);
     async_wrote_shared(b, shared_off(b, c.dst), c.bytes);
     BarState s = load(c.bar);

@@ -23,5 +23,12 @@ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_
 // the box of the tensor map at `coords` (rank of them, dimension 0 first).
 void tma_load(void* smem_dst, const void* tensor_map, const int32_t* coords, int rank, uint64_t* bar,
               std::source_location loc);
+// cp.async.bulk.tensor.<rank>d.global.shared::cta.bulk_group: the box at `smem_src` to the tensor
+// at `coords`; cp.async.bulk.commit_group and cp.async.bulk.wait_group[.read] n; and
+// fence.proxy.async.shared::cta (sim/tma.cpp, Note [async proxy]).
+void tma_store(const void* tensor_map, const int32_t* coords, int rank, const void* smem_src, std::source_location loc);
+void bulk_commit_group();
+void bulk_wait_group(int n);
+void fence_proxy_async();
 
 }  // namespace ember::sim

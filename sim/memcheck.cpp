@@ -30,8 +30,8 @@ struct ShadowEntry {
   uint32_t w_epoch, r_epoch;
   uint16_t w_tid, r_tid;
   uint8_t w_wsync, r_wsync;
-  uint8_t flags;  // kMultiRead, kAtomicWrite
-  uint8_t pad;
+  uint8_t flags;    // kMultiRead, kAtomicWrite
+  uint8_t w_fence;  // the writer's fence.proxy.async count at the write (Note [async proxy] in tma.cpp)
 };
 static_assert(sizeof(ShadowEntry) == 16);
 constexpr uint8_t kMultiRead = 1, kAtomicWrite = 2;
@@ -169,6 +169,7 @@ __attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Ac
       e.w_epoch = ep;
       e.w_tid = me;
       e.w_wsync = ws;
+      e.w_fence = t.proxy_fences;
       e.flags = static_cast<uint8_t>((e.flags & kMultiRead) | (atomic ? kAtomicWrite : 0));
     }
   }
@@ -324,6 +325,20 @@ __attribute__((noinline)) void check_bulk_in_flight(Thread& t, size_t off, size_
   for (const BulkCopy& c : *b.bulk) {
     const size_t c_off = static_cast<size_t>(c.dst - b.smem);
     if (off >= c_off + c.bytes || c_off >= off + n) continue;
+    if (c.store && k == Access::read) continue;  // a store's source may be read, not overwritten
+    if (c.store) {
+      {
+        const SharedRegion* reg = find_region(b, off, n);
+        report(t, cudaErrorLaunchFailure,
+               "shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
+                   std::to_string(std::max(off, c_off) - reg->offset) +
+                   "], the source of a cp.async.bulk.tensor store not yet read (issued by thread " +
+                   tid_str(b, c.issuer) + " at " + source_text(c.where) +
+                   "): cp.async.bulk.wait_group.read must come first",
+               pc);
+      }
+      kill_current_thread();
+    }
     {
       const SharedRegion* reg = find_region(b, off, n);
       const size_t byte = std::max(off, c_off) - reg->offset;
@@ -337,6 +352,32 @@ __attribute__((noinline)) void check_bulk_in_flight(Thread& t, size_t off, size_
                  : "shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " + std::to_string(byte) +
                        "] while a cp.async.bulk into it is in flight (" + issued + ")",
              pc);
+    }
+    kill_current_thread();
+  }
+}
+
+// A tensor store's read of its shared box (Note [async proxy] in tma.cpp).
+void check_async_proxy_read(Thread& t, size_t off, size_t n, std::source_location loc) {
+  Block& b = *t.block;
+  const SharedRegion* reg = find_region(b, off, n);
+  if (reg == nullptr) shared_out_of_bounds(t, off, n, Access::read, nullptr);
+  if (!b.racecheck) return;
+  const auto* sh = static_cast<const ShadowEntry*>(b.shadow) + off;
+  for (size_t i = 0; i < n; ++i) {
+    const ShadowEntry& e = sh[i];
+    if (e.w_epoch == 0 || e.w_epoch < b.first_epoch || e.w_epoch > b.epoch) continue;  // not this block's
+    const bool unordered = e.w_epoch == b.epoch && e.w_tid != t.linear;
+    const bool unfenced = b.threads[e.w_tid].proxy_fences == e.w_fence;
+    if (!unordered && !unfenced) continue;
+    {
+      const std::string what =
+          "racecheck: a cp.async.bulk.tensor store (" + source_text(loc) + ") reads `" + reg->name + "` [byte " +
+          std::to_string(off + i - reg->offset) + "] written by thread " + tid_str(b, e.w_tid) +
+          (unordered ? " in the same barrier interval (no __syncthreads() between the write and the store)"
+                     : " with no fence.proxy.async after the write (the async proxy does not see generic-proxy "
+                       "writes without one)");
+      report(t, cudaErrorLaunchFailure, what, nullptr);
     }
     kill_current_thread();
   }

@@ -13,6 +13,15 @@
 // address are XORed with the bits [7, 7 + log2(S/16)) (the pattern repeats every 8 rows). Not
 // emulated (the encode answers CUDA_ERROR_NOT_SUPPORTED): interleaved layouts, the packed 4- and
 // 6-bit types, the 128B_ATOM swizzles, and a swizzled box whose rows are narrower than the swizzle.
+//
+// Note [async proxy]: a tensor store reads its shared-memory box through the async proxy, which
+// does not see the generic proxy's writes (ordinary stores) unless the writing thread ran
+// fence.proxy.async after them; and, as any read, it must be ordered after the writes of other
+// threads (__syncthreads). So at the store, racecheck looks at each byte's last write: a write by
+// another thread in the current barrier interval, or any write whose thread has run no
+// fence.proxy.async since (the shadow keeps the writer's fence count), is reported. The store is
+// performed when its thread's cp.async.bulk.wait_group covers its group; until then a write into
+// its source is reported (its elements outside the tensor are not written).
 #include <cuda.h>
 
 #include <cmath>
@@ -23,22 +32,6 @@
 #include "sim/mbarrier_api.h"
 
 namespace ember::sim {
-
-struct TmaBox {
-  uintptr_t base = 0;
-  int rank = 0, elem = 0, swizzle = 0;  // swizzle: 0 or its span in bytes
-  bool float_type = false, nan_fill = false;
-  uint64_t dims[5] = {}, strides[5] = {};  // strides in bytes, strides[0] = elem
-  uint32_t box[5] = {}, estride[5] = {};
-  int32_t coord[5] = {};
-  // elements loaded along dimension i
-  uint32_t count(int i) const { return (box[i] + estride[i] - 1) / estride[i]; }
-  uint32_t bytes() const {
-    uint32_t n = static_cast<uint32_t>(elem);
-    for (int i = 0; i < rank; ++i) n *= count(i);
-    return n;
-  }
-};
 
 namespace {
 
@@ -188,13 +181,32 @@ void land_tma_box(Block& blk, unsigned char* dst, const TmaBox& b) {
   });
 }
 
-void tma_load(void* smem_dst, const void* tensor_map, const int32_t* coords, int rank, uint64_t* bar,
-              std::source_location loc) {
-  Thread& t = thread_in_kernel("cp.async.bulk.tensor");
+void store_tma_box(Block& blk, const unsigned char* src, const TmaBox& b) {
+  const size_t elem = static_cast<size_t>(b.elem);
+  const size_t off0 = static_cast<size_t>(src - blk.smem);
+  for_each_element(b, [&](const int64_t* g, uint64_t linear, uint32_t n0) {
+    if (!row_inside(b, g)) return;
+    for (uint32_t k0 = 0; k0 < n0; ++k0) {
+      const int64_t x = static_cast<int64_t>(b.coord[0]) + k0;
+      if (x < 0 || x >= static_cast<int64_t>(b.dims[0])) continue;
+      uintptr_t dst = b.base + static_cast<uint64_t>(x) * elem;
+      for (int i = 1; i < b.rank; ++i) dst += static_cast<uint64_t>(g[i]) * b.strides[i];
+      raw_copy(reinterpret_cast<void*>(dst), src - off0 + swizzled(off0 + (linear + k0) * elem, b.swizzle), elem);
+    }
+  });
+}
+
+namespace {
+
+// The box of a tensor copy at `coords` into or out of `smem` (checked: the map, its rank, the shared
+// address and its alignment, and every global row inside the tensor as an access of `kind`).
+// (A value, not on the heap: a fault ends the thread without unwinding its stack.)
+TmaBox checked_box(Thread& t, const void* tensor_map, const int32_t* coords, int rank, const void* smem, Access kind,
+                   const void* pc, std::source_location loc) {
   Block& blk = *t.block;
-  const void* pc = __builtin_return_address(0);
   check_access(t, reinterpret_cast<uintptr_t>(tensor_map), sizeof(CUtensorMap), Access::read, pc, false);
-  auto box = std::make_shared<TmaBox>();
+  TmaBox value;
+  TmaBox* box = &value;
   if (!decode(tensor_map, *box))
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
                        "cp.async.bulk.tensor with a tensor map that cuTensorMapEncodeTiled did not make", loc);
@@ -204,7 +216,7 @@ void tma_load(void* smem_dst, const void* tensor_map, const int32_t* coords, int
                            "-dimensional tensor map",
                        loc);
   for (int i = 0; i < rank; ++i) box->coord[i] = coords[i];
-  const size_t off = static_cast<size_t>(static_cast<unsigned char*>(smem_dst) - blk.smem);
+  const size_t off = static_cast<size_t>(static_cast<const unsigned char*>(smem) - blk.smem);
   if (off >= blk.smem_capacity)
     EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, "cp.async.bulk.tensor destination is not shared memory", loc);
   const size_t align = box->swizzle == 0 ? 128 : static_cast<size_t>(box->swizzle) * 8;
@@ -222,11 +234,56 @@ void tma_load(void* smem_dst, const void* tensor_map, const int32_t* coords, int
     if (lo >= hi) return;
     uintptr_t src = box->base + static_cast<uint64_t>(lo) * static_cast<uint64_t>(box->elem);
     for (int i = 1; i < box->rank; ++i) src += static_cast<uint64_t>(g[i]) * box->strides[i];
-    check_access(t, src, static_cast<size_t>(hi - lo) * static_cast<size_t>(box->elem), Access::read, pc);
+    check_access(t, src, static_cast<size_t>(hi - lo) * static_cast<size_t>(box->elem), kind, pc);
   });
-  const uint32_t bytes = box->bytes();
-  issue_bulk_copy(t, BulkCopy{static_cast<unsigned char*>(smem_dst), nullptr, bytes, bar, t.linear, loc, box}, pc);
+  return value;
 }
+
+}  // namespace
+
+void tma_load(void* smem_dst, const void* tensor_map, const int32_t* coords, int rank, uint64_t* bar,
+              std::source_location loc) {
+  Thread& t = thread_in_kernel("cp.async.bulk.tensor");
+  const void* pc = __builtin_return_address(0);
+  BulkCopy c{static_cast<unsigned char*>(smem_dst), nullptr, 0, bar, t.linear, loc};
+  c.box = checked_box(t, tensor_map, coords, rank, smem_dst, Access::read, pc, loc);
+  c.has_box = true;
+  c.bytes = c.box.bytes();
+  issue_bulk_copy(t, c, pc);
+}
+
+void tma_store(const void* tensor_map, const int32_t* coords, int rank, const void* smem_src,
+               std::source_location loc) {
+  Thread& t = thread_in_kernel("cp.async.bulk.tensor (store)");
+  const void* pc = __builtin_return_address(0);
+  auto* src = const_cast<unsigned char*>(static_cast<const unsigned char*>(smem_src));
+  BulkCopy c{src, nullptr, 0, nullptr, t.linear, loc};
+  c.box = checked_box(t, tensor_map, coords, rank, smem_src, Access::write, pc, loc);
+  c.has_box = true;
+  c.bytes = c.box.bytes();
+  c.store = true;
+  c.group = t.bulk_groups_committed + 1;
+  check_async_proxy_read(t, static_cast<size_t>(src - t.block->smem), c.bytes, loc);
+  issue_bulk_copy(t, c, pc);
+}
+
+void bulk_commit_group() { ++thread_in_kernel("cp.async.bulk.commit_group").bulk_groups_committed; }
+
+void bulk_wait_group(int n) {
+  Thread& t = thread_in_kernel("cp.async.bulk.wait_group");
+  Block& b = *t.block;
+  // groups 1..committed exist; all but the newest n must be done (read, and here written too)
+  const uint64_t done_upto =
+      t.bulk_groups_committed > static_cast<uint64_t>(n) ? t.bulk_groups_committed - static_cast<uint64_t>(n) : 0;
+  std::vector<BulkCopy> keep;
+  for (BulkCopy& c : *b.bulk) {
+    if (c.store && c.issuer == t.linear && c.group <= done_upto) store_tma_box(b, c.dst, c.box);
+    else keep.push_back(std::move(c));
+  }
+  *b.bulk = std::move(keep);
+}
+
+void fence_proxy_async() { ++thread_in_kernel("fence.proxy.async").proxy_fences; }
 
 // The driver's cuTensorMapEncodeTiled, with the argument rules cuda.h lists for it.
 CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataType dt, cuuint32_t rank, void* addr, const cuuint64_t* dims,

@@ -62,9 +62,9 @@ __device__ inline void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint3
                                      MbarLocation loc = MbarLocation::current()) {
   ::ember::sim::bulk_copy_g2s(smem_dst, gmem_src, bytes, bar, loc);
 }
-// Orders this thread's generic-proxy shared-memory accesses before later async-proxy ones (the
-// simulator's async copies are ordered by their barriers; nothing to do).
-__device__ inline void fence_proxy_async_shared() {}
+// Orders this thread's generic-proxy shared-memory accesses before its later async-proxy ones (a
+// tensor store reading what the thread wrote needs it: the simulator checks, Note [async proxy]).
+__device__ inline void fence_proxy_async_shared() { ::ember::sim::fence_proxy_async(); }
 
 #else
 

@@ -17,7 +17,9 @@
 #include "core/cuda/runtime.h"
 #include "sim/sim.h"
 #include "core/tensor.h"
+#include "core/cuda/tensor_map.h"
 #include "kernels/common/mbarrier.cuh"
+#include "kernels/common/tma.cuh"
 #include "kernels/functional.h"
 
 using namespace ember;
@@ -167,6 +169,26 @@ __global__ void bulk_stage(const float4* src, float* out, int mode) {
   out[t] = v.x + v.w;
 }
 
+// A 16 x 8 box of 16-bit values written by a warp and stored by thread 31 (the last to run, so the
+// others' writes are in before it). kStoreOk fences, synchronises and waits; the others break one rule each.
+enum StoreMode : int { kStoreOk, kNoFence, kNoSync, kOverwrite, kNoWait };
+struct alignas(128) StoreTile {
+  uint16_t v[128];
+};
+__global__ void store_box(const __grid_constant__ CUtensorMap map, int mode) {
+  EMBER_SHARED(StoreTile, tile);
+  const int t = static_cast<int>(threadIdx.x);
+  for (int i = t; i < 128; i += 32) tile.v[i] = static_cast<uint16_t>(i);
+  if (mode != kNoFence) ptx::fence_proxy_async_shared();
+  if (mode != kNoSync) __syncthreads();
+  if (t == 31) {
+    ptx::tma_store_2d(&map, 0, 0, tile.v);
+    ptx::bulk_commit_group();
+    if (mode == kOverwrite) tile.v[3] = 7;
+    if (mode != kNoWait) ptx::bulk_wait_group_read<0>();
+  }
+}
+
 // Host code of a .cu file that reads device memory directly (the simulator aborts with a report).
 float host_peek(const float* device_ptr) { return *device_ptr; }
 
@@ -286,6 +308,33 @@ TEST_CASE("sim: mbarriers and bulk copies misused are reported, not hung", "[gpu
   m = run(kNeverRead);
   CHECK_THAT(m, Contains("ended with 1 cp.async.bulk copy in flight"));
   CHECK_THAT(m, Contains("mbarrier.expect_tx"));
+}
+
+TEST_CASE("sim: a tensor store reading unfenced or unordered writes, or left unwaited, is reported",
+          "[gpu][sim][tma]") {
+  Tensor m = dev_zeros(128, DType::f16);
+  cuda::TensorMapSpec spec;
+  spec.dtype = DType::f16;
+  spec.base = m.data_ptr();
+  spec.dims = {16, 8};
+  spec.strides_bytes = {32};
+  spec.box = {16, 8};
+  const CUtensorMap map = cuda::make_tensor_map(spec);
+  auto run = [&](StoreMode mode) {
+    return fault_of([&] { cuda::launch(store_box, 1, 32, 0, stream(), map, static_cast<int>(mode)); });
+  };
+  CHECK(run(kStoreOk).empty());
+  const Tensor bits = m.to(kCPU);  // the stored values' bits (16-bit integers in an f16 tensor)
+  const auto* b = static_cast<const uint16_t*>(bits.data_ptr());
+  for (int i = 0; i < 128; ++i) CHECK(b[i] == i);
+  std::string msg = run(kNoFence);
+  CHECK_THAT(msg, Contains("with no fence.proxy.async after the write"));
+  msg = run(kNoSync);
+  CHECK_THAT(msg, Contains("in the same barrier interval"));
+  msg = run(kOverwrite);
+  CHECK_THAT(msg, Contains("the source of a cp.async.bulk.tensor store not yet read"));
+  msg = run(kNoWait);
+  CHECK_THAT(msg, Contains("a tensor store its thread never waited for"));
 }
 
 TEST_CASE("sim: lanes that disagree on a warp collective are reported", "[gpu][sim]") {
