@@ -390,6 +390,12 @@ std::string where_am_i(const Thread& t) {
 void thread_exit(Thread& t) {
   Block& b = *t.block;
   t.copies.clear();  // cp.async requests never waited for are lost
+  if (!t.wgmma.empty()) {
+    record_fault(cudaErrorLaunchFailure, where_am_i(t) + ": exited with " + std::to_string(t.wgmma.size()) +
+                                             " wgmma.mma_async not waited for (wgmma.wait_group): its accumulators "
+                                             "were never complete");
+    t.wgmma.clear();
+  }
   t.state = ThreadState::exited;
   ++b.exited;
   if (b.at_barrier > 0 && b.at_barrier + b.exited == b.nthreads) {
@@ -469,6 +475,8 @@ void create_threads(Worker& w, Block& b) {
     t.groups_committed = 0;
     t.proxy_fences = 0;
     t.bulk_groups_committed = 0;
+    t.wgmma.clear();
+    t.wgmma_groups_committed = 0;
     t.stack_lo = w.stacks + static_cast<size_t>(i) * w.stack_bytes;
     // The stacks are equally spaced, so their tops would all fall into the same cache sets: start
     // each one a little lower (colouring), or switching between fibers thrashes the cache.

@@ -131,6 +131,16 @@ struct CounterRecord;  // counters.cpp
 
 enum class ThreadState : uint8_t { runnable, at_barrier, at_warp, at_mbarrier, exited };
 
+// A wgmma.mma_async of one thread, computed when a wgmma.wait_group covers its group (wgmma.cpp):
+// d (the thread's n / 2 accumulators) += A B from the shared-memory descriptors.
+struct WgmmaOp {
+  float* d;
+  int n;
+  uint64_t desc_a, desc_b;
+  bool scale_d, bf16;
+  uint64_t group;
+};
+
 // A pending cp.async request of one thread.
 struct AsyncCopy {
   void* dst;
@@ -166,6 +176,9 @@ struct Thread {
   // committed groups of bulk stores (cp.async.bulk.commit_group)
   uint8_t proxy_fences = 0;
   uint64_t bulk_groups_committed = 0;
+  // wgmma.mma_async operations issued and not yet waited for (wgmma.cpp), and its committed groups
+  std::vector<WgmmaOp> wgmma;
+  uint64_t wgmma_groups_committed = 0;
 };
 
 // A tensor copy's box (tma.cpp): the tensor map's fields and the box's coordinates.
@@ -318,6 +331,20 @@ struct SharedView {
   unsigned char* base;
   size_t capacity;
 };
+
+// A thread's wait for its asynchronous requests (cp.async, wgmma): of the groups 1..committed, all
+// but the newest n must be complete. Hands each request of those groups to `done`, in issue order,
+// and keeps the rest.
+template <class T, class F>
+void complete_groups(std::vector<T>& pending, uint64_t committed, int n, F&& done) {
+  const uint64_t upto = committed > static_cast<uint64_t>(n) ? committed - static_cast<uint64_t>(n) : 0;
+  size_t keep = 0;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (pending[i].group > upto) pending[keep++] = pending[i];
+    else done(pending[i]);
+  }
+  pending.resize(keep);
+}
 
 // ---- memory checks (memcheck.cpp) ----
 enum class Access : uint8_t { read, write, atomic };

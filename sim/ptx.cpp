@@ -145,24 +145,14 @@ void cp_async_commit() {
 
 void cp_async_wait(int n) {
   Thread& t = thread_in_kernel("cp.async.wait_group");
-  // groups 1..committed exist; all but the newest n must be complete
-  const uint64_t done_upto =
-      t.groups_committed > static_cast<uint64_t>(n) ? t.groups_committed - static_cast<uint64_t>(n) : 0;
-  size_t keep = 0;
-  for (size_t i = 0; i < t.copies.size(); ++i) {
-    AsyncCopy& c = t.copies[i];
-    if (c.group > done_upto) {
-      t.copies[keep++] = c;
-      continue;
-    }
+  const void* pc = __builtin_return_address(0);
+  complete_groups(t.copies, t.groups_committed, n, [&](const AsyncCopy& c) {
     // the shared write happens now, by this thread (racecheck sees it here)
-    check_access(t, reinterpret_cast<uintptr_t>(c.dst), static_cast<size_t>(c.bytes), Access::write,
-                 __builtin_return_address(0), false);
+    check_access(t, reinterpret_cast<uintptr_t>(c.dst), static_cast<size_t>(c.bytes), Access::write, pc, false);
     auto* dst = static_cast<unsigned char*>(c.dst);
     if (c.src_bytes > 0) raw_copy(dst, c.src, static_cast<size_t>(c.src_bytes));
     for (int k = c.src_bytes; k < c.bytes; ++k) dst[k] = 0;
-  }
-  t.copies.resize(keep);
+  });
 }
 
 }  // namespace ember::sim

@@ -1,0 +1,124 @@
+// wgmma in the simulator: wgmma.mma_async m64nNk16 with f32 accumulators and bf16/f16 operands both
+// in shared memory, for the wrappers of kernels/common/wgmma.cuh.
+//
+// Note [wgmma operand layouts]: a shared-memory matrix descriptor holds the operand's start
+// address, LBO and SBO (each in 16-byte units: bits 0-13, 16-29, 32-45), a base offset (bits
+// 49-51; the simulator takes 0 only) and the swizzle (bits 62-63: 0 none, 1 128 B, 2 64 B, 3 32 B).
+// The simulator reads K-major operands (A as 64 x 16, B as N x 16: row r, column k, element size
+// e), the canonical layouts of the PTX ISA as it understands them:
+//   no swizzle   8 x 16-byte core matrices: r / 8 steps SBO, (k e) / 16 steps LBO, then
+//                (r % 8) * 16 + (k e) % 16 within the core matrix;
+//   S-byte swizzle  rows of S bytes in atoms of 8 rows: r / 8 steps SBO, (r % 8) * S + k e within
+//                the atom (the start may sit inside a row, at a later k of the same atom), then the
+//                address's 16-byte chunk bits XORed with its row bits, as TMA's swizzle (sim/tma.cpp).
+// D is the thread's registers in the m16n8 pattern per 8 columns: thread t of the warpgroup (warp
+// w = t / 32, lane l, g = l / 4, q = l % 4) holds for each j < N / 8 d[4j..4j+3] = D[16w+g][8j+2q],
+// D[16w+g][8j+2q+1], D[16w+g+8][8j+2q], D[16w+g+8][8j+2q+1]. The products are exact, summed in double
+// and rounded once (as the simulator's mma.sync). The operation is computed when a wgmma.wait_group
+// covers its group, so accumulators read before the wait hold their old values, and its operands
+// are read then too; at issue, each operand byte must be visible to the async proxy (Note [async
+// proxy] in tma.cpp: written by TMA, or by a thread that ran fence.proxy.async since). This reading
+// of the ISA has not run on a GPU: tests/test_wgmma_gpu.cu is the check when one runs it (sm_90a).
+#include <cstring>
+#include <string>
+
+#include "sim/half.h"
+#include "sim/internal.h"
+#include "sim/mbarrier_api.h"
+
+namespace ember::sim {
+
+namespace {
+
+struct Desc {
+  size_t start = 0, lbo = 0, sbo = 0;
+  int base_offset = 0, span = 0;  // span: 0, or the swizzle in bytes
+};
+
+Desc decode(uint64_t d) {
+  Desc r;
+  r.start = static_cast<size_t>(d & 0x3fff) << 4;
+  r.lbo = static_cast<size_t>((d >> 16) & 0x3fff) << 4;
+  r.sbo = static_cast<size_t>((d >> 32) & 0x3fff) << 4;
+  r.base_offset = static_cast<int>((d >> 49) & 7);
+  const int mode = static_cast<int>(d >> 62);
+  r.span = mode == 1 ? 128 : mode == 2 ? 64 : mode == 3 ? 32 : 0;
+  return r;
+}
+
+// The shared offset of element (r, k) of a K-major operand (Note [wgmma operand layouts]).
+size_t element_offset(const Desc& d, int r, int k, int elem) {
+  const size_t kb = static_cast<size_t>(k) * static_cast<size_t>(elem);
+  const size_t row_group = static_cast<size_t>(r / 8) * d.sbo, row = static_cast<size_t>(r % 8);
+  if (d.span == 0) return d.start + row_group + (kb / 16) * d.lbo + row * 16 + kb % 16;
+  const size_t o = d.start + row_group + row * static_cast<size_t>(d.span) + kb;
+  const size_t mask = static_cast<size_t>(d.span / 16 - 1);
+  return o ^ (((o >> 7) & mask) << 4);
+}
+
+float element(const Block& b, const Desc& d, int r, int k, bool bf16) {
+  uint16_t bits;
+  std::memcpy(&bits, b.smem + element_offset(d, r, k, 2), 2);
+  return bf16 ? bf16_to_float(bits) : f16_to_float(bits);
+}
+
+// Every element of a rows x 16 operand inside the block's shared declarations and visible to the
+// async proxy.
+void check_operand(Thread& t, const Desc& d, int rows, const char* which, std::source_location loc) {
+  if (d.base_offset != 0)
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       std::string("wgmma descriptor of ") + which + " with a base offset (not emulated)", loc);
+  for (int r = 0; r < rows; ++r)
+    for (int k = 0; k < 16; ++k) {
+      const size_t off = element_offset(d, r, k, 2);
+      if (off + 2 > t.block->smem_capacity)
+        EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress,
+                           std::string("wgmma operand ") + which + " reaches past shared memory (element " +
+                               std::to_string(r) + ", " + std::to_string(k) + ")",
+                           loc);
+      check_async_proxy_read(t, off, 2, loc);
+    }
+}
+
+void compute(const Thread& t, const WgmmaOp& op) {
+  const Block& b = *t.block;
+  const Desc da = decode(op.desc_a), db = decode(op.desc_b);
+  const int wt = t.linear % 128, w = wt / 32, l = wt % 32, g = l / 4, q = l % 4;
+  for (int j = 0; j < op.n / 8; ++j)
+    for (int i = 0; i < 4; ++i) {
+      const int row = 16 * w + g + (i >= 2 ? 8 : 0), col = 8 * j + 2 * q + (i & 1);
+      double s = op.scale_d ? static_cast<double>(op.d[4 * j + i]) : 0.0;
+      for (int k = 0; k < 16; ++k)
+        s +=
+            static_cast<double>(element(b, da, row, k, op.bf16)) * static_cast<double>(element(b, db, col, k, op.bf16));
+      op.d[4 * j + i] = static_cast<float>(s);
+    }
+}
+
+}  // namespace
+
+void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16, std::source_location loc) {
+  Thread& t = thread_in_kernel("wgmma.mma_async");
+  const dim3 bd = t.block->launch->block;
+  if ((bd.x * bd.y * bd.z) % 128 != 0)
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "wgmma.mma_async in a block of " + std::to_string(bd.x * bd.y * bd.z) +
+                           " threads: warpgroups are 128 threads, so the block must be a multiple of 128",
+                       loc);
+  if (n < 8 || n > 256 || n % 8 != 0)
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, "wgmma.mma_async with N = " + std::to_string(n), loc);
+  check_operand(t, decode(desc_a), 64, "A", loc);
+  check_operand(t, decode(desc_b), n, "B", loc);
+  t.wgmma.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, bf16, t.wgmma_groups_committed + 1});
+}
+
+void wgmma_fence() { (void)thread_in_kernel("wgmma.fence"); }
+
+void wgmma_commit_group() { ++thread_in_kernel("wgmma.commit_group").wgmma_groups_committed; }
+
+void wgmma_wait_group(int n) {
+  Thread& t = thread_in_kernel("wgmma.wait_group");
+  complete_groups(t.wgmma, t.wgmma_groups_committed, n, [&](const WgmmaOp& op) { compute(t, op); });
+}
+
+}  // namespace ember::sim
