@@ -205,38 +205,37 @@ TmaBox checked_box(Thread& t, const void* tensor_map, const int32_t* coords, int
                    const void* pc, std::source_location loc) {
   Block& blk = *t.block;
   check_access(t, reinterpret_cast<uintptr_t>(tensor_map), sizeof(CUtensorMap), Access::read, pc, false);
-  TmaBox value;
-  TmaBox* box = &value;
-  if (!decode(tensor_map, *box))
+  TmaBox box;
+  if (!decode(tensor_map, box))
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
                        "cp.async.bulk.tensor with a tensor map that cuTensorMapEncodeTiled did not make", loc);
-  if (box->rank != rank)
+  if (box.rank != rank)
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
-                       "cp.async.bulk.tensor." + std::to_string(rank) + "d with a " + std::to_string(box->rank) +
+                       "cp.async.bulk.tensor." + std::to_string(rank) + "d with a " + std::to_string(box.rank) +
                            "-dimensional tensor map",
                        loc);
-  for (int i = 0; i < rank; ++i) box->coord[i] = coords[i];
+  for (int i = 0; i < rank; ++i) box.coord[i] = coords[i];
   const size_t off = static_cast<size_t>(static_cast<const unsigned char*>(smem) - blk.smem);
   if (off >= blk.smem_capacity)
     EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, "cp.async.bulk.tensor destination is not shared memory", loc);
-  const size_t align = box->swizzle == 0 ? 128 : static_cast<size_t>(box->swizzle) * 8;
+  const size_t align = box.swizzle == 0 ? 128 : static_cast<size_t>(box.swizzle) * 8;
   if (off % align != 0)
     EMBER_SIM_FAULT_AT(cudaErrorMisalignedAddress,
                        "cp.async.bulk.tensor destination at shared offset " + std::to_string(off) + " is not " +
                            std::to_string(align) + "-byte aligned" +
-                           (box->swizzle != 0 ? " (a swizzled box starts where its pattern repeats)" : ""),
+                           (box.swizzle != 0 ? " (a swizzled box starts where its pattern repeats)" : ""),
                        loc);
   // the global rows inside the tensor: in bounds of a live allocation
-  for_each_element(*box, [&](const int64_t* g, uint64_t, uint32_t n0) {
-    if (!row_inside(*box, g)) return;
-    const int64_t lo = std::max<int64_t>(box->coord[0], 0);
-    const int64_t hi = std::min<int64_t>(static_cast<int64_t>(box->coord[0]) + n0, static_cast<int64_t>(box->dims[0]));
+  for_each_element(box, [&](const int64_t* g, uint64_t, uint32_t n0) {
+    if (!row_inside(box, g)) return;
+    const int64_t lo = std::max<int64_t>(box.coord[0], 0);
+    const int64_t hi = std::min<int64_t>(static_cast<int64_t>(box.coord[0]) + n0, static_cast<int64_t>(box.dims[0]));
     if (lo >= hi) return;
-    uintptr_t src = box->base + static_cast<uint64_t>(lo) * static_cast<uint64_t>(box->elem);
-    for (int i = 1; i < box->rank; ++i) src += static_cast<uint64_t>(g[i]) * box->strides[i];
-    check_access(t, src, static_cast<size_t>(hi - lo) * static_cast<size_t>(box->elem), kind, pc);
+    uintptr_t src = box.base + static_cast<uint64_t>(lo) * static_cast<uint64_t>(box.elem);
+    for (int i = 1; i < box.rank; ++i) src += static_cast<uint64_t>(g[i]) * box.strides[i];
+    check_access(t, src, static_cast<size_t>(hi - lo) * static_cast<size_t>(box.elem), kind, pc);
   });
-  return value;
+  return box;
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // wgmma (sm_90a): the warpgroup's tensor-core MMA reading both operands from shared memory through
 // matrix descriptors, with f32 accumulators in registers, as wrappers with no inline `asm`
-// elsewhere, so the simulator runs it (sim/wgmma.cpp, Note [wgmma operand layouts]: the descriptor
-// fields, the K-major operand layouts it reads, and which accumulator is which). A warpgroup is 128
-// threads (4 warps) that all issue the same wgmma:
+// elsewhere, so the simulator runs it (sim/wgmma.cpp; Note [wgmma operand layouts] gives the
+// descriptor fields, the K-major operand layouts it reads, and which accumulator is which). A
+// warpgroup is 128 threads (4 warps) that all issue the same wgmma:
 //   ptx::wgmma_fence();                                       // before the first, after writing d
 //   ptx::wgmma_m64k16<N>(d, desc_a, desc_b, true, bf16);       // d += A (64 x 16) B^T (N x 16)
 //   ptx::wgmma_commit_group();
