@@ -282,6 +282,7 @@ struct Block {
   std::vector<BulkCopy>* bulk = nullptr;  // cp.async.bulk copies in flight, in issue order
   bool racecheck = true;                  // config().racecheck, read once per block
   bool counting = false;                  // the launch records efficiency counters (counters.cpp)
+  uint16_t maxnreg[8] = {};               // per warpgroup, its last setmaxnreg (0: none; wgmma.cpp)
   void* shadow = nullptr;                 // memcheck.cpp's race shadow, one entry per shared byte
   // every fiber stack of this host thread: [stacks_lo, stacks_lo + stack_slots * stack_bytes)
   char* stacks_lo = nullptr;

@@ -36,5 +36,8 @@ void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool
 void wgmma_fence();
 void wgmma_commit_group();
 void wgmma_wait_group(int n);
+// setmaxnreg.{inc,dec}.sync.aligned.u32 regs: checked (a multiple of 8 in [24, 256], a block of
+// whole warpgroups, every warpgroup's request within the SM's 64K registers), otherwise a no-op.
+void setmaxnreg(int regs, bool inc, std::source_location loc);
 
 }  // namespace ember::sim

@@ -18,7 +18,7 @@
 // covers its group, so accumulators read before the wait hold their old values, and its operands
 // are read then too; at issue, each operand byte must be visible to the async proxy (Note [async
 // proxy] in tma.cpp: written by TMA, or by a thread that ran fence.proxy.async since). This reading
-// of the ISA has not run on a GPU: tests/test_wgmma_gpu.cu is the check when one runs it (sm_90a).
+// of the ISA has not run on a GPU: tests/test_wgmma_sm90a_gpu.cu is the check when one runs it.
 #include <cstring>
 #include <string>
 
@@ -119,6 +119,29 @@ void wgmma_commit_group() { ++thread_in_kernel("wgmma.commit_group").wgmma_group
 void wgmma_wait_group(int n) {
   Thread& t = thread_in_kernel("wgmma.wait_group");
   complete_groups(t.wgmma, t.wgmma_groups_committed, n, [&](const WgmmaOp& op) { compute(t, op); });
+}
+
+void setmaxnreg(int regs, bool inc, std::source_location loc) {
+  Thread& t = thread_in_kernel(inc ? "setmaxnreg.inc" : "setmaxnreg.dec");
+  // (no named string: a fault leaves this fiber's frame without unwinding it)
+  const auto what = [&] { return std::string(inc ? "setmaxnreg.inc " : "setmaxnreg.dec ") + std::to_string(regs); };
+  if (regs < 24 || regs > 256 || regs % 8 != 0)
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, what() + ": the count is a multiple of 8 in [24, 256]", loc);
+  Block& b = *t.block;
+  if (b.nthreads % 128 != 0)
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       what() + " in a block of " + std::to_string(b.nthreads) +
+                           " threads: it acts on warpgroups, so the block must be a multiple of 128",
+                       loc);
+  b.maxnreg[t.linear / 128] = static_cast<uint16_t>(regs);
+  // A request the register file cannot meet blocks for ever on a GPU.
+  int total = 0;
+  for (int wg = 0; wg < b.nthreads / 128; ++wg) total += b.maxnreg[wg] * 128;
+  if (total > 65536)
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       what() + ": the block's warpgroups would hold " + std::to_string(total) +
+                           " registers, more than the SM's 65536",
+                       loc);
 }
 
 }  // namespace ember::sim

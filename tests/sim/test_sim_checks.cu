@@ -19,6 +19,7 @@
 #include "core/tensor.h"
 #include "core/cuda/tensor_map.h"
 #include "kernels/common/mbarrier.cuh"
+#include "kernels/common/wgmma.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/functional.h"
 
@@ -189,6 +190,15 @@ __global__ void store_box(const __grid_constant__ CUtensorMap map, int mode) {
   }
 }
 
+// setmaxnreg as a warp-specialised kernel uses it (warpgroup 0 gives registers, the others take
+// them), with the requested count from the launch: too many for the SM's register file, or a block
+// that is not whole warpgroups.
+template <int Take>
+__global__ void move_registers() {
+  if (threadIdx.x < 128) ptx::setmaxnreg_dec<40>();
+  else ptx::setmaxnreg_inc<Take>();
+}
+
 // Host code of a .cu file that reads device memory directly (the simulator aborts with a report).
 float host_peek(const float* device_ptr) { return *device_ptr; }
 
@@ -335,6 +345,15 @@ TEST_CASE("sim: a tensor store reading unfenced or unordered writes, or left unw
   CHECK_THAT(msg, Contains("the source of a cp.async.bulk.tensor store not yet read"));
   msg = run(kNoWait);
   CHECK_THAT(msg, Contains("a tensor store its thread never waited for"));
+}
+
+TEST_CASE("sim: setmaxnreg past the register file or outside whole warpgroups is reported", "[gpu][sim][wgmma]") {
+  CHECK(fault_of([] { cuda::launch(move_registers<232>, 1, 384, 0, stream()); }).empty());
+  std::string m = fault_of([] { cuda::launch(move_registers<256>, 1, 384, 0, stream()); });
+  CHECK_THAT(m, Contains("setmaxnreg.inc 256"));
+  CHECK_THAT(m, Contains("more than the SM's 65536"));
+  m = fault_of([] { cuda::launch(move_registers<232>, 1, 320, 0, stream()); });
+  CHECK_THAT(m, Contains("in a block of 320 threads"));
 }
 
 TEST_CASE("sim: lanes that disagree on a warp collective are reported", "[gpu][sim]") {
