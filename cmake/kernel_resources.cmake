@@ -7,7 +7,7 @@
 # compiles the same sources with the host compiler and has no ptxas.
 option(EMBER_KERNEL_RESOURCES "Keep ptxas's per-kernel resource report beside each CUDA object" ON)
 if(EMBER_KERNEL_RESOURCES)
-  foreach(layer ${EMBER_LAYERS})
+  foreach(layer ${EMBER_CUDA_TARGETS})
     # --resource-usage only prints; the generated code is the same. The launcher runs first and
     # hands the compile to ccache (when found), whose cache replays the report on a hit.
     target_compile_options(${layer} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--resource-usage>)

@@ -424,8 +424,9 @@ stage_4() {
   # cases (the [8192, 8192] broadcast and per-dimension cases left out: no PyTorch row beside them)
   step bench_rows 12 bench_ops -- "$b" "${q[@]}" --op cross_entropy,add,sum \
        --case '^\[(8192, 32768|64, 10|512, 10)\] f32$|^2\^26 (f32|bf16)$|^\[2\^26\] all f32$' --json "$j/bench_rows.json"
-  # about 10 s in call 7 (the 4096^3 and 8192^3 GEMMs are checked against cuBLAS on the device)
-  step bench_gemm 18 bench_ops -- "$b" "${q[@]}" --op matmul,linear --json "$j/bench_gemm.json"
+  # about 10 s in call 7 (the 4096^3 and 8192^3 GEMMs are checked against cuBLAS on the device);
+  # since then the Hopper GEMM's two variants and five large cases (b transposed, [8192, 4096])
+  step bench_gemm 26 bench_ops -- "$b" "${q[@]}" --op matmul,linear --json "$j/bench_gemm.json"
   # the convolutions ember trains (the MNIST CNN at batch 128, f32 and bf16) first, then two
   # ResNet-50 shapes, a 3x3 and a 1x1, in f32 and in bf16 channels-last; the other batch sizes,
   # ResNet shapes and f16 are left out (126 cases a direction never fitted: calls 2-8)

@@ -31,6 +31,8 @@ import sys
 from repo_files import table_lines
 
 ARCH = "sm_90"
+# the Hopper-only objects (*_sm90a.cu) are compiled for the arch-specific sm_90a: same table
+ARCHES = (ARCH, ARCH + "a")
 COUNTERS = ["registers", "static_shared", "stack_frame", "spill_stores", "spill_loads"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TABLE = os.path.join(REPO, "bench", "model", "kernel_resources_sm90.txt")
@@ -57,7 +59,7 @@ def parse_report(path):
             m = RE_ENTRY.match(line)
             if m:
                 entry = (m.group(1), m.group(2))
-                if entry[1] == ARCH:
+                if entry[1] in ARCHES:
                     kernels[entry[0]] = {}
                 continue
             m = RE_PROPS.match(line)
@@ -68,12 +70,12 @@ def parse_report(path):
             if m:
                 # Non-entry functions (calls ptxas did not inline) get properties too; only the
                 # kernel's own line is kept.
-                if entry and entry[1] == ARCH and props == entry[0]:
+                if entry and entry[1] in ARCHES and props == entry[0]:
                     k = kernels[entry[0]]
                     k["stack_frame"], k["spill_stores"], k["spill_loads"] = (int(g) for g in m.groups())
                 continue
             m = RE_USED.match(line)
-            if m and entry and entry[1] == ARCH:
+            if m and entry and entry[1] in ARCHES:
                 k = kernels[entry[0]]
                 k["registers"] = int(m.group(1))
                 s = RE_SMEM.search(line)

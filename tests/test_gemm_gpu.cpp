@@ -18,6 +18,8 @@
 #if EMBER_WITH_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+
+#include "kernels/gemm/cuda_gemm.h"
 #endif
 
 using namespace ember;
@@ -223,6 +225,53 @@ TEST_CASE("cuda linear: every variant at the MNIST shapes, with each epilogue", 
         }
       }
 }
+
+#if EMBER_WITH_CUDA
+// The Hopper GEMM (Note [warp-specialised GEMM]): a persistent grid of 1 to 3 blocks walks 9 or 6
+// tiles, so the ring's stages and parities run on across tiles (6 k tiles each over 4 stages);
+// ragged M, N and K land as TMA's zeros; both tiles, both dtypes, bias and gelu. And what it
+// refuses, with the reason, so the caller takes the next variant.
+TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, and what it refuses", "[gpu][gemm][wgmma]") {
+  const int dev = 0;
+  if (!gemm::wgmma_supported(dev)) {
+    WARN("skipped: the Hopper GEMM needs a GPU of compute capability 9.0");
+    return;
+  }
+  manual_seed(11);
+  const Variant* ref = find_variant(OpId::linear, DeviceType::cpu, "cpu");
+  REQUIRE(ref != nullptr);
+  const int64_t rows = 300, in_f = 328, out_f = 300;  // 3 x 3 tiles of 128 x 128, 6 k tiles of 64
+  for (DType dt : {DType::f16, DType::bf16})
+    for (auto [bn, blocks] : std::vector<std::pair<int, int>>{{128, 1}, {128, 3}, {256, 2}}) {
+      Tensor x = uniform({rows, in_f}, -1, 1).to(dt), w = uniform({out_f, in_f}, -0.1, 0.1).to(dt);
+      Tensor bias = uniform({out_f}, -1, 1).to(dt);
+      const int act = 2;  // gelu
+      Tensor want = call_variant(*ref, OpId::linear, {x, w, bias}, LinearAttrs{act})[0];
+      Tensor xc = x.cuda(), wc = w.cuda(), bc = bias.cuda();
+      Tensor y = empty({rows, out_f}, TensorOptions(dt).device(kCUDA));
+      gemm::Prepared pr = gemm::prepare_linear(xc, wc, bc, y, act, gemm::Layout::unit_stride);
+      REQUIRE(gemm::wgmma_refusal(pr.p) == "");
+      gemm::run_wgmma(pr.p, bn, blocks);
+      INFO(dt << ", tile 128 x " << bn << ", " << blocks << " blocks");
+      CHECK(testing::compare(y.to(kCPU), want, gemm_tol(dt)) == "");
+    }
+  // refused: K not a multiple of 8, a row pitch that is not, a row-major B (matmul's), an unaligned base
+  const TensorOptions o = TensorOptions(DType::bf16).device(kCUDA);
+  Tensor x = zeros({4, 12}, o), w = zeros({8, 12}, o), y = empty({4, 8}, o);
+  CHECK(gemm::wgmma_refusal(gemm::prepare_linear(x, w, Tensor(), y, 0, gemm::Layout::unit_stride).p) ==
+        "K is not a multiple of 8 (TMA's rows are multiples of 16 bytes)");
+  Tensor wide = zeros({8, 36}, o), w32 = zeros({8, 32}, o), y8 = empty({8, 8}, o);
+  CHECK(gemm::wgmma_refusal(gemm::prepare_matmul(wide.narrow(1, 0, 32), w32.t(), y8, gemm::Layout::unit_stride).p) ==
+        "an operand's row pitch is not a multiple of 8 elements at least K long");
+  Tensor a = zeros({16, 32}, o), b = zeros({32, 16}, o), c = empty({16, 16}, o);
+  CHECK(gemm::wgmma_refusal(gemm::prepare_matmul(a, b, c, gemm::Layout::unit_stride).p) ==
+        "an operand is not K-major (A row-major and B^T row-major)");
+  Tensor big = zeros({1, 40}, o), wk = zeros({8, 32}, o), y1 = empty({1, 8}, o);
+  Tensor off = big.narrow(1, 1, 32);  // 2 bytes past a 16-byte boundary
+  CHECK(gemm::wgmma_refusal(gemm::prepare_linear(off, wk, Tensor(), y1, 0, gemm::Layout::unit_stride).p) ==
+        "an operand's base is not 16-byte aligned");
+}
+#endif
 
 // A thread whose first cuBLAS, cuBLASLt or cuDNN call is inside a graph capture: the library handle
 // is created then, and creating one allocates device memory, which a capture refuses (Note

@@ -5,7 +5,7 @@
 namespace ember {
 
 // The MNIST models' layers (MLP 784 -> 128 -> 10, the CNN's 3136 -> 128 head) at batch 64, 128
-// and 512, in f32 and in bf16 (autocast), and one large layer with the gelu epilogue.
+// and 512, in f32 and in bf16 (autocast), and large layers with the gelu and bias epilogues.
 std::vector<BenchCase> benches_linear() {
   std::vector<BenchCase> out;
   auto add = [&](int64_t rows, int64_t in_f, int64_t out_f, Activation act, DType dt) {
@@ -24,6 +24,9 @@ std::vector<BenchCase> benches_linear() {
       add(rows, 3136, 128, Activation::relu, dt);
     }
   add(4096, 4096, 4096, Activation::gelu, DType::bf16);
+  // a transformer-sized MLP layer: with gelu (ember's erf form), and bias only, which cuBLASLt fuses too
+  add(8192, 4096, 4096, Activation::gelu, DType::bf16);
+  add(8192, 4096, 4096, Activation::none, DType::bf16);
   add(4096, 4096, 4096, Activation::none, DType::f32);
   return out;
 }

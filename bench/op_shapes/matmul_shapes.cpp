@@ -1,4 +1,6 @@
 // Benchmark shapes of matmul (kernels/ops/matmul.*).
+#include <utility>
+
 #include "bench/op_shapes/op_shapes.h"
 
 namespace ember {
@@ -14,10 +16,12 @@ std::vector<BenchCase> benches_matmul() {
       c.inputs = {TensorSpec{Shape{n, n}, dt, {}, -1}, TensorSpec{Shape{n, n}, dt, {}, -1}};
       out.push_back(std::move(c));
     }
-  for (DType dt : {DType::f32, DType::bf16}) {
+  // b transposed: both operands K-major, the layout the Hopper kernel (wgmma_*) reads
+  for (auto [n, dt] : std::vector<std::pair<int64_t, DType>>{
+           {4096, DType::f32}, {4096, DType::bf16}, {4096, DType::f16}, {8192, DType::bf16}, {8192, DType::f16}}) {
     BenchCase c;
-    c.name = str("[4096,4096] x [4096,4096]^T (b transposed) ", dt);
-    c.inputs = {TensorSpec{Shape{4096, 4096}, dt, {}, -1}, TensorSpec{Shape{4096, 4096}, dt, Strides{1, 4096}, -1}};
+    c.name = str("[", n, ",", n, "] x [", n, ",", n, "]^T (b transposed) ", dt);
+    c.inputs = {TensorSpec{Shape{n, n}, dt, {}, -1}, TensorSpec{Shape{n, n}, dt, Strides{1, n}, -1}};
     out.push_back(std::move(c));
   }
   return out;

@@ -7,6 +7,8 @@
 //   run_naive   v1: one thread per output, any strides, acc_t accumulation (the oracle)
 //   run_simt    v2: f32/f64 SIMT, shared-memory tiles, register blocking (gemm_simt.cu)
 //   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)
+//   run_wgmma   v4: f16/bf16 on Hopper (sm_90a), TMA + mbarrier ring + wgmma, warp-specialised,
+//               persistent (gemm_wgmma_sm90a.cu, Note [warp-specialised GEMM])
 //   run_cublas, run_cublaslt: the vendor libraries (gemm_vendor.cu)
 //
 // Operand layouts: v2, v3 and the vendor paths read an operand in place when one of its two
@@ -17,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -75,6 +78,11 @@ void run_naive(const Problem& p);
 void run_simt(const Problem& p);  // f32, f64; needs Layout::unit_stride
 void run_mma(const Problem& p);   // f16, bf16 on sm_80+; needs Layout::unit_stride
 bool mma_supported(int device);   // compute capability >= 8.0
+// v4: K-major operands only (wgmma_refusal says why a problem is not taken: "" when it is), tiles
+// of 128 x bn (128 or 256), at most max_blocks resident blocks (0: one per SM).
+bool wgmma_supported(int device);  // compute capability 9.0 (its code is sm_90a)
+std::string wgmma_refusal(const Problem& p);
+void run_wgmma(const Problem& p, int bn, int max_blocks = 0);
 // cuBLAS (cublasGemmStridedBatchedEx, pure FP32/FP64 compute, fp32 accumulation for f16/bf16).
 // The bias is added by cuBLAS itself (C prefilled with it, beta = 1); relu runs in place after;
 // gelu is not offered (act must be 0 or 1). Needs Layout::vendor.

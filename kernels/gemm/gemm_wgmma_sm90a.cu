@@ -1,0 +1,269 @@
+// wgmma: the f16/bf16 GEMM for Hopper (sm_90a only: built by its own object library, see the
+// top-level CMakeLists.txt, "_sm90a.cu"): TMA brings tiles of A and B into a ring of shared-memory
+// stages guarded by mbarriers, a producer warpgroup issues the copies, two consumer warpgroups
+// multiply from the stages with wgmma.mma_async, and a persistent grid walks the output tiles.
+//
+// Note [warp-specialised GEMM]: a block is three warpgroups (384 threads) over one 128 x BN output
+// tile at a time (BN 128 or 256), k tiles of 64 (128 bytes of f16/bf16: one 128-byte swizzle row),
+// kStages stages of A's 128 x 64 box and B's BN x 64 box, each stage with a "full" and an "empty"
+// mbarrier (Note [mbarrier phases] in kernels/common/mbarrier.cuh).
+//   producer (warpgroup 0, setmaxnreg.dec to 40 registers; one thread works): for each of the
+//     block's tiles and each k tile, waits for the stage's "empty" phase, arms "full" with the
+//     stage's bytes (arrive.expect_tx), issues the two TMA tile loads that complete on "full".
+//   consumers (warpgroups 1 and 2, setmaxnreg.inc to 232): each owns 64 rows of the tile. Per k
+//     tile: wait for "full", four wgmma m64nBNk16 (one per k16 step: the descriptors' start moves
+//     32 bytes along the swizzled rows), commit, wait until only this k tile's group is in flight,
+//     then release the previous stage (every consumer thread arrives on its "empty": 256 arrivals).
+//   The stage index and the phase parity run on across tiles: the ring never drains, so the
+//   producer fills the next tile's first stages while the consumers store this one.
+// TMA's 128-byte swizzle and wgmma's read the same layout (8-row atoms of 1024 bytes, the 16-byte
+// chunk index XORed with the row), so the stages are used as they land; they are 1024-byte aligned.
+// Ragged M, N and K need nothing: box elements outside the tensors land as zeros, and the
+// epilogue skips rows past M and columns past N. Epilogue: bias, activation and rounding from the
+// accumulator fragments (Note [wgmma operand layouts] in sim/wgmma.cpp), stored as 32-bit pairs
+// where aligned. Tiles in the grouped order of the other GEMMs (tile_coords).
+//
+// What it needs (wgmma_refusal says what is missing; otherwise the caller takes the next variant): a GPU of compute
+// capability 9.0, both operands K-major (A row-major, B read as B^T row-major: linear's x W^T),
+// K % 8 == 0, 16-byte aligned bases, row pitches of a multiple of 8 elements, one batch, sizes in int32.
+// Its variants (linear's and matmul's wgmma_128x128 and wgmma_128x256) are in the lab
+// (bench/lab/linear_lab.cu, matmul_lab.cu) until a GPU run records where they win
+// (Note [library rule] in bench/lab/library_rule.h).
+// Not yet: MN-major operands (matmul's row-major B), clusters with TMA multicast, a TMA-store
+// epilogue, split-K for the small layers.
+#include <cuda.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "core/cuda/runtime.h"
+#include "core/cuda/tensor_map.h"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/mbarrier.cuh"
+#include "kernels/common/tma.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/gemm/gemm_common.cuh"
+
+namespace ember::gemm {
+
+namespace dev {
+
+constexpr int kWgBM = 128, kWgBK = 64, kWgStages = 4, kWgThreads = 384;
+
+template <int BN>
+struct WgmmaShape {
+  static constexpr int kABytes = kWgBM * kWgBK * 2, kBBytes = BN * kWgBK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // the stages, 1024 bytes of room to align them, the 2 kWgStages barriers
+  static constexpr int kSmem = kWgStages * kStageBytes + 1024 + 2 * kWgStages * 8;
+};
+
+// A K-major operand's descriptor in a 128-byte-swizzled stage: 8-row atoms of 1024 bytes (SBO),
+// LBO unused (16).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t address) {
+  return ptx::wgmma_desc(address, 16, 1024, ptx::WgmmaSwizzle::b128);
+}
+
+template <int BN>
+__device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                               unsigned char* stages, uint64_t* full, uint64_t* empty, int64_t tiles_m,
+                                               int64_t tiles_n, int ktiles) {
+  using S = WgmmaShape<BN>;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
+    int64_t tm, tn;
+    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    const int m0 = static_cast<int>(tm) * kWgBM, n0 = static_cast<int>(tn) * BN;
+    for (int kt = 0; kt < ktiles; ++kt) {
+      ptx::mbarrier_wait_parity(&empty[stage], phase ^ 1);  // the first pass finds every stage free
+      unsigned char* a = stages + stage * S::kStageBytes;
+      ptx::mbarrier_arrive_expect_tx(&full[stage], S::kStageBytes);
+      ptx::tma_load_2d(a, map_a, kt * kWgBK, m0, &full[stage]);
+      ptx::tma_load_2d(a + S::kABytes, map_b, kt * kWgBK, n0, &full[stage]);
+      if (++stage == kWgStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
+template <class T, int BN>
+__device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* stages, uint64_t* full, uint64_t* empty,
+                                               int64_t tiles_m, int64_t tiles_n, int ktiles, int half) {
+  using S = WgmmaShape<BN>;
+  constexpr bool kBf16 = std::is_same_v<T, BFloat16>;
+  const int wt = static_cast<int>(threadIdx.x) % 128, w = wt / 32, g = (wt % 32) / 4, q = wt % 4;
+  const int M = static_cast<int>(p.M), N = static_cast<int>(p.N);
+  const T* bias = static_cast<const T*>(p.bias);
+  T* C = static_cast<T*>(p.c);
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
+    int64_t tm, tn;
+    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    const int m0 = static_cast<int>(tm) * kWgBM + 64 * half, n0 = static_cast<int>(tn) * BN;
+    float acc[BN / 2] = {};
+    int prev = -1;
+    for (int kt = 0; kt < ktiles; ++kt) {
+      ptx::mbarrier_wait_parity(&full[stage], phase);
+      const uint32_t a = ptx::smem_address(stages + stage * S::kStageBytes) + 64 * 128 * half;
+      const uint32_t b = ptx::smem_address(stages + stage * S::kStageBytes + S::kABytes);
+      ptx::wgmma_fence();
+      EMBER_UNROLL
+      for (int ks = 0; ks < kWgBK / 16; ++ks)
+        ptx::wgmma_m64k16<BN>(acc, sw128_desc(a + 32 * ks), sw128_desc(b + 32 * ks), kt > 0 || ks > 0, kBf16);
+      ptx::wgmma_commit_group();
+      ptx::wgmma_wait_group<1>();  // the previous k tile's MMAs are done with their stage
+      if (prev >= 0) ptx::mbarrier_arrive(&empty[prev]);
+      prev = stage;
+      if (++stage == kWgStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    ptx::wgmma_wait_group<0>();
+    ptx::mbarrier_arrive(&empty[prev]);
+
+    // acc[4j + i] is D[16 w + g + 8 (i / 2)][8 j + 2 q + i % 2] (Note [wgmma operand layouts])
+    with_activation(p.act, [&](auto act) {
+      EMBER_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int gm = m0 + 16 * w + g + 8 * h;
+        if (gm >= M) continue;
+        T* crow = C + static_cast<int64_t>(gm) * p.c_rs;
+        EMBER_UNROLL
+        for (int j = 0; j < BN / 8; ++j) {
+          const int gn = n0 + 8 * j + 2 * q;
+          if (n0 + 8 * j >= N) break;  // this n8 column block and the next ones are past N
+          float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+          if (bias != nullptr) {
+            if (gn < N) v0 += static_cast<float>(bias[gn]);
+            if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
+          }
+          const T o0(activate<decltype(act)::value>(v0, p.act)), o1(activate<decltype(act)::value>(v1, p.act));
+          if (p.c_pair && gn + 1 < N) {
+            *reinterpret_cast<uint32_t*>(crow + gn) = uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
+          } else {
+            if (gn < N) crow[gn] = o0;
+            if (gn + 1 < N) crow[gn + 1] = o1;
+          }
+        }
+      }
+    });
+  }
+}
+
+template <class T, int BN>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Args p) {
+  using S = WgmmaShape<BN>;
+  EMBER_DYNAMIC_SHARED(unsigned char, smem);
+  const uint32_t base = ptx::smem_address(smem);
+  unsigned char* stages = smem + (((base + 1023) & ~1023u) - base);
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kWgStages * S::kStageBytes);
+  uint64_t* empty = full + kWgStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kWgStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);                  // the producer's arrive.expect_tx
+      ptx::mbarrier_init(&empty[s], kWgThreads - 128);  // every consumer thread
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  const int64_t tiles_m = (p.M + kWgBM - 1) / kWgBM, tiles_n = (p.N + BN - 1) / BN;
+  const int ktiles = static_cast<int>((p.K + kWgBK - 1) / kWgBK);
+  const int wg = static_cast<int>(threadIdx.x) / 128;
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) wgmma_producer<BN>(&map_a, &map_b, stages, full, empty, tiles_m, tiles_n, ktiles);
+  } else {
+    ptx::setmaxnreg_inc<232>();
+    wgmma_consumer<T, BN>(p, stages, full, empty, tiles_m, tiles_n, ktiles, wg - 1);
+  }
+}
+
+// The tensor map of a K-major operand: rows of `k` elements `pitch` elements apart, boxes of
+// kWgBK x box_rows, 128-byte swizzle.
+CUtensorMap operand_map(DType dtype, const void* base, int64_t k, int64_t rows, int64_t pitch, int box_rows) {
+  cuda::TensorMapSpec spec;
+  spec.dtype = dtype;
+  spec.base = base;
+  spec.dims = {static_cast<uint64_t>(k), static_cast<uint64_t>(rows)};
+  spec.strides_bytes = {static_cast<uint64_t>(rows > 1 ? pitch : k) * 2};  // one row: any pitch reads the same
+  spec.box = {kWgBK, static_cast<uint32_t>(box_rows)};
+  spec.swizzle = cuda::TensorMapSwizzle::b128;
+  return cuda::make_tensor_map(spec);
+}
+
+template <class T, int BN>
+void launch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
+  using S = WgmmaShape<BN>;
+  const int device = p.device.index;
+  static std::array<std::once_flag, 64> once;
+  EMBER_CHECK(device >= 0 && device < 64, "gemm wgmma: bad device ", device);
+  std::call_once(once[static_cast<size_t>(device)], [] {
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&wgmma_kernel<T, BN>),
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
+  });
+  const CUtensorMap map_a = operand_map(p.dtype, p.a, p.K, p.M, p.a_rs, kWgBM);
+  const CUtensorMap map_b = operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN);
+  const int64_t tiles = ((p.M + kWgBM - 1) / kWgBM) * ((p.N + BN - 1) / BN);
+  int64_t blocks = std::min<int64_t>(tiles, cuda::properties(device).sm_count);
+  if (max_blocks > 0) blocks = std::min<int64_t>(blocks, max_blocks);
+  cuda::launch(wgmma_kernel<T, BN>, dim3(static_cast<unsigned>(blocks)), kWgThreads, S::kSmem, stream, map_a, map_b,
+               make_args(p, 16));
+}
+
+}  // namespace dev
+
+bool wgmma_supported(int device) {
+  static std::array<int, 64> cc{};
+  static std::array<std::once_flag, 64> once;
+  if (device < 0 || device >= 64) return false;
+  std::call_once(once[static_cast<size_t>(device)], [&] {
+    const cuda::DeviceProperties props = cuda::properties(device);
+    cc[static_cast<size_t>(device)] = props.major * 10 + props.minor;
+  });
+  return cc[static_cast<size_t>(device)] == 90;  // sm_90a code runs on 9.0 only
+}
+
+std::string wgmma_refusal(const Problem& p) {
+  constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return "dtype is not f16 or bf16";
+  if (p.M > kIntMax || p.N > kIntMax || p.K > kIntMax) return "M, N or K does not fit in int32";
+  if (p.K == 0) return "K is 0";
+  if (p.batch() != 1) return "batched (one matrix product only)";
+  if (p.a_cs != 1 || p.b_rs != 1) return "an operand is not K-major (A row-major and B^T row-major)";
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (!aligned(p.a) || !aligned(p.b)) return "an operand's base is not 16-byte aligned";
+  if (p.K % 8 != 0) return "K is not a multiple of 8 (TMA's rows are multiples of 16 bytes)";
+  const auto pitch_ok = [&](int64_t rows, int64_t pitch) { return rows <= 1 || (pitch % 8 == 0 && pitch >= p.K); };
+  if (!pitch_ok(p.M, p.a_rs) || !pitch_ok(p.N, p.b_cs))
+    return "an operand's row pitch is not a multiple of 8 elements at least K long";
+  return "";
+}
+
+void run_wgmma(const Problem& p, int bn, int max_blocks) {
+  if (p.M == 0 || p.N == 0) return;
+  const std::string why = wgmma_refusal(p);
+  EMBER_CHECK(why.empty(), "gemm wgmma: ", why, " (M ", p.M, ", N ", p.N, ", K ", p.K, ")");
+  EMBER_CHECK(wgmma_supported(p.device.index), "gemm wgmma: needs a GPU of compute capability 9.0 (sm_90a)");
+  EMBER_CHECK(bn == 128 || bn == 256, "gemm wgmma: the tile is 128 x 128 or 128 x 256, not 128 x ", bn);
+  cuda::DeviceGuard guard(p.device.index);
+  cudaStream_t stream = cuda::stream_for(p.device);
+  const bool bf16 = p.dtype == DType::bf16;
+  if (bn == 128) {
+    if (bf16) dev::launch_wgmma<BFloat16, 128>(p, max_blocks, stream);
+    else dev::launch_wgmma<Half, 128>(p, max_blocks, stream);
+  } else {
+    if (bf16) dev::launch_wgmma<BFloat16, 256>(p, max_blocks, stream);
+    else dev::launch_wgmma<Half, 256>(p, max_blocks, stream);
+  }
+}
+
+}  // namespace ember::gemm
