@@ -50,7 +50,7 @@ PLAN=(
   "1|machine: GPU, driver, vendor libraries|10"
   "2|correctness: ember_gpu_tests, mnist_train on the GPU, NCCL|120"
   "3|headline: mnist_train vs PyTorch, same GPU, data and recipe|170"
-  "4|kernels vs cuBLAS/cuDNN/PyTorch and the roofline|125"
+  "4|kernels vs cuBLAS/cuDNN/PyTorch and the roofline|130"
   "5|compute-sanitizer memcheck and racecheck (subset)|25"
   "6|calibration: cuobjdump resources, Nsight Compute on a few kernels|25"
 )
@@ -426,7 +426,7 @@ stage_4() {
        --case '^\[(8192, 32768|64, 10|512, 10)\] f32$|^2\^26 (f32|bf16)$|^\[2\^26\] all f32$' --json "$j/bench_rows.json"
   # about 10 s in call 7 (the 4096^3 and 8192^3 GEMMs are checked against cuBLAS on the device);
   # since then the Hopper GEMM's two variants and five large cases (b transposed, [8192, 4096])
-  step bench_gemm 26 bench_ops -- "$b" "${q[@]}" --op matmul,linear --json "$j/bench_gemm.json"
+  step bench_gemm 23 bench_ops -- "$b" "${q[@]}" --op matmul,linear --json "$j/bench_gemm.json"
   # the convolutions ember trains (the MNIST CNN at batch 128, f32 and bf16) first, then two
   # ResNet-50 shapes, a 3x3 and a 1x1, in f32 and in bf16 channels-last; the other batch sizes,
   # ResNet shapes and f16 are left out (126 cases a direction never fitted: calls 2-8)
