@@ -138,6 +138,7 @@ struct WgmmaOp {
   int n;
   uint64_t desc_a, desc_b;
   bool scale_d, bf16;
+  bool trans_a, trans_b;  // MN-major operands
   uint64_t group;
 };
 

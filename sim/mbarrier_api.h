@@ -31,8 +31,10 @@ void bulk_commit_group();
 void bulk_wait_group(int n);
 void fence_proxy_async();
 // wgmma (sim/wgmma.cpp): wgmma.mma_async.sync.aligned.m64n<n>k16.f32.{bf16,f16} with both operands
-// in shared memory (descriptors), wgmma.fence, wgmma.commit_group, wgmma.wait_group n.
-void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16, std::source_location loc);
+// in shared memory (descriptors; trans_a / trans_b: that operand MN-major), wgmma.fence,
+// wgmma.commit_group, wgmma.wait_group n.
+void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16, bool trans_a, bool trans_b,
+           std::source_location loc);
 void wgmma_fence();
 void wgmma_commit_group();
 void wgmma_wait_group(int n);

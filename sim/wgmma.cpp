@@ -4,13 +4,20 @@
 // Note [wgmma operand layouts]: a shared-memory matrix descriptor holds the operand's start
 // address, LBO and SBO (each in 16-byte units: bits 0-13, 16-29, 32-45), a base offset (bits
 // 49-51; the simulator takes 0 only) and the swizzle (bits 62-63: 0 none, 1 128 B, 2 64 B, 3 32 B).
-// The simulator reads K-major operands (A as 64 x 16, B as N x 16: row r, column k, element size
-// e), the canonical layouts of the PTX ISA as it understands them:
-//   no swizzle   8 x 16-byte core matrices: r / 8 steps SBO, (k e) / 16 steps LBO, then
-//                (r % 8) * 16 + (k e) % 16 within the core matrix;
-//   S-byte swizzle  rows of S bytes in atoms of 8 rows: r / 8 steps SBO, (r % 8) * S + k e within
-//                the atom (the start may sit inside a row, at a later k of the same atom), then the
-//                address's 16-byte chunk bits XORed with its row bits, as TMA's swizzle (sim/tma.cpp).
+// The simulator reads the canonical layouts of the PTX ISA as it understands them, for A as 64 x 16
+// and B as N x 16 (row r: m or n; column k; element size e):
+//   K-major (k contiguous; the default)
+//     no swizzle   8 x 16-byte core matrices: r / 8 steps SBO, (k e) / 16 steps LBO, then
+//                  (r % 8) * 16 + (k e) % 16 within the core matrix;
+//     S-byte swizzle  rows of S bytes in atoms of 8 rows: r / 8 steps SBO, (r % 8) * S + k e within
+//                  the atom (the start may sit inside a row, at a later k of the same atom);
+//   MN-major (r contiguous; the instruction's transpose bit for that operand)
+//     no swizzle   core matrices of 8 k rows of 16 bytes (8 r): r / 8 steps SBO, k / 8 steps LBO,
+//                  then (k % 8) * 16 + (r % 8) e within the core matrix;
+//     S-byte swizzle  k rows of S bytes (S / e consecutive r) in atoms of 8 rows: r / (S / e) steps
+//                  LBO, k / 8 steps SBO, (k % 8) * S + (r % (S / e)) e within the atom;
+//   then, with a swizzle, the address's 16-byte chunk bits XORed with its row bits, as TMA's
+//   swizzle (sim/tma.cpp), so a TMA box lands in either layout as the MMA reads it.
 // D is the thread's registers in the m16n8 pattern per 8 columns: thread t of the warpgroup (warp
 // w = t / 32, lane l, g = l / 4, q = l % 4) holds for each j < N / 8 d[4j..4j+3] = D[16w+g][8j+2q],
 // D[16w+g][8j+2q+1], D[16w+g+8][8j+2q], D[16w+g+8][8j+2q+1]. The products are exact, summed in double
@@ -46,31 +53,40 @@ Desc decode(uint64_t d) {
   return r;
 }
 
-// The shared offset of element (r, k) of a K-major operand (Note [wgmma operand layouts]).
-size_t element_offset(const Desc& d, int r, int k, int elem) {
-  const size_t kb = static_cast<size_t>(k) * static_cast<size_t>(elem);
-  const size_t row_group = static_cast<size_t>(r / 8) * d.sbo, row = static_cast<size_t>(r % 8);
-  if (d.span == 0) return d.start + row_group + (kb / 16) * d.lbo + row * 16 + kb % 16;
-  const size_t o = d.start + row_group + row * static_cast<size_t>(d.span) + kb;
-  const size_t mask = static_cast<size_t>(d.span / 16 - 1);
+// The shared offset of element (r, k) of an operand, K-major or MN-major (Note [wgmma operand
+// layouts]).
+size_t element_offset(const Desc& d, int r, int k, int elem, bool mn_major) {
+  const auto z = [](int v) { return static_cast<size_t>(v); };
+  const size_t e = z(elem);
+  size_t o;
+  if (!mn_major) {
+    const size_t kb = z(k) * e, row_group = z(r / 8) * d.sbo, row = z(r % 8);
+    if (d.span == 0) return d.start + row_group + (kb / 16) * d.lbo + row * 16 + kb % 16;
+    o = d.start + row_group + row * z(d.span) + kb;
+  } else {
+    if (d.span == 0) return d.start + z(r / 8) * d.sbo + z(k / 8) * d.lbo + z(k % 8) * 16 + z(r % 8) * e;
+    const int per_row = d.span / elem;  // consecutive r in one S-byte row
+    o = d.start + z(r / per_row) * d.lbo + z(k / 8) * d.sbo + z(k % 8) * z(d.span) + z(r % per_row) * e;
+  }
+  const size_t mask = z(d.span / 16 - 1);
   return o ^ (((o >> 7) & mask) << 4);
 }
 
-float element(const Block& b, const Desc& d, int r, int k, bool bf16) {
+float element(const Block& b, const Desc& d, int r, int k, bool bf16, bool mn_major) {
   uint16_t bits;
-  std::memcpy(&bits, b.smem + element_offset(d, r, k, 2), 2);
+  std::memcpy(&bits, b.smem + element_offset(d, r, k, 2, mn_major), 2);
   return bf16 ? bf16_to_float(bits) : f16_to_float(bits);
 }
 
 // Every element of a rows x 16 operand inside the block's shared declarations and visible to the
 // async proxy.
-void check_operand(Thread& t, const Desc& d, int rows, const char* which, std::source_location loc) {
+void check_operand(Thread& t, const Desc& d, int rows, bool mn_major, const char* which, std::source_location loc) {
   if (d.base_offset != 0)
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
                        std::string("wgmma descriptor of ") + which + " with a base offset (not emulated)", loc);
   for (int r = 0; r < rows; ++r)
     for (int k = 0; k < 16; ++k) {
-      const size_t off = element_offset(d, r, k, 2);
+      const size_t off = element_offset(d, r, k, 2, mn_major);
       if (off + 2 > t.block->smem_capacity)
         EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress,
                            std::string("wgmma operand ") + which + " reaches past shared memory (element " +
@@ -89,15 +105,16 @@ void compute(const Thread& t, const WgmmaOp& op) {
       const int row = 16 * w + g + (i >= 2 ? 8 : 0), col = 8 * j + 2 * q + (i & 1);
       double s = op.scale_d ? static_cast<double>(op.d[4 * j + i]) : 0.0;
       for (int k = 0; k < 16; ++k)
-        s +=
-            static_cast<double>(element(b, da, row, k, op.bf16)) * static_cast<double>(element(b, db, col, k, op.bf16));
+        s += static_cast<double>(element(b, da, row, k, op.bf16, op.trans_a)) *
+             static_cast<double>(element(b, db, col, k, op.bf16, op.trans_b));
       op.d[4 * j + i] = static_cast<float>(s);
     }
 }
 
 }  // namespace
 
-void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16, std::source_location loc) {
+void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16, bool trans_a, bool trans_b,
+           std::source_location loc) {
   Thread& t = thread_in_kernel("wgmma.mma_async");
   const dim3 bd = t.block->launch->block;
   if ((bd.x * bd.y * bd.z) % 128 != 0)
@@ -107,9 +124,9 @@ void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool
                        loc);
   if (n < 8 || n > 256 || n % 8 != 0)
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, "wgmma.mma_async with N = " + std::to_string(n), loc);
-  check_operand(t, decode(desc_a), 64, "A", loc);
-  check_operand(t, decode(desc_b), n, "B", loc);
-  t.wgmma.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, bf16, t.wgmma_groups_committed + 1});
+  check_operand(t, decode(desc_a), 64, trans_a, "A", loc);
+  check_operand(t, decode(desc_b), n, trans_b, "B", loc);
+  t.wgmma.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, bf16, trans_a, trans_b, t.wgmma_groups_committed + 1});
 }
 
 void wgmma_fence() { (void)thread_in_kernel("wgmma.fence"); }

@@ -27,37 +27,47 @@ struct alignas(1024) Operands {
   unsigned char a[8192], b[8192];
 };
 
-// The layout of a K-major operand for a swizzle: row pitch inside an atom, SBO (8-row groups), LBO.
+// The layout of an operand for a swizzle: K-major or MN-major, LBO and SBO.
 struct Layout {
   ptx::WgmmaSwizzle swizzle;
   int span;  // 0 or the swizzle in bytes
   uint32_t lbo, sbo;
+  bool mn_major = false;
 };
 
-// Byte offset of element (r, k) (2-byte elements) of a K-major operand laid out as `l`.
+// Byte offset of element (r, k) (2-byte elements) of an operand laid out as `l`.
 EMBER_HD size_t operand_offset(const Layout& l, int r, int k) {
-  const size_t kb = static_cast<size_t>(k) * 2, group = static_cast<size_t>(r / 8) * l.sbo;
-  if (l.span == 0) return group + (kb / 16) * l.lbo + static_cast<size_t>(r % 8) * 16 + kb % 16;
-  const size_t o = group + static_cast<size_t>(r % 8) * static_cast<size_t>(l.span) + kb;
-  return o ^ (((o >> 7) & static_cast<size_t>(l.span / 16 - 1)) << 4);
+  const auto z = [](int v) { return static_cast<size_t>(v); };
+  size_t o;
+  if (!l.mn_major) {  // k contiguous: 8-row groups at SBO; without a swizzle, 16-byte k chunks at LBO
+    const size_t kb = z(k) * 2, group = z(r / 8) * l.sbo;
+    if (l.span == 0) return group + (kb / 16) * l.lbo + z(r % 8) * 16 + kb % 16;
+    o = group + z(r % 8) * z(l.span) + kb;
+  } else {  // r contiguous: k rows of 16 (no swizzle) or `span` bytes; 8-k groups at LBO / SBO
+    if (l.span == 0) return z(r / 8) * l.sbo + z(k / 8) * l.lbo + z(k % 8) * 16 + z(r % 8) * 2;
+    const int per_row = l.span / 2;
+    o = z(r / per_row) * l.lbo + z(k / 8) * l.sbo + z(k % 8) * z(l.span) + z(r % per_row) * 2;
+  }
+  return o ^ (((o >> 7) & z(l.span / 16 - 1)) << 4);
 }
 
-// One warpgroup: A and B (bf16 bits, row-major [rows][16]) into shared memory as `l`, then
-// d = c + A B^T; thread t's N / 2 accumulators go to out[t * N / 2 ...].
-template <int N>
-__global__ void wgmma_kernel(const uint16_t* A, const uint16_t* B, const float* c, float* out, Layout l) {
+// One warpgroup: A and B (bf16 bits, row-major [rows][16]) into shared memory as la and lb, then
+// d = c + A B^T (TA / TB: la / lb is MN-major); thread t's N / 2 accumulators go to out[t * N / 2 ...].
+template <int N, int TA, int TB>
+__global__ void wgmma_kernel(const uint16_t* A, const uint16_t* B, const float* c, float* out, Layout la, Layout lb) {
   EMBER_SHARED(Operands, s);
   const int t = static_cast<int>(threadIdx.x);
-  for (int i = t; i < 64 * 16; i += 128) reinterpret_cast<uint16_t*>(s.a)[operand_offset(l, i / 16, i % 16) / 2] = A[i];
-  for (int i = t; i < N * 16; i += 128) reinterpret_cast<uint16_t*>(s.b)[operand_offset(l, i / 16, i % 16) / 2] = B[i];
+  for (int i = t; i < 64 * 16; i += 128)
+    reinterpret_cast<uint16_t*>(s.a)[operand_offset(la, i / 16, i % 16) / 2] = A[i];
+  for (int i = t; i < N * 16; i += 128) reinterpret_cast<uint16_t*>(s.b)[operand_offset(lb, i / 16, i % 16) / 2] = B[i];
   ptx::fence_proxy_async_shared();
   __syncthreads();
   float d[N / 2];
   for (int i = 0; i < N / 2; ++i) d[i] = c[t * (N / 2) + i];
-  const uint64_t da = ptx::wgmma_desc(ptx::smem_address(s.a), l.lbo, l.sbo, l.swizzle);
-  const uint64_t db = ptx::wgmma_desc(ptx::smem_address(s.b), l.lbo, l.sbo, l.swizzle);
+  const uint64_t da = ptx::wgmma_desc(ptx::smem_address(s.a), la.lbo, la.sbo, la.swizzle);
+  const uint64_t db = ptx::wgmma_desc(ptx::smem_address(s.b), lb.lbo, lb.sbo, lb.swizzle);
   ptx::wgmma_fence();
-  ptx::wgmma_m64k16<N>(d, da, db, true, true);
+  ptx::wgmma_m64k16<N, TA, TB>(d, da, db, true, true);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
   for (int i = 0; i < N / 2; ++i) out[t * (N / 2) + i] = d[i];
@@ -70,9 +80,10 @@ uint16_t bf16_bits(float v) {
   return bits;
 }
 
-template <int N>
-void check_wgmma(const Layout& l) {
-  INFO("N " << N << ", swizzle " << l.span << " B");
+template <int N, int TA = 0, int TB = 0>
+void check_wgmma(const Layout& la, const Layout& lb) {
+  INFO("N " << N << ", A " << (TA ? "MN" : "K") << "-major, swizzle " << la.span << " B; B " << (TB ? "MN" : "K")
+            << "-major, swizzle " << lb.span << " B");
   std::vector<uint16_t> a(64 * 16), b(N * 16);
   std::vector<float> af(a.size()), bf(b.size()), c(128 * N / 2);
   for (int m = 0; m < 64; ++m)
@@ -87,8 +98,8 @@ void check_wgmma(const Layout& l) {
   Tensor B = from_blob(b.data(), {static_cast<int64_t>(b.size())}, DType::bf16).to(gpu);
   Tensor C = from_blob(c.data(), {static_cast<int64_t>(c.size())}, DType::f32).to(gpu);
   Tensor out = zeros({static_cast<int64_t>(c.size())}, TensorOptions(DType::f32).device(gpu));
-  cuda::launch(wgmma_kernel<N>, 1, 128, 0, cuda::stream_for(out), static_cast<const uint16_t*>(A.data_ptr()),
-               static_cast<const uint16_t*>(B.data_ptr()), C.data<float>(), out.data<float>(), l);
+  cuda::launch(wgmma_kernel<N, TA, TB>, 1, 128, 0, cuda::stream_for(out), static_cast<const uint16_t*>(A.data_ptr()),
+               static_cast<const uint16_t*>(B.data_ptr()), C.data<float>(), out.data<float>(), la, lb);
   const std::vector<float> got = out.to(kCPU).to_vector<float>();
   int wrong = 0;
   for (int t = 0; t < 128; ++t) {
@@ -122,11 +133,23 @@ TEST_CASE("wgmma: m64nNk16 bf16 from shared-memory descriptors onto the document
   const Layout s32{ptx::WgmmaSwizzle::b32, 32, 16, 256}, s64{ptx::WgmmaSwizzle::b64, 64, 16, 512},
       s128{ptx::WgmmaSwizzle::b128, 128, 16, 1024};
   for (const Layout& l : {none, s32, s64, s128}) {
-    check_wgmma<8>(l);
-    check_wgmma<64>(l);
+    check_wgmma<8>(l, l);
+    check_wgmma<64>(l, l);
   }
-  check_wgmma<16>(s128);
-  check_wgmma<32>(none);
-  check_wgmma<128>(none);  // the Hopper GEMM's tiles (kernels/gemm/gemm_wgmma_sm90a.cu)
-  check_wgmma<256>(s32);
+  check_wgmma<16>(s128, s128);
+  check_wgmma<32>(none, none);
+  check_wgmma<128>(none, none);  // the Hopper GEMM's tiles (kernels/gemm/gemm_wgmma_sm90a.cu)
+  check_wgmma<256>(s32, s32);
+  // MN-major (the transposed operands): without a swizzle, core matrices of 8 k rows of 16 bytes,
+  // the next 8 k at LBO, the next 8 rows (m or n) at SBO; with an S-byte swizzle, k rows of S bytes
+  // in 8-row atoms, the next 8 k at SBO = 8 S, the next S / 2 rows (m or n) at LBO = 16 S
+  const Layout mn_none{ptx::WgmmaSwizzle::none, 0, 128, 256, true}, mn_s32{ptx::WgmmaSwizzle::b32, 32, 512, 256, true},
+      mn_s64{ptx::WgmmaSwizzle::b64, 64, 1024, 512, true}, mn_s128{ptx::WgmmaSwizzle::b128, 128, 2048, 1024, true};
+  for (const Layout& l : {mn_none, mn_s32, mn_s64, mn_s128}) {
+    check_wgmma<64, 1, 1>(l, l);
+    check_wgmma<16, 0, 1>(s128, l);
+  }
+  check_wgmma<128, 1, 0>(mn_s128, s32);   // the Hopper GEMM's A^T
+  check_wgmma<128, 0, 1>(s128, mn_s128);  // and its row-major B (two atoms along n, LBO apart)
+  check_wgmma<8, 1, 0>(mn_s64, none);
 }

@@ -1,10 +1,12 @@
 // wgmma (sm_90a): the warpgroup's tensor-core MMA reading both operands from shared memory through
 // matrix descriptors, with f32 accumulators in registers, as wrappers with no inline `asm`
 // elsewhere, so the simulator runs it (sim/wgmma.cpp; Note [wgmma operand layouts] gives the
-// descriptor fields, the K-major operand layouts it reads, and which accumulator is which). A
+// descriptor fields, the K-major and MN-major operand layouts it reads, and which accumulator is which). A
 // warpgroup is 128 threads (4 warps) that all issue the same wgmma:
 //   ptx::wgmma_fence();                                       // before the first, after writing d
 //   ptx::wgmma_m64k16<N>(d, desc_a, desc_b, true, bf16);       // d += A (64 x 16) B^T (N x 16)
+// wgmma_m64k16<N, TA, TB>: TA / TB 1 reads A / B MN-major (m or n contiguous: the ISA's transposed
+// operands) instead of K-major.
 //   ptx::wgmma_commit_group();
 //   ptx::wgmma_wait_group<0>();                               // then d may be read
 // The nvcc build emits the instructions only for the arch-specific target sm_90a
@@ -42,10 +44,10 @@ template <int N>
 __device__ inline void wgmma_wait_group() {
   ::ember::sim::wgmma_wait_group(N);
 }
-template <int N>
+template <int N, int TA = 0, int TB = 0>
 __device__ inline void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16,
                                     MbarLocation loc = MbarLocation::current()) {
-  ::ember::sim::wgmma(d, N, desc_a, desc_b, scale_d, bf16, loc);
+  ::ember::sim::wgmma(d, N, desc_a, desc_b, scale_d, bf16, TA != 0, TB != 0, loc);
 }
 template <int R>
 __device__ inline void setmaxnreg_inc(MbarLocation loc = MbarLocation::current()) {
@@ -73,25 +75,26 @@ __device__ __forceinline__ void wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // One m64nNk16 MMA for operand type T (bf16 or f16): the N / 2 accumulators, then desc_a, desc_b
-// and scale_d (a predicate: 0 replaces d, 1 accumulates), scale-a and scale-b 1, no transposes.
+// and scale_d (a predicate: 0 replaces d, 1 accumulates), scale-a and scale-b 1, and the
+// transposes TA and TB (immediates: 1 reads that operand MN-major).
 #define EMBER_WGMMA_N8(T)                                    \
   asm volatile(                                              \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"            \
       "wgmma.mma_async.sync.aligned.m64n8k16.f32." #T "." #T \
       " {"                                                   \
       "%0, %1, %2, %3"                                       \
-      "}, %4, %5, p, 1, 1, 0, 0;\n}\n"                       \
+      "}, %4, %5, p, 1, 1, %7, %8;\n}\n"                     \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])       \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0))
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
 #define EMBER_WGMMA_N16(T)                                                                             \
   asm volatile(                                                                                        \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                                     \
       "wgmma.mma_async.sync.aligned.m64n16k16.f32." #T "." #T                                          \
       " {"                                                                                             \
       "%0, %1, %2, %3, %4, %5, %6, %7"                                                                 \
-      "}, %8, %9, p, 1, 1, 0, 0;\n}\n"                                                                 \
+      "}, %8, %9, p, 1, 1, %11, %12;\n}\n"                                                             \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0))
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
 #define EMBER_WGMMA_N32(T)                                                                                          \
   asm volatile(                                                                                                     \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                                  \
@@ -99,10 +102,10 @@ __device__ __forceinline__ void wgmma_wait_group() {
       " {"                                                                                                          \
       "%0, %1, %2, %3, %4, %5, %6, %7, "                                                                            \
       "%8, %9, %10, %11, %12, %13, %14, %15"                                                                        \
-      "}, %16, %17, p, 1, 1, 0, 0;\n}\n"                                                                            \
+      "}, %16, %17, p, 1, 1, %19, %20;\n}\n"                                                                        \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])                    \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0))
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
 #define EMBER_WGMMA_N64(T)                                                                                          \
   asm volatile(                                                                                                     \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                                  \
@@ -112,12 +115,12 @@ __device__ __forceinline__ void wgmma_wait_group() {
       "%8, %9, %10, %11, %12, %13, %14, %15, "                                                                      \
       "%16, %17, %18, %19, %20, %21, %22, %23, "                                                                    \
       "%24, %25, %26, %27, %28, %29, %30, %31"                                                                      \
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                                            \
+      "}, %32, %33, p, 1, 1, %35, %36;\n}\n"                                                                        \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                   \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0))
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
 #define EMBER_WGMMA_N128(T)                                                                                         \
   asm volatile(                                                                                                     \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                                  \
@@ -131,7 +134,7 @@ __device__ __forceinline__ void wgmma_wait_group() {
       "%40, %41, %42, %43, %44, %45, %46, %47, "                                                                    \
       "%48, %49, %50, %51, %52, %53, %54, %55, "                                                                    \
       "%56, %57, %58, %59, %60, %61, %62, %63"                                                                      \
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                                                            \
+      "}, %64, %65, p, 1, 1, %67, %68;\n}\n"                                                                        \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
@@ -140,7 +143,7 @@ __device__ __forceinline__ void wgmma_wait_group() {
         "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),     \
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),     \
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                   \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0))
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
 #define EMBER_WGMMA_N256(T)                                                                                          \
   asm volatile(                                                                                                      \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                                  \
@@ -162,7 +165,7 @@ __device__ __forceinline__ void wgmma_wait_group() {
       "%104, %105, %106, %107, %108, %109, %110, %111, "                                                             \
       "%112, %113, %114, %115, %116, %117, %118, %119, "                                                             \
       "%120, %121, %122, %123, %124, %125, %126, %127"                                                               \
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"                                                                           \
+      "}, %128, %129, p, 1, 1, %131, %132;\n}\n"                                                                     \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),  \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),       \
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),      \
@@ -180,8 +183,8 @@ __device__ __forceinline__ void wgmma_wait_group() {
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]),            \
         "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),            \
         "+f"(d[126]), "+f"(d[127])                                                                                   \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0))
-template <int N>
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
+template <int N, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d,
                                              bool bf16) {
   static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
@@ -233,7 +236,7 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait_group() {
   __trap();
 }
-template <int N>
+template <int N, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_m64k16(float (&)[N / 2], uint64_t, uint64_t, bool, bool) {
   __trap();
 }
