@@ -229,9 +229,10 @@ TEST_CASE("cuda linear: every variant at the MNIST shapes, with each epilogue", 
 #if EMBER_WITH_CUDA
 // The Hopper GEMM (Note [warp-specialised GEMM]): a persistent grid of 1 to 3 blocks walks 9 or 6
 // tiles, so the ring's stages and parities run on across tiles (6 k tiles each over 4 stages);
-// ragged M, N and K land as TMA's zeros; both tiles, both dtypes, bias and gelu. And what it
-// refuses, with the reason, so the caller takes the next variant.
-TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, and what it refuses", "[gpu][gemm][wgmma]") {
+// ragged M, N and K land as TMA's zeros; both tiles, both dtypes, bias and gelu; every operand
+// layout. And what it refuses, with the reason, so the caller takes the next variant.
+TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, and what it refuses",
+          "[gpu][gemm][wgmma]") {
   const int dev = 0;
   if (!gemm::wgmma_supported(dev)) {
     WARN("skipped: the Hopper GEMM needs a GPU of compute capability 9.0");
@@ -255,17 +256,43 @@ TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, and what it ref
       INFO(dt << ", tile 128 x " << bn << ", " << blocks << " blocks");
       CHECK(testing::compare(y.to(kCPU), want, gemm_tol(dt)) == "");
     }
-  // refused: K not a multiple of 8, a row pitch that is not, a row-major B (matmul's), an unaligned base
+  // every layout: A row-major or transposed, B row-major or transposed (the TMA boxes and the
+  // wgmma transpose bits of K-major and MN-major operands), 2 x 3 or 2 x 2 ragged tiles, 4 k tiles
+  const Variant* mm = find_variant(OpId::matmul, DeviceType::cpu, "cpu");
+  REQUIRE(mm != nullptr);
+  const int64_t M = 136, K = 200, N = 264;
+  int layouts = 0;
+  for (bool at : {false, true})
+    for (bool bt : {false, true}) {
+      const DType dt = (at == bt) ? DType::bf16 : DType::f16;
+      Tensor a = at ? uniform({K, M}, -1, 1).to(dt).t() : uniform({M, K}, -1, 1).to(dt);
+      Tensor b = bt ? uniform({N, K}, -1, 1).to(dt).t() : uniform({K, N}, -1, 1).to(dt);
+      Tensor want = call_variant(*mm, OpId::matmul, {a, b})[0];
+      Tensor ac = testing::to_device_same_layout(a, kCUDA), bc = testing::to_device_same_layout(b, kCUDA);
+      for (auto [bn, blocks] : std::vector<std::pair<int, int>>{{128, 2}, {256, 1}}) {
+        Tensor c = empty({M, N}, TensorOptions(dt).device(kCUDA));
+        gemm::Prepared pr = gemm::prepare_matmul(ac, bc, c, gemm::Layout::unit_stride);
+        REQUIRE(pr.p.a_kmajor() == !at);
+        REQUIRE(pr.p.b_kmajor() == bt);
+        REQUIRE(gemm::wgmma_refusal(pr.p) == "");
+        gemm::run_wgmma(pr.p, bn, blocks);
+        INFO(dt << (at ? " A^T" : " A") << (bt ? " x B^T" : " x B") << ", tile 128 x " << bn);
+        CHECK(testing::compare(c.to(kCPU), want, gemm_tol(dt)) == "");
+        ++layouts;
+      }
+    }
+  CHECK(layouts == 8);
+  // refused: a row pitch that is not a multiple of 8 elements, a batch, an unaligned base
   const TensorOptions o = TensorOptions(DType::bf16).device(kCUDA);
   Tensor x = zeros({4, 12}, o), w = zeros({8, 12}, o), y = empty({4, 8}, o);
   CHECK(gemm::wgmma_refusal(gemm::prepare_linear(x, w, Tensor(), y, 0, gemm::Layout::unit_stride).p) ==
-        "K is not a multiple of 8 (TMA's rows are multiples of 16 bytes)");
+        "an operand's row pitch is not a multiple of 8 elements");
   Tensor wide = zeros({8, 36}, o), w32 = zeros({8, 32}, o), y8 = empty({8, 8}, o);
   CHECK(gemm::wgmma_refusal(gemm::prepare_matmul(wide.narrow(1, 0, 32), w32.t(), y8, gemm::Layout::unit_stride).p) ==
-        "an operand's row pitch is not a multiple of 8 elements at least K long");
-  Tensor a = zeros({16, 32}, o), b = zeros({32, 16}, o), c = empty({16, 16}, o);
-  CHECK(gemm::wgmma_refusal(gemm::prepare_matmul(a, b, c, gemm::Layout::unit_stride).p) ==
-        "an operand is not K-major (A row-major and B^T row-major)");
+        "an operand's row pitch is not a multiple of 8 elements");
+  Tensor a3 = zeros({2, 16, 32}, o), b3 = zeros({2, 32, 16}, o), c3 = empty({2, 16, 16}, o);
+  CHECK(gemm::wgmma_refusal(gemm::prepare_matmul(a3, b3, c3, gemm::Layout::unit_stride).p) ==
+        "batched (one matrix product only)");
   Tensor big = zeros({1, 40}, o), wk = zeros({8, 32}, o), y1 = empty({1, 8}, o);
   Tensor off = big.narrow(1, 1, 32);  // 2 bytes past a 16-byte boundary
   CHECK(gemm::wgmma_refusal(gemm::prepare_linear(off, wk, Tensor(), y1, 0, gemm::Layout::unit_stride).p) ==

@@ -4,9 +4,8 @@
 //             (gemm::run_naive). The kernel stays in kernels/gemm/cuda_gemm.cu, because the cuBLAS
 //             variants run it for the empty sums (K = 0) that cuBLAS does not compute.
 //   wgmma_128x128, wgmma_128x256  the Hopper GEMM (kernels/gemm/gemm_wgmma_sm90a.cu) for one
-//             f16/bf16 product with both operands K-major (a row-major, b a transposed view: x
-//             W^T). Here until a GPU run records where it wins (Note [library rule] in
-//             bench/lab/library_rule.h).
+//             f16/bf16 product, each operand row-major or a transposed view. Here until a GPU run records where it wins
+//             (Note [library rule] in bench/lab/library_rule.h).
 #include "bench/lab/lab.h"
 
 #include "kernels/functional.h"
@@ -32,17 +31,22 @@ void matmul_naive(const KernelCall& c) {
   }
 }
 
-// What the Hopper kernel needs (gemm::wgmma_refusal): 2-d operands read in place K-major (a's
-// columns and b's rows unit-stride), K and the row pitches multiples of 8 elements, aligned bases.
+// What the Hopper kernel needs (gemm::wgmma_refusal): 2-d operands read in place, each with a
+// unit stride (K-major or MN-major) and a row pitch of a multiple of 8 elements, aligned bases.
 bool wgmma_ok(const KernelCall& c) {
   const Tensor &a = c.in[0], &b = c.in[1];
   if (a.dim() != 2 || b.dim() != 2 || !gemm::wgmma_supported(a.device().index)) return false;
   constexpr int64_t kMax = (int64_t{1} << 31) - 1;
   const int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
   const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  const auto pitch_ok = [&](int64_t rows, int64_t pitch) { return rows <= 1 || (pitch % 8 == 0 && pitch >= K); };
-  return K > 0 && K % 8 == 0 && M > 0 && N > 0 && M <= kMax && N <= kMax && K <= kMax && a.stride(1) == 1 &&
-         b.stride(0) == 1 && pitch_ok(M, a.stride(0)) && pitch_ok(N, b.stride(1)) && aligned(a) && aligned(b);
+  // rows of `extent` contiguous elements, `pitch` apart (one row: any pitch)
+  const auto rows_ok = [](int64_t rows, int64_t pitch, int64_t extent) {
+    return rows <= 1 || (pitch % 8 == 0 && pitch >= extent);
+  };
+  // as prepare_matmul reads them: A K-major when its k stride is 1, B K-major when its n stride is not
+  const bool a_ok = a.stride(1) == 1 ? rows_ok(M, a.stride(0), K) : a.stride(0) == 1 && rows_ok(K, a.stride(1), M);
+  const bool b_ok = b.stride(1) != 1 ? b.stride(0) == 1 && rows_ok(N, b.stride(1), K) : rows_ok(K, b.stride(0), N);
+  return K > 0 && M > 0 && N > 0 && M <= kMax && N <= kMax && K <= kMax && a_ok && b_ok && aligned(a) && aligned(b);
 }
 
 // As matmul_naive: a strided output written through a copy.

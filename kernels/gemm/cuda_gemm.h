@@ -78,8 +78,9 @@ void run_naive(const Problem& p);
 void run_simt(const Problem& p);  // f32, f64; needs Layout::unit_stride
 void run_mma(const Problem& p);   // f16, bf16 on sm_80+; needs Layout::unit_stride
 bool mma_supported(int device);   // compute capability >= 8.0
-// v4: K-major operands only (wgmma_refusal says why a problem is not taken: "" when it is), tiles
-// of 128 x bn (128 or 256), at most max_blocks resident blocks (0: one per SM).
+// v4: each operand K-major or MN-major with a pitch of a multiple of 8 elements, one batch
+// (wgmma_refusal says why a problem is not taken: "" when it is); tiles of 128 x bn (128 or 256),
+// at most max_blocks resident blocks (0: one per SM).
 bool wgmma_supported(int device);  // compute capability 9.0 (its code is sm_90a)
 std::string wgmma_refusal(const Problem& p);
 void run_wgmma(const Problem& p, int bn, int max_blocks = 0);

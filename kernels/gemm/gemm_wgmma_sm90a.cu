@@ -23,14 +23,15 @@
 // accumulator fragments (Note [wgmma operand layouts] in sim/wgmma.cpp), stored as 32-bit pairs
 // where aligned. Tiles in the grouped order of the other GEMMs (tile_coords).
 //
-// What it needs (wgmma_refusal says what is missing; otherwise the caller takes the next variant): a GPU of compute
-// capability 9.0, both operands K-major (A row-major, B read as B^T row-major: linear's x W^T),
-// K % 8 == 0, 16-byte aligned bases, row pitches of a multiple of 8 elements, one batch, sizes in int32.
+// Operands K-major (A row-major; B^T row-major, linear's x W^T) or MN-major (A^T; B row-major), each
+// as its own TMA boxes and wgmma transpose bit (operand_desc, load_operand).
+// What it needs (wgmma_refusal says what is missing; otherwise the caller takes the next variant):
+// a GPU of compute capability 9.0, a unit stride in each operand, row pitches of a multiple of 8
+// elements, 16-byte aligned bases, one batch, sizes in int32.
 // Its variants (linear's and matmul's wgmma_128x128 and wgmma_128x256) are in the lab
 // (bench/lab/linear_lab.cu, matmul_lab.cu) until a GPU run records where they win
 // (Note [library rule] in bench/lab/library_rule.h).
-// Not yet: MN-major operands (matmul's row-major B), clusters with TMA multicast, a TMA-store
-// epilogue, split-K for the small layers.
+// Not yet: clusters with TMA multicast, a TMA-store epilogue, split-K for the small layers.
 #include <cuda.h>
 
 #include <algorithm>
@@ -61,13 +62,30 @@ struct WgmmaShape {
   static constexpr int kSmem = kWgStages * kStageBytes + 1024 + 2 * kWgStages * 8;
 };
 
-// A K-major operand's descriptor in a 128-byte-swizzled stage: 8-row atoms of 1024 bytes (SBO),
-// LBO unused (16).
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t address) {
-  return ptx::wgmma_desc(address, 16, 1024, ptx::WgmmaSwizzle::b128);
+// An operand's part of a stage, 128-byte swizzled (Note [wgmma operand layouts] in sim/wgmma.cpp):
+//   K-major (kK): one TMA box of 64 k x `rows`: rows of 128 bytes in 8-row atoms of 1024 bytes
+//     (SBO); k16 step s starts 32 s bytes into the rows.
+//   MN-major: rows / 64 boxes of 64 (m or n) x 64 k, 8 KiB apart (LBO): k rows of 128 bytes in
+//     8-row atoms (SBO 1024); k16 step s starts at k row 16 s, 2048 s bytes in.
+template <bool kK>
+__device__ __forceinline__ uint64_t operand_desc(uint32_t address, int ks) {
+  if constexpr (kK) return ptx::wgmma_desc(address + 32 * ks, 16, 1024, ptx::WgmmaSwizzle::b128);
+  else return ptx::wgmma_desc(address + 2048 * ks, 8192, 1024, ptx::WgmmaSwizzle::b128);
 }
 
-template <int BN>
+// The TMA loads of one operand's part of a stage: k tile kt of rows [r0, r0 + rows).
+template <bool kK, int Rows>
+__device__ __forceinline__ void load_operand(unsigned char* dst, const CUtensorMap* map, int kt, int r0,
+                                             uint64_t* bar) {
+  if constexpr (kK) {
+    ptx::tma_load_2d(dst, map, kt * kWgBK, r0, bar);
+  } else {
+    EMBER_UNROLL
+    for (int j = 0; j < Rows / 64; ++j) ptx::tma_load_2d(dst + 8192 * j, map, r0 + 64 * j, kt * kWgBK, bar);
+  }
+}
+
+template <int BN, bool AK, bool BK>
 __device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const CUtensorMap* map_b,
                                                unsigned char* stages, uint64_t* full, uint64_t* empty, int64_t tiles_m,
                                                int64_t tiles_n, int ktiles) {
@@ -82,8 +100,8 @@ __device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const C
       ptx::mbarrier_wait_parity(&empty[stage], phase ^ 1);  // the first pass finds every stage free
       unsigned char* a = stages + stage * S::kStageBytes;
       ptx::mbarrier_arrive_expect_tx(&full[stage], S::kStageBytes);
-      ptx::tma_load_2d(a, map_a, kt * kWgBK, m0, &full[stage]);
-      ptx::tma_load_2d(a + S::kABytes, map_b, kt * kWgBK, n0, &full[stage]);
+      load_operand<AK, kWgBM>(a, map_a, kt, m0, &full[stage]);
+      load_operand<BK, BN>(a + S::kABytes, map_b, kt, n0, &full[stage]);
       if (++stage == kWgStages) {
         stage = 0;
         phase ^= 1;
@@ -92,7 +110,7 @@ __device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const C
   }
 }
 
-template <class T, int BN>
+template <class T, int BN, bool AK, bool BK>
 __device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* stages, uint64_t* full, uint64_t* empty,
                                                int64_t tiles_m, int64_t tiles_n, int ktiles, int half) {
   using S = WgmmaShape<BN>;
@@ -111,12 +129,14 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* sta
     int prev = -1;
     for (int kt = 0; kt < ktiles; ++kt) {
       ptx::mbarrier_wait_parity(&full[stage], phase);
-      const uint32_t a = ptx::smem_address(stages + stage * S::kStageBytes) + 64 * 128 * half;
+      // this consumer's 64 rows of A: 64 rows of 128 bytes (K-major) or the second box (MN-major)
+      const uint32_t a = ptx::smem_address(stages + stage * S::kStageBytes) + 8192 * half;
       const uint32_t b = ptx::smem_address(stages + stage * S::kStageBytes + S::kABytes);
       ptx::wgmma_fence();
       EMBER_UNROLL
       for (int ks = 0; ks < kWgBK / 16; ++ks)
-        ptx::wgmma_m64k16<BN>(acc, sw128_desc(a + 32 * ks), sw128_desc(b + 32 * ks), kt > 0 || ks > 0, kBf16);
+        ptx::wgmma_m64k16<BN, AK ? 0 : 1, BK ? 0 : 1>(acc, operand_desc<AK>(a, ks), operand_desc<BK>(b, ks),
+                                                      kt > 0 || ks > 0, kBf16);
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<1>();  // the previous k tile's MMAs are done with their stage
       if (prev >= 0) ptx::mbarrier_arrive(&empty[prev]);
@@ -158,7 +178,7 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* sta
   }
 }
 
-template <class T, int BN>
+template <class T, int BN, bool AK, bool BK>
 __global__ void __launch_bounds__(kWgThreads, 1)
     wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Args p) {
   using S = WgmmaShape<BN>;
@@ -180,43 +200,57 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
     ptx::setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) wgmma_producer<BN>(&map_a, &map_b, stages, full, empty, tiles_m, tiles_n, ktiles);
+    if (threadIdx.x == 0) wgmma_producer<BN, AK, BK>(&map_a, &map_b, stages, full, empty, tiles_m, tiles_n, ktiles);
   } else {
     ptx::setmaxnreg_inc<232>();
-    wgmma_consumer<T, BN>(p, stages, full, empty, tiles_m, tiles_n, ktiles, wg - 1);
+    wgmma_consumer<T, BN, AK, BK>(p, stages, full, empty, tiles_m, tiles_n, ktiles, wg - 1);
   }
 }
 
-// The tensor map of a K-major operand: rows of `k` elements `pitch` elements apart, boxes of
-// kWgBK x box_rows, 128-byte swizzle.
-CUtensorMap operand_map(DType dtype, const void* base, int64_t k, int64_t rows, int64_t pitch, int box_rows) {
+// The tensor map of an operand stored as `rows` rows of `extent` contiguous elements, `pitch`
+// elements apart: boxes of 64 x box_rows, 128-byte swizzle. (One row: any pitch reads the same,
+// and TMA wants a multiple of 16 bytes.)
+CUtensorMap operand_map(DType dtype, const void* base, int64_t extent, int64_t rows, int64_t pitch, int box_rows) {
   cuda::TensorMapSpec spec;
   spec.dtype = dtype;
   spec.base = base;
-  spec.dims = {static_cast<uint64_t>(k), static_cast<uint64_t>(rows)};
-  spec.strides_bytes = {static_cast<uint64_t>(rows > 1 ? pitch : k) * 2};  // one row: any pitch reads the same
-  spec.box = {kWgBK, static_cast<uint32_t>(box_rows)};
+  spec.dims = {static_cast<uint64_t>(extent), static_cast<uint64_t>(rows)};
+  spec.strides_bytes = {static_cast<uint64_t>(rows > 1 ? pitch : (extent + 7) / 8 * 8) * 2};
+  spec.box = {64, static_cast<uint32_t>(box_rows)};
   spec.swizzle = cuda::TensorMapSwizzle::b128;
   return cuda::make_tensor_map(spec);
 }
 
-template <class T, int BN>
+template <class T, int BN, bool AK, bool BK>
 void launch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
   using S = WgmmaShape<BN>;
   const int device = p.device.index;
   static std::array<std::once_flag, 64> once;
   EMBER_CHECK(device >= 0 && device < 64, "gemm wgmma: bad device ", device);
   std::call_once(once[static_cast<size_t>(device)], [] {
-    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&wgmma_kernel<T, BN>),
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&wgmma_kernel<T, BN, AK, BK>),
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   });
-  const CUtensorMap map_a = operand_map(p.dtype, p.a, p.K, p.M, p.a_rs, kWgBM);
-  const CUtensorMap map_b = operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN);
+  // K-major: rows of k (boxes 64 k x the tile's rows); MN-major: rows of m or n (boxes 64 x 64 k)
+  const CUtensorMap map_a =
+      AK ? operand_map(p.dtype, p.a, p.K, p.M, p.a_rs, kWgBM) : operand_map(p.dtype, p.a, p.M, p.K, p.a_cs, kWgBK);
+  const CUtensorMap map_b =
+      BK ? operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN) : operand_map(p.dtype, p.b, p.N, p.K, p.b_rs, kWgBK);
   const int64_t tiles = ((p.M + kWgBM - 1) / kWgBM) * ((p.N + BN - 1) / BN);
   int64_t blocks = std::min<int64_t>(tiles, cuda::properties(device).sm_count);
   if (max_blocks > 0) blocks = std::min<int64_t>(blocks, max_blocks);
-  cuda::launch(wgmma_kernel<T, BN>, dim3(static_cast<unsigned>(blocks)), kWgThreads, S::kSmem, stream, map_a, map_b,
-               make_args(p, 16));
+  cuda::launch(wgmma_kernel<T, BN, AK, BK>, dim3(static_cast<unsigned>(blocks)), kWgThreads, S::kSmem, stream, map_a,
+               map_b, make_args(p, 16));
+}
+
+// The kernel for the operands' layouts: K-major or MN-major each.
+template <class T, int BN>
+void dispatch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
+  const bool ak = p.a_kmajor(), bk = p.b_kmajor();
+  if (ak && bk) launch_wgmma<T, BN, true, true>(p, max_blocks, stream);
+  else if (ak) launch_wgmma<T, BN, true, false>(p, max_blocks, stream);
+  else if (bk) launch_wgmma<T, BN, false, true>(p, max_blocks, stream);
+  else launch_wgmma<T, BN, false, false>(p, max_blocks, stream);
 }
 
 }  // namespace dev
@@ -238,13 +272,17 @@ std::string wgmma_refusal(const Problem& p) {
   if (p.M > kIntMax || p.N > kIntMax || p.K > kIntMax) return "M, N or K does not fit in int32";
   if (p.K == 0) return "K is 0";
   if (p.batch() != 1) return "batched (one matrix product only)";
-  if (p.a_cs != 1 || p.b_rs != 1) return "an operand is not K-major (A row-major and B^T row-major)";
+  if (p.a_cs != 1 && p.a_rs != 1) return "A has no unit stride";
+  if (p.b_cs != 1 && p.b_rs != 1) return "B has no unit stride";
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (!aligned(p.a) || !aligned(p.b)) return "an operand's base is not 16-byte aligned";
-  if (p.K % 8 != 0) return "K is not a multiple of 8 (TMA's rows are multiples of 16 bytes)";
-  const auto pitch_ok = [&](int64_t rows, int64_t pitch) { return rows <= 1 || (pitch % 8 == 0 && pitch >= p.K); };
-  if (!pitch_ok(p.M, p.a_rs) || !pitch_ok(p.N, p.b_cs))
-    return "an operand's row pitch is not a multiple of 8 elements at least K long";
+  // TMA reads rows of the contiguous dim whose pitch is a multiple of 16 bytes (one row: any)
+  const auto pitch_ok = [](int64_t rows, int64_t pitch, int64_t extent) {
+    return rows <= 1 || (pitch % 8 == 0 && pitch >= extent);
+  };
+  const bool a_ok = p.a_kmajor() ? pitch_ok(p.M, p.a_rs, p.K) : pitch_ok(p.K, p.a_cs, p.M);
+  const bool b_ok = p.b_kmajor() ? pitch_ok(p.N, p.b_cs, p.K) : pitch_ok(p.K, p.b_rs, p.N);
+  if (!a_ok || !b_ok) return "an operand's row pitch is not a multiple of 8 elements";
   return "";
 }
 
@@ -258,11 +296,11 @@ void run_wgmma(const Problem& p, int bn, int max_blocks) {
   cudaStream_t stream = cuda::stream_for(p.device);
   const bool bf16 = p.dtype == DType::bf16;
   if (bn == 128) {
-    if (bf16) dev::launch_wgmma<BFloat16, 128>(p, max_blocks, stream);
-    else dev::launch_wgmma<Half, 128>(p, max_blocks, stream);
+    if (bf16) dev::dispatch_wgmma<BFloat16, 128>(p, max_blocks, stream);
+    else dev::dispatch_wgmma<Half, 128>(p, max_blocks, stream);
   } else {
-    if (bf16) dev::launch_wgmma<BFloat16, 256>(p, max_blocks, stream);
-    else dev::launch_wgmma<Half, 256>(p, max_blocks, stream);
+    if (bf16) dev::dispatch_wgmma<BFloat16, 256>(p, max_blocks, stream);
+    else dev::dispatch_wgmma<Half, 256>(p, max_blocks, stream);
   }
 }
 
