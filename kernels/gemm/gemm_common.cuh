@@ -91,6 +91,25 @@ __device__ __forceinline__ void with_activation(int act, const F& f) {
   else f(std::integral_constant<int, -1>{});
 }
 
+// The tensor-core epilogue of one pair of outputs, columns gn and gn + 1 of row `crow` (T: Half or
+// BFloat16): bias, activation kAct (activate<kAct>), one rounding, one 32-bit store where c_pair
+// allows it, else a store per column inside N.
+template <int kAct, class T>
+__device__ __forceinline__ void store_half_pair(const Args& p, T* crow, int gn, int N, float v0, float v1) {
+  const T* bias = static_cast<const T*>(p.bias);
+  if (bias != nullptr) {
+    if (gn < N) v0 += static_cast<float>(bias[gn]);
+    if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
+  }
+  const T o0(activate<kAct>(v0, p.act)), o1(activate<kAct>(v1, p.act));
+  if (p.c_pair && gn + 1 < N) {
+    *reinterpret_cast<uint32_t*>(crow + gn) = uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
+  } else {
+    if (gn < N) crow[gn] = o0;
+    if (gn + 1 < N) crow[gn + 1] = o1;
+  }
+}
+
 // Grouped tile order: consecutive blocks walk down a group of 8 tile rows before moving right,
 // so the tiles of A and B that run at the same time overlap and stay in L2.
 __device__ __forceinline__ void tile_coords(int64_t pid, int64_t tiles_m, int64_t tiles_n, int64_t& tm, int64_t& tn) {

@@ -209,24 +209,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
       __syncthreads();
       continue;
     }
-    const T* bias = static_cast<const T*>(p.bias);
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
     with_activation(p.act, [&](auto act) {
       for_each_acc_pair(
           acc, m0 + wm, n0 + wn, g, t4, M, N, [&](int gm) { return Cz + static_cast<int64_t>(gm) * p.c_rs; },
-          [&](T* crow, int gn, float v0, float v1) {
-            if (bias != nullptr) {
-              if (gn < N) v0 += static_cast<float>(bias[gn]);
-              if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
-            }
-            const T o0(activate<decltype(act)::value>(v0, p.act)), o1(activate<decltype(act)::value>(v1, p.act));
-            if (p.c_pair && gn + 1 < N) {
-              *reinterpret_cast<uint32_t*>(crow + gn) = uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
-            } else {
-              if (gn < N) crow[gn] = o0;
-              if (gn + 1 < N) crow[gn + 1] = o1;
-            }
-          });
+          [&](T* crow, int gn, float v0, float v1) { store_half_pair<decltype(act)::value>(p, crow, gn, N, v0, v1); });
     });
     __syncthreads();  // the next batch reuses the stages
   }

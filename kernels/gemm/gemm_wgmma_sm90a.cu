@@ -117,7 +117,6 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* sta
   constexpr bool kBf16 = std::is_same_v<T, BFloat16>;
   const int wt = static_cast<int>(threadIdx.x) % 128, w = wt / 32, g = (wt % 32) / 4, q = wt % 4;
   const int M = static_cast<int>(p.M), N = static_cast<int>(p.N);
-  const T* bias = static_cast<const T*>(p.bias);
   T* C = static_cast<T*>(p.c);
   int stage = 0;
   uint32_t phase = 0;
@@ -160,18 +159,7 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* sta
         for (int j = 0; j < BN / 8; ++j) {
           const int gn = n0 + 8 * j + 2 * q;
           if (n0 + 8 * j >= N) break;  // this n8 column block and the next ones are past N
-          float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-          if (bias != nullptr) {
-            if (gn < N) v0 += static_cast<float>(bias[gn]);
-            if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
-          }
-          const T o0(activate<decltype(act)::value>(v0, p.act)), o1(activate<decltype(act)::value>(v1, p.act));
-          if (p.c_pair && gn + 1 < N) {
-            *reinterpret_cast<uint32_t*>(crow + gn) = uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
-          } else {
-            if (gn < N) crow[gn] = o0;
-            if (gn + 1 < N) crow[gn + 1] = o1;
-          }
+          store_half_pair<decltype(act)::value>(p, crow, gn, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }
       }
     });
