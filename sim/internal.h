@@ -140,6 +140,7 @@ struct WgmmaOp {
   bool scale_d, bf16;
   bool trans_a, trans_b;  // MN-major operands
   uint64_t group;
+  size_t lo[2], hi[2];  // the shared bytes A (0) and B (1) span, [lo, hi): what it still reads
 };
 
 // A pending cp.async request of one thread.
@@ -218,6 +219,10 @@ struct BulkCopy {
 // source already checked), after checking its barrier, its shared destination and that no copy in
 // flight writes the same bytes.
 void issue_bulk_copy(Thread& t, const BulkCopy& c, const void* pc);
+// wgmma.cpp: an asynchronous write of shared bytes [off, off + n) (a bulk or tensor copy issued by
+// `t`) that a wgmma.mma_async of the block still reads (issued, its group not yet waited for) is a
+// fault: the write-after-read of a stage refilled too early.
+void check_wgmma_operands_free(Thread& t, size_t off, size_t n, std::source_location loc);
 // tma.cpp: lands a tensor copy's box at `dst` in b's shared memory (swizzled, out-of-bounds
 // elements filled, as the map says); stores the box at `src` to global memory (elements outside
 // the tensor are not written).

@@ -85,16 +85,20 @@ BarState checked_barrier(Thread& t, const uint64_t* bar, const char* op, std::so
 }
 
 // The phase is over when its arrivals and its transactions are all in: the barrier moves to the
-// next phase, and the threads waiting for this one may go on.
-void complete_if_done(Block& b, uint64_t* bar, BarState& s) {
-  if (s.pending != 0 || s.tx != 0) return;
+// next phase, and the threads waiting for this one may go on. Returns whether any was waiting.
+bool complete_if_done(Block& b, uint64_t* bar, BarState& s) {
+  if (s.pending != 0 || s.tx != 0) return false;
   s.phase ^= 1;
   s.pending = s.expected;
+  bool woke = false;
   for (int i = 0; i < b.nthreads; ++i) {
     Thread& o = b.threads[i];
-    if (o.state == ThreadState::at_mbarrier && o.wait_bar == bar && o.wait_parity != s.phase)
+    if (o.state == ThreadState::at_mbarrier && o.wait_bar == bar && o.wait_parity != s.phase) {
       o.state = ThreadState::runnable;
+      woke = true;
+    }
   }
+  return woke;
 }
 
 bool add_tx(BarState& s, int64_t delta) {
@@ -139,8 +143,12 @@ uint64_t mbarrier_arrive(uint64_t* bar, uint32_t tx, std::source_location loc) {
                        loc);
   const uint64_t token = s.phase;
   --s.pending;
-  complete_if_done(*t.block, bar, s);
+  const bool woke = complete_if_done(*t.block, bar, s);
   store(bar, s);
+  // The threads this arrival released run before the arriving thread goes on, the order that
+  // shows a stage released too early (e.g. before the MMAs reading it completed: racecheck then
+  // sees the refill while they still read it, wgmma.cpp).
+  if (woke) wait_current_thread();
   return token;
 }
 
@@ -203,6 +211,7 @@ void issue_bulk_copy(Thread& t, const BulkCopy& copy, const void* pc) {
   Block& b = *t.block;
   if (!copy.store) checked_barrier(t, copy.bar, "cp.async.bulk's mbarrier", copy.where);
   check_shared_destination(t, shared_off(b, copy.dst), copy.bytes, pc);
+  if (!copy.store) check_wgmma_operands_free(t, shared_off(b, copy.dst), copy.bytes, copy.where);
   for (const BulkCopy& c : *b.bulk)
     if ((!c.store || !copy.store) && c.dst < copy.dst + copy.bytes && copy.dst < c.dst + c.bytes)
       EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,

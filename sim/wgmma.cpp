@@ -26,6 +26,12 @@
 // are read then too; at issue, each operand byte must be visible to the async proxy (Note [async
 // proxy] in tma.cpp: written by TMA, or by a thread that ran fence.proxy.async since). This reading
 // of the ISA has not run on a GPU: tests/test_wgmma_sm90a_gpu.cu is the check when one runs it.
+// Until its group is waited for, an operation still reads its operands: a bulk or tensor copy
+// issued into the span of shared bytes either operand covers is a fault (a pipeline stage refilled
+// before the MMAs reading it completed; the span is the envelope of the operand's bytes, so a copy
+// into bytes between them counts too).
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -79,8 +85,11 @@ float element(const Block& b, const Desc& d, int r, int k, bool bf16, bool mn_ma
 }
 
 // Every element of a rows x 16 operand inside the block's shared declarations and visible to the
-// async proxy.
-void check_operand(Thread& t, const Desc& d, int rows, bool mn_major, const char* which, std::source_location loc) {
+// async proxy; lo and hi get the span of shared bytes it covers.
+void check_operand(Thread& t, const Desc& d, int rows, bool mn_major, const char* which, size_t& lo, size_t& hi,
+                   std::source_location loc) {
+  lo = SIZE_MAX;
+  hi = 0;
   if (d.base_offset != 0)
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
                        std::string("wgmma descriptor of ") + which + " with a base offset (not emulated)", loc);
@@ -93,6 +102,8 @@ void check_operand(Thread& t, const Desc& d, int rows, bool mn_major, const char
                                std::to_string(r) + ", " + std::to_string(k) + ")",
                            loc);
       check_async_proxy_read(t, off, 2, loc);
+      lo = std::min(lo, off);
+      hi = std::max(hi, off + 2);
     }
 }
 
@@ -124,9 +135,25 @@ void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool
                        loc);
   if (n < 8 || n > 256 || n % 8 != 0)
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, "wgmma.mma_async with N = " + std::to_string(n), loc);
-  check_operand(t, decode(desc_a), 64, trans_a, "A", loc);
-  check_operand(t, decode(desc_b), n, trans_b, "B", loc);
-  t.wgmma.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, bf16, trans_a, trans_b, t.wgmma_groups_committed + 1});
+  WgmmaOp op{d, n, desc_a, desc_b, scale_d, bf16, trans_a, trans_b, t.wgmma_groups_committed + 1, {}, {}};
+  check_operand(t, decode(desc_a), 64, trans_a, "A", op.lo[0], op.hi[0], loc);
+  check_operand(t, decode(desc_b), n, trans_b, "B", op.lo[1], op.hi[1], loc);
+  t.wgmma.push_back(op);
+}
+
+void check_wgmma_operands_free(Thread& t, size_t off, size_t n, std::source_location loc) {
+  const Block& b = *t.block;
+  for (int i = 0; i < b.nthreads; ++i)
+    for (const WgmmaOp& op : b.threads[i].wgmma)
+      for (int w = 0; w < 2; ++w)
+        if (op.lo[w] < off + n && off < op.hi[w])
+          EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                             "an asynchronous copy into shared bytes [" + std::to_string(off) + ", " +
+                                 std::to_string(off + n) + ") that a wgmma.mma_async of thread " + std::to_string(i) +
+                                 " still reads (its operand " + (w == 0 ? "A" : "B") + ", bytes [" +
+                                 std::to_string(op.lo[w]) + ", " + std::to_string(op.hi[w]) +
+                                 ")): wait for its group (wgmma.wait_group) before the stage is refilled",
+                             loc);
 }
 
 void wgmma_fence() { (void)thread_in_kernel("wgmma.fence"); }

@@ -199,6 +199,46 @@ __global__ void move_registers() {
   else ptx::setmaxnreg_inc<Take>();
 }
 
+// A warpgroup multiplies A (64 x 16) and B (8 x 16) that bulk copies brought, K-major without a
+// swizzle, then thread 0 refills A: after every thread's wgmma.wait_group (kRefillOk), or while the
+// MMAs still read it (kRefillEarly: the write-after-read of a pipeline stage refilled too early).
+enum RefillMode : int { kRefillOk, kRefillEarly };
+struct alignas(1024) WgmmaStage {
+  unsigned char a[2048], b[256];
+};
+__global__ void refill_stage(const unsigned char* src, float* out, int mode) {
+  EMBER_SHARED(WgmmaStage, st);
+  EMBER_SHARED(uint64_t[2], bars);
+  const int t = static_cast<int>(threadIdx.x);
+  if (t == 0) {
+    ptx::mbarrier_init(&bars[0], 1);
+    ptx::mbarrier_init(&bars[1], 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (t == 0) {
+    ptx::mbarrier_arrive_expect_tx(&bars[0], 2048 + 256);
+    ptx::bulk_copy_g2s(st.a, src, 2048, &bars[0]);
+    ptx::bulk_copy_g2s(st.b, src + 2048, 256, &bars[0]);
+  }
+  ptx::mbarrier_wait_parity(&bars[0], 0);
+  float d[4] = {};
+  const uint64_t da = ptx::wgmma_desc(ptx::smem_address(st.a), 128, 256, ptx::WgmmaSwizzle::none);
+  const uint64_t db = ptx::wgmma_desc(ptx::smem_address(st.b), 128, 256, ptx::WgmmaSwizzle::none);
+  ptx::wgmma_fence();
+  ptx::wgmma_m64k16<8>(d, da, db, false, true);
+  ptx::wgmma_commit_group();
+  if (mode == kRefillOk) ptx::wgmma_wait_group<0>();
+  __syncthreads();
+  if (t == 0) {
+    ptx::mbarrier_arrive_expect_tx(&bars[1], 2048);
+    ptx::bulk_copy_g2s(st.a, src, 2048, &bars[1]);
+  }
+  ptx::mbarrier_wait_parity(&bars[1], 0);
+  ptx::wgmma_wait_group<0>();
+  out[t] = d[0];
+}
+
 // Host code of a .cu file that reads device memory directly (the simulator aborts with a report).
 float host_peek(const float* device_ptr) { return *device_ptr; }
 
@@ -354,6 +394,21 @@ TEST_CASE("sim: setmaxnreg past the register file or outside whole warpgroups is
   CHECK_THAT(m, Contains("more than the SM's 65536"));
   m = fault_of([] { cuda::launch(move_registers<232>, 1, 320, 0, stream()); });
   CHECK_THAT(m, Contains("in a block of 320 threads"));
+}
+
+TEST_CASE("sim: a stage refilled while a wgmma still reads it is reported", "[gpu][sim][wgmma]") {
+  Tensor src = dev_zeros(576), out = dev_zeros(128);  // 2304 bytes: A then B
+  auto run = [&](RefillMode mode) {
+    return fault_of([&] {
+      cuda::launch(refill_stage, 1, 128, 0, stream(), static_cast<const unsigned char*>(src.data_ptr()), fp(out),
+                   static_cast<int>(mode));
+    });
+  };
+  CHECK(run(kRefillOk).empty());
+  const std::string m = run(kRefillEarly);
+  CHECK_THAT(m, Contains("an asynchronous copy into shared bytes"));
+  CHECK_THAT(m, Contains("still reads (its operand A"));
+  CHECK_THAT(m, Contains("wait for its group (wgmma.wait_group) before the stage is refilled"));
 }
 
 TEST_CASE("sim: lanes that disagree on a warp collective are reported", "[gpu][sim]") {
