@@ -5,14 +5,14 @@
 //
 // Note [warp-specialised GEMM]: a block is three warpgroups (384 threads) over one 128 x BN output
 // tile at a time (BN 128 or 256), k tiles of 64 (128 bytes of f16/bf16: one 128-byte swizzle row),
-// kStages stages of A's 128 x 64 box and B's BN x 64 box, each stage with a "full" and an "empty"
-// mbarrier (Note [mbarrier phases] in kernels/common/mbarrier.cuh).
+// kWgStages (4) stages of A's 128 x 64 tile and B's BN x 64 tile, each stage with a "full" and an
+// "empty" mbarrier (Note [mbarrier phases] in kernels/common/mbarrier.cuh).
 //   producer (warpgroup 0, setmaxnreg.dec to 40 registers; one thread works): for each of the
 //     block's tiles and each k tile, waits for the stage's "empty" phase, arms "full" with the
-//     stage's bytes (arrive.expect_tx), issues the two TMA tile loads that complete on "full".
+//     stage's bytes (arrive.expect_tx), issues the stage's TMA tile loads, which complete on "full".
 //   consumers (warpgroups 1 and 2, setmaxnreg.inc to 232): each owns 64 rows of the tile. Per k
-//     tile: wait for "full", four wgmma m64nBNk16 (one per k16 step: the descriptors' start moves
-//     32 bytes along the swizzled rows), commit, wait until only this k tile's group is in flight,
+//     tile: wait for "full", four wgmma m64nBNk16 (one per k16 step: operand_desc moves the
+//     descriptors' start to it), commit, wait until only this k tile's group is in flight,
 //     then release the previous stage (every consumer thread arrives on its "empty": 256 arrivals).
 //   The stage index and the phase parity run on across tiles: the ring never drains, so the
 //   producer fills the next tile's first stages while the consumers store this one.
