@@ -4,8 +4,8 @@
 //             (gemm::run_naive). The kernel stays in kernels/gemm/cuda_gemm.cu, because the cuBLAS
 //             variants run it for the empty sums (K = 0) that cuBLAS does not compute.
 //   wgmma_128x128, wgmma_128x256  the Hopper GEMM (kernels/gemm/gemm_wgmma_sm90a.cu) for one
-//             f16/bf16 product, each operand row-major or a transposed view. Here until a GPU run records where it wins
-//             (Note [library rule] in bench/lab/library_rule.h).
+//             f16/bf16 product, each operand row-major or a transposed view. Here until a GPU run
+//             records where it wins (Note [library rule] in bench/lab/library_rule.h).
 #include "bench/lab/lab.h"
 
 #include "kernels/functional.h"
@@ -17,48 +17,39 @@ namespace ember {
 
 namespace {
 
-// The same operand handling as kernels/ops/matmul.cu: any layout read in place, a strided output
-// written through a copy.
-void matmul_naive(const KernelCall& c) {
+// matmul through a GEMM of kernels/gemm/, with the operand handling of kernels/ops/matmul.cu: the
+// layouts `layout` allows read in place, a strided output written through a copy.
+void matmul_with(const KernelCall& c, gemm::Layout layout, void (*run)(const gemm::Problem&)) {
   const Tensor &a = c.in[0], &b = c.in[1];
   const Tensor& out = c.out[0];
   Tensor o = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(out.dtype()).device(out.device()));
-  gemm::Prepared pr = gemm::prepare_matmul(a, b, o, gemm::Layout::any);
-  gemm::run_naive(pr.p);
+  gemm::Prepared pr = gemm::prepare_matmul(a, b, o, layout);
+  run(pr.p);
   if (!o.is_same(out)) {
     Tensor dst = out;
     copy_(dst, o);
   }
 }
 
-// What the Hopper kernel needs (gemm::wgmma_refusal): 2-d operands read in place, each with a
-// unit stride (K-major or MN-major) and a row pitch of a multiple of 8 elements, aligned bases.
+void matmul_naive(const KernelCall& c) { matmul_with(c, gemm::Layout::any, gemm::run_naive); }
+
+// The Hopper kernel takes one 2-d product that gemm::wgmma_refusal accepts with the operands read
+// in place (prepare_matmul would copy an operand with no unit stride; the kernel refuses it).
 bool wgmma_ok(const KernelCall& c) {
   const Tensor &a = c.in[0], &b = c.in[1];
   if (a.dim() != 2 || b.dim() != 2 || !gemm::wgmma_supported(a.device().index)) return false;
-  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
-  const int64_t M = a.shape()[0], K = a.shape()[1], N = b.shape()[1];
-  const auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  // rows of `extent` contiguous elements, `pitch` apart (one row: any pitch)
-  const auto rows_ok = [](int64_t rows, int64_t pitch, int64_t extent) {
-    return rows <= 1 || (pitch % 8 == 0 && pitch >= extent);
-  };
-  // as prepare_matmul reads them: A K-major when its k stride is 1, B K-major when its n stride is not
-  const bool a_ok = a.stride(1) == 1 ? rows_ok(M, a.stride(0), K) : a.stride(0) == 1 && rows_ok(K, a.stride(1), M);
-  const bool b_ok = b.stride(1) != 1 ? b.stride(0) == 1 && rows_ok(N, b.stride(1), K) : rows_ok(K, b.stride(0), N);
-  return K > 0 && M > 0 && N > 0 && M <= kMax && N <= kMax && K <= kMax && a_ok && b_ok && aligned(a) && aligned(b);
-}
-
-// As matmul_naive: a strided output written through a copy.
-void matmul_wgmma(const KernelCall& c, int bn) {
-  const Tensor& out = c.out[0];
-  Tensor o = out.is_contiguous() ? out : empty(out.shape(), TensorOptions(out.dtype()).device(out.device()));
-  gemm::Prepared pr = gemm::prepare_matmul(c.in[0], c.in[1], o, gemm::Layout::unit_stride);
-  gemm::run_wgmma(pr.p, bn);
-  if (!o.is_same(out)) {
-    Tensor dst = out;
-    copy_(dst, o);
-  }
+  gemm::Problem p;
+  p.dtype = a.dtype();
+  p.M = a.shape()[0];
+  p.K = a.shape()[1];
+  p.N = b.shape()[1];
+  p.a = a.data_ptr();
+  p.a_rs = a.stride(0);
+  p.a_cs = a.stride(1);
+  p.b = b.data_ptr();
+  p.b_rs = b.stride(0);
+  p.b_cs = b.stride(1);
+  return gemm::wgmma_refusal(p).empty();
 }
 
 }  // namespace
@@ -73,7 +64,11 @@ void register_lab_matmul() {
   add_lab_variant(OpId::matmul,
                   {.name = "wgmma_128x128",
                    .device = DeviceType::cuda,
-                   .fn = [](const KernelCall& c) { matmul_wgmma(c, 128); },
+                   .fn =
+                       [](const KernelCall& c) {
+                         matmul_with(c, gemm::Layout::unit_stride,
+                                     [](const gemm::Problem& p) { gemm::run_wgmma(p, 128); });
+                       },
                    .dtypes = DTypeSet{DType::f16, DType::bf16},
                    .flags = kReference,
                    .supports = wgmma_ok,
@@ -81,7 +76,11 @@ void register_lab_matmul() {
   add_lab_variant(OpId::matmul,
                   {.name = "wgmma_128x256",
                    .device = DeviceType::cuda,
-                   .fn = [](const KernelCall& c) { matmul_wgmma(c, 256); },
+                   .fn =
+                       [](const KernelCall& c) {
+                         matmul_with(c, gemm::Layout::unit_stride,
+                                     [](const gemm::Problem& p) { gemm::run_wgmma(p, 256); });
+                       },
                    .dtypes = DTypeSet{DType::f16, DType::bf16},
                    .flags = kReference,
                    .supports = wgmma_ok,

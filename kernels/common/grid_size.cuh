@@ -1,4 +1,5 @@
-// Grid sizing for grid-stride kernels: how many blocks fill the device without idling any.
+// Grid sizing for grid-stride kernels: how many blocks fill the device without idling any; and the
+// device facts launchers ask for on every call (SM count, compute capability), cached.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +9,8 @@ namespace ember::cuda {
 
 // Number of SMs of device d (cached; grid_size.cu).
 int sm_count(int device);
+// Compute capability of device d as 10 major + minor, e.g. 90 (cached).
+int compute_capability(int device);
 
 // Blocks for a grid-stride loop over `work_items` with `threads` per block: enough blocks to fill
 // the device several times over, never more than there is work for.

@@ -34,6 +34,7 @@
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/gemm_common.cuh"
 #include "kernels/gemm/mainloop.cuh"
@@ -256,14 +257,7 @@ void dispatch_mma(const Problem& p, cudaStream_t stream) {
 
 }  // namespace dev
 
-bool mma_supported(int device) {
-  static std::array<int, 64> major{};
-  static std::array<std::once_flag, 64> once;
-  if (device < 0 || device >= 64) return false;
-  std::call_once(once[static_cast<size_t>(device)],
-                 [&] { major[static_cast<size_t>(device)] = cuda::properties(device).major; });
-  return major[static_cast<size_t>(device)] >= 8;
-}
+bool mma_supported(int device) { return device >= 0 && device < 16 && cuda::compute_capability(device) >= 80; }
 
 void run_mma(const Problem& p) {
   if (p.M == 0 || p.N == 0 || p.batch() == 0) return;

@@ -40,9 +40,9 @@
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
-#include "core/cuda/runtime.h"
 #include "core/cuda/tensor_map.h"
 #include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
 #include "kernels/common/mbarrier.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/common/wgmma.cuh"
@@ -225,7 +225,7 @@ void launch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
   const CUtensorMap map_b =
       BK ? operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN) : operand_map(p.dtype, p.b, p.N, p.K, p.b_rs, kWgBK);
   const int64_t tiles = ((p.M + kWgBM - 1) / kWgBM) * ((p.N + BN - 1) / BN);
-  int64_t blocks = std::min<int64_t>(tiles, cuda::properties(device).sm_count);
+  int64_t blocks = std::min<int64_t>(tiles, cuda::sm_count(device));
   if (max_blocks > 0) blocks = std::min<int64_t>(blocks, max_blocks);
   cuda::launch(wgmma_kernel<T, BN, AK, BK>, dim3(static_cast<unsigned>(blocks)), kWgThreads, S::kSmem, stream, map_a,
                map_b, make_args(p, 16));
@@ -243,16 +243,8 @@ void dispatch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
 
 }  // namespace dev
 
-bool wgmma_supported(int device) {
-  static std::array<int, 64> cc{};
-  static std::array<std::once_flag, 64> once;
-  if (device < 0 || device >= 64) return false;
-  std::call_once(once[static_cast<size_t>(device)], [&] {
-    const cuda::DeviceProperties props = cuda::properties(device);
-    cc[static_cast<size_t>(device)] = props.major * 10 + props.minor;
-  });
-  return cc[static_cast<size_t>(device)] == 90;  // sm_90a code runs on 9.0 only
-}
+// sm_90a code runs on compute capability 9.0 only
+bool wgmma_supported(int device) { return device >= 0 && device < 16 && cuda::compute_capability(device) == 90; }
 
 std::string wgmma_refusal(const Problem& p) {
   constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
