@@ -272,6 +272,7 @@ void counters_block_end(Block& b) {
   add_s(c.shared_store, x.shared_store);
   c.atomics += x.atomics;
   c.barriers += x.barriers;
+  c.mbarrier_phases += x.mbarrier_phases;
   c.warp_collectives += x.warp_collectives;
   c.partial_requests += x.partial_requests;
 }
@@ -311,6 +312,8 @@ void counters_barrier(Block& b) {
   ++s.sums.barriers;
   for (int w = 0; w < b.nwarps; ++w) flush_warp(s, b, w);
 }
+
+void counters_mbarrier_phase(Block&) { ++t_block.sums.mbarrier_phases; }
 
 void counters_warp_collective(Block& b, int warp, bool whole_warp) {
   BlockState& s = t_block;

@@ -50,6 +50,7 @@ struct LaunchCounters {
   SharedCounters shared_load, shared_store;
   uint64_t atomics = 0;           // warp-wide atomic instructions (global or shared)
   uint64_t barriers = 0;          // __syncthreads() (and _count/_and/_or) executed, per block
+  uint64_t mbarrier_phases = 0;   // phases completed by the block's mbarriers, summed over blocks
   uint64_t warp_collectives = 0;  // shuffles, votes, __syncwarp, ldmatrix/mma, per warp
   // Load and store requests (global or shared, not ldmatrix) with fewer lanes than the warp has
   // threads: divergent branches and bounds guards (the 16 threads of the last warp of a 48-thread

@@ -389,6 +389,8 @@ void count_access(Thread& t, uintptr_t address, size_t bytes, CountKind kind, co
 // ... when a barrier releases the block, and when a warp collective completes (`whole_warp`: every
 // live lane of the warp took part, so the warp's lanes are all at the same point).
 void counters_barrier(Block& b);
+// ... when one of the block's mbarriers completes a phase ...
+void counters_mbarrier_phase(Block& b);
 void counters_warp_collective(Block& b, int warp, bool whole_warp);
 
 // ---- streams and launches (runtime_api.cpp) ----

@@ -90,6 +90,7 @@ bool complete_if_done(Block& b, uint64_t* bar, BarState& s) {
   if (s.pending != 0 || s.tx != 0) return false;
   s.phase ^= 1;
   s.pending = s.expected;
+  if (b.counting) counters_mbarrier_phase(b);
   bool woke = false;
   for (int i = 0; i < b.nthreads; ++i) {
     Thread& o = b.threads[i];

@@ -17,6 +17,7 @@
 #include "core/cuda/runtime.h"
 #include "sim/counters.h"
 #include "core/tensor.h"
+#include "kernels/common/mbarrier.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/functional.h"
 
@@ -78,6 +79,20 @@ __global__ void transpose_tile(const float* in, float* out) {
   tile[y * Pitch + x] = in[y * 32 + x];
   __syncthreads();
   out[y * 32 + x] = tile[x * Pitch + y];
+}
+
+// One thread per block walks an mbarrier through three phases: 3 phases per block.
+__global__ void three_mbarrier_phases(float* out) {
+  EMBER_SHARED(uint64_t, bar);
+  if (threadIdx.x != 0) return;
+  ptx::mbarrier_init(&bar, 1);
+  ptx::fence_mbarrier_init();
+  for (uint32_t phase = 0; phase < 3; ++phase) {
+    ptx::mbarrier_arrive(&bar);
+    while (!ptx::mbarrier_try_wait_parity(&bar, phase & 1)) {
+    }
+  }
+  out[blockIdx.x] = 1.0f;
 }
 
 __global__ void three_barriers(float* out) {
@@ -370,6 +385,10 @@ TEST_CASE("sim counters: barriers, warp collectives and atomics", "[gpu][sim][co
   CHECK(s.atomics == 2);
   CHECK(s.shared_store.requests == 1);  // count = 0 by thread 0
   CHECK(s.barriers == 2);
+  const sim::LaunchCounters m = count_one([&] { cuda::launch(three_mbarrier_phases, 5, 32, 0, stream(), fp(out)); });
+  CHECK(m.mbarrier_phases == 3 * 5);
+  CHECK(m.barriers == 0);
+  CHECK(b.mbarrier_phases == 0);
 }
 
 TEST_CASE("sim counters: ldmatrix wavefronts go matrix by matrix", "[gpu][sim][counters]") {
