@@ -6,8 +6,8 @@
 // time on an H100 and an H200 (Note [kernel roofline model] in bench/model/roofline.h). Every
 // time it prints is a prediction; nothing here runs on a GPU.
 //
-//   kernel_model [--quick] [--op a,b] [--variant v] [--kernels] [--markdown]
-//                [--resources FILE] [--gate FILE]
+//   kernel_model [--quick] [--op a,b] [--variant v] [--case TEXT] [--kernels] [--markdown]
+//                [--resources FILE] [--gate FILE] [--measured DIR [--fit FILE] [--require F]] [--params FILE]
 //
 //   --quick      run smaller shapes with the same access pattern (the simulator runs about 1e7-1e8
 //                simple operations per second: a 4096^3 GEMM would take hours). A benchmark case
@@ -24,11 +24,23 @@
 //   --gate FILE  check the expectations in FILE (bench/model/expectations.h) against every kernel
 //                that ran; exit 1 listing each violation
 //   --resources  the ptxas resource table (default: bench/model/kernel_resources_sm90.txt)
+//   --measured DIR  run only the ember rows of the GPU runs' results files in DIR (bench/results/),
+//                at their full shape when the inputs hold at most 2^21 elements (else the quick
+//                shape), and print the time model's prediction (Note [launch time model] in
+//                bench/model/time_model.h) beside each measured time, with its errors
+//   --fit FILE   with --measured: refit the time model to those rows and write its parameters to
+//                FILE (bench/model/time_model_h200.txt is the checked-in fit)
+//   --params FILE  the time model's parameters (default: bench/model/time_model_h200.txt)
+//   --require F  with --measured: exit 1 unless at least this fraction of the measured calls, and of
+//                the small-shape ones, are predicted within +-35% (CI runs it with 0.8: a kernel
+//                change that moves a measured case must list its row as stale, or refit)
+//   --case TEXT  only the benchmark cases whose names contain TEXT (repeatable)
 //
 // Only the simulator build has the counters, so the tool exists only there (built with the tests,
 // also when benchmarks are off, as in CI's simulator stage).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <sstream>
@@ -41,6 +53,8 @@
 #include "bench/model/expectations.h"
 #include "bench/model/gpu_model.h"
 #include "bench/model/roofline.h"
+#include "bench/model/time_model.h"
+#include "bench/lab/library_rule.h"
 #include "core/autograd/node.h"
 #include "core/cuda/runtime.h"
 #include "sim/counters.h"
@@ -57,12 +71,35 @@ constexpr int64_t kQuickElements = int64_t{1} << 16;  // input elements of a qui
 constexpr int64_t kQuickKeepDim = 64;                 // dimensions up to this are never shrunk
 constexpr double kQuickFlops = 1 << 23;               // FLOPs of a quick sample (a conv runs ~1 s per 1e7)
 
+constexpr int64_t kMeasuredFullElements = int64_t{1} << 21;  // --measured: larger inputs run quick
+constexpr double kErrorTolerance = 0.35;                     // issue target: within +-35% of the measured time
+// A small-shape case: what the time model's accuracy target is about (launch and latency bound).
+constexpr double kSmallFlops = 1 << 30, kSmallBytes = 1 << 26;
+
 struct Options {
   bool quick = false, kernels = false, markdown = false;
-  std::vector<std::string> ops, variants;
-  std::string gate;
+  std::vector<std::string> ops, variants, cases;
+  std::string gate, measured, fit;
+  double require = 0;  // --measured: the least fraction of calls (and of small ones) within tolerance
   std::string resources = EMBER_SOURCE_DIR "/bench/model/kernel_resources_sm90.txt";
+  std::string params = EMBER_SOURCE_DIR "/bench/model/time_model_h200.txt";
+  std::string results_dir = EMBER_SOURCE_DIR "/bench/results";  // the "measured" column's
+  std::vector<BenchResult> results;  // the ember rows of --measured's folder, or of results_dir
 };
+
+// The measured row of (op, case, variant), or nullptr.
+const BenchResult* measured_row(const Options& opt, const std::string& op, const std::string& case_name,
+                                const std::string& variant) {
+  for (const BenchResult& r : opt.results)
+    if (r.op == op && r.case_name == case_name && (variant.empty() || r.variant == variant)) return &r;
+  return nullptr;
+}
+
+bool wanted_case(const Options& opt, const std::string& name) {
+  if (opt.cases.empty()) return true;
+  return std::any_of(opt.cases.begin(), opt.cases.end(),
+                     [&](const std::string& c) { return name.find(c) != std::string::npos; });
+}
 
 using bench::split_names;
 using bench::wanted;
@@ -235,7 +272,10 @@ std::vector<Case> op_cases(const OpInfo& info, const Options& opt, Device d) {
   std::vector<Case> out;
   std::vector<std::string> seen;  // quick shapes repeat (4096^2 and 8192^2 shrink alike)
   std::vector<DType> sample_dtypes;
+  bool measured = !opt.measured.empty();
   for (const BenchCase& bc : op_benches(info.id)()) {
+    if (!wanted_case(opt, bc.name) || (measured && !measured_row(opt, info.name, bc.name, ""))) continue;
+    bool quick = opt.quick || (measured && !bc.make && elements(bc.inputs) > kMeasuredFullElements);
     if (bc.make && opt.quick) {
       // the dtype of a custom case is only known from its inputs; conv2d's name says it
       DType dt = DType::f32;
@@ -252,11 +292,11 @@ std::vector<Case> op_cases(const OpInfo& info, const Options& opt, Device d) {
     c.attrs = bc.attrs;
     if (bc.make) {
       c.in = bc.make(d);
-    } else if (opt.quick) {
+    } else if (quick) {
       std::vector<TensorSpec> small = shrink(bc.inputs);
       std::string key(bc.attrs.bytes());  // the same inputs with other attributes are another case
       for (const TensorSpec& s : small) key += str(s.dtype, s.shape, s.strides, ";");
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      if (!measured && std::find(seen.begin(), seen.end(), key) != seen.end()) continue;  // each measured row runs
       seen.push_back(key);
       c.in = make_from_specs(small, d);
       c.has_target = full_cost(info, bc, &c.target);
@@ -276,6 +316,9 @@ struct Row {
   std::vector<double> occupancy;
   std::vector<const model::KernelResources*> resources;
   model::Prediction h100, h200;
+  std::vector<int> resident;  // blocks per SM of each kernel; 0: not in the resource table
+  model::TimedCall timed;     // the time model's input, and the measured time with --measured
+  model::TimeBreakdown time;  // on an H200
 };
 
 std::string si(double v, const char* unit) {
@@ -309,6 +352,94 @@ std::string traffic_str(const model::Prediction& p) {
   return buf;
 }
 
+// The time model's view of a row (Note [launch time model]), with its measured time if any.
+model::TimedCall timed_call(const Row& r, const BenchResult* measured) {
+  model::TimedCall t;
+  t.label = str(r.op, " ", r.case_name, " ", r.variant);
+  t.in.roofline = r.h200;
+  t.in.unit = model::math_unit_for(r.variant, r.dtype);
+  t.in.kernels = model::kernel_latencies(r.kernels, r.resident);
+  double run_work = r.run.flops > 0 ? r.run.flops : r.run.bytes;
+  double target_work = r.run.flops > 0 ? r.target.flops : r.target.bytes;
+  if (run_work > 0 && target_work > 0) t.in.work_scale = target_work / run_work;
+  t.small = r.target.flops <= kSmallFlops && r.target.bytes <= kSmallBytes;
+  if (measured) t.measured_s = measured->median_us * 1e-6;
+  return t;
+}
+
+// --measured: each row's measured time beside the model's, then the errors and the variant ranking.
+bool is_stale(const Row& r, const model::TimeParams& p) {
+  std::string key = str(r.op, " ", r.variant, " ", r.case_name);
+  return std::find(p.stale.begin(), p.stale.end(), key) != p.stale.end();
+}
+
+// The measured calls the fit and the errors use: every row but the stale ones.
+std::vector<model::TimedCall> fit_calls(const std::vector<Row>& rows, const model::TimeParams& p) {
+  std::vector<model::TimedCall> calls;
+  for (const Row& r : rows)
+    if (!is_stale(r, p)) calls.push_back(r.timed);
+  return calls;
+}
+
+// Returns the fit report of the non-stale rows.
+model::FitReport print_measured(const std::vector<Row>& rows, const model::TimeParams& p, bool loo, bool kernels) {
+  std::printf("%-8s %-12s %-34s %10s %10s %8s %-8s %8s %6s %7s %10s %5s\n", "op", "variant", "case", "measured",
+              "model", "error", "bound", "blocks", "waves", "steps", "thru (us)", "small");
+  std::vector<model::TimedCall> calls = fit_calls(rows, p);
+  for (const Row& r : rows) {
+    const model::TimedCall& t = r.timed;
+    double pred = r.time.predicted_s;
+    // the kernel with the most blocks: the one the waves and steps columns speak of
+    model::KernelLatency k;
+    for (const model::KernelLatency& x : t.in.kernels)
+      if (x.blocks_per_launch >= k.blocks_per_launch) k = x;
+    std::printf("%-8s %-12s %-34s %10.1f %10.1f %+7.0f%% %-8s %8.0f %6.0f %7.1f %10.1f %5s\n", r.op.c_str(),
+                r.variant.c_str(), r.case_name.c_str(), t.measured_s * 1e6, pred * 1e6, 100 * (pred / t.measured_s - 1),
+                r.time.bound, k.blocks_per_launch * t.in.work_scale, r.time.waves, k.steps_per_block,
+                r.time.throughput_s * 1e6,
+                is_stale(r, p) ? "stale"
+                : t.small      ? "yes"
+                               : "");
+    if (kernels)
+      for (size_t i = 0; i < t.in.kernels.size(); ++i)
+        std::printf("    %d launch(es) x %.0f blocks, %.1f steps, %d resident per SM: %s\n", t.in.kernels[i].launches,
+                    t.in.kernels[i].blocks_per_launch, t.in.kernels[i].steps_per_block,
+                    t.in.kernels[i].resident_blocks_per_sm, r.kernels[i].kernel.c_str());
+  }
+  const model::GpuSpec& gpu = model::h200();
+  model::FitReport f = model::fit_report(gpu, p, calls, kErrorTolerance, loo && calls.size() >= 4);
+  std::printf("\ntime model (H200; launch %.2f us, wave %.3f us, step %.4f us, hbm x%.3f, tensor x%.3f):\n",
+              p.launch_s * 1e6, p.wave_s * 1e6, p.step_s * 1e6, p.hbm_fraction, p.tensor_fraction);
+  std::printf("  within +-%.0f%%: %zu of %zu calls, %zu of %zu small-shape calls; median |error| %.1f%%\n",
+              100 * kErrorTolerance, f.within, f.calls, f.small_within, f.small, 100 * f.median_abs_error);
+  if (loo && calls.size() >= 4)
+    std::printf(
+        "  leave-one-out (each call predicted by a fit without it): median |error| %.1f%%, %zu of %zu "
+        "small-shape calls within +-%.0f%%\n",
+        100 * f.loo_median_abs_error, f.loo_small_within, f.small, 100 * kErrorTolerance);
+  // the ranking target: the variants of one case in the measured order
+  std::vector<std::string> seen;
+  size_t ranked = 0, right = 0;
+  for (const Row& r : rows) {
+    std::string key = r.op + "|" + r.case_name;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+    seen.push_back(key);
+    std::vector<const Row*> same;
+    for (const Row& o : rows)
+      if (o.op == r.op && o.case_name == r.case_name) same.push_back(&o);
+    if (same.size() < 2) continue;
+    ++ranked;
+    bool ok = true;
+    for (const Row* a : same)
+      for (const Row* b : same)
+        ok = ok && !(a->timed.measured_s < b->timed.measured_s && a->time.predicted_s > b->time.predicted_s);
+    right += ok;
+  }
+  std::printf("  ranking: %zu of %zu cases with two or more measured ember variants ranked in the measured order\n",
+              right, ranked);
+  return f;
+}
+
 void print_rows(const std::vector<Row>& rows, bool markdown, bool quick) {
   if (markdown) {
     std::printf(
@@ -316,9 +447,9 @@ void print_rows(const std::vector<Row>& rows, bool markdown, bool quick) {
         "H100 bound (us) | H100 predicted (us) | %% | H200 bound (us) | H200 predicted (us) | %% | limit (H100) |\n");
     std::printf("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
   } else {
-    std::printf("%-22s %-16s %-44s %-5s %6s %6s %5s %10s %7s %10s %-4s | %9s %9s %5s | %9s %9s %5s  %s\n", "op",
-                "variant", "case", "dtype", "sector", "confl", "occ", "bytes", "traffic", "FLOPs", "unit", "H100 lb",
-                "predicted", "%", "H200 lb", "predicted", "%", "limit (H100)");
+    std::printf("%-22s %-16s %-44s %-5s %6s %6s %5s %10s %7s %10s %-4s | %9s %9s %5s | %9s %9s %5s %-12s | %9s %9s\n",
+                "op", "variant", "case", "dtype", "sector", "confl", "occ", "bytes", "traffic", "FLOPs", "unit",
+                "H100 lb", "predicted", "%", "H200 lb", "predicted", "%", " limit (H100)", "H200 time", "measured");
   }
   for (const Row& r : rows) {
     const Cost& c = r.target.bytes > 0 || r.target.flops > 0 ? r.target : r.run;
@@ -334,12 +465,15 @@ void print_rows(const std::vector<Row>& rows, bool markdown, bool quick) {
           r.h100.pct_of_roofline, us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(),
           r.h200.pct_of_roofline, r.h100.bound);
     } else {
-      std::printf("%-22s %-16s %-44s %-5s %5.1f%% %6.2f %5s %10s %7s %10s %-4s | %9s %9s %5.0f | %9s %9s %5.0f  %s\n",
-                  r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
-                  r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(),
-                  traffic_str(r.h100).c_str(), si(c.flops, "").c_str(), unit, us(r.h100.lower_bound_s).c_str(),
-                  us(r.h100.predicted_s).c_str(), r.h100.pct_of_roofline, us(r.h200.lower_bound_s).c_str(),
-                  us(r.h200.predicted_s).c_str(), r.h200.pct_of_roofline, r.h100.bound);
+      std::printf(
+          "%-22s %-16s %-44s %-5s %5.1f%% %6.2f %5s %10s %7s %10s %-4s | %9s %9s %5.0f | %9s %9s %5.0f  %-11s | %9s "
+          "%9s\n",
+          r.op.c_str(), r.variant.c_str(), name.c_str(), r.dtype.c_str(), 100 * r.h100.sector_efficiency,
+          r.h100.conflict_factor, occ_str(r.h100).c_str(), si(c.bytes, "B").c_str(), traffic_str(r.h100).c_str(),
+          si(c.flops, "").c_str(), unit, us(r.h100.lower_bound_s).c_str(), us(r.h100.predicted_s).c_str(),
+          r.h100.pct_of_roofline, us(r.h200.lower_bound_s).c_str(), us(r.h200.predicted_s).c_str(),
+          r.h200.pct_of_roofline, r.h100.bound, r.time.predicted_s > 0 ? us(r.time.predicted_s).c_str() : "-",
+          r.timed.measured_s > 0 ? us(r.timed.measured_s).c_str() : "-");
     }
   }
 }
@@ -360,10 +494,67 @@ void print_kernels(const std::vector<Row>& rows) {
     }
 }
 
+// --measured (and --fit): the time model against the measured rows.
+int report_measured(const Options& opt, std::vector<Row>& rows, int failures) {
+  model::TimeParams p;
+  bool fitted = true;
+  try {
+    p = model::load_time_params(opt.params);
+  } catch (const std::exception& e) {
+    if (opt.fit.empty()) throw;
+    std::fprintf(stderr, "kernel_model: %s; the fit starts from the defaults\n", e.what());
+    fitted = false;
+  }
+  std::vector<model::TimedCall> calls = fit_calls(rows, p);
+  if (!opt.fit.empty()) {
+    const model::GpuSpec& gpu = model::h200();
+    model::TimeParams q = model::fit_time_params(gpu, p, calls);
+    model::FitReport f = model::fit_report(gpu, q, calls, kErrorTolerance, calls.size() >= 4);
+    q.header = {
+        "# The time model's parameters for an H200 (Note [launch time model] in bench/model/time_model.h),",
+        "# written by kernel_model --measured bench/results --fit (bench_ops --model takes the same",
+        "# arguments). launch_us, wave_us and step_us are fitted to the ember rows of bench/results/*.tsv;",
+        "# hbm_fraction, tensor_fraction and simt_fraction are measured, and edited by hand (docs/perf.md,",
+        "# \"GPU: the first H200 run\": copy bandwidth 3781 GB/s of 4800; cuBLAS bf16 GEMM 765 TFLOP/s of",
+        "# 989; cuBLAS f32 4096^3 in 2713 us, 50.7 TFLOP/s of 67). A stale row was measured before its",
+        "# kernel changed (docs/perf.md, \"The time model\", says which change): printed, not fitted.",
+        str("# Fit: ", calls.size(), " calls; ", f.within, " within +-35%, ", f.small_within, " of ", f.small,
+            " small-shape calls; leave-one-out: ", f.loo_small_within, " of ", f.small, "."),
+    };
+    model::save_time_params(opt.fit, q);
+    std::printf("kernel_model: fitted the time model%s to %zu measured calls; wrote %s\n",
+                fitted ? "" : " (from the defaults)", calls.size(), opt.fit.c_str());
+    p = q;
+  }
+  for (Row& r : rows) r.time = model::predict_time(model::h200(), p, r.timed.in);
+  std::printf("kernel_model: the time model's PREDICTED us beside the MEASURED us of %s (H200)\n\n",
+              opt.measured.c_str());
+  model::FitReport f = print_measured(rows, p, true, opt.kernels);
+  for (const BenchResult& m : opt.results) {  // a case or variant renamed or gone since the run
+    bool ran = std::any_of(rows.begin(), rows.end(), [&](const Row& r) {
+      return r.op == m.op && r.case_name == m.case_name && r.variant == m.variant;
+    });
+    if (!ran && wanted(opt.ops, m.op) && wanted(opt.variants, m.variant) && wanted_case(opt, m.case_name))
+      std::printf("  not modelled (no such benchmark case or variant now, or it refused the call): %s %s %s (%s)\n",
+                  m.op.c_str(), m.variant.c_str(), m.case_name.c_str(), m.where.c_str());
+  }
+  if (failures > 0) std::fprintf(stderr, "kernel_model: %d case(s) failed to run\n", failures);
+  if (opt.require > 0 && (f.within < opt.require * f.calls || f.small_within < opt.require * f.small)) {
+    std::fprintf(stderr,
+                 "kernel_model: the time model predicts %zu of %zu measured calls (%zu of %zu small-shape ones) "
+                 "within +-%.0f%%, fewer than --require %.2f asks. A kernel changed since its row was measured: "
+                 "list the row as stale in %s (docs/perf.md, \"The time model\"), or refit after a GPU run.\n",
+                 f.within, f.calls, f.small_within, f.small, 100 * kErrorTolerance, opt.require, opt.params.c_str());
+    return 1;
+  }
+  return failures > 0 ? 1 : 0;
+}
+
 int usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
-               "usage: kernel_model [--quick] [--op a,b] [--variant v] [--kernels] [--markdown] [--resources FILE]\n"
-               "                    [--gate FILE]\n");
+               "usage: kernel_model [--quick] [--op a,b] [--variant v] [--case TEXT] [--kernels] [--markdown]\n"
+               "                    [--resources FILE] [--gate FILE] [--measured DIR [--fit FILE] [--require F]] "
+               "[--params FILE]\n");
   return code;
 }
 
@@ -411,6 +602,8 @@ int run(const Options& opt) {
     for (Case& c : cases) {
       for (const Variant& v : info.variants) {
         if (v.device != DeviceType::cuda || (v.flags & kVendor) || !wanted(opt.variants, v.name)) continue;
+        const BenchResult* measured = measured_row(opt, info.name, c.name, v.name);
+        if (!opt.measured.empty() && measured == nullptr) continue;
         Row r;
         r.op = info.name;
         r.variant = v.name;
@@ -438,8 +631,14 @@ int run(const Options& opt) {
         for (const model::KernelStats& k : r.kernels) {
           const model::KernelResources* res = table.empty() ? nullptr : model::match_resources(table, k.kernel);
           double occ = -1;
-          if (res) occ = model::theoretical_occupancy(*res, k.threads_per_block, k.dynamic_shared, h100).fraction;
+          int resident = 0;
+          if (res) {
+            model::Occupancy o = model::theoretical_occupancy(*res, k.threads_per_block, k.dynamic_shared, h100);
+            occ = o.fraction;
+            resident = o.blocks_per_sm;
+          }
           r.resources.push_back(res);
+          r.resident.push_back(resident);
           r.occupancy.push_back(occ);
           subjects.push_back({k, str(r.op, "/", r.variant, "/", r.case_name, " ", r.dtype), res, occ});
         }
@@ -452,9 +651,17 @@ int run(const Options& opt) {
                                    model::math_unit_for(r.variant, r.dtype)};
         r.h100 = model::predict(h100, pin);
         r.h200 = model::predict(h200, pin);
+        r.timed = timed_call(r, measured);
         rows.push_back(std::move(r));
       }
     }
+  }
+  if (!opt.measured.empty()) return report_measured(opt, rows, failures);
+  try {
+    model::TimeParams p = model::load_time_params(opt.params);
+    for (Row& r : rows) r.time = model::predict_time(h200, p, r.timed.in);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_model: %s; no 'H200 time' column\n", e.what());
   }
   std::printf("kernel_model: PREDICTED times (simulator counters + roofline model; nothing ran on a GPU)%s\n",
               opt.quick ? ", counters from the quick shapes" : "");
@@ -466,7 +673,9 @@ int run(const Options& opt) {
       h200.f16_flops / 1e12, h200.bf16_flops / 1e12);
   std::printf(
       "lb = roofline lower bound, predicted = with the counted inefficiencies and %.1f us per launch, "
-      "%% = lb / predicted; occupancy '*': some kernel of the call is not in the resource table\n\n",
+      "%% = lb / predicted; occupancy '*': some kernel of the call is not in the resource table;\n"
+      "H200 time = the fitted time model (Note [launch time model]), measured = the last GPU run's median "
+      "(bench/results/), both for the case's full shape\n\n",
       model::kLaunchOverheadSeconds * 1e6);
   print_rows(rows, opt.markdown, opt.quick);
   if (opt.kernels) print_kernels(rows);
@@ -518,6 +727,18 @@ int main(int argc, char** argv) {
     else if (a == "--variant") opt.variants = split_names(value());
     else if (a == "--gate") opt.gate = value();
     else if (a == "--resources") opt.resources = value();
+    else if (a == "--measured") opt.measured = value();
+    else if (a == "--fit") opt.fit = value();
+    else if (a == "--params") opt.params = value();
+    else if (a == "--require") {
+      std::string v = value();
+      char* end = nullptr;
+      opt.require = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(opt.require >= 0 && opt.require <= 1)) {
+        std::fprintf(stderr, "kernel_model: --require needs a fraction in [0, 1], got '%s'\n", v.c_str());
+        return 2;
+      }
+    } else if (a == "--case") opt.cases.push_back(value());
     else if (a == "--help" || a == "-h") return usage(0);
     else {
       std::fprintf(stderr, "kernel_model: unknown argument '%s'\n", a.c_str());
@@ -529,7 +750,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kernel_model: unknown op '%s'\n", name.c_str());
       return 2;
     }
+  if (!opt.fit.empty() && opt.measured.empty()) {
+    std::fprintf(stderr, "kernel_model: --fit needs --measured DIR (the rows to fit to)\n");
+    return 2;
+  }
   try {
+    try {
+      for (BenchResult& r : read_bench_results_dir(opt.measured.empty() ? opt.results_dir : opt.measured))
+        if (r.kind == "ember") opt.results.push_back(std::move(r));
+    } catch (const std::exception& e) {
+      if (!opt.measured.empty()) throw;
+      std::fprintf(stderr, "kernel_model: %s; no measured column\n", e.what());
+    }
+    if (!opt.measured.empty() && opt.results.empty())
+      throw std::runtime_error(opt.measured + ": no ember rows in its results files");
     return run(opt);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_model: %s\n", e.what());

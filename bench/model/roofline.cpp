@@ -43,6 +43,7 @@ std::vector<KernelStats> group_by_kernel(const std::vector<sim::LaunchCounters>&
     it->shared_store = it->shared_store + l.shared_store;
     it->atomics += l.atomics;
     it->barriers += l.barriers;
+    it->mbarrier_phases += l.mbarrier_phases;
     it->warp_collectives += l.warp_collectives;
   }
   return out;

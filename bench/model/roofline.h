@@ -69,7 +69,7 @@ struct KernelStats {
   uint64_t blocks = 0;        // summed over launches
   sim::GlobalCounters global_load, global_store;
   sim::SharedCounters shared_load, shared_store;
-  uint64_t atomics = 0, barriers = 0, warp_collectives = 0;
+  uint64_t atomics = 0, barriers = 0, mbarrier_phases = 0, warp_collectives = 0;
 
   double global_load_efficiency() const { return sector_efficiency(global_load); }
   double global_store_efficiency() const { return sector_efficiency(global_store); }
