@@ -6,6 +6,8 @@
 // Kernels (napkin math: docs/perf.md, "Napkin math behind the kernels"):
 //   run_naive   v1: one thread per output, any strides, acc_t accumulation (the oracle)
 //   run_simt    v2: f32/f64 SIMT, shared-memory tiles, register blocking (gemm_simt.cu)
+//   run_small   the tiny and skinny layers in one launch: 4 x 4 output tiles, K across the block's
+//               256 threads, a fixed in-block reduction (gemm_small.cu, Note [small GEMM])
 //   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)
 //   run_wgmma   v4: f16/bf16 on Hopper (sm_90a), TMA + mbarrier ring + wgmma, warp-specialised,
 //               persistent (gemm_wgmma_sm90a.cu, Note [warp-specialised GEMM])
@@ -77,7 +79,14 @@ Prepared prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, co
 void run_naive(const Problem& p);
 void run_simt(const Problem& p);  // f32, f64; needs Layout::unit_stride
 void run_mma(const Problem& p);   // f16, bf16 on sm_80+; needs Layout::unit_stride
-bool mma_supported(int device);   // compute capability >= 8.0
+// The small-problem GEMM (every float dtype): both operands K-major, one batch, and A's and B's
+// re-reads (each 4-row tile of A is read once per 4 columns of C, and each 4 columns of B once per
+// 4 rows) at most kSmallMaxRereadBytes. small_refusal says why a problem is not taken ("" when it
+// is).
+inline constexpr double kSmallMaxRereadBytes = 16.0 * (1 << 20);
+std::string small_refusal(const Problem& p);
+void run_small(const Problem& p);
+bool mma_supported(int device);  // compute capability >= 8.0
 // v4: each operand K-major or MN-major with a pitch of a multiple of 8 elements, one batch
 // (wgmma_refusal says why a problem is not taken: "" when it is); tiles of 128 x bn (128 or 256),
 // at most max_blocks resident blocks (0: one per SM).

@@ -2,6 +2,9 @@
 // into the GEMM's output tile. B = W^T is read in place (k-major). Kernels in kernels/gemm/:
 //   naive     (kReference) one thread per output (the oracle), a lab variant
 //             (bench/lab/linear_lab.cu, Note [lab variants] in kernels/lab_variants.h)
+//   small     every float dtype, the tiny and skinny layers (MNIST's at batch 64, the -> 10 heads)
+//             in one launch where the tiled kernels would split K over two (gemm_small.cu, Note
+//             [small GEMM]); registered first, so it is the default wherever it accepts a call
 //   simt      f32/f64 on the CUDA cores (gemm_simt.cu)
 //   mma_sync  f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
 //   cublas    (kVendor) bias added by cuBLAS (C prefilled, beta = 1), relu in place after; no gelu;
@@ -36,6 +39,23 @@ bool sizes_fit(const KernelCall& c) {
   return w.shape()[0] <= kMax && w.shape()[1] <= kMax && (w.shape()[1] == 0 || x.numel() / w.shape()[1] <= kMax);
 }
 bool simt_ok(const KernelCall& c) { return sizes_fit(c); }
+// Decided from the inputs alone (callers may probe with placeholder outputs): contiguous x and w
+// make both operands K-major.
+bool small_ok(const KernelCall& c) {
+  const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];
+  if (!sizes_fit(c) || !x.is_contiguous() || !w.is_contiguous() || (b.defined() && !b.is_contiguous())) return false;
+  gemm::Problem p;
+  p.dtype = x.dtype();
+  p.N = w.shape()[0];
+  p.K = w.shape()[1];
+  p.M = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) p.M *= x.shape()[d];
+  p.a_rs = p.K;
+  p.a_cs = 1;
+  p.b_rs = 1;
+  p.b_cs = p.K;
+  return gemm::small_refusal(p).empty();
+}
 bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
 
 bool no_gelu(const KernelCall& c) { return act_of(c) != static_cast<int>(Activation::gelu); }
@@ -60,6 +80,7 @@ bool lt_ok(const KernelCall& c) {
   return bias_aligned && gemm::cublaslt_accepts(rows, out_f, in_f, act_of(c));
 }
 
+void linear_small(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_small); }
 void linear_simt(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_simt); }
 void linear_mma_sync(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_mma); }
 void linear_cublas(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublas); }
@@ -68,6 +89,12 @@ void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm:
 }  // namespace
 
 void register_cuda_linear(OpInfo& info) {
+  info.add_variant({.name = "small",
+                    .device = DeviceType::cuda,
+                    .fn = linear_small,
+                    .dtypes = kFloatTypes,
+                    .supports = small_ok,
+                    .note = "4x4 output tiles, K across the block, one launch (small layers)"});
   info.add_variant({.name = "simt",
                     .device = DeviceType::cuda,
                     .fn = linear_simt,

@@ -1,0 +1,159 @@
+// The small-problem GEMM (gemm::run_small): one launch for the tiny and skinny layers where the
+// tiled kernels need split-K and its second kernel. Note [small GEMM].
+#include <algorithm>
+
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/gemm/gemm_common.cuh"
+
+namespace ember::gemm {
+
+// Note [small GEMM]: a linear layer of the MNIST models ([64, 784] -> 128, [64..512, 128] -> 10)
+// is one or two 128 x 128 output tiles; the tiled kernels split its K across blocks and a second
+// kernel sums the splits, and the launch of that second kernel alone costs about as much as the
+// whole layer in cuBLASLt (the time model fits 4.8 us per launch to the H200's rows,
+// docs/perf.md, "The time model"). This kernel is one launch: a block owns a 4 x 4 output tile and
+// all of K. Its 256 threads stride along K together, thread t taking vectors t, t + 256, ... of
+// the 4 rows of A and the 4 columns of B (both K-major: each is a contiguous run of K elements, so
+// a warp's load of one row is 32 consecutive 16-byte vectors), and each keeps 16 partial sums.
+// Then a fixed reduction, so the result does not depend on timing: within each warp a transposing
+// butterfly (offsets 16, 8, 4, 2 each halve the values a lane holds and exchange the other half,
+// 15 shuffles, then offset 1) leaves output (lane >> 1) & 15's warp sum in lanes 2i and 2i + 1;
+// the 8 warps' sums go through shared memory and threads 0-15 add them in warp order and run the
+// epilogue (bias, activation, one rounding). No shared-memory staging: a tile this small is
+// within a warp's reach, and re-reads of A and B come from L2. Those re-reads grow with the
+// problem (A is read N / 4 times, B M / 4 times), which is why small_fits() bounds them and the
+// tiled kernels take larger layers.
+namespace dev {
+
+constexpr int kSmallThreads = 256, kSmallWarps = kSmallThreads / 32;
+constexpr int kSmallTile = 4;  // output rows and columns per block
+
+template <class T>
+using SmallAcc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// One step of the transposing butterfly: a lane holding 2 x kCount values keeps the half its lane
+// bit kCount * 2 selects (the upper half when set), sends the other half to the lane across, and
+// adds what it receives. Compile-time indices keep v in registers.
+template <int kCount, class Acc>
+__device__ __forceinline__ void transpose_step(Acc (&v)[16], int lane) {
+  const bool upper = (lane & (2 * kCount)) != 0;
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) {
+    const Acc send = upper ? v[i] : v[i + kCount];
+    const Acc keep = upper ? v[i + kCount] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 2 * kCount);
+  }
+}
+
+// Adds thread `lane`'s 16 partial sums across the warp; returns the warp's sum of output
+// ((lane >> 1) & 15), the same in lanes 2i and 2i + 1.
+template <class Acc>
+__device__ __forceinline__ Acc warp_transpose_sum(Acc (&v)[16], int lane) {
+  transpose_step<8>(v, lane);
+  transpose_step<4>(v, lane);
+  transpose_step<2>(v, lane);
+  transpose_step<1>(v, lane);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+
+// The output index a lane holds after warp_transpose_sum: lane bits 4, 3, 2, 1 chose the upper
+// half at each step, the first step's half being the most significant.
+__device__ __forceinline__ int transposed_index(int lane) {
+  return ((lane >> 4) & 1) * 8 + ((lane >> 3) & 1) * 4 + ((lane >> 2) & 1) * 2 + ((lane >> 1) & 1);
+}
+
+template <class T, int V>
+__global__ void __launch_bounds__(kSmallThreads) small_kernel(Args p) {
+  using Acc = SmallAcc<T>;
+  EMBER_SHARED(Acc[kSmallWarps][16], part);
+  const int64_t tiles_n = (p.N + kSmallTile - 1) / kSmallTile;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) / tiles_n * kSmallTile;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) % tiles_n * kSmallTile;
+  const T* A = static_cast<const T*>(p.a);
+  const T* B = static_cast<const T*>(p.b);
+  const T* arow[kSmallTile];
+  const T* bcol[kSmallTile];
+#pragma unroll
+  for (int i = 0; i < kSmallTile; ++i) {
+    arow[i] = m0 + i < p.M ? A + (m0 + i) * p.a_rs : nullptr;
+    bcol[i] = n0 + i < p.N ? B + (n0 + i) * p.b_cs : nullptr;
+  }
+  Acc acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = Acc(0);
+  const int64_t nvec = p.K / V;  // V > 1 only when V divides K (make_args' a_vec and b_vec)
+  for (int64_t k = threadIdx.x; k < nvec; k += kSmallThreads) {
+    Vec<T, V> a[kSmallTile], b[kSmallTile];
+#pragma unroll
+    for (int i = 0; i < kSmallTile; ++i) {
+      if (arow[i] != nullptr) a[i] = reinterpret_cast<const Vec<T, V>*>(arow[i])[k];
+      if (bcol[i] != nullptr) b[i] = reinterpret_cast<const Vec<T, V>*>(bcol[i])[k];
+    }
+#pragma unroll
+    for (int i = 0; i < kSmallTile; ++i) {
+      if (arow[i] == nullptr) continue;
+#pragma unroll
+      for (int j = 0; j < kSmallTile; ++j) {
+        if (bcol[j] == nullptr) continue;
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          acc[i * kSmallTile + j] += static_cast<Acc>(a[i].v[e]) * static_cast<Acc>(b[j].v[e]);
+      }
+    }
+  }
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const Acc sum = warp_transpose_sum(acc, lane);
+  if ((lane & 1) == 0) part[warp][transposed_index(lane)] = sum;
+  __syncthreads();
+  if (threadIdx.x >= 16) return;
+  const int64_t m = m0 + threadIdx.x / kSmallTile, n = n0 + threadIdx.x % kSmallTile;
+  if (m >= p.M || n >= p.N) return;
+  Acc v = part[0][threadIdx.x];
+#pragma unroll
+  for (int w = 1; w < kSmallWarps; ++w) v += part[w][threadIdx.x];
+  if (p.bias != nullptr) v += static_cast<Acc>(static_cast<const T*>(p.bias)[n]);
+  static_cast<T*>(p.c)[m * p.c_rs + n] = static_cast<T>(activate(v, p.act));
+}
+
+template <class T>
+void launch_small(const Problem& p, cudaStream_t stream) {
+  Args args = make_args(p, 16);
+  const int64_t blocks = ((p.M + kSmallTile - 1) / kSmallTile) * ((p.N + kSmallTile - 1) / kSmallTile);
+  constexpr int V = static_cast<int>(16 / sizeof(T));
+  if (args.a_vec && args.b_vec)
+    cuda::launch(small_kernel<T, V>, static_cast<unsigned>(blocks), kSmallThreads, 0, stream, args);
+  else cuda::launch(small_kernel<T, 1>, static_cast<unsigned>(blocks), kSmallThreads, 0, stream, args);
+}
+
+}  // namespace dev
+
+std::string small_refusal(const Problem& p) {
+  if (p.batch() != 1) return "batched";
+  if (p.a_cs != 1 || p.b_rs != 1) return "an operand is not K-major";
+  const int64_t tiles =
+      ((p.M + dev::kSmallTile - 1) / dev::kSmallTile) * ((p.N + dev::kSmallTile - 1) / dev::kSmallTile);
+  if (tiles >= (int64_t{1} << 31)) return "too many output tiles";
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const double rereads =
+      (static_cast<double>((p.N + 3) / 4) * p.M + static_cast<double>((p.M + 3) / 4) * p.N) * p.K * es;
+  if (rereads > kSmallMaxRereadBytes) return "its operand re-reads exceed the bound (a tiled kernel's problem)";
+  return "";
+}
+
+void run_small(const Problem& p) {
+  if (p.M == 0 || p.N == 0) return;
+  const std::string why = small_refusal(p);
+  EMBER_CHECK(why.empty(), "gemm small: the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N,
+              "] is not taken: ", why);
+  cuda::DeviceGuard guard(p.device.index);
+  cudaStream_t stream = cuda::stream_for(p.device);
+  if (p.dtype == DType::f32) dev::launch_small<float>(p, stream);
+  else if (p.dtype == DType::f64) dev::launch_small<double>(p, stream);
+  else if (p.dtype == DType::f16) dev::launch_small<Half>(p, stream);
+  else if (p.dtype == DType::bf16) dev::launch_small<BFloat16>(p, stream);
+  else EMBER_FAIL("gemm small: dtype ", p.dtype, " is not supported (f32, f64, f16, bf16)");
+}
+
+}  // namespace ember::gemm
