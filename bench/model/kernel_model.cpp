@@ -220,7 +220,20 @@ struct Case {
   bool has_target = false;  // predict the full benchmark shape (target) from this smaller run
   Cost target;
   std::string run_shape;  // shapes that ran, when they differ from the case's name
+  // A shrunk case's full-shape inputs, never filled: a variant that refuses them (a small-shape
+  // kernel whose bound the quick shape fits) is not modelled on the case.
+  std::vector<Tensor> full;
 };
+
+// Whether `v` takes the full shape of a shrunk case (placeholder outputs: accepts() decides from
+// the inputs, as the registry's probes do).
+bool takes_full_shape(const OpInfo& info, const Variant& v, const Case& c) {
+  if (c.full.empty()) return true;
+  std::vector<Tensor> out;
+  for (const TensorSpec& s : info.infer(c.full, c.attrs))
+    out.push_back(s.alias >= 0 ? c.full[static_cast<size_t>(s.alias)] : empty({0}, TensorOptions(s.dtype)));
+  return v.accepts(KernelCall{info.id, c.full, out, c.attrs});
+}
 
 // The op's largest sample (by FLOPs, then bytes) whose inputs hold at most kQuickElements, cast to
 // `dtype` on the CPU and copied to the device.
@@ -300,6 +313,9 @@ std::vector<Case> op_cases(const OpInfo& info, const Options& opt, Device d) {
       seen.push_back(key);
       c.in = make_from_specs(small, d);
       c.has_target = full_cost(info, bc, &c.target);
+      for (const TensorSpec& s : bc.inputs)
+        c.full.push_back(s.strides.empty() ? empty(s.shape, TensorOptions(s.dtype).device(d))
+                                           : empty_strided(s.shape, s.strides, TensorOptions(s.dtype).device(d)));
       c.run_shape = shape_str(c.in);
     } else {
       c.in = make_from_specs(bc.inputs, d);
@@ -613,7 +629,7 @@ int run(const Options& opt) {
         try {
           std::vector<Tensor> out = alloc_outputs(info, c.in, c.attrs, dev);
           KernelCall call{info.id, c.in, out, c.attrs};
-          if (!v.accepts(call)) continue;
+          if (!v.accepts(call) || !takes_full_shape(info, v, c)) continue;
           r.run = info.cost ? info.cost(call) : Cost{};
           r.target = c.has_target ? c.target : r.run;
           sim::take_counters();  // drop the launches that made the inputs
