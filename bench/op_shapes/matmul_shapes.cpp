@@ -24,6 +24,19 @@ std::vector<BenchCase> benches_matmul() {
     c.inputs = {TensorSpec{Shape{n, n}, dt, {}, -1}, TensorSpec{Shape{n, n}, dt, Strides{1, n}, -1}};
     out.push_back(std::move(c));
   }
+  // the MLP's first layer's backward (784 -> 128, batch 64 and 512): dW = dz^T x (dz^T a
+  // transposed view) and dx = dz W, the products matmul's `outer` is for
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t batch : {64, 512}) {
+      BenchCase w;
+      w.name = str("[128,", batch, "]^T x [", batch, ",784] (linear dW, batch ", batch, ") ", dt);
+      w.inputs = {TensorSpec{Shape{128, batch}, dt, Strides{1, 128}, -1}, TensorSpec{Shape{batch, 784}, dt, {}, -1}};
+      out.push_back(std::move(w));
+      BenchCase x;
+      x.name = str("[", batch, ",128] x [128,784] (linear dx, batch ", batch, ") ", dt);
+      x.inputs = {TensorSpec{Shape{batch, 128}, dt, {}, -1}, TensorSpec{Shape{128, 784}, dt, {}, -1}};
+      out.push_back(std::move(x));
+    }
   return out;
 }
 

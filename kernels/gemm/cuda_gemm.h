@@ -8,6 +8,9 @@
 //   run_simt    v2: f32/f64 SIMT, shared-memory tiles, register blocking (gemm_simt.cu)
 //   run_small   the tiny and skinny layers in one launch: 4 x 4 output tiles, K across the block's
 //               256 threads, a fixed in-block reduction (gemm_small.cu, Note [small GEMM])
+//   run_outer   the short reductions of a small layer's backward (dz^T x, dz W) in one launch: a
+//               thread per column of C, 4 rows, K in order (gemm_small.cu, Note [outer-product
+//               GEMM])
 //   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)
 //   run_wgmma   v4: f16/bf16 on Hopper (sm_90a), TMA + mbarrier ring + wgmma, warp-specialised,
 //               persistent (gemm_wgmma_sm90a.cu, Note [warp-specialised GEMM])
@@ -86,6 +89,12 @@ void run_mma(const Problem& p);   // f16, bf16 on sm_80+; needs Layout::unit_str
 inline constexpr double kSmallMaxRereadBytes = 16.0 * (1 << 20);
 std::string small_refusal(const Problem& p);
 void run_small(const Problem& p);
+// The short-reduction GEMM of a small layer's backward (every float dtype): B row-major, one
+// batch, K at most kOuterMaxK, and B's re-reads (once per 4 rows of C) at most
+// kSmallMaxRereadBytes; A in any layout (outer_refusal: "" when taken).
+inline constexpr int64_t kOuterMaxK = 1024;
+std::string outer_refusal(const Problem& p);
+void run_outer(const Problem& p);
 bool mma_supported(int device);  // compute capability >= 8.0
 // v4: each operand K-major or MN-major with a pitch of a multiple of 8 elements, one batch
 // (wgmma_refusal says why a problem is not taken: "" when it is); tiles of 128 x bn (128 or 256),

@@ -1,5 +1,6 @@
-// The small-problem GEMM (gemm::run_small): one launch for the tiny and skinny layers where the
-// tiled kernels need split-K and its second kernel. Note [small GEMM].
+// The small-problem GEMMs: one launch for the tiny and skinny layers where the tiled kernels need
+// split-K and its second kernel (gemm::run_small, Note [small GEMM]), and for the short reductions
+// of a layer's backward (gemm::run_outer, Note [outer-product GEMM]).
 #include <algorithm>
 
 #include "core/cuda/device_guard.h"
@@ -117,6 +118,49 @@ __global__ void __launch_bounds__(kSmallThreads) small_kernel(Args p) {
   static_cast<T*>(p.c)[m * p.c_rs + n] = static_cast<T>(activate(v, p.act));
 }
 
+// Note [outer-product GEMM]: the backward of a small layer multiplies over the batch (dW = dz^T x,
+// a reduction of 64 to 512) or over the layer's outputs (dx = dz W, of 10 to 128), with B
+// row-major: B's rows are contiguous along the output's columns. Each thread owns one column n
+// of C and kOuterRows rows, and walks the reduction in order: B[k, n] is a coalesced load across
+// the warp, A[m, k] the same address in every lane (one broadcast), so A may have any layout (dz^T
+// is a transposed view). No shared memory, no barrier, no split: K is short, and the grid has
+// M / kOuterRows x N / 128 blocks (112 for the MLP's dW at batch 64, where the 128 x 128 tiles
+// give 7). The sum runs in k order, so the result does not depend on timing. outer_refusal
+// bounds K and the re-reads of B (once per kOuterRows rows of C).
+constexpr int kOuterThreads = 128, kOuterRows = 4;
+
+template <class T>
+__global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p) {
+  using Acc = SmallAcc<T>;
+  const int64_t tiles_n = (p.N + kOuterThreads - 1) / kOuterThreads;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) / tiles_n * kOuterRows;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) % tiles_n * kOuterThreads + threadIdx.x;
+  if (n >= p.N) return;  // no barrier below
+  const T* A = static_cast<const T*>(p.a) + m0 * p.a_rs;
+  const T* B = static_cast<const T*>(p.b) + n;  // b_cs == 1
+  const int rows = static_cast<int>(min64(kOuterRows, p.M - m0));
+  Acc acc[kOuterRows];
+#pragma unroll
+  for (int i = 0; i < kOuterRows; ++i) acc[i] = Acc(0);
+#pragma unroll 4
+  for (int64_t k = 0; k < p.K; ++k) {
+    const Acc b = static_cast<Acc>(B[k * p.b_rs]);
+#pragma unroll
+    for (int i = 0; i < kOuterRows; ++i)
+      if (i < rows) acc[i] += static_cast<Acc>(A[i * p.a_rs + k * p.a_cs]) * b;
+  }
+  const Acc bias = p.bias != nullptr ? static_cast<Acc>(static_cast<const T*>(p.bias)[n]) : Acc(0);
+#pragma unroll
+  for (int i = 0; i < kOuterRows; ++i)
+    if (i < rows) static_cast<T*>(p.c)[(m0 + i) * p.c_rs + n] = static_cast<T>(activate(acc[i] + bias, p.act));
+}
+
+template <class T>
+void launch_outer(const Problem& p, cudaStream_t stream) {
+  const int64_t blocks = ((p.M + kOuterRows - 1) / kOuterRows) * ((p.N + kOuterThreads - 1) / kOuterThreads);
+  cuda::launch(outer_kernel<T>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16));
+}
+
 template <class T>
 void launch_small(const Problem& p, cudaStream_t stream) {
   Args args = make_args(p, 16);
@@ -140,6 +184,34 @@ std::string small_refusal(const Problem& p) {
       (static_cast<double>((p.N + 3) / 4) * p.M + static_cast<double>((p.M + 3) / 4) * p.N) * p.K * es;
   if (rereads > kSmallMaxRereadBytes) return "its operand re-reads exceed the bound (a tiled kernel's problem)";
   return "";
+}
+
+std::string outer_refusal(const Problem& p) {
+  if (p.batch() != 1) return "batched";
+  if (p.b_cs != 1) return "B is not row-major";
+  if (p.K > kOuterMaxK) return "the reduction is longer than " + std::to_string(kOuterMaxK);
+  const int64_t blocks =
+      ((p.M + dev::kOuterRows - 1) / dev::kOuterRows) * ((p.N + dev::kOuterThreads - 1) / dev::kOuterThreads);
+  if (blocks >= (int64_t{1} << 31)) return "too many blocks";
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const double rereads =
+      static_cast<double>(p.K) * p.N * es * static_cast<double>((p.M + dev::kOuterRows - 1) / dev::kOuterRows);
+  if (rereads > kSmallMaxRereadBytes) return "B's re-reads exceed the bound (a tiled kernel's problem)";
+  return "";
+}
+
+void run_outer(const Problem& p) {
+  if (p.M == 0 || p.N == 0) return;
+  const std::string why = outer_refusal(p);
+  EMBER_CHECK(why.empty(), "gemm outer: the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N,
+              "] is not taken: ", why);
+  cuda::DeviceGuard guard(p.device.index);
+  cudaStream_t stream = cuda::stream_for(p.device);
+  if (p.dtype == DType::f32) dev::launch_outer<float>(p, stream);
+  else if (p.dtype == DType::f64) dev::launch_outer<double>(p, stream);
+  else if (p.dtype == DType::f16) dev::launch_outer<Half>(p, stream);
+  else if (p.dtype == DType::bf16) dev::launch_outer<BFloat16>(p, stream);
+  else EMBER_FAIL("gemm outer: dtype ", p.dtype, " is not supported (f32, f64, f16, bf16)");
 }
 
 void run_small(const Problem& p) {

@@ -2,6 +2,10 @@
 // in docs/perf.md):
 //   naive     (kReference) one thread per output, any strides: the kernel-level oracle, a lab
 //             variant (bench/lab/matmul_lab.cu, Note [lab variants] in kernels/lab_variants.h)
+//   outer     every float dtype, the short reductions of a small layer's backward (dz^T x, dz W)
+//             in one launch: a thread per column of C, 4 rows, K in order; B row-major, any A
+//             (gemm_small.cu, Note [outer-product GEMM]); registered first, so it is the default
+//             wherever it accepts a call
 //   simt      f32/f64 on the CUDA cores: 128x128x8 (f32) / 64x64x8 (f64) block tiles, 8x8 / 4x4 per
 //             thread, double-buffered shared memory, 16-byte loads where aligned (gemm_simt.cu)
 //   mma_sync  f16/bf16 tensor cores (sm_80+): mma.sync m16n8k16, ldmatrix from swizzled shared
@@ -40,6 +44,20 @@ bool sizes_fit(const KernelCall& c) {
   return a.shape()[a.dim() - 2] <= kMax && a.shape()[a.dim() - 1] <= kMax && b.shape()[b.dim() - 1] <= kMax;
 }
 bool simt_ok(const KernelCall& c) { return sizes_fit(c); }
+// Decided from the inputs alone (callers may probe with placeholder outputs): two matrices, B
+// row-major (read in place by prepare_matmul, so the kernel sees a unit column stride).
+bool outer_ok(const KernelCall& c) {
+  const Tensor &a = c.in[0], &b = c.in[1];
+  if (a.dim() != 2 || b.dim() != 2 || !sizes_fit(c) || b.stride(1) != 1) return false;
+  gemm::Problem p;
+  p.dtype = a.dtype();
+  p.M = a.shape()[0];
+  p.K = a.shape()[1];
+  p.N = b.shape()[1];
+  p.b_rs = b.stride(0);
+  p.b_cs = 1;
+  return gemm::outer_refusal(p).empty();
+}
 bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
 
 bool lt_ok(const KernelCall& c) {
@@ -47,6 +65,7 @@ bool lt_ok(const KernelCall& c) {
   return gemm::cublaslt_accepts(a.shape()[a.dim() - 2], b.shape()[b.dim() - 1], a.shape()[a.dim() - 1], 0);
 }
 
+void matmul_outer(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_outer); }
 void matmul_simt(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_simt); }
 void matmul_mma_sync(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_mma); }
 void matmul_cublas(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublas); }
@@ -55,6 +74,12 @@ void matmul_cublaslt(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm:
 }  // namespace
 
 void register_cuda_matmul(OpInfo& info) {
+  info.add_variant({.name = "outer",
+                    .device = DeviceType::cuda,
+                    .fn = matmul_outer,
+                    .dtypes = kFloatTypes,
+                    .supports = outer_ok,
+                    .note = "a thread per column of C, 4 rows, K <= 1024 in order (small layers' backward)"});
   info.add_variant({.name = "simt",
                     .device = DeviceType::cuda,
                     .fn = matmul_simt,
