@@ -8,25 +8,13 @@
 
 #include "bench/model/expectations.h"
 #include "bench/model/roofline.h"
+#include "tests/model_toy_gpu.h"
 
 using namespace ember;
 using namespace ember::model;
+using ember::model::testing::toy_gpu;
 
 namespace {
-
-// Round numbers so every expected value below is worked out by hand.
-GpuSpec toy_gpu() {
-  GpuSpec g;
-  g.name = "toy";
-  g.sms = 100;
-  g.clock_ghz = 1;
-  g.hbm_bytes_per_s = 1e12;
-  g.fp32_flops = 1e13;
-  g.tf32_flops = 1e14;
-  g.f16_flops = 2e14;
-  g.bf16_flops = 4e14;
-  return g;
-}
 
 sim::LaunchCounters launch(const std::string& name, uint64_t sectors, uint64_t ideal, uint64_t wavefronts = 0,
                            uint64_t ideal_wavefronts = 0) {

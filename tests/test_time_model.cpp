@@ -9,19 +9,13 @@
 #include <string>
 
 #include "bench/model/time_model.h"
+#include "tests/model_toy_gpu.h"
 
 using namespace ember;
 using namespace ember::model;
+using ember::model::testing::toy_gpu;
 
 namespace {
-
-GpuSpec toy_gpu() {
-  GpuSpec g;
-  g.name = "toy";
-  g.sms = 100;
-  g.max_warps_per_sm = 64;
-  return g;
-}
 
 TimeParams toy_params() {
   TimeParams p;

@@ -200,32 +200,28 @@ std::string outer_refusal(const Problem& p) {
   return "";
 }
 
-void run_outer(const Problem& p) {
+namespace {
+
+// Runs launch(T{}, stream) for the problem's dtype on its device, once `why` (the refusal) is empty.
+template <class F>
+void run_checked(const char* name, const Problem& p, const std::string& why, const F& launch) {
   if (p.M == 0 || p.N == 0) return;
-  const std::string why = outer_refusal(p);
-  EMBER_CHECK(why.empty(), "gemm outer: the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N,
-              "] is not taken: ", why);
+  EMBER_CHECK(why.empty(), name, ": the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N, "] is not taken: ", why);
   cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
-  if (p.dtype == DType::f32) dev::launch_outer<float>(p, stream);
-  else if (p.dtype == DType::f64) dev::launch_outer<double>(p, stream);
-  else if (p.dtype == DType::f16) dev::launch_outer<Half>(p, stream);
-  else if (p.dtype == DType::bf16) dev::launch_outer<BFloat16>(p, stream);
-  else EMBER_FAIL("gemm outer: dtype ", p.dtype, " is not supported (f32, f64, f16, bf16)");
+  EMBER_DISPATCH_FLOAT(p.dtype, name, [&] { launch(scalar_t{}, stream); });
+}
+
+}  // namespace
+
+void run_outer(const Problem& p) {
+  run_checked("gemm outer", p, outer_refusal(p),
+              [&](auto t, cudaStream_t stream) { dev::launch_outer<decltype(t)>(p, stream); });
 }
 
 void run_small(const Problem& p) {
-  if (p.M == 0 || p.N == 0) return;
-  const std::string why = small_refusal(p);
-  EMBER_CHECK(why.empty(), "gemm small: the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N,
-              "] is not taken: ", why);
-  cuda::DeviceGuard guard(p.device.index);
-  cudaStream_t stream = cuda::stream_for(p.device);
-  if (p.dtype == DType::f32) dev::launch_small<float>(p, stream);
-  else if (p.dtype == DType::f64) dev::launch_small<double>(p, stream);
-  else if (p.dtype == DType::f16) dev::launch_small<Half>(p, stream);
-  else if (p.dtype == DType::bf16) dev::launch_small<BFloat16>(p, stream);
-  else EMBER_FAIL("gemm small: dtype ", p.dtype, " is not supported (f32, f64, f16, bf16)");
+  run_checked("gemm small", p, small_refusal(p),
+              [&](auto t, cudaStream_t stream) { dev::launch_small<decltype(t)>(p, stream); });
 }
 
 }  // namespace ember::gemm
