@@ -43,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -220,19 +221,27 @@ struct Case {
   bool has_target = false;  // predict the full benchmark shape (target) from this smaller run
   Cost target;
   std::string run_shape;  // shapes that ran, when they differ from the case's name
-  // A shrunk case's full-shape inputs, never filled: a variant that refuses them (a small-shape
-  // kernel whose bound the quick shape fits) is not modelled on the case.
-  std::vector<Tensor> full;
+  // A shrunk case's full-shape inputs: a variant that refuses them (a small-shape kernel whose
+  // bound the quick shape fits) is not modelled on the case.
+  std::vector<TensorSpec> full;
 };
 
-// Whether `v` takes the full shape of a shrunk case (placeholder outputs: accepts() decides from
-// the inputs, as the registry's probes do).
-bool takes_full_shape(const OpInfo& info, const Variant& v, const Case& c) {
-  if (c.full.empty()) return true;
-  std::vector<Tensor> out;
-  for (const TensorSpec& s : info.infer(c.full, c.attrs))
-    out.push_back(s.alias >= 0 ? c.full[static_cast<size_t>(s.alias)] : empty({0}, TensorOptions(s.dtype)));
-  return v.accepts(KernelCall{info.id, c.full, out, c.attrs});
+// The call that asks the variants whether they take a shrunk case's full shape: unfilled inputs on
+// `d` (a variant's supports may look at their device and alignment) and empty outputs, as the
+// registry's probes pass; nullopt for a case that ran at its full shape. Made once per case and
+// dropped with it, so at most one case's full-size buffers exist at a time.
+struct FullShapeProbe {
+  std::vector<Tensor> in, out;
+};
+std::optional<FullShapeProbe> full_shape_probe(const OpInfo& info, const Case& c, Device d) {
+  if (c.full.empty()) return std::nullopt;
+  FullShapeProbe p;
+  for (const TensorSpec& s : c.full)
+    p.in.push_back(s.strides.empty() ? empty(s.shape, TensorOptions(s.dtype).device(d))
+                                     : empty_strided(s.shape, s.strides, TensorOptions(s.dtype).device(d)));
+  for (const TensorSpec& s : info.infer(p.in, c.attrs))
+    p.out.push_back(s.alias >= 0 ? p.in[static_cast<size_t>(s.alias)] : empty({0}, TensorOptions(s.dtype)));
+  return p;
 }
 
 // The op's largest sample (by FLOPs, then bytes) whose inputs hold at most kQuickElements, cast to
@@ -313,9 +322,7 @@ std::vector<Case> op_cases(const OpInfo& info, const Options& opt, Device d) {
       seen.push_back(key);
       c.in = make_from_specs(small, d);
       c.has_target = full_cost(info, bc, &c.target);
-      for (const TensorSpec& s : bc.inputs)
-        c.full.push_back(s.strides.empty() ? empty(s.shape, TensorOptions(s.dtype).device(d))
-                                           : empty_strided(s.shape, s.strides, TensorOptions(s.dtype).device(d)));
+      c.full = bc.inputs;
       c.run_shape = shape_str(c.in);
     } else {
       c.in = make_from_specs(bc.inputs, d);
@@ -383,7 +390,6 @@ model::TimedCall timed_call(const Row& r, const BenchResult* measured) {
   return t;
 }
 
-// --measured: each row's measured time beside the model's, then the errors and the variant ranking.
 bool is_stale(const Row& r, const model::TimeParams& p) {
   std::string key = str(r.op, " ", r.variant, " ", r.case_name);
   return std::find(p.stale.begin(), p.stale.end(), key) != p.stale.end();
@@ -397,8 +403,9 @@ std::vector<model::TimedCall> fit_calls(const std::vector<Row>& rows, const mode
   return calls;
 }
 
-// Returns the fit report of the non-stale rows.
-model::FitReport print_measured(const std::vector<Row>& rows, const model::TimeParams& p, bool loo, bool kernels) {
+// --measured: each row's measured time beside the model's, then the errors (leave-one-out too) and
+// the variant ranking. Returns the fit report of the non-stale rows.
+model::FitReport print_measured(const std::vector<Row>& rows, const model::TimeParams& p, bool kernels) {
   std::printf("%-8s %-12s %-34s %10s %10s %8s %-8s %8s %6s %7s %10s %5s\n", "op", "variant", "case", "measured",
               "model", "error", "bound", "blocks", "waves", "steps", "thru (us)", "small");
   std::vector<model::TimedCall> calls = fit_calls(rows, p);
@@ -423,12 +430,13 @@ model::FitReport print_measured(const std::vector<Row>& rows, const model::TimeP
                     t.in.kernels[i].resident_blocks_per_sm, r.kernels[i].kernel.c_str());
   }
   const model::GpuSpec& gpu = model::h200();
-  model::FitReport f = model::fit_report(gpu, p, calls, kErrorTolerance, loo && calls.size() >= 4);
+  const bool loo = calls.size() >= 4;  // fit_report's leave-one-out fits need three calls each
+  model::FitReport f = model::fit_report(gpu, p, calls, kErrorTolerance, loo);
   std::printf("\ntime model (H200; launch %.2f us, wave %.3f us, step %.4f us, hbm x%.3f, tensor x%.3f):\n",
               p.launch_s * 1e6, p.wave_s * 1e6, p.step_s * 1e6, p.hbm_fraction, p.tensor_fraction);
   std::printf("  within +-%.0f%%: %zu of %zu calls, %zu of %zu small-shape calls; median |error| %.1f%%\n",
               100 * kErrorTolerance, f.within, f.calls, f.small_within, f.small, 100 * f.median_abs_error);
-  if (loo && calls.size() >= 4)
+  if (loo)
     std::printf(
         "  leave-one-out (each call predicted by a fit without it): median |error| %.1f%%, %zu of %zu "
         "small-shape calls within +-%.0f%%\n",
@@ -525,7 +533,7 @@ int report_measured(const Options& opt, std::vector<Row>& rows, int failures) {
   if (!opt.fit.empty()) {
     const model::GpuSpec& gpu = model::h200();
     model::TimeParams q = model::fit_time_params(gpu, p, calls);
-    model::FitReport f = model::fit_report(gpu, q, calls, kErrorTolerance, calls.size() >= 4);
+    model::FitReport f = model::fit_report(gpu, q, calls, kErrorTolerance, true);
     q.header = {
         "# The time model's parameters for an H200 (Note [launch time model] in bench/model/time_model.h),",
         "# written by kernel_model --measured bench/results --fit (bench_ops --model takes the same",
@@ -545,7 +553,7 @@ int report_measured(const Options& opt, std::vector<Row>& rows, int failures) {
   for (Row& r : rows) r.time = model::predict_time(model::h200(), p, r.timed.in);
   std::printf("kernel_model: the time model's PREDICTED us beside the MEASURED us of %s (H200)\n\n",
               opt.measured.c_str());
-  model::FitReport f = print_measured(rows, p, true, opt.kernels);
+  model::FitReport f = print_measured(rows, p, opt.kernels);
   for (const BenchResult& m : opt.results) {  // a case or variant renamed or gone since the run
     bool ran = std::any_of(rows.begin(), rows.end(), [&](const Row& r) {
       return r.op == m.op && r.case_name == m.case_name && r.variant == m.variant;
@@ -616,6 +624,7 @@ int run(const Options& opt) {
       continue;
     }
     for (Case& c : cases) {
+      std::optional<FullShapeProbe> full = full_shape_probe(info, c, dev);
       for (const Variant& v : info.variants) {
         if (v.device != DeviceType::cuda || (v.flags & kVendor) || !wanted(opt.variants, v.name)) continue;
         const BenchResult* measured = measured_row(opt, info.name, c.name, v.name);
@@ -629,7 +638,7 @@ int run(const Options& opt) {
         try {
           std::vector<Tensor> out = alloc_outputs(info, c.in, c.attrs, dev);
           KernelCall call{info.id, c.in, out, c.attrs};
-          if (!v.accepts(call) || !takes_full_shape(info, v, c)) continue;
+          if (!v.accepts(call) || (full && !v.accepts(KernelCall{info.id, full->in, full->out, c.attrs}))) continue;
           r.run = info.cost ? info.cost(call) : Cost{};
           r.target = c.has_target ? c.target : r.run;
           sim::take_counters();  // drop the launches that made the inputs

@@ -84,16 +84,16 @@ void run_simt(const Problem& p);  // f32, f64; needs Layout::unit_stride
 void run_mma(const Problem& p);   // f16, bf16 on sm_80+; needs Layout::unit_stride
 // The small-problem GEMM (every float dtype): both operands K-major, one batch, and A's and B's
 // re-reads (each 4-row tile of A is read once per 4 columns of C, and each 4 columns of B once per
-// 4 rows) at most kSmallMaxRereadBytes. small_refusal says why a problem is not taken ("" when it
-// is).
+// 4 rows) at most kSmallMaxRereadBytes. small_refusal says why a problem is not taken (nullptr when
+// it is; a fixed message, so the variants' supports, asked on every call, build no string).
 inline constexpr double kSmallMaxRereadBytes = 16.0 * (1 << 20);
-std::string small_refusal(const Problem& p);
+const char* small_refusal(const Problem& p);
 void run_small(const Problem& p);
 // The short-reduction GEMM of a small layer's backward (every float dtype): B row-major, one
 // batch, K at most kOuterMaxK, and B's re-reads (once per 4 rows of C) at most
-// kSmallMaxRereadBytes; A in any layout (outer_refusal: "" when taken).
+// kSmallMaxRereadBytes; A in any layout (outer_refusal: nullptr when taken, as small_refusal).
 inline constexpr int64_t kOuterMaxK = 1024;
-std::string outer_refusal(const Problem& p);
+const char* outer_refusal(const Problem& p);
 void run_outer(const Problem& p);
 bool mma_supported(int device);  // compute capability >= 8.0
 // v4: each operand K-major or MN-major with a pitch of a multiple of 8 elements, one batch

@@ -24,7 +24,7 @@ namespace ember::gemm {
 // the 8 warps' sums go through shared memory and threads 0-15 add them in warp order and run the
 // epilogue (bias, activation, one rounding). No shared-memory staging: a tile this small is
 // within a warp's reach, and re-reads of A and B come from L2. Those re-reads grow with the
-// problem (A is read N / 4 times, B M / 4 times), which is why small_fits() bounds them and the
+// problem (A is read N / 4 times, B M / 4 times), which is why small_refusal() bounds them and the
 // tiled kernels take larger layers.
 namespace dev {
 
@@ -173,40 +173,39 @@ void launch_small(const Problem& p, cudaStream_t stream) {
 
 }  // namespace dev
 
-std::string small_refusal(const Problem& p) {
+const char* small_refusal(const Problem& p) {
+  constexpr int64_t T = dev::kSmallTile;
   if (p.batch() != 1) return "batched";
   if (p.a_cs != 1 || p.b_rs != 1) return "an operand is not K-major";
-  const int64_t tiles =
-      ((p.M + dev::kSmallTile - 1) / dev::kSmallTile) * ((p.N + dev::kSmallTile - 1) / dev::kSmallTile);
-  if (tiles >= (int64_t{1} << 31)) return "too many output tiles";
+  if (((p.M + T - 1) / T) * ((p.N + T - 1) / T) >= (int64_t{1} << 31)) return "too many output tiles";
   const double es = static_cast<double>(dtype_size(p.dtype));
   const double rereads =
-      (static_cast<double>((p.N + 3) / 4) * p.M + static_cast<double>((p.M + 3) / 4) * p.N) * p.K * es;
+      (static_cast<double>((p.N + T - 1) / T) * p.M + static_cast<double>((p.M + T - 1) / T) * p.N) * p.K * es;
   if (rereads > kSmallMaxRereadBytes) return "its operand re-reads exceed the bound (a tiled kernel's problem)";
-  return "";
+  return nullptr;
 }
 
-std::string outer_refusal(const Problem& p) {
+const char* outer_refusal(const Problem& p) {
+  constexpr int64_t R = dev::kOuterRows, W = dev::kOuterThreads;
   if (p.batch() != 1) return "batched";
   if (p.b_cs != 1) return "B is not row-major";
-  if (p.K > kOuterMaxK) return "the reduction is longer than " + std::to_string(kOuterMaxK);
-  const int64_t blocks =
-      ((p.M + dev::kOuterRows - 1) / dev::kOuterRows) * ((p.N + dev::kOuterThreads - 1) / dev::kOuterThreads);
-  if (blocks >= (int64_t{1} << 31)) return "too many blocks";
+  if (p.K > kOuterMaxK) return "the reduction is longer than kOuterMaxK";
+  if (((p.M + R - 1) / R) * ((p.N + W - 1) / W) >= (int64_t{1} << 31)) return "too many blocks";
   const double es = static_cast<double>(dtype_size(p.dtype));
-  const double rereads =
-      static_cast<double>(p.K) * p.N * es * static_cast<double>((p.M + dev::kOuterRows - 1) / dev::kOuterRows);
+  const double rereads = static_cast<double>(p.K) * p.N * es * static_cast<double>((p.M + R - 1) / R);
   if (rereads > kSmallMaxRereadBytes) return "B's re-reads exceed the bound (a tiled kernel's problem)";
-  return "";
+  return nullptr;
 }
 
 namespace {
 
-// Runs launch(T{}, stream) for the problem's dtype on its device, once `why` (the refusal) is empty.
+// Runs launch(T{}, stream) for the problem's dtype on its device, unless `why` (the refusal) says
+// the kernel does not take it.
 template <class F>
-void run_checked(const char* name, const Problem& p, const std::string& why, const F& launch) {
+void run_checked(const char* name, const Problem& p, const char* why, const F& launch) {
   if (p.M == 0 || p.N == 0) return;
-  EMBER_CHECK(why.empty(), name, ": the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N, "] is not taken: ", why);
+  EMBER_CHECK(why == nullptr, name, ": the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N,
+              "] is not taken: ", why ? why : "");
   cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   EMBER_DISPATCH_FLOAT(p.dtype, name, [&] { launch(scalar_t{}, stream); });

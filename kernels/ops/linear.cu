@@ -39,8 +39,8 @@ bool sizes_fit(const KernelCall& c) {
   return w.shape()[0] <= kMax && w.shape()[1] <= kMax && (w.shape()[1] == 0 || x.numel() / w.shape()[1] <= kMax);
 }
 bool simt_ok(const KernelCall& c) { return sizes_fit(c); }
-// Decided from the inputs alone (callers may probe with placeholder outputs): contiguous x and w
-// make both operands K-major.
+// Decided from the inputs alone (the registry's probes pass empty outputs): contiguous x and w make
+// both operands K-major.
 bool small_ok(const KernelCall& c) {
   const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];
   if (!sizes_fit(c) || !x.is_contiguous() || !w.is_contiguous() || (b.defined() && !b.is_contiguous())) return false;
@@ -54,7 +54,7 @@ bool small_ok(const KernelCall& c) {
   p.a_cs = 1;
   p.b_rs = 1;
   p.b_cs = p.K;
-  return gemm::small_refusal(p).empty();
+  return gemm::small_refusal(p) == nullptr;
 }
 bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
 
