@@ -10,7 +10,7 @@
 //               256 threads, a fixed in-block reduction (gemm_small.cu, Note [small GEMM])
 //   run_outer   the short reductions of a small layer's backward (dz^T x, dz W) in one launch: a
 //               thread per column of C, 4 rows, K in order (gemm_small.cu, Note [outer-product
-//               GEMM])
+//               GEMM]); run_outer_fused also applies a relu mask to A and sums A's rows
 //   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)
 //   run_wgmma   v4: f16/bf16 on Hopper (sm_90a), TMA + mbarrier ring + wgmma, warp-specialised,
 //               persistent (gemm_wgmma_sm90a.cu, Note [warp-specialised GEMM])
@@ -95,6 +95,16 @@ void run_small(const Problem& p);
 inline constexpr int64_t kOuterMaxK = 1024;
 const char* outer_refusal(const Problem& p);
 void run_outer(const Problem& p);
+// What a relu layer's backward fuses into run_outer (Note [fused linear backward] in
+// kernels/ops/linear.cu): A's elements are read as 0 where a_mask's are not > 0 (a_mask has A's
+// dtype and strides: the layer's output y, so that A becomes dz = g * relu'(z)), and the sums
+// over k of A's rows, after the mask, are written to row_sum [M] (C's dtype; needs N > 0): the
+// bias gradient as a by-product of dW = dz^T x. Either may be null.
+struct OuterFusion {
+  const void* a_mask = nullptr;
+  void* row_sum = nullptr;
+};
+void run_outer_fused(const Problem& p, const OuterFusion& fuse);
 bool mma_supported(int device);  // compute capability >= 8.0
 // v4: each operand K-major or MN-major with a pitch of a multiple of 8 elements, one batch
 // (wgmma_refusal says why a problem is not taken: "" when it is); tiles of 128 x bn (128 or 256),

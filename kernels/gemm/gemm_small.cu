@@ -129,36 +129,67 @@ __global__ void __launch_bounds__(kSmallThreads) small_kernel(Args p) {
 // bounds K and the re-reads of B (once per kOuterRows rows of C).
 constexpr int kOuterThreads = 128, kOuterRows = 4;
 
-template <class T>
-__global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p) {
+// OuterFusion (cuda_gemm.h) as the kernel takes it.
+struct Fusion {
+  const void* a_mask;
+  void* row_sum;
+};
+
+// kFused: the relu mask on A and the row sums (Note [fused linear backward]); without it the
+// plain product, with no code for either.
+template <class T, bool kFused>
+__global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, Fusion f) {
   using Acc = SmallAcc<T>;
   const int64_t tiles_n = (p.N + kOuterThreads - 1) / kOuterThreads;
+  const int64_t tile_n = static_cast<int64_t>(blockIdx.x) % tiles_n;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) / tiles_n * kOuterRows;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) % tiles_n * kOuterThreads + threadIdx.x;
-  if (n >= p.N) return;  // no barrier below
+  const int64_t n = tile_n * kOuterThreads + threadIdx.x;
+  if (n >= p.N) return;  // no barrier below; thread 0 of tile 0 (n = 0) always stays
   const T* A = static_cast<const T*>(p.a) + m0 * p.a_rs;
+  const T* mask = kFused && f.a_mask != nullptr ? static_cast<const T*>(f.a_mask) + m0 * p.a_rs : nullptr;
+  // the blocks of the first column tile also sum A's rows, from the loads they make anyway
+  const bool sums = kFused && f.row_sum != nullptr && tile_n == 0;
   const T* B = static_cast<const T*>(p.b) + n;  // b_cs == 1
   const int rows = static_cast<int>(min64(kOuterRows, p.M - m0));
-  Acc acc[kOuterRows];
+  Acc acc[kOuterRows], rsum[kOuterRows];
 #pragma unroll
-  for (int i = 0; i < kOuterRows; ++i) acc[i] = Acc(0);
+  for (int i = 0; i < kOuterRows; ++i) acc[i] = rsum[i] = Acc(0);
 #pragma unroll 4
   for (int64_t k = 0; k < p.K; ++k) {
     const Acc b = static_cast<Acc>(B[k * p.b_rs]);
 #pragma unroll
-    for (int i = 0; i < kOuterRows; ++i)
-      if (i < rows) acc[i] += static_cast<Acc>(A[i * p.a_rs + k * p.a_cs]) * b;
+    for (int i = 0; i < kOuterRows; ++i) {
+      if (i >= rows) continue;
+      const int64_t at = i * p.a_rs + k * p.a_cs;
+      Acc a = static_cast<Acc>(A[at]);
+      if constexpr (kFused) {
+        // relu_backward's rule: y > 0 keeps g, anything else (NaN included) gives exactly 0
+        if (mask != nullptr && !(static_cast<Acc>(mask[at]) > Acc(0))) a = Acc(0);
+        if (sums) rsum[i] += a;
+      }
+      acc[i] += a * b;
+    }
   }
   const Acc bias = p.bias != nullptr ? static_cast<Acc>(static_cast<const T*>(p.bias)[n]) : Acc(0);
 #pragma unroll
   for (int i = 0; i < kOuterRows; ++i)
     if (i < rows) static_cast<T*>(p.c)[(m0 + i) * p.c_rs + n] = static_cast<T>(activate(acc[i] + bias, p.act));
+  if constexpr (kFused) {
+    if (sums && threadIdx.x == 0)
+#pragma unroll
+      for (int i = 0; i < kOuterRows; ++i)
+        if (i < rows) static_cast<T*>(f.row_sum)[m0 + i] = static_cast<T>(rsum[i]);
+  }
 }
 
 template <class T>
-void launch_outer(const Problem& p, cudaStream_t stream) {
+void launch_outer(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
   const int64_t blocks = ((p.M + kOuterRows - 1) / kOuterRows) * ((p.N + kOuterThreads - 1) / kOuterThreads);
-  cuda::launch(outer_kernel<T>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16));
+  const Fusion f{fuse.a_mask, fuse.row_sum};
+  if (f.a_mask != nullptr || f.row_sum != nullptr)
+    cuda::launch(outer_kernel<T, true>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16), f);
+  else
+    cuda::launch(outer_kernel<T, false>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16), f);
 }
 
 template <class T>
@@ -213,9 +244,12 @@ void run_checked(const char* name, const Problem& p, const char* why, const F& l
 
 }  // namespace
 
-void run_outer(const Problem& p) {
+void run_outer(const Problem& p) { run_outer_fused(p, {}); }
+
+void run_outer_fused(const Problem& p, const OuterFusion& fuse) {
+  EMBER_CHECK(fuse.row_sum == nullptr || p.N > 0, "gemm outer: row sums need at least one column of C");
   run_checked("gemm outer", p, outer_refusal(p),
-              [&](auto t, cudaStream_t stream) { dev::launch_outer<decltype(t)>(p, stream); });
+              [&](auto t, cudaStream_t stream) { dev::launch_outer<decltype(t)>(p, fuse, stream); });
 }
 
 void run_small(const Problem& p) {
