@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include "ember.h"
+#include "kernels/ops/linear.h"  // LinearAttrs
+#include "kernels/registry.h"
 
 using namespace ember;
 
@@ -16,6 +18,23 @@ TEST_CASE("shape mismatches name both shapes", "[bad-input]") {
   CHECK_THROWS_WITH(where(zeros({2}, DType::boolean), zeros({3}), zeros({2})), Catch::Contains("cannot be broadcast"));
   CHECK_THROWS_WITH(sum(zeros({2, 3}), {2}), Catch::Contains("out of range for a tensor with 2 dimensions"));
   CHECK_THROWS_WITH(gather(zeros({4, 5}), 1, zeros({4}, DType::i64)), Catch::Contains("must have as many dims"));
+}
+
+TEST_CASE("linear's backward ops name what does not fit", "[bad-input]") {
+  const Attrs none = LinearAttrs{0}, relu = LinearAttrs{1}, gelu = LinearAttrs{2};
+  const Tensor g = zeros({4, 5}), w = zeros({5, 3}), x = zeros({4, 3});
+  CHECK_THROWS_WITH(call1(OpId::linear_backward_input, {g, Tensor(), zeros({6, 3})}, none),
+                    Catch::Contains("grad_output [4, 5] has 5 features but weight [6, 3] has 6 outputs"));
+  CHECK_THROWS_WITH(call1(OpId::linear_backward_input, {g, Tensor(), w}, relu),
+                    Catch::Contains("relu needs the layer's output y for its mask"));
+  CHECK_THROWS_WITH(call1(OpId::linear_backward_input, {g, zeros({4, 6}), w}, relu),
+                    Catch::Contains("must have grad_output's shape and dtype"));
+  CHECK_THROWS_WITH(call1(OpId::linear_backward_input, {g, Tensor(), w}, gelu),
+                    Catch::Contains("the activation must be none (0) or relu (1), got 2"));
+  CHECK_THROWS_WITH(call(OpId::linear_backward_weight, {g, Tensor(), zeros({3, 3})}, none),
+                    Catch::Contains("input [3, 3] and grad_output [4, 5] must have the same leading dims"));
+  CHECK_THROWS_WITH(call(OpId::linear_backward_weight, {g, Tensor(), x.to(DType::f64)}, none),
+                    Catch::Contains("must have grad_output's dtype f32"));
 }
 
 TEST_CASE("dtype problems name the dtype", "[bad-input]") {

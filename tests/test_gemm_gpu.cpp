@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/gemm/cuda_gemm.h"
+#include "tests/launch_count_util.h"
 #endif
 
 using namespace ember;
@@ -225,6 +226,47 @@ TEST_CASE("cuda linear: every variant at the MNIST shapes, with each epilogue", 
         }
       }
 }
+
+#if EMBER_WITH_CUDA
+// At the MNIST MLP's layers a relu layer's backward is two kernels (one when its input needs no
+// gradient; Note [fused linear backward]), and they compute what the composite (relu_backward,
+// matmul, sum) does.
+TEST_CASE("cuda linear: a relu layer's backward is two kernels at the MLP's shapes", "[gpu][gemm]") {
+  const Variant* composite = find_variant(OpId::linear_backward_weight, DeviceType::cuda, "composite");
+  const Variant* composite_dx = find_variant(OpId::linear_backward_input, DeviceType::cuda, "composite");
+  REQUIRE(composite != nullptr);
+  REQUIRE(composite_dx != nullptr);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (auto [rows, in_f, out_f] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{64, 784, 128}, {64, 128, 64}, {128, 128, 64}}) {
+      INFO("[" << rows << "," << in_f << "] -> " << out_f << " relu " << dt);
+      const TensorOptions o = TensorOptions(dt).device(kCUDA);
+      Tensor x = uniform({rows, in_f}, -1, 1, o), w = uniform({out_f, in_f}, -0.1, 0.1, o).requires_grad_(true);
+      Tensor b = uniform({out_f}, -0.5, 0.5, o).requires_grad_(true), g = uniform({rows, out_f}, -1, 1, o);
+      auto backward = [&](bool input_grad) {
+        x.requires_grad_(input_grad);
+        for (Tensor* t : {&x, &w, &b}) t->reset_grad();
+        Tensor y = linear(x, w, b, Activation::relu);
+        return test::kernels_launched_by([&] { y.backward(g); });
+      };
+      backward(true);  // warm-up (allocations, the variants' first calls)
+      CHECK(backward(true) == 2);
+      CHECK(backward(false) == 1);
+      // the fused kernels' results against the composite's
+      x.requires_grad_(true);
+      for (Tensor* t : {&x, &w, &b}) t->reset_grad();
+      Tensor y = linear(x, w, b, Activation::relu);
+      y.backward(g);
+      const Attrs relu = LinearAttrs{static_cast<int64_t>(Activation::relu)};
+      std::vector<Tensor> want =
+          call_variant(*composite, OpId::linear_backward_weight, {g, y.detach(), x.detach()}, relu);
+      Tensor want_dx = call_variant(*composite_dx, OpId::linear_backward_input, {g, y.detach(), w.detach()}, relu)[0];
+      CHECK(testing::compare(w.grad().cpu(), want[0].cpu(), gemm_tol(dt)) == "");
+      CHECK(testing::compare(b.grad().cpu(), want[1].cpu(), gemm_tol(dt)) == "");
+      CHECK(testing::compare(x.grad().cpu(), want_dx.cpu(), gemm_tol(dt)) == "");
+    }
+}
+#endif
 
 #if EMBER_WITH_CUDA
 // The Hopper GEMM (Note [warp-specialised GEMM]): a persistent grid of 1 to 3 blocks walks 9 or 6

@@ -16,11 +16,19 @@
 // to acc_t (exact), then bias and activation in one pass. "cpu_fused" (the default) runs the
 // blocked GEMM (kernels/gemm/cpu_gemm.h) with bias, activation and rounding applied to each output
 // micro-tile while it is still in L1.
+//
+// The backward is two ops, so that a device can fuse each (Note [fused linear backward] in
+// linear.cu): linear_backward_input (g, y, W) -> dx = dz W and linear_backward_weight (g, y, x) ->
+// (dW = dz^T x, db = sum(dz)), with dz = g * relu'(y) for relu (y, the saved output, is > 0
+// exactly where z is) and dz = g for none. gelu's vjp computes dz itself and passes none. On the
+// CPU "cpu" is their reference (in acc_t, matmul's reference loop) and "composite" the default:
+// relu_backward, matmul and sum, the ops the backward ran before it was fused.
 #include "kernels/ops/linear.h"
 
 #include "kernels/common/math.h"
 #include "kernels/gemm/cpu_gemm.h"
 #include "kernels/functional.h"
+#include "kernels/ops/reduce.h"  // ReduceAttrs
 #include "kernels/ops/unary.h"
 #include "kernels/registry.h"
 
@@ -114,20 +122,22 @@ std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
   const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1], &b = ctx.inputs[2];
   auto act = static_cast<Activation>(ctx.attr<LinearAttrs>().activation);
   Tensor g = ctx.grad(0);
-  Tensor dz = g;
+  Tensor y;  // the relu mask's source
   if (act == Activation::relu) {
-    dz = relu_backward(g, ctx.outputs[0]);  // y > 0 exactly where z > 0
+    y = ctx.outputs[0];
   } else if (act == Activation::gelu) {
     Tensor z = linear(x, w, b);  // recompute the pre-activation
-    dz = gelu_backward(g, z);
+    g = gelu_backward(g, z);
+    act = Activation::none;
   }
-  int64_t in_f = w.shape()[1], out_f = w.shape()[0];
-  const int64_t rows = leading_rows(x);
-  Tensor dz2 = dz.reshape({rows, out_f});
+  const LinearAttrs ba{static_cast<int64_t>(act)};
   Tensor dx, dw, db;
-  if (ctx.needs_grad(0)) dx = matmul(dz2, w).reshape(x.shape());
-  if (ctx.needs_grad(1)) dw = matmul(dz2.t(), x.reshape({rows, in_f}));
-  if (ctx.needs_grad(2) && b.defined()) db = sum(dz2, {0});
+  if (ctx.needs_grad(0)) dx = call1(OpId::linear_backward_input, {g, y, w}, ba);
+  if (ctx.needs_grad(1) || (ctx.needs_grad(2) && b.defined())) {
+    std::vector<Tensor> r = call(OpId::linear_backward_weight, {g, y, x}, ba);
+    if (ctx.needs_grad(1)) dw = r[0];
+    if (ctx.needs_grad(2) && b.defined()) db = r[1];
+  }
   return {dx, dw, db};
 }
 
@@ -138,6 +148,144 @@ Cost linear_cost(const KernelCall& c) {
   double bytes = static_cast<double>(x.nbytes() + w.nbytes() + c.out[0].nbytes());
   if (c.in[2].defined()) bytes += static_cast<double>(c.in[2].nbytes());
   return {bytes, 2.0 * rows * in_f * out_f};
+}
+
+// ---- linear_backward_input, linear_backward_weight ----
+
+bool uses_mask(const KernelCall& c) {
+  return static_cast<Activation>(c.attr<LinearAttrs>().activation) == Activation::relu;
+}
+
+// What both backward ops check of (grad_output, output, ...): g [..., out] floating; y g's shape
+// and dtype when the activation is relu (its mask), ignored for none.
+void check_grad_and_output(const char* op, const Tensor& g, const Tensor& y, const Attrs& a) {
+  const int64_t act = a.get<LinearAttrs>().activation;
+  EMBER_CHECK(act == 0 || act == 1, op, ": the activation must be none (0) or relu (1), got ", act,
+              " (for gelu, apply gelu_backward to the gradient first and pass none)");
+  EMBER_CHECK(g.defined() && g.dim() >= 1, op, ": grad_output must have at least one dim, got ",
+              g.defined() ? g.describe() : std::string("none"));
+  EMBER_CHECK(is_floating(g.dtype()), op, ": grad_output ", g.describe(), " must be floating");
+  if (act == 1) {
+    EMBER_CHECK(y.defined(), op, ": relu needs the layer's output y for its mask, got none");
+    EMBER_CHECK(y.shape() == g.shape() && y.dtype() == g.dtype(), op, ": the output ", y.describe(),
+                " must have grad_output's shape and dtype ", g.describe());
+  }
+}
+
+std::vector<TensorSpec> infer_linear_backward_input(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(in.size() == 3, "linear_backward_input: expects (grad_output, output, weight)");
+  const Tensor &g = in[0], &y = in[1], &w = in[2];
+  check_grad_and_output("linear_backward_input", g, y, a);
+  EMBER_CHECK(w.defined() && w.dim() == 2, "linear_backward_input: weight must be [out_features, in_features], got ",
+              w.defined() ? w.describe() : std::string("none"));
+  EMBER_CHECK(g.shape().back() == w.shape()[0], "linear_backward_input: grad_output ", g.shape(), " has ",
+              g.shape().back(), " features but weight ", w.shape(), " has ", w.shape()[0], " outputs");
+  EMBER_CHECK(w.dtype() == g.dtype(), "linear_backward_input: weight ", w.describe(), " must have grad_output's dtype ",
+              g.dtype());
+  Shape s = g.shape();
+  s[s.size() - 1] = w.shape()[1];
+  return {{s, g.dtype(), {}}};
+}
+
+std::vector<TensorSpec> infer_linear_backward_weight(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(in.size() == 3, "linear_backward_weight: expects (grad_output, output, input)");
+  const Tensor &g = in[0], &y = in[1], &x = in[2];
+  check_grad_and_output("linear_backward_weight", g, y, a);
+  EMBER_CHECK(x.defined(), "linear_backward_weight: the layer's input is missing");
+  bool same_lead = x.dim() == g.dim();
+  for (int d = 0; same_lead && d + 1 < x.dim(); ++d) same_lead = x.shape()[d] == g.shape()[d];
+  EMBER_CHECK(same_lead, "linear_backward_weight: input ", x.shape(), " and grad_output ", g.shape(),
+              " must have the same leading dims");
+  EMBER_CHECK(x.dtype() == g.dtype(), "linear_backward_weight: input ", x.describe(), " must have grad_output's dtype ",
+              g.dtype());
+  const int64_t out_f = g.shape().back(), in_f = x.shape().back();
+  return {{Shape{out_f, in_f}, g.dtype(), {}}, {Shape{out_f}, g.dtype(), {}}};
+}
+
+// dz as a [rows, out] matrix in `dtype`: g, or g where y > 0 and 0 elsewhere (exact in any dtype).
+Tensor masked_grad(const KernelCall& c, DType dtype) {
+  const Shape s{leading_rows(c.in[0]), c.in[0].shape().back()};
+  auto as = [&](const Tensor& t) { return t.dtype() == dtype ? t.reshape(s) : cast(t.reshape(s), dtype); };
+  Tensor g2 = as(c.in[0]);
+  return uses_mask(c) ? relu_backward(g2, as(c.in[1])) : g2;
+}
+
+DType acc_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+void linear_backward_input_cpu(const KernelCall& c) {
+  const DType acc = acc_dtype(c.in[0].dtype());
+  const Variant& ref = op_info(OpId::matmul).variants.at(0);
+  Tensor dx = call_variant(ref, OpId::matmul, {masked_grad(c, acc), cast(c.in[2], acc)}).at(0);
+  Tensor out = c.out[0].view(dx.shape());
+  copy_(out, dx);  // the one rounding
+}
+
+void linear_backward_weight_cpu(const KernelCall& c) {
+  const Tensor& x = c.in[2];
+  const DType acc = acc_dtype(x.dtype());
+  Tensor dz = masked_grad(c, acc);
+  const Variant& ref = op_info(OpId::matmul).variants.at(0);
+  Tensor x2 = cast(x.reshape({dz.shape()[0], x.shape().back()}), acc);
+  Tensor dw = call_variant(ref, OpId::matmul, {dz.t(), x2}).at(0);
+  Tensor db = sum(dz, {0});
+  Tensor out_w = c.out[0], out_b = c.out[1];
+  copy_(out_w, dw);
+  copy_(out_b, db);
+}
+
+// Gradients of the backward ops themselves (dz = g m, m = relu'(y) or 1, piecewise constant in y,
+// so y gets none). input: dx = dz W -> dg = (G W^T) m, dW = dz^T G.
+std::vector<Tensor> linear_backward_input_vjp(const BackwardCtx& ctx) {
+  const Tensor &g = ctx.inputs[0], &y = ctx.inputs[1], &w = ctx.inputs[2];
+  const bool relu = static_cast<Activation>(ctx.attr<LinearAttrs>().activation) == Activation::relu;
+  const int64_t rows = leading_rows(g), out_f = w.shape()[0], in_f = w.shape()[1];
+  Tensor G = ctx.grad(0).reshape({rows, in_f});
+  Tensor y2 = relu ? y.reshape({rows, out_f}) : Tensor();
+  Tensor dg, dw;
+  if (ctx.needs_grad(0)) {
+    Tensor t = matmul(G, w.t());
+    dg = (relu ? relu_backward(t, y2) : t).reshape(g.shape());
+  }
+  if (ctx.needs_grad(2)) {
+    Tensor g2 = g.reshape({rows, out_f});
+    dw = matmul((relu ? relu_backward(g2, y2) : g2).t(), G);
+  }
+  return {dg, Tensor(), dw};
+}
+
+// weight: dW = dz^T x, db = sum(dz) -> dg = (x GW^T + Gb) m, dx = dz GW.
+std::vector<Tensor> linear_backward_weight_vjp(const BackwardCtx& ctx) {
+  const Tensor &g = ctx.inputs[0], &y = ctx.inputs[1], &x = ctx.inputs[2];
+  const bool relu = static_cast<Activation>(ctx.attr<LinearAttrs>().activation) == Activation::relu;
+  const int64_t rows = leading_rows(g), out_f = g.shape().back(), in_f = x.shape().back();
+  Tensor Gw = ctx.grad(0), Gb = ctx.grad(1);
+  Tensor y2 = relu ? y.reshape({rows, out_f}) : Tensor();
+  Tensor dg, dx;
+  if (ctx.needs_grad(0)) {
+    Tensor t = linear(x.reshape({rows, in_f}), Gw, Gb);  // x GW^T + Gb, rounded once
+    dg = (relu ? relu_backward(t, y2) : t).reshape(g.shape());
+  }
+  if (ctx.needs_grad(2)) {
+    Tensor g2 = g.reshape({rows, out_f});
+    dx = matmul(relu ? relu_backward(g2, y2) : g2, Gw).reshape(x.shape());
+  }
+  return {dg, Tensor(), dx};
+}
+
+Cost linear_backward_input_cost(const KernelCall& c) {
+  const Tensor &g = c.in[0], &w = c.in[2];
+  double bytes = static_cast<double>(g.nbytes() + w.nbytes() + c.out[0].nbytes());
+  if (uses_mask(c)) bytes += static_cast<double>(c.in[1].nbytes());
+  const double rows = static_cast<double>(leading_rows(g));
+  return {bytes, 2.0 * rows * static_cast<double>(w.shape()[0]) * static_cast<double>(w.shape()[1])};
+}
+
+Cost linear_backward_weight_cost(const KernelCall& c) {
+  const Tensor &g = c.in[0], &x = c.in[2];
+  double bytes = static_cast<double>(g.nbytes() + x.nbytes() + c.out[0].nbytes() + c.out[1].nbytes());
+  if (uses_mask(c)) bytes += static_cast<double>(c.in[1].nbytes());
+  const double rows = static_cast<double>(leading_rows(g)), out_f = static_cast<double>(g.shape().back());
+  return {bytes, 2.0 * rows * out_f * static_cast<double>(x.shape().back()) + rows * out_f};
 }
 
 }  // namespace
@@ -160,6 +308,57 @@ void define_op_linear(OpInfo& info) {
                     .fn = linear_cpu_fused,
                     .dtypes = kFloatTypes,
                     .note = "blocked GEMM with bias, activation and rounding fused into each output tile"});
+}
+
+void linear_backward_input_composite(const KernelCall& c) {
+  const Tensor& w = c.in[2];
+  Tensor dz = masked_grad(c, w.dtype());
+  call_into(OpId::matmul, {dz, w}, {c.out[0].view({dz.shape()[0], w.shape()[1]})});
+}
+
+void linear_backward_weight_composite(const KernelCall& c) {
+  const Tensor& x = c.in[2];
+  Tensor dz = masked_grad(c, x.dtype());
+  call_into(OpId::matmul, {dz.t(), x.reshape({dz.shape()[0], x.shape().back()})}, {c.out[0]});
+  call_into(OpId::sum, {dz}, {c.out[1]}, ReduceAttrs{1, 0, 1});
+}
+
+void define_op_linear_backward_input(OpInfo& info) {
+  info.doc = "dx = (g relu'(y)) W: linear's input gradient with the activation's mask fused";
+  info.infer = infer_linear_backward_input;
+  info.backward = linear_backward_input_vjp;
+  info.save = Save::inputs;
+  info.cost = linear_backward_input_cost;
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = linear_backward_input_cpu,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
+                    .note = "reference: the mask, then matmul's loop in acc_t"});
+  info.add_variant({.name = "composite",
+                    .device = DeviceType::cpu,
+                    .fn = linear_backward_input_composite,
+                    .dtypes = kFloatTypes,
+                    .note = "relu_backward, then matmul"});
+}
+
+void define_op_linear_backward_weight(OpInfo& info) {
+  info.doc = "(dW, db) = (dz^T x, sum(dz)), dz = g relu'(y): linear's weight and bias gradients";
+  info.infer = infer_linear_backward_weight;
+  info.backward = linear_backward_weight_vjp;
+  info.save = Save::inputs;
+  info.cost = linear_backward_weight_cost;
+  info.add_variant({.name = "cpu",
+                    .device = DeviceType::cpu,
+                    .fn = linear_backward_weight_cpu,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
+                    .note = "reference: the mask, then matmul's loop and the sum in acc_t"});
+  info.add_variant({.name = "composite",
+                    .device = DeviceType::cpu,
+                    .fn = linear_backward_weight_composite,
+                    .dtypes = kFloatTypes,
+                    .note = "relu_backward, then matmul and sum"});
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {

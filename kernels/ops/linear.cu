@@ -11,10 +11,15 @@
 //             f16/bf16 only without a bias (see cublas_ok)
 //   cublaslt  (kVendor) cuBLASLt's BIAS / RELU / RELU_BIAS epilogues; no gelu, because
 //             cuBLASLt's GELU epilogue is the tanh approximation and linear promises the erf form
-// Backward stays composite (linear.cpp): matmul, sum and relu_backward / gelu_backward.
+// The backward ops (linear.cpp says what they compute; Note [fused linear backward] below):
+//   outer     the mask and, for the weight, the bias gradient fused into the outer-product GEMM
+//             (gemm_small.cu): one launch each; registered first, the default where it is taken
+//   composite relu_backward, matmul and sum (their own defaults), for every other shape
+//   cublas    (kVendor) relu_backward, cuBLAS's GEMM and sum: what PyTorch's eager backward runs
 #include "kernels/functional.h"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops/linear.h"
+#include "kernels/ops/reduce.h"  // ReduceAttrs
 #include "kernels/registry.h"
 
 namespace ember {
@@ -86,7 +91,141 @@ void linear_mma_sync(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, 
 void linear_cublas(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublas); }
 void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublaslt); }
 
+// ---- linear_backward_input, linear_backward_weight ----
+
+// Note [fused linear backward]: a linear layer's backward was four launches: relu_backward
+// (dz = g relu'(z)), dz W, dz^T x, and the sum of dz over the rows for the bias. At the MNIST
+// MLP's sizes each is well under a microsecond of math and memory behind a launch of about 4.8 us
+// (the time model's fit to the H200, docs/perf.md). Here it is two, each one launch of the
+// outer-product kernel (gemm_small.cu, Note [outer-product GEMM]), whose A may have any layout:
+//   - linear_backward_input reads g as A and zeroes an element where the saved output y is not > 0
+//     as it loads it (one more broadcast load per element of A; dz is never written);
+//   - linear_backward_weight reads g transposed in place as A = dz^T, masked the same way, and
+//     the blocks of the first column tile also add up each row of A from the loads they make
+//     anyway: the bias gradient, in k order (deterministic), written by one thread per row.
+// Where the outer-product kernel refuses (a reduction longer than kOuterMaxK, B's re-reads past
+// their bound: the CNN's 3136-wide layer, or batch 256 and more for the 784-wide one) the
+// composite variant runs the four ops as before.
+
+int64_t rows_of(const Tensor& g) {
+  int64_t r = 1;
+  for (int d = 0; d + 1 < g.dim(); ++d) r *= g.shape()[d];
+  return r;
+}
+bool masked(const KernelCall& c) {
+  return static_cast<Activation>(c.attr<LinearAttrs>().activation) == Activation::relu;
+}
+
+// The outer-product problem of each op, from the inputs alone (pointers and outputs left unset).
+gemm::Problem outer_problem(DType dt, int64_t M, int64_t N, int64_t K, int64_t b_rs) {
+  gemm::Problem p;
+  p.dtype = dt;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.b_rs = b_rs;
+  p.b_cs = 1;
+  return p;
+}
+// input: dx [rows, in] = dz [rows, out] W [out, in]
+bool input_outer_ok(const KernelCall& c) {
+  const Tensor &g = c.in[0], &w = c.in[2];
+  const int64_t in_f = w.shape()[1];
+  return gemm::outer_refusal(outer_problem(g.dtype(), rows_of(g), in_f, w.shape()[0], in_f)) == nullptr;
+}
+// weight: dW [out, in] = dz^T [out, rows] x [rows, in]; db needs a column of C to ride on
+bool weight_outer_ok(const KernelCall& c) {
+  const Tensor &g = c.in[0], &x = c.in[2];
+  const int64_t in_f = x.shape().back();
+  return in_f > 0 && gemm::outer_refusal(outer_problem(g.dtype(), g.shape().back(), in_f, rows_of(g), in_f)) == nullptr;
+}
+
+void input_outer(const KernelCall& c) {
+  const Tensor &g = c.in[0], &y = c.in[1], &w = c.in[2];
+  const int64_t rows = rows_of(g);
+  gemm::Prepared pr =
+      gemm::prepare_matmul(g.view({rows, w.shape()[0]}), w, c.out[0].view({rows, w.shape()[1]}), Layout::unit_stride);
+  EMBER_CHECK(pr.p.a == g.data_ptr(), "linear_backward_input: the mask needs g read in place");
+  gemm::OuterFusion f;
+  if (masked(c)) f.a_mask = y.data_ptr();  // y has g's shape and (contiguous) strides
+  gemm::run_outer_fused(pr.p, f);
+}
+
+void weight_outer(const KernelCall& c) {
+  const Tensor &g = c.in[0], &y = c.in[1], &x = c.in[2];
+  const int64_t rows = rows_of(g), out_f = g.shape().back();
+  Tensor gt = g.view({rows, out_f}).t();  // A = dz^T, read in place
+  gemm::Prepared pr = gemm::prepare_matmul(gt, x.view({rows, x.shape().back()}), c.out[0], Layout::unit_stride);
+  EMBER_CHECK(pr.p.a == g.data_ptr(), "linear_backward_weight: the mask needs g read in place");
+  gemm::OuterFusion f;
+  if (masked(c)) f.a_mask = y.data_ptr();
+  f.row_sum = c.out[1].data_ptr();
+  gemm::run_outer_fused(pr.p, f);
+}
+
+// dz in g's dtype, as a [rows, out] matrix.
+Tensor dz_of(const KernelCall& c) {
+  const Tensor &g = c.in[0], &y = c.in[1];
+  const Shape s{rows_of(g), g.shape().back()};
+  return masked(c) ? relu_backward(g.view(s), y.view(s)) : g.view(s);
+}
+
+void input_cublas(const KernelCall& c) {
+  const Tensor& w = c.in[2];
+  Tensor dz = dz_of(c);
+  gemm::Prepared pr = gemm::prepare_matmul(dz, w, c.out[0].view({dz.shape()[0], w.shape()[1]}), Layout::vendor);
+  gemm::run_cublas(pr.p);
+}
+
+void weight_cublas(const KernelCall& c) {
+  const Tensor& x = c.in[2];
+  Tensor dz = dz_of(c);
+  gemm::Prepared pr = gemm::prepare_matmul(dz.t(), x.view({dz.shape()[0], x.shape().back()}), c.out[0], Layout::vendor);
+  gemm::run_cublas(pr.p);
+  call_into(OpId::sum, {dz}, {c.out[1]}, ReduceAttrs{1, 0, 1});
+}
+
 }  // namespace
+
+void register_cuda_linear_backward_input(OpInfo& info) {
+  info.add_variant({.name = "outer",
+                    .device = DeviceType::cuda,
+                    .fn = input_outer,
+                    .dtypes = kFloatTypes,
+                    .supports = input_outer_ok,
+                    .note = "one launch: the relu mask applied to g as the outer-product GEMM loads it"});
+  info.add_variant({.name = "composite",
+                    .device = DeviceType::cuda,
+                    .fn = linear_backward_input_composite,
+                    .dtypes = kFloatTypes,
+                    .note = "relu_backward, then matmul"});
+  info.add_variant({.name = "cublas",
+                    .device = DeviceType::cuda,
+                    .fn = input_cublas,
+                    .dtypes = kFloatTypes,
+                    .flags = kVendor,
+                    .note = "relu_backward, then cuBLAS's GEMM (PyTorch's eager backward)"});
+}
+
+void register_cuda_linear_backward_weight(OpInfo& info) {
+  info.add_variant({.name = "outer",
+                    .device = DeviceType::cuda,
+                    .fn = weight_outer,
+                    .dtypes = kFloatTypes,
+                    .supports = weight_outer_ok,
+                    .note = "one launch: the mask on dz^T and the bias gradient from the same loads"});
+  info.add_variant({.name = "composite",
+                    .device = DeviceType::cuda,
+                    .fn = linear_backward_weight_composite,
+                    .dtypes = kFloatTypes,
+                    .note = "relu_backward, then matmul and sum"});
+  info.add_variant({.name = "cublas",
+                    .device = DeviceType::cuda,
+                    .fn = weight_cublas,
+                    .dtypes = kFloatTypes,
+                    .flags = kVendor,
+                    .note = "relu_backward, then cuBLAS's GEMM and sum (PyTorch's eager backward)"});
+}
 
 void register_cuda_linear(OpInfo& info) {
   info.add_variant({.name = "small",
