@@ -30,6 +30,11 @@ and `case` is the name of the matching entry of that op's `benches()`:
   add, mul                                "2^26 f32", "2^26 bf16"            (kernels/ops/binary.cpp)
   relu                                    "2^26 f32", "2^26 bf16"            (kernels/ops/unary.cpp)
   sum                                     "[2^26] all f32"                   (kernels/ops/reduce.cpp)
+  linear_backward_input, linear_backward_weight
+                                          "[64,128] -> 64 relu f32", "[512,64] -> 10 bf16", ...
+                                          (bench/op_shapes/linear_shapes.cpp; what PyTorch's
+                                          autograd runs for a linear layer after a relu:
+                                          threshold_backward, then mm, and sum for the bias)
 Ops whose benches() were not in the repository when this script was written (matmul, linear,
 conv2d and its two gradients, max_pool2d, avg_pool2d and their gradients, batch_norm and its
 gradient) use descriptive shape names in the same style, defined in one place below
@@ -123,6 +128,36 @@ def gemm_cases():
                 yield ("linear", f"[{batch}, {fin}] -> {fout} {dt}", dt,
                        lambda x=x, w=w, bias=bias: F.linear(x, w, bias),
                        nbytes(x, w, bias) + batch * fout * SIZE[dt], flops)
+
+
+def linear_backward_cases():
+    """A linear layer's backward at the MNIST models' layers, as PyTorch's autograd runs it: the
+    relu's threshold_backward, then mm for dx, and mm and sum for dW and db."""
+    layers = ((784, 128, True), (128, 64, True), (64, 10, False), (3136, 128, True), (128, 10, False))
+    for dt in ("f32", "bf16"):
+        for batch in (64, 128, 512):
+            for fin, fout, relu in layers:
+                name = f"[{batch},{fin}] -> {fout}{' relu' if relu else ''} {dt}"
+                if not case_wanted(name):
+                    continue
+                g, y = rand([batch, fout], dt), rand([batch, fout], dt)
+                w, x = rand([fout, fin], dt), rand([batch, fin], dt)
+
+                def dz(g=g, y=y, relu=relu):
+                    return torch.ops.aten.threshold_backward(g, y, 0) if relu else g
+
+                flops = 2.0 * batch * fin * fout
+                mask = nbytes(y) if relu else 0
+                if fin != 784:  # the first layer's input is the data: no dx
+                    yield ("linear_backward_input", name, dt, lambda w=w, dz=dz: dz() @ w,
+                           nbytes(g, w) + mask + batch * fin * SIZE[dt], flops)
+
+                def dw_db(x=x, dz=dz):
+                    d = dz()
+                    return d.t() @ x, d.sum(0)
+
+                yield ("linear_backward_weight", name, dt, dw_db,
+                       nbytes(g, x) + mask + (fout * fin + fout) * SIZE[dt], flops + batch * fout)
 
 
 def conv_shapes():
@@ -247,7 +282,7 @@ def elementwise_cases():
     yield "sum", "[2^26] all f32", "f32", lambda: a.sum(), nbytes(a) + 4, 0
 
 
-GROUPS = (rooflines, gemm_cases, conv_cases, pool_cases, batch_norm_cases, softmax_cases, elementwise_cases)
+GROUPS = (rooflines, gemm_cases, linear_backward_cases, conv_cases, pool_cases, batch_norm_cases, softmax_cases, elementwise_cases)
 
 
 def main():

@@ -427,17 +427,22 @@ stage_4() {
   # about 10 s in call 7 (the 4096^3 and 8192^3 GEMMs are checked against cuBLAS on the device);
   # since then the Hopper GEMM's two variants and five large cases (b transposed, [8192, 4096])
   step bench_gemm 23 bench_ops -- "$b" "${q[@]}" --op matmul,linear --json "$j/bench_gemm.json"
+  # a linear layer's backward at the MNIST models' layers, batch 64 and 512, f32 and bf16: the fused
+  # one-launch kernel, the composite and cuBLAS (Note [fused linear backward]); 36 small cases
+  step bench_linear_backward 13 bench_ops -- "$b" "${q[@]}" --op linear_backward_input,linear_backward_weight \
+       --case '^\[(64|512),' --json "$j/bench_linear_backward.json"
   # the convolutions ember trains (the MNIST CNN at batch 128, f32 and bf16) first, then two
-  # ResNet-50 shapes, a 3x3 and a 1x1, in f32 and in bf16 channels-last; the other batch sizes,
-  # ResNet shapes and f16 are left out (126 cases a direction never fitted: calls 2-8)
+  # ResNet-50 shapes, a 3x3 and a 1x1, in f32; the other batch sizes, ResNet shapes, f16 and (since
+  # the linear backward rows took their time) bf16 channels-last are left out (126 cases a
+  # direction never fitted: calls 2-8)
   local conv=conv2d,conv2d_backward_input,conv2d_backward_weight
   step bench_conv_mnist 15 bench_ops -- "$b" "${q[@]}" --op "$conv" --case ' n128 ' --json "$j/bench_conv_mnist.json"
-  step bench_conv_resnet 27 bench_ops -- "$b" "${q[@]}" --op "$conv" \
-       --case '^resnet50 (64->64 3x3 56x56|1x1 256->64 56x56) n32 (f32|bf16 channels-last)$' --json "$j/bench_conv_resnet.json"
+  step bench_conv_resnet 14 bench_ops -- "$b" "${q[@]}" --op "$conv" \
+       --case '^resnet50 (64->64 3x3 56x56|1x1 256->64 56x56) n32 f32$' --json "$j/bench_conv_resnet.json"
   step bench_h2d 5 -- "$BIN/bench_loader" --data "$DATA" --quick
   # PyTorch on the same ops and, for the convolutions, the same shapes (its names differ; its
   # rooflines always run)
-  step torch_ops 20 py -- "$python" "$PY/torch_ops.py" --iters 20 --only '^(softmax|cross_entropy|add|sum|matmul|linear|conv2d.*)$' \
+  step torch_ops 20 py -- "$python" "$PY/torch_ops.py" --iters 20 --only '^(softmax|cross_entropy|add|sum|matmul|linear.*|conv2d.*)$' \
        --case '^(?!\[\d+, \d+, \d+, \d+\] \* )|^\[128, (1, 28|32, 14), |^\[32, (64, 56, 56\] \* \[64, 64, 3|256, 56, 56\] \* \[64, 256, 1), ' \
        --json "$j/torch_ops.json"
   (( dry_run )) && return 0
