@@ -42,6 +42,20 @@ struct Call {
   KernelCall call() { return KernelCall{op, in, out, attrs}; }
 };
 
+// oneDNN's bf16 kernels need AVX-512 (its avx512_core ISA); on a CPU without it (an AMD EPYC VM
+// without AVX-512, 2026-11-30) oneDNN has no bf16 implementation for these shapes, the dnnl
+// variants refuse the calls and ember's kernels run. So a bf16 case is skipped only there, and
+// only when the variant refuses; with AVX-512 it must be taken.
+bool bf16_refusal_allowed(DType dt) {
+#if defined(__x86_64__)
+  const bool avx512_core = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  const bool avx512_core = false;
+#endif
+  return dt == DType::bf16 && !avx512_core;
+}
+
 struct BackendGuard {  // restores the default preference of the ops a test changes
   std::vector<OpId> ops;
   ~BackendGuard() {
@@ -214,6 +228,7 @@ TEST_CASE("dnnl: conv2d and its gradients match the reference on MNIST and ResNe
           REQUIRE(d != nullptr);
           REQUIRE(ref != nullptr);
           Call probe(oc.op, oc.in, oc.attrs);
+          if (bf16_refusal_allowed(dt) && !d->accepts(probe.call())) continue;
           REQUIRE(d->accepts(probe.call()));
           std::vector<Tensor> got = call_variant(*d, oc.op, oc.in, oc.attrs);
           std::vector<Tensor> want = call_variant(*ref, oc.op, oc.in, oc.attrs);
@@ -240,6 +255,8 @@ TEST_CASE("dnnl: avg_pool2d and its gradient match the reference, bf16 gradients
         const Variant* d = cpu_variant(OpId::avg_pool2d, "dnnl");
         const Variant* ref = cpu_variant(OpId::avg_pool2d, "cpu");
         REQUIRE(d != nullptr);
+        Call fwd(OpId::avg_pool2d, {x}, a);
+        if (bf16_refusal_allowed(dt) && !d->accepts(fwd.call())) continue;
         std::vector<Tensor> got = call_variant(*d, OpId::avg_pool2d, {x}, a);
         std::vector<Tensor> want = call_variant(*ref, OpId::avg_pool2d, {x}, a);
         CHECK(testing::compare(got[0].to(DType::f32), want[0].to(DType::f32), tol) == "");
@@ -277,6 +294,7 @@ TEST_CASE("dnnl: matmul variant: vendor picks it for 2-D and same-batch 3-D, bro
     INFO(dt);
     Tensor a = x.to(dt), b = w.to(dt).transpose(0, 1);
     Call c(OpId::matmul, {a, b}, Attrs());
+    if (bf16_refusal_allowed(dt) && !d->accepts(c.call())) continue;
     CHECK(select_variant(info, c.call(), DeviceType::cpu).name == "dnnl");
     std::vector<Tensor> got = call_variant(*d, OpId::matmul, {a, b});
     std::vector<Tensor> want = call_variant(*ref, OpId::matmul, {a, b});
@@ -308,6 +326,8 @@ TEST_CASE("dnnl: batch_norm forward matches the CPU kernel, running statistics i
         BatchNormAttrs a{};
         a.training = training;
         Tensor rm_d = rm0.clone(), rv_d = rv0.clone(), rm_r = rm0.clone(), rv_r = rv0.clone();
+        Call probe(OpId::batch_norm, {x, w, b, rm_d, rv_d}, a);
+        if (bf16_refusal_allowed(dt) && !d->accepts(probe.call())) continue;
         std::vector<Tensor> got = call_variant(*d, OpId::batch_norm, {x, w, b, rm_d, rv_d}, a);
         std::vector<Tensor> want = call_variant(*ref, OpId::batch_norm, {x, w, b, rm_r, rv_r}, a);
         // f32: oneDNN's fp32 sums over M = 3136 values against the reference's double sums (the op
