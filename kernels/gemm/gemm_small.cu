@@ -129,16 +129,10 @@ __global__ void __launch_bounds__(kSmallThreads) small_kernel(Args p) {
 // bounds K and the re-reads of B (once per kOuterRows rows of C).
 constexpr int kOuterThreads = 128, kOuterRows = 4;
 
-// OuterFusion (cuda_gemm.h) as the kernel takes it.
-struct Fusion {
-  const void* a_mask;
-  void* row_sum;
-};
-
 // kFused: the relu mask on A and the row sums (Note [fused linear backward]); without it the
 // plain product, with no code for either.
 template <class T, bool kFused>
-__global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, Fusion f) {
+__global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, OuterFusion f) {
   using Acc = SmallAcc<T>;
   const int64_t tiles_n = (p.N + kOuterThreads - 1) / kOuterThreads;
   const int64_t tile_n = static_cast<int64_t>(blockIdx.x) % tiles_n;
@@ -185,11 +179,12 @@ __global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, Fusion f) 
 template <class T>
 void launch_outer(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
   const int64_t blocks = ((p.M + kOuterRows - 1) / kOuterRows) * ((p.N + kOuterThreads - 1) / kOuterThreads);
-  const Fusion f{fuse.a_mask, fuse.row_sum};
-  if (f.a_mask != nullptr || f.row_sum != nullptr)
-    cuda::launch(outer_kernel<T, true>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16), f);
+  if (fuse.a_mask != nullptr || fuse.row_sum != nullptr)
+    cuda::launch(outer_kernel<T, true>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16),
+                 fuse);
   else
-    cuda::launch(outer_kernel<T, false>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16), f);
+    cuda::launch(outer_kernel<T, false>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16),
+                 fuse);
 }
 
 template <class T>

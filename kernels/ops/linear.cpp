@@ -34,6 +34,25 @@
 
 namespace ember {
 
+// Explicit, so in_features = 0 works.
+int64_t linear_rows(const Tensor& t) {
+  int64_t r = 1;
+  for (int d = 0; d + 1 < t.dim(); ++d) r *= t.shape()[d];
+  return r;
+}
+
+bool linear_masks(const KernelCall& c) {
+  return static_cast<Activation>(c.attr<LinearAttrs>().activation) == Activation::relu;
+}
+
+// g, or g where y > 0 and 0 elsewhere (exact in any dtype); no copy when g has `dtype` and no mask.
+Tensor linear_dz(const KernelCall& c, DType dtype) {
+  const Shape s{linear_rows(c.in[0]), c.in[0].shape().back()};
+  auto as = [&](const Tensor& t) { return t.dtype() == dtype ? t.reshape(s) : cast(t.reshape(s), dtype); };
+  Tensor g2 = as(c.in[0]);
+  return linear_masks(c) ? relu_backward(g2, as(c.in[1])) : g2;
+}
+
 namespace {
 
 std::vector<TensorSpec> infer_linear(std::span<const Tensor> in, const Attrs& a) {
@@ -57,13 +76,6 @@ std::vector<TensorSpec> infer_linear(std::span<const Tensor> in, const Attrs& a)
   return {{s, x.dtype(), {}}};
 }
 
-// Rows of x seen as a matrix (the product of the leading dims; explicit, so in_features = 0 works).
-int64_t leading_rows(const Tensor& x) {
-  int64_t r = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) r *= x.shape()[d];
-  return r;
-}
-
 template <class T>
 void epilogue_cpu(Tensor& z, const Tensor& b, Activation act) {
   T* zp = z.data<T>();
@@ -84,7 +96,7 @@ void linear_cpu(const KernelCall& c) {
   Tensor& y = c.out[0];
   auto act = static_cast<Activation>(c.attr<LinearAttrs>().activation);
   const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor x2 = cast(x.reshape({leading_rows(x), x.shape().back()}), acc);
+  Tensor x2 = cast(x.reshape({linear_rows(x), x.shape().back()}), acc);
   Tensor w2 = cast(w, acc);
   const Variant& ref = op_info(OpId::matmul).variants.at(0);  // the reference loop, not the default
   Tensor z = call_variant(ref, OpId::matmul, {x2, w2.t()}).at(0);
@@ -152,10 +164,6 @@ Cost linear_cost(const KernelCall& c) {
 
 // ---- linear_backward_input, linear_backward_weight ----
 
-bool uses_mask(const KernelCall& c) {
-  return static_cast<Activation>(c.attr<LinearAttrs>().activation) == Activation::relu;
-}
-
 // What both backward ops check of (grad_output, output, ...): g [..., out] floating; y g's shape
 // and dtype when the activation is relu (its mask), ignored for none.
 void check_grad_and_output(const char* op, const Tensor& g, const Tensor& y, const Attrs& a) {
@@ -202,20 +210,12 @@ std::vector<TensorSpec> infer_linear_backward_weight(std::span<const Tensor> in,
   return {{Shape{out_f, in_f}, g.dtype(), {}}, {Shape{out_f}, g.dtype(), {}}};
 }
 
-// dz as a [rows, out] matrix in `dtype`: g, or g where y > 0 and 0 elsewhere (exact in any dtype).
-Tensor masked_grad(const KernelCall& c, DType dtype) {
-  const Shape s{leading_rows(c.in[0]), c.in[0].shape().back()};
-  auto as = [&](const Tensor& t) { return t.dtype() == dtype ? t.reshape(s) : cast(t.reshape(s), dtype); };
-  Tensor g2 = as(c.in[0]);
-  return uses_mask(c) ? relu_backward(g2, as(c.in[1])) : g2;
-}
-
 DType acc_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
 void linear_backward_input_cpu(const KernelCall& c) {
   const DType acc = acc_dtype(c.in[0].dtype());
   const Variant& ref = op_info(OpId::matmul).variants.at(0);
-  Tensor dx = call_variant(ref, OpId::matmul, {masked_grad(c, acc), cast(c.in[2], acc)}).at(0);
+  Tensor dx = call_variant(ref, OpId::matmul, {linear_dz(c, acc), cast(c.in[2], acc)}).at(0);
   Tensor out = c.out[0].view(dx.shape());
   copy_(out, dx);  // the one rounding
 }
@@ -223,7 +223,7 @@ void linear_backward_input_cpu(const KernelCall& c) {
 void linear_backward_weight_cpu(const KernelCall& c) {
   const Tensor& x = c.in[2];
   const DType acc = acc_dtype(x.dtype());
-  Tensor dz = masked_grad(c, acc);
+  Tensor dz = linear_dz(c, acc);
   const Variant& ref = op_info(OpId::matmul).variants.at(0);
   Tensor x2 = cast(x.reshape({dz.shape()[0], x.shape().back()}), acc);
   Tensor dw = call_variant(ref, OpId::matmul, {dz.t(), x2}).at(0);
@@ -238,7 +238,7 @@ void linear_backward_weight_cpu(const KernelCall& c) {
 std::vector<Tensor> linear_backward_input_vjp(const BackwardCtx& ctx) {
   const Tensor &g = ctx.inputs[0], &y = ctx.inputs[1], &w = ctx.inputs[2];
   const bool relu = static_cast<Activation>(ctx.attr<LinearAttrs>().activation) == Activation::relu;
-  const int64_t rows = leading_rows(g), out_f = w.shape()[0], in_f = w.shape()[1];
+  const int64_t rows = linear_rows(g), out_f = w.shape()[0], in_f = w.shape()[1];
   Tensor G = ctx.grad(0).reshape({rows, in_f});
   Tensor y2 = relu ? y.reshape({rows, out_f}) : Tensor();
   Tensor dg, dw;
@@ -257,7 +257,7 @@ std::vector<Tensor> linear_backward_input_vjp(const BackwardCtx& ctx) {
 std::vector<Tensor> linear_backward_weight_vjp(const BackwardCtx& ctx) {
   const Tensor &g = ctx.inputs[0], &y = ctx.inputs[1], &x = ctx.inputs[2];
   const bool relu = static_cast<Activation>(ctx.attr<LinearAttrs>().activation) == Activation::relu;
-  const int64_t rows = leading_rows(g), out_f = g.shape().back(), in_f = x.shape().back();
+  const int64_t rows = linear_rows(g), out_f = g.shape().back(), in_f = x.shape().back();
   Tensor Gw = ctx.grad(0), Gb = ctx.grad(1);
   Tensor y2 = relu ? y.reshape({rows, out_f}) : Tensor();
   Tensor dg, dx;
@@ -275,16 +275,16 @@ std::vector<Tensor> linear_backward_weight_vjp(const BackwardCtx& ctx) {
 Cost linear_backward_input_cost(const KernelCall& c) {
   const Tensor &g = c.in[0], &w = c.in[2];
   double bytes = static_cast<double>(g.nbytes() + w.nbytes() + c.out[0].nbytes());
-  if (uses_mask(c)) bytes += static_cast<double>(c.in[1].nbytes());
-  const double rows = static_cast<double>(leading_rows(g));
+  if (linear_masks(c)) bytes += static_cast<double>(c.in[1].nbytes());
+  const double rows = static_cast<double>(linear_rows(g));
   return {bytes, 2.0 * rows * static_cast<double>(w.shape()[0]) * static_cast<double>(w.shape()[1])};
 }
 
 Cost linear_backward_weight_cost(const KernelCall& c) {
   const Tensor &g = c.in[0], &x = c.in[2];
   double bytes = static_cast<double>(g.nbytes() + x.nbytes() + c.out[0].nbytes() + c.out[1].nbytes());
-  if (uses_mask(c)) bytes += static_cast<double>(c.in[1].nbytes());
-  const double rows = static_cast<double>(leading_rows(g)), out_f = static_cast<double>(g.shape().back());
+  if (linear_masks(c)) bytes += static_cast<double>(c.in[1].nbytes());
+  const double rows = static_cast<double>(linear_rows(g)), out_f = static_cast<double>(g.shape().back());
   return {bytes, 2.0 * rows * out_f * static_cast<double>(x.shape().back()) + rows * out_f};
 }
 
@@ -312,13 +312,13 @@ void define_op_linear(OpInfo& info) {
 
 void linear_backward_input_composite(const KernelCall& c) {
   const Tensor& w = c.in[2];
-  Tensor dz = masked_grad(c, w.dtype());
+  Tensor dz = linear_dz(c, w.dtype());
   call_into(OpId::matmul, {dz, w}, {c.out[0].view({dz.shape()[0], w.shape()[1]})});
 }
 
 void linear_backward_weight_composite(const KernelCall& c) {
   const Tensor& x = c.in[2];
-  Tensor dz = masked_grad(c, x.dtype());
+  Tensor dz = linear_dz(c, x.dtype());
   call_into(OpId::matmul, {dz.t(), x.reshape({dz.shape()[0], x.shape().back()})}, {c.out[0]});
   call_into(OpId::sum, {dz}, {c.out[1]}, ReduceAttrs{1, 0, 1});
 }

@@ -53,8 +53,7 @@ bool small_ok(const KernelCall& c) {
   p.dtype = x.dtype();
   p.N = w.shape()[0];
   p.K = w.shape()[1];
-  p.M = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) p.M *= x.shape()[d];
+  p.M = linear_rows(x);
   p.a_rs = p.K;
   p.a_cs = 1;
   p.b_rs = 1;
@@ -78,11 +77,9 @@ bool cublas_ok(const KernelCall& c) {
 bool lt_ok(const KernelCall& c) {
   const Tensor &x = c.in[0], &w = c.in[1], &b = c.in[2];
   const int64_t in_f = w.shape()[1], out_f = w.shape()[0];
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.shape()[d];
   // the bias epilogue reads the bias with vector loads
   const bool bias_aligned = !b.defined() || reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
-  return bias_aligned && gemm::cublaslt_accepts(rows, out_f, in_f, act_of(c));
+  return bias_aligned && gemm::cublaslt_accepts(linear_rows(x), out_f, in_f, act_of(c));
 }
 
 void linear_small(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_small); }
@@ -107,15 +104,6 @@ void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm:
 // their bound: the CNN's 3136-wide layer, or batch 256 and more for the 784-wide one) the
 // composite variant runs the four ops as before.
 
-int64_t rows_of(const Tensor& g) {
-  int64_t r = 1;
-  for (int d = 0; d + 1 < g.dim(); ++d) r *= g.shape()[d];
-  return r;
-}
-bool masked(const KernelCall& c) {
-  return static_cast<Activation>(c.attr<LinearAttrs>().activation) == Activation::relu;
-}
-
 // The outer-product problem of each op, from the inputs alone (pointers and outputs left unset).
 gemm::Problem outer_problem(DType dt, int64_t M, int64_t N, int64_t K, int64_t b_rs) {
   gemm::Problem p;
@@ -131,55 +119,49 @@ gemm::Problem outer_problem(DType dt, int64_t M, int64_t N, int64_t K, int64_t b
 bool input_outer_ok(const KernelCall& c) {
   const Tensor &g = c.in[0], &w = c.in[2];
   const int64_t in_f = w.shape()[1];
-  return gemm::outer_refusal(outer_problem(g.dtype(), rows_of(g), in_f, w.shape()[0], in_f)) == nullptr;
+  return gemm::outer_refusal(outer_problem(g.dtype(), linear_rows(g), in_f, w.shape()[0], in_f)) == nullptr;
 }
 // weight: dW [out, in] = dz^T [out, rows] x [rows, in]; db needs a column of C to ride on
 bool weight_outer_ok(const KernelCall& c) {
   const Tensor &g = c.in[0], &x = c.in[2];
   const int64_t in_f = x.shape().back();
-  return in_f > 0 && gemm::outer_refusal(outer_problem(g.dtype(), g.shape().back(), in_f, rows_of(g), in_f)) == nullptr;
+  return in_f > 0 &&
+         gemm::outer_refusal(outer_problem(g.dtype(), g.shape().back(), in_f, linear_rows(g), in_f)) == nullptr;
 }
 
 void input_outer(const KernelCall& c) {
   const Tensor &g = c.in[0], &y = c.in[1], &w = c.in[2];
-  const int64_t rows = rows_of(g);
+  const int64_t rows = linear_rows(g);
   gemm::Prepared pr =
       gemm::prepare_matmul(g.view({rows, w.shape()[0]}), w, c.out[0].view({rows, w.shape()[1]}), Layout::unit_stride);
   EMBER_CHECK(pr.p.a == g.data_ptr(), "linear_backward_input: the mask needs g read in place");
   gemm::OuterFusion f;
-  if (masked(c)) f.a_mask = y.data_ptr();  // y has g's shape and (contiguous) strides
+  if (linear_masks(c)) f.a_mask = y.data_ptr();  // y has g's shape and (contiguous) strides
   gemm::run_outer_fused(pr.p, f);
 }
 
 void weight_outer(const KernelCall& c) {
   const Tensor &g = c.in[0], &y = c.in[1], &x = c.in[2];
-  const int64_t rows = rows_of(g), out_f = g.shape().back();
+  const int64_t rows = linear_rows(g), out_f = g.shape().back();
   Tensor gt = g.view({rows, out_f}).t();  // A = dz^T, read in place
   gemm::Prepared pr = gemm::prepare_matmul(gt, x.view({rows, x.shape().back()}), c.out[0], Layout::unit_stride);
   EMBER_CHECK(pr.p.a == g.data_ptr(), "linear_backward_weight: the mask needs g read in place");
   gemm::OuterFusion f;
-  if (masked(c)) f.a_mask = y.data_ptr();
+  if (linear_masks(c)) f.a_mask = y.data_ptr();
   f.row_sum = c.out[1].data_ptr();
   gemm::run_outer_fused(pr.p, f);
 }
 
-// dz in g's dtype, as a [rows, out] matrix.
-Tensor dz_of(const KernelCall& c) {
-  const Tensor &g = c.in[0], &y = c.in[1];
-  const Shape s{rows_of(g), g.shape().back()};
-  return masked(c) ? relu_backward(g.view(s), y.view(s)) : g.view(s);
-}
-
 void input_cublas(const KernelCall& c) {
   const Tensor& w = c.in[2];
-  Tensor dz = dz_of(c);
+  Tensor dz = linear_dz(c, c.in[0].dtype());
   gemm::Prepared pr = gemm::prepare_matmul(dz, w, c.out[0].view({dz.shape()[0], w.shape()[1]}), Layout::vendor);
   gemm::run_cublas(pr.p);
 }
 
 void weight_cublas(const KernelCall& c) {
   const Tensor& x = c.in[2];
-  Tensor dz = dz_of(c);
+  Tensor dz = linear_dz(c, c.in[0].dtype());
   gemm::Prepared pr = gemm::prepare_matmul(dz.t(), x.view({dz.shape()[0], x.shape().back()}), c.out[0], Layout::vendor);
   gemm::run_cublas(pr.p);
   call_into(OpId::sum, {dz}, {c.out[1]}, ReduceAttrs{1, 0, 1});

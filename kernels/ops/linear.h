@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/options.h"  // Activation
 
 namespace ember {
@@ -12,7 +13,12 @@ struct LinearAttrs {
   int64_t activation = 0;  // Activation (the backward ops take none or relu)
 };
 
+class Tensor;
 struct KernelCall;
+// What linear's kernels on either device share (linear.cpp):
+int64_t linear_rows(const Tensor& t);                // the product of t's leading dims (its rows as a matrix)
+bool linear_masks(const KernelCall& c);              // a backward op's call with relu: dz = g where y > 0
+Tensor linear_dz(const KernelCall& c, DType dtype);  // a backward op's dz as [rows, out] in dtype
 // The backward ops' composite kernels (relu_backward, matmul, sum through the registry), on either
 // device: linear.cpp registers them for the CPU, linear.cu for CUDA where the fused kernel refuses.
 void linear_backward_input_composite(const KernelCall& c);
