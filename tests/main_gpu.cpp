@@ -7,9 +7,6 @@
 // variant never ran in one of f32, f16 and bf16 that it is registered for and its op's samples use.
 // That includes the vendor variants (cuBLAS, cuBLASLt, cuDNN): the simulator build runs them on its
 // emulation of the libraries (Note [simulated vendor libraries] in sim/libs/common.h).
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -25,6 +22,7 @@
 #include "core/cuda/runtime.h"
 #include "kernels/openmp.h"
 #include "kernels/registry.h"
+#include "tests/catch_session.h"
 #include "tests/op_samples/op_samples.h"
 #include "tests/suite_env.h"
 
@@ -65,10 +63,7 @@ int check_coverage(const std::string& dir) {
     }
   }
   // A partial run (ctest -R, one test by hand) cannot cover everything: report, do not judge.
-  Catch::Session session;
-  size_t cases = 0;
-  for (const Catch::TestCase& tc : Catch::getAllTestCasesSorted(session.config()))
-    if (!tc.isHidden()) ++cases;
+  const size_t cases = ember::testing::visible_test_cases();
   const bool complete = test_runs.size() >= cases;
   std::printf("CUDA kernel variants run by the GPU suite (%zu test runs of %zu test cases):\n", test_runs.size(),
               cases);
@@ -142,7 +137,7 @@ int main(int argc, char** argv) {
   ember::restart_with_passive_openmp(argv);  // as tests/main_cpu.cpp
   ember::testing::set_suite_environment();   // as tests/main_cpu.cpp
   ember::register_lab_variants();            // the CUDA oracles (Note [lab variants])
-  if (only_lists(argc, argv)) return Catch::Session().run(argc, argv);
+  if (only_lists(argc, argv)) return ember::testing::run_catch(argc, argv);
   if (ember::cuda::device_count() == 0) {
     std::printf("SKIPPED: the GPU tests need a CUDA device (%s)\n", ember::cuda::unavailable_reason().c_str());
     return 77;
@@ -151,7 +146,7 @@ int main(int argc, char** argv) {
   auto p = ember::cuda::properties(0);
   // on stderr: ctest's test discovery reads the test list from stdout
   std::fprintf(stderr, "GPU tests on %s (sm_%d%d, %d SMs)\n", p.name.c_str(), p.major, p.minor, p.sm_count);
-  const int rc = Catch::Session().run(argc, argv);
+  const int rc = ember::testing::run_catch(argc, argv);
   if (const char* dir = std::getenv("EMBER_GPU_COVERAGE_DIR"); dir != nullptr && *dir != '\0')
     write_coverage(dir, argc, argv);
   return rc;
