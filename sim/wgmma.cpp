@@ -85,7 +85,11 @@ float element(const Block& b, const Desc& d, int r, int k, bool bf16, bool mn_ma
 }
 
 // Every element of a rows x 16 operand inside the block's shared declarations and visible to the
-// async proxy; lo and hi get the span of shared bytes it covers.
+// async proxy; lo and hi get the span of shared bytes it covers. Eight elements (k0..k0+7 of a row
+// when K-major, rows r0..r0+7 of a column when MN-major) are one 16-byte row of a core matrix in
+// the layouts the descriptors encode, so they are checked as one read; a descriptor that places
+// them otherwise is checked element by element. (Every thread of the warpgroup checks the operand,
+// so this is most of the emulation's cost.)
 void check_operand(Thread& t, const Desc& d, int rows, bool mn_major, const char* which, size_t& lo, size_t& hi,
                    std::source_location loc) {
   lo = SIZE_MAX;
@@ -93,17 +97,29 @@ void check_operand(Thread& t, const Desc& d, int rows, bool mn_major, const char
   if (d.base_offset != 0)
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
                        std::string("wgmma descriptor of ") + which + " with a base offset (not emulated)", loc);
-  for (int r = 0; r < rows; ++r)
-    for (int k = 0; k < 16; ++k) {
-      const size_t off = element_offset(d, r, k, 2, mn_major);
-      if (off + 2 > t.block->smem_capacity)
-        EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress,
-                           std::string("wgmma operand ") + which + " reaches past shared memory (element " +
-                               std::to_string(r) + ", " + std::to_string(k) + ")",
-                           loc);
-      check_async_proxy_read(t, off, 2, loc);
-      lo = std::min(lo, off);
-      hi = std::max(hi, off + 2);
+  const auto read = [&](size_t off, size_t bytes, int r, int k) {
+    if (off + bytes > t.block->smem_capacity)
+      EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress,
+                         std::string("wgmma operand ") + which + " reaches past shared memory (element " +
+                             std::to_string(r) + ", " + std::to_string(k) + ")",
+                         loc);
+    check_async_proxy_read(t, off, bytes, loc);
+    lo = std::min(lo, off);
+    hi = std::max(hi, off + bytes);
+  };
+  const auto at = [&](int r0, int k0, int i) { return mn_major ? std::pair{r0 + i, k0} : std::pair{r0, k0 + i}; };
+  for (int r0 = 0; r0 < rows; r0 += mn_major ? 8 : 1)
+    for (int k0 = 0; k0 < 16; k0 += mn_major ? 1 : 8) {
+      const auto [r7, k7] = at(r0, k0, 7);
+      const size_t first = element_offset(d, r0, k0, 2, mn_major);
+      if (first % 16 == 0 && element_offset(d, r7, k7, 2, mn_major) == first + 14) {
+        read(first, 16, r0, k0);
+        continue;
+      }
+      for (int i = 0; i < 8; ++i) {
+        const auto [r, k] = at(r0, k0, i);
+        read(element_offset(d, r, k, 2, mn_major), 2, r, k);
+      }
     }
 }
 
