@@ -20,7 +20,7 @@
 
 using namespace ember;
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(EMBER_LIBRARY_ASAN)
 #define TEST_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
