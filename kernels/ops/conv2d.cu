@@ -5,12 +5,15 @@
 //               dilation or groups, planes <= 32x32): one block per (image, slice of 8-32 output
 //               channels); input-channel chunks of the zero-padded planes and of the weight slice are
 //               staged in shared memory (fp32, <= 48 KB, so several blocks share an SM); each thread
-//               owns 8 output channels x TP pixels of one output row (TP = 7 when the width is a
-//               multiple of 7 - 28 and 14 - else 4) in registers and slides the kernel along the row:
-//               per (c, r) it loads TP + S - 1 inputs and S x 2 float4 weights for 8 x TP x S FMAs
-//               (TP = 7, S = 3: 15 shared loads for 168 FMAs, far below the shared-memory limit).
+//               owns 8 output channels (1 where there are fewer than 8) x TP pixels of one output
+//               row (TP = 7 when the width is a multiple of 7 - 28 and 14 - else 4) in registers
+//               and slides the kernel along the row: per (c, r) it loads TP + S - 1 inputs and S x 2
+//               float4 weights for 8 x TP x S FMAs (TP = 7, S = 3: 15 shared loads for 168 FMAs, far
+//               below the shared-memory limit).
 //               backward_input is the same kernel on grad_output with the weight flipped and
 //               transposed (padding R - 1 - pad): a stride-1 transposed convolution is a convolution.
+//               Its few, long threads per image (56 for MNIST conv2) split the input channels
+//               over groups of whole warps, summed in shared memory (Note [direct channel split]).
 //               backward_weight: blocks over (image split, k slice, c slice); each thread owns
 //               (4 output channels, one input channel, every tap) for a share of the output rows and
 //               walks them with a sliding window (7 shared loads per 36 FMAs for 3x3); the row shares
@@ -126,19 +129,23 @@ void mma_backward_weight(const KernelCall& c) {
 
 // ---- direct kernels (MNIST-sized convolutions) ----
 
-constexpr int kDirectTK = 8;              // output channels per thread (two float4 weight loads per tap)
 constexpr int kDirectSmemFloats = 12288;  // 48 KB: the default limit, several blocks per SM
+constexpr int kDirectThreads = 256;       // the most threads in a block (__launch_bounds__)
+constexpr int kDirectWarpsPerSm = 16;     // the channel split stops once this many warps per SM are resident
 
 struct DirectGeom {
   int N, Ci, H, W;  // input planes (x for forward, grad_output for backward_input)
   int Co, P, Q;     // output planes
   int pad;          // padding applied to the input planes
-  int KB;           // output channels per block (multiple of kDirectTK)
+  int TK;           // output channels per thread: 8 (two float4 weight loads per tap), 1 when Co < 8
+  int KB;           // output channels per block (multiple of TK)
   int QG;           // pixel groups per output row
   int Hp, Wpa;      // shared plane: Hp = P + KS - 1 rows, Wpa >= QG TP + KS - 1 columns (zero filled;
                     // Note [direct plane pitch])
   int CB;           // input channels per shared-memory chunk
-  int items;        // (KB / 8) P QG: one per thread
+  int items;        // (KB / TK) P QG: one per thread of a split
+  int CS;           // channel splits (Note [direct channel split]): CS groups of IW threads
+  int IW;           // threads per split: items rounded up to whole warps
 };
 
 // One input-channel chunk [c0, c0 + cb) into shared memory: the weights of the block's KB output
@@ -179,12 +186,49 @@ __device__ __forceinline__ void direct_stage_chunk(const T* __restrict__ xn, con
   }
 }
 
-// y[n, k0 + kk, p, q] for one image and KB output channels; thread = one item (8 channels x TP
-// pixels of a row), accumulated over input-channel chunks staged in shared memory. FLIP: the weight
-// is read as the transposed, flipped kernel of a [Co, Ci] convolution (backward_input).
-template <class T, int KS, int TP, bool FLIP>
-__global__ void __launch_bounds__(256) direct_kernel(const T* __restrict__ in, const T* __restrict__ w,
-                                                     const T* __restrict__ bias, T* __restrict__ out, DirectGeom g) {
+// Note [direct channel split]: a thread of direct_kernel owns TK channels x TP pixels of one output
+// row, so an image's work is (KB / TK) P QG threads: 56 for the MNIST conv2's input gradient
+// (32 channels of 14x14 from 64, KB 16), 112 for conv1's (1 channel of 28x28 from 32). With one
+// block per image that leaves 2-4 warps per SM on an H200 at batch 128, too few to hide the
+// shared-memory and FMA latencies, while each thread walks all 64 (or 32) input channels. So the
+// backward_input geometry splits the input channels over CS groups of IW threads (IW = the items
+// rounded up to whole warps, so every warp belongs to one split and reads one channel's plane): split
+// s takes channels c0 + s, c0 + s + CS, ... of each staged chunk, and at the end the CS - 1 other
+// splits' accumulators go through shared memory to split 0, which adds them in split order (the
+// result does not depend on the schedule). CS doubles while the block stays within 256 threads,
+// every split has a channel, the partials fit the 48 KB, and the grid holds fewer than 16 warps per
+// SM. The forward keeps CS = 1: its geometry is the one the H200 measured ahead of cuDNN (docs/perf.md),
+// and a split there waits for a GPU to time it.
+
+// The CS - 1 other splits' accumulators through shared memory to split 0, which adds them in split
+// order (Note [direct channel split]); returns whether this thread holds the sums (split 0).
+template <int TK, int TP>
+__device__ __forceinline__ bool direct_sum_splits(float (&acc)[TK][TP], float* smem, int split, int item, bool active,
+                                                  const DirectGeom& g) {
+  __syncthreads();  // the last chunk is no longer read
+  float* part = smem + item;
+  if (split > 0 && active) {
+    EMBER_UNROLL
+    for (int k = 0; k < TK; ++k) EMBER_UNROLL
+    for (int i = 0; i < TP; ++i) part[(((split - 1) * TK + k) * TP + i) * g.IW] = acc[k][i];
+  }
+  __syncthreads();
+  if (split > 0) return false;
+  for (int s = 1; s < g.CS; ++s) EMBER_UNROLL
+  for (int k = 0; k < TK; ++k) EMBER_UNROLL
+  for (int i = 0; i < TP; ++i) acc[k][i] += part[(((s - 1) * TK + k) * TP + i) * g.IW];
+  return true;
+}
+
+// y[n, k0 + kk, p, q] for one image and KB output channels; thread = one item (TK channels x TP
+// pixels of a row) of one channel split, accumulated over input-channel chunks staged in shared
+// memory. FLIP: the weight is read as the transposed, flipped kernel of a [Co, Ci] convolution
+// (backward_input).
+template <class T, int KS, int TP, int TK, bool FLIP>
+__global__ void __launch_bounds__(kDirectThreads)
+    direct_kernel(const T* __restrict__ in, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ out,
+                  DirectGeom g) {
+  static_assert(TK == 1 || TK == 8, "TK: one scalar or two float4 weight loads per tap");
   EMBER_SHARED(float4[kDirectSmemFloats / 4], smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   const int plane = g.Hp * g.Wpa;
@@ -192,15 +236,16 @@ __global__ void __launch_bounds__(256) direct_kernel(const T* __restrict__ in, c
   float* xs = smem + g.CB * KS * KS * g.KB;  // [CB][Hp][Wpa]
   const int n = blockIdx.x;
   const int k0 = blockIdx.y * g.KB;
-  const int tid = threadIdx.x;
-  const bool active = tid < g.items;
-  const int qg = tid % g.QG;
-  const int p = (tid / g.QG) % g.P;
-  const int kg = tid / (g.QG * g.P);
+  const int split = threadIdx.x / g.IW;
+  const int item = threadIdx.x - split * g.IW;
+  const bool active = item < g.items;
+  const int qg = item % g.QG;
+  const int p = (item / g.QG) % g.P;
+  const int kg = item / (g.QG * g.P);
   const int q0 = qg * TP;
-  float acc[kDirectTK][TP];
+  float acc[TK][TP];
   EMBER_UNROLL
-  for (int k = 0; k < kDirectTK; ++k) EMBER_UNROLL
+  for (int k = 0; k < TK; ++k) EMBER_UNROLL
   for (int i = 0; i < TP; ++i) acc[k][i] = 0.f;
 
   const T* xn = in + static_cast<int64_t>(n) * g.Ci * g.H * g.W;
@@ -210,9 +255,9 @@ __global__ void __launch_bounds__(256) direct_kernel(const T* __restrict__ in, c
     direct_stage_chunk<T, KS, FLIP>(xn, w, g, c0, cb, k0, ws, xs);
     __syncthreads();
     if (active) {
-      for (int c = 0; c < cb; ++c) {
+      for (int c = split; c < cb; c += g.CS) {
         const float* xc = xs + c * plane + p * g.Wpa + q0;
-        const float* wc = ws + c * KS * KS * g.KB + kg * kDirectTK;
+        const float* wc = ws + c * KS * KS * g.KB + kg * TK;
         EMBER_UNROLL
         for (int r = 0; r < KS; ++r) {
           float row[TP + KS - 1];
@@ -220,22 +265,30 @@ __global__ void __launch_bounds__(256) direct_kernel(const T* __restrict__ in, c
           for (int i = 0; i < TP + KS - 1; ++i) row[i] = xc[r * g.Wpa + i];
           EMBER_UNROLL
           for (int s = 0; s < KS; ++s) {
-            const float4* wp = reinterpret_cast<const float4*>(wc + (r * KS + s) * g.KB);
-            const float4 w0 = wp[0], w1 = wp[1];
-            const float wv[kDirectTK] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+            float wv[TK];
+            if constexpr (TK == 8) {
+              const float4* wp = reinterpret_cast<const float4*>(wc + (r * KS + s) * g.KB);
+              const float4 w0 = wp[0], w1 = wp[1];
+              wv[0] = w0.x, wv[1] = w0.y, wv[2] = w0.z, wv[3] = w0.w;
+              wv[4] = w1.x, wv[5] = w1.y, wv[6] = w1.z, wv[7] = w1.w;
+            } else {
+              wv[0] = wc[(r * KS + s) * g.KB];
+            }
             EMBER_UNROLL
-            for (int k = 0; k < kDirectTK; ++k) EMBER_UNROLL
+            for (int k = 0; k < TK; ++k) EMBER_UNROLL
             for (int i = 0; i < TP; ++i) acc[k][i] = fmaf(wv[k], row[i + s], acc[k][i]);
           }
         }
       }
     }
   }
+  // split 0 goes on with the block's sums
+  if (g.CS > 1 && !direct_sum_splits<TK, TP>(acc, smem, split, item, active, g)) return;
   if (!active) return;
   T* yn = out + static_cast<int64_t>(n) * g.Co * g.P * g.Q;
   EMBER_UNROLL
-  for (int k = 0; k < kDirectTK; ++k) {
-    const int kk = k0 + kg * kDirectTK + k;
+  for (int k = 0; k < TK; ++k) {
+    const int kk = k0 + kg * TK + k;
     if (kk >= g.Co) continue;
     const float bv = bias != nullptr ? static_cast<float>(bias[kk]) : 0.f;
     T* yrow = yn + (static_cast<int64_t>(kk) * g.P + p) * g.Q;
@@ -309,56 +362,80 @@ Geom cached_geom(const std::array<int64_t, N>& key, const Make& make) {
   return g;
 }
 
-// KB: the largest of 32/16/8 with one item per thread (<= 256), halved while there are fewer
-// blocks than SMs; CB: as many input channels as fit the 48 KB of shared memory. KB = 0: no fit.
-DirectGeom compute_direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pad, int KS, int sms) {
+// TK: 8 output channels per thread, or 1 when there are fewer than 8 (a transposed convolution
+// back to a 1-channel image would leave 7 of 8 accumulators idle). KB: the largest of 32/16/8 (4/2/1)
+// TK-multiples with one item per thread (<= 256), halved while there are fewer blocks than SMs;
+// CS: Note [direct channel split], only where `split`; CB: as many input channels as fit the 48 KB
+// of shared memory, balanced over the chunks when split. KB = 0: no fit.
+DirectGeom compute_direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pad, int KS, int sms,
+                               bool split) {
   DirectGeom d{.N = N, .Ci = Ci, .H = H, .W = W, .Co = Co, .P = P, .Q = Q, .pad = pad};
   const int tp = direct_tp(Q);
+  d.TK = Co < 8 ? 1 : 8;
   d.QG = (Q + tp - 1) / tp;
   d.Hp = P + KS - 1;
   d.Wpa = d.QG * tp + KS - 1;
-  auto items = [&](int kb) { return (kb / kDirectTK) * P * d.QG; };
+  auto items = [&](int kb) { return (kb / d.TK) * P * d.QG; };
   d.KB = 0;
-  for (int kb : {32, 16, 8})
-    if (items(kb) <= 256) {
+  for (int kb : {4 * d.TK, 2 * d.TK, d.TK})
+    if (items(kb) <= kDirectThreads) {
       d.KB = kb;
       break;
     }
   if (d.KB == 0) return d;
-  while (d.KB > kDirectTK && int64_t{N} * ((Co + d.KB - 1) / d.KB) < sms) d.KB /= 2;
-  d.KB = std::min(d.KB, (Co + kDirectTK - 1) / kDirectTK * kDirectTK);
+  while (d.KB > d.TK && int64_t{N} * ((Co + d.KB - 1) / d.KB) < sms) d.KB /= 2;
+  d.KB = std::min(d.KB, (Co + d.TK - 1) / d.TK * d.TK);
   d.items = items(d.KB);
+  d.IW = (d.items + 31) / 32 * 32;
+  d.CS = 1;
+  const int64_t blocks = int64_t{N} * ((Co + d.KB - 1) / d.KB);
+  while (split && 2 * d.CS * d.IW <= kDirectThreads && 2 * d.CS <= Ci &&
+         (2 * d.CS - 1) * d.TK * tp * d.IW <= kDirectSmemFloats &&
+         blocks * d.CS * d.IW / 32 < int64_t{sms} * kDirectWarpsPerSm)
+    d.CS *= 2;
   const int natural = d.Wpa;
   d.Wpa =
       pick_pitch(natural, d.items, [&](int tid, int pitch) { return ((tid / d.QG) % P) * pitch + (tid % d.QG) * tp; });
   if (KS * KS * d.KB + d.Hp * d.Wpa > kDirectSmemFloats) d.Wpa = natural;  // a channel must fit
   const int per_channel = KS * KS * d.KB + d.Hp * d.Wpa;
   d.CB = std::min(Ci, kDirectSmemFloats / per_channel);
-  if (d.CB < 1) d.KB = 0;
+  if (d.CB < 1) {
+    d.KB = 0;
+    return d;
+  }
+  if (d.CS > 1) {
+    const int chunks = (Ci + d.CB - 1) / d.CB;
+    d.CB = (Ci + chunks - 1) / chunks;
+  }
   return d;
 }
 
-DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pad, int KS, int sms) {
-  return cached_geom<DirectGeom>(std::array<int64_t, 10>{N, Ci, H, W, Co, P, Q, pad, KS, sms},
-                                 [&] { return compute_direct_geom(N, Ci, H, W, Co, P, Q, pad, KS, sms); });
+DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pad, int KS, int sms, bool split) {
+  return cached_geom<DirectGeom>(std::array<int64_t, 11>{N, Ci, H, W, Co, P, Q, pad, KS, sms, split},
+                                 [&] { return compute_direct_geom(N, Ci, H, W, Co, P, Q, pad, KS, sms, split); });
+}
+
+template <class T, int KS, int TP, int TK, bool FLIP>
+void launch_direct_t(const DirectGeom& d, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
+  dim3 grid(d.N, (d.Co + d.KB - 1) / d.KB);
+  cuda::launch(direct_kernel<T, KS, TP, TK, FLIP>, grid, d.CS * d.IW, 0, st, in, w, b, out, d);
 }
 
 template <class T, int KS, int TP, bool FLIP>
-void launch_direct_t(const DirectGeom& d, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
-  const int threads = (d.items + 31) / 32 * 32;
-  dim3 grid(d.N, (d.Co + d.KB - 1) / d.KB);
-  cuda::launch(direct_kernel<T, KS, TP, FLIP>, grid, threads, 0, st, in, w, b, out, d);
+void launch_direct_tk(const DirectGeom& d, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
+  if (d.TK == 8) launch_direct_t<T, KS, TP, 8, FLIP>(d, in, w, b, out, st);
+  else launch_direct_t<T, KS, TP, 1, FLIP>(d, in, w, b, out, st);
 }
 
 template <class T, bool FLIP>
 void launch_direct(const DirectGeom& d, int KS, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
   const bool tp7 = d.Q % 7 == 0;
   if (KS == 3) {
-    if (tp7) launch_direct_t<T, 3, 7, FLIP>(d, in, w, b, out, st);
-    else launch_direct_t<T, 3, 4, FLIP>(d, in, w, b, out, st);
+    if (tp7) launch_direct_tk<T, 3, 7, FLIP>(d, in, w, b, out, st);
+    else launch_direct_tk<T, 3, 4, FLIP>(d, in, w, b, out, st);
   } else {
-    if (tp7) launch_direct_t<T, 5, 7, FLIP>(d, in, w, b, out, st);
-    else launch_direct_t<T, 5, 4, FLIP>(d, in, w, b, out, st);
+    if (tp7) launch_direct_tk<T, 5, 7, FLIP>(d, in, w, b, out, st);
+    else launch_direct_tk<T, 5, 4, FLIP>(d, in, w, b, out, st);
   }
 }
 
@@ -382,13 +459,13 @@ bool direct_shape_ok(const ConvGeom& g) {
 DirectGeom forward_direct_geom(const ConvGeom& g, int sms) {
   return direct_geom(static_cast<int>(g.N), static_cast<int>(g.C), static_cast<int>(g.H), static_cast<int>(g.W),
                      static_cast<int>(g.K), static_cast<int>(g.P), static_cast<int>(g.Q), static_cast<int>(g.ph),
-                     static_cast<int>(g.R), sms);
+                     static_cast<int>(g.R), sms, false);
 }
 // dx = conv(grad_output, flip(w)^T) with padding R - 1 - pad: the input planes are [K, P, Q]
 DirectGeom backward_input_direct_geom(const ConvGeom& g, int sms) {
   return direct_geom(static_cast<int>(g.N), static_cast<int>(g.K), static_cast<int>(g.P), static_cast<int>(g.Q),
                      static_cast<int>(g.C), static_cast<int>(g.H), static_cast<int>(g.W),
-                     static_cast<int>(g.R - 1 - g.ph), static_cast<int>(g.R), sms);
+                     static_cast<int>(g.R - 1 - g.ph), static_cast<int>(g.R), sms, true);
 }
 
 bool direct_forward_supports(const KernelCall& c) {
