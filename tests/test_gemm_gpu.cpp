@@ -273,6 +273,42 @@ TEST_CASE("cuda linear: a relu layer's backward is two kernels at the MLP's shap
 #endif
 
 #if EMBER_WITH_CUDA
+// Where 4 rows a thread would re-read B past the bound, the outer-product kernel takes 16 (Note
+// [outer-product GEMM]): the first layer's weight gradient from batch 256 on. The fused weight and
+// bias gradients against the CPU's, at the smallest widths (of the 784-wide layer at batch 512)
+// that take 16 rows in each dtype.
+TEST_CASE("cuda linear: the weight gradient's outer product at 16 rows a thread", "[gpu][gemm]") {
+  const Variant* outer = find_variant(OpId::linear_backward_weight, DeviceType::cuda, "outer");
+  const Variant* cpu = find_variant(OpId::linear_backward_weight, DeviceType::cpu, "cpu");
+  REQUIRE(outer != nullptr);
+  REQUIRE(cpu != nullptr);
+  manual_seed(11);
+  constexpr int64_t rows = 512, in_f = 784;
+  for (auto [dt, out_f] : std::vector<std::pair<DType, int64_t>>{{DType::f32, 48}, {DType::bf16, 96}}) {
+    INFO("[" << rows << "," << in_f << "] -> " << out_f << " relu " << dt);
+    gemm::Problem p;  // dW [out, in] = dz^T [out, rows] x [rows, in]
+    p.dtype = dt;
+    p.M = out_f;
+    p.N = in_f;
+    p.K = rows;
+    p.b_rs = in_f;
+    p.b_cs = 1;
+    REQUIRE(gemm::outer_rows(p) == 16);
+    Tensor g = uniform({rows, out_f}, -1, 1).to(dt), y = uniform({rows, out_f}, -1, 1).to(dt);
+    Tensor x = uniform({rows, in_f}, -1, 1).to(dt);
+    const Attrs relu = LinearAttrs{static_cast<int64_t>(Activation::relu)};
+    std::vector<Tensor> want = call_variant(*cpu, OpId::linear_backward_weight, {g, y, x}, relu);
+    std::vector<Tensor> in{g.cuda(), y.cuda(), x.cuda()};
+    std::vector<Tensor> probe_out{empty({0}, TensorOptions(dt).device(kCUDA))};
+    REQUIRE(outer->accepts(KernelCall{OpId::linear_backward_weight, in, probe_out, relu}));
+    std::vector<Tensor> got = call_variant(*outer, OpId::linear_backward_weight, in, relu);
+    CHECK(testing::compare(got[0].cpu(), want[0], gemm_tol(dt)) == "");
+    CHECK(testing::compare(got[1].cpu(), want[1], gemm_tol(dt)) == "");
+  }
+}
+#endif
+
+#if EMBER_WITH_CUDA
 // The Hopper GEMM (Note [warp-specialised GEMM]): a persistent grid of 1 to 3 blocks walks 9 or 6
 // tiles, so the ring's stages and parities run on across tiles (6 k tiles each over 4 stages);
 // ragged M, N and K land as TMA's zeros; both tiles, both dtypes, bias and gelu; every operand

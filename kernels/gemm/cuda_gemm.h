@@ -90,9 +90,13 @@ inline constexpr double kSmallMaxRereadBytes = 16.0 * (1 << 20);
 const char* small_refusal(const Problem& p);
 void run_small(const Problem& p);
 // The short-reduction GEMM of a small layer's backward (every float dtype): B row-major, one
-// batch, K at most kOuterMaxK, and B's re-reads (once per 4 rows of C) at most
+// batch, K at most kOuterMaxK, and B's re-reads (once per 4 or 16 rows of C) at most
 // kSmallMaxRereadBytes; A in any layout (outer_refusal: nullptr when taken, as small_refusal).
+// outer_rows: the rows of C a thread owns, 4 or 16 (the fewest that keep the re-reads within the
+// bound; 16 only for K <= kOuterMaxK / 2; Note [outer-product GEMM] in gemm_small.cu), 0 when
+// neither does.
 inline constexpr int64_t kOuterMaxK = 1024;
+int outer_rows(const Problem& p);
 const char* outer_refusal(const Problem& p);
 void run_outer(const Problem& p);
 // What a relu layer's backward fuses into run_outer (Note [fused linear backward] in

@@ -121,22 +121,25 @@ __global__ void __launch_bounds__(kSmallThreads) small_kernel(Args p) {
 // Note [outer-product GEMM]: the backward of a small layer multiplies over the batch (dW = dz^T x,
 // a reduction of 64 to 512) or over the layer's outputs (dx = dz W, of 10 to 128), with B
 // row-major: B's rows are contiguous along the output's columns. Each thread owns one column n
-// of C and kOuterRows rows, and walks the reduction in order: B[k, n] is a coalesced load across
+// of C and R rows, and walks the reduction in order: B[k, n] is a coalesced load across
 // the warp, A[m, k] the same address in every lane (one broadcast), so A may have any layout (dz^T
 // is a transposed view). No shared memory, no barrier, no split: K is short, and the grid has
-// M / kOuterRows x N / 128 blocks (112 for the MLP's dW at batch 64, where the 128 x 128 tiles
+// M / R x N / 128 blocks (112 for the MLP's dW at batch 64, where the 128 x 128 tiles
 // give 7). The sum runs in k order, so the result does not depend on timing. outer_refusal
-// bounds K and the re-reads of B (once per kOuterRows rows of C).
-constexpr int kOuterThreads = 128, kOuterRows = 4;
+// bounds K and the re-reads of B (once per R rows of C): R = 4 rows a thread where those fit the
+// bound, else 16, which reads B a quarter as often for a grid a quarter as large. That takes the
+// first layer's weight gradient at batch 512 ([128, 512] x [512, 784]: B read 32 times at R = 4,
+// 51 MB in f32) in one launch, where the composite needs three.
+constexpr int kOuterThreads = 128;
 
 // kFused: the relu mask on A and the row sums (Note [fused linear backward]); without it the
 // plain product, with no code for either.
-template <class T, bool kFused>
+template <class T, bool kFused, int R>
 __global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, OuterFusion f) {
   using Acc = SmallAcc<T>;
   const int64_t tiles_n = (p.N + kOuterThreads - 1) / kOuterThreads;
   const int64_t tile_n = static_cast<int64_t>(blockIdx.x) % tiles_n;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) / tiles_n * kOuterRows;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) / tiles_n * R;
   const int64_t n = tile_n * kOuterThreads + threadIdx.x;
   if (n >= p.N) return;  // no barrier below; thread 0 of tile 0 (n = 0) always stays
   const T* A = static_cast<const T*>(p.a) + m0 * p.a_rs;
@@ -144,15 +147,15 @@ __global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, OuterFusio
   // the blocks of the first column tile also sum A's rows, from the loads they make anyway
   const bool sums = kFused && f.row_sum != nullptr && tile_n == 0;
   const T* B = static_cast<const T*>(p.b) + n;  // b_cs == 1
-  const int rows = static_cast<int>(min64(kOuterRows, p.M - m0));
-  Acc acc[kOuterRows], rsum[kOuterRows];
+  const int rows = static_cast<int>(min64(R, p.M - m0));
+  Acc acc[R], rsum[R];
 #pragma unroll
-  for (int i = 0; i < kOuterRows; ++i) acc[i] = rsum[i] = Acc(0);
+  for (int i = 0; i < R; ++i) acc[i] = rsum[i] = Acc(0);
 #pragma unroll 4
   for (int64_t k = 0; k < p.K; ++k) {
     const Acc b = static_cast<Acc>(B[k * p.b_rs]);
 #pragma unroll
-    for (int i = 0; i < kOuterRows; ++i) {
+    for (int i = 0; i < R; ++i) {
       if (i >= rows) continue;
       const int64_t at = i * p.a_rs + k * p.a_cs;
       Acc a = static_cast<Acc>(A[at]);
@@ -166,25 +169,31 @@ __global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, OuterFusio
   }
   const Acc bias = p.bias != nullptr ? static_cast<Acc>(static_cast<const T*>(p.bias)[n]) : Acc(0);
 #pragma unroll
-  for (int i = 0; i < kOuterRows; ++i)
+  for (int i = 0; i < R; ++i)
     if (i < rows) static_cast<T*>(p.c)[(m0 + i) * p.c_rs + n] = static_cast<T>(activate(acc[i] + bias, p.act));
   if constexpr (kFused) {
     if (sums && threadIdx.x == 0)
 #pragma unroll
-      for (int i = 0; i < kOuterRows; ++i)
+      for (int i = 0; i < R; ++i)
         if (i < rows) static_cast<T*>(f.row_sum)[m0 + i] = static_cast<T>(rsum[i]);
   }
 }
 
-template <class T>
-void launch_outer(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
-  const int64_t blocks = ((p.M + kOuterRows - 1) / kOuterRows) * ((p.N + kOuterThreads - 1) / kOuterThreads);
+template <class T, int R>
+void launch_outer_rows(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
+  const int64_t blocks = ((p.M + R - 1) / R) * ((p.N + kOuterThreads - 1) / kOuterThreads);
   if (fuse.a_mask != nullptr || fuse.row_sum != nullptr)
-    cuda::launch(outer_kernel<T, true>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16),
+    cuda::launch(outer_kernel<T, true, R>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16),
                  fuse);
   else
-    cuda::launch(outer_kernel<T, false>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16),
+    cuda::launch(outer_kernel<T, false, R>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16),
                  fuse);
+}
+
+template <class T>
+void launch_outer(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
+  if (outer_rows(p) == 4) launch_outer_rows<T, 4>(p, fuse, stream);
+  else launch_outer_rows<T, 16>(p, fuse, stream);
 }
 
 template <class T>
@@ -211,15 +220,25 @@ const char* small_refusal(const Problem& p) {
   return nullptr;
 }
 
+int outer_rows(const Problem& p) {
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  // 16 rows only up to half of kOuterMaxK: a thread's serial walk is K x R multiply-adds, and
+  // 512 x 16 (batch 512) is already twice the longest walk at 4 rows
+  for (int64_t r : {4, 16}) {
+    const double rereads = static_cast<double>(p.K) * p.N * es * static_cast<double>((p.M + r - 1) / r);
+    if (rereads <= kSmallMaxRereadBytes && (r == 4 || p.K <= kOuterMaxK / 2)) return static_cast<int>(r);
+  }
+  return 0;
+}
+
 const char* outer_refusal(const Problem& p) {
-  constexpr int64_t R = dev::kOuterRows, W = dev::kOuterThreads;
+  constexpr int64_t W = dev::kOuterThreads;
   if (p.batch() != 1) return "batched";
   if (p.b_cs != 1) return "B is not row-major";
   if (p.K > kOuterMaxK) return "the reduction is longer than kOuterMaxK";
-  if (((p.M + R - 1) / R) * ((p.N + W - 1) / W) >= (int64_t{1} << 31)) return "too many blocks";
-  const double es = static_cast<double>(dtype_size(p.dtype));
-  const double rereads = static_cast<double>(p.K) * p.N * es * static_cast<double>((p.M + R - 1) / R);
-  if (rereads > kSmallMaxRereadBytes) return "B's re-reads exceed the bound (a tiled kernel's problem)";
+  const int r = outer_rows(p);
+  if (r == 0) return "B's re-reads exceed the bound (a tiled kernel's problem)";
+  if (((p.M + r - 1) / r) * ((p.N + W - 1) / W) >= (int64_t{1} << 31)) return "too many blocks";
   return nullptr;
 }
 

@@ -101,8 +101,8 @@ void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm:
 //     the blocks of the first column tile also add up each row of A from the loads they make
 //     anyway: the bias gradient, in k order (deterministic), written by one thread per row.
 // Where the outer-product kernel refuses (a reduction longer than kOuterMaxK, B's re-reads past
-// their bound: the CNN's 3136-wide layer, or batch 256 and more for the 784-wide one) the
-// composite variant runs the four ops as before.
+// their bound even at 16 rows a thread: the CNN's 3136-wide layer's dW from batch 256, the
+// 784-wide one's past batch 512) the composite variant runs the four ops as before.
 
 // The outer-product problem of each op, from the inputs alone (pointers and outputs left unset).
 gemm::Problem outer_problem(DType dt, int64_t M, int64_t N, int64_t K, int64_t b_rs) {
