@@ -286,14 +286,8 @@ TEST_CASE("cuda linear: the weight gradient's outer product at 16 rows a thread"
   constexpr int64_t rows = 512, in_f = 784;
   for (auto [dt, out_f] : std::vector<std::pair<DType, int64_t>>{{DType::f32, 48}, {DType::bf16, 96}}) {
     INFO("[" << rows << "," << in_f << "] -> " << out_f << " relu " << dt);
-    gemm::Problem p;  // dW [out, in] = dz^T [out, rows] x [rows, in]
-    p.dtype = dt;
-    p.M = out_f;
-    p.N = in_f;
-    p.K = rows;
-    p.b_rs = in_f;
-    p.b_cs = 1;
-    REQUIRE(gemm::outer_rows(p) == 16);
+    // dW [out, in] = dz^T [out, rows] x [rows, in]
+    REQUIRE(gemm::outer_rows({.dtype = dt, .M = out_f, .N = in_f, .K = rows, .b_rs = in_f, .b_cs = 1}) == 16);
     Tensor g = uniform({rows, out_f}, -1, 1).to(dt), y = uniform({rows, out_f}, -1, 1).to(dt);
     Tensor x = uniform({rows, in_f}, -1, 1).to(dt);
     const Attrs relu = LinearAttrs{static_cast<int64_t>(Activation::relu)};
