@@ -230,7 +230,8 @@ __device__ __forceinline__ void direct_stage_chunk(const T* __restrict__ xn, con
 // and a split there waits for a GPU to time it.
 
 // The CS - 1 other splits' accumulators through shared memory to split 0, which adds them in split
-// order (Note [direct channel split]); returns whether this thread holds the sums (split 0).
+// order (Note [direct channel split]); returns whether this thread holds sums to store (an active
+// thread of split 0).
 template <int TK, int TP>
 __device__ __forceinline__ bool direct_sum_splits(float (&acc)[TK][TP], float* smem, int split, int item, bool active,
                                                   const DirectGeom& g) {
@@ -242,7 +243,7 @@ __device__ __forceinline__ bool direct_sum_splits(float (&acc)[TK][TP], float* s
     for (int i = 0; i < TP; ++i) part[(((split - 1) * TK + k) * TP + i) * g.IW] = acc[k][i];
   }
   __syncthreads();
-  if (split > 0) return false;
+  if (split > 0 || !active) return false;  // the rows past the items hold no partials
   for (int s = 1; s < g.CS; ++s) EMBER_UNROLL
   for (int k = 0; k < TK; ++k) EMBER_UNROLL
   for (int i = 0; i < TP; ++i) acc[k][i] += part[(((s - 1) * TK + k) * TP + i) * g.IW];
