@@ -779,7 +779,7 @@ void register_cuda_conv2d(OpInfo& info) {
                     .fn = direct_forward,
                     .dtypes = {DType::f32, DType::f16, DType::bf16},
                     .supports = direct_forward_supports,
-                    .note = "MNIST-sized: planes and weights in shared memory, 8 ch x 7 px per thread"});
+                    .note = "MNIST-sized: planes and weights in shared memory, 8 ch (1 if fewer) x 7 px per thread"});
   info.add_variant({.name = "igemm_mma",
                     .device = DeviceType::cuda,
                     .fn = mma_forward,
@@ -803,7 +803,7 @@ void register_cuda_conv2d_backward_input(OpInfo& info) {
                     .fn = direct_backward_input,
                     .dtypes = {DType::f32, DType::f16, DType::bf16},
                     .supports = direct_backward_input_supports,
-                    .note = "the direct forward kernel on grad_output with the flipped kernel"});
+                    .note = "the direct kernel on grad_output, flipped weight, channels split over warps"});
   info.add_variant({.name = "igemm_mma",
                     .device = DeviceType::cuda,
                     .fn = mma_backward_input,
