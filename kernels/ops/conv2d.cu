@@ -151,9 +151,9 @@ struct DirectGeom {
 // Note [batched staging]: a staging loop that loads one element and stores it to shared memory per
 // iteration waits a whole global-memory round trip (~0.3-0.5 us from L2 or HBM) per iteration,
 // because the store needs the value before the next load issues; nvcc did not unroll the direct
-// kernel's loops (one ld.global each in the PTX). With one block of 112-256 threads per image, the
-// MNIST conv1 input gradient's 32 planes of 30x32 are 50-100 such iterations a thread, which
-// alone is tens of microseconds (the H200 measured 161 us for that call with 112 threads). So each
+// kernel's loops (one ld.global each in the PTX). With one block of 112 threads per image, the
+// MNIST conv1 input gradient's 32 padded 30x30 planes and their weights were about 290 such iterations
+// a thread, ~100 us by themselves (the H200 measured 161 us for that call). So each
 // thread issues kStageBatch independent loads into registers, then makes the kStageBatch stores:
 // one round trip per batch. The simulator's counters see the same accesses either way, so the time
 // model (which counts barriers, not a loop's serial loads) does not see this difference.
