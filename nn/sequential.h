@@ -3,6 +3,16 @@
 //
 //   nn::Sequential net(nn::Linear(784, 128), nn::ReLU(), nn::Linear(128, 10));
 //   Tensor logits = net(x);
+//
+// Note [fused activations]: a Linear directly followed by a ReLU runs as one linear call with the
+// relu fused (its epilogue; the backward applies the mask as it loads the gradient, Note [fused
+// linear backward] in kernels/ops/linear.cu). The result is the same bit for bit: relu commutes
+// with rounding, and the mask y > 0 of the fused output is the mask of the separate relu. What
+// changes is the launches: a relu layer's forward and backward each lose the elementwise one, and
+// no pre-activation is kept for the backward. Only a module of exactly the Linear and ReLU types
+// is fused (a subclass may do something else in forward). GELU is not: linear's gelu backward
+// recomputes the pre-activation, a GEMM more for the launch it saves. fuse_activations = false
+// runs every module on its own (mnist_train --no-fuse-activations, the ablation's baseline).
 #pragma once
 
 #include "nn/module.h"
@@ -34,6 +44,8 @@ class SequentialImpl : public Module {
   }
 
   Tensor forward(const Tensor& x) override;
+
+  bool fuse_activations = true;  // Note [fused activations]
 
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }

@@ -13,6 +13,7 @@
 #include "kernels/functional.h"
 #include "kernels/ops/linear.h"  // LinearAttrs
 #include "kernels/registry.h"
+#include "nn/nn.h"
 #include "tests/op_driver.h"
 
 #if EMBER_WITH_CUDA
@@ -269,6 +270,55 @@ TEST_CASE("cuda linear: a relu layer's backward is two kernels at the MLP's shap
       CHECK(testing::compare(b.grad().cpu(), want[1].cpu(), gemm_tol(dt)) == "");
       CHECK(testing::compare(x.grad().cpu(), want_dx.cpu(), gemm_tol(dt)) == "");
     }
+}
+#endif
+
+#if EMBER_WITH_CUDA
+// mnist_train's MLP on the device: with its two Linear+ReLU pairs fused (Note [fused activations]
+// in nn/sequential.h) a step's forward and backward each launch two kernels fewer, and compute
+// what the unfused model does.
+TEST_CASE("cuda nn: the MLP's Linear+ReLU pairs fused save a relu launch each way", "[gpu][gemm]") {
+  manual_seed(3);
+  auto make = [] {
+    return nn::Sequential(nn::Flatten(), nn::Linear(784, 128), nn::ReLU(), nn::Linear(128, 64), nn::ReLU(),
+                          nn::Linear(64, 10));
+  };
+  nn::Sequential fused = make(), plain = make();
+  plain->load_state_dict(fused->state_dict());
+  plain->fuse_activations = false;
+  for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
+  Tensor x = uniform({64, 1, 28, 28}, 0, 1, TensorOptions().device(kCUDA));
+  Tensor g = uniform({64, 10}, -1, 1, TensorOptions().device(kCUDA));
+  struct Launches {
+    size_t forward = 0, backward = 0;
+  };
+  auto run = [&](nn::Sequential& net, std::vector<Tensor>* results) {
+    net->zero_grad();
+    Tensor y;
+    Launches l;
+    l.forward = test::kernels_launched_by([&] { y = net(x); });  // captured, never run: run it again
+    y = net(x);
+    l.backward = test::kernels_launched_by([&] { y.backward(g); });
+    net->zero_grad();
+    y = net(x);
+    y.backward(g);
+    results->push_back(y.detach().cpu());
+    for (const Tensor& p : net->parameters()) results->push_back(p.grad().cpu());
+    return l;
+  };
+  std::vector<Tensor> a, b;
+  run(fused, &a);  // warm-up (allocations, the variants' first calls)
+  run(plain, &b);
+  a.clear();
+  b.clear();
+  const Launches lf = run(fused, &a), lp = run(plain, &b);
+  CHECK(lf.forward + 2 == lp.forward);
+  CHECK(lf.backward + 2 == lp.backward);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("result " << i << " (0: y, then the parameters' grads)");
+    CHECK(testing::compare(a[i], b[i], gemm_tol(DType::f32)) == "");
+  }
 }
 #endif
 

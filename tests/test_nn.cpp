@@ -157,6 +157,55 @@ TEST_CASE("nn train/eval propagate, Flatten, Identity, Residual, activations, Se
   CHECK(nn::ReLU()(tensor({-1.0, 2.0})).to_vector<double>() == std::vector<double>{0, 2});
 }
 
+// A Linear that doubles its output: a subclass, whose forward Sequential must run as written.
+struct DoubledLinearImpl : nn::LinearImpl {
+  using LinearImpl::LinearImpl;
+  Tensor forward(const Tensor& x) override { return mul(LinearImpl::forward(x), 2.0); }
+};
+
+// Sequential's fusion (Note [fused activations] in nn/sequential.h).
+TEST_CASE("nn Sequential runs a Linear and the ReLU after it as one linear, with the same results", "[nn]") {
+  manual_seed(5);
+  auto make = [] {
+    return nn::Sequential(nn::Flatten(), nn::Linear(12, 8), nn::ReLU(), nn::ReLU(), nn::Linear(8, 6), nn::ReLU(),
+                          nn::Linear(6, 3));
+  };
+  nn::Sequential fused = make(), plain = make();
+  plain->load_state_dict(fused->state_dict());
+  plain->fuse_activations = false;
+  Tensor x = randn({5, 3, 4}, DType::f64);
+  for (nn::Sequential* s : {&fused, &plain}) (*s)->to(DType::f64);
+  Tensor gy = randn({5, 3}, DType::f64);
+  auto run = [&](nn::Sequential& net) {
+    Tensor xi = x.detach().requires_grad_(true);
+    net->zero_grad();
+    Tensor y = net(xi);
+    y.backward(gy);
+    std::vector<Tensor> r{y.detach(), xi.grad()};
+    for (const Tensor& p : net->parameters()) r.push_back(p.grad());
+    return r;
+  };
+  std::vector<Tensor> a = run(fused), b = run(plain);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
+    std::vector<double> va = a[i].to_vector<double>(), vb = b[i].to_vector<double>();
+    REQUIRE(va.size() == vb.size());
+    for (size_t j = 0; j < va.size(); ++j) CHECK(va[j] == Approx(vb[j]).margin(1e-12));
+  }
+  // the graph's last node: linear's when fused, relu's when not
+  nn::Sequential pair(nn::Linear(4, 4), nn::ReLU());
+  Tensor h = randn({2, 4});
+  CHECK(pair(h).grad_fn()->name() == "linearBackward");
+  pair->fuse_activations = false;
+  CHECK(pair(h).grad_fn()->name() == "reluBackward");
+  // a subclass of Linear is not fused: its own forward runs
+  nn::Sequential sub(std::make_shared<DoubledLinearImpl>(4, 4), nn::ReLU());
+  auto& d = sub->at<DoubledLinearImpl>(0);
+  Tensor want = relu(mul(linear(h, d.weight, d.bias), 2.0));
+  CHECK(sub(h).to_vector<float>() == want.to_vector<float>());
+}
+
 TEST_CASE("nn state_dict round trip, strict and non-strict loading, shape mismatch", "[nn]") {
   manual_seed(3);
   Mlp a, b;
