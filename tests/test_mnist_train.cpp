@@ -929,13 +929,14 @@ TEST_CASE("mnist_train: the ablation on the CPU prints its table and the skipped
     if (rows == 1) CHECK(m[4].str() == "1.00");
     CHECK(m[5].str() == "-");  // no GPU idle time on the CPU
   }
-  CHECK(rows == 7);
+  CHECK(rows == 8);
   for (const char* skipped : {"skipped: + pinned memory, non-blocking copies: needs a CUDA device",
                               "skipped: + device-resident uint8 data, normalised on the GPU: needs a CUDA device",
                               "skipped: + CUDA graph (one step per launch): needs a CUDA device",
                               "skipped: + many steps per graph launch (up to the log interval): needs a CUDA device"})
     CHECK(r.out.find(skipped) != std::string::npos);
   CHECK(r.out.find("+ mixed precision (bf16 autocast on the CPU)") != std::string::npos);
+  CHECK(r.out.find("+ Linear and ReLU fused into one kernel each way") != std::string::npos);
 }
 
 TEST_CASE("mnist_train: without a validation split the log and the plot have no validation values", "[mnist_train]") {

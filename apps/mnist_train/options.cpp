@@ -213,6 +213,8 @@ void add_speed_options(CLI::App& app, Options& o) {
              "first use and kept in the kernel cache, EMBER_CACHE_DIR or ~/.cache/ember) or fixed (the first "
              "registered); the default is EMBER_CPU_DEFAULTS or measured");
   app.add_flag("--channels-last", o.channels_last, "NHWC activations for the conv models");
+  app.add_flag("--fuse-activations,!--no-fuse-activations", o.fuse_activations,
+               "run each Linear followed by ReLU as one linear with the relu fused, both ways (else two ops)");
   app.add_flag("--zero-grad-to-none,!--zero-grad-fill", o.zero_grad_to_none,
                "set gradients to none between steps (else fill them with zeros)");
   app.add_flag("--sync-every-step", o.sync_every_step,

@@ -64,6 +64,7 @@ struct Options {
   // (--cpu-defaults measured, or EMBER_CPU_DEFAULTS), false: the fixed ones
   bool measured_cpu_defaults = true;
   bool channels_last = false;
+  bool fuse_activations = true;  // Note [fused activations] in nn/sequential.h
   bool zero_grad_to_none = true;
   bool sync_every_step = false;
   // observability
