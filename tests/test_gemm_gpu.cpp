@@ -323,32 +323,52 @@ TEST_CASE("cuda nn: the MLP's Linear+ReLU pairs fused save a relu launch each wa
 #endif
 
 #if EMBER_WITH_CUDA
-// Where 4 rows a thread would re-read B past the bound, the outer-product kernel takes 16 (Note
-// [outer-product GEMM]): the first layer's weight gradient from batch 256 on. The fused weight and
-// bias gradients against the CPU's, at the smallest widths (of the 784-wide layer at batch 512)
-// that take 16 rows in each dtype.
-TEST_CASE("cuda linear: the weight gradient's outer product at 16 rows a thread", "[gpu][gemm]") {
+// Each of the outer-product kernel's shapes (Note [outer-product GEMM], Note [outer K split]):
+// 4 or 16 rows a thread, K walked whole or in 2 or 4 runs, on the fused weight and bias
+// gradients against the CPU's. 16 rows where 4 would re-read B past the bound (the 784-wide
+// layer at batch 512; the 3136-wide one at batch 64), the split where the grid is smaller than
+// the GPU and K long (batch 512).
+TEST_CASE("cuda linear: the weight gradient's outer product at 4 and 16 rows, whole and split", "[gpu][gemm]") {
   const Variant* outer = find_variant(OpId::linear_backward_weight, DeviceType::cuda, "outer");
   const Variant* cpu = find_variant(OpId::linear_backward_weight, DeviceType::cpu, "cpu");
   REQUIRE(outer != nullptr);
   REQUIRE(cpu != nullptr);
   manual_seed(11);
-  constexpr int64_t rows = 512, in_f = 784;
-  for (auto [dt, out_f] : std::vector<std::pair<DType, int64_t>>{{DType::f32, 48}, {DType::bf16, 96}}) {
-    INFO("[" << rows << "," << in_f << "] -> " << out_f << " relu " << dt);
+  struct Case {
+    DType dt;
+    int64_t rows, in_f, out_f;
+    int r, splits;
+  };
+  for (const Case& c : std::vector<Case>{{DType::f32, 512, 784, 48, 16, 2},
+                                         {DType::bf16, 512, 784, 96, 16, 2},
+                                         {DType::f32, 64, 3136, 96, 16, 1},
+                                         {DType::f32, 512, 128, 64, 4, 4},
+                                         {DType::bf16, 300, 130, 10, 4, 4}}) {
+    INFO("[" << c.rows << "," << c.in_f << "] -> " << c.out_f << " relu " << c.dt);
     // dW [out, in] = dz^T [out, rows] x [rows, in]
-    REQUIRE(gemm::outer_rows({.dtype = dt, .M = out_f, .N = in_f, .K = rows, .b_rs = in_f, .b_cs = 1}) == 16);
-    Tensor g = uniform({rows, out_f}, -1, 1).to(dt), y = uniform({rows, out_f}, -1, 1).to(dt);
-    Tensor x = uniform({rows, in_f}, -1, 1).to(dt);
+    const gemm::Problem p{.dtype = c.dt, .M = c.out_f, .N = c.in_f, .K = c.rows, .b_rs = c.in_f, .b_cs = 1};
+    REQUIRE(gemm::outer_rows(p) == c.r);
+    REQUIRE(gemm::outer_splits(p) == c.splits);
+    Tensor g = uniform({c.rows, c.out_f}, -1, 1).to(c.dt), y = uniform({c.rows, c.out_f}, -1, 1).to(c.dt);
+    Tensor x = uniform({c.rows, c.in_f}, -1, 1).to(c.dt);
     const Attrs relu = LinearAttrs{static_cast<int64_t>(Activation::relu)};
     std::vector<Tensor> want = call_variant(*cpu, OpId::linear_backward_weight, {g, y, x}, relu);
     std::vector<Tensor> in{g.cuda(), y.cuda(), x.cuda()};
-    std::vector<Tensor> probe_out{empty({0}, TensorOptions(dt).device(kCUDA))};
+    std::vector<Tensor> probe_out{empty({0}, TensorOptions(c.dt).device(kCUDA))};
     REQUIRE(outer->accepts(KernelCall{OpId::linear_backward_weight, in, probe_out, relu}));
     std::vector<Tensor> got = call_variant(*outer, OpId::linear_backward_weight, in, relu);
-    CHECK(testing::compare(got[0].cpu(), want[0], gemm_tol(dt)) == "");
-    CHECK(testing::compare(got[1].cpu(), want[1], gemm_tol(dt)) == "");
+    CHECK(testing::compare(got[0].cpu(), want[0], gemm_tol(c.dt)) == "");
+    CHECK(testing::compare(got[1].cpu(), want[1], gemm_tol(c.dt)) == "");
   }
+  // the plain product (matmul's outer variant), split: the kernel without the mask and row sums
+  const Variant* mm = find_variant(OpId::matmul, DeviceType::cuda, "outer");
+  const Variant* mm_cpu = find_variant(OpId::matmul, DeviceType::cpu, "cpu");
+  REQUIRE(mm != nullptr);
+  REQUIRE(mm_cpu != nullptr);
+  Tensor a = uniform({10, 300}, -1, 1), b = uniform({300, 130}, -1, 1);
+  REQUIRE(gemm::outer_splits({.dtype = DType::f32, .M = 10, .N = 130, .K = 300, .b_rs = 130, .b_cs = 1}) == 4);
+  Tensor got = call_variant(*mm, OpId::matmul, {a.cuda(), b.cuda()})[0];
+  CHECK(testing::compare(got.cpu(), call_variant(*mm_cpu, OpId::matmul, {a, b})[0], gemm_tol(DType::f32)) == "");
 }
 #endif
 

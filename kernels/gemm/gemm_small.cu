@@ -123,36 +123,60 @@ __global__ void __launch_bounds__(kSmallThreads) small_kernel(Args p) {
 // row-major: B's rows are contiguous along the output's columns. Each thread owns one column n
 // of C and R rows, and walks the reduction in order: B[k, n] is a coalesced load across
 // the warp, A[m, k] the same address in every lane (one broadcast), so A may have any layout (dz^T
-// is a transposed view). No shared memory, no barrier, no split: K is short, and the grid has
+// is a transposed view). No shared memory, no barrier: K is short, and the grid has
 // M / R x N / 128 blocks (112 for the MLP's dW at batch 64, where the 128 x 128 tiles
-// give 7). The sum runs in k order, so the result does not depend on timing. outer_refusal
+// give 7); where it has fewer than the GPU's SMs and K is long, K is split inside the block (Note
+// [outer K split]). The sum runs in k order, so the result does not depend on timing. outer_refusal
 // bounds K and the re-reads of B (once per R rows of C): R = 4 rows a thread where those fit the
 // bound, else 16, which reads B a quarter as often for a grid a quarter as large. That takes the
 // first layer's weight gradient at batch 512 ([128, 512] x [512, 784]: B read 32 times at R = 4,
 // 51 MB in f32) in one launch, where the composite needs three.
 constexpr int kOuterThreads = 128;
 
+// Note [outer K split]: where the grid is smaller than the GPU (the first layer's weight
+// gradient at batch 512 is 56 blocks of 16 rows, the second layer's 16 blocks of 4), each thread
+// walks all of K alone: 512 dependent steps of R multiply-adds on a few warps per SM. Then the
+// block holds S copies of its 128 columns, split s walks the s-th of S equal runs of K, splits
+// 1..S-1 leave their sums (and row sums) in shared memory, and split 0 adds them in split order
+// after its own: a fixed order, so the result still does not depend on timing (it differs from
+// the unsplit kernel's by the order of the additions). outer_splits chooses S.
+constexpr int kOuterSplitMinK = 256;       // shorter reductions are not worth the barrier
+constexpr int64_t kOuterSplitBelow = 132;  // blocks: fewer than an H100's or H200's SMs
+
 // kFused: the relu mask on A and the row sums (Note [fused linear backward]); without it the
-// plain product, with no code for either.
-template <class T, bool kFused, int R>
-__global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, OuterFusion f) {
+// plain product, with no code for either. S: the splits of K (Note [outer K split]). A split
+// kernel asks for one block an SM (its grid is smaller than the GPU anyway): left to its default,
+// ptxas held the 16-row split under 128 registers and spilled.
+template <class T, bool kFused, int R, int S>
+__global__ void __launch_bounds__(kOuterThreads* S, S == 1 ? 0 : 1) outer_kernel(Args p, OuterFusion f) {
   using Acc = SmallAcc<T>;
+  // compile-time 0 and the thread index without a split, so that kernel is as it was
+  const int split = S == 1 ? 0 : static_cast<int>(threadIdx.x) / kOuterThreads;
+  const int col = S == 1 ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) % kOuterThreads;
   const int64_t tiles_n = (p.N + kOuterThreads - 1) / kOuterThreads;
   const int64_t tile_n = static_cast<int64_t>(blockIdx.x) % tiles_n;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) / tiles_n * R;
-  const int64_t n = tile_n * kOuterThreads + threadIdx.x;
-  if (n >= p.N) return;  // no barrier below; thread 0 of tile 0 (n = 0) always stays
-  const T* A = static_cast<const T*>(p.a) + m0 * p.a_rs;
-  const T* mask = kFused && f.a_mask != nullptr ? static_cast<const T*>(f.a_mask) + m0 * p.a_rs : nullptr;
+  const int64_t n = tile_n * kOuterThreads + col;
+  const bool active = n < p.N;    // column 0 of every tile is (n = tile_n * 128 < N)
+  if (S == 1 && !active) return;  // no barrier below without a split
+  // this split's run of K: [k0, k0 + len)
+  int64_t k0 = 0, len = p.K;
+  if constexpr (S > 1) {
+    const int64_t run = (p.K + S - 1) / S;
+    k0 = min64(p.K, split * run);
+    len = active ? min64(p.K - k0, run) : 0;
+  }
+  const T* A = static_cast<const T*>(p.a) + m0 * p.a_rs + k0 * p.a_cs;
+  const T* mask = kFused && f.a_mask != nullptr ? static_cast<const T*>(f.a_mask) + m0 * p.a_rs + k0 * p.a_cs : nullptr;
   // the blocks of the first column tile also sum A's rows, from the loads they make anyway
   const bool sums = kFused && f.row_sum != nullptr && tile_n == 0;
-  const T* B = static_cast<const T*>(p.b) + n;  // b_cs == 1
+  const T* B = static_cast<const T*>(p.b) + k0 * p.b_rs + n;  // b_cs == 1
   const int rows = static_cast<int>(min64(R, p.M - m0));
   Acc acc[R], rsum[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) acc[i] = rsum[i] = Acc(0);
 #pragma unroll 4
-  for (int64_t k = 0; k < p.K; ++k) {
+  for (int64_t k = 0; k < len; ++k) {
     const Acc b = static_cast<Acc>(B[k * p.b_rs]);
 #pragma unroll
     for (int i = 0; i < R; ++i) {
@@ -167,33 +191,60 @@ __global__ void __launch_bounds__(kOuterThreads) outer_kernel(Args p, OuterFusio
       acc[i] += a * b;
     }
   }
+  if constexpr (S > 1) {
+    EMBER_SHARED(Acc[S - 1][R][kOuterThreads], part);
+    EMBER_SHARED(Acc[S - 1][R], row_part);
+    if (split > 0 && active) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) part[split - 1][i][col] = acc[i];
+      if (sums && col == 0)
+#pragma unroll
+        for (int i = 0; i < R; ++i) row_part[split - 1][i] = rsum[i];
+    }
+    __syncthreads();
+    if (split > 0 || !active) return;
+    for (int s = 0; s < S - 1; ++s) {
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[i] += part[s][i][col];
+      if (sums && col == 0)
+#pragma unroll
+        for (int i = 0; i < R; ++i) rsum[i] += row_part[s][i];
+    }
+  }
   const Acc bias = p.bias != nullptr ? static_cast<Acc>(static_cast<const T*>(p.bias)[n]) : Acc(0);
 #pragma unroll
   for (int i = 0; i < R; ++i)
     if (i < rows) static_cast<T*>(p.c)[(m0 + i) * p.c_rs + n] = static_cast<T>(activate(acc[i] + bias, p.act));
   if constexpr (kFused) {
-    if (sums && threadIdx.x == 0)
+    if (sums && col == 0)
 #pragma unroll
       for (int i = 0; i < R; ++i)
         if (i < rows) static_cast<T*>(f.row_sum)[m0 + i] = static_cast<T>(rsum[i]);
   }
 }
 
-template <class T, int R>
+template <class T, int R, int S>
 void launch_outer_rows(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
   const int64_t blocks = ((p.M + R - 1) / R) * ((p.N + kOuterThreads - 1) / kOuterThreads);
+  const unsigned threads = kOuterThreads * S;
   if (fuse.a_mask != nullptr || fuse.row_sum != nullptr)
-    cuda::launch(outer_kernel<T, true, R>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16),
+    cuda::launch(outer_kernel<T, true, R, S>, static_cast<unsigned>(blocks), threads, 0, stream, make_args(p, 16),
                  fuse);
   else
-    cuda::launch(outer_kernel<T, false, R>, static_cast<unsigned>(blocks), kOuterThreads, 0, stream, make_args(p, 16),
+    cuda::launch(outer_kernel<T, false, R, S>, static_cast<unsigned>(blocks), threads, 0, stream, make_args(p, 16),
                  fuse);
 }
 
 template <class T>
 void launch_outer(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
-  if (outer_rows(p) == 4) launch_outer_rows<T, 4>(p, fuse, stream);
-  else launch_outer_rows<T, 16>(p, fuse, stream);
+  const bool split = outer_splits(p) > 1;
+  if (outer_rows(p) == 4) {
+    if (split) launch_outer_rows<T, 4, 4>(p, fuse, stream);
+    else launch_outer_rows<T, 4, 1>(p, fuse, stream);
+  } else {
+    if (split) launch_outer_rows<T, 16, 2>(p, fuse, stream);
+    else launch_outer_rows<T, 16, 1>(p, fuse, stream);
+  }
 }
 
 template <class T>
@@ -229,6 +280,14 @@ int outer_rows(const Problem& p) {
     if (rereads <= kSmallMaxRereadBytes && (r == 4 || p.K <= kOuterMaxK / 2)) return static_cast<int>(r);
   }
   return 0;
+}
+
+int outer_splits(const Problem& p) {
+  const int r = outer_rows(p);
+  if (r == 0 || p.K < dev::kOuterSplitMinK) return 1;
+  const int64_t blocks = ((p.M + r - 1) / r) * ((p.N + dev::kOuterThreads - 1) / dev::kOuterThreads);
+  if (blocks >= dev::kOuterSplitBelow) return 1;
+  return r == 4 ? 4 : 2;  // 512 threads at 16 rows would cap ptxas at 128 registers: they need up to 164
 }
 
 const char* outer_refusal(const Problem& p) {
