@@ -142,10 +142,18 @@ std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
     g = gelu_backward(g, z);
     act = Activation::none;
   }
+  // Both gradients from a relu layer off the GPU: dz once. The CPU's backward kernels compute dz
+  // themselves, so each op would pass over g again; CUDA's outer-product kernels apply the mask
+  // as they load g and never write dz (Note [fused linear backward] in linear.cu).
+  const bool weight_grads = ctx.needs_grad(1) || (ctx.needs_grad(2) && b.defined());
+  if (act == Activation::relu && ctx.needs_grad(0) && weight_grads && !g.is_cuda()) {
+    g = relu_backward(g, y);
+    act = Activation::none;
+  }
   const LinearAttrs ba{static_cast<int64_t>(act)};
   Tensor dx, dw, db;
   if (ctx.needs_grad(0)) dx = call1(OpId::linear_backward_input, {g, y, w}, ba);
-  if (ctx.needs_grad(1) || (ctx.needs_grad(2) && b.defined())) {
+  if (weight_grads) {
     std::vector<Tensor> r = call(OpId::linear_backward_weight, {g, y, x}, ba);
     if (ctx.needs_grad(1)) dw = r[0];
     if (ctx.needs_grad(2) && b.defined()) db = r[1];
