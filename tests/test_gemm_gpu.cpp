@@ -274,6 +274,28 @@ TEST_CASE("cuda linear: a relu layer's backward is two kernels at the MLP's shap
 #endif
 
 #if EMBER_WITH_CUDA
+// Where the outer-product kernels refuse (the CNN's f32 3136-wide layer at batch 256), both
+// backward ops would compute dz; the vjp computes it once, so the fused relu layer's backward
+// launches what linear without relu and a separate relu_backward launch. Captured, never run.
+TEST_CASE("cuda linear: a relu layer's backward where outer refuses computes dz once", "[gpu][gemm]") {
+  const TensorOptions o = TensorOptions(DType::f32).device(kCUDA);
+  Tensor x = empty({256, 3136}, o).requires_grad_(true), w = empty({128, 3136}, o).requires_grad_(true);
+  Tensor b = empty({128}, o).requires_grad_(true), g = empty({256, 128}, o);
+  REQUIRE_FALSE(cuda_linear_backward_masks_on_load(g, 3136));
+  auto launches = [&](bool fused) {
+    const size_t n = test::kernels_launched_by([&] {
+      Tensor y = fused ? linear(x, w, b, Activation::relu) : relu(linear(x, w, b));
+      y.backward(g);
+    });
+    for (Tensor* t : {&x, &w, &b}) t->reset_grad();
+    return n;
+  };
+  // forward and backward: the unfused model's relu is one kernel more, its backward no fewer
+  CHECK(launches(true) + 1 == launches(false));
+}
+#endif
+
+#if EMBER_WITH_CUDA
 // mnist_train's MLP on the device: with its two Linear+ReLU pairs fused (Note [fused activations]
 // in nn/sequential.h) a step's forward and backward each launch two kernels fewer, and compute
 // what the unfused model does.

@@ -142,11 +142,16 @@ std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
     g = gelu_backward(g, z);
     act = Activation::none;
   }
-  // Both gradients from a relu layer off the GPU: dz once. The CPU's backward kernels compute dz
-  // themselves, so each op would pass over g again; CUDA's outer-product kernels apply the mask
-  // as they load g and never write dz (Note [fused linear backward] in linear.cu).
+  // Both gradients of a relu layer: dz once, unless both ops apply the mask as they load g (CUDA's
+  // outer-product kernels, which never write dz; Note [fused linear backward] in linear.cu). The
+  // CPU's kernels and CUDA's composite compute dz themselves, so each op would pass over g again.
+  // (A --backends or autotune choice other than outer is not foreseen here: it costs that pass.)
   const bool weight_grads = ctx.needs_grad(1) || (ctx.needs_grad(2) && b.defined());
-  if (act == Activation::relu && ctx.needs_grad(0) && weight_grads && !g.is_cuda()) {
+  bool masks_on_load = false;
+#if EMBER_WITH_CUDA
+  masks_on_load = g.is_cuda() && cuda_linear_backward_masks_on_load(g, w.shape()[1]);
+#endif
+  if (act == Activation::relu && ctx.needs_grad(0) && weight_grads && !masks_on_load) {
     g = relu_backward(g, y);
     act = Activation::none;
   }

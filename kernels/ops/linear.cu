@@ -116,17 +116,20 @@ gemm::Problem outer_problem(DType dt, int64_t M, int64_t N, int64_t K, int64_t b
   return p;
 }
 // input: dx [rows, in] = dz [rows, out] W [out, in]
-bool input_outer_ok(const KernelCall& c) {
-  const Tensor &g = c.in[0], &w = c.in[2];
-  const int64_t in_f = w.shape()[1];
-  return gemm::outer_refusal(outer_problem(g.dtype(), linear_rows(g), in_f, w.shape()[0], in_f)) == nullptr;
+bool input_outer_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f) {
+  return gemm::outer_refusal(outer_problem(dt, rows, in_f, out_f, in_f)) == nullptr;
 }
 // weight: dW [out, in] = dz^T [out, rows] x [rows, in]; db needs a column of C to ride on
+bool weight_outer_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f) {
+  return in_f > 0 && gemm::outer_refusal(outer_problem(dt, out_f, in_f, rows, in_f)) == nullptr;
+}
+bool input_outer_ok(const KernelCall& c) {
+  const Tensor &g = c.in[0], &w = c.in[2];
+  return input_outer_takes(g.dtype(), linear_rows(g), w.shape()[1], w.shape()[0]);
+}
 bool weight_outer_ok(const KernelCall& c) {
   const Tensor &g = c.in[0], &x = c.in[2];
-  const int64_t in_f = x.shape().back();
-  return in_f > 0 &&
-         gemm::outer_refusal(outer_problem(g.dtype(), g.shape().back(), in_f, linear_rows(g), in_f)) == nullptr;
+  return weight_outer_takes(g.dtype(), linear_rows(g), x.shape().back(), g.shape().back());
 }
 
 void input_outer(const KernelCall& c) {
@@ -168,6 +171,11 @@ void weight_cublas(const KernelCall& c) {
 }
 
 }  // namespace
+
+bool cuda_linear_backward_masks_on_load(const Tensor& g, int64_t in_f) {
+  const int64_t rows = linear_rows(g), out_f = g.shape().back();
+  return input_outer_takes(g.dtype(), rows, in_f, out_f) && weight_outer_takes(g.dtype(), rows, in_f, out_f);
+}
 
 void register_cuda_linear_backward_input(OpInfo& info) {
   info.add_variant({.name = "outer",
