@@ -6,7 +6,8 @@
 //
 // Note [fused activations]: a Linear directly followed by a ReLU runs as one linear call with the
 // relu fused (its epilogue; the backward applies the mask as it loads the gradient, Note [fused
-// linear backward] in kernels/ops/linear.cu). The result is the same bit for bit: relu commutes
+// linear backward] in kernels/ops/linear.cu). The result is the two ops' bit for bit where the
+// same GEMM kernel runs (autotune tunes the fused call apart from the plain one): relu commutes
 // with rounding, and the mask y > 0 of the fused output is the mask of the separate relu. What
 // changes is the launches: a relu layer's forward and backward each lose the elementwise one, and
 // no pre-activation is kept for the backward. Only a module of exactly the Linear and ReLU types
