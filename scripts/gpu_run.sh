@@ -380,6 +380,10 @@ stage_3() {
   local e=(env "EMBER_BIN=$BIN/mnist_train" "DATA=$DATA" "PYTHON=$python" EPOCHS=5)
   # two ember runs each: 1.2-2.0 s of wall time apiece on the H200
   step e2e_ember_default 10 e2e -- "${e[@]}" "$E2E" --ember-flags "" --configs none --gpu-idle --table "$work/tables/3a_e2e_default.md"
+  # the fused Linear+ReLU's worth (Note [fused activations] in nn/sequential.h): the default run
+  # above with the fusion off, on demand (--only 3 --steps 'e2e_ember_(default|unfused)')
+  STEP_ON_DEMAND=1 step e2e_ember_unfused 10 e2e -- "${e[@]}" "$E2E" --ember-flags "--no-fuse-activations" \
+       --configs none --gpu-idle --table "$work/tables/3h_e2e_unfused.md"
   step e2e_ember_bf16 10 e2e -- "${e[@]}" "$E2E" --ember-flags "--graph --device-resident --amp bf16" --configs none \
        --gpu-idle --table "$work/tables/3b_e2e_bf16.md"
   # the honest yardstick (issue 36, item 7): ember's best fp32 flags against PyTorch's strongest
