@@ -346,8 +346,8 @@ TEST_CASE("cuda nn: the MLP's Linear+ReLU pairs fused save a relu launch each wa
 
 #if EMBER_WITH_CUDA
 // Each of the outer-product kernel's shapes (Note [outer-product GEMM], Note [outer K split]):
-// 4 or 16 rows a thread, K walked whole or in 2 or 4 runs, on the fused weight and bias
-// gradients against the CPU's. 16 rows where 4 would re-read B past the bound (the 784-wide
+// 4 or 16 rows a thread, K walked whole or in 4 runs (2 for f64 at 16 rows), on the fused weight
+// and bias gradients against the CPU's. 16 rows where 4 would re-read B past the bound (the 784-wide
 // layer at batch 512; the 3136-wide one at batch 64), the split where the grid is smaller than
 // the GPU and K long (batch 512).
 TEST_CASE("cuda linear: the weight gradient's outer product at 4 and 16 rows, whole and split", "[gpu][gemm]") {
@@ -361,8 +361,9 @@ TEST_CASE("cuda linear: the weight gradient's outer product at 4 and 16 rows, wh
     int64_t rows, in_f, out_f;
     int r, splits;
   };
-  for (const Case& c : std::vector<Case>{{DType::f32, 512, 784, 48, 16, 2},
-                                         {DType::bf16, 512, 784, 96, 16, 2},
+  for (const Case& c : std::vector<Case>{{DType::f32, 512, 784, 48, 16, 4},
+                                         {DType::bf16, 512, 784, 96, 16, 4},
+                                         {DType::f64, 512, 784, 24, 16, 2},
                                          {DType::f32, 64, 3136, 96, 16, 1},
                                          {DType::f32, 512, 128, 64, 4, 4},
                                          {DType::bf16, 300, 130, 10, 4, 4}}) {

@@ -97,8 +97,8 @@ void run_small(const Problem& p);
 // neither does.
 inline constexpr int64_t kOuterMaxK = 1024;
 int outer_rows(const Problem& p);
-// outer_splits: how many runs of K a block walks at once (1, 2 at 16 rows or 4 at 4; Note [outer K
-// split] in gemm_small.cu): more than 1 where the grid is smaller than the GPU and K is long.
+// outer_splits: how many runs of K a block walks at once (1, or 4; 2 for f64 at 16 rows; Note
+// [outer K split] in gemm_small.cu): more than 1 where the grid is smaller than the GPU and K is long.
 int outer_splits(const Problem& p);
 const char* outer_refusal(const Problem& p);
 void run_outer(const Problem& p);

@@ -136,17 +136,20 @@ constexpr int kOuterThreads = 128;
 // Note [outer K split]: where the grid is smaller than the GPU (the first layer's weight
 // gradient at batch 512 is 56 blocks of 16 rows, the second layer's 16 blocks of 4), each thread
 // walks all of K alone: 512 dependent steps of R multiply-adds on a few warps per SM. Then the
-// block holds S copies of its 128 columns, split s walks the s-th of S equal runs of K, splits
-// 1..S-1 leave their sums (and row sums) in shared memory, and split 0 adds them in split order
-// after its own: a fixed order, so the result still does not depend on timing (it differs from
-// the unsplit kernel's by the order of the additions). outer_splits chooses S.
+// block holds S = 4 copies of its 128 columns (2 for f64 at 16 rows, whose partials would not
+// fit the 48 KB), split s walks the s-th of S equal runs of K, splits 1..S-1 leave their sums
+// (and row sums) in shared memory, and split 0 adds them in split order after its own: a fixed
+// order, so the result still does not depend on timing (it differs from the unsplit kernel's by
+// the order of the additions). outer_splits chooses S.
 constexpr int kOuterSplitMinK = 256;       // shorter reductions are not worth the barrier
 constexpr int64_t kOuterSplitBelow = 132;  // blocks: fewer than an H100's or H200's SMs
 
 // kFused: the relu mask on A and the row sums (Note [fused linear backward]); without it the
 // plain product, with no code for either. S: the splits of K (Note [outer K split]). A split
 // kernel asks for one block an SM (its grid is smaller than the GPU anyway): left to its default,
-// ptxas held the 16-row split under 128 registers and spilled.
+// ptxas held the 16-row split under 128 registers and spilled. At 16 rows and 4 splits (512
+// threads: 128 registers at most) the k loop unrolls by 2, not 4, which keeps the loads it
+// hoists within them (no spills).
 template <class T, bool kFused, int R, int S>
 __global__ void __launch_bounds__(kOuterThreads* S, S == 1 ? 0 : 1) outer_kernel(Args p, OuterFusion f) {
   using Acc = SmallAcc<T>;
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kOuterThreads* S, S == 1 ? 0 : 1) outer_kernel
   Acc acc[R], rsum[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) acc[i] = rsum[i] = Acc(0);
-#pragma unroll 4
+#pragma unroll(R* S > 32 ? 2 : 4)
   for (int64_t k = 0; k < len; ++k) {
     const Acc b = static_cast<Acc>(B[k * p.b_rs]);
 #pragma unroll
@@ -237,13 +240,16 @@ void launch_outer_rows(const Problem& p, const OuterFusion& fuse, cudaStream_t s
 
 template <class T>
 void launch_outer(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
-  const bool split = outer_splits(p) > 1;
+  const int splits = outer_splits(p);
   if (outer_rows(p) == 4) {
-    if (split) launch_outer_rows<T, 4, 4>(p, fuse, stream);
+    if (splits == 4) launch_outer_rows<T, 4, 4>(p, fuse, stream);
     else launch_outer_rows<T, 4, 1>(p, fuse, stream);
+  } else if (splits == 1) {
+    launch_outer_rows<T, 16, 1>(p, fuse, stream);
+  } else if constexpr (sizeof(T) == 8) {
+    launch_outer_rows<T, 16, 2>(p, fuse, stream);
   } else {
-    if (split) launch_outer_rows<T, 16, 2>(p, fuse, stream);
-    else launch_outer_rows<T, 16, 1>(p, fuse, stream);
+    launch_outer_rows<T, 16, 4>(p, fuse, stream);
   }
 }
 
@@ -287,7 +293,8 @@ int outer_splits(const Problem& p) {
   if (r == 0 || p.K < dev::kOuterSplitMinK) return 1;
   const int64_t blocks = ((p.M + r - 1) / r) * ((p.N + dev::kOuterThreads - 1) / dev::kOuterThreads);
   if (blocks >= dev::kOuterSplitBelow) return 1;
-  return r == 4 ? 4 : 2;  // 512 threads at 16 rows would cap ptxas at 128 registers: they need up to 164
+  // f64 at 16 rows takes 2: 4 splits' partials would pass the 48 KB of static shared memory
+  return r == 16 && dtype_size(p.dtype) == 8 ? 2 : 4;
 }
 
 const char* outer_refusal(const Problem& p) {
