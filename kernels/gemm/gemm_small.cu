@@ -126,11 +126,12 @@ __global__ void __launch_bounds__(kSmallThreads) small_kernel(Args p) {
 // is a transposed view). No shared memory, no barrier: K is short, and the grid has
 // M / R x N / 128 blocks (112 for the MLP's dW at batch 64, where the 128 x 128 tiles
 // give 7); where it has fewer than the GPU's SMs and K is long, K is split inside the block (Note
-// [outer K split]). The sum runs in k order, so the result does not depend on timing. outer_refusal
-// bounds K and the re-reads of B (once per R rows of C): R = 4 rows a thread where those fit the
-// bound, else 16, which reads B a quarter as often for a grid a quarter as large. That takes the
-// first layer's weight gradient at batch 512 ([128, 512] x [512, 784]: B read 32 times at R = 4,
-// 51 MB in f32) in one launch, where the composite needs three.
+// [outer K split]). The sum runs in k order (a split's runs in split order), so the result does
+// not depend on timing. outer_refusal bounds K and the re-reads of B (once per R rows of C):
+// R = 4 rows a thread where those fit the bound, else 16, which reads B a quarter as often for a
+// grid a quarter as large. That takes the first layer's weight gradient at batch 512 ([128, 512]
+// x [512, 784]: B read 32 times at R = 4, 51 MB in f32) in one launch, where the composite needs
+// three.
 constexpr int kOuterThreads = 128;
 
 // Note [outer K split]: where the grid is smaller than the GPU (the first layer's weight
