@@ -463,13 +463,17 @@ Tensor call1(OpId id, std::vector<Tensor> inputs, const Attrs& attrs) {
   return out[0];
 }
 
-void call_into(OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const Attrs& attrs) {
+namespace {
+
+void run_into(OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const Attrs& attrs, const Variant* forced) {
   const OpInfo& info = op_info(id);
   EMBER_CHECK(info.view == nullptr, "call_into: ", info.name, " is a view and has no kernel");
   std::vector<Tensor> all = in;
   all.insert(all.end(), out.begin(), out.end());
   Device device = run_device(info, all);
-  run_kernel(info, in, attrs, device, nullptr, [&](const std::vector<Tensor>& inputs) {
+  EMBER_CHECK(forced == nullptr || device.type == forced->device, "call_variant_into: variant ", forced->name, " of ",
+              info.name, " runs on ", forced->device, " but the tensors are on ", device);
+  run_kernel(info, in, attrs, device, forced, [&](const std::vector<Tensor>& inputs) {
     std::vector<TensorSpec> specs = info.infer(inputs, attrs);
     EMBER_CHECK(specs.size() == out.size(), info.name, ": expects ", specs.size(), " outputs, got ", out.size());
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -481,6 +485,16 @@ void call_into(OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const A
     }
     return Outputs{std::move(out), /*in_place=*/true};  // every given output is written in place
   });
+}
+
+}  // namespace
+
+void call_into(OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const Attrs& attrs) {
+  run_into(id, std::move(in), std::move(out), attrs, nullptr);
+}
+
+void call_variant_into(const Variant& v, OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const Attrs& attrs) {
+  run_into(id, std::move(in), std::move(out), attrs, &v);
 }
 
 std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> in, const Attrs& attrs) {

@@ -187,6 +187,9 @@ Tensor call1(OpId id, std::vector<Tensor> inputs, const Attrs& attrs = {});
 void call_into(OpId id, std::vector<Tensor> inputs, std::vector<Tensor> outputs, const Attrs& attrs = {});
 // Runs one given variant of an op into freshly allocated outputs, no autograd (tests, bench).
 std::vector<Tensor> call_variant(const Variant& v, OpId id, std::vector<Tensor> inputs, const Attrs& attrs = {});
+// The same into given outputs, as call_into.
+void call_variant_into(const Variant& v, OpId id, std::vector<Tensor> inputs, std::vector<Tensor> outputs,
+                       const Attrs& attrs = {});
 
 // How often variant `v` has run in this process, per dtype of its call (the most common dtype of its
 // floating operands, else its first operand's): the GPU suites use it to show that every kernel ran
