@@ -53,6 +53,16 @@ Tensor linear_dz(const KernelCall& c, DType dtype) {
   return linear_masks(c) ? relu_backward(g2, as(c.in[1])) : g2;
 }
 
+bool linear_masks_on_load(const Tensor& g, int64_t in_f) {
+#if EMBER_WITH_CUDA
+  return g.is_cuda() && cuda_linear_backward_masks_on_load(g, in_f);
+#else
+  (void)g;
+  (void)in_f;
+  return false;
+#endif
+}
+
 namespace {
 
 std::vector<TensorSpec> infer_linear(std::span<const Tensor> in, const Attrs& a) {
@@ -130,17 +140,6 @@ void linear_cpu_fused(const KernelCall& c) {
   });
 }
 
-// Whether both backward ops of a relu layer apply its mask as they load g (linear.cu).
-bool masks_on_load(const Tensor& g, int64_t in_f) {
-#if EMBER_WITH_CUDA
-  return g.is_cuda() && cuda_linear_backward_masks_on_load(g, in_f);
-#else
-  (void)g;
-  (void)in_f;
-  return false;
-#endif
-}
-
 std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
   const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1], &b = ctx.inputs[2];
   auto act = static_cast<Activation>(ctx.attr<LinearAttrs>().activation);
@@ -158,7 +157,7 @@ std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
   // CPU's kernels and CUDA's composite compute dz themselves, so each op would pass over g again.
   // (A --backends or autotune choice other than outer is not foreseen here: it costs that pass.)
   const bool weight_grads = ctx.needs_grad(1) || (ctx.needs_grad(2) && b.defined());
-  if (act == Activation::relu && ctx.needs_grad(0) && weight_grads && !masks_on_load(g, w.shape()[1])) {
+  if (act == Activation::relu && ctx.needs_grad(0) && weight_grads && !linear_masks_on_load(g, w.shape()[1])) {
     g = relu_backward(g, y);
     act = Activation::none;
   }

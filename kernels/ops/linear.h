@@ -23,8 +23,10 @@ Tensor linear_dz(const KernelCall& c, DType dtype);  // a backward op's dz as [r
 // device: linear.cpp registers them for the CPU, linear.cu for CUDA where the fused kernel refuses.
 void linear_backward_input_composite(const KernelCall& c);
 void linear_backward_weight_composite(const KernelCall& c);
-// Whether both backward ops of a relu layer with gradient g [..., out] and in_f inputs run on
-// CUDA's outer-product kernels by default, which apply the mask as they load g (linear.cu).
+// Whether both backward ops of a relu layer with gradient g [..., out] and in_f inputs apply the
+// mask as they load g by default (CUDA's outer-product kernels, linear.cu): where they do not, a
+// caller that wants both gradients computes dz = relu_backward(g, y) once and passes none.
+bool linear_masks_on_load(const Tensor& g, int64_t in_f);
 bool cuda_linear_backward_masks_on_load(const Tensor& g, int64_t in_f);
 
 }  // namespace ember
