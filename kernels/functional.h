@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
@@ -117,6 +118,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 // x W^T + b (W is [out, in], b is [out] or undefined) with a fused activation.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               Activation activation = Activation::none);
+// A stack of linear layers, relu after layer l where bit l of relu_mask is set (biases: an
+// undefined tensor for none): one op, fused on CUDA (kernels/ops/mlp.*).
+Tensor mlp(const Tensor& x, std::span<const Tensor> weights, std::span<const Tensor> biases, uint64_t relu_mask);
 
 // ---- mixed precision (the device side of amp::GradScaler; see kernels/ops/amp.h) ----
 // grads *= inv_scale in place; found_inf (f32 [1]) := 1 if any gradient has inf/NaN.

@@ -1,0 +1,516 @@
+// mlp on CUDA (mlp.cpp says what it computes):
+//   fused      the whole Linear/ReLU stack in one launch forward and two backward (Note [fused
+//              MLP]); every layer at most kMlpMaxWidth wide; registered first, the default
+//   composite  linear (and its backward ops) layer by layer, their own defaults
+//   vendor     (kVendor) the same on each layer op's vendor variant: cuBLASLt's epilogues forward,
+//              relu_backward + cuBLAS's GEMMs + sum backward (PyTorch's eager path)
+#include <algorithm>
+#include <span>
+#include <type_traits>
+
+#include "core/cuda/device_guard.h"
+#include "core/cuda/kernel.cuh"
+#include "kernels/common/aligned_vec.cuh"
+#include "kernels/common/current_stream.cuh"
+#include "kernels/common/grid_size.cuh"
+#include "kernels/ops/linear.h"  // linear_rows
+#include "kernels/ops/mlp.h"
+#include "kernels/ops/unary.h"
+#include "kernels/registry.h"
+
+namespace ember {
+
+// Note [fused MLP]: the MNIST MLP (784 -> 128 -> 64 -> 10, relu between) ran as three linear
+// launches forward and five backward (Note [fused linear backward] in linear.cu), each a few
+// microseconds of work behind a launch of about 4.8 us (the time model's fit to the H200,
+// docs/perf.md). This is the tiny-cuda-nn idea at ember's sizes: a block takes R rows of the batch
+// through every layer, their activations kept in shared memory, so the stack is one launch.
+//   - Rows a block: every block reads all the weights (the first layer's are 400 KB in f32), so
+//     fewer, fuller blocks move fewer bytes, but a block per 8 rows leaves most of the GPU idle at
+//     batch 64. rows_per_block takes the most rows (8, 4, 2 or 1; 16-bit types at most 4) that
+//     still give half the SMs a block.
+//   - Forward: no shared-memory staging of W and no barrier inside a layer. A first version
+//     staged W in chunks of 16 inputs between two barriers: about 120 barriers a block, each
+//     behind a global load, which the time model put at 27 us (the layers one by one: 20 us).
+//     Now each warp takes kCols output columns at a time and its lanes stride along K, a 16-byte
+//     vector of each W row and of each input row at a time (the W rows coalesced, read once per
+//     block; the inputs from shared memory, or x from global memory through L1), keeping kCols x R
+//     partial sums that the warp then adds in a fixed butterfly. The epilogue adds the bias,
+//     applies relu and rounds to the dtype once, and keeps the rounded value in shared memory as
+//     the next layer's input: the values the layers one by one produce, up to each sum's order.
+//     After the layer's one barrier the block stores its rows of the output (y, or h_l, which the
+//     backward needs), a contiguous run, coalesced.
+//   - Backward, launch 1 (rows): the same blocks walk the layers down: dz of the top layer is g
+//     masked by y > 0; below, g_{l-1} = dz_l W_l (a thread per input column, reading W's rows
+//     coalesced), rounded to the dtype, masked by h_{l-1} > 0. Every layer's dz goes to a scratch
+//     buffer; dx = dz_1 W_1 only when x wants a gradient (not the data's case).
+//   - Backward, launch 2 (weights): one grid over every layer's dW tiles (kTileN x kTileK), each
+//     block summing dz^T h over all rows in order, staged kRowChunk rows at a time; the blocks of
+//     a layer's first k tile also sum dz's rows: the bias gradient, as a by-product.
+// Every sum runs in a fixed order, so the results do not depend on timing. Widths past
+// kMlpMaxWidth, gradients flowing into the hidden outputs (only a caller that uses them makes
+// those) and sizes past int32 go to the composite.
+namespace {
+namespace dev {
+
+constexpr int kThreads = 256;
+constexpr int kW = static_cast<int>(kMlpMaxWidth);  // 128
+constexpr int kWarps = kThreads / 32;
+constexpr int kCols = 4;                                       // forward: the columns a warp takes at once
+constexpr int kTileN = 16, kTileK = 64;                        // weight gradients: a block's output tile
+constexpr int kRowChunk = 32;                                  // weight gradients: rows staged per step
+constexpr int kTileNPerThread = kTileN / (kThreads / kTileK);  // 4
+
+template <class T>
+using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <class T>
+struct Layer {
+  const T* w;  // [n, k]
+  const T* b;  // [n] or null
+  T* out;      // [rows, n]
+  int n, k;
+  int relu;
+};
+
+template <class T>
+struct ForwardArgs {
+  const T* x;  // [rows, k of layer 0]
+  int64_t rows;
+  int layers;
+  Layer<T> l[kMlpMaxLayers];
+};
+
+// ls[l] with compile-time indices: a kernel parameter indexed at run time is copied to local
+// memory first (ptxas reported a stack frame and spills for it).
+template <class Lay>
+__device__ __forceinline__ Lay layer_at(const Lay (&ls)[kMlpMaxLayers], int l) {
+  Lay out = ls[0];
+  EMBER_UNROLL
+  for (int i = 1; i < kMlpMaxLayers; ++i)
+    if (i == l) out = ls[i];
+  return out;
+}
+
+// Adds v over the warp; every lane gets the sum (a fixed butterfly: the same order every run).
+template <class A>
+__device__ __forceinline__ A warp_sum(A v) {
+  EMBER_UNROLL
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Widens V consecutive elements of T at `src` (V-aligned when V > 1) into a[0..V).
+template <class T, int V, class A>
+__device__ __forceinline__ void load_vec(const T* src, A (&a)[V]) {
+  if constexpr (V == 1) {
+    a[0] = static_cast<A>(*src);
+  } else {
+    const detail::AlignedVec<T, V> v = *reinterpret_cast<const detail::AlignedVec<T, V>*>(src);
+    EMBER_UNROLL
+    for (int e = 0; e < V; ++e) a[e] = static_cast<A>(v.v[e]);
+  }
+}
+
+// The same from the accumulator-typed activations in shared memory, 16 bytes at a time.
+template <int V, class A>
+__device__ __forceinline__ void load_act(const A* src, A (&a)[V]) {
+  constexpr int S = V * sizeof(A) >= 16 ? static_cast<int>(16 / sizeof(A)) : V;
+  EMBER_UNROLL
+  for (int s = 0; s < V; s += S) {
+    if constexpr (S == 1) {
+      a[s] = src[s];
+    } else {
+      const detail::AlignedVec<A, S> v = *reinterpret_cast<const detail::AlignedVec<A, S>*>(src + s);
+      EMBER_UNROLL
+      for (int e = 0; e < S; ++e) a[s + e] = v.v[e];
+    }
+  }
+}
+
+// R rows a block; V elements a vector (V > 1 only where every layer's K is a multiple of V and the
+// operands are 16-byte aligned). Warp w takes columns in passes of kCols (w * kCols, then 8 * kCols
+// further, ...); in a pass its lanes stride along K a vector at a time, each keeping kCols x R
+// partial sums, which the warp then adds (warp_sum). No barrier inside a layer, and each W row is
+// read once per block, coalesced.
+template <class T, int R, int V>
+__global__ void __launch_bounds__(kThreads) mlp_forward_kernel(ForwardArgs<T> p) {
+  using A = Acc<T>;
+  EMBER_SHARED(A[2][R][kW], act);  // layer l writes act[l & 1] and reads act[(l + 1) & 1]
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int rows = static_cast<int>(p.rows - row0 < R ? p.rows - row0 : R);
+  for (int l = 0; l < p.layers; ++l) {
+    const Layer<T> L = layer_at(p.l, l);
+    const int kv = L.k / V;
+    const A(*in)[kW] = act[(l + 1) & 1];
+    for (int nb = warp * kCols; nb < L.n; nb += kWarps * kCols) {
+      A acc[kCols][R] = {};
+      EMBER_UNROLL_N(2)
+      for (int v = lane; v < kv; v += 32) {
+        A w[kCols][V] = {};  // zeros past the layer's last column
+        EMBER_UNROLL
+        for (int c = 0; c < kCols; ++c) {
+          if (nb + c < L.n) load_vec<T, V>(L.w + static_cast<int64_t>(nb + c) * L.k + v * V, w[c]);
+        }
+        EMBER_UNROLL
+        for (int r = 0; r < R; ++r) {
+          A x[V] = {};  // zeros past the block's last row
+          if (l > 0) load_act<V>(&in[r][v * V], x);
+          else if (r < rows) load_vec<T, V>(p.x + (row0 + r) * L.k + v * V, x);
+          EMBER_UNROLL
+          for (int c = 0; c < kCols; ++c) {
+            EMBER_UNROLL
+            for (int e = 0; e < V; ++e) acc[c][r] += x[e] * w[c][e];
+          }
+        }
+      }
+      // the epilogue: lane c finishes column nb + c for every row
+      EMBER_UNROLL
+      for (int c = 0; c < kCols; ++c) {
+        EMBER_UNROLL
+        for (int r = 0; r < R; ++r) {
+          A v = warp_sum(acc[c][r]);
+          const int n = nb + c;
+          if (lane != c || n >= L.n) continue;
+          if (L.b != nullptr) v += static_cast<A>(L.b[n]);
+          if (L.relu) v = unary::Relu::f(v);
+          act[l & 1][r][n] = static_cast<A>(static_cast<T>(v));  // rounded once, as linear rounds
+        }
+      }
+    }
+    __syncthreads();  // this layer's outputs are the next one's inputs
+    // the block's rows of the output are one contiguous run: stored coalesced (exact: already rounded)
+    T* out = L.out + row0 * L.n;
+    for (int e = tid; e < rows * L.n; e += kThreads) out[e] = static_cast<T>(act[l & 1][e / L.n][e % L.n]);
+  }
+}
+
+template <class T>
+struct BackLayer {
+  const T* w;    // [n, k]
+  const T* in;   // the layer's input [rows, k]: x or h_l
+  const T* out;  // the layer's output [rows, n]: its mask
+  T* dz;         // [rows, n], scratch
+  T* dw;         // [n, k]
+  T* db;         // [n]
+  int n, k;
+  int relu;
+  int tiles_k;  // the weight gradient's tiles along k (at least 1: db rides on the first)
+  int tile0;    // the weight-gradient launch's first block for this layer
+};
+
+template <class T>
+struct BackwardArgs {
+  const T* g;  // [rows, n of the top layer]
+  T* dx;       // [rows, k of layer 0], or null
+  int64_t rows;
+  int layers;
+  BackLayer<T> l[kMlpMaxLayers];
+};
+
+// relu_backward's rule: y > 0 keeps g, anything else (NaN included) gives exactly 0.
+template <class T, class A>
+__device__ __forceinline__ T masked(T g, const T* y, int64_t at, int relu) {
+  return relu && !(static_cast<A>(y[at]) > A(0)) ? T(0) : g;
+}
+
+// R rows a block, walking the layers down.
+template <class T, int R>
+__global__ void __launch_bounds__(kThreads) mlp_backward_rows_kernel(BackwardArgs<T> p) {
+  using A = Acc<T>;
+  EMBER_SHARED(A[2][R][kW], dzs);  // layer l's dz in dzs[l & 1], zeros past its rows and width
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int rows = static_cast<int>(p.rows - row0 < R ? p.rows - row0 : R);
+  const int top = p.layers - 1;
+  {
+    const BackLayer<T> L = layer_at(p.l, top);
+    for (int e = tid; e < R * kW; e += kThreads) {
+      const int r = e / kW, n = e % kW;
+      A v = A(0);
+      if (r < rows && n < L.n) {
+        const int64_t at = (row0 + r) * L.n + n;
+        const T t = masked<T, A>(p.g[at], L.out, at, L.relu);
+        L.dz[at] = t;
+        v = static_cast<A>(t);
+      }
+      dzs[top & 1][r][n] = v;
+    }
+  }
+  __syncthreads();
+  // below: g_{l-1} = dz_l W_l, a thread per input column and every other row
+  constexpr int kHalves = kThreads / kW;  // 2
+  const int col = tid % kW, half = tid / kW;
+  for (int l = top; l >= 1; --l) {
+    const BackLayer<T> L = layer_at(p.l, l), B = layer_at(p.l, l - 1);  // B's output is L's input: B.n == L.k
+    A acc[(R + 1) / 2];
+    EMBER_UNROLL
+    for (int i = 0; i < (R + 1) / 2; ++i) acc[i] = A(0);
+    if (col < L.k)
+      for (int n = 0; n < L.n; ++n) {
+        const A w = static_cast<A>(L.w[static_cast<int64_t>(n) * L.k + col]);
+        EMBER_UNROLL
+        for (int i = 0; i < (R + 1) / 2; ++i)
+          if (half + kHalves * i < R) acc[i] += dzs[l & 1][half + kHalves * i][n] * w;
+      }
+    EMBER_UNROLL
+    for (int i = 0; i < (R + 1) / 2; ++i) {
+      const int r = half + kHalves * i;
+      if (r >= R) continue;
+      A v = A(0);
+      if (col < L.k && r < rows) {
+        const int64_t at = (row0 + r) * L.k + col;
+        const T t = masked<T, A>(static_cast<T>(acc[i]), B.out, at, B.relu);
+        B.dz[at] = t;
+        v = static_cast<A>(t);
+      }
+      dzs[(l - 1) & 1][r][col] = v;
+    }
+    __syncthreads();
+  }
+  if (p.dx == nullptr) return;
+  // dx = dz_1 W_1: a thread per column of x, every row of the block
+  const BackLayer<T> L = p.l[0];
+  for (int k = tid; k < L.k; k += kThreads) {
+    A acc[R];
+    EMBER_UNROLL
+    for (int r = 0; r < R; ++r) acc[r] = A(0);
+    for (int n = 0; n < L.n; ++n) {
+      const A w = static_cast<A>(L.w[static_cast<int64_t>(n) * L.k + k]);
+      EMBER_UNROLL
+      for (int r = 0; r < R; ++r) acc[r] += dzs[0][r][n] * w;
+    }
+    EMBER_UNROLL
+    for (int r = 0; r < R; ++r)
+      if (r < rows) p.dx[(row0 + r) * L.k + k] = static_cast<T>(acc[r]);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs<T> p) {
+  using A = Acc<T>;
+  EMBER_SHARED(A[kRowChunk][kTileN], dzt);
+  EMBER_SHARED(A[kRowChunk][kTileK], xt);
+  int l = 0;  // the last layer whose first block is at or before this one (tile0 never decreases)
+  EMBER_UNROLL
+  for (int i = 1; i < kMlpMaxLayers; ++i)
+    if (i < p.layers && static_cast<int>(blockIdx.x) >= p.l[i].tile0) l = i;
+  const BackLayer<T> L = layer_at(p.l, l);
+  const int t = static_cast<int>(blockIdx.x) - L.tile0;
+  const int n0 = (t / L.tiles_k) * kTileN, k0 = (t % L.tiles_k) * kTileK;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int kk = tid % kTileK, nb = (tid / kTileK) * kTileNPerThread;
+  const bool bias = k0 == 0 && kk == 0;  // these threads also sum dz's rows
+  A acc[kTileNPerThread], bsum[kTileNPerThread];
+  EMBER_UNROLL
+  for (int j = 0; j < kTileNPerThread; ++j) acc[j] = bsum[j] = A(0);
+  for (int64_t rc = 0; rc < p.rows; rc += kRowChunk) {
+    const int nr = static_cast<int>(p.rows - rc < kRowChunk ? p.rows - rc : kRowChunk);
+    for (int e = tid; e < kRowChunk * kTileN; e += kThreads) {
+      const int r = e / kTileN, n = e % kTileN;
+      dzt[r][n] = r < nr && n0 + n < L.n ? static_cast<A>(L.dz[(rc + r) * L.n + n0 + n]) : A(0);
+    }
+    for (int e = tid; e < kRowChunk * kTileK; e += kThreads) {
+      const int r = e / kTileK, k = e % kTileK;
+      xt[r][k] = r < nr && k0 + k < L.k ? static_cast<A>(L.in[(rc + r) * L.k + k0 + k]) : A(0);
+    }
+    __syncthreads();
+    for (int r = 0; r < nr; ++r) {
+      const A x = xt[r][kk];
+      EMBER_UNROLL
+      for (int j = 0; j < kTileNPerThread; ++j) {
+        const A d = dzt[r][nb + j];
+        acc[j] += d * x;
+        if (bias) bsum[j] += d;
+      }
+    }
+    __syncthreads();
+  }
+  EMBER_UNROLL
+  for (int j = 0; j < kTileNPerThread; ++j) {
+    const int n = n0 + nb + j, k = k0 + kk;
+    if (n >= L.n) continue;
+    if (k < L.k) L.dw[static_cast<int64_t>(n) * L.k + k] = static_cast<T>(acc[j]);
+    if (bias) L.db[n] = static_cast<T>(bsum[j]);
+  }
+}
+
+}  // namespace dev
+
+bool relu_at(const MlpAttrs& a, int l) { return ((a.relu_mask >> l) & 1) != 0; }
+
+// Every layer at most kMlpMaxWidth wide, its inputs within int32 (the kernels' column indices), and
+// the row blocks within the grid.
+bool fits(std::span<const Tensor> weights_from, size_t step, int L, int64_t rows) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  if (rows >= kMax) return false;
+  for (int l = 0; l < L; ++l) {
+    const Tensor& w = weights_from[static_cast<size_t>(l) * step];
+    if (w.shape()[0] > kMlpMaxWidth || w.shape()[1] > kMax) return false;
+  }
+  return true;
+}
+
+// Rows a block (Note [fused MLP]): the most (up to kMaxR) that still gives half the SMs a block.
+// Every block reads all the weights, so fewer, fuller blocks move fewer bytes, as long as the GPU
+// is busy.
+template <int kMaxR>
+int rows_per_block(int64_t rows, const Device& d) {
+  const int64_t want = std::max(1, cuda::sm_count(d.index) / 2);
+  for (int r : {8, 4, 2})
+    if (r <= kMaxR && (rows + r - 1) / r >= want) return r;
+  return 1;
+}
+
+// Calls f(std::integral_constant<int, R>{}) for r = R in {1, 2, 4, 8}, R <= kMaxR.
+template <int kMaxR, class F>
+void with_rows(int r, const F& f) {
+  if (kMaxR >= 8 && r == 8) return f(std::integral_constant < int, kMaxR >= 8 ? 8 : 1 > {});
+  if (r == 4) return f(std::integral_constant<int, 4>{});
+  if (r == 2) return f(std::integral_constant<int, 2>{});
+  return f(std::integral_constant<int, 1>{});
+}
+
+bool fused_ok(const KernelCall& c) {
+  const int L = static_cast<int>(c.attr<MlpAttrs>().layers);
+  return fits(c.in.subspan(1), 2, L, linear_rows(c.in[0]));
+}
+
+bool fused_backward_ok(const KernelCall& c) {
+  const int L = static_cast<int>(c.attr<MlpAttrs>().layers);
+  for (int i = 1; i < L; ++i)
+    if (c.in[static_cast<size_t>(1 + 2 * L + i)].defined()) return false;  // a hidden output's own gradient
+  return fits(c.in.subspan(static_cast<size_t>(2 + L)), 1, L, linear_rows(c.in[0]));
+}
+
+template <class T>
+void launch_forward(const KernelCall& c, cudaStream_t stream) {
+  const MlpAttrs& a = c.attr<MlpAttrs>();
+  dev::ForwardArgs<T> p{};
+  p.x = c.in[0].data<T>();
+  p.rows = linear_rows(c.in[0]);
+  p.layers = static_cast<int>(a.layers);
+  for (int l = 0; l < p.layers; ++l) {
+    const Tensor &w = c.in[static_cast<size_t>(1 + 2 * l)], &b = c.in[static_cast<size_t>(2 + 2 * l)];
+    const Tensor& out = l == p.layers - 1 ? c.out[0] : c.out[static_cast<size_t>(1 + l)];
+    p.l[l] = {w.data<T>(),
+              b.defined() ? b.data<T>() : nullptr,
+              out.data<T>(),
+              static_cast<int>(w.shape()[0]),
+              static_cast<int>(w.shape()[1]),
+              relu_at(a, l) ? 1 : 0};
+  }
+  if (p.rows == 0) return;
+  // 16-byte vectors where every row of x and of each W starts on 16 bytes
+  constexpr int V = static_cast<int>(16 / sizeof(T));
+  bool vec = reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  for (int l = 0; l < p.layers; ++l) vec = vec && p.l[l].k % V == 0 && reinterpret_cast<uintptr_t>(p.l[l].w) % 16 == 0;
+  // 16-bit types at most 4 rows: at 8 rows x 16-byte vectors of 8 elements, ptxas spilled
+  constexpr int kMaxR = sizeof(T) == 2 ? 4 : 8;
+  with_rows<kMaxR>(rows_per_block<kMaxR>(p.rows, c.in[0].device()), [&](auto rc) {
+    constexpr int R = decltype(rc)::value;
+    const unsigned blocks = static_cast<unsigned>((p.rows + R - 1) / R);
+    if (vec) cuda::launch(dev::mlp_forward_kernel<T, R, V>, blocks, dev::kThreads, 0, stream, p);
+    else cuda::launch(dev::mlp_forward_kernel<T, R, 1>, blocks, dev::kThreads, 0, stream, p);
+  });
+}
+
+template <class T>
+void launch_backward(const KernelCall& c, cudaStream_t stream) {
+  const MlpAttrs& a = c.attr<MlpAttrs>();
+  const int L = static_cast<int>(a.layers);
+  dev::BackwardArgs<T> p{};
+  p.g = c.in[0].data<T>();
+  p.rows = linear_rows(c.in[0]);
+  p.layers = L;
+  p.dx = a.input_grad != 0 && c.out[0].numel() > 0 ? c.out[0].data<T>() : nullptr;
+  int64_t scratch = 0;
+  for (int l = 0; l < L; ++l) scratch += p.rows * c.in[static_cast<size_t>(2 + L + l)].shape()[0];
+  Tensor dz = empty({scratch}, TensorOptions(c.in[0].dtype()).device(c.in[0].device()));
+  T* next = dz.data<T>();
+  int tiles = 0;
+  for (int l = 0; l < L; ++l) {
+    const Tensor& w = c.in[static_cast<size_t>(2 + L + l)];
+    const int n = static_cast<int>(w.shape()[0]), k = static_cast<int>(w.shape()[1]);
+    const int tiles_k = std::max(1, (k + dev::kTileK - 1) / dev::kTileK);
+    p.l[l] = {w.data<T>(),
+              c.in[static_cast<size_t>(1 + l)].data<T>(),
+              c.in[static_cast<size_t>(2 + l)].data<T>(),
+              next,
+              c.out[static_cast<size_t>(1 + 2 * l)].data<T>(),
+              c.out[static_cast<size_t>(2 + 2 * l)].data<T>(),
+              n,
+              k,
+              relu_at(a, l) ? 1 : 0,
+              tiles_k,
+              tiles};
+    next += p.rows * n;
+    tiles += (n + dev::kTileN - 1) / dev::kTileN * tiles_k;
+  }
+  if (p.rows > 0)
+    with_rows<8>(rows_per_block<8>(p.rows, c.in[0].device()), [&](auto rc) {
+      constexpr int R = decltype(rc)::value;
+      cuda::launch(dev::mlp_backward_rows_kernel<T, R>, static_cast<unsigned>((p.rows + R - 1) / R), dev::kThreads, 0,
+                   stream, p);
+    });
+  // with no rows the weight gradients are zeros, which this launch writes too
+  if (tiles > 0)
+    cuda::launch(dev::mlp_weight_grads_kernel<T>, static_cast<unsigned>(tiles), dev::kThreads, 0, stream, p);
+}
+
+void mlp_fused(const KernelCall& c) {
+  cuda::DeviceGuard guard(c.in[0].device().index);
+  cudaStream_t stream = cuda::stream_for(c.in[0].device());
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "mlp", [&] { launch_forward<scalar_t>(c, stream); });
+}
+
+void mlp_backward_fused(const KernelCall& c) {
+  cuda::DeviceGuard guard(c.in[0].device().index);
+  cudaStream_t stream = cuda::stream_for(c.in[0].device());
+  EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "mlp_backward", [&] { launch_backward<scalar_t>(c, stream); });
+}
+
+}  // namespace
+
+void register_cuda_mlp(OpInfo& info) {
+  info.add_variant({.name = "fused",
+                    .device = DeviceType::cuda,
+                    .fn = mlp_fused,
+                    .dtypes = kFloatTypes,
+                    .supports = fused_ok,
+                    .note = "the whole stack in one launch: a block's rows through every layer in shared memory"});
+  info.add_variant({.name = "composite",
+                    .device = DeviceType::cuda,
+                    .fn = mlp_composite,
+                    .dtypes = kFloatTypes,
+                    .note = "linear layer by layer through the registry"});
+  info.add_variant({.name = "vendor",
+                    .device = DeviceType::cuda,
+                    .fn = mlp_vendor,
+                    .dtypes = kFloatTypes,
+                    .flags = kVendor,
+                    .note = "linear layer by layer on its vendor variant (cuBLASLt)"});
+}
+
+void register_cuda_mlp_backward(OpInfo& info) {
+  info.add_variant({.name = "fused",
+                    .device = DeviceType::cuda,
+                    .fn = mlp_backward_fused,
+                    .dtypes = kFloatTypes,
+                    .supports = fused_backward_ok,
+                    .note = "two launches: every layer's dz (and dx) by rows, then every dW and db"});
+  info.add_variant({.name = "composite",
+                    .device = DeviceType::cuda,
+                    .fn = mlp_backward_composite,
+                    .dtypes = kFloatTypes,
+                    .note = "linear's backward ops layer by layer through the registry"});
+  info.add_variant({.name = "vendor",
+                    .device = DeviceType::cuda,
+                    .fn = mlp_backward_vendor,
+                    .dtypes = kFloatTypes,
+                    .flags = kVendor,
+                    .note = "linear's backward ops layer by layer on their vendor variants (cuBLAS)"});
+}
+
+}  // namespace ember
