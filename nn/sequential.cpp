@@ -3,6 +3,7 @@
 #include <typeinfo>
 
 #include "kernels/functional.h"
+#include "kernels/ops/mlp.h"  // kMlpMaxLayers
 #include "nn/linear.h"
 #include "nn/relu.h"
 
@@ -24,9 +25,44 @@ M* exactly(const std::shared_ptr<Module>& m) {
 
 }  // namespace
 
+// The Linear/ReLU stack that starts at item i (Note [fused MLP stacks]): its layers' weights,
+// biases and relu bits, and the items it spans; none (items 0) where fewer than two Linears follow
+// each other there.
+struct SequentialImpl::Stack {
+  std::vector<Tensor> weights, biases;
+  uint64_t relu_mask = 0;
+  size_t items = 0;
+};
+
+SequentialImpl::Stack SequentialImpl::stack_at(size_t i) const {
+  Stack s;
+  size_t j = i;
+  while (j < items_.size() && s.weights.size() < static_cast<size_t>(kMlpMaxLayers)) {
+    const LinearImpl* lin = exactly<LinearImpl>(items_[j]);
+    if (lin == nullptr) break;
+    s.weights.push_back(lin->weight);
+    s.biases.push_back(lin->bias);
+    ++j;
+    if (j < items_.size() && exactly<ReLUImpl>(items_[j]) != nullptr) {
+      s.relu_mask |= uint64_t{1} << (s.weights.size() - 1);
+      ++j;
+    }
+  }
+  if (s.weights.size() >= 2) s.items = j - i;
+  return s;
+}
+
 Tensor SequentialImpl::forward(const Tensor& x) {
   Tensor y = x;
   for (size_t i = 0; i < items_.size(); ++i) {
+    if (fuse_activations && fuse_mlp) {
+      Stack s = stack_at(i);
+      if (s.items > 0) {  // Note [fused MLP stacks]
+        y = mlp(y, s.weights, s.biases, s.relu_mask);
+        i += s.items - 1;
+        continue;
+      }
+    }
     if (fuse_activations && i + 1 < items_.size()) {
       const LinearImpl* lin = exactly<LinearImpl>(items_[i]);
       if (lin != nullptr && exactly<ReLUImpl>(items_[i + 1]) != nullptr) {  // Note [fused activations]

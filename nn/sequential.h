@@ -14,6 +14,13 @@
 // is fused (a subclass may do something else in forward). GELU is not: linear's gelu backward
 // recomputes the pre-activation, a GEMM more for the launch it saves. fuse_activations = false
 // runs every module on its own (mnist_train --no-fuse-activations, the ablation's baseline).
+//
+// Note [fused MLP stacks]: with fuse_activations, two or more Linears in a row, each followed by a
+// ReLU or not (exactly those types, up to kMlpMaxLayers), run as one mlp op (kernels/ops/mlp.*):
+// on CUDA one launch forward and two backward where every layer is at most 128 wide (Note [fused
+// MLP] in kernels/ops/mlp.cu), the layers' own ops elsewhere, with the same values. The op keeps
+// the hidden layers' outputs, which the layers would have kept anyway. fuse_mlp = false runs the
+// stack layer by layer (mnist_train --no-fuse-mlp).
 #pragma once
 
 #include "nn/module.h"
@@ -47,6 +54,7 @@ class SequentialImpl : public Module {
   Tensor forward(const Tensor& x) override;
 
   bool fuse_activations = true;  // Note [fused activations]
+  bool fuse_mlp = true;          // Note [fused MLP stacks]; only with fuse_activations
 
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
@@ -67,6 +75,8 @@ class SequentialImpl : public Module {
   }
 
  private:
+  struct Stack;
+  Stack stack_at(size_t i) const;
   std::vector<std::shared_ptr<Module>> items_;
 };
 EMBER_MODULE(Sequential);

@@ -297,18 +297,21 @@ TEST_CASE("cuda linear: a relu layer's backward where outer refuses computes dz 
 
 #if EMBER_WITH_CUDA
 // mnist_train's MLP on the device: with its two Linear+ReLU pairs fused (Note [fused activations]
-// in nn/sequential.h) a step's forward and backward each launch two kernels fewer, and compute
-// what the unfused model does.
-TEST_CASE("cuda nn: the MLP's Linear+ReLU pairs fused save a relu launch each way", "[gpu][gemm]") {
+// in nn/sequential.h) a step's forward and backward each launch two kernels fewer; as one mlp op
+// (Note [fused MLP stacks]) the forward is one launch and the backward two (the input is the data:
+// no dx). All three compute what the unfused model does.
+TEST_CASE("cuda nn: the MLP's pairs fused save a relu launch each way, the stack runs in 1 + 2", "[gpu][gemm]") {
   manual_seed(3);
   auto make = [] {
     return nn::Sequential(nn::Flatten(), nn::Linear(784, 128), nn::ReLU(), nn::Linear(128, 64), nn::ReLU(),
                           nn::Linear(64, 10));
   };
-  nn::Sequential fused = make(), plain = make();
-  plain->load_state_dict(fused->state_dict());
+  nn::Sequential stack = make(), pairs = make(), plain = make();
+  pairs->load_state_dict(stack->state_dict());
+  plain->load_state_dict(stack->state_dict());
+  pairs->fuse_mlp = false;
   plain->fuse_activations = false;
-  for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
+  for (nn::Sequential* s : {&stack, &pairs, &plain}) (*s)->to(kCUDA);
   Tensor x = uniform({64, 1, 28, 28}, 0, 1, TensorOptions().device(kCUDA));
   Tensor g = uniform({64, 10}, -1, 1, TensorOptions().device(kCUDA));
   struct Launches {
@@ -328,18 +331,24 @@ TEST_CASE("cuda nn: the MLP's Linear+ReLU pairs fused save a relu launch each wa
     for (const Tensor& p : net->parameters()) results->push_back(p.grad().cpu());
     return l;
   };
-  std::vector<Tensor> a, b;
-  run(fused, &a);  // warm-up (allocations, the variants' first calls)
-  run(plain, &b);
+  std::vector<Tensor> a, b, c;
+  run(stack, &a);  // warm-up (allocations, the variants' first calls)
+  run(pairs, &b);
+  run(plain, &c);
   a.clear();
   b.clear();
-  const Launches lf = run(fused, &a), lp = run(plain, &b);
+  c.clear();
+  const Launches ls = run(stack, &a), lf = run(pairs, &b), lp = run(plain, &c);
   CHECK(lf.forward + 2 == lp.forward);
   CHECK(lf.backward + 2 == lp.backward);
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
+  CHECK(ls.forward == 1);
+  CHECK(ls.backward == 2);
+  REQUIRE(a.size() == c.size());
+  REQUIRE(b.size() == c.size());
+  for (size_t i = 0; i < c.size(); ++i) {
     INFO("result " << i << " (0: y, then the parameters' grads)");
-    CHECK(testing::compare(a[i], b[i], gemm_tol(DType::f32)) == "");
+    CHECK(testing::compare(a[i], c[i], gemm_tol(DType::f32)) == "");
+    CHECK(testing::compare(b[i], c[i], gemm_tol(DType::f32)) == "");
   }
 }
 #endif

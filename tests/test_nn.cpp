@@ -199,6 +199,11 @@ TEST_CASE("nn Sequential runs a Linear and the ReLU after it as one linear, with
   CHECK(pair(h).grad_fn()->name() == "linearBackward");
   pair->fuse_activations = false;
   CHECK(pair(h).grad_fn()->name() == "reluBackward");
+  // two Linears in a row, a ReLU between or not, run as one mlp op (Note [fused MLP stacks])
+  nn::Sequential stack(nn::Linear(4, 5), nn::ReLU(), nn::Linear(5, 3));
+  CHECK(stack(h).grad_fn()->name() == "mlpBackward");
+  stack->fuse_mlp = false;
+  CHECK(stack(h).grad_fn()->name() == "linearBackward");
   // a subclass of Linear is not fused: its own forward runs
   nn::Sequential sub(std::make_shared<DoubledLinearImpl>(4, 4), nn::ReLU());
   auto& d = sub->at<DoubledLinearImpl>(0);
