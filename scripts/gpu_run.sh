@@ -384,6 +384,10 @@ stage_3() {
   # above with the fusion off, on demand (--only 3 --steps 'e2e_ember_(default|unfused)')
   STEP_ON_DEMAND=1 step e2e_ember_unfused 10 e2e -- "${e[@]}" "$E2E" --ember-flags "--no-fuse-activations" \
        --configs none --gpu-idle --table "$work/tables/3h_e2e_unfused.md"
+  # the fused MLP stack's worth (Note [fused MLP stacks] in nn/sequential.h): the stacks layer by
+  # layer, pairs still fused, on demand (--only 3 --steps 'e2e_ember_(default|unfused|layers)')
+  STEP_ON_DEMAND=1 step e2e_ember_layers 10 e2e -- "${e[@]}" "$E2E" --ember-flags "--no-fuse-mlp" \
+       --configs none --gpu-idle --table "$work/tables/3i_e2e_layers.md"
   step e2e_ember_bf16 10 e2e -- "${e[@]}" "$E2E" --ember-flags "--graph --device-resident --amp bf16" --configs none \
        --gpu-idle --table "$work/tables/3b_e2e_bf16.md"
   # the honest yardstick (issue 36, item 7): ember's best fp32 flags against PyTorch's strongest

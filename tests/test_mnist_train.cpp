@@ -840,6 +840,7 @@ TEST_CASE("mnist_train: observability outputs (TensorBoard, JSONL, profile, plot
         names.count("linear") || names.count("matmul") || names.count("addmm") || names.count("gemm");
     CHECK(has_matmul);
     CHECK(names.count("relu") == 0);  // fused into linear (Note [fused activations] in nn/sequential.h)
+    CHECK(names.count("mlp") == 1);   // the stack as one op (Note [fused MLP stacks] in nn/sequential.h)
     CHECK(std::any_of(names.begin(), names.end(),
                       [](const std::string& n) { return n.find("cross_entropy") != std::string::npos; }));
     CHECK(r.out.find("profile: ") != std::string::npos);
@@ -929,7 +930,7 @@ TEST_CASE("mnist_train: the ablation on the CPU prints its table and the skipped
     if (rows == 1) CHECK(m[4].str() == "1.00");
     CHECK(m[5].str() == "-");  // no GPU idle time on the CPU
   }
-  CHECK(rows == 8);
+  CHECK(rows == 9);
   for (const char* skipped : {"skipped: + pinned memory, non-blocking copies: needs a CUDA device",
                               "skipped: + device-resident uint8 data, normalised on the GPU: needs a CUDA device",
                               "skipped: + CUDA graph (one step per launch): needs a CUDA device",
@@ -937,6 +938,7 @@ TEST_CASE("mnist_train: the ablation on the CPU prints its table and the skipped
     CHECK(r.out.find(skipped) != std::string::npos);
   CHECK(r.out.find("+ mixed precision (bf16 autocast on the CPU)") != std::string::npos);
   CHECK(r.out.find("+ Linear and ReLU fused into one kernel each way") != std::string::npos);
+  CHECK(r.out.find("+ each Linear/ReLU stack as one op") != std::string::npos);
 }
 
 TEST_CASE("mnist_train: without a validation split the log and the plot have no validation values", "[mnist_train]") {

@@ -39,6 +39,7 @@ std::vector<Rung> ablation_rungs(const Options& base, bool gpu) {
          o.measured_cpu_defaults = false;  // ember's fixed kernels until the autotune rung
          o.device_resident = false;
          o.fuse_activations = false;
+         o.fuse_mlp = false;
        }},
       {"+ 4 worker threads", [](Options& o) { o.workers = 4; }},
       {"+ pinned memory, non-blocking copies", [](Options& o) { o.pin_memory = true; }, true},
@@ -51,6 +52,7 @@ std::vector<Rung> ablation_rungs(const Options& base, bool gpu) {
       {"+ gradients set to none", [](Options& o) { o.zero_grad_to_none = true; }},
       {"+ no host sync in the step (read once per interval)", [](Options& o) { o.sync_every_step = false; }},
       {"+ Linear and ReLU fused into one kernel each way", [](Options& o) { o.fuse_activations = true; }},
+      {"+ each Linear/ReLU stack as one op (CUDA: 1 launch fwd, 2 bwd)", [](Options& o) { o.fuse_mlp = true; }},
       {"+ autotuned kernels", [](Options& o) { o.autotune = true; }},
       {"+ CUDA graph (one step per launch)", [](Options& o) { o.graph = true; }, true},
       {"+ many steps per graph launch (up to the log interval)",
@@ -69,7 +71,8 @@ int run_ablation(const Options& base, Device device, const Splits& splits) {
               static_cast<long long>(base.ablation_steps), name(base.optimizer), device.str().c_str());
   std::printf(
       "baseline: 0 workers, pageable memory, batch 64, fp32, zero-filled gradients, a host sync every "
-      "step, ReLU after Linear as its own op, eager; each later rung adds one technique to the one above\n");
+      "step, ReLU after Linear as its own op, layer by layer, eager; each later rung adds one technique to the one "
+      "above\n");
   std::printf("%-66s %6s %11s %8s %8s %9s %9s\n", "rung", "batch", "samples/s", "speed-up", "GPU idle", "data wait",
               "test acc");
   Options o = base;

@@ -215,6 +215,9 @@ void add_speed_options(CLI::App& app, Options& o) {
   app.add_flag("--channels-last", o.channels_last, "NHWC activations for the conv models");
   app.add_flag("--fuse-activations,!--no-fuse-activations", o.fuse_activations,
                "run each Linear followed by ReLU as one linear with the relu fused, both ways (else two ops)");
+  app.add_flag("--fuse-mlp,!--no-fuse-mlp", o.fuse_mlp,
+               "run each stack of Linears (and ReLUs) as one mlp op: on CUDA one kernel forward, two backward, "
+               "where every layer is at most 128 wide (only with --fuse-activations; else layer by layer)");
   app.add_flag("--zero-grad-to-none,!--zero-grad-fill", o.zero_grad_to_none,
                "set gradients to none between steps (else fill them with zeros)");
   app.add_flag("--sync-every-step", o.sync_every_step,

@@ -65,6 +65,7 @@ struct Options {
   bool measured_cpu_defaults = true;
   bool channels_last = false;
   bool fuse_activations = true;  // Note [fused activations] in nn/sequential.h
+  bool fuse_mlp = true;          // Note [fused MLP stacks] in nn/sequential.h; only with fuse_activations
   bool zero_grad_to_none = true;
   bool sync_every_step = false;
   // observability

@@ -125,7 +125,10 @@ void Trainer::build_learner() {
     if (seq != nullptr) model = rebuilt;
   }
   for (auto& [name, m] : model->named_modules())
-    if (auto* seq = dynamic_cast<nn::SequentialImpl*>(m.get())) seq->fuse_activations = o_.fuse_activations;
+    if (auto* seq = dynamic_cast<nn::SequentialImpl*>(m.get())) {
+      seq->fuse_activations = o_.fuse_activations;
+      seq->fuse_mlp = o_.fuse_mlp;
+    }
   model->to(device_);
   learner_.model = model;
   learner_.params = model->parameters();
