@@ -439,6 +439,11 @@ stage_4() {
   # one-launch kernel, the composite and cuBLAS (Note [fused linear backward]); 36 small cases
   step bench_linear_backward 13 bench_ops -- "$b" "${q[@]}" --op linear_backward_input,linear_backward_weight \
        --case '^\[(64|512),' --json "$j/bench_linear_backward.json"
+  # the MNIST models' Linear/ReLU stacks as one op, batch 64 and 512, f32 and bf16: the fused
+  # kernels against the layers one by one and on cuBLAS (Note [fused MLP]); 16 cases, estimated
+  # 5 s; the stage has no room, so on demand (--only 4 --steps bench_mlp)
+  STEP_ON_DEMAND=1 step bench_mlp 8 bench_ops -- "$b" "${q[@]}" --op mlp,mlp_backward --case '\[(64|512),' \
+       --json "$j/bench_mlp.json"
   # the convolutions ember trains (the MNIST CNN at batch 128, f32 and bf16) first, then two
   # ResNet-50 shapes, a 3x3 and a 1x1, in f32; the other batch sizes, ResNet shapes, f16 and (since
   # the linear backward rows took their time) bf16 channels-last are left out (126 cases a
