@@ -1,7 +1,8 @@
 // Test samples of mlp and mlp_backward (kernels/ops/mlp.*): one to three layers, relu or not after
 // each, with and without biases, leading dims, empty batches and no input features, the fused
 // CUDA kernels' edges (ragged row blocks, odd widths, the widest layer they take) and the shapes
-// they refuse (a layer past kMlpMaxWidth, a hidden output's own gradient: the composite runs).
+// they refuse (a layer past kMlpMaxWidth, dx of an input past it, a hidden output's own gradient:
+// the composite runs).
 #include <algorithm>
 #include <cmath>
 
@@ -116,7 +117,8 @@ std::vector<OpSample> samples_mlp_backward() {
   mk("[0, 5] -> 3 relu -> 2 (no rows: zeros), dx", {{0, 5}, {3, 2}, 1}, true);
   mk("[4, 0] -> 3 relu -> 2 (no input features), dx", {{4, 0}, {3, 2}, 1}, true);
   mk("[64, 784] -> 128 relu -> 64 relu -> 10 (MNIST MLP)", {{64, 784}, {128, 64, 10}, 3}, false);
-  mk("[33, 130] -> 128 relu -> 7 (ragged rows, odd width), dx", {{33, 130}, {128, 7}, 1}, true);
+  mk("[33, 120] -> 128 relu -> 7 (ragged rows, odd width), dx", {{33, 120}, {128, 7}, 1}, true);
+  mk("[9, 130] -> 16 relu -> 3, dx (x past kMlpMaxWidth: composite)", {{9, 130}, {16, 3}, 1}, true);
   mk("[70, 20] -> 129 relu -> 3 (past kMlpMaxWidth: composite), dx", {{70, 20}, {129, 3}, 1}, true);
   return out;
 }
