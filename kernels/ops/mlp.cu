@@ -321,11 +321,18 @@ __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs
     __syncthreads();
     for (int r = 0; r < nr; ++r) {
       const A x = xt[r][kk];
+      // the thread's 4 dz values as two pair loads (one broadcast each), not four
+      A d[kTileNPerThread];
+      EMBER_UNROLL
+      for (int j = 0; j < kTileNPerThread; j += 2) {
+        const detail::AlignedVec<A, 2> v = *reinterpret_cast<const detail::AlignedVec<A, 2>*>(&dzt[r][nb + j]);
+        d[j] = v.v[0];
+        d[j + 1] = v.v[1];
+      }
       EMBER_UNROLL
       for (int j = 0; j < kTileNPerThread; ++j) {
-        const A d = dzt[r][nb + j];
-        acc[j] += d * x;
-        if (bias) bsum[j] += d;
+        acc[j] += d[j] * x;
+        if (bias) bsum[j] += d[j];
       }
     }
     __syncthreads();
