@@ -220,6 +220,10 @@ const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceTyp
     std::lock_guard<std::mutex> lock(g_pref_mu);
     pref = g_pref[static_cast<size_t>(info.id)];
   }
+  return select_variant(info, c, d, pref);
+}
+
+const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceType d, const std::string& pref) {
   bool det = deterministic();
   auto usable = [&](const Variant& v) {
     return v.device == d && v.accepts(c) && !(det && (v.flags & kNondeterministic));

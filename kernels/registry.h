@@ -223,6 +223,8 @@ bool measured_cpu_defaults();
 std::string variants_run(DeviceType d);
 // Picks the variant that will run `c` on device type `d`.
 const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceType d);
+// The same as if `preference` (set_backend's syntax) were the op's backend preference.
+const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceType d, const std::string& preference);
 
 // Autotune plugs in here: given the accepting candidates, returns the one to use (or nullptr to
 // fall back to the default). Installed by kernels/autotune.cpp.

@@ -27,14 +27,11 @@ namespace ember {
 
 namespace {
 
-bool relu_at(const MlpAttrs& a, int l) { return ((a.relu_mask >> l) & 1) != 0; }
-
 // How the layer-by-layer variants run each layer's op.
 enum class Layers { reference, registry, vendor };
 
 // Runs op `id` into `out` as `mode` says: its reference kernel (variant 0), through the registry,
-// or on its first vendor variant that takes the call (its default where none does), as
-// `--backends '*=vendor'` would pick it.
+// or on the variant the "vendor" preference picks (`--backends '*=vendor'`).
 void run_layer_op(Layers mode, OpId id, std::vector<Tensor> in, std::vector<Tensor> out, const Attrs& attrs) {
   const OpInfo& info = op_info(id);
   if (mode == Layers::registry) {
@@ -43,15 +40,8 @@ void run_layer_op(Layers mode, OpId id, std::vector<Tensor> in, std::vector<Tens
     call_variant_into(info.variants.at(0), id, std::move(in), std::move(out), attrs);
   } else {
     const KernelCall probe{id, in, {}, attrs};
-    const DeviceType d = in[0].device().type;
-    const Variant* pick = nullptr;
-    for (const Variant& v : info.variants)
-      if (pick == nullptr && v.device == d && (v.flags & kVendor) && v.accepts(probe) &&
-          !(deterministic() && (v.flags & kNondeterministic)))
-        pick = &v;
-    if (pick == nullptr) pick = info.default_variant(probe, d);
-    EMBER_CHECK(pick != nullptr, info.name, ": no ", d, " kernel for a layer of mlp");
-    call_variant_into(*pick, id, std::move(in), std::move(out), attrs);
+    const Variant& v = select_variant(info, probe, in[0].device().type, "vendor");
+    call_variant_into(v, id, std::move(in), std::move(out), attrs);
   }
 }
 
@@ -118,7 +108,7 @@ void mlp_layers(const KernelCall& c, Layers mode) {
   const int L = static_cast<int>(a.layers);
   Tensor h = c.in[0];
   for (int l = 0; l < L; ++l) {
-    const LinearAttrs la{static_cast<int64_t>(relu_at(a, l) ? Activation::relu : Activation::none)};
+    const LinearAttrs la{static_cast<int64_t>(a.relu_at(l) ? Activation::relu : Activation::none)};
     const Tensor& out = layer_output(c, l, L);
     run_layer_op(mode, OpId::linear, {h, c.in[1 + 2 * l], c.in[2 + 2 * l]}, {out}, la);
     h = out;
@@ -227,7 +217,7 @@ void mlp_backward_layers(const KernelCall& c, Layers mode) {
     if (l + 1 < L && b.hidden_grad(l + 1).defined()) g = add(g, b.hidden_grad(l + 1));
     const Tensor &in = b.act(l), &out = b.act(l + 1), &w = b.weight(l);
     const bool want_dx = l > 0 || a.input_grad != 0;
-    Activation act = relu_at(a, l) ? Activation::relu : Activation::none;
+    Activation act = a.relu_at(l) ? Activation::relu : Activation::none;
     Tensor gl = g;
     if (mode == Layers::registry && act == Activation::relu && want_dx && !linear_masks_on_load(g, w.shape()[1])) {
       gl = relu_backward(g, out);

@@ -65,9 +65,6 @@ constexpr int kRowChunk = 32;                                  // weight gradien
 constexpr int kTileNPerThread = kTileN / (kThreads / kTileK);  // 4
 
 template <class T>
-using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <class T>
 struct Layer {
   const T* w;  // [n, k]
   const T* b;  // [n] or null
@@ -138,7 +135,7 @@ __device__ __forceinline__ void load_act(const A* src, A (&a)[V]) {
 // read once per block, coalesced.
 template <class T, int R, int V>
 __global__ void __launch_bounds__(kThreads) mlp_forward_kernel(ForwardArgs<T> p) {
-  using A = Acc<T>;
+  using A = acc_t<T>;
   EMBER_SHARED(A[2][R][kW], act);  // layer l writes act[l & 1] and reads act[(l + 1) & 1]
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
@@ -221,7 +218,7 @@ __device__ __forceinline__ T masked(T g, const T* y, int64_t at, int relu) {
 // R rows a block, walking the layers down.
 template <class T, int R>
 __global__ void __launch_bounds__(kThreads) mlp_backward_rows_kernel(BackwardArgs<T> p) {
-  using A = Acc<T>;
+  using A = acc_t<T>;
   EMBER_SHARED(A[2][R][kW], dzs);  // layer l's dz in dzs[l & 1], zeros past its rows and width
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
@@ -292,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) mlp_backward_rows_kernel(BackwardArg
 
 template <class T>
 __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs<T> p) {
-  using A = Acc<T>;
+  using A = acc_t<T>;
   EMBER_SHARED(A[kRowChunk][kTileN], dzt);
   EMBER_SHARED(A[kRowChunk][kTileK], xt);
   int l = 0;  // the last layer whose first block is at or before this one (tile0 never decreases)
@@ -348,8 +345,6 @@ __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs
 
 }  // namespace dev
 
-bool relu_at(const MlpAttrs& a, int l) { return ((a.relu_mask >> l) & 1) != 0; }
-
 // Every layer at most kMlpMaxWidth wide, its inputs within int32 (the kernels' column indices), and
 // the row blocks within the grid.
 bool fits(std::span<const Tensor> weights_from, size_t step, int L, int64_t rows) {
@@ -376,7 +371,9 @@ int rows_per_block(int64_t rows, const Device& d) {
 // Calls f(std::integral_constant<int, R>{}) for r = R in {1, 2, 4, 8}, R <= kMaxR.
 template <int kMaxR, class F>
 void with_rows(int r, const F& f) {
-  if (kMaxR >= 8 && r == 8) return f(std::integral_constant < int, kMaxR >= 8 ? 8 : 1 > {});
+  if constexpr (kMaxR >= 8) {
+    if (r == 8) return f(std::integral_constant<int, 8>{});
+  }
   if (r == 4) return f(std::integral_constant<int, 4>{});
   if (r == 2) return f(std::integral_constant<int, 2>{});
   return f(std::integral_constant<int, 1>{});
@@ -414,7 +411,7 @@ void launch_forward(const KernelCall& c, cudaStream_t stream) {
               out.data<T>(),
               static_cast<int>(w.shape()[0]),
               static_cast<int>(w.shape()[1]),
-              relu_at(a, l) ? 1 : 0};
+              a.relu_at(l) ? 1 : 0};
   }
   if (p.rows == 0) return;
   // 16-byte vectors where every row of x and of each W starts on 16 bytes
@@ -457,7 +454,7 @@ void launch_backward(const KernelCall& c, cudaStream_t stream) {
               c.out[static_cast<size_t>(2 + 2 * l)].data<T>(),
               n,
               k,
-              relu_at(a, l) ? 1 : 0,
+              a.relu_at(l) ? 1 : 0,
               tiles_k,
               tiles};
     next += p.rows * n;

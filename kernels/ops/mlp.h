@@ -13,6 +13,7 @@ struct MlpAttrs {
   int64_t layers = 0;
   int64_t relu_mask = 0;   // bit l: layer l (0 = the first) applies relu
   int64_t input_grad = 0;  // mlp_backward only: 1 computes dx, 0 leaves it empty ([0])
+  bool relu_at(int l) const { return ((relu_mask >> l) & 1) != 0; }
 };
 
 class Tensor;
