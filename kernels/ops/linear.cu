@@ -5,6 +5,9 @@
 //   small     every float dtype, the tiny and skinny layers (MNIST's at batch 64, the -> 10 heads)
 //             in one launch where the tiled kernels would split K over two (gemm_small.cu, Note
 //             [small GEMM]); registered first, so it is the default wherever it accepts a call
+//   rows      every float dtype, layers at most kMlpMaxWidth wide, relu or none: the fused MLP's
+//             forward kernel with one layer (Note [one-layer MLP] below); the default where
+//             `small` refuses ([128..512, 784] -> 128)
 //   simt      f32/f64 on the CUDA cores (gemm_simt.cu)
 //   mma_sync  f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
 //   cublas    (kVendor) bias added by cuBLAS (C prefilled, beta = 1), relu in place after; no gelu;
@@ -19,6 +22,7 @@
 #include "kernels/functional.h"
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops/linear.h"
+#include "kernels/ops/mlp.h"
 #include "kernels/ops/reduce.h"  // ReduceAttrs
 #include "kernels/registry.h"
 
@@ -80,6 +84,34 @@ bool lt_ok(const KernelCall& c) {
   // the bias epilogue reads the bias with vector loads
   const bool bias_aligned = !b.defined() || reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
   return bias_aligned && gemm::cublaslt_accepts(linear_rows(x), out_f, in_f, act_of(c));
+}
+
+// Note [one-layer MLP]: where `small` refuses a layer of the MNIST models ([128..512, 784] -> 128:
+// its 4 x 4 tiles would re-read the operands past their bound), the tiled kernels split K over
+// blocks and pay a second launch for the sum. The fused MLP's forward kernel (mlp.cu, Note [fused
+// MLP]) with one layer is one launch for any K: a block carries R rows of x through the layer, its
+// warps reading each W row once per block, coalesced, and the epilogue (bias, relu, one rounding)
+// is linear's. It multiplies on the CUDA cores, R rows by all of K a block, so past kRowsMaxWork
+// (rows x K) the math outweighs the tiled kernels' second launch: the time model put the CNN's
+// [512, 3136] -> 128 layer at 21.6 us here against 17.8 on the tensor cores in bf16, a tie in f32
+// (docs/perf.md, "One launch for the first layer").
+constexpr int64_t kRowsMaxWork = int64_t{1} << 19;
+
+const Variant& mlp_fused_variant() {
+  for (const Variant& v : op_info(OpId::mlp).variants)
+    if (v.device == DeviceType::cuda && v.name == "fused") return v;
+  EMBER_FAIL("linear rows: the mlp op has no CUDA variant named fused");
+}
+
+bool rows_ok(const KernelCall& c) {
+  const Tensor& w = c.in[1];
+  return no_gelu(c) && sizes_fit(c) && w.shape()[0] <= kMlpMaxWidth &&
+         linear_rows(c.in[0]) * w.shape()[1] <= kRowsMaxWork;
+}
+
+void linear_rows_fused(const KernelCall& c) {
+  const MlpAttrs a{.layers = 1, .relu_mask = act_of(c) == static_cast<int>(Activation::relu) ? 1 : 0};
+  call_variant_into(mlp_fused_variant(), OpId::mlp, {c.in[0], c.in[1], c.in[2]}, {c.out[0]}, a);
 }
 
 void linear_small(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_small); }
@@ -224,6 +256,12 @@ void register_cuda_linear(OpInfo& info) {
                     .dtypes = kFloatTypes,
                     .supports = small_ok,
                     .note = "4x4 output tiles, K across the block, one launch (small layers)"});
+  info.add_variant({.name = "rows",
+                    .device = DeviceType::cuda,
+                    .fn = linear_rows_fused,
+                    .dtypes = kFloatTypes,
+                    .supports = rows_ok,
+                    .note = "the fused MLP's kernel with one layer: a block's rows, all of K, one launch"});
   info.add_variant({.name = "simt",
                     .device = DeviceType::cuda,
                     .fn = linear_simt,
