@@ -94,8 +94,11 @@ bool lt_ok(const KernelCall& c) {
 // is linear's. It multiplies on the CUDA cores, R rows by all of K a block, so past kRowsMaxWork
 // (rows x K) the math outweighs the tiled kernels' second launch: the time model put the CNN's
 // [512, 3136] -> 128 layer at 21.6 us here against 17.8 on the tensor cores in bf16, a tie in f32
-// (docs/perf.md, "One launch for the first layer").
+// (docs/perf.md, "One launch for the first layer"). Layers narrower than kRowsMinOut (the -> 10
+// heads) are `small`'s: it takes every one of them that this would, and here a block's stores
+// (R rows of 10) would leave their 32-byte sectors partly filled.
 constexpr int64_t kRowsMaxWork = int64_t{1} << 19;
+constexpr int64_t kRowsMinOut = 32;
 
 const Variant& mlp_fused_variant() {
   for (const Variant& v : op_info(OpId::mlp).variants)
@@ -105,7 +108,7 @@ const Variant& mlp_fused_variant() {
 
 bool rows_ok(const KernelCall& c) {
   const Tensor& w = c.in[1];
-  return no_gelu(c) && sizes_fit(c) && w.shape()[0] <= kMlpMaxWidth &&
+  return no_gelu(c) && sizes_fit(c) && w.shape()[0] >= kRowsMinOut && w.shape()[0] <= kMlpMaxWidth &&
          linear_rows(c.in[0]) * w.shape()[1] <= kRowsMaxWork;
 }
 
