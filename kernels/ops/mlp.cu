@@ -48,8 +48,9 @@ namespace ember {
 //     3136 -> 128 head (1.6 MB of W_1 in f32, read by each of 64-256 blocks) the time model put
 //     the fused backward at 33-109 us against the layers' 26-127 us, behind at every batch in f32.
 //   - Backward, launch 2 (weights): one grid over every layer's dW tiles (kTileN x kTileK), each
-//     block summing dz^T h over all rows in order, staged kRowChunk rows at a time; the blocks of
-//     a layer's first k tile also sum dz's rows: the bias gradient, as a by-product.
+//     block summing dz^T h over all rows, staged kRowChunk rows at a time, its threads in 4 x 4
+//     register tiles and kRowSplits row splits (Note [weight-gradient register tile]); the blocks
+//     of a layer's first k tile also sum dz's rows: the bias gradient, as a by-product.
 // Every sum runs in a fixed order, so the results do not depend on timing. Widths past
 // kMlpMaxWidth, gradients flowing into the hidden outputs (only a caller that uses them makes
 // those) and sizes past int32 go to the composite.
@@ -61,8 +62,8 @@ constexpr int kW = static_cast<int>(kMlpMaxWidth);  // 128
 constexpr int kWarps = kThreads / 32;
 constexpr int kCols = 4;                                       // forward: the columns a warp takes at once
 constexpr int kTileN = 16, kTileK = 64;                        // weight gradients: a block's output tile
-constexpr int kRowChunk = 32;                                  // weight gradients: rows staged per step
-constexpr int kTileNPerThread = kTileN / (kThreads / kTileK);  // 4
+constexpr int kRowChunk = 64;                                  // weight gradients: rows staged per step
+constexpr int kRowSplits = 4;  // weight gradients: thread groups a block's rows are dealt to
 
 template <class T>
 struct Layer {
@@ -125,6 +126,19 @@ __device__ __forceinline__ void load_act(const A* src, A (&a)[V]) {
       EMBER_UNROLL
       for (int e = 0; e < S; ++e) a[s + e] = v.v[e];
     }
+  }
+}
+
+// Stores a[0..V) to accumulator-typed shared memory at `dst`, 16 bytes at a time.
+template <int V, class A>
+__device__ __forceinline__ void store_act(A* dst, const A (&a)[V]) {
+  constexpr int S = V * sizeof(A) >= 16 ? static_cast<int>(16 / sizeof(A)) : V;
+  EMBER_UNROLL
+  for (int s = 0; s < V; s += S) {
+    detail::AlignedVec<A, S> v;
+    EMBER_UNROLL
+    for (int e = 0; e < S; ++e) v.v[e] = a[s + e];
+    *reinterpret_cast<detail::AlignedVec<A, S>*>(dst + s) = v;
   }
 }
 
@@ -287,11 +301,24 @@ __global__ void __launch_bounds__(kThreads) mlp_backward_rows_kernel(BackwardArg
   }
 }
 
+// Note [weight-gradient register tile]: a block owns a kTileN x kTileK tile of one layer's dW and
+// sums dz^T h over every row. Its threads form kRowSplits splits of 64; thread (i, j) of a split
+// keeps a 4 x 4 register tile (columns 4i.., inputs 4j..), and split s takes rows s, s + 4, ... of
+// each staged chunk. Per row a warp then loads 16 distinct 16-byte vectors of h and 2 of dz for
+// 16 multiply-adds a thread: a third of the shared-memory wavefronts per multiply-add that one
+// output column a thread (4 outputs, 3 loads) took, which the time model put at the limit of the
+// MLP's backward at batch 512. The splits add their partial tiles in split order at the end (a
+// fixed order: the result does not depend on timing), through the staging buffer.
 template <class T>
 __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs<T> p) {
   using A = acc_t<T>;
-  EMBER_SHARED(A[kRowChunk][kTileN], dzt);
-  EMBER_SHARED(A[kRowChunk][kTileK], xt);
+  constexpr int kSplitThreads = kThreads / kRowSplits;  // 64: (kTileN / 4) x (kTileK / 4)
+  static_assert(kSplitThreads == (kTileN / 4) * (kTileK / 4), "a split's threads cover the tile in 4 x 4");
+  constexpr int kPart = 4 * 4 + 4;  // a thread's partial tile and bias sums
+  static_assert((kRowSplits - 1) * kSplitThreads * kPart <= kRowChunk * (kTileN + kTileK), "partials fit the stage");
+  EMBER_SHARED(A[kRowChunk * (kTileN + kTileK)], stage);  // dz rows [kRowChunk][kTileN], then h rows
+  A(*dzt)[kTileN] = reinterpret_cast<A(*)[kTileN]>(stage);
+  A(*xt)[kTileK] = reinterpret_cast<A(*)[kTileK]>(stage + kRowChunk * kTileN);
   int l = 0;  // the last layer whose first block is at or before this one (tile0 never decreases)
   EMBER_UNROLL
   for (int i = 1; i < kMlpMaxLayers; ++i)
@@ -300,11 +327,10 @@ __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs
   const int t = static_cast<int>(blockIdx.x) - L.tile0;
   const int n0 = (t / L.tiles_k) * kTileN, k0 = (t % L.tiles_k) * kTileK;
   const int tid = static_cast<int>(threadIdx.x);
-  const int kk = tid % kTileK, nb = (tid / kTileK) * kTileNPerThread;
-  const bool bias = k0 == 0 && kk == 0;  // these threads also sum dz's rows
-  A acc[kTileNPerThread], bsum[kTileNPerThread];
-  EMBER_UNROLL
-  for (int j = 0; j < kTileNPerThread; ++j) acc[j] = bsum[j] = A(0);
+  const int split = tid / kSplitThreads, st = tid % kSplitThreads;
+  const int nb = (st / (kTileK / 4)) * 4, kb = (st % (kTileK / 4)) * 4;
+  const bool bias = k0 == 0 && kb == 0;  // these threads also sum dz's rows
+  A tile[kPart] = {};  // tile[4 i + j]: dW[nb + i][kb + j]; tile[16 + i]: db[nb + i]
   for (int64_t rc = 0; rc < p.rows; rc += kRowChunk) {
     const int nr = static_cast<int>(p.rows - rc < kRowChunk ? p.rows - rc : kRowChunk);
     for (int e = tid; e < kRowChunk * kTileN; e += kThreads) {
@@ -316,30 +342,53 @@ __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs
       xt[r][k] = r < nr && k0 + k < L.k ? static_cast<A>(L.in[(rc + r) * L.k + k0 + k]) : A(0);
     }
     __syncthreads();
-    for (int r = 0; r < nr; ++r) {
-      const A x = xt[r][kk];
-      // the thread's 4 dz values as two pair loads (one broadcast each), not four
-      A d[kTileNPerThread];
+    for (int r = split; r < nr; r += kRowSplits) {
+      A d[4], x[4];
+      load_act<4>(&dzt[r][nb], d);
+      load_act<4>(&xt[r][kb], x);
       EMBER_UNROLL
-      for (int j = 0; j < kTileNPerThread; j += 2) {
-        const detail::AlignedVec<A, 2> v = *reinterpret_cast<const detail::AlignedVec<A, 2>*>(&dzt[r][nb + j]);
-        d[j] = v.v[0];
-        d[j + 1] = v.v[1];
-      }
-      EMBER_UNROLL
-      for (int j = 0; j < kTileNPerThread; ++j) {
-        acc[j] += d[j] * x;
-        if (bias) bsum[j] += d[j];
+      for (int i = 0; i < 4; ++i) {
+        EMBER_UNROLL
+        for (int j = 0; j < 4; ++j) tile[4 * i + j] += d[i] * x[j];
+        if (bias) tile[16 + i] += d[i];
       }
     }
     __syncthreads();
   }
+  // splits 1.. leave their tiles in the (now free) stage, 16-byte vectors at a stride of kPart
+  // (conflict-free); split 0 adds them in split order
+  A(*part)[kSplitThreads][kPart] = reinterpret_cast<A(*)[kSplitThreads][kPart]>(stage);
+  if (split > 0) store_act<kPart>(part[split - 1][st], tile);
+  __syncthreads();
+  if (split > 0) return;
+  for (int s = 0; s < kRowSplits - 1; ++s) {
+    A other[kPart];
+    load_act<kPart>(part[s][st], other);
+    EMBER_UNROLL
+    for (int e = 0; e < kPart; ++e) tile[e] += other[e];
+  }
+  // a thread's 4 inputs of a dW row as vectors (of at most 16 bytes) where the row allows it
+  constexpr int SV = 4 * sizeof(T) > 16 ? static_cast<int>(16 / sizeof(T)) : 4;
+  const bool vec = L.k % 4 == 0 && reinterpret_cast<uintptr_t>(L.dw) % (SV * sizeof(T)) == 0;
   EMBER_UNROLL
-  for (int j = 0; j < kTileNPerThread; ++j) {
-    const int n = n0 + nb + j, k = k0 + kk;
+  for (int i = 0; i < 4; ++i) {
+    const int n = n0 + nb + i, k = k0 + kb;
     if (n >= L.n) continue;
-    if (k < L.k) L.dw[static_cast<int64_t>(n) * L.k + k] = static_cast<T>(acc[j]);
-    if (bias) L.db[n] = static_cast<T>(bsum[j]);
+    T* row = L.dw + static_cast<int64_t>(n) * L.k;
+    if (vec && k < L.k) {
+      EMBER_UNROLL
+      for (int s = 0; s < 4; s += SV) {
+        detail::AlignedVec<T, SV> v;
+        EMBER_UNROLL
+        for (int j = 0; j < SV; ++j) v.v[j] = static_cast<T>(tile[4 * i + s + j]);
+        *reinterpret_cast<detail::AlignedVec<T, SV>*>(row + k + s) = v;
+      }
+    } else {
+      EMBER_UNROLL
+      for (int j = 0; j < 4; ++j)
+        if (k + j < L.k) row[k + j] = static_cast<T>(tile[4 * i + j]);
+    }
+    if (bias) L.db[n] = static_cast<T>(tile[16 + i]);
   }
 }
 
