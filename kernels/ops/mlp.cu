@@ -60,10 +60,11 @@ namespace dev {
 constexpr int kThreads = 256;
 constexpr int kW = static_cast<int>(kMlpMaxWidth);  // 128
 constexpr int kWarps = kThreads / 32;
-constexpr int kCols = 4;                                       // forward: the columns a warp takes at once
-constexpr int kTileN = 16, kTileK = 64;                        // weight gradients: a block's output tile
-constexpr int kRowChunk = 64;                                  // weight gradients: rows staged per step
-constexpr int kRowSplits = 4;  // weight gradients: thread groups a block's rows are dealt to
+constexpr int kCols = 4;                 // forward: the columns a warp takes at once
+constexpr int kTileN = 16, kTileK = 64;  // weight gradients: a block's output tile
+constexpr int kRowChunk = 64;            // weight gradients: rows staged per step
+constexpr int kRowSplits = 4;            // weight gradients: thread groups a block's rows are dealt to
+constexpr int kPart = 4 * 4 + 4;         // weight gradients: a thread's 4 x 4 tile of dW and 4 of db
 
 template <class T>
 struct Layer {
@@ -301,6 +302,34 @@ __global__ void __launch_bounds__(kThreads) mlp_backward_rows_kernel(BackwardArg
   }
 }
 
+// Stores a thread's 4 x 4 tile of dW (rows n.., inputs k..) and, with `bias`, its 4 bias
+// gradients: each row's 4 inputs as vectors (of at most 16 bytes) where the row allows it.
+template <class T, class A>
+__device__ __forceinline__ void store_tile(const BackLayer<T>& L, int n0, int k, bool bias, const A (&tile)[kPart]) {
+  constexpr int SV = 4 * sizeof(T) > 16 ? static_cast<int>(16 / sizeof(T)) : 4;
+  const bool vec = L.k % 4 == 0 && reinterpret_cast<uintptr_t>(L.dw) % (SV * sizeof(T)) == 0;
+  EMBER_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const int n = n0 + i;
+    if (n >= L.n) continue;
+    T* row = L.dw + static_cast<int64_t>(n) * L.k;
+    if (vec && k < L.k) {
+      EMBER_UNROLL
+      for (int s = 0; s < 4; s += SV) {
+        detail::AlignedVec<T, SV> v;
+        EMBER_UNROLL
+        for (int j = 0; j < SV; ++j) v.v[j] = static_cast<T>(tile[4 * i + s + j]);
+        *reinterpret_cast<detail::AlignedVec<T, SV>*>(row + k + s) = v;
+      }
+    } else {
+      EMBER_UNROLL
+      for (int j = 0; j < 4; ++j)
+        if (k + j < L.k) row[k + j] = static_cast<T>(tile[4 * i + j]);
+    }
+    if (bias) L.db[n] = static_cast<T>(tile[16 + i]);
+  }
+}
+
 // Note [weight-gradient register tile]: a block owns a kTileN x kTileK tile of one layer's dW and
 // sums dz^T h over every row. Its threads form kRowSplits splits of 64; thread (i, j) of a split
 // keeps a 4 x 4 register tile (columns 4i.., inputs 4j..), and split s takes rows s, s + 4, ... of
@@ -314,7 +343,6 @@ __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs
   using A = acc_t<T>;
   constexpr int kSplitThreads = kThreads / kRowSplits;  // 64: (kTileN / 4) x (kTileK / 4)
   static_assert(kSplitThreads == (kTileN / 4) * (kTileK / 4), "a split's threads cover the tile in 4 x 4");
-  constexpr int kPart = 4 * 4 + 4;  // a thread's partial tile and bias sums
   static_assert((kRowSplits - 1) * kSplitThreads * kPart <= kRowChunk * (kTileN + kTileK), "partials fit the stage");
   EMBER_SHARED(A[kRowChunk * (kTileN + kTileK)], stage);  // dz rows [kRowChunk][kTileN], then h rows
   A(*dzt)[kTileN] = reinterpret_cast<A(*)[kTileN]>(stage);
@@ -330,7 +358,7 @@ __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs
   const int split = tid / kSplitThreads, st = tid % kSplitThreads;
   const int nb = (st / (kTileK / 4)) * 4, kb = (st % (kTileK / 4)) * 4;
   const bool bias = k0 == 0 && kb == 0;  // these threads also sum dz's rows
-  A tile[kPart] = {};  // tile[4 i + j]: dW[nb + i][kb + j]; tile[16 + i]: db[nb + i]
+  A tile[kPart] = {};                    // tile[4 i + j]: dW[nb + i][kb + j]; tile[16 + i]: db[nb + i]
   for (int64_t rc = 0; rc < p.rows; rc += kRowChunk) {
     const int nr = static_cast<int>(p.rows - rc < kRowChunk ? p.rows - rc : kRowChunk);
     for (int e = tid; e < kRowChunk * kTileN; e += kThreads) {
@@ -367,29 +395,7 @@ __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs
     EMBER_UNROLL
     for (int e = 0; e < kPart; ++e) tile[e] += other[e];
   }
-  // a thread's 4 inputs of a dW row as vectors (of at most 16 bytes) where the row allows it
-  constexpr int SV = 4 * sizeof(T) > 16 ? static_cast<int>(16 / sizeof(T)) : 4;
-  const bool vec = L.k % 4 == 0 && reinterpret_cast<uintptr_t>(L.dw) % (SV * sizeof(T)) == 0;
-  EMBER_UNROLL
-  for (int i = 0; i < 4; ++i) {
-    const int n = n0 + nb + i, k = k0 + kb;
-    if (n >= L.n) continue;
-    T* row = L.dw + static_cast<int64_t>(n) * L.k;
-    if (vec && k < L.k) {
-      EMBER_UNROLL
-      for (int s = 0; s < 4; s += SV) {
-        detail::AlignedVec<T, SV> v;
-        EMBER_UNROLL
-        for (int j = 0; j < SV; ++j) v.v[j] = static_cast<T>(tile[4 * i + s + j]);
-        *reinterpret_cast<detail::AlignedVec<T, SV>*>(row + k + s) = v;
-      }
-    } else {
-      EMBER_UNROLL
-      for (int j = 0; j < 4; ++j)
-        if (k + j < L.k) row[k + j] = static_cast<T>(tile[4 * i + j]);
-    }
-    if (bias) L.db[n] = static_cast<T>(tile[16 + i]);
-  }
+  store_tile(L, n0 + nb, k0 + kb, bias, tile);
 }
 
 }  // namespace dev
