@@ -167,6 +167,10 @@ Tensor conv2d_backward_weight(const Tensor& grad_output, const Tensor& x, std::a
 // Pooling as PyTorch (floor mode; padding at most half the kernel). stride {0, 0} means the kernel size.
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
                   std::array<int64_t, 2> stride = {0, 0} /*0: = kernel*/, std::array<int64_t, 2> padding = {0, 0});
+// max_pool2d(relu(x)), which is relu(max_pool2d(x)), as one op each way (Note [relu after max
+// pooling] in kernels/ops/pool.h).
+Tensor relu_max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                       std::array<int64_t, 2> padding = {0, 0});
 // (out, indices): indices (i64) of each maximum in its (n, c) plane, h * W + w, first maximum on ties.
 std::vector<Tensor> max_pool2d_with_indices(const Tensor& x, std::array<int64_t, 2> kernel,
                                             std::array<int64_t, 2> stride = {0, 0},

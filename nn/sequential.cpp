@@ -5,6 +5,7 @@
 #include "kernels/functional.h"
 #include "kernels/ops/mlp.h"  // kMlpMaxLayers
 #include "nn/linear.h"
+#include "nn/max_pool2d.h"
 #include "nn/relu.h"
 
 namespace ember::nn {
@@ -67,6 +68,13 @@ Tensor SequentialImpl::forward(const Tensor& x) {
       const LinearImpl* lin = exactly<LinearImpl>(items_[i]);
       if (lin != nullptr && exactly<ReLUImpl>(items_[i + 1]) != nullptr) {  // Note [fused activations]
         y = linear(y, lin->weight, lin->bias, Activation::relu);
+        ++i;
+        continue;
+      }
+      const MaxPool2dImpl* pool = exactly<MaxPool2dImpl>(items_[i + 1]);
+      if (pool != nullptr && exactly<ReLUImpl>(items_[i]) != nullptr) {  // Note [relu after max pooling]
+        const MaxPool2dOptions& o = pool->options;
+        y = relu_max_pool2d(y, o.kernel_size(), o.stride(), o.padding());
         ++i;
         continue;
       }

@@ -12,8 +12,11 @@
 // changes is the launches: a relu layer's forward and backward each lose the elementwise one, and
 // no pre-activation is kept for the backward. Only a module of exactly the Linear and ReLU types
 // is fused (a subclass may do something else in forward). GELU is not: linear's gelu backward
-// recomputes the pre-activation, a GEMM more for the launch it saves. fuse_activations = false
-// runs every module on its own (mnist_train --no-fuse-activations, the ablation's baseline).
+// recomputes the pre-activation, a GEMM more for the launch it saves. A ReLU directly followed by a
+// MaxPool2d runs as one max_pool2d with the relu (Note [relu after max pooling] in
+// kernels/ops/pool.h): the same values and gradients, the relu on the pooled tensor and no launch
+// of its own either way. fuse_activations = false runs every module on its own (mnist_train
+// --no-fuse-activations, the ablation's baseline).
 //
 // Note [fused MLP stacks]: with fuse_activations, two or more Linears in a row, each followed by a
 // ReLU or not (exactly those types, up to kMlpMaxLayers), run as one mlp op (kernels/ops/mlp.*):

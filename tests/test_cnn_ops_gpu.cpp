@@ -8,6 +8,7 @@
 #include "kernels/common/memory_format.h"
 #include "kernels/ops/conv2d.h"  // Conv2dAttrs
 #include "kernels/registry.h"
+#include "tests/launch_count_util.h"
 #include "tests/op_driver.h"
 
 using namespace ember;
@@ -158,3 +159,47 @@ TEST_CASE("a CNN training step on the GPU matches the CPU", "[gpu][conv][bn][poo
   CHECK(testing::compare(gpu[2], cpu[2], {1e-3, 1e-4}) == "");
   CHECK(testing::compare(gpu[3], cpu[3], {1e-5, 1e-6}) == "");
 }
+
+#if EMBER_WITH_CUDA
+// A ReLU followed by a MaxPool2d runs as one max_pool2d with the relu fused (Note [relu after max
+// pooling]): one launch fewer each way, with the same values and gradients.
+TEST_CASE("cuda nn: a ReLU fused into the MaxPool2d after it saves a launch each way, bit for bit", "[gpu][pool]") {
+  manual_seed(4);
+  auto make = [] {
+    return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 4, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Flatten(), nn::Linear(4 * 4 * 4, 3));
+  };
+  nn::Sequential fused = make(), plain = make();
+  plain->load_state_dict(fused->state_dict());
+  plain->fuse_activations = false;
+  for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
+  Tensor x = randn({4, 1, 8, 8}).cuda(), g = randn({4, 3}).cuda();
+  auto run = [&](nn::Sequential& net, std::vector<Tensor>* results, size_t* fwd, size_t* bwd) {
+    net->zero_grad();
+    Tensor y;
+    *fwd = test::kernels_launched_by([&] { y = net(x); });  // captured, never run: run it again
+    y = net(x);
+    *bwd = test::kernels_launched_by([&] { y.backward(g); });
+    net->zero_grad();
+    y = net(x);
+    y.backward(g);
+    results->push_back(y.detach().cpu());
+    for (const Tensor& p : net->parameters()) results->push_back(p.grad().cpu());
+  };
+  std::vector<Tensor> a, b;
+  size_t ff = 0, fb = 0, pf = 0, pb = 0;
+  run(fused, &a, &ff, &fb);  // warm-up (allocations, the variants' first calls)
+  run(plain, &b, &pf, &pb);
+  a.clear();
+  b.clear();
+  run(fused, &a, &ff, &fb);
+  run(plain, &b, &pf, &pb);
+  CHECK(ff + 1 == pf);
+  CHECK(fb + 1 == pb);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("result " << i << " (0: y, then the parameters' grads)");
+    CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
+  }
+}
+#endif

@@ -937,7 +937,7 @@ TEST_CASE("mnist_train: the ablation on the CPU prints its table and the skipped
                               "skipped: + many steps per graph launch (up to the log interval): needs a CUDA device"})
     CHECK(r.out.find(skipped) != std::string::npos);
   CHECK(r.out.find("+ mixed precision (bf16 autocast on the CPU)") != std::string::npos);
-  CHECK(r.out.find("+ Linear and ReLU fused into one kernel each way") != std::string::npos);
+  CHECK(r.out.find("+ ReLU fused into Linear and max pooling, each way") != std::string::npos);
   CHECK(r.out.find("+ each Linear/ReLU stack as one op") != std::string::npos);
 }
 

@@ -211,6 +211,42 @@ TEST_CASE("nn Sequential runs a Linear and the ReLU after it as one linear, with
   CHECK(sub(h).to_vector<float>() == want.to_vector<float>());
 }
 
+TEST_CASE("nn Sequential runs a ReLU and the MaxPool2d after it as one max_pool2d, bit for bit", "[nn]") {
+  manual_seed(6);
+  auto make = [] {
+    return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 4, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Conv2d(nn::Conv2dOptions(4, 6, 3).padding(1)), nn::ReLU(),
+                          nn::MaxPool2d(nn::MaxPool2dOptions(3).stride(2).padding(1)), nn::Flatten(),
+                          nn::Linear(6 * 2 * 2, 3));
+  };
+  nn::Sequential fused = make(), plain = make();
+  plain->load_state_dict(fused->state_dict());
+  plain->fuse_activations = false;
+  Tensor x = randn({3, 1, 8, 8});
+  Tensor gy = randn({3, 3});
+  auto run = [&](nn::Sequential& net) {
+    Tensor xi = x.detach().requires_grad_(true);
+    net->zero_grad();
+    Tensor y = net(xi);
+    y.backward(gy);
+    std::vector<Tensor> r{y.detach(), xi.grad()};
+    for (const Tensor& p : net->parameters()) r.push_back(p.grad());
+    return r;
+  };
+  std::vector<Tensor> a = run(fused), b = run(plain);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
+    CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());  // the same ops, the same order
+  }
+  // the pool's node follows the conv's directly when fused (no relu node between)
+  nn::Sequential pair(nn::ReLU(), nn::MaxPool2d(2));
+  Tensor h = randn({1, 2, 4, 4}).requires_grad_(true);
+  CHECK(pair(h).grad_fn()->next_edges.at(0).fn->name() == "AccumulateGrad");
+  pair->fuse_activations = false;
+  CHECK(pair(h).grad_fn()->next_edges.at(0).fn->name() == "reluBackward");
+}
+
 TEST_CASE("nn state_dict round trip, strict and non-strict loading, shape mismatch", "[nn]") {
   manual_seed(3);
   Mlp a, b;

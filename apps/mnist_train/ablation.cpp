@@ -51,7 +51,7 @@ std::vector<Rung> ablation_rungs(const Options& base, bool gpu) {
       {"+ device-resident uint8 data, normalised on the GPU", [](Options& o) { o.device_resident = true; }, true},
       {"+ gradients set to none", [](Options& o) { o.zero_grad_to_none = true; }},
       {"+ no host sync in the step (read once per interval)", [](Options& o) { o.sync_every_step = false; }},
-      {"+ Linear and ReLU fused into one kernel each way", [](Options& o) { o.fuse_activations = true; }},
+      {"+ ReLU fused into Linear and max pooling, each way", [](Options& o) { o.fuse_activations = true; }},
       {"+ each Linear/ReLU stack as one op (CUDA: 1 launch fwd, 2 bwd)", [](Options& o) { o.fuse_mlp = true; }},
       {"+ autotuned kernels", [](Options& o) { o.autotune = true; }},
       {"+ CUDA graph (one step per launch)", [](Options& o) { o.graph = true; }, true},

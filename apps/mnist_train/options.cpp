@@ -214,7 +214,8 @@ void add_speed_options(CLI::App& app, Options& o) {
              "registered); the default is EMBER_CPU_DEFAULTS or measured");
   app.add_flag("--channels-last", o.channels_last, "NHWC activations for the conv models");
   app.add_flag("--fuse-activations,!--no-fuse-activations", o.fuse_activations,
-               "run each Linear followed by ReLU as one linear with the relu fused, both ways (else two ops)");
+               "run each Linear followed by ReLU as one linear with the relu fused, and each ReLU followed by "
+               "MaxPool2d as one max pooling with the relu fused, both ways (else two ops)");
   app.add_flag("--fuse-mlp,!--no-fuse-mlp", o.fuse_mlp,
                "run each stack of Linears (and ReLUs) as one mlp op: on CUDA one kernel forward, two backward, "
                "where every layer is at most 128 wide (only with --fuse-activations; else layer by layer)");

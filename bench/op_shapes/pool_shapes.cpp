@@ -8,8 +8,10 @@ namespace ember {
 
 namespace {
 
-// The MNIST CNN's activations (after conv1 and conv2) and ResNet-50's stem pool and head.
-std::vector<BenchCase> pool_benches(int kind) {
+// The MNIST CNN's activations (after conv1 and conv2) and ResNet-50's stem pool and head; with
+// `relu`, max pooling's MNIST cases again with the relu fused (Note [relu after max pooling]), as
+// nn::Sequential runs the CNN's ReLU and MaxPool2d.
+std::vector<BenchCase> pool_benches(int kind, bool relu) {
   struct S {
     LayerInput in;
     PoolAttrs a;
@@ -21,11 +23,17 @@ std::vector<BenchCase> pool_benches(int kind) {
   }
   shapes.push_back({{"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, true, DType::f16}, pool_attrs(3, 3, 2, 2, 1, 1)});
   shapes.push_back({{"resnet50 stem 3x3 s2 p1", {32, 64, 112, 112}, false, DType::f32}, pool_attrs(3, 3, 2, 2, 1, 1)});
+  if (relu)
+    for (size_t i = 0; i < 4; ++i) {  // the MNIST cases
+      S s = shapes[i];
+      s.a.relu = 1;
+      shapes.push_back(s);
+    }
   std::vector<BenchCase> out;
   for (const S& s : shapes) {
     PoolGeom g = pool_geometry("bench", s.in.x, s.a);
     BenchCase b;
-    b.name = s.in.name();
+    b.name = s.in.name() + (s.a.relu != 0 ? " relu" : "");
     b.attrs = kind == 0 ? s.a : with_input_size(s.a, g.H, g.W);
     b.make = [in = s.in, a = s.a, kind, g](Device d) {
       Tensor x = uniform(in.x, -1, 1, TensorOptions().dtype(in.dt).device(d));
@@ -68,10 +76,10 @@ std::vector<BenchCase> adaptive_benches(bool backward) {
 
 }  // namespace
 
-std::vector<BenchCase> benches_max_pool2d() { return pool_benches(0); }
-std::vector<BenchCase> benches_max_pool2d_backward() { return pool_benches(2); }
-std::vector<BenchCase> benches_avg_pool2d() { return pool_benches(0); }
-std::vector<BenchCase> benches_avg_pool2d_backward() { return pool_benches(1); }
+std::vector<BenchCase> benches_max_pool2d() { return pool_benches(0, true); }
+std::vector<BenchCase> benches_max_pool2d_backward() { return pool_benches(2, true); }
+std::vector<BenchCase> benches_avg_pool2d() { return pool_benches(0, false); }
+std::vector<BenchCase> benches_avg_pool2d_backward() { return pool_benches(1, false); }
 std::vector<BenchCase> benches_adaptive_avg_pool2d() { return adaptive_benches(false); }
 std::vector<BenchCase> benches_adaptive_avg_pool2d_backward() { return adaptive_benches(true); }
 

@@ -25,6 +25,8 @@ PoolGeom pool_geometry(const char* op, const Shape& x, const PoolAttrs& a) {
   g.ph = a.padding[0];
   g.pw = a.padding[1];
   g.count_include_pad = a.count_include_pad != 0;
+  g.relu = a.relu != 0;
+  EMBER_CHECK(a.relu == 0 || a.relu == 1, op, ": relu must be 0 or 1, got ", a.relu);
   EMBER_CHECK(g.kh >= 1 && g.kw >= 1, op, ": kernel size must be positive, got (", g.kh, ", ", g.kw, ")");
   EMBER_CHECK(g.sh >= 1 && g.sw >= 1, op, ": stride must be positive, got (", g.sh, ", ", g.sw, ")");
   EMBER_CHECK(g.ph >= 0 && g.pw >= 0, op, ": padding must be non-negative, got (", g.ph, ", ", g.pw, ")");
@@ -97,13 +99,17 @@ std::vector<TensorSpec> infer_max_pool2d_backward(std::span<const Tensor> in, co
 }
 
 std::vector<Tensor> max_pool2d_backward_vjp(const BackwardCtx& ctx) {
-  // linear in grad_output: d/dg = the upstream gradient gathered at the indices
+  // linear in grad_output: d/dg = the upstream gradient gathered at the indices (zero at an index
+  // of -1, which routed nothing: Note [relu after max pooling])
   const Tensor& ind = ctx.inputs[1];
   Tensor G = ctx.grad(0).contiguous();
   const int64_t N = G.shape()[0], C = G.shape()[1], HW = G.shape()[2] * G.shape()[3];
   Tensor flat_ind = ind.contiguous().reshape({N, C, ind.shape()[2] * ind.shape()[3]});
-  Tensor dg = gather(G.reshape({N, C, HW}), 2, flat_ind).reshape(ind.shape());
-  return {dg, Tensor()};
+  if (ctx.attr<PoolAttrs>().relu == 0)
+    return {gather(G.reshape({N, C, HW}), 2, flat_ind).reshape(ind.shape()), Tensor()};
+  Tensor routed = ge(flat_ind, 0.0);
+  Tensor dg = gather(G.reshape({N, C, HW}), 2, clamp(flat_ind, 0, static_cast<double>(HW - 1)));
+  return {where(routed, dg, 0.0).reshape(ind.shape()), Tensor()};
 }
 
 // ---- avg_pool2d ----
@@ -113,6 +119,7 @@ std::vector<TensorSpec> infer_avg_pool2d(std::span<const Tensor> in, const Attrs
   const Tensor& x = in[0];
   check_float("avg_pool2d", x);
   PoolGeom g = pool_geometry("avg_pool2d", x.shape(), attrs.get<PoolAttrs>());
+  EMBER_CHECK(!g.relu, "avg_pool2d: relu fuses into max_pool2d only");
   Shape s{g.N, g.C, g.P, g.Q};
   return {{s, x.dtype(), layout_strides(s, runs_channels_last(x))}};
 }
@@ -130,6 +137,7 @@ std::vector<TensorSpec> infer_avg_pool2d_backward(std::span<const Tensor> in, co
   check_float("avg_pool2d_backward", gy);
   EMBER_CHECK(gy.dim() == 4, "avg_pool2d_backward: expects a 4-D grad_output, got ", gy.shape());
   PoolGeom g = pool_geometry("avg_pool2d_backward", {gy.shape()[0], gy.shape()[1], a.size[0], a.size[1]}, a);
+  EMBER_CHECK(!g.relu, "avg_pool2d_backward: relu fuses into max_pool2d only");
   Shape ys{g.N, g.C, g.P, g.Q};
   EMBER_CHECK(gy.shape() == ys, "avg_pool2d_backward: grad_output ", gy.shape(), " must be ", ys,
               ", the output of pooling an input of size ", a.size[0], "x", a.size[1]);
@@ -297,6 +305,13 @@ std::vector<Tensor> max_pool2d_with_indices(const Tensor& x, std::array<int64_t,
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                   std::array<int64_t, 2> padding) {
   return max_pool2d_with_indices(x, kernel, stride, padding)[0];
+}
+
+Tensor relu_max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                       std::array<int64_t, 2> padding) {
+  PoolAttrs a = functional_attrs("max_pool2d", kernel, stride, padding, true);
+  a.relu = 1;
+  return unbatched(x, [&](const Tensor& t) { return call(OpId::max_pool2d, {t}, a)[0]; });
 }
 
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,

@@ -4,7 +4,8 @@
 //   adaptive 1x1  NCHW global average: one warp per (n, c) plane, coalesced along the plane
 //   gradients     gather form: one thread per input element sums the windows that cover it in
 //                 increasing (p, q) order (deterministic, no atomics); max_pool2d_backward compares
-//                 the saved argmax of each covering window with its own position
+//                 the saved argmax of each covering window with its own position (an index of -1,
+//                 a window relu zeroed, matches none: Note [relu after max pooling])
 // Memory bound (max_pool2d's indices are part of the traffic both ways); the adaptive 1x1 average
 // of small planes is launch bound.
 // Napkin math: docs/perf.md ("Napkin math behind the kernels").
@@ -28,10 +29,11 @@ struct Dims {
   int64_t N, C, H, W, P, Q;
   int64_t kh, kw, sh, sw, ph, pw;
   bool include_pad;
+  bool relu;  // max_pool2d (Note [relu after max pooling])
 };
 
 Dims dims_of(const PoolGeom& g) {
-  return {g.N, g.C, g.H, g.W, g.P, g.Q, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.count_include_pad};
+  return {g.N, g.C, g.H, g.W, g.P, g.Q, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.count_include_pad, g.relu};
 }
 
 // logical (n, c, a, b) of the i-th element (memory order) of a [N, C, A, B] tensor
@@ -82,6 +84,7 @@ __global__ void max_pool_kernel(const T* __restrict__ x, T* __restrict__ y, int6
           idx = h * d.W + w;
         }
       }
+    if (d.relu) pool::relu_max(best, idx);
     y[i] = static_cast<T>(best);
     ind[i] = idx;
   }

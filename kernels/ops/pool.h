@@ -4,12 +4,15 @@
 // max/avg (PyTorch semantics, floor mode): P = floor((H + 2 ph - kh) / sh) + 1 (Q likewise);
 //   padding at most half the kernel; window of (p, q): rows [p sh - ph, p sh - ph + kh) clipped.
 //   max_pool2d:  out = max over the window (padding never wins), indices = h W + w of the first
-//                maximum (a NaN counts as the maximum; the last NaN wins, as PyTorch's kernels)
+//                maximum (a NaN counts as the maximum; the last NaN wins, as PyTorch's kernels);
+//                with relu: out = relu(max) and index -1 where out is not > 0 (Note [relu after max
+//                pooling])
 //   avg_pool2d:  out = sum over the window / divisor; divisor = the window clipped to the padded
 //                input (count_include_pad) or to the input (not counting padding)
 //   adaptive_avg_pool2d(OH, OW): bin i covers rows [floor(i H / OH), ceil((i + 1) H / OH)), the mean
 // Gradients (g = dL/dout):
 //   max_pool2d_backward(g, indices):  dx[n, c, idx] += g[n, c, p, q] with idx = indices[n, c, p, q]
+//                                     (an index of -1 routes nothing)
 //   avg_pool2d_backward(g):           dx[h, w] = sum over windows containing (h, w) of g / divisor
 //   adaptive_avg_pool2d_backward(g):  dx[h, w] = sum over bins containing (h, w) of g / bin size
 // The gradient ops are linear in g; their vjps are the forwards again (max: gather by indices).
@@ -24,12 +27,22 @@
 
 namespace ember {
 
+// Note [relu after max pooling]: the CNNs run conv, relu, max pool. Max pooling commutes with relu
+// (a non-decreasing function): max(relu(x)) = relu(max(x)), and both backwards route g to the
+// window's first maximum only where that maximum is > 0 (a window of values <= 0 or with a NaN
+// maximum gets no gradient either way: relu_backward's mask is y > 0). So relu fuses into the pool,
+// both ways, with the same values and gradients bit for bit: the forward writes relu(max) and, where
+// that is not > 0, the index -1, which max_pool2d_backward routes nowhere. The conv output's relu
+// and relu_backward launches go, and the relu runs on the pooled tensor, a quarter of the size at
+// 2x2. nn::Sequential fuses a ReLU followed by a MaxPool2d this way (Note [fused activations] in
+// nn/sequential.h).
 struct PoolAttrs {
   int64_t kernel[2] = {1, 1};
   int64_t stride[2] = {1, 1};  // resolved: never 0 here
   int64_t padding[2] = {0, 0};
   int64_t count_include_pad = 1;
   int64_t size[2] = {0, 0};  // gradient ops: the input's (H, W)
+  int64_t relu = 0;          // max_pool2d: relu(max) (Note [relu after max pooling]); 0 or 1
 };
 
 struct AdaptivePoolAttrs {
@@ -69,6 +82,7 @@ struct PoolGeom {
   int64_t N = 0, C = 0, H = 0, W = 0, P = 0, Q = 0;
   int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0;
   bool count_include_pad = true;
+  bool relu = false;  // max_pool2d (Note [relu after max pooling])
 };
 
 // Validates x's shape [N, C, H, W] against the attributes (named `op` in messages).
@@ -112,6 +126,16 @@ EMBER_HD inline void covering(int64_t i, int64_t s, int64_t p, int64_t k, int64_
   first = i + p < k ? 0 : (i + p - k) / s + 1;
   const int64_t l = (i + p) / s + 1;
   last = l < out ? l : out;
+}
+
+// max_pool2d with relu (Note [relu after max pooling]): relu(best) (NaN stays NaN, as relu), and
+// the index -1 where that is not > 0.
+template <class A>
+EMBER_HD inline void relu_max(A& best, int64_t& idx) {
+  if (!(best > A(0))) {
+    idx = -1;
+    if (best == best) best = A(0);
+  }
 }
 
 // Adaptive bins.

@@ -68,6 +68,7 @@ void max_pool_cpu_impl(const PoolGeom& g, const Tensor& x, const Tensor& y, cons
             idx += static_cast<int64_t>(take) * (h * g.W + w - idx);
           }
         }
+        if (g.relu) pool::relu_max(best, idx);
         Y.at(n, c, p, q) = static_cast<T>(best);
         I.at(n, c, p, q) = idx;
       }
@@ -146,8 +147,11 @@ void max_pool_planes_impl(const PoolGeom& g, const Tensor& x, const Tensor& y, c
           code_row[q] = code;
         }
         for (int64_t q = 0; q < g.Q; ++q) {
-          yrow[q] = static_cast<T>(best_row[q]);
-          irow[q] = base + 2 * q + (code_row[q] & 1) + (code_row[q] >> 1) * g.W;
+          A best = best_row[q];
+          int64_t idx = base + 2 * q + (code_row[q] & 1) + (code_row[q] >> 1) * g.W;
+          if (g.relu) pool::relu_max(best, idx);
+          yrow[q] = static_cast<T>(best);
+          irow[q] = idx;
         }
         continue;
       }
@@ -165,6 +169,7 @@ void max_pool_planes_impl(const PoolGeom& g, const Tensor& x, const Tensor& y, c
             take_if((v > best) | (v != v), v, h * g.W + w, best, idx);
           }
         }
+        if (g.relu) pool::relu_max(best, idx);
         yp[p * Y.s2 + q * Y.s3] = static_cast<T>(best);
         ip[p * I.s2 + q * I.s3] = idx;
       }
@@ -197,6 +202,7 @@ void max_pool_backward_cpu_impl(const PoolGeom& g, const Tensor& gy, const Tenso
       for (int64_t p = 0; p < g.P; ++p)
         for (int64_t q = 0; q < g.Q; ++q) {
           const int64_t idx = I.at(n, c, p, q);
+          if (idx == -1) continue;  // a window relu zeroed (Note [relu after max pooling])
           EMBER_CHECK(idx >= 0 && idx < g.H * g.W, "max_pool2d_backward: index ", idx, " at [", n, ", ", c, ", ", p,
                       ", ", q, "] is out of range for an input plane of ", g.H, "x", g.W);
           acc[static_cast<size_t>(idx)] += static_cast<double>(G.at(n, c, p, q));

@@ -1,7 +1,7 @@
 // Test samples of the pooling ops and their gradients (kernels/ops/pool.*): overlapping and
 // non-square windows, padding counted or not, windows as large as the input, channels-last, ties,
 // NaN and -inf, upsampling adaptive bins, empty batches, a view whose size-1 dims keep a batch's
-// strides.
+// strides; max pooling with the relu fused (Note [relu after max pooling]).
 #include <cmath>
 #include <string>
 
@@ -43,6 +43,18 @@ Tensor pool_input(const PoolCase& pc, uint64_t seed, bool distinct) {
   return pc.channels_last ? contiguous_as(x, true) : x;
 }
 
+// Max pooling with the relu fused: the generic loop, channels-last, the 2x2 fast path (inputs in
+// [-2, 2], so some windows are all negative and their index is -1).
+std::vector<PoolCase> relu_pool_cases() {
+  std::vector<PoolCase> out;
+  for (PoolCase pc : {pool_cases()[1], pool_cases()[7], pool_cases()[9]}) {
+    pc.name = "relu: " + pc.name;
+    pc.a.relu = 1;
+    out.push_back(pc);
+  }
+  return out;
+}
+
 std::vector<OpSample> max_pool2d_samples() {
   std::vector<OpSample> out;
   uint64_t seed = 5000;
@@ -71,6 +83,27 @@ std::vector<OpSample> max_pool2d_samples() {
     s.gradcheck = false;
     out.push_back(std::move(s));
   }
+  for (const PoolCase& pc : relu_pool_cases()) {
+    OpSample s;
+    s.name = pc.name;
+    s.inputs = {pool_input(pc, ++seed, true)};
+    s.attrs = pc.a;
+    out.push_back(std::move(s));
+  }
+  {
+    // windows: a NaN maximum (NaN, index -1), all -inf, all negative, a maximum of 0 (each 0 and -1),
+    // and 3 at its first place
+    OpSample s;
+    s.name = "relu: NaN, -inf, negative, zero and positive windows [1,1,4,6] 2x2";
+    s.inputs = {tensor({NAN, 1,  -INFINITY, -INFINITY, 0.5, 3,  2,  NAN,   -INFINITY, -INFINITY, 3,  -1,
+                        -1,  -3, 0,         -0.5,      -1,  -2, -2, -0.25, -1,        0,         -1, -1},
+                       {1, 1, 4, 6}, DType::f64)};
+    PoolAttrs a = pool_attrs(2, 2, 2, 2, 0, 0);
+    a.relu = 1;
+    s.attrs = a;
+    s.gradcheck = false;
+    out.push_back(std::move(s));
+  }
   return out;
 }
 
@@ -78,6 +111,17 @@ std::vector<OpSample> max_pool2d_backward_samples() {
   std::vector<OpSample> out;
   uint64_t seed = 5100;
   for (const PoolCase& pc : pool_cases()) {
+    Tensor x = pool_input(pc, ++seed, true);
+    std::vector<Tensor> fwd = call(OpId::max_pool2d, {x}, pc.a);
+    OpSample s;
+    s.name = pc.name;
+    Tensor gy = samples::uniform(fwd[0].shape(), -1, 1, ++seed);
+    s.inputs = {pc.channels_last ? contiguous_as(gy, true) : gy, fwd[1]};
+    s.attrs = with_input_size(pc.a, pc.x[2], pc.x[3]);
+    out.push_back(std::move(s));
+  }
+  // indices of -1 (windows the fused relu zeroed) route nothing
+  for (const PoolCase& pc : relu_pool_cases()) {
     Tensor x = pool_input(pc, ++seed, true);
     std::vector<Tensor> fwd = call(OpId::max_pool2d, {x}, pc.a);
     OpSample s;
