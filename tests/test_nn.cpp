@@ -163,6 +163,21 @@ struct DoubledLinearImpl : nn::LinearImpl {
   Tensor forward(const Tensor& x) override { return mul(LinearImpl::forward(x), 2.0); }
 };
 
+namespace {
+
+// y, dx and every parameter's gradient of net at x, with gy as y's gradient.
+std::vector<Tensor> outputs_and_grads(nn::Sequential& net, const Tensor& x, const Tensor& gy) {
+  Tensor xi = x.detach().requires_grad_(true);
+  net->zero_grad();
+  Tensor y = net(xi);
+  y.backward(gy);
+  std::vector<Tensor> r{y.detach(), xi.grad()};
+  for (const Tensor& p : net->parameters()) r.push_back(p.grad());
+  return r;
+}
+
+}  // namespace
+
 // Sequential's fusion (Note [fused activations] in nn/sequential.h).
 TEST_CASE("nn Sequential runs a Linear and the ReLU after it as one linear, with the same results", "[nn]") {
   manual_seed(5);
@@ -176,16 +191,7 @@ TEST_CASE("nn Sequential runs a Linear and the ReLU after it as one linear, with
   Tensor x = randn({5, 3, 4}, DType::f64);
   for (nn::Sequential* s : {&fused, &plain}) (*s)->to(DType::f64);
   Tensor gy = randn({5, 3}, DType::f64);
-  auto run = [&](nn::Sequential& net) {
-    Tensor xi = x.detach().requires_grad_(true);
-    net->zero_grad();
-    Tensor y = net(xi);
-    y.backward(gy);
-    std::vector<Tensor> r{y.detach(), xi.grad()};
-    for (const Tensor& p : net->parameters()) r.push_back(p.grad());
-    return r;
-  };
-  std::vector<Tensor> a = run(fused), b = run(plain);
+  std::vector<Tensor> a = outputs_and_grads(fused, x, gy), b = outputs_and_grads(plain, x, gy);
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
@@ -224,16 +230,7 @@ TEST_CASE("nn Sequential runs a ReLU and the MaxPool2d after it as one max_pool2
   plain->fuse_activations = false;
   Tensor x = randn({3, 1, 8, 8});
   Tensor gy = randn({3, 3});
-  auto run = [&](nn::Sequential& net) {
-    Tensor xi = x.detach().requires_grad_(true);
-    net->zero_grad();
-    Tensor y = net(xi);
-    y.backward(gy);
-    std::vector<Tensor> r{y.detach(), xi.grad()};
-    for (const Tensor& p : net->parameters()) r.push_back(p.grad());
-    return r;
-  };
-  std::vector<Tensor> a = run(fused), b = run(plain);
+  std::vector<Tensor> a = outputs_and_grads(fused, x, gy), b = outputs_and_grads(plain, x, gy);
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");

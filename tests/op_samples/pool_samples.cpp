@@ -110,18 +110,10 @@ std::vector<OpSample> max_pool2d_samples() {
 std::vector<OpSample> max_pool2d_backward_samples() {
   std::vector<OpSample> out;
   uint64_t seed = 5100;
-  for (const PoolCase& pc : pool_cases()) {
-    Tensor x = pool_input(pc, ++seed, true);
-    std::vector<Tensor> fwd = call(OpId::max_pool2d, {x}, pc.a);
-    OpSample s;
-    s.name = pc.name;
-    Tensor gy = samples::uniform(fwd[0].shape(), -1, 1, ++seed);
-    s.inputs = {pc.channels_last ? contiguous_as(gy, true) : gy, fwd[1]};
-    s.attrs = with_input_size(pc.a, pc.x[2], pc.x[3]);
-    out.push_back(std::move(s));
-  }
-  // indices of -1 (windows the fused relu zeroed) route nothing
-  for (const PoolCase& pc : relu_pool_cases()) {
+  // then the relu cases: their indices of -1 (windows the fused relu zeroed) route nothing
+  std::vector<PoolCase> cases = pool_cases();
+  for (const PoolCase& pc : relu_pool_cases()) cases.push_back(pc);
+  for (const PoolCase& pc : cases) {
     Tensor x = pool_input(pc, ++seed, true);
     std::vector<Tensor> fwd = call(OpId::max_pool2d, {x}, pc.a);
     OpSample s;
