@@ -444,6 +444,10 @@ stage_4() {
   # 5 s; the stage has no room, so on demand (--only 4 --steps bench_mlp)
   STEP_ON_DEMAND=1 step bench_mlp 8 bench_ops -- "$b" "${q[@]}" --op mlp,mlp_backward --case '\[(64|512),' \
        --json "$j/bench_mlp.json"
+  # the MNIST CNN's max pools both ways, plain and with the relu fused (Note [relu after max
+  # pooling]): what the relu costs inside the pool; 16 small cases, one variant each; on demand
+  STEP_ON_DEMAND=1 step bench_pool 5 bench_ops -- "$b" "${q[@]}" --op max_pool2d,max_pool2d_backward \
+       --case '^mnist' --json "$j/bench_pool.json"
   # the convolutions ember trains (the MNIST CNN at batch 128, f32 and bf16) first, then two
   # ResNet-50 shapes, a 3x3 and a 1x1, in f32; the other batch sizes, ResNet shapes, f16 and (since
   # the linear backward rows took their time) bf16 channels-last are left out (126 cases a
