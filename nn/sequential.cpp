@@ -35,16 +35,16 @@ struct SequentialImpl::Stack {
   size_t items = 0;
 };
 
-SequentialImpl::Stack SequentialImpl::stack_at(size_t i) const {
+SequentialImpl::Stack SequentialImpl::stack_at(size_t i, size_t end) const {
   Stack s;
   size_t j = i;
-  while (j < items_.size() && s.weights.size() < static_cast<size_t>(kMlpMaxLayers)) {
+  while (j < end && s.weights.size() < static_cast<size_t>(kMlpMaxLayers)) {
     const LinearImpl* lin = exactly<LinearImpl>(items_[j]);
     if (lin == nullptr) break;
     s.weights.push_back(lin->weight);
     s.biases.push_back(lin->bias);
     ++j;
-    if (j < items_.size() && exactly<ReLUImpl>(items_[j]) != nullptr) {
+    if (j < end && exactly<ReLUImpl>(items_[j]) != nullptr) {
       s.relu_mask |= uint64_t{1} << (s.weights.size() - 1);
       ++j;
     }
@@ -53,18 +53,20 @@ SequentialImpl::Stack SequentialImpl::stack_at(size_t i) const {
   return s;
 }
 
-Tensor SequentialImpl::forward(const Tensor& x) {
+Tensor SequentialImpl::forward(const Tensor& x) { return run_items(x, items_.size()); }
+
+Tensor SequentialImpl::run_items(const Tensor& x, size_t end) {
   Tensor y = x;
-  for (size_t i = 0; i < items_.size(); ++i) {
+  for (size_t i = 0; i < end; ++i) {
     if (fuse_activations && fuse_mlp) {
-      Stack s = stack_at(i);
+      Stack s = stack_at(i, end);
       if (s.items > 0) {  // Note [fused MLP stacks]
         y = mlp(y, s.weights, s.biases, s.relu_mask);
         i += s.items - 1;
         continue;
       }
     }
-    if (fuse_activations && i + 1 < items_.size()) {
+    if (fuse_activations && i + 1 < end) {
       const LinearImpl* lin = exactly<LinearImpl>(items_[i]);
       if (lin != nullptr && exactly<ReLUImpl>(items_[i + 1]) != nullptr) {  // Note [fused activations]
         y = linear(y, lin->weight, lin->bias, Activation::relu);
@@ -72,7 +74,12 @@ Tensor SequentialImpl::forward(const Tensor& x) {
         continue;
       }
       const MaxPool2dImpl* pool = exactly<MaxPool2dImpl>(items_[i + 1]);
-      if (pool != nullptr && exactly<ReLUImpl>(items_[i]) != nullptr) {  // Note [relu after max pooling]
+      SequentialImpl* block = exactly<SequentialImpl>(items_[i]);
+      const bool block_relu = block != nullptr && block->fuse_activations && !block->empty() &&
+                              exactly<ReLUImpl>(block->items_.back()) != nullptr;
+      if (pool != nullptr &&
+          (block_relu || exactly<ReLUImpl>(items_[i]) != nullptr)) {  // Note [relu after max pooling]
+        if (block_relu) y = block->run_items(y, block->size() - 1);   // the block up to its ReLU
         const MaxPool2dOptions& o = pool->options;
         y = relu_max_pool2d(y, o.kernel_size(), o.stride(), o.padding());
         ++i;

@@ -15,8 +15,9 @@
 // recomputes the pre-activation, a GEMM more for the launch it saves. A ReLU directly followed by a
 // MaxPool2d runs as one max_pool2d with the relu (Note [relu after max pooling] in
 // kernels/ops/pool.h): the same values and gradients, the relu on the pooled tensor and no launch
-// of its own either way. fuse_activations = false runs every module on its own (mnist_train
-// --no-fuse-activations, the ablation's baseline).
+// of its own either way; also where the ReLU ends a nested Sequential (a conv block, as
+// mnist_train's fast model) and the MaxPool2d follows it, when both fuse. fuse_activations = false
+// runs every module on its own (mnist_train --no-fuse-activations, the ablation's baseline).
 //
 // Note [fused MLP stacks]: with fuse_activations, two or more Linears in a row, each followed by a
 // ReLU or not (exactly those types, up to kMlpMaxLayers), run as one mlp op (kernels/ops/mlp.*):
@@ -79,7 +80,9 @@ class SequentialImpl : public Module {
 
  private:
   struct Stack;
-  Stack stack_at(size_t i) const;
+  Stack stack_at(size_t i, size_t end) const;  // within items [i, end)
+  // Items [0, end) on x, fused as forward() fuses them.
+  Tensor run_items(const Tensor& x, size_t end);
   std::vector<std::shared_ptr<Module>> items_;
 };
 EMBER_MODULE(Sequential);

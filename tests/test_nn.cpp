@@ -236,12 +236,32 @@ TEST_CASE("nn Sequential runs a ReLU and the MaxPool2d after it as one max_pool2
     INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
     CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());  // the same ops, the same order
   }
+  // a ReLU that ends a nested block (mnist_train's fast model) fuses with the pool after the block
+  auto make_blocks = [] {
+    auto block = [](int64_t cin, int64_t cout) {
+      return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(cin, cout, 3).padding(1).bias(false)), nn::BatchNorm2d(cout),
+                            nn::ReLU());
+    };
+    return nn::Sequential(block(1, 4), nn::MaxPool2d(2), block(4, 6), nn::MaxPool2d(2), nn::Flatten(),
+                          nn::Linear(6 * 2 * 2, 3));
+  };
+  nn::Sequential bf = make_blocks(), bp = make_blocks();
+  bp->load_state_dict(bf->state_dict());
+  bp->fuse_activations = false;
+  std::vector<Tensor> c = outputs_and_grads(bf, x, gy), d = outputs_and_grads(bp, x, gy);
+  REQUIRE(c.size() == d.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    INFO("blocks: result " << i);
+    CHECK(c[i].to_vector<float>() == d[i].to_vector<float>());
+  }
   // the pool's node follows the conv's directly when fused (no relu node between)
   nn::Sequential pair(nn::ReLU(), nn::MaxPool2d(2));
   Tensor h = randn({1, 2, 4, 4}).requires_grad_(true);
   CHECK(pair(h).grad_fn()->next_edges.at(0).fn->name() == "AccumulateGrad");
   pair->fuse_activations = false;
   CHECK(pair(h).grad_fn()->next_edges.at(0).fn->name() == "reluBackward");
+  nn::Sequential nested(nn::Sequential(nn::Identity(), nn::ReLU()), nn::MaxPool2d(2));
+  CHECK(nested(h).grad_fn()->next_edges.at(0).fn->name() == "AccumulateGrad");
 }
 
 TEST_CASE("nn state_dict round trip, strict and non-strict loading, shape mismatch", "[nn]") {
