@@ -5,7 +5,7 @@
 //   small     every float dtype, the tiny and skinny layers (MNIST's at batch 64, the -> 10 heads)
 //             in one launch where the tiled kernels would split K over two (gemm_small.cu, Note
 //             [small GEMM]); registered first, so it is the default wherever it accepts a call
-//   rows      every float dtype, layers at most kMlpMaxWidth wide, relu or none: the fused MLP's
+//   rows      every float dtype, 32 to kMlpMaxWidth outputs, relu or none: the fused MLP's
 //             forward kernel with one layer (Note [one-layer MLP] below); the default where
 //             `small` refuses ([128..512, 784] -> 128)
 //   simt      f32/f64 on the CUDA cores (gemm_simt.cu)
@@ -100,21 +100,18 @@ bool lt_ok(const KernelCall& c) {
 constexpr int64_t kRowsMaxWork = int64_t{1} << 19;
 constexpr int64_t kRowsMinOut = 32;
 
-const Variant& mlp_fused_variant() {
-  for (const Variant& v : op_info(OpId::mlp).variants)
-    if (v.device == DeviceType::cuda && v.name == "fused") return v;
-  EMBER_FAIL("linear rows: the mlp op has no CUDA variant named fused");
-}
-
 bool rows_ok(const KernelCall& c) {
   const Tensor& w = c.in[1];
   return no_gelu(c) && sizes_fit(c) && w.shape()[0] >= kRowsMinOut && w.shape()[0] <= kMlpMaxWidth &&
          linear_rows(c.in[0]) * w.shape()[1] <= kRowsMaxWork;
 }
 
+// The inputs are linear's, already checked and made contiguous by its runner, so the mlp kernel
+// runs on them directly (no second pass through the runner).
 void linear_rows_fused(const KernelCall& c) {
-  const MlpAttrs a{.layers = 1, .relu_mask = act_of(c) == static_cast<int>(Activation::relu) ? 1 : 0};
-  call_variant_into(mlp_fused_variant(), OpId::mlp, {c.in[0], c.in[1], c.in[2]}, {c.out[0]}, a);
+  const Attrs attrs = MlpAttrs{.layers = 1, .relu_mask = act_of(c) == static_cast<int>(Activation::relu) ? 1 : 0};
+  const KernelCall mlp{OpId::mlp, c.in.first(3), c.out.first(1), attrs};
+  select_variant(op_info(OpId::mlp), mlp, DeviceType::cuda, "fused").fn(mlp);
 }
 
 void linear_small(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_small); }
