@@ -60,7 +60,8 @@ TEST_CASE("conv2d variants at MNIST batch 64 (split-K and multi-block paths)", "
     all_variants_match(OpId::conv2d_backward_input, {g2, w2}, Conv2dAttrs{o, {14, 14}}, tol);
     all_variants_match(OpId::conv2d_backward_weight, {g2, x2}, Conv2dAttrs{o, {3, 3}}, tol);
     Tensor g1 = uniform({n, 32, 28, 28}, -1, 1).to(dt);
-    all_variants_match(OpId::conv2d_backward_weight, {g1, x1}, Conv2dAttrs{o, {3, 3}}, tol);
+    // conv1 as the CNN runs it, with its bias gradient (Note [conv bias gradient])
+    all_variants_match(OpId::conv2d_backward_weight, {g1, x1}, Conv2dAttrs{o, {3, 3}, 1}, tol);
   }
 }
 
@@ -200,6 +201,34 @@ TEST_CASE("cuda nn: a ReLU fused into the MaxPool2d after it saves a launch each
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("result " << i << " (0: y, then the parameters' grads)");
     CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
+  }
+}
+
+// A conv layer's bias gradient comes out of its weight gradient's kernels (Note [conv bias
+// gradient]): the backward of a biased conv launches no more kernels than an unbiased one (the sum
+// op took two or three more), and db is grad_output summed over (n, p, q).
+TEST_CASE("cuda conv2d: the bias gradient costs no launch of its own", "[gpu][conv]") {
+  manual_seed(5);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    INFO("dtype " << dt);
+    Tensor x = randn({6, 3, 12, 12}).to(dt).cuda(), g = randn({6, 8, 12, 12}).to(dt).cuda();
+    Tensor w = randn({8, 3, 3, 3}).to(dt).cuda().requires_grad_(), b = randn({8}).to(dt).cuda().requires_grad_();
+    auto backward_launches = [&](const Tensor& bias) {
+      w.reset_grad();  // no accumulation into an earlier .grad
+      b.reset_grad();
+      Tensor y = conv2d(x, w, bias, Conv2dFuncOptions().set_padding(1));
+      return test::kernels_launched_by([&] { y.backward(g); });
+    };
+    backward_launches(b);  // warm-up (allocations, the variants' first calls)
+    backward_launches(Tensor());
+    const size_t with_bias = backward_launches(b), without = backward_launches(Tensor());
+    CHECK(with_bias == without);
+    w.reset_grad();
+    b.reset_grad();
+    conv2d(x, w, b, Conv2dFuncOptions().set_padding(1)).backward(g);
+    Tensor want = sum(g.to(DType::f64), {0, 2, 3}).cpu();
+    Tol tol = dt == DType::f32 ? Tol{1e-4, 1e-5} : Tol{2e-2, 2e-2};
+    CHECK(testing::compare(b.grad().to(DType::f64).cpu(), want, tol) == "");
   }
 }
 #endif

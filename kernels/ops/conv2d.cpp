@@ -7,6 +7,7 @@
 #include "core/autograd/node.h"
 #include "kernels/common/memory_format.h"
 #include "kernels/functional.h"
+#include "kernels/ops/reduce.h"
 #include "kernels/registry.h"
 
 #include <algorithm>
@@ -73,7 +74,9 @@ std::vector<TensorSpec> infer_conv2d(std::span<const Tensor> in, const Attrs& at
   EMBER_CHECK(in.size() == 3, "conv2d: expects (input, weight, bias)");
   const Tensor &x = in[0], &w = in[1], &b = in[2];
   EMBER_CHECK(x.defined() && w.defined(), "conv2d: input and weight must be defined");
-  ConvGeom g = conv_geometry("conv2d", x.shape(), w.shape(), attrs.get<Conv2dAttrs>());
+  const auto& a = attrs.get<Conv2dAttrs>();
+  EMBER_CHECK(a.bias_grad == 0, "conv2d: bias_grad = ", a.bias_grad, " is an attribute of conv2d_backward_weight only");
+  ConvGeom g = conv_geometry("conv2d", x.shape(), w.shape(), a);
   check_dtypes("conv2d", x, "input", w, "weight");
   if (b.defined()) {
     EMBER_CHECK(b.dim() == 1 && b.shape()[0] == g.K, "conv2d: bias must be [", g.K,
@@ -92,6 +95,8 @@ std::vector<TensorSpec> infer_conv2d_backward_input(std::span<const Tensor> in, 
   EMBER_CHECK(w.dim() == 4, "conv2d_backward_input: expects a 4-D weight [K, C/groups, R, S], got ", w.shape());
   EMBER_CHECK(a.size[0] >= 1 && a.size[1] >= 1, "conv2d_backward_input: the input size (H, W) = (", a.size[0], ", ",
               a.size[1], ") must be positive");
+  EMBER_CHECK(a.bias_grad == 0, "conv2d_backward_input: bias_grad = ", a.bias_grad,
+              " is an attribute of conv2d_backward_weight only");
   Shape xs{gy.shape()[0], w.shape()[1] * a.conv.groups, a.size[0], a.size[1]};
   ConvGeom g = conv_geometry("conv2d_backward_input", xs, w.shape(), a);
   Shape ys{g.N, g.K, g.P, g.Q};
@@ -109,6 +114,8 @@ std::vector<TensorSpec> infer_conv2d_backward_weight(std::span<const Tensor> in,
   EMBER_CHECK(x.dim() == 4, "conv2d_backward_weight: expects a 4-D input [N, C, H, W], got ", x.shape());
   EMBER_CHECK(a.size[0] >= 1 && a.size[1] >= 1, "conv2d_backward_weight: the kernel size (R, S) = (", a.size[0], ", ",
               a.size[1], ") must be positive");
+  EMBER_CHECK(a.bias_grad == 0 || a.bias_grad == 1, "conv2d_backward_weight: bias_grad must be 0 or 1, got ",
+              a.bias_grad);
   const int64_t groups = a.conv.groups;
   EMBER_CHECK(groups >= 1 && x.shape()[1] % groups == 0, "conv2d_backward_weight: groups = ", groups,
               " must divide the input channels C = ", x.shape()[1]);
@@ -118,14 +125,18 @@ std::vector<TensorSpec> infer_conv2d_backward_weight(std::span<const Tensor> in,
   EMBER_CHECK(gy.shape() == ys, "conv2d_backward_weight: grad_output ", gy.shape(), " does not match the output ", ys,
               " of a convolution of input ", x.shape(), " with weight ", ws);
   check_dtypes("conv2d_backward_weight", gy, "grad_output", x, "input");
-  return {{ws, x.dtype(), layout_strides(ws, runs_channels_last(x))}};
+  std::vector<TensorSpec> out{{ws, x.dtype(), layout_strides(ws, runs_channels_last(x))}};
+  if (a.bias_grad == 1) out.push_back({Shape{g.K}, x.dtype()});  // Note [conv bias gradient]
+  return out;
 }
 
 // ---- autograd ----
 
+// The attributes of one of the three ops, from another's: the size it needs, without a bias gradient.
 Conv2dAttrs with_size(Conv2dAttrs a, int64_t s0, int64_t s1) {
   a.size[0] = s0;
   a.size[1] = s1;
+  a.bias_grad = 0;
   return a;
 }
 
@@ -137,8 +148,16 @@ std::vector<Tensor> conv2d_vjp(const BackwardCtx& ctx) {
   g = contiguous_as(g, runs_channels_last(x));
   Tensor dx, dw, db;
   if (ctx.needs_grad(0)) dx = call1(OpId::conv2d_backward_input, {g, w}, with_size(a, x.shape()[2], x.shape()[3]));
-  if (ctx.needs_grad(1)) dw = call1(OpId::conv2d_backward_weight, {g, x}, with_size(a, w.shape()[2], w.shape()[3]));
-  if (ctx.needs_grad(2) && b.defined()) db = sum(g, {0, 2, 3});
+  const bool bias = ctx.needs_grad(2) && b.defined();
+  if (ctx.needs_grad(1)) {
+    Conv2dAttrs wa = with_size(a, w.shape()[2], w.shape()[3]);
+    wa.bias_grad = bias ? 1 : 0;  // Note [conv bias gradient]
+    std::vector<Tensor> r = call(OpId::conv2d_backward_weight, {g, x}, wa);
+    dw = r[0];
+    if (bias) db = r[1];
+  } else if (bias) {
+    db = sum(g, {0, 2, 3});
+  }
   return {dx, dw, db};
 }
 
@@ -157,7 +176,10 @@ std::vector<Tensor> conv2d_backward_weight_vjp(const BackwardCtx& ctx) {
   const auto& a = ctx.attr<Conv2dAttrs>();
   Tensor G = ctx.grad(0);
   Tensor dgy, dx;
-  if (ctx.needs_grad(0)) dgy = call1(OpId::conv2d, {x, G, Tensor()}, with_size(a, 0, 0));
+  // db = sum of gy over (n, p, q): its gradient Gb reaches every gy[n, k, p, q], which is the
+  // forward convolution's bias
+  const Tensor Gb = a.bias_grad == 1 && ctx.grads.size() > 1 ? ctx.grads[1] : Tensor();
+  if (ctx.needs_grad(0)) dgy = call1(OpId::conv2d, {x, G, Gb}, with_size(a, 0, 0));
   if (ctx.needs_grad(1))
     dx = call1(OpId::conv2d_backward_input, {contiguous_as(gy, runs_channels_last(x)), G},
                with_size(a, x.shape()[2], x.shape()[3]));
@@ -178,10 +200,16 @@ Cost conv2d_backward_input_cost(const KernelCall& c) {
 }
 Cost conv2d_backward_weight_cost(const KernelCall& c) {
   ConvGeom g = conv_geometry("conv2d_backward_weight", c.in[1].shape(), c.out[0].shape(), c.attr<Conv2dAttrs>());
-  return {static_cast<double>(c.in[0].nbytes() + c.in[1].nbytes() + c.out[0].nbytes()), g.flops()};
+  double bytes = static_cast<double>(c.in[0].nbytes() + c.in[1].nbytes() + c.out[0].nbytes());
+  if (c.out.size() > 1) bytes += static_cast<double>(c.out[1].nbytes());
+  return {bytes, g.flops()};
 }
 
 }  // namespace
+
+void conv_bias_grad_by_sum(const KernelCall& c) {
+  if (c.out.size() > 1) call_into(OpId::sum, {c.in[0]}, {c.out[1]}, ReduceAttrs{0b1101, 0, 1});
+}
 
 namespace {
 

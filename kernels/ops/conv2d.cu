@@ -17,7 +17,9 @@
 //               backward_weight: blocks over (image split, k slice, c slice); each thread owns
 //               (4 output channels, one input channel, every tap) for a share of the output rows and
 //               walks them with a sliding window (7 shared loads per 36 FMAs for 3x3); the row shares
-//               are summed in shared memory, the image splits by a second, ordered pass.
+//               are summed in shared memory, the image splits by a second, ordered pass. A biased
+//               layer's db comes from the same loads and the same two launches (Note [conv bias
+//               gradient] in conv2d.h); every other variant adds it with the sum op.
 //               Why a direct kernel: MNIST conv2 (32->64, 14x14) is compute bound, and cuDNN's FMA
 //               implicit GEMM pays the im2col gather and tile waste at K = 64; conv1 (1->32, 28x28)
 //               is memory and launch bound, and the implicit GEMM would waste 31/32 of each 32-deep
@@ -119,11 +121,13 @@ ConvGeom bww_geom(const KernelCall& c) {
 void simt_forward(const KernelCall& c) { convcuda::igemm_simt_forward(convcuda::forward_args(c)); }
 void simt_backward_input(const KernelCall& c) { convcuda::igemm_simt_backward_input(convcuda::backward_input_args(c)); }
 void simt_backward_weight(const KernelCall& c) {
+  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
   convcuda::igemm_simt_backward_weight(convcuda::backward_weight_args(c));
 }
 void mma_forward(const KernelCall& c) { convcuda::igemm_mma_forward(convcuda::forward_args(c)); }
 void mma_backward_input(const KernelCall& c) { convcuda::igemm_mma_backward_input(convcuda::backward_input_args(c)); }
 void mma_backward_weight(const KernelCall& c) {
+  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
   convcuda::igemm_mma_backward_weight(convcuda::backward_weight_args(c));
 }
 
@@ -553,6 +557,7 @@ struct DirectWgradGeom {
   int gq;           // floats per grad_output row in shared memory (>= Q)
   int gpitch;       // floats per grad_output plane in shared memory (>= P gq)
   int rpitch;       // floats per unit in the final reduction (TK KS KS rounded up to odd)
+  int bias;         // per call, not part of the cached geometry: 1 = also db (Note [conv bias gradient])
 };
 
 // Image n's input planes (channels c0 ..) and grad_output planes (channels k0 ..) into shared
@@ -587,9 +592,61 @@ __device__ __forceinline__ void wgrad_stage_image(const T* __restrict__ gy, cons
       });
 }
 
-// Partial dW for images [split ipb, (split + 1) ipb) and a (k, c) slice, into ws[split][K][C][KS][KS].
+// The block's partial dW (and db) into ws[blockIdx.x]: the row shares' sums added in shared memory
+// in a fixed order.
+template <int KS, int TK>
+__device__ __forceinline__ void wgrad_block_partials(const float (&acc)[TK][KS][KS], const float (&bsum)[TK],
+                                                     bool active, float* smem, float* __restrict__ ws,
+                                                     const DirectWgradGeom& g) {
+  constexpr int V = TK * KS * KS;
+  const int tid = threadIdx.x, nt = blockDim.x;
+  const int k0 = blockIdx.y * g.KB, c0 = blockIdx.z * g.CB;
+  const int kgroups = g.KB / TK, units = kgroups * g.CB * g.PS;
+  const int kg = tid % kgroups, cc = (tid / kgroups) % g.CB, ps = tid / (kgroups * g.CB);
+  float* red = smem;                      // [units][rpitch]: an odd pitch puts the lanes' stores on 32 banks
+  float* bred = smem + units * g.rpitch;  // [TK kgroups][PS | 1]: the row shares' db, an odd pitch as red's
+  const int bpitch = g.PS | 1;
+  if (active) {
+    EMBER_UNROLL
+    for (int t = 0; t < TK; ++t) EMBER_UNROLL
+    for (int r = 0; r < KS; ++r) EMBER_UNROLL
+    for (int s = 0; s < KS; ++s) red[tid * g.rpitch + (t * KS + r) * KS + s] = acc[t][r][s];
+    if (cc == 0) {
+      EMBER_UNROLL
+      for (int t = 0; t < TK; ++t) bred[(t * kgroups + kg) * bpitch + ps] = bsum[t];
+    }
+  }
+  __syncthreads();
+  const int per_share = kgroups * g.CB;  // units with ps = 0
+  const int64_t nw = static_cast<int64_t>(g.K) * g.C * KS * KS;
+  float* wsp = ws + static_cast<int64_t>(blockIdx.x) * (nw + (g.bias ? g.K : 0));
+  if (g.bias && blockIdx.z == 0) {
+    for (int i = tid; i < g.KB; i += nt) {  // i = t kgroups + k group
+      float s = 0.f;
+      for (int p = 0; p < g.PS; ++p) s += bred[i * bpitch + p];
+      const int k = k0 + (i % kgroups) * TK + i / kgroups;
+      if (k < g.K) wsp[nw + k] = s;
+    }
+  }
+  for (int i = tid; i < per_share * V; i += nt) {
+    const int u = i / V, v = i - u * V;
+    float s = 0.f;
+    for (int p = 0; p < g.PS; ++p) s += red[(p * per_share + u) * g.rpitch + v];
+    const int ukg = u % kgroups, uc = u / kgroups;
+    const int t = v / (KS * KS), rs = v - t * KS * KS;
+    const int k = k0 + ukg * TK + t, c = c0 + uc;
+    if (k < g.K && c < g.C) wsp[(k * g.C + c) * KS * KS + rs] = s;
+  }
+}
+
+// Partial dW for images [split ipb, (split + 1) ipb) and a (k, c) slice, into ws[split][K][C][KS][KS];
+// with g.bias, the blocks of the first c slice also write partial db into ws[split][K C KS KS + k]:
+// the threads of input channel 0 add the grad_output values they load anyway, so every row of
+// every k is added exactly once (Note [conv bias gradient]). The grid is sized for 2 blocks an SM
+// (compute_wgrad_geom), which the launch bounds say: left to itself, ptxas held the 3x3 kernel at
+// 80 registers and spilled 12 bytes once db's TK sums joined the loop (88 registers with the bound).
 template <class T, int KS, int TK>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, 2)
     direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x, float* __restrict__ ws, DirectWgradGeom g) {
   EMBER_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
@@ -597,7 +654,7 @@ __global__ void __launch_bounds__(256)
   float* gs = smem + g.CB * g.xpitch;  // [KB][gpitch >= P gq]
   const int split = blockIdx.x;
   const int k0 = blockIdx.y * g.KB, c0 = blockIdx.z * g.CB;
-  const int tid = threadIdx.x, nt = blockDim.x;
+  const int tid = threadIdx.x;
   const int kgroups = g.KB / TK;
   const int units = kgroups * g.CB * g.PS;
   // unit u = (ps, c, kg) with kg fastest
@@ -607,10 +664,14 @@ __global__ void __launch_bounds__(256)
   const int ps = tid / (kgroups * g.CB);
 
   float acc[TK][KS][KS];
+  float bsum[TK];  // this thread's rows of grad_output summed: db where cc == 0
   EMBER_UNROLL
-  for (int t = 0; t < TK; ++t) EMBER_UNROLL
-  for (int r = 0; r < KS; ++r) EMBER_UNROLL
-  for (int s = 0; s < KS; ++s) acc[t][r][s] = 0.f;
+  for (int t = 0; t < TK; ++t) {
+    bsum[t] = 0.f;
+    EMBER_UNROLL
+    for (int r = 0; r < KS; ++r) EMBER_UNROLL
+    for (int s = 0; s < KS; ++s) acc[t][r][s] = 0.f;
+  }
 
   const int n_begin = split * g.ipb, n_end = ::min(g.N, n_begin + g.ipb);
   for (int n = n_begin; n < n_end; ++n) {
@@ -636,6 +697,8 @@ __global__ void __launch_bounds__(256)
           EMBER_UNROLL
           for (int t = 0; t < TK; ++t) gv[t] = gk[t * g.gpitch + p * g.gq + q];
           EMBER_UNROLL
+          for (int t = 0; t < TK; ++t) bsum[t] += gv[t];
+          EMBER_UNROLL
           for (int t = 0; t < TK; ++t) EMBER_UNROLL
           for (int r = 0; r < KS; ++r) EMBER_UNROLL
           for (int s = 0; s < KS; ++s) acc[t][r][s] = fmaf(gv[t], win[r][s], acc[t][r][s]);
@@ -643,28 +706,23 @@ __global__ void __launch_bounds__(256)
       }
     }
   }
-  // sum the row shares in shared memory (fixed order), then one partial per block
-  __syncthreads();
-  constexpr int V = TK * KS * KS;
-  float* red = smem;  // [units][rpitch]: an odd pitch puts the lanes' stores on 32 banks
-  if (active) {
-    EMBER_UNROLL
-    for (int t = 0; t < TK; ++t) EMBER_UNROLL
-    for (int r = 0; r < KS; ++r) EMBER_UNROLL
-    for (int s = 0; s < KS; ++s) red[tid * g.rpitch + (t * KS + r) * KS + s] = acc[t][r][s];
-  }
-  __syncthreads();
-  const int per_share = kgroups * g.CB;  // units with ps = 0
-  const int outs = per_share * V;
-  float* wsp = ws + static_cast<int64_t>(split) * g.K * g.C * KS * KS;
-  for (int i = tid; i < outs; i += nt) {
-    const int u = i / V, v = i - u * V;
-    float s = 0.f;
-    for (int p = 0; p < g.PS; ++p) s += red[(p * per_share + u) * g.rpitch + v];
-    const int ukg = u % kgroups, uc = u / kgroups;
-    const int t = v / (KS * KS), rs = v - t * KS * KS;
-    const int k = k0 + ukg * TK + t, c = c0 + uc;
-    if (k < g.K && c < g.C) wsp[(k * g.C + c) * KS * KS + rs] = s;
+  __syncthreads();  // the planes are read: the row shares' sums take their shared memory
+  wgrad_block_partials<KS, TK>(acc, bsum, active, smem, ws, g);
+}
+
+// dW, and db where the call asks for it, from the image splits' partials ws[split][nw + nb] (nb = 0
+// or K), the splits added in order: gemm::sum_splits with a second destination, so db costs no
+// launch of its own (Note [conv bias gradient]).
+template <class T>
+__global__ void wgrad_sum_splits_kernel(const float* __restrict__ ws, int splits, int64_t nw, int64_t nb,
+                                        T* __restrict__ w, T* __restrict__ b) {
+  const int64_t n = nw + nb;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < splits; ++s) v += ws[s * n + i];
+    if (i < nw) w[i] = static_cast<T>(v);
+    else b[i - nw] = static_cast<T>(v);
   }
 }
 
@@ -674,7 +732,8 @@ size_t wgrad_smem(const DirectWgradGeom& d, int KS) {
   const int TK = wgrad_tk(KS);
   const size_t planes = sizeof(float) * (static_cast<size_t>(d.CB) * d.xpitch + static_cast<size_t>(d.KB) * d.gpitch);
   const size_t units = static_cast<size_t>(d.KB / TK) * d.CB * d.PS;
-  return std::max(planes, sizeof(float) * units * d.rpitch);
+  const size_t reduction = units * d.rpitch + static_cast<size_t>(d.PS | 1) * d.KB;  // dW's and db's row shares
+  return std::max(planes, sizeof(float) * reduction);
 }
 
 // The shared-memory pitches for the geometry's thread mapping (Note [direct plane pitch]); the
@@ -747,18 +806,21 @@ void direct_backward_weight(const KernelCall& c) {
   ConvArgs a = convcuda::backward_weight_args(c);
   const ConvGeom& g = a.g;
   cuda::DeviceGuard scope(a.w.device().index);
+  Tensor db = c.out.size() > 1 ? c.out[1] : Tensor();  // Note [conv bias gradient]
   if (g.N == 0) {
     Tensor w = a.w;
     w.zero_();
+    if (db.defined()) db.zero_();
     return;
   }
   const int KS = static_cast<int>(g.R);
-  const DirectWgradGeom d = wgrad_geom(g, cuda::sm_count(a.w.device().index));
+  DirectWgradGeom d = wgrad_geom(g, cuda::sm_count(a.w.device().index));
+  d.bias = db.defined() ? 1 : 0;
   const size_t smem = wgrad_smem(d, KS);
   EMBER_CHECK(smem <= kDirectSmemLimit, "conv2d_backward_weight direct: shared memory ", smem, " bytes over the limit");
   const int units = (d.KB / wgrad_tk(KS)) * d.CB * d.PS;
-  Tensor ws = empty({static_cast<int64_t>(d.splits) * g.K * g.C * KS * KS},
-                    TensorOptions().dtype(DType::f32).device(a.w.device()));
+  const int64_t nw = g.K * g.C * KS * KS, nb = d.bias ? g.K : 0;
+  Tensor ws = empty({d.splits * (nw + nb)}, TensorOptions().dtype(DType::f32).device(a.w.device()));
   cudaStream_t st = cuda::stream_for(a.w);
   const int threads = (units + 31) / 32 * 32;
   dim3 grid(d.splits, (d.K + d.KB - 1) / d.KB, (d.C + d.CB - 1) / d.CB);
@@ -767,7 +829,8 @@ void direct_backward_weight(const KernelCall& c) {
     auto kern = KS == 3 ? direct_wgrad_kernel<T, 3, kWgTK3> : direct_wgrad_kernel<T, 5, kWgTK5>;
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     cuda::launch(kern, grid, threads, smem, st, cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d);
-    gemm::sum_splits(a.w.dtype(), mp<float>(ws), d.splits, g.K * g.C * KS * KS, mp<T>(a.w), st, a.w.device().index);
+    cuda::launch(wgrad_sum_splits_kernel<T>, cuda::grid_for(nw + nb, 256, a.w.device().index), 256, 0, st,
+                 cp<float>(ws), d.splits, nw, nb, mp<T>(a.w), d.bias ? mp<T>(db) : static_cast<T*>(nullptr));
   });
 }
 

@@ -10,7 +10,7 @@
 //   conv2d_backward_input:  dx[n, gCg+c, h, w] = sum_{k in g, r, s} g[n,k,p,q] w[k,c,r,s]
 //                           over (p, q) with p sh = h + ph - r dh, q sw = w + pw - s dw (exact division)
 //   conv2d_backward_weight: dw[k,c,r,s] = sum_{n,p,q} g[n,k,p,q] x[n, gCg+c, p sh - ph + r dh, q sw - pw + s dw]
-//   db[k] = sum_{n,p,q} g[n,k,p,q]   (the sum op, in conv2d's composite vjp)
+//   db[k] = sum_{n,p,q} g[n,k,p,q]   (conv2d_backward_weight's second output with bias_grad)
 // Both gradient ops are linear in each argument, so their own vjps are convolutions again
 // (double backward): backward_input(g, w) has d/dg = conv2d(G, w), d/dw = backward_weight(g, G);
 // backward_weight(g, x) has d/dg = conv2d(x, G), d/dx = backward_input(g, G).
@@ -32,10 +32,13 @@ namespace ember {
 
 // Op attributes: the options plus, for the gradient ops, the size that cannot be recovered from the
 // other operands: the input's (H, W) for backward_input, the kernel's (R, S) for backward_weight.
-// Only int64_t members (no padding bytes), value-initialised: Attrs keys the autotune cache by bytes.
+// bias_grad (backward_weight only): 1 makes the op return the bias gradient db as a second output
+// (Note [conv bias gradient]). Only int64_t members (no padding bytes), value-initialised: Attrs
+// keys the autotune cache by bytes.
 struct Conv2dAttrs {
   Conv2dFuncOptions conv;
   int64_t size[2] = {0, 0};
+  int64_t bias_grad = 0;
 };
 static_assert(std::is_trivially_copyable_v<Conv2dAttrs> && std::has_unique_object_representations_v<Conv2dAttrs>,
               "Conv2dAttrs is copied and hashed as bytes: trivially copyable, no padding");
@@ -67,6 +70,17 @@ void register_cpu_conv2d_backward_weight(OpInfo& info);
 void register_dnnl_conv2d(OpInfo& info);
 void register_dnnl_conv2d_backward_input(OpInfo& info);
 void register_dnnl_conv2d_backward_weight(OpInfo& info);
+
+// Note [conv bias gradient]: a conv layer's bias gradient is a sum of grad_output over (n, p, q).
+// As the sum op it is a permuting copy of grad_output and a reduction (on CUDA two or three
+// launches and three passes over the largest tensor of the layer's backward). The weight gradient
+// reads the same grad_output, so conv2d's vjp asks conv2d_backward_weight for both (bias_grad = 1):
+// CUDA's direct kernel adds db from the values it already loads and writes it with dw in the one
+// launch that sums its image splits. The other variants call conv_bias_grad_by_sum, the sum op as
+// before, so every variant returns the same two outputs.
+struct KernelCall;
+// out[1] = the sum of grad_output (in[0]) over (n, p, q) where the call has a second output.
+void conv_bias_grad_by_sum(const KernelCall& c);
 
 // Validates and returns the geometry from the shapes of x [N,C,H,W] and weight [K,C/G,R,S]
 // (`op` names the op in messages). Throws on every bad combination, naming the shapes and values.

@@ -168,6 +168,7 @@ void conv2d_backward_input_naive_cpu(const KernelCall& c) {
                        [&] { conv_bwd_input_naive<scalar_t>(g, c.in[0], c.in[1], c.out[0]); });
 }
 void conv2d_backward_weight_naive_cpu(const KernelCall& c) {
+  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
   ConvGeom g = geom_of(c, "conv2d_backward_weight", c.in[1].shape(), weight_shape_of(c));
   EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "conv2d_backward_weight",
                        [&] { conv_bwd_weight_naive<scalar_t>(g, c.in[0], c.in[1], c.out[0]); });
@@ -664,6 +665,7 @@ void conv2d_backward_input_blocked_cpu(const KernelCall& c) {
 }
 
 void conv2d_backward_weight_blocked_cpu(const KernelCall& c) {
+  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
   const Tensor &gy = c.in[0], &x = c.in[1];
   const Tensor& dw = c.out[0];
   ConvGeom g = geom_of(c, "conv2d_backward_weight", x.shape(), dw.shape());
@@ -1114,6 +1116,7 @@ void conv2d_backward_input_winograd_cpu(const KernelCall& c) {
 }
 
 void conv2d_backward_weight_winograd_cpu(const KernelCall& c) {
+  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
   const Tensor &gy = c.in[0], &x = c.in[1];
   const Tensor& dw = c.out[0];
   ConvGeom g = geom_of(c, "conv2d_backward_weight", x.shape(), dw.shape());
@@ -1155,6 +1158,7 @@ void conv2d_backward_input_col2im_cpu(const KernelCall& c) {
 }
 
 void conv2d_backward_weight_im2col_cpu(const KernelCall& c) {
+  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
   const Tensor &gy = c.in[0], &x = c.in[1];
   const Tensor& dw = c.out[0];
   ConvGeom g = geom_of(c, "conv2d_backward_weight", x.shape(), dw.shape());

@@ -149,7 +149,7 @@ std::vector<OpSample> conv_samples(ConvDirection dir) {
         if (cc.channels_last) gy = contiguous_as(gy, true);
         Tensor x = make_input(cc, cc.x, ++seed, cc.channels_last);
         s.inputs = {gy, x};
-        s.attrs = Conv2dAttrs{cc.o, {g.R, g.S}};
+        s.attrs = Conv2dAttrs{cc.o, {g.R, g.S}, cc.bias ? 1 : 0};  // a biased layer's call: dW and db
         reduction = g.N * g.P * g.Q;
         break;
       }
