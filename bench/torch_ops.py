@@ -161,15 +161,16 @@ def linear_backward_cases():
 
 
 def conv_shapes():
-    """(N, C, H, W, K, R, pad, dtypes) of every convolution timed."""
+    """(N, C, H, W, K, R, pad, dtypes, bias) of every convolution timed; bias: the layer has one, so
+    its weight gradient comes with the bias gradient (as ember's bench_ops cases at these shapes)."""
     out = []
     for batch in (64, 128, 512):  # the MNIST CNN
-        out.append((batch, 1, 28, 28, 32, 3, 1, ("f32",)))
-        out.append((batch, 32, 14, 14, 64, 3, 1, ("f32",)))
+        out.append((batch, 1, 28, 28, 32, 3, 1, ("f32",), True))
+        out.append((batch, 32, 14, 14, 64, 3, 1, ("f32",), True))
     for c, hw, k in ((64, 56, 64), (128, 28, 128), (256, 14, 256), (512, 7, 512)):  # ResNet-50 3x3
-        out.append((32, c, hw, hw, k, 3, 1, ("f32", "bf16")))
+        out.append((32, c, hw, hw, k, 3, 1, ("f32", "bf16"), False))
     for c, hw, k in ((256, 56, 64), (64, 56, 256), (512, 28, 128), (1024, 14, 256), (2048, 7, 512)):  # ResNet-50 1x1
-        out.append((32, c, hw, hw, k, 1, 0, ("f32", "bf16")))
+        out.append((32, c, hw, hw, k, 1, 0, ("f32", "bf16"), False))
     return out
 
 
@@ -183,7 +184,7 @@ def case_wanted(name):
 
 
 def conv_cases():
-    for n, c, h, w, k, r, pad, dts in conv_shapes():
+    for n, c, h, w, k, r, pad, dts, bias in conv_shapes():
         for dt in dts:
             name = f"[{n}, {c}, {h}, {w}] * [{k}, {c}, {r}, {r}] pad {pad} {dt}"
             if not case_wanted(name):
@@ -195,12 +196,13 @@ def conv_cases():
             moved = nbytes(x, wt, y)
             yield "conv2d", name, dt, lambda x=x, wt=wt, pad=pad: F.conv2d(x, wt, padding=pad), moved, flops
 
-            def bwd(mask, x=x, wt=wt, gy=gy, pad=pad):
+            def bwd(mask, x=x, wt=wt, gy=gy, pad=pad, k=k):
                 return torch.ops.aten.convolution_backward(
-                    gy, x, wt, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, mask)
+                    gy, x, wt, [k] if mask[2] else None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, mask)
 
             yield "conv2d_backward_input", name, dt, lambda: bwd([True, False, False]), moved, flops
-            yield "conv2d_backward_weight", name, dt, lambda: bwd([False, True, False]), moved, flops
+            yield ("conv2d_backward_weight", name + (" bias" if bias else ""), dt,
+                   lambda bias=bias: bwd([False, True, bias]), moved, flops)
 
 
 def pool_cases():

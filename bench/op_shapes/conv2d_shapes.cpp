@@ -42,7 +42,7 @@ Tensor bench_tensor(const Shape& s, DType dt, Device d, bool cl) {
   return cl ? contiguous_as(t, true) : t;
 }
 
-// Inputs: forward (x, w, b); backward_input (gy, w); backward_weight (gy, x).
+// Inputs: forward (x, w, b); backward_input (gy, w); backward_weight (gy, x), with db at the MNIST shapes.
 std::vector<BenchCase> conv_benches(ConvDirection dir) {
   std::vector<BenchCase> out;
   size_t n_mnist = 0;
@@ -58,11 +58,14 @@ std::vector<BenchCase> conv_benches(ConvDirection dir) {
       const bool cl = config.second;
       const Conv2dFuncOptions o = Conv2dFuncOptions().set_stride(b.stride).set_padding(b.pad);
       ConvGeom g = conv_geometry("conv2d", {b.N, b.C, b.H, b.W}, {b.K, b.C, b.R, b.R}, Conv2dAttrs{o});
+      // the MNIST CNN's conv layers have biases: their weight gradient comes with db (Note [conv
+      // bias gradient]), as in training
+      const bool bias = mnist && dir == ConvDirection::backward_weight;
       const Conv2dAttrs attrs = dir == ConvDirection::forward          ? Conv2dAttrs{o}
                                 : dir == ConvDirection::backward_input ? Conv2dAttrs{o, {g.H, g.W}}
-                                                                       : Conv2dAttrs{o, {g.R, g.S}};
+                                                                       : Conv2dAttrs{o, {g.R, g.S}, bias ? 1 : 0};
       BenchCase bc;
-      bc.name = str(b.name, " n", b.N, " ", dt, cl ? " channels-last" : "");
+      bc.name = str(b.name, " n", b.N, " ", dt, cl ? " channels-last" : "", bias ? " bias" : "");
       bc.attrs = attrs;
       bc.make = [g, dt, cl, dir](Device d) {
         Shape xs{g.N, g.C, g.H, g.W}, ws{g.K, g.Cg, g.R, g.S}, ys{g.N, g.K, g.P, g.Q};
