@@ -88,7 +88,9 @@ check "a missing program fails the dry run" test $? -ne 0
 check "and is named in the summary" has "$tmp/bad/summary.md" "not built: .*bench_allreduce"
 
 # ---- a stage that hangs, one that crashes, one that passes ----
-GPU_RUN_SCALE=0.02 GPU_RUN_TEST_STAGE_2='sleep 60' GPU_RUN_TEST_STAGE_3='kill -SEGV $$' GPU_RUN_TEST_STAGE_4='echo fine' \
+# (the hanging stage sleeps an odd time: pgrep below sees every process of the machine, and a
+# 'sleep 60' of someone else's must not fail the check)
+GPU_RUN_SCALE=0.02 GPU_RUN_TEST_STAGE_2='sleep 60.0417' GPU_RUN_TEST_STAGE_3='kill -SEGV $$' GPU_RUN_TEST_STAGE_4='echo fine' \
   timeout 60 "$runner" --tree "$build" --only 2,3,4 --out "$tmp/run" > "$tmp/run.log" 2>&1
 rc=$?
 check "a run with a failed stage exits 1 (rc $rc)" test "$rc" -eq 1
@@ -98,7 +100,7 @@ check "the stage after them runs" has "$tmp/run/summary.md" "| 4 | test_body | o
 check "stages not asked for do not run" lacks "$tmp/run/results.tsv" "^1"$'\t'
 check "the logs are archived" test -s "$tmp/run/logs.tar.gz"
 check "the output folder holds at most 8 files" test "$(files_in "$tmp/run")" -le 8
-check "no stage process is left behind" bash -c "! pgrep -f '^sleep 60$' > /dev/null"
+check "no stage process is left behind" bash -c "! pgrep -f '^sleep 60[.]0417$' > /dev/null"
 
 # ---- usage errors ----
 "$runner" --only x > /dev/null 2>&1
