@@ -185,7 +185,7 @@ void naive_backward_input(const KernelCall& c) {
 }
 
 void naive_backward_weight(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   ConvArgs a = convcuda::backward_weight_args(c);
   const int64_t n = a.w.numel();
   cuda::DeviceGuard scope(a.w.device().index);

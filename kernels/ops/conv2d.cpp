@@ -207,8 +207,10 @@ Cost conv2d_backward_weight_cost(const KernelCall& c) {
 
 }  // namespace
 
-void conv_bias_grad_by_sum(const KernelCall& c) {
-  if (c.out.size() > 1) call_into(OpId::sum, {c.in[0]}, {c.out[1]}, ReduceAttrs{0b1101, 0, 1});
+void conv_bias_grad_apart(const KernelCall& c) {
+  if (c.out.size() < 2) return;
+  if (c.in[0].device().type == DeviceType::cpu) conv_bias_grad_cpu(c.in[0], c.out[1]);
+  else call_into(OpId::sum, {c.in[0]}, {c.out[1]}, ReduceAttrs{0b1101, 0, 1});
 }
 
 namespace {

@@ -121,13 +121,13 @@ ConvGeom bww_geom(const KernelCall& c) {
 void simt_forward(const KernelCall& c) { convcuda::igemm_simt_forward(convcuda::forward_args(c)); }
 void simt_backward_input(const KernelCall& c) { convcuda::igemm_simt_backward_input(convcuda::backward_input_args(c)); }
 void simt_backward_weight(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   convcuda::igemm_simt_backward_weight(convcuda::backward_weight_args(c));
 }
 void mma_forward(const KernelCall& c) { convcuda::igemm_mma_forward(convcuda::forward_args(c)); }
 void mma_backward_input(const KernelCall& c) { convcuda::igemm_mma_backward_input(convcuda::backward_input_args(c)); }
 void mma_backward_weight(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   convcuda::igemm_mma_backward_weight(convcuda::backward_weight_args(c));
 }
 

@@ -72,15 +72,20 @@ void register_dnnl_conv2d_backward_input(OpInfo& info);
 void register_dnnl_conv2d_backward_weight(OpInfo& info);
 
 // Note [conv bias gradient]: a conv layer's bias gradient is a sum of grad_output over (n, p, q).
-// As the sum op it is a permuting copy of grad_output and a reduction (on CUDA two or three
-// launches and three passes over the largest tensor of the layer's backward). The weight gradient
-// reads the same grad_output, so conv2d's vjp asks conv2d_backward_weight for both (bias_grad = 1):
-// CUDA's direct kernel adds db from the values it already loads and writes it with dw in the one
-// launch that sums its image splits. The other variants call conv_bias_grad_by_sum, the sum op as
-// before, so every variant returns the same two outputs.
+// As the sum op it is a permuting copy of grad_output and a reduction (on CUDA three launches and
+// three passes over the largest tensor of the layer's backward; on the CPU the copy cost more than
+// the MNIST weight gradient it came with). The weight gradient reads the same grad_output, so
+// conv2d's vjp asks conv2d_backward_weight for both (bias_grad = 1): CUDA's direct kernel adds db
+// from the values it already loads and writes it with dw in the one launch that sums its image
+// splits. The other variants call conv_bias_grad_apart: on the CPU one pass over grad_output in
+// its own layout (conv_bias_grad_cpu), on CUDA the sum op. Every variant returns the same outputs.
 struct KernelCall;
-// out[1] = the sum of grad_output (in[0]) over (n, p, q) where the call has a second output.
-void conv_bias_grad_by_sum(const KernelCall& c);
+// out[1] = the sum of grad_output (in[0]) over (n, p, q) where the call has a second output, in a
+// pass of its own.
+void conv_bias_grad_apart(const KernelCall& c);
+// The CPU's pass (conv2d_cpu.cpp): db[k] = the sum of gy[n, k, p, q] over (n, p, q), in double, in
+// an order that does not depend on the thread count.
+void conv_bias_grad_cpu(const Tensor& gy, const Tensor& db);
 
 // Validates and returns the geometry from the shapes of x [N,C,H,W] and weight [K,C/G,R,S]
 // (`op` names the op in messages). Throws on every bad combination, naming the shapes and values.

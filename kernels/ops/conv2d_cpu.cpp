@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "core/parallel.h"
 #include "kernels/common/memory_format.h"
@@ -150,6 +151,44 @@ void conv_bwd_weight_naive(const ConvGeom& g, const Tensor& gy, const Tensor& x,
   });
 }
 
+// db (Note [conv bias gradient]). Channels-last (k the unit stride): a thread's run of k reads its
+// part of every position's channels, one accumulator a channel. Otherwise a thread per k walks the
+// (n, k) planes row by row with four accumulators, added in a fixed order at the end.
+template <class T>
+void conv_bias_grad_loop(const Tensor& gy, const Tensor& db) {
+  auto GY = view4<const T>(gy);
+  const Shape& s = gy.shape();
+  T* out = static_cast<T*>(db.data_ptr());
+  const int64_t os = db.strides()[0];
+  if (GY.s1 == 1 && s[1] > 1) {
+    parallel_for(0, s[1], 16, [&](int64_t lo, int64_t hi) {
+      std::vector<double> acc(static_cast<size_t>(hi - lo), 0.0);
+      for (int64_t n = 0; n < s[0]; ++n)
+        for (int64_t p = 0; p < s[2]; ++p)
+          for (int64_t q = 0; q < s[3]; ++q) {
+            const T* px = &GY(n, lo, p, q);
+            for (int64_t k = 0; k < hi - lo; ++k) acc[static_cast<size_t>(k)] += static_cast<double>(px[k]);
+          }
+      for (int64_t k = lo; k < hi; ++k) out[k * os] = static_cast<T>(acc[static_cast<size_t>(k - lo)]);
+    });
+    return;
+  }
+  parallel_for(0, s[1], 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k) {
+      double acc[4] = {0, 0, 0, 0};
+      for (int64_t n = 0; n < s[0]; ++n)
+        for (int64_t p = 0; p < s[2]; ++p) {
+          const T* row = &GY(n, k, p, 0);
+          int64_t q = 0;
+          for (; q + 4 <= s[3]; q += 4)
+            for (int j = 0; j < 4; ++j) acc[j] += static_cast<double>(row[(q + j) * GY.s3]);
+          for (; q < s[3]; ++q) acc[0] += static_cast<double>(row[q * GY.s3]);
+        }
+      out[k * os] = static_cast<T>((acc[0] + acc[1]) + (acc[2] + acc[3]));
+    }
+  });
+}
+
 ConvGeom geom_of(const KernelCall& c, const char* op, const Shape& xs, const Shape& ws) {
   return conv_geometry(op, xs, ws, c.attr<Conv2dAttrs>());
 }
@@ -168,7 +207,7 @@ void conv2d_backward_input_naive_cpu(const KernelCall& c) {
                        [&] { conv_bwd_input_naive<scalar_t>(g, c.in[0], c.in[1], c.out[0]); });
 }
 void conv2d_backward_weight_naive_cpu(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   ConvGeom g = geom_of(c, "conv2d_backward_weight", c.in[1].shape(), weight_shape_of(c));
   EMBER_DISPATCH_FLOAT(c.in[0].dtype(), "conv2d_backward_weight",
                        [&] { conv_bwd_weight_naive<scalar_t>(g, c.in[0], c.in[1], c.out[0]); });
@@ -665,7 +704,7 @@ void conv2d_backward_input_blocked_cpu(const KernelCall& c) {
 }
 
 void conv2d_backward_weight_blocked_cpu(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   const Tensor &gy = c.in[0], &x = c.in[1];
   const Tensor& dw = c.out[0];
   ConvGeom g = geom_of(c, "conv2d_backward_weight", x.shape(), dw.shape());
@@ -1116,7 +1155,7 @@ void conv2d_backward_input_winograd_cpu(const KernelCall& c) {
 }
 
 void conv2d_backward_weight_winograd_cpu(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   const Tensor &gy = c.in[0], &x = c.in[1];
   const Tensor& dw = c.out[0];
   ConvGeom g = geom_of(c, "conv2d_backward_weight", x.shape(), dw.shape());
@@ -1158,7 +1197,7 @@ void conv2d_backward_input_col2im_cpu(const KernelCall& c) {
 }
 
 void conv2d_backward_weight_im2col_cpu(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   const Tensor &gy = c.in[0], &x = c.in[1];
   const Tensor& dw = c.out[0];
   ConvGeom g = geom_of(c, "conv2d_backward_weight", x.shape(), dw.shape());
@@ -1172,6 +1211,10 @@ void conv2d_backward_weight_im2col_cpu(const KernelCall& c) {
 }
 
 }  // namespace
+
+void conv_bias_grad_cpu(const Tensor& gy, const Tensor& db) {
+  EMBER_DISPATCH_FLOAT(gy.dtype(), "conv2d_backward_weight (bias)", [&] { conv_bias_grad_loop<scalar_t>(gy, db); });
+}
 
 void register_cpu_conv2d(OpInfo& info) {
   info.add_variant({.name = "naive",

@@ -441,11 +441,11 @@ void cudnn_backward_data_nondet(const KernelCall& c) {
   run(ConvDirection::backward_input, backward_input_args(c), floating_dtype(c), true);
 }
 void cudnn_backward_filter(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   run(ConvDirection::backward_weight, backward_weight_args(c), floating_dtype(c), false);
 }
 void cudnn_backward_filter_nondet(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   run(ConvDirection::backward_weight, backward_weight_args(c), floating_dtype(c), true);
 }
 

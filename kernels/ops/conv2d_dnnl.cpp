@@ -263,7 +263,7 @@ void run(ConvDirection kind, const KernelCall& c) {
 void dnnl_forward(const KernelCall& c) { run(ConvDirection::forward, c); }
 void dnnl_backward_data(const KernelCall& c) { run(ConvDirection::backward_input, c); }
 void dnnl_backward_weights(const KernelCall& c) {
-  conv_bias_grad_by_sum(c);  // Note [conv bias gradient]
+  conv_bias_grad_apart(c);  // Note [conv bias gradient]
   run(ConvDirection::backward_weight, c);
 }
 
