@@ -643,8 +643,8 @@ __device__ __forceinline__ void wgrad_block_partials(const float (&acc)[TK][KS][
 // with g.bias, the blocks of the first c slice also write partial db into ws[split][K C KS KS + k]:
 // the threads of input channel 0 add the grad_output values they load anyway, so every row of
 // every k is added exactly once (Note [conv bias gradient]). The grid is sized for 2 blocks an SM
-// (compute_wgrad_geom), which the launch bounds say: left to itself, ptxas held the 3x3 kernel at
-// 80 registers and spilled 12 bytes once db's TK sums joined the loop (88 registers with the bound).
+// (compute_wgrad_geom), which the launch bounds say: left to itself, ptxas spilled the 3x3 kernel
+// once db's TK sums joined the loop (docs/perf.md has the registers).
 template <class T, int KS, int TK>
 __global__ void __launch_bounds__(256, 2)
     direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x, float* __restrict__ ws, DirectWgradGeom g) {

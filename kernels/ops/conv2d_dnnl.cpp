@@ -3,9 +3,9 @@
 // `bench_ops --op conv2d --device cpu` prints ours next to the library PyTorch's CPU convolutions use.
 //
 // - Primitives: convolution_forward (forward_training, bias fused), convolution_backward_data and
-//   convolution_backward_weights (no diff bias: a call that asks for db gets it from the sum op,
-//   Note [conv bias gradient] in conv2d.h), algorithm convolution_direct (oneDNN picks its jit / brgemm / gemm
-//   implementation).
+//   convolution_backward_weights (no diff bias: a call that asks for db gets it from the CPU's own
+//   pass, Note [conv bias gradient] in conv2d.h), algorithm convolution_direct (oneDNN picks its
+//   jit / brgemm / gemm implementation).
 // - Layouts: the primitive is described with format `any`, so oneDNN chooses its blocked layouts
 //   (nChw16c ...) where they are faster; ember's NCHW / channels-last operands are described as they
 //   are (dims + strides) and reordered in and out when the choice differs. Grouped weights are the
@@ -298,7 +298,7 @@ void register_dnnl_conv2d_backward_weight(OpInfo& info) {
                     .dtypes = kDnnlTypes,
                     .flags = kVendor,
                     .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_weight, c); },
-                    .note = "oneDNN convolution_backward_weights (db, where asked for, by the sum op)"});
+                    .note = "oneDNN convolution_backward_weights (db, where asked for, in a pass of its own)"});
 }
 
 }  // namespace ember
