@@ -367,14 +367,15 @@ void check_async_proxy_read(Thread& t, size_t off, size_t n, std::source_locatio
   for (size_t i = 0; i < n; ++i) {
     const ShadowEntry& e = sh[i];
     if (e.w_epoch == 0 || e.w_epoch < b.first_epoch || e.w_epoch > b.epoch) continue;  // not this block's
-    const bool unordered = e.w_epoch == b.epoch && e.w_tid != t.linear;
+    const bool unordered = e.w_epoch == b.epoch && e.w_tid != t.linear && !warp_ordered(b, t, e.w_tid, e.w_wsync);
     const bool unfenced = b.threads[e.w_tid].proxy_fences == e.w_fence;
     if (!unordered && !unfenced) continue;
     {
       const std::string what =
           "racecheck: a cp.async.bulk.tensor store (" + source_text(loc) + ") reads `" + reg->name + "` [byte " +
           std::to_string(off + i - reg->offset) + "] written by thread " + tid_str(b, e.w_tid) +
-          (unordered ? " in the same barrier interval (no __syncthreads() between the write and the store)"
+          (unordered ? " in the same barrier interval (no __syncthreads(), or __syncwarp() within a warp, between "
+                       "the write and the store)"
                      : " with no fence.proxy.async after the write (the async proxy does not see generic-proxy "
                        "writes without one)");
       report(t, cudaErrorLaunchFailure, what, nullptr);

@@ -17,9 +17,10 @@
 // Note [async proxy]: a tensor store reads its shared-memory box through the async proxy, which
 // does not see the generic proxy's writes (ordinary stores) unless the writing thread ran
 // fence.proxy.async after them; and, as any read, it must be ordered after the writes of other
-// threads (__syncthreads). So at the store, racecheck looks at each byte's last write: a write by
-// another thread in the current barrier interval, or any write whose thread has run no
-// fence.proxy.async since (the shadow keeps the writer's fence count), is reported. The store is
+// threads (__syncthreads, or a warp collective among the lanes of one warp). So at the store,
+// racecheck looks at each byte's last write: a write by another thread in the current barrier
+// interval (not a lane of the storing warp with a collective since), or any write whose thread
+// has run no fence.proxy.async since (the shadow keeps the writer's fence count), is reported. The store is
 // performed when its thread's cp.async.bulk.wait_group covers its group; until then a write into
 // its source is reported (its elements outside the tensor are not written).
 #include <cuda.h>

@@ -170,19 +170,22 @@ __global__ void bulk_stage(const float4* src, float* out, int mode) {
   out[t] = v.x + v.w;
 }
 
-// A 16 x 8 box of 16-bit values written by a warp and stored by thread 31 (the last to run, so the
-// others' writes are in before it). kStoreOk fences, synchronises and waits; the others break one rule each.
-enum StoreMode : int { kStoreOk, kNoFence, kNoSync, kOverwrite, kNoWait };
+// A 16 x 8 box of 16-bit values written by the block's threads and stored by its last thread (the
+// last to run, so the other threads' writes are in before it). kStoreOk fences, synchronises and
+// waits; kWarpSync orders the writes by __syncwarp() only (enough for one warp, not for two); the
+// others break one rule each.
+enum StoreMode : int { kStoreOk, kNoFence, kNoSync, kOverwrite, kNoWait, kWarpSync };
 struct alignas(128) StoreTile {
   uint16_t v[128];
 };
 __global__ void store_box(const __grid_constant__ CUtensorMap map, int mode) {
   EMBER_SHARED(StoreTile, tile);
   const int t = static_cast<int>(threadIdx.x);
-  for (int i = t; i < 128; i += 32) tile.v[i] = static_cast<uint16_t>(i);
+  for (int i = t; i < 128; i += static_cast<int>(blockDim.x)) tile.v[i] = static_cast<uint16_t>(i);
   if (mode != kNoFence) ptx::fence_proxy_async_shared();
-  if (mode != kNoSync) __syncthreads();
-  if (t == 31) {
+  if (mode == kWarpSync) __syncwarp();
+  else if (mode != kNoSync) __syncthreads();
+  if (t == static_cast<int>(blockDim.x) - 1) {
     ptx::tma_store_2d(&map, 0, 0, tile.v);
     ptx::bulk_commit_group();
     if (mode == kOverwrite) tile.v[3] = 7;
@@ -370,13 +373,18 @@ TEST_CASE("sim: a tensor store reading unfenced or unordered writes, or left unw
   spec.strides_bytes = {32};
   spec.box = {16, 8};
   const CUtensorMap map = cuda::make_tensor_map(spec);
-  auto run = [&](StoreMode mode) {
-    return fault_of([&] { cuda::launch(store_box, 1, 32, 0, stream(), map, static_cast<int>(mode)); });
+  auto run = [&](StoreMode mode, int threads = 32) {
+    return fault_of([&] { cuda::launch(store_box, 1, threads, 0, stream(), map, static_cast<int>(mode)); });
   };
-  CHECK(run(kStoreOk).empty());
-  const Tensor bits = m.to(kCPU);  // the stored values' bits (16-bit integers in an f16 tensor)
-  const auto* b = static_cast<const uint16_t*>(bits.data_ptr());
-  for (int i = 0; i < 128; ++i) CHECK(b[i] == i);
+  for (StoreMode ok : {kStoreOk, kWarpSync}) {
+    m.zero_();
+    CHECK(run(ok).empty());
+    const Tensor bits = m.to(kCPU);  // the stored values' bits (16-bit integers in an f16 tensor)
+    const auto* b = static_cast<const uint16_t*>(bits.data_ptr());
+    for (int i = 0; i < 128; ++i) CHECK(b[i] == i);
+  }
+  CHECK(run(kStoreOk, 64).empty());
+  CHECK_THAT(run(kWarpSync, 64), Contains("in the same barrier interval"));
   std::string msg = run(kNoFence);
   CHECK_THAT(msg, Contains("with no fence.proxy.async after the write"));
   msg = run(kNoSync);
