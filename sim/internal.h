@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "sim/device_api.h"
+#include "sim/mbarrier_api.h"
 
 namespace ember::sim {
 
@@ -137,7 +138,8 @@ struct WgmmaOp {
   float* d;
   int n;
   uint64_t desc_a, desc_b;
-  bool scale_d, bf16;
+  bool scale_d;
+  WgmmaType type;
   bool trans_a, trans_b;  // MN-major operands
   uint64_t group;
   size_t lo[2], hi[2];  // the shared bytes A (0) and B (1) span, [lo, hi): what it still reads

@@ -30,10 +30,11 @@ void tma_store(const void* tensor_map, const int32_t* coords, int rank, const vo
 void bulk_commit_group();
 void bulk_wait_group(int n);
 void fence_proxy_async();
-// wgmma (sim/wgmma.cpp): wgmma.mma_async.sync.aligned.m64n<n>k16.f32.{bf16,f16} with both operands
-// in shared memory (descriptors; trans_a / trans_b: that operand MN-major), wgmma.fence,
-// wgmma.commit_group, wgmma.wait_group n.
-void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16, bool trans_a, bool trans_b,
+// wgmma (sim/wgmma.cpp): wgmma.mma_async.sync.aligned.m64n<n>k16.f32.{bf16,f16} and
+// .m64n<n>k8.f32.tf32 with both operands in shared memory (descriptors; trans_a / trans_b: that
+// operand MN-major, f16 and bf16 only), wgmma.fence, wgmma.commit_group, wgmma.wait_group n.
+enum class WgmmaType : uint8_t { f16, bf16, tf32 };
+void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, WgmmaType type, bool trans_a, bool trans_b,
            std::source_location loc);
 void wgmma_fence();
 void wgmma_commit_group();

@@ -1,11 +1,12 @@
-// wgmma in the simulator: wgmma.mma_async m64nNk16 with f32 accumulators and bf16/f16 operands both
-// in shared memory, for the wrappers of kernels/common/wgmma.cuh.
+// wgmma in the simulator: wgmma.mma_async m64nNk16 with bf16/f16 operands and m64nNk8 with tf32
+// operands, both in shared memory, f32 accumulators, for the wrappers of kernels/common/wgmma.cuh.
 //
 // Note [wgmma operand layouts]: a shared-memory matrix descriptor holds the operand's start
 // address, LBO and SBO (each in 16-byte units: bits 0-13, 16-29, 32-45), a base offset (bits
 // 49-51; the simulator takes 0 only) and the swizzle (bits 62-63: 0 none, 1 128 B, 2 64 B, 3 32 B).
-// The simulator reads the canonical layouts of the PTX ISA as it understands them, for A as 64 x 16
-// and B as N x 16 (row r: m or n; column k; element size e):
+// The simulator reads the canonical layouts of the PTX ISA as it understands them, for A as 64 x K
+// and B as N x K, K = 32 bytes of elements (16 of f16/bf16, 8 of tf32; row r: m or n; column k;
+// element size e):
 //   K-major (k contiguous; the default)
 //     no swizzle   8 x 16-byte core matrices: r / 8 steps SBO, (k e) / 16 steps LBO, then
 //                  (r % 8) * 16 + (k e) % 16 within the core matrix;
@@ -18,6 +19,9 @@
 //                  LBO, k / 8 steps SBO, (k % 8) * S + (r % (S / e)) e within the atom;
 //   then, with a swizzle, the address's 16-byte chunk bits XORed with its row bits, as TMA's
 //   swizzle (sim/tma.cpp), so a TMA box lands in either layout as the MMA reads it.
+// tf32 operands are K-major only (the ISA has no transpose for them): 4-byte elements, read as the
+// f32 bit pattern with its low 13 mantissa bits ignored (truncated: a kernel that wants them rounded
+// rounds them itself, cvt.rna.tf32.f32, before they reach shared memory).
 // D is the thread's registers in the m16n8 pattern per 8 columns: thread t of the warpgroup (warp
 // w = t / 32, lane l, g = l / 4, q = l % 4) holds for each j < N / 8 d[4j..4j+3] = D[16w+g][8j+2q],
 // D[16w+g][8j+2q+1], D[16w+g+8][8j+2q], D[16w+g+8][8j+2q+1]. The products are exact, summed in double
@@ -78,19 +82,29 @@ size_t element_offset(const Desc& d, int r, int k, int elem, bool mn_major) {
   return o ^ (((o >> 7) & mask) << 4);
 }
 
-float element(const Block& b, const Desc& d, int r, int k, bool bf16, bool mn_major) {
+int element_bytes(WgmmaType type) { return type == WgmmaType::tf32 ? 4 : 2; }
+
+float element(const Block& b, const Desc& d, int r, int k, WgmmaType type, bool mn_major) {
+  if (type == WgmmaType::tf32) {
+    uint32_t bits;
+    std::memcpy(&bits, b.smem + element_offset(d, r, k, 4, mn_major), 4);
+    bits &= ~uint32_t{0x1fff};
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+  }
   uint16_t bits;
   std::memcpy(&bits, b.smem + element_offset(d, r, k, 2, mn_major), 2);
-  return bf16 ? bf16_to_float(bits) : f16_to_float(bits);
+  return type == WgmmaType::bf16 ? bf16_to_float(bits) : f16_to_float(bits);
 }
 
-// Every element of a rows x 16 operand inside the block's shared declarations and visible to the
-// async proxy; lo and hi get the span of shared bytes it covers. Eight elements (k0..k0+7 of a row
-// when K-major, rows r0..r0+7 of a column when MN-major) are one 16-byte row of a core matrix in
-// the layouts the descriptors encode, so they are checked as one read; a descriptor that places
-// them otherwise is checked element by element. (Every thread of the warpgroup checks the operand,
-// so this is most of the emulation's cost.)
-void check_operand(Thread& t, const Desc& d, int rows, bool mn_major, const char* which, size_t& lo, size_t& hi,
+// Every element of a rows x (32 / e) operand inside the block's shared declarations and visible to
+// the async proxy; lo and hi get the span of shared bytes it covers. 16 / e elements (k0.. of a row
+// when K-major; rows r0..r0+7 of a column when MN-major, e = 2) are one 16-byte row of a core
+// matrix in the layouts the descriptors encode, so they are checked as one read; a descriptor that
+// places them otherwise is checked element by element. (Every thread of the warpgroup checks the
+// operand, so this is most of the emulation's cost.)
+void check_operand(Thread& t, const Desc& d, int rows, int e, bool mn_major, const char* which, size_t& lo, size_t& hi,
                    std::source_location loc) {
   lo = SIZE_MAX;
   hi = 0;
@@ -108,17 +122,18 @@ void check_operand(Thread& t, const Desc& d, int rows, bool mn_major, const char
     hi = std::max(hi, off + bytes);
   };
   const auto at = [&](int r0, int k0, int i) { return mn_major ? std::pair{r0 + i, k0} : std::pair{r0, k0 + i}; };
-  for (int r0 = 0; r0 < rows; r0 += mn_major ? 8 : 1)
-    for (int k0 = 0; k0 < 16; k0 += mn_major ? 1 : 8) {
-      const auto [r7, k7] = at(r0, k0, 7);
-      const size_t first = element_offset(d, r0, k0, 2, mn_major);
-      if (first % 16 == 0 && element_offset(d, r7, k7, 2, mn_major) == first + 14) {
+  const int per16 = 16 / e, kext = 32 / e;  // elements in 16 bytes; k of one instruction
+  for (int r0 = 0; r0 < rows; r0 += mn_major ? per16 : 1)
+    for (int k0 = 0; k0 < kext; k0 += mn_major ? 1 : per16) {
+      const auto [rl, kl] = at(r0, k0, per16 - 1);
+      const size_t first = element_offset(d, r0, k0, e, mn_major);
+      if (first % 16 == 0 && element_offset(d, rl, kl, e, mn_major) == first + 16 - static_cast<size_t>(e)) {
         read(first, 16, r0, k0);
         continue;
       }
-      for (int i = 0; i < 8; ++i) {
+      for (int i = 0; i < per16; ++i) {
         const auto [r, k] = at(r0, k0, i);
-        read(element_offset(d, r, k, 2, mn_major), 2, r, k);
+        read(element_offset(d, r, k, e, mn_major), static_cast<size_t>(e), r, k);
       }
     }
 }
@@ -131,16 +146,16 @@ void compute(const Thread& t, const WgmmaOp& op) {
     for (int i = 0; i < 4; ++i) {
       const int row = 16 * w + g + (i >= 2 ? 8 : 0), col = 8 * j + 2 * q + (i & 1);
       double s = op.scale_d ? static_cast<double>(op.d[4 * j + i]) : 0.0;
-      for (int k = 0; k < 16; ++k)
-        s += static_cast<double>(element(b, da, row, k, op.bf16, op.trans_a)) *
-             static_cast<double>(element(b, db, col, k, op.bf16, op.trans_b));
+      for (int k = 0; k < 32 / element_bytes(op.type); ++k)
+        s += static_cast<double>(element(b, da, row, k, op.type, op.trans_a)) *
+             static_cast<double>(element(b, db, col, k, op.type, op.trans_b));
       op.d[4 * j + i] = static_cast<float>(s);
     }
 }
 
 }  // namespace
 
-void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16, bool trans_a, bool trans_b,
+void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, WgmmaType type, bool trans_a, bool trans_b,
            std::source_location loc) {
   Thread& t = thread_in_kernel("wgmma.mma_async");
   const dim3 bd = t.block->launch->block;
@@ -151,9 +166,14 @@ void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, bool
                        loc);
   if (n < 8 || n > 256 || n % 8 != 0)
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, "wgmma.mma_async with N = " + std::to_string(n), loc);
-  WgmmaOp op{d, n, desc_a, desc_b, scale_d, bf16, trans_a, trans_b, t.wgmma_groups_committed + 1, {}, {}};
-  check_operand(t, decode(desc_a), 64, trans_a, "A", op.lo[0], op.hi[0], loc);
-  check_operand(t, decode(desc_b), n, trans_b, "B", op.lo[1], op.hi[1], loc);
+  if (type == WgmmaType::tf32 && (trans_a || trans_b))
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "wgmma.mma_async .tf32 with a transposed (MN-major) operand: tf32 operands are K-major only",
+                       loc);
+  WgmmaOp op{d, n, desc_a, desc_b, scale_d, type, trans_a, trans_b, t.wgmma_groups_committed + 1, {}, {}};
+  const int e = element_bytes(type);
+  check_operand(t, decode(desc_a), 64, e, trans_a, "A", op.lo[0], op.hi[0], loc);
+  check_operand(t, decode(desc_b), n, e, trans_b, "B", op.lo[1], op.hi[1], loc);
   t.wgmma.push_back(op);
 }
 

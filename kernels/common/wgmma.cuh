@@ -6,7 +6,8 @@
 //   ptx::wgmma_fence();                                       // before the first, after writing d
 //   ptx::wgmma_m64k16<N>(d, desc_a, desc_b, true, bf16);       // d += A (64 x 16) B^T (N x 16)
 // wgmma_m64k16<N, TA, TB>: TA / TB 1 reads A / B MN-major (m or n contiguous: the ISA's transposed
-// operands) instead of K-major.
+// operands) instead of K-major. wgmma_m64k8_tf32<N>(d, desc_a, desc_b, scale_d): the same for f32
+// operands read as tf32 (64 x 8 and N x 8, K-major only; the low 13 mantissa bits are ignored).
 //   ptx::wgmma_commit_group();
 //   ptx::wgmma_wait_group<0>();                               // then d may be read
 // The nvcc build emits the instructions only for the arch-specific target sm_90a
@@ -47,7 +48,13 @@ __device__ inline void wgmma_wait_group() {
 template <int N, int TA = 0, int TB = 0>
 __device__ inline void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d, bool bf16,
                                     MbarLocation loc = MbarLocation::current()) {
-  ::ember::sim::wgmma(d, N, desc_a, desc_b, scale_d, bf16, TA != 0, TB != 0, loc);
+  ::ember::sim::wgmma(d, N, desc_a, desc_b, scale_d,
+                      bf16 ? ::ember::sim::WgmmaType::bf16 : ::ember::sim::WgmmaType::f16, TA != 0, TB != 0, loc);
+}
+template <int N>
+__device__ inline void wgmma_m64k8_tf32(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d,
+                                        MbarLocation loc = MbarLocation::current()) {
+  ::ember::sim::wgmma(d, N, desc_a, desc_b, scale_d, ::ember::sim::WgmmaType::tf32, false, false, loc);
 }
 template <int R>
 __device__ inline void setmaxnreg_inc(MbarLocation loc = MbarLocation::current()) {
@@ -77,54 +84,54 @@ __device__ __forceinline__ void wgmma_wait_group() {
 // One m64nNk16 MMA for operand type T (bf16 or f16): the N / 2 accumulators, then desc_a, desc_b
 // and scale_d (a predicate: 0 replaces d, 1 accumulates), scale-a and scale-b 1, and the
 // transposes TA and TB (immediates: 1 reads that operand MN-major).
-#define EMBER_WGMMA_N8(T)                                    \
-  asm volatile(                                              \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"            \
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32." #T "." #T \
-      " {"                                                   \
-      "%0, %1, %2, %3"                                       \
-      "}, %4, %5, p, 1, 1, %7, %8;\n}\n"                     \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])       \
+#define EMBER_WGMMA_N8(TYPES, TRANS)                   \
+  asm volatile(                                        \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"      \
+      "wgmma.mma_async.sync.aligned.m64n8" TYPES       \
+      " {"                                             \
+      "%0, %1, %2, %3"                                 \
+      "}, %4, %5, p, 1, 1" TRANS ";\n}\n"              \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
-#define EMBER_WGMMA_N16(T)                                                                             \
+#define EMBER_WGMMA_N16(TYPES, TRANS)                                                                  \
   asm volatile(                                                                                        \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                                     \
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32." #T "." #T                                          \
+      "wgmma.mma_async.sync.aligned.m64n16" TYPES                                                      \
       " {"                                                                                             \
       "%0, %1, %2, %3, %4, %5, %6, %7"                                                                 \
-      "}, %8, %9, p, 1, 1, %11, %12;\n}\n"                                                             \
+      "}, %8, %9, p, 1, 1" TRANS ";\n}\n"                                                              \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
-#define EMBER_WGMMA_N32(T)                                                                                          \
+#define EMBER_WGMMA_N32(TYPES, TRANS)                                                                               \
   asm volatile(                                                                                                     \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                                  \
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32." #T "." #T                                                       \
+      "wgmma.mma_async.sync.aligned.m64n32" TYPES                                                                   \
       " {"                                                                                                          \
       "%0, %1, %2, %3, %4, %5, %6, %7, "                                                                            \
       "%8, %9, %10, %11, %12, %13, %14, %15"                                                                        \
-      "}, %16, %17, p, 1, 1, %19, %20;\n}\n"                                                                        \
+      "}, %16, %17, p, 1, 1" TRANS ";\n}\n"                                                                         \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])                    \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
-#define EMBER_WGMMA_N64(T)                                                                                          \
+#define EMBER_WGMMA_N64(TYPES, TRANS)                                                                               \
   asm volatile(                                                                                                     \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                                  \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." #T "." #T                                                       \
+      "wgmma.mma_async.sync.aligned.m64n64" TYPES                                                                   \
       " {"                                                                                                          \
       "%0, %1, %2, %3, %4, %5, %6, %7, "                                                                            \
       "%8, %9, %10, %11, %12, %13, %14, %15, "                                                                      \
       "%16, %17, %18, %19, %20, %21, %22, %23, "                                                                    \
       "%24, %25, %26, %27, %28, %29, %30, %31"                                                                      \
-      "}, %32, %33, p, 1, 1, %35, %36;\n}\n"                                                                        \
+      "}, %32, %33, p, 1, 1" TRANS ";\n}\n"                                                                         \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                   \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
-#define EMBER_WGMMA_N128(T)                                                                                         \
+#define EMBER_WGMMA_N128(TYPES, TRANS)                                                                              \
   asm volatile(                                                                                                     \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                                  \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." #T "." #T                                                      \
+      "wgmma.mma_async.sync.aligned.m64n128" TYPES                                                                  \
       " {"                                                                                                          \
       "%0, %1, %2, %3, %4, %5, %6, %7, "                                                                            \
       "%8, %9, %10, %11, %12, %13, %14, %15, "                                                                      \
@@ -134,7 +141,7 @@ __device__ __forceinline__ void wgmma_wait_group() {
       "%40, %41, %42, %43, %44, %45, %46, %47, "                                                                    \
       "%48, %49, %50, %51, %52, %53, %54, %55, "                                                                    \
       "%56, %57, %58, %59, %60, %61, %62, %63"                                                                      \
-      "}, %64, %65, p, 1, 1, %67, %68;\n}\n"                                                                        \
+      "}, %64, %65, p, 1, 1" TRANS ";\n}\n"                                                                         \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
@@ -144,10 +151,10 @@ __device__ __forceinline__ void wgmma_wait_group() {
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),     \
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                   \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d ? 1 : 0), "n"(TA), "n"(TB))
-#define EMBER_WGMMA_N256(T)                                                                                          \
+#define EMBER_WGMMA_N256(TYPES, TRANS)                                                                               \
   asm volatile(                                                                                                      \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                                                  \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." #T "." #T                                                       \
+      "wgmma.mma_async.sync.aligned.m64n256" TYPES                                                                   \
       " {"                                                                                                           \
       "%0, %1, %2, %3, %4, %5, %6, %7, "                                                                             \
       "%8, %9, %10, %11, %12, %13, %14, %15, "                                                                       \
@@ -165,7 +172,7 @@ __device__ __forceinline__ void wgmma_wait_group() {
       "%104, %105, %106, %107, %108, %109, %110, %111, "                                                             \
       "%112, %113, %114, %115, %116, %117, %118, %119, "                                                             \
       "%120, %121, %122, %123, %124, %125, %126, %127"                                                               \
-      "}, %128, %129, p, 1, 1, %131, %132;\n}\n"                                                                     \
+      "}, %128, %129, p, 1, 1" TRANS ";\n}\n"                                                                        \
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),  \
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),       \
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),      \
@@ -190,24 +197,38 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a,
   static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
                 "wgmma_m64k16: N is 8, 16, 32, 64, 128 or 256");
   if constexpr (N == 8) {
-    if (bf16) EMBER_WGMMA_N8(bf16);
-    else EMBER_WGMMA_N8(f16);
+    if (bf16) EMBER_WGMMA_N8("k16.f32.bf16.bf16", ", %7, %8");
+    else EMBER_WGMMA_N8("k16.f32.f16.f16", ", %7, %8");
   } else if constexpr (N == 16) {
-    if (bf16) EMBER_WGMMA_N16(bf16);
-    else EMBER_WGMMA_N16(f16);
+    if (bf16) EMBER_WGMMA_N16("k16.f32.bf16.bf16", ", %11, %12");
+    else EMBER_WGMMA_N16("k16.f32.f16.f16", ", %11, %12");
   } else if constexpr (N == 32) {
-    if (bf16) EMBER_WGMMA_N32(bf16);
-    else EMBER_WGMMA_N32(f16);
+    if (bf16) EMBER_WGMMA_N32("k16.f32.bf16.bf16", ", %19, %20");
+    else EMBER_WGMMA_N32("k16.f32.f16.f16", ", %19, %20");
   } else if constexpr (N == 64) {
-    if (bf16) EMBER_WGMMA_N64(bf16);
-    else EMBER_WGMMA_N64(f16);
+    if (bf16) EMBER_WGMMA_N64("k16.f32.bf16.bf16", ", %35, %36");
+    else EMBER_WGMMA_N64("k16.f32.f16.f16", ", %35, %36");
   } else if constexpr (N == 128) {
-    if (bf16) EMBER_WGMMA_N128(bf16);
-    else EMBER_WGMMA_N128(f16);
+    if (bf16) EMBER_WGMMA_N128("k16.f32.bf16.bf16", ", %67, %68");
+    else EMBER_WGMMA_N128("k16.f32.f16.f16", ", %67, %68");
   } else {
-    if (bf16) EMBER_WGMMA_N256(bf16);
-    else EMBER_WGMMA_N256(f16);
+    if (bf16) EMBER_WGMMA_N256("k16.f32.bf16.bf16", ", %131, %132");
+    else EMBER_WGMMA_N256("k16.f32.f16.f16", ", %131, %132");
   }
+}
+// One m64nNk8 MMA with tf32 operands: both K-major (the instruction has no transpose for tf32),
+// no transpose operands in the instruction (the macros' TA and TB inputs go unused).
+template <int N>
+__device__ __forceinline__ void wgmma_m64k8_tf32(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d) {
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                "wgmma_m64k8_tf32: N is 8, 16, 32, 64, 128 or 256");
+  constexpr int TA = 0, TB = 0;
+  if constexpr (N == 8) EMBER_WGMMA_N8("k8.f32.tf32.tf32", "");
+  else if constexpr (N == 16) EMBER_WGMMA_N16("k8.f32.tf32.tf32", "");
+  else if constexpr (N == 32) EMBER_WGMMA_N32("k8.f32.tf32.tf32", "");
+  else if constexpr (N == 64) EMBER_WGMMA_N64("k8.f32.tf32.tf32", "");
+  else if constexpr (N == 128) EMBER_WGMMA_N128("k8.f32.tf32.tf32", "");
+  else EMBER_WGMMA_N256("k8.f32.tf32.tf32", "");
 }
 // setmaxnreg: the warpgroup's threads ask for R registers each (inc: at least, blocking until the
 // block's pool has them; dec: at most, releasing the rest). Every thread of the warpgroup runs it.
@@ -238,6 +259,10 @@ __device__ __forceinline__ void wgmma_wait_group() {
 }
 template <int N, int TA = 0, int TB = 0>
 __device__ __forceinline__ void wgmma_m64k16(float (&)[N / 2], uint64_t, uint64_t, bool, bool) {
+  __trap();
+}
+template <int N>
+__device__ __forceinline__ void wgmma_m64k8_tf32(float (&)[N / 2], uint64_t, uint64_t, bool) {
   __trap();
 }
 template <int R>

@@ -242,6 +242,17 @@ __global__ void refill_stage(const unsigned char* src, float* out, int mode) {
   out[t] = d[0];
 }
 
+// wgmma .tf32 has no transposed operands: the simulator's entry point asked for an MN-major A (no
+// wrapper of kernels/common/wgmma.cuh can ask for one) reports it.
+__global__ void tf32_transposed(float* out) {
+  EMBER_SHARED(WgmmaStage, st);
+  float d[4] = {};
+  const uint64_t desc = ptx::wgmma_desc(ptx::smem_address(st.a), 128, 256, ptx::WgmmaSwizzle::none);
+  ::ember::sim::wgmma(d, 8, desc, desc, false, ::ember::sim::WgmmaType::tf32, true, false,
+                      std::source_location::current());
+  out[threadIdx.x] = d[0];
+}
+
 // Host code of a .cu file that reads device memory directly (the simulator aborts with a report).
 float host_peek(const float* device_ptr) { return *device_ptr; }
 
@@ -393,6 +404,12 @@ TEST_CASE("sim: a tensor store reading unfenced or unordered writes, or left unw
   CHECK_THAT(msg, Contains("the source of a cp.async.bulk.tensor store not yet read"));
   msg = run(kNoWait);
   CHECK_THAT(msg, Contains("a tensor store its thread never waited for"));
+}
+
+TEST_CASE("sim: a wgmma .tf32 with a transposed operand is reported", "[gpu][sim][wgmma]") {
+  Tensor out = dev_zeros(128, DType::f32);
+  const std::string m = fault_of([&] { cuda::launch(tf32_transposed, 1, 128, 0, stream(), fp(out)); });
+  CHECK_THAT(m, Contains("tf32 operands are K-major only"));
 }
 
 TEST_CASE("sim: setmaxnreg past the register file or outside whole warpgroups is reported", "[gpu][sim][wgmma]") {
