@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <thread>
+#include <tuple>
 
 #include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
@@ -223,6 +224,7 @@ TEST_CASE("cuda linear: every variant at the MNIST shapes, with each epilogue", 
         std::vector<Tensor> probe_out{empty({0}, TensorOptions(dt).device(kCUDA))};
         KernelCall probe{OpId::linear, in, probe_out, attrs};
         for (const Variant& v : op_info(OpId::linear).variants) {
+          // (the TF32 variants: bound by the parity samples, Note [TF32 parity])
           if (v.device != DeviceType::cuda || !v.accepts(probe)) continue;
           Tensor got = call_variant(v, OpId::linear, in, attrs)[0].to(kCPU);
           INFO("linear [" << rows << "," << in_f << "] -> " << out_f << " act " << act << " " << dt << " variant "
@@ -408,7 +410,10 @@ TEST_CASE("cuda linear: the weight gradient's outer product at 4 and 16 rows, wh
 // The Hopper GEMM (Note [warp-specialised GEMM]): a persistent grid of 1 to 3 blocks walks 9 or 6
 // tiles, so the ring's stages and parities run on across tiles (6 k tiles each over 4 stages);
 // ragged M, N and K land as TMA's zeros; both tiles, both dtypes, bias and gelu; every operand
-// layout. And what it refuses, with the reason, so the caller takes the next variant.
+// layout; both epilogues (Note [TMA-store epilogue]: stores that clip at M and N, leave a padded
+// row's tail alone and reuse a warp's buffer across tiles and column halves; or the registers'
+// stores, where C's pitch is not a multiple of 8). And what it refuses, with the reason, so the
+// caller takes the next variant.
 TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, and what it refuses",
           "[gpu][gemm][wgmma]") {
   const int dev = 0;
@@ -427,12 +432,24 @@ TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, a
       const int act = 2;  // gelu
       Tensor want = call_variant(*ref, OpId::linear, {x, w, bias}, LinearAttrs{act})[0];
       Tensor xc = x.cuda(), wc = w.cuda(), bc = bias.cuda();
-      Tensor y = empty({rows, out_f}, TensorOptions(dt).device(kCUDA));
-      gemm::Prepared pr = gemm::prepare_linear(xc, wc, bc, y, act, gemm::Layout::unit_stride);
+      // one block stores a contiguous y (pitch 300: from the registers); the others rows of 304
+      // whose last 4 hold 7 (by TMA, which must stop at column 300)
+      const bool tma = blocks > 1;
+      const int64_t pitch = tma ? 304 : out_f;
+      Tensor y = full({rows, pitch}, 7.0, TensorOptions(dt).device(kCUDA));
+      gemm::Prepared pr =
+          gemm::prepare_linear(xc, wc, bc, y.narrow(1, 0, out_f).contiguous(), act, gemm::Layout::unit_stride);
+      pr.p.c = y.data_ptr();
+      pr.p.c_rs = pitch;
       REQUIRE(gemm::wgmma_refusal(pr.p) == "");
+      REQUIRE(gemm::wgmma_tma_store_ok(pr.p) == tma);
       gemm::run_wgmma(pr.p, bn, blocks);
-      INFO(dt << ", tile 128 x " << bn << ", " << blocks << " blocks");
-      CHECK(testing::compare(y.to(kCPU), want, gemm_tol(dt)) == "");
+      INFO(dt << ", tile 128 x " << bn << ", " << blocks << " blocks, " << (tma ? "TMA stores" : "direct stores"));
+      const Tensor got = y.to(kCPU);
+      CHECK(testing::compare(got.narrow(1, 0, out_f).contiguous(), want, gemm_tol(dt)) == "");
+      if (tma)
+        CHECK(testing::compare(got.narrow(1, out_f, 4).contiguous(), full({rows, 4}, 7.0, TensorOptions(dt)),
+                               Tol{0, 0}) == "");
     }
   // every layout: A row-major or transposed, B row-major or transposed (the TMA boxes and the
   // wgmma transpose bits of K-major and MN-major operands), 2 x 3 or 2 x 2 ragged tiles, 4 k tiles
@@ -453,13 +470,43 @@ TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, a
         REQUIRE(pr.p.a_kmajor() == !at);
         REQUIRE(pr.p.b_kmajor() == bt);
         REQUIRE(gemm::wgmma_refusal(pr.p) == "");
-        gemm::run_wgmma(pr.p, bn, blocks);
-        INFO(dt << (at ? " A^T" : " A") << (bt ? " x B^T" : " x B") << ", tile 128 x " << bn);
+        REQUIRE(gemm::wgmma_tma_store_ok(pr.p));
+        // the registers' stores where asked, once per tile width
+        const auto epilogue = at && !bt ? gemm::WgmmaEpilogue::direct : gemm::WgmmaEpilogue::tma_store;
+        gemm::run_wgmma(pr.p, bn, blocks, epilogue);
+        INFO(dt << (at ? " A^T" : " A") << (bt ? " x B^T" : " x B") << ", tile 128 x " << bn
+                << (epilogue == gemm::WgmmaEpilogue::direct ? ", direct stores" : ", TMA stores"));
         CHECK(testing::compare(c.to(kCPU), want, gemm_tol(dt)) == "");
         ++layouts;
       }
     }
   CHECK(layouts == 8);
+  // TF32 (Note [TF32 through wgmma]): f32 is refused unless asked for; asked, linear's x W^T with
+  // bias and gelu over the ragged tiles, both epilogues (TMA: 300 f32 are 1200 bytes, a multiple of
+  // 16), against the f32 reference within TF32's rounding (10 mantissa bits, 328 terms)
+  {
+    Tensor x = uniform({rows, in_f}, -1, 1), w = uniform({out_f, in_f}, -0.1, 0.1), bias = uniform({out_f}, -1, 1);
+    Tensor want = call_variant(*ref, OpId::linear, {x, w, bias}, LinearAttrs{2})[0];
+    Tensor xc = x.cuda(), wc = w.cuda(), bc = bias.cuda();
+    Tensor y = empty({rows, out_f}, TensorOptions(DType::f32).device(kCUDA));
+    gemm::Prepared pr = gemm::prepare_linear(xc, wc, bc, y, 2, gemm::Layout::unit_stride);
+    CHECK(gemm::wgmma_refusal(pr.p) == "f32 is exact by default (wgmma reads it as TF32 only when asked)");
+    REQUIRE(gemm::wgmma_refusal(pr.p, true) == "");
+    REQUIRE(gemm::wgmma_tma_store_ok(pr.p));
+    using E = gemm::WgmmaEpilogue;
+    for (auto [bn, blocks, epilogue] :
+         std::vector<std::tuple<int, int, E>>{{128, 2, E::tma_store}, {256, 1, E::tma_store}, {128, 3, E::direct}}) {
+      y.zero_();
+      gemm::run_wgmma(pr.p, bn, blocks, epilogue, true);
+      INFO("tf32, tile 128 x " << bn << (epilogue == E::direct ? ", direct stores" : ", TMA stores"));
+      CHECK(testing::compare(y.to(kCPU), want, Tol{2e-3, 2e-3}) == "");
+    }
+    // tf32 has no transposed operands: matmul's row-major B (MN-major) is refused
+    Tensor a = uniform({M, K}, -1, 1).cuda(), b = uniform({K, N}, -1, 1).cuda(),
+           c = empty({M, N}, TensorOptions(DType::f32).device(kCUDA));
+    CHECK(gemm::wgmma_refusal(gemm::prepare_matmul(a, b, c, gemm::Layout::unit_stride).p, true) ==
+          "TF32 reads both operands K-major only (A row-major, B transposed)");
+  }
   // refused: a row pitch that is not a multiple of 8 elements, a batch, an unaligned base
   const TensorOptions o = TensorOptions(DType::bf16).device(kCUDA);
   Tensor x = zeros({4, 12}, o), w = zeros({8, 12}, o), y = empty({4, 8}, o);

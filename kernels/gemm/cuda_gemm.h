@@ -12,8 +12,8 @@
 //               thread per column of C, 4 rows, K in order (gemm_small.cu, Note [outer-product
 //               GEMM]); run_outer_fused also applies a relu mask to A and sums A's rows
 //   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)
-//   run_wgmma   v4: f16/bf16 on Hopper (sm_90a), TMA + mbarrier ring + wgmma, warp-specialised,
-//               persistent (gemm_wgmma_sm90a.cu, Note [warp-specialised GEMM])
+//   run_wgmma   v4: f16/bf16 (and f32 as TF32 when asked) on Hopper (sm_90a), TMA + mbarrier ring
+//               + wgmma, warp-specialised, persistent (gemm_wgmma_sm90a.cu, Note [warp-specialised GEMM])
 //   run_cublas, run_cublaslt: the vendor libraries (gemm_vendor.cu)
 //
 // Operand layouts: v2, v3 and the vendor paths read an operand in place when one of its two
@@ -113,16 +113,25 @@ struct OuterFusion {
 };
 void run_outer_fused(const Problem& p, const OuterFusion& fuse);
 bool mma_supported(int device);  // compute capability >= 8.0
-// v4: each operand K-major or MN-major with a pitch of a multiple of 8 elements, one batch
+// v4: each operand K-major or MN-major with a pitch of a multiple of 16 bytes, one batch
 // (wgmma_refusal says why a problem is not taken: "" when it is); tiles of 128 x bn (128 or 256),
-// at most max_blocks resident blocks (0: one per SM).
+// at most max_blocks resident blocks (0: one per SM). Its epilogue stores through TMA where C
+// allows it (wgmma_tma_store_ok: 16-byte aligned, a row pitch of a multiple of 16 bytes), else,
+// or when asked for `direct`, from the registers. f32 only with tf32 set (as PyTorch's allow_tf32:
+// the operands read as TF32, Note [TF32 through wgmma]), both operands K-major.
 bool wgmma_supported(int device);  // compute capability 9.0 (its code is sm_90a)
-std::string wgmma_refusal(const Problem& p);
-void run_wgmma(const Problem& p, int bn, int max_blocks = 0);
+std::string wgmma_refusal(const Problem& p, bool tf32 = false);
+enum class WgmmaEpilogue : uint8_t { tma_store, direct };
+bool wgmma_tma_store_ok(const Problem& p);
+void run_wgmma(const Problem& p, int bn, int max_blocks = 0, WgmmaEpilogue epilogue = WgmmaEpilogue::tma_store,
+               bool tf32 = false);
 // cuBLAS (cublasGemmStridedBatchedEx, pure FP32/FP64 compute, fp32 accumulation for f16/bf16).
 // The bias is added by cuBLAS itself (C prefilled with it, beta = 1); relu runs in place after;
 // gelu is not offered (act must be 0 or 1). Needs Layout::vendor.
 void run_cublas(const Problem& p);
+// The same reading f32 operands as TF32 (CUBLAS_COMPUTE_32F_FAST_TF32): the lab's peer of the TF32
+// wgmma GEMM, never used by the ops.
+void run_cublas_tf32(const Problem& p);
 // cuBLASLt with its BIAS / RELU / RELU_BIAS epilogues (gelu not offered: cuBLASLt's GELU is the
 // tanh approximation). Needs Layout::vendor.
 void run_cublaslt(const Problem& p);

@@ -91,22 +91,29 @@ __device__ __forceinline__ void with_activation(int act, const F& f) {
   else f(std::integral_constant<int, -1>{});
 }
 
-// The tensor-core epilogue of one pair of outputs, columns gn and gn + 1 of row `crow` (T: Half or
-// BFloat16): bias, activation kAct (activate<kAct>), one rounding, one 32-bit store where c_pair
-// allows it, else a store per column inside N.
+// The tensor-core epilogue of one pair of outputs, columns gn and gn + 1 (T: Half or BFloat16):
+// bias, activation kAct (activate<kAct>), one rounding each, packed as a 32-bit pair (gn in the
+// low half). Columns past N read no bias; what they hold is never stored.
 template <int kAct, class T>
-__device__ __forceinline__ void store_half_pair(const Args& p, T* crow, int gn, int N, float v0, float v1) {
+__device__ __forceinline__ uint32_t epilogue_half_pair(const Args& p, int gn, int N, float v0, float v1) {
   const T* bias = static_cast<const T*>(p.bias);
   if (bias != nullptr) {
     if (gn < N) v0 += static_cast<float>(bias[gn]);
     if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
   }
   const T o0(activate<kAct>(v0, p.act)), o1(activate<kAct>(v1, p.act));
+  return uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
+}
+
+// ... stored to row `crow`: one 32-bit store where c_pair allows it, else a store per column inside N.
+template <int kAct, class T>
+__device__ __forceinline__ void store_half_pair(const Args& p, T* crow, int gn, int N, float v0, float v1) {
+  const uint32_t o = epilogue_half_pair<kAct, T>(p, gn, N, v0, v1);
   if (p.c_pair && gn + 1 < N) {
-    *reinterpret_cast<uint32_t*>(crow + gn) = uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
+    *reinterpret_cast<uint32_t*>(crow + gn) = o;
   } else {
-    if (gn < N) crow[gn] = o0;
-    if (gn + 1 < N) crow[gn + 1] = o1;
+    if (gn < N) crow[gn].bits = static_cast<uint16_t>(o);
+    if (gn + 1 < N) crow[gn + 1].bits = static_cast<uint16_t>(o >> 16);
   }
 }
 

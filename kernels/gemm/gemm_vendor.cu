@@ -3,7 +3,8 @@
 // pick per shape.
 //
 // Numerics: f32 uses CUBLAS_COMPUTE_32F (pure FP32: TF32 is never allowed, so results compare with
-// the CPU reference), f64 CUBLAS_COMPUTE_64F, f16/bf16 accumulate in f32 (CUBLAS_COMPUTE_32F) and
+// the CPU reference; run_cublas_tf32, the lab's peer of the TF32 wgmma GEMM, asks for
+// CUBLAS_COMPUTE_32F_FAST_TF32 by name), f64 CUBLAS_COMPUTE_64F, f16/bf16 accumulate in f32 (CUBLAS_COMPUTE_32F) and
 // cuBLAS's reduced-precision split-K reductions are disallowed. The bias is added by the library
 // in f32 before the one rounding to the output dtype (cuBLAS: C prefilled with the bias and
 // beta = 1; cuBLASLt: its BIAS epilogue), like ember's own kernels. GELU is not offered: cuBLASLt's
@@ -289,9 +290,7 @@ uint32_t algo_config(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttr
   return v;
 }
 
-}  // namespace
-
-void run_cublas(const Problem& p) {
+void cublas_gemm(const Problem& p, bool tf32) {
   const int64_t batch = p.batch();
   if (p.M == 0 || p.N == 0 || batch == 0) return;
   EMBER_CHECK(p.act == 0 || p.act == 1, "cuBLAS gemm: only the none and relu epilogues are offered, got act ", p.act);
@@ -299,7 +298,8 @@ void run_cublas(const Problem& p) {
     run_naive(p);
     return;
   }
-  const CublasView v = to_cublas(p);
+  CublasView v = to_cublas(p);
+  if (tf32) v.compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   const BatchSplit bs = split_batch(p, true);
   check_int("M", p.M);
   check_int("N", p.N);
@@ -346,6 +346,15 @@ void run_cublas(const Problem& p) {
                    p.c_bs, total);
     });
   }
+}
+
+}  // namespace
+
+void run_cublas(const Problem& p) { cublas_gemm(p, false); }
+
+void run_cublas_tf32(const Problem& p) {
+  EMBER_CHECK(p.dtype == DType::f32, "cuBLAS gemm: TF32 is for f32 operands, got ", p.dtype);
+  cublas_gemm(p, true);
 }
 
 bool cublaslt_accepts(int64_t M, int64_t N, int64_t K, int act) {

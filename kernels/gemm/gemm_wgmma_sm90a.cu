@@ -1,18 +1,18 @@
-// wgmma: the f16/bf16 GEMM for Hopper (sm_90a only: built by its own object library, see the
+// wgmma: the f16/bf16 (and TF32) GEMM for Hopper (sm_90a only: built by its own object library, see the
 // top-level CMakeLists.txt, "_sm90a.cu"): TMA brings tiles of A and B into a ring of shared-memory
 // stages guarded by mbarriers, a producer warpgroup issues the copies, two consumer warpgroups
 // multiply from the stages with wgmma.mma_async, and a persistent grid walks the output tiles.
 //
 // Note [warp-specialised GEMM]: a block is three warpgroups (384 threads) over one 128 x BN output
-// tile at a time (BN 128 or 256), k tiles of 64 (128 bytes of f16/bf16: one 128-byte swizzle row),
-// kWgStages (4) stages of A's 128 x 64 tile and B's BN x 64 tile, each stage with a "full" and an
+// tile at a time (BN 128 or 256), k tiles of 128 bytes (64 f16/bf16, 32 f32: one 128-byte swizzle
+// row), kWgStages (4) stages of A's 128-row and B's BN-row k tile, each stage with a "full" and an
 // "empty" mbarrier (Note [mbarrier phases] in kernels/common/mbarrier.cuh).
 //   producer (warpgroup 0, setmaxnreg.dec to 40 registers; one thread works): for each of the
 //     block's tiles and each k tile, waits for the stage's "empty" phase, arms "full" with the
 //     stage's bytes (arrive.expect_tx), issues the stage's TMA tile loads, which complete on "full".
 //   consumers (warpgroups 1 and 2, setmaxnreg.inc to 232): each owns 64 rows of the tile. Per k
-//     tile: wait for "full", four wgmma m64nBNk16 (one per k16 step: operand_desc moves the
-//     descriptors' start to it), commit, wait until only this k tile's group is in flight,
+//     tile: wait for "full", four wgmma m64nBNk16 (k8 for tf32; one per 32-byte step: operand_desc
+//     moves the descriptors' start to it), commit, wait until only this k tile's group is in flight,
 //     then release the previous stage (every consumer thread arrives on its "empty": 256 arrivals).
 //   The stage index and the phase parity run on across tiles: the ring never drains, so the
 //   producer fills the next tile's first stages while the consumers store this one.
@@ -20,18 +20,39 @@
 // chunk index XORed with the row), so the stages are used as they land; they are 1024-byte aligned.
 // Ragged M, N and K need nothing: box elements outside the tensors land as zeros, and the
 // epilogue skips rows past M and columns past N. Epilogue: bias, activation and rounding from the
-// accumulator fragments (Note [wgmma operand layouts] in sim/wgmma.cpp), stored as 32-bit pairs
-// where aligned. Tiles in the grouped order of the other GEMMs (tile_coords).
+// accumulator fragments (Note [wgmma operand layouts] in sim/wgmma.cpp), stored by TMA where C
+// allows it (Note [TMA-store epilogue]), else straight from the registers as pairs where aligned. Tiles in the grouped
+// order of the other GEMMs (tile_coords).
 //
 // Operands K-major (A row-major; B^T row-major, linear's x W^T) or MN-major (A^T; B row-major), each
 // as its own TMA boxes and wgmma transpose bit (operand_desc, load_operand).
 // What it needs (wgmma_refusal says what is missing; otherwise the caller takes the next variant):
-// a GPU of compute capability 9.0, a unit stride in each operand, row pitches of a multiple of 8
-// elements, 16-byte aligned bases, one batch, sizes in int32.
-// Its variants (linear's and matmul's wgmma_128x128 and wgmma_128x256) are in the lab
-// (bench/lab/linear_lab.cu, matmul_lab.cu) until a GPU run records where they win
-// (Note [library rule] in bench/lab/library_rule.h).
-// Not yet: clusters with TMA multicast, a TMA-store epilogue, split-K for the small layers.
+// a GPU of compute capability 9.0, a unit stride in each operand, row pitches of a multiple of 16
+// bytes, 16-byte aligned bases, one batch, sizes in int32.
+// Its variants (linear's and matmul's wgmma_128x128, wgmma_128x256, wgmma_128x256_direct and
+// wgmma_tf32_128x128, wgmma_tf32_128x256) are in the lab (bench/lab/linear_lab.cu, matmul_lab.cu)
+// until a GPU run records where they win (Note [library rule] in bench/lab/library_rule.h).
+// Not yet: clusters with TMA multicast, split-K for the small layers.
+//
+// Note [TMA-store epilogue]: each consumer warp owns 16 rows of the tile and a 4 KiB staging
+// buffer of its own: two boxes of 16 rows x 128 bytes (64 f16/bf16 or 32 f32 columns), 128-byte
+// swizzled as TMA reads them. Per two boxes of columns the warp writes its rounded pairs into them
+// (the swizzle puts the 8 rows of one store in 8 different 16-byte chunks: no bank conflict), every lane fences the
+// writes to the async proxy, __syncwarp, and lane 0 stores the boxes with cp.async.bulk.tensor,
+// which drops the elements past M and N. Before the warp writes the buffer again lane 0 waits until
+// its stores have read it (wait_group.read), and before the block ends until they are done. So
+// the warps need no barrier among themselves (a named barrier over the warpgroup would let one
+// thread store 64 rows at once, at the price of a wait for the slowest warp), the stores of one
+// tile overlap the next tile's main loop, and the global writes are whole 128-byte rows. C needs a
+// 16-byte aligned base and a row pitch of a multiple of 16 bytes (wgmma_tma_store_ok).
+//
+// Note [TF32 through wgmma]: f32 stays exact by default; a caller that asks for TF32 (run_wgmma's
+// tf32, as PyTorch's allow_tf32; the lab's wgmma_tf32_* variants) gets wgmma m64nNk8.f32.tf32.tf32
+// on the same ring: a k tile is 32 f32 (the same 128-byte rows, so the stages, swizzle and
+// descriptors are unchanged), and the MMA reads each f32 with its low 13 mantissa bits ignored
+// (truncation, as the simulator reads the ISA: no cvt.rna.tf32 on the way, since TMA lands the
+// operands straight in the stages). tf32 has no transposed operands, so A must be row-major and B
+// a transposed view (linear's x W^T); the output and the epilogue are f32.
 #include <cuda.h>
 
 #include <algorithm>
@@ -52,14 +73,22 @@ namespace ember::gemm {
 
 namespace dev {
 
-constexpr int kWgBM = 128, kWgBK = 64, kWgStages = 4, kWgThreads = 384;
+constexpr int kWgBM = 128, kWgStages = 4, kWgThreads = 384;
+// A k tile is one 128-byte swizzle row of k: 64 f16/bf16, or 32 f32 read as tf32 (Note [TF32
+// through wgmma]); its 4 MMA steps (k16, or k8 for tf32) are 32 bytes each.
+template <class T>
+constexpr int kWgBK = 128 / static_cast<int>(sizeof(T));
+constexpr int kWgSteps = 4;
 
 template <int BN>
 struct WgmmaShape {
-  static constexpr int kABytes = kWgBM * kWgBK * 2, kBBytes = BN * kWgBK * 2;
+  static constexpr int kABytes = kWgBM * 128, kBBytes = BN * 128;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  // the stages, 1024 bytes of room to align them, the 2 kWgStages barriers
-  static constexpr int kSmem = kWgStages * kStageBytes + 1024 + 2 * kWgStages * 8;
+  // the consumers' 8 warps' staging buffers for the TMA-store epilogue (Note [TMA-store epilogue])
+  static constexpr int kStagingBytes = 8 * 4096;
+  // the stages, the staging buffers, 1024 bytes of room to align them, the 2 kWgStages barriers
+  static constexpr int kSmem = kWgStages * kStageBytes + kStagingBytes + 1024 + 2 * kWgStages * 8;
+  static_assert(kSmem <= 227 * 1024, "a block has at most 227 KiB of shared memory on sm_90");
 };
 
 // An operand's part of a stage, 128-byte swizzled (Note [wgmma operand layouts] in sim/wgmma.cpp):
@@ -73,19 +102,20 @@ __device__ __forceinline__ uint64_t operand_desc(uint32_t address, int ks) {
   else return ptx::wgmma_desc(address + 2048 * ks, 8192, 1024, ptx::WgmmaSwizzle::b128);
 }
 
-// The TMA loads of one operand's part of a stage: k tile kt of rows [r0, r0 + rows).
-template <bool kK, int Rows>
+// The TMA loads of one operand's part of a stage: k tile kt of rows [r0, r0 + rows). (MN-major:
+// 16-bit types only.)
+template <class T, bool kK, int Rows>
 __device__ __forceinline__ void load_operand(unsigned char* dst, const CUtensorMap* map, int kt, int r0,
                                              uint64_t* bar) {
   if constexpr (kK) {
-    ptx::tma_load_2d(dst, map, kt * kWgBK, r0, bar);
+    ptx::tma_load_2d(dst, map, kt * kWgBK<T>, r0, bar);
   } else {
     EMBER_UNROLL
-    for (int j = 0; j < Rows / 64; ++j) ptx::tma_load_2d(dst + 8192 * j, map, r0 + 64 * j, kt * kWgBK, bar);
+    for (int j = 0; j < Rows / 64; ++j) ptx::tma_load_2d(dst + 8192 * j, map, r0 + 64 * j, kt * kWgBK<T>, bar);
   }
 }
 
-template <int BN, bool AK, bool BK>
+template <class T, int BN, bool AK, bool BK>
 __device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const CUtensorMap* map_b,
                                                unsigned char* stages, uint64_t* full, uint64_t* empty, int64_t tiles_m,
                                                int64_t tiles_n, int ktiles) {
@@ -100,8 +130,8 @@ __device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const C
       ptx::mbarrier_wait_parity(&empty[stage], phase ^ 1);  // the first pass finds every stage free
       unsigned char* a = stages + stage * S::kStageBytes;
       ptx::mbarrier_arrive_expect_tx(&full[stage], S::kStageBytes);
-      load_operand<AK, kWgBM>(a, map_a, kt, m0, &full[stage]);
-      load_operand<BK, BN>(a + S::kABytes, map_b, kt, n0, &full[stage]);
+      load_operand<T, AK, kWgBM>(a, map_a, kt, m0, &full[stage]);
+      load_operand<T, BK, BN>(a + S::kABytes, map_b, kt, n0, &full[stage]);
       if (++stage == kWgStages) {
         stage = 0;
         phase ^= 1;
@@ -110,12 +140,86 @@ __device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const C
   }
 }
 
+// One pair of outputs, columns gn and gn + 1, after bias, activation kAct and rounding to T, stored
+// to `dst`: 4 bytes for f16/bf16, 8 for f32 (both columns inside N: the caller checks).
+template <int kAct, class T>
+__device__ __forceinline__ void put_pair(const Args& p, void* dst, int gn, int N, float v0, float v1) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float* bias = static_cast<const float*>(p.bias);
+    if (bias != nullptr) {
+      if (gn < N) v0 += bias[gn];
+      if (gn + 1 < N) v1 += bias[gn + 1];
+    }
+    *static_cast<float2*>(dst) = make_float2(activate<kAct>(v0, p.act), activate<kAct>(v1, p.act));
+  } else {
+    *static_cast<uint32_t*>(dst) = epilogue_half_pair<kAct, T>(p, gn, N, v0, v1);
+  }
+}
+
+// The registers' epilogue of one pair: 2-element stores where c_pair allows, else one per column
+// inside N.
+template <int kAct, class T>
+__device__ __forceinline__ void store_pair(const Args& p, T* crow, int gn, int N, float v0, float v1) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.c_pair && gn + 1 < N) {
+      put_pair<kAct, T>(p, crow + gn, gn, N, v0, v1);
+    } else {
+      float2 o;
+      put_pair<kAct, T>(p, &o, gn, N, v0, v1);
+      if (gn < N) crow[gn] = o.x;
+      if (gn + 1 < N) crow[gn + 1] = o.y;
+    }
+  } else {
+    store_half_pair<kAct>(p, crow, gn, N, v0, v1);
+  }
+}
+
+// A consumer warp's 16 rows [m0w, m0w + 16) of the tile at column n0 through its staging buffer
+// `wbuf` (Note [TMA-store epilogue]). acc as in wgmma_consumer. A box row is 128 bytes: kE columns
+// (64 f16/bf16, 32 f32); a round fills both boxes, 2 kE columns, kJ n8 blocks.
+template <int kAct, class T, int BN>
+__device__ __forceinline__ void store_rows_tma(const Args& p, const CUtensorMap* map_c, unsigned char* wbuf,
+                                               const float* acc, int m0w, int n0, int g, int q, int lane) {
+  constexpr int kEs = static_cast<int>(sizeof(T)), kE = 128 / kEs, kJ = 2 * kE / 8;
+  const int N = static_cast<int>(p.N);
+  if (m0w >= p.M) return;  // the whole warp: its rows are past M
+  EMBER_UNROLL
+  for (int r = 0; r < BN / (2 * kE); ++r) {
+    const int c0 = n0 + 2 * kE * r;
+    if (c0 >= N) break;
+    if (lane == 0) ptx::bulk_wait_group_read<0>();  // the last stores have read the buffer
+    __syncwarp();
+    EMBER_UNROLL
+    for (int jj = 0; jj < kJ; ++jj) {
+      const int j = kJ * r + jj;                             // the n8 column block
+      const int byte = (8 * (jj % (kJ / 2)) + 2 * q) * kEs;  // of the pair in its box row
+      unsigned char* box = wbuf + 2048 * (jj / (kJ / 2));
+      EMBER_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        // box row g + 8 h; the 128-byte swizzle XORs the 16-byte chunk with the row mod 8, which is g
+        put_pair<kAct, T>(p, box + 128 * (g + 8 * h) + 16 * ((byte / 16) ^ g) + byte % 16, n0 + 8 * j + 2 * q, N,
+                          acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      }
+    }
+    ptx::fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0) {
+      ptx::tma_store_2d(map_c, c0, m0w, wbuf);
+      if (c0 + kE < N) ptx::tma_store_2d(map_c, c0 + kE, m0w, wbuf + 2048);
+      ptx::bulk_commit_group();
+    }
+  }
+}
+
 template <class T, int BN, bool AK, bool BK>
-__device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* stages, uint64_t* full, uint64_t* empty,
-                                               int64_t tiles_m, int64_t tiles_n, int ktiles, int half) {
+__device__ __forceinline__ void wgmma_consumer(const Args& p, const CUtensorMap* map_c, bool tma_store,
+                                               unsigned char* stages, unsigned char* staging, uint64_t* full,
+                                               uint64_t* empty, int64_t tiles_m, int64_t tiles_n, int ktiles,
+                                               int half) {
   using S = WgmmaShape<BN>;
   constexpr bool kBf16 = std::is_same_v<T, BFloat16>;
-  const int wt = static_cast<int>(threadIdx.x) % 128, w = wt / 32, g = (wt % 32) / 4, q = wt % 4;
+  const int wt = static_cast<int>(threadIdx.x) % 128, w = wt / 32, lane = wt % 32, g = lane / 4, q = wt % 4;
+  unsigned char* wbuf = staging + 4096 * (4 * half + w);
   const int M = static_cast<int>(p.M), N = static_cast<int>(p.N);
   T* C = static_cast<T*>(p.c);
   int stage = 0;
@@ -133,9 +237,13 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* sta
       const uint32_t b = ptx::smem_address(stages + stage * S::kStageBytes + S::kABytes);
       ptx::wgmma_fence();
       EMBER_UNROLL
-      for (int ks = 0; ks < kWgBK / 16; ++ks)
-        ptx::wgmma_m64k16<BN, AK ? 0 : 1, BK ? 0 : 1>(acc, operand_desc<AK>(a, ks), operand_desc<BK>(b, ks),
-                                                      kt > 0 || ks > 0, kBf16);
+      for (int ks = 0; ks < kWgSteps; ++ks) {
+        if constexpr (std::is_same_v<T, float>)
+          ptx::wgmma_m64k8_tf32<BN>(acc, operand_desc<AK>(a, ks), operand_desc<BK>(b, ks), kt > 0 || ks > 0);
+        else
+          ptx::wgmma_m64k16<BN, AK ? 0 : 1, BK ? 0 : 1>(acc, operand_desc<AK>(a, ks), operand_desc<BK>(b, ks),
+                                                        kt > 0 || ks > 0, kBf16);
+      }
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<1>();  // the previous k tile's MMAs are done with their stage
       if (prev >= 0) ptx::mbarrier_arrive(&empty[prev]);
@@ -150,6 +258,10 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* sta
 
     // acc[4j + i] is D[16 w + g + 8 (i / 2)][8 j + 2 q + i % 2] (Note [wgmma operand layouts])
     with_activation(p.act, [&](auto act) {
+      if (tma_store) {
+        store_rows_tma<decltype(act)::value, T, BN>(p, map_c, wbuf, acc, m0 + 16 * w, n0, g, q, lane);
+        return;
+      }
       EMBER_UNROLL
       for (int h = 0; h < 2; ++h) {
         const int gm = m0 + 16 * w + g + 8 * h;
@@ -159,21 +271,24 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, unsigned char* sta
         for (int j = 0; j < BN / 8; ++j) {
           const int gn = n0 + 8 * j + 2 * q;
           if (n0 + 8 * j >= N) break;  // this n8 column block and the next ones are past N
-          store_half_pair<decltype(act)::value>(p, crow, gn, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          store_pair<decltype(act)::value, T>(p, crow, gn, N, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
         }
       }
     });
   }
+  if (tma_store && lane == 0) ptx::bulk_wait_group<0>();  // the stores are done before the block ends
 }
 
 template <class T, int BN, bool AK, bool BK>
 __global__ void __launch_bounds__(kWgThreads, 1)
-    wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Args p) {
+    wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                 const __grid_constant__ CUtensorMap map_c, Args p, bool tma_store) {
   using S = WgmmaShape<BN>;
   EMBER_DYNAMIC_SHARED(unsigned char, smem);
   const uint32_t base = ptx::smem_address(smem);
   unsigned char* stages = smem + (((base + 1023) & ~1023u) - base);
-  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kWgStages * S::kStageBytes);
+  unsigned char* staging = stages + kWgStages * S::kStageBytes;  // 1024-byte aligned too
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + S::kStagingBytes);
   uint64_t* empty = full + kWgStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kWgStages; ++s) {
@@ -184,33 +299,34 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   }
   __syncthreads();
   const int64_t tiles_m = (p.M + kWgBM - 1) / kWgBM, tiles_n = (p.N + BN - 1) / BN;
-  const int ktiles = static_cast<int>((p.K + kWgBK - 1) / kWgBK);
+  const int ktiles = static_cast<int>((p.K + kWgBK<T> - 1) / kWgBK<T>);
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
     ptx::setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) wgmma_producer<BN, AK, BK>(&map_a, &map_b, stages, full, empty, tiles_m, tiles_n, ktiles);
+    if (threadIdx.x == 0) wgmma_producer<T, BN, AK, BK>(&map_a, &map_b, stages, full, empty, tiles_m, tiles_n, ktiles);
   } else {
     ptx::setmaxnreg_inc<232>();
-    wgmma_consumer<T, BN, AK, BK>(p, stages, full, empty, tiles_m, tiles_n, ktiles, wg - 1);
+    wgmma_consumer<T, BN, AK, BK>(p, &map_c, tma_store, stages, staging, full, empty, tiles_m, tiles_n, ktiles, wg - 1);
   }
 }
 
 // The tensor map of an operand stored as `rows` rows of `extent` contiguous elements, `pitch`
-// elements apart: boxes of 64 x box_rows, 128-byte swizzle. (One row: any pitch reads the same,
-// and TMA wants a multiple of 16 bytes.)
+// elements apart: boxes of 128 bytes x box_rows, 128-byte swizzle. (One row: any pitch reads the
+// same, and TMA wants a multiple of 16 bytes.)
 CUtensorMap operand_map(DType dtype, const void* base, int64_t extent, int64_t rows, int64_t pitch, int box_rows) {
+  const auto es = static_cast<int64_t>(dtype_size(dtype));
   cuda::TensorMapSpec spec;
   spec.dtype = dtype;
   spec.base = base;
   spec.dims = {static_cast<uint64_t>(extent), static_cast<uint64_t>(rows)};
-  spec.strides_bytes = {static_cast<uint64_t>(rows > 1 ? pitch : (extent + 7) / 8 * 8) * 2};
-  spec.box = {64, static_cast<uint32_t>(box_rows)};
+  spec.strides_bytes = {static_cast<uint64_t>(rows > 1 ? pitch * es : (extent * es + 15) / 16 * 16)};
+  spec.box = {static_cast<uint32_t>(128 / es), static_cast<uint32_t>(box_rows)};
   spec.swizzle = cuda::TensorMapSwizzle::b128;
   return cuda::make_tensor_map(spec);
 }
 
 template <class T, int BN, bool AK, bool BK>
-void launch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
+void launch_wgmma(const Problem& p, int max_blocks, bool tma_store, cudaStream_t stream) {
   using S = WgmmaShape<BN>;
   const int device = p.device.index;
   static std::array<std::once_flag, 64> once;
@@ -221,24 +337,32 @@ void launch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
   });
   // K-major: rows of k (boxes 64 k x the tile's rows); MN-major: rows of m or n (boxes 64 x 64 k)
   const CUtensorMap map_a =
-      AK ? operand_map(p.dtype, p.a, p.K, p.M, p.a_rs, kWgBM) : operand_map(p.dtype, p.a, p.M, p.K, p.a_cs, kWgBK);
+      AK ? operand_map(p.dtype, p.a, p.K, p.M, p.a_rs, kWgBM) : operand_map(p.dtype, p.a, p.M, p.K, p.a_cs, kWgBK<T>);
   const CUtensorMap map_b =
-      BK ? operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN) : operand_map(p.dtype, p.b, p.N, p.K, p.b_rs, kWgBK);
+      BK ? operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN) : operand_map(p.dtype, p.b, p.N, p.K, p.b_rs, kWgBK<T>);
+  // C: rows of n, boxes of 64 n x a warp's 16 rows (unused, and not encoded, with direct stores)
+  const CUtensorMap map_c = tma_store ? operand_map(p.dtype, p.c, p.N, p.M, p.c_rs, 16) : CUtensorMap{};
   const int64_t tiles = ((p.M + kWgBM - 1) / kWgBM) * ((p.N + BN - 1) / BN);
   int64_t blocks = std::min<int64_t>(tiles, cuda::sm_count(device));
   if (max_blocks > 0) blocks = std::min<int64_t>(blocks, max_blocks);
   cuda::launch(wgmma_kernel<T, BN, AK, BK>, dim3(static_cast<unsigned>(blocks)), kWgThreads, S::kSmem, stream, map_a,
-               map_b, make_args(p, 16));
+               map_b, map_c, make_args(p, 16), tma_store);
 }
 
 // The kernel for the operands' layouts: K-major or MN-major each.
 template <class T, int BN>
-void dispatch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
+void dispatch_wgmma(const Problem& p, int max_blocks, bool tma_store, cudaStream_t stream) {
   const bool ak = p.a_kmajor(), bk = p.b_kmajor();
-  if (ak && bk) launch_wgmma<T, BN, true, true>(p, max_blocks, stream);
-  else if (ak) launch_wgmma<T, BN, true, false>(p, max_blocks, stream);
-  else if (bk) launch_wgmma<T, BN, false, true>(p, max_blocks, stream);
-  else launch_wgmma<T, BN, false, false>(p, max_blocks, stream);
+  if constexpr (std::is_same_v<T, float>) {
+    (void)ak;  // tf32: both operands K-major (wgmma_refusal)
+    (void)bk;
+    launch_wgmma<float, BN, true, true>(p, max_blocks, tma_store, stream);
+  } else {
+    if (ak && bk) launch_wgmma<T, BN, true, true>(p, max_blocks, tma_store, stream);
+    else if (ak) launch_wgmma<T, BN, true, false>(p, max_blocks, tma_store, stream);
+    else if (bk) launch_wgmma<T, BN, false, true>(p, max_blocks, tma_store, stream);
+    else launch_wgmma<T, BN, false, false>(p, max_blocks, tma_store, stream);
+  }
 }
 
 }  // namespace dev
@@ -246,9 +370,14 @@ void dispatch_wgmma(const Problem& p, int max_blocks, cudaStream_t stream) {
 // sm_90a code runs on compute capability 9.0 only
 bool wgmma_supported(int device) { return device >= 0 && device < 16 && cuda::compute_capability(device) == 90; }
 
-std::string wgmma_refusal(const Problem& p) {
+std::string wgmma_refusal(const Problem& p, bool tf32) {
   constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
-  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return "dtype is not f16 or bf16";
+  if (p.dtype == DType::f32) {
+    if (!tf32) return "f32 is exact by default (wgmma reads it as TF32 only when asked)";
+    if (!p.a_kmajor() || !p.b_kmajor()) return "TF32 reads both operands K-major only (A row-major, B transposed)";
+  } else if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    return "dtype is not f16, bf16 or f32 (as TF32)";
+  }
   if (p.M > kIntMax || p.N > kIntMax || p.K > kIntMax) return "M, N or K does not fit in int32";
   if (p.K == 0) return "K is 0";
   if (p.batch() != 1) return "batched (one matrix product only)";
@@ -257,31 +386,37 @@ std::string wgmma_refusal(const Problem& p) {
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (!aligned(p.a) || !aligned(p.b)) return "an operand's base is not 16-byte aligned";
   // TMA reads rows of the contiguous dim whose pitch is a multiple of 16 bytes (one row: any)
-  const auto pitch_ok = [](int64_t rows, int64_t pitch, int64_t extent) {
-    return rows <= 1 || (pitch % 8 == 0 && pitch >= extent);
+  const int64_t unit = 16 / static_cast<int64_t>(dtype_size(p.dtype));
+  const auto pitch_ok = [unit](int64_t rows, int64_t pitch, int64_t extent) {
+    return rows <= 1 || (pitch % unit == 0 && pitch >= extent);
   };
   const bool a_ok = p.a_kmajor() ? pitch_ok(p.M, p.a_rs, p.K) : pitch_ok(p.K, p.a_cs, p.M);
   const bool b_ok = p.b_kmajor() ? pitch_ok(p.N, p.b_cs, p.K) : pitch_ok(p.K, p.b_rs, p.N);
-  if (!a_ok || !b_ok) return "an operand's row pitch is not a multiple of 8 elements";
+  if (!a_ok || !b_ok) return "an operand's row pitch is not a multiple of " + std::to_string(unit) + " elements";
   return "";
 }
 
-void run_wgmma(const Problem& p, int bn, int max_blocks) {
+bool wgmma_tma_store_ok(const Problem& p) {
+  const int64_t unit = 16 / static_cast<int64_t>(dtype_size(p.dtype));
+  return reinterpret_cast<uintptr_t>(p.c) % 16 == 0 && (p.M <= 1 || (p.c_rs % unit == 0 && p.c_rs >= p.N));
+}
+
+void run_wgmma(const Problem& p, int bn, int max_blocks, WgmmaEpilogue epilogue, bool tf32) {
   if (p.M == 0 || p.N == 0) return;
-  const std::string why = wgmma_refusal(p);
+  const std::string why = wgmma_refusal(p, tf32);
   EMBER_CHECK(why.empty(), "gemm wgmma: ", why, " (M ", p.M, ", N ", p.N, ", K ", p.K, ")");
   EMBER_CHECK(wgmma_supported(p.device.index), "gemm wgmma: needs a GPU of compute capability 9.0 (sm_90a)");
   EMBER_CHECK(bn == 128 || bn == 256, "gemm wgmma: the tile is 128 x 128 or 128 x 256, not 128 x ", bn);
   cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
-  const bool bf16 = p.dtype == DType::bf16;
-  if (bn == 128) {
-    if (bf16) dev::dispatch_wgmma<BFloat16, 128>(p, max_blocks, stream);
-    else dev::dispatch_wgmma<Half, 128>(p, max_blocks, stream);
-  } else {
-    if (bf16) dev::dispatch_wgmma<BFloat16, 256>(p, max_blocks, stream);
-    else dev::dispatch_wgmma<Half, 256>(p, max_blocks, stream);
-  }
+  const bool tma = epilogue == WgmmaEpilogue::tma_store && wgmma_tma_store_ok(p);
+  const auto run = [&]<class T>(T*) {
+    if (bn == 128) dev::dispatch_wgmma<T, 128>(p, max_blocks, tma, stream);
+    else dev::dispatch_wgmma<T, 256>(p, max_blocks, tma, stream);
+  };
+  if (p.dtype == DType::bf16) run(static_cast<BFloat16*>(nullptr));
+  else if (p.dtype == DType::f16) run(static_cast<Half*>(nullptr));
+  else run(static_cast<float*>(nullptr));
 }
 
 }  // namespace ember::gemm
