@@ -94,6 +94,9 @@ enum VariantFlag : uint32_t {
   kNondeterministic = 1u << 1,  // e.g. float atomics: excluded in deterministic mode
   kReference = 1u << 2,         // kept to be compared with (the oracles, the lab's variants): tested,
                                 // benchmarked, never picked by default nor by autotune
+  kTf32 = 1u << 3,              // reads f32 operands as TF32 (10 mantissa bits): asked for by name;
+                                // checked against its products' magnitudes (Note [TF32 parity] in
+                                // tests/op_driver.cpp; bench_ops at f16's tolerance)
 };
 
 struct Variant {

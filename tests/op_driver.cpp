@@ -33,10 +33,11 @@ Tol variant_tol(const OpSample& s, DType t, const Variant& v) {
   return sample_tol(s, t);
 }
 
-std::string compare(const Tensor& got_in, const Tensor& want_in, Tol tol) {
+std::string compare(const Tensor& got_in, const Tensor& want_in, Tol tol, const Tensor& scale) {
   if (got_in.shape() != want_in.shape() || got_in.dtype() != want_in.dtype())
     return str("got ", got_in.describe(), ", want ", want_in.describe());
   std::vector<double> g = got_in.to_vector<double>(), w = want_in.to_vector<double>();
+  const std::vector<double> sc = scale.defined() ? scale.to_vector<double>() : std::vector<double>();
   double worst = 0;
   int64_t worst_i = -1;
   int64_t bad = 0;
@@ -51,7 +52,7 @@ std::string compare(const Tensor& got_in, const Tensor& want_in, Tol tol) {
       continue;
     }
     double err = std::fabs(a - b);
-    double allowed = tol.atol + tol.rtol * std::fabs(b);
+    double allowed = tol.atol + tol.rtol * (sc.empty() ? std::fabs(b) : sc[i]);
     if (!(err <= allowed)) {
       ++bad;
       double excess = err / std::max(allowed, 1e-300);
@@ -231,6 +232,37 @@ std::vector<std::string> gradcheck(const OpInfo& info, const OpSample& s) {
   return fails;
 }
 
+namespace {
+
+// A copy of t (f32, on the CPU) with every element's absolute value.
+Tensor abs_copy(const Tensor& t) {
+  Tensor a = t.contiguous().clone();
+  float* p = a.data<float>();
+  for (int64_t i = 0; i < a.numel(); ++i) p[i] = std::fabs(p[i]);
+  return a;
+}
+
+// Note [TF32 parity]: a kTf32 variant reads its f32 operands with 10 mantissa bits, so an output's
+// error is bounded by the sum of its products' magnitudes, not by the output's (which may cancel
+// to near 0): 2^-10 per operand, truncated or rounded, 2^-9 per product, and the activation's slope
+// and the reference's gelu(v) >= v / 2 give the margin to 2^-7. That sum is the reference run on the
+// inputs' absolute values (for linear and matmul: |x| |W|^T + |b|), so the bound is checked per
+// element against it; a layout mistake is off by the magnitude itself.
+std::string compare_tf32(const OpInfo& info, const OpSample& s, const Variant& ref, const std::vector<Tensor>& got,
+                         const std::vector<Tensor>& want) {
+  std::vector<Tensor> abs_in;
+  for (const Tensor& t : inputs_as(s, DType::f32))
+    abs_in.push_back(t.defined() && t.dtype() == DType::f32 ? abs_copy(t) : t);
+  const std::vector<Tensor> mag = call_variant(ref, info.id, abs_in, s.attrs);
+  for (size_t k = 0; k < want.size(); ++k) {
+    std::string msg = compare(got[k], want[k], Tol{0x1p-7, sample_tol(s, DType::f32).atol}, mag[k]);
+    if (!msg.empty()) return str("output ", k, " (TF32, Note [TF32 parity]): ", msg);
+  }
+  return "";
+}
+
+}  // namespace
+
 std::vector<std::string> variant_parity(const OpInfo& info, const OpSample& s, DeviceType device) {
   std::vector<std::string> fails;
   if (info.view != nullptr || !s.parity) return fails;
@@ -269,6 +301,11 @@ std::vector<std::string> variant_parity(const OpInfo& info, const OpSample& s, D
         for (Tensor& g : got) g = g.to(kCPU);
       } catch (const std::exception& e) {
         fails.push_back(str(where_(info, s), " variant ", v.name, " ", dt, ": threw: ", e.what()));
+        continue;
+      }
+      if ((v.flags & kTf32) != 0 && dt == DType::f32) {
+        const std::string msg = compare_tf32(info, s, *ref, got, want);
+        if (!msg.empty()) fails.push_back(str(where_(info, s), " variant ", v.name, " ", dt, " ", msg));
         continue;
       }
       for (size_t k = 0; k < want.size(); ++k) {

@@ -35,7 +35,9 @@ Tol sample_tol(const OpSample& s, DType t);
 
 // Empty string when `got` matches `want` (same shape and dtype, allclose with equal NaNs);
 // otherwise a message naming the worst element.
-std::string compare(const Tensor& got, const Tensor& want, Tol tol);
+// `scale` (optional, want's shape): each element's error allowed is atol + rtol * scale[i] instead
+// of atol + rtol * |want[i]|.
+std::string compare(const Tensor& got, const Tensor& want, Tol tol, const Tensor& scale = Tensor());
 
 // A copy of t on `device` with the same shape, strides and offset (so non-contiguous layouts
 // reach the kernels as they are).

@@ -5,8 +5,13 @@
 //             the cuBLAS variants run it for the empty sums (K = 0) that cuBLAS does not compute.
 //   wgmma_128x128, wgmma_128x256  the Hopper GEMM (kernels/gemm/gemm_wgmma_sm90a.cu, Note
 //             [warp-specialised GEMM]) for f16/bf16 with x and W contiguous, where
-//             gemm::wgmma_refusal accepts the problem. Here until a GPU run records where it wins (Note [library rule]
-//             in bench/lab/library_rule.h); then it moves to kernels/ops/linear.cu, where the autotuner can choose it.
+//             gemm::wgmma_refusal accepts the problem; it stores C through TMA where C allows.
+//   wgmma_128x256_direct  the same storing C from the registers, so a GPU run times both epilogues.
+//   wgmma_tf32_128x128, wgmma_tf32_128x256  f32 read as TF32 by the same kernel (Note [TF32 through
+//             wgmma]): asked for by name only, as PyTorch's allow_tf32; f32 stays exact elsewhere.
+//             Here until a GPU run records where they win (Note [library rule] in
+//             bench/lab/library_rule.h); then they move to kernels/ops/linear.cu, where the autotuner
+//             can choose them.
 #include "bench/lab/lab.h"
 
 #include "kernels/gemm/cuda_gemm.h"
@@ -29,7 +34,9 @@ void linear_with(const KernelCall& c, gemm::Layout layout, void (*run)(const gem
 void linear_naive(const KernelCall& c) { linear_with(c, gemm::Layout::any, gemm::run_naive); }
 
 // The Hopper kernel takes what gemm::wgmma_refusal accepts of the problem prepare_linear would make
-// from contiguous x and W: x [rows, in] K-major, B = W^T read in place K-major.
+// from contiguous x and W: x [rows, in] K-major, B = W^T read in place K-major (f32 as TF32 when
+// the variant asks for it).
+template <bool TF32>
 bool wgmma_ok(const KernelCall& c) {
   const Tensor &x = c.in[0], &w = c.in[1];
   if (!x.is_contiguous() || !w.is_contiguous() || !gemm::wgmma_supported(x.device().index)) return false;
@@ -44,7 +51,12 @@ bool wgmma_ok(const KernelCall& c) {
   p.b = w.data_ptr();
   p.b_rs = 1;
   p.b_cs = p.K;
-  return gemm::wgmma_refusal(p).empty();
+  return gemm::wgmma_refusal(p, TF32).empty();
+}
+
+template <int BN, gemm::WgmmaEpilogue E, bool TF32>
+void linear_wgmma(const KernelCall& c) {
+  linear_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, BN, 0, E, TF32); });
 }
 
 }  // namespace
@@ -56,30 +68,15 @@ void register_lab_linear() {
                                  .dtypes = kFloatTypes,
                                  .flags = kReference,
                                  .note = "one thread per output with the epilogue (the oracle)"});
-  add_lab_variant(OpId::linear,
-                  {.name = "wgmma_128x128",
-                   .device = DeviceType::cuda,
-                   .fn =
-                       [](const KernelCall& c) {
-                         linear_with(c, gemm::Layout::unit_stride,
-                                     [](const gemm::Problem& p) { gemm::run_wgmma(p, 128); });
-                       },
-                   .dtypes = DTypeSet{DType::f16, DType::bf16},
-                   .flags = kReference,
-                   .supports = wgmma_ok,
-                   .note = "Hopper: TMA + 4-stage mbarrier ring + wgmma m64n128k16, 128x128x64, persistent"});
-  add_lab_variant(OpId::linear,
-                  {.name = "wgmma_128x256",
-                   .device = DeviceType::cuda,
-                   .fn =
-                       [](const KernelCall& c) {
-                         linear_with(c, gemm::Layout::unit_stride,
-                                     [](const gemm::Problem& p) { gemm::run_wgmma(p, 256); });
-                       },
-                   .dtypes = DTypeSet{DType::f16, DType::bf16},
-                   .flags = kReference,
-                   .supports = wgmma_ok,
-                   .note = "Hopper: TMA + 4-stage mbarrier ring + wgmma m64n256k16, 128x256x64, persistent"});
+  using gemm::WgmmaEpilogue;
+  add_wgmma_lab_variants({.op = OpId::linear,
+                          .tile_128 = linear_wgmma<128, WgmmaEpilogue::tma_store, false>,
+                          .tile_256 = linear_wgmma<256, WgmmaEpilogue::tma_store, false>,
+                          .tile_256_direct = linear_wgmma<256, WgmmaEpilogue::direct, false>,
+                          .tf32_128 = linear_wgmma<128, WgmmaEpilogue::tma_store, true>,
+                          .tf32_256 = linear_wgmma<256, WgmmaEpilogue::tma_store, true>,
+                          .ok = wgmma_ok<false>,
+                          .ok_tf32 = wgmma_ok<true>});
 }
 
 }  // namespace ember

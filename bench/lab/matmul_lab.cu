@@ -4,8 +4,15 @@
 //             (gemm::run_naive). The kernel stays in kernels/gemm/cuda_gemm.cu, because the cuBLAS
 //             variants run it for the empty sums (K = 0) that cuBLAS does not compute.
 //   wgmma_128x128, wgmma_128x256  the Hopper GEMM (kernels/gemm/gemm_wgmma_sm90a.cu) for one
-//             f16/bf16 product, each operand row-major or a transposed view. Here until a GPU run
-//             records where it wins (Note [library rule] in bench/lab/library_rule.h).
+//             f16/bf16 product, each operand row-major or a transposed view; it stores C through
+//             TMA where C allows.
+//   wgmma_128x256_direct  the same storing C from the registers, so a GPU run times both epilogues.
+//   wgmma_tf32_128x128, wgmma_tf32_128x256  f32 read as TF32 (Note [TF32 through wgmma]), A
+//             row-major and B a transposed view; asked for by name only, as PyTorch's allow_tf32.
+//   cublas_tf32  cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32: the TF32 rows' vendor peer (not kVendor,
+//             so the exact f32 rows keep exact cuBLAS as theirs).
+//             Here until a GPU run records where they win (Note [library rule] in
+//             bench/lab/library_rule.h).
 #include "bench/lab/lab.h"
 
 #include "kernels/functional.h"
@@ -34,7 +41,9 @@ void matmul_with(const KernelCall& c, gemm::Layout layout, void (*run)(const gem
 void matmul_naive(const KernelCall& c) { matmul_with(c, gemm::Layout::any, gemm::run_naive); }
 
 // The Hopper kernel takes one 2-d product that gemm::wgmma_refusal accepts with the operands read
-// in place (prepare_matmul would copy an operand with no unit stride; the kernel refuses it).
+// in place (prepare_matmul would copy an operand with no unit stride; the kernel refuses it); f32
+// as TF32 when the variant asks for it.
+template <bool TF32>
 bool wgmma_ok(const KernelCall& c) {
   const Tensor &a = c.in[0], &b = c.in[1];
   if (a.dim() != 2 || b.dim() != 2 || !gemm::wgmma_supported(a.device().index)) return false;
@@ -49,7 +58,12 @@ bool wgmma_ok(const KernelCall& c) {
   p.b = b.data_ptr();
   p.b_rs = b.stride(0);
   p.b_cs = b.stride(1);
-  return gemm::wgmma_refusal(p).empty();
+  return gemm::wgmma_refusal(p, TF32).empty();
+}
+
+template <int BN, gemm::WgmmaEpilogue E, bool TF32>
+void matmul_wgmma(const KernelCall& c) {
+  matmul_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, BN, 0, E, TF32); });
 }
 
 }  // namespace
@@ -61,30 +75,23 @@ void register_lab_matmul() {
                                  .dtypes = kFloatTypes,
                                  .flags = kReference,
                                  .note = "one thread per output, any strides (the oracle)"});
+  using gemm::WgmmaEpilogue;
+  add_wgmma_lab_variants({.op = OpId::matmul,
+                          .tile_128 = matmul_wgmma<128, WgmmaEpilogue::tma_store, false>,
+                          .tile_256 = matmul_wgmma<256, WgmmaEpilogue::tma_store, false>,
+                          .tile_256_direct = matmul_wgmma<256, WgmmaEpilogue::direct, false>,
+                          .tf32_128 = matmul_wgmma<128, WgmmaEpilogue::tma_store, true>,
+                          .tf32_256 = matmul_wgmma<256, WgmmaEpilogue::tma_store, true>,
+                          .ok = wgmma_ok<false>,
+                          .ok_tf32 = wgmma_ok<true>});
+  // its peer: cuBLAS reading f32 as TF32 (the exact f32 of ops' cublas variant is no fair ratio)
   add_lab_variant(OpId::matmul,
-                  {.name = "wgmma_128x128",
+                  {.name = "cublas_tf32",
                    .device = DeviceType::cuda,
-                   .fn =
-                       [](const KernelCall& c) {
-                         matmul_with(c, gemm::Layout::unit_stride,
-                                     [](const gemm::Problem& p) { gemm::run_wgmma(p, 128); });
-                       },
-                   .dtypes = DTypeSet{DType::f16, DType::bf16},
-                   .flags = kReference,
-                   .supports = wgmma_ok,
-                   .note = "Hopper: TMA + 4-stage mbarrier ring + wgmma m64n128k16, 128x128x64, persistent"});
-  add_lab_variant(OpId::matmul,
-                  {.name = "wgmma_128x256",
-                   .device = DeviceType::cuda,
-                   .fn =
-                       [](const KernelCall& c) {
-                         matmul_with(c, gemm::Layout::unit_stride,
-                                     [](const gemm::Problem& p) { gemm::run_wgmma(p, 256); });
-                       },
-                   .dtypes = DTypeSet{DType::f16, DType::bf16},
-                   .flags = kReference,
-                   .supports = wgmma_ok,
-                   .note = "Hopper: TMA + 4-stage mbarrier ring + wgmma m64n256k16, 128x256x64, persistent"});
+                   .fn = [](const KernelCall& c) { matmul_with(c, gemm::Layout::vendor, gemm::run_cublas_tf32); },
+                   .dtypes = DTypeSet{DType::f32},
+                   .flags = kReference | kTf32,
+                   .note = "cublasGemmStridedBatchedEx with CUBLAS_COMPUTE_32F_FAST_TF32 (the TF32 rows' peer)"});
 }
 
 }  // namespace ember
