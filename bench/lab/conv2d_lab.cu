@@ -5,12 +5,20 @@
 // in kernels/lab_variants.h). Napkin math: every product loads both operands from global memory
 // (through L1/L2), so they run far below the tiled kernels of kernels/ops/conv2d.cu; they exist
 // to be obviously right.
+//
+// And conv2d's wgmma_1x1 and wgmma_tf32_1x1: a 1x1, stride-1, unpadded, ungrouped convolution of
+// a channels-last input is linear's GEMM, y [N H W, K] = x [N H W, C] W^T + b (a [K, C, 1, 1]
+// weight is [K, C] in either layout), so the Hopper GEMM (Note [warp-specialised GEMM] in
+// kernels/gemm/gemm_wgmma_sm90a.cu) runs it in place: f16/bf16, and f32 as TF32 (Note [TF32
+// through wgmma]). Lab variants until a GPU run records where they win (Note [library rule]).
 #include "bench/lab/lab.h"
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
+#include "kernels/common/memory_format.h"
+#include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops/conv2d_cuda.h"
 #include "kernels/lab_variants.h"
 #include "kernels/registry.h"
@@ -195,6 +203,39 @@ void naive_backward_weight(const KernelCall& c) {
   });
 }
 
+// A 1x1 convolution's x as [N H W, C] and W as [K, C] (views; see the top of the file), or why the
+// call is not one: "" when it is.
+std::string conv1x1_views(const KernelCall& c, Tensor& x2, Tensor& w2) {
+  const Tensor &x = c.in[0], &w = c.in[1];
+  const ConvGeom g = conv_geometry("conv2d", x.shape(), w.shape(), c.attr<Conv2dAttrs>());
+  if (g.R != 1 || g.S != 1 || g.sh != 1 || g.sw != 1 || g.ph != 0 || g.pw != 0 || g.G != 1) return "not a plain 1x1";
+  if (!runs_channels_last(x)) return "x is not channels-last";
+  if (w.stride(0) != g.C || w.stride(1) != 1) return "the weight is not [K, C] contiguous";
+  if (c.in[2].defined() && !c.in[2].is_contiguous()) return "the bias is not contiguous";
+  x2 = make_view(x, {g.N * g.H * g.W, g.C}, {g.C, 1}, x.offset());
+  w2 = make_view(w, {g.K, g.C}, {g.C, 1}, w.offset());
+  return "";
+}
+
+template <bool TF32>
+bool wgmma_1x1_ok(const KernelCall& c) {
+  Tensor x2, w2;
+  return conv1x1_views(c, x2, w2).empty() && wgmma_takes_linear(x2, w2, TF32);
+}
+
+template <bool TF32>
+void wgmma_1x1(const KernelCall& c) {
+  Tensor x2, w2;
+  const std::string why = conv1x1_views(c, x2, w2);
+  EMBER_CHECK(why.empty(), "conv2d wgmma_1x1: ", why);
+  const Tensor& y = c.out[0];
+  const int64_t K = w2.shape()[0];
+  EMBER_CHECK(y.stride(1) == 1 && y.stride(3) == K, "conv2d wgmma_1x1: the output is not channels-last");
+  Tensor y2 = make_view(y, {x2.shape()[0], K}, {K, 1}, y.offset());
+  const gemm::Prepared pr = gemm::prepare_linear(x2, w2, c.in[2], y2, 0, gemm::Layout::unit_stride);
+  gemm::run_wgmma(pr.p, 128, 0, gemm::WgmmaEpilogue::tma_store, TF32);
+}
+
 }  // namespace
 
 void register_lab_conv2d() {
@@ -216,6 +257,20 @@ void register_lab_conv2d() {
                                                  .dtypes = kFloatTypes,
                                                  .flags = kReference,
                                                  .note = "one thread per weight element (the oracle)"});
+  add_lab_variant(OpId::conv2d, {.name = "wgmma_1x1",
+                                 .device = DeviceType::cuda,
+                                 .fn = wgmma_1x1<false>,
+                                 .dtypes = DTypeSet{DType::f16, DType::bf16},
+                                 .flags = kReference,
+                                 .supports = wgmma_1x1_ok<false>,
+                                 .note = "1x1 channels-last as the Hopper GEMM (TMA + wgmma, 128x128x64, TMA stores)"});
+  add_lab_variant(OpId::conv2d, {.name = "wgmma_tf32_1x1",
+                                 .device = DeviceType::cuda,
+                                 .fn = wgmma_1x1<true>,
+                                 .dtypes = DTypeSet{DType::f32},
+                                 .flags = kReference | kTf32,
+                                 .supports = wgmma_1x1_ok<true>,
+                                 .note = "1x1 channels-last f32 read as TF32 by the Hopper GEMM (wgmma k8.tf32)"});
 }
 
 }  // namespace ember

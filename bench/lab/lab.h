@@ -31,5 +31,8 @@ struct WgmmaLabOp {
   bool (*ok_tf32)(const KernelCall&);
 };
 void add_wgmma_lab_variants(const WgmmaLabOp& o);
+// Whether the Hopper GEMM takes linear's x W^T for x [.., K] and W [N, K] (linear_lab.cu): both
+// contiguous, and what gemm::wgmma_refusal asks of them (f32 only as TF32, when tf32 is set).
+bool wgmma_takes_linear(const Tensor& x, const Tensor& w, bool tf32);
 
 }  // namespace ember

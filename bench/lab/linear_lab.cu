@@ -33,12 +33,21 @@ void linear_with(const KernelCall& c, gemm::Layout layout, void (*run)(const gem
 
 void linear_naive(const KernelCall& c) { linear_with(c, gemm::Layout::any, gemm::run_naive); }
 
-// The Hopper kernel takes what gemm::wgmma_refusal accepts of the problem prepare_linear would make
-// from contiguous x and W: x [rows, in] K-major, B = W^T read in place K-major (f32 as TF32 when
-// the variant asks for it).
 template <bool TF32>
 bool wgmma_ok(const KernelCall& c) {
-  const Tensor &x = c.in[0], &w = c.in[1];
+  return wgmma_takes_linear(c.in[0], c.in[1], TF32);
+}
+
+template <int BN, gemm::WgmmaEpilogue E, bool TF32>
+void linear_wgmma(const KernelCall& c) {
+  linear_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, BN, 0, E, TF32); });
+}
+
+}  // namespace
+
+// What gemm::wgmma_refusal accepts of the problem prepare_linear would make from contiguous x and W:
+// x [rows, in] K-major, B = W^T read in place K-major (f32 as TF32 when asked for).
+bool wgmma_takes_linear(const Tensor& x, const Tensor& w, bool tf32) {
   if (!x.is_contiguous() || !w.is_contiguous() || !gemm::wgmma_supported(x.device().index)) return false;
   gemm::Problem p;
   p.dtype = x.dtype();
@@ -51,15 +60,8 @@ bool wgmma_ok(const KernelCall& c) {
   p.b = w.data_ptr();
   p.b_rs = 1;
   p.b_cs = p.K;
-  return gemm::wgmma_refusal(p, TF32).empty();
+  return gemm::wgmma_refusal(p, tf32).empty();
 }
-
-template <int BN, gemm::WgmmaEpilogue E, bool TF32>
-void linear_wgmma(const KernelCall& c) {
-  linear_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, BN, 0, E, TF32); });
-}
-
-}  // namespace
 
 void register_lab_linear() {
   add_lab_variant(OpId::linear, {.name = "naive",

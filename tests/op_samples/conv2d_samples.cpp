@@ -48,6 +48,8 @@ std::vector<ConvCase> conv_cases() {
        true,
        true},
       {"channels-last 1x1 [2,16,4,3] -> 8", {2, 16, 4, 3}, {8, 16, 1, 1}, O(), false, true},
+      // a GEMM with a bias epilogue: the Hopper GEMM's 1x1 lab variants (bench/lab/conv2d_lab.cu)
+      {"channels-last 1x1 biased [2,24,5,3] -> 16", {2, 24, 5, 3}, {16, 24, 1, 1}, O(), true, true},
       {"channels-last C%8==0 (vector loads) [2,16,6,6] -> 24",
        {2, 16, 6, 6},
        {24, 16, 3, 3},
