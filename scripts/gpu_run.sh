@@ -456,6 +456,11 @@ stage_4() {
   step bench_conv_mnist 15 bench_ops -- "$b" "${q[@]}" --op "$conv" --case ' n128 ' --json "$j/bench_conv_mnist.json"
   step bench_conv_resnet 14 bench_ops -- "$b" "${q[@]}" --op "$conv" \
        --case '^resnet50 (64->64 3x3 56x56|1x1 256->64 56x56) n32 f32$' --json "$j/bench_conv_resnet.json"
+  # the Hopper GEMM as a 1x1 convolution (conv2d's wgmma_1x1 lab variant, channels-last bf16) beside
+  # ours and cuDNN at ResNet-50's 1x1 shapes; about 4 s estimated, the stage has no room, so on
+  # demand (--only 4 --steps bench_conv_wgmma)
+  STEP_ON_DEMAND=1 step bench_conv_wgmma 6 bench_ops -- "$b" "${q[@]}" --op conv2d \
+       --case '^resnet50 1x1 [0-9]+->[0-9]+ [0-9x]+ n32 bf16 channels-last$' --json "$j/bench_conv_wgmma.json"
   step bench_h2d 5 -- "$BIN/bench_loader" --data "$DATA" --quick
   # PyTorch on the same ops and, for the convolutions, the same shapes (its names differ; its
   # rooflines always run)
