@@ -30,8 +30,9 @@
 // a GPU of compute capability 9.0, a unit stride in each operand, row pitches of a multiple of 16
 // bytes, 16-byte aligned bases, one batch, sizes in int32.
 // Its variants (linear's and matmul's wgmma_128x128, wgmma_128x256, wgmma_128x256_direct and
-// wgmma_tf32_128x128, wgmma_tf32_128x256) are in the lab (bench/lab/linear_lab.cu, matmul_lab.cu)
-// until a GPU run records where they win (Note [library rule] in bench/lab/library_rule.h).
+// wgmma_tf32_128x128, wgmma_tf32_128x256; conv2d's wgmma_1x1 and wgmma_tf32_1x1) are in the lab
+// (bench/lab/linear_lab.cu, matmul_lab.cu, conv2d_lab.cu) until a GPU run records where they win
+// (Note [library rule] in bench/lab/library_rule.h).
 // Not yet: clusters with TMA multicast, split-K for the small layers.
 //
 // Note [TMA-store epilogue]: each consumer warp owns 16 rows of the tile and a 4 KiB staging
