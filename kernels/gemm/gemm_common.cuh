@@ -91,17 +91,25 @@ __device__ __forceinline__ void with_activation(int act, const F& f) {
   else f(std::integral_constant<int, -1>{});
 }
 
-// The tensor-core epilogue of one pair of outputs, columns gn and gn + 1 (T: Half or BFloat16):
-// bias, activation kAct (activate<kAct>), one rounding each, packed as a 32-bit pair (gn in the
-// low half). Columns past N read no bias; what they hold is never stored.
+// The tensor-core epilogue's arithmetic on one pair of outputs, columns gn and gn + 1 (T, C's
+// dtype: Half, BFloat16, or float for TF32): bias, then activation kAct (activate<kAct>), in f32.
+// Columns past N read no bias; what they hold is never stored.
 template <int kAct, class T>
-__device__ __forceinline__ uint32_t epilogue_half_pair(const Args& p, int gn, int N, float v0, float v1) {
+__device__ __forceinline__ void bias_act_pair(const Args& p, int gn, int N, float& v0, float& v1) {
   const T* bias = static_cast<const T*>(p.bias);
   if (bias != nullptr) {
     if (gn < N) v0 += static_cast<float>(bias[gn]);
     if (gn + 1 < N) v1 += static_cast<float>(bias[gn + 1]);
   }
-  const T o0(activate<kAct>(v0, p.act)), o1(activate<kAct>(v1, p.act));
+  v0 = activate<kAct>(v0, p.act);
+  v1 = activate<kAct>(v1, p.act);
+}
+
+// ... then one rounding each to T (Half or BFloat16), packed as a 32-bit pair (gn in the low half).
+template <int kAct, class T>
+__device__ __forceinline__ uint32_t epilogue_half_pair(const Args& p, int gn, int N, float v0, float v1) {
+  bias_act_pair<kAct, T>(p, gn, N, v0, v1);
+  const T o0(v0), o1(v1);
   return uint32_t(o0.bits) | (uint32_t(o1.bits) << 16);
 }
 

@@ -146,12 +146,8 @@ __device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const C
 template <int kAct, class T>
 __device__ __forceinline__ void put_pair(const Args& p, void* dst, int gn, int N, float v0, float v1) {
   if constexpr (std::is_same_v<T, float>) {
-    const float* bias = static_cast<const float*>(p.bias);
-    if (bias != nullptr) {
-      if (gn < N) v0 += bias[gn];
-      if (gn + 1 < N) v1 += bias[gn + 1];
-    }
-    *static_cast<float2*>(dst) = make_float2(activate<kAct>(v0, p.act), activate<kAct>(v1, p.act));
+    bias_act_pair<kAct, float>(p, gn, N, v0, v1);
+    *static_cast<float2*>(dst) = make_float2(v0, v1);
   } else {
     *static_cast<uint32_t*>(dst) = epilogue_half_pair<kAct, T>(p, gn, N, v0, v1);
   }
@@ -341,7 +337,7 @@ void launch_wgmma(const Problem& p, int max_blocks, bool tma_store, cudaStream_t
       AK ? operand_map(p.dtype, p.a, p.K, p.M, p.a_rs, kWgBM) : operand_map(p.dtype, p.a, p.M, p.K, p.a_cs, kWgBK<T>);
   const CUtensorMap map_b =
       BK ? operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN) : operand_map(p.dtype, p.b, p.N, p.K, p.b_rs, kWgBK<T>);
-  // C: rows of n, boxes of 64 n x a warp's 16 rows (unused, and not encoded, with direct stores)
+  // C: rows of n, boxes of 128 bytes of n x a warp's 16 rows (unused, and not encoded, with direct stores)
   const CUtensorMap map_c = tma_store ? operand_map(p.dtype, p.c, p.N, p.M, p.c_rs, 16) : CUtensorMap{};
   const int64_t tiles = ((p.M + kWgBM - 1) / kWgBM) * ((p.N + BN - 1) / BN);
   int64_t blocks = std::min<int64_t>(tiles, cuda::sm_count(device));
@@ -353,12 +349,10 @@ void launch_wgmma(const Problem& p, int max_blocks, bool tma_store, cudaStream_t
 // The kernel for the operands' layouts: K-major or MN-major each.
 template <class T, int BN>
 void dispatch_wgmma(const Problem& p, int max_blocks, bool tma_store, cudaStream_t stream) {
-  const bool ak = p.a_kmajor(), bk = p.b_kmajor();
   if constexpr (std::is_same_v<T, float>) {
-    (void)ak;  // tf32: both operands K-major (wgmma_refusal)
-    (void)bk;
-    launch_wgmma<float, BN, true, true>(p, max_blocks, tma_store, stream);
+    launch_wgmma<float, BN, true, true>(p, max_blocks, tma_store, stream);  // tf32: both K-major (wgmma_refusal)
   } else {
+    const bool ak = p.a_kmajor(), bk = p.b_kmajor();
     if (ak && bk) launch_wgmma<T, BN, true, true>(p, max_blocks, tma_store, stream);
     else if (ak) launch_wgmma<T, BN, true, false>(p, max_blocks, tma_store, stream);
     else if (bk) launch_wgmma<T, BN, false, true>(p, max_blocks, tma_store, stream);
