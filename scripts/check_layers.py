@@ -44,7 +44,7 @@ INNER_RULES = [
 # simulator is reached through the CUDA runtime API it implements, its controls and the device
 # built-ins kernel code is compiled against (the mbarrier ones apart, for the few kernels using them).
 PUBLIC_HEADERS = {
-    "sim": ["sim/sim.h", "sim/device_api.h", "sim/mbarrier_api.h"],
+    "sim": ["sim/sim.h", "sim/device_api.h", "sim/mbarrier_api.h", "sim/cluster_api.h"],
 }
 
 SOURCE_EXTENSIONS = (".h", ".cpp", ".cu", ".cuh", ".def")

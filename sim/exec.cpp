@@ -32,27 +32,22 @@ namespace {
 constexpr size_t kArenaBytes = 512 * 1024;  // shared memory of one block: 227 KiB + red zones
 constexpr size_t kRedZone = 64;
 
-struct Worker {
+// What one block of a cluster runs with, reused block after block.
+struct Slot {
   // fiber stacks: kMaxThreadsPerBlock slots, each with a guard page at its low end
   char* stacks = nullptr;
-  size_t stack_bytes = 0, stacks_total = 0;
+  size_t stacks_total = 0;
   // shared memory
   unsigned char* arena = nullptr;
   std::vector<SharedRegion> regions;
   std::vector<BulkCopy> bulk;  // the block's cp.async.bulk copies in flight
   void* shadow = nullptr;
   size_t dirty = kArenaBytes;  // shared memory below this may hold a previous block's data
-  uint32_t epoch = 0;          // racecheck intervals handed out (Note [racecheck] in memcheck.cpp)
   std::vector<Thread> threads;
   Block block;
-  // the scheduler's context while a fiber runs, and its stack (for AddressSanitizer)
-  bc::fcontext_t sched = nullptr;
-  const void* sched_bottom = nullptr;
-  size_t sched_size = 0;
 
-  Worker() {
+  explicit Slot(size_t stack_bytes) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    stack_bytes = (config().stack_bytes + page - 1) / page * page;
     const size_t total = stack_bytes * kMaxThreadsPerBlock;
     void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -66,6 +61,29 @@ struct Worker {
     shadow = std::calloc(kArenaBytes, 16);
     threads.resize(kMaxThreadsPerBlock);
     stacks_total = total;
+  }
+  ~Slot() {
+    munmap(stacks, stacks_total);
+    std::free(arena);
+    std::free(shadow);
+  }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+};
+
+struct Worker {
+  size_t stack_bytes = 0;
+  std::vector<std::unique_ptr<Slot>> slots;  // as many as the largest cluster run so far
+  Cluster cluster;
+  uint32_t epoch = 0;  // racecheck intervals handed out (Note [racecheck] in memcheck.cpp)
+  // the scheduler's context while a fiber runs, and its stack (for AddressSanitizer)
+  bc::fcontext_t sched = nullptr;
+  const void* sched_bottom = nullptr;
+  size_t sched_size = 0;
+
+  Worker() {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    stack_bytes = (config().stack_bytes + page - 1) / page * page;
     // the host thread's own stack, where the scheduler runs (AddressSanitizer needs its bounds)
     pthread_attr_t attr;
     if (pthread_getattr_np(pthread_self(), &attr) == 0) {
@@ -77,10 +95,9 @@ struct Worker {
       pthread_attr_destroy(&attr);
     }
   }
-  ~Worker() {
-    munmap(stacks, stacks_total);
-    std::free(arena);
-    std::free(shadow);
+  Slot& slot(int i) {
+    while (slots.size() <= static_cast<size_t>(i)) slots.push_back(std::make_unique<Slot>(stack_bytes));
+    return *slots[static_cast<size_t>(i)];
   }
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -130,11 +147,17 @@ const char* collective_name(const Thread& t) {
 // the scheduler, which starts the next round from thread 0. Each jump passes the address where the
 // jumper's own context is to be saved, and whoever lands stores it there.
 
-// The next runnable thread of the block after `me` in this round, or nullptr (the scheduler).
+// The next runnable thread of the cluster after `me` (a thread of b) in this round, or nullptr (the
+// scheduler): the round goes through the blocks of the cluster in rank order.
 Thread* next_runnable(Block& b, const Thread* me) {
   if (b.launch->aborted.load(std::memory_order_relaxed)) return nullptr;
-  for (int i = me == nullptr ? 0 : me->linear + 1; i < b.nthreads; ++i)
-    if (b.threads[i].state == ThreadState::runnable) return &b.threads[i];
+  const Cluster& c = *b.cluster;
+  int from = me == nullptr ? 0 : me->linear + 1;
+  for (int r = b.rank; r < c.size; ++r, from = 0) {
+    Block& x = *c.blocks[r];
+    for (int i = from; i < x.nthreads; ++i)
+      if (x.threads[i].state == ThreadState::runnable) return &x.threads[i];
+  }
   return nullptr;
 }
 
@@ -398,6 +421,7 @@ void thread_exit(Thread& t) {
   }
   t.state = ThreadState::exited;
   ++b.exited;
+  cluster_thread_exited(t);
   if (b.at_barrier > 0 && b.at_barrier + b.exited == b.nthreads) {
     const Thread* waiter = nullptr;
     for (int i = 0; i < b.nthreads && waiter == nullptr; ++i)
@@ -423,39 +447,43 @@ void thread_exit(Thread& t) {
 
 namespace {
 
-// The worker's block made block `bidx` of launch L, its shared memory poisoned.
-Block& begin_block(Worker& w, Launch& L, uint3 bidx) {
-  Block& b = w.block;
+// The slot's block made block `bidx` of launch L, rank `rank` of cluster `cl`, its shared memory
+// poisoned; its first barrier interval is `epoch` (the cluster's first).
+Block& begin_block(Worker& w, Slot& sl, Launch& L, uint3 bidx, Cluster& cl, int rank, uint32_t epoch) {
+  Block& b = sl.block;
   b = Block{};
   b.launch = &L;
+  b.cluster = &cl;
+  b.rank = rank;
   b.idx = bidx;
   b.nthreads = static_cast<int>(L.block.x * L.block.y * L.block.z);
   b.nwarps = (b.nthreads + 31) / 32;
-  b.threads = w.threads.data();
-  b.smem = w.arena;
+  b.threads = sl.threads.data();
+  b.smem = sl.arena;
   b.smem_capacity = kArenaBytes;
-  w.regions.clear();
-  b.regions = &w.regions;
-  w.bulk.clear();
-  b.bulk = &w.bulk;
-  b.shadow = w.shadow;
+  sl.regions.clear();
+  b.regions = &sl.regions;
+  sl.bulk.clear();
+  b.bulk = &sl.bulk;
+  b.shadow = sl.shadow;
   b.racecheck = config().racecheck;
-  b.stacks_lo = w.stacks;
+  b.stacks_lo = sl.stacks;
   b.stack_bytes = w.stack_bytes;
   b.stack_slots = kMaxThreadsPerBlock;
   // Shared memory starts out as garbage on a GPU: poison it so reads of unwritten shared memory
   // give NaN rather than a stale but plausible value.
   const size_t dyn = L.dynamic_smem;
-  std::memset(w.arena, 0xff, std::min(kArenaBytes, std::max(w.dirty, dyn + kRedZone)));
-  if (dyn > 0) w.regions.push_back(SharedRegion{nullptr, "dynamic shared memory", 0, dyn});
+  std::memset(sl.arena, 0xff, std::min(kArenaBytes, std::max(sl.dirty, dyn + kRedZone)));
+  if (dyn > 0) sl.regions.push_back(SharedRegion{nullptr, "dynamic shared memory", 0, dyn});
   b.smem_used = dyn == 0 ? 0 : (dyn + kRedZone + 127) / 128 * 128;
-  b.epoch = next_epoch();
-  b.first_epoch = b.epoch;
+  b.epoch = epoch;
+  b.first_epoch = epoch;
+  cl.blocks[rank] = &b;
   return b;
 }
 
 // The block's warps and its threads, each a fiber on its own stack, ready to run from the kernel's entry.
-void create_threads(Worker& w, Block& b) {
+void create_threads(const Worker& w, Slot& sl, Block& b) {
   const dim3& dim = b.launch->block;
   for (int wi = 0; wi < b.nwarps; ++wi) {
     const int lanes = std::min(32, b.nthreads - wi * 32);
@@ -463,9 +491,10 @@ void create_threads(Worker& w, Block& b) {
     b.warps[wi].exists = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
   }
   for (int i = 0; i < b.nthreads; ++i) {
-    Thread& t = w.threads[i];
+    Thread& t = sl.threads[i];
     t.block = &b;
     t.linear = i;
+    t.sid = static_cast<uint16_t>(b.rank << kSidRankShift | i);
     t.idx = uint3{static_cast<unsigned>(i) % dim.x, (static_cast<unsigned>(i) / dim.x) % dim.y,
                   static_cast<unsigned>(i) / (dim.x * dim.y)};
     t.lane = i & 31;
@@ -477,7 +506,9 @@ void create_threads(Worker& w, Block& b) {
     t.bulk_groups_committed = 0;
     t.wgmma.clear();
     t.wgmma_groups_committed = 0;
-    t.stack_lo = w.stacks + static_cast<size_t>(i) * w.stack_bytes;
+    t.cluster_arrived = false;
+    t.cluster_phase = 0;
+    t.stack_lo = sl.stacks + static_cast<size_t>(i) * w.stack_bytes;
     // The stacks are equally spaced, so their tops would all fall into the same cache sets: start
     // each one a little lower (colouring), or switching between fibers thrashes the cache.
     const size_t colour = (static_cast<size_t>(i) * 1088) % 32768;
@@ -486,31 +517,44 @@ void create_threads(Worker& w, Block& b) {
   }
 }
 
-// Nobody can run and not all have exited: the block is stuck. Records the fault, saying who waits for what.
-void report_stuck_block(const Worker& w, const Block& b) {
-  std::map<std::string, std::vector<int>> groups;
-  for (int i = 0; i < b.nthreads; ++i) {
-    const Thread& t = w.threads[i];
-    std::string k;
-    if (t.state == ThreadState::exited) k = "have exited";
-    else if (t.state == ThreadState::at_barrier) k = "wait at __syncthreads() (" + source_text(t.where) + ")";
-    else if (t.state == ThreadState::at_mbarrier) k = describe_mbarrier_wait(b, t) + " (" + source_text(t.where) + ")";
-    else {
-      char m[16];
-      std::snprintf(m, sizeof m, "0x%08x", t.mask);
-      k = std::string("wait at ") + collective_name(t) + " with mask " + m + " (" + source_text(t.where) + ")";
-    }
-    groups[k].push_back(i);
-  }
+// What a thread that cannot run waits for, for a stuck report.
+std::string waits_for(const Block& b, const Thread& t) {
+  if (t.state == ThreadState::exited) return "have exited";
+  if (t.state == ThreadState::at_barrier) return "wait at __syncthreads() (" + source_text(t.where) + ")";
+  if (t.state == ThreadState::at_mbarrier) return describe_mbarrier_wait(b, t) + " (" + source_text(t.where) + ")";
+  if (t.state == ThreadState::at_cluster)
+    return "wait at barrier.cluster.wait (" + source_text(t.where) + "; " + std::to_string(b.cluster->arrived) +
+           " thread(s) of the cluster have arrived in its phase)";
+  char m[16];
+  std::snprintf(m, sizeof m, "0x%08x", t.mask);
+  return std::string("wait at ") + collective_name(t) + " with mask " + m + " (" + source_text(t.where) + ")";
+}
+
+// Nobody can run and not all have exited: the block (or cluster) is stuck. Records the fault,
+// saying who waits for what.
+void report_stuck(const Cluster& c) {
+  const Block& b0 = *c.blocks[0];
   std::ostringstream os;
-  os << "kernel " << b.launch->name() << " block (" << b.idx.x << "," << b.idx.y << "," << b.idx.z
-     << ") is stuck (barrier, mbarrier or warp-collective divergence; on a GPU: a hang or undefined behaviour):";
+  os << "kernel " << b0.launch->name();
+  if (c.size == 1) os << " block (" << b0.idx.x << "," << b0.idx.y << "," << b0.idx.z << ")";
+  else os << " cluster (" << c.idx.x << "," << c.idx.y << "," << c.idx.z << ")";
+  os << " is stuck (barrier, mbarrier or warp-collective divergence; on a GPU: a hang or undefined behaviour):";
   bool first = true;
-  for (auto& [what, ids] : groups) {
-    os << (first ? " " : "; ") << ids.size() << " thread(s) [linear ids " << ids.front();
-    if (ids.size() > 1) os << ".." << ids.back();
-    os << "] " << what;
-    first = false;
+  for (int r = 0; r < c.size; ++r) {
+    const Block& b = *c.blocks[r];
+    if (c.size > 1) {
+      if (b.done()) continue;
+      os << (first ? " " : "; ") << "block (" << b.idx.x << "," << b.idx.y << "," << b.idx.z << "), rank " << r << ":";
+      first = true;
+    }
+    std::map<std::string, std::vector<int>> groups;
+    for (int i = 0; i < b.nthreads; ++i) groups[waits_for(b, b.threads[i])].push_back(i);
+    for (auto& [what, ids] : groups) {
+      os << (first ? " " : "; ") << ids.size() << " thread(s) [linear ids " << ids.front();
+      if (ids.size() > 1) os << ".." << ids.back();
+      os << "] " << what;
+      first = false;
+    }
   }
   record_fault(cudaErrorLaunchFailure, os.str());
 }
@@ -518,13 +562,15 @@ void report_stuck_block(const Worker& w, const Block& b) {
 // Every thread exited with bulk copies still in flight: nothing waited for their phase.
 void report_unwaited_bulk_copies(Block& b) {
   const BulkCopy& c = b.bulk->front();
-  const Thread& t = b.threads[c.issuer];
+  const Thread& t = thread_by_sid(b, c.issuer);
   record_fault(cudaErrorLaunchFailure,
                "kernel " + b.launch->name() + " block (" + std::to_string(b.idx.x) + "," + std::to_string(b.idx.y) +
                    "," + std::to_string(b.idx.z) + ") ended with " + std::to_string(b.bulk->size()) +
                    " cp.async.bulk cop" + (b.bulk->size() == 1 ? "y" : "ies") +
                    " in flight (the first issued by thread (" + std::to_string(t.idx.x) + "," +
-                   std::to_string(t.idx.y) + "," + std::to_string(t.idx.z) + ") at " + source_text(c.where) +
+                   std::to_string(t.idx.y) + "," + std::to_string(t.idx.z) + ")" +
+                   (t.block != &b ? " of the cluster's block of rank " + std::to_string(t.block->rank) : "") + " at " +
+                   source_text(c.where) +
                    (c.store ? "): a tensor store its thread never waited for (cp.async.bulk.wait_group), so its "
                               "shared source may be gone before it is read"
                             : "): no thread waited for its mbarrier phase, so its data was never read (a phase "
@@ -536,47 +582,74 @@ void report_unwaited_bulk_copies(Block& b) {
 
 }  // namespace
 
-// Runs one block to completion on this host thread.
-void run_block(Launch& L, uint3 bidx) {
+// Runs cluster `ci` of launch L (its blocks, each a whole block when L has no clusters) to
+// completion on this host thread.
+void run_cluster(Launch& L, int64_t ci) {
   Worker& w = worker();
-  Block& b = begin_block(w, L, bidx);
-  counters_block_begin(b);
-  create_threads(w, b);
+  Cluster& cl = w.cluster;
+  cl = Cluster{};
+  const dim3 cd = L.cluster;
+  cl.size = static_cast<int>(cd.x * cd.y * cd.z);
+  const int64_t ncx = L.grid.x / cd.x, ncy = L.grid.y / cd.y;
+  cl.idx = uint3{static_cast<unsigned>(ci % ncx), static_cast<unsigned>((ci / ncx) % ncy),
+                 static_cast<unsigned>(ci / (ncx * ncy))};
+  const uint32_t first_epoch = next_epoch();
+  cl.sync_epoch = first_epoch;
+  for (int r = 0; r < cl.size; ++r) {
+    const unsigned ur = static_cast<unsigned>(r);
+    const uint3 bidx{cl.idx.x * cd.x + ur % cd.x, cl.idx.y * cd.y + (ur / cd.x) % cd.y,
+                     cl.idx.z * cd.z + ur / (cd.x * cd.y)};
+    Slot& sl = w.slot(r);
+    Block& b = begin_block(w, sl, L, bidx, cl, r, first_epoch);
+    if (cl.size == 1) counters_block_begin(b);  // (the counters follow one block per host thread)
+    create_threads(w, sl, b);
+  }
+  const auto all_blocks = [&](auto&& f) {
+    for (int r = 0; r < cl.size; ++r) f(*cl.blocks[r], *w.slots[static_cast<size_t>(r)]);
+  };
   for (;;) {
     // a round: the first runnable thread runs, and each hands on to the next (switch_context)
-    Thread* first = next_runnable(b, nullptr);
+    Thread* first = next_runnable(*cl.blocks[0], nullptr);
     if (first != nullptr) switch_context(w, nullptr, first, false);
-    if (L.aborted.load(std::memory_order_relaxed)) {  // abandon the block's other fibers
-      w.dirty = kArenaBytes;
-      if (b.counting) counters_block_end(b);
+    if (L.aborted.load(std::memory_order_relaxed)) {  // abandon the cluster's other fibers
+      all_blocks([](Block& b, Slot& sl) {
+        sl.dirty = kArenaBytes;
+        if (b.counting) counters_block_end(b);
+      });
       return;
     }
-    if (b.exited == b.nthreads) {
-      if (!b.bulk->empty()) report_unwaited_bulk_copies(b);
+    bool done = true;
+    all_blocks([&](Block& b, Slot&) { done = done && b.done(); });
+    if (done) {
+      all_blocks([](Block& b, Slot&) {
+        if (!b.bulk->empty()) report_unwaited_bulk_copies(b);
+      });
       break;
     }
     if (first == nullptr) {
-      if (land_bulk_copies(b, nullptr) > 0) continue;  // they may complete a phase someone waits for
-      report_stuck_block(w, b);
+      int landed = 0;  // they may complete a phase someone waits for
+      all_blocks([&](Block& b, Slot&) { landed += land_bulk_copies(b, nullptr); });
+      if (landed > 0) continue;
+      report_stuck(cl);
       L.aborted.store(true);
       break;
     }
   }
-  w.dirty = b.smem_used;
-  if (b.static_bytes > 0) note_static_smem(L.kernel, b.static_bytes);
-  if (b.counting) counters_block_end(b);
+  all_blocks([&](Block& b, Slot& sl) {
+    sl.dirty = b.smem_used;
+    if (b.static_bytes > 0) note_static_smem(L.kernel, b.static_bytes);
+    if (b.counting) counters_block_end(b);
+  });
 }
 
 void run_grid(Launch& L) {
   const int64_t gx = L.grid.x, gy = L.grid.y, gz = L.grid.z;
-  const int64_t n = gx * gy * gz;
+  const int64_t n = gx * gy * gz / (int64_t{L.cluster.x} * L.cluster.y * L.cluster.z);
   if (n == 0) return;
   counters_launch_begin(L);
   run_blocks(n, [&](int64_t i) {
     if (L.aborted.load(std::memory_order_relaxed)) return;
-    const uint3 bidx{static_cast<unsigned>(i % gx), static_cast<unsigned>((i / gx) % gy),
-                     static_cast<unsigned>(i / (gx * gy))};
-    run_block(L, bidx);
+    run_cluster(L, i);
   });
   counters_launch_end(L);
 }
@@ -584,7 +657,7 @@ void run_grid(Launch& L) {
 uint32_t next_epoch() {
   Worker& w = worker();
   if (++w.epoch == 0xfffffff0u) {  // wrapped: forget every recorded access
-    std::memset(w.shadow, 0, kArenaBytes * 16);
+    for (auto& sl : w.slots) std::memset(sl->shadow, 0, kArenaBytes * 16);
     w.epoch = 1;
   }
   return w.epoch;

@@ -6,7 +6,8 @@
 // (Boost.Context fcontext) on a pooled stack. Fibers switch only inside the simulator: at a
 // barrier, a warp collective, or the end of the thread. The block's scheduler resumes runnable
 // threads in order until all have exited; when none is runnable but some have not exited, the
-// block is stuck (divergent barriers or collectives), which is reported as a fault.
+// block is stuck (divergent barriers or collectives), which is reported as a fault. The blocks of
+// a cluster run together on one host thread (Note [simulated clusters] in cluster.cpp).
 //
 // Note [simulator memory checks]: kernel code is compiled with the compiler's kernel-address
 // instrumentation in call mode, so every load and store in a .cu file calls
@@ -130,7 +131,12 @@ struct Block;
 struct Thread;
 struct CounterRecord;  // counters.cpp
 
-enum class ThreadState : uint8_t { runnable, at_barrier, at_warp, at_mbarrier, exited };
+enum class ThreadState : uint8_t { runnable, at_barrier, at_warp, at_mbarrier, at_cluster, exited };
+
+// Clusters (Note [simulated clusters] in cluster.cpp): at most 8 blocks (the portable limit); a
+// thread's cluster-wide id (racecheck's shadow, bulk copies) is its block's rank << 10 | linear.
+inline constexpr int kMaxClusterBlocks = 8;
+inline constexpr int kSidRankShift = 10;
 
 // A wgmma.mma_async of one thread, computed when a wgmma.wait_group covers its group (wgmma.cpp):
 // d (the thread's n / 2 accumulators) += A B from the shared-memory descriptors.
@@ -157,7 +163,8 @@ struct AsyncCopy {
 struct Thread {
   Block* block = nullptr;
   uint3 idx{};
-  int linear = 0;  // x + y Dx + z Dx Dy
+  int linear = 0;    // x + y Dx + z Dx Dy
+  uint16_t sid = 0;  // rank << kSidRankShift | linear
   int lane = 0, warp = 0;
   bc::fcontext_t ctx = nullptr;
   char* stack_lo = nullptr;  // the fiber's stack: [stack_lo, stack_lo + stack_bytes)
@@ -183,6 +190,9 @@ struct Thread {
   // wgmma.mma_async operations issued and not yet waited for (wgmma.cpp), and its committed groups
   std::vector<WgmmaOp> wgmma;
   uint64_t wgmma_groups_committed = 0;
+  // barrier.cluster: arrived and not yet waited, and the barrier's phase it arrived in
+  bool cluster_arrived = false;
+  uint32_t cluster_phase = 0;
 };
 
 // A tensor copy's box (tma.cpp): the tensor map's fields and the box's coordinates.
@@ -211,7 +221,7 @@ struct BulkCopy {
   const void* src;
   uint32_t bytes;
   uint64_t* bar;  // the mbarrier a load completes `bytes` transactions on
-  int issuer;     // the thread that issued it (linear id)
+  int issuer;     // the thread that issued it (cluster-wide id, Thread::sid)
   std::source_location where;
   TmaBox box{};
   bool has_box = false, store = false;
@@ -221,10 +231,13 @@ struct BulkCopy {
 // source already checked), after checking its barrier, its shared destination and that no copy in
 // flight writes the same bytes.
 void issue_bulk_copy(Thread& t, const BulkCopy& c, const void* pc);
+// ... the same, into the shared memory of `dst` (t's block or, multicast, another of its cluster;
+// c.dst and c.bar point into dst's shared memory).
+void issue_bulk_copy(Thread& t, Block& dst, const BulkCopy& c, const void* pc);
 // wgmma.cpp: an asynchronous write of shared bytes [off, off + n) (a bulk or tensor copy issued by
 // `t`) that a wgmma.mma_async of the block still reads (issued, its group not yet waited for) is a
 // fault: the write-after-read of a stage refilled too early.
-void check_wgmma_operands_free(Thread& t, size_t off, size_t n, std::source_location loc);
+void check_wgmma_operands_free(Thread& t, const Block& b, size_t off, size_t n, std::source_location loc);
 // tma.cpp: lands a tensor copy's box at `dst` in b's shared memory (swizzled, out-of-bounds
 // elements filled, as the map says); stores the box at `src` to global memory (elements outside
 // the tensor are not written).
@@ -252,6 +265,7 @@ struct Launch {
   KernelBody body;
   const void* params = nullptr;  // the argument copies every thread reads (parameter space)
   size_t param_bytes = 0;
+  dim3 cluster{1, 1, 1};  // blocks per cluster in each dimension
   int device = 0;
   std::atomic<bool> aborted{false};
   // The efficiency counters of this launch, or null when they were off when it started.
@@ -270,10 +284,26 @@ struct WarpState {
   unsigned mask = 0, arrived = 0;
 };
 
+// The blocks of one cluster, run together by one host thread (Note [simulated clusters] in
+// cluster.cpp); a launch without clusters runs clusters of one block.
+struct Cluster {
+  int size = 1;
+  Block* blocks[kMaxClusterBlocks] = {};
+  uint3 idx{};  // %clusterid
+  // racecheck: the interval the last barrier.cluster began; accesses by another block of the
+  // cluster in an interval before it are ordered before every access now
+  uint32_t sync_epoch = 0;
+  // barrier.cluster: its phase, and the threads that have arrived in it
+  uint32_t phase = 0;
+  int arrived = 0;
+};
+
 // One block being run by a host thread (the thread's Worker owns the stacks, the shared-memory
 // arena and its race shadow, reused block after block).
 struct Block {
   Launch* launch = nullptr;
+  Cluster* cluster = nullptr;
+  int rank = 0;  // %cluster_ctarank
   uint3 idx{};
   int nthreads = 0, nwarps = 0;
   Thread* threads = nullptr;
@@ -292,7 +322,8 @@ struct Block {
   bool counting = false;                  // the launch records efficiency counters (counters.cpp)
   uint16_t maxnreg[8] = {};               // per warpgroup, its last setmaxnreg (0: none; wgmma.cpp)
   void* shadow = nullptr;                 // memcheck.cpp's race shadow, one entry per shared byte
-  // every fiber stack of this host thread: [stacks_lo, stacks_lo + stack_slots * stack_bytes)
+  bool done() const { return exited == nthreads; }
+  // every fiber stack of this block: [stacks_lo, stacks_lo + stack_slots * stack_bytes)
   char* stacks_lo = nullptr;
   size_t stack_bytes = 0;
   int stack_slots = 0;
@@ -324,11 +355,19 @@ void report_fault_at(cudaError_t code, const std::string& what, std::source_loca
 // The running thread (its state already set to a waiting one) lets the block's other threads run;
 // returns when something made it runnable again (ends it if the launch was aborted meanwhile).
 void wait_current_thread();
+// mbarrier.cpp: mbarrier.arrive[.expect_tx] by t on the barrier at `bar` in owner's shared memory
+// (t's block, or another of its cluster); returns the state token.
+uint64_t mbarrier_arrive_in(Thread& t, Block& owner, uint64_t* bar, uint32_t tx, std::source_location loc);
 // mbarrier.cpp: the block's bulk copies in flight on `bar` land (all of them when null), in issue
 // order, each completing its transactions; returns how many landed.
 int land_bulk_copies(Block& b, const uint64_t* bar);
 // mbarrier.cpp: "waits on the mbarrier at shared offset ... (phase ..., ...)" for a stuck report.
 std::string describe_mbarrier_wait(const Block& b, const Thread& t);
+// cluster.cpp: the block of t's cluster whose shared memory holds `a`, other than t's own (nullptr if
+// none); the thread of a cluster-wide id; a thread exits (it no longer counts for barrier.cluster).
+Block* cluster_block_at(const Thread& t, uintptr_t a);
+Thread& thread_by_sid(const Block& b, int sid);
+void cluster_thread_exited(Thread& t);
 // "kernel K block (x,y,z) thread (x,y,z)" for reports.
 std::string where_am_i(const Thread& t);
 // Runs a whole grid (called on the stream's worker thread); returns when every block is done.
@@ -362,13 +401,18 @@ enum class Access : uint8_t { read, write, atomic };
 void check_access(Thread& t, uintptr_t address, size_t bytes, Access kind, const void* pc, bool count = true);
 // The shared-memory race shadow: a new barrier interval begins (block start or barrier).
 uint32_t next_epoch();
+// An access of the shared memory of `owner`, another block of t's cluster, at offset `off`
+// (distributed shared memory): bounds, bulk copies in flight and racecheck as for t's own.
+void remote_shared_access(Thread& t, Block& owner, size_t off, size_t n, Access k, const void* pc);
 // An access of shared bytes [off, off + n) that a bulk copy in flight writes: a fault (the thread
 // did not wait for the copy's mbarrier). Called by the shared-memory checks while copies are in
 // flight (mbarrier.cpp).
 void check_bulk_in_flight(Thread& t, size_t off, size_t n, Access k, const void* pc);
+void check_bulk_in_flight(Thread& t, Block& owner, size_t off, size_t n, Access k, const void* pc);
 // Shared bytes an asynchronous copy wrote: bounds-checked against the block's declarations
 // (faults `t` when outside them) and, for racecheck, written before every access of this interval.
 void check_shared_destination(Thread& t, size_t off, size_t n, const void* pc);
+void check_shared_destination(Thread& t, const Block& dst, size_t off, size_t n, const void* pc);
 void async_wrote_shared(Block& b, size_t off, size_t n);
 // Checks done by the simulator's own device functions (atomics, ptx.cpp) on behalf of the
 // running thread; `pc` is the kernel code that called them.
@@ -383,7 +427,7 @@ void counters_launch_queued(Launch& L);
 // ... by run_grid around a launch (for graph replays, decides then) ...
 void counters_launch_begin(Launch& L);
 void counters_launch_end(Launch& L);
-// ... by run_block around a block (sets b.counting) ...
+// ... by run_cluster around a block (sets b.counting) ...
 void counters_block_begin(Block& b);
 void counters_block_end(Block& b);
 // ... for each counted access of a lane (only while b.counting) ...

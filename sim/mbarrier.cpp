@@ -14,9 +14,10 @@
 // off the transaction count, and a block with nothing runnable lands all of them before it is called
 // stuck. Until then its destination reads as the poison shared memory starts with, and any access of
 // those bytes is reported (a read before the wait for the copy's barrier, or a write racing the
-// copy). A block that ends with copies in flight is reported too: no one waited for them. Not
-// modelled yet: the write-after-read race of a copy issued into a buffer other threads still read
-// (the producer not waiting for the consumers' "empty" barrier), clusters and multicast.
+// copy). A block that ends with copies in flight is reported too: no one waited for them. A
+// multicast copy (cluster.cpp) is one such copy in each block it names. Not modelled yet: the
+// write-after-read race of a copy issued into a buffer other threads still read with generic
+// loads (the producer not waiting for the consumers' "empty" barrier; wgmma's reads are checked).
 #include <cstring>
 #include <string>
 
@@ -61,11 +62,11 @@ size_t shared_off(const Block& b, const void* p) {
   return static_cast<size_t>(static_cast<const unsigned char*>(p) - b.smem);
 }
 
-// The barrier at `bar` as instruction `op` sees it: in the block's shared memory, 8-byte aligned,
-// inside a declaration, and (unless `may_be_new`) initialised.
-BarState checked_barrier(Thread& t, const uint64_t* bar, const char* op, std::source_location loc,
+// The barrier at `bar` as instruction `op` sees it: in b's shared memory (the running thread's
+// block, or another of its cluster), 8-byte aligned, inside a declaration, and (unless
+// `may_be_new`) initialised.
+BarState checked_barrier(Thread& t, const Block& b, const uint64_t* bar, const char* op, std::source_location loc,
                          bool may_be_new = false) {
-  const Block& b = *t.block;
   const size_t off = shared_off(b, bar);
   if (off >= b.smem_capacity)
     EMBER_SIM_FAULT_AT(cudaErrorIllegalAddress, std::string(op) + " on an address that is not shared memory", loc);
@@ -74,14 +75,21 @@ BarState checked_barrier(Thread& t, const uint64_t* bar, const char* op, std::so
         cudaErrorMisalignedAddress,
         std::string(op) + " on an mbarrier that is not 8-byte aligned (shared offset " + std::to_string(off) + ")",
         loc);
-  check_shared_destination(t, off, 8, __builtin_return_address(0));
+  check_shared_destination(t, b, off, 8, __builtin_return_address(0));
   const BarState s = load(bar);
   if (!may_be_new && !s.init)
-    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
-                       std::string(op) + " on the mbarrier at shared offset " + std::to_string(off) +
-                           ", which is not initialised (mbarrier.init it first, and not after mbarrier.inval)",
-                       loc);
+    EMBER_SIM_FAULT_AT(
+        cudaErrorLaunchFailure,
+        std::string(op) + " on the mbarrier at shared offset " + std::to_string(off) +
+            (&b != t.block ? " of the cluster's block of rank " + std::to_string(b.rank) : "") +
+            ", which is not initialised (mbarrier.init it first, and not after mbarrier.inval" +
+            (&b != t.block ? "; a barrier.cluster between the init and other blocks' use orders them" : "") + ")",
+        loc);
   return s;
+}
+BarState checked_barrier(Thread& t, const uint64_t* bar, const char* op, std::source_location loc,
+                         bool may_be_new = false) {
+  return checked_barrier(t, *t.block, bar, op, loc, may_be_new);
 }
 
 // The phase is over when its arrivals and its transactions are all in: the barrier moves to the
@@ -128,9 +136,8 @@ void mbarrier_init(uint64_t* bar, uint32_t count, std::source_location loc) {
   store(bar, s);
 }
 
-uint64_t mbarrier_arrive(uint64_t* bar, uint32_t tx, std::source_location loc) {
-  Thread& t = thread_in_kernel("mbarrier.arrive");
-  BarState s = checked_barrier(t, bar, "mbarrier.arrive", loc);
+uint64_t mbarrier_arrive_in(Thread& t, Block& owner, uint64_t* bar, uint32_t tx, std::source_location loc) {
+  BarState s = checked_barrier(t, owner, bar, "mbarrier.arrive", loc);
   if (!add_tx(s, tx))
     EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
                        "mbarrier.arrive.expect_tx takes the transaction count past 2^20 - 1 (" + std::to_string(s.tx) +
@@ -144,13 +151,18 @@ uint64_t mbarrier_arrive(uint64_t* bar, uint32_t tx, std::source_location loc) {
                        loc);
   const uint64_t token = s.phase;
   --s.pending;
-  const bool woke = complete_if_done(*t.block, bar, s);
+  const bool woke = complete_if_done(owner, bar, s);
   store(bar, s);
   // The threads this arrival released run before the arriving thread goes on, the order that
   // shows a stage released too early (e.g. before the MMAs reading it completed: racecheck then
   // sees the refill while they still read it, wgmma.cpp).
   if (woke) wait_current_thread();
   return token;
+}
+
+uint64_t mbarrier_arrive(uint64_t* bar, uint32_t tx, std::source_location loc) {
+  Thread& t = thread_in_kernel("mbarrier.arrive");
+  return mbarrier_arrive_in(t, *t.block, bar, tx, loc);
 }
 
 void mbarrier_expect_tx(uint64_t* bar, uint32_t tx, std::source_location loc) {
@@ -205,14 +217,15 @@ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_
                        loc);
   const void* pc = __builtin_return_address(0);
   check_access(t, src, bytes, Access::read, pc);  // the global read, counted as issued
-  issue_bulk_copy(t, BulkCopy{static_cast<unsigned char*>(smem_dst), gmem_src, bytes, bar, t.linear, loc}, pc);
+  issue_bulk_copy(t, BulkCopy{static_cast<unsigned char*>(smem_dst), gmem_src, bytes, bar, t.sid, loc}, pc);
 }
 
-void issue_bulk_copy(Thread& t, const BulkCopy& copy, const void* pc) {
-  Block& b = *t.block;
-  if (!copy.store) checked_barrier(t, copy.bar, "cp.async.bulk's mbarrier", copy.where);
-  check_shared_destination(t, shared_off(b, copy.dst), copy.bytes, pc);
-  if (!copy.store) check_wgmma_operands_free(t, shared_off(b, copy.dst), copy.bytes, copy.where);
+void issue_bulk_copy(Thread& t, const BulkCopy& copy, const void* pc) { issue_bulk_copy(t, *t.block, copy, pc); }
+
+void issue_bulk_copy(Thread& t, Block& b, const BulkCopy& copy, const void* pc) {
+  if (!copy.store) checked_barrier(t, b, copy.bar, "cp.async.bulk's mbarrier", copy.where);
+  check_shared_destination(t, b, shared_off(b, copy.dst), copy.bytes, pc);
+  if (!copy.store) check_wgmma_operands_free(t, b, shared_off(b, copy.dst), copy.bytes, copy.where);
   for (const BulkCopy& c : *b.bulk)
     if ((!c.store || !copy.store) && c.dst < copy.dst + copy.bytes && copy.dst < c.dst + c.bytes)
       EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
@@ -220,7 +233,7 @@ void issue_bulk_copy(Thread& t, const BulkCopy& copy, const void* pc) {
                              " shared memory a cp.async.bulk " + (c.store ? "store still reads" : "still writes") +
                              " (issued at " + source_text(c.where) + ")",
                          copy.where);
-  if (b.counting)
+  if (b.counting && &b == t.block)
     count_access(t, reinterpret_cast<uintptr_t>(copy.dst), copy.bytes,
                  copy.store ? CountKind::shared_load : CountKind::shared_store, pc);
   b.bulk->push_back(copy);

@@ -7,7 +7,9 @@
 // at least one a write, race unless a __syncthreads() separates them (different intervals) or they
 // are lanes of one warp with a warp collective (__syncwarp, shuffles, votes, mma, ldmatrix) between
 // them. Atomics never race with atomics. Intervals come from a per-host-thread counter, so a new
-// block starts with every old entry already stale: the shadow is never cleared per block.
+// block starts with every old entry already stale: the shadow is never cleared per block. In a
+// cluster (Note [simulated clusters] in cluster.cpp) the shadow names threads by their cluster-wide
+// id, and an access by a thread of another block is ordered only by a barrier.cluster since.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -57,29 +59,37 @@ std::string hex(uintptr_t a) {
 
 const char* verb(Access k) { return k == Access::read ? "read" : k == Access::write ? "write" : "atomic"; }
 
-std::string tid_str(const Block& b, int linear) {
+// A thread by its cluster-wide id (Thread::sid), as seen from block b: "(x,y,z)", and "of the
+// block of rank r" when it is in another block of b's cluster.
+std::string tid_str(const Block& b, int sid) {
   const dim3& d = b.launch->block;
-  const unsigned u = static_cast<unsigned>(linear);
+  const unsigned u = static_cast<unsigned>(sid) & ((1u << kSidRankShift) - 1);
+  const int rank = sid >> kSidRankShift;
   return "(" + std::to_string(u % d.x) + "," + std::to_string((u / d.x) % d.y) + "," + std::to_string(u / (d.x * d.y)) +
-         ")";
+         ")" + (rank != b.rank ? " of the cluster's block of rank " + std::to_string(rank) : "");
 }
 
 // Ordered by warp synchronisation: the other access is by a lane of the same warp, before the
 // warp's latest collective.
 bool warp_ordered(const Block& b, const Thread& t, int other, uint8_t other_wsync) {
-  return other / 32 == t.warp && other_wsync != b.warp_epoch[t.warp];
+  return other / 32 == t.sid / 32 && other_wsync != b.warp_epoch[t.warp];
 }
 
-[[noreturn]] __attribute__((noinline, cold)) void shared_out_of_bounds(Thread& t, size_t off, size_t n, Access k,
-                                                                       const void* pc) {
+// Whether thread `other` (a cluster-wide id) of another block of t's cluster accessed in an
+// interval (of its own block) that a barrier.cluster has ended since.
+inline bool other_block(const Thread& t, int other) { return (other >> kSidRankShift) != (t.sid >> kSidRankShift); }
+inline bool cluster_ordered(const Thread& t, uint32_t epoch) { return epoch < t.block->cluster->sync_epoch; }
+
+[[noreturn]] __attribute__((noinline, cold)) void shared_out_of_bounds(Thread& t, const Block& b, size_t off, size_t n,
+                                                                       Access k, const void* pc) {
   {
-    Block& b = *t.block;
     // name the nearest region below the address
     const SharedRegion* near = nullptr;
     for (const SharedRegion& r : *b.regions)
       if (r.offset <= off && (near == nullptr || r.offset > near->offset)) near = &r;
     std::string what = "out-of-bounds shared-memory " + std::string(verb(k)) + " of " + std::to_string(n) +
-                       " bytes at offset " + std::to_string(off);
+                       " bytes at offset " + std::to_string(off) +
+                       (&b != t.block ? " of the cluster's block of rank " + std::to_string(b.rank) : "");
     if (near != nullptr) {
       what += ": " + std::to_string(off - near->offset) + " bytes into `" + near->name + "` (" +
               std::to_string(near->bytes) + " bytes)";
@@ -88,9 +98,17 @@ bool warp_ordered(const Block& b, const Thread& t, int other, uint8_t other_wsyn
     }
     if (b.regions->empty() || (near != nullptr && near->site == nullptr && b.launch->dynamic_smem == 0))
       what += " (the launch has no dynamic shared memory)";
+    if (&b != t.block && b.cluster->phase == 0)
+      what +=
+          " (before the cluster's first barrier.cluster another block may not have started: a barrier.cluster "
+          "orders its initialisation before other blocks' use; the simulator places a block's static "
+          "__shared__ declarations as its threads first reach them)";
     report(t, cudaErrorIllegalAddress, what, pc);
   }  // `what` is gone before the thread ends
   kill_current_thread();
+}
+[[noreturn]] void shared_out_of_bounds(Thread& t, size_t off, size_t n, Access k, const void* pc) {
+  shared_out_of_bounds(t, *t.block, off, n, k, pc);
 }
 
 // The declared region holding [off, off + n), or nullptr. Most accesses hit the region the last
@@ -112,27 +130,39 @@ inline const SharedRegion* find_region(Block& b, size_t off, size_t n) {
   return nullptr;
 }
 
-__attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Access k, const void* pc) {
-  Block& b = *t.block;
-  const SharedRegion* reg = find_region(b, off, n);
-  if (reg == nullptr) shared_out_of_bounds(t, off, n, k, pc);
-  if (!b.bulk->empty()) [[unlikely]]
-    check_bulk_in_flight(t, off, n, k, pc);
-  if (!b.racecheck) return;
-  auto* sh = static_cast<ShadowEntry*>(b.shadow) + off;
+// An access by t of bytes [off, off + n) of the shared memory of `owner`: t's block, or another
+// block of its cluster (distributed shared memory).
+__attribute__((noinline)) void shared_access(Thread& t, Block& owner, size_t off, size_t n, Access k, const void* pc) {
+  const SharedRegion* reg = find_region(owner, off, n);
+  if (reg == nullptr) shared_out_of_bounds(t, owner, off, n, k, pc);
+  if (!owner.bulk->empty()) [[unlikely]]
+    check_bulk_in_flight(t, owner, off, n, k, pc);
+  if (!owner.racecheck) return;
+  const Block& b = *t.block;
+  auto* sh = static_cast<ShadowEntry*>(owner.shadow) + off;
   const uint32_t ep = b.epoch;
-  const uint16_t me = static_cast<uint16_t>(t.linear);
+  const uint16_t me = t.sid;
   const uint8_t ws = b.warp_epoch[t.warp];
+  // " in the same barrier interval (<race>no __syncthreads() between <between>)"
+  const auto where = [&](int other, const char* race, const char* between) {
+    if (other_block(t, other))
+      return std::string(" since the last barrier.cluster (") + race + "no barrier.cluster between " + between +
+             ", threads of different blocks of the cluster)";
+    return std::string(" in the same barrier interval (") + race + "no __syncthreads() between " + between +
+           (other / 32 == t.sid / 32 ? ", and no __syncwarp() between these lanes of one warp)" : ")");
+  };
   for (size_t i = 0; i < n; ++i) {
     ShadowEntry& e = sh[i];
-    const bool wrote_now = e.w_epoch == ep && e.w_tid != me;
+    // the last write, by another thread, not ordered before this access
+    const bool wrote_now =
+        e.w_tid != me && (other_block(t, e.w_tid) ? !cluster_ordered(t, e.w_epoch)
+                                                  : e.w_epoch == ep && !warp_ordered(b, t, e.w_tid, e.w_wsync));
     if (k == Access::read) {
-      if (wrote_now && !warp_ordered(b, t, e.w_tid, e.w_wsync)) {
+      if (wrote_now) {
         EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
                         "racecheck: shared-memory read of `" + std::string(reg->name) + "` [byte " +
                             std::to_string(off + i - reg->offset) + "] written by thread " + tid_str(b, e.w_tid) +
-                            " in the same barrier interval (no __syncthreads() between the write and this read" +
-                            (e.w_tid / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
+                            where(e.w_tid, "", "the write and this read"),
                         pc);
       }
       if (e.r_epoch == ep) {
@@ -145,26 +175,24 @@ __attribute__((noinline)) void shared_access(Thread& t, size_t off, size_t n, Ac
       e.r_wsync = ws;
     } else {
       const bool atomic = k == Access::atomic;
-      if (wrote_now && !(atomic && (e.flags & kAtomicWrite)) && !warp_ordered(b, t, e.w_tid, e.w_wsync)) {
+      if (wrote_now && !(atomic && (e.flags & kAtomicWrite))) {
         EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
                         "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
                             std::to_string(off + i - reg->offset) + "] also written by thread " + tid_str(b, e.w_tid) +
-                            " in the same barrier interval (write-write race: no __syncthreads() between them" +
-                            (e.w_tid / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
+                            where(e.w_tid, "write-write race: ", "them"),
                         pc);
       }
-      const bool read_now = e.r_epoch == ep && (e.r_tid != me || (e.flags & kMultiRead));
-      if (read_now && !warp_ordered(b, t, e.r_tid, e.r_wsync)) {
+      const bool read_now = other_block(t, e.r_tid) ? !cluster_ordered(t, e.r_epoch)
+                                                    : e.r_epoch == ep && (e.r_tid != me || (e.flags & kMultiRead)) &&
+                                                          !warp_ordered(b, t, e.r_tid, e.r_wsync);
+      if (read_now) {
         const int other = e.r_tid != me ? e.r_tid : -1;
-        EMBER_SIM_FAULT(
-            t, cudaErrorLaunchFailure,
-            "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
-                std::to_string(off + i - reg->offset) + "] read by " +
-                (other >= 0 ? "thread " + tid_str(b, other) : std::string("other threads")) +
-                " in the same barrier interval (write-after-read race: no __syncthreads() between the read and "
-                "this write" +
-                (other >= 0 && other / 32 == t.warp ? ", and no __syncwarp() between these lanes of one warp)" : ")"),
-            pc);
+        EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
+                        "racecheck: shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
+                            std::to_string(off + i - reg->offset) + "] read by " +
+                            (other >= 0 ? "thread " + tid_str(b, other) : std::string("other threads")) +
+                            where(other >= 0 ? other : me, "write-after-read race: ", "the read and this write"),
+                        pc);
       }
       e.w_epoch = ep;
       e.w_tid = me;
@@ -287,6 +315,11 @@ __attribute__((noinline)) bool check_other(Thread& t, uintptr_t a, size_t n, Acc
     return true;
   }
   if (is_static_data(a, n)) return false;  // the program's constant tables
+  if (b.cluster->size > 1)
+    if (Block* owner = cluster_block_at(t, a)) {
+      remote_shared_access(t, *owner, a - reinterpret_cast<uintptr_t>(owner->smem), n, k, pc);
+      return false;
+    }
   fault_host(t, a, n, k, pc);
 }
 
@@ -305,7 +338,7 @@ __attribute__((always_inline)) inline void check(Thread& t, uintptr_t a, size_t 
                                                  bool count = true) {
   const Block& b = *t.block;
   if (a - reinterpret_cast<uintptr_t>(b.smem) < b.smem_capacity) {
-    shared_access(t, a - reinterpret_cast<uintptr_t>(b.smem), n, k, pc);
+    shared_access(t, *t.block, a - reinterpret_cast<uintptr_t>(b.smem), n, k, pc);
     if (b.counting && count) [[unlikely]]
       count_access(t, a, n, count_kind(k, true), pc);
     return;
@@ -320,8 +353,8 @@ void check_access(Thread& t, uintptr_t a, size_t n, Access k, const void* pc, bo
 }
 
 // Bytes a bulk copy in flight will write (Note [bulk copies land late] in mbarrier.cpp).
-__attribute__((noinline)) void check_bulk_in_flight(Thread& t, size_t off, size_t n, Access k, const void* pc) {
-  Block& b = *t.block;
+__attribute__((noinline)) void check_bulk_in_flight(Thread& t, Block& b, size_t off, size_t n, Access k,
+                                                    const void* pc) {
   for (const BulkCopy& c : *b.bulk) {
     const size_t c_off = static_cast<size_t>(c.dst - b.smem);
     if (off >= c_off + c.bytes || c_off >= off + n) continue;
@@ -333,7 +366,7 @@ __attribute__((noinline)) void check_bulk_in_flight(Thread& t, size_t off, size_
                "shared-memory " + std::string(verb(k)) + " of `" + reg->name + "` [byte " +
                    std::to_string(std::max(off, c_off) - reg->offset) +
                    "], the source of a cp.async.bulk.tensor store not yet read (issued by thread " +
-                   tid_str(b, c.issuer) + " at " + source_text(c.where) +
+                   tid_str(*t.block, c.issuer) + " at " + source_text(c.where) +
                    "): cp.async.bulk.wait_group.read must come first",
                pc);
       }
@@ -342,8 +375,8 @@ __attribute__((noinline)) void check_bulk_in_flight(Thread& t, size_t off, size_
     {
       const SharedRegion* reg = find_region(b, off, n);
       const size_t byte = std::max(off, c_off) - reg->offset;
-      const std::string issued = "issued by thread " + tid_str(b, c.issuer) + " at " + c.where.file_name() + ":" +
-                                 std::to_string(c.where.line());
+      const std::string issued = "issued by thread " + tid_str(*t.block, c.issuer) + " at " + c.where.file_name() +
+                                 ":" + std::to_string(c.where.line());
       report(t, cudaErrorLaunchFailure,
              k == Access::read
                  ? "shared-memory read of `" + std::string(reg->name) + "` [byte " + std::to_string(byte) +
@@ -357,6 +390,10 @@ __attribute__((noinline)) void check_bulk_in_flight(Thread& t, size_t off, size_
   }
 }
 
+void check_bulk_in_flight(Thread& t, size_t off, size_t n, Access k, const void* pc) {
+  check_bulk_in_flight(t, *t.block, off, n, k, pc);
+}
+
 // A tensor store's read of its shared box (Note [async proxy] in tma.cpp).
 void check_async_proxy_read(Thread& t, size_t off, size_t n, std::source_location loc) {
   Block& b = *t.block;
@@ -366,9 +403,11 @@ void check_async_proxy_read(Thread& t, size_t off, size_t n, std::source_locatio
   const auto* sh = static_cast<const ShadowEntry*>(b.shadow) + off;
   for (size_t i = 0; i < n; ++i) {
     const ShadowEntry& e = sh[i];
-    if (e.w_epoch == 0 || e.w_epoch < b.first_epoch || e.w_epoch > b.epoch) continue;  // not this block's
-    const bool unordered = e.w_epoch == b.epoch && e.w_tid != t.linear && !warp_ordered(b, t, e.w_tid, e.w_wsync);
-    const bool unfenced = b.threads[e.w_tid].proxy_fences == e.w_fence;
+    if (e.w_epoch == 0 || e.w_epoch < b.first_epoch) continue;  // not this cluster's
+    const bool unordered =
+        e.w_tid != t.sid && (other_block(t, e.w_tid) ? !cluster_ordered(t, e.w_epoch)
+                                                     : e.w_epoch == b.epoch && !warp_ordered(b, t, e.w_tid, e.w_wsync));
+    const bool unfenced = thread_by_sid(b, e.w_tid).proxy_fences == e.w_fence;
     if (!unordered && !unfenced) continue;
     {
       const std::string what =
@@ -384,8 +423,28 @@ void check_async_proxy_read(Thread& t, size_t off, size_t n, std::source_locatio
   }
 }
 
+void check_shared_destination(Thread& t, const Block& dst, size_t off, size_t n, const void* pc) {
+  if (find_region(const_cast<Block&>(dst), off, n) == nullptr) shared_out_of_bounds(t, dst, off, n, Access::write, pc);
+}
 void check_shared_destination(Thread& t, size_t off, size_t n, const void* pc) {
-  if (find_region(*t.block, off, n) == nullptr) shared_out_of_bounds(t, off, n, Access::write, pc);
+  check_shared_destination(t, *t.block, off, n, pc);
+}
+
+// (Note [simulated clusters] in cluster.cpp) Another block's shared memory is checked as the
+// block's own (bounds, copies in flight, racecheck in its shadow); a block whose threads have all
+// exited has none.
+void remote_shared_access(Thread& t, Block& owner, size_t off, size_t n, Access k, const void* pc) {
+  if (owner.done())
+    EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
+                    std::string(verb(k)) + " of " + std::to_string(n) +
+                        " bytes of the shared memory of the cluster's "
+                        "block of rank " +
+                        std::to_string(owner.rank) +
+                        ", whose threads have all exited (a block must "
+                        "not exit while others of its cluster may still access its shared memory: end with a "
+                        "barrier.cluster)",
+                    pc);
+  shared_access(t, owner, off, n, k, pc);
 }
 
 // The async proxy's writes are ordered by the mbarrier, not by __syncthreads(): racecheck treats

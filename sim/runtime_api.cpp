@@ -29,6 +29,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "sim/cluster_api.h"
 #include "sim/internal.h"
 #include "sim/sim.h"
 
@@ -497,18 +498,39 @@ void note_static_smem(const void* kernel, size_t bytes) {
   s = std::max(s, bytes);
 }
 
-void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, KernelBody body) {
+namespace {
+
+// Blocks per cluster: each dimension divides the grid's, at most 8 blocks in all (the portable
+// size; ember never asks for cudaFuncAttributeNonPortableClusterSizeAllowed).
+cudaError_t check_cluster(const Launch& l) {
+  const dim3 c = l.cluster, g = l.grid;
+  const auto dims = [](dim3 d) {
+    return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+  };
+  if (c.x == 0 || c.y == 0 || c.z == 0 || uint64_t{c.x} * c.y * c.z > kMaxClusterBlocks)
+    return fail(cudaErrorInvalidClusterSize, "launch of " + l.name() + ": cluster " + dims(c) +
+                                                 " (each dimension at least 1, at most 8 blocks in all)");
+  if (g.x % c.x != 0 || g.y % c.y != 0 || g.z % c.z != 0)
+    return fail(cudaErrorInvalidClusterSize,
+                "launch of " + l.name() + ": grid " + dims(g) + " is not a whole number of clusters " + dims(c));
+  return cudaSuccess;
+}
+
+void launch_impl(const void* kernel, dim3 grid, dim3 block, dim3 cluster, size_t dynamic_smem, cudaStream_t stream,
+                 KernelBody body) {
   auto L = std::make_shared<Launch>();
   L->kernel = kernel;
   L->grid = grid;
   L->block = block;
+  L->cluster = cluster;
   L->dynamic_smem = dynamic_smem;
   L->dynamic_smem_attr = kernel_smem_attribute(kernel);
   L->params = body.params.get();
   L->param_bytes = body.param_bytes;
   L->body = std::move(body);
   L->device = t_device;
-  if (check_launch_config(*L) != cudaSuccess) return;  // the error is what cudaGetLastError reports
+  // (the error is what cudaGetLastError reports)
+  if (check_launch_config(*L) != cudaSuccess || check_cluster(*L) != cudaSuccess) return;
   std::unique_lock<std::mutex> lock(g_mu);
   StreamImpl* s = resolve(stream);
   if (s->device != t_device) {
@@ -528,6 +550,17 @@ void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem, cuda
   lock.unlock();
   counters_launch_queued(*L);
   s->push([L] { run_launch(*L); });
+}
+
+}  // namespace
+
+void launch(const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, KernelBody body) {
+  launch_impl(kernel, grid, block, dim3(1, 1, 1), dynamic_smem, stream, std::move(body));
+}
+
+void launch_cluster(const void* kernel, dim3 grid, dim3 block, dim3 cluster, size_t dynamic_smem, cudaStream_t stream,
+                    KernelBody body) {
+  launch_impl(kernel, grid, block, cluster, dynamic_smem, stream, std::move(body));
 }
 
 void annotate_block(void* block, size_t bytes, void* stream) {

@@ -1,7 +1,8 @@
 // TMA in the simulator: the driver's cuTensorMapEncodeTiled (reached, as on a GPU, through
 // cudaGetDriverEntryPointByVersion) with the argument rules cuda.h documents, and the tensor copy
-// cp.async.bulk.tensor (global -> shared, tile mode) of kernels/common/tma.cuh, which lands like
-// any bulk copy (Note [bulk copies land late] in mbarrier.cpp).
+// cp.async.bulk.tensor (global -> shared, tile mode, and multicast to the blocks of a cluster) of
+// kernels/common/tma.cuh and cluster.cuh, which lands like any bulk copy (Note [bulk copies land
+// late] in mbarrier.cpp).
 //
 // Note [simulated tensor maps]: the map's 128 bytes hold the simulator's own encoding (a tag, the
 // global address, dims, strides, box, element strides, data type, swizzle and fill); a kernel reads
@@ -26,9 +27,11 @@
 #include <cuda.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "sim/cluster_api.h"
 #include "sim/internal.h"
 #include "sim/mbarrier_api.h"
 
@@ -245,11 +248,51 @@ void tma_load(void* smem_dst, const void* tensor_map, const int32_t* coords, int
               std::source_location loc) {
   Thread& t = thread_in_kernel("cp.async.bulk.tensor");
   const void* pc = __builtin_return_address(0);
-  BulkCopy c{static_cast<unsigned char*>(smem_dst), nullptr, 0, bar, t.linear, loc};
+  BulkCopy c{static_cast<unsigned char*>(smem_dst), nullptr, 0, bar, t.sid, loc};
   c.box = checked_box(t, tensor_map, coords, rank, smem_dst, Access::read, pc, loc);
   c.has_box = true;
   c.bytes = c.box.bytes();
   issue_bulk_copy(t, c, pc);
+}
+
+// Note [multicast]: one copy of the box for every block named in the mask, at the same shared
+// offsets of that block (destination and mbarrier), each landing and checked as any bulk copy into
+// that block (its barrier initialised, its destination declared and free of copies in flight and
+// of wgmma operands still read). The global box is read (and checked) once.
+void tma_load_multicast(void* smem_dst, const void* tensor_map, const int32_t* coords, int rank, uint64_t* bar,
+                        uint16_t cta_mask, std::source_location loc) {
+  Thread& t = thread_in_kernel("cp.async.bulk.tensor.multicast::cluster");
+  const void* pc = __builtin_return_address(0);
+  Block& me = *t.block;
+  const Cluster& cl = *me.cluster;
+  char mask[8];
+  std::snprintf(mask, sizeof mask, "%04x", static_cast<unsigned>(cta_mask));
+  if (cta_mask == 0 || (cta_mask >> cl.size) != 0)
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                       "cp.async.bulk.tensor.multicast::cluster with CTA mask 0x" + std::string(mask) +
+                           " in a cluster of " + std::to_string(cl.size) +
+                           " blocks: the mask names at least one block, and only the cluster's ranks",
+                       loc);
+  BulkCopy c{static_cast<unsigned char*>(smem_dst), nullptr, 0, bar, t.sid, loc};
+  c.box = checked_box(t, tensor_map, coords, rank, smem_dst, Access::read, pc, loc);
+  c.has_box = true;
+  c.bytes = c.box.bytes();
+  const size_t dst_off = static_cast<size_t>(c.dst - me.smem);
+  const size_t bar_off = static_cast<size_t>(reinterpret_cast<unsigned char*>(bar) - me.smem);
+  for (int r = 0; r < cl.size; ++r) {
+    if (((cta_mask >> r) & 1u) == 0) continue;
+    Block& dst = *cl.blocks[r];
+    if (dst.done())
+      EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
+                         "cp.async.bulk.tensor.multicast::cluster into the block of rank " + std::to_string(r) +
+                             ", whose threads have all exited (a block must not exit while others of its cluster "
+                             "may still write its shared memory: end with a barrier.cluster)",
+                         loc);
+    BulkCopy rc = c;
+    rc.dst = dst.smem + dst_off;
+    rc.bar = reinterpret_cast<uint64_t*>(dst.smem + bar_off);
+    issue_bulk_copy(t, dst, rc, pc);
+  }
 }
 
 void tma_store(const void* tensor_map, const int32_t* coords, int rank, const void* smem_src,
@@ -257,7 +300,7 @@ void tma_store(const void* tensor_map, const int32_t* coords, int rank, const vo
   Thread& t = thread_in_kernel("cp.async.bulk.tensor (store)");
   const void* pc = __builtin_return_address(0);
   auto* src = const_cast<unsigned char*>(static_cast<const unsigned char*>(smem_src));
-  BulkCopy c{src, nullptr, 0, nullptr, t.linear, loc};
+  BulkCopy c{src, nullptr, 0, nullptr, t.sid, loc};
   c.box = checked_box(t, tensor_map, coords, rank, smem_src, Access::write, pc, loc);
   c.has_box = true;
   c.bytes = c.box.bytes();
@@ -277,7 +320,7 @@ void bulk_wait_group(int n) {
       t.bulk_groups_committed > static_cast<uint64_t>(n) ? t.bulk_groups_committed - static_cast<uint64_t>(n) : 0;
   std::vector<BulkCopy> keep;
   for (BulkCopy& c : *b.bulk) {
-    if (c.store && c.issuer == t.linear && c.group <= done_upto) store_tma_box(b, c.dst, c.box);
+    if (c.store && c.issuer == t.sid && c.group <= done_upto) store_tma_box(b, c.dst, c.box);
     else keep.push_back(std::move(c));
   }
   *b.bulk = std::move(keep);

@@ -177,8 +177,7 @@ void wgmma(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool scale_d, Wgmm
   t.wgmma.push_back(op);
 }
 
-void check_wgmma_operands_free(Thread& t, size_t off, size_t n, std::source_location loc) {
-  const Block& b = *t.block;
+void check_wgmma_operands_free(Thread& t, const Block& b, size_t off, size_t n, std::source_location loc) {
   for (int i = 0; i < b.nthreads; ++i)
     for (const WgmmaOp& op : b.threads[i].wgmma)
       for (int w = 0; w < 2; ++w)
@@ -186,6 +185,7 @@ void check_wgmma_operands_free(Thread& t, size_t off, size_t n, std::source_loca
           EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
                              "an asynchronous copy into shared bytes [" + std::to_string(off) + ", " +
                                  std::to_string(off + n) + ") that a wgmma.mma_async of thread " + std::to_string(i) +
+                                 (&b != t.block ? " of the cluster's block of rank " + std::to_string(b.rank) : "") +
                                  " still reads (its operand " + (w == 0 ? "A" : "B") + ", bytes [" +
                                  std::to_string(op.lo[w]) + ", " + std::to_string(op.hi[w]) +
                                  ")): wait for its group (wgmma.wait_group) before the stage is refilled",
