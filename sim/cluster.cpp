@@ -20,7 +20,8 @@
 // another block recorded in an interval before that one is ordered before every later access. Not
 // modelled: the ordering mbarriers give to ordinary loads and stores (as within a block, they order
 // the async proxy's copies, not generic accesses), and .relaxed arrivals (treated as release).
-// The efficiency counters do not count the blocks of cluster launches.
+// The efficiency counters count each block's own accesses: a multicast copy as a store into the
+// issuer's shared memory only, accesses of another block's shared memory not at all.
 #include <string>
 
 #include "sim/cluster_api.h"

@@ -75,7 +75,8 @@ struct RequestKeyHash {
   }
 };
 
-// What one host thread keeps for the block it runs (one block at a time: Note [simulator execution]).
+// What one host thread keeps for a block it runs, one per block of the cluster it runs (Note
+// [simulated clusters] in cluster.cpp), by rank.
 struct BlockState {
   LaunchCounters sums;  // the numeric fields only
   std::vector<Request> pool;
@@ -83,7 +84,7 @@ struct BlockState {
   std::unordered_map<RequestKey, uint32_t, RequestKeyHash> open[32];  // per warp: key -> pool slot
   std::vector<std::unordered_map<uint64_t, uint32_t>> executed;       // per thread: site -> count
 };
-thread_local BlockState t_block;
+thread_local BlockState t_block[kMaxClusterBlocks];
 
 uint64_t div_up(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -237,7 +238,7 @@ void counters_launch_end(Launch& L) {
 void counters_block_begin(Block& b) {
   b.counting = b.launch->counters != nullptr;
   if (!b.counting) return;
-  BlockState& s = t_block;
+  BlockState& s = t_block[b.rank];
   s.sums = LaunchCounters{};
   if (s.executed.size() < static_cast<size_t>(b.nthreads)) s.executed.resize(static_cast<size_t>(b.nthreads));
   for (int t = 0; t < b.nthreads; ++t) s.executed[static_cast<size_t>(t)].clear();
@@ -247,7 +248,7 @@ void counters_block_begin(Block& b) {
 }
 
 void counters_block_end(Block& b) {
-  BlockState& s = t_block;
+  BlockState& s = t_block[b.rank];
   for (int w = 0; w < b.nwarps; ++w) flush_warp(s, b, w);
   CounterRecord& r = *b.launch->counters;
   const LaunchCounters& x = s.sums;
@@ -278,8 +279,8 @@ void counters_block_end(Block& b) {
 }
 
 void count_access(Thread& t, uintptr_t address, size_t bytes, CountKind kind, const void* pc) {
-  BlockState& s = t_block;
   const Block& b = *t.block;
+  BlockState& s = t_block[b.rank];
   const uint64_t site = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(pc)) * 8 + static_cast<uint64_t>(kind);
   const uint32_t occurrence = s.executed[static_cast<size_t>(t.linear)][site]++;
   auto [it, fresh] = s.open[t.warp].try_emplace(RequestKey{site, occurrence}, 0u);
@@ -308,15 +309,15 @@ void count_access(Thread& t, uintptr_t address, size_t bytes, CountKind kind, co
 }
 
 void counters_barrier(Block& b) {
-  BlockState& s = t_block;
+  BlockState& s = t_block[b.rank];
   ++s.sums.barriers;
   for (int w = 0; w < b.nwarps; ++w) flush_warp(s, b, w);
 }
 
-void counters_mbarrier_phase(Block&) { ++t_block.sums.mbarrier_phases; }
+void counters_mbarrier_phase(Block& b) { ++t_block[b.rank].sums.mbarrier_phases; }
 
 void counters_warp_collective(Block& b, int warp, bool whole_warp) {
-  BlockState& s = t_block;
+  BlockState& s = t_block[b.rank];
   ++s.sums.warp_collectives;
   if (whole_warp) flush_warp(s, b, warp);
 }

@@ -601,7 +601,7 @@ void run_cluster(Launch& L, int64_t ci) {
                      cl.idx.z * cd.z + ur / (cd.x * cd.y)};
     Slot& sl = w.slot(r);
     Block& b = begin_block(w, sl, L, bidx, cl, r, first_epoch);
-    if (cl.size == 1) counters_block_begin(b);  // (the counters follow one block per host thread)
+    counters_block_begin(b);
     create_threads(w, sl, b);
   }
   const auto all_blocks = [&](auto&& f) {
