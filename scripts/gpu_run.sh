@@ -433,8 +433,16 @@ stage_4() {
   step bench_rows 12 bench_ops -- "$b" "${q[@]}" --op cross_entropy,add,sum \
        --case '^\[(8192, 32768|64, 10|512, 10)\] f32$|^2\^26 (f32|bf16)$|^\[2\^26\] all f32$' --json "$j/bench_rows.json"
   # about 10 s in call 7 (the 4096^3 and 8192^3 GEMMs are checked against cuBLAS on the device);
-  # since then the Hopper GEMM's two variants and five large cases (b transposed, [8192, 4096])
-  step bench_gemm 23 bench_ops -- "$b" "${q[@]}" --op matmul,linear --json "$j/bench_gemm.json"
+  # since then the Hopper GEMM's two variants and five large cases (b transposed, [8192, 4096]).
+  # Its variants in clusters of 2 (Note [multicast GEMM]) are left out: the next step, on demand.
+  step bench_gemm 23 bench_ops -- "$b" --device cuda --quick --min-time 0.05 '--benchmark_filter=-naive|wgmma_c2' \
+       --op matmul,linear --json "$j/bench_gemm.json"
+  # the Hopper GEMM in clusters of 2 sharing B by TMA multicast beside its plain 128x256 tile and
+  # cuBLAS / cuBLASLt at the large 16-bit GEMMs (about 10 cases, 5 variants: estimated 6 s); the
+  # stage has no room, so on demand (--only 4 --steps bench_gemm_cluster)
+  STEP_ON_DEMAND=1 step bench_gemm_cluster 8 bench_ops -- "$b" "${q[@]}" --op matmul,linear \
+       --variant wgmma_128x256,wgmma_c2_128x128,wgmma_c2_128x256,cublas,cublaslt --case '^\[(4096|8192),.*f16$' \
+       --json "$j/bench_gemm_cluster.json"
   # a linear layer's backward at the MNIST models' layers, batch 64 and 512, f32 and bf16: the fused
   # one-launch kernel, the composite and cuBLAS (Note [fused linear backward]); 36 small cases
   step bench_linear_backward 13 bench_ops -- "$b" "${q[@]}" --op linear_backward_input,linear_backward_weight \

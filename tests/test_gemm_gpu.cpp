@@ -415,7 +415,7 @@ TEST_CASE("cuda linear: the weight gradient's outer product at 4 and 16 rows, wh
 // row's tail alone and reuse a warp's buffer across tiles and column halves; or the registers'
 // stores, where C's pitch is not a multiple of 8). And what it refuses, with the reason, so the
 // caller takes the next variant.
-TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, and what it refuses",
+TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, clusters, and what it refuses",
           "[gpu][gemm][wgmma]") {
   const int dev = 0;
   if (!gemm::wgmma_supported(dev)) {
@@ -427,7 +427,9 @@ TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, a
   REQUIRE(ref != nullptr);
   const int64_t rows = 300, in_f = 328, out_f = 300;  // 3 x 3 tiles of 128 x 128, 6 k tiles of 64
   for (DType dt : {DType::f16, DType::bf16})
-    for (auto [bn, blocks] : std::vector<std::pair<int, int>>{{128, 1}, {128, 3}, {256, 2}}) {
+    // (clusters of 2, Note [multicast GEMM]: 3 tile rows, so the second pair's lower tile lies below M)
+    for (auto [bn, blocks, cluster] :
+         std::vector<std::tuple<int, int, int>>{{128, 1, 1}, {128, 3, 1}, {256, 2, 1}, {128, 2, 2}, {256, 4, 2}}) {
       Tensor x = uniform({rows, in_f}, -1, 1).to(dt), w = uniform({out_f, in_f}, -0.1, 0.1).to(dt);
       Tensor bias = uniform({out_f}, -1, 1).to(dt);
       const int act = 2;  // gelu
@@ -444,8 +446,9 @@ TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, a
       pr.p.c_rs = pitch;
       REQUIRE(gemm::wgmma_refusal(pr.p) == "");
       REQUIRE(gemm::wgmma_tma_store_ok(pr.p) == tma);
-      gemm::run_wgmma(pr.p, bn, blocks);
-      INFO(dt << ", tile 128 x " << bn << ", " << blocks << " blocks, " << (tma ? "TMA stores" : "direct stores"));
+      gemm::run_wgmma(pr.p, {.bn = bn, .max_blocks = blocks, .cluster = cluster});
+      INFO(dt << ", tile 128 x " << bn << ", " << blocks << " blocks in clusters of " << cluster << ", "
+              << (tma ? "TMA stores" : "direct stores"));
       const Tensor got = y.to(kCPU);
       CHECK(testing::compare(got.narrow(1, 0, out_f).contiguous(), want, gemm_tol(dt)) == "");
       if (tma)
@@ -465,7 +468,9 @@ TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, a
       Tensor b = bt ? uniform({N, K}, -1, 1).to(dt).t() : uniform({K, N}, -1, 1).to(dt);
       Tensor want = call_variant(*mm, OpId::matmul, {a, b})[0];
       Tensor ac = testing::to_device_same_layout(a, kCUDA), bc = testing::to_device_same_layout(b, kCUDA);
-      for (auto [bn, blocks] : std::vector<std::pair<int, int>>{{128, 2}, {256, 1}}) {
+      // (and in a cluster of 2 sharing B: its half of a K-major B's rows, or of an MN-major B's boxes)
+      for (auto [bn, blocks, cluster] :
+           std::vector<std::tuple<int, int, int>>{{128, 2, 1}, {256, 1, 1}, {at == bt ? 128 : 256, 2, 2}}) {
         Tensor c = empty({M, N}, TensorOptions(dt).device(kCUDA));
         gemm::Prepared pr = gemm::prepare_matmul(ac, bc, c, gemm::Layout::unit_stride);
         REQUIRE(pr.p.a_kmajor() == !at);
@@ -474,14 +479,14 @@ TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, a
         REQUIRE(gemm::wgmma_tma_store_ok(pr.p));
         // the registers' stores where asked, once per tile width
         const auto epilogue = at && !bt ? gemm::WgmmaEpilogue::direct : gemm::WgmmaEpilogue::tma_store;
-        gemm::run_wgmma(pr.p, bn, blocks, epilogue);
-        INFO(dt << (at ? " A^T" : " A") << (bt ? " x B^T" : " x B") << ", tile 128 x " << bn
-                << (epilogue == gemm::WgmmaEpilogue::direct ? ", direct stores" : ", TMA stores"));
+        gemm::run_wgmma(pr.p, {.bn = bn, .max_blocks = blocks, .epilogue = epilogue, .cluster = cluster});
+        INFO(dt << (at ? " A^T" : " A") << (bt ? " x B^T" : " x B") << ", tile 128 x " << bn << ", clusters of "
+                << cluster << (epilogue == gemm::WgmmaEpilogue::direct ? ", direct stores" : ", TMA stores"));
         CHECK(testing::compare(c.to(kCPU), want, gemm_tol(dt)) == "");
         ++layouts;
       }
     }
-  CHECK(layouts == 8);
+  CHECK(layouts == 12);
   // TF32 (Note [TF32 through wgmma]): f32 is refused unless asked for; asked, linear's x W^T with
   // bias and gelu over the ragged tiles, both epilogues (TMA: 300 f32 are 1200 bytes, a multiple of
   // 16), against the f32 reference within TF32's rounding (10 mantissa bits, 328 terms)
@@ -498,7 +503,7 @@ TEST_CASE("cuda gemm wgmma: persistent blocks over ragged tiles, every layout, a
     for (auto [bn, blocks, epilogue] :
          std::vector<std::tuple<int, int, E>>{{128, 2, E::tma_store}, {256, 1, E::tma_store}, {128, 3, E::direct}}) {
       y.zero_();
-      gemm::run_wgmma(pr.p, bn, blocks, epilogue, true);
+      gemm::run_wgmma(pr.p, {.bn = bn, .max_blocks = blocks, .epilogue = epilogue, .tf32 = true});
       INFO("tf32, tile 128 x " << bn << (epilogue == E::direct ? ", direct stores" : ", TMA stores"));
       CHECK(testing::compare(y.to(kCPU), want, Tol{2e-3, 2e-3}) == "");
     }

@@ -233,7 +233,7 @@ void wgmma_1x1(const KernelCall& c) {
   EMBER_CHECK(y.stride(1) == 1 && y.stride(3) == K, "conv2d wgmma_1x1: the output is not channels-last");
   Tensor y2 = make_view(y, {x2.shape()[0], K}, {K, 1}, y.offset());
   const gemm::Prepared pr = gemm::prepare_linear(x2, w2, c.in[2], y2, 0, gemm::Layout::unit_stride);
-  gemm::run_wgmma(pr.p, 128, 0, gemm::WgmmaEpilogue::tma_store, TF32);
+  gemm::run_wgmma(pr.p, {.bn = 128, .tf32 = TF32});
 }
 
 }  // namespace

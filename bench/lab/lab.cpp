@@ -23,6 +23,10 @@ void add_wgmma_lab_variants(const WgmmaLabOp& o) {
   add("wgmma_128x256", o.tile_256, false,
       "Hopper: TMA + 4-stage mbarrier ring + wgmma m64n256k16, 128x256x64, persistent, TMA stores");
   add("wgmma_128x256_direct", o.tile_256_direct, false, "wgmma_128x256 storing C from the registers, not through TMA");
+  add("wgmma_c2_128x128", o.cluster_128, false,
+      "wgmma_128x128 in clusters of 2 blocks over tile pairs along M, B shared by TMA multicast");
+  add("wgmma_c2_128x256", o.cluster_256, false,
+      "wgmma_128x256 in clusters of 2 blocks over tile pairs along M, B shared by TMA multicast");
   add("wgmma_tf32_128x128", o.tf32_128, true,
       "f32 read as TF32 (A row-major, B transposed): wgmma m64n128k8.tf32, 128x128x32, persistent");
   add("wgmma_tf32_128x256", o.tf32_256, true,

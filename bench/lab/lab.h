@@ -22,11 +22,11 @@ void register_lab_loss();
 void register_lab_conv2d();
 
 // The Hopper GEMM's lab variants of one op (linear, matmul; kernels/gemm/gemm_wgmma_sm90a.cu): the
-// op's kernels running gemm::run_wgmma at each tile, epilogue and TF32 choice, and its checks of
+// op's kernels running gemm::run_wgmma at each tile, epilogue, cluster and TF32 choice, and its checks of
 // where the kernel applies (f16/bf16, and f32 as TF32). Registered by add_wgmma_lab_variants.
 struct WgmmaLabOp {
   OpId op;
-  KernelFn tile_128, tile_256, tile_256_direct, tf32_128, tf32_256;
+  KernelFn tile_128, tile_256, tile_256_direct, cluster_128, cluster_256, tf32_128, tf32_256;
   bool (*ok)(const KernelCall&);
   bool (*ok_tf32)(const KernelCall&);
 };

@@ -38,9 +38,9 @@ bool wgmma_ok(const KernelCall& c) {
   return wgmma_takes_linear(c.in[0], c.in[1], TF32);
 }
 
-template <int BN, gemm::WgmmaEpilogue E, bool TF32>
+template <gemm::WgmmaConfig C>
 void linear_wgmma(const KernelCall& c) {
-  linear_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, BN, 0, E, TF32); });
+  linear_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, C); });
 }
 
 }  // namespace
@@ -70,15 +70,18 @@ void register_lab_linear() {
                                  .dtypes = kFloatTypes,
                                  .flags = kReference,
                                  .note = "one thread per output with the epilogue (the oracle)"});
-  using gemm::WgmmaEpilogue;
-  add_wgmma_lab_variants({.op = OpId::linear,
-                          .tile_128 = linear_wgmma<128, WgmmaEpilogue::tma_store, false>,
-                          .tile_256 = linear_wgmma<256, WgmmaEpilogue::tma_store, false>,
-                          .tile_256_direct = linear_wgmma<256, WgmmaEpilogue::direct, false>,
-                          .tf32_128 = linear_wgmma<128, WgmmaEpilogue::tma_store, true>,
-                          .tf32_256 = linear_wgmma<256, WgmmaEpilogue::tma_store, true>,
-                          .ok = wgmma_ok<false>,
-                          .ok_tf32 = wgmma_ok<true>});
+  using gemm::WgmmaConfig;
+  add_wgmma_lab_variants(
+      {.op = OpId::linear,
+       .tile_128 = linear_wgmma<WgmmaConfig{.bn = 128}>,
+       .tile_256 = linear_wgmma<WgmmaConfig{.bn = 256}>,
+       .tile_256_direct = linear_wgmma<WgmmaConfig{.bn = 256, .epilogue = gemm::WgmmaEpilogue::direct}>,
+       .cluster_128 = linear_wgmma<WgmmaConfig{.bn = 128, .cluster = 2}>,
+       .cluster_256 = linear_wgmma<WgmmaConfig{.bn = 256, .cluster = 2}>,
+       .tf32_128 = linear_wgmma<WgmmaConfig{.bn = 128, .tf32 = true}>,
+       .tf32_256 = linear_wgmma<WgmmaConfig{.bn = 256, .tf32 = true}>,
+       .ok = wgmma_ok<false>,
+       .ok_tf32 = wgmma_ok<true>});
 }
 
 }  // namespace ember

@@ -61,9 +61,9 @@ bool wgmma_ok(const KernelCall& c) {
   return gemm::wgmma_refusal(p, TF32).empty();
 }
 
-template <int BN, gemm::WgmmaEpilogue E, bool TF32>
+template <gemm::WgmmaConfig C>
 void matmul_wgmma(const KernelCall& c) {
-  matmul_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, BN, 0, E, TF32); });
+  matmul_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, C); });
 }
 
 }  // namespace
@@ -75,15 +75,18 @@ void register_lab_matmul() {
                                  .dtypes = kFloatTypes,
                                  .flags = kReference,
                                  .note = "one thread per output, any strides (the oracle)"});
-  using gemm::WgmmaEpilogue;
-  add_wgmma_lab_variants({.op = OpId::matmul,
-                          .tile_128 = matmul_wgmma<128, WgmmaEpilogue::tma_store, false>,
-                          .tile_256 = matmul_wgmma<256, WgmmaEpilogue::tma_store, false>,
-                          .tile_256_direct = matmul_wgmma<256, WgmmaEpilogue::direct, false>,
-                          .tf32_128 = matmul_wgmma<128, WgmmaEpilogue::tma_store, true>,
-                          .tf32_256 = matmul_wgmma<256, WgmmaEpilogue::tma_store, true>,
-                          .ok = wgmma_ok<false>,
-                          .ok_tf32 = wgmma_ok<true>});
+  using gemm::WgmmaConfig;
+  add_wgmma_lab_variants(
+      {.op = OpId::matmul,
+       .tile_128 = matmul_wgmma<WgmmaConfig{.bn = 128}>,
+       .tile_256 = matmul_wgmma<WgmmaConfig{.bn = 256}>,
+       .tile_256_direct = matmul_wgmma<WgmmaConfig{.bn = 256, .epilogue = gemm::WgmmaEpilogue::direct}>,
+       .cluster_128 = matmul_wgmma<WgmmaConfig{.bn = 128, .cluster = 2}>,
+       .cluster_256 = matmul_wgmma<WgmmaConfig{.bn = 256, .cluster = 2}>,
+       .tf32_128 = matmul_wgmma<WgmmaConfig{.bn = 128, .tf32 = true}>,
+       .tf32_256 = matmul_wgmma<WgmmaConfig{.bn = 256, .tf32 = true}>,
+       .ok = wgmma_ok<false>,
+       .ok_tf32 = wgmma_ok<true>});
   // its peer: cuBLAS reading f32 as TF32 (the exact f32 of ops' cublas variant is no fair ratio)
   add_lab_variant(OpId::matmul,
                   {.name = "cublas_tf32",

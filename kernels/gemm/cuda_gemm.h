@@ -114,17 +114,24 @@ struct OuterFusion {
 void run_outer_fused(const Problem& p, const OuterFusion& fuse);
 bool mma_supported(int device);  // compute capability >= 8.0
 // v4: each operand K-major or MN-major with a pitch of a multiple of 16 bytes, one batch
-// (wgmma_refusal says why a problem is not taken: "" when it is); tiles of 128 x bn (128 or 256),
-// at most max_blocks resident blocks (0: one per SM). Its epilogue stores through TMA where C
-// allows it (wgmma_tma_store_ok: 16-byte aligned, a row pitch of a multiple of 16 bytes), else,
-// or when asked for `direct`, from the registers. f32 only with tf32 set (as PyTorch's allow_tf32:
-// the operands read as TF32, Note [TF32 through wgmma]), both operands K-major.
+// (wgmma_refusal says why a problem is not taken: "" when it is). WgmmaConfig: tiles of 128 x bn
+// (128 or 256); at most max_blocks resident blocks (0: one per SM); the epilogue stores through
+// TMA where C allows it (wgmma_tma_store_ok: 16-byte aligned, a row pitch of a multiple of 16
+// bytes), else, or when asked for `direct`, from the registers; f32 only with tf32 set (as
+// PyTorch's allow_tf32: the operands read as TF32, Note [TF32 through wgmma]), both operands
+// K-major; cluster 2: pairs of blocks sharing B by TMA multicast (Note [multicast GEMM]).
 bool wgmma_supported(int device);  // compute capability 9.0 (its code is sm_90a)
 std::string wgmma_refusal(const Problem& p, bool tf32 = false);
 enum class WgmmaEpilogue : uint8_t { tma_store, direct };
 bool wgmma_tma_store_ok(const Problem& p);
-void run_wgmma(const Problem& p, int bn, int max_blocks = 0, WgmmaEpilogue epilogue = WgmmaEpilogue::tma_store,
-               bool tf32 = false);
+struct WgmmaConfig {
+  int bn = 128;
+  int max_blocks = 0;
+  WgmmaEpilogue epilogue = WgmmaEpilogue::tma_store;
+  bool tf32 = false;
+  int cluster = 1;
+};
+void run_wgmma(const Problem& p, const WgmmaConfig& config);
 // cuBLAS (cublasGemmStridedBatchedEx, pure FP32/FP64 compute, fp32 accumulation for f16/bf16).
 // The bias is added by cuBLAS itself (C prefilled with it, beta = 1); relu runs in place after;
 // gelu is not offered (act must be 0 or 1). Needs Layout::vendor.

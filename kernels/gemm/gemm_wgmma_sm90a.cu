@@ -13,7 +13,8 @@
 //   consumers (warpgroups 1 and 2, setmaxnreg.inc to 232): each owns 64 rows of the tile. Per k
 //     tile: wait for "full", four wgmma m64nBNk16 (k8 for tf32; one per 32-byte step: operand_desc
 //     moves the descriptors' start to it), commit, wait until only this k tile's group is in flight,
-//     then release the previous stage (every consumer thread arrives on its "empty": 256 arrivals).
+//     then release the previous stage (lane 0 of every consumer warp arrives on its "empty" once the
+//     warp's lanes have waited: 8 arrivals).
 //   The stage index and the phase parity run on across tiles: the ring never drains, so the
 //   producer fills the next tile's first stages while the consumers store this one.
 // TMA's 128-byte swizzle and wgmma's read the same layout (8-row atoms of 1024 bytes, the 16-byte
@@ -29,11 +30,25 @@
 // What it needs (wgmma_refusal says what is missing; otherwise the caller takes the next variant):
 // a GPU of compute capability 9.0, a unit stride in each operand, row pitches of a multiple of 16
 // bytes, 16-byte aligned bases, one batch, sizes in int32.
-// Its variants (linear's and matmul's wgmma_128x128, wgmma_128x256, wgmma_128x256_direct and
-// wgmma_tf32_128x128, wgmma_tf32_128x256; conv2d's wgmma_1x1 and wgmma_tf32_1x1) are in the lab
-// (bench/lab/linear_lab.cu, matmul_lab.cu, conv2d_lab.cu) until a GPU run records where they win
-// (Note [library rule] in bench/lab/library_rule.h).
-// Not yet: clusters with TMA multicast, split-K for the small layers.
+// Its variants (linear's and matmul's wgmma_128x128, wgmma_128x256, wgmma_128x256_direct,
+// wgmma_c2_128x128, wgmma_c2_128x256 and wgmma_tf32_128x128, wgmma_tf32_128x256; conv2d's
+// wgmma_1x1 and wgmma_tf32_1x1) are in the lab (bench/lab/linear_lab.cu, matmul_lab.cu,
+// conv2d_lab.cu) until a GPU run records where they win (Note [library rule] in
+// bench/lab/library_rule.h).
+// Not yet: split-K for the small layers.
+//
+// Note [multicast GEMM]: with WgmmaConfig::cluster 2 the blocks run in clusters of two
+// (kernels/common/cluster.cuh) over pairs of output tiles one above the other: the same columns of
+// B, rows of A 128 apart. Each block brings its own A, and half of the stage's B (BN / 2 rows of a
+// K-major B, half the boxes of an MN-major one) multicast into both blocks' stages, so each B tile
+// crosses from L2 once per pair instead of twice; each block's "full" barrier still waits for the
+// whole stage. A block refills a stage of both blocks, so a stage is free only when the consumers of
+// both have released it: each consumer warp arrives on its own block's "empty" barrier and on the
+// other block's (16 arrivals a phase). The pairs are walked in the grouped order, the two
+// blocks in step (when M has an odd number of tiles, the second block's last tile lies below M: its
+// A loads as zeros and its stores are skipped). The barriers are initialised before a cluster
+// barrier (the other block multicasts into them and arrives on them), and the blocks end with one,
+// so that neither exits while the other may still arrive on its barriers.
 //
 // Note [TMA-store epilogue]: each consumer warp owns 16 rows of the tile and a 4 KiB staging
 // buffer of its own: two boxes of 16 rows x 128 bytes (64 f16/bf16 or 32 f32 columns), 128-byte
@@ -63,6 +78,7 @@
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "core/cuda/tensor_map.h"
+#include "kernels/common/cluster.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/mbarrier.cuh"
@@ -116,23 +132,61 @@ __device__ __forceinline__ void load_operand(unsigned char* dst, const CUtensorM
   }
 }
 
-template <class T, int BN, bool AK, bool BK>
+// This block's half of B's part of a stage, multicast into both blocks of its cluster (Note
+// [multicast GEMM]): K-major, BN / 2 rows from row n0 + rank BN / 2 (a box of BN / 2 rows); MN-major,
+// the boxes [rank, rank + 1) x BN / 128 of the BN / 64.
+template <class T, bool kK, int BN>
+__device__ __forceinline__ void load_b_half(unsigned char* dst, const CUtensorMap* map, int kt, int n0, uint64_t* bar,
+                                            unsigned rank) {
+  constexpr int kHalf = BN / 2;
+  if constexpr (kK) {
+    ptx::tma_load_2d_multicast(dst + 128 * kHalf * rank, map, kt * kWgBK<T>, n0 + kHalf * static_cast<int>(rank), bar,
+                               0x3);
+  } else {
+    EMBER_UNROLL
+    for (int j = 0; j < kHalf / 64; ++j) {
+      const int box = kHalf / 64 * static_cast<int>(rank) + j;
+      ptx::tma_load_2d_multicast(dst + 8192 * box, map, n0 + 64 * box, kt * kWgBK<T>, bar, 0x3);
+    }
+  }
+}
+
+// The output tiles of a block: its cluster's units (pairs of tiles one above the other with
+// kCl = 2, single tiles with 1) in the grouped order, this block's tile of each.
+template <int kCl>
+struct TileWalk {
+  int64_t tiles_n, units_m;
+  unsigned rank;
+  __device__ TileWalk(int64_t tiles_m, int64_t tn)
+      : tiles_n(tn), units_m((tiles_m + kCl - 1) / kCl), rank(kCl > 1 ? ptx::cluster_ctarank() : 0) {}
+  __device__ int64_t first() const { return blockIdx.x / kCl; }
+  __device__ int64_t step() const { return gridDim.x / kCl; }
+  __device__ int64_t units() const { return units_m * tiles_n; }
+  __device__ void coords(int64_t unit, int64_t& tm, int64_t& tn) const {
+    tile_coords(unit, units_m, tiles_n, tm, tn);
+    tm = tm * kCl + rank;
+  }
+};
+
+template <class T, int BN, bool AK, bool BK, int kCl>
 __device__ __forceinline__ void wgmma_producer(const CUtensorMap* map_a, const CUtensorMap* map_b,
-                                               unsigned char* stages, uint64_t* full, uint64_t* empty, int64_t tiles_m,
-                                               int64_t tiles_n, int ktiles) {
+                                               unsigned char* stages, uint64_t* full, uint64_t* empty,
+                                               const TileWalk<kCl>& walk, int ktiles) {
   using S = WgmmaShape<BN>;
   int stage = 0;
   uint32_t phase = 0;
-  for (int64_t tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
+  for (int64_t unit = walk.first(); unit < walk.units(); unit += walk.step()) {
     int64_t tm, tn;
-    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    walk.coords(unit, tm, tn);
     const int m0 = static_cast<int>(tm) * kWgBM, n0 = static_cast<int>(tn) * BN;
     for (int kt = 0; kt < ktiles; ++kt) {
-      ptx::mbarrier_wait_parity(&empty[stage], phase ^ 1);  // the first pass finds every stage free
+      // the first pass finds every stage free; with kCl 2, free in both blocks (Note [multicast GEMM])
+      ptx::mbarrier_wait_parity(&empty[stage], phase ^ 1);
       unsigned char* a = stages + stage * S::kStageBytes;
       ptx::mbarrier_arrive_expect_tx(&full[stage], S::kStageBytes);
       load_operand<T, AK, kWgBM>(a, map_a, kt, m0, &full[stage]);
-      load_operand<T, BK, BN>(a + S::kABytes, map_b, kt, n0, &full[stage]);
+      if constexpr (kCl == 1) load_operand<T, BK, BN>(a + S::kABytes, map_b, kt, n0, &full[stage]);
+      else load_b_half<T, BK, BN>(a + S::kABytes, map_b, kt, n0, &full[stage], walk.rank);
       if (++stage == kWgStages) {
         stage = 0;
         phase ^= 1;
@@ -208,11 +262,21 @@ __device__ __forceinline__ void store_rows_tma(const Args& p, const CUtensorMap*
   }
 }
 
-template <class T, int BN, bool AK, bool BK>
+// A consumer warp releases a stage once all its lanes have waited for their MMAs on it: lane 0
+// arrives in its own block and, with kCl 2, in the other block of the cluster, whose producer
+// refills this block's stage too (Note [multicast GEMM]).
+template <int kCl>
+__device__ __forceinline__ void release_stage(uint64_t* empty, unsigned rank, int lane) {
+  __syncwarp();
+  if (lane != 0) return;
+  ptx::mbarrier_arrive(empty);
+  if constexpr (kCl > 1) ptx::mbarrier_arrive_cluster(empty, rank ^ 1u);
+}
+
+template <class T, int BN, bool AK, bool BK, int kCl>
 __device__ __forceinline__ void wgmma_consumer(const Args& p, const CUtensorMap* map_c, bool tma_store,
                                                unsigned char* stages, unsigned char* staging, uint64_t* full,
-                                               uint64_t* empty, int64_t tiles_m, int64_t tiles_n, int ktiles,
-                                               int half) {
+                                               uint64_t* empty, const TileWalk<kCl>& walk, int ktiles, int half) {
   using S = WgmmaShape<BN>;
   constexpr bool kBf16 = std::is_same_v<T, BFloat16>;
   const int wt = static_cast<int>(threadIdx.x) % 128, w = wt / 32, lane = wt % 32, g = lane / 4, q = wt % 4;
@@ -221,9 +285,9 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, const CUtensorMap*
   T* C = static_cast<T*>(p.c);
   int stage = 0;
   uint32_t phase = 0;
-  for (int64_t tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
+  for (int64_t unit = walk.first(); unit < walk.units(); unit += walk.step()) {
     int64_t tm, tn;
-    tile_coords(tile, tiles_m, tiles_n, tm, tn);
+    walk.coords(unit, tm, tn);
     const int m0 = static_cast<int>(tm) * kWgBM + 64 * half, n0 = static_cast<int>(tn) * BN;
     float acc[BN / 2] = {};
     int prev = -1;
@@ -243,7 +307,7 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, const CUtensorMap*
       }
       ptx::wgmma_commit_group();
       ptx::wgmma_wait_group<1>();  // the previous k tile's MMAs are done with their stage
-      if (prev >= 0) ptx::mbarrier_arrive(&empty[prev]);
+      if (prev >= 0) release_stage<kCl>(&empty[prev], walk.rank, lane);
       prev = stage;
       if (++stage == kWgStages) {
         stage = 0;
@@ -251,7 +315,7 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, const CUtensorMap*
       }
     }
     ptx::wgmma_wait_group<0>();
-    ptx::mbarrier_arrive(&empty[prev]);
+    release_stage<kCl>(&empty[prev], walk.rank, lane);
 
     // acc[4j + i] is D[16 w + g + 8 (i / 2)][8 j + 2 q + i % 2] (Note [wgmma operand layouts])
     with_activation(p.act, [&](auto act) {
@@ -276,7 +340,7 @@ __device__ __forceinline__ void wgmma_consumer(const Args& p, const CUtensorMap*
   if (tma_store && lane == 0) ptx::bulk_wait_group<0>();  // the stores are done before the block ends
 }
 
-template <class T, int BN, bool AK, bool BK>
+template <class T, int BN, bool AK, bool BK, int kCl>
 __global__ void __launch_bounds__(kWgThreads, 1)
     wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                  const __grid_constant__ CUtensorMap map_c, Args p, bool tma_store) {
@@ -289,22 +353,24 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   uint64_t* empty = full + kWgStages;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kWgStages; ++s) {
-      ptx::mbarrier_init(&full[s], 1);                  // the producer's arrive.expect_tx
-      ptx::mbarrier_init(&empty[s], kWgThreads - 128);  // every consumer thread
+      ptx::mbarrier_init(&full[s], 1);         // the producer's arrive.expect_tx
+      ptx::mbarrier_init(&empty[s], 8 * kCl);  // every consumer warp of the cluster
     }
     ptx::fence_mbarrier_init();
   }
-  __syncthreads();
-  const int64_t tiles_m = (p.M + kWgBM - 1) / kWgBM, tiles_n = (p.N + BN - 1) / BN;
+  if constexpr (kCl > 1) ptx::cluster_sync();  // the other block multicasts into and arrives on them
+  else __syncthreads();
+  const TileWalk<kCl> walk((p.M + kWgBM - 1) / kWgBM, (p.N + BN - 1) / BN);
   const int ktiles = static_cast<int>((p.K + kWgBK<T> - 1) / kWgBK<T>);
   const int wg = static_cast<int>(threadIdx.x) / 128;
   if (wg == 0) {
     ptx::setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) wgmma_producer<T, BN, AK, BK>(&map_a, &map_b, stages, full, empty, tiles_m, tiles_n, ktiles);
+    if (threadIdx.x == 0) wgmma_producer<T, BN, AK, BK, kCl>(&map_a, &map_b, stages, full, empty, walk, ktiles);
   } else {
     ptx::setmaxnreg_inc<232>();
-    wgmma_consumer<T, BN, AK, BK>(p, &map_c, tma_store, stages, staging, full, empty, tiles_m, tiles_n, ktiles, wg - 1);
+    wgmma_consumer<T, BN, AK, BK, kCl>(p, &map_c, tma_store, stages, staging, full, empty, walk, ktiles, wg - 1);
   }
+  if constexpr (kCl > 1) ptx::cluster_sync();  // no block exits while the other may arrive on its barriers
 }
 
 // The tensor map of an operand stored as `rows` rows of `extent` contiguous elements, `pitch`
@@ -322,41 +388,48 @@ CUtensorMap operand_map(DType dtype, const void* base, int64_t extent, int64_t r
   return cuda::make_tensor_map(spec);
 }
 
-template <class T, int BN, bool AK, bool BK>
+template <class T, int BN, bool AK, bool BK, int kCl>
 void launch_wgmma(const Problem& p, int max_blocks, bool tma_store, cudaStream_t stream) {
   using S = WgmmaShape<BN>;
   const int device = p.device.index;
   static std::array<std::once_flag, 64> once;
   EMBER_CHECK(device >= 0 && device < 64, "gemm wgmma: bad device ", device);
   std::call_once(once[static_cast<size_t>(device)], [] {
-    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&wgmma_kernel<T, BN, AK, BK>),
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&wgmma_kernel<T, BN, AK, BK, kCl>),
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   });
   // K-major: rows of k (boxes 64 k x the tile's rows); MN-major: rows of m or n (boxes 64 x 64 k)
   const CUtensorMap map_a =
       AK ? operand_map(p.dtype, p.a, p.K, p.M, p.a_rs, kWgBM) : operand_map(p.dtype, p.a, p.M, p.K, p.a_cs, kWgBK<T>);
-  const CUtensorMap map_b =
-      BK ? operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN) : operand_map(p.dtype, p.b, p.N, p.K, p.b_rs, kWgBK<T>);
+  // (a block of a cluster brings BN / 2 rows of a K-major B: Note [multicast GEMM])
+  const CUtensorMap map_b = BK ? operand_map(p.dtype, p.b, p.K, p.N, p.b_cs, BN / kCl)
+                               : operand_map(p.dtype, p.b, p.N, p.K, p.b_rs, kWgBK<T>);
   // C: rows of n, boxes of 128 bytes of n x a warp's 16 rows (unused, and not encoded, with direct stores)
   const CUtensorMap map_c = tma_store ? operand_map(p.dtype, p.c, p.N, p.M, p.c_rs, 16) : CUtensorMap{};
-  const int64_t tiles = ((p.M + kWgBM - 1) / kWgBM) * ((p.N + BN - 1) / BN);
-  int64_t blocks = std::min<int64_t>(tiles, cuda::sm_count(device));
-  if (max_blocks > 0) blocks = std::min<int64_t>(blocks, max_blocks);
-  cuda::launch(wgmma_kernel<T, BN, AK, BK>, dim3(static_cast<unsigned>(blocks)), kWgThreads, S::kSmem, stream, map_a,
-               map_b, map_c, make_args(p, 16), tma_store);
+  // one cluster per unit of tiles (Note [multicast GEMM]), at most one block per SM or max_blocks
+  const int64_t units = ((p.M + kWgBM * kCl - 1) / (kWgBM * kCl)) * ((p.N + BN - 1) / BN);
+  int64_t clusters = std::min<int64_t>(units, cuda::sm_count(device) / kCl);
+  if (max_blocks > 0) clusters = std::min<int64_t>(clusters, std::max(max_blocks / kCl, 1));
+  const dim3 grid(static_cast<unsigned>(clusters * kCl));
+  if constexpr (kCl == 1)
+    cuda::launch(wgmma_kernel<T, BN, AK, BK, 1>, grid, kWgThreads, S::kSmem, stream, map_a, map_b, map_c,
+                 make_args(p, 16), tma_store);
+  else
+    cuda::launch_cluster(wgmma_kernel<T, BN, AK, BK, kCl>, grid, kWgThreads, dim3(kCl), S::kSmem, stream, map_a, map_b,
+                         map_c, make_args(p, 16), tma_store);
 }
 
 // The kernel for the operands' layouts: K-major or MN-major each.
-template <class T, int BN>
+template <class T, int BN, int kCl>
 void dispatch_wgmma(const Problem& p, int max_blocks, bool tma_store, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, float>) {
-    launch_wgmma<float, BN, true, true>(p, max_blocks, tma_store, stream);  // tf32: both K-major (wgmma_refusal)
+    launch_wgmma<float, BN, true, true, kCl>(p, max_blocks, tma_store, stream);  // tf32: both K-major (wgmma_refusal)
   } else {
     const bool ak = p.a_kmajor(), bk = p.b_kmajor();
-    if (ak && bk) launch_wgmma<T, BN, true, true>(p, max_blocks, tma_store, stream);
-    else if (ak) launch_wgmma<T, BN, true, false>(p, max_blocks, tma_store, stream);
-    else if (bk) launch_wgmma<T, BN, false, true>(p, max_blocks, tma_store, stream);
-    else launch_wgmma<T, BN, false, false>(p, max_blocks, tma_store, stream);
+    if (ak && bk) launch_wgmma<T, BN, true, true, kCl>(p, max_blocks, tma_store, stream);
+    else if (ak) launch_wgmma<T, BN, true, false, kCl>(p, max_blocks, tma_store, stream);
+    else if (bk) launch_wgmma<T, BN, false, true, kCl>(p, max_blocks, tma_store, stream);
+    else launch_wgmma<T, BN, false, false, kCl>(p, max_blocks, tma_store, stream);
   }
 }
 
@@ -396,18 +469,23 @@ bool wgmma_tma_store_ok(const Problem& p) {
   return reinterpret_cast<uintptr_t>(p.c) % 16 == 0 && (p.M <= 1 || (p.c_rs % unit == 0 && p.c_rs >= p.N));
 }
 
-void run_wgmma(const Problem& p, int bn, int max_blocks, WgmmaEpilogue epilogue, bool tf32) {
+void run_wgmma(const Problem& p, const WgmmaConfig& c) {
   if (p.M == 0 || p.N == 0) return;
-  const std::string why = wgmma_refusal(p, tf32);
+  const std::string why = wgmma_refusal(p, c.tf32);
   EMBER_CHECK(why.empty(), "gemm wgmma: ", why, " (M ", p.M, ", N ", p.N, ", K ", p.K, ")");
   EMBER_CHECK(wgmma_supported(p.device.index), "gemm wgmma: needs a GPU of compute capability 9.0 (sm_90a)");
-  EMBER_CHECK(bn == 128 || bn == 256, "gemm wgmma: the tile is 128 x 128 or 128 x 256, not 128 x ", bn);
+  EMBER_CHECK(c.bn == 128 || c.bn == 256, "gemm wgmma: the tile is 128 x 128 or 128 x 256, not 128 x ", c.bn);
+  EMBER_CHECK(c.cluster == 1 || c.cluster == 2, "gemm wgmma: clusters of 1 or 2 blocks, not ", c.cluster);
   cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
-  const bool tma = epilogue == WgmmaEpilogue::tma_store && wgmma_tma_store_ok(p);
+  const bool tma = c.epilogue == WgmmaEpilogue::tma_store && wgmma_tma_store_ok(p);
   const auto run = [&]<class T>(T*) {
-    if (bn == 128) dev::dispatch_wgmma<T, 128>(p, max_blocks, tma, stream);
-    else dev::dispatch_wgmma<T, 256>(p, max_blocks, tma, stream);
+    const auto tile = [&]<int BN>() {
+      if (c.cluster == 1) dev::dispatch_wgmma<T, BN, 1>(p, c.max_blocks, tma, stream);
+      else dev::dispatch_wgmma<T, BN, 2>(p, c.max_blocks, tma, stream);
+    };
+    if (c.bn == 128) tile.template operator()<128>();
+    else tile.template operator()<256>();
   };
   if (p.dtype == DType::bf16) run(static_cast<BFloat16*>(nullptr));
   else if (p.dtype == DType::f16) run(static_cast<Half*>(nullptr));
