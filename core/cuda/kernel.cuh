@@ -5,6 +5,7 @@
 //   ember::cuda::launch(kernel, grid, block, smem_bytes, stream, args...)
 //       The one way to launch a kernel: `<<<grid, block, smem_bytes, stream>>>` plus the launch-error
 //       check under nvcc; in the simulator the grid is queued on the stream. No `<<<` anywhere else.
+//       (A grid of thread-block clusters: cuda::launch_cluster, kernels/common/cluster.cuh.)
 //   EMBER_SHARED(type, name);          a static __shared__ variable or array, e.g.
 //                                      EMBER_SHARED(float[32][33], tile);  EMBER_SHARED(Stats, s);
 //                                      (16-byte aligned; the simulator bounds-checks each one)
