@@ -22,8 +22,10 @@
 #include "kernels/common/wgmma.cuh"
 #include "kernels/common/tma.cuh"
 #include "kernels/functional.h"
+#include "tests/sim/sim_test_util.h"
 
 using namespace ember;
+using namespace ember::sim_test;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -258,24 +260,8 @@ float host_peek(const float* device_ptr) { return *device_ptr; }
 
 // ---- helpers ----
 
-Device cuda0() { return Device(DeviceType::cuda, 0); }
 Tensor dev_zeros(int64_t n, DType dt = DType::f32) { return zeros({n}, TensorOptions(dt).device(cuda0())); }
-cudaStream_t stream() { return static_cast<cudaStream_t>(cuda::current_stream(0).handle()); }
 float* fp(const Tensor& t) { return static_cast<float*>(t.data_ptr()); }
-
-// Runs `launch_it`, synchronises, and returns what went wrong ("" if nothing); clears the fault.
-template <class F>
-std::string fault_of(F launch_it) {
-  std::string msg;
-  try {
-    launch_it();
-    cuda::current_stream(0).synchronize();
-  } catch (const std::exception& e) {
-    msg = e.what();
-  }
-  sim::clear_fault();
-  return msg;
-}
 
 }  // namespace
 

@@ -17,8 +17,10 @@
 #include "kernels/common/tma.cuh"
 #include "kernels/functional.h"
 #include "sim/sim.h"
+#include "tests/sim/sim_test_util.h"
 
 using namespace ember;
+using namespace ember::sim_test;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -82,23 +84,7 @@ __global__ void cluster_barrier(int misuse) {
 
 __global__ void nothing() {}
 
-Device cuda0() { return Device(DeviceType::cuda, 0); }
-cudaStream_t stream() { return static_cast<cudaStream_t>(cuda::current_stream(0).handle()); }
 uint32_t* up(const Tensor& t) { return static_cast<uint32_t*>(t.data_ptr()); }
-
-// Runs `launch_it`, synchronises, and returns what went wrong ("" if nothing); clears the fault.
-template <class F>
-std::string fault_of(F launch_it) {
-  std::string msg;
-  try {
-    launch_it();
-    cuda::current_stream(0).synchronize();
-  } catch (const std::exception& e) {
-    msg = e.what();
-  }
-  sim::clear_fault();
-  return msg;
-}
 
 }  // namespace
 
