@@ -316,7 +316,7 @@ struct Block {
   unsigned char* smem = nullptr;
   size_t smem_capacity = 0, smem_used = 0, static_bytes = 0;
   std::vector<SharedRegion>* regions = nullptr;
-  size_t last_region = 0;                 // memcheck.cpp: the region the last shared access hit
+  mutable size_t last_region = 0;         // memcheck.cpp: the region the last shared access hit
   std::vector<BulkCopy>* bulk = nullptr;  // cp.async.bulk copies in flight, in issue order
   bool racecheck = true;                  // config().racecheck, read once per block
   bool counting = false;                  // the launch records efficiency counters (counters.cpp)
@@ -404,14 +404,12 @@ uint32_t next_epoch();
 // An access of the shared memory of `owner`, another block of t's cluster, at offset `off`
 // (distributed shared memory): bounds, bulk copies in flight and racecheck as for t's own.
 void remote_shared_access(Thread& t, Block& owner, size_t off, size_t n, Access k, const void* pc);
-// An access of shared bytes [off, off + n) that a bulk copy in flight writes: a fault (the thread
+// An access of shared bytes [off, off + n) of `owner` that a bulk copy in flight writes: a fault (the thread
 // did not wait for the copy's mbarrier). Called by the shared-memory checks while copies are in
 // flight (mbarrier.cpp).
-void check_bulk_in_flight(Thread& t, size_t off, size_t n, Access k, const void* pc);
 void check_bulk_in_flight(Thread& t, Block& owner, size_t off, size_t n, Access k, const void* pc);
 // Shared bytes an asynchronous copy wrote: bounds-checked against the block's declarations
 // (faults `t` when outside them) and, for racecheck, written before every access of this interval.
-void check_shared_destination(Thread& t, size_t off, size_t n, const void* pc);
 void check_shared_destination(Thread& t, const Block& dst, size_t off, size_t n, const void* pc);
 void async_wrote_shared(Block& b, size_t off, size_t n);
 // Checks done by the simulator's own device functions (atomics, ptx.cpp) on behalf of the

@@ -75,10 +75,17 @@ bool warp_ordered(const Block& b, const Thread& t, int other, uint8_t other_wsyn
   return other / 32 == t.sid / 32 && other_wsync != b.warp_epoch[t.warp];
 }
 
-// Whether thread `other` (a cluster-wide id) of another block of t's cluster accessed in an
-// interval (of its own block) that a barrier.cluster has ended since.
+// Whether thread `other` (a cluster-wide id) is of another block of t's cluster.
 inline bool other_block(const Thread& t, int other) { return (other >> kSidRankShift) != (t.sid >> kSidRankShift); }
-inline bool cluster_ordered(const Thread& t, uint32_t epoch) { return epoch < t.block->cluster->sync_epoch; }
+
+// Whether an earlier access by another thread `other`, in interval `epoch` of its block (warp sync
+// count `wsync`), is unordered with t's access now: by another block, with no barrier.cluster
+// completed since; by a thread of t's block b, in the current interval and not ordered by a warp
+// collective.
+inline bool unordered(const Block& b, const Thread& t, int other, uint32_t epoch, uint8_t wsync) {
+  if (other_block(t, other)) return epoch >= b.cluster->sync_epoch;
+  return epoch == b.epoch && !warp_ordered(b, t, other, wsync);
+}
 
 [[noreturn]] __attribute__((noinline, cold)) void shared_out_of_bounds(Thread& t, const Block& b, size_t off, size_t n,
                                                                        Access k, const void* pc) {
@@ -107,13 +114,10 @@ inline bool cluster_ordered(const Thread& t, uint32_t epoch) { return epoch < t.
   }  // `what` is gone before the thread ends
   kill_current_thread();
 }
-[[noreturn]] void shared_out_of_bounds(Thread& t, size_t off, size_t n, Access k, const void* pc) {
-  shared_out_of_bounds(t, *t.block, off, n, k, pc);
-}
 
 // The declared region holding [off, off + n), or nullptr. Most accesses hit the region the last
 // one did.
-inline const SharedRegion* find_region(Block& b, size_t off, size_t n) {
+inline const SharedRegion* find_region(const Block& b, size_t off, size_t n) {
   const std::vector<SharedRegion>& regs = *b.regions;
   if (b.last_region < regs.size()) {
     const SharedRegion& r = regs[b.last_region];
@@ -154,9 +158,7 @@ __attribute__((noinline)) void shared_access(Thread& t, Block& owner, size_t off
   for (size_t i = 0; i < n; ++i) {
     ShadowEntry& e = sh[i];
     // the last write, by another thread, not ordered before this access
-    const bool wrote_now =
-        e.w_tid != me && (other_block(t, e.w_tid) ? !cluster_ordered(t, e.w_epoch)
-                                                  : e.w_epoch == ep && !warp_ordered(b, t, e.w_tid, e.w_wsync));
+    const bool wrote_now = e.w_tid != me && unordered(b, t, e.w_tid, e.w_epoch, e.w_wsync);
     if (k == Access::read) {
       if (wrote_now) {
         EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
@@ -182,9 +184,7 @@ __attribute__((noinline)) void shared_access(Thread& t, Block& owner, size_t off
                             where(e.w_tid, "write-write race: ", "them"),
                         pc);
       }
-      const bool read_now = other_block(t, e.r_tid) ? !cluster_ordered(t, e.r_epoch)
-                                                    : e.r_epoch == ep && (e.r_tid != me || (e.flags & kMultiRead)) &&
-                                                          !warp_ordered(b, t, e.r_tid, e.r_wsync);
+      const bool read_now = (e.r_tid != me || (e.flags & kMultiRead)) && unordered(b, t, e.r_tid, e.r_epoch, e.r_wsync);
       if (read_now) {
         const int other = e.r_tid != me ? e.r_tid : -1;
         EMBER_SIM_FAULT(t, cudaErrorLaunchFailure,
@@ -390,33 +390,27 @@ __attribute__((noinline)) void check_bulk_in_flight(Thread& t, Block& b, size_t 
   }
 }
 
-void check_bulk_in_flight(Thread& t, size_t off, size_t n, Access k, const void* pc) {
-  check_bulk_in_flight(t, *t.block, off, n, k, pc);
-}
-
 // A tensor store's read of its shared box (Note [async proxy] in tma.cpp).
 void check_async_proxy_read(Thread& t, size_t off, size_t n, std::source_location loc) {
   Block& b = *t.block;
   const SharedRegion* reg = find_region(b, off, n);
-  if (reg == nullptr) shared_out_of_bounds(t, off, n, Access::read, nullptr);
+  if (reg == nullptr) shared_out_of_bounds(t, b, off, n, Access::read, nullptr);
   if (!b.racecheck) return;
   const auto* sh = static_cast<const ShadowEntry*>(b.shadow) + off;
   for (size_t i = 0; i < n; ++i) {
     const ShadowEntry& e = sh[i];
     if (e.w_epoch == 0 || e.w_epoch < b.first_epoch) continue;  // not this cluster's
-    const bool unordered =
-        e.w_tid != t.sid && (other_block(t, e.w_tid) ? !cluster_ordered(t, e.w_epoch)
-                                                     : e.w_epoch == b.epoch && !warp_ordered(b, t, e.w_tid, e.w_wsync));
+    const bool racing = e.w_tid != t.sid && unordered(b, t, e.w_tid, e.w_epoch, e.w_wsync);
     const bool unfenced = thread_by_sid(b, e.w_tid).proxy_fences == e.w_fence;
-    if (!unordered && !unfenced) continue;
+    if (!racing && !unfenced) continue;
     {
       const std::string what =
           "racecheck: a cp.async.bulk.tensor store (" + source_text(loc) + ") reads `" + reg->name + "` [byte " +
           std::to_string(off + i - reg->offset) + "] written by thread " + tid_str(b, e.w_tid) +
-          (unordered ? " in the same barrier interval (no __syncthreads(), or __syncwarp() within a warp, between "
-                       "the write and the store)"
-                     : " with no fence.proxy.async after the write (the async proxy does not see generic-proxy "
-                       "writes without one)");
+          (racing ? " in the same barrier interval (no __syncthreads(), or __syncwarp() within a warp, between "
+                    "the write and the store)"
+                  : " with no fence.proxy.async after the write (the async proxy does not see generic-proxy "
+                    "writes without one)");
       report(t, cudaErrorLaunchFailure, what, nullptr);
     }
     kill_current_thread();
@@ -424,10 +418,7 @@ void check_async_proxy_read(Thread& t, size_t off, size_t n, std::source_locatio
 }
 
 void check_shared_destination(Thread& t, const Block& dst, size_t off, size_t n, const void* pc) {
-  if (find_region(const_cast<Block&>(dst), off, n) == nullptr) shared_out_of_bounds(t, dst, off, n, Access::write, pc);
-}
-void check_shared_destination(Thread& t, size_t off, size_t n, const void* pc) {
-  check_shared_destination(t, *t.block, off, n, pc);
+  if (find_region(dst, off, n) == nullptr) shared_out_of_bounds(t, dst, off, n, Access::write, pc);
 }
 
 // (Note [simulated clusters] in cluster.cpp) Another block's shared memory is checked as the
