@@ -12,6 +12,7 @@
 // kernels/gemm/gemm_wgmma_sm90a.cu) runs it in place: f16/bf16, and f32 as TF32 (Note [TF32
 // through wgmma]). Lab variants until a GPU run records where they win (Note [library rule]).
 #include "bench/lab/lab.h"
+#include "bench/lab/wgmma_lab.h"
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"

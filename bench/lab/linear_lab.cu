@@ -7,12 +7,15 @@
 //             [warp-specialised GEMM]) for f16/bf16 with x and W contiguous, where
 //             gemm::wgmma_refusal accepts the problem; it stores C through TMA where C allows.
 //   wgmma_128x256_direct  the same storing C from the registers, so a GPU run times both epilogues.
+//   wgmma_c2_128x128, wgmma_c2_128x256  the same in clusters of 2 blocks sharing B by TMA multicast
+//             (Note [multicast GEMM]). The table of all of them: bench/lab/wgmma_lab.h.
 //   wgmma_tf32_128x128, wgmma_tf32_128x256  f32 read as TF32 by the same kernel (Note [TF32 through
 //             wgmma]): asked for by name only, as PyTorch's allow_tf32; f32 stays exact elsewhere.
 //             Here until a GPU run records where they win (Note [library rule] in
 //             bench/lab/library_rule.h); then they move to kernels/ops/linear.cu, where the autotuner
 //             can choose them.
 #include "bench/lab/lab.h"
+#include "bench/lab/wgmma_lab.h"
 
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops/linear.h"
@@ -39,9 +42,11 @@ bool wgmma_ok(const KernelCall& c) {
 }
 
 template <gemm::WgmmaConfig C>
-void linear_wgmma(const KernelCall& c) {
-  linear_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, C); });
-}
+struct LinearWgmma {
+  static void call(const KernelCall& c) {
+    linear_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, C); });
+  }
+};
 
 }  // namespace
 
@@ -70,18 +75,7 @@ void register_lab_linear() {
                                  .dtypes = kFloatTypes,
                                  .flags = kReference,
                                  .note = "one thread per output with the epilogue (the oracle)"});
-  using gemm::WgmmaConfig;
-  add_wgmma_lab_variants(
-      {.op = OpId::linear,
-       .tile_128 = linear_wgmma<WgmmaConfig{.bn = 128}>,
-       .tile_256 = linear_wgmma<WgmmaConfig{.bn = 256}>,
-       .tile_256_direct = linear_wgmma<WgmmaConfig{.bn = 256, .epilogue = gemm::WgmmaEpilogue::direct}>,
-       .cluster_128 = linear_wgmma<WgmmaConfig{.bn = 128, .cluster = 2}>,
-       .cluster_256 = linear_wgmma<WgmmaConfig{.bn = 256, .cluster = 2}>,
-       .tf32_128 = linear_wgmma<WgmmaConfig{.bn = 128, .tf32 = true}>,
-       .tf32_256 = linear_wgmma<WgmmaConfig{.bn = 256, .tf32 = true}>,
-       .ok = wgmma_ok<false>,
-       .ok_tf32 = wgmma_ok<true>});
+  add_wgmma_lab_variants<LinearWgmma>(OpId::linear, wgmma_ok<false>, wgmma_ok<true>);
 }
 
 }  // namespace ember

@@ -7,6 +7,8 @@
 //             f16/bf16 product, each operand row-major or a transposed view; it stores C through
 //             TMA where C allows.
 //   wgmma_128x256_direct  the same storing C from the registers, so a GPU run times both epilogues.
+//   wgmma_c2_128x128, wgmma_c2_128x256  the same in clusters of 2 blocks sharing B by TMA multicast
+//             (Note [multicast GEMM]). The table of all of them: bench/lab/wgmma_lab.h.
 //   wgmma_tf32_128x128, wgmma_tf32_128x256  f32 read as TF32 (Note [TF32 through wgmma]), A
 //             row-major and B a transposed view; asked for by name only, as PyTorch's allow_tf32.
 //   cublas_tf32  cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32: the TF32 rows' vendor peer (not kVendor,
@@ -14,6 +16,7 @@
 //             Here until a GPU run records where they win (Note [library rule] in
 //             bench/lab/library_rule.h).
 #include "bench/lab/lab.h"
+#include "bench/lab/wgmma_lab.h"
 
 #include "kernels/functional.h"
 #include "kernels/gemm/cuda_gemm.h"
@@ -62,9 +65,11 @@ bool wgmma_ok(const KernelCall& c) {
 }
 
 template <gemm::WgmmaConfig C>
-void matmul_wgmma(const KernelCall& c) {
-  matmul_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, C); });
-}
+struct MatmulWgmma {
+  static void call(const KernelCall& c) {
+    matmul_with(c, gemm::Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, C); });
+  }
+};
 
 }  // namespace
 
@@ -75,18 +80,7 @@ void register_lab_matmul() {
                                  .dtypes = kFloatTypes,
                                  .flags = kReference,
                                  .note = "one thread per output, any strides (the oracle)"});
-  using gemm::WgmmaConfig;
-  add_wgmma_lab_variants(
-      {.op = OpId::matmul,
-       .tile_128 = matmul_wgmma<WgmmaConfig{.bn = 128}>,
-       .tile_256 = matmul_wgmma<WgmmaConfig{.bn = 256}>,
-       .tile_256_direct = matmul_wgmma<WgmmaConfig{.bn = 256, .epilogue = gemm::WgmmaEpilogue::direct}>,
-       .cluster_128 = matmul_wgmma<WgmmaConfig{.bn = 128, .cluster = 2}>,
-       .cluster_256 = matmul_wgmma<WgmmaConfig{.bn = 256, .cluster = 2}>,
-       .tf32_128 = matmul_wgmma<WgmmaConfig{.bn = 128, .tf32 = true}>,
-       .tf32_256 = matmul_wgmma<WgmmaConfig{.bn = 256, .tf32 = true}>,
-       .ok = wgmma_ok<false>,
-       .ok_tf32 = wgmma_ok<true>});
+  add_wgmma_lab_variants<MatmulWgmma>(OpId::matmul, wgmma_ok<false>, wgmma_ok<true>);
   // its peer: cuBLAS reading f32 as TF32 (the exact f32 of ops' cublas variant is no fair ratio)
   add_lab_variant(OpId::matmul,
                   {.name = "cublas_tf32",
