@@ -90,6 +90,12 @@ Block* cluster_block_at(const Thread& t, uintptr_t a) {
   return nullptr;
 }
 
+std::string exited_block(const Block& b) {
+  return "the cluster's block of rank " + std::to_string(b.rank) +
+         ", whose threads have all exited (a block must not exit while others of its cluster may still use its "
+         "shared memory or barriers: end with a barrier.cluster)";
+}
+
 Thread& thread_by_sid(const Block& b, int sid) {
   return b.cluster->blocks[sid >> kSidRankShift]->threads[sid & ((1 << kSidRankShift) - 1)];
 }
@@ -150,10 +156,7 @@ void mbarrier_arrive_cluster(uint64_t* bar, unsigned rank, std::source_location 
   const size_t off = own_shared_offset(t, bar, "mbarrier.arrive.shared::cluster", loc);
   Block& owner = rank_block(t, rank, "mbarrier.arrive.shared::cluster", loc);
   if (owner.done())
-    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
-                       "mbarrier.arrive.shared::cluster on a barrier of the block of rank " + std::to_string(rank) +
-                           ", whose threads have all exited (a block must not exit while others of its cluster may "
-                           "still arrive on its barriers: end with a barrier.cluster)",
+    EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, "mbarrier.arrive.shared::cluster on a barrier of " + exited_block(owner),
                        loc);
   mbarrier_arrive_in(t, owner, reinterpret_cast<uint64_t*>(owner.smem + off), 0, loc);
 }

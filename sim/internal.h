@@ -367,6 +367,9 @@ std::string describe_mbarrier_wait(const Block& b, const Thread& t);
 // none); the thread of a cluster-wide id; a thread exits (it no longer counts for barrier.cluster).
 Block* cluster_block_at(const Thread& t, uintptr_t a);
 Thread& thread_by_sid(const Block& b, int sid);
+// "the cluster's block of rank r, whose threads have all exited (...)": why b's shared memory may
+// not be used any more, for reports.
+std::string exited_block(const Block& b);
 void cluster_thread_exited(Thread& t);
 // "kernel K block (x,y,z) thread (x,y,z)" for reports.
 std::string where_am_i(const Thread& t);

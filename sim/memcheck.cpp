@@ -426,15 +426,10 @@ void check_shared_destination(Thread& t, const Block& dst, size_t off, size_t n,
 // exited has none.
 void remote_shared_access(Thread& t, Block& owner, size_t off, size_t n, Access k, const void* pc) {
   if (owner.done())
-    EMBER_SIM_FAULT(t, cudaErrorIllegalAddress,
-                    std::string(verb(k)) + " of " + std::to_string(n) +
-                        " bytes of the shared memory of the cluster's "
-                        "block of rank " +
-                        std::to_string(owner.rank) +
-                        ", whose threads have all exited (a block must "
-                        "not exit while others of its cluster may still access its shared memory: end with a "
-                        "barrier.cluster)",
-                    pc);
+    EMBER_SIM_FAULT(
+        t, cudaErrorIllegalAddress,
+        std::string(verb(k)) + " of " + std::to_string(n) + " bytes of the shared memory of " + exited_block(owner),
+        pc);
   shared_access(t, owner, off, n, k, pc);
 }
 

@@ -283,10 +283,7 @@ void tma_load_multicast(void* smem_dst, const void* tensor_map, const int32_t* c
     if (((cta_mask >> r) & 1u) == 0) continue;
     Block& dst = *cl.blocks[r];
     if (dst.done())
-      EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure,
-                         "cp.async.bulk.tensor.multicast::cluster into the block of rank " + std::to_string(r) +
-                             ", whose threads have all exited (a block must not exit while others of its cluster "
-                             "may still write its shared memory: end with a barrier.cluster)",
+      EMBER_SIM_FAULT_AT(cudaErrorLaunchFailure, "cp.async.bulk.tensor.multicast::cluster into " + exited_block(dst),
                          loc);
     BulkCopy rc = c;
     rc.dst = dst.smem + dst_off;
