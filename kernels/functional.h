@@ -171,6 +171,12 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel,
 // pooling] in kernels/ops/pool.h).
 Tensor relu_max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
                        std::array<int64_t, 2> padding = {0, 0});
+// max_pool2d(conv2d(x, weight, bias)), with relu between them when `relu`, as one op each way:
+// the backward reads the pooled gradient, not the convolution's (Note [max pooling in the conv
+// backward] in kernels/ops/conv2d.h).
+Tensor conv2d_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dFuncOptions& o,
+                         std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                         std::array<int64_t, 2> padding = {0, 0}, bool relu = false);
 // (out, indices): indices (i64) of each maximum in its (n, c) plane, h * W + w, first maximum on ties.
 std::vector<Tensor> max_pool2d_with_indices(const Tensor& x, std::array<int64_t, 2> kernel,
                                             std::array<int64_t, 2> stride = {0, 0},

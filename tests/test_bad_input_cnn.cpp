@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include "ember.h"
+#include "kernels/ops/conv2d.h"  // Conv2dAttrs: the gradient ops on a pooled gradient
+#include "kernels/registry.h"
 
 using namespace ember;
 
@@ -26,6 +28,28 @@ TEST_CASE("conv2d bad input names the shapes and values", "[bad-input][conv]") {
                     Catch::Contains("stride must be positive, got (0, 1)"));
   CHECK_THROWS_WITH(conv2d_backward_input(zeros({2, 6, 4, 4}), zeros({6, 3, 3, 3}), {5, 5}),
                     Catch::Contains("grad_output [2, 6, 4, 4] does not match the output [2, 6, 3, 3]"));
+}
+
+TEST_CASE("conv2d_max_pool2d and the gradient ops on a pooled gradient: bad input names the shapes",
+          "[bad-input][conv]") {
+  const Conv2dFuncOptions pad1 = Conv2dFuncOptions().set_padding(1);
+  CHECK_THROWS_WITH(conv2d_max_pool2d(zeros({1, 1, 2, 2}), zeros({2, 1, 3, 3}), Tensor(), pad1, {3, 3}),
+                    Catch::Contains("kernel 3x3 is larger than the padded input 2x2"));
+  Conv2dAttrs a{pad1, {4, 4}};
+  a.max_pool = 1;
+  a.pool = with_input_size(pool_attrs(2, 2, 2, 2, 0, 0), 4, 4);
+  const Tensor w = zeros({6, 3, 3, 3}), ind = zeros({2, 6, 2, 2}, DType::i64);
+  // the pooled gradient of a 4x4 output is 2x2
+  CHECK_THROWS_WITH(call1(OpId::conv2d_backward_input, {zeros({2, 6, 4, 4}), w, ind}, a),
+                    Catch::Contains("the pooled gradient [2, 6, 4, 4] does not match [2, 6, 2, 2], the max pooling "
+                                    "(2x2, stride 2x2, padding 0x0) of the convolution's output [2, 6, 4, 4]"));
+  CHECK_THROWS_WITH(call1(OpId::conv2d_backward_input, {zeros({2, 6, 2, 2}), w, zeros({2, 6, 2, 2})}, a),
+                    Catch::Contains("the pool's indices must be i64 [2, 6, 2, 2], got f32[2, 6, 2, 2] on cpu"));
+  CHECK_THROWS_WITH(call1(OpId::conv2d_backward_input, {zeros({2, 6, 2, 2}), w}, a),
+                    Catch::Contains("with max_pool expects (pooled gradient, weight, indices), got 2 inputs"));
+  a.max_pool = 0;
+  CHECK_THROWS_WITH(call1(OpId::conv2d_backward_input, {zeros({2, 6, 4, 4}), w, ind}, a),
+                    Catch::Contains("expects (grad_output, weight), got 3 inputs"));
 }
 
 TEST_CASE("pooling bad input", "[bad-input][pool]") {

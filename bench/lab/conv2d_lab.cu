@@ -248,13 +248,13 @@ void register_lab_conv2d() {
                                  .note = "one thread per output element (the oracle)"});
   add_lab_variant(OpId::conv2d_backward_input, {.name = "naive",
                                                 .device = DeviceType::cuda,
-                                                .fn = naive_backward_input,
+                                                .fn = unpool_apart<naive_backward_input>,
                                                 .dtypes = kFloatTypes,
                                                 .flags = kReference,
                                                 .note = "one thread per input element (the oracle)"});
   add_lab_variant(OpId::conv2d_backward_weight, {.name = "naive",
                                                  .device = DeviceType::cuda,
-                                                 .fn = naive_backward_weight,
+                                                 .fn = unpool_apart<naive_backward_weight>,
                                                  .dtypes = kFloatTypes,
                                                  .flags = kReference,
                                                  .note = "one thread per weight element (the oracle)"});

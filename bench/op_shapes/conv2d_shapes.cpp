@@ -1,4 +1,4 @@
-// Benchmark shapes of conv2d and its gradients (kernels/ops/conv2d.*).
+// Benchmark shapes of conv2d, its gradients and conv2d_max_pool2d (kernels/ops/conv2d.*).
 #include <utility>
 
 #include "bench/op_shapes/op_shapes.h"
@@ -42,7 +42,31 @@ Tensor bench_tensor(const Shape& s, DType dt, Device d, bool cl) {
   return cl ? contiguous_as(t, true) : t;
 }
 
-// Inputs: forward (x, w, b); backward_input (gy, w); backward_weight (gy, x), with db at the MNIST shapes.
+// The MNIST CNN's pooling after each conv: relu, 2x2 max pooling.
+Conv2dAttrs mnist_pooled(Conv2dAttrs a, const ConvGeom& g) {
+  a.max_pool = 1;
+  a.pool = with_input_size(pool_attrs(2, 2, 2, 2, 0, 0), g.P, g.Q);
+  a.pool.relu = 1;
+  return a;
+}
+
+// The gradient ops at the MNIST shapes on the pooled gradient, as the CNN's backward calls them
+// (Note [max pooling in the conv backward]): the indices of a relu-max pooling of random values.
+BenchCase pooled_bench(BenchCase bc, ConvDirection dir, const ConvGeom& g, DType dt) {
+  bc.name += " pooled";
+  bc.attrs = mnist_pooled(bc.attrs.get<Conv2dAttrs>(), g);
+  const PoolAttrs pool = bc.attrs.get<Conv2dAttrs>().pool;
+  bc.make = [g, dt, dir, pool](Device d) {
+    Shape xs{g.N, g.C, g.H, g.W}, ws{g.K, g.Cg, g.R, g.S}, ys{g.N, g.K, g.P, g.Q};
+    const Tensor ind = call(OpId::max_pool2d, {bench_tensor(ys, dt, d, false)}, pool)[1];
+    const Tensor gp = bench_tensor(ind.shape(), dt, d, false);
+    return std::vector<Tensor>{gp, bench_tensor(dir == ConvDirection::backward_input ? ws : xs, dt, d, false), ind};
+  };
+  return bc;
+}
+
+// Inputs: forward (x, w, b); backward_input (gy, w); backward_weight (gy, x), with db at the MNIST
+// shapes, and there also on the pooled gradient.
 std::vector<BenchCase> conv_benches(ConvDirection dir) {
   std::vector<BenchCase> out;
   size_t n_mnist = 0;
@@ -76,6 +100,33 @@ std::vector<BenchCase> conv_benches(ConvDirection dir) {
           return std::vector<Tensor>{bench_tensor(ys, dt, d, cl), bench_tensor(ws, dt, d, cl)};
         return std::vector<Tensor>{bench_tensor(ys, dt, d, cl), bench_tensor(xs, dt, d, cl)};
       };
+      if (mnist && dir != ConvDirection::forward) out.push_back(pooled_bench(bc, dir, g, dt));
+      out.push_back(std::move(bc));
+    }
+  }
+  return out;
+}
+
+// conv2d_max_pool2d: the MNIST CNN's conv, relu, 2x2 max pool layers.
+std::vector<BenchCase> conv_pool_benches() {
+  std::vector<BenchCase> out;
+  size_t n_mnist = 0;
+  std::vector<BenchShape> shapes = bench_shapes(&n_mnist);
+  for (size_t i = 0; i < n_mnist; ++i) {
+    const BenchShape b = shapes[i];
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const Conv2dFuncOptions o = Conv2dFuncOptions().set_stride(b.stride).set_padding(b.pad);
+      ConvGeom g = conv_geometry("conv2d", {b.N, b.C, b.H, b.W}, {b.K, b.C, b.R, b.R}, Conv2dAttrs{o});
+      BenchCase bc;
+      bc.name = str(b.name, " n", b.N, " ", dt, " relu pool 2");
+      Conv2dAttrs a = mnist_pooled(Conv2dAttrs{o}, g);
+      a.pool.size[0] = a.pool.size[1] = 0;  // the forward op's pooling has no input size
+      bc.attrs = a;
+      bc.make = [g, dt](Device d) {
+        return std::vector<Tensor>{bench_tensor({g.N, g.C, g.H, g.W}, dt, d, false),
+                                   bench_tensor({g.K, g.Cg, g.R, g.S}, dt, d, false),
+                                   bench_tensor({g.K}, dt, d, false)};
+      };
       out.push_back(std::move(bc));
     }
   }
@@ -87,5 +138,6 @@ std::vector<BenchCase> conv_benches(ConvDirection dir) {
 std::vector<BenchCase> benches_conv2d() { return conv_benches(ConvDirection::forward); }
 std::vector<BenchCase> benches_conv2d_backward_input() { return conv_benches(ConvDirection::backward_input); }
 std::vector<BenchCase> benches_conv2d_backward_weight() { return conv_benches(ConvDirection::backward_weight); }
+std::vector<BenchCase> benches_conv2d_max_pool2d() { return conv_pool_benches(); }
 
 }  // namespace ember

@@ -863,19 +863,19 @@ void register_cuda_conv2d(OpInfo& info) {
 void register_cuda_conv2d_backward_input(OpInfo& info) {
   info.add_variant({.name = "direct",
                     .device = DeviceType::cuda,
-                    .fn = direct_backward_input,
+                    .fn = unpool_apart<direct_backward_input>,
                     .dtypes = {DType::f32, DType::f16, DType::bf16},
                     .supports = direct_backward_input_supports,
                     .note = "the direct kernel on grad_output, flipped weight, channels split over warps"});
   info.add_variant({.name = "igemm_mma",
                     .device = DeviceType::cuda,
-                    .fn = mma_backward_input,
+                    .fn = unpool_apart<mma_backward_input>,
                     .dtypes = {DType::f16, DType::bf16},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, bwi_geom); },
                     .note = "implicit GEMM (dgrad), tensor cores"});
   info.add_variant({.name = "igemm_simt",
                     .device = DeviceType::cuda,
-                    .fn = simt_backward_input,
+                    .fn = unpool_apart<simt_backward_input>,
                     .dtypes = {DType::f32, DType::f64},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, bwi_geom); },
                     .note = "implicit GEMM (dgrad), FMA units"});
@@ -887,25 +887,33 @@ void register_cuda_conv2d_backward_input(OpInfo& info) {
 void register_cuda_conv2d_backward_weight(OpInfo& info) {
   info.add_variant({.name = "direct",
                     .device = DeviceType::cuda,
-                    .fn = direct_backward_weight,
+                    .fn = unpool_apart<direct_backward_weight>,
                     .dtypes = {DType::f32, DType::f16, DType::bf16},
                     .supports = direct_wgrad_supports,
                     .note = "MNIST-sized: sliding windows over shared planes, image splits summed in order"});
   info.add_variant({.name = "igemm_mma",
                     .device = DeviceType::cuda,
-                    .fn = mma_backward_weight,
+                    .fn = unpool_apart<mma_backward_weight>,
                     .dtypes = {DType::f16, DType::bf16},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
                     .note = "implicit GEMM (wgrad), tensor cores, deterministic split-K"});
   info.add_variant({.name = "igemm_simt",
                     .device = DeviceType::cuda,
-                    .fn = simt_backward_weight,
+                    .fn = unpool_apart<simt_backward_weight>,
                     .dtypes = {DType::f32, DType::f64},
                     .supports = [](const KernelCall& c) { return igemm_supports(c, bww_geom); },
                     .note = "implicit GEMM (wgrad), FMA units, deterministic split-K"});
 #if EMBER_WITH_CUDNN
   convcuda::register_cudnn_backward_weight(info);
 #endif
+}
+
+void register_cuda_conv2d_max_pool2d(OpInfo& info) {
+  info.add_variant({.name = "ops",
+                    .device = DeviceType::cuda,
+                    .fn = conv_then_pool_ops,
+                    .dtypes = kFloatTypes,
+                    .note = "conv2d, then max_pool2d, each through the registry"});
 }
 
 }  // namespace ember

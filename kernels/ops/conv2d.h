@@ -26,19 +26,23 @@
 #include <type_traits>
 
 #include "core/tensor.h"
-#include "kernels/options.h"  // Conv2dFuncOptions
+#include "kernels/ops/pool.h"  // PoolAttrs
+#include "kernels/options.h"   // Conv2dFuncOptions
 
 namespace ember {
 
 // Op attributes: the options plus, for the gradient ops, the size that cannot be recovered from the
 // other operands: the input's (H, W) for backward_input, the kernel's (R, S) for backward_weight.
 // bias_grad (backward_weight only): 1 makes the op return the bias gradient db as a second output
-// (Note [conv bias gradient]). Only int64_t members (no padding bytes), value-initialised: Attrs
-// keys the autotune cache by bytes.
+// (Note [conv bias gradient]). max_pool (conv2d_max_pool2d, and the gradient ops it calls): 1 = the
+// convolution's output is max pooled with `pool` (Note [max pooling in the conv backward]). Only
+// int64_t members (no padding bytes), value-initialised: Attrs keys the autotune cache by bytes.
 struct Conv2dAttrs {
   Conv2dFuncOptions conv;
   int64_t size[2] = {0, 0};
   int64_t bias_grad = 0;
+  int64_t max_pool = 0;
+  PoolAttrs pool;  // with max_pool: the pooling (relu, and size = the convolution's output (P, Q))
 };
 static_assert(std::is_trivially_copyable_v<Conv2dAttrs> && std::has_unique_object_representations_v<Conv2dAttrs>,
               "Conv2dAttrs is copied and hashed as bytes: trivially copyable, no padding");
@@ -86,6 +90,45 @@ void conv_bias_grad_apart(const KernelCall& c);
 // The CPU's pass (conv2d_cpu.cpp): db[k] = the sum of gy[n, k, p, q] over (n, p, q), in double, in
 // an order that does not depend on the thread count.
 void conv_bias_grad_cpu(const Tensor& gy, const Tensor& db);
+
+// Note [max pooling in the conv backward]: the CNNs run conv, relu, max pool, and the pool's
+// backward writes the conv's whole grad_output (zero but at one position a window) for the conv's
+// two gradient ops to read it back: at MNIST batch 128, 12.8 MB for conv1 and 6.4 MB for conv2,
+// and a launch. conv2d_max_pool2d is the three layers as one op (the forward: conv2d, then
+// max_pool2d with the relu, Note [relu after max pooling] in pool.h); its backward calls the two
+// gradient ops with max_pool = 1 and (pooled gradient, ..., indices) instead of grad_output, and a
+// kernel that fuses the pooling reads grad_output[n, k, h, w] as the pooled gradient where the
+// index of the window holding (h, w) names (h, w), else 0 (conv_unpooled_at below). CUDA's
+// direct kernels do, in their shared-memory staging, for windows that do not overlap (stride =
+// kernel, no padding: every (h, w) in at most one window); every other variant runs
+// max_pool2d_backward first and then its own kernel on the result (conv_unpooled_apart): the same
+// gradients, in the launches of the unfused layers. The gradient ops' inputs with max_pool:
+// backward_input (pooled gradient, weight, indices), backward_weight (pooled gradient, input,
+// indices); the pooled gradient and the indices have the pool's output shape.
+struct KernelCall;
+// Runs f on c, with c's pooled gradient (max_pool = 1) unpooled by max_pool2d_backward into a
+// grad_output of the convolution's shape first; on c itself where max_pool = 0.
+void conv_unpooled_apart(const KernelCall& c, void (*f)(const KernelCall&));
+// A variant that does not fuse the pooling: `.fn = unpool_apart<its_fn>`.
+template <void (*F)(const KernelCall&)>
+void unpool_apart(const KernelCall& c) {
+  conv_unpooled_apart(c, F);
+}
+// conv2d_max_pool2d's variant on each device: conv2d, then max_pool2d, each through the registry.
+void conv_then_pool_ops(const KernelCall& c);
+// Whether the gradient op's pooling (max_pool = 1) has windows that do not overlap: stride =
+// kernel, no padding (what a fused kernel takes).
+bool conv_pool_disjoint(const Conv2dAttrs& a);
+// The conv's grad_output at (n, k, h, w) from the pooled gradient gp and indices ind (both [N, K,
+// PH, PW], contiguous NCHW) of disjoint windows (kh x kw) over a conv output of width Q.
+template <class T>
+EMBER_HD inline float conv_unpooled_at(const T* gp, const int64_t* ind, int64_t plane_offset, int h, int w, int Q,
+                                       int kh, int kw, int PH, int PW) {
+  const int i = h / kh, j = w / kw;
+  if (i >= PH || j >= PW) return 0.f;  // rows and columns past the last window
+  const int64_t o = plane_offset + static_cast<int64_t>(i) * PW + j;
+  return ind[o] == static_cast<int64_t>(h) * Q + w ? static_cast<float>(gp[o]) : 0.f;
+}
 
 // Validates and returns the geometry from the shapes of x [N,C,H,W] and weight [K,C/G,R,S]
 // (`op` names the op in messages). Throws on every bad combination, naming the shapes and values.

@@ -1245,25 +1245,25 @@ void register_cpu_conv2d(OpInfo& info) {
 void register_cpu_conv2d_backward_input(OpInfo& info) {
   info.add_variant({.name = "naive",
                     .device = DeviceType::cpu,
-                    .fn = conv2d_backward_input_naive_cpu,
+                    .fn = unpool_apart<conv2d_backward_input_naive_cpu>,
                     .dtypes = kFloatTypes,
                     .flags = kReference,
                     .note = "the formula as loops over any strides, double accumulation"});
   info.add_variant({.name = "winograd",
                     .device = DeviceType::cpu,
-                    .fn = conv2d_backward_input_winograd_cpu,
+                    .fn = unpool_apart<conv2d_backward_input_winograd_cpu>,
                     .dtypes = kFloatTypes,
                     .supports = wino_supports_bwd_input,
                     .note = "NCHW 3x3 stride 1: the flipped-weight convolution by Winograd F(2x2, 3x3)"});
   info.add_variant({.name = "col2im_blocked",
                     .device = DeviceType::cpu,
-                    .fn = conv2d_backward_input_blocked_cpu,
+                    .fn = unpool_apart<conv2d_backward_input_blocked_cpu>,
                     .dtypes = kFloatTypes,
                     .supports = blocked_supports,
                     .note = "NCHW: matmul (W^T G) per block of images and group, then col2im"});
   info.add_variant({.name = "col2im",
                     .device = DeviceType::cpu,
-                    .fn = conv2d_backward_input_col2im_cpu,
+                    .fn = unpool_apart<conv2d_backward_input_col2im_cpu>,
                     .dtypes = kFloatTypes,
                     .note = "matmul op (W^T g) per image and group, then col2im"});
 }
@@ -1271,25 +1271,25 @@ void register_cpu_conv2d_backward_input(OpInfo& info) {
 void register_cpu_conv2d_backward_weight(OpInfo& info) {
   info.add_variant({.name = "naive",
                     .device = DeviceType::cpu,
-                    .fn = conv2d_backward_weight_naive_cpu,
+                    .fn = unpool_apart<conv2d_backward_weight_naive_cpu>,
                     .dtypes = kFloatTypes,
                     .flags = kReference,
                     .note = "the formula as loops over any strides, double accumulation"});
   info.add_variant({.name = "winograd",
                     .device = DeviceType::cpu,
-                    .fn = conv2d_backward_weight_winograd_cpu,
+                    .fn = unpool_apart<conv2d_backward_weight_winograd_cpu>,
                     .dtypes = kFloatTypes,
                     .supports = wino_supports_bwd_weight,
                     .note = "NCHW 3x3 stride 1: Winograd F(2x2, 3x3), 16 GEMMs V^T (A dY A^T) per block of images"});
   info.add_variant({.name = "im2col_blocked",
                     .device = DeviceType::cpu,
-                    .fn = conv2d_backward_weight_blocked_cpu,
+                    .fn = unpool_apart<conv2d_backward_weight_blocked_cpu>,
                     .dtypes = kFloatTypes,
                     .supports = blocked_supports_weight,
                     .note = "NCHW: matmul (G col^T) per block of images, per-thread partial sums added in order"});
   info.add_variant({.name = "im2col",
                     .device = DeviceType::cpu,
-                    .fn = conv2d_backward_weight_im2col_cpu,
+                    .fn = unpool_apart<conv2d_backward_weight_im2col_cpu>,
                     .dtypes = kFloatTypes,
                     .note = "im2col + matmul op (g col^T) per image, per-thread partial sums added in order"});
 }

@@ -470,7 +470,7 @@ void register_cudnn_forward(OpInfo& info) {
 void register_cudnn_backward_input(OpInfo& info) {
   info.add_variant({.name = "cudnn",
                     .device = DeviceType::cuda,
-                    .fn = cudnn_backward_data,
+                    .fn = unpool_apart<cudnn_backward_data>,
                     .dtypes = kCudnnTypes,
                     .flags = kVendor,
                     .supports =
@@ -481,7 +481,7 @@ void register_cudnn_backward_input(OpInfo& info) {
                     .note = "cudnnConvolutionBackwardData, deterministic algorithms only"});
   info.add_variant({.name = "cudnn_nondet",
                     .device = DeviceType::cuda,
-                    .fn = cudnn_backward_data_nondet,
+                    .fn = unpool_apart<cudnn_backward_data_nondet>,
                     .dtypes = kCudnnTypes,
                     .flags = kVendor | kNondeterministic,
                     .supports =
@@ -495,7 +495,7 @@ void register_cudnn_backward_input(OpInfo& info) {
 void register_cudnn_backward_weight(OpInfo& info) {
   info.add_variant({.name = "cudnn",
                     .device = DeviceType::cuda,
-                    .fn = cudnn_backward_filter,
+                    .fn = unpool_apart<cudnn_backward_filter>,
                     .dtypes = kCudnnTypes,
                     .flags = kVendor,
                     .supports =
@@ -506,7 +506,7 @@ void register_cudnn_backward_weight(OpInfo& info) {
                     .note = "cudnnConvolutionBackwardFilter, deterministic algorithms only"});
   info.add_variant({.name = "cudnn_nondet",
                     .device = DeviceType::cuda,
-                    .fn = cudnn_backward_filter_nondet,
+                    .fn = unpool_apart<cudnn_backward_filter_nondet>,
                     .dtypes = kCudnnTypes,
                     .flags = kVendor | kNondeterministic,
                     .supports =

@@ -284,7 +284,7 @@ void register_dnnl_conv2d(OpInfo& info) {
 void register_dnnl_conv2d_backward_input(OpInfo& info) {
   info.add_variant({.name = "dnnl",
                     .device = DeviceType::cpu,
-                    .fn = dnnl_backward_data,
+                    .fn = unpool_apart<dnnl_backward_data>,
                     .dtypes = kDnnlTypes,
                     .flags = kVendor,
                     .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_input, c); },
@@ -294,7 +294,7 @@ void register_dnnl_conv2d_backward_input(OpInfo& info) {
 void register_dnnl_conv2d_backward_weight(OpInfo& info) {
   info.add_variant({.name = "dnnl",
                     .device = DeviceType::cpu,
-                    .fn = dnnl_backward_weights,
+                    .fn = unpool_apart<dnnl_backward_weights>,
                     .dtypes = kDnnlTypes,
                     .flags = kVendor,
                     .supports = [](const KernelCall& c) { return supports(ConvDirection::backward_weight, c); },

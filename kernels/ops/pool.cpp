@@ -6,10 +6,21 @@
 #include <vector>
 
 #include "kernels/common/memory_format.h"
+#include "kernels/ops/conv2d.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
 namespace ember {
+
+Tensor max_pool_gather(const Tensor& full, const Tensor& ind, bool relu) {
+  Tensor G = full.contiguous();
+  const int64_t N = G.shape()[0], C = G.shape()[1], HW = G.shape()[2] * G.shape()[3];
+  Tensor flat_ind = ind.contiguous().reshape({N, C, ind.shape()[2] * ind.shape()[3]});
+  if (!relu) return gather(G.reshape({N, C, HW}), 2, flat_ind).reshape(ind.shape());
+  Tensor routed = ge(flat_ind, 0.0);
+  Tensor dg = gather(G.reshape({N, C, HW}), 2, clamp(flat_ind, 0, static_cast<double>(HW - 1)));
+  return where(routed, dg, 0.0).reshape(ind.shape());
+}
 
 PoolGeom pool_geometry(const char* op, const Shape& x, const PoolAttrs& a) {
   EMBER_CHECK(x.size() == 4, op, ": expects a 4-D input [N, C, H, W], got ", x, " (", x.size(), " dims)");
@@ -99,17 +110,8 @@ std::vector<TensorSpec> infer_max_pool2d_backward(std::span<const Tensor> in, co
 }
 
 std::vector<Tensor> max_pool2d_backward_vjp(const BackwardCtx& ctx) {
-  // linear in grad_output: d/dg = the upstream gradient gathered at the indices (zero at an index
-  // of -1, which routed nothing: Note [relu after max pooling])
-  const Tensor& ind = ctx.inputs[1];
-  Tensor G = ctx.grad(0).contiguous();
-  const int64_t N = G.shape()[0], C = G.shape()[1], HW = G.shape()[2] * G.shape()[3];
-  Tensor flat_ind = ind.contiguous().reshape({N, C, ind.shape()[2] * ind.shape()[3]});
-  if (ctx.attr<PoolAttrs>().relu == 0)
-    return {gather(G.reshape({N, C, HW}), 2, flat_ind).reshape(ind.shape()), Tensor()};
-  Tensor routed = ge(flat_ind, 0.0);
-  Tensor dg = gather(G.reshape({N, C, HW}), 2, clamp(flat_ind, 0, static_cast<double>(HW - 1)));
-  return {where(routed, dg, 0.0).reshape(ind.shape()), Tensor()};
+  // linear in grad_output: d/dg = the upstream gradient gathered at the indices
+  return {max_pool_gather(ctx.grad(0), ctx.inputs[1], ctx.attr<PoolAttrs>().relu != 0), Tensor()};
 }
 
 // ---- avg_pool2d ----
@@ -312,6 +314,16 @@ Tensor relu_max_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::arra
   PoolAttrs a = functional_attrs("max_pool2d", kernel, stride, padding, true);
   a.relu = 1;
   return unbatched(x, [&](const Tensor& t) { return call(OpId::max_pool2d, {t}, a)[0]; });
+}
+
+Tensor conv2d_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dFuncOptions& o,
+                         std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                         bool relu) {
+  Conv2dAttrs a{o};
+  a.max_pool = 1;
+  a.pool = functional_attrs("conv2d_max_pool2d", kernel, stride, padding, true);
+  a.pool.relu = relu ? 1 : 0;
+  return call(OpId::conv2d_max_pool2d, {x, weight, bias}, a)[0];
 }
 
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,

@@ -89,6 +89,11 @@ struct PoolGeom {
 PoolGeom pool_geometry(const char* op, const Shape& x, const PoolAttrs& a);
 PoolGeom adaptive_geometry(const char* op, const Shape& x, const AdaptivePoolAttrs& a);
 
+// The transpose of max_pool2d_backward: full ([N, C, H, W], the pool's input shape) gathered at
+// the indices ([N, C, P, Q]); 0 at an index of -1, which routed nothing (relu: Note [relu after max
+// pooling]). max_pool2d_backward's own vjp, and the gradient of a pooled gradient (conv2d.h).
+Tensor max_pool_gather(const Tensor& full, const Tensor& ind, bool relu);
+
 struct OpInfo;
 // The CPU variants (pool_cpu.cpp), registered by define_op_* (pool.cpp).
 void register_cpu_max_pool2d(OpInfo& info);

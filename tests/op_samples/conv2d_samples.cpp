@@ -1,6 +1,8 @@
 // Test samples of conv2d and its gradients (kernels/ops/conv2d.*): stride, padding, dilation,
 // groups and depthwise, 1x1 and non-square kernels, channels-last and sliced inputs, tile edges of
-// the CUDA kernels, Winograd's paths on the CPU, the MNIST CNN's layers, an empty batch.
+// the CUDA kernels, Winograd's paths on the CPU, the MNIST CNN's layers, an empty batch; and
+// conv2d_max_pool2d with the gradient ops on pooled gradients (Note [max pooling in the conv
+// backward]): disjoint and overlapping windows, rows in no window, relu or not.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -8,6 +10,7 @@
 #include "kernels/common/memory_format.h"
 #include "kernels/ops/conv2d.h"
 #include "kernels/options.h"
+#include "kernels/registry.h"
 #include "tests/op_samples/sample_inputs.h"
 
 namespace ember {
@@ -162,10 +165,137 @@ std::vector<OpSample> conv_samples(ConvDirection dir) {
   return out;
 }
 
+// ---- with max pooling (Note [max pooling in the conv backward]) ----
+
+struct PooledCase {
+  std::string name;
+  Shape x, w;
+  Conv2dFuncOptions o;
+  PoolAttrs pool;
+  bool bias = true;
+  bool channels_last = false;
+};
+
+std::vector<PooledCase> pooled_cases() {
+  using O = Conv2dFuncOptions;
+  PoolAttrs p2 = pool_attrs(2, 2, 2, 2, 0, 0), relu2 = p2;
+  relu2.relu = 1;
+  PoolAttrs overlapping = pool_attrs(3, 3, 2, 2, 1, 1);
+  PoolAttrs relu21 = pool_attrs(2, 1, 2, 1, 0, 0);
+  relu21.relu = 1;
+  return {
+      {"MNIST conv1 + relu + pool 2 [2,1,28,28] -> 32", {2, 1, 28, 28}, {32, 1, 3, 3}, O().set_padding(1), relu2},
+      {"MNIST conv2 + relu + pool 2 [2,32,14,14] -> 64", {2, 32, 14, 14}, {64, 32, 3, 3}, O().set_padding(1), relu2},
+      {"5x5 + pool 2, 7x7 output: the last row and column in no window [2,3,7,7] -> 8",
+       {2, 3, 7, 7},
+       {8, 3, 5, 5},
+       O().set_padding(2),
+       p2},
+      {"overlapping pool 3x3 stride 2 pad 1 [2,3,8,8] -> 4",
+       {2, 3, 8, 8},
+       {4, 3, 3, 3},
+       O().set_padding(1),
+       overlapping},
+      {"channels-last + relu + pool 2 [2,4,6,6] -> 6",
+       {2, 4, 6, 6},
+       {6, 4, 3, 3},
+       O().set_padding(1),
+       relu2,
+       true,
+       true},
+      {"no bias, relu + pool 2x1 [1,2,6,5] -> 3", {1, 2, 6, 5}, {3, 2, 3, 3}, O().set_padding(1), relu21, false},
+  };
+}
+
+// Multiples of 1/8 in [-1, 1] (CPU f64): every product and partial sum of these convolutions is
+// exact in f32, so every device and dtype sees the same pooling windows, ties and all, and picks
+// the same maximum.
+Tensor eighths(const Shape& shape, uint64_t seed) {
+  Tensor k = samples::randint(shape, 17, seed);
+  Tensor t = empty(shape, DType::f64);
+  const int64_t* src = k.data<int64_t>();
+  double* dst = t.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i) dst[i] = static_cast<double>(src[i] - 8) / 8.0;
+  return t;
+}
+
+// The case's attributes; the gradient ops' with their size, the pool's input size (P, Q) and
+// bias_grad.
+Conv2dAttrs pooled_attrs(const PooledCase& pc, const ConvGeom* g = nullptr, int64_t s0 = 0, int64_t s1 = 0,
+                         int64_t bias_grad = 0) {
+  Conv2dAttrs a{pc.o, {s0, s1}, bias_grad};
+  a.max_pool = 1;
+  a.pool = g != nullptr ? with_input_size(pc.pool, g->P, g->Q) : pc.pool;
+  return a;
+}
+
+// conv2d_max_pool2d: each case with continuous values, f32 only and gradchecked (a maximum or a
+// relu at a kink is improbable), then with eighths in every dtype (ties are common, so no
+// gradcheck: the devices' indices agree exactly).
+std::vector<OpSample> conv_max_pool_samples() {
+  std::vector<OpSample> out;
+  uint64_t seed = 5000;
+  for (bool grid : {false, true}) {
+    for (const PooledCase& pc : pooled_cases()) {
+      auto values = [&](const Shape& s) { return grid ? eighths(s, ++seed) : samples::uniform(s, -1, 1, ++seed); };
+      OpSample s;
+      s.name = pc.name + (grid ? ", eighths" : "");
+      Tensor x = values(pc.x);
+      s.inputs = {pc.channels_last ? contiguous_as(x, true) : x, values(pc.w), pc.bias ? values({pc.w[0]}) : Tensor()};
+      s.attrs = pooled_attrs(pc);
+      ConvGeom g = conv_geometry("conv2d", pc.x, pc.w, Conv2dAttrs{pc.o});
+      conv_tol(s, g.Cg * g.R * g.S);
+      if (grid) s.gradcheck = false;
+      else s.dtypes = {DType::f32};
+      out.push_back(std::move(s));
+    }
+  }
+  return out;
+}
+
+// The gradient ops on a pooled gradient: the indices of a relu-max pooling (or a plain one) of
+// random values of the convolution's output shape.
+std::vector<OpSample> pooled_grad_samples(ConvDirection dir) {
+  std::vector<OpSample> out;
+  uint64_t seed = dir == ConvDirection::backward_input ? 6000 : 7000;
+  for (const PooledCase& pc : pooled_cases()) {
+    const ConvGeom g = conv_geometry("conv2d", pc.x, pc.w, Conv2dAttrs{pc.o});
+    Tensor y = samples::uniform({g.N, g.K, g.P, g.Q}, -1, 1, ++seed);
+    if (pc.channels_last) y = contiguous_as(y, true);
+    Tensor ind = call(OpId::max_pool2d, {y}, pc.pool)[1];
+    Tensor gp = samples::uniform(ind.shape(), -1, 1, ++seed);
+    if (pc.channels_last) gp = contiguous_as(gp, true);
+    OpSample s;
+    s.name = pc.name;
+    int64_t reduction = 0;
+    if (dir == ConvDirection::backward_input) {
+      s.inputs = {gp, samples::uniform(pc.w, -1, 1, ++seed), ind};
+      s.attrs = pooled_attrs(pc, &g, g.H, g.W);
+      reduction = g.Kg * g.R * g.S;
+    } else {
+      Tensor x = samples::uniform(pc.x, -1, 1, ++seed);
+      s.inputs = {gp, pc.channels_last ? contiguous_as(x, true) : x, ind};
+      s.attrs = pooled_attrs(pc, &g, g.R, g.S, pc.bias ? 1 : 0);
+      reduction = g.N * g.P * g.Q;
+    }
+    conv_tol(s, reduction);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// A direction's samples: the plain ones, then on pooled gradients.
+std::vector<OpSample> with_pooled(ConvDirection dir) {
+  std::vector<OpSample> out = conv_samples(dir);
+  for (OpSample& s : pooled_grad_samples(dir)) out.push_back(std::move(s));
+  return out;
+}
+
 }  // namespace
 
 std::vector<OpSample> samples_conv2d() { return conv_samples(ConvDirection::forward); }
-std::vector<OpSample> samples_conv2d_backward_input() { return conv_samples(ConvDirection::backward_input); }
-std::vector<OpSample> samples_conv2d_backward_weight() { return conv_samples(ConvDirection::backward_weight); }
+std::vector<OpSample> samples_conv2d_backward_input() { return with_pooled(ConvDirection::backward_input); }
+std::vector<OpSample> samples_conv2d_backward_weight() { return with_pooled(ConvDirection::backward_weight); }
+std::vector<OpSample> samples_conv2d_max_pool2d() { return conv_max_pool_samples(); }
 
 }  // namespace ember
