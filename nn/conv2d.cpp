@@ -38,16 +38,27 @@ void Conv2dImpl::reset_parameters() {
   }
 }
 
-Tensor Conv2dImpl::forward(const Tensor& x) {
+namespace {
+
+// The layer's options for the functional API, after checking x against the layer.
+ember::Conv2dFuncOptions func_options(const Conv2dOptions& options, const Tensor& x) {
   EMBER_CHECK(x.dim() == 4, "Conv2d: expects a 4-D input [N, C, H, W], got ", x.shape());
   EMBER_CHECK(x.shape()[1] == options.in_channels(), "Conv2d: input ", x.shape(), " has ", x.shape()[1],
               " channels but the layer expects ", options.in_channels());
-  const auto o = ember::Conv2dFuncOptions()
-                     .set_stride(options.stride()[0], options.stride()[1])
-                     .set_padding(options.padding()[0], options.padding()[1])
-                     .set_dilation(options.dilation()[0], options.dilation()[1])
-                     .set_groups(options.groups());
-  return conv2d(x, weight, bias, o);
+  return ember::Conv2dFuncOptions()
+      .set_stride(options.stride()[0], options.stride()[1])
+      .set_padding(options.padding()[0], options.padding()[1])
+      .set_dilation(options.dilation()[0], options.dilation()[1])
+      .set_groups(options.groups());
+}
+
+}  // namespace
+
+Tensor Conv2dImpl::forward(const Tensor& x) { return conv2d(x, weight, bias, func_options(options, x)); }
+
+Tensor Conv2dImpl::forward_max_pooled(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                                      std::array<int64_t, 2> padding, bool relu) {
+  return ember::conv2d_max_pool2d(x, weight, bias, func_options(options, x), kernel, stride, padding, relu);
 }
 
 std::string Conv2dImpl::extra_repr() const {

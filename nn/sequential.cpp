@@ -4,6 +4,7 @@
 
 #include "kernels/functional.h"
 #include "kernels/ops/mlp.h"  // kMlpMaxLayers
+#include "nn/conv2d.h"
 #include "nn/linear.h"
 #include "nn/max_pool2d.h"
 #include "nn/relu.h"
@@ -53,6 +54,16 @@ SequentialImpl::Stack SequentialImpl::stack_at(size_t i, size_t end) const {
   return s;
 }
 
+// The MaxPool2d that follows a Conv2d at item i, directly or after a ReLU (Note [fused conv and
+// max pooling]): its item, or 0 where there is none.
+size_t SequentialImpl::pool_after_conv(size_t i, size_t end, bool& relu) const {
+  if (exactly<Conv2dImpl>(items_[i]) == nullptr) return 0;
+  size_t j = i + 1;
+  relu = j < end && exactly<ReLUImpl>(items_[j]) != nullptr;
+  if (relu) ++j;
+  return j < end && exactly<MaxPool2dImpl>(items_[j]) != nullptr ? j : 0;
+}
+
 Tensor SequentialImpl::forward(const Tensor& x) { return run_items(x, items_.size()); }
 
 Tensor SequentialImpl::run_items(const Tensor& x, size_t end) {
@@ -65,6 +76,13 @@ Tensor SequentialImpl::run_items(const Tensor& x, size_t end) {
         i += s.items - 1;
         continue;
       }
+    }
+    bool relu = false;
+    if (const size_t j = fuse_activations && fuse_conv_pool ? pool_after_conv(i, end, relu) : 0; j > 0) {
+      const MaxPool2dOptions& o = exactly<MaxPool2dImpl>(items_[j])->options;  // Note [fused conv and max pooling]
+      y = exactly<Conv2dImpl>(items_[i])->forward_max_pooled(y, o.kernel_size(), o.stride(), o.padding(), relu);
+      i = j;
+      continue;
     }
     if (fuse_activations && i + 1 < end) {
       const LinearImpl* lin = exactly<LinearImpl>(items_[i]);

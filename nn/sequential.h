@@ -25,6 +25,13 @@
 // MLP] in kernels/ops/mlp.cu), the layers' own ops elsewhere, with the same values. The op keeps
 // the hidden layers' outputs, which the layers would have kept anyway. fuse_mlp = false runs the
 // stack layer by layer (mnist_train --no-fuse-mlp).
+//
+// Note [fused conv and max pooling]: with fuse_activations, a Conv2d followed by a MaxPool2d,
+// directly or after a ReLU (exactly those types), runs as one conv2d_max_pool2d (Note [max pooling
+// in the conv backward] in kernels/ops/conv2d.h): the same values and gradients; the backward's
+// gradient ops read the pooled gradient, so the pool's backward writes no conv-sized gradient
+// where the conv's kernel fuses it (CUDA's direct kernels). fuse_conv_pool = false leaves the
+// Conv2d on its own and the ReLU in the pool (mnist_train --no-fuse-conv-pool).
 #pragma once
 
 #include "nn/module.h"
@@ -59,6 +66,7 @@ class SequentialImpl : public Module {
 
   bool fuse_activations = true;  // Note [fused activations]
   bool fuse_mlp = true;          // Note [fused MLP stacks]; only with fuse_activations
+  bool fuse_conv_pool = true;    // Note [fused conv and max pooling]; only with fuse_activations
 
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
@@ -81,6 +89,7 @@ class SequentialImpl : public Module {
  private:
   struct Stack;
   Stack stack_at(size_t i, size_t end) const;  // within items [i, end)
+  size_t pool_after_conv(size_t i, size_t end, bool& relu) const;
   // Items [0, end) on x, fused as forward() fuses them.
   Tensor run_items(const Tensor& x, size_t end);
   std::vector<std::shared_ptr<Module>> items_;

@@ -930,7 +930,7 @@ TEST_CASE("mnist_train: the ablation on the CPU prints its table and the skipped
     if (rows == 1) CHECK(m[4].str() == "1.00");
     CHECK(m[5].str() == "-");  // no GPU idle time on the CPU
   }
-  CHECK(rows == 9);
+  CHECK(rows == 10);
   for (const char* skipped : {"skipped: + pinned memory, non-blocking copies: needs a CUDA device",
                               "skipped: + device-resident uint8 data, normalised on the GPU: needs a CUDA device",
                               "skipped: + CUDA graph (one step per launch): needs a CUDA device",
@@ -939,6 +939,7 @@ TEST_CASE("mnist_train: the ablation on the CPU prints its table and the skipped
   CHECK(r.out.find("+ mixed precision (bf16 autocast on the CPU)") != std::string::npos);
   CHECK(r.out.find("+ ReLU fused into Linear and max pooling, each way") != std::string::npos);
   CHECK(r.out.find("+ each Linear/ReLU stack as one op") != std::string::npos);
+  CHECK(r.out.find("+ each Conv2d/ReLU/MaxPool2d as one op") != std::string::npos);
 }
 
 TEST_CASE("mnist_train: without a validation split the log and the plot have no validation values", "[mnist_train]") {

@@ -264,6 +264,32 @@ TEST_CASE("nn Sequential runs a ReLU and the MaxPool2d after it as one max_pool2
   CHECK(nested(h).grad_fn()->next_edges.at(0).fn->name() == "AccumulateGrad");
 }
 
+TEST_CASE("nn Sequential runs a Conv2d, a ReLU or not, and a MaxPool2d as one conv2d_max_pool2d, bit for bit", "[nn]") {
+  manual_seed(7);
+  Tensor h = randn({2, 2, 6, 6}).requires_grad_(true);
+  for (bool relu : {true, false}) {
+    INFO("relu " << relu);
+    auto make = [relu] {
+      nn::Sequential s(nn::Conv2d(nn::Conv2dOptions(2, 3, 3).padding(1)));
+      if (relu) s->push_back(nn::ReLU());
+      s->push_back(nn::MaxPool2d(2));
+      return s;
+    };
+    nn::Sequential fused = make(), plain = make();
+    plain->load_state_dict(fused->state_dict());
+    plain->fuse_conv_pool = false;
+    CHECK(fused(h).grad_fn()->name() == "conv2d_max_pool2dBackward");
+    CHECK(plain(h).grad_fn()->name() == "max_pool2dBackward");
+    Tensor gy = randn({2, 3, 3, 3});
+    std::vector<Tensor> a = outputs_and_grads(fused, h, gy), b = outputs_and_grads(plain, h, gy);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
+      CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());  // the same ops, the same order
+    }
+  }
+}
+
 TEST_CASE("nn state_dict round trip, strict and non-strict loading, shape mismatch", "[nn]") {
   manual_seed(3);
   Mlp a, b;
