@@ -461,7 +461,13 @@ stage_4() {
   # the linear backward rows took their time) bf16 channels-last are left out (126 cases a
   # direction never fitted: calls 2-8)
   local conv=conv2d,conv2d_backward_input,conv2d_backward_weight
-  step bench_conv_mnist 15 bench_ops -- "$b" "${q[@]}" --op "$conv" --case ' n128 ' --json "$j/bench_conv_mnist.json"
+  step bench_conv_mnist 15 bench_ops -- "$b" "${q[@]}" --op "$conv" --case ' n128 (f32|bf16)( bias)?$' \
+       --json "$j/bench_conv_mnist.json"
+  # the MNIST CNN's conv, relu, pool layers as conv2d_max_pool2d and its gradient ops on the pooled
+  # gradient (Note [max pooling in the conv backward]): the direct kernels' unpooling against
+  # max_pool2d_backward + cuDNN; about 4 s estimated, the stage has no room, so on demand
+  STEP_ON_DEMAND=1 step bench_conv_pooled 6 bench_ops -- "$b" "${q[@]}" --op "$conv,conv2d_max_pool2d" \
+       --case ' n128 .*pool' --json "$j/bench_conv_pooled.json"
   step bench_conv_resnet 14 bench_ops -- "$b" "${q[@]}" --op "$conv" \
        --case '^resnet50 (64->64 3x3 56x56|1x1 256->64 56x56) n32 f32$' --json "$j/bench_conv_resnet.json"
   # the Hopper GEMM as a 1x1 convolution (conv2d's wgmma_1x1 lab variant, channels-last bf16) beside

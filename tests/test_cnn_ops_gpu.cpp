@@ -172,6 +172,7 @@ TEST_CASE("cuda nn: a ReLU fused into the MaxPool2d after it saves a launch each
   };
   nn::Sequential fused = make(), plain = make();
   plain->load_state_dict(fused->state_dict());
+  fused->fuse_conv_pool = false;  // the conv on its own (the next test fuses it)
   plain->fuse_activations = false;
   for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
   Tensor x = randn({4, 1, 8, 8}).cuda(), g = randn({4, 3}).cuda();
@@ -197,6 +198,50 @@ TEST_CASE("cuda nn: a ReLU fused into the MaxPool2d after it saves a launch each
   run(plain, &b, &pf, &pb);
   CHECK(ff + 1 == pf);
   CHECK(fb + 1 == pb);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("result " << i << " (0: y, then the parameters' grads)");
+    CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
+  }
+}
+
+// A Conv2d, ReLU, MaxPool2d runs as one conv2d_max_pool2d (Note [fused conv and max pooling]):
+// the direct kernels read the pooled gradient, so each such layer's backward loses the pool's
+// launch, with the same values and gradients bit for bit (the same sums of the same values).
+TEST_CASE("cuda nn: the direct conv kernels' backward reads the pooled gradient, bit for bit", "[gpu][conv][pool]") {
+  manual_seed(6);
+  auto make = [] {
+    return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 4, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Conv2d(nn::Conv2dOptions(4, 8, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
+                          nn::Flatten(), nn::Linear(8 * 2 * 2, 3));
+  };
+  nn::Sequential fused = make(), plain = make();
+  plain->load_state_dict(fused->state_dict());
+  plain->fuse_conv_pool = false;  // the relu still fused into the pool
+  for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
+  Tensor x = randn({4, 1, 8, 8}).cuda(), g = randn({4, 3}).cuda();
+  auto run = [&](nn::Sequential& net, std::vector<Tensor>* results, size_t* fwd, size_t* bwd) {
+    net->zero_grad();
+    Tensor y;
+    *fwd = test::kernels_launched_by([&] { y = net(x); });  // captured, never run: run it again
+    y = net(x);
+    *bwd = test::kernels_launched_by([&] { y.backward(g); });
+    net->zero_grad();
+    y = net(x);
+    y.backward(g);
+    results->push_back(y.detach().cpu());
+    for (const Tensor& p : net->parameters()) results->push_back(p.grad().cpu());
+  };
+  std::vector<Tensor> a, b;
+  size_t ff = 0, fb = 0, pf = 0, pb = 0;
+  run(fused, &a, &ff, &fb);  // warm-up (allocations, the variants' first calls)
+  run(plain, &b, &pf, &pb);
+  a.clear();
+  b.clear();
+  run(fused, &a, &ff, &fb);
+  run(plain, &b, &pf, &pb);
+  CHECK(ff == pf);
+  CHECK(fb + 2 == pb);  // no max_pool2d_backward
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("result " << i << " (0: y, then the parameters' grads)");

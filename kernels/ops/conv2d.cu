@@ -20,6 +20,10 @@
 //               are summed in shared memory, the image splits by a second, ordered pass. A biased
 //               layer's db comes from the same loads and the same two launches (Note [conv bias
 //               gradient] in conv2d.h); every other variant adds it with the sum op.
+//               On a pooled gradient (conv2d_max_pool2d's backward, windows that do not overlap)
+//               both gradient kernels unpool it as they stage their grad_output planes (Note [max
+//               pooling in the conv backward] in conv2d.h); every other variant runs
+//               max_pool2d_backward first (unpool_apart).
 //               Why a direct kernel: MNIST conv2 (32->64, 14x14) is compute bound, and cuDNN's FMA
 //               implicit GEMM pays the im2col gather and tile waste at K = 64; conv1 (1->32, 28x28)
 //               is memory and launch bound, and the implicit GEMM would waste 31/32 of each 32-deep
@@ -182,11 +186,38 @@ __device__ __forceinline__ void stage_batched(int total, const Load& load, const
   }
 }
 
-// One input-channel chunk [c0, c0 + cb) into shared memory: the weights of the block's KB output
-// channels and the zero-padded input planes (Note [batched staging]).
+// The pooled gradient a direct kernel reads its grad_output planes from (Note [max pooling in the
+// conv backward] in conv2d.h): disjoint kh x kw windows, pooled planes PH x PW, their indices;
+// ind = nullptr: the planes are grad_output itself.
+struct PooledGrad {
+  const int64_t* ind = nullptr;
+  int kh = 1, kw = 1, PH = 0, PW = 0;
+};
+
+// Image n's C planes of H x W: their values and, where they come pooled (u.ind), the pooled
+// values and their indices.
+template <class T>
+struct ImagePlanes {
+  const T* v;
+  const int64_t* ind;
+  __device__ ImagePlanes(const T* in, const PooledGrad& u, int n, int C, int H, int W) {
+    const int64_t plane = u.ind != nullptr ? static_cast<int64_t>(u.PH) * u.PW : static_cast<int64_t>(H) * W;
+    v = in + n * C * plane;
+    ind = u.ind != nullptr ? u.ind + n * C * plane : nullptr;
+  }
+  // Element (c, h, w) of the planes.
+  __device__ __forceinline__ float at(const PooledGrad& u, int c, int h, int w, int H, int W) const {
+    if (ind == nullptr) return static_cast<float>(v[(c * H + h) * W + w]);
+    return conv_unpooled_at(v, ind, c * u.PH * u.PW, h, w, W, u.kh, u.kw, u.PH, u.PW);
+  }
+};
+
+// One input-channel chunk [c0, c0 + cb) of image n into shared memory: the weights of the block's
+// KB output channels and the zero-padded input planes (Note [batched staging]).
 template <class T, int KS, bool FLIP>
-__device__ __forceinline__ void direct_stage_chunk(const T* __restrict__ xn, const T* __restrict__ w,
-                                                   const DirectGeom& g, int c0, int cb, int k0, float* ws, float* xs) {
+__device__ __forceinline__ void direct_stage_chunk(const ImagePlanes<T>& xn, const PooledGrad& u,
+                                                   const T* __restrict__ w, const DirectGeom& g, int c0, int cb, int k0,
+                                                   float* ws, float* xs) {
   const int plane = g.Hp * g.Wpa;
   // weights: ws[((c KS + r) KS + s) KB + kk]
   stage_batched(
@@ -214,7 +245,7 @@ __device__ __forceinline__ void direct_stage_chunk(const T* __restrict__ xn, con
         const int hh = rem / g.Wpa, ww = rem - hh * g.Wpa;
         const int h = hh - g.pad, wi = ww - g.pad;
         if (h < 0 || h >= g.H || wi < 0 || wi >= g.W) return 0.f;
-        return static_cast<float>(xn[((c0 + c) * g.H + h) * g.W + wi]);
+        return xn.at(u, c0 + c, h, wi, g.H, g.W);
       },
       [&](int i, float v) { xs[i] = v; });
 }
@@ -257,11 +288,11 @@ __device__ __forceinline__ bool direct_sum_splits(float (&acc)[TK][TP], float* s
 // y[n, k0 + kk, p, q] for one image and KB output channels; thread = one item (TK channels x TP
 // pixels of a row) of one channel split, accumulated over input-channel chunks staged in shared
 // memory. FLIP: the weight is read as the transposed, flipped kernel of a [Co, Ci] convolution
-// (backward_input).
+// (backward_input), whose input planes may come pooled (u).
 template <class T, int KS, int TP, int TK, bool FLIP>
 __global__ void __launch_bounds__(kDirectThreads)
     direct_kernel(const T* __restrict__ in, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ out,
-                  DirectGeom g) {
+                  DirectGeom g, PooledGrad u) {
   static_assert(TK == 1 || TK == 8, "TK: one scalar or two float4 weight loads per tap");
   EMBER_SHARED(float4[kDirectSmemFloats / 4], smem4);
   float* smem = reinterpret_cast<float*>(smem4);
@@ -282,11 +313,11 @@ __global__ void __launch_bounds__(kDirectThreads)
   for (int k = 0; k < TK; ++k) EMBER_UNROLL
   for (int i = 0; i < TP; ++i) acc[k][i] = 0.f;
 
-  const T* xn = in + static_cast<int64_t>(n) * g.Ci * g.H * g.W;
+  const ImagePlanes<T> xn(in, u, n, g.Ci, g.H, g.W);
   for (int c0 = 0; c0 < g.Ci; c0 += g.CB) {
     const int cb = ::min(g.CB, g.Ci - c0);
     __syncthreads();  // the previous chunk is no longer read
-    direct_stage_chunk<T, KS, FLIP>(xn, w, g, c0, cb, k0, ws, xs);
+    direct_stage_chunk<T, KS, FLIP>(xn, u, w, g, c0, cb, k0, ws, xs);
     __syncthreads();
     if (active) {
       for (int c = split; c < cb; c += g.CS) {
@@ -450,26 +481,29 @@ DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pa
 }
 
 template <class T, int KS, int TP, int TK, bool FLIP>
-void launch_direct_t(const DirectGeom& d, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
+void launch_direct_t(const DirectGeom& d, const T* in, const PooledGrad& u, const T* w, const T* b, T* out,
+                     cudaStream_t st) {
   dim3 grid(d.N, (d.Co + d.KB - 1) / d.KB);
-  cuda::launch(direct_kernel<T, KS, TP, TK, FLIP>, grid, d.CS * d.IW, 0, st, in, w, b, out, d);
+  cuda::launch(direct_kernel<T, KS, TP, TK, FLIP>, grid, d.CS * d.IW, 0, st, in, w, b, out, d, u);
 }
 
 template <class T, int KS, int TP, bool FLIP>
-void launch_direct_tk(const DirectGeom& d, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
-  if (d.TK == 8) launch_direct_t<T, KS, TP, 8, FLIP>(d, in, w, b, out, st);
-  else launch_direct_t<T, KS, TP, 1, FLIP>(d, in, w, b, out, st);
+void launch_direct_tk(const DirectGeom& d, const T* in, const PooledGrad& u, const T* w, const T* b, T* out,
+                      cudaStream_t st) {
+  if (d.TK == 8) launch_direct_t<T, KS, TP, 8, FLIP>(d, in, u, w, b, out, st);
+  else launch_direct_t<T, KS, TP, 1, FLIP>(d, in, u, w, b, out, st);
 }
 
 template <class T, bool FLIP>
-void launch_direct(const DirectGeom& d, int KS, const T* in, const T* w, const T* b, T* out, cudaStream_t st) {
+void launch_direct(const DirectGeom& d, int KS, const T* in, const PooledGrad& u, const T* w, const T* b, T* out,
+                   cudaStream_t st) {
   const bool tp7 = d.Q % 7 == 0;
   if (KS == 3) {
-    if (tp7) launch_direct_tk<T, 3, 7, FLIP>(d, in, w, b, out, st);
-    else launch_direct_tk<T, 3, 4, FLIP>(d, in, w, b, out, st);
+    if (tp7) launch_direct_tk<T, 3, 7, FLIP>(d, in, u, w, b, out, st);
+    else launch_direct_tk<T, 3, 4, FLIP>(d, in, u, w, b, out, st);
   } else {
-    if (tp7) launch_direct_tk<T, 5, 7, FLIP>(d, in, w, b, out, st);
-    else launch_direct_tk<T, 5, 4, FLIP>(d, in, w, b, out, st);
+    if (tp7) launch_direct_tk<T, 5, 7, FLIP>(d, in, u, w, b, out, st);
+    else launch_direct_tk<T, 5, 4, FLIP>(d, in, u, w, b, out, st);
   }
 }
 
@@ -522,21 +556,44 @@ void direct_forward(const KernelCall& c) {
   EMBER_CHECK(d.KB > 0, "conv2d direct: the shape does not fit the kernel");
   dispatch_half_float(a.y.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    launch_direct<T, false>(d, static_cast<int>(g.R), cp<T>(a.x), cp<T>(a.w), cp<T>(a.b), mp<T>(a.y),
+    launch_direct<T, false>(d, static_cast<int>(g.R), cp<T>(a.x), PooledGrad{}, cp<T>(a.w), cp<T>(a.b), mp<T>(a.y),
                             cuda::stream_for(a.y));
   });
 }
 
+// The call's pooled gradient as the direct kernels read it (Note [max pooling in the conv backward]),
+// its indices made contiguous into `ind`; none where the call has no pooling.
+PooledGrad pooled_grad(const KernelCall& c, Tensor& ind) {
+  const auto& a = c.attr<Conv2dAttrs>();
+  if (a.max_pool == 0) return {};
+  ind = c.in[2].contiguous();
+  return {.ind = cp<int64_t>(ind),
+          .kh = static_cast<int>(a.pool.kernel[0]),
+          .kw = static_cast<int>(a.pool.kernel[1]),
+          .PH = static_cast<int>(ind.shape()[2]),
+          .PW = static_cast<int>(ind.shape()[3])};
+}
+
+// Whether a direct kernel reads the call's grad_output itself or from the pooled gradient; else
+// the pooling's backward runs first (overlapping windows).
+bool direct_pooling_ok(const KernelCall& c) {
+  const auto& a = c.attr<Conv2dAttrs>();
+  return a.max_pool == 0 || conv_pool_disjoint(a);
+}
+
 void direct_backward_input(const KernelCall& c) {
+  if (!direct_pooling_ok(c)) return conv_unpooled_apart(c, direct_backward_input);
   ConvArgs a = convcuda::backward_input_args(c);
   if (a.x.numel() == 0) return;
   const ConvGeom& g = a.g;
   cuda::DeviceGuard scope(a.x.device().index);
   const DirectGeom d = backward_input_direct_geom(g, cuda::sm_count(a.x.device().index));
   EMBER_CHECK(d.KB > 0, "conv2d_backward_input direct: the shape does not fit the kernel");
+  Tensor ind;
+  const PooledGrad u = pooled_grad(c, ind);
   dispatch_half_float(a.x.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    launch_direct<T, true>(d, static_cast<int>(g.R), cp<T>(a.y), cp<T>(a.w), nullptr, mp<T>(a.x),
+    launch_direct<T, true>(d, static_cast<int>(g.R), cp<T>(a.y), u, cp<T>(a.w), nullptr, mp<T>(a.x),
                            cuda::stream_for(a.x));
   });
 }
@@ -563,9 +620,9 @@ struct DirectWgradGeom {
 // Image n's input planes (channels c0 ..) and grad_output planes (channels k0 ..) into shared
 // memory, zero-padded (Note [batched staging]).
 template <class T>
-__device__ __forceinline__ void wgrad_stage_image(const T* __restrict__ gy, const T* __restrict__ x,
-                                                  const DirectWgradGeom& g, int n, int k0, int c0, float* xs,
-                                                  float* gs) {
+__device__ __forceinline__ void wgrad_stage_image(const T* __restrict__ gy, const PooledGrad& u,
+                                                  const T* __restrict__ x, const DirectWgradGeom& g, int n, int k0,
+                                                  int c0, float* xs, float* gs) {
   const int xplane = g.Hp * g.Wp, gplane = g.P * g.Q;
   const T* xn = x + static_cast<int64_t>(n) * g.C * g.H * g.W;
   stage_batched(
@@ -582,9 +639,16 @@ __device__ __forceinline__ void wgrad_stage_image(const T* __restrict__ gy, cons
         const int c = i / xplane;
         xs[c * g.xpitch + (i - c * xplane)] = v;
       });
-  const T* gn = gy + static_cast<int64_t>(n) * g.K * gplane;
+  const ImagePlanes<T> gn(gy, u, n, g.K, g.P, g.Q);
   stage_batched(
-      g.KB * gplane, [&](int i) { return k0 + i / gplane < g.K ? static_cast<float>(gn[k0 * gplane + i]) : 0.f; },
+      g.KB * gplane,
+      [&](int i) {
+        const int k = k0 + i / gplane;
+        if (k >= g.K) return 0.f;
+        if (gn.ind == nullptr) return static_cast<float>(gn.v[k0 * gplane + i]);
+        const int rem = i - (k - k0) * gplane;
+        return gn.at(u, k, rem / g.Q, rem - rem / g.Q * g.Q, g.P, g.Q);
+      },
       [&](int i, float v) {
         const int k = i / gplane, rem = i - k * gplane;
         const int p = rem / g.Q, q = rem - p * g.Q;
@@ -646,8 +710,8 @@ __device__ __forceinline__ void wgrad_block_partials(const float (&acc)[TK][KS][
 // (compute_wgrad_geom), which the launch bounds say: left to itself, ptxas spilled the 3x3 kernel
 // once db's TK sums joined the loop (docs/perf.md has the registers).
 template <class T, int KS, int TK>
-__global__ void __launch_bounds__(256, 2)
-    direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x, float* __restrict__ ws, DirectWgradGeom g) {
+__global__ void __launch_bounds__(256, 2) direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x,
+                                                              float* __restrict__ ws, DirectWgradGeom g, PooledGrad u) {
   EMBER_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   float* xs = smem;                    // [CB][xpitch >= Hp Wp]
@@ -676,7 +740,7 @@ __global__ void __launch_bounds__(256, 2)
   const int n_begin = split * g.ipb, n_end = ::min(g.N, n_begin + g.ipb);
   for (int n = n_begin; n < n_end; ++n) {
     __syncthreads();  // the previous image's planes are no longer read
-    wgrad_stage_image(gy, x, g, n, k0, c0, xs, gs);
+    wgrad_stage_image(gy, u, x, g, n, k0, c0, xs, gs);
     __syncthreads();
     if (active) {
       const float* xc = xs + cc * g.xpitch;
@@ -803,6 +867,7 @@ bool direct_wgrad_supports(const KernelCall& c) {
 }
 
 void direct_backward_weight(const KernelCall& c) {
+  if (!direct_pooling_ok(c)) return conv_unpooled_apart(c, direct_backward_weight);
   ConvArgs a = convcuda::backward_weight_args(c);
   const ConvGeom& g = a.g;
   cuda::DeviceGuard scope(a.w.device().index);
@@ -822,13 +887,15 @@ void direct_backward_weight(const KernelCall& c) {
   const int64_t nw = g.K * g.C * KS * KS, nb = d.bias ? g.K : 0;
   Tensor ws = empty({d.splits * (nw + nb)}, TensorOptions().dtype(DType::f32).device(a.w.device()));
   cudaStream_t st = cuda::stream_for(a.w);
+  Tensor ind;
+  const PooledGrad u = pooled_grad(c, ind);
   const int threads = (units + 31) / 32 * 32;
   dim3 grid(d.splits, (d.K + d.KB - 1) / d.KB, (d.C + d.CB - 1) / d.CB);
   dispatch_half_float(a.w.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
     auto kern = KS == 3 ? direct_wgrad_kernel<T, 3, kWgTK3> : direct_wgrad_kernel<T, 5, kWgTK5>;
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    cuda::launch(kern, grid, threads, smem, st, cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d);
+    cuda::launch(kern, grid, threads, smem, st, cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d, u);
     cuda::launch(wgrad_sum_splits_kernel<T>, cuda::grid_for(nw + nb, 256, a.w.device().index), 256, 0, st,
                  cp<float>(ws), d.splits, nw, nb, mp<T>(a.w), d.bias ? mp<T>(db) : static_cast<T*>(nullptr));
   });
@@ -863,7 +930,7 @@ void register_cuda_conv2d(OpInfo& info) {
 void register_cuda_conv2d_backward_input(OpInfo& info) {
   info.add_variant({.name = "direct",
                     .device = DeviceType::cuda,
-                    .fn = unpool_apart<direct_backward_input>,
+                    .fn = direct_backward_input,
                     .dtypes = {DType::f32, DType::f16, DType::bf16},
                     .supports = direct_backward_input_supports,
                     .note = "the direct kernel on grad_output, flipped weight, channels split over warps"});
@@ -887,7 +954,7 @@ void register_cuda_conv2d_backward_input(OpInfo& info) {
 void register_cuda_conv2d_backward_weight(OpInfo& info) {
   info.add_variant({.name = "direct",
                     .device = DeviceType::cuda,
-                    .fn = unpool_apart<direct_backward_weight>,
+                    .fn = direct_backward_weight,
                     .dtypes = {DType::f32, DType::f16, DType::bf16},
                     .supports = direct_wgrad_supports,
                     .note = "MNIST-sized: sliding windows over shared planes, image splits summed in order"});
