@@ -28,9 +28,9 @@
 //
 // Note [fused conv and max pooling]: with fuse_activations, a Conv2d followed by a MaxPool2d,
 // directly or after a ReLU (exactly those types), runs as one conv2d_max_pool2d (Note [max pooling
-// in the conv backward] in kernels/ops/conv2d.h): the same values and gradients; the backward's
-// gradient ops read the pooled gradient, so the pool's backward writes no conv-sized gradient
-// where the conv's kernel fuses it (CUDA's direct kernels). fuse_conv_pool = false leaves the
+// in the conv backward] in kernels/ops/conv2d.h): the same values and gradients; CUDA's direct
+// kernels pool the conv's output before storing it and read the pooled gradient in the backward,
+// so neither the conv-sized output nor its gradient reaches memory. fuse_conv_pool = false leaves the
 // Conv2d on its own and the ReLU in the pool (mnist_train --no-fuse-conv-pool).
 #pragma once
 

@@ -162,6 +162,46 @@ TEST_CASE("a CNN training step on the GPU matches the CPU", "[gpu][conv][bn][poo
 }
 
 #if EMBER_WITH_CUDA
+namespace {
+
+// The kernels a fused and a plain form of the same network launch, forward and backward.
+struct FusedAndPlain {
+  size_t fused_fwd = 0, fused_bwd = 0, plain_fwd = 0, plain_bwd = 0;
+};
+
+// Runs both networks (on the GPU, the same weights) on x with upstream gradient g, counts their
+// launches (after a warm-up: allocations, the variants' first calls), and checks that their
+// outputs and parameter gradients agree bit for bit.
+FusedAndPlain compare_fused_and_plain(nn::Sequential& fused, nn::Sequential& plain, const Tensor& x, const Tensor& g) {
+  auto run = [&](nn::Sequential& net, std::vector<Tensor>* results, size_t* fwd, size_t* bwd) {
+    net->zero_grad();
+    Tensor y;
+    *fwd = test::kernels_launched_by([&] { y = net(x); });  // captured, never run: run it again
+    y = net(x);
+    *bwd = test::kernels_launched_by([&] { y.backward(g); });
+    net->zero_grad();
+    y = net(x);
+    y.backward(g);
+    results->clear();
+    results->push_back(y.detach().cpu());
+    for (const Tensor& p : net->parameters()) results->push_back(p.grad().cpu());
+  };
+  std::vector<Tensor> a, b;
+  FusedAndPlain n;
+  for (int pass = 0; pass < 2; ++pass) {
+    run(fused, &a, &n.fused_fwd, &n.fused_bwd);
+    run(plain, &b, &n.plain_fwd, &n.plain_bwd);
+  }
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("result " << i << " (0: y, then the parameters' grads)");
+    CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
+  }
+  return n;
+}
+
+}  // namespace
+
 // A ReLU followed by a MaxPool2d runs as one max_pool2d with the relu fused (Note [relu after max
 // pooling]): one launch fewer each way, with the same values and gradients.
 TEST_CASE("cuda nn: a ReLU fused into the MaxPool2d after it saves a launch each way, bit for bit", "[gpu][pool]") {
@@ -175,40 +215,16 @@ TEST_CASE("cuda nn: a ReLU fused into the MaxPool2d after it saves a launch each
   fused->fuse_conv_pool = false;  // the conv on its own (the next test fuses it)
   plain->fuse_activations = false;
   for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
-  Tensor x = randn({4, 1, 8, 8}).cuda(), g = randn({4, 3}).cuda();
-  auto run = [&](nn::Sequential& net, std::vector<Tensor>* results, size_t* fwd, size_t* bwd) {
-    net->zero_grad();
-    Tensor y;
-    *fwd = test::kernels_launched_by([&] { y = net(x); });  // captured, never run: run it again
-    y = net(x);
-    *bwd = test::kernels_launched_by([&] { y.backward(g); });
-    net->zero_grad();
-    y = net(x);
-    y.backward(g);
-    results->push_back(y.detach().cpu());
-    for (const Tensor& p : net->parameters()) results->push_back(p.grad().cpu());
-  };
-  std::vector<Tensor> a, b;
-  size_t ff = 0, fb = 0, pf = 0, pb = 0;
-  run(fused, &a, &ff, &fb);  // warm-up (allocations, the variants' first calls)
-  run(plain, &b, &pf, &pb);
-  a.clear();
-  b.clear();
-  run(fused, &a, &ff, &fb);
-  run(plain, &b, &pf, &pb);
-  CHECK(ff + 1 == pf);
-  CHECK(fb + 1 == pb);
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO("result " << i << " (0: y, then the parameters' grads)");
-    CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
-  }
+  const FusedAndPlain n = compare_fused_and_plain(fused, plain, randn({4, 1, 8, 8}).cuda(), randn({4, 3}).cuda());
+  CHECK(n.fused_fwd + 1 == n.plain_fwd);
+  CHECK(n.fused_bwd + 1 == n.plain_bwd);
 }
 
 // A Conv2d, ReLU, MaxPool2d runs as one conv2d_max_pool2d (Note [fused conv and max pooling]):
-// the direct kernels read the pooled gradient, so each such layer's backward loses the pool's
-// launch, with the same values and gradients bit for bit (the same sums of the same values).
-TEST_CASE("cuda nn: the direct conv kernels' backward reads the pooled gradient, bit for bit", "[gpu][conv][pool]") {
+// the direct forward pools its output before it stores it, and the direct kernels read the pooled
+// gradient, so each such layer loses the pool's launch each way, with the same values and
+// gradients bit for bit (the same sums of the same values, rounded alike).
+TEST_CASE("cuda nn: the direct conv kernels pool and read the pooled gradient, bit for bit", "[gpu][conv][pool]") {
   manual_seed(6);
   auto make = [] {
     return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(1, 4, 3).padding(1)), nn::ReLU(), nn::MaxPool2d(2),
@@ -219,34 +235,9 @@ TEST_CASE("cuda nn: the direct conv kernels' backward reads the pooled gradient,
   plain->load_state_dict(fused->state_dict());
   plain->fuse_conv_pool = false;  // the relu still fused into the pool
   for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
-  Tensor x = randn({4, 1, 8, 8}).cuda(), g = randn({4, 3}).cuda();
-  auto run = [&](nn::Sequential& net, std::vector<Tensor>* results, size_t* fwd, size_t* bwd) {
-    net->zero_grad();
-    Tensor y;
-    *fwd = test::kernels_launched_by([&] { y = net(x); });  // captured, never run: run it again
-    y = net(x);
-    *bwd = test::kernels_launched_by([&] { y.backward(g); });
-    net->zero_grad();
-    y = net(x);
-    y.backward(g);
-    results->push_back(y.detach().cpu());
-    for (const Tensor& p : net->parameters()) results->push_back(p.grad().cpu());
-  };
-  std::vector<Tensor> a, b;
-  size_t ff = 0, fb = 0, pf = 0, pb = 0;
-  run(fused, &a, &ff, &fb);  // warm-up (allocations, the variants' first calls)
-  run(plain, &b, &pf, &pb);
-  a.clear();
-  b.clear();
-  run(fused, &a, &ff, &fb);
-  run(plain, &b, &pf, &pb);
-  CHECK(ff == pf);
-  CHECK(fb + 2 == pb);  // no max_pool2d_backward
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO("result " << i << " (0: y, then the parameters' grads)");
-    CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
-  }
+  const FusedAndPlain n = compare_fused_and_plain(fused, plain, randn({4, 1, 8, 8}).cuda(), randn({4, 3}).cuda());
+  CHECK(n.fused_fwd + 2 == n.plain_fwd);  // conv and pool in one launch
+  CHECK(n.fused_bwd + 2 == n.plain_bwd);  // no max_pool2d_backward
 }
 
 // A conv layer's bias gradient comes out of its weight gradient's kernels (Note [conv bias

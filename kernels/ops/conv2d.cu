@@ -20,6 +20,8 @@
 //               are summed in shared memory, the image splits by a second, ordered pass. A biased
 //               layer's db comes from the same loads and the same two launches (Note [conv bias
 //               gradient] in conv2d.h); every other variant adds it with the sum op.
+//               conv2d_max_pool2d: the same forward kernel pools its output in 2x2 windows through
+//               shared memory before it stores (Note [conv and max pooling in one launch]).
 //               On a pooled gradient (conv2d_max_pool2d's backward, windows that do not overlap)
 //               both gradient kernels unpool it as they stage their grad_output planes (Note [max
 //               pooling in the conv backward] in conv2d.h); every other variant runs
@@ -49,6 +51,7 @@
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
+#include "kernels/common/aligned_vec.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/memory_format.h"
@@ -285,14 +288,78 @@ __device__ __forceinline__ bool direct_sum_splits(float (&acc)[TK][TP], float* s
   return true;
 }
 
+// The forward's output max pooled in 2x2 windows, stride 2, no padding (conv2d_max_pool2d, Note
+// [conv and max pooling in one launch]) into y and ind ([N, Co, PH, PW]), relu(max) where relu;
+// y = nullptr: the output is not pooled.
+template <class T>
+struct PoolOut {
+  T* y = nullptr;
+  int64_t* ind = nullptr;
+  int PH = 0, PW = 0;
+  int relu = 0;
+};
+
+// Note [conv and max pooling in one launch]: the direct forward's threads own TP pixels of one
+// output row, and a 2x2 window spans two rows (and, with TP = 7, two threads of a row). So the
+// pooled epilogue goes through shared memory, one of the TK channels of every thread at a time:
+// the threads put their outputs (each rounded to T first, as the unfused conv stores them, so the
+// same maximum wins) window by window into a staging plane, 4 floats per window, then a thread per
+// pooled output reads its window as one float4 (consecutive lanes, consecutive windows: no bank
+// conflicts) and picks the maximum as max_pool2d does (the first maximum, NaN wins; the relu and
+// its index -1 after). Rows and columns in no window are never stored. The conv's output never
+// reaches memory: one launch and the output's write and read fewer than conv2d + max_pool2d.
+template <class T, int TK, int TP>
+__device__ __forceinline__ void direct_pool_epilogue(const float (&acc)[TK][TP], const T* __restrict__ bias,
+                                                     float* stage, bool active, int kg, int p, int q0, int k0, int n,
+                                                     const DirectGeom& g, const PoolOut<T>& po) {
+  const int groups = g.KB / TK, pooled = po.PH * po.PW;
+  EMBER_UNROLL
+  for (int k = 0; k < TK; ++k) {
+    __syncthreads();  // the main loop's or the last channel's reads are done
+    const int kk = k0 + kg * TK + k;
+    if (active && p < 2 * po.PH) {
+      const float bv = bias != nullptr && kk < g.Co ? static_cast<float>(bias[kk]) : 0.f;
+      float* row = stage + ((kg * po.PH + p / 2) * po.PW) * 4 + (p % 2) * 2;
+      EMBER_UNROLL
+      for (int i = 0; i < TP; ++i) {
+        const int q = q0 + i;
+        if (q < 2 * po.PW) row[(q / 2) * 4 + q % 2] = static_cast<float>(static_cast<T>(acc[k][i] + bv));
+      }
+    }
+    __syncthreads();
+    for (int o = threadIdx.x; o < groups * pooled; o += blockDim.x) {
+      const int og = o / pooled, rem = o - og * pooled;
+      const int ko = k0 + og * TK + k;
+      if (ko >= g.Co) continue;
+      // one 16-byte access (Note [whole vector accesses] in kernels/common/aligned_vec.cuh)
+      const detail::AlignedVec<float, 4> win = reinterpret_cast<const detail::AlignedVec<float, 4>*>(stage)[o];
+      const float* v = win.v;
+      const int ph = rem / po.PW, pw = rem - ph * po.PW;
+      float best = -INFINITY;
+      int64_t idx = static_cast<int64_t>(2 * ph) * g.Q + 2 * pw;
+      EMBER_UNROLL
+      for (int j = 0; j < 4; ++j)
+        if (v[j] > best || v[j] != v[j]) {
+          best = v[j];
+          idx = static_cast<int64_t>(2 * ph + j / 2) * g.Q + 2 * pw + j % 2;
+        }
+      if (po.relu) pool::relu_max(best, idx);
+      const int64_t at = (static_cast<int64_t>(n) * g.Co + ko) * pooled + rem;
+      po.y[at] = static_cast<T>(best);
+      po.ind[at] = idx;
+    }
+  }
+}
+
 // y[n, k0 + kk, p, q] for one image and KB output channels; thread = one item (TK channels x TP
 // pixels of a row) of one channel split, accumulated over input-channel chunks staged in shared
 // memory. FLIP: the weight is read as the transposed, flipped kernel of a [Co, Ci] convolution
-// (backward_input), whose input planes may come pooled (u).
+// (backward_input), whose input planes may come pooled (u). The forward's output may be max pooled
+// instead of stored (po).
 template <class T, int KS, int TP, int TK, bool FLIP>
 __global__ void __launch_bounds__(kDirectThreads)
     direct_kernel(const T* __restrict__ in, const T* __restrict__ w, const T* __restrict__ bias, T* __restrict__ out,
-                  DirectGeom g, PooledGrad u) {
+                  DirectGeom g, PooledGrad u, PoolOut<T> po) {
   static_assert(TK == 1 || TK == 8, "TK: one scalar or two float4 weight loads per tap");
   EMBER_SHARED(float4[kDirectSmemFloats / 4], smem4);
   float* smem = reinterpret_cast<float*>(smem4);
@@ -349,6 +416,10 @@ __global__ void __launch_bounds__(kDirectThreads)
   }
   // split 0 goes on with the block's sums
   if (g.CS > 1 && !direct_sum_splits<TK, TP>(acc, smem, split, item, active, g)) return;
+  if (po.y != nullptr) {  // the forward only (CS = 1): every thread takes part
+    direct_pool_epilogue<T, TK, TP>(acc, bias, smem, active, kg, p, q0, k0, n, g, po);
+    return;
+  }
   if (!active) return;
   T* yn = out + static_cast<int64_t>(n) * g.Co * g.P * g.Q;
   EMBER_UNROLL
@@ -480,30 +551,38 @@ DirectGeom direct_geom(int N, int Ci, int H, int W, int Co, int P, int Q, int pa
                                  [&] { return compute_direct_geom(N, Ci, H, W, Co, P, Q, pad, KS, sms, split); });
 }
 
+// A direct kernel's operands: its input planes (pooled: u), weight, bias and output (pooled: po).
+template <class T>
+struct DirectArgs {
+  const T* in;
+  PooledGrad u;
+  const T* w;
+  const T* b;
+  T* out;
+  PoolOut<T> po;
+};
+
 template <class T, int KS, int TP, int TK, bool FLIP>
-void launch_direct_t(const DirectGeom& d, const T* in, const PooledGrad& u, const T* w, const T* b, T* out,
-                     cudaStream_t st) {
+void launch_direct_t(const DirectGeom& d, const DirectArgs<T>& a, cudaStream_t st) {
   dim3 grid(d.N, (d.Co + d.KB - 1) / d.KB);
-  cuda::launch(direct_kernel<T, KS, TP, TK, FLIP>, grid, d.CS * d.IW, 0, st, in, w, b, out, d, u);
+  cuda::launch(direct_kernel<T, KS, TP, TK, FLIP>, grid, d.CS * d.IW, 0, st, a.in, a.w, a.b, a.out, d, a.u, a.po);
 }
 
 template <class T, int KS, int TP, bool FLIP>
-void launch_direct_tk(const DirectGeom& d, const T* in, const PooledGrad& u, const T* w, const T* b, T* out,
-                      cudaStream_t st) {
-  if (d.TK == 8) launch_direct_t<T, KS, TP, 8, FLIP>(d, in, u, w, b, out, st);
-  else launch_direct_t<T, KS, TP, 1, FLIP>(d, in, u, w, b, out, st);
+void launch_direct_tk(const DirectGeom& d, const DirectArgs<T>& a, cudaStream_t st) {
+  if (d.TK == 8) launch_direct_t<T, KS, TP, 8, FLIP>(d, a, st);
+  else launch_direct_t<T, KS, TP, 1, FLIP>(d, a, st);
 }
 
 template <class T, bool FLIP>
-void launch_direct(const DirectGeom& d, int KS, const T* in, const PooledGrad& u, const T* w, const T* b, T* out,
-                   cudaStream_t st) {
+void launch_direct(const DirectGeom& d, int KS, const DirectArgs<T>& a, cudaStream_t st) {
   const bool tp7 = d.Q % 7 == 0;
   if (KS == 3) {
-    if (tp7) launch_direct_tk<T, 3, 7, FLIP>(d, in, u, w, b, out, st);
-    else launch_direct_tk<T, 3, 4, FLIP>(d, in, u, w, b, out, st);
+    if (tp7) launch_direct_tk<T, 3, 7, FLIP>(d, a, st);
+    else launch_direct_tk<T, 3, 4, FLIP>(d, a, st);
   } else {
-    if (tp7) launch_direct_tk<T, 5, 7, FLIP>(d, in, u, w, b, out, st);
-    else launch_direct_tk<T, 5, 4, FLIP>(d, in, u, w, b, out, st);
+    if (tp7) launch_direct_tk<T, 5, 7, FLIP>(d, a, st);
+    else launch_direct_tk<T, 5, 4, FLIP>(d, a, st);
   }
 }
 
@@ -556,8 +635,36 @@ void direct_forward(const KernelCall& c) {
   EMBER_CHECK(d.KB > 0, "conv2d direct: the shape does not fit the kernel");
   dispatch_half_float(a.y.dtype(), "conv2d", [&](auto tag) {
     using T = decltype(tag);
-    launch_direct<T, false>(d, static_cast<int>(g.R), cp<T>(a.x), PooledGrad{}, cp<T>(a.w), cp<T>(a.b), mp<T>(a.y),
+    launch_direct<T, false>(d, static_cast<int>(g.R), {cp<T>(a.x), {}, cp<T>(a.w), cp<T>(a.b), mp<T>(a.y), {}},
                             cuda::stream_for(a.y));
+  });
+}
+
+// conv2d_max_pool2d in one launch (Note [conv and max pooling in one launch]): the direct forward
+// where it runs, with 2x2 windows, stride 2, no padding.
+bool direct_conv_pool_supports(const KernelCall& c) {
+  const PoolAttrs& p = c.attr<Conv2dAttrs>().pool;
+  return p.kernel[0] == 2 && p.kernel[1] == 2 && p.stride[0] == 2 && p.stride[1] == 2 && p.padding[0] == 0 &&
+         p.padding[1] == 0 && direct_forward_supports(c);
+}
+
+void direct_conv_pool(const KernelCall& c) {
+  ConvArgs a = convcuda::forward_args(c);
+  const Tensor &y = c.out[0], &ind = c.out[1];
+  if (y.numel() == 0) return;
+  const ConvGeom& g = a.g;
+  cuda::DeviceGuard scope(y.device().index);
+  const DirectGeom d = forward_direct_geom(g, cuda::sm_count(y.device().index));
+  EMBER_CHECK(d.KB > 0, "conv2d_max_pool2d direct: the shape does not fit the kernel");
+  dispatch_half_float(y.dtype(), "conv2d_max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    const PoolOut<T> po{.y = mp<T>(y),
+                        .ind = mp<int64_t>(ind),
+                        .PH = static_cast<int>(y.shape()[2]),
+                        .PW = static_cast<int>(y.shape()[3]),
+                        .relu = static_cast<int>(c.attr<Conv2dAttrs>().pool.relu)};
+    launch_direct<T, false>(d, static_cast<int>(g.R), {cp<T>(a.x), {}, cp<T>(a.w), cp<T>(a.b), nullptr, po},
+                            cuda::stream_for(y));
   });
 }
 
@@ -593,7 +700,7 @@ void direct_backward_input(const KernelCall& c) {
   const PooledGrad u = pooled_grad(c, ind);
   dispatch_half_float(a.x.dtype(), "conv2d_backward_input", [&](auto tag) {
     using T = decltype(tag);
-    launch_direct<T, true>(d, static_cast<int>(g.R), cp<T>(a.y), u, cp<T>(a.w), nullptr, mp<T>(a.x),
+    launch_direct<T, true>(d, static_cast<int>(g.R), {cp<T>(a.y), u, cp<T>(a.w), nullptr, mp<T>(a.x), {}},
                            cuda::stream_for(a.x));
   });
 }
@@ -976,6 +1083,12 @@ void register_cuda_conv2d_backward_weight(OpInfo& info) {
 }
 
 void register_cuda_conv2d_max_pool2d(OpInfo& info) {
+  info.add_variant({.name = "direct",
+                    .device = DeviceType::cuda,
+                    .fn = direct_conv_pool,
+                    .dtypes = {DType::f32, DType::f16, DType::bf16},
+                    .supports = direct_conv_pool_supports,
+                    .note = "conv2d's direct forward pooling 2x2 windows through shared memory: one launch"});
   info.add_variant({.name = "ops",
                     .device = DeviceType::cuda,
                     .fn = conv_then_pool_ops,
