@@ -36,8 +36,8 @@ and `case` is the name of the matching entry of that op's `benches()`:
                                           autograd runs for a linear layer after a relu:
                                           threshold_backward, then mm, and sum for the bias)
 Ops whose benches() were not in the repository when this script was written (matmul, linear,
-conv2d and its two gradients, max_pool2d, avg_pool2d and their gradients, batch_norm and its
-gradient) use descriptive shape names in the same style, defined in one place below
+conv2d and its two gradients, conv2d_max_pool2d, max_pool2d, avg_pool2d and their gradients,
+batch_norm and its gradient) use descriptive shape names in the same style, defined in one place below
 (gemm_cases, conv_cases, ...); rename them there if the ops' benches() choose other names.
 Rows that have no ember counterpart (the rooflines, "cross_entropy fwd+bwd") are informative.
 """
@@ -205,6 +205,35 @@ def conv_cases():
                    lambda bias=bias: bwd([False, True, bias]), moved, flops)
 
 
+def conv_pool_cases():
+    """The MNIST CNN's conv (bias), relu, 2x2 max pool layers as PyTorch runs them, beside ember's
+    conv2d_max_pool2d: the forward, and the layer's whole backward (the pool's, the relu's folded
+    into it by autograd, and the conv's: weight and bias, and the input where C > 1, as in training;
+    ember's rows for it are conv2d_backward_weight and _input on the pooled gradient)."""
+    for n in (64, 128, 512):
+        for c, hw, k in ((1, 28, 32), (32, 14, 64)):
+            for dt in ("f32", "bf16"):
+                name = f"[{n}, {c}, {hw}, {hw}] * [{k}, {c}, 3, 3] pad 1 {dt} relu pool 2"
+                if not case_wanted(name):
+                    continue
+                x = rand([n, c, hw, hw], dt).requires_grad_(c > 1)
+                wt, b = rand([k, c, 3, 3], dt).requires_grad_(True), rand([k], dt).requires_grad_(True)
+
+                def fwd(x=x, wt=wt, b=b):
+                    return F.max_pool2d(F.relu(F.conv2d(x, wt, b, padding=1)), 2)
+
+                y = fwd()
+                gy = torch.randn_like(y)
+                flops = 2.0 * n * k * c * 9 * hw * hw
+                moved = nbytes(x, wt, b, y) + y.numel() * SIZE["i64"]
+                yield ("conv2d_max_pool2d", name, dt, lambda x=x, wt=wt, b=b: fwd(x.detach(), wt.detach(), b.detach()),
+                       moved, flops)
+                wrt = [x, wt, b] if c > 1 else [wt, b]
+                yield ("conv2d_max_pool2d backward", name, dt,
+                       lambda y=y, gy=gy, wrt=wrt: torch.autograd.grad(y, wrt, gy, retain_graph=True),
+                       moved + nbytes(gy), 2 * flops if c > 1 else flops)
+
+
 def pool_cases():
     shapes = [(b, 32, 28, 28, 2, 2, 0) for b in (64, 128, 512)]
     shapes += [(b, 64, 14, 14, 2, 2, 0) for b in (64, 128, 512)]
@@ -284,7 +313,7 @@ def elementwise_cases():
     yield "sum", "[2^26] all f32", "f32", lambda: a.sum(), nbytes(a) + 4, 0
 
 
-GROUPS = (rooflines, gemm_cases, linear_backward_cases, conv_cases, pool_cases, batch_norm_cases, softmax_cases, elementwise_cases)
+GROUPS = (rooflines, gemm_cases, linear_backward_cases, conv_cases, conv_pool_cases, pool_cases, batch_norm_cases, softmax_cases, elementwise_cases)
 
 
 def main():

@@ -478,9 +478,13 @@ stage_4() {
   step bench_h2d 5 -- "$BIN/bench_loader" --data "$DATA" --quick
   # PyTorch on the same ops and, for the convolutions, the same shapes (its names differ; its
   # rooflines always run)
-  step torch_ops 20 py -- "$python" "$PY/torch_ops.py" --iters 20 --only '^(softmax|cross_entropy|add|sum|matmul|linear.*|conv2d.*)$' \
+  step torch_ops 20 py -- "$python" "$PY/torch_ops.py" --iters 20 --only '^(softmax|cross_entropy|add|sum|matmul|linear.*|conv2d(_backward_.*)?)$' \
        --case '^(?!\[\d+, \d+, \d+, \d+\] \* )|^\[128, (1, 28|32, 14), |^\[32, (64, 56, 56\] \* \[64, 64, 3|256, 56, 56\] \* \[64, 256, 1), ' \
        --json "$j/torch_ops.json"
+  # PyTorch's conv, relu, 2x2 pool layers of the MNIST CNN at batch 128, forward and the layer's
+  # whole backward, beside bench_conv_pooled's rows; on demand (--only 4 --steps torch_conv_pooled)
+  STEP_ON_DEMAND=1 step torch_conv_pooled 8 py -- "$python" "$PY/torch_ops.py" --iters 20 --only '^conv2d_max_pool2d' \
+       --case '^\[128, ' --json "$j/torch_conv_pooled.json"
   (( dry_run )) && return 0
   "$python" "$TABLE" "$j"/bench_*.json "$j/torch_ops.json" > "$work/tables/4_kernels.md" 2> "$j/bench_table.err" || true
   # the machine-readable results (bench/results/README.md): every variant timed above and which won
