@@ -198,10 +198,11 @@ Conv2dAttrs forward_attrs(Conv2dAttrs a) {
   return a;
 }
 
-// The gradient ops' inputs (a, b), and the pool's indices where a is a pooled gradient.
-std::vector<Tensor> grad_inputs(const Tensor& a, const Tensor& b, const Conv2dAttrs& attrs, const Tensor& ind) {
-  if (attrs.max_pool == 0) return {a, b};
-  return {a, b, ind};
+// A gradient op's inputs (a, b) from a gradient op's vjp: with its pooling, a is a pooled gradient
+// and the pool's indices (the vjp's third input) follow.
+std::vector<Tensor> grad_inputs(const Tensor& a, const Tensor& b, const BackwardCtx& ctx) {
+  if (ctx.attr<Conv2dAttrs>().max_pool == 0) return {a, b};
+  return {a, b, ctx.inputs[2]};
 }
 
 // A gradient with respect to the convolution's output (full), as one with respect to the pooled
@@ -270,8 +271,7 @@ std::vector<Tensor> conv2d_backward_input_vjp(const BackwardCtx& ctx) {
   Tensor dgy, dw;
   if (ctx.needs_grad(0)) dgy = to_pooled(call1(OpId::conv2d, {G, w, Tensor()}, forward_attrs(a)), ctx);
   if (ctx.needs_grad(1))
-    dw = call1(OpId::conv2d_backward_weight, grad_inputs(gy, G, a, a.max_pool ? ctx.inputs[2] : Tensor()),
-               with_size(a, w.shape()[2], w.shape()[3]));
+    dw = call1(OpId::conv2d_backward_weight, grad_inputs(gy, G, ctx), with_size(a, w.shape()[2], w.shape()[3]));
   return pad_to_inputs({dgy, dw}, ctx);
 }
 
@@ -285,8 +285,7 @@ std::vector<Tensor> conv2d_backward_weight_vjp(const BackwardCtx& ctx) {
   const Tensor Gb = a.bias_grad == 1 && ctx.grads.size() > 1 ? ctx.grads[1] : Tensor();
   if (ctx.needs_grad(0)) dgy = to_pooled(call1(OpId::conv2d, {x, G, Gb}, forward_attrs(a)), ctx);
   if (ctx.needs_grad(1))
-    dx = call1(OpId::conv2d_backward_input,
-               grad_inputs(contiguous_as(gy, runs_channels_last(x)), G, a, a.max_pool ? ctx.inputs[2] : Tensor()),
+    dx = call1(OpId::conv2d_backward_input, grad_inputs(contiguous_as(gy, runs_channels_last(x)), G, ctx),
                with_size(a, x.shape()[2], x.shape()[3]));
   return pad_to_inputs({dgy, dx}, ctx);
 }

@@ -643,9 +643,8 @@ void direct_forward(const KernelCall& c) {
 // conv2d_max_pool2d in one launch (Note [conv and max pooling in one launch]): the direct forward
 // where it runs, with 2x2 windows, stride 2, no padding.
 bool direct_conv_pool_supports(const KernelCall& c) {
-  const PoolAttrs& p = c.attr<Conv2dAttrs>().pool;
-  return p.kernel[0] == 2 && p.kernel[1] == 2 && p.stride[0] == 2 && p.stride[1] == 2 && p.padding[0] == 0 &&
-         p.padding[1] == 0 && direct_forward_supports(c);
+  const Conv2dAttrs& a = c.attr<Conv2dAttrs>();
+  return a.pool.kernel[0] == 2 && a.pool.kernel[1] == 2 && conv_pool_disjoint(a) && direct_forward_supports(c);
 }
 
 void direct_conv_pool(const KernelCall& c) {
