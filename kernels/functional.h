@@ -191,6 +191,13 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 // weight/bias may be undefined (affine = false). f16/bf16 x may come with f32 weight/bias/running stats.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
                   bool training, double momentum = 0.1, double eps = 1e-5);
+// max_pool2d(batch_norm(x, ...)), with relu between them when `relu`, as one op each way: the
+// backward reads the pooled gradient (Note [max pooling in the batch norm backward] in
+// kernels/ops/batch_norm.h). x [N, C, H, W].
+Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                             Tensor running_var, bool training, double momentum, double eps,
+                             std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
+                             std::array<int64_t, 2> padding = {0, 0}, bool relu = false);
 // ---- data ----
 // u8 images [N, C, ...] (or any shape with one channel) -> (x/255 - mean[c]) / std[c] in `dtype`,
 // one pass (torchvision's ToTensor + Normalize). mean/std: one entry per channel, or one for all.

@@ -1,6 +1,6 @@
-// batch_norm and batch_norm_backward: shape inference, the CPU reference (per channel, two passes
-// in double, parallel over channels), the vjp, cost and the functional API.
-// See batch_norm.h for the formulas.
+// batch_norm, batch_norm_max_pool2d and batch_norm_backward: shape inference, the CPU reference (per
+// channel, two passes in double, parallel over channels), the vjps, cost and the functional API.
+// See batch_norm.h for the formulas and Note [max pooling in the batch norm backward].
 //
 // Note [running statistics]: the op writes running_mean / running_var in place (inputs 3 and 4;
 // contiguous_inputs is off, so the kernel sees the caller's tensors) and bumps their versions. They
@@ -52,6 +52,8 @@ std::vector<TensorSpec> infer_batch_norm(std::span<const Tensor> in, const Attrs
   EMBER_CHECK(in.size() == 5, "batch_norm: expects (input, weight, bias, running_mean, running_var)");
   const Tensor &x = in[0], &w = in[1], &b = in[2], &rm = in[3], &rv = in[4];
   const auto& a = attrs.get<BatchNormAttrs>();
+  EMBER_CHECK(a.max_pool == 0, "batch_norm: max_pool = ", a.max_pool,
+              " is an attribute of batch_norm_max_pool2d and batch_norm_backward only");
   EMBER_CHECK(x.defined(), "batch_norm: the input is undefined");
   EMBER_CHECK(x.dim() >= 2, "batch_norm: expects an input (N, C) or (N, C, *), got ", x.shape());
   EMBER_CHECK(is_floating(x.dtype()), "batch_norm: expects a floating input, got ", x.describe());
@@ -79,6 +81,21 @@ std::vector<TensorSpec> infer_batch_norm(std::span<const Tensor> in, const Attrs
   }
   Strides st = layout_strides(x.shape(), runs_channels_last(x));
   return {{x.shape(), x.dtype(), st}, {Shape{C}, s, {}}, {Shape{C}, s, {}}};
+}
+
+// batch_norm_max_pool2d: batch_norm's checks, then the pooling's of a 4-D input.
+std::vector<TensorSpec> infer_batch_norm_max_pool2d(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& a = attrs.get<BatchNormAttrs>();
+  EMBER_CHECK(a.max_pool == 1, "batch_norm_max_pool2d: max_pool must be 1 (the op pools), got ", a.max_pool);
+  EMBER_CHECK(in.size() == 5 && in[0].defined() && in[0].dim() == 4,
+              "batch_norm_max_pool2d: expects (input [N, C, H, W], weight, bias, running_mean, running_var)");
+  BatchNormAttrs plain = a;
+  plain.max_pool = 0;
+  std::vector<TensorSpec> bn = infer_batch_norm(in, plain);
+  const PoolGeom pg = pool_geometry("batch_norm_max_pool2d", in[0].shape(), a.pool);
+  const Shape ps{pg.N, pg.C, pg.P, pg.Q};
+  const Strides st = layout_strides(ps, runs_channels_last(in[0]));
+  return {{ps, in[0].dtype(), st}, {ps, DType::i64, st}, bn[1], bn[2]};
 }
 
 std::vector<double> as_doubles(const Tensor& t, int64_t C, double fill) {
@@ -172,14 +189,27 @@ void batch_norm_cpu(const KernelCall& c) {
 
 // ---- batch_norm_backward ----
 
-std::vector<TensorSpec> infer_batch_norm_backward(std::span<const Tensor> in, const Attrs&) {
-  EMBER_CHECK(in.size() == 5, "batch_norm_backward: expects (grad_output, input, weight, mean, invstd)");
+// (grad_output, input, weight, mean, invstd), or with max_pool (pooled gradient, ..., indices)
+// (Note [max pooling in the batch norm backward]).
+std::vector<TensorSpec> infer_batch_norm_backward(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& a = attrs.get<BatchNormAttrs>();
+  EMBER_CHECK(a.max_pool == 0 || a.max_pool == 1, "batch_norm_backward: max_pool must be 0 or 1, got ", a.max_pool);
+  if (a.max_pool == 0)
+    EMBER_CHECK(in.size() == 5, "batch_norm_backward: expects (grad_output, input, weight, mean, invstd), got ",
+                in.size(), " inputs");
+  else
+    EMBER_CHECK(in.size() == 6,
+                "batch_norm_backward: with max_pool expects (pooled gradient, input, weight, mean, invstd, indices), "
+                "got ",
+                in.size(), " inputs");
   const Tensor &gy = in[0], &x = in[1], &w = in[2], &mean = in[3], &invstd = in[4];
   EMBER_CHECK(x.defined() && gy.defined() && mean.defined() && invstd.defined(),
               "batch_norm_backward: grad_output, input, mean and invstd must be defined");
   EMBER_CHECK(x.dim() >= 2, "batch_norm_backward: expects an input (N, C) or (N, C, *), got ", x.shape());
-  EMBER_CHECK(gy.shape() == x.shape(), "batch_norm_backward: grad_output ", gy.shape(), " must match the input ",
-              x.shape());
+  if (a.max_pool == 1) check_pooled_gradient("batch_norm_backward", gy, in[5], x.shape(), a.pool, "the input");
+  else
+    EMBER_CHECK(gy.shape() == x.shape(), "batch_norm_backward: grad_output ", gy.shape(), " must match the input ",
+                x.shape());
   EMBER_CHECK(is_floating(x.dtype()) && gy.dtype() == x.dtype(), "batch_norm_backward: grad_output ", gy.describe(),
               " and input ", x.describe(), " must share a floating dtype");
   const int64_t C = x.shape()[1];
@@ -252,17 +282,19 @@ void batch_norm_backward_cpu(const KernelCall& c) {
 
 // ---- autograd ----
 
-std::vector<Tensor> batch_norm_vjp(const BackwardCtx& ctx) {
-  const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
-  const Tensor &mean = ctx.outputs[1], &invstd = ctx.outputs[2];
-  const auto& a = ctx.attr<BatchNormAttrs>();
-  Tensor gy = contiguous_as(ctx.grad(0), runs_channels_last(x));
-  std::vector<Tensor> r = call(OpId::batch_norm_backward, {gy, x, w, mean, invstd}, a);
+// The gradients of batch_norm's or batch_norm_max_pool2d's inputs: batch_norm_backward on g (the
+// pooled gradient with the indices where the op pools), plus the terms of the gradients arriving
+// at the mean and invstd outputs (`stats` is the first of those two outputs).
+std::vector<Tensor> bn_input_grads(const BackwardCtx& ctx, const BatchNormAttrs& a, std::vector<Tensor> bwd_in,
+                                   size_t stats) {
+  const Tensor& x = ctx.inputs[0];
+  const Tensor &mean = ctx.outputs[stats], &invstd = ctx.outputs[stats + 1];
+  std::vector<Tensor> r = call(OpId::batch_norm_backward, bwd_in, a);
   Tensor dx = ctx.needs_grad(0) ? r[0] : Tensor();
   Tensor dw = ctx.needs_grad(1) ? r[1] : Tensor();
   Tensor db = ctx.needs_grad(2) ? r[2] : Tensor();
-  const bool gmean = ctx.grads.size() > 1 && ctx.grads[1].defined();
-  const bool ginv = ctx.grads.size() > 2 && ctx.grads[2].defined();
+  const bool gmean = ctx.grads.size() > stats && ctx.grads[stats].defined();
+  const bool ginv = ctx.grads.size() > stats + 1 && ctx.grads[stats + 1].defined();
   if (a.training && dx.defined() && (gmean || ginv) && x.numel() > 0) {
     // the statistics outputs are functions of x too: d mean / dx = 1 / M, d invstd / dx = -invstd^3 (x - mean) / M
     const int64_t C = x.shape()[1];
@@ -271,15 +303,31 @@ std::vector<Tensor> batch_norm_vjp(const BackwardCtx& ctx) {
     bshape[1] = C;
     const DType s = mean.dtype();
     Tensor term;
-    if (gmean) term = mul(ctx.grads[1], 1.0 / M).reshape(bshape);
+    if (gmean) term = mul(ctx.grads[stats], 1.0 / M).reshape(bshape);
     if (ginv) {
-      Tensor k = mul(mul(ctx.grads[2], mul(mul(invstd, invstd), invstd)), -1.0 / M).reshape(bshape);
+      Tensor k = mul(mul(ctx.grads[stats + 1], mul(mul(invstd, invstd), invstd)), -1.0 / M).reshape(bshape);
       Tensor t2 = mul(k, sub(x.to(s), mean.reshape(bshape)));
       term = term.defined() ? add(term, t2) : t2;
     }
     dx = add(dx, term.to(x.dtype()));
   }
   return {dx, dw, db, Tensor(), Tensor()};
+}
+
+std::vector<Tensor> batch_norm_vjp(const BackwardCtx& ctx) {
+  const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
+  const Tensor gy = contiguous_as(ctx.grad(0), runs_channels_last(x));
+  return bn_input_grads(ctx, ctx.attr<BatchNormAttrs>(), {gy, x, w, ctx.outputs[1], ctx.outputs[2]}, 1);
+}
+
+// batch_norm_max_pool2d: batch_norm_backward on the pooled gradient and the indices (Note [max
+// pooling in the batch norm backward]).
+std::vector<Tensor> batch_norm_max_pool2d_vjp(const BackwardCtx& ctx) {
+  const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1];
+  BatchNormAttrs a = ctx.attr<BatchNormAttrs>();
+  a.pool = with_input_size(a.pool, x.shape()[2], x.shape()[3]);
+  const Tensor gp = contiguous_as(ctx.grad(0), runs_channels_last(x));
+  return bn_input_grads(ctx, a, {gp, x, w, ctx.outputs[2], ctx.outputs[3], ctx.outputs[1]}, 2);
 }
 
 // ---- cost ----
@@ -289,9 +337,53 @@ Cost batch_norm_cost(const KernelCall& c) {
   for (const Tensor& t : c.in)
     if (t.defined()) bytes += static_cast<double>(t.nbytes());
   for (const Tensor& t : c.out) bytes += static_cast<double>(t.nbytes());
-  const double n = static_cast<double>(c.in[0].numel());
-  return {bytes, (c.op == OpId::batch_norm ? 8.0 : 10.0) * n};
+  const double n = static_cast<double>(c.in[c.op == OpId::batch_norm_backward ? 1 : 0].numel());
+  return {bytes, (c.op == OpId::batch_norm_backward ? 10.0 : 8.0) * n};
 }
+
+// batch_norm_max_pool2d as its two ops: batch_norm into a scratch output, max_pool2d from it into
+// the call's outputs; each op's reference kernel (variant 0) or through the registry.
+void bn_then_pool(const KernelCall& c, bool reference) {
+  BatchNormAttrs bn = c.attr<BatchNormAttrs>();
+  const PoolAttrs pool = bn.pool;
+  bn.max_pool = 0;
+  bn.pool = PoolAttrs{};
+  const Tensor& x = c.in[0];
+  const TensorSpec ys = op_info(OpId::batch_norm).infer(c.in, bn)[0];
+  const TensorOptions opts = TensorOptions().dtype(ys.dtype).device(x.device());
+  Tensor y = ys.strides.empty() ? empty(ys.shape, opts) : empty_strided(ys.shape, ys.strides, opts);
+  const std::vector<Tensor> in(c.in.begin(), c.in.end()), bn_out{y, c.out[2], c.out[3]};
+  if (reference) {
+    call_variant_into(op_info(OpId::batch_norm).variants.at(0), OpId::batch_norm, in, bn_out, bn);
+    call_variant_into(op_info(OpId::max_pool2d).variants.at(0), OpId::max_pool2d, {y}, {c.out[0], c.out[1]}, pool);
+  } else {
+    call_into(OpId::batch_norm, in, bn_out, bn);
+    call_into(OpId::max_pool2d, {y}, {c.out[0], c.out[1]}, pool);
+  }
+}
+
+void bn_pool_reference(const KernelCall& c) { bn_then_pool(c, true); }
+
+}  // namespace
+
+void bn_then_pool_ops(const KernelCall& c) { bn_then_pool(c, false); }
+
+void bn_unpooled_apart(const KernelCall& c, void (*f)(const KernelCall&)) {
+  const auto& a = c.attr<BatchNormAttrs>();
+  if (a.max_pool == 0) return f(c);
+  EMBER_CHECK(c.op == OpId::batch_norm_backward, "bn_unpooled_apart: called for op ", op_info(c.op).name);
+  const Tensor gy = unpool_scratch(c.in[0], c.in[5], a.pool, c.in[1].shape());
+  BatchNormAttrs plain = a;
+  plain.max_pool = 0;
+  plain.pool = PoolAttrs{};
+  const Attrs attrs(plain);
+  const std::vector<Tensor> in{gy, c.in[1], c.in[2], c.in[3], c.in[4]};
+  f(KernelCall{c.op, in, c.out, attrs});
+}
+
+namespace {
+
+void batch_norm_backward_reference(const KernelCall& c) { bn_unpooled_apart(c, batch_norm_backward_cpu); }
 
 }  // namespace
 
@@ -323,9 +415,32 @@ void define_op_batch_norm_backward(OpInfo& info) {
   info.contiguous_inputs = false;
   info.add_variant({.name = "cpu",
                     .device = DeviceType::cpu,
-                    .fn = batch_norm_backward_cpu,
+                    .fn = batch_norm_backward_reference,
                     .dtypes = kFloatTypes,
-                    .note = "per channel in double, parallel over channels"});
+                    .note = "per channel in double, parallel over channels (a pooled gradient unpooled first)"});
+}
+
+void define_op_batch_norm_max_pool2d(OpInfo& info) {
+  info.doc = "batch_norm, then max_pool2d (relu optional): the backward reads the pooled gradient";
+  info.infer = infer_batch_norm_max_pool2d;
+  info.backward = batch_norm_max_pool2d_vjp;
+  info.save = Save::both;
+  info.save_inputs_mask = 0b00011;  // x, weight: never the running statistics (Note [running statistics])
+  info.save_outputs_mask = 0b1110;  // indices, mean, invstd: not the pooled output
+  info.cost = batch_norm_cost;
+  info.autocast = AutocastPolicy::none;  // as batch_norm
+  info.contiguous_inputs = false;
+  info.add_variant({.name = "naive",
+                    .device = DeviceType::cpu,
+                    .fn = bn_pool_reference,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
+                    .note = "reference: batch_norm's and max_pool2d's reference kernels"});
+  info.add_variant({.name = "ops",
+                    .device = DeviceType::cpu,
+                    .fn = bn_then_pool_ops,
+                    .dtypes = kFloatTypes,
+                    .note = "batch_norm, then max_pool2d, each through the registry"});
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,

@@ -15,15 +15,21 @@
 //     0, dx = w invstd (g - sum g / M - xhat dweight / M) (training) or w invstd g (eval)
 // Statistics and parameters run in f32 (f64 for f64 inputs); f16/bf16 parameters and running stats
 // are converted on the way in and out (f32 ones, as AMP keeps them, are used in place).
+// batch_norm_max_pool2d (Note [max pooling in the batch norm backward] in batch_norm.h), NCHW and
+// windows that do not overlap: the normalise kernel pools (apply_pool_planar) and writes only the
+// pooled output and indices; the backward's two planar kernels read g as the pooled gradient
+// (BnGrad), in the same order as the dense one, so the sums and dx are the unfused ones bit for bit.
 // Memory bound: the forward reads x twice and writes y; the backward reads g and x twice and writes
 // dx. A fused single-pass version would keep x in shared memory between the passes; left for later.
 // Napkin math: docs/perf.md ("Napkin math behind the kernels").
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
+#include "kernels/common/aligned_vec.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/memory_format.h"
 #include "kernels/ops/batch_norm.h"
+#include "kernels/ops/pool.h"
 #include "kernels/registry.h"
 
 #if EMBER_WITH_CUDNN
@@ -198,6 +204,77 @@ __global__ void __launch_bounds__(kPlanarThreads)
   }
 }
 
+// batch_norm_max_pool2d's output: the pooled y and its indices, of disjoint kh x kw windows over
+// H x W planes (NCHW).
+template <class T>
+struct BnPoolOut {
+  T* y;
+  int64_t* ind;
+  int H, W, kh, kw, PH, PW;
+  int relu;
+  int pairs;  // kw = 2 and every window row 2-element aligned: read as one vector
+};
+
+// eval: the affine constants from the running statistics (batch_norm_max_pool2d's fused kernel).
+template <class S>
+__device__ __forceinline__ Affine<S> eval_affine(int c, const S* w, const S* b, const S* rm, const S* rv, S* save_mean,
+                                                 S* save_invstd, double eps, bool owner) {
+  const S inv = rsqrt_s(rv[c] + static_cast<S>(eps));
+  if (owner) {
+    save_mean[c] = rm[c];
+    save_invstd[c] = inv;
+  }
+  return {rm[c], inv * (w != nullptr ? w[c] : S(1)), b != nullptr ? b[c] : S(0)};
+}
+
+// apply_planar with the pooling: each lane takes one window of an image's plane, normalises its
+// values, rounds them to T as the unfused y would be stored, and keeps the maximum as max_pool2d
+// does (first maximum, a NaN wins, then the relu and index -1). ws == nullptr: eval.
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads)
+    apply_pool_planar(const T* __restrict__ x, BnPoolOut<T> po, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
+                      const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+  EMBER_SHARED(Affine<S>, af);
+  const int c = blockIdx.x, sp = blockIdx.y;
+  if (threadIdx.x == 0)
+    af = ws != nullptr ? finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0)
+                       : eval_affine(c, w, b, rm, rv, save_mean, save_invstd, fp.eps, sp == 0);
+  __syncthreads();
+  const Affine<S> k = af;
+  const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int pooled = po.PH * po.PW;
+  for (int n = n0 + warp; n < n1; n += nw) {
+    const int64_t plane = static_cast<int64_t>(n) * d.C + c;
+    const T* xp = x + plane * d.L;
+    for (int o = lane; o < pooled; o += 32) {
+      const int i = o / po.PW, j = o - i * po.PW;
+      S best = -INFINITY;
+      int64_t idx = static_cast<int64_t>(i * po.kh) * po.W + j * po.kw;
+      auto take = [&](T xv, int64_t at) {
+        const S v = static_cast<S>(static_cast<T>((static_cast<S>(xv) - k.mean) * k.scale + k.bias));
+        if (v > best || v != v) {
+          best = v;
+          idx = at;
+        }
+      };
+      for (int r = 0; r < po.kh; ++r) {
+        const int64_t row = static_cast<int64_t>(i * po.kh + r) * po.W + j * po.kw;
+        if (po.pairs) {  // one access per row of a 2-wide window (Note [whole vector accesses])
+          const detail::AlignedVec<T, 2> pair = *reinterpret_cast<const detail::AlignedVec<T, 2>*>(xp + row);
+          take(pair.v[0], row);
+          take(pair.v[1], row + 1);
+        } else {
+          for (int q = 0; q < po.kw; ++q) take(xp[row + q], row + q);
+        }
+      }
+      if (po.relu) pool::relu_max(best, idx);
+      po.y[plane * pooled + o] = static_cast<T>(best);
+      po.ind[plane * pooled + o] = idx;
+    }
+  }
+}
+
 template <class T, class S>
 __global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws,
                                const S* w, const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
@@ -236,9 +313,25 @@ __global__ void eval_apply_kernel(const T* __restrict__ x, T* __restrict__ y, in
 
 // ---- backward ----
 
+// The planar backward's g at (plane, l): grad_output's, or with ind the pooled gradient's where the
+// index of the disjoint window holding l names it, else 0 (pool::unpooled_at).
+template <class T>
+struct BnGrad {
+  const T* g;
+  const int64_t* ind;  // nullptr: g is dense, of x's shape
+  int W, kh, kw, PH, PW;
+
+  template <class S>
+  __device__ __forceinline__ S at(int64_t plane, int64_t L, int l) const {
+    if (ind == nullptr) return static_cast<S>(g[plane * L + l]);
+    const int h = l / W;  // not l % W too: a second division made ptxas call a routine (a stack frame, spills)
+    return pool::unpooled_at<S>(g, ind, plane * PH * PW, h, l - h * W, W, kh, kw, PH, PW);
+  }
+};
+
 template <class T, class S>
 __global__ void __launch_bounds__(kPlanarThreads)
-    bwd_sums_planar(const T* __restrict__ gy, const T* __restrict__ x, const S* __restrict__ mean, BnDims d,
+    bwd_sums_planar(BnGrad<T> gy, const T* __restrict__ x, const S* __restrict__ mean, BnDims d,
                     Sums<S>* __restrict__ ws) {
   const int c = blockIdx.x, sp = blockIdx.y;
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
@@ -246,9 +339,9 @@ __global__ void __launch_bounds__(kPlanarThreads)
   const S mu = mean[c];
   Sums<S> a{S(0), S(0)};
   for (int n = n0 + warp; n < n1; n += nw) {
-    const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
+    const int64_t plane = static_cast<int64_t>(n) * d.C + c, base = plane * d.L;
     for (int l = lane; l < d.L; l += 32) {
-      const S g = static_cast<S>(gy[base + l]);
+      const S g = gy.template at<S>(plane, d.L, l);
       a.g += g;
       a.gx += g * (static_cast<S>(x[base + l]) - mu);
     }
@@ -307,7 +400,7 @@ __device__ __forceinline__ BwdCoef<S> bwd_finalize(const Sums<S>* ws, int c, int
 
 template <class T, class S>
 __global__ void __launch_bounds__(kPlanarThreads)
-    bwd_apply_planar(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
+    bwd_apply_planar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
                      const Sums<S>* __restrict__ ws, const S* mean, const S* invstd, const S* w, S* dweight, S* dbias,
                      int training) {
   EMBER_SHARED(BwdCoef<S>, co);
@@ -319,10 +412,10 @@ __global__ void __launch_bounds__(kPlanarThreads)
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int n = n0 + warp; n < n1; n += nw) {
-    const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
+    const int64_t plane = static_cast<int64_t>(n) * d.C + c, base = plane * d.L;
     for (int l = lane; l < d.L; l += 32)
-      dx[base + l] =
-          static_cast<T>(k.k1 * static_cast<S>(gy[base + l]) + k.k2 * (static_cast<S>(x[base + l]) - k.mean) + k.k0);
+      dx[base + l] = static_cast<T>(k.k1 * gy.template at<S>(plane, d.L, l) +
+                                    k.k2 * (static_cast<S>(x[base + l]) - k.mean) + k.k0);
   }
 }
 
@@ -394,21 +487,31 @@ BnDims bn_dims(const BnGeom& g, int sms) {
 }
 
 bool bn_supports(const KernelCall& c) {
-  const Tensor& x = c.op == OpId::batch_norm ? c.in[0] : c.in[1];
+  const Tensor& x = c.op == OpId::batch_norm_backward ? c.in[1] : c.in[0];
   return x.numel() < INT32_MAX && x.shape()[1] < 65535 * int64_t{kColTile};
 }
 
+// batch_norm's forward, or batch_norm_max_pool2d's (pool: planar x, disjoint windows, x not empty).
 template <class T, class S>
-void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g) {
+void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const BnPoolOut<T>* pool) {
   const auto& a = c.attr<BatchNormAttrs>();
   const DType sd = dtype_v<S>;
   const Device dev = x.device();
   cudaStream_t st = cuda::stream_for(x);
-  const Tensor &y = c.out[0], &save_mean = c.out[1], &save_invstd = c.out[2];
+  const size_t stats = pool != nullptr ? 2 : 1;  // the outputs' (mean, invstd)
+  const Tensor &y = c.out[0], &save_mean = c.out[stats], &save_invstd = c.out[stats + 1];
   Tensor w = as_stats(c.in[1], sd), b = as_stats(c.in[2], sd);
   const Tensor &rm_in = c.in[3], &rv_in = c.in[4];
   const bool training = a.training != 0;
   const int sms = cuda::sm_count(dev.index);
+  if (!training && pool != nullptr) {
+    Tensor rm = as_stats(rm_in, sd), rv = as_stats(rv_in, sd);
+    BnDims d = bn_dims(g, sms);
+    dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
+    cuda::launch(apply_pool_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), *pool, d, nullptr, cp<S>(w), cp<S>(b),
+                 mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), FwdParams{a.eps, 0, 0});
+    return;
+  }
   if (!training) {
     Tensor rm = as_stats(rm_in, sd), rv = as_stats(rv_in, sd);
     cuda::launch(eval_stats_kernel<S>, cuda::grid_for(g.C, 256, dev.index), 256, 0, st, cp<S>(rm), cp<S>(rv),
@@ -442,8 +545,12 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g) {
   if (!g.channels_last) {
     dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
     cuda::launch(stats_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), d, wsp);
-    cuda::launch(apply_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b),
-                 mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
+    if (pool != nullptr)
+      cuda::launch(apply_pool_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), *pool, d, wsp, cp<S>(w), cp<S>(b),
+                   mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
+    else
+      cuda::launch(apply_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b),
+                   mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
   } else {
     dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
     dim3 block(kColTile, kColRows);
@@ -459,21 +566,51 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g) {
   }
 }
 
+template <class T, class S>
+void forward_dispatch(const KernelCall& c, const Tensor& x, const BnGeom& g) {
+  if (c.op == OpId::batch_norm) return forward_impl<T, S>(c, x, g, nullptr);
+  const PoolAttrs& p = c.attr<BatchNormAttrs>().pool;
+  BnPoolOut<T> po{mp<T>(c.out[0]),
+                  mp<int64_t>(c.out[1]),
+                  static_cast<int>(x.shape()[2]),
+                  static_cast<int>(x.shape()[3]),
+                  static_cast<int>(p.kernel[0]),
+                  static_cast<int>(p.kernel[1]),
+                  static_cast<int>(c.out[0].shape()[2]),
+                  static_cast<int>(c.out[0].shape()[3]),
+                  static_cast<int>(p.relu),
+                  0};
+  po.pairs =
+      p.kernel[1] == 2 && x.shape()[3] % 2 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * sizeof(T)) == 0;
+  forward_impl<T, S>(c, x, g, &po);
+}
+
+// batch_norm, and batch_norm_max_pool2d's `fused` variant (bn_pool_fused_supports).
 void batch_norm_cuda(const KernelCall& c) {
   const Tensor x = contiguous_as(c.in[0], runs_channels_last(c.in[0]));
   const BnGeom g = bn_geometry(x);
   cuda::DeviceGuard scope(x.device().index);
   switch (x.dtype()) {
-    case DType::f32: forward_impl<float, float>(c, x, g); break;
-    case DType::f64: forward_impl<double, double>(c, x, g); break;
-    case DType::f16: forward_impl<Half, float>(c, x, g); break;
-    case DType::bf16: forward_impl<BFloat16, float>(c, x, g); break;
+    case DType::f32: forward_dispatch<float, float>(c, x, g); break;
+    case DType::f64: forward_dispatch<double, double>(c, x, g); break;
+    case DType::f16: forward_dispatch<Half, float>(c, x, g); break;
+    case DType::bf16: forward_dispatch<BFloat16, float>(c, x, g); break;
     default: EMBER_FAIL("batch_norm: expects a floating input, got ", x.dtype());
   }
 }
 
+// A pooling the fused kernels take: NCHW planes of more than one value (bn_geometry calls a 1x1
+// plane columnar), windows that do not overlap.
+bool bn_pool_planar(const Tensor& x, const BatchNormAttrs& a) {
+  return !runs_channels_last(x) && x.shape()[2] * x.shape()[3] > 1 && pool::disjoint_windows(a.pool);
+}
+
+bool bn_pool_fused_supports(const KernelCall& c) {
+  return bn_supports(c) && c.in[0].numel() > 0 && bn_pool_planar(c.in[0], c.attr<BatchNormAttrs>());
+}
+
 template <class T, class S>
-void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const BnGeom& g) {
+void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const BnGeom& g, const Tensor& ind) {
   const auto& a = c.attr<BatchNormAttrs>();
   const DType sd = dtype_v<S>;
   const Device dev = x.device();
@@ -492,10 +629,21 @@ void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const
     Sums<S>* wsp = static_cast<Sums<S>*>(ws.data_ptr());
     const int training = a.training != 0 ? 1 : 0;
     if (!g.channels_last) {
+      BnGrad<T> gr{cp<T>(gy), nullptr, 0, 1, 1, 0, 0};
+      if (ind.defined()) {
+        const PoolAttrs& p = a.pool;
+        gr = {cp<T>(gy),
+              cp<int64_t>(ind),
+              static_cast<int>(x.shape()[3]),
+              static_cast<int>(p.kernel[0]),
+              static_cast<int>(p.kernel[1]),
+              static_cast<int>(gy.shape()[2]),
+              static_cast<int>(gy.shape()[3])};
+      }
       dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
-      cuda::launch(bwd_sums_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(gy), cp<T>(x), cp<S>(mean), d, wsp);
-      cuda::launch(bwd_apply_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(gy), cp<T>(x), mp<T>(dx), d, wsp,
-                   cp<S>(mean), cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias), training);
+      cuda::launch(bwd_sums_planar<T, S>, grid, kPlanarThreads, 0, st, gr, cp<T>(x), cp<S>(mean), d, wsp);
+      cuda::launch(bwd_apply_planar<T, S>, grid, kPlanarThreads, 0, st, gr, cp<T>(x), mp<T>(dx), d, wsp, cp<S>(mean),
+                   cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias), training);
     } else {
       dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
       dim3 block(kColTile, kColRows);
@@ -508,16 +656,21 @@ void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const
   write_back(dbias, dbias_out);
 }
 
+// A pooled gradient (max_pool = 1) is read in place where bn_pool_planar allows, else unpooled
+// first (Note [max pooling in the batch norm backward]).
 void batch_norm_backward_cuda(const KernelCall& c) {
+  const auto& a = c.attr<BatchNormAttrs>();
+  if (a.max_pool == 1 && !bn_pool_planar(c.in[1], a)) return bn_unpooled_apart(c, batch_norm_backward_cuda);
   const bool cl = runs_channels_last(c.in[1]);
   const Tensor x = contiguous_as(c.in[1], cl), gy = contiguous_as(c.in[0], cl);
+  const Tensor ind = a.max_pool == 1 ? c.in[5].contiguous() : Tensor();
   const BnGeom g = bn_geometry(x);
   cuda::DeviceGuard scope(x.device().index);
   switch (x.dtype()) {
-    case DType::f32: backward_impl<float, float>(c, gy, x, g); break;
-    case DType::f64: backward_impl<double, double>(c, gy, x, g); break;
-    case DType::f16: backward_impl<Half, float>(c, gy, x, g); break;
-    case DType::bf16: backward_impl<BFloat16, float>(c, gy, x, g); break;
+    case DType::f32: backward_impl<float, float>(c, gy, x, g, ind); break;
+    case DType::f64: backward_impl<double, double>(c, gy, x, g, ind); break;
+    case DType::f16: backward_impl<Half, float>(c, gy, x, g, ind); break;
+    case DType::bf16: backward_impl<BFloat16, float>(c, gy, x, g, ind); break;
     default: EMBER_FAIL("batch_norm_backward: expects a floating input, got ", x.dtype());
   }
 }
@@ -539,7 +692,7 @@ Tensor filled(int64_t C, double v, const TensorOptions& so) {
 }
 
 bool cudnn_bn_ok(const KernelCall& c) {
-  const bool fwd = c.op == OpId::batch_norm;
+  const bool fwd = c.op != OpId::batch_norm_backward;
   const Tensor& x = fwd ? c.in[0] : c.in[1];
   const auto& a = c.attr<BatchNormAttrs>();
   if (!bn_supports(c) || x.numel() == 0 || x.dtype() == DType::bf16 || a.eps < CUDNN_BN_MIN_EPSILON) return false;
@@ -674,16 +827,32 @@ void register_cuda_batch_norm_backward(OpInfo& info) {
                     .fn = batch_norm_backward_cuda,
                     .dtypes = kFloatTypes,
                     .supports = bn_supports,
-                    .note = "per-block (sum g, sum g (x - mean)) partials + fused dx/dweight/dbias (2 kernels)"});
+                    .note = "per-block (sum g, sum g (x - mean)) partials + fused dx/dweight/dbias (2 kernels); "
+                            "NCHW reads a pooled gradient in place"});
 #if EMBER_WITH_CUDNN
   info.add_variant({.name = "cudnn",
                     .device = DeviceType::cuda,
-                    .fn = batch_norm_backward_cudnn,
+                    .fn = bn_unpool_apart<batch_norm_backward_cudnn>,
                     .dtypes = DTypeSet{DType::f32, DType::f64, DType::f16},
                     .flags = kVendor,
                     .supports = cudnn_bn_ok,
                     .note = "cudnnBatchNormalizationBackward (SPATIAL, training mode)"});
 #endif
+}
+
+void register_cuda_batch_norm_max_pool2d(OpInfo& info) {
+  info.add_variant(
+      {.name = "fused",
+       .device = DeviceType::cuda,
+       .fn = batch_norm_cuda,
+       .dtypes = kFloatTypes,
+       .supports = bn_pool_fused_supports,
+       .note = "batch_norm's kernels, the normalise kernel pooling disjoint windows (NCHW): y never stored"});
+  info.add_variant({.name = "ops",
+                    .device = DeviceType::cuda,
+                    .fn = bn_then_pool_ops,
+                    .dtypes = kFloatTypes,
+                    .note = "batch_norm, then max_pool2d, each through the registry"});
 }
 
 }  // namespace ember

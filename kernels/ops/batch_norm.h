@@ -1,4 +1,4 @@
-// batch_norm and its fused gradient op.
+// batch_norm, batch_norm_max_pool2d (batch norm, relu, max pool as one op) and their gradient op.
 //
 // Shapes: x (N, C) or (N, C, *) (4-D may be channels-last; y follows x's layout); weight, bias,
 // running_mean, running_var [C] or undefined. Per channel c, over the M = numel / C values x_i:
@@ -9,7 +9,8 @@
 //             (in place, when defined; M = 1 is an error, as PyTorch)
 //   eval:     mean = running_mean, invstd = 1 / sqrt(running_var + eps)
 //   y = (x - mean) invstd w + b   (w = 1, b = 0 when undefined)
-// Outputs: y, mean [C], invstd [C] (what batch_norm_backward reads). Statistics are f32 for
+// Outputs: y, mean [C], invstd [C] (what batch_norm_backward reads); batch_norm_max_pool2d's:
+// the pooled y, its i64 indices, mean, invstd. Statistics are f32 for
 // f16/bf16/f32 inputs and f64 for f64; weight, bias and running stats may be the input's dtype or
 // the statistics dtype (f16 activations with f32 parameters, as AMP wants).
 // Gradients (g = dL/dy, xhat = (x - mean) invstd), batch_norm_backward:
@@ -23,14 +24,42 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/ops/pool.h"  // PoolAttrs
 
 namespace ember {
 
+// max_pool (batch_norm_max_pool2d and batch_norm_backward): 1 = the normalised output is max
+// pooled with `pool` (Note [max pooling in the batch norm backward]); 0 elsewhere.
 struct BatchNormAttrs {
   int64_t training = 1;
   double momentum = 0.1;
   double eps = 1e-5;
+  int64_t max_pool = 0;
+  PoolAttrs pool;  // with max_pool: the pooling (relu, and size = x's (H, W))
 };
+
+// Note [max pooling in the batch norm backward]: mnist_train's fast model runs conv, batch norm,
+// relu, 2x2 max pool, and the pool's backward writes batch_norm's whole grad_output (zero but at
+// one position a window), which batch_norm_backward then reads twice (its sums, then dx).
+// batch_norm_max_pool2d is batch norm, relu and pool as one op (batch_norm, then max_pool2d with the
+// relu, Note [relu after max pooling] in pool.h): (pooled, indices, mean, invstd). Its backward
+// calls batch_norm_backward with max_pool = 1 and (pooled gradient, x, weight, mean, invstd,
+// indices): the sums need only the pooled positions (g is 0 elsewhere), and dx, which is dense,
+// reads g as the pooled gradient where the index of the window holding a position names it, else
+// 0 (pool::unpooled_at). CUDA's NCHW kernels do both for windows that do not overlap, and the
+// forward pools the normalised values before storing them; every other variant runs
+// max_pool2d_backward first (bn_unpooled_apart), the unfused layers' launches. Same values and
+// gradients as the three layers.
+struct KernelCall;
+// Runs f on c with c's pooled gradient (max_pool = 1) unpooled into a grad_output of x's shape by
+// max_pool2d_backward first; on c itself where max_pool = 0.
+void bn_unpooled_apart(const KernelCall& c, void (*f)(const KernelCall&));
+template <void (*F)(const KernelCall&)>
+void bn_unpool_apart(const KernelCall& c) {
+  bn_unpooled_apart(c, F);
+}
+// batch_norm_max_pool2d as its two ops through the registry (a variant on each device).
+void bn_then_pool_ops(const KernelCall& c);
 
 // f64 for f64 inputs, f32 otherwise.
 inline DType bn_stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }

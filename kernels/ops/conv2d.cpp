@@ -110,16 +110,7 @@ Shape pooled_shape(const char* op, const Shape& ys, const Conv2dAttrs& a) {
 // grad_output gy against the convolution's output ys: ys itself, or with max_pool the pooling's
 // output, with i64 indices of the same shape.
 void check_grad_output(const char* op, std::span<const Tensor> in, const Shape& ys, const Conv2dAttrs& a) {
-  const Tensor& gy = in[0];
-  if (a.max_pool == 0) return;
-  const Shape ps = pooled_shape(op, ys, a);
-  const PoolAttrs& p = a.pool;
-  EMBER_CHECK(gy.shape() == ps, op, ": the pooled gradient ", gy.shape(), " does not match ", ps, ", the max pooling (",
-              p.kernel[0], "x", p.kernel[1], ", stride ", p.stride[0], "x", p.stride[1], ", padding ", p.padding[0],
-              "x", p.padding[1], ") of the convolution's output ", ys);
-  const Tensor& ind = in[2];
-  EMBER_CHECK(ind.defined() && ind.dtype() == DType::i64 && ind.shape() == ps, op, ": the pool's indices must be i64 ",
-              ps, ", got ", ind.defined() ? ind.describe() : std::string("none"));
+  if (a.max_pool == 1) check_pooled_gradient(op, in[0], in[2], ys, a.pool, "the convolution's output");
 }
 
 std::vector<TensorSpec> infer_conv2d_backward_input(std::span<const Tensor> in, const Attrs& attrs) {
@@ -329,11 +320,6 @@ void conv_bias_grad_apart(const KernelCall& c) {
   else call_into(OpId::sum, {c.in[0]}, {c.out[1]}, ReduceAttrs{0b1101, 0, 1});
 }
 
-bool conv_pool_disjoint(const Conv2dAttrs& a) {
-  const PoolAttrs& p = a.pool;
-  return p.stride[0] == p.kernel[0] && p.stride[1] == p.kernel[1] && p.padding[0] == 0 && p.padding[1] == 0;
-}
-
 void conv_unpooled_apart(const KernelCall& c, void (*f)(const KernelCall&)) {
   const auto& a = c.attr<Conv2dAttrs>();
   if (a.max_pool == 0) return f(c);
@@ -341,11 +327,7 @@ void conv_unpooled_apart(const KernelCall& c, void (*f)(const KernelCall&)) {
   EMBER_CHECK(bwi || c.op == OpId::conv2d_backward_weight, "conv_unpooled_apart: called for op ", op_info(c.op).name);
   const ConvGeom g = bwi ? conv_geometry("conv2d_backward_input", c.out[0].shape(), c.in[1].shape(), a)
                          : conv_geometry("conv2d_backward_weight", c.in[1].shape(), c.out[0].shape(), a);
-  Tensor gy;
-  {
-    autograd::NoGradGuard no_grad;  // a kernel's scratch
-    gy = call1(OpId::max_pool2d_backward, {c.in[0], c.in[2]}, with_input_size(a.pool, g.P, g.Q));
-  }
+  const Tensor gy = unpool_scratch(c.in[0], c.in[2], a.pool, {g.N, g.K, g.P, g.Q});
   Conv2dAttrs plain = a;
   plain.max_pool = 0;
   plain.pool = PoolAttrs{};

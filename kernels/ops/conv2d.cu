@@ -211,7 +211,7 @@ struct ImagePlanes {
   // Element (c, h, w) of the planes.
   __device__ __forceinline__ float at(const PooledGrad& u, int c, int h, int w, int H, int W) const {
     if (ind == nullptr) return static_cast<float>(v[(c * H + h) * W + w]);
-    return conv_unpooled_at(v, ind, c * u.PH * u.PW, h, w, W, u.kh, u.kw, u.PH, u.PW);
+    return pool::unpooled_at<float>(v, ind, c * u.PH * u.PW, h, w, W, u.kh, u.kw, u.PH, u.PW);
   }
 };
 
@@ -644,7 +644,7 @@ void direct_forward(const KernelCall& c) {
 // where it runs, with 2x2 windows, stride 2, no padding.
 bool direct_conv_pool_supports(const KernelCall& c) {
   const Conv2dAttrs& a = c.attr<Conv2dAttrs>();
-  return a.pool.kernel[0] == 2 && a.pool.kernel[1] == 2 && conv_pool_disjoint(a) && direct_forward_supports(c);
+  return a.pool.kernel[0] == 2 && a.pool.kernel[1] == 2 && pool::disjoint_windows(a.pool) && direct_forward_supports(c);
 }
 
 void direct_conv_pool(const KernelCall& c) {
@@ -684,7 +684,7 @@ PooledGrad pooled_grad(const KernelCall& c, Tensor& ind) {
 // the pooling's backward runs first (overlapping windows).
 bool direct_pooling_ok(const KernelCall& c) {
   const auto& a = c.attr<Conv2dAttrs>();
-  return a.max_pool == 0 || conv_pool_disjoint(a);
+  return a.max_pool == 0 || pool::disjoint_windows(a.pool);
 }
 
 void direct_backward_input(const KernelCall& c) {

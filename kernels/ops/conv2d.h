@@ -98,7 +98,7 @@ void conv_bias_grad_cpu(const Tensor& gy, const Tensor& db);
 // max_pool2d with the relu, Note [relu after max pooling] in pool.h); its backward calls the two
 // gradient ops with max_pool = 1 and (pooled gradient, ..., indices) instead of grad_output, and a
 // kernel that fuses the pooling reads grad_output[n, k, h, w] as the pooled gradient where the
-// index of the window holding (h, w) names (h, w), else 0 (conv_unpooled_at below). CUDA's
+// index of the window holding (h, w) names (h, w), else 0 (pool::unpooled_at in pool.h). CUDA's
 // direct kernels do, in their shared-memory staging, for windows that do not overlap (stride =
 // kernel, no padding: every (h, w) in at most one window); every other variant runs
 // max_pool2d_backward first and then its own kernel on the result (conv_unpooled_apart): the same
@@ -116,20 +116,6 @@ void unpool_apart(const KernelCall& c) {
 }
 // conv2d_max_pool2d's variant on each device: conv2d, then max_pool2d, each through the registry.
 void conv_then_pool_ops(const KernelCall& c);
-// Whether the gradient op's pooling (max_pool = 1) has windows that do not overlap: stride =
-// kernel, no padding (what a fused kernel takes).
-bool conv_pool_disjoint(const Conv2dAttrs& a);
-// The conv's grad_output at (n, k, h, w) from the pooled gradient gp and indices ind (both [N, K,
-// PH, PW], contiguous NCHW) of disjoint windows (kh x kw) over a conv output of width Q.
-template <class T>
-EMBER_HD inline float conv_unpooled_at(const T* gp, const int64_t* ind, int64_t plane_offset, int h, int w, int Q,
-                                       int kh, int kw, int PH, int PW) {
-  const int i = h / kh, j = w / kw;
-  if (i >= PH || j >= PW) return 0.f;  // rows and columns past the last window
-  const int64_t o = plane_offset + static_cast<int64_t>(i) * PW + j;
-  return ind[o] == static_cast<int64_t>(h) * Q + w ? static_cast<float>(gp[o]) : 0.f;
-}
-
 // Validates and returns the geometry from the shapes of x [N,C,H,W] and weight [K,C/G,R,S]
 // (`op` names the op in messages). Throws on every bad combination, naming the shapes and values.
 ConvGeom conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2dAttrs& a);

@@ -5,12 +5,31 @@
 #include <cmath>
 #include <vector>
 
+#include "core/autograd/node.h"
 #include "kernels/common/memory_format.h"
+#include "kernels/ops/batch_norm.h"
 #include "kernels/ops/conv2d.h"
 #include "kernels/functional.h"
 #include "kernels/registry.h"
 
 namespace ember {
+
+Shape check_pooled_gradient(const char* op, const Tensor& gp, const Tensor& ind, const Shape& full, const PoolAttrs& p,
+                            const char* what) {
+  const PoolGeom pg = pool_geometry(op, full, p);
+  const Shape ps{pg.N, pg.C, pg.P, pg.Q};
+  EMBER_CHECK(gp.shape() == ps, op, ": the pooled gradient ", gp.shape(), " does not match ", ps, ", the max pooling (",
+              p.kernel[0], "x", p.kernel[1], ", stride ", p.stride[0], "x", p.stride[1], ", padding ", p.padding[0],
+              "x", p.padding[1], ") of ", what, " ", full);
+  EMBER_CHECK(ind.defined() && ind.dtype() == DType::i64 && ind.shape() == ps, op, ": the pool's indices must be i64 ",
+              ps, ", got ", ind.defined() ? ind.describe() : std::string("none"));
+  return ps;
+}
+
+Tensor unpool_scratch(const Tensor& gp, const Tensor& ind, const PoolAttrs& p, const Shape& full) {
+  autograd::NoGradGuard no_grad;
+  return call1(OpId::max_pool2d_backward, {gp, ind}, with_input_size(p, full[2], full[3]));
+}
 
 Tensor max_pool_gather(const Tensor& full, const Tensor& ind, bool relu) {
   Tensor G = full.contiguous();
@@ -324,6 +343,20 @@ Tensor conv2d_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bi
   a.pool = functional_attrs("conv2d_max_pool2d", kernel, stride, padding, true);
   a.pool.relu = relu ? 1 : 0;
   return call(OpId::conv2d_max_pool2d, {x, weight, bias}, a)[0];
+}
+
+Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                             Tensor running_var, bool training, double momentum, double eps,
+                             std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                             std::array<int64_t, 2> padding, bool relu) {
+  BatchNormAttrs a{};
+  a.training = training ? 1 : 0;
+  a.momentum = momentum;
+  a.eps = eps;
+  a.max_pool = 1;
+  a.pool = functional_attrs("batch_norm_max_pool2d", kernel, stride, padding, true);
+  a.pool.relu = relu ? 1 : 0;
+  return call(OpId::batch_norm_max_pool2d, {x, weight, bias, running_mean, running_var}, a)[0];
 }
 
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,

@@ -94,6 +94,16 @@ PoolGeom adaptive_geometry(const char* op, const Shape& x, const AdaptivePoolAtt
 // pooling]). max_pool2d_backward's own vjp, and the gradient of a pooled gradient (conv2d.h).
 Tensor max_pool_gather(const Tensor& full, const Tensor& ind, bool relu);
 
+// A gradient op that reads a pooled gradient (conv2d's and batch_norm's, with max_pool = 1):
+// checks that gp and the i64 indices ind have the shape of `p`'s pooling of `full` (the op's
+// output, named `what` in messages); returns that shape.
+Shape check_pooled_gradient(const char* op, const Tensor& gp, const Tensor& ind, const Shape& full, const PoolAttrs& p,
+                            const char* what);
+// The gradient of `full`'s shape [N, C, H, W] from a pooled gradient: max_pool2d_backward on
+// (gp, ind), as a kernel's scratch (no autograd). What a variant that does not fuse the unpooling
+// runs first.
+Tensor unpool_scratch(const Tensor& gp, const Tensor& ind, const PoolAttrs& p, const Shape& full);
+
 struct OpInfo;
 // The CPU variants (pool_cpu.cpp), registered by define_op_* (pool.cpp).
 void register_cpu_max_pool2d(OpInfo& info);
@@ -141,6 +151,24 @@ EMBER_HD inline void relu_max(A& best, int64_t& idx) {
     idx = -1;
     if (best == best) best = A(0);
   }
+}
+
+// Pooling whose windows do not overlap (stride = kernel, no padding): every input position is in
+// at most one window, so a fused kernel can unpool a pooled gradient where it reads it.
+inline bool disjoint_windows(const PoolAttrs& a) {
+  return a.stride[0] == a.kernel[0] && a.stride[1] == a.kernel[1] && a.padding[0] == 0 && a.padding[1] == 0;
+}
+
+// The gradient at input (h, w) of a plane of width W from the pooled gradient gp and indices ind
+// of disjoint kh x kw windows (both [PH, PW] per plane, the plane at plane_offset): gp where the
+// index of the window holding (h, w) names (h, w), else 0 (max_pool2d_backward's value there).
+template <class A, class T>
+EMBER_HD inline A unpooled_at(const T* gp, const int64_t* ind, int64_t plane_offset, int h, int w, int W, int kh,
+                              int kw, int PH, int PW) {
+  const int i = h / kh, j = w / kw;
+  if (i >= PH || j >= PW) return A(0);  // rows and columns past the last window
+  const int64_t o = plane_offset + static_cast<int64_t>(i) * PW + j;
+  return ind[o] == static_cast<int64_t>(h) * W + w ? static_cast<A>(gp[o]) : A(0);
 }
 
 // Adaptive bins.

@@ -1,10 +1,12 @@
-// Test samples of batch_norm and batch_norm_backward (kernels/ops/batch_norm.*): training and eval,
-// with and without affine parameters and running statistics, 2-D to 4-D, channels-last, MNIST-sized
-// activations, an empty batch.
+// Test samples of batch_norm, batch_norm_backward and batch_norm_max_pool2d (kernels/ops/batch_norm.*):
+// training and eval, with and without affine parameters and running statistics, 2-D to 4-D,
+// channels-last, MNIST-sized activations, an empty batch; the pooled forms (Note [max pooling in the
+// batch norm backward]) with disjoint and overlapping windows, relu or not.
 #include <string>
 
 #include "kernels/common/memory_format.h"
 #include "kernels/ops/batch_norm.h"
+#include "kernels/ops/pool.h"
 #include "tests/op_samples/sample_inputs.h"
 
 namespace ember {
@@ -62,25 +64,37 @@ std::vector<Tensor> bn_inputs(const BnCase& bc, uint64_t& seed) {
   return {x, w, b, rm, rv};
 }
 
-}  // namespace
+// batch_norm_max_pool2d's cases: the pooling after the batch norm.
+struct BnPoolCase {
+  BnCase bn;
+  PoolAttrs pool;
+};
 
-std::vector<OpSample> samples_batch_norm() {
-  std::vector<OpSample> out;
-  uint64_t seed = 6000;
-  for (const BnCase& bc : bn_cases()) {
-    OpSample s;
-    s.name = bc.name;
-    s.inputs = bn_inputs(bc, seed);
-    s.attrs = bn_attrs(bc);
-    s.grad_inputs = bc.affine ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
-    s.tol = {{DType::f32, {1e-5, 1e-5}}};
-    s.tol_note = "CUDA merges per-block Welford statistics in fp32; the reference sums in double";
-    out.push_back(std::move(s));
-  }
-  return out;
+std::vector<BnPoolCase> bn_pool_cases() {
+  PoolAttrs p2 = pool_attrs(2, 2, 2, 2, 0, 0), relu2 = p2;
+  relu2.relu = 1;
+  PoolAttrs overlapping = pool_attrs(3, 3, 2, 2, 1, 1);
+  overlapping.relu = 1;
+  PoolAttrs relu21 = pool_attrs(2, 1, 2, 1, 0, 0);
+  relu21.relu = 1;
+  return {
+      {{"MNIST fast model's first block + relu + pool 2 [2,8,28,28]", {2, 8, 28, 28}}, relu2},
+      {{"pool 2, 7x7: the last row and column in no window [3,4,7,7]", {3, 4, 7, 7}}, p2},
+      {{"overlapping relu + pool 3x3 stride 2 pad 1 [2,3,8,8]", {2, 3, 8, 8}}, overlapping},
+      {{"channels-last + relu + pool 2 [2,6,6,6]", {2, 6, 6, 6}, true, true, true, true}, relu2},
+      {{"eval + relu + pool 2 [2,4,6,6]", {2, 4, 6, 6}, false}, relu2},
+      {{"no affine, no running stats, relu + pool 2x1 [3,2,6,5]", {3, 2, 6, 5}, true, false, false}, relu21},
+  };
 }
 
-std::vector<OpSample> samples_batch_norm_backward() {
+BatchNormAttrs bn_pool_attrs(const BnPoolCase& pc, bool with_size) {
+  BatchNormAttrs a = bn_attrs(pc.bn);
+  a.max_pool = 1;
+  a.pool = with_size ? with_input_size(pc.pool, pc.bn.x[2], pc.bn.x[3]) : pc.pool;
+  return a;
+}
+
+std::vector<OpSample> plain_backward_samples() {
   std::vector<OpSample> out;
   uint64_t seed = 6500;
   for (const BnCase& bc : bn_cases()) {
@@ -95,6 +109,65 @@ std::vector<OpSample> samples_batch_norm_backward() {
     s.gradcheck = false;
     s.tol = {{DType::f32, {1e-5, 1e-4}}};
     s.tol_note = "per-channel sums over M values: fp32 partial sums in another order than the double reference";
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<OpSample> samples_batch_norm_max_pool2d() {
+  std::vector<OpSample> out;
+  uint64_t seed = 6800;
+  for (const BnPoolCase& pc : bn_pool_cases()) {
+    OpSample s;
+    s.name = pc.bn.name;
+    s.inputs = bn_inputs(pc.bn, seed);
+    s.attrs = bn_pool_attrs(pc, false);
+    s.grad_inputs = pc.bn.affine ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
+    // continuous values: a tie or a relu at 0 is improbable, so every device picks the same
+    // maximum; in f16/bf16 the normalised values round to few enough that ties do happen, and CUDA's
+    // f32 statistics round some of them differently from the reference's double ones
+    s.dtypes = {DType::f32};
+    s.tol = {{DType::f32, {1e-5, 1e-5}}};
+    s.tol_note = "CUDA merges per-block Welford statistics in fp32; the reference sums in double";
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<OpSample> samples_batch_norm_backward() {
+  std::vector<OpSample> out = plain_backward_samples();
+  // the pooled gradient of batch_norm_max_pool2d's cases, with its indices and statistics
+  uint64_t seed = 6900;
+  for (const BnPoolCase& pc : bn_pool_cases()) {
+    std::vector<Tensor> in = bn_inputs(pc.bn, seed);
+    std::vector<Tensor> fwd = call(OpId::batch_norm_max_pool2d, in, bn_pool_attrs(pc, false));
+    Tensor gp = samples::uniform(fwd[0].shape(), -1, 1, ++seed);
+    if (pc.bn.channels_last) gp = contiguous_as(gp, true);
+    OpSample s;
+    s.name = pc.bn.name + ", pooled gradient";
+    s.inputs = {gp, in[0], in[1], fwd[2], fwd[3], fwd[1]};
+    s.attrs = bn_pool_attrs(pc, true);
+    s.gradcheck = false;
+    s.tol = {{DType::f32, {1e-5, 1e-4}}};
+    s.tol_note = "per-channel sums over M values: fp32 partial sums in another order than the double reference";
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<OpSample> samples_batch_norm() {
+  std::vector<OpSample> out;
+  uint64_t seed = 6000;
+  for (const BnCase& bc : bn_cases()) {
+    OpSample s;
+    s.name = bc.name;
+    s.inputs = bn_inputs(bc, seed);
+    s.attrs = bn_attrs(bc);
+    s.grad_inputs = bc.affine ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
+    s.tol = {{DType::f32, {1e-5, 1e-5}}};
+    s.tol_note = "CUDA merges per-block Welford statistics in fp32; the reference sums in double";
     out.push_back(std::move(s));
   }
   return out;
