@@ -41,11 +41,11 @@ void BatchNormImplBase::reset_parameters() {
   }
 }
 
-Tensor BatchNormImplBase::forward(const Tensor& x) {
+bool BatchNormImplBase::begin_step(const Tensor& x, double& factor) {
   check_input(x);
   EMBER_CHECK(x.shape()[1] == options.num_features(), type_name(), ": input ", x.shape(), " has ", x.shape()[1],
               " channels but the layer expects ", options.num_features());
-  double factor = options.momentum().value_or(0.0);
+  factor = options.momentum().value_or(0.0);
   if (is_training() && options.track_running_stats()) {
     {
       autograd::NoGradGuard ng;
@@ -57,8 +57,21 @@ Tensor BatchNormImplBase::forward(const Tensor& x) {
   }
   // Batch statistics while training, and always when there are no running statistics (the running
   // tensors are then undefined, so nothing is updated).
-  const bool use_batch = is_training() || !options.track_running_stats();
+  return is_training() || !options.track_running_stats();
+}
+
+Tensor BatchNormImplBase::forward(const Tensor& x) {
+  double factor = 0;
+  const bool use_batch = begin_step(x, factor);
   return batch_norm(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps());
+}
+
+Tensor BatchNorm2dImpl::forward_max_pooled(const Tensor& x, std::array<int64_t, 2> kernel,
+                                           std::array<int64_t, 2> stride, std::array<int64_t, 2> padding, bool relu) {
+  double factor = 0;
+  const bool use_batch = begin_step(x, factor);
+  return batch_norm_max_pool2d(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps(), kernel,
+                               stride, padding, relu);
 }
 
 std::string BatchNormImplBase::extra_repr() const {

@@ -41,6 +41,9 @@ class BatchNormImplBase : public Module {
  protected:
   BatchNormImplBase(const BatchNormOptions& options, const char* name);
   virtual void check_input(const Tensor& x) const = 0;
+  // Checks x, counts the batch; whether to normalise with the batch's statistics, and the running
+  // statistics' momentum for this step.
+  bool begin_step(const Tensor& x, double& factor);
 };
 
 }  // namespace ember::nn

@@ -43,7 +43,7 @@ class Conv2dImpl : public Module {
   void reset_parameters();
   Tensor forward(const Tensor& x) override;
   // max_pool2d(forward(x)), with relu between them when `relu`, as one op each way (Sequential's
-  // fusion, Note [fused conv and max pooling] in nn/sequential.h).
+  // fusion, Note [fused layer and max pooling] in nn/sequential.h).
   Tensor forward_max_pooled(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                             std::array<int64_t, 2> padding, bool relu);
   std::string extra_repr() const override;

@@ -4,6 +4,7 @@
 
 #include "kernels/functional.h"
 #include "kernels/ops/mlp.h"  // kMlpMaxLayers
+#include "nn/batch_norm2d.h"
 #include "nn/conv2d.h"
 #include "nn/linear.h"
 #include "nn/max_pool2d.h"
@@ -54,14 +55,45 @@ SequentialImpl::Stack SequentialImpl::stack_at(size_t i, size_t end) const {
   return s;
 }
 
-// The MaxPool2d that follows a Conv2d at item i, directly or after a ReLU (Note [fused conv and
-// max pooling]): its item, or 0 where there is none.
-size_t SequentialImpl::pool_after_conv(size_t i, size_t end, bool& relu) const {
-  if (exactly<Conv2dImpl>(items_[i]) == nullptr) return 0;
+namespace {
+
+// A layer that runs with the max pooling after it as one op (Note [fused layer and max pooling]).
+bool pools_in_layer(const std::shared_ptr<Module>& m) {
+  return exactly<Conv2dImpl>(m) != nullptr || exactly<BatchNorm2dImpl>(m) != nullptr;
+}
+
+// max_pool2d(layer(y)), with relu between them when `relu`, as that op.
+Tensor forward_pooled(const std::shared_ptr<Module>& layer, const Tensor& y, const MaxPool2dOptions& o, bool relu) {
+  if (auto* conv = exactly<Conv2dImpl>(layer))
+    return conv->forward_max_pooled(y, o.kernel_size(), o.stride(), o.padding(), relu);
+  return exactly<BatchNorm2dImpl>(layer)->forward_max_pooled(y, o.kernel_size(), o.stride(), o.padding(), relu);
+}
+
+}  // namespace
+
+// The MaxPool2d that follows a Conv2d or BatchNorm2d at item i, directly or after a ReLU (Note
+// [fused layer and max pooling]): its item, or 0 where there is none.
+size_t SequentialImpl::pool_after_layer(size_t i, size_t end, bool& relu) const {
+  if (!pools_in_layer(items_[i])) return 0;
   size_t j = i + 1;
   relu = j < end && exactly<ReLUImpl>(items_[j]) != nullptr;
   if (relu) ++j;
   return j < end && exactly<MaxPool2dImpl>(items_[j]) != nullptr ? j : 0;
+}
+
+bool SequentialImpl::run_block_pooled(SequentialImpl& block, Tensor& y, const MaxPool2dOptions& o) const {
+  if (!block.fuse_activations || block.empty()) return false;
+  const size_t last = block.size() - 1;
+  const bool relu = exactly<ReLUImpl>(block.items_[last]) != nullptr;
+  const size_t tail = relu ? last : last + 1;                              // the block's ReLU, or its end
+  if (fuse_pool && tail >= 1 && pools_in_layer(block.items_[tail - 1])) {  // Note [fused layer and max pooling]
+    y = forward_pooled(block.items_[tail - 1], block.run_items(y, tail - 1), o, relu);
+    return true;
+  }
+  if (!relu) return false;
+  y = relu_max_pool2d(block.run_items(y, last), o.kernel_size(), o.stride(),
+                      o.padding());  // Note [relu after max pooling]
+  return true;
 }
 
 Tensor SequentialImpl::forward(const Tensor& x) { return run_items(x, items_.size()); }
@@ -78,9 +110,9 @@ Tensor SequentialImpl::run_items(const Tensor& x, size_t end) {
       }
     }
     bool relu = false;
-    if (const size_t j = fuse_activations && fuse_conv_pool ? pool_after_conv(i, end, relu) : 0; j > 0) {
-      const MaxPool2dOptions& o = exactly<MaxPool2dImpl>(items_[j])->options;  // Note [fused conv and max pooling]
-      y = exactly<Conv2dImpl>(items_[i])->forward_max_pooled(y, o.kernel_size(), o.stride(), o.padding(), relu);
+    if (const size_t j = fuse_activations && fuse_pool ? pool_after_layer(i, end, relu) : 0; j > 0) {
+      y = forward_pooled(items_[i], y, exactly<MaxPool2dImpl>(items_[j])->options,
+                         relu);  // Note [fused layer and max pooling]
       i = j;
       continue;
     }
@@ -91,17 +123,18 @@ Tensor SequentialImpl::run_items(const Tensor& x, size_t end) {
         ++i;
         continue;
       }
-      const MaxPool2dImpl* pool = exactly<MaxPool2dImpl>(items_[i + 1]);
-      SequentialImpl* block = exactly<SequentialImpl>(items_[i]);
-      const bool block_relu = block != nullptr && block->fuse_activations && !block->empty() &&
-                              exactly<ReLUImpl>(block->items_.back()) != nullptr;
-      if (pool != nullptr &&
-          (block_relu || exactly<ReLUImpl>(items_[i]) != nullptr)) {  // Note [relu after max pooling]
-        if (block_relu) y = block->run_items(y, block->size() - 1);   // the block up to its ReLU
+      if (const MaxPool2dImpl* pool = exactly<MaxPool2dImpl>(items_[i + 1]); pool != nullptr) {
         const MaxPool2dOptions& o = pool->options;
-        y = relu_max_pool2d(y, o.kernel_size(), o.stride(), o.padding());
-        ++i;
-        continue;
+        SequentialImpl* block = exactly<SequentialImpl>(items_[i]);
+        if (block != nullptr && run_block_pooled(*block, y, o)) {
+          ++i;
+          continue;
+        }
+        if (exactly<ReLUImpl>(items_[i]) != nullptr) {  // Note [relu after max pooling]
+          y = relu_max_pool2d(y, o.kernel_size(), o.stride(), o.padding());
+          ++i;
+          continue;
+        }
       }
     }
     y = items_[i]->forward(y);

@@ -26,14 +26,18 @@
 // the hidden layers' outputs, which the layers would have kept anyway. fuse_mlp = false runs the
 // stack layer by layer (mnist_train --no-fuse-mlp).
 //
-// Note [fused conv and max pooling]: with fuse_activations, a Conv2d followed by a MaxPool2d,
-// directly or after a ReLU (exactly those types), runs as one conv2d_max_pool2d (Note [max pooling
-// in the conv backward] in kernels/ops/conv2d.h): the same values and gradients; CUDA's direct
-// kernels pool the conv's output before storing it and read the pooled gradient in the backward,
-// so neither the conv-sized output nor its gradient reaches memory. fuse_conv_pool = false leaves the
-// Conv2d on its own and the ReLU in the pool (mnist_train --no-fuse-conv-pool).
+// Note [fused layer and max pooling]: with fuse_activations, a Conv2d or BatchNorm2d followed by a
+// MaxPool2d, directly or after a ReLU (exactly those types), runs as one conv2d_max_pool2d or
+// batch_norm_max_pool2d (Note [max pooling in the conv backward] in kernels/ops/conv2d.h, Note [max
+// pooling in the batch norm backward] in kernels/ops/batch_norm.h): the same values and gradients;
+// CUDA's kernels pool the layer's output before storing it and read the pooled gradient in the
+// backward, so neither the layer-sized output nor its gradient reaches memory. Also where the layer
+// (and its ReLU) ends a nested Sequential and the MaxPool2d follows it (mnist_train's fast model:
+// conv, batch norm, relu blocks). fuse_pool = false leaves the layer on its own and the ReLU in the
+// pool (mnist_train --no-fuse-pool).
 #pragma once
 
+#include "nn/max_pool2d.h"
 #include "nn/module.h"
 
 namespace ember::nn {
@@ -66,7 +70,7 @@ class SequentialImpl : public Module {
 
   bool fuse_activations = true;  // Note [fused activations]
   bool fuse_mlp = true;          // Note [fused MLP stacks]; only with fuse_activations
-  bool fuse_conv_pool = true;    // Note [fused conv and max pooling]; only with fuse_activations
+  bool fuse_pool = true;         // Note [fused layer and max pooling]; only with fuse_activations
 
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
@@ -89,7 +93,10 @@ class SequentialImpl : public Module {
  private:
   struct Stack;
   Stack stack_at(size_t i, size_t end) const;  // within items [i, end)
-  size_t pool_after_conv(size_t i, size_t end, bool& relu) const;
+  size_t pool_after_layer(size_t i, size_t end, bool& relu) const;
+  // block's forward followed by a max pooling with options o, fused where block ends with a ReLU, a
+  // pooling layer or both (y in, the pooled output out); false (y untouched) where nothing fuses.
+  bool run_block_pooled(SequentialImpl& block, Tensor& y, const MaxPool2dOptions& o) const;
   // Items [0, end) on x, fused as forward() fuses them.
   Tensor run_items(const Tensor& x, size_t end);
   std::vector<std::shared_ptr<Module>> items_;

@@ -195,7 +195,7 @@ FusedAndPlain compare_fused_and_plain(nn::Sequential& fused, nn::Sequential& pla
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("result " << i << " (0: y, then the parameters' grads)");
-    CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
+    CHECK(a[i].to(DType::f64).to_vector<double>() == b[i].to(DType::f64).to_vector<double>());
   }
   return n;
 }
@@ -212,7 +212,7 @@ TEST_CASE("cuda nn: a ReLU fused into the MaxPool2d after it saves a launch each
   };
   nn::Sequential fused = make(), plain = make();
   plain->load_state_dict(fused->state_dict());
-  fused->fuse_conv_pool = false;  // the conv on its own (the next test fuses it)
+  fused->fuse_pool = false;  // the conv on its own (the next test fuses it)
   plain->fuse_activations = false;
   for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
   const FusedAndPlain n = compare_fused_and_plain(fused, plain, randn({4, 1, 8, 8}).cuda(), randn({4, 3}).cuda());
@@ -220,7 +220,7 @@ TEST_CASE("cuda nn: a ReLU fused into the MaxPool2d after it saves a launch each
   CHECK(n.fused_bwd + 1 == n.plain_bwd);
 }
 
-// A Conv2d, ReLU, MaxPool2d runs as one conv2d_max_pool2d (Note [fused conv and max pooling]):
+// A Conv2d, ReLU, MaxPool2d runs as one conv2d_max_pool2d (Note [fused layer and max pooling]):
 // the direct forward pools its output before it stores it, and the direct kernels read the pooled
 // gradient, so each such layer loses the pool's launch each way, with the same values and
 // gradients bit for bit (the same sums of the same values, rounded alike).
@@ -233,11 +233,47 @@ TEST_CASE("cuda nn: the direct conv kernels pool and read the pooled gradient, b
   };
   nn::Sequential fused = make(), plain = make();
   plain->load_state_dict(fused->state_dict());
-  plain->fuse_conv_pool = false;  // the relu still fused into the pool
+  plain->fuse_pool = false;  // the relu still fused into the pool
   for (nn::Sequential* s : {&fused, &plain}) (*s)->to(kCUDA);
   const FusedAndPlain n = compare_fused_and_plain(fused, plain, randn({4, 1, 8, 8}).cuda(), randn({4, 3}).cuda());
   CHECK(n.fused_fwd + 2 == n.plain_fwd);  // conv and pool in one launch
   CHECK(n.fused_bwd + 2 == n.plain_bwd);  // no max_pool2d_backward
+}
+
+// A BatchNorm2d, ReLU, MaxPool2d at the end of a block and after it (mnist_train's fast model) runs
+// as one batch_norm_max_pool2d (Note [max pooling in the batch norm backward]): the normalise kernel
+// pools before it stores, and the backward's kernels read the pooled gradient, so each such block
+// loses the pool's launch each way, with the same values, running statistics and gradients bit for
+// bit, in every floating dtype.
+TEST_CASE("cuda nn: batch norm pools its output and reads the pooled gradient, bit for bit", "[gpu][pool]") {
+  manual_seed(9);
+  auto make = [] {
+    auto block = [](int64_t cin, int64_t cout) {
+      return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(cin, cout, 3).padding(1).bias(false)), nn::BatchNorm2d(cout),
+                            nn::ReLU());
+    };
+    return nn::Sequential(block(1, 4), nn::MaxPool2d(2), block(4, 8), nn::MaxPool2d(2), nn::Flatten(),
+                          nn::Linear(8 * 2 * 2, 3));
+  };
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    INFO("dtype " << dt);
+    nn::Sequential fused = make(), plain = make();
+    plain->load_state_dict(fused->state_dict());
+    for (nn::Sequential* s : {&fused, &plain}) {
+      (*s)->to(kCUDA, dt);
+      for (auto& [name, m] : (*s)->named_modules())
+        if (auto* seq = dynamic_cast<nn::SequentialImpl*>(m.get())) seq->fuse_pool = s == &fused;
+    }
+    const FusedAndPlain n =
+        compare_fused_and_plain(fused, plain, randn({4, 1, 8, 8}).to(dt).cuda(), randn({4, 3}).to(dt).cuda());
+    CHECK(n.fused_fwd + 2 == n.plain_fwd);  // normalise and pool in one launch, twice
+    CHECK(n.fused_bwd + 2 == n.plain_bwd);  // no max_pool2d_backward
+    for (const auto& [name, t] : fused->named_buffers()) {
+      INFO(name);
+      CHECK(t.to(DType::f64).cpu().to_vector<double>() ==
+            plain->named_buffers().at(name).to(DType::f64).cpu().to_vector<double>());
+    }
+  }
 }
 
 // A conv layer's bias gradient comes out of its weight gradient's kernels (Note [conv bias

@@ -277,7 +277,7 @@ TEST_CASE("nn Sequential runs a Conv2d, a ReLU or not, and a MaxPool2d as one co
     };
     nn::Sequential fused = make(), plain = make();
     plain->load_state_dict(fused->state_dict());
-    plain->fuse_conv_pool = false;
+    plain->fuse_pool = false;
     CHECK(fused(h).grad_fn()->name() == "conv2d_max_pool2dBackward");
     CHECK(plain(h).grad_fn()->name() == "max_pool2dBackward");
     Tensor gy = randn({2, 3, 3, 3});
@@ -286,6 +286,45 @@ TEST_CASE("nn Sequential runs a Conv2d, a ReLU or not, and a MaxPool2d as one co
     for (size_t i = 0; i < a.size(); ++i) {
       INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
       CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());  // the same ops, the same order
+    }
+  }
+}
+
+TEST_CASE("nn Sequential runs a BatchNorm2d, a ReLU or not, and a MaxPool2d as one batch_norm_max_pool2d", "[nn]") {
+  manual_seed(8);
+  Tensor h = randn({3, 2, 6, 6}).requires_grad_(true);
+  for (bool relu : {true, false}) {
+    for (bool nested : {false, true}) {
+      INFO("relu " << relu << ", nested " << nested);
+      // nested: the batch norm (and relu) end a block and the pool follows it (mnist_train's fast model)
+      auto make = [relu, nested] {
+        nn::Sequential block(nn::Conv2d(nn::Conv2dOptions(2, 3, 3).padding(1).bias(false)), nn::BatchNorm2d(3));
+        if (relu) block->push_back(nn::ReLU());
+        if (nested) return nn::Sequential(block, nn::MaxPool2d(2));
+        block->push_back(nn::MaxPool2d(2));
+        return block;
+      };
+      nn::Sequential fused = make(), plain = make();
+      plain->load_state_dict(fused->state_dict());
+      plain->fuse_pool = false;
+      CHECK(fused(h).grad_fn()->name() == "batch_norm_max_pool2dBackward");
+      CHECK(plain(h).grad_fn()->name() == "max_pool2dBackward");
+      Tensor gy = randn({3, 3, 3, 3});
+      std::vector<Tensor> a = outputs_and_grads(fused, h, gy), b = outputs_and_grads(plain, h, gy);
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
+        CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
+      }
+      // the running statistics moved alike, and eval normalises with them alike
+      for (const auto& [name, t] : fused->named_buffers()) {
+        INFO(name);
+        CHECK(t.to(DType::f64).to_vector<double>() ==
+              plain->named_buffers().at(name).to(DType::f64).to_vector<double>());
+      }
+      fused->eval();
+      plain->eval();
+      CHECK(fused(h).to_vector<float>() == plain(h).to_vector<float>());
     }
   }
 }

@@ -66,7 +66,7 @@ struct Options {
   bool channels_last = false;
   bool fuse_activations = true;  // Note [fused activations] in nn/sequential.h
   bool fuse_mlp = true;          // Note [fused MLP stacks] in nn/sequential.h; only with fuse_activations
-  bool fuse_conv_pool = true;    // Note [fused conv and max pooling] in nn/sequential.h; likewise
+  bool fuse_pool = true;         // Note [fused layer and max pooling] in nn/sequential.h; likewise
   bool zero_grad_to_none = true;
   bool sync_every_step = false;
   // observability

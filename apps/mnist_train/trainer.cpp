@@ -128,7 +128,7 @@ void Trainer::build_learner() {
     if (auto* seq = dynamic_cast<nn::SequentialImpl*>(m.get())) {
       seq->fuse_activations = o_.fuse_activations;
       seq->fuse_mlp = o_.fuse_mlp;
-      seq->fuse_conv_pool = o_.fuse_conv_pool;
+      seq->fuse_pool = o_.fuse_pool;
     }
   model->to(device_);
   learner_.model = model;
