@@ -372,13 +372,10 @@ void bn_unpooled_apart(const KernelCall& c, void (*f)(const KernelCall&)) {
   const auto& a = c.attr<BatchNormAttrs>();
   if (a.max_pool == 0) return f(c);
   EMBER_CHECK(c.op == OpId::batch_norm_backward, "bn_unpooled_apart: called for op ", op_info(c.op).name);
-  const Tensor gy = unpool_scratch(c.in[0], c.in[5], a.pool, c.in[1].shape());
   BatchNormAttrs plain = a;
   plain.max_pool = 0;
   plain.pool = PoolAttrs{};
-  const Attrs attrs(plain);
-  const std::vector<Tensor> in{gy, c.in[1], c.in[2], c.in[3], c.in[4]};
-  f(KernelCall{c.op, in, c.out, attrs});
+  run_unpooled(c, f, a.pool, c.in[1].shape(), Attrs(plain));
 }
 
 namespace {

@@ -327,13 +327,10 @@ void conv_unpooled_apart(const KernelCall& c, void (*f)(const KernelCall&)) {
   EMBER_CHECK(bwi || c.op == OpId::conv2d_backward_weight, "conv_unpooled_apart: called for op ", op_info(c.op).name);
   const ConvGeom g = bwi ? conv_geometry("conv2d_backward_input", c.out[0].shape(), c.in[1].shape(), a)
                          : conv_geometry("conv2d_backward_weight", c.in[1].shape(), c.out[0].shape(), a);
-  const Tensor gy = unpool_scratch(c.in[0], c.in[2], a.pool, {g.N, g.K, g.P, g.Q});
   Conv2dAttrs plain = a;
   plain.max_pool = 0;
   plain.pool = PoolAttrs{};
-  const Attrs attrs(plain);
-  const std::array<Tensor, 2> in{gy, c.in[1]};
-  f(KernelCall{c.op, in, c.out, attrs});
+  run_unpooled(c, f, a.pool, {g.N, g.K, g.P, g.Q}, Attrs(plain));
 }
 
 namespace {

@@ -26,9 +26,14 @@ Shape check_pooled_gradient(const char* op, const Tensor& gp, const Tensor& ind,
   return ps;
 }
 
-Tensor unpool_scratch(const Tensor& gp, const Tensor& ind, const PoolAttrs& p, const Shape& full) {
-  autograd::NoGradGuard no_grad;
-  return call1(OpId::max_pool2d_backward, {gp, ind}, with_input_size(p, full[2], full[3]));
+void run_unpooled(const KernelCall& c, void (*f)(const KernelCall&), const PoolAttrs& p, const Shape& full,
+                  const Attrs& plain) {
+  std::vector<Tensor> in(c.in.begin(), c.in.end() - 1);  // without the indices
+  {
+    autograd::NoGradGuard no_grad;  // a kernel's scratch
+    in[0] = call1(OpId::max_pool2d_backward, {c.in.front(), c.in.back()}, with_input_size(p, full[2], full[3]));
+  }
+  f(KernelCall{c.op, in, c.out, plain});
 }
 
 Tensor max_pool_gather(const Tensor& full, const Tensor& ind, bool relu) {

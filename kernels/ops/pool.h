@@ -99,10 +99,14 @@ Tensor max_pool_gather(const Tensor& full, const Tensor& ind, bool relu);
 // output, named `what` in messages); returns that shape.
 Shape check_pooled_gradient(const char* op, const Tensor& gp, const Tensor& ind, const Shape& full, const PoolAttrs& p,
                             const char* what);
-// The gradient of `full`'s shape [N, C, H, W] from a pooled gradient: max_pool2d_backward on
-// (gp, ind), as a kernel's scratch (no autograd). What a variant that does not fuse the unpooling
-// runs first.
-Tensor unpool_scratch(const Tensor& gp, const Tensor& ind, const PoolAttrs& p, const Shape& full);
+// A gradient op's call c with a pooled gradient (its first input; the pool's indices its last),
+// for a variant that does not fuse the unpooling: max_pool2d_backward into a gradient of `full`'s
+// shape [N, C, H, W] (scratch, no autograd), then f on (that gradient, c's inputs between) with
+// the attributes `plain` (the op's, without the pooling).
+struct KernelCall;
+class Attrs;
+void run_unpooled(const KernelCall& c, void (*f)(const KernelCall&), const PoolAttrs& p, const Shape& full,
+                  const Attrs& plain);
 
 struct OpInfo;
 // The CPU variants (pool_cpu.cpp), registered by define_op_* (pool.cpp).
