@@ -198,6 +198,11 @@ Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor
                              Tensor running_var, bool training, double momentum, double eps,
                              std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
                              std::array<int64_t, 2> padding = {0, 0}, bool relu = false);
+// adaptive_avg_pool2d(batch_norm(x, ...), 1), with relu between them when `relu`, as one op each
+// way: the means [N, C, 1, 1]; the backward reads their gradient (Note [global average pooling in
+// the batch norm backward] in kernels/ops/batch_norm.h). x [N, C, H, W].
+Tensor batch_norm_global_avg_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                                    Tensor running_var, bool training, double momentum, double eps, bool relu = false);
 // ---- data ----
 // u8 images [N, C, ...] (or any shape with one channel) -> (x/255 - mean[c]) / std[c] in `dtype`,
 // one pass (torchvision's ToTensor + Normalize). mean/std: one entry per channel, or one for all.

@@ -1,6 +1,8 @@
-// Benchmark shapes of batch_norm, batch_norm_backward and batch_norm_max_pool2d
-// (kernels/ops/batch_norm.*): the MNIST models' activations and ResNet-50's, in f32 and under AMP;
-// at the MNIST shapes also with relu and 2x2 max pooling (" relu pool 2": the pooled backward).
+// Benchmark shapes of batch_norm, batch_norm_backward, batch_norm_max_pool2d and
+// batch_norm_global_avg_pool2d (kernels/ops/batch_norm.*): the MNIST models' activations and
+// ResNet-50's, in f32 and under AMP; at the MNIST shapes also with relu and 2x2 max pooling
+// (" relu pool 2": the pooled backward), and the fast model's last block with relu and the global
+// average (" relu global avg": the averaged backward).
 #include "bench/op_shapes/op_shapes.h"
 #include "kernels/common/memory_format.h"
 #include "kernels/functional.h"
@@ -45,6 +47,36 @@ BenchCase pooled_bench(const LayerInput& s, bool backward) {
   return b;
 }
 
+// batch_norm_global_avg_pool2d's attributes: relu, then the plane means.
+BatchNormAttrs relu_avg() {
+  BatchNormAttrs a{};
+  a.avg_pool = 1;
+  a.relu = 1;
+  return a;
+}
+
+// batch_norm_global_avg_pool2d (backward: batch_norm_backward on its averaged gradient) at s.
+BenchCase averaged_bench(const LayerInput& s, bool backward) {
+  BenchCase b;
+  b.name = s.name() + " training relu global avg";
+  b.attrs = relu_avg();
+  b.make = [s, backward](Device d) {
+    std::vector<Tensor> in = bn_forward_inputs(s, d);
+    if (!backward) return in;
+    std::vector<Tensor> f = call(OpId::batch_norm_global_avg_pool2d, in, relu_avg());
+    Tensor gp = uniform(f[0].shape(), -1, 1, TensorOptions().dtype(s.dt).device(d));
+    return std::vector<Tensor>{gp, in[0], in[1], f[1], f[2], in[2]};
+  };
+  return b;
+}
+
+// The fast model's last block: conv3's activations at 7x7, averaged to 1x1.
+std::vector<LayerInput> mnist_last_block() {
+  return {{"mnist after conv3", {64, 128, 7, 7}, false, DType::f32},
+          {"mnist after conv3", {512, 128, 7, 7}, false, DType::f32},
+          {"mnist after conv3", {512, 128, 7, 7}, false, DType::bf16}};
+}
+
 // The MNIST CNNs' activations after each conv (NCHW), pooled 2x2 in both models.
 std::vector<LayerInput> mnist_activations() {
   std::vector<LayerInput> shapes;
@@ -58,6 +90,7 @@ std::vector<LayerInput> mnist_activations() {
 
 std::vector<BenchCase> bn_benches(bool backward) {
   std::vector<LayerInput> shapes = mnist_activations();
+  for (const LayerInput& s : mnist_last_block()) shapes.push_back(s);  // the unfused rows beside the fused ones
   shapes.push_back({"mlp hidden (2-D)", {512, 128}, false, DType::f32});
   shapes.push_back({"resnet50 64ch 56x56", {32, 64, 56, 56}, true, DType::f16});
   shapes.push_back({"resnet50 256ch 56x56", {32, 256, 56, 56}, true, DType::f16});
@@ -78,8 +111,10 @@ std::vector<BenchCase> bn_benches(bool backward) {
     };
     out.push_back(std::move(b));
   }
-  if (backward)
+  if (backward) {
     for (const LayerInput& s : mnist_activations()) out.push_back(pooled_bench(s, true));
+    for (const LayerInput& s : mnist_last_block()) out.push_back(averaged_bench(s, true));
+  }
   return out;
 }
 
@@ -87,6 +122,11 @@ std::vector<BenchCase> bn_benches(bool backward) {
 
 std::vector<BenchCase> benches_batch_norm() { return bn_benches(false); }
 std::vector<BenchCase> benches_batch_norm_backward() { return bn_benches(true); }
+std::vector<BenchCase> benches_batch_norm_global_avg_pool2d() {
+  std::vector<BenchCase> out;
+  for (const LayerInput& s : mnist_last_block()) out.push_back(averaged_bench(s, false));
+  return out;
+}
 std::vector<BenchCase> benches_batch_norm_max_pool2d() {
   std::vector<BenchCase> out;
   for (const LayerInput& s : mnist_activations()) out.push_back(pooled_bench(s, false));

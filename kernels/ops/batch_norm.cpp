@@ -1,6 +1,7 @@
-// batch_norm, batch_norm_max_pool2d and batch_norm_backward: shape inference, the CPU reference (per
-// channel, two passes in double, parallel over channels), the vjps, cost and the functional API.
-// See batch_norm.h for the formulas and Note [max pooling in the batch norm backward].
+// batch_norm, batch_norm_max_pool2d, batch_norm_global_avg_pool2d and batch_norm_backward: shape
+// inference, the CPU reference (per channel, two passes in double, parallel over channels), the
+// vjps, cost and the functional API. See batch_norm.h for the formulas, Note [max pooling in the
+// batch norm backward] and Note [global average pooling in the batch norm backward].
 //
 // Note [running statistics]: the op writes running_mean / running_var in place (inputs 3 and 4;
 // contiguous_inputs is off, so the kernel sees the caller's tensors) and bumps their versions. They
@@ -54,6 +55,8 @@ std::vector<TensorSpec> infer_batch_norm(std::span<const Tensor> in, const Attrs
   const auto& a = attrs.get<BatchNormAttrs>();
   EMBER_CHECK(a.max_pool == 0, "batch_norm: max_pool = ", a.max_pool,
               " is an attribute of batch_norm_max_pool2d and batch_norm_backward only");
+  EMBER_CHECK(a.avg_pool == 0 && a.relu == 0, "batch_norm: avg_pool = ", a.avg_pool, ", relu = ", a.relu,
+              " are attributes of batch_norm_global_avg_pool2d and batch_norm_backward only");
   EMBER_CHECK(x.defined(), "batch_norm: the input is undefined");
   EMBER_CHECK(x.dim() >= 2, "batch_norm: expects an input (N, C) or (N, C, *), got ", x.shape());
   EMBER_CHECK(is_floating(x.dtype()), "batch_norm: expects a floating input, got ", x.describe());
@@ -96,6 +99,24 @@ std::vector<TensorSpec> infer_batch_norm_max_pool2d(std::span<const Tensor> in, 
   const Shape ps{pg.N, pg.C, pg.P, pg.Q};
   const Strides st = layout_strides(ps, runs_channels_last(in[0]));
   return {{ps, in[0].dtype(), st}, {ps, DType::i64, st}, bn[1], bn[2]};
+}
+
+// batch_norm_global_avg_pool2d: batch_norm's checks on a 4-D input; the means [N, C, 1, 1] in x's
+// layout.
+std::vector<TensorSpec> infer_batch_norm_global_avg_pool2d(std::span<const Tensor> in, const Attrs& attrs) {
+  const auto& a = attrs.get<BatchNormAttrs>();
+  EMBER_CHECK(a.avg_pool == 1 && a.max_pool == 0,
+              "batch_norm_global_avg_pool2d: avg_pool must be 1 and max_pool 0 (the op averages), got avg_pool = ",
+              a.avg_pool, ", max_pool = ", a.max_pool);
+  EMBER_CHECK(a.relu == 0 || a.relu == 1, "batch_norm_global_avg_pool2d: relu must be 0 or 1, got ", a.relu);
+  EMBER_CHECK(in.size() == 5 && in[0].defined() && in[0].dim() == 4,
+              "batch_norm_global_avg_pool2d: expects (input [N, C, H, W], weight, bias, running_mean, running_var)");
+  BatchNormAttrs plain = a;
+  plain.avg_pool = 0;
+  plain.relu = 0;
+  std::vector<TensorSpec> bn = infer_batch_norm(in, plain);
+  const Shape ps{in[0].shape()[0], in[0].shape()[1], 1, 1};
+  return {{ps, in[0].dtype(), layout_strides(ps, runs_channels_last(in[0]))}, bn[1], bn[2]};
 }
 
 std::vector<double> as_doubles(const Tensor& t, int64_t C, double fill) {
@@ -193,20 +214,33 @@ void batch_norm_cpu(const KernelCall& c) {
 // (Note [max pooling in the batch norm backward]).
 std::vector<TensorSpec> infer_batch_norm_backward(std::span<const Tensor> in, const Attrs& attrs) {
   const auto& a = attrs.get<BatchNormAttrs>();
-  EMBER_CHECK(a.max_pool == 0 || a.max_pool == 1, "batch_norm_backward: max_pool must be 0 or 1, got ", a.max_pool);
-  if (a.max_pool == 0)
-    EMBER_CHECK(in.size() == 5, "batch_norm_backward: expects (grad_output, input, weight, mean, invstd), got ",
-                in.size(), " inputs");
-  else
+  EMBER_CHECK((a.max_pool == 0 || a.max_pool == 1) && (a.avg_pool == 0 || a.avg_pool == 1) &&
+                  a.max_pool + a.avg_pool <= 1 && (a.relu == 0 || a.avg_pool == 1) && (a.relu == 0 || a.relu == 1),
+              "batch_norm_backward: expects max_pool, avg_pool and relu of 0 or 1, at most one pooling, relu only "
+              "with avg_pool; got max_pool = ",
+              a.max_pool, ", avg_pool = ", a.avg_pool, ", relu = ", a.relu);
+  if (a.max_pool == 1)
     EMBER_CHECK(in.size() == 6,
                 "batch_norm_backward: with max_pool expects (pooled gradient, input, weight, mean, invstd, indices), "
                 "got ",
+                in.size(), " inputs");
+  else if (a.avg_pool == 1)
+    EMBER_CHECK(in.size() == 6,
+                "batch_norm_backward: with avg_pool expects (pooled gradient, input, weight, mean, invstd, bias), got ",
+                in.size(), " inputs");
+  else
+    EMBER_CHECK(in.size() == 5, "batch_norm_backward: expects (grad_output, input, weight, mean, invstd), got ",
                 in.size(), " inputs");
   const Tensor &gy = in[0], &x = in[1], &w = in[2], &mean = in[3], &invstd = in[4];
   EMBER_CHECK(x.defined() && gy.defined() && mean.defined() && invstd.defined(),
               "batch_norm_backward: grad_output, input, mean and invstd must be defined");
   EMBER_CHECK(x.dim() >= 2, "batch_norm_backward: expects an input (N, C) or (N, C, *), got ", x.shape());
   if (a.max_pool == 1) check_pooled_gradient("batch_norm_backward", gy, in[5], x.shape(), a.pool, "the input");
+  else if (a.avg_pool == 1)
+    EMBER_CHECK(x.dim() == 4 && gy.shape() == Shape({x.shape()[0], x.shape()[1], 1, 1}),
+                "batch_norm_backward: with avg_pool expects an input [N, C, H, W] and a pooled gradient [N, C, 1, 1], "
+                "got input ",
+                x.shape(), " and gradient ", gy.shape());
   else
     EMBER_CHECK(gy.shape() == x.shape(), "batch_norm_backward: grad_output ", gy.shape(), " must match the input ",
                 x.shape());
@@ -215,6 +249,7 @@ std::vector<TensorSpec> infer_batch_norm_backward(std::span<const Tensor> in, co
   const int64_t C = x.shape()[1];
   const DType s = bn_stats_dtype(x.dtype());
   check_param("batch_norm_backward", w, "weight", C, x.dtype(), s);
+  if (a.avg_pool == 1) check_param("batch_norm_backward", in[5], "bias", C, x.dtype(), s);
   for (const Tensor* t : {&mean, &invstd})
     EMBER_CHECK(t->dim() == 1 && t->shape()[0] == C && (t->dtype() == s || t->dtype() == x.dtype()),
                 "batch_norm_backward: saved statistics must be ", s, "[", C, "] (as batch_norm returns them), got ",
@@ -224,14 +259,30 @@ std::vector<TensorSpec> infer_batch_norm_backward(std::span<const Tensor> in, co
       {x.shape(), x.dtype(), layout_strides(x.shape(), runs_channels_last(x))}, {Shape{C}, pd, {}}, {Shape{C}, pd, {}}};
 }
 
+// The per-channel values the CPU backward reads: the weight, the saved statistics and, with
+// avg_pool and relu, the bias (for the relu's mask).
+struct BnCpuParams {
+  std::vector<double> w, mean, invstd, b;
+};
+
 template <class T>
-void bn_backward_cpu_impl(const BnGeom& g, const Tensor& gy, const Tensor& x, const Tensor& dx, bool training,
-                          const std::vector<double>& w, const std::vector<double>& mean,
-                          const std::vector<double>& invstd, std::vector<double>& dw, std::vector<double>& db) {
+void bn_backward_cpu_impl(const BnGeom& g, const Tensor& gy, const Tensor& x, const Tensor& dx, const BatchNormAttrs& a,
+                          const BnCpuParams& p, std::vector<double>& dw, std::vector<double>& db) {
   const T* gp = static_cast<const T*>(gy.data_ptr());
   const T* xp = static_cast<const T*>(x.data_ptr());
   T* dp = static_cast<T*>(dx.data_ptr());
-  const double M = static_cast<double>(g.M());
+  const double M = static_cast<double>(g.M()), L = static_cast<double>(g.L);
+  const bool training = a.training != 0;
+  const std::vector<double>&w = p.w, &mean = p.mean, &invstd = p.invstd;
+  // g at x's offset o in image n (Note [global average pooling in the batch norm backward])
+  auto grad = [&](int64_t o, int64_t n, size_t ci) {
+    if (a.avg_pool == 0) return static_cast<double>(gp[o]);
+    if (a.relu != 0) {  // y as the forward stores it, then relu's mask
+      const T y = static_cast<T>((static_cast<double>(xp[o]) - mean[ci]) * invstd[ci] * w[ci] + p.b[ci]);
+      if (!(static_cast<double>(y) > 0)) return 0.0;
+    }
+    return static_cast<double>(static_cast<T>(static_cast<double>(gp[n * g.C + static_cast<int64_t>(ci)]) / L));
+  };
   parallel_for(0, g.C, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       const size_t ci = static_cast<size_t>(c);
@@ -240,7 +291,7 @@ void bn_backward_cpu_impl(const BnGeom& g, const Tensor& gy, const Tensor& x, co
       for (int64_t n = 0; n < g.N; ++n)
         for (int64_t l = 0; l < g.L; ++l) {
           const int64_t o = at(n, l);
-          const double gv = static_cast<double>(gp[o]);
+          const double gv = grad(o, n, ci);
           sg += gv;
           sgx += gv * (static_cast<double>(xp[o]) - mean[ci]);
         }
@@ -250,7 +301,7 @@ void bn_backward_cpu_impl(const BnGeom& g, const Tensor& gy, const Tensor& x, co
       for (int64_t n = 0; n < g.N; ++n)
         for (int64_t l = 0; l < g.L; ++l) {
           const int64_t o = at(n, l);
-          const double gv = static_cast<double>(gp[o]);
+          const double gv = grad(o, n, ci);
           double v = gv;
           if (training) {
             const double xhat = (static_cast<double>(xp[o]) - mean[ci]) * invstd[ci];
@@ -268,13 +319,12 @@ void batch_norm_backward_cpu(const KernelCall& c) {
   Tensor x = contiguous_as(c.in[1], cl), gy = contiguous_as(c.in[0], cl);
   BnGeom g = bn_geometry(x);
   const size_t C = static_cast<size_t>(g.C);
-  std::vector<double> wv = as_doubles(c.in[2], g.C, 1.0), mean = c.in[3].to_vector<double>(),
-                      invstd = c.in[4].to_vector<double>();
+  const BnCpuParams p{as_doubles(c.in[2], g.C, 1.0), c.in[3].to_vector<double>(), c.in[4].to_vector<double>(),
+                      a.avg_pool != 0 ? as_doubles(c.in[5], g.C, 0.0) : std::vector<double>()};
   std::vector<double> dw(C, 0.0), db(C, 0.0);
   if (x.numel() > 0) {
-    EMBER_DISPATCH_FLOAT(x.dtype(), "batch_norm_backward", [&] {
-      bn_backward_cpu_impl<scalar_t>(g, gy, x, c.out[0], a.training != 0, wv, mean, invstd, dw, db);
-    });
+    EMBER_DISPATCH_FLOAT(x.dtype(), "batch_norm_backward",
+                         [&] { bn_backward_cpu_impl<scalar_t>(g, gy, x, c.out[0], a, p, dw, db); });
   }
   write_doubles(c.out[1], dw);
   write_doubles(c.out[2], db);
@@ -330,6 +380,14 @@ std::vector<Tensor> batch_norm_max_pool2d_vjp(const BackwardCtx& ctx) {
   return bn_input_grads(ctx, a, {gp, x, w, ctx.outputs[2], ctx.outputs[3], ctx.outputs[1]}, 2);
 }
 
+// batch_norm_global_avg_pool2d: batch_norm_backward on the pooled gradient, with the bias for the
+// relu's mask (Note [global average pooling in the batch norm backward]).
+std::vector<Tensor> batch_norm_global_avg_pool2d_vjp(const BackwardCtx& ctx) {
+  const Tensor &x = ctx.inputs[0], &w = ctx.inputs[1], &b = ctx.inputs[2];
+  const Tensor gp = contiguous_as(ctx.grad(0), runs_channels_last(x));
+  return bn_input_grads(ctx, ctx.attr<BatchNormAttrs>(), {gp, x, w, ctx.outputs[1], ctx.outputs[2], b}, 1);
+}
+
 // ---- cost ----
 
 Cost batch_norm_cost(const KernelCall& c) {
@@ -364,9 +422,35 @@ void bn_then_pool(const KernelCall& c, bool reference) {
 
 void bn_pool_reference(const KernelCall& c) { bn_then_pool(c, true); }
 
+// batch_norm_global_avg_pool2d as its ops: batch_norm and (with relu) relu into scratch tensors,
+// adaptive_avg_pool2d to 1x1 into the call's output; reference kernels or through the registry.
+void bn_then_avg(const KernelCall& c, bool reference) {
+  BatchNormAttrs bn = c.attr<BatchNormAttrs>();
+  const bool relu = bn.relu != 0;
+  bn.avg_pool = 0;
+  bn.relu = 0;
+  const Tensor& x = c.in[0];
+  const TensorSpec ys = op_info(OpId::batch_norm).infer(c.in, bn)[0];
+  const TensorOptions opts = TensorOptions().dtype(ys.dtype).device(x.device());
+  auto scratch = [&] { return ys.strides.empty() ? empty(ys.shape, opts) : empty_strided(ys.shape, ys.strides, opts); };
+  const Tensor y = scratch(), r = relu ? scratch() : y;
+  const std::vector<Tensor> in(c.in.begin(), c.in.end()), bn_out{y, c.out[1], c.out[2]};
+  const AdaptivePoolAttrs avg = adaptive_pool_attrs(1, 1);
+  auto run = [&](OpId op, std::vector<Tensor> i, std::vector<Tensor> o, const Attrs& attrs) {
+    if (reference) call_variant_into(op_info(op).variants.at(0), op, std::move(i), std::move(o), attrs);
+    else call_into(op, std::move(i), std::move(o), attrs);
+  };
+  run(OpId::batch_norm, in, bn_out, bn);
+  if (relu) run(OpId::relu, {y}, {r}, Attrs{});
+  run(OpId::adaptive_avg_pool2d, {r}, {c.out[0]}, avg);
+}
+
+void bn_avg_reference(const KernelCall& c) { bn_then_avg(c, true); }
+
 }  // namespace
 
 void bn_then_pool_ops(const KernelCall& c) { bn_then_pool(c, false); }
+void bn_then_avg_ops(const KernelCall& c) { bn_then_avg(c, false); }
 
 void bn_unpooled_apart(const KernelCall& c, void (*f)(const KernelCall&)) {
   const auto& a = c.attr<BatchNormAttrs>();
@@ -438,6 +522,29 @@ void define_op_batch_norm_max_pool2d(OpInfo& info) {
                     .fn = bn_then_pool_ops,
                     .dtypes = kFloatTypes,
                     .note = "batch_norm, then max_pool2d, each through the registry"});
+}
+
+void define_op_batch_norm_global_avg_pool2d(OpInfo& info) {
+  info.doc = "batch_norm, relu (optional), then the mean of each plane: the backward reads the pooled gradient";
+  info.infer = infer_batch_norm_global_avg_pool2d;
+  info.backward = batch_norm_global_avg_pool2d_vjp;
+  info.save = Save::both;
+  info.save_inputs_mask = 0b00111;  // x, weight, bias (the relu's mask): never the running statistics
+  info.save_outputs_mask = 0b110;   // mean, invstd: not the means
+  info.cost = batch_norm_cost;
+  info.autocast = AutocastPolicy::none;  // as batch_norm
+  info.contiguous_inputs = false;
+  info.add_variant({.name = "naive",
+                    .device = DeviceType::cpu,
+                    .fn = bn_avg_reference,
+                    .dtypes = kFloatTypes,
+                    .flags = kReference,
+                    .note = "reference: batch_norm's, relu's and adaptive_avg_pool2d's reference kernels"});
+  info.add_variant({.name = "ops",
+                    .device = DeviceType::cpu,
+                    .fn = bn_then_avg_ops,
+                    .dtypes = kFloatTypes,
+                    .note = "batch_norm, relu, then adaptive_avg_pool2d, each through the registry"});
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,

@@ -19,6 +19,10 @@
 // windows that do not overlap: the normalise kernel pools (apply_pool_planar) and writes only the
 // pooled output and indices; the backward's two planar kernels read g as the pooled gradient
 // (BnGrad), in the same order as the dense one, so the sums and dx are the unfused ones bit for bit.
+// batch_norm_global_avg_pool2d (Note [global average pooling in the batch norm backward]), NCHW:
+// the normalise kernel relus and sums each plane (apply_avg_planar) and writes only the means; the
+// backward's kernels, planar and columnar, read g as a plane's gradient / L masked by the relu
+// (BnGrad), so neither the normalised activations nor their gradient reach memory.
 // Memory bound: the forward reads x twice and writes y; the backward reads g and x twice and writes
 // dx. A fused single-pass version would keep x in shared memory between the passes; left for later.
 // Napkin math: docs/perf.md ("Napkin math behind the kernels").
@@ -123,6 +127,9 @@ struct BnDims {
 template <class S>
 struct Affine {
   S mean, scale, bias;
+  // Every kernel normalises through this one expression, so a recomputation (the relu's mask in
+  // the backward) gets the forward's bits.
+  __device__ __forceinline__ S apply(S x) const { return (x - mean) * scale + bias; }
 };
 
 // ---- forward ----
@@ -199,8 +206,7 @@ __global__ void __launch_bounds__(kPlanarThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int n = n0 + warp; n < n1; n += nw) {
     const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
-    for (int l = lane; l < d.L; l += 32)
-      y[base + l] = static_cast<T>((static_cast<S>(x[base + l]) - k.mean) * k.scale + k.bias);
+    for (int l = lane; l < d.L; l += 32) y[base + l] = static_cast<T>(k.apply(static_cast<S>(x[base + l])));
   }
 }
 
@@ -227,6 +233,21 @@ __device__ __forceinline__ Affine<S> eval_affine(int c, const S* w, const S* b, 
   return {rm[c], inv * (w != nullptr ? w[c] : S(1)), b != nullptr ? b[c] : S(0)};
 }
 
+// The block's channel constants for a pooling normalise kernel (planar: channel blockIdx.x): the
+// merged statistics (training), or the running ones (eval: ws == nullptr); split 0 writes them.
+template <class S>
+__device__ __forceinline__ Affine<S> block_affine(const Wf<S>* ws, const BnDims& d, const S* w, const S* b, S* rm,
+                                                  S* rv, S* save_mean, S* save_invstd, const FwdParams& fp) {
+  EMBER_SHARED(Affine<S>, af);
+  const int c = blockIdx.x;
+  const bool owner = blockIdx.y == 0;
+  if (threadIdx.x == 0)
+    af = ws != nullptr ? finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, owner)
+                       : eval_affine(c, w, b, rm, rv, save_mean, save_invstd, fp.eps, owner);
+  __syncthreads();
+  return af;
+}
+
 // apply_planar with the pooling: each lane takes one window of an image's plane, normalises its
 // values, rounds them to T as the unfused y would be stored, and keeps the maximum as max_pool2d
 // does (first maximum, a NaN wins, then the relu and index -1). ws == nullptr: eval.
@@ -234,13 +255,8 @@ template <class T, class S>
 __global__ void __launch_bounds__(kPlanarThreads)
     apply_pool_planar(const T* __restrict__ x, BnPoolOut<T> po, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
                       const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
-  EMBER_SHARED(Affine<S>, af);
   const int c = blockIdx.x, sp = blockIdx.y;
-  if (threadIdx.x == 0)
-    af = ws != nullptr ? finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0)
-                       : eval_affine(c, w, b, rm, rv, save_mean, save_invstd, fp.eps, sp == 0);
-  __syncthreads();
-  const Affine<S> k = af;
+  const Affine<S> k = block_affine(ws, d, w, b, rm, rv, save_mean, save_invstd, fp);
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int pooled = po.PH * po.PW;
@@ -252,7 +268,7 @@ __global__ void __launch_bounds__(kPlanarThreads)
       S best = -INFINITY;
       int64_t idx = static_cast<int64_t>(i * po.kh) * po.W + j * po.kw;
       auto take = [&](T xv, int64_t at) {
-        const S v = static_cast<S>(static_cast<T>((static_cast<S>(xv) - k.mean) * k.scale + k.bias));
+        const S v = static_cast<S>(static_cast<T>(k.apply(static_cast<S>(xv))));
         if (v > best || v != v) {
           best = v;
           idx = at;
@@ -275,6 +291,46 @@ __global__ void __launch_bounds__(kPlanarThreads)
   }
 }
 
+// batch_norm_global_avg_pool2d's output: the plane means [N, C] (relu first when `relu`).
+template <class T>
+struct BnAvgOut {
+  T* y;
+  int relu;
+};
+
+// apply_planar with the global average: a warp per image's plane normalises its values, rounds them
+// to T as the unfused y would be stored, applies the relu (NaN propagates, as the relu op) and sums
+// them in adaptive_avg_pool2d's order: lanes along the plane, then a shuffle tree, where the plane
+// holds 16 values or more (global_avg_nchw_kernel in pool.cu), else serially in lane 0 (its
+// per-output kernel). ws == nullptr: eval.
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads)
+    apply_avg_planar(const T* __restrict__ x, BnAvgOut<T> po, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
+                     const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+  const int c = blockIdx.x, sp = blockIdx.y;
+  const Affine<S> k = block_affine(ws, d, w, b, rm, rv, save_mean, save_invstd, fp);
+  const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const bool lanes = d.L >= 16;
+  auto value = [&](T xv) {
+    const S v = static_cast<S>(static_cast<T>(k.apply(static_cast<S>(xv))));
+    return po.relu == 0 || v > S(0) || v != v ? v : S(0);
+  };
+  for (int n = n0 + warp; n < n1; n += nw) {
+    const int64_t plane = static_cast<int64_t>(n) * d.C + c;
+    const T* xp = x + plane * d.L;
+    S s = 0;
+    if (lanes) {
+      for (int l = lane; l < d.L; l += 32) s += value(xp[l]);
+      EMBER_UNROLL
+      for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+    } else if (lane == 0) {
+      for (int l = 0; l < d.L; ++l) s += value(xp[l]);
+    }
+    if (lane == 0) po.y[plane] = static_cast<T>(s / static_cast<S>(d.L));
+  }
+}
+
 template <class T, class S>
 __global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws,
                                const S* w, const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
@@ -287,7 +343,7 @@ __global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDim
   const Affine<S> k = af[threadIdx.x];
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
   for (int64_t m = m0 + threadIdx.y; m < m1; m += kColRows)
-    y[m * d.C + c] = static_cast<T>((static_cast<S>(x[m * d.C + c]) - k.mean) * k.scale + k.bias);
+    y[m * d.C + c] = static_cast<T>(k.apply(static_cast<S>(x[m * d.C + c])));
 }
 
 // eval: statistics from the running buffers
@@ -306,44 +362,84 @@ __global__ void eval_apply_kernel(const T* __restrict__ x, T* __restrict__ y, in
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int c = columnar ? static_cast<int>(i % C) : static_cast<int>((i / L) % C);
-    const S scale = invstd[c] * (w != nullptr ? w[c] : S(1));
-    y[i] = static_cast<T>((static_cast<S>(x[i]) - mean[c]) * scale + (b != nullptr ? b[c] : S(0)));
+    const Affine<S> k{mean[c], invstd[c] * (w != nullptr ? w[c] : S(1)), b != nullptr ? b[c] : S(0)};
+    y[i] = static_cast<T>(k.apply(static_cast<S>(x[i])));
   }
 }
 
 // ---- backward ----
 
-// The planar backward's g at (plane, l): grad_output's, or with ind the pooled gradient's where the
-// index of the disjoint window holding l names it, else 0 (pool::unpooled_at).
+// The backward's g: grad_output's; with ind the pooled gradient's where the index of the disjoint
+// window holding l names it, else 0 (pool::unpooled_at); with avg the plane's gradient / L, rounded
+// to T as adaptive_avg_pool2d_backward stores it, and 0 where relu is set and the relu's input, the
+// forward's normalised value of x (k.apply), is not positive.
 template <class T>
 struct BnGrad {
   const T* g;
-  const int64_t* ind;  // nullptr: g is dense, of x's shape
+  const int64_t* ind;  // nullptr: g is dense, of x's shape (or avg's [N, C])
   int W, kh, kw, PH, PW;
+  int avg, relu;
 
+  // With avg: every position's gradient in plane n C + c, before the relu's mask (0 without avg).
+  // Once a plane: f64's division is a called routine, which spilled inside the loop.
   template <class S>
-  __device__ __forceinline__ S at(int64_t plane, int64_t L, int l) const {
+  __device__ __forceinline__ S plane_grad(int64_t plane, int64_t L) const {
+    return avg != 0 ? static_cast<S>(static_cast<T>(static_cast<S>(g[plane]) / static_cast<S>(L))) : S(0);
+  }
+  template <class S>
+  __device__ __forceinline__ S masked(S pg, S xv, const Affine<S>& k) const {
+    return relu != 0 && !(static_cast<S>(static_cast<T>(k.apply(xv))) > S(0)) ? S(0) : pg;
+  }
+  // planar: position l of plane (n, c); pg = plane_grad(plane, L)
+  template <class S>
+  __device__ __forceinline__ S at(int64_t plane, int64_t L, int l, S xv, const Affine<S>& k, S pg) const {
+    if (avg != 0) return masked(pg, xv, k);
     if (ind == nullptr) return static_cast<S>(g[plane * L + l]);
     const int h = l / W;  // not l % W too: a second division made ptxas call a routine (a stack frame, spills)
     return pool::unpooled_at<S>(g, ind, plane * PH * PW, h, l - h * W, W, kh, kw, PH, PW);
+  }
+  // columnar: row m (= n L + l) of channel c; no max pooling here (m < 2^31: bn_supports)
+  template <class S>
+  __device__ __forceinline__ S at_row(int64_t m, int c, int C, int64_t L, S xv, const Affine<S>& k) const {
+    if (avg != 0) {
+      const int n = static_cast<int>(m) / static_cast<int>(L);
+      return masked(plane_grad<S>(static_cast<int64_t>(n) * C + c, L), xv, k);
+    }
+    return static_cast<S>(g[m * C + c]);
+  }
+};
+
+// The per-channel parameters the backward's kernels read. The bias only feeds the relu's mask (avg
+// and relu), in its own dtype: S, or T (b_t), whose conversion to S is exact, so a 16-bit bias
+// costs no conversion launch.
+template <class T, class S>
+struct BwdParams {
+  const S *mean, *invstd, *w, *b;
+  const T* b_t;
+  // channel c's constants of the forward's normalisation (Affine), for the relu's mask
+  __device__ __forceinline__ Affine<S> mask(int c) const {
+    const S bias = b != nullptr ? b[c] : b_t != nullptr ? static_cast<S>(b_t[c]) : S(0);
+    return {mean[c], invstd[c] * (w != nullptr ? w[c] : S(1)), bias};
   }
 };
 
 template <class T, class S>
 __global__ void __launch_bounds__(kPlanarThreads)
-    bwd_sums_planar(BnGrad<T> gy, const T* __restrict__ x, const S* __restrict__ mean, BnDims d,
-                    Sums<S>* __restrict__ ws) {
+    bwd_sums_planar(BnGrad<T> gy, const T* __restrict__ x, BwdParams<T, S> p, BnDims d, Sums<S>* __restrict__ ws) {
   const int c = blockIdx.x, sp = blockIdx.y;
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  const S mu = mean[c];
+  const S mu = p.mean[c];
+  const Affine<S> km = p.mask(c);
   Sums<S> a{S(0), S(0)};
   for (int n = n0 + warp; n < n1; n += nw) {
     const int64_t plane = static_cast<int64_t>(n) * d.C + c, base = plane * d.L;
+    const S pg = gy.template plane_grad<S>(plane, d.L);
     for (int l = lane; l < d.L; l += 32) {
-      const S g = gy.template at<S>(plane, d.L, l);
+      const S xv = static_cast<S>(x[base + l]);
+      const S g = gy.template at<S>(plane, d.L, l, xv, km, pg);
       a.g += g;
-      a.gx += g * (static_cast<S>(x[base + l]) - mu);
+      a.gx += g * (xv - mu);
     }
   }
   a = block_merge(
@@ -352,18 +448,20 @@ __global__ void __launch_bounds__(kPlanarThreads)
 }
 
 template <class T, class S>
-__global__ void bwd_sums_columnar(const T* __restrict__ gy, const T* __restrict__ x, const S* __restrict__ mean,
-                                  BnDims d, Sums<S>* __restrict__ ws) {
+__global__ void bwd_sums_columnar(BnGrad<T> gy, const T* __restrict__ x, BwdParams<T, S> p, BnDims d,
+                                  Sums<S>* __restrict__ ws) {
   EMBER_SHARED(Sums<S>[kColRows][kColTile + 1], sm);
   const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
   Sums<S> a{S(0), S(0)};
   if (c < d.C) {
-    const S mu = mean[c];
+    const S mu = p.mean[c];
+    const Affine<S> km = p.mask(c);
     for (int64_t m = m0 + threadIdx.y; m < m1; m += kColRows) {
-      const S g = static_cast<S>(gy[m * d.C + c]);
+      const S xv = static_cast<S>(x[m * d.C + c]);
+      const S g = gy.template at_row<S>(m, c, d.C, d.L, xv, km);
       a.g += g;
-      a.gx += g * (static_cast<S>(x[m * d.C + c]) - mu);
+      a.gx += g * (xv - mu);
     }
   }
   sm[threadIdx.y][threadIdx.x] = a;
@@ -401,39 +499,43 @@ __device__ __forceinline__ BwdCoef<S> bwd_finalize(const Sums<S>* ws, int c, int
 template <class T, class S>
 __global__ void __launch_bounds__(kPlanarThreads)
     bwd_apply_planar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
-                     const Sums<S>* __restrict__ ws, const S* mean, const S* invstd, const S* w, S* dweight, S* dbias,
-                     int training) {
+                     const Sums<S>* __restrict__ ws, BwdParams<T, S> p, S* dweight, S* dbias, int training) {
   EMBER_SHARED(BwdCoef<S>, co);
   const int c = blockIdx.x, sp = blockIdx.y;
   if (threadIdx.x == 0)
-    co = bwd_finalize(ws, c, d.splits, mean, invstd, w, dweight, dbias, d.M, training != 0, sp == 0);
+    co = bwd_finalize(ws, c, d.splits, p.mean, p.invstd, p.w, dweight, dbias, d.M, training != 0, sp == 0);
   __syncthreads();
   const BwdCoef<S> k = co;
+  const Affine<S> km = p.mask(c);
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int n = n0 + warp; n < n1; n += nw) {
     const int64_t plane = static_cast<int64_t>(n) * d.C + c, base = plane * d.L;
-    for (int l = lane; l < d.L; l += 32)
-      dx[base + l] = static_cast<T>(k.k1 * gy.template at<S>(plane, d.L, l) +
-                                    k.k2 * (static_cast<S>(x[base + l]) - k.mean) + k.k0);
+    const S pg = gy.template plane_grad<S>(plane, d.L);
+    for (int l = lane; l < d.L; l += 32) {
+      const S xv = static_cast<S>(x[base + l]);
+      dx[base + l] = static_cast<T>(k.k1 * gy.template at<S>(plane, d.L, l, xv, km, pg) + k.k2 * (xv - k.mean) + k.k0);
+    }
   }
 }
 
 template <class T, class S>
-__global__ void bwd_apply_columnar(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
-                                   const Sums<S>* __restrict__ ws, const S* mean, const S* invstd, const S* w,
-                                   S* dweight, S* dbias, int training) {
+__global__ void bwd_apply_columnar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
+                                   const Sums<S>* __restrict__ ws, BwdParams<T, S> p, S* dweight, S* dbias,
+                                   int training) {
   EMBER_SHARED(BwdCoef<S>[kColTile], co);
   const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
   if (threadIdx.y == 0 && c < d.C)
-    co[threadIdx.x] = bwd_finalize(ws, c, d.splits, mean, invstd, w, dweight, dbias, d.M, training != 0, sp == 0);
+    co[threadIdx.x] = bwd_finalize(ws, c, d.splits, p.mean, p.invstd, p.w, dweight, dbias, d.M, training != 0, sp == 0);
   __syncthreads();
   if (c >= d.C) return;
   const BwdCoef<S> k = co[threadIdx.x];
+  const Affine<S> km = p.mask(c);
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
   for (int64_t m = m0 + threadIdx.y; m < m1; m += kColRows) {
     const int64_t o = m * d.C + c;
-    dx[o] = static_cast<T>(k.k1 * static_cast<S>(gy[o]) + k.k2 * (static_cast<S>(x[o]) - k.mean) + k.k0);
+    const S xv = static_cast<S>(x[o]);
+    dx[o] = static_cast<T>(k.k1 * gy.template at_row<S>(m, c, d.C, d.L, xv, km) + k.k2 * (xv - k.mean) + k.k0);
   }
 }
 
@@ -491,25 +593,48 @@ bool bn_supports(const KernelCall& c) {
   return x.numel() < INT32_MAX && x.shape()[1] < 65535 * int64_t{kColTile};
 }
 
-// batch_norm's forward, or batch_norm_max_pool2d's (pool: planar x, disjoint windows, x not empty).
+// What a fused normalise kernel writes in place of y (planar x): the max pooled output or the
+// plane means; neither for batch_norm itself.
+template <class T>
+struct BnFusedOut {
+  const BnPoolOut<T>* pool = nullptr;
+  const BnAvgOut<T>* avg = nullptr;
+  bool any() const { return pool != nullptr || avg != nullptr; }
+};
+
+// The fused normalise kernel of f over grid (channels, splits); ws == nullptr: eval.
 template <class T, class S>
-void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const BnPoolOut<T>* pool) {
+void launch_fused_apply(const BnFusedOut<T>& f, dim3 grid, cudaStream_t st, const T* x, const BnDims& d,
+                        const Wf<S>* ws, const S* w, const S* b, S* rm, S* rv, S* save_mean, S* save_invstd,
+                        FwdParams fp) {
+  if (f.pool != nullptr)
+    cuda::launch(apply_pool_planar<T, S>, grid, kPlanarThreads, 0, st, x, *f.pool, d, ws, w, b, rm, rv, save_mean,
+                 save_invstd, fp);
+  else
+    cuda::launch(apply_avg_planar<T, S>, grid, kPlanarThreads, 0, st, x, *f.avg, d, ws, w, b, rm, rv, save_mean,
+                 save_invstd, fp);
+}
+
+// batch_norm's forward, or batch_norm_max_pool2d's or batch_norm_global_avg_pool2d's (f: planar x,
+// not empty; max pooling in disjoint windows).
+template <class T, class S>
+void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const BnFusedOut<T>& f) {
   const auto& a = c.attr<BatchNormAttrs>();
   const DType sd = dtype_v<S>;
   const Device dev = x.device();
   cudaStream_t st = cuda::stream_for(x);
-  const size_t stats = pool != nullptr ? 2 : 1;  // the outputs' (mean, invstd)
+  const size_t stats = f.pool != nullptr ? 2 : 1;  // the outputs' (mean, invstd)
   const Tensor &y = c.out[0], &save_mean = c.out[stats], &save_invstd = c.out[stats + 1];
   Tensor w = as_stats(c.in[1], sd), b = as_stats(c.in[2], sd);
   const Tensor &rm_in = c.in[3], &rv_in = c.in[4];
   const bool training = a.training != 0;
   const int sms = cuda::sm_count(dev.index);
-  if (!training && pool != nullptr) {
+  if (!training && f.any()) {
     Tensor rm = as_stats(rm_in, sd), rv = as_stats(rv_in, sd);
     BnDims d = bn_dims(g, sms);
     dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
-    cuda::launch(apply_pool_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), *pool, d, nullptr, cp<S>(w), cp<S>(b),
-                 mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), FwdParams{a.eps, 0, 0});
+    launch_fused_apply<T, S>(f, grid, st, cp<T>(x), d, nullptr, cp<S>(w), cp<S>(b), mp<S>(rm), mp<S>(rv),
+                             mp<S>(save_mean), mp<S>(save_invstd), FwdParams{a.eps, 0, 0});
     return;
   }
   if (!training) {
@@ -545,9 +670,9 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const B
   if (!g.channels_last) {
     dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
     cuda::launch(stats_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), d, wsp);
-    if (pool != nullptr)
-      cuda::launch(apply_pool_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), *pool, d, wsp, cp<S>(w), cp<S>(b),
-                   mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
+    if (f.any())
+      launch_fused_apply<T, S>(f, grid, st, cp<T>(x), d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm), mp<S>(rv),
+                               mp<S>(save_mean), mp<S>(save_invstd), fp);
     else
       cuda::launch(apply_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b),
                    mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
@@ -568,7 +693,11 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const B
 
 template <class T, class S>
 void forward_dispatch(const KernelCall& c, const Tensor& x, const BnGeom& g) {
-  if (c.op == OpId::batch_norm) return forward_impl<T, S>(c, x, g, nullptr);
+  if (c.op == OpId::batch_norm) return forward_impl<T, S>(c, x, g, BnFusedOut<T>{});
+  if (c.op == OpId::batch_norm_global_avg_pool2d) {
+    const BnAvgOut<T> avg{mp<T>(c.out[0]), static_cast<int>(c.attr<BatchNormAttrs>().relu)};
+    return forward_impl<T, S>(c, x, g, BnFusedOut<T>{nullptr, &avg});
+  }
   const PoolAttrs& p = c.attr<BatchNormAttrs>().pool;
   BnPoolOut<T> po{mp<T>(c.out[0]),
                   mp<int64_t>(c.out[1]),
@@ -582,10 +711,11 @@ void forward_dispatch(const KernelCall& c, const Tensor& x, const BnGeom& g) {
                   0};
   po.pairs =
       p.kernel[1] == 2 && x.shape()[3] % 2 == 0 && reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * sizeof(T)) == 0;
-  forward_impl<T, S>(c, x, g, &po);
+  forward_impl<T, S>(c, x, g, BnFusedOut<T>{&po, nullptr});
 }
 
-// batch_norm, and batch_norm_max_pool2d's `fused` variant (bn_pool_fused_supports).
+// batch_norm, and the `fused` variants of batch_norm_max_pool2d (bn_pool_fused_supports) and
+// batch_norm_global_avg_pool2d (bn_avg_fused_supports).
 void batch_norm_cuda(const KernelCall& c) {
   const Tensor x = contiguous_as(c.in[0], runs_channels_last(c.in[0]));
   const BnGeom g = bn_geometry(x);
@@ -609,6 +739,28 @@ bool bn_pool_fused_supports(const KernelCall& c) {
   return bn_supports(c) && c.in[0].numel() > 0 && bn_pool_planar(c.in[0], c.attr<BatchNormAttrs>());
 }
 
+// NCHW planes of more than one value (bn_geometry calls a 1x1 plane columnar).
+bool bn_avg_fused_supports(const KernelCall& c) {
+  const Tensor& x = c.in[0];
+  return bn_supports(c) && x.numel() > 0 && !runs_channels_last(x) && x.shape()[2] * x.shape()[3] > 1;
+}
+
+// How the backward's kernels read g (BnGrad): dense, max pooled (ind defined: planar x, disjoint
+// windows) or averaged over each plane.
+template <class T>
+BnGrad<T> bn_grad(const BatchNormAttrs& a, const Tensor& gy, const Tensor& x, const Tensor& ind) {
+  BnGrad<T> gr{cp<T>(gy), nullptr, 0, 1, 1, 0, 0, static_cast<int>(a.avg_pool), static_cast<int>(a.relu)};
+  if (ind.defined()) {
+    gr.ind = cp<int64_t>(ind);
+    gr.W = static_cast<int>(x.shape()[3]);
+    gr.kh = static_cast<int>(a.pool.kernel[0]);
+    gr.kw = static_cast<int>(a.pool.kernel[1]);
+    gr.PH = static_cast<int>(gy.shape()[2]);
+    gr.PW = static_cast<int>(gy.shape()[3]);
+  }
+  return gr;
+}
+
 template <class T, class S>
 void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const BnGeom& g, const Tensor& ind) {
   const auto& a = c.attr<BatchNormAttrs>();
@@ -617,6 +769,7 @@ void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const
   cudaStream_t st = cuda::stream_for(x);
   const Tensor &dx = c.out[0], &dweight_out = c.out[1], &dbias_out = c.out[2];
   Tensor w = as_stats(c.in[2], sd), mean = as_stats(c.in[3], sd), invstd = as_stats(c.in[4], sd);
+  const Tensor b = a.avg_pool != 0 && c.in[5].defined() ? c.in[5].contiguous() : Tensor();  // BwdParams
   Tensor dweight = dweight_out.dtype() == sd ? dweight_out : empty({g.C}, TensorOptions().dtype(sd).device(dev));
   Tensor dbias = dbias_out.dtype() == sd ? dbias_out : empty({g.C}, TensorOptions().dtype(sd).device(dev));
   if (x.numel() == 0) {
@@ -628,36 +781,30 @@ void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const
                       TensorOptions().dtype(DType::u8).device(dev));
     Sums<S>* wsp = static_cast<Sums<S>*>(ws.data_ptr());
     const int training = a.training != 0 ? 1 : 0;
+    const BnGrad<T> gr = bn_grad<T>(a, gy, x, ind);
+    const bool b_s = b.defined() && b.dtype() == sd;
+    const BwdParams<T, S> p{cp<S>(mean), cp<S>(invstd), cp<S>(w), b_s ? cp<S>(b) : nullptr,
+                            b.defined() && !b_s ? cp<T>(b) : nullptr};
     if (!g.channels_last) {
-      BnGrad<T> gr{cp<T>(gy), nullptr, 0, 1, 1, 0, 0};
-      if (ind.defined()) {
-        const PoolAttrs& p = a.pool;
-        gr = {cp<T>(gy),
-              cp<int64_t>(ind),
-              static_cast<int>(x.shape()[3]),
-              static_cast<int>(p.kernel[0]),
-              static_cast<int>(p.kernel[1]),
-              static_cast<int>(gy.shape()[2]),
-              static_cast<int>(gy.shape()[3])};
-      }
       dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
-      cuda::launch(bwd_sums_planar<T, S>, grid, kPlanarThreads, 0, st, gr, cp<T>(x), cp<S>(mean), d, wsp);
-      cuda::launch(bwd_apply_planar<T, S>, grid, kPlanarThreads, 0, st, gr, cp<T>(x), mp<T>(dx), d, wsp, cp<S>(mean),
-                   cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias), training);
+      cuda::launch(bwd_sums_planar<T, S>, grid, kPlanarThreads, 0, st, gr, cp<T>(x), p, d, wsp);
+      cuda::launch(bwd_apply_planar<T, S>, grid, kPlanarThreads, 0, st, gr, cp<T>(x), mp<T>(dx), d, wsp, p,
+                   mp<S>(dweight), mp<S>(dbias), training);
     } else {
       dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
       dim3 block(kColTile, kColRows);
-      cuda::launch(bwd_sums_columnar<T, S>, grid, block, 0, st, cp<T>(gy), cp<T>(x), cp<S>(mean), d, wsp);
-      cuda::launch(bwd_apply_columnar<T, S>, grid, block, 0, st, cp<T>(gy), cp<T>(x), mp<T>(dx), d, wsp, cp<S>(mean),
-                   cp<S>(invstd), cp<S>(w), mp<S>(dweight), mp<S>(dbias), training);
+      cuda::launch(bwd_sums_columnar<T, S>, grid, block, 0, st, gr, cp<T>(x), p, d, wsp);
+      cuda::launch(bwd_apply_columnar<T, S>, grid, block, 0, st, gr, cp<T>(x), mp<T>(dx), d, wsp, p, mp<S>(dweight),
+                   mp<S>(dbias), training);
     }
   }
   write_back(dweight, dweight_out);
   write_back(dbias, dbias_out);
 }
 
-// A pooled gradient (max_pool = 1) is read in place where bn_pool_planar allows, else unpooled
-// first (Note [max pooling in the batch norm backward]).
+// A max pooled gradient (max_pool = 1) is read in place where bn_pool_planar allows, else unpooled
+// first (Note [max pooling in the batch norm backward]); an averaged one (avg_pool = 1) always in
+// place (Note [global average pooling in the batch norm backward]).
 void batch_norm_backward_cuda(const KernelCall& c) {
   const auto& a = c.attr<BatchNormAttrs>();
   if (a.max_pool == 1 && !bn_pool_planar(c.in[1], a)) return bn_unpooled_apart(c, batch_norm_backward_cuda);
@@ -696,6 +843,7 @@ bool cudnn_bn_ok(const KernelCall& c) {
   const Tensor& x = fwd ? c.in[0] : c.in[1];
   const auto& a = c.attr<BatchNormAttrs>();
   if (!bn_supports(c) || x.numel() == 0 || x.dtype() == DType::bf16 || a.eps < CUDNN_BN_MIN_EPSILON) return false;
+  if (a.avg_pool != 0) return false;  // no cuDNN call reads an averaged gradient
   if (fwd) return a.training != 0 || (c.in[3].defined() && c.in[4].defined());
   return a.training != 0;
 }
@@ -838,6 +986,21 @@ void register_cuda_batch_norm_backward(OpInfo& info) {
                     .supports = cudnn_bn_ok,
                     .note = "cudnnBatchNormalizationBackward (SPATIAL, training mode)"});
 #endif
+}
+
+void register_cuda_batch_norm_global_avg_pool2d(OpInfo& info) {
+  info.add_variant({.name = "fused",
+                    .device = DeviceType::cuda,
+                    .fn = batch_norm_cuda,
+                    .dtypes = kFloatTypes,
+                    .supports = bn_avg_fused_supports,
+                    .note = "batch_norm's kernels, the normalise kernel relu'ing and summing each plane (NCHW): y "
+                            "never stored"});
+  info.add_variant({.name = "ops",
+                    .device = DeviceType::cuda,
+                    .fn = bn_then_avg_ops,
+                    .dtypes = kFloatTypes,
+                    .note = "batch_norm, relu, then adaptive_avg_pool2d, each through the registry"});
 }
 
 void register_cuda_batch_norm_max_pool2d(OpInfo& info) {

@@ -1,4 +1,6 @@
-// batch_norm, batch_norm_max_pool2d (batch norm, relu, max pool as one op) and their gradient op.
+// batch_norm, batch_norm_max_pool2d (batch norm, relu, max pool as one op),
+// batch_norm_global_avg_pool2d (batch norm, relu, the mean of each plane as one op) and their
+// gradient op.
 //
 // Shapes: x (N, C) or (N, C, *) (4-D may be channels-last; y follows x's layout); weight, bias,
 // running_mean, running_var [C] or undefined. Per channel c, over the M = numel / C values x_i:
@@ -10,7 +12,8 @@
 //   eval:     mean = running_mean, invstd = 1 / sqrt(running_var + eps)
 //   y = (x - mean) invstd w + b   (w = 1, b = 0 when undefined)
 // Outputs: y, mean [C], invstd [C] (what batch_norm_backward reads); batch_norm_max_pool2d's:
-// the pooled y, its i64 indices, mean, invstd. Statistics are f32 for
+// the pooled y, its i64 indices, mean, invstd; batch_norm_global_avg_pool2d's: the plane means
+// [N, C, 1, 1] of y (relu first when asked), mean, invstd. Statistics are f32 for
 // f16/bf16/f32 inputs and f64 for f64; weight, bias and running stats may be the input's dtype or
 // the statistics dtype (f16 activations with f32 parameters, as AMP wants).
 // Gradients (g = dL/dy, xhat = (x - mean) invstd), batch_norm_backward:
@@ -30,12 +33,17 @@ namespace ember {
 
 // max_pool (batch_norm_max_pool2d and batch_norm_backward): 1 = the normalised output is max
 // pooled with `pool` (Note [max pooling in the batch norm backward]); 0 elsewhere.
+// avg_pool (batch_norm_global_avg_pool2d and batch_norm_backward): 1 = the normalised output, relu'd
+// when `relu`, is averaged over each plane (Note [global average pooling in the batch norm
+// backward]); 0 elsewhere. At most one of max_pool and avg_pool.
 struct BatchNormAttrs {
   int64_t training = 1;
   double momentum = 0.1;
   double eps = 1e-5;
   int64_t max_pool = 0;
   PoolAttrs pool;  // with max_pool: the pooling (relu, and size = x's (H, W))
+  int64_t avg_pool = 0;
+  int64_t relu = 0;  // with avg_pool: relu before the average
 };
 
 // Note [max pooling in the batch norm backward]: mnist_train's fast model runs conv, batch norm,
@@ -60,6 +68,22 @@ void bn_unpool_apart(const KernelCall& c) {
 }
 // batch_norm_max_pool2d as its two ops through the registry (a variant on each device).
 void bn_then_pool_ops(const KernelCall& c);
+
+// Note [global average pooling in the batch norm backward]: the fast model's last block is conv,
+// batch norm, relu, then AdaptiveAvgPool2d(1). Unfused, batch_norm writes y, relu reads it and
+// writes its output, the average reads that; backward, adaptive_avg_pool2d_backward writes a dense
+// gradient (each plane's pooled gradient / L), relu's backward masks it into another, and
+// batch_norm_backward reads that twice. batch_norm_global_avg_pool2d is the three as one op:
+// (means [N, C, 1, 1], mean, invstd). Its backward calls batch_norm_backward with avg_pool = 1 (and
+// the relu bit) on (pooled gradient, x, weight, mean, invstd, bias): every variant reads g at (n, c,
+// l) as the pooled gradient / L, rounded to the dtype as adaptive_avg_pool2d_backward stores it, or
+// 0 where the relu's input, y recomputed from x with the saved statistics, weight and bias, is not
+// positive. On CUDA the recomputation is the forward's own arithmetic (Affine::apply), so the mask
+// and the gradients are the unfused ones bit for bit; the CPU normalises in double and its saved
+// statistics are rounded to f32, so there a y within rounding of 0 may take the other side of the
+// relu's kink. CUDA's `fused` forward (NCHW) normalises, relus and sums each plane in the order
+// adaptive_avg_pool2d's kernel does; elsewhere `ops` runs batch_norm, relu, adaptive_avg_pool2d.
+void bn_then_avg_ops(const KernelCall& c);
 
 // f64 for f64 inputs, f32 otherwise.
 inline DType bn_stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }

@@ -364,6 +364,17 @@ Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor
   return call(OpId::batch_norm_max_pool2d, {x, weight, bias, running_mean, running_var}, a)[0];
 }
 
+Tensor batch_norm_global_avg_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                                    Tensor running_var, bool training, double momentum, double eps, bool relu) {
+  BatchNormAttrs a{};
+  a.training = training ? 1 : 0;
+  a.momentum = momentum;
+  a.eps = eps;
+  a.avg_pool = 1;
+  a.relu = relu ? 1 : 0;
+  return call(OpId::batch_norm_global_avg_pool2d, {x, weight, bias, running_mean, running_var}, a)[0];
+}
+
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                   std::array<int64_t, 2> padding, bool count_include_pad) {
   PoolAttrs a = functional_attrs("avg_pool2d", kernel, stride, padding, count_include_pad);

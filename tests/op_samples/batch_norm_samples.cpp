@@ -1,7 +1,9 @@
-// Test samples of batch_norm, batch_norm_backward and batch_norm_max_pool2d (kernels/ops/batch_norm.*):
-// training and eval, with and without affine parameters and running statistics, 2-D to 4-D,
-// channels-last, MNIST-sized activations, an empty batch; the pooled forms (Note [max pooling in the
-// batch norm backward]) with disjoint and overlapping windows, relu or not.
+// Test samples of batch_norm, batch_norm_backward, batch_norm_max_pool2d and
+// batch_norm_global_avg_pool2d (kernels/ops/batch_norm.*): training and eval, with and without affine
+// parameters and running statistics, 2-D to 4-D, channels-last, MNIST-sized activations, an empty
+// batch; the max pooled forms (Note [max pooling in the batch norm backward]) with disjoint and
+// overlapping windows, relu or not; the averaged forms (Note [global average pooling in the batch
+// norm backward]) with planes above and below the 16 values where CUDA's sum order changes.
 #include <string>
 
 #include "kernels/common/memory_format.h"
@@ -87,6 +89,31 @@ std::vector<BnPoolCase> bn_pool_cases() {
   };
 }
 
+// batch_norm_global_avg_pool2d's cases: relu or not.
+struct BnAvgCase {
+  BnCase bn;
+  bool relu = true;
+};
+
+std::vector<BnAvgCase> bn_avg_cases() {
+  return {
+      {{"MNIST fast model's last block + relu [4,16,7,7]", {4, 16, 7, 7}}},
+      {{"3x3 planes (summed serially on CUDA) + relu [5,3,3,3]", {5, 3, 3, 3}}},
+      {{"4x4 planes, no relu [3,5,4,4]", {3, 5, 4, 4}}, false},
+      {{"eval + relu [2,4,5,5]", {2, 4, 5, 5}, false}},
+      {{"channels-last + relu [2,6,4,4]", {2, 6, 4, 4}, true, true, true, true}},
+      {{"no affine, no running stats, relu [3,2,6,5]", {3, 2, 6, 5}, true, false, false}},
+      {{"1x1 planes + relu [6,4,1,1]", {6, 4, 1, 1}}},
+  };
+}
+
+BatchNormAttrs bn_avg_attrs(const BnAvgCase& ac) {
+  BatchNormAttrs a = bn_attrs(ac.bn);
+  a.avg_pool = 1;
+  a.relu = ac.relu ? 1 : 0;
+  return a;
+}
+
 BatchNormAttrs bn_pool_attrs(const BnPoolCase& pc, bool with_size) {
   BatchNormAttrs a = bn_attrs(pc.bn);
   a.max_pool = 1;
@@ -94,81 +121,94 @@ BatchNormAttrs bn_pool_attrs(const BnPoolCase& pc, bool with_size) {
   return a;
 }
 
-std::vector<OpSample> plain_backward_samples() {
-  std::vector<OpSample> out;
-  uint64_t seed = 6500;
-  for (const BnCase& bc : bn_cases()) {
-    std::vector<Tensor> in = bn_inputs(bc, seed);
-    std::vector<Tensor> fwd = call(OpId::batch_norm, in, bn_attrs(bc));
-    Tensor gy = samples::uniform(bc.x, -1, 1, ++seed);
-    if (bc.channels_last) gy = contiguous_as(gy, true);
-    OpSample s;
-    s.name = bc.name;
-    s.inputs = {gy, in[0], in[1], fwd[1], fwd[2]};
-    s.attrs = bn_attrs(bc);
-    s.gradcheck = false;
-    s.tol = {{DType::f32, {1e-5, 1e-4}}};
-    s.tol_note = "per-channel sums over M values: fp32 partial sums in another order than the double reference";
-    out.push_back(std::move(s));
-  }
-  return out;
+// A forward sample of a batch norm op on bc's inputs, gradchecked through x and the affine
+// parameters.
+OpSample forward_sample(const BnCase& bc, uint64_t& seed, const BatchNormAttrs& a) {
+  OpSample s;
+  s.name = bc.name;
+  s.inputs = bn_inputs(bc, seed);
+  s.attrs = a;
+  s.grad_inputs = bc.affine ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
+  s.tol = {{DType::f32, {1e-5, 1e-5}}};
+  s.tol_note = "CUDA merges per-block Welford statistics in fp32; the reference sums in double";
+  return s;
+}
+
+// A batch_norm_backward sample (a gradient op: no gradcheck of its own).
+OpSample backward_sample(std::string name, std::vector<Tensor> inputs, const BatchNormAttrs& a) {
+  OpSample s;
+  s.name = std::move(name);
+  s.inputs = std::move(inputs);
+  s.attrs = a;
+  s.gradcheck = false;
+  s.tol = {{DType::f32, {1e-5, 1e-4}}};
+  s.tol_note = "per-channel sums over M values: fp32 partial sums in another order than the double reference";
+  return s;
+}
+
+// A gradient of fwd's first output's shape in x's layout.
+Tensor output_grad(const Tensor& fwd, bool channels_last, uint64_t& seed) {
+  Tensor g = samples::uniform(fwd.shape(), -1, 1, ++seed);
+  return channels_last ? contiguous_as(g, true) : g;
 }
 
 }  // namespace
+
+std::vector<OpSample> samples_batch_norm() {
+  std::vector<OpSample> out;
+  uint64_t seed = 6000;
+  for (const BnCase& bc : bn_cases()) out.push_back(forward_sample(bc, seed, bn_attrs(bc)));
+  return out;
+}
 
 std::vector<OpSample> samples_batch_norm_max_pool2d() {
   std::vector<OpSample> out;
   uint64_t seed = 6800;
   for (const BnPoolCase& pc : bn_pool_cases()) {
-    OpSample s;
-    s.name = pc.bn.name;
-    s.inputs = bn_inputs(pc.bn, seed);
-    s.attrs = bn_pool_attrs(pc, false);
-    s.grad_inputs = pc.bn.affine ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
+    OpSample s = forward_sample(pc.bn, seed, bn_pool_attrs(pc, false));
     // continuous values: a tie or a relu at 0 is improbable, so every device picks the same
     // maximum; in f16/bf16 the normalised values round to few enough that ties do happen, and CUDA's
     // f32 statistics round some of them differently from the reference's double ones
     s.dtypes = {DType::f32};
-    s.tol = {{DType::f32, {1e-5, 1e-5}}};
-    s.tol_note = "CUDA merges per-block Welford statistics in fp32; the reference sums in double";
     out.push_back(std::move(s));
   }
   return out;
 }
 
+std::vector<OpSample> samples_batch_norm_global_avg_pool2d() {
+  std::vector<OpSample> out;
+  uint64_t seed = 7000;
+  for (const BnAvgCase& ac : bn_avg_cases()) out.push_back(forward_sample(ac.bn, seed, bn_avg_attrs(ac)));
+  return out;
+}
+
+// grad_output with x and the saved statistics; the pooled gradient of batch_norm_max_pool2d's
+// cases with its indices; the averaged gradient of batch_norm_global_avg_pool2d's with the bias
+// (every device recomputes the relu's mask from it).
 std::vector<OpSample> samples_batch_norm_backward() {
-  std::vector<OpSample> out = plain_backward_samples();
-  // the pooled gradient of batch_norm_max_pool2d's cases, with its indices and statistics
-  uint64_t seed = 6900;
+  std::vector<OpSample> out;
+  uint64_t seed = 6500;
+  for (const BnCase& bc : bn_cases()) {
+    std::vector<Tensor> in = bn_inputs(bc, seed);
+    std::vector<Tensor> fwd = call(OpId::batch_norm, in, bn_attrs(bc));
+    Tensor gy = output_grad(fwd[0], bc.channels_last, seed);
+    out.push_back(backward_sample(bc.name, {gy, in[0], in[1], fwd[1], fwd[2]}, bn_attrs(bc)));
+  }
+  seed = 6900;
   for (const BnPoolCase& pc : bn_pool_cases()) {
     std::vector<Tensor> in = bn_inputs(pc.bn, seed);
     std::vector<Tensor> fwd = call(OpId::batch_norm_max_pool2d, in, bn_pool_attrs(pc, false));
-    Tensor gp = samples::uniform(fwd[0].shape(), -1, 1, ++seed);
-    if (pc.bn.channels_last) gp = contiguous_as(gp, true);
-    OpSample s;
-    s.name = pc.bn.name + ", pooled gradient";
-    s.inputs = {gp, in[0], in[1], fwd[2], fwd[3], fwd[1]};
-    s.attrs = bn_pool_attrs(pc, true);
-    s.gradcheck = false;
-    s.tol = {{DType::f32, {1e-5, 1e-4}}};
-    s.tol_note = "per-channel sums over M values: fp32 partial sums in another order than the double reference";
-    out.push_back(std::move(s));
+    Tensor gp = output_grad(fwd[0], pc.bn.channels_last, seed);
+    out.push_back(backward_sample(pc.bn.name + ", pooled gradient", {gp, in[0], in[1], fwd[2], fwd[3], fwd[1]},
+                                  bn_pool_attrs(pc, true)));
   }
-  return out;
-}
-
-std::vector<OpSample> samples_batch_norm() {
-  std::vector<OpSample> out;
-  uint64_t seed = 6000;
-  for (const BnCase& bc : bn_cases()) {
-    OpSample s;
-    s.name = bc.name;
-    s.inputs = bn_inputs(bc, seed);
-    s.attrs = bn_attrs(bc);
-    s.grad_inputs = bc.affine ? std::vector<int>{0, 1, 2} : std::vector<int>{0};
-    s.tol = {{DType::f32, {1e-5, 1e-5}}};
-    s.tol_note = "CUDA merges per-block Welford statistics in fp32; the reference sums in double";
-    out.push_back(std::move(s));
+  seed = 7100;
+  for (const BnAvgCase& ac : bn_avg_cases()) {
+    std::vector<Tensor> in = bn_inputs(ac.bn, seed);
+    std::vector<Tensor> fwd = call(OpId::batch_norm_global_avg_pool2d, in, bn_avg_attrs(ac));
+    Tensor gp = output_grad(fwd[0], false, seed);
+    out.push_back(backward_sample(ac.bn.name + ", averaged gradient", {gp, in[0], in[1], fwd[1], fwd[2], in[2]},
+                                  bn_avg_attrs(ac)));
   }
   return out;
 }
