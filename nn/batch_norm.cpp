@@ -74,6 +74,13 @@ Tensor BatchNorm2dImpl::forward_max_pooled(const Tensor& x, std::array<int64_t, 
                                stride, padding, relu);
 }
 
+Tensor BatchNorm2dImpl::forward_global_avg_pooled(const Tensor& x, bool relu) {
+  double factor = 0;
+  const bool use_batch = begin_step(x, factor);
+  return batch_norm_global_avg_pool2d(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps(),
+                                      relu);
+}
+
 std::string BatchNormImplBase::extra_repr() const {
   return str(options.num_features(), ", eps=", options.eps(),
              ", momentum=", options.momentum() ? str(*options.momentum()) : std::string("None"),

@@ -14,6 +14,8 @@ class BatchNorm2dImpl : public BatchNormImplBase {
   // fusion, Note [fused layer and max pooling] in nn/sequential.h).
   Tensor forward_max_pooled(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
                             std::array<int64_t, 2> padding, bool relu);
+  // adaptive_avg_pool2d(forward(x), 1), with relu between them when `relu`, as one op each way.
+  Tensor forward_global_avg_pooled(const Tensor& x, bool relu);
 
  protected:
   void check_input(const Tensor& x) const override;

@@ -4,6 +4,7 @@
 
 #include "kernels/functional.h"
 #include "kernels/ops/mlp.h"  // kMlpMaxLayers
+#include "nn/adaptive_avg_pool2d.h"
 #include "nn/batch_norm2d.h"
 #include "nn/conv2d.h"
 #include "nn/linear.h"
@@ -57,40 +58,53 @@ SequentialImpl::Stack SequentialImpl::stack_at(size_t i, size_t end) const {
 
 namespace {
 
-// A layer that runs with the max pooling after it as one op (Note [fused layer and max pooling]).
-bool pools_in_layer(const std::shared_ptr<Module>& m) {
-  return exactly<Conv2dImpl>(m) != nullptr || exactly<BatchNorm2dImpl>(m) != nullptr;
+// A pooling that runs as one op with the layer before it (Note [fused layer and max pooling]): a
+// MaxPool2d after a Conv2d or BatchNorm2d, an AdaptiveAvgPool2d to 1x1 after a BatchNorm2d.
+bool pools_into(const std::shared_ptr<Module>& layer, const std::shared_ptr<Module>& pool) {
+  const bool bn = exactly<BatchNorm2dImpl>(layer) != nullptr;
+  if (exactly<MaxPool2dImpl>(pool) != nullptr) return bn || exactly<Conv2dImpl>(layer) != nullptr;
+  const AdaptiveAvgPool2dImpl* avg = exactly<AdaptiveAvgPool2dImpl>(pool);
+  return bn && avg != nullptr && avg->options.output_size() == ExpandingArray2{1, 1};
 }
 
-// max_pool2d(layer(y)), with relu between them when `relu`, as that op.
-Tensor forward_pooled(const std::shared_ptr<Module>& layer, const Tensor& y, const MaxPool2dOptions& o, bool relu) {
-  if (auto* conv = exactly<Conv2dImpl>(layer))
-    return conv->forward_max_pooled(y, o.kernel_size(), o.stride(), o.padding(), relu);
-  return exactly<BatchNorm2dImpl>(layer)->forward_max_pooled(y, o.kernel_size(), o.stride(), o.padding(), relu);
+bool is_pool(const std::shared_ptr<Module>& m) {
+  return exactly<MaxPool2dImpl>(m) != nullptr || exactly<AdaptiveAvgPool2dImpl>(m) != nullptr;
+}
+
+// pool(layer(y)), with relu between them when `relu`, as one op (pools_into(layer, pool)).
+Tensor forward_pooled(const std::shared_ptr<Module>& layer, const Tensor& y, const std::shared_ptr<Module>& pool,
+                      bool relu) {
+  auto* bn = exactly<BatchNorm2dImpl>(layer);
+  const MaxPool2dImpl* max = exactly<MaxPool2dImpl>(pool);
+  if (max == nullptr) return bn->forward_global_avg_pooled(y, relu);
+  const MaxPool2dOptions& o = max->options;
+  if (bn != nullptr) return bn->forward_max_pooled(y, o.kernel_size(), o.stride(), o.padding(), relu);
+  return exactly<Conv2dImpl>(layer)->forward_max_pooled(y, o.kernel_size(), o.stride(), o.padding(), relu);
 }
 
 }  // namespace
 
-// The MaxPool2d that follows a Conv2d or BatchNorm2d at item i, directly or after a ReLU (Note
-// [fused layer and max pooling]): its item, or 0 where there is none.
+// The pooling that follows the layer at item i, directly or after a ReLU, and runs as one op with it
+// (pools_into; Note [fused layer and max pooling]): its item, or 0 where there is none.
 size_t SequentialImpl::pool_after_layer(size_t i, size_t end, bool& relu) const {
-  if (!pools_in_layer(items_[i])) return 0;
   size_t j = i + 1;
   relu = j < end && exactly<ReLUImpl>(items_[j]) != nullptr;
   if (relu) ++j;
-  return j < end && exactly<MaxPool2dImpl>(items_[j]) != nullptr ? j : 0;
+  return j < end && pools_into(items_[i], items_[j]) ? j : 0;
 }
 
-bool SequentialImpl::run_block_pooled(SequentialImpl& block, Tensor& y, const MaxPool2dOptions& o) const {
+bool SequentialImpl::run_block_pooled(SequentialImpl& block, Tensor& y, const std::shared_ptr<Module>& pool) const {
   if (!block.fuse_activations || block.empty()) return false;
   const size_t last = block.size() - 1;
   const bool relu = exactly<ReLUImpl>(block.items_[last]) != nullptr;
-  const size_t tail = relu ? last : last + 1;                              // the block's ReLU, or its end
-  if (fuse_pool && tail >= 1 && pools_in_layer(block.items_[tail - 1])) {  // Note [fused layer and max pooling]
-    y = forward_pooled(block.items_[tail - 1], block.run_items(y, tail - 1), o, relu);
+  const size_t tail = relu ? last : last + 1;                                // the block's ReLU, or its end
+  if (fuse_pool && tail >= 1 && pools_into(block.items_[tail - 1], pool)) {  // Note [fused layer and max pooling]
+    y = forward_pooled(block.items_[tail - 1], block.run_items(y, tail - 1), pool, relu);
     return true;
   }
-  if (!relu) return false;
+  const MaxPool2dImpl* max = exactly<MaxPool2dImpl>(pool);
+  if (!relu || max == nullptr) return false;
+  const MaxPool2dOptions& o = max->options;
   y = relu_max_pool2d(block.run_items(y, last), o.kernel_size(), o.stride(),
                       o.padding());  // Note [relu after max pooling]
   return true;
@@ -111,8 +125,7 @@ Tensor SequentialImpl::run_items(const Tensor& x, size_t end) {
     }
     bool relu = false;
     if (const size_t j = fuse_activations && fuse_pool ? pool_after_layer(i, end, relu) : 0; j > 0) {
-      y = forward_pooled(items_[i], y, exactly<MaxPool2dImpl>(items_[j])->options,
-                         relu);  // Note [fused layer and max pooling]
+      y = forward_pooled(items_[i], y, items_[j], relu);  // Note [fused layer and max pooling]
       i = j;
       continue;
     }
@@ -123,18 +136,19 @@ Tensor SequentialImpl::run_items(const Tensor& x, size_t end) {
         ++i;
         continue;
       }
-      if (const MaxPool2dImpl* pool = exactly<MaxPool2dImpl>(items_[i + 1]); pool != nullptr) {
-        const MaxPool2dOptions& o = pool->options;
+      if (is_pool(items_[i + 1])) {
         SequentialImpl* block = exactly<SequentialImpl>(items_[i]);
-        if (block != nullptr && run_block_pooled(*block, y, o)) {
+        if (block != nullptr && run_block_pooled(*block, y, items_[i + 1])) {
           ++i;
           continue;
         }
-        if (exactly<ReLUImpl>(items_[i]) != nullptr) {  // Note [relu after max pooling]
-          y = relu_max_pool2d(y, o.kernel_size(), o.stride(), o.padding());
-          ++i;
-          continue;
-        }
+      }
+      if (const MaxPool2dImpl* pool = exactly<MaxPool2dImpl>(items_[i + 1]);
+          pool != nullptr && exactly<ReLUImpl>(items_[i]) != nullptr) {  // Note [relu after max pooling]
+        const MaxPool2dOptions& o = pool->options;
+        y = relu_max_pool2d(y, o.kernel_size(), o.stride(), o.padding());
+        ++i;
+        continue;
       }
     }
     y = items_[i]->forward(y);

@@ -29,12 +29,14 @@
 // Note [fused layer and max pooling]: with fuse_activations, a Conv2d or BatchNorm2d followed by a
 // MaxPool2d, directly or after a ReLU (exactly those types), runs as one conv2d_max_pool2d or
 // batch_norm_max_pool2d (Note [max pooling in the conv backward] in kernels/ops/conv2d.h, Note [max
-// pooling in the batch norm backward] in kernels/ops/batch_norm.h): the same values and gradients;
-// CUDA's kernels pool the layer's output before storing it and read the pooled gradient in the
-// backward, so neither the layer-sized output nor its gradient reaches memory. Also where the layer
-// (and its ReLU) ends a nested Sequential and the MaxPool2d follows it (mnist_train's fast model:
-// conv, batch norm, relu blocks). fuse_pool = false leaves the layer on its own and the ReLU in the
-// pool (mnist_train --no-fuse-pool).
+// pooling in the batch norm backward] in kernels/ops/batch_norm.h), and a BatchNorm2d followed by
+// an AdaptiveAvgPool2d to 1x1, the same way, as one batch_norm_global_avg_pool2d (Note [global
+// average pooling in the batch norm backward]): the same values and gradients; CUDA's kernels pool
+// the layer's output before storing it and read the pooled gradient in the backward, so neither
+// the layer-sized output nor its gradient reaches memory. Also where the layer (and its ReLU) ends
+// a nested Sequential and the pooling follows it (mnist_train's fast model: conv, batch norm, relu
+// blocks). fuse_pool = false leaves the layer on its own and the ReLU in a max pool (mnist_train
+// --no-fuse-pool).
 #pragma once
 
 #include "nn/max_pool2d.h"
@@ -94,9 +96,10 @@ class SequentialImpl : public Module {
   struct Stack;
   Stack stack_at(size_t i, size_t end) const;  // within items [i, end)
   size_t pool_after_layer(size_t i, size_t end, bool& relu) const;
-  // block's forward followed by a max pooling with options o, fused where block ends with a ReLU, a
-  // pooling layer or both (y in, the pooled output out); false (y untouched) where nothing fuses.
-  bool run_block_pooled(SequentialImpl& block, Tensor& y, const MaxPool2dOptions& o) const;
+  // block's forward followed by the pooling module `pool`, fused where block ends with a layer that
+  // pools (pools_into), a ReLU or both (y in, the pooled output out); false (y untouched) where
+  // nothing fuses.
+  bool run_block_pooled(SequentialImpl& block, Tensor& y, const std::shared_ptr<Module>& pool) const;
   // Items [0, end) on x, fused as forward() fuses them.
   Tensor run_items(const Tensor& x, size_t end);
   std::vector<std::shared_ptr<Module>> items_;

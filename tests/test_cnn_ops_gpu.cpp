@@ -2,6 +2,8 @@
 // large shapes that reach split-K / multi-split paths (MNIST at batch 64, ResNet-like channel
 // counts), running statistics updated on the device, mixed-precision batch norm, deterministic
 // variant selection, and a CNN training step that matches the CPU.
+#include <functional>
+
 #include <catch2/catch.hpp>
 
 #include "ember.h"
@@ -200,6 +202,32 @@ FusedAndPlain compare_fused_and_plain(nn::Sequential& fused, nn::Sequential& pla
   return n;
 }
 
+// compare_fused_and_plain on two copies of make()'s net on CUDA in dt, every Sequential of the
+// first with fuse_pool, none of the second's; their buffers (running statistics) must match too.
+FusedAndPlain compare_pool_fusion(const std::function<nn::Sequential()>& make, DType dt, const Tensor& x,
+                                  const Tensor& g) {
+  nn::Sequential fused = make(), plain = make();
+  plain->load_state_dict(fused->state_dict());
+  for (nn::Sequential* s : {&fused, &plain}) {
+    (*s)->to(kCUDA, dt);
+    for (auto& [name, m] : (*s)->named_modules())
+      if (auto* seq = dynamic_cast<nn::SequentialImpl*>(m.get())) seq->fuse_pool = s == &fused;
+  }
+  const FusedAndPlain n = compare_fused_and_plain(fused, plain, x.to(dt).cuda(), g.to(dt).cuda());
+  for (const auto& [name, t] : fused->named_buffers()) {
+    INFO(name);
+    CHECK(t.to(DType::f64).cpu().to_vector<double>() ==
+          plain->named_buffers().at(name).to(DType::f64).cpu().to_vector<double>());
+  }
+  return n;
+}
+
+// mnist_train's fast model's conv, batch norm, relu block.
+nn::Sequential fast_block(int64_t cin, int64_t cout) {
+  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(cin, cout, 3).padding(1).bias(false)), nn::BatchNorm2d(cout),
+                        nn::ReLU());
+}
+
 }  // namespace
 
 // A ReLU followed by a MaxPool2d runs as one max_pool2d with the relu fused (Note [relu after max
@@ -248,30 +276,35 @@ TEST_CASE("cuda nn: the direct conv kernels pool and read the pooled gradient, b
 TEST_CASE("cuda nn: batch norm pools its output and reads the pooled gradient, bit for bit", "[gpu][pool]") {
   manual_seed(9);
   auto make = [] {
-    auto block = [](int64_t cin, int64_t cout) {
-      return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(cin, cout, 3).padding(1).bias(false)), nn::BatchNorm2d(cout),
-                            nn::ReLU());
-    };
-    return nn::Sequential(block(1, 4), nn::MaxPool2d(2), block(4, 8), nn::MaxPool2d(2), nn::Flatten(),
+    return nn::Sequential(fast_block(1, 4), nn::MaxPool2d(2), fast_block(4, 8), nn::MaxPool2d(2), nn::Flatten(),
                           nn::Linear(8 * 2 * 2, 3));
   };
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
     INFO("dtype " << dt);
-    nn::Sequential fused = make(), plain = make();
-    plain->load_state_dict(fused->state_dict());
-    for (nn::Sequential* s : {&fused, &plain}) {
-      (*s)->to(kCUDA, dt);
-      for (auto& [name, m] : (*s)->named_modules())
-        if (auto* seq = dynamic_cast<nn::SequentialImpl*>(m.get())) seq->fuse_pool = s == &fused;
-    }
-    const FusedAndPlain n =
-        compare_fused_and_plain(fused, plain, randn({4, 1, 8, 8}).to(dt).cuda(), randn({4, 3}).to(dt).cuda());
+    const FusedAndPlain n = compare_pool_fusion(make, dt, randn({4, 1, 8, 8}), randn({4, 3}));
     CHECK(n.fused_fwd + 2 == n.plain_fwd);  // normalise and pool in one launch, twice
     CHECK(n.fused_bwd + 2 == n.plain_bwd);  // no max_pool2d_backward
-    for (const auto& [name, t] : fused->named_buffers()) {
-      INFO(name);
-      CHECK(t.to(DType::f64).cpu().to_vector<double>() ==
-            plain->named_buffers().at(name).to(DType::f64).cpu().to_vector<double>());
+  }
+}
+
+// mnist_train's fast model ends with conv, BatchNorm2d, ReLU, AdaptiveAvgPool2d(1): the batch norm,
+// relu and average run as one batch_norm_global_avg_pool2d (Note [global average pooling in the
+// batch norm backward]): the normalise kernel sums each plane, and the backward's kernels read the
+// averaged gradient and recompute the relu's mask, so that block loses the relu's and the average's
+// launches each way, with the same values, running statistics and gradients bit for bit, in every
+// floating dtype, for planes summed across lanes (16 values and more) and serially (fewer).
+TEST_CASE("cuda nn: batch norm averages its planes and reads the averaged gradient, bit for bit", "[gpu][pool]") {
+  manual_seed(10);
+  auto make = [] {
+    return nn::Sequential(fast_block(1, 4), nn::MaxPool2d(2), fast_block(4, 8), nn::AdaptiveAvgPool2d(1), nn::Flatten(),
+                          nn::Linear(8, 3));
+  };
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::f64}) {
+    for (int64_t side : {4, 8}) {  // 2x2 planes (serial), then 4x4 (across lanes)
+      INFO("dtype " << dt << ", planes " << side / 2 << "x" << side / 2);
+      const FusedAndPlain n = compare_pool_fusion(make, dt, randn({4, 1, side, side}), randn({4, 3}));
+      CHECK(n.fused_fwd + 3 == n.plain_fwd);  // the first block's pool; the last block's relu and average
+      CHECK(n.fused_bwd + 3 == n.plain_bwd);  // no max_pool2d_backward, relu backward or average backward
     }
   }
 }

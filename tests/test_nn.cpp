@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <sstream>
 
 #include "core/autograd/node.h"
@@ -176,6 +177,47 @@ std::vector<Tensor> outputs_and_grads(nn::Sequential& net, const Tensor& x, cons
   return r;
 }
 
+// conv, batch norm, a ReLU when `relu`, then a 2x2 MaxPool2d or (average) an AdaptiveAvgPool2d(1);
+// nested: the batch norm (and relu) end a block and the pool follows it (mnist_train's fast model).
+nn::Sequential bn_block_then_pool(bool average, bool relu, bool nested) {
+  nn::Sequential block(nn::Conv2d(nn::Conv2dOptions(2, 3, 3).padding(1).bias(false)), nn::BatchNorm2d(3));
+  if (relu) block->push_back(nn::ReLU());
+  nn::Sequential out = block;
+  if (nested) {
+    out = nn::Sequential();  // an empty Sequential (one holder argument would copy the holder)
+    out->push_back(block);
+  }
+  if (average) out->push_back(nn::AdaptiveAvgPool2d(1));
+  else out->push_back(nn::MaxPool2d(2));
+  return out;
+}
+
+// Two copies of make()'s net, the second without fuse_pool: the first ends in fused_node, the
+// second in plain_node, and on h (with gy) both give the same outputs, gradients and buffers bit
+// for bit, then the same eval outputs.
+void check_pool_fusion(const std::function<nn::Sequential()>& make, const Tensor& h, const Tensor& gy,
+                       const std::string& fused_node, const std::string& plain_node) {
+  nn::Sequential fused = make(), plain = make();
+  plain->load_state_dict(fused->state_dict());
+  plain->fuse_pool = false;
+  CHECK(fused(h).grad_fn()->name() == fused_node);
+  CHECK(plain(h).grad_fn()->name() == plain_node);
+  std::vector<Tensor> a = outputs_and_grads(fused, h, gy), b = outputs_and_grads(plain, h, gy);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
+    CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
+  }
+  // the running statistics moved alike, and eval normalises with them alike
+  for (const auto& [name, t] : fused->named_buffers()) {
+    INFO(name);
+    CHECK(t.to(DType::f64).to_vector<double>() == plain->named_buffers().at(name).to(DType::f64).to_vector<double>());
+  }
+  fused->eval();
+  plain->eval();
+  CHECK(fused(h).to_vector<float>() == plain(h).to_vector<float>());
+}
+
 }  // namespace
 
 // Sequential's fusion (Note [fused activations] in nn/sequential.h).
@@ -296,37 +338,26 @@ TEST_CASE("nn Sequential runs a BatchNorm2d, a ReLU or not, and a MaxPool2d as o
   for (bool relu : {true, false}) {
     for (bool nested : {false, true}) {
       INFO("relu " << relu << ", nested " << nested);
-      // nested: the batch norm (and relu) end a block and the pool follows it (mnist_train's fast model)
-      auto make = [relu, nested] {
-        nn::Sequential block(nn::Conv2d(nn::Conv2dOptions(2, 3, 3).padding(1).bias(false)), nn::BatchNorm2d(3));
-        if (relu) block->push_back(nn::ReLU());
-        if (nested) return nn::Sequential(block, nn::MaxPool2d(2));
-        block->push_back(nn::MaxPool2d(2));
-        return block;
-      };
-      nn::Sequential fused = make(), plain = make();
-      plain->load_state_dict(fused->state_dict());
-      plain->fuse_pool = false;
-      CHECK(fused(h).grad_fn()->name() == "batch_norm_max_pool2dBackward");
-      CHECK(plain(h).grad_fn()->name() == "max_pool2dBackward");
-      Tensor gy = randn({3, 3, 3, 3});
-      std::vector<Tensor> a = outputs_and_grads(fused, h, gy), b = outputs_and_grads(plain, h, gy);
-      REQUIRE(a.size() == b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        INFO("result " << i << " (0: y, 1: dx, then the parameters' grads)");
-        CHECK(a[i].to_vector<float>() == b[i].to_vector<float>());
-      }
-      // the running statistics moved alike, and eval normalises with them alike
-      for (const auto& [name, t] : fused->named_buffers()) {
-        INFO(name);
-        CHECK(t.to(DType::f64).to_vector<double>() ==
-              plain->named_buffers().at(name).to(DType::f64).to_vector<double>());
-      }
-      fused->eval();
-      plain->eval();
-      CHECK(fused(h).to_vector<float>() == plain(h).to_vector<float>());
+      auto make = [relu, nested] { return bn_block_then_pool(false, relu, nested); };
+      check_pool_fusion(make, h, randn({3, 3, 3, 3}), "batch_norm_max_pool2dBackward", "max_pool2dBackward");
     }
   }
+}
+
+TEST_CASE("nn Sequential runs a BatchNorm2d, a ReLU or not, and a global AdaptiveAvgPool2d as one op", "[nn]") {
+  manual_seed(11);
+  Tensor h = randn({3, 2, 5, 5}).requires_grad_(true);
+  for (bool relu : {true, false}) {
+    for (bool nested : {false, true}) {
+      INFO("relu " << relu << ", nested " << nested);
+      auto make = [relu, nested] { return bn_block_then_pool(true, relu, nested); };
+      check_pool_fusion(make, h, randn({3, 3, 1, 1}), "batch_norm_global_avg_pool2dBackward",
+                        "adaptive_avg_pool2dBackward");
+    }
+  }
+  // an average to anything but 1x1 stays a layer of its own
+  nn::Sequential other(nn::BatchNorm2d(2), nn::ReLU(), nn::AdaptiveAvgPool2d(2));
+  CHECK(other(h).grad_fn()->name() == "adaptive_avg_pool2dBackward");
 }
 
 TEST_CASE("nn state_dict round trip, strict and non-strict loading, shape mismatch", "[nn]") {

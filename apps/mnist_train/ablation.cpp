@@ -54,7 +54,7 @@ std::vector<Rung> ablation_rungs(const Options& base, bool gpu) {
       {"+ no host sync in the step (read once per interval)", [](Options& o) { o.sync_every_step = false; }},
       {"+ ReLU fused into Linear and max pooling, each way", [](Options& o) { o.fuse_activations = true; }},
       {"+ each Linear/ReLU stack as one op (CUDA: 1 launch fwd, 2 bwd)", [](Options& o) { o.fuse_mlp = true; }},
-      {"+ each Conv2d or BatchNorm2d/ReLU/MaxPool2d as one op (the backward unpools)",
+      {"+ each Conv2d or BatchNorm2d/ReLU/pool as one op (the backward unpools)",
        [](Options& o) { o.fuse_pool = true; }},
       {"+ autotuned kernels", [](Options& o) { o.autotune = true; }},
       {"+ CUDA graph (one step per launch)", [](Options& o) { o.graph = true; }, true},

@@ -220,9 +220,10 @@ void add_speed_options(CLI::App& app, Options& o) {
                "run each stack of Linears (and ReLUs) as one mlp op: on CUDA one kernel forward, two backward, "
                "where every layer is at most 128 wide (only with --fuse-activations; else layer by layer)");
   app.add_flag("--fuse-pool,!--no-fuse-pool", o.fuse_pool,
-               "run each Conv2d or BatchNorm2d followed by MaxPool2d (directly or after a ReLU) as one op whose "
-               "backward reads the pooled gradient: on CUDA the kernels pool the layer's output before storing it "
-               "and unpool the gradient as they load it (only with --fuse-activations)");
+               "run each Conv2d or BatchNorm2d followed by MaxPool2d, and each BatchNorm2d followed by "
+               "AdaptiveAvgPool2d(1) (directly or after a ReLU), as one op whose backward reads the pooled "
+               "gradient: on CUDA the kernels pool the layer's output before storing it and unpool the gradient "
+               "as they load it (only with --fuse-activations)");
   app.add_flag("--zero-grad-to-none,!--zero-grad-fill", o.zero_grad_to_none,
                "set gradients to none between steps (else fill them with zeros)");
   app.add_flag("--sync-every-step", o.sync_every_step,
