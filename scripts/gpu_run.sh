@@ -468,12 +468,13 @@ stage_4() {
   # max_pool2d_backward + cuDNN; about 4 s estimated, the stage has no room, so on demand
   STEP_ON_DEMAND=1 step bench_conv_pooled 6 bench_ops -- "$b" "${q[@]}" --op "$conv,conv2d_max_pool2d" \
        --case ' n128 .*pool' --json "$j/bench_conv_pooled.json"
-  # the fast model's batch norm, relu, pool layers as batch_norm_max_pool2d and batch_norm_backward
-  # on the pooled gradient (Note [max pooling in the batch norm backward]) beside batch_norm and
-  # batch_norm_backward alone at the same shapes; on demand
-  STEP_ON_DEMAND=1 step bench_bn_pooled 5 bench_ops -- "$b" "${q[@]}" \
-       --op batch_norm,batch_norm_backward,batch_norm_max_pool2d --case '^mnist after' \
-       --json "$j/bench_bn_pooled.json"
+  # the fast model's batch norm, relu, pool layers as batch_norm_max_pool2d and
+  # batch_norm_global_avg_pool2d and batch_norm_backward on the pooled or averaged gradient (Notes
+  # [max pooling in the batch norm backward], [global average pooling in the batch norm backward])
+  # beside batch_norm and batch_norm_backward alone at the same shapes; on demand
+  STEP_ON_DEMAND=1 step bench_bn_pooled 6 bench_ops -- "$b" "${q[@]}" \
+       --op batch_norm,batch_norm_backward,batch_norm_max_pool2d,batch_norm_global_avg_pool2d \
+       --case '^mnist after' --json "$j/bench_bn_pooled.json"
   step bench_conv_resnet 14 bench_ops -- "$b" "${q[@]}" --op "$conv" \
        --case '^resnet50 (64->64 3x3 56x56|1x1 256->64 56x56) n32 f32$' --json "$j/bench_conv_resnet.json"
   # the Hopper GEMM as a 1x1 convolution (conv2d's wgmma_1x1 lab variant, channels-last bf16) beside
