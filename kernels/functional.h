@@ -203,6 +203,12 @@ Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor
 // the batch norm backward] in kernels/ops/batch_norm.h). x [N, C, H, W].
 Tensor batch_norm_global_avg_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                                     Tensor running_var, bool training, double momentum, double eps, bool relu = false);
+// ---- training bookkeeping ----
+// One step's bookkeeping on the device, in place, one launch (kernels/ops/train_stats.h): loss_sum +=
+// loss, correct += the rows whose argmax is their label, the non-finite run and the step it reached
+// `limit` at, steps += 1 when count_step.
+void train_stats_(const Tensor& logits, const Tensor& labels, const Tensor& loss, Tensor& loss_sum, Tensor& correct,
+                  Tensor& nonfinite_run, Tensor& diverged_at, Tensor& steps, int64_t limit, bool count_step);
 // ---- data ----
 // u8 images [N, C, ...] (or any shape with one channel) -> (x/255 - mean[c]) / std[c] in `dtype`,
 // one pass (torchvision's ToTensor + Normalize). mean/std: one entry per channel, or one for all.

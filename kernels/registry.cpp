@@ -120,9 +120,11 @@ constexpr int kMaxVariants = 1024;
 std::atomic<int> g_next_variant{0};
 std::atomic<uint64_t> g_variant_runs[kMaxVariants][kNumDTypes];
 
-// The dtype a call is counted under: the most common dtype among its floating operands (an
-// optimizer step's f16 params and grads, not its f64 hyper-parameters), else its first operand's.
+// The dtype a call is counted under: its op's dtype_input's, else the most common dtype among its
+// floating operands (an optimizer step's f16 params and grads, not its f64 hyper-parameters), else
+// its first operand's.
 DType call_dtype(const KernelCall& c) {
+  if (const int d = op_info(c.op).dtype_input; d >= 0) return c.in[static_cast<size_t>(d)].dtype();
   int count[kNumDTypes] = {};
   const Tensor* first = nullptr;
   for (std::span<const Tensor> ts : {c.in, std::span<const Tensor>(c.out)})

@@ -165,6 +165,10 @@ struct OpInfo {
   CostFn cost = nullptr;
   AutocastPolicy autocast = AutocastPolicy::none;
   bool contiguous_inputs = true;  // the runner makes inputs contiguous before the kernel
+  // The input whose dtype a call is counted under (variant_runs), where the majority of floating
+  // operands would name the wrong one (train_stats: f16 logits beside its f32 counters); -1: the
+  // majority.
+  int dtype_input = -1;
   std::vector<Variant> variants;
   std::string doc;  // one line for --list
 

@@ -1,7 +1,8 @@
 // softmax / cross_entropy / dropout on CUDA beyond the generic parity tests: the launch counts
 // the training loop relies on (one kernel for the MNIST-sized forward and backward, one for both
-// with cross_entropy_with_grad, counted by capturing the calls into a CUDA graph), no host
-// synchronisation, the device error for a bad target, and dropout's mask equal to the CPU's.
+// with cross_entropy_with_grad, one for a step's bookkeeping with train_stats, counted by
+// capturing the calls into a CUDA graph), no host synchronisation, the device error for a bad
+// target, and dropout's mask equal to the CPU's.
 #include <catch2/catch.hpp>
 
 #if EMBER_WITH_CUDA
@@ -100,6 +101,27 @@ TEST_CASE("cuda: the loss path does not synchronise the host", "[gpu][loss]") {
   CHECK(runtime::host_sync_count() == before);
   CHECK(std::isfinite(loss.item()));
   CHECK(std::isfinite(m.item()));
+}
+
+// mnist_train's per-step bookkeeping (Note [no host syncs in the step]): the loss sum, the correct
+// count and the divergence guard in one launch, no host read; the unfused ops took 19 launches.
+TEST_CASE("cuda: a step's bookkeeping is one train_stats kernel and reads nothing back", "[gpu][loss]") {
+  const TensorOptions f32 = TensorOptions().device(kGPU);
+  Tensor x = logits(512, 10), t = class_targets(512, 10);
+  Tensor loss = full({1}, NAN, f32), loss_sum = zeros({1}, f32), run = zeros({1}, f32);
+  Tensor at = full({1}, -1, f32), steps = full({1}, 9, f32);
+  Tensor correct = zeros({1}, TensorOptions(DType::i64).device(kGPU));
+  cuda::device_synchronize(0);
+  const uint64_t before = runtime::host_sync_count();
+  const size_t launches =
+      kernels_launched_by([&] { train_stats_(x, t, loss, loss_sum, correct, run, at, steps, 1, true); });
+  CHECK(launches == 1);
+  CHECK(runtime::host_sync_count() == before);
+  train_stats_(x, t, loss, loss_sum, correct, run, at, steps, 1, true);  // the captured call never ran
+  CHECK(correct.item() == sum(eq(argmax(x, 1), t)).item());
+  CHECK(at.item() == 10);  // the step after the 9 counted
+  CHECK(steps.item() == 10);
+  CHECK(std::isnan(loss_sum.item()));
 }
 
 TEST_CASE("cuda: an out-of-range target raises the device error at the next sync", "[gpu][loss][bad_input]") {
