@@ -19,19 +19,10 @@ void NonFiniteGuard::start_at(int64_t step) {
   step_.fill_(static_cast<double>(step));
 }
 
-void NonFiniteGuard::observe(const Tensor& loss) {
+void NonFiniteGuard::observe(const Tensor& loss, const Tensor& logits, const Tensor& labels, Tensor& loss_sum,
+                             Tensor& correct, bool stepped) {
   autograd::NoGradGuard ng;
-  // NaN or inf gives l - l != 0
-  Tensor run = where(ne(sub(loss, loss), 0.0), add(run_, 1.0), 0.0);
-  Tensor at = where(ge(run, static_cast<double>(limit_)), where(lt(diverged_at_, 0.0), add(step_, 1.0), diverged_at_),
-                    diverged_at_);
-  copy_(run_, run);
-  copy_(diverged_at_, at);
-}
-
-void NonFiniteGuard::stepped() {
-  autograd::NoGradGuard ng;
-  copy_(step_, add(step_, 1.0));
+  train_stats_(logits, labels, loss, loss_sum, correct, run_, diverged_at_, step_, limit_, stepped);
 }
 
 void NonFiniteGuard::read() {

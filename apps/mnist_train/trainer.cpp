@@ -312,15 +312,11 @@ void Trainer::eager_step(const Tensor& x, const Tensor& y, bool do_step) {
   loss.backward(seed);
   {
     autograd::NoGradGuard ng;
-    Tensor l = loss.detach().to(DType::f32).reshape({1});
-    interval_.loss_sum.add_(l);
-    interval_.correct.add_(sum(eq(argmax(logits.detach(), 1), y)).reshape({1}));
-    guard_.observe(l);
+    // the interval's sums and the divergence guard in one launch (train_stats)
+    guard_.observe(loss.detach().to(DType::f32).reshape({1}), logits.detach(), y, interval_.loss_sum, interval_.correct,
+                   do_step);
   }
-  if (do_step) {
-    optimizer_step();
-    guard_.stepped();
-  }
+  if (do_step) optimizer_step();
   if (o_.sync_every_step && !graph_.capturing()) {  // (a replayed step reads after the replay: train_step)
     runtime::AllowSyncScope allow;
     (void)loss.item();  // the naive loop: a host read every step

@@ -7,7 +7,9 @@
 //
 // Note [no host syncs in the step]: the loss and the number of correct predictions accumulate in
 // device tensors; the host reads them once per log interval (one sync), never per step, unless
-// --sync-every-step asks for the naive loop. The GPU's idle time between steps is measured with
+// --sync-every-step asks for the naive loop. They and the divergence guard's counters take one
+// launch a step (the train_stats op: as separate ops they took 19, a launch-bound step's largest
+// share). The GPU's idle time between steps is measured with
 // CUDA events around each step and read at the same interval.
 #pragma once
 
