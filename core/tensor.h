@@ -203,6 +203,7 @@ class Tensor {
   Tensor& zero_() { return fill_(0.0); }
   Tensor& copy_(const Tensor& src, bool non_blocking = false);
   Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& add_(double value);  // one launch (add_scalar in place), integer tensors included
   Tensor& mul_(double value);
 
   // Printing (syncs: reads the values).

@@ -232,7 +232,7 @@ Tensor SyncBatchNormImpl::forward(const Tensor& x) {
   if (is_training() && options.track_running_stats()) {
     {
       autograd::NoGradGuard ng;
-      num_batches_tracked.add_(ones({}, TensorOptions(DType::i64).device(num_batches_tracked.device())));
+      num_batches_tracked.add_(1.0);  // in place, one launch
     }
     // Cumulative moving average: reads the counter on the host (as nn::BatchNorm).
     if (!options.momentum()) factor = 1.0 / num_batches_tracked.item();

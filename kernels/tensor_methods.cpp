@@ -128,6 +128,11 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   return *this;
 }
 
+Tensor& Tensor::add_(double value) {
+  call_into(OpId::add_scalar, {*this}, {*this}, ScalarAttrs{value});
+  return *this;
+}
+
 Tensor& Tensor::mul_(double value) {
   call_into(OpId::mul_scalar, {*this}, {*this}, ScalarAttrs{value});
   return *this;

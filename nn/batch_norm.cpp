@@ -49,7 +49,7 @@ bool BatchNormImplBase::begin_step(const Tensor& x, double& factor) {
   if (is_training() && options.track_running_stats()) {
     {
       autograd::NoGradGuard ng;
-      num_batches_tracked.add_(ones({}, TensorOptions(DType::i64).device(num_batches_tracked.device())));
+      num_batches_tracked.add_(1.0);  // in place, one launch
     }
     // Cumulative moving average: 1 / (batches seen). Reads the counter (a host sync on CUDA, as in
     // PyTorch); with a momentum (the default) nothing is read.

@@ -88,9 +88,17 @@ TEST_CASE("in-place ops on tensors that require grad are refused in grad mode", 
   Tensor x = ones({2}).requires_grad_();
   CHECK_THROWS_WITH(x.add_(ones({2})), Catch::Contains("requires grad"));
   CHECK_THROWS_WITH(x.fill_(0), Catch::Contains("requires grad"));
+  CHECK_THROWS_WITH(x.add_(1.0), Catch::Contains("requires grad"));
   autograd::NoGradGuard g;
   x.mul_(3.0);  // fine: what optimizers do
   CHECK(x.to_vector<float>() == std::vector<float>{3, 3});
+  x.add_(0.5);
+  CHECK(x.to_vector<float>() == std::vector<float>{3.5, 3.5});
+  Tensor count = zeros({}, DType::i64);  // a step counter (BatchNorm's num_batches_tracked)
+  const uint64_t v = count.version();
+  count.add_(1.0).add_(1.0);
+  CHECK(count.item() == 2);
+  CHECK(count.version() == v + 2);
 }
 
 TEST_CASE("detach cuts the graph and shares storage", "[autograd]") {
