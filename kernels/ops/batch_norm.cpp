@@ -422,7 +422,7 @@ void bn_then_pool(const KernelCall& c, bool reference) {
 
 void bn_pool_reference(const KernelCall& c) { bn_then_pool(c, true); }
 
-// batch_norm_global_avg_pool2d as its ops: batch_norm and (with relu) relu into scratch tensors,
+// batch_norm_global_avg_pool2d as its ops: batch_norm into a scratch tensor, relu in place there,
 // adaptive_avg_pool2d to 1x1 into the call's output; reference kernels or through the registry.
 void bn_then_avg(const KernelCall& c, bool reference) {
   BatchNormAttrs bn = c.attr<BatchNormAttrs>();
@@ -432,8 +432,7 @@ void bn_then_avg(const KernelCall& c, bool reference) {
   const Tensor& x = c.in[0];
   const TensorSpec ys = op_info(OpId::batch_norm).infer(c.in, bn)[0];
   const TensorOptions opts = TensorOptions().dtype(ys.dtype).device(x.device());
-  auto scratch = [&] { return ys.strides.empty() ? empty(ys.shape, opts) : empty_strided(ys.shape, ys.strides, opts); };
-  const Tensor y = scratch(), r = relu ? scratch() : y;
+  const Tensor y = ys.strides.empty() ? empty(ys.shape, opts) : empty_strided(ys.shape, ys.strides, opts);
   const std::vector<Tensor> in(c.in.begin(), c.in.end()), bn_out{y, c.out[1], c.out[2]};
   const AdaptivePoolAttrs avg = adaptive_pool_attrs(1, 1);
   auto run = [&](OpId op, std::vector<Tensor> i, std::vector<Tensor> o, const Attrs& attrs) {
@@ -441,8 +440,8 @@ void bn_then_avg(const KernelCall& c, bool reference) {
     else call_into(op, std::move(i), std::move(o), attrs);
   };
   run(OpId::batch_norm, in, bn_out, bn);
-  if (relu) run(OpId::relu, {y}, {r}, Attrs{});
-  run(OpId::adaptive_avg_pool2d, {r}, {c.out[0]}, avg);
+  if (relu) run(OpId::relu, {y}, {y}, Attrs{});  // elementwise: in place is safe
+  run(OpId::adaptive_avg_pool2d, {y}, {c.out[0]}, avg);
 }
 
 void bn_avg_reference(const KernelCall& c) { bn_then_avg(c, true); }

@@ -301,8 +301,8 @@ struct BnAvgOut {
 // apply_planar with the global average: a warp per image's plane normalises its values, rounds them
 // to T as the unfused y would be stored, applies the relu (NaN propagates, as the relu op) and sums
 // them in adaptive_avg_pool2d's order: lanes along the plane, then a shuffle tree, where the plane
-// holds 16 values or more (global_avg_nchw_kernel in pool.cu), else serially in lane 0 (its
-// per-output kernel). ws == nullptr: eval.
+// holds pool::kLaneSumMinValues values or more (global_avg_nchw_kernel in pool.cu), else serially
+// in lane 0 (its per-output kernel). ws == nullptr: eval.
 template <class T, class S>
 __global__ void __launch_bounds__(kPlanarThreads)
     apply_avg_planar(const T* __restrict__ x, BnAvgOut<T> po, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
@@ -311,7 +311,7 @@ __global__ void __launch_bounds__(kPlanarThreads)
   const Affine<S> k = block_affine(ws, d, w, b, rm, rv, save_mean, save_invstd, fp);
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  const bool lanes = d.L >= 16;
+  const bool lanes = d.L >= pool::kLaneSumMinValues;
   auto value = [&](T xv) {
     const S v = static_cast<S>(static_cast<T>(k.apply(static_cast<S>(xv))));
     return po.relu == 0 || v > S(0) || v != v ? v : S(0);
@@ -729,21 +729,18 @@ void batch_norm_cuda(const KernelCall& c) {
   }
 }
 
-// A pooling the fused kernels take: NCHW planes of more than one value (bn_geometry calls a 1x1
-// plane columnar), windows that do not overlap.
-bool bn_pool_planar(const Tensor& x, const BatchNormAttrs& a) {
-  return !runs_channels_last(x) && x.shape()[2] * x.shape()[3] > 1 && pool::disjoint_windows(a.pool);
-}
+// NCHW planes of more than one value (bn_geometry calls a 1x1 plane columnar): what the fused
+// normalise kernels take.
+bool bn_planar(const Tensor& x) { return !runs_channels_last(x) && x.shape()[2] * x.shape()[3] > 1; }
+
+// A max pooling the fused kernels take: planar x, windows that do not overlap.
+bool bn_pool_planar(const Tensor& x, const BatchNormAttrs& a) { return bn_planar(x) && pool::disjoint_windows(a.pool); }
 
 bool bn_pool_fused_supports(const KernelCall& c) {
   return bn_supports(c) && c.in[0].numel() > 0 && bn_pool_planar(c.in[0], c.attr<BatchNormAttrs>());
 }
 
-// NCHW planes of more than one value (bn_geometry calls a 1x1 plane columnar).
-bool bn_avg_fused_supports(const KernelCall& c) {
-  const Tensor& x = c.in[0];
-  return bn_supports(c) && x.numel() > 0 && !runs_channels_last(x) && x.shape()[2] * x.shape()[3] > 1;
-}
+bool bn_avg_fused_supports(const KernelCall& c) { return bn_supports(c) && c.in[0].numel() > 0 && bn_planar(c.in[0]); }
 
 // How the backward's kernels read g (BnGrad): dense, max pooled (ind defined: planar x, disjoint
 // windows) or averaged over each plane.

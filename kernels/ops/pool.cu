@@ -294,7 +294,7 @@ void adaptive_cuda(const KernelCall& c) {
   if (y.numel() == 0) return;
   dispatch(x.dtype(), "adaptive_avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
-    if (!cl && g.P == 1 && g.Q == 1 && g.H * g.W >= 16) {
+    if (!cl && g.P == 1 && g.Q == 1 && g.H * g.W >= pool::kLaneSumMinValues) {
       cuda::DeviceGuard scope(y.device().index);
       const int64_t planes = g.N * g.C;
       const unsigned grid = cuda::grid_for(planes * 32, 256, y.device().index);

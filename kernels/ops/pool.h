@@ -122,6 +122,11 @@ void register_dnnl_avg_pool2d_backward(OpInfo& info);
 
 namespace pool {
 
+// adaptive_avg_pool2d's CUDA kernel sums an NCHW plane to 1x1 across a warp's lanes (then a shuffle
+// tree) from this many values, serially below; batch_norm_global_avg_pool2d's fused kernel sums in
+// the same order, so its means are the unfused ones bit for bit.
+inline constexpr int64_t kLaneSumMinValues = 16;
+
 // First and one-past-last input row of the max-pool window (clipped to the input).
 EMBER_HD inline void max_window(int64_t o, int64_t s, int64_t p, int64_t k, int64_t in, int64_t& b, int64_t& e) {
   b = o * s - p;
