@@ -13,6 +13,7 @@
 #include "optim/lr_scheduler.h"
 #include "optim/multi_step_lr.h"
 #include "optim/one_cycle_lr.h"
+#include "optim/schedule_ahead.h"
 #include "optim/optimizer.h"
 #include "optim/sequential_lr.h"
 #include "optim/sgd.h"

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -205,7 +206,23 @@ void Optimizer::upload_hyper_rows() {
         empty({static_cast<int64_t>(s.staged.size())}, TensorOptions(DType::f64).pinned_memory(d.is_cuda()));
     std::copy(s.staged.begin(), s.staged.end(), staging.data<double>());
     s.rows.copy_(staging.reshape(s.rows.shape()), /*non_blocking=*/d.is_cuda());
+    s.on_rows = s.staged;
   });
+}
+
+bool Optimizer::use_hyper_row_if_current(int64_t row) {
+  bool current = true;
+  for_each_slot([&](size_t g, Device d) {
+    const HyperSlot& s = slot(g, d);
+    const std::vector<double> values = hyper_values(groups_[g].options());
+    const auto k = static_cast<int64_t>(values.size());
+    // NaN never equals itself: such a value goes through the single tensor, as the step would send it
+    current = current && s.rows.defined() && row >= 0 && row < s.rows.size(0) && s.rows.size(1) == k &&
+              static_cast<int64_t>(s.on_rows.size()) == s.rows.numel() &&
+              std::equal(values.begin(), values.end(), s.on_rows.begin() + static_cast<std::ptrdiff_t>(row * k));
+  });
+  row_ = current ? row : -1;
+  return current;
 }
 
 Tensor Optimizer::on_device(const Tensor& t, Device device) {

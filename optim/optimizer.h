@@ -119,6 +119,10 @@ class Optimizer : public Stateful {
   void use_hyper_row(int64_t row);
   void stage_hyper_row(int64_t row);
   void upload_hyper_rows();
+  // Eager steps (Note [hyperparameter rows ahead] in optim/schedule_ahead.h): row j when every
+  // group's uploaded row j holds exactly its options' current values (what a step's own upload
+  // would copy), else the single tensor again; returns whether row j is used.
+  bool use_hyper_row_if_current(int64_t row);
 
   // Per-parameter state ("exp_avg", "step", ...), empty before the first step.
   const TensorDict& state(const Tensor& param) const;
@@ -162,8 +166,9 @@ class Optimizer : public Stateful {
     Tensor tensor;
     Tensor ticket;
     std::vector<double> uploaded;
-    Tensor rows;                 // [rows, K] on the device (Note [hyperparameter rows])
-    std::vector<double> staged;  // the rows' next values, row-major
+    Tensor rows;                  // [rows, K] on the device (Note [hyperparameter rows])
+    std::vector<double> staged;   // the rows' next values, row-major
+    std::vector<double> on_rows;  // what upload_hyper_rows last copied to `rows`
   };
   // Calls f(group, device) once for every group and device its parameters are on.
   void for_each_slot(const std::function<void(size_t, Device)>& f) const;

@@ -1,8 +1,10 @@
 // Every LR schedule over a full cycle against its closed-form formula (computed here), plus the
-// momentum / beta1 cycling of OneCycleLR and CyclicLR, chaining, and state_dict round trips.
+// momentum / beta1 cycling of OneCycleLR and CyclicLR, chaining, and state_dict round trips; and
+// ScheduleAhead's staged rows against steps that upload their own values.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numbers>
 
@@ -246,4 +248,124 @@ TEST_CASE("lr schedulers per parameter group, and state_dict round trips", "[lr]
   CHECK_THROWS_WITH(other.load_state_dict(ss), Catch::Contains("from a SequentialLR"));
   CHECK_THROWS_WITH(optim::StepLR(o2, 0), Catch::Contains("step_size must be > 0"));
   CHECK_THROWS_WITH(optim::SequentialLR(o2, {w2, k2}, {}), Catch::Contains("need 1 milestones"));
+}
+
+namespace {
+
+// Two optimizers on equal parameters: `plain` uploads its hyperparameters every step, `ahead`
+// reads them from rows staged by optim::ScheduleAhead. make(opt) builds the schedule.
+struct AheadPair {
+  Tensor p1 = a_param(), p2 = a_param();
+  std::unique_ptr<optim::Optimizer> plain, ahead;
+  std::unique_ptr<optim::LRScheduler> s1, s2;
+};
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.contiguous().data<float>(), b.contiguous().data<float>(),
+                                               static_cast<size_t>(a.numel()) * sizeof(float)) == 0;
+}
+
+using MakeOpt = std::function<std::unique_ptr<optim::Optimizer>(Tensor)>;
+using MakeSched = std::function<std::unique_ptr<optim::LRScheduler>(optim::Optimizer&)>;
+
+// One step of both with the same gradient (it changes every step, so the moments move).
+void step_both(AheadPair& a, optim::ScheduleAhead& ahead, int64_t step, int64_t total) {
+  const Tensor g = full({3}, 0.5 + 0.25 * static_cast<double>(step % 5) - 0.1 * static_cast<double>(step));
+  a.p1.set_grad(g.clone());
+  a.p2.set_grad(g.clone());
+  ahead.before_step(total - step);
+  a.plain->step();
+  a.ahead->step();
+  a.s1->step();
+  a.s2->step();
+}
+
+}  // namespace
+
+TEST_CASE("lr ScheduleAhead: eager steps read staged rows, bit for bit, every scheduler", "[lr]") {
+  const MakeOpt adamw = [](Tensor p) { return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}); };
+  const MakeOpt sgd = [](Tensor p) {
+    return std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions(0.1).momentum(0.9));
+  };
+  const int64_t total = 23, rows = 7;
+  struct Case {
+    const char* name;
+    MakeOpt opt;
+    MakeSched sched;
+  };
+  const std::vector<Case> cases{
+      {"OneCycleLR (AdamW: lr and beta1)", adamw,
+       [&](optim::Optimizer& o) {
+         return std::make_unique<optim::OneCycleLR>(o, optim::OneCycleLROptions(0.01, total));
+       }},
+      {"CyclicLR (SGD: lr and momentum)", sgd,
+       [](optim::Optimizer& o) {
+         return std::make_unique<optim::CyclicLR>(o, optim::CyclicLROptions(0.01, 0.1).step_size_up(3));
+       }},
+      {"StepLR", sgd, [](optim::Optimizer& o) { return std::make_unique<optim::StepLR>(o, 4, 0.5); }},
+      {"CosineAnnealingLR", adamw,
+       [](optim::Optimizer& o) { return std::make_unique<optim::CosineAnnealingLR>(o, 10, 1e-4); }},
+      {"SequentialLR (LinearLR, then CosineAnnealingLR)", adamw,
+       [](optim::Optimizer& o) {
+         auto w = std::make_shared<optim::LinearLR>(o, 0.1, 1.0, 5);
+         auto c = std::make_shared<optim::CosineAnnealingLR>(o, 30);
+         return std::make_unique<optim::SequentialLR>(o, std::vector<std::shared_ptr<optim::LRScheduler>>{w, c},
+                                                      std::vector<int64_t>{5});
+       }},
+      {"ChainedScheduler (LinearLR, ExponentialLR)", sgd, [](optim::Optimizer& o) {
+         auto w = std::make_shared<optim::LinearLR>(o, 0.5, 1.0, 4);
+         auto x = std::make_shared<optim::ExponentialLR>(o, 0.9);
+         return std::make_unique<optim::ChainedScheduler>(std::vector<std::shared_ptr<optim::LRScheduler>>{w, x});
+       }}};
+  for (const Case& c : cases) {
+    INFO(c.name);
+    AheadPair a;
+    a.plain = c.opt(a.p1);
+    a.ahead = c.opt(a.p2);
+    a.s1 = c.sched(*a.plain);
+    a.s2 = c.sched(*a.ahead);
+    optim::ScheduleAhead ahead(*a.s2, rows);
+    for (int64_t step = 0; step < total; ++step) {
+      INFO("step " << step);
+      step_both(a, ahead, step, total);
+      CHECK(same_bits(a.p1, a.p2));
+      CHECK(lr_of(*a.ahead) == lr_of(*a.plain));
+      CHECK(momentum_of(*a.ahead) == momentum_of(*a.plain));
+      CHECK(a.s2->last_epoch() == a.s1->last_epoch());
+    }
+    ahead.finish();
+    // every step read a row; a staging every `rows` steps, the last one cut at the run's end
+    CHECK(ahead.active());
+    CHECK(ahead.rows_read() == total);
+    CHECK(ahead.stagings() == (total + rows - 1) / rows);
+    CHECK(a.s2->state_dict().metadata == a.s1->state_dict().metadata);
+  }
+}
+
+TEST_CASE("lr ScheduleAhead: options moved by hand restage once, every step gives up", "[lr]") {
+  const int64_t total = 12;
+  AheadPair a;
+  a.plain = std::make_unique<optim::AdamW>(std::vector<Tensor>{a.p1});
+  a.ahead = std::make_unique<optim::AdamW>(std::vector<Tensor>{a.p2});
+  a.s1 = std::make_unique<optim::ExponentialLR>(*a.plain, 0.8);
+  a.s2 = std::make_unique<optim::ExponentialLR>(*a.ahead, 0.8);
+  optim::ScheduleAhead ahead(*a.s2, 8);
+  for (int64_t step = 0; step < 4; ++step) step_both(a, ahead, step, total);
+  CHECK(ahead.stagings() == 1);
+  // an lr set by hand once (as after a plateau): the staged row misses, one restaging
+  for (auto* o : {a.plain.get(), a.ahead.get()}) o->param_groups()[0].options().set_lr(0.5 * lr_of(*o));
+  step_both(a, ahead, 4, total);
+  CHECK(ahead.stagings() == 2);
+  CHECK(ahead.active());
+  CHECK(same_bits(a.p1, a.p2));
+  // set by hand before every step: the row after a staging misses, and the steps upload their own
+  for (int64_t step = 5; step < total; ++step) {
+    for (auto* o : {a.plain.get(), a.ahead.get()}) o->param_groups()[0].options().set_lr(1e-3 * (step + 1));
+    step_both(a, ahead, step, total);
+    CHECK(same_bits(a.p1, a.p2));
+  }
+  CHECK_FALSE(ahead.active());
+  CHECK(ahead.stagings() == 2);
+  CHECK_THROWS_WITH(ahead.before_step(0), Catch::Contains("steps_left must be >= 1"));
+  CHECK_THROWS_WITH(optim::ScheduleAhead(*a.s1, 0), Catch::Contains("rows must be >= 1"));
 }

@@ -1,9 +1,9 @@
 // Optimizers, clipping and checkpointing on CUDA: the fused multi-tensor kernels against the CPU
 // loops over several steps (with the lr changing every step, so the device hyperparameter tensor
-// is re-uploaded), found_inf / inv_scale read on the device, no host sync inside a step, many
-// tensors (several multi-tensor tables), and activation checkpointing's lower peak memory.
-// (The per-op parity of sgd_step/adam_step/total_norm/clip_by_total_norm on every sample and dtype
-// is in the generic test_ops_gpu.cpp.)
+// is re-uploaded, or read from rows staged ahead), found_inf / inv_scale read on the device, no
+// host sync inside a step, many tensors (several multi-tensor tables), and activation
+// checkpointing's lower peak memory. (The per-op parity of sgd_step/adam_step/total_norm/
+// clip_by_total_norm on every sample and dtype is in the generic test_ops_gpu.cpp.)
 #include <catch2/catch.hpp>
 
 #include "core/cuda/graph.h"
@@ -186,6 +186,42 @@ TEST_CASE("cuda optimizer step replayed from a CUDA graph sees new lrs and advan
   cuda::device_synchronize(0);
   compare(p, q, 0, 0);  // the same kernels on the same data: bit for bit
   CHECK(a.state(p[1]).at("step").item() == 5);
+}
+
+TEST_CASE("cuda optimizer steps read a schedule staged ahead: bit for bit, no copy in a step", "[gpu][optim]") {
+  // p steps with optim::ScheduleAhead (rows of 4), q uploads its values each step; OneCycleLR moves
+  // lr and beta1 every step. The capture of p's step would refuse an upload (the changed lr), so
+  // a captured step proves that the step reads its staged row and copies nothing.
+  std::vector<Tensor> p = make_params(kCUDA, 5, false), q = make_params(kCUDA, 5, false);
+  optim::AdamW a(p, optim::AdamWOptions(1e-2)), b(q, optim::AdamWOptions(1e-2));
+  const int64_t total = 10;
+  optim::OneCycleLR sa(a, optim::OneCycleLROptions(1e-2, total)), sb(b, optim::OneCycleLROptions(1e-2, total));
+  optim::ScheduleAhead ahead(sa, 4);
+  cuda::Stream st = cuda::Stream::create(0);
+  cuda::device_synchronize(0);
+  cuda::StreamGuard guard(st);
+  for (int64_t i = 0; i < total; ++i) {
+    set_grads(p, 30 + i);
+    set_grads(q, 30 + i);
+    ahead.before_step(total - i);
+    if (i == 2) {
+      cuda::Graph g;
+      g.capture_begin(st);
+      a.step();
+      g.capture_end();
+      CHECK(g.num_nodes() == 2);  // adam_step's two tables of tensors (it counts the steps too); no copy
+    }
+    a.step();
+    b.step();
+    sa.step();
+    sb.step();
+  }
+  ahead.finish();
+  cuda::device_synchronize(0);
+  compare(p, q, 0, 0);  // the same kernels on the same values
+  CHECK(ahead.rows_read() == total);
+  CHECK(ahead.stagings() == 3);
+  CHECK(a.state(p[0]).at("step").item() == total);
 }
 
 TEST_CASE("cuda clip_grad_norm_ matches the CPU over many tensors", "[gpu][optim]") {
