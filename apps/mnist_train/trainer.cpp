@@ -460,6 +460,8 @@ RunResult Trainer::run() {
   auto loader = make_loader(inputs_.train ? inputs_.train : splits_.train, true);
   plan_run(loader->size());
   if (!o_.resume.empty()) resume_from_checkpoint();
+  if (learner_.sched && device_.is_cuda() && !o_.graph)
+    ahead_ = std::make_unique<optim::ScheduleAhead>(*learner_.sched, kScheduleRowsAhead);
   guard_.start_at(progress_.global_step);
   note_graph_limits(r);
   if (o_.sync_debug) runtime::set_sync_debug(runtime::SyncDebug::warn);
@@ -557,6 +559,7 @@ Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, Ru
     ++p.micro;
     const bool do_step = p.micro == o_.grad_accum || e.micro + 1 == p.micro_per_epoch;
     if (do_step) p.micro = 0;
+    if (do_step && ahead_) ahead_->before_step(std::max<int64_t>(1, p.total_steps - p.global_step));
     train_step(*b, do_step, r);
     timer_.mark();
     if (do_step) {
@@ -566,6 +569,7 @@ Trainer::EpochStats Trainer::train_epoch(data::DataLoader& loader, int epoch, Ru
     if (!count_steps(1, b->size(), epoch, e, r, do_step)) break;
   }
   loader.stop_epoch();  // an epoch left early (a stop, --max-steps, divergence)
+  if (ahead_) ahead_->finish();
   if (interval_.steps > 0) {
     const auto [loss, correct] = log_interval(r, epoch, e.micro);
     e.loss += loss;

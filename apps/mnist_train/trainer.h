@@ -114,7 +114,8 @@ class Trainer {
   static constexpr int64_t kEvalBatch = 1000;
   ember::Tensor count_batch(const ember::Tensor& counts, const ember::Tensor& images, const ember::Tensor& labels);
   ember::Tensor resident_pass(const ember::data::InMemoryDataset& ds);
-  // the step
+  // the step; eager steps on the GPU take the schedule's values this many steps at a time
+  static constexpr int64_t kScheduleRowsAhead = 64;
   void train_step(const ember::data::Batch& b, bool do_step, RunResult& r);
   void eager_step(const ember::Tensor& x, const ember::Tensor& y, bool do_step);
   void optimizer_step();
@@ -164,6 +165,9 @@ class Trainer {
     ember::Tensor indices, images, labels;
   } staged_;
   bool hyper_rows_made_ = false;
+  // Eager steps on the GPU read the schedule's values from rows staged ahead (Note [hyperparameter
+  // rows ahead] in optim/schedule_ahead.h); null on the CPU, with --graph or without a schedule.
+  std::unique_ptr<ember::optim::ScheduleAhead> ahead_;
   NonFiniteGuard guard_;
   StepTimer timer_;
   Interval interval_;
