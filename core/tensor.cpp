@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <numeric>
 
 #include "core/autograd/engine.h"
@@ -178,16 +179,22 @@ Tensor empty_like(const Tensor& t) {
 }
 
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset) {
+  return make_view(base, base.dtype(), shape, strides, offset);
+}
+
+Tensor make_view(const Tensor& base, DType dtype, const Shape& shape, const Strides& strides, int64_t offset) {
   int64_t span = storage_span(shape, strides);
-  int64_t cap = static_cast<int64_t>(base.storage()->nbytes() / base.element_size());
+  int64_t cap = static_cast<int64_t>(base.storage()->nbytes() / dtype_size(dtype));
   EMBER_CHECK(span == 0 || (offset >= 0 && offset + span <= cap), "view ", shape, " strides ", strides, " offset ",
-              offset, " is out of bounds of a storage of ", cap, " elements");
+              offset, " is out of bounds of a storage of ", cap, " ", dtype, " elements");
+  EMBER_CHECK(reinterpret_cast<uintptr_t>(base.storage()->data()) % dtype_size(dtype) == 0, "a ", dtype,
+              " view of a storage not aligned to ", dtype_size(dtype), " bytes");
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->shape = shape;
   impl->strides = strides;
   impl->offset = offset;
-  impl->dtype = base.dtype();
+  impl->dtype = dtype;
   return Tensor(std::move(impl));
 }
 

@@ -222,6 +222,10 @@ Tensor empty_strided(const Shape& shape, const Strides& strides, const TensorOpt
 Tensor empty_like(const Tensor& t);
 // A new TensorImpl on the storage of `base` (no autograd, no checks beyond bounds).
 Tensor make_view(const Tensor& base, const Shape& shape, const Strides& strides, int64_t offset);
+// The same, reading the storage's bytes as `dtype` (offset in its elements, so aligned to them):
+// one allocation holding tensors of several dtypes, e.g. a batch's images and labels moved to
+// the device in one copy (data/data_loader.cpp).
+Tensor make_view(const Tensor& base, DType dtype, const Shape& shape, const Strides& strides, int64_t offset);
 // Wraps host memory that outlives the tensor (no copy, no ownership).
 Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device = kCPU);
 

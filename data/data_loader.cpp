@@ -9,8 +9,9 @@
 //  - each slot keeps a page-locked staging buffer (cudaHostAlloc through the caching pinned
 //    allocator) sized for a full batch, allocated once per epoch and reused for all its batches;
 //  - the consumer thread (in next()) puts the copy of a ready batch on a dedicated copy stream:
-//    cudaMemcpyAsync of images and labels into device memory allocated on the copy stream, the
-//    normalize_u8 kernel on the same stream, then an event (Slot::copied) recorded after them. It
+//    one cudaMemcpyAsync of the staging block (images, then labels) into device memory allocated
+//    on the copy stream, the normalize_u8 kernel on the same stream, then an event
+//    (Slot::copied) recorded after them. It
 //    does so for the batch being handed out and for every later batch already ready ("issue
 //    ahead"), so the copy of batch b+1 overlaps the compute of step b;
 //  - handing batch b over, the compute stream (the consumer's current stream) waits for the
@@ -77,8 +78,10 @@ struct DataLoader::Slot {
   int64_t batch = -1;
   std::string error;
   // Owned by the filling thread while `filling`, by the consumer once `ready`.
-  Tensor staging_images;  // GPU ring: u8 [batch_size * sample bytes], reused; host mode: unused
-  Tensor staging_labels;  // GPU ring: i64 [batch_size], reused
+  // GPU ring: one pinned u8 block, reused: the images (batch_size * sample bytes), then from byte
+  // labels_at the i64 labels, so one copy moves the batch (Note [pinned ring]); host mode: unused
+  Tensor staging;
+  int64_t labels_at = 0;
   Tensor images, labels;  // host mode: the batch itself (fresh per batch)
   Shape shape;            // [n, C, H, W]
   std::vector<int64_t> indices;
@@ -329,14 +332,12 @@ bool DataLoader::fill(Run& run, Slot& slot, int64_t b, int worker, std::string& 
       sample_bytes = s[0] * s[1] * s[2];
       slot.shape = Shape{n, s[0], s[1], s[2]};
       if (run.gpu) {
-        const int64_t cap = o_.batch_size_ * sample_bytes;
-        TensorOptions pinned = TensorOptions(DType::u8).pinned_memory(o_.pin_memory_);
-        if (!slot.staging_images.defined() || slot.staging_images.numel() < cap)
-          slot.staging_images = empty({cap}, pinned);
-        if (!slot.staging_labels.defined())
-          slot.staging_labels = empty({o_.batch_size_}, TensorOptions(DType::i64).pinned_memory(o_.pin_memory_));
-        dst = static_cast<uint8_t*>(slot.staging_images.data_ptr());
-        labels = slot.staging_labels.data<int64_t>();
+        slot.labels_at = (o_.batch_size_ * sample_bytes + 7) / 8 * 8;  // i64-aligned after a full batch
+        const int64_t bytes = slot.labels_at + 8 * o_.batch_size_;
+        if (!slot.staging.defined() || slot.staging.numel() < bytes)
+          slot.staging = empty({bytes}, TensorOptions(DType::u8).pinned_memory(o_.pin_memory_));
+        dst = static_cast<uint8_t*>(slot.staging.data_ptr());
+        labels = reinterpret_cast<int64_t*>(dst + slot.labels_at);
       } else {
         slot.images = empty(slot.shape, TensorOptions(DType::u8).pinned_memory(o_.pin_memory_));
         slot.labels = empty({n}, TensorOptions(DType::i64).pinned_memory(o_.pin_memory_));
@@ -463,12 +464,13 @@ void DataLoader::issue_copy(Slot& slot) {
   cuda::StreamGuard guard(copy);  // device memory below is allocated on, and written by, the copy stream
   const Shape& s = slot.shape;
   const int64_t n = s[0];
-  Tensor host_images = make_view(slot.staging_images, s, {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1}, 0);
-  Tensor host_labels = make_view(slot.staging_labels, {n}, {1}, 0);
-  Tensor images = empty(s, TensorOptions(DType::u8).device(dev));
-  Tensor labels = empty({n}, TensorOptions(DType::i64).device(dev));
-  copy_(images, host_images, o_.non_blocking_);
-  copy_(labels, host_labels, o_.non_blocking_);
+  // the staging block's layout on the device too: one copy of the images and the labels (with a
+  // short batch, the unused tail of the images' part goes along)
+  const int64_t bytes = slot.labels_at + 8 * n;
+  Tensor packed = empty({bytes}, TensorOptions(DType::u8).device(dev));
+  copy_(packed, make_view(slot.staging, {bytes}, {1}, 0), o_.non_blocking_);
+  Tensor images = make_view(packed, s, {s[1] * s[2] * s[3], s[2] * s[3], s[3], 1}, 0);
+  Tensor labels = make_view(packed, DType::i64, {n}, {1}, slot.labels_at / 8);
   if (convert_) {
     autograd::NoGradGuard no_grad;
     images = normalize_u8(images, mean_, std_, out_dtype_);  // on the copy stream, after the copy

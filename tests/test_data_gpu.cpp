@@ -1,11 +1,15 @@
-// The DataLoader on a CUDA device: the pinned ring, the copy stream and the event handoff.
+// The DataLoader on a CUDA device: the pinned ring, the copy stream and the event handoff, one
+// copy a batch.
 // (Part of ember_gpu_tests: skipped without a device.)
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <string_view>
 #include <thread>
 
 #include "core/cuda/runtime.h"
+#include "core/profiler.h"
 #include "core/runtime.h"
 #include "tests/data_test_util.h"
 #include "tests/op_driver.h"
@@ -107,10 +111,60 @@ TEST_CASE("gpu loader: earlier batches stay intact while later ones are copied",
       Tensor busy = ones({1 << 22}, TensorOptions().device(kCUDA));
       for (int i = 0; i < 8; ++i) busy = busy * 1.0001;
     }
-    for (const Batch& b : held)
+    for (const Batch& b : held) {
       CHECK(
           ember::testing::compare(b.images.cpu(), expected_images(*ds, b.indices, {0.1307}, {0.3081}), {0, 0}).empty());
+      const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();  // they share the batch's copy
+      for (size_t j = 0; j < labels.size(); ++j) CHECK(labels[j] == b.indices[j] % 10);
+    }
   });
+}
+
+namespace {
+
+// Counts the copy ops started on a CUDA device (the loader's host-to-device copies).
+struct CopyCounter final : profiler::Listener {
+  std::atomic<int> copies{0};
+  void on_begin(const char* name, const char*, Device device) override {
+    if (device.is_cuda() && std::string_view(name) == "copy") ++copies;
+  }
+  void on_end(const char*, const char*, Device) override {}
+};
+
+}  // namespace
+
+TEST_CASE("gpu loader: one copy a batch moves its images and labels", "[gpu][data]") {
+  auto ds = pattern_dataset(300);  // 4 full batches and a short one
+  for (bool convert : {true, false}) {
+    INFO((convert ? "normalised on the device" : "uint8 to the device"));
+    DataLoaderOptions o = DataLoaderOptions().batch_size(64).num_workers(2).device(kCUDA);
+    if (convert) o.normalize({0.5}, {0.25});
+    else o.dtype(DType::u8);
+    DataLoader loader(ds, o);
+    CopyCounter counter;
+    profiler::set_listener(&counter);
+    std::vector<Batch> batches;
+    try {
+      for (Batch& b : loader) batches.push_back(b);
+    } catch (...) {
+      profiler::set_listener(nullptr);
+      throw;
+    }
+    profiler::set_listener(nullptr);
+    REQUIRE(batches.size() == 5);
+    CHECK(counter.copies == 5);
+    for (const Batch& b : batches) {
+      INFO("batch " << b.index);
+      CHECK(b.labels.dtype() == DType::i64);
+      const std::vector<int64_t> labels = b.labels.to_vector<int64_t>();
+      REQUIRE(labels.size() == b.indices.size());
+      for (size_t j = 0; j < labels.size(); ++j) CHECK(labels[j] == b.indices[j] % 10);
+      if (!convert) {
+        const Tensor want = index_select(ds->images(), 0, tensor_i64(b.indices, {b.size()}));
+        CHECK(ember::testing::compare(b.images.cpu(), want, {0, 0}).empty());
+      }
+    }
+  }
 }
 
 TEST_CASE("gpu loader: steady state has no host sync and no new allocations", "[gpu][data]") {

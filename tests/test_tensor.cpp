@@ -91,6 +91,21 @@ TEST_CASE("view refuses incompatible strides, reshape copies then", "[tensor]") 
   CHECK_THROWS_WITH(a.view({-1, -1}), Catch::Contains("only one dimension can be -1"));
 }
 
+TEST_CASE("make_view reads a storage's bytes as another dtype, within its bounds", "[tensor]") {
+  // one u8 block holding 5 bytes of images, 3 bytes of padding, then 2 i64 labels
+  Tensor block = zeros({24}, DType::u8);
+  Tensor labels = make_view(block, DType::i64, {2}, {1}, 1);
+  labels.copy_(tensor_i64({7, -3}, {2}));
+  CHECK(labels.storage() == block.storage());
+  CHECK(labels.dtype() == DType::i64);
+  CHECK(make_view(block, DType::i64, {2}, {1}, 1).to_vector<int64_t>() == std::vector<int64_t>{7, -3});
+  CHECK(static_cast<int>(block.to_vector<uint8_t>()[8]) == 7);  // little-endian: the low byte first
+  CHECK_THROWS_WITH(make_view(block, DType::i64, {3}, {1}, 1), Catch::Contains("out of bounds of a storage of 3 i64"));
+  alignas(8) uint8_t bytes[16] = {};
+  Tensor odd = from_blob(bytes + 1, {8}, DType::u8);  // a storage starting off a 4-byte boundary
+  CHECK_THROWS_WITH(make_view(odd, DType::f32, {1}, {1}, 0), Catch::Contains("not aligned to 4 bytes"));
+}
+
 TEST_CASE("dim checks name the range", "[tensor]") {
   Tensor a = zeros({2, 3});
   CHECK_THROWS_WITH(a.transpose(0, 2), Catch::Contains("out of range for a tensor with 2 dimensions"));
