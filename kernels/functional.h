@@ -189,20 +189,24 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<int64_t, 2> output_size);
 // running_mean/running_var are defined, update them in place: r = (1 - momentum) r + momentum s with
 // the unbiased batch variance (as PyTorch). Eval: normalise with the running statistics.
 // weight/bias may be undefined (affine = false). f16/bf16 x may come with f32 weight/bias/running stats.
+// num_batches_tracked (one i64, optional): += 1 in place when training, in the op's own launch
+// (Note [batch norm counts its batches] in kernels/ops/batch_norm.h); the pooled forms below too.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
-                  bool training, double momentum = 0.1, double eps = 1e-5);
+                  bool training, double momentum = 0.1, double eps = 1e-5, const Tensor& num_batches_tracked = {});
 // max_pool2d(batch_norm(x, ...)), with relu between them when `relu`, as one op each way: the
 // backward reads the pooled gradient (Note [max pooling in the batch norm backward] in
 // kernels/ops/batch_norm.h). x [N, C, H, W].
 Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                              Tensor running_var, bool training, double momentum, double eps,
                              std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride = {0, 0},
-                             std::array<int64_t, 2> padding = {0, 0}, bool relu = false);
+                             std::array<int64_t, 2> padding = {0, 0}, bool relu = false,
+                             const Tensor& num_batches_tracked = {});
 // adaptive_avg_pool2d(batch_norm(x, ...), 1), with relu between them when `relu`, as one op each
 // way: the means [N, C, 1, 1]; the backward reads their gradient (Note [global average pooling in
 // the batch norm backward] in kernels/ops/batch_norm.h). x [N, C, H, W].
 Tensor batch_norm_global_avg_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                                    Tensor running_var, bool training, double momentum, double eps, bool relu = false);
+                                    Tensor running_var, bool training, double momentum, double eps, bool relu = false,
+                                    const Tensor& num_batches_tracked = {});
 // ---- training bookkeeping ----
 // One step's bookkeeping on the device, in place, one launch (kernels/ops/train_stats.h): loss_sum +=
 // loss, correct += the rows whose argmax is their label, the non-finite run and the step it reached

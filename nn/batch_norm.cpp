@@ -41,19 +41,22 @@ void BatchNormImplBase::reset_parameters() {
   }
 }
 
-bool BatchNormImplBase::begin_step(const Tensor& x, double& factor) {
+bool BatchNormImplBase::begin_step(const Tensor& x, double& factor, Tensor& count) {
   check_input(x);
   EMBER_CHECK(x.shape()[1] == options.num_features(), type_name(), ": input ", x.shape(), " has ", x.shape()[1],
               " channels but the layer expects ", options.num_features());
   factor = options.momentum().value_or(0.0);
+  count = Tensor();
   if (is_training() && options.track_running_stats()) {
-    {
+    if (options.momentum()) {
+      count = num_batches_tracked;  // the op counts the batch in its own launch
+    } else {
+      // Cumulative moving average: 1 / (batches seen), the counter read after counting (a host
+      // sync on CUDA, as in PyTorch).
       autograd::NoGradGuard ng;
-      num_batches_tracked.add_(1.0);  // in place, one launch
+      num_batches_tracked.add_(1.0);
+      factor = 1.0 / num_batches_tracked.item();
     }
-    // Cumulative moving average: 1 / (batches seen). Reads the counter (a host sync on CUDA, as in
-    // PyTorch); with a momentum (the default) nothing is read.
-    if (!options.momentum()) factor = 1.0 / num_batches_tracked.item();
   }
   // Batch statistics while training, and always when there are no running statistics (the running
   // tensors are then undefined, so nothing is updated).
@@ -62,23 +65,26 @@ bool BatchNormImplBase::begin_step(const Tensor& x, double& factor) {
 
 Tensor BatchNormImplBase::forward(const Tensor& x) {
   double factor = 0;
-  const bool use_batch = begin_step(x, factor);
-  return batch_norm(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps());
+  Tensor count;
+  const bool use_batch = begin_step(x, factor, count);
+  return batch_norm(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps(), count);
 }
 
 Tensor BatchNorm2dImpl::forward_max_pooled(const Tensor& x, std::array<int64_t, 2> kernel,
                                            std::array<int64_t, 2> stride, std::array<int64_t, 2> padding, bool relu) {
   double factor = 0;
-  const bool use_batch = begin_step(x, factor);
+  Tensor count;
+  const bool use_batch = begin_step(x, factor, count);
   return batch_norm_max_pool2d(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps(), kernel,
-                               stride, padding, relu);
+                               stride, padding, relu, count);
 }
 
 Tensor BatchNorm2dImpl::forward_global_avg_pooled(const Tensor& x, bool relu) {
   double factor = 0;
-  const bool use_batch = begin_step(x, factor);
+  Tensor count;
+  const bool use_batch = begin_step(x, factor, count);
   return batch_norm_global_avg_pool2d(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps(),
-                                      relu);
+                                      relu, count);
 }
 
 std::string BatchNormImplBase::extra_repr() const {

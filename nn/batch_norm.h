@@ -41,9 +41,11 @@ class BatchNormImplBase : public Module {
  protected:
   BatchNormImplBase(const BatchNormOptions& options, const char* name);
   virtual void check_input(const Tensor& x) const = 0;
-  // Checks x, counts the batch; whether to normalise with the batch's statistics, and the running
-  // statistics' momentum for this step.
-  bool begin_step(const Tensor& x, double& factor);
+  // Checks x; whether to normalise with the batch's statistics, the running statistics' momentum
+  // for this step, and the counter the op adds the batch to (Note [batch norm counts its batches]
+  // in kernels/ops/batch_norm.h; undefined when nothing counts, or when momentum = None counted
+  // it here).
+  bool begin_step(const Tensor& x, double& factor, Tensor& count);
 };
 
 }  // namespace ember::nn

@@ -8,6 +8,7 @@
 #include "ember.h"
 #include "kernels/common/memory_format.h"
 #include "kernels/registry.h"
+#include "tests/bn_count_check.h"
 
 using namespace ember;
 
@@ -139,6 +140,16 @@ TEST_CASE("batch_norm training: batch statistics, running stats with the unbiase
   CHECK(rm.version() > v0);
   CHECK_FALSE(rm.requires_grad());
   CHECK(rm.grad_fn() == nullptr);
+}
+
+TEST_CASE("batch_norm counts its batches in the op: every CPU variant, training only", "[bn]") {
+  // num_batches_tracked, the forward ops' sixth input (Note [batch norm counts its batches])
+  CHECK(test::check_bn_counts(kCPU) >= 10);
+  Tensor x = uniform({4, 3, 2, 2}, -1, 1), rm = zeros({3}), rv = ones({3});
+  CHECK_THROWS_WITH(batch_norm(x, {}, {}, rm, rv, true, 0.1, 1e-5, zeros({2}, DType::i64)),
+                    Catch::Contains("num_batches_tracked must be one contiguous i64"));
+  CHECK_THROWS_WITH(batch_norm(x, {}, {}, rm, rv, true, 0.1, 1e-5, zeros({})),
+                    Catch::Contains("num_batches_tracked must be one contiguous i64"));
 }
 
 TEST_CASE("batch_norm eval uses the running statistics, affine parameters", "[bn]") {

@@ -10,6 +10,7 @@
 #include "kernels/common/memory_format.h"
 #include "kernels/ops/conv2d.h"  // Conv2dAttrs
 #include "kernels/registry.h"
+#include "tests/bn_count_check.h"
 #include "tests/launch_count_util.h"
 #include "tests/op_driver.h"
 
@@ -122,6 +123,28 @@ TEST_CASE("batch_norm on the GPU updates the running statistics like the CPU", "
     CHECK(testing::compare(rm_d.to(kCPU), rm, {1e-5, 1e-6}) == "");
     CHECK(testing::compare(rv_d.to(kCPU), rv, {1e-5, 1e-6}) == "");
   }
+}
+
+// Every CUDA variant counts when training (Note [batch norm counts its batches]), and a training
+// BatchNorm2d launches what the op alone launches (its counter's add was a launch of its own).
+TEST_CASE("batch_norm counts its batches in the op's launch on the GPU", "[gpu][bn]") {
+  CHECK(test::check_bn_counts(kCUDA) >= 6);
+  CHECK_THROWS_WITH(batch_norm(zeros({4, 3}, kCUDA), {}, {}, zeros({3}, kCUDA), ones({3}, kCUDA), true, 0.1, 1e-5,
+                               zeros({}, DType::i64)),
+                    Catch::Contains("input 5 is i64[] on cpu"));
+  nn::BatchNorm2d bn(nn::BatchNormOptions(8));
+  bn->to(kCUDA);
+  Tensor x = uniform({4, 8, 6, 6}, -1, 1, kCUDA);
+  bn(x);  // warm-up: the variants' first calls
+  const size_t module = test::kernels_launched_by([&] { bn(x); });
+  const size_t op = test::kernels_launched_by([&] {
+    Tensor rm = bn->running_mean, rv = bn->running_var;
+    batch_norm(x, bn->weight, bn->bias, rm, rv, true, 0.1, 1e-5);
+  });
+  CHECK(module == op);
+  CHECK(bn->num_batches_tracked.item() == 1);  // the captured calls never ran
+  bn(x);
+  CHECK(bn->num_batches_tracked.item() == 2);
 }
 
 TEST_CASE("batch_norm mixed precision on the GPU: bf16 activations, f32 parameters and statistics", "[gpu][bn]") {

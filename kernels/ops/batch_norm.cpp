@@ -9,6 +9,7 @@
 // is fine, and they must not require grad.
 #include "kernels/ops/batch_norm.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/parallel.h"
@@ -39,6 +40,18 @@ BnGeom bn_geometry(const Tensor& x) {
   return g;
 }
 
+const Tensor* bn_counter(const KernelCall& c) {
+  const bool counts = c.in.size() > 5 && c.in[5].defined() && c.attr<BatchNormAttrs>().training != 0;
+  return counts ? &c.in[5] : nullptr;
+}
+
+void bn_count_batch(const KernelCall& c) {
+  if (const Tensor* n = bn_counter(c)) {
+    Tensor t = *n;
+    t.add_(1.0);
+  }
+}
+
 namespace {
 
 void check_param(const char* op, const Tensor& t, const char* name, int64_t C, DType x, DType s) {
@@ -49,8 +62,19 @@ void check_param(const char* op, const Tensor& t, const char* name, int64_t C, D
               s != x ? str(" or ", s) : std::string(), " for an input of dtype ", x);
 }
 
+// Input 5 (Note [batch norm counts its batches]): undefined, or one i64 (on x's device: the registry checks).
+void check_counter(const char* op, std::span<const Tensor> in) {
+  if (in.size() < 6 || !in[5].defined()) return;
+  const Tensor& n = in[5];
+  EMBER_CHECK(n.dtype() == DType::i64 && n.numel() == 1 && n.is_contiguous(), op,
+              ": num_batches_tracked must be one contiguous i64, got ", n.describe());
+  EMBER_CHECK(!n.requires_grad(), op, ": num_batches_tracked must not require grad (it is a buffer)");
+}
+
 std::vector<TensorSpec> infer_batch_norm(std::span<const Tensor> in, const Attrs& attrs) {
-  EMBER_CHECK(in.size() == 5, "batch_norm: expects (input, weight, bias, running_mean, running_var)");
+  EMBER_CHECK(in.size() == 5 || in.size() == 6,
+              "batch_norm: expects (input, weight, bias, running_mean, running_var[, num_batches_tracked])");
+  check_counter("batch_norm", in);
   const Tensor &x = in[0], &w = in[1], &b = in[2], &rm = in[3], &rv = in[4];
   const auto& a = attrs.get<BatchNormAttrs>();
   EMBER_CHECK(a.max_pool == 0, "batch_norm: max_pool = ", a.max_pool,
@@ -90,8 +114,9 @@ std::vector<TensorSpec> infer_batch_norm(std::span<const Tensor> in, const Attrs
 std::vector<TensorSpec> infer_batch_norm_max_pool2d(std::span<const Tensor> in, const Attrs& attrs) {
   const auto& a = attrs.get<BatchNormAttrs>();
   EMBER_CHECK(a.max_pool == 1, "batch_norm_max_pool2d: max_pool must be 1 (the op pools), got ", a.max_pool);
-  EMBER_CHECK(in.size() == 5 && in[0].defined() && in[0].dim() == 4,
-              "batch_norm_max_pool2d: expects (input [N, C, H, W], weight, bias, running_mean, running_var)");
+  EMBER_CHECK((in.size() == 5 || in.size() == 6) && in[0].defined() && in[0].dim() == 4,
+              "batch_norm_max_pool2d: expects (input [N, C, H, W], weight, bias, running_mean, running_var[, "
+              "num_batches_tracked])");
   BatchNormAttrs plain = a;
   plain.max_pool = 0;
   std::vector<TensorSpec> bn = infer_batch_norm(in, plain);
@@ -109,8 +134,9 @@ std::vector<TensorSpec> infer_batch_norm_global_avg_pool2d(std::span<const Tenso
               "batch_norm_global_avg_pool2d: avg_pool must be 1 and max_pool 0 (the op averages), got avg_pool = ",
               a.avg_pool, ", max_pool = ", a.max_pool);
   EMBER_CHECK(a.relu == 0 || a.relu == 1, "batch_norm_global_avg_pool2d: relu must be 0 or 1, got ", a.relu);
-  EMBER_CHECK(in.size() == 5 && in[0].defined() && in[0].dim() == 4,
-              "batch_norm_global_avg_pool2d: expects (input [N, C, H, W], weight, bias, running_mean, running_var)");
+  EMBER_CHECK((in.size() == 5 || in.size() == 6) && in[0].defined() && in[0].dim() == 4,
+              "batch_norm_global_avg_pool2d: expects (input [N, C, H, W], weight, bias, running_mean, running_var[, "
+              "num_batches_tracked])");
   BatchNormAttrs plain = a;
   plain.avg_pool = 0;
   plain.relu = 0;
@@ -194,6 +220,7 @@ void batch_norm_cpu(const KernelCall& c) {
   }
   write_doubles(c.out[1], mean);
   write_doubles(c.out[2], invstd);
+  bn_count_batch(c);
   if (training && rm.defined() && x.numel() > 0) {
     const double m = a.momentum, M = static_cast<double>(g.M());
     std::vector<double> nm(C), nv(C);
@@ -361,7 +388,11 @@ std::vector<Tensor> bn_input_grads(const BackwardCtx& ctx, const BatchNormAttrs&
     }
     dx = add(dx, term.to(x.dtype()));
   }
-  return {dx, dw, db, Tensor(), Tensor()};
+  std::vector<Tensor> grads(std::max<size_t>(ctx.inputs.size(), 5));  // none for the buffers
+  grads[0] = dx;
+  grads[1] = dw;
+  grads[2] = db;
+  return grads;
 }
 
 std::vector<Tensor> batch_norm_vjp(const BackwardCtx& ctx) {
@@ -547,12 +578,12 @@ void define_op_batch_norm_global_avg_pool2d(OpInfo& info) {
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
-                  bool training, double momentum, double eps) {
+                  bool training, double momentum, double eps, const Tensor& num_batches_tracked) {
   BatchNormAttrs a{};
   a.training = training ? 1 : 0;
   a.momentum = momentum;
   a.eps = eps;
-  return call(OpId::batch_norm, {x, weight, bias, running_mean, running_var}, a)[0];
+  return call(OpId::batch_norm, {x, weight, bias, running_mean, running_var, num_batches_tracked}, a)[0];
 }
 
 }  // namespace ember

@@ -168,7 +168,8 @@ __global__ void stats_columnar(const T* __restrict__ x, BnDims d, Wf<S>* __restr
 
 struct FwdParams {
   double eps, momentum;
-  int update;  // update running stats
+  int update;                // update running stats
+  int64_t* count = nullptr;  // num_batches_tracked += 1 (Note [batch norm counts its batches])
 };
 
 // Merges channel c's partials; writes the statistics (and running stats) when `owner`.
@@ -183,6 +184,7 @@ __device__ __forceinline__ Affine<S> finalize(const Wf<S>* ws, int c, int splits
   if (owner) {
     save_mean[c] = a.mean;
     save_invstd[c] = inv;
+    if (c == 0 && fp.count != nullptr) ++*fp.count;  // one thread of the grid writes channel 0
     if (fp.update) {
       const S mom = static_cast<S>(fp.momentum);
       const S unbiased = a.m2 / static_cast<S>(a.n - 1);
@@ -649,10 +651,11 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const B
     }
     return;
   }
-  if (x.numel() == 0) {  // statistics of nothing; running stats untouched
+  if (x.numel() == 0) {  // statistics of nothing; running stats untouched, the batch counted
     Tensor m = save_mean, v = save_invstd;
     m.fill_(NAN);
     v.fill_(NAN);
+    bn_count_batch(c);
     return;
   }
   // running stats: updated in place when they are already the statistics dtype, else via a copy
@@ -666,7 +669,8 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const B
   Tensor ws = empty({static_cast<int64_t>(g.C) * d.splits * static_cast<int64_t>(sizeof(Wf<S>))},
                     TensorOptions().dtype(DType::u8).device(dev));
   Wf<S>* wsp = static_cast<Wf<S>*>(ws.data_ptr());
-  FwdParams fp{a.eps, a.momentum, update ? 1 : 0};
+  const Tensor* counter = bn_counter(c);
+  FwdParams fp{a.eps, a.momentum, update ? 1 : 0, counter != nullptr ? mp<int64_t>(*counter) : nullptr};
   if (!g.channels_last) {
     dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
     cuda::launch(stats_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), d, wsp);
@@ -689,6 +693,7 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const B
     rm_in.bump_version();
     rv_in.bump_version();
   }
+  if (counter != nullptr) counter->bump_version();
 }
 
 template <class T, class S>
@@ -907,6 +912,7 @@ void batch_norm_cudnn(const KernelCall& c) {
       h, CUDNN_BATCHNORM_SPATIAL, k.one(), k.zero(), xd.d, x.data_ptr(), yd.d, y.data_ptr(), pd.d, w.data_ptr(),
       b.data_ptr(), a.momentum, update ? rm.data_ptr() : nullptr, update ? rv.data_ptr() : nullptr, a.eps,
       save_mean.data_ptr(), save_invstd.data_ptr()));
+  bn_count_batch(c);  // cuDNN's call does not count
   if (update) {
     write_back(rm, rm_in);
     write_back(rv, rv_in);

@@ -11,6 +11,8 @@
 //             (in place, when defined; M = 1 is an error, as PyTorch)
 //   eval:     mean = running_mean, invstd = 1 / sqrt(running_var + eps)
 //   y = (x - mean) invstd w + b   (w = 1, b = 0 when undefined)
+// Input 5, optional (the three forward ops): num_batches_tracked, i64 with one element, += 1 in place
+// when training (Note [batch norm counts its batches]).
 // Outputs: y, mean [C], invstd [C] (what batch_norm_backward reads); batch_norm_max_pool2d's:
 // the pooled y, its i64 indices, mean, invstd; batch_norm_global_avg_pool2d's: the plane means
 // [N, C, 1, 1] of y (relu first when asked), mean, invstd. Statistics are f32 for
@@ -84,6 +86,18 @@ void bn_then_pool_ops(const KernelCall& c);
 // relu's kink. CUDA's `fused` forward (NCHW) normalises, relus and sums each plane in the order
 // adaptive_avg_pool2d's kernel does; elsewhere `ops` runs batch_norm, relu, adaptive_avg_pool2d.
 void bn_then_avg_ops(const KernelCall& c);
+
+// Note [batch norm counts its batches]: BatchNorm's num_batches_tracked += 1 was an op of its own,
+// one launch per layer and training step on CUDA (3 in mnist_train's fast model). The forward ops
+// take the counter as an optional sixth input and count the batch themselves: CUDA's kernels in
+// the thread that writes channel 0's statistics, every other variant through bn_count_batch (the
+// `ops` variants by passing the counter on to batch_norm). Only when training, as PyTorch's module
+// counts; an empty batch counts too. nn::BatchNorm passes it unless its momentum is None, which
+// reads the new count on the host before the op (the cumulative average's factor).
+// The call's counter when it counts (training, input 5 given), else nullptr.
+const Tensor* bn_counter(const KernelCall& c);
+// counter += 1 in place (one add_scalar launch on CUDA) when the call counts.
+void bn_count_batch(const KernelCall& c);
 
 // f64 for f64 inputs, f32 otherwise.
 inline DType bn_stats_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }

@@ -135,6 +135,7 @@ void run(const KernelCall& c) {
     copy_(m, mean_in);
     return;
   }
+  bn_count_batch(c);
   if (rm.defined()) {
     const double mom = a.momentum, M = static_cast<double>(x.numel() / C);
     std::vector<double> rmv = rm.to_vector<double>(), rvv = rv.to_vector<double>();

@@ -353,7 +353,7 @@ Tensor conv2d_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bi
 Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                              Tensor running_var, bool training, double momentum, double eps,
                              std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
-                             std::array<int64_t, 2> padding, bool relu) {
+                             std::array<int64_t, 2> padding, bool relu, const Tensor& num_batches_tracked) {
   BatchNormAttrs a{};
   a.training = training ? 1 : 0;
   a.momentum = momentum;
@@ -361,18 +361,20 @@ Tensor batch_norm_max_pool2d(const Tensor& x, const Tensor& weight, const Tensor
   a.max_pool = 1;
   a.pool = functional_attrs("batch_norm_max_pool2d", kernel, stride, padding, true);
   a.pool.relu = relu ? 1 : 0;
-  return call(OpId::batch_norm_max_pool2d, {x, weight, bias, running_mean, running_var}, a)[0];
+  return call(OpId::batch_norm_max_pool2d, {x, weight, bias, running_mean, running_var, num_batches_tracked}, a)[0];
 }
 
 Tensor batch_norm_global_avg_pool2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                                    Tensor running_var, bool training, double momentum, double eps, bool relu) {
+                                    Tensor running_var, bool training, double momentum, double eps, bool relu,
+                                    const Tensor& num_batches_tracked) {
   BatchNormAttrs a{};
   a.training = training ? 1 : 0;
   a.momentum = momentum;
   a.eps = eps;
   a.avg_pool = 1;
   a.relu = relu ? 1 : 0;
-  return call(OpId::batch_norm_global_avg_pool2d, {x, weight, bias, running_mean, running_var}, a)[0];
+  return call(OpId::batch_norm_global_avg_pool2d, {x, weight, bias, running_mean, running_var, num_batches_tracked},
+              a)[0];
 }
 
 Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,

@@ -1,12 +1,14 @@
 // Test samples of batch_norm, batch_norm_backward, batch_norm_max_pool2d and
 // batch_norm_global_avg_pool2d (kernels/ops/batch_norm.*): training and eval, with and without affine
-// parameters and running statistics, 2-D to 4-D, channels-last, MNIST-sized activations, an empty
-// batch; the max pooled forms (Note [max pooling in the batch norm backward]) with disjoint and
-// overlapping windows, relu or not; the averaged forms (Note [global average pooling in the batch
-// norm backward]) with planes above and below the 16 values where CUDA's sum order changes.
+// parameters and running statistics (training ones counting into num_batches_tracked), 2-D to 4-D,
+// channels-last, MNIST-sized activations, an empty batch; the max pooled forms (Note [max pooling
+// in the batch norm backward]) with disjoint and overlapping windows, relu or not; the averaged
+// forms (Note [global average pooling in the batch norm backward]) with planes above and below the
+// 16 values where CUDA's sum order changes.
 #include <string>
 
 #include "kernels/common/memory_format.h"
+#include "kernels/functional.h"
 #include "kernels/ops/batch_norm.h"
 #include "kernels/ops/pool.h"
 #include "tests/op_samples/sample_inputs.h"
@@ -63,7 +65,9 @@ std::vector<Tensor> bn_inputs(const BnCase& bc, uint64_t& seed) {
   Tensor b = bc.affine ? samples::uniform({C}, -1, 1, ++seed) : Tensor();
   Tensor rm = bc.running ? samples::uniform({C}, -0.5, 0.5, ++seed) : Tensor();
   Tensor rv = bc.running ? samples::uniform({C}, 0.5, 2, ++seed) : Tensor();
-  return {x, w, b, rm, rv};
+  if (!(bc.training && bc.running)) return {x, w, b, rm, rv};
+  // what nn::BatchNorm passes while training (Note [batch norm counts its batches])
+  return {x, w, b, rm, rv, full({}, 41.0, TensorOptions(DType::i64))};
 }
 
 // batch_norm_max_pool2d's cases: the pooling after the batch norm.
