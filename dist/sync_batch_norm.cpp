@@ -229,18 +229,21 @@ Tensor SyncBatchNormImpl::forward(const Tensor& x) {
   const bool sync = pg && pg->size() > 1;
 
   double factor = options.momentum().value_or(0.0);
+  Tensor count;  // for the local batch_norm to count in its own launch, as nn::BatchNorm does
   if (is_training() && options.track_running_stats()) {
-    {
+    if (!sync && options.momentum()) {
+      count = num_batches_tracked;
+    } else {
       autograd::NoGradGuard ng;
       num_batches_tracked.add_(1.0);  // in place, one launch
+      // Cumulative moving average: reads the counter on the host (as nn::BatchNorm).
+      if (!options.momentum()) factor = 1.0 / num_batches_tracked.item();
     }
-    // Cumulative moving average: reads the counter on the host (as nn::BatchNorm).
-    if (!options.momentum()) factor = 1.0 / num_batches_tracked.item();
   }
   if (!sync) {
     // Exactly nn::BatchNorm: the local batch (group of one, eval, or single process).
     const bool use_batch = is_training() || !options.track_running_stats();
-    return batch_norm(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps());
+    return batch_norm(x, weight, bias, running_mean, running_var, use_batch, factor, options.eps(), count);
   }
 
   // ---- the global batch's statistics, and the running statistics updated with them ----

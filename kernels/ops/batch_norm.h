@@ -92,8 +92,10 @@ void bn_then_avg_ops(const KernelCall& c);
 // take the counter as an optional sixth input and count the batch themselves: CUDA's kernels in
 // the thread that writes channel 0's statistics, every other variant through bn_count_batch (the
 // `ops` variants by passing the counter on to batch_norm). Only when training, as PyTorch's module
-// counts; an empty batch counts too. nn::BatchNorm passes it unless its momentum is None, which
-// reads the new count on the host before the op (the cumulative average's factor).
+// counts; an empty batch counts too. nn::BatchNorm (and SyncBatchNorm on a single process) passes
+// it unless its momentum is None, which reads the new count on the host before the op (the
+// cumulative average's factor).
+
 // The call's counter when it counts (training, input 5 given), else nullptr.
 const Tensor* bn_counter(const KernelCall& c);
 // counter += 1 in place (one add_scalar launch on CUDA) when the call counts.
