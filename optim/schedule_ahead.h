@@ -2,7 +2,12 @@
 //
 //   optim::OneCycleLR sched(opt, c);
 //   optim::ScheduleAhead ahead(sched, 64);
-//   for (step = 0; step < total; ++step) { ...; ahead.before_step(total - step); opt.step(); sched.step(); }
+//   for (int64_t i = 0; i < total; ++i) {
+//     ...;
+//     ahead.before_step(total - i);  // the steps left, this one included
+//     opt.step();
+//     sched.step();
+//   }
 //   ahead.finish();   // before anything else steps the optimizer
 //
 // Note [hyperparameter rows ahead]: a schedule that moves lr (and, for OneCycleLR and CyclicLR,
@@ -21,8 +26,9 @@
 //
 // The scheduler must be stepped once after every optimizer step, as before_step() assumes (row j
 // holds the values after j scheduler steps), and its state_dict must hold its whole state, as
-// every ember scheduler's does (a resumed run continues the schedule exactly). Not for steps captured in a CUDA graph:
-// those take their rows from the graph's own staging (apps/mnist_train/multi_step.h).
+// every ember scheduler's does (a resumed run continues the schedule exactly). Not for steps
+// captured in a CUDA graph: those take their rows from the graph's own staging
+// (apps/mnist_train/multi_step.h).
 #pragma once
 
 #include <cstdint>
