@@ -11,9 +11,9 @@
 //  - the consumer thread (in next()) puts the copy of a ready batch on a dedicated copy stream:
 //    one cudaMemcpyAsync of the staging block (images, then labels) into device memory allocated
 //    on the copy stream, the normalize_u8 kernel on the same stream, then an event
-//    (Slot::copied) recorded after them. It
-//    does so for the batch being handed out and for every later batch already ready ("issue
-//    ahead"), so the copy of batch b+1 overlaps the compute of step b;
+//    (Slot::copied) recorded after them. It does so for the batch being handed out and for every
+//    later batch already ready ("issue ahead"), so the copy of batch b+1 overlaps the compute of
+//    step b;
 //  - handing batch b over, the compute stream (the consumer's current stream) waits for the
 //    event on the device (cudaStreamWaitEvent: the host never waits for the copy), and the batch's
 //    device memory is marked as used by the compute stream (cuda::record_stream), so the caching
