@@ -37,9 +37,10 @@ struct Config {
   bool graph = false;
 };
 
-// |gpu - cpu| <= atol + rtol |cpu| for every one of `steps` steps.
+// |gpu - cpu| <= atol + rtol |cpu| for every micro-batch of `steps` optimizer steps (`micro` each);
+// `both`: flags of every run, CPU and CUDA alike.
 void check_against_cpu(const std::string& model, const std::string& batch, const std::vector<Config>& configs,
-                       int steps = 20) {
+                       int steps = 20, const std::vector<std::string>& both = {}, int micro = 1) {
   if (!have_binary()) return;
   testing::TempDir tmp;
   const std::string data = tmp.path() + "/data";
@@ -69,19 +70,24 @@ void check_against_cpu(const std::string& model, const std::string& batch, const
                                     "--log",
                                     log};
   };
+  auto base_with = [&](const std::string& device, const std::string& log) {
+    std::vector<std::string> args = base(device, log);
+    args.insert(args.end(), both.begin(), both.end());
+    return args;
+  };
   std::map<std::string, std::vector<double>> cpu;
   for (const std::string amp : {"off", "bf16"}) {
     const std::string log = tmp.path() + "/cpu-" + amp + ".jsonl";
-    std::vector<std::string> args = base("cpu", log);
+    std::vector<std::string> args = base_with("cpu", log);
     args.insert(args.end(), {"--amp", amp});
     require_success(run_app(args, tmp.path(), 300));
     cpu[amp] = step_losses(log);
-    REQUIRE(cpu[amp].size() == static_cast<size_t>(steps));
+    REQUIRE(cpu[amp].size() == static_cast<size_t>(steps * micro));
   }
   for (const Config& c : configs) {
     INFO(model << ": " << c.name);
     const std::string log = tmp.path() + "/" + std::to_string(&c - configs.data()) + ".jsonl";
-    std::vector<std::string> args = base("cuda", log);
+    std::vector<std::string> args = base_with("cuda", log);
     for (std::string f : c.flags) {  // "{tmp}" stands for the run's temporary directory
       if (f.rfind("{tmp}", 0) == 0) f = tmp.path() + f.substr(5);
       args.push_back(f);
@@ -134,6 +140,12 @@ TEST_CASE("mnist_train --device cuda: the MLP's 20 steps match the CPU, eager an
   check_against_cpu(
       "mlp", "16",
       {kEager, kGraph, kGraphResident, kGraphProfile, kGraphSync, kEagerBf16, kGraphBf16, kEagerFp16, kGraphFp16});
+}
+
+// With --grad-accum the optimizer steps every other micro-batch, and so do the rows of the schedule
+// the eager GPU steps read (Note [hyperparameter rows ahead] in optim/schedule_ahead.h).
+TEST_CASE("mnist_train --device cuda --grad-accum 2: the MLP's eager steps match the CPU", "[gpu][mnist_train]") {
+  check_against_cpu("mlp", "16", {kEager, kEagerBf16}, 10, {"--grad-accum", "2"}, 2);
 }
 
 // The CNN in two parts, so they run side by side (each CNN step is a few hundred million
