@@ -7,12 +7,20 @@
 
 namespace ember::optim {
 
+void stage_schedule_rows(Optimizer& opt, LRScheduler* sched, int64_t rows) {
+  for (int64_t j = 0; j < rows; ++j) {
+    if (j > 0 && sched != nullptr) sched->step();
+    opt.stage_hyper_row(j);
+  }
+  opt.upload_hyper_rows();
+}
+
 ScheduleAhead::ScheduleAhead(LRScheduler& sched, int64_t rows) : sched_(sched), rows_(rows) {
   EMBER_CHECK(rows >= 1, "ScheduleAhead: rows must be >= 1, got ", rows);
   sched_.optimizer().make_hyper_rows(rows);
 }
 
-// Row j: the options after j more scheduler steps; then the scheduler and the options as they were.
+// stage_schedule_rows, then the scheduler and the options as they were.
 void ScheduleAhead::stage(int64_t rows) {
   Optimizer& opt = sched_.optimizer();
   const StateDict saved = sched_.state_dict();
@@ -23,16 +31,12 @@ void ScheduleAhead::stage(int64_t rows) {
     sched_.load_state_dict(saved);
   };
   try {
-    for (int64_t j = 0; j < rows; ++j) {
-      if (j > 0) sched_.step();
-      opt.stage_hyper_row(j);
-    }
+    stage_schedule_rows(opt, &sched_, rows);
   } catch (...) {
     restore();  // a scheduler that refused a step leaves nothing moved
     throw;
   }
   restore();
-  opt.upload_hyper_rows();
   staged_ = rows;
   next_ = 0;
   ++stagings_;

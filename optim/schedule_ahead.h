@@ -37,6 +37,12 @@
 
 namespace ember::optim {
 
+// Rows 0..rows-1 of the optimizer's table (Note [hyperparameter rows] in optim/optimizer.h): the
+// options as they are, then after each of the scheduler's next rows - 1 steps (sched may be null:
+// every row the same), staged and uploaded in one copy. The scheduler is left rows - 1 steps on:
+// mnist_train's K-step graphs, whose replay stands for those steps; ScheduleAhead puts it back.
+void stage_schedule_rows(Optimizer& opt, LRScheduler* sched, int64_t rows);
+
 class ScheduleAhead {
  public:
   ScheduleAhead(LRScheduler& sched, int64_t rows);

@@ -691,11 +691,7 @@ void Trainer::run_multi_step(int64_t k, const data::DataLoader& loader) {
     opt.make_hyper_rows(multi_->max_steps());
     hyper_rows_made_ = true;
   }
-  for (int64_t j = 0; j < k; ++j) {
-    if (j > 0 && learner_.sched) learner_.sched->step();
-    opt.stage_hyper_row(j);
-  }
-  opt.upload_hyper_rows();
+  optim::stage_schedule_rows(opt, learner_.sched.get(), k);
   MultiStepGraphs::Hooks h;
   const int64_t bs = o_.batch_size;
   h.step = [this, &loader, bs](int64_t j) {

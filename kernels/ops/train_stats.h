@@ -1,6 +1,6 @@
-// train_stats: a training step's bookkeeping on the device, in place, in one launch (the device side
-// of mnist_train's Note [no host syncs in the step]: the interval's loss sum and correct count, and
-// the divergence guard of --max-nonfinite-steps).
+// train_stats: a training step's bookkeeping on the device, in place, in one launch: the interval's
+// loss sum and correct count, and the divergence guard of --max-nonfinite-steps (the device side of
+// mnist_train's Note [no host syncs in the step]).
 //
 //   train_stats(logits, labels, loss, loss_sum, correct, nonfinite_run, diverged_at, steps)
 //     loss_sum      += loss
