@@ -93,6 +93,7 @@ const char* flags_str(uint32_t f) {
   if (f & kVendor) s += " vendor";
   if (f & kNondeterministic) s += " nondeterministic";
   if (f & kTf32) s += " tf32";
+  if (f & kSimOnly) s += " sim-only";
   return s.c_str();
 }
 
@@ -233,7 +234,7 @@ std::string validate(const OpInfo& info, const Variant& v, const BenchCase& bc, 
       if (r.device == v.device && (r.flags & kVendor) && &r != &v && r.accepts(probe)) ref = &r;
     if (ref == nullptr)
       for (const Variant& r : info.variants)
-        if (r.device == v.device && &r != &v && !(r.flags & kReference) && r.accepts(probe)) {
+        if (r.device == v.device && &r != &v && !(r.flags & (kReference | kSimOnly)) && r.accepts(probe)) {
           ref = &r;
           break;
         }

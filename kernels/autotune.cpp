@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <chrono>
 #include <cstdio>
@@ -48,6 +49,9 @@ struct State {
   Stats stats;
   int warmup = 2, timed = 5;
   std::string last_warning;
+  // simulator-only variants that disagreed with the default on a device (Note [simulator-only
+  // candidates]): never a candidate there again in this process
+  std::set<std::pair<const Variant*, int>> disagreed;
 };
 
 State& state() {
@@ -301,6 +305,109 @@ const Variant* fastest(std::span<const Variant* const> candidates, const KernelC
   return best;
 }
 
+// Note [simulator-only candidates]: a variant flagged kSimOnly has run only in the CUDA simulator
+// (sim/), whose reading of the ISA (wgmma's fragment layouts, TMA's swizzles, the mbarriers'
+// phases) no GPU has confirmed yet. It is never a default, but the autotuner may pick it where it
+// is fastest: before timing it for a new key, the tuner runs it and the op's default variant on
+// copies of the call's inputs, and times it only if every output agrees with the default's within
+// a few units in the last place of the output's dtype (at most 2^-16 for f32 and f64, which
+// leaves room for another summation order), relative to the element and to the output's largest
+// magnitude. A misread layout moves outputs by their own size, far beyond that. A variant that
+// disagrees is left out on that device for the rest of the process, with one warning naming the
+// op, the variant, the element and both values; a call the check cannot decide (no default, a
+// default that throws, a non-finite value in its output) leaves it out of that key only. Each
+// check costs the new key one more host sync. When a GPU run has checked the kernel and
+// bench/results/ records it, the flag goes (Note [library rule] in bench/lab/library_rule.h).
+
+// The unit of disagreement for outputs of dtype t: a few of its ulps, 0 for integers (exact).
+double agreement_eps(DType t) {
+  switch (t) {
+    case DType::f16: return std::ldexp(1.0, -10);
+    case DType::bf16: return std::ldexp(1.0, -7);
+    case DType::f32:
+    case DType::f64: return std::ldexp(1.0, -16);
+    default: return 0;
+  }
+}
+
+enum class Agreement { agrees, differs, undecided };
+
+// Whether a candidate's output `got` agrees with the default's `want`; `what` says where it differs.
+Agreement compare_output(const Tensor& got, const Tensor& want, std::string& what) {
+  if (want.numel() == 0) return Agreement::agrees;
+  const DType wide = want.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const Tensor w = cast(want, wide).reshape({-1}), g = cast(got, wide).reshape({-1});
+  const double top = max(abs(w)).item();
+  if (!std::isfinite(top)) return Agreement::undecided;
+  const double eps = agreement_eps(want.dtype());
+  Tensor diff = abs(g - w);
+  diff = where(eq(diff, diff), diff, INFINITY);  // a NaN in got differs
+  const Tensor excess = diff - (abs(w) * (4 * eps) + 4 * eps * top);
+  const Tensor at = argmax(excess);
+  if (index_select(excess, 0, at.reshape({1})).item() <= 0) return Agreement::agrees;
+  const int64_t i = at.item<int64_t>();
+  what += str("element ", i, " is ", index_select(g, 0, at.reshape({1})).item(), ", the default's ",
+              index_select(w, 0, at.reshape({1})).item());
+  return Agreement::differs;
+}
+
+// Runs `v` on copies of the call's tensors (Note [autotune scratch]) and returns the outputs.
+std::vector<Tensor> run_on_copies(const Variant& v, const KernelCall& c) {
+  Scratch sc = scratch_tensors(c);
+  v.fn(KernelCall{c.op, sc.in, sc.out, c.attrs});
+  return sc.out;
+}
+
+// Keeps the kSimOnly candidates that agree with the default on call c (Note [simulator-only
+// candidates]) and every other candidate.
+void check_sim_only(State& s, const OpInfo& info, const KernelCall& c, Device dev, std::vector<const Variant*>& cands) {
+  const int where = dev.is_cpu() ? -1 : static_cast<int>(dev.index);
+  std::vector<Tensor> want;
+  bool have_want = false, want_ok = false;
+  std::vector<const Variant*> kept;
+  for (const Variant* v : cands) {
+    if (!(v->flags & kSimOnly)) {
+      kept.push_back(v);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (s.disagreed.count({v, where})) continue;
+      ++s.stats.sim_only_checks;
+    }
+    if (!have_want) {
+      have_want = true;
+      const Variant* def = info.default_variant(c, dev.type);
+      try {
+        if (def != nullptr) want = run_on_copies(*def, c);
+        want_ok = def != nullptr;
+      } catch (const std::exception&) {
+        want_ok = false;
+      }
+    }
+    if (!want_ok) continue;
+    std::vector<Tensor> got;
+    try {
+      got = run_on_copies(*v, c);
+    } catch (const std::exception&) {
+      continue;  // it refuses the call: timing it would fail too
+    }
+    Agreement a = Agreement::agrees;
+    std::string what;
+    for (size_t k = 0; k < want.size() && a == Agreement::agrees; ++k)
+      if (want[k].defined()) a = compare_output(got[k], want[k], what = str("output ", k, ": "));
+    if (a == Agreement::agrees) kept.push_back(v);
+    if (a != Agreement::differs) continue;
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.stats.sim_only_rejected;
+    s.disagreed.insert({v, where});
+    warn(s, str(info.name, "/", v->name, " has run only in the simulator, and on ", device_name(dev),
+                " it disagrees with ", info.default_variant(c, dev.type)->name, " (", what,
+                "): it is left out of tuning on this device (Note [simulator-only candidates])"));
+  }
+  cands = std::move(kept);
+}
+
 }  // namespace
 
 const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const Variant* const> candidates_in) {
@@ -333,6 +440,8 @@ const Variant* choose(const OpInfo& info, const KernelCall& c, std::span<const V
     timed = s.timed;
   }
   autograd::NoGradGuard no_grad;
+  check_sim_only(s, info, c, dev, candidates);  // Note [simulator-only candidates]
+  if (candidates.empty()) return nullptr;
   Scratch sc = scratch_tensors(c);  // Note [autotune scratch]
   KernelCall tc{c.op, sc.in, sc.out, c.attrs};
   double best_ms = 0;
@@ -430,6 +539,8 @@ void clear() {
   std::lock_guard<std::mutex> lock(s.mu);
   s.cache.clear();
   s.served_from_file.clear();
+  s.disagreed.clear();
+  s.last_warning.clear();
 }
 
 std::vector<Entry> entries() {

@@ -7,16 +7,18 @@
 //
 // Candidates: the variants for the device that accept the call, without kReference (the oracles
 // and the lab's variants) and, in deterministic mode, without kNondeterministic ones (the registry
-// filters them).
+// filters them). A kSimOnly variant (run only in the simulator so far) is timed only after its
+// outputs agree with the default variant's on the call (Note [simulator-only candidates] in
+// autotune.cpp).
 // Timing: a few warm-up runs, then `runs` timed runs, the median wins. On CUDA each run is timed
 // with a pair of events on the current stream; on the CPU with the host's steady clock. The
 // candidates write into scratch outputs (inputs that an op writes in place are cloned first), so
 // tuning never changes the tensors of the call.
 //
 // Note [autotune sync]: tuning a new CUDA key synchronises the host once (it waits for the last
-// timing event); steady state adds no sync. While the current stream captures a CUDA graph nothing
-// is timed: a key already tuned uses its winner, a new key the op's default variant (and is tuned
-// on a later eager call).
+// timing event), and once more per simulator-only candidate checked; steady state adds no sync. While the current
+// stream captures a CUDA graph nothing is timed: a key already tuned uses its winner, a new key the op's default
+// variant (and is tuned on a later eager call).
 //
 // Disk cache: set_cache_file(path) loads the file's entries (a text file: a header line
 // "# ember autotune cache v1", then one "key<TAB>variant" line per entry) and appends each new
@@ -62,7 +64,7 @@ std::string key(const OpInfo& info, const KernelCall& c);
 
 void set_cache_file(const std::string& path);  // "" stops using a file (entries stay in memory)
 std::string cache_file();
-void clear();  // forgets the in-memory entries (not the file)
+void clear();  // forgets the in-memory entries (not the file), the disagreeing variants, the last warning
 
 struct Entry {
   std::string key, variant;
@@ -72,12 +74,14 @@ struct Entry {
 std::vector<Entry> entries();
 
 struct Stats {
-  uint64_t tunings = 0;         // keys timed
-  uint64_t hits = 0;            // calls served from the cache
-  uint64_t capture_skips = 0;   // new keys seen while a graph was captured (default used)
-  uint64_t failures = 0;        // candidates that threw while being timed (skipped)
-  uint64_t keys_from_file = 0;  // keys the cache file answered (each counted once)
-  double tuning_s = 0;          // wall time spent timing candidates
+  uint64_t tunings = 0;            // keys timed
+  uint64_t hits = 0;               // calls served from the cache
+  uint64_t capture_skips = 0;      // new keys seen while a graph was captured (default used)
+  uint64_t failures = 0;           // candidates that threw while being timed (skipped)
+  uint64_t keys_from_file = 0;     // keys the cache file answered (each counted once)
+  double tuning_s = 0;             // wall time spent timing candidates
+  uint64_t sim_only_checks = 0;    // kSimOnly candidates compared with the default before timing
+  uint64_t sim_only_rejected = 0;  // ... that disagreed (left out on their device from then on)
 };
 Stats stats();
 void reset_stats();
@@ -89,7 +93,8 @@ void set_runs(int warmup, int timed);
 // it (nullptr: measure again).
 void set_timer_for_testing(double (*ms_of)(const Variant& v));
 
-// The last warning about the cache file ("" when none): also printed to stderr.
+// The last warning ("" when none): about the cache file, or a simulator-only variant that
+// disagreed with the default. Also printed to stderr.
 std::string last_warning();
 
 }  // namespace autotune

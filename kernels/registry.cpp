@@ -168,7 +168,7 @@ uint64_t variant_runs(const Variant& v, DType dtype) {
 
 const Variant* OpInfo::default_variant(const KernelCall& c, DeviceType d) const {
   for (const Variant& v : variants)
-    if (v.device == d && !(v.flags & (kReference | kVendor)) && v.accepts(c) &&
+    if (v.device == d && !(v.flags & (kReference | kVendor | kSimOnly)) && v.accepts(c) &&
         !(deterministic() && (v.flags & kNondeterministic)))
       return &v;
   return nullptr;
@@ -247,9 +247,10 @@ const Variant& select_variant(const OpInfo& info, const KernelCall& c, DeviceTyp
     }
   }
   if (const Variant* v = info.default_variant(c, d)) return *v;
-  // No plain variant fits (e.g. only a vendor one exists for this dtype): take any usable one.
+  // No plain variant fits (e.g. only a vendor one exists for this dtype): take any usable one that
+  // has run on its hardware.
   for (const Variant& v : info.variants)
-    if (usable(v)) return v;
+    if (usable(v) && !(v.flags & kSimOnly)) return v;
   std::string have;
   for (const Variant& v : info.variants)
     if (v.device == d) have += (have.empty() ? "" : ", ") + v.name;

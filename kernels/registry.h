@@ -97,6 +97,10 @@ enum VariantFlag : uint32_t {
   kTf32 = 1u << 3,              // reads f32 operands as TF32 (10 mantissa bits): asked for by name;
                                 // checked against its products' magnitudes (Note [TF32 parity] in
                                 // tests/op_driver.cpp; bench_ops at f16's tolerance)
+  kSimOnly = 1u << 4,           // has run only in the CUDA simulator, never on the GPU it is for:
+                                // never a default; an autotune candidate once it agrees with the
+                                // default on the call being tuned (Note [simulator-only
+                                // candidates] in kernels/autotune.cpp)
 };
 
 struct Variant {
@@ -174,8 +178,8 @@ struct OpInfo {
 
   bool differentiable() const { return backward != nullptr; }
   void add_variant(Variant v);
-  // The variant used when nothing else is asked for: the first non-reference, non-vendor variant
-  // registered for the device that accepts the call.
+  // The variant used when nothing else is asked for: the first variant registered for the device
+  // that accepts the call and is neither kReference, kVendor nor kSimOnly.
   const Variant* default_variant(const KernelCall& c, DeviceType d) const;
 };
 

@@ -62,6 +62,7 @@ struct Fresh {  // a clean tuner for each test, restored after
     autotune::set_runs(1, 3);
   }
   ~Fresh() {
+    autotune::set_timer_for_testing(nullptr);
     autotune::set_cache_file("");
     autotune::clear();
     autotune::set_runs(2, 5);
@@ -202,6 +203,64 @@ TEST_CASE("autotune: deterministic mode never picks a nondeterministic variant",
   Attrs attrs = LinearAttrs{1};
   CHECK(select_variant(lin, KernelCall{OpId::linear, in, out, attrs}, DeviceType::cpu).name == "cpu_fused");
   CHECK(autotune::stats().tunings == tuned);  // one candidate left: nothing timed
+}
+
+namespace {
+
+// Simulator-only stand-ins for matmul on the CPU: one right (the reference kernel, another
+// summation order than the default cpu_blocked's), two wrong; all "faster" than any other variant.
+void matmul_other_order(const KernelCall& c) { variant(OpId::matmul, "cpu").fn(c); }
+void matmul_off(const KernelCall& c) {  // right but for one element, off by 1%
+  matmul_other_order(c);
+  c.out[0].data<float>()[c.out[0].numel() / 2] *= 1.01f;
+}
+void matmul_nan(const KernelCall& c) {
+  matmul_other_order(c);
+  c.out[0].data<float>()[0] = NAN;
+}
+double sim_only_fastest(const Variant& v) { return (v.flags & kSimOnly) ? 0.001 : 1.0; }
+
+}  // namespace
+
+TEST_CASE("autotune: a simulator-only candidate is timed only where it agrees with the default", "[autotune]") {
+  Fresh fresh;
+  autotune::set_timer_for_testing(&sim_only_fastest);
+  const OpInfo& info = op_info(OpId::matmul);
+  Variant right{.name = "sim_right", .device = DeviceType::cpu, .fn = matmul_other_order, .flags = kSimOnly};
+  Variant off{.name = "sim_off", .device = DeviceType::cpu, .fn = matmul_off, .flags = kSimOnly};
+  Variant nan{.name = "sim_nan", .device = DeviceType::cpu, .fn = matmul_nan, .flags = kSimOnly};
+  const Variant& plain = variant(OpId::matmul, "cpu_blocked");  // the default
+  MatmulCall c(uniform({24, 200}, -1, 1), uniform({200, 16}, -1, 1));
+
+  const Variant* with_off[] = {&plain, &off};
+  CHECK(autotune::choose(info, c.call(), with_off) == &plain);
+  CHECK(autotune::stats().sim_only_checks == 1);
+  CHECK(autotune::stats().sim_only_rejected == 1);
+  CHECK_THAT(autotune::last_warning(),
+             Catch::Contains("matmul/sim_off has run only in the simulator, and on cpu:") &&
+                 Catch::Contains("it disagrees with cpu_blocked (output 0: element 192 is ") &&
+                 Catch::Contains("it is left out of tuning on this device"));
+  // left out from then on: another key does not check it again
+  MatmulCall c2(uniform({8, 200}, -1, 1), uniform({200, 16}, -1, 1));
+  CHECK(autotune::choose(info, c2.call(), with_off) == &plain);
+  CHECK(autotune::stats().sim_only_checks == 1);
+
+  // a NaN differs too; the right one agrees within rounding and, fastest, wins
+  const Variant* all[] = {&plain, &nan, &right};
+  CHECK(autotune::choose(info, c2.call(), all) == &plain);  // c2's key is tuned: served from the cache
+  CHECK(autotune::stats().sim_only_checks == 1);
+  MatmulCall c3(uniform({9, 200}, -1, 1), uniform({200, 16}, -1, 1));
+  CHECK(autotune::choose(info, c3.call(), all) == &right);
+  CHECK(autotune::stats().sim_only_checks == 3);
+  CHECK(autotune::stats().sim_only_rejected == 2);
+  CHECK_THAT(autotune::last_warning(), Catch::Contains("matmul/sim_nan") && Catch::Contains("element 0 is nan"));
+
+  // never a default: a fixture op whose first variant is simulator-only defaults to the next
+  OpInfo fixture;
+  fixture.variants = {right, plain};
+  const Variant* def = fixture.default_variant(c.call(), DeviceType::cpu);
+  REQUIRE(def != nullptr);
+  CHECK(def->name == "cpu_blocked");
 }
 
 TEST_CASE("autotune: the disk cache round trip", "[autotune]") {
