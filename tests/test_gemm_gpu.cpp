@@ -205,6 +205,49 @@ TEST_CASE("cuda autotune: tunes once per key, never while a graph is captured", 
   autotune::clear();
 }
 
+// The Hopper GEMM's library variants are simulator-only (kSimOnly, Note [simulator-only
+// candidates] in kernels/autotune.cpp): never the default, but autotune candidates once their
+// output agrees with the default's on the call. Here they are made the fastest, so one wins.
+double simulator_only_fastest(const Variant& v) { return (v.flags & kSimOnly) ? 0.001 : 1.0; }
+
+TEST_CASE("cuda autotune: the Hopper GEMM is a candidate once it agrees with the default", "[gpu][autotune][wgmma]") {
+  if (!gemm::wgmma_supported(0)) {
+    WARN("skipped: the Hopper GEMM needs a GPU of compute capability 9.0");
+    return;
+  }
+  manual_seed(12);
+  const DType dt = DType::bf16;
+  Tensor x = uniform({64, 192}, -1, 1).to(dt), w = uniform({128, 192}, -0.1, 0.1).to(dt);
+  Tensor b = uniform({128}, -1, 1).to(dt);
+  const Variant* cpu = find_variant(OpId::linear, DeviceType::cpu, "cpu");
+  REQUIRE(cpu != nullptr);
+  const Tensor want = call_variant(*cpu, OpId::linear, {x, w, b}, LinearAttrs{1})[0];
+  Tensor xc = x.cuda(), wc = w.cuda(), bc = b.cuda();
+  std::vector<Tensor> in{xc, wc, bc}, out{empty({64, 128}, TensorOptions(dt).device(kCUDA))};
+  const KernelCall call{OpId::linear, in, out, LinearAttrs{1}};
+  const OpInfo& info = op_info(OpId::linear);
+  const Variant* mine = find_variant(OpId::linear, DeviceType::cuda, "wgmma_128x128");
+  REQUIRE(mine != nullptr);
+  REQUIRE(mine->accepts(call));
+  CHECK((mine->flags & kSimOnly) != 0);
+  CHECK(std::string(select_variant(info, call, DeviceType::cuda, "").name).rfind("wgmma", 0) != 0);  // not default
+
+  autotune::clear();
+  autotune::reset_stats();
+  autotune::set_timer_for_testing(&simulator_only_fastest);
+  set_backend(OpId::linear, "auto");
+  Tensor y = linear(xc, wc, bc, Activation::relu);
+  autotune::set_timer_for_testing(nullptr);
+  set_backend(OpId::linear, "default");
+  CHECK(autotune::stats().sim_only_checks == 2);  // wgmma_128x128 and wgmma_128x256
+  CHECK(autotune::stats().sim_only_rejected == 0);
+  auto es = autotune::entries();
+  REQUIRE(es.size() == 1);
+  CHECK(es[0].variant == "wgmma_128x128");  // the first of the fastest
+  CHECK(testing::compare(y.cpu(), want, gemm_tol(dt)) == "");
+  autotune::clear();
+}
+
 TEST_CASE("cuda linear: every variant at the MNIST shapes, with each epilogue", "[gpu][gemm]") {
   manual_seed(7);
   const Variant* ref = find_variant(OpId::linear, DeviceType::cpu, "cpu");

@@ -101,6 +101,30 @@ TEST_CASE("library rule: passes when every variant is chosen or measured, asking
   CHECK(lost.failures()[0]->variant->name == "measured");
 }
 
+TEST_CASE("library rule: a simulator-only variant stays until a GPU run records it, then its flag must go",
+          "[library-rule]") {
+  std::vector<OpInfo> ops{fixture_op(false)};
+  ops[0].variants.push_back(Variant{.name = "hopper", .device = DeviceType::cpu, .fn = nothing, .flags = kSimOnly});
+  int offered = 0;
+  RuleReport r = check_library_rule(ops, five_calls(&offered), {result("fixture", "measured", "ember", 20, true)});
+  CHECK(r.ok());
+  std::map<std::string, std::string> why;
+  for (const RuleVerdict& v : r.verdicts) why[v.variant->name] = v.earned_by;
+  CHECK_THAT(why["hopper"], Catch::Contains("run only in the simulator"));
+  // a results line names it, winner or not: it has run on a GPU, and the flag is stale
+  for (bool winner : {false, true}) {
+    BenchResult hopper = result("fixture", "hopper", "ember", 12, winner);
+    hopper.case_name = "4096^3 bf16";
+    RuleReport ran =
+        check_library_rule(ops, five_calls(&offered), {result("fixture", "measured", "ember", 20, true), hopper});
+    REQUIRE(ran.failures().size() == 1);
+    CHECK(ran.failures()[0]->variant->name == "hopper");
+    CHECK(ran.failures()[0]->ran_on_gpu == "fixture.tsv:12");
+    CHECK_THAT(ran.message(), Catch::Contains("fixture/hopper (cpu): flagged kSimOnly, but it has run on a GPU "
+                                              "(fixture.tsv:12): drop the flag"));
+  }
+}
+
 TEST_CASE("library rule: results lines naming what the registry lacks are stale, vendor ones excepted",
           "[library-rule]") {
   std::vector<OpInfo> ops{fixture_op(false)};

@@ -221,7 +221,7 @@ std::string conv1x1_views(const KernelCall& c, Tensor& x2, Tensor& w2) {
 template <bool TF32>
 bool wgmma_1x1_ok(const KernelCall& c) {
   Tensor x2, w2;
-  return conv1x1_views(c, x2, w2).empty() && wgmma_takes_linear(x2, w2, TF32);
+  return conv1x1_views(c, x2, w2).empty() && gemm::wgmma_takes_linear(x2, w2, TF32);
 }
 
 template <bool TF32>

@@ -169,9 +169,15 @@ std::string RuleReport::message() const {
   if (!bad.empty()) {
     os << bad.size() << " library variant(s) neither the default choice for a test sample or benchmark case of "
        << "their op nor a recorded winner (Note [library rule] in bench/lab/library_rule.h):\n";
-    for (const RuleVerdict* v : bad)
-      os << "  " << v->op->name << "/" << v->variant->name << " (" << device_str(v->variant->device)
-         << "): move it to bench/lab/, or record the GPU measurement where it wins in bench/results/\n";
+    for (const RuleVerdict* v : bad) {
+      os << "  " << v->op->name << "/" << v->variant->name << " (" << device_str(v->variant->device) << "): ";
+      if (v->ran_on_gpu.empty())
+        os << "move it to bench/lab/, or record the GPU measurement where it wins in bench/results/\n";
+      else
+        os << "flagged kSimOnly, but it has run on a GPU (" << v->ran_on_gpu
+           << "): drop the flag, then it stays where it is the default or the recorded winner, or moves to "
+              "bench/lab/\n";
+    }
     os << "(the lab: add_lab_variant, Note [lab variants] in kernels/lab_variants.h; a measurement: "
        << "bench/results/README.md)\n";
   }
@@ -242,10 +248,18 @@ RuleReport check_library_rule(std::span<const OpInfo> ops, const RuleCalls& call
     std::vector<RuleVerdict> verdicts;
     for (const Variant& v : info.variants)
       if (!(v.flags & (kVendor | kReference))) verdicts.push_back({&info, &v, ""});
+    for (RuleVerdict& v : verdicts) {
+      if (!(v.variant->flags & kSimOnly)) continue;
+      auto ran = std::find_if(results.begin(), results.end(), [&](const BenchResult& b) {
+        return b.kind == "ember" && b.op == info.name && b.variant == v.variant->name;
+      });
+      if (ran == results.end()) v.earned_by = "an autotune candidate run only in the simulator so far (kSimOnly)";
+      else v.ran_on_gpu = ran->where;
+    }
     for (const BenchResult& b : results)
       if (b.winner && b.kind == "ember" && b.op == info.name)
         for (RuleVerdict& v : verdicts)
-          if (v.earned_by.empty() && v.variant->name == b.variant)
+          if (v.earned_by.empty() && v.ran_on_gpu.empty() && v.variant->name == b.variant)
             v.earned_by = str("the recorded winner of '", b.case_name, "' ", b.dtype, " (", b.where, ")");
     if (undecided(verdicts, DeviceType::cpu) || undecided(verdicts, DeviceType::cuda)) {
       calls(info, [&](const RuleCall& call) {

@@ -10,9 +10,13 @@
 // benchmark case in a results file of a GPU run (bench/results/README.md). A variant that is
 // neither is kept only to be compared with, so it belongs to the lab (bench/lab/, Note [lab
 // variants] in kernels/lab_variants.h), where bench_ops and the parity tests still run it; or it
-// stays, with the measurement that shows where it wins added to bench/results/. The check decides
-// by selection alone: it builds calls from the inputs' shapes, strides and dtypes over storage that
-// is never read, and runs no kernel.
+// stays, with the measurement that shows where it wins added to bench/results/. One exception
+// waits for hardware: a variant flagged kSimOnly (it has run only in the simulator, so it is an
+// autotune candidate checked against the default on each new key, Note [simulator-only candidates]
+// in kernels/autotune.cpp) is kept as that, until a results file names it: a GPU run has then
+// checked it, and the flag must go, leaving the variant to earn its place as any other. The check
+// decides by selection alone: it builds calls from the inputs' shapes, strides and dtypes over
+// storage that is never read, and runs no kernel.
 #pragma once
 
 #include <functional>
@@ -54,7 +58,8 @@ using RuleCalls = std::function<void(const OpInfo& info, const std::function<boo
 struct RuleVerdict {
   const OpInfo* op = nullptr;
   const Variant* variant = nullptr;
-  std::string earned_by;  // what keeps it in the library; empty: nothing does
+  std::string earned_by;   // what keeps it in the library; empty: nothing does
+  std::string ran_on_gpu;  // a kSimOnly variant's results line (file:line): its flag is stale
 };
 
 struct RuleReport {

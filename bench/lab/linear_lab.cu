@@ -3,17 +3,16 @@
 //   naive     the oracle: one thread per output with the epilogue (bias, activation, one
 //             rounding), gemm::run_naive. The kernel stays in kernels/gemm/cuda_gemm.cu, because
 //             the cuBLAS variants run it for the empty sums (K = 0) that cuBLAS does not compute.
-//   wgmma_128x128, wgmma_128x256  the Hopper GEMM (kernels/gemm/gemm_wgmma_sm90a.cu, Note
-//             [warp-specialised GEMM]) for f16/bf16 with x and W contiguous, where
-//             gemm::wgmma_refusal accepts the problem; it stores C through TMA where C allows.
-//   wgmma_128x256_direct  the same storing C from the registers, so a GPU run times both epilogues.
+//   wgmma_128x256_direct  the Hopper GEMM (kernels/gemm/gemm_wgmma_sm90a.cu, Note
+//             [warp-specialised GEMM]) storing C from the registers rather than through TMA as
+//             the library's wgmma_128x256 does (kernels/gemm/wgmma_variants.h), so a GPU run times
+//             both epilogues.
 //   wgmma_c2_128x128, wgmma_c2_128x256  the same in clusters of 2 blocks sharing B by TMA multicast
 //             (Note [multicast GEMM]). The table of all of them: bench/lab/wgmma_lab.h.
 //   wgmma_tf32_128x128, wgmma_tf32_128x256  f32 read as TF32 by the same kernel (Note [TF32 through
 //             wgmma]): asked for by name only, as PyTorch's allow_tf32; f32 stays exact elsewhere.
 //             Here until a GPU run records where they win (Note [library rule] in
-//             bench/lab/library_rule.h); then they move to kernels/ops/linear.cu, where the autotuner
-//             can choose them.
+//             bench/lab/library_rule.h); then they move to kernels/ops/linear.cu.
 #include "bench/lab/lab.h"
 #include "bench/lab/wgmma_lab.h"
 
@@ -38,7 +37,7 @@ void linear_naive(const KernelCall& c) { linear_with(c, gemm::Layout::any, gemm:
 
 template <bool TF32>
 bool wgmma_ok(const KernelCall& c) {
-  return wgmma_takes_linear(c.in[0], c.in[1], TF32);
+  return gemm::wgmma_takes_linear(c.in[0], c.in[1], TF32);
 }
 
 template <gemm::WgmmaConfig C>
@@ -49,24 +48,6 @@ struct LinearWgmma {
 };
 
 }  // namespace
-
-// What gemm::wgmma_refusal accepts of the problem prepare_linear would make from contiguous x and W:
-// x [rows, in] K-major, B = W^T read in place K-major (f32 as TF32 when asked for).
-bool wgmma_takes_linear(const Tensor& x, const Tensor& w, bool tf32) {
-  if (!x.is_contiguous() || !w.is_contiguous() || !gemm::wgmma_supported(x.device().index)) return false;
-  gemm::Problem p;
-  p.dtype = x.dtype();
-  p.K = w.shape()[1];
-  p.N = w.shape()[0];
-  p.M = p.K > 0 ? x.numel() / p.K : 0;
-  p.a = x.data_ptr();
-  p.a_rs = p.K;
-  p.a_cs = 1;
-  p.b = w.data_ptr();
-  p.b_rs = 1;
-  p.b_cs = p.K;
-  return gemm::wgmma_refusal(p, tf32).empty();
-}
 
 void register_lab_linear() {
   add_lab_variant(OpId::linear, {.name = "naive",

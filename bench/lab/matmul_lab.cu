@@ -3,10 +3,9 @@
 //   naive     the oracle: one thread per output, any strides, acc_t accumulation
 //             (gemm::run_naive). The kernel stays in kernels/gemm/cuda_gemm.cu, because the cuBLAS
 //             variants run it for the empty sums (K = 0) that cuBLAS does not compute.
-//   wgmma_128x128, wgmma_128x256  the Hopper GEMM (kernels/gemm/gemm_wgmma_sm90a.cu) for one
-//             f16/bf16 product, each operand row-major or a transposed view; it stores C through
-//             TMA where C allows.
-//   wgmma_128x256_direct  the same storing C from the registers, so a GPU run times both epilogues.
+//   wgmma_128x256_direct  the Hopper GEMM (kernels/gemm/gemm_wgmma_sm90a.cu) storing C from the
+//             registers rather than through TMA as the library's wgmma_128x256 does
+//             (kernels/gemm/wgmma_variants.h), so a GPU run times both epilogues.
 //   wgmma_c2_128x128, wgmma_c2_128x256  the same in clusters of 2 blocks sharing B by TMA multicast
 //             (Note [multicast GEMM]). The table of all of them: bench/lab/wgmma_lab.h.
 //   wgmma_tf32_128x128, wgmma_tf32_128x256  f32 read as TF32 (Note [TF32 through wgmma]), A
@@ -43,25 +42,9 @@ void matmul_with(const KernelCall& c, gemm::Layout layout, void (*run)(const gem
 
 void matmul_naive(const KernelCall& c) { matmul_with(c, gemm::Layout::any, gemm::run_naive); }
 
-// The Hopper kernel takes one 2-d product that gemm::wgmma_refusal accepts with the operands read
-// in place (prepare_matmul would copy an operand with no unit stride; the kernel refuses it); f32
-// as TF32 when the variant asks for it.
 template <bool TF32>
 bool wgmma_ok(const KernelCall& c) {
-  const Tensor &a = c.in[0], &b = c.in[1];
-  if (a.dim() != 2 || b.dim() != 2 || !gemm::wgmma_supported(a.device().index)) return false;
-  gemm::Problem p;
-  p.dtype = a.dtype();
-  p.M = a.shape()[0];
-  p.K = a.shape()[1];
-  p.N = b.shape()[1];
-  p.a = a.data_ptr();
-  p.a_rs = a.stride(0);
-  p.a_cs = a.stride(1);
-  p.b = b.data_ptr();
-  p.b_rs = b.stride(0);
-  p.b_cs = b.stride(1);
-  return gemm::wgmma_refusal(p, TF32).empty();
+  return gemm::wgmma_takes_matmul(c.in[0], c.in[1], TF32);
 }
 
 template <gemm::WgmmaConfig C>

@@ -1,5 +1,6 @@
 // The Hopper GEMM's lab variants (kernels/gemm/gemm_wgmma_sm90a.cu), which linear's and matmul's
-// labs share: one table of their names, configurations and notes (CUDA and simulator builds).
+// labs share: one table of their names, configurations and notes (CUDA and simulator builds). The
+// library's two configurations are in kernels/gemm/wgmma_variants.h.
 #pragma once
 
 #include "kernels/gemm/cuda_gemm.h"
@@ -23,10 +24,6 @@ void add_wgmma_lab_variants(OpId op, bool (*ok)(const KernelCall&), bool (*ok_tf
                          .supports = tf32 ? ok_tf32 : ok,
                          .note = note});
   };
-  add("wgmma_128x128", Run<C{.bn = 128}>::call, false,
-      "Hopper: TMA + 4-stage mbarrier ring + wgmma m64n128k16, 128x128x64, persistent, TMA stores");
-  add("wgmma_128x256", Run<C{.bn = 256}>::call, false,
-      "Hopper: TMA + 4-stage mbarrier ring + wgmma m64n256k16, 128x256x64, persistent, TMA stores");
   add("wgmma_128x256_direct", Run<C{.bn = 256, .epilogue = gemm::WgmmaEpilogue::direct}>::call, false,
       "wgmma_128x256 storing C from the registers, not through TMA");
   add("wgmma_c2_128x128", Run<C{.bn = 128, .cluster = 2}>::call, false,
@@ -38,9 +35,5 @@ void add_wgmma_lab_variants(OpId op, bool (*ok)(const KernelCall&), bool (*ok_tf
   add("wgmma_tf32_128x256", Run<C{.bn = 256, .tf32 = true}>::call, true,
       "f32 read as TF32 (A row-major, B transposed): wgmma m64n256k8.tf32, 128x256x32, persistent");
 }
-
-// Whether the Hopper GEMM takes linear's x W^T for x [.., K] and W [N, K] (linear_lab.cu): both
-// contiguous, and what gemm::wgmma_refusal asks of them (f32 only as TF32, when tf32 is set).
-bool wgmma_takes_linear(const Tensor& x, const Tensor& w, bool tf32);
 
 }  // namespace ember

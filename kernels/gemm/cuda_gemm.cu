@@ -262,6 +262,42 @@ Prepared prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, co
   return r;
 }
 
+// The problem prepare_linear would make from contiguous x and W: x [rows, in] K-major, B = W^T
+// read in place K-major.
+bool wgmma_takes_linear(const Tensor& x, const Tensor& w, bool tf32) {
+  if (!x.is_contiguous() || !w.is_contiguous() || !wgmma_supported(x.device().index)) return false;
+  Problem p;
+  p.dtype = x.dtype();
+  p.K = w.shape()[1];
+  p.N = w.shape()[0];
+  p.M = p.K > 0 ? x.numel() / p.K : 0;
+  p.a = x.data_ptr();
+  p.a_rs = p.K;
+  p.a_cs = 1;
+  p.b = w.data_ptr();
+  p.b_rs = 1;
+  p.b_cs = p.K;
+  return wgmma_refusal(p, tf32).empty();
+}
+
+// One 2-d product with the operands read in place (prepare_matmul would copy an operand with no
+// unit stride; the kernel refuses it).
+bool wgmma_takes_matmul(const Tensor& a, const Tensor& b, bool tf32) {
+  if (a.dim() != 2 || b.dim() != 2 || !wgmma_supported(a.device().index)) return false;
+  Problem p;
+  p.dtype = a.dtype();
+  p.M = a.shape()[0];
+  p.K = a.shape()[1];
+  p.N = b.shape()[1];
+  p.a = a.data_ptr();
+  p.a_rs = a.stride(0);
+  p.a_cs = a.stride(1);
+  p.b = b.data_ptr();
+  p.b_rs = b.stride(0);
+  p.b_cs = b.stride(1);
+  return wgmma_refusal(p, tf32).empty();
+}
+
 void run_naive(const Problem& p) {
   const int64_t batch = p.batch();
   if (p.M == 0 || p.N == 0 || batch == 0) return;

@@ -132,6 +132,11 @@ struct WgmmaConfig {
   int cluster = 1;
 };
 void run_wgmma(const Problem& p, const WgmmaConfig& config);
+// Whether the Hopper GEMM takes the problem of linear's x W^T (x [.., K] and W [N, K], both
+// contiguous: both operands K-major) or of matmul's a b (2-d, each operand read in place), on
+// the operands' device; f32 only as TF32, when tf32 is set.
+bool wgmma_takes_linear(const Tensor& x, const Tensor& w, bool tf32);
+bool wgmma_takes_matmul(const Tensor& a, const Tensor& b, bool tf32);
 // cuBLAS (cublasGemmStridedBatchedEx, pure FP32/FP64 compute, fp32 accumulation for f16/bf16).
 // The bias is added by cuBLAS itself (C prefilled with it, beta = 1); relu runs in place after;
 // gelu is not offered (act must be 0 or 1). Needs Layout::vendor.

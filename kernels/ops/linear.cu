@@ -10,6 +10,10 @@
 //             `small` refuses ([128..512, 784] -> 128)
 //   simt      f32/f64 on the CUDA cores (gemm_simt.cu)
 //   mma_sync  f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
+//   wgmma_128x128, wgmma_128x256  (kSimOnly) f16/bf16 on Hopper with x and W contiguous: TMA, an
+//             mbarrier ring, wgmma, warp-specialised and persistent (gemm_wgmma_sm90a.cu); run
+//             only in the simulator so far, so an autotune candidate and never a default
+//             (kernels/gemm/wgmma_variants.h)
 //   cublas    (kVendor) bias added by cuBLAS (C prefilled, beta = 1), relu in place after; no gelu;
 //             f16/bf16 only without a bias (see cublas_ok)
 //   cublaslt  (kVendor) cuBLASLt's BIAS / RELU / RELU_BIAS epilogues; no gelu, because
@@ -21,6 +25,7 @@
 //   cublas    (kVendor) relu_backward, cuBLAS's GEMM and sum: what PyTorch's eager backward runs
 #include "kernels/functional.h"
 #include "kernels/gemm/cuda_gemm.h"
+#include "kernels/gemm/wgmma_variants.h"
 #include "kernels/ops/linear.h"
 #include "kernels/ops/mlp.h"
 #include "kernels/ops/reduce.h"  // ReduceAttrs
@@ -119,6 +124,14 @@ void linear_simt(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm
 void linear_mma_sync(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_mma); }
 void linear_cublas(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublas); }
 void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublaslt); }
+
+bool wgmma_ok(const KernelCall& c) { return gemm::wgmma_takes_linear(c.in[0], c.in[1], false); }
+template <gemm::WgmmaConfig C>
+struct LinearWgmma {
+  static void call(const KernelCall& c) {
+    linear_cuda(c, Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, C); });
+  }
+};
 
 // ---- linear_backward_input, linear_backward_weight ----
 
@@ -274,6 +287,7 @@ void register_cuda_linear(OpInfo& info) {
                     .dtypes = DTypeSet{DType::f16, DType::bf16},
                     .supports = mma_ok,
                     .note = "tensor cores (mma.sync) with the epilogue fused"});
+  add_wgmma_variants<LinearWgmma>(info, wgmma_ok);
   info.add_variant({.name = "cublas",
                     .device = DeviceType::cuda,
                     .fn = linear_cublas,

@@ -10,12 +10,17 @@
 //             thread, double-buffered shared memory, 16-byte loads where aligned (gemm_simt.cu)
 //   mma_sync  f16/bf16 tensor cores (sm_80+): mma.sync m16n8k16, ldmatrix from swizzled shared
 //             memory, 3-stage cp.async pipeline, 128x128x64 tiles (gemm_mma.cu)
+//   wgmma_128x128, wgmma_128x256  (kSimOnly) f16/bf16 on Hopper: TMA, an mbarrier ring, wgmma,
+//             warp-specialised and persistent (gemm_wgmma_sm90a.cu) for one 2-d product read in
+//             place; run only in the simulator so far, so an autotune candidate and never a
+//             default (kernels/gemm/wgmma_variants.h)
 //   cublas    (kVendor) cublasGemmStridedBatchedEx, FP32 compute without TF32 (gemm_vendor.cu)
 //   cublaslt  (kVendor) cublasLtMatmul (f32/f16/bf16; M, N, K > 1 as PyTorch requires for it)
 // Operands that are row-major or transposed views are read in place; other layouts are copied
 // with contiguous() first. Batch dims broadcast as on the CPU.
 #include "kernels/functional.h"
 #include "kernels/gemm/cuda_gemm.h"
+#include "kernels/gemm/wgmma_variants.h"
 #include "kernels/registry.h"
 
 namespace ember {
@@ -71,6 +76,14 @@ void matmul_mma_sync(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, 
 void matmul_cublas(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublas); }
 void matmul_cublaslt(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublaslt); }
 
+bool wgmma_ok(const KernelCall& c) { return gemm::wgmma_takes_matmul(c.in[0], c.in[1], false); }
+template <gemm::WgmmaConfig C>
+struct MatmulWgmma {
+  static void call(const KernelCall& c) {
+    matmul_cuda(c, Layout::unit_stride, [](const gemm::Problem& p) { gemm::run_wgmma(p, C); });
+  }
+};
+
 }  // namespace
 
 void register_cuda_matmul(OpInfo& info) {
@@ -92,6 +105,7 @@ void register_cuda_matmul(OpInfo& info) {
                     .dtypes = DTypeSet{DType::f16, DType::bf16},
                     .supports = mma_ok,
                     .note = "tensor cores: mma.sync m16n8k16, ldmatrix, 3-stage cp.async, 128x128x64 tiles"});
+  add_wgmma_variants<MatmulWgmma>(info, wgmma_ok);
   info.add_variant({.name = "cublas",
                     .device = DeviceType::cuda,
                     .fn = matmul_cublas,
