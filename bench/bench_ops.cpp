@@ -26,7 +26,9 @@
 // GEMM of the vendor's, 8192^3 on a GPU, 1024^3 on the CPU). %floor = floor / time: 100% is the
 // best possible. On the CPU the same: a one-element op call, a 256 MiB copy, the fastest CPU
 // matmul variant. --plot draws every case's floor, ember's best variant and the vendor's best
-// side by side on a log time axis (an SVG file).
+// side by side on a log time axis (an SVG file), and again on the roofline: achieved TFLOP/s
+// against FLOPs per byte, under the copy bandwidth's slope and the GEMM peaks, where the floor is
+// the highest point a case's kernel could reach (a case without FLOPs has no place there).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -447,10 +449,11 @@ void write_json(const std::string& path) {
 }
 
 // --plot: one row per case (op, case, dtype): its floor, the fastest of ember's variants and the
-// fastest vendor variant on a log time axis (Note [latency floor]).
+// fastest vendor variant on a log time axis, then on the roofline (Note [latency floor]).
 struct PlotRow {
   std::string label;
-  double floor = 0, ember = 0, vendor = 0;
+  double floor = 0, ember = 0, vendor = 0;  // us
+  double flops = 0, intensity = 0;          // the case's FLOPs, and FLOPs per byte (0: no FLOPs)
 };
 
 std::vector<PlotRow> plot_rows() {
@@ -464,10 +467,93 @@ std::vector<PlotRow> plot_rows() {
     if (fresh) rows.push_back({label});
     PlotRow& row = rows[it->second];
     row.floor = r.floor_us;
+    if (r.tflops > 0 && r.gbps > 0) {  // every variant of a case moves the same bytes and FLOPs
+      row.flops = r.tflops * 1e6 * r.median_us;
+      row.intensity = r.tflops * 1e3 / r.gbps;
+    }
     double& slot = r.vendor ? row.vendor : row.ember;
     slot = slot == 0 ? r.median_us : std::min(slot, r.median_us);
   }
   return rows;
+}
+
+// The roofline panel of --plot, `top` pixels down, `width` wide: each case with FLOPs at its
+// intensity, its floor, ember's best and the vendor's best as TFLOP/s, under the roofs (copy
+// bandwidth up to each GEMM peak). Returns its height (0 when no case has FLOPs).
+int roofline_panel(std::ostringstream& o, const std::vector<PlotRow>& rows, int top, int width) {
+  std::vector<std::pair<double, const char*>> peaks;  // TFLOP/s, name
+  if (g_peak_tflops > 0) peaks.push_back({g_peak_tflops, "bf16/f16 GEMM peak"});
+  if (g_peak_f32_tflops > 0) peaks.push_back({g_peak_f32_tflops, "f32 GEMM peak"});
+  const auto tflops = [](const PlotRow& r, double us) { return us > 0 ? r.flops / us * 1e-6 : 0.0; };
+  double ilo = INFINITY, ihi = 0, tlo = INFINITY, thi = 0;
+  int without = 0;
+  for (const PlotRow& r : rows) {
+    if (r.intensity <= 0) {
+      ++without;
+      continue;
+    }
+    ilo = std::min(ilo, r.intensity);
+    ihi = std::max(ihi, r.intensity);
+    for (double us : {r.floor, r.ember, r.vendor})
+      if (us > 0) {
+        tlo = std::min(tlo, tflops(r, us));
+        thi = std::max(thi, tflops(r, us));
+      }
+  }
+  if (ihi <= 0 || thi <= 0 || g_copy_gbps <= 0) return 0;
+  for (const auto& [p, name] : peaks) {
+    ihi = std::max(ihi, p * 1e3 / g_copy_gbps);  // the ridge: where the bandwidth reaches the peak
+    thi = std::max(thi, p);
+  }
+  const double x0 = std::floor(std::log10(ilo)), x1 = std::max(x0 + 1, std::ceil(std::log10(ihi)));
+  const double y0 = std::floor(std::log10(tlo)), y1 = std::max(y0 + 1, std::ceil(std::log10(thi)));
+  const int left = 70, plot_w = width - left - 30, plot_h = 320, head = 62, h = head + plot_h + 40;
+  const double bottom = top + head + plot_h;
+  auto x = [&](double i) { return left + (std::log10(i) - x0) / (x1 - x0) * plot_w; };
+  auto y = [&](double t) { return bottom - (std::log10(t) - y0) / (y1 - y0) * plot_h; };
+  o << "<text x=\"10\" y=\"" << top + 18 << "\" font-size=\"13\">the same cases on the roofline: achieved TFLOP/s "
+    << "against FLOPs per byte (log-log); " << without << " case(s) without FLOPs are in the time panel only</text>\n";
+  o << "<text x=\"10\" y=\"" << top + 36 << "\"><tspan fill=\"black\">- floor</tspan>  <tspan fill=\"#1f77b4\">o ember"
+    << "</tspan>  <tspan fill=\"#d62728\">^ vendor</tspan>  <tspan fill=\"#888\">roofs: copy " << str(g_copy_gbps)
+    << " GB/s up to each GEMM peak</tspan></text>\n";
+  for (double e = x0; e <= x1; ++e)
+    o << "<line x1=\"" << x(std::pow(10, e)) << "\" y1=\"" << top + head << "\" x2=\"" << x(std::pow(10, e))
+      << "\" y2=\"" << bottom << "\" stroke=\"#ddd\"/>\n<text x=\"" << x(std::pow(10, e)) - 8 << "\" y=\""
+      << bottom + 14 << "\">" << std::pow(10, e) << "</text>\n";
+  for (double e = y0; e <= y1; ++e)
+    o << "<line x1=\"" << left << "\" y1=\"" << y(std::pow(10, e)) << "\" x2=\"" << left + plot_w << "\" y2=\""
+      << y(std::pow(10, e)) << "\" stroke=\"#ddd\"/>\n<text x=\"10\" y=\"" << y(std::pow(10, e)) + 4 << "\">"
+      << std::pow(10, e) << "</text>\n";
+  o << "<text x=\"" << left + plot_w / 2 - 40 << "\" y=\"" << bottom + 30
+    << "\">FLOPs per byte</text>\n<text x=\"10\" y=\"" << top + head - 8 << "\">TFLOP/s</text>\n";
+  const double ilo_axis = std::pow(10, x0), ihi_axis = std::pow(10, x1), tlo_axis = std::pow(10, y0);
+  for (const auto& [p, name] : peaks) {
+    // the bandwidth's slope from where it enters the panel to the ridge, then the peak
+    const double ridge = p * 1e3 / g_copy_gbps, start = std::max(ilo_axis, tlo_axis * 1e3 / g_copy_gbps);
+    o << "<polyline class=\"roof\" fill=\"none\" stroke=\"#888\" stroke-width=\"1.5\" points=\"" << x(start) << ","
+      << y(std::max(tlo_axis, g_copy_gbps * start * 1e-3)) << " " << x(ridge) << "," << y(p) << " " << x(ihi_axis)
+      << "," << y(p) << "\"><title>" << name << " " << p << " TFLOP/s</title></polyline>\n";
+    o << "<text x=\"" << left + plot_w << "\" y=\"" << y(p) - 4 << "\" fill=\"#888\" text-anchor=\"end\">" << name
+      << " " << str(p) << " TFLOP/s</text>\n";
+  }
+  for (const PlotRow& r : rows) {
+    if (r.intensity <= 0) continue;
+    const double cx = x(r.intensity);
+    const std::string what = logging::xml_escape(r.label);
+    if (r.floor > 0)
+      o << "<line class=\"roof-floor\" x1=\"" << cx - 6 << "\" y1=\"" << y(tflops(r, r.floor)) << "\" x2=\"" << cx + 6
+        << "\" y2=\"" << y(tflops(r, r.floor)) << "\" stroke=\"black\" stroke-width=\"2\"><title>" << what << ": floor "
+        << tflops(r, r.floor) << " TFLOP/s</title></line>\n";
+    if (r.ember > 0)
+      o << "<circle class=\"roof-ember\" cx=\"" << cx << "\" cy=\"" << y(tflops(r, r.ember))
+        << "\" r=\"4\" fill=\"#1f77b4\"><title>" << what << ": ember " << tflops(r, r.ember)
+        << " TFLOP/s</title></circle>\n";
+    if (r.vendor > 0)
+      o << "<path class=\"roof-vendor\" d=\"M " << cx << " " << y(tflops(r, r.vendor)) - 5
+        << " l 5 9 l -10 0 z\" fill=\"#d62728\"><title>" << what << ": vendor " << tflops(r, r.vendor)
+        << " TFLOP/s</title></path>\n";
+  }
+  return h;
 }
 
 void write_plot(const std::string& path, Device d) {
@@ -483,8 +569,10 @@ void write_plot(const std::string& path, Device d) {
   const double x0 = std::floor(std::log10(lo)), x1 = std::max(x0 + 1, std::ceil(std::log10(hi)));
   const int label_w = 420, plot_w = 520, row_h = 18, top = 54, h = top + row_h * static_cast<int>(rows.size()) + 30;
   auto x = [&](double us) { return label_w + (std::log10(us) - x0) / (x1 - x0) * plot_w; };
+  std::ostringstream roof;
+  const int roof_h = roofline_panel(roof, rows, h, label_w + plot_w + 20);
   std::ostringstream o;
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << label_w + plot_w + 20 << "\" height=\"" << h
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << label_w + plot_w + 20 << "\" height=\"" << h + roof_h
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   o << "<text x=\"10\" y=\"18\" font-size=\"13\">bench_ops on " << logging::xml_escape(d.str())
     << ": time per case (log scale, microseconds)</text>\n";
@@ -510,7 +598,7 @@ void write_plot(const std::string& path, Device d) {
       o << "<path class=\"vendor\" d=\"M " << x(r.vendor) << " " << y - 5
         << " l 5 9 l -10 0 z\" fill=\"#d62728\"><title>vendor " << r.vendor << " us</title></path>\n";
   }
-  o << "</svg>\n";
+  o << roof.str() << "</svg>\n";
   io::write_file_atomic(path, o.str());  // never a half-written file
 }
 

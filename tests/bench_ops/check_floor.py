@@ -4,7 +4,8 @@ bench/bench_ops.cpp) and --plot draws it beside the case's times.
 
   check_floor.py BENCH_OPS_BINARY WORKDIR
 Runs the MNIST-sized cross_entropy cases, then checks the JSON file's rooflines and floors and the
-SVG's rows (one per case: a floor mark and a circle for ember's best variant)."""
+SVG's rows (one per case: a floor mark and a circle for ember's best variant), and its roofline
+panel (each case with FLOPs at its intensity, the floor above ember's point, under the roof)."""
 import json
 import os
 import subprocess
@@ -55,6 +56,21 @@ floors = [e for e in root.iter(ns + "line") if e.get("class") == "floor"]
 circles = [e for e in root.iter(ns + "circle") if e.get("class") == "ember"]
 if len(labels) != 4 or len(floors) != 4 or len(circles) != 4:
     errors.append(f"the plot has {len(labels)} case labels, {len(floors)} floors and {len(circles)} ember marks, expected 4 each")
+# the roofline panel: every case with FLOPs at its intensity, its floor above ember's point (the
+# floor is the most a kernel could reach), under the f32 GEMM peak's roof
+with_flops = [r for r in results if r["tflops"] > 0 and r["gbps"] > 0]
+roofs = [e for e in root.iter(ns + "polyline") if e.get("class") == "roof"]
+roof_floors = [e for e in root.iter(ns + "line") if e.get("class") == "roof-floor"]
+roof_embers = [e for e in root.iter(ns + "circle") if e.get("class") == "roof-ember"]
+if len(roofs) != 1:  # the CPU has one GEMM peak (f32)
+    errors.append(f"the roofline panel has {len(roofs)} roofs, expected 1")
+if len(roof_floors) != len(with_flops) or len(roof_embers) != len(with_flops) or not with_flops:
+    errors.append(f"the roofline panel has {len(roof_floors)} floors and {len(roof_embers)} ember marks for "
+                  f"{len(with_flops)} cases with FLOPs")
+for f, e in zip(roof_floors, roof_embers):
+    if abs(float(f.get("x1")) + 6 - float(e.get("cx"))) > 0.01 or not float(f.get("y1")) <= float(e.get("cy")):
+        errors.append(f"a case's floor ({f.get('x1')}, {f.get('y1')}) is not above its ember mark "
+                      f"({e.get('cx')}, {e.get('cy')}) at the same intensity")
 for e in errors:
     print("check_floor:", e, file=sys.stderr)
 sys.exit(1 if errors else 0)
