@@ -4,6 +4,7 @@
 // graph capture, during which nothing may be timed).
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <thread>
 #include <tuple>
 
@@ -204,6 +205,69 @@ TEST_CASE("cuda autotune: tunes once per key, never while a graph is captured", 
   set_backend(op, "default");
   autotune::clear();
 }
+
+#if EMBER_WITH_CUDA
+// Split-K's last block per tile sums the partials in the GEMM's own launch (Note [split-K], Note
+// [stream tickets]): one kernel where the reduce kernel made two, the same sums bit for bit, and
+// the tickets back at 0 for the next call. A capture on a stream that has no tickets yet takes the
+// two-kernel way, which is the reference here.
+TEST_CASE("cuda gemm: split-K sums its partials within the launch, bit for bit as the reduce kernel", "[gpu][gemm]") {
+  manual_seed(13);
+  for (auto [variant, dt] : std::vector<std::pair<const char*, DType>>{
+           {"simt", DType::f32}, {"simt", DType::f64}, {"mma_sync", DType::bf16}}) {
+    INFO(variant << " " << dt);
+    const Variant* v = find_variant(OpId::linear, DeviceType::cuda, variant);
+    REQUIRE(v != nullptr);
+    const TensorOptions o = TensorOptions(dt).device(kCUDA);
+    // [64, 784] -> 128: one output tile, K long enough to split
+    Tensor x = uniform({64, 784}, -1, 1, o), w = uniform({128, 784}, -0.1, 0.1, o), b = uniform({128}, -1, 1, o);
+    const Attrs relu = LinearAttrs{static_cast<int64_t>(Activation::relu)};
+    Tensor once = call_variant(*v, OpId::linear, {x, w, b}, relu)[0];
+    CHECK(test::kernels_launched_by([&] { call_variant(*v, OpId::linear, {x, w, b}, relu); }) == 1);
+    // again, and a batch of 3 (3 tiles, 3 tickets): the tickets went back to 0
+    Tensor again = call_variant(*v, OpId::linear, {x, w, b}, relu)[0];
+    CHECK(std::memcmp(again.cpu().data_ptr(), once.cpu().data_ptr(), once.nbytes()) == 0);
+    Tensor x3 = uniform({3, 64, 784}, -1, 1, o);
+    const Variant* cpu = find_variant(OpId::linear, DeviceType::cpu, "cpu");
+    REQUIRE(cpu != nullptr);
+    Tensor y3 = call_variant(*v, OpId::linear, {x3, w, b}, relu)[0];
+    CHECK(testing::compare(y3.cpu(), call_variant(*cpu, OpId::linear, {x3.cpu(), w.cpu(), b.cpu()}, relu)[0],
+                           gemm_tol(dt)) == "");
+    // the two-kernel way: captured on a new stream, which has no tickets yet
+    cuda::Stream fresh = cuda::Stream::create(0);
+    cuda::current_stream(0).synchronize();
+    Tensor two = empty({64, 128}, o);
+    cudaGraph_t graph = nullptr;
+    {
+      cuda::StreamGuard on(fresh);
+      cuda::MemPool pool(0);
+      cuda::PoolScope scope(pool);
+      const auto s = static_cast<cudaStream_t>(fresh.handle());
+      REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      call_variant_into(*v, OpId::linear, {x, w, b}, {two}, relu);
+      REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+      size_t n = 0;
+      REQUIRE(cudaGraphGetNodes(graph, nullptr, &n) == cudaSuccess);
+      std::vector<cudaGraphNode_t> nodes(n);
+      if (n > 0) REQUIRE(cudaGraphGetNodes(graph, nodes.data(), &n) == cudaSuccess);
+      int kernels = 0;
+      for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType type;
+        REQUIRE(cudaGraphNodeGetType(node, &type) == cudaSuccess);
+        kernels += type == cudaGraphNodeTypeKernel;
+      }
+      CHECK(kernels == 2);
+      cudaGraphExec_t exec = nullptr;
+      REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+      REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+      fresh.synchronize();
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    CHECK(std::memcmp(two.cpu().data_ptr(), once.cpu().data_ptr(), once.nbytes()) == 0);
+  }
+}
+#endif
 
 // The Hopper GEMM's library variants are simulator-only (kSimOnly, Note [simulator-only
 // candidates] in kernels/autotune.cpp): never the default, but autotune candidates once their

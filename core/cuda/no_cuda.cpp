@@ -44,6 +44,7 @@ void Event::synchronize() const {}
 float Event::elapsed_ms(const Event&) const { no_cuda("Event::elapsed_ms"); }
 
 int* device_error_word(int) { no_cuda("cuda::device_error_word"); }
+unsigned* stream_tickets(int, void*) { no_cuda("cuda::stream_tickets"); }
 void check_device_errors() {}
 void set_device_error_describer(std::string (*)(int)) {}
 

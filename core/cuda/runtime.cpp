@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -101,6 +102,23 @@ int* device_error_word(int device) {
     g_error_words[device] = {static_cast<int*>(h), static_cast<int*>(d)};
   });
   return g_error_words[device].dev;
+}
+
+unsigned* stream_tickets(int device, void* stream) {
+  check_device(device);
+  static std::mutex mu;
+  static auto* made = new std::map<std::pair<int, void*>, unsigned*>();  // never freed: streams live on
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = made->find({device, stream});
+  if (it != made->end()) return it->second;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  EMBER_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+  if (status != cudaStreamCaptureStatusNone || captures_underway() > 0) return nullptr;  // no cudaMalloc now
+  DeviceGuard g(device);
+  void* p = nullptr;
+  EMBER_CUDA_CHECK(cudaMalloc(&p, kStreamTickets * sizeof(unsigned)));
+  EMBER_CUDA_CHECK(cudaMemsetAsync(p, 0, kStreamTickets * sizeof(unsigned), static_cast<cudaStream_t>(stream)));
+  return made->emplace(std::make_pair(device, stream), static_cast<unsigned*>(p)).first->second;
 }
 
 void set_device_error_describer(std::string (*describe)(int)) { g_describer = describe; }

@@ -137,6 +137,21 @@ void check_device_errors();
 // Turns an error code into a message (installed by the op registry).
 void set_device_error_describer(std::string (*describe)(int code));
 
+// ---- counters for kernels whose last block finishes the work ----
+//
+// Note [stream tickets]: a kernel split across blocks can finish within its own launch: each block
+// takes a ticket (atomicAdd) once its part is written, and the block that takes the last one does
+// the rest, then puts the ticket back to 0 (split-K GEMMs sum their partial tiles so, Note
+// [split-K] in kernels/gemm/gemm_common.cuh). The counters belong to a stream: kernels on one
+// stream run one after another, so no two in flight share a counter. They are zeroed once, when
+// made, and are 0 again whenever no kernel using them runs. A graph captured on a stream uses that
+// stream's counters, so it is replayed on that stream (as cuda::Graph does), never beside it.
+inline constexpr size_t kStreamTickets = 1024;
+// The kStreamTickets counters of `stream` (a cudaStream_t) on `device`, 0 at rest; nullptr when
+// they do not exist yet and a graph capture is underway (they cannot be made then: the caller
+// takes another way).
+unsigned* stream_tickets(int device, void* stream);
+
 // ---- the caching device allocator ----
 
 struct AllocatorStats {

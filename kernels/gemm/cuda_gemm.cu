@@ -81,6 +81,7 @@ Args make_args(const Problem& p, int vec_bytes) {
   a.c_pair = ptr_ok(p.c, 2 * es) && p.c_rs % 2 == 0 && p.c_bs % 2 == 0;
   a.kt_per_split = int64_t{1} << 40;  // one range holding every k tile
   a.ws = nullptr;
+  a.tickets = nullptr;
   return a;
 }
 
@@ -91,13 +92,17 @@ int choose_splits(int64_t tiles, int64_t ktiles, int64_t min_kt, int device) {
   return static_cast<int>(std::max<int64_t>(1, std::min({want, ktiles / min_kt, int64_t{32}})));
 }
 
-int plan_splits(Args& args, const Problem& p, int64_t ktiles, int splits, int acc_bytes, Tensor& ws) {
+int plan_splits(Args& args, const Problem& p, int64_t ktiles, int splits, int acc_bytes, int64_t tiles, Tensor& ws,
+                cudaStream_t stream) {
   const int64_t per = (ktiles + splits - 1) / splits;
   const int used = static_cast<int>((ktiles + per - 1) / per);  // every split gets at least one k tile
   const int64_t elems = used * args.batch * p.M * p.N;
   ws = empty({elems}, TensorOptions(acc_bytes == 8 ? DType::f64 : DType::f32).device(p.device));
   args.kt_per_split = per;
   args.ws = ws.data_ptr();
+  // choose_splits splits only grids of at most half the SMs, so the tiles fit the tickets
+  args.tickets =
+      tiles <= static_cast<int64_t>(cuda::kStreamTickets) ? cuda::stream_tickets(p.device.index, stream) : nullptr;
   return used;
 }
 
@@ -116,6 +121,7 @@ __global__ void splitk_reduce_kernel(const Acc* __restrict__ ws, int splits, int
 }
 
 void finish_splits(const Args& args, const Problem& p, int splits, cudaStream_t stream) {
+  if (args.tickets != nullptr) return;  // the GEMM kernel's last blocks reduced (finish_split_tile)
   const int64_t total = args.batch * p.M * p.N;
   const unsigned grid = cuda::grid_for(total, 256, p.device.index);
   EMBER_DISPATCH_FLOAT(p.dtype, "gemm split-K", [&] {

@@ -35,10 +35,13 @@ struct Args {
   // 16 bytes), and whether C rows take 16-byte (c_vec) or 2-element (c_pair) stores.
   bool a_vec, b_vec, c_vec, c_pair;
   // Split-K (Note [split-K]): blockIdx.y picks k tiles [y * kt_per_split, (y + 1) * kt_per_split);
-  // with ws set, blocks store their raw accumulators to ws[y][z][m][n] (no epilogue) and
-  // splitk_reduce sums the splits in order and applies the epilogue.
+  // with ws set, blocks store their raw accumulators to ws[y][z][m][n] (no epilogue); the last
+  // block of a tile to finish sums the splits in order and applies the epilogue
+  // (finish_split_tile, with the stream's tickets, one per tile of every batch), or, without
+  // tickets, splitk_reduce does after the kernel.
   int64_t kt_per_split;
   void* ws;
+  unsigned* tickets;
 };
 
 // Element offsets of A and B for flat batch index z.
@@ -125,6 +128,43 @@ __device__ __forceinline__ void store_half_pair(const Args& p, T* crow, int gn, 
   }
 }
 
+// Split-K within the launch (Note [split-K]): once a block has stored its partial tile (rows
+// [m0, m0 + BM) and columns [n0, n0 + BN) of batch z) to the workspace, it takes the tile's ticket;
+// the block that takes the last one adds the tile's partials in split order, as splitk_reduce does
+// (the same sums, bit for bit), applies the epilogue, stores C and puts the ticket back to 0 (Note
+// [stream tickets] in core/cuda/runtime.h). Without tickets a block only waits for its threads.
+template <class T, int BM, int BN>
+__device__ __forceinline__ void finish_split_tile(const Args& p, int64_t z, int m0, int n0) {
+  if (p.tickets == nullptr) {
+    __syncthreads();
+    return;
+  }
+  EMBER_SHARED(int, last);
+  __threadfence();  // this thread's partials reach every block before its block takes the ticket
+  __syncthreads();
+  unsigned* ticket = p.tickets + z * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.y - 1 ? 1 : 0;
+  __syncthreads();
+  if (last == 0) return;
+  __threadfence();
+  using Acc = acc_t<T>;
+  const Acc* ws = static_cast<const Acc*>(p.ws);
+  const int64_t total = p.batch * p.M * p.N;
+  const T* bias = static_cast<const T*>(p.bias);
+  T* C = static_cast<T*>(p.c) + z * p.c_bs;
+  const int rows = static_cast<int>(p.M - m0 < BM ? p.M - m0 : BM),
+            cols = static_cast<int>(p.N - n0 < BN ? p.N - n0 : BN);
+  for (int i = static_cast<int>(threadIdx.x); i < rows * cols; i += static_cast<int>(blockDim.x)) {
+    const int m = m0 + i / cols, n = n0 + i % cols;
+    const int64_t at = (z * p.M + m) * p.N + n;
+    Acc v = 0;
+    for (unsigned sp = 0; sp < gridDim.y; ++sp) v += ws[sp * total + at];
+    if (bias != nullptr) v += static_cast<Acc>(bias[n]);
+    C[m * p.c_rs + n] = static_cast<T>(activate(v, p.act));
+  }
+  if (threadIdx.x == 0) *ticket = 0u;
+}
+
 // Grouped tile order: consecutive blocks walk down a group of 8 tile rows before moving right,
 // so the tiles of A and B that run at the same time overlap and stay in L2.
 __device__ __forceinline__ void tile_coords(int64_t pid, int64_t tiles_m, int64_t tiles_n, int64_t& tm, int64_t& tn) {
@@ -150,16 +190,21 @@ Args make_args(const Problem& p, int vec_bytes);
 // Note [split-K]: a problem with few output tiles and a long K (the MNIST layers: 64 x 784 -> 128
 // is one 128x128 tile) would run on one or two SMs. Split-K cuts the k tiles into `splits` ranges
 // run by separate blocks that write f32 (f64) partial tiles to a workspace from the caching
-// allocator; a second kernel adds the partials in split order (deterministic) and applies bias,
-// activation and rounding. That kernel is the one split-K reduction of ember: the convolutions'
-// weight gradients (implicit GEMM and direct) reduce through it too (gemm::sum_splits in
+// allocator. The last block of a tile to finish (a ticket per tile, Note [stream tickets] in
+// core/cuda/runtime.h) adds the tile's partials in split order (deterministic) and applies bias,
+// activation and rounding, so the GEMM is one launch: at the MNIST layers' sizes the second
+// kernel it replaces cost a launch (about 4.8 us on an H200 in the time model) for well under a
+// microsecond of work. That kernel, splitk_reduce, remains for a GEMM captured on a stream that
+// has no tickets yet, and as the convolutions' weight-gradient reduction (gemm::sum_splits in
 // cuda_gemm.h). Chosen when the tiles fill less than half of the SMs and every split keeps at
 // least `min_kt` k tiles. Returns the number of splits (1: none).
 int choose_splits(int64_t tiles, int64_t ktiles, int64_t min_kt, int device);
-// Sets up args for `splits` (allocating the workspace into `ws`) and, after the GEMM kernel ran,
-// finish_splits() reduces. acc_bytes: 4 (f32 accumulators) or 8 (f64).
+// Sets up args for `splits` (allocating the workspace into `ws`, taking the stream's tickets for
+// `tiles`, the output tiles of every batch) and, after the GEMM kernel ran, finish_splits() reduces
+// when the kernel could not (no tickets). acc_bytes: 4 (f32 accumulators) or 8 (f64).
 // Returns the splits actually used (no split left without k tiles).
-int plan_splits(Args& args, const Problem& p, int64_t ktiles, int splits, int acc_bytes, Tensor& ws);
+int plan_splits(Args& args, const Problem& p, int64_t ktiles, int splits, int acc_bytes, int64_t tiles, Tensor& ws,
+                cudaStream_t stream);
 void finish_splits(const Args& args, const Problem& p, int splits, cudaStream_t stream);
 
 // Host: the grid's batch dimension (gridDim.z is at most 65535; kernels loop over the rest).

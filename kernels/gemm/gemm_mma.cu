@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
     mma_gemm<kMmaBK / 16, std::is_same_v<T, BFloat16>>(tiles, kt_begin, kt_end, acc);
 
     const int g = lane >> 2, t4 = lane & 3;
-    if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by splitk_reduce
+    if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by the tile's last block
       float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
       for_each_acc_pair(
           acc, m0 + wm, n0 + wn, g, t4, M, N, [&](int gm) { return W + static_cast<int64_t>(gm) * N; },
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
             if (gn < N) wrow[gn] = v0;
             if (gn + 1 < N) wrow[gn + 1] = v1;
           });
-      __syncthreads();
+      finish_split_tile<T, kMmaBM, kMmaBN>(p, z, m0, n0);
       continue;
     }
     T* Cz = static_cast<T*>(p.c) + z * p.c_bs;
@@ -245,7 +245,7 @@ void dispatch_mma(const Problem& p, cudaStream_t stream) {
   const int64_t ktiles = (p.K + kMmaBK - 1) / kMmaBK;
   Tensor ws;
   int splits = choose_splits(tiles, ktiles, 2, p.device.index);  // >= 128 k per split
-  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, 4, ws);
+  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, 4, tiles, ws, stream);
   const bool ak = p.a_kmajor(), bk = p.b_kmajor();
   const int d = p.device.index;
   if (ak && bk) launch_mma<T, true, true>(args, splits, d, stream);

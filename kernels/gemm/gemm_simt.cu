@@ -287,9 +287,9 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
     T acc[TM][TN];
     simt_gemm<BK>(tiles, kt_begin, kt_end, acc);
 
-    if (p.ws != nullptr) {  // split-K: reduced by splitk_reduce
+    if (p.ws != nullptr) {  // split-K: reduced by the tile's last block
       simt_store_partials<Tiles>(p, z, m0, n0, ty, tx, acc);
-      __syncthreads();
+      finish_split_tile<T, BM, BN>(p, z, m0, n0);
       continue;
     }
     simt_store_tile<Tiles>(p, z, m0, n0, ty, tx, acc);
@@ -314,7 +314,7 @@ void dispatch_simt(const Problem& p, cudaStream_t stream) {
   const int64_t ktiles = (p.K + Cfg::BK - 1) / Cfg::BK;
   Tensor ws;
   int splits = choose_splits(tiles, ktiles, 16, p.device.index);  // >= 128 k per split
-  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, sizeof(T), ws);
+  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, sizeof(T), tiles, ws, stream);
   const bool ak = p.a_kmajor(), bk = p.b_kmajor();
   if (ak && bk) launch_simt<T, true, true>(args, splits, stream);
   else if (ak) launch_simt<T, true, false>(args, splits, stream);
