@@ -333,21 +333,26 @@ double agreement_eps(DType t) {
 enum class Agreement { agrees, differs, undecided };
 
 // Whether a candidate's output `got` agrees with the default's `want`; `what` says where it differs.
+// Computed on the outputs' device and read back in one copy (the check's one host sync).
 Agreement compare_output(const Tensor& got, const Tensor& want, std::string& what) {
   if (want.numel() == 0) return Agreement::agrees;
   const DType wide = want.dtype() == DType::f64 ? DType::f64 : DType::f32;
   const Tensor w = cast(want, wide).reshape({-1}), g = cast(got, wide).reshape({-1});
-  const double top = max(abs(w)).item();
-  if (!std::isfinite(top)) return Agreement::undecided;
   const double eps = agreement_eps(want.dtype());
+  const Tensor top = max(abs(w));
   Tensor diff = abs(g - w);
   diff = where(eq(diff, diff), diff, INFINITY);  // a NaN in got differs
-  const Tensor excess = diff - (abs(w) * (4 * eps) + 4 * eps * top);
-  const Tensor at = argmax(excess);
-  if (index_select(excess, 0, at.reshape({1})).item() <= 0) return Agreement::agrees;
-  const int64_t i = at.item<int64_t>();
-  what += str("element ", i, " is ", index_select(g, 0, at.reshape({1})).item(), ", the default's ",
-              index_select(w, 0, at.reshape({1})).item());
+  const Tensor excess = diff - (abs(w) * (4 * eps) + top * (4 * eps));
+  const Tensor at = argmax(excess).reshape({1});
+  // top, the largest excess, its index, got and want there; f64 holds any index exactly
+  const Tensor read =
+      cat({cast(top.reshape({1}), DType::f64), cast(index_select(excess, 0, at), DType::f64), cast(at, DType::f64),
+           cast(index_select(g, 0, at), DType::f64), cast(index_select(w, 0, at), DType::f64)})
+          .cpu();
+  const double* r = read.data<double>();
+  if (!std::isfinite(r[0])) return Agreement::undecided;
+  if (r[1] <= 0) return Agreement::agrees;
+  what += str("element ", static_cast<int64_t>(r[2]), " is ", r[3], ", the default's ", r[4]);
   return Agreement::differs;
 }
 
@@ -363,6 +368,7 @@ std::vector<Tensor> run_on_copies(const Variant& v, const KernelCall& c) {
 void check_sim_only(State& s, const OpInfo& info, const KernelCall& c, Device dev, std::vector<const Variant*>& cands) {
   const int where = dev.is_cpu() ? -1 : static_cast<int>(dev.index);
   std::vector<Tensor> want;
+  const Variant* def = nullptr;
   bool have_want = false, want_ok = false;
   std::vector<const Variant*> kept;
   for (const Variant* v : cands) {
@@ -377,7 +383,7 @@ void check_sim_only(State& s, const OpInfo& info, const KernelCall& c, Device de
     }
     if (!have_want) {
       have_want = true;
-      const Variant* def = info.default_variant(c, dev.type);
+      def = info.default_variant(c, dev.type);
       try {
         if (def != nullptr) want = run_on_copies(*def, c);
         want_ok = def != nullptr;
@@ -402,7 +408,7 @@ void check_sim_only(State& s, const OpInfo& info, const KernelCall& c, Device de
     ++s.stats.sim_only_rejected;
     s.disagreed.insert({v, where});
     warn(s, str(info.name, "/", v->name, " has run only in the simulator, and on ", device_name(dev),
-                " it disagrees with ", info.default_variant(c, dev.type)->name, " (", what,
+                " it disagrees with ", def->name, " (", what,
                 "): it is left out of tuning on this device (Note [simulator-only candidates])"));
   }
   cands = std::move(kept);

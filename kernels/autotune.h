@@ -16,9 +16,9 @@
 // tuning never changes the tensors of the call.
 //
 // Note [autotune sync]: tuning a new CUDA key synchronises the host once (it waits for the last
-// timing event), and once more per simulator-only candidate checked; steady state adds no sync. While the current
-// stream captures a CUDA graph nothing is timed: a key already tuned uses its winner, a new key the op's default
-// variant (and is tuned on a later eager call).
+// timing event), and once more per simulator-only candidate checked; steady state adds no sync.
+// While the current stream captures a CUDA graph nothing is timed: a key already tuned uses its
+// winner, a new key the op's default variant (and is tuned on a later eager call).
 //
 // Disk cache: set_cache_file(path) loads the file's entries (a text file: a header line
 // "# ember autotune cache v1", then one "key<TAB>variant" line per entry) and appends each new
