@@ -1,6 +1,7 @@
 // mlp on CUDA (mlp.cpp says what it computes):
-//   fused      the whole Linear/ReLU stack in one launch forward and two backward (Note [fused
-//              MLP]); every layer at most kMlpMaxWidth wide; registered first, the default
+//   fused      the whole Linear/ReLU stack in one launch each way (Note [fused MLP], Note [fused
+//              MLP backward in one launch]); every layer at most kMlpMaxWidth wide; registered
+//              first, the default
 //   composite  linear (and its backward ops) layer by layer, their own defaults
 //   vendor     (kVendor) the same on each layer op's vendor variant: cuBLASLt's epilogues forward,
 //              relu_backward + cuBLAS's GEMMs + sum backward (PyTorch's eager path)
@@ -10,7 +11,9 @@
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
+#include "core/cuda/runtime.h"
 #include "kernels/common/aligned_vec.cuh"
+#include "kernels/common/block_phases.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/ops/linear.h"  // linear_rows
@@ -40,20 +43,32 @@ namespace ember {
 //     the next layer's input: the values the layers one by one produce, up to each sum's order.
 //     After the layer's one barrier the block stores its rows of the output (y, or h_l, which the
 //     backward needs), a contiguous run, coalesced.
-//   - Backward, launch 1 (rows): the same blocks walk the layers down: dz of the top layer is g
+//   - Backward, phase 1 (rows): the same blocks walk the layers down: dz of the top layer is g
 //     masked by y > 0; below, g_{l-1} = dz_l W_l (a thread per input column, reading W's rows
 //     coalesced), rounded to the dtype, masked by h_{l-1} > 0. Every layer's dz goes to a scratch
 //     buffer; dx = dz_1 W_1 only when x wants a gradient (not the data's case), and only where x
 //     is at most kMlpMaxWidth wide: every row block reads all of W_1 for it, and for the CNN's
 //     3136 -> 128 head (1.6 MB of W_1 in f32, read by each of 64-256 blocks) the time model put
 //     the fused backward at 33-109 us against the layers' 26-127 us, behind at every batch in f32.
-//   - Backward, launch 2 (weights): one grid over every layer's dW tiles (kTileN x kTileK), each
+//   - Backward, phase 2 (weights): one grid over every layer's dW tiles (kTileN x kTileK), each
 //     block summing dz^T h over all rows, staged kRowChunk rows at a time, its threads in 4 x 4
 //     register tiles and kRowSplits row splits (Note [weight-gradient register tile]); the blocks
 //     of a layer's first k tile also sum dz's rows: the bias gradient, as a by-product.
 // Every sum runs in a fixed order, so the results do not depend on timing. Widths past
 // kMlpMaxWidth, gradients flowing into the hidden outputs (only a caller that uses them makes
 // those) and sizes past int32 go to the composite.
+//
+// Note [fused MLP backward in one launch]: phase 2 needs every row of every layer's dz, so it
+// cannot start before all of phase 1 is done, a grid-wide dependency. The two phases were two
+// launches; now they are one grid of the row blocks and then the weight tiles, a block's part
+// taken from its place in start order, and the tiles waiting for the row blocks' count (Note
+// [two-phase launch] in kernels/common/block_phases.cuh): a launch less a step (the fitted
+// model's 4.8 us eagerly, less within a graph), the same sums in the same order, so bit for bit
+// the two launches' results. At the MNIST sizes the whole grid is resident at once (64 row
+// blocks and 113 tiles at batch 64 on an H200, 256 threads and at most 40 KB each), so the tiles
+// wait on their SMs rather than behind the row blocks; where it is not, the order still
+// guarantees progress. The counters are the stream's tickets; a capture on a stream that has
+// none yet (they cannot be made then) takes the two launches.
 namespace {
 namespace dev {
 
@@ -230,13 +245,13 @@ __device__ __forceinline__ T masked(T g, const T* y, int64_t at, int relu) {
   return relu && !(static_cast<A>(y[at]) > A(0)) ? T(0) : g;
 }
 
-// R rows a block, walking the layers down.
+// Row block `block` (R rows), walking the layers down; dzs: layer l's dz in dzs[l & 1], zeros past
+// its rows and width.
 template <class T, int R>
-__global__ void __launch_bounds__(kThreads) mlp_backward_rows_kernel(BackwardArgs<T> p) {
+__device__ __forceinline__ void backward_rows(const BackwardArgs<T>& p, int64_t block, acc_t<T> (*dzs)[R][kW]) {
   using A = acc_t<T>;
-  EMBER_SHARED(A[2][R][kW], dzs);  // layer l's dz in dzs[l & 1], zeros past its rows and width
   const int tid = static_cast<int>(threadIdx.x);
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * R;
+  const int64_t row0 = block * R;
   const int rows = static_cast<int>(p.rows - row0 < R ? p.rows - row0 : R);
   const int top = p.layers - 1;
   {
@@ -302,6 +317,12 @@ __global__ void __launch_bounds__(kThreads) mlp_backward_rows_kernel(BackwardArg
   }
 }
 
+template <class T, int R>
+__global__ void __launch_bounds__(kThreads) mlp_backward_rows_kernel(BackwardArgs<T> p) {
+  EMBER_SHARED(acc_t<T>[2][R][kW], dzs);
+  backward_rows<T, R>(p, blockIdx.x, dzs);
+}
+
 // Stores a thread's 4 x 4 tile of dW (rows n.., inputs k..) and, with `bias`, its 4 bias
 // gradients: each row's 4 inputs as vectors (of at most 16 bytes) where the row allows it.
 template <class T, class A>
@@ -338,21 +359,24 @@ __device__ __forceinline__ void store_tile(const BackLayer<T>& L, int n0, int k,
 // output column a thread (4 outputs, 3 loads) took, which the time model put at the limit of the
 // MLP's backward at batch 512. The splits add their partial tiles in split order at the end (a
 // fixed order: the result does not depend on timing), through the staging buffer.
+constexpr int kStage = kRowChunk * (kTileN + kTileK);  // dz rows [kRowChunk][kTileN], then h rows
+
+// Weight-gradient tile `block` of every layer's tiles (tile0 and tiles_k say whose); stage: kStage
+// accumulators of shared memory.
 template <class T>
-__global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs<T> p) {
+__device__ __forceinline__ void weight_grads(const BackwardArgs<T>& p, int block, acc_t<T>* stage) {
   using A = acc_t<T>;
   constexpr int kSplitThreads = kThreads / kRowSplits;  // 64: (kTileN / 4) x (kTileK / 4)
   static_assert(kSplitThreads == (kTileN / 4) * (kTileK / 4), "a split's threads cover the tile in 4 x 4");
-  static_assert((kRowSplits - 1) * kSplitThreads * kPart <= kRowChunk * (kTileN + kTileK), "partials fit the stage");
-  EMBER_SHARED(A[kRowChunk * (kTileN + kTileK)], stage);  // dz rows [kRowChunk][kTileN], then h rows
+  static_assert((kRowSplits - 1) * kSplitThreads * kPart <= kStage, "partials fit the stage");
   A(*dzt)[kTileN] = reinterpret_cast<A(*)[kTileN]>(stage);
   A(*xt)[kTileK] = reinterpret_cast<A(*)[kTileK]>(stage + kRowChunk * kTileN);
   int l = 0;  // the last layer whose first block is at or before this one (tile0 never decreases)
   EMBER_UNROLL
   for (int i = 1; i < kMlpMaxLayers; ++i)
-    if (i < p.layers && static_cast<int>(blockIdx.x) >= p.l[i].tile0) l = i;
+    if (i < p.layers && block >= p.l[i].tile0) l = i;
   const BackLayer<T> L = layer_at(p.l, l);
-  const int t = static_cast<int>(blockIdx.x) - L.tile0;
+  const int t = block - L.tile0;
   const int n0 = (t / L.tiles_k) * kTileN, k0 = (t % L.tiles_k) * kTileK;
   const int tid = static_cast<int>(threadIdx.x);
   const int split = tid / kSplitThreads, st = tid % kSplitThreads;
@@ -396,6 +420,27 @@ __global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs
     for (int e = 0; e < kPart; ++e) tile[e] += other[e];
   }
   store_tile(L, n0 + nb, k0 + kb, bias, tile);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) mlp_weight_grads_kernel(BackwardArgs<T> p) {
+  EMBER_SHARED(acc_t<T>[kStage], stage);
+  weight_grads<T>(p, static_cast<int>(blockIdx.x), stage);
+}
+
+// The backward in one launch (Note [fused MLP backward in one launch]): row_blocks blocks of R
+// rows, then the weight-gradient tiles, in start order (Note [two-phase launch]). At least one
+// block an SM: with the thread bound alone ptxas held some instances at 64 registers (128 for f64
+// at 8 rows) and spilled 8-16 bytes; so they take 80-100 (f64 126-148), none spilled.
+template <class T, int R>
+__global__ void __launch_bounds__(kThreads, 1) mlp_backward_kernel(BackwardArgs<T> p, cuda::TwoPhaseGrid g) {
+  using A = acc_t<T>;
+  constexpr int kSmem = std::max(2 * R * kW, kStage);  // one phase's buffers at a time
+  EMBER_SHARED(A[kSmem], smem);
+  const cuda::PhaseBlock at = cuda::begin_phase_block(g);
+  if (at.first) backward_rows<T, R>(p, at.x, reinterpret_cast<A(*)[R][kW]>(smem));
+  else weight_grads<T>(p, at.x, smem);
+  cuda::end_phase_block(g, at);
 }
 
 }  // namespace dev
@@ -515,15 +560,23 @@ void launch_backward(const KernelCall& c, cudaStream_t stream) {
     next += p.rows * n;
     tiles += (n + dev::kTileN - 1) / dev::kTileN * tiles_k;
   }
-  if (p.rows > 0)
-    with_rows<8>(rows_per_block<8>(p.rows, c.in[0].device()), [&](auto rc) {
-      constexpr int R = decltype(rc)::value;
-      cuda::launch(dev::mlp_backward_rows_kernel<T, R>, static_cast<unsigned>((p.rows + R - 1) / R), dev::kThreads, 0,
-                   stream, p);
-    });
-  // with no rows the weight gradients are zeros, which this launch writes too
-  if (tiles > 0)
-    cuda::launch(dev::mlp_weight_grads_kernel<T>, static_cast<unsigned>(tiles), dev::kThreads, 0, stream, p);
+  unsigned* tickets = cuda::stream_tickets(c.in[0].device().index, stream);
+  with_rows<8>(rows_per_block<8>(p.rows, c.in[0].device()), [&](auto rc) {
+    constexpr int R = decltype(rc)::value;
+    const int row_blocks = static_cast<int>((p.rows + R - 1) / R);
+    if (tickets != nullptr) {
+      // with no rows the first phase is empty and the weight gradients are zeros, written too
+      const unsigned blocks = static_cast<unsigned>(row_blocks + tiles);
+      if (blocks > 0)
+        cuda::launch(dev::mlp_backward_kernel<T, R>, blocks, dev::kThreads, 0, stream, p,
+                     cuda::TwoPhaseGrid{tickets, static_cast<unsigned>(row_blocks), blocks});
+      return;
+    }
+    if (row_blocks > 0)
+      cuda::launch(dev::mlp_backward_rows_kernel<T, R>, static_cast<unsigned>(row_blocks), dev::kThreads, 0, stream, p);
+    if (tiles > 0)
+      cuda::launch(dev::mlp_weight_grads_kernel<T>, static_cast<unsigned>(tiles), dev::kThreads, 0, stream, p);
+  });
 }
 
 void mlp_fused(const KernelCall& c) {
@@ -566,7 +619,7 @@ void register_cuda_mlp_backward(OpInfo& info) {
                     .fn = mlp_backward_fused,
                     .dtypes = kFloatTypes,
                     .supports = fused_backward_ok,
-                    .note = "two launches: every layer's dz (and dx) by rows, then every dW and db"});
+                    .note = "one launch: every layer's dz (and dx) by rows, then every dW and db"});
   info.add_variant({.name = "composite",
                     .device = DeviceType::cuda,
                     .fn = mlp_backward_composite,
