@@ -2,6 +2,7 @@
 // large shapes that reach split-K / multi-split paths (MNIST at batch 64, ResNet-like channel
 // counts), running statistics updated on the device, mixed-precision batch norm, deterministic
 // variant selection, and a CNN training step that matches the CPU.
+#include <cstring>
 #include <functional>
 
 #include <catch2/catch.hpp>
@@ -146,6 +147,74 @@ TEST_CASE("batch_norm counts its batches in the op's launch on the GPU", "[gpu][
   bn(x);
   CHECK(bn->num_batches_tracked.item() == 2);
 }
+
+#if EMBER_WITH_CUDA
+// Each direction of a training batch norm is one launch where the stream has tickets (Note [batch
+// norm in one launch]): a capture on a stream without tickets yet takes each direction's two
+// kernels, two kernels more, and gives the same outputs, running statistics and gradients bit for
+// bit; planar, channels-last and 2-D x, and the max pooled and averaged forms (their own kernels).
+TEST_CASE("cuda batch_norm: each direction is one launch, bit for bit its two kernels", "[gpu][bn]") {
+  manual_seed(21);
+  enum class Form { plain, max_pool, avg_pool };
+  struct Case {
+    const char* name;
+    Shape x;
+    bool channels_last;
+    Form form;
+  };
+  const std::vector<Case> cases = {{"NCHW", {8, 6, 10, 10}, false, Form::plain},
+                                   {"channels-last", {8, 6, 10, 10}, true, Form::plain},
+                                   {"2-D", {64, 12}, false, Form::plain},
+                                   {"max pooled, relu", {8, 6, 10, 10}, false, Form::max_pool},
+                                   {"averaged, relu", {8, 6, 10, 10}, false, Form::avg_pool}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (const Case& k : cases) {
+      INFO(dt << " " << k.name);
+      const TensorOptions o = TensorOptions(dt).device(kCUDA);
+      Tensor x = contiguous_as(uniform(k.x, -2, 2, o), k.channels_last);
+      const Tensor w = uniform({k.x[1]}, 0.5, 1.5, o), b = uniform({k.x[1]}, -0.5, 0.5, o);
+      const Tensor rm0 = uniform({k.x[1]}, -0.1, 0.1, o), rv0 = uniform({k.x[1]}, 0.9, 1.1, o);
+      Tensor y0 = k.form == Form::max_pool   ? empty({8, 6, 5, 5}, o)
+                  : k.form == Form::avg_pool ? empty({8, 6, 1, 1}, o)
+                                             : empty(k.x, o);
+      const Tensor g = uniform(y0.shape(), -1, 1, o);
+      // the step: forward and backward from fresh copies of the running statistics
+      struct Result {
+        Tensor y, rm, rv, dx, dw, db;
+      };
+      auto step = [&](Result& r) {
+        Tensor xg = x.detach().requires_grad_(), wg = w.detach().requires_grad_(), bg = b.detach().requires_grad_();
+        r.rm = rm0.clone();
+        r.rv = rv0.clone();
+        if (k.form == Form::max_pool)
+          r.y = batch_norm_max_pool2d(xg, wg, bg, r.rm, r.rv, true, 0.1, 1e-5, {2, 2}, {2, 2}, {0, 0}, true);
+        else if (k.form == Form::avg_pool)
+          r.y = batch_norm_global_avg_pool2d(xg, wg, bg, r.rm, r.rv, true, 0.1, 1e-5, true);
+        else r.y = batch_norm(xg, wg, bg, r.rm, r.rv, true, 0.1, 1e-5);
+        r.y.backward(g);
+        r.dx = xg.grad();
+        r.dw = wg.grad();
+        r.db = bg.grad();
+      };
+      Result one, two;
+      step(one);  // warm-up (allocations, the variants' first calls)
+      const size_t ticketed = test::kernels_launched_by([&] { step(one); });
+      step(one);
+      // the two kernels a direction: on a new stream, which has no tickets yet
+      const size_t kernels = test::kernels_run_on_a_fresh_stream([&] { step(two); });
+      CHECK(kernels == ticketed + 2);
+      const std::vector<std::pair<const char*, std::pair<Tensor, Tensor>>> outs = {
+          {"y", {one.y, two.y}},    {"running mean", {one.rm, two.rm}}, {"running var", {one.rv, two.rv}},
+          {"dx", {one.dx, two.dx}}, {"dweight", {one.dw, two.dw}},      {"dbias", {one.db, two.db}}};
+      for (const auto& [what, pair] : outs) {
+        INFO(what);
+        const Tensor a = pair.first.contiguous().cpu(), c = pair.second.contiguous().cpu();
+        REQUIRE(a.nbytes() == c.nbytes());
+        CHECK(std::memcmp(a.data_ptr(), c.data_ptr(), a.nbytes()) == 0);
+      }
+    }
+}
+#endif
 
 TEST_CASE("batch_norm mixed precision on the GPU: bf16 activations, f32 parameters and statistics", "[gpu][bn]") {
   Tensor x = uniform({32, 16, 8, 8}, -2, 2).to(DType::bf16);

@@ -1,4 +1,5 @@
-// batch_norm on CUDA: fused, deterministic (no float atomics), two kernels per direction.
+// batch_norm on CUDA: fused, deterministic (no float atomics), one launch per direction in two
+// phases (Note [batch norm in one launch]), or the phases as two kernels.
 //
 // Layouts (batch_norm.h, BnGeom): "planar" NCHW (each channel is N runs of L contiguous values)
 // and "columnar" (channels fastest: channels-last 4-D, or 2-D (N, C)).
@@ -25,10 +26,24 @@
 // (BnGrad), so neither the normalised activations nor their gradient reach memory.
 // Memory bound: the forward reads x twice and writes y; the backward reads g and x twice and writes
 // dx. A fused single-pass version would keep x in shared memory between the passes; left for later.
+//
+// Note [batch norm in one launch]: each direction's second kernel needs every partial of its
+// channel, so it ran as a launch of its own after the first. Now the two are one grid of twice the
+// blocks: the partial sums' blocks first, then the normalise (dx) blocks, which wait until every
+// partial is written (Note [two-phase launch] in kernels/common/block_phases.cuh); each block runs
+// the code its kernel alone ran, at the same (x, y), so the results are those of the two launches
+// bit for bit. A launch less a direction: two a training step per batch norm layer, six for
+// mnist_train's fast model. Each phase is ~4 blocks an SM (bn_dims); every statistics block has
+// started before any normalise block draws its place, so those that start early wait on their SMs
+// for blocks already running. The counters are the stream's tickets; a capture on a stream
+// without them yet, and eval (whose statistics are the running ones), keep two kernels.
 // Napkin math: docs/perf.md ("Napkin math behind the kernels").
+#include <optional>
+
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/aligned_vec.cuh"
+#include "kernels/common/block_phases.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/memory_format.h"
@@ -135,9 +150,9 @@ struct Affine {
 // ---- forward ----
 
 template <class T, class S>
-__global__ void __launch_bounds__(kPlanarThreads)
-    stats_planar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
-  const int c = blockIdx.x, sp = blockIdx.y;
+__device__ __forceinline__ void stats_planar_at(int bx, int by, const T* __restrict__ x, BnDims d,
+                                                Wf<S>* __restrict__ ws) {
+  const int c = bx, sp = by;
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   Wf<S> a{S(0), S(0), 0};
@@ -151,9 +166,16 @@ __global__ void __launch_bounds__(kPlanarThreads)
 }
 
 template <class T, class S>
-__global__ void stats_columnar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
+__global__ void __launch_bounds__(kPlanarThreads)
+    stats_planar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
+  stats_planar_at<T, S>(blockIdx.x, blockIdx.y, x, d, ws);
+}
+
+template <class T, class S>
+__device__ __forceinline__ void stats_columnar_at(int bx, int by, const T* __restrict__ x, BnDims d,
+                                                  Wf<S>* __restrict__ ws) {
   EMBER_SHARED(Wf<S>[kColRows][kColTile + 1], sm);
-  const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
+  const int c = bx * kColTile + threadIdx.x, sp = by;
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
   Wf<S> a{S(0), S(0), 0};
   if (c < d.C)
@@ -164,6 +186,11 @@ __global__ void stats_columnar(const T* __restrict__ x, BnDims d, Wf<S>* __restr
     for (int r = 1; r < kColRows; ++r) a = wf_merge(a, sm[r][threadIdx.x]);
     ws[c * d.splits + sp] = a;
   }
+}
+
+template <class T, class S>
+__global__ void stats_columnar(const T* __restrict__ x, BnDims d, Wf<S>* __restrict__ ws) {
+  stats_columnar_at<T, S>(blockIdx.x, blockIdx.y, x, d, ws);
 }
 
 struct FwdParams {
@@ -196,11 +223,11 @@ __device__ __forceinline__ Affine<S> finalize(const Wf<S>* ws, int c, int splits
 }
 
 template <class T, class S>
-__global__ void __launch_bounds__(kPlanarThreads)
-    apply_planar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
-                 const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+__device__ __forceinline__ void apply_planar_at(int bx, int by, const T* __restrict__ x, T* __restrict__ y, BnDims d,
+                                                const Wf<S>* __restrict__ ws, const S* w, const S* b, S* rm, S* rv,
+                                                S* save_mean, S* save_invstd, FwdParams fp) {
   EMBER_SHARED(Affine<S>, af);
-  const int c = blockIdx.x, sp = blockIdx.y;
+  const int c = bx, sp = by;
   if (threadIdx.x == 0) af = finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0);
   __syncthreads();
   const Affine<S> k = af;
@@ -210,6 +237,13 @@ __global__ void __launch_bounds__(kPlanarThreads)
     const int64_t base = (static_cast<int64_t>(n) * d.C + c) * d.L;
     for (int l = lane; l < d.L; l += 32) y[base + l] = static_cast<T>(k.apply(static_cast<S>(x[base + l])));
   }
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads)
+    apply_planar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
+                 const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+  apply_planar_at<T, S>(blockIdx.x, blockIdx.y, x, y, d, ws, w, b, rm, rv, save_mean, save_invstd, fp);
 }
 
 // batch_norm_max_pool2d's output: the pooled y and its indices, of disjoint kh x kw windows over
@@ -235,14 +269,14 @@ __device__ __forceinline__ Affine<S> eval_affine(int c, const S* w, const S* b, 
   return {rm[c], inv * (w != nullptr ? w[c] : S(1)), b != nullptr ? b[c] : S(0)};
 }
 
-// The block's channel constants for a pooling normalise kernel (planar: channel blockIdx.x): the
+// The block's channel constants for a pooling normalise kernel (planar: channel c, split sp): the
 // merged statistics (training), or the running ones (eval: ws == nullptr); split 0 writes them.
 template <class S>
-__device__ __forceinline__ Affine<S> block_affine(const Wf<S>* ws, const BnDims& d, const S* w, const S* b, S* rm,
-                                                  S* rv, S* save_mean, S* save_invstd, const FwdParams& fp) {
+__device__ __forceinline__ Affine<S> block_affine(int c, int sp, const Wf<S>* ws, const BnDims& d, const S* w,
+                                                  const S* b, S* rm, S* rv, S* save_mean, S* save_invstd,
+                                                  const FwdParams& fp) {
   EMBER_SHARED(Affine<S>, af);
-  const int c = blockIdx.x;
-  const bool owner = blockIdx.y == 0;
+  const bool owner = sp == 0;
   if (threadIdx.x == 0)
     af = ws != nullptr ? finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, owner)
                        : eval_affine(c, w, b, rm, rv, save_mean, save_invstd, fp.eps, owner);
@@ -254,11 +288,11 @@ __device__ __forceinline__ Affine<S> block_affine(const Wf<S>* ws, const BnDims&
 // values, rounds them to T as the unfused y would be stored, and keeps the maximum as max_pool2d
 // does (first maximum, a NaN wins, then the relu and index -1). ws == nullptr: eval.
 template <class T, class S>
-__global__ void __launch_bounds__(kPlanarThreads)
-    apply_pool_planar(const T* __restrict__ x, BnPoolOut<T> po, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
-                      const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
-  const int c = blockIdx.x, sp = blockIdx.y;
-  const Affine<S> k = block_affine(ws, d, w, b, rm, rv, save_mean, save_invstd, fp);
+__device__ __forceinline__ void apply_pool_planar_at(int bx, int by, const T* __restrict__ x, BnPoolOut<T> po, BnDims d,
+                                                     const Wf<S>* __restrict__ ws, const S* w, const S* b, S* rm, S* rv,
+                                                     S* save_mean, S* save_invstd, FwdParams fp) {
+  const int c = bx, sp = by;
+  const Affine<S> k = block_affine(c, sp, ws, d, w, b, rm, rv, save_mean, save_invstd, fp);
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int pooled = po.PH * po.PW;
@@ -293,6 +327,13 @@ __global__ void __launch_bounds__(kPlanarThreads)
   }
 }
 
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads)
+    apply_pool_planar(const T* __restrict__ x, BnPoolOut<T> po, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
+                      const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+  apply_pool_planar_at<T, S>(blockIdx.x, blockIdx.y, x, po, d, ws, w, b, rm, rv, save_mean, save_invstd, fp);
+}
+
 // batch_norm_global_avg_pool2d's output: the plane means [N, C] (relu first when `relu`).
 template <class T>
 struct BnAvgOut {
@@ -306,11 +347,11 @@ struct BnAvgOut {
 // holds pool::kLaneSumMinValues values or more (global_avg_nchw_kernel in pool.cu), else serially
 // in lane 0 (its per-output kernel). ws == nullptr: eval.
 template <class T, class S>
-__global__ void __launch_bounds__(kPlanarThreads)
-    apply_avg_planar(const T* __restrict__ x, BnAvgOut<T> po, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
-                     const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
-  const int c = blockIdx.x, sp = blockIdx.y;
-  const Affine<S> k = block_affine(ws, d, w, b, rm, rv, save_mean, save_invstd, fp);
+__device__ __forceinline__ void apply_avg_planar_at(int bx, int by, const T* __restrict__ x, BnAvgOut<T> po, BnDims d,
+                                                    const Wf<S>* __restrict__ ws, const S* w, const S* b, S* rm, S* rv,
+                                                    S* save_mean, S* save_invstd, FwdParams fp) {
+  const int c = bx, sp = by;
+  const Affine<S> k = block_affine(c, sp, ws, d, w, b, rm, rv, save_mean, save_invstd, fp);
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const bool lanes = d.L >= pool::kLaneSumMinValues;
@@ -334,10 +375,18 @@ __global__ void __launch_bounds__(kPlanarThreads)
 }
 
 template <class T, class S>
-__global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws,
-                               const S* w, const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+__global__ void __launch_bounds__(kPlanarThreads)
+    apply_avg_planar(const T* __restrict__ x, BnAvgOut<T> po, BnDims d, const Wf<S>* __restrict__ ws, const S* w,
+                     const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+  apply_avg_planar_at<T, S>(blockIdx.x, blockIdx.y, x, po, d, ws, w, b, rm, rv, save_mean, save_invstd, fp);
+}
+
+template <class T, class S>
+__device__ __forceinline__ void apply_columnar_at(int bx, int by, const T* __restrict__ x, T* __restrict__ y, BnDims d,
+                                                  const Wf<S>* __restrict__ ws, const S* w, const S* b, S* rm, S* rv,
+                                                  S* save_mean, S* save_invstd, FwdParams fp) {
   EMBER_SHARED(Affine<S>[kColTile], af);
-  const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
+  const int c = bx * kColTile + threadIdx.x, sp = by;
   if (threadIdx.y == 0 && c < d.C)
     af[threadIdx.x] = finalize(ws, c, d.splits, w, b, rm, rv, save_mean, save_invstd, fp, sp == 0);
   __syncthreads();
@@ -346,6 +395,12 @@ __global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDim
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
   for (int64_t m = m0 + threadIdx.y; m < m1; m += kColRows)
     y[m * d.C + c] = static_cast<T>(k.apply(static_cast<S>(x[m * d.C + c])));
+}
+
+template <class T, class S>
+__global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDims d, const Wf<S>* __restrict__ ws,
+                               const S* w, const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp) {
+  apply_columnar_at<T, S>(blockIdx.x, blockIdx.y, x, y, d, ws, w, b, rm, rv, save_mean, save_invstd, fp);
 }
 
 // eval: statistics from the running buffers
@@ -426,9 +481,9 @@ struct BwdParams {
 };
 
 template <class T, class S>
-__global__ void __launch_bounds__(kPlanarThreads)
-    bwd_sums_planar(BnGrad<T> gy, const T* __restrict__ x, BwdParams<T, S> p, BnDims d, Sums<S>* __restrict__ ws) {
-  const int c = blockIdx.x, sp = blockIdx.y;
+__device__ __forceinline__ void bwd_sums_planar_at(int bx, int by, BnGrad<T> gy, const T* __restrict__ x,
+                                                   BwdParams<T, S> p, BnDims d, Sums<S>* __restrict__ ws) {
+  const int c = bx, sp = by;
   const int n0 = sp * d.per_split, n1 = ::min(d.N, n0 + d.per_split);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const S mu = p.mean[c];
@@ -450,10 +505,16 @@ __global__ void __launch_bounds__(kPlanarThreads)
 }
 
 template <class T, class S>
-__global__ void bwd_sums_columnar(BnGrad<T> gy, const T* __restrict__ x, BwdParams<T, S> p, BnDims d,
-                                  Sums<S>* __restrict__ ws) {
+__global__ void __launch_bounds__(kPlanarThreads)
+    bwd_sums_planar(BnGrad<T> gy, const T* __restrict__ x, BwdParams<T, S> p, BnDims d, Sums<S>* __restrict__ ws) {
+  bwd_sums_planar_at<T, S>(blockIdx.x, blockIdx.y, gy, x, p, d, ws);
+}
+
+template <class T, class S>
+__device__ __forceinline__ void bwd_sums_columnar_at(int bx, int by, BnGrad<T> gy, const T* __restrict__ x,
+                                                     BwdParams<T, S> p, BnDims d, Sums<S>* __restrict__ ws) {
   EMBER_SHARED(Sums<S>[kColRows][kColTile + 1], sm);
-  const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
+  const int c = bx * kColTile + threadIdx.x, sp = by;
   const int64_t m0 = static_cast<int64_t>(sp) * d.per_split, m1 = ::min(d.M, m0 + d.per_split);
   Sums<S> a{S(0), S(0)};
   if (c < d.C) {
@@ -472,6 +533,12 @@ __global__ void bwd_sums_columnar(BnGrad<T> gy, const T* __restrict__ x, BwdPara
     for (int r = 1; r < kColRows; ++r) a = sums_merge(a, sm[r][threadIdx.x]);
     ws[c * d.splits + sp] = a;
   }
+}
+
+template <class T, class S>
+__global__ void bwd_sums_columnar(BnGrad<T> gy, const T* __restrict__ x, BwdParams<T, S> p, BnDims d,
+                                  Sums<S>* __restrict__ ws) {
+  bwd_sums_columnar_at<T, S>(blockIdx.x, blockIdx.y, gy, x, p, d, ws);
 }
 
 // dx = k1 g + k2 (x - mean) + k0
@@ -499,11 +566,11 @@ __device__ __forceinline__ BwdCoef<S> bwd_finalize(const Sums<S>* ws, int c, int
 }
 
 template <class T, class S>
-__global__ void __launch_bounds__(kPlanarThreads)
-    bwd_apply_planar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
-                     const Sums<S>* __restrict__ ws, BwdParams<T, S> p, S* dweight, S* dbias, int training) {
+__device__ __forceinline__ void bwd_apply_planar_at(int bx, int by, BnGrad<T> gy, const T* __restrict__ x,
+                                                    T* __restrict__ dx, BnDims d, const Sums<S>* __restrict__ ws,
+                                                    BwdParams<T, S> p, S* dweight, S* dbias, int training) {
   EMBER_SHARED(BwdCoef<S>, co);
-  const int c = blockIdx.x, sp = blockIdx.y;
+  const int c = bx, sp = by;
   if (threadIdx.x == 0)
     co = bwd_finalize(ws, c, d.splits, p.mean, p.invstd, p.w, dweight, dbias, d.M, training != 0, sp == 0);
   __syncthreads();
@@ -522,11 +589,18 @@ __global__ void __launch_bounds__(kPlanarThreads)
 }
 
 template <class T, class S>
-__global__ void bwd_apply_columnar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
-                                   const Sums<S>* __restrict__ ws, BwdParams<T, S> p, S* dweight, S* dbias,
-                                   int training) {
+__global__ void __launch_bounds__(kPlanarThreads)
+    bwd_apply_planar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
+                     const Sums<S>* __restrict__ ws, BwdParams<T, S> p, S* dweight, S* dbias, int training) {
+  bwd_apply_planar_at<T, S>(blockIdx.x, blockIdx.y, gy, x, dx, d, ws, p, dweight, dbias, training);
+}
+
+template <class T, class S>
+__device__ __forceinline__ void bwd_apply_columnar_at(int bx, int by, BnGrad<T> gy, const T* __restrict__ x,
+                                                      T* __restrict__ dx, BnDims d, const Sums<S>* __restrict__ ws,
+                                                      BwdParams<T, S> p, S* dweight, S* dbias, int training) {
   EMBER_SHARED(BwdCoef<S>[kColTile], co);
-  const int c = blockIdx.x * kColTile + threadIdx.x, sp = blockIdx.y;
+  const int c = bx * kColTile + threadIdx.x, sp = by;
   if (threadIdx.y == 0 && c < d.C)
     co[threadIdx.x] = bwd_finalize(ws, c, d.splits, p.mean, p.invstd, p.w, dweight, dbias, d.M, training != 0, sp == 0);
   __syncthreads();
@@ -539,6 +613,81 @@ __global__ void bwd_apply_columnar(BnGrad<T> gy, const T* __restrict__ x, T* __r
     const S xv = static_cast<S>(x[o]);
     dx[o] = static_cast<T>(k.k1 * gy.template at_row<S>(m, c, d.C, d.L, xv, km) + k.k2 * (xv - k.mean) + k.k0);
   }
+}
+
+template <class T, class S>
+__global__ void bwd_apply_columnar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d,
+                                   const Sums<S>* __restrict__ ws, BwdParams<T, S> p, S* dweight, S* dbias,
+                                   int training) {
+  bwd_apply_columnar_at<T, S>(blockIdx.x, blockIdx.y, gy, x, dx, d, ws, p, dweight, dbias, training);
+}
+
+// ---- each direction in one launch (Note [batch norm in one launch]) ----
+//
+// The partial sums' blocks are the first phase, the normalise (or dx) blocks the second, each at
+// the (x, y) its kernel alone would have as blockIdx (Note [two-phase launch]). Launch bounds of
+// one block an SM at least: with the thread bound alone ptxas held backward_planar at 48
+// registers and spilled 24-28 bytes around division's slow-path call, and the pooling forms 8-16;
+// so they take 37-64 registers (f64 54-96), none spilled.
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads, 1)
+    forward_planar(const T* __restrict__ x, T* __restrict__ y, BnDims d, Wf<S>* __restrict__ ws, const S* w, const S* b,
+                   S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp, cuda::TwoPhaseGrid g) {
+  const cuda::PhaseBlock at = cuda::begin_phase_block(g);
+  if (at.first) stats_planar_at<T, S>(at.x, at.y, x, d, ws);
+  else apply_planar_at<T, S>(at.x, at.y, x, y, d, ws, w, b, rm, rv, save_mean, save_invstd, fp);
+  cuda::end_phase_block(g, at);
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads, 1)
+    forward_pool_planar(const T* __restrict__ x, BnPoolOut<T> po, BnDims d, Wf<S>* __restrict__ ws, const S* w,
+                        const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp, cuda::TwoPhaseGrid g) {
+  const cuda::PhaseBlock at = cuda::begin_phase_block(g);
+  if (at.first) stats_planar_at<T, S>(at.x, at.y, x, d, ws);
+  else apply_pool_planar_at<T, S>(at.x, at.y, x, po, d, ws, w, b, rm, rv, save_mean, save_invstd, fp);
+  cuda::end_phase_block(g, at);
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads, 1)
+    forward_avg_planar(const T* __restrict__ x, BnAvgOut<T> po, BnDims d, Wf<S>* __restrict__ ws, const S* w,
+                       const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp, cuda::TwoPhaseGrid g) {
+  const cuda::PhaseBlock at = cuda::begin_phase_block(g);
+  if (at.first) stats_planar_at<T, S>(at.x, at.y, x, d, ws);
+  else apply_avg_planar_at<T, S>(at.x, at.y, x, po, d, ws, w, b, rm, rv, save_mean, save_invstd, fp);
+  cuda::end_phase_block(g, at);
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kColTile* kColRows, 1)
+    forward_columnar(const T* __restrict__ x, T* __restrict__ y, BnDims d, Wf<S>* __restrict__ ws, const S* w,
+                     const S* b, S* rm, S* rv, S* save_mean, S* save_invstd, FwdParams fp, cuda::TwoPhaseGrid g) {
+  const cuda::PhaseBlock at = cuda::begin_phase_block(g);
+  if (at.first) stats_columnar_at<T, S>(at.x, at.y, x, d, ws);
+  else apply_columnar_at<T, S>(at.x, at.y, x, y, d, ws, w, b, rm, rv, save_mean, save_invstd, fp);
+  cuda::end_phase_block(g, at);
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kPlanarThreads, 1)
+    backward_planar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d, Sums<S>* __restrict__ ws,
+                    BwdParams<T, S> p, S* dweight, S* dbias, int training, cuda::TwoPhaseGrid g) {
+  const cuda::PhaseBlock at = cuda::begin_phase_block(g);
+  if (at.first) bwd_sums_planar_at<T, S>(at.x, at.y, gy, x, p, d, ws);
+  else bwd_apply_planar_at<T, S>(at.x, at.y, gy, x, dx, d, ws, p, dweight, dbias, training);
+  cuda::end_phase_block(g, at);
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kColTile* kColRows, 1)
+    backward_columnar(BnGrad<T> gy, const T* __restrict__ x, T* __restrict__ dx, BnDims d, Sums<S>* __restrict__ ws,
+                      BwdParams<T, S> p, S* dweight, S* dbias, int training, cuda::TwoPhaseGrid g) {
+  const cuda::PhaseBlock at = cuda::begin_phase_block(g);
+  if (at.first) bwd_sums_columnar_at<T, S>(at.x, at.y, gy, x, p, d, ws);
+  else bwd_apply_columnar_at<T, S>(at.x, at.y, gy, x, dx, d, ws, p, dweight, dbias, training);
+  cuda::end_phase_block(g, at);
 }
 
 // ---- host side ----
@@ -617,6 +766,52 @@ void launch_fused_apply(const BnFusedOut<T>& f, dim3 grid, cudaStream_t st, cons
                  save_invstd, fp);
 }
 
+// A direction's two kernels, over `grid` each, as one launch of twice the blocks (Note [batch norm
+// in one launch]), where the stream has tickets (a capture on a stream without them yet: none).
+std::optional<cuda::TwoPhaseGrid> one_launch(const Tensor& x, dim3 grid, cudaStream_t st) {
+  unsigned* tickets = cuda::stream_tickets(x.device().index, st);
+  if (tickets == nullptr) return std::nullopt;
+  return cuda::TwoPhaseGrid{tickets, grid.x * grid.y, grid.x};
+}
+
+// A training forward's launches: the statistics and the normalise (or pooling) kernel, as one
+// launch where the stream has tickets (Note [batch norm in one launch]).
+template <class T, class S>
+void launch_training_forward(const BnFusedOut<T>& f, const Tensor& xt, const Tensor& yt, const BnGeom& g,
+                             const BnDims& d, Wf<S>* wsp, const S* w, const S* b, S* rm, S* rv, S* save_mean,
+                             S* save_invstd, const FwdParams& fp, cudaStream_t st) {
+  const T* x = cp<T>(xt);
+  T* y = mp<T>(yt);
+  const unsigned width =
+      g.channels_last ? static_cast<unsigned>((g.C + kColTile - 1) / kColTile) : static_cast<unsigned>(g.C);
+  const dim3 grid(width, static_cast<unsigned>(d.splits));
+  if (const std::optional<cuda::TwoPhaseGrid> one = one_launch(xt, grid, st)) {
+    const dim3 blocks(2 * one->first);
+    if (g.channels_last)
+      cuda::launch(forward_columnar<T, S>, blocks, dim3(kColTile, kColRows), 0, st, x, y, d, wsp, w, b, rm, rv,
+                   save_mean, save_invstd, fp, *one);
+    else if (f.pool != nullptr)
+      cuda::launch(forward_pool_planar<T, S>, blocks, kPlanarThreads, 0, st, x, *f.pool, d, wsp, w, b, rm, rv,
+                   save_mean, save_invstd, fp, *one);
+    else if (f.avg != nullptr)
+      cuda::launch(forward_avg_planar<T, S>, blocks, kPlanarThreads, 0, st, x, *f.avg, d, wsp, w, b, rm, rv, save_mean,
+                   save_invstd, fp, *one);
+    else
+      cuda::launch(forward_planar<T, S>, blocks, kPlanarThreads, 0, st, x, y, d, wsp, w, b, rm, rv, save_mean,
+                   save_invstd, fp, *one);
+  } else if (!g.channels_last) {
+    cuda::launch(stats_planar<T, S>, grid, kPlanarThreads, 0, st, x, d, wsp);
+    if (f.any()) launch_fused_apply<T, S>(f, grid, st, x, d, wsp, w, b, rm, rv, save_mean, save_invstd, fp);
+    else
+      cuda::launch(apply_planar<T, S>, grid, kPlanarThreads, 0, st, x, y, d, wsp, w, b, rm, rv, save_mean, save_invstd,
+                   fp);
+  } else {
+    dim3 block(kColTile, kColRows);
+    cuda::launch(stats_columnar<T, S>, grid, block, 0, st, x, d, wsp);
+    cuda::launch(apply_columnar<T, S>, grid, block, 0, st, x, y, d, wsp, w, b, rm, rv, save_mean, save_invstd, fp);
+  }
+}
+
 // batch_norm's forward, or batch_norm_max_pool2d's or batch_norm_global_avg_pool2d's (f: planar x,
 // not empty; max pooling in disjoint windows).
 template <class T, class S>
@@ -671,22 +866,8 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const B
   Wf<S>* wsp = static_cast<Wf<S>*>(ws.data_ptr());
   const Tensor* counter = bn_counter(c);
   FwdParams fp{a.eps, a.momentum, update ? 1 : 0, counter != nullptr ? mp<int64_t>(*counter) : nullptr};
-  if (!g.channels_last) {
-    dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
-    cuda::launch(stats_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), d, wsp);
-    if (f.any())
-      launch_fused_apply<T, S>(f, grid, st, cp<T>(x), d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm), mp<S>(rv),
-                               mp<S>(save_mean), mp<S>(save_invstd), fp);
-    else
-      cuda::launch(apply_planar<T, S>, grid, kPlanarThreads, 0, st, cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b),
-                   mp<S>(rm), mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
-  } else {
-    dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
-    dim3 block(kColTile, kColRows);
-    cuda::launch(stats_columnar<T, S>, grid, block, 0, st, cp<T>(x), d, wsp);
-    cuda::launch(apply_columnar<T, S>, grid, block, 0, st, cp<T>(x), mp<T>(y), d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm),
-                 mp<S>(rv), mp<S>(save_mean), mp<S>(save_invstd), fp);
-  }
+  launch_training_forward<T, S>(f, x, y, g, d, wsp, cp<S>(w), cp<S>(b), mp<S>(rm), mp<S>(rv), mp<S>(save_mean),
+                                mp<S>(save_invstd), fp, st);
   if (update) {
     write_back(rm, rm_in);
     write_back(rv, rv_in);
@@ -787,13 +968,22 @@ void backward_impl(const KernelCall& c, const Tensor& gy, const Tensor& x, const
     const bool b_s = b.defined() && b.dtype() == sd;
     const BwdParams<T, S> p{cp<S>(mean), cp<S>(invstd), cp<S>(w), b_s ? cp<S>(b) : nullptr,
                             b.defined() && !b_s ? cp<T>(b) : nullptr};
-    if (!g.channels_last) {
-      dim3 grid(static_cast<unsigned>(g.C), static_cast<unsigned>(d.splits));
+    const unsigned width =
+        g.channels_last ? static_cast<unsigned>((g.C + kColTile - 1) / kColTile) : static_cast<unsigned>(g.C);
+    const dim3 grid(width, static_cast<unsigned>(d.splits));
+    if (const std::optional<cuda::TwoPhaseGrid> one = one_launch(x, grid, st)) {
+      const dim3 blocks(2 * one->first);
+      if (g.channels_last)
+        cuda::launch(backward_columnar<T, S>, blocks, dim3(kColTile, kColRows), 0, st, gr, cp<T>(x), mp<T>(dx), d, wsp,
+                     p, mp<S>(dweight), mp<S>(dbias), training, *one);
+      else
+        cuda::launch(backward_planar<T, S>, blocks, kPlanarThreads, 0, st, gr, cp<T>(x), mp<T>(dx), d, wsp, p,
+                     mp<S>(dweight), mp<S>(dbias), training, *one);
+    } else if (!g.channels_last) {
       cuda::launch(bwd_sums_planar<T, S>, grid, kPlanarThreads, 0, st, gr, cp<T>(x), p, d, wsp);
       cuda::launch(bwd_apply_planar<T, S>, grid, kPlanarThreads, 0, st, gr, cp<T>(x), mp<T>(dx), d, wsp, p,
                    mp<S>(dweight), mp<S>(dbias), training);
     } else {
-      dim3 grid(static_cast<unsigned>((g.C + kColTile - 1) / kColTile), static_cast<unsigned>(d.splits));
       dim3 block(kColTile, kColRows);
       cuda::launch(bwd_sums_columnar<T, S>, grid, block, 0, st, gr, cp<T>(x), p, d, wsp);
       cuda::launch(bwd_apply_columnar<T, S>, grid, block, 0, st, gr, cp<T>(x), mp<T>(dx), d, wsp, p, mp<S>(dweight),
