@@ -216,6 +216,44 @@ TEST_CASE("cuda batch_norm: each direction is one launch, bit for bit its two ke
 }
 #endif
 
+#if EMBER_WITH_CUDA
+// The direct weight gradient sums its image splits in its own launch where the stream has tickets
+// (Note [conv weight gradient in one launch]): one kernel, the same dW and db bit for bit as the
+// two kernels a capture on a stream without tickets yet still runs, and the tickets back at 0 for
+// the next call; 3x3 and 5x5, with and without the bias gradient.
+TEST_CASE("cuda conv2d: the direct weight gradient is one launch, bit for bit its two", "[gpu][conv]") {
+  manual_seed(22);
+  const Variant* v = nullptr;
+  for (const Variant& c : op_info(OpId::conv2d_backward_weight).variants)
+    if (c.device == DeviceType::cuda && c.name == "direct") v = &c;
+  REQUIRE(v != nullptr);
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t ks : {3, 5})
+      for (int64_t bias : {0, 1}) {
+        INFO(dt << " " << ks << "x" << ks << (bias ? " with db" : ""));
+        const TensorOptions o = TensorOptions(dt).device(kCUDA);
+        const int64_t pad = ks / 2;
+        Tensor x = uniform({6, 4, 12, 12}, -1, 1, o), g = uniform({6, 16, 12, 12}, -1, 1, o);
+        const Conv2dAttrs a{Conv2dFuncOptions().set_padding(pad), {ks, ks}, bias};
+        const std::vector<Tensor> once = call_variant(*v, OpId::conv2d_backward_weight, {g, x}, a);
+        CHECK(test::kernels_launched_by([&] { call_variant(*v, OpId::conv2d_backward_weight, {g, x}, a); }) == 1);
+        const std::vector<Tensor> again = call_variant(*v, OpId::conv2d_backward_weight, {g, x}, a);
+        std::vector<Tensor> two;
+        for (const Tensor& t : once) two.push_back(empty(t.shape(), o));
+        CHECK(test::kernels_run_on_a_fresh_stream([&] {
+                call_variant_into(*v, OpId::conv2d_backward_weight, {g, x}, two, a);
+              }) == 2);
+        REQUIRE(once.size() == static_cast<size_t>(1 + bias));
+        for (size_t i = 0; i < once.size(); ++i) {
+          INFO((i == 0 ? "dW" : "db"));
+          const Tensor want = once[i].cpu();
+          CHECK(std::memcmp(again[i].cpu().data_ptr(), want.data_ptr(), want.nbytes()) == 0);
+          CHECK(std::memcmp(two[i].cpu().data_ptr(), want.data_ptr(), want.nbytes()) == 0);
+        }
+      }
+}
+#endif
+
 TEST_CASE("batch_norm mixed precision on the GPU: bf16 activations, f32 parameters and statistics", "[gpu][bn]") {
   Tensor x = uniform({32, 16, 8, 8}, -2, 2).to(DType::bf16);
   Tensor w = uniform({16}, 0.5, 1.5), b = uniform({16}, -1, 1), rm = zeros({16}), rv = ones({16});

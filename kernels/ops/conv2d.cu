@@ -52,6 +52,7 @@
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
 #include "kernels/common/aligned_vec.cuh"
+#include "kernels/common/block_phases.cuh"
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/memory_format.h"
@@ -762,15 +763,15 @@ __device__ __forceinline__ void wgrad_stage_image(const T* __restrict__ gy, cons
       });
 }
 
-// The block's partial dW (and db) into ws[blockIdx.x]: the row shares' sums added in shared memory
-// in a fixed order.
+// The block's partial dW (and db) into ws[blk.x]: the row shares' sums added in shared memory in a
+// fixed order. blk: the block's (image split, k slice, c slice).
 template <int KS, int TK>
 __device__ __forceinline__ void wgrad_block_partials(const float (&acc)[TK][KS][KS], const float (&bsum)[TK],
                                                      bool active, float* smem, float* __restrict__ ws,
-                                                     const DirectWgradGeom& g) {
+                                                     const DirectWgradGeom& g, uint3 blk) {
   constexpr int V = TK * KS * KS;
   const int tid = threadIdx.x, nt = blockDim.x;
-  const int k0 = blockIdx.y * g.KB, c0 = blockIdx.z * g.CB;
+  const int k0 = static_cast<int>(blk.y) * g.KB, c0 = static_cast<int>(blk.z) * g.CB;
   const int kgroups = g.KB / TK, units = kgroups * g.CB * g.PS;
   const int kg = tid % kgroups, cc = (tid / kgroups) % g.CB, ps = tid / (kgroups * g.CB);
   float* red = smem;                      // [units][rpitch]: an odd pitch puts the lanes' stores on 32 banks
@@ -789,8 +790,8 @@ __device__ __forceinline__ void wgrad_block_partials(const float (&acc)[TK][KS][
   __syncthreads();
   const int per_share = kgroups * g.CB;  // units with ps = 0
   const int64_t nw = static_cast<int64_t>(g.K) * g.C * KS * KS;
-  float* wsp = ws + static_cast<int64_t>(blockIdx.x) * (nw + (g.bias ? g.K : 0));
-  if (g.bias && blockIdx.z == 0) {
+  float* wsp = ws + static_cast<int64_t>(blk.x) * (nw + (g.bias ? g.K : 0));
+  if (g.bias && blk.z == 0) {
     for (int i = tid; i < g.KB; i += nt) {  // i = t kgroups + k group
       float s = 0.f;
       for (int p = 0; p < g.PS; ++p) s += bred[i * bpitch + p];
@@ -816,14 +817,14 @@ __device__ __forceinline__ void wgrad_block_partials(const float (&acc)[TK][KS][
 // (compute_wgrad_geom), which the launch bounds say: left to itself, ptxas spilled the 3x3 kernel
 // once db's TK sums joined the loop (docs/perf.md has the registers).
 template <class T, int KS, int TK>
-__global__ void __launch_bounds__(256, 2) direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x,
-                                                              float* __restrict__ ws, DirectWgradGeom g, PooledGrad u) {
+__device__ __forceinline__ void direct_wgrad_at(uint3 blk, const T* __restrict__ gy, const T* __restrict__ x,
+                                                float* __restrict__ ws, const DirectWgradGeom& g, const PooledGrad& u) {
   EMBER_DYNAMIC_SHARED(float4, smem4);
   float* smem = reinterpret_cast<float*>(smem4);
   float* xs = smem;                    // [CB][xpitch >= Hp Wp]
   float* gs = smem + g.CB * g.xpitch;  // [KB][gpitch >= P gq]
-  const int split = blockIdx.x;
-  const int k0 = blockIdx.y * g.KB, c0 = blockIdx.z * g.CB;
+  const int split = static_cast<int>(blk.x);
+  const int k0 = static_cast<int>(blk.y) * g.KB, c0 = static_cast<int>(blk.z) * g.CB;
   const int tid = threadIdx.x;
   const int kgroups = g.KB / TK;
   const int units = kgroups * g.CB * g.PS;
@@ -877,23 +878,60 @@ __global__ void __launch_bounds__(256, 2) direct_wgrad_kernel(const T* __restric
     }
   }
   __syncthreads();  // the planes are read: the row shares' sums take their shared memory
-  wgrad_block_partials<KS, TK>(acc, bsum, active, smem, ws, g);
+  wgrad_block_partials<KS, TK>(acc, bsum, active, smem, ws, g, blk);
+}
+
+template <class T, int KS, int TK>
+__global__ void __launch_bounds__(256, 2) direct_wgrad_kernel(const T* __restrict__ gy, const T* __restrict__ x,
+                                                              float* __restrict__ ws, DirectWgradGeom g, PooledGrad u) {
+  direct_wgrad_at<T, KS, TK>(uint3{blockIdx.x, blockIdx.y, blockIdx.z}, gy, x, ws, g, u);
 }
 
 // dW, and db where the call asks for it, from the image splits' partials ws[split][nw + nb] (nb = 0
 // or K), the splits added in order: gemm::sum_splits with a second destination, so db costs no
-// launch of its own (Note [conv bias gradient]).
+// launch of its own (Note [conv bias gradient]). Block `block` of `blocks`, a grid-stride loop.
 template <class T>
-__global__ void wgrad_sum_splits_kernel(const float* __restrict__ ws, int splits, int64_t nw, int64_t nb,
-                                        T* __restrict__ w, T* __restrict__ b) {
+__device__ __forceinline__ void wgrad_sum_splits_at(int64_t block, int64_t blocks, const float* __restrict__ ws,
+                                                    int splits, int64_t nw, int64_t nb, T* __restrict__ w,
+                                                    T* __restrict__ b) {
   const int64_t n = nw + nb;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = block * blockDim.x + threadIdx.x; i < n; i += blocks * blockDim.x) {
     float v = 0.f;
     for (int s = 0; s < splits; ++s) v += ws[s * n + i];
     if (i < nw) w[i] = static_cast<T>(v);
     else b[i - nw] = static_cast<T>(v);
   }
+}
+
+template <class T>
+__global__ void wgrad_sum_splits_kernel(const float* __restrict__ ws, int splits, int64_t nw, int64_t nb,
+                                        T* __restrict__ w, T* __restrict__ b) {
+  wgrad_sum_splits_at<T>(blockIdx.x, gridDim.x, ws, splits, nw, nb, w, b);
+}
+
+// Note [conv weight gradient in one launch]: the image splits' partials and their sum were two
+// launches, the sum waiting for every split. Now they are the two phases of one grid (Note
+// [two-phase launch] in kernels/common/block_phases.cuh): the direct kernel's blocks, each at the
+// (split, k slice, c slice) it had as blockIdx, then `sum_blocks` blocks of the same size adding
+// the splits in order, as wgrad_sum_splits_kernel did (the same bits). Unlike one last block per
+// tile (Note [split-K]), the sum is spread over as many blocks as the separate kernel had. Those
+// blocks reserve the direct kernel's shared memory, which they do not use; but a block becomes a
+// sum block only after every split's block has started, so it never keeps one from starting. A
+// capture on a stream without tickets yet takes the two launches.
+template <class T, int KS, int TK>
+__global__ void __launch_bounds__(256, 2)
+    direct_wgrad_one_launch_kernel(const T* __restrict__ gy, const T* __restrict__ x, float* __restrict__ ws,
+                                   DirectWgradGeom g, PooledGrad u, T* __restrict__ w, T* __restrict__ b,
+                                   int sum_blocks, cuda::TwoPhaseGrid pg) {
+  const cuda::PhaseBlock at = cuda::begin_phase_block(pg);
+  const int64_t nw = static_cast<int64_t>(g.K) * g.C * KS * KS, nb = g.bias ? g.K : 0;
+  const int kslices = (g.K + g.KB - 1) / g.KB;  // the splits' grid: (splits, kslices, cslices)
+  if (at.first)
+    direct_wgrad_at<T, KS, TK>(uint3{static_cast<unsigned>(at.x), static_cast<unsigned>(at.y % kslices),
+                                     static_cast<unsigned>(at.y / kslices)},
+                               gy, x, ws, g, u);
+  else wgrad_sum_splits_at<T>(static_cast<int64_t>(at.y) * g.splits + at.x, sum_blocks, ws, g.splits, nw, nb, w, b);
+  cuda::end_phase_block(pg, at);
 }
 
 int wgrad_tk(int KS) { return KS == 3 ? kWgTK3 : kWgTK5; }
@@ -997,13 +1035,24 @@ void direct_backward_weight(const KernelCall& c) {
   const PooledGrad u = pooled_grad(c, ind);
   const int threads = (units + 31) / 32 * 32;
   dim3 grid(d.splits, (d.K + d.KB - 1) / d.KB, (d.C + d.CB - 1) / d.CB);
+  unsigned* tickets = cuda::stream_tickets(a.w.device().index, st);
   dispatch_half_float(a.w.dtype(), "conv2d_backward_weight", [&](auto tag) {
     using T = decltype(tag);
+    T* bp = d.bias ? mp<T>(db) : static_cast<T*>(nullptr);
+    if (tickets != nullptr) {  // Note [conv weight gradient in one launch]
+      auto kern = KS == 3 ? direct_wgrad_one_launch_kernel<T, 3, kWgTK3> : direct_wgrad_one_launch_kernel<T, 5, kWgTK5>;
+      EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      const unsigned first = grid.x * grid.y * grid.z;
+      const unsigned sums = cuda::grid_for(nw + nb, threads, a.w.device().index);
+      cuda::launch(kern, first + sums, threads, smem, st, cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d, u, mp<T>(a.w), bp,
+                   static_cast<int>(sums), cuda::TwoPhaseGrid{tickets, first, grid.x});
+      return;
+    }
     auto kern = KS == 3 ? direct_wgrad_kernel<T, 3, kWgTK3> : direct_wgrad_kernel<T, 5, kWgTK5>;
     EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     cuda::launch(kern, grid, threads, smem, st, cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d, u);
     cuda::launch(wgrad_sum_splits_kernel<T>, cuda::grid_for(nw + nb, 256, a.w.device().index), 256, 0, st,
-                 cp<float>(ws), d.splits, nw, nb, mp<T>(a.w), d.bias ? mp<T>(db) : static_cast<T*>(nullptr));
+                 cp<float>(ws), d.splits, nw, nb, mp<T>(a.w), bp);
   });
 }
 
