@@ -13,6 +13,21 @@
 
 namespace ember::test {
 
+// The kernel nodes of a graph.
+inline size_t kernel_nodes(cudaGraph_t graph) {
+  size_t n = 0;
+  REQUIRE(cudaGraphGetNodes(graph, nullptr, &n) == cudaSuccess);
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) REQUIRE(cudaGraphGetNodes(graph, nodes.data(), &n) == cudaSuccess);
+  size_t kernels = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    REQUIRE(cudaGraphNodeGetType(node, &type) == cudaSuccess);
+    if (type == cudaGraphNodeTypeKernel) ++kernels;
+  }
+  return kernels;
+}
+
 // Kernel nodes that f enqueues on the current stream (captured into a graph, never run).
 inline size_t kernels_launched_by(const std::function<void()>& f) {
   cudaStream_t s = static_cast<cudaStream_t>(cuda::current_stream(0).handle());
@@ -24,15 +39,7 @@ inline size_t kernels_launched_by(const std::function<void()>& f) {
     f();
     cudaGraph_t graph = nullptr;
     REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
-    size_t n = 0;
-    REQUIRE(cudaGraphGetNodes(graph, nullptr, &n) == cudaSuccess);
-    std::vector<cudaGraphNode_t> nodes(n);
-    if (n > 0) REQUIRE(cudaGraphGetNodes(graph, nodes.data(), &n) == cudaSuccess);
-    for (cudaGraphNode_t node : nodes) {
-      cudaGraphNodeType type;
-      REQUIRE(cudaGraphNodeGetType(node, &type) == cudaSuccess);
-      if (type == cudaGraphNodeTypeKernel) ++kernels;
-    }
+    kernels = kernel_nodes(graph);
     REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
   }
   return kernels;
@@ -52,16 +59,7 @@ inline size_t kernels_run_on_a_fresh_stream(const std::function<void()>& f) {
   f();
   cudaGraph_t graph = nullptr;
   REQUIRE(cudaStreamEndCapture(st, &graph) == cudaSuccess);
-  size_t n = 0;
-  REQUIRE(cudaGraphGetNodes(graph, nullptr, &n) == cudaSuccess);
-  std::vector<cudaGraphNode_t> nodes(n);
-  if (n > 0) REQUIRE(cudaGraphGetNodes(graph, nodes.data(), &n) == cudaSuccess);
-  size_t kernels = 0;
-  for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType type;
-    REQUIRE(cudaGraphNodeGetType(node, &type) == cudaSuccess);
-    if (type == cudaGraphNodeTypeKernel) ++kernels;
-  }
+  const size_t kernels = kernel_nodes(graph);
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
   REQUIRE(cudaGraphLaunch(exec, st) == cudaSuccess);
