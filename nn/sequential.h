@@ -21,7 +21,7 @@
 //
 // Note [fused MLP stacks]: with fuse_activations, two or more Linears in a row, each followed by a
 // ReLU or not (exactly those types, up to kMlpMaxLayers), run as one mlp op (kernels/ops/mlp.*):
-// on CUDA one launch forward and two backward where every layer is at most 128 wide (Note [fused
+// on CUDA one launch each way where every layer is at most 128 wide (Note [fused
 // MLP] in kernels/ops/mlp.cu), the layers' own ops elsewhere, with the same values. The op keeps
 // the hidden layers' outputs, which the layers would have kept anyway. fuse_mlp = false runs the
 // stack layer by layer (mnist_train --no-fuse-mlp).

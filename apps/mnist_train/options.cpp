@@ -217,7 +217,7 @@ void add_speed_options(CLI::App& app, Options& o) {
                "run each Linear followed by ReLU as one linear with the relu fused, and each ReLU followed by "
                "MaxPool2d as one max pooling with the relu fused, both ways (else two ops)");
   app.add_flag("--fuse-mlp,!--no-fuse-mlp", o.fuse_mlp,
-               "run each stack of Linears (and ReLUs) as one mlp op: on CUDA one kernel forward, two backward, "
+               "run each stack of Linears (and ReLUs) as one mlp op: on CUDA one kernel each way, "
                "where every layer is at most 128 wide (only with --fuse-activations; else layer by layer)");
   app.add_flag("--fuse-pool,!--no-fuse-pool", o.fuse_pool,
                "run each Conv2d or BatchNorm2d followed by MaxPool2d, and each BatchNorm2d followed by "

@@ -16,7 +16,7 @@
 // Variants: "cpu" (kReference) runs linear's and its backward ops' reference kernels layer by
 // layer; "composite" (both devices) runs the layers' ops through the registry, which is what
 // Sequential ran before it fused the stack (the CPU's default); CUDA's "fused" (mlp.cu) runs the
-// stack in one launch forward and two backward.
+// stack in one launch each way.
 #include "kernels/ops/mlp.h"
 
 #include "kernels/functional.h"
