@@ -914,10 +914,10 @@ __global__ void wgrad_sum_splits_kernel(const float* __restrict__ ws, int splits
 // [two-phase launch] in kernels/common/block_phases.cuh): the direct kernel's blocks, each at the
 // (split, k slice, c slice) it had as blockIdx, then `sum_blocks` blocks of the same size adding
 // the splits in order, as wgrad_sum_splits_kernel did (the same bits). Unlike one last block per
-// tile (Note [split-K]), the sum is spread over as many blocks as the separate kernel had. Those
-// blocks reserve the direct kernel's shared memory, which they do not use; but a block becomes a
-// sum block only after every split's block has started, so it never keeps one from starting. A
-// capture on a stream without tickets yet takes the two launches.
+// tile (Note [split-K]), the sum is spread over many blocks: as many as the separate kernel had, up
+// to one wave. Those blocks reserve the direct kernel's shared memory, which they do not use; but a
+// block becomes a sum block only after every split's block has started, so it never keeps one
+// from starting. A capture on a stream without tickets yet takes the two launches.
 template <class T, int KS, int TK>
 __global__ void __launch_bounds__(256, 2)
     direct_wgrad_one_launch_kernel(const T* __restrict__ gy, const T* __restrict__ x, float* __restrict__ ws,
@@ -1043,7 +1043,10 @@ void direct_backward_weight(const KernelCall& c) {
       auto kern = KS == 3 ? direct_wgrad_one_launch_kernel<T, 3, kWgTK3> : direct_wgrad_one_launch_kernel<T, 5, kWgTK5>;
       EMBER_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       const unsigned first = grid.x * grid.y * grid.z;
-      const unsigned sums = cuda::grid_for(nw + nb, threads, a.w.device().index);
+      // one wave of sum blocks, a grid-stride loop each: each holds the direct kernel's shared
+      // memory, so an SM keeps 2 (the launch bounds), where the separate sum kernel kept 8
+      const int dev = a.w.device().index;
+      const unsigned sums = std::min(cuda::grid_for(nw + nb, threads, dev), 2u * cuda::sm_count(dev));
       cuda::launch(kern, first + sums, threads, smem, st, cp<T>(a.y), cp<T>(a.x), mp<float>(ws), d, u, mp<T>(a.w), bp,
                    static_cast<int>(sums), cuda::TwoPhaseGrid{tickets, first, grid.x});
       return;
