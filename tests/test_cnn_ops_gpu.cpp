@@ -254,6 +254,49 @@ TEST_CASE("cuda conv2d: the direct weight gradient is one launch, bit for bit it
 }
 #endif
 
+#if EMBER_WITH_CUDA
+// The implicit-GEMM weight gradients add their split partials in the same launch, each tile's last
+// block in split order (Note [wgrad split-K in one launch] in kernels/ops/conv2d_igemm.cu): one
+// kernel, the same dW bit for bit as the GEMM and gemm::sum_splits that a capture on a stream
+// without tickets yet still runs, and the tickets back at 0 for the next call (a ticket left
+// behind would make no block the last, or the wrong one). Shapes whose reduction is split 8 to 16
+// ways: both layouts, one group and two (the tickets are per tile of every group), both kernels.
+TEST_CASE("cuda conv2d: the igemm weight gradient is one launch, bit for bit its two", "[gpu][conv]") {
+  manual_seed(23);
+  for (const char* name : {"igemm_simt", "igemm_mma"}) {
+    const Variant* v = nullptr;
+    for (const Variant& c : op_info(OpId::conv2d_backward_weight).variants)
+      if (c.device == DeviceType::cuda && c.name == name) v = &c;
+    REQUIRE(v != nullptr);
+    const std::vector<DType> dtypes = std::string(name) == "igemm_simt" ? std::vector<DType>{DType::f32, DType::f64}
+                                                                        : std::vector<DType>{DType::bf16};
+    for (DType dt : dtypes)
+      for (bool cl : {false, true})
+        for (int64_t groups : {1, 2}) {
+          INFO(name << " " << dt << (cl ? " channels-last" : "") << " groups " << groups);
+          const TensorOptions o = TensorOptions(dt).device(kCUDA);
+          Tensor x = contiguous_as(uniform({8, 8, 16, 16}, -1, 1, o), cl);
+          Tensor g = contiguous_as(uniform({8, 32, 16, 16}, -1, 1, o), cl);
+          const Conv2dAttrs a{Conv2dFuncOptions().set_padding(1).set_groups(groups), {3, 3}, 0};
+          const std::vector<Tensor> once = call_variant(*v, OpId::conv2d_backward_weight, {g, x}, a);
+          CHECK(test::kernels_launched_by([&] { call_variant(*v, OpId::conv2d_backward_weight, {g, x}, a); }) == 1);
+          const std::vector<Tensor> again = call_variant(*v, OpId::conv2d_backward_weight, {g, x}, a);
+          std::vector<Tensor> two{empty(once[0].shape(), o)};
+          CHECK(test::kernels_run_on_a_fresh_stream([&] {
+                  call_variant_into(*v, OpId::conv2d_backward_weight, {g, x}, two, a);
+                }) == 2);
+          const Tensor want = once[0].cpu();
+          CHECK(std::memcmp(again[0].cpu().data_ptr(), want.data_ptr(), want.nbytes()) == 0);
+          CHECK(std::memcmp(two[0].cpu().data_ptr(), want.data_ptr(), want.nbytes()) == 0);
+          // and the CPU's result, within the dtype's rounding of a 2,048-term sum
+          const Tensor ref = call1(OpId::conv2d_backward_weight, {g.cpu(), x.cpu()}, a);
+          const Tol tol = dt == DType::f64 ? Tol{1e-9, 1e-9} : dt == DType::f32 ? Tol{1e-4, 1e-3} : Tol{2e-2, 2e-1};
+          CHECK(testing::compare(want, ref, tol) == "");
+        }
+  }
+}
+#endif
+
 TEST_CASE("batch_norm mixed precision on the GPU: bf16 activations, f32 parameters and statistics", "[gpu][bn]") {
   Tensor x = uniform({32, 16, 8, 8}, -2, 2).to(DType::bf16);
   Tensor w = uniform({16}, 0.5, 1.5), b = uniform({16}, -1, 1), rm = zeros({16}), rv = ones({16});

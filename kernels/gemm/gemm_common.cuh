@@ -195,7 +195,7 @@ Args make_args(const Problem& p, int vec_bytes);
 // activation and rounding, so the GEMM is one launch: at the MNIST layers' sizes the second
 // kernel it replaces cost a launch (about 4.8 us on an H200 in the time model) for well under a
 // microsecond of work. That kernel, splitk_reduce, remains for a GEMM captured on a stream that
-// has no tickets yet, and as the convolutions' weight-gradient reduction (gemm::sum_splits in
+// has no tickets yet, and as the implicit-GEMM weight gradients' fallback (gemm::sum_splits in
 // cuda_gemm.h). Chosen when the tiles fill less than half of the SMs and every split keeps at
 // least `min_kt` k tiles. Returns the number of splits (1: none).
 int choose_splits(int64_t tiles, int64_t ktiles, int64_t min_kt, int device);

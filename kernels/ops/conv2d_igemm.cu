@@ -10,7 +10,8 @@
 //                    A = grad_output gathered (p = (h + ph - r dh) / sh when exact), B = weight
 //   backward_weight  rows k [Kg], cols (c, r, s) in the weight's memory order [Cg R S], reduction
 //                    (n, p, q) [N P Q]; split over the reduction ("split-K") into fp32 partials that
-//                    a second kernel adds in split order (deterministic, no atomics)
+//                    each tile's last block adds in split order (deterministic, no atomics on the
+//                    values; Note [wgrad split-K in one launch])
 // The reduction of the data GEMMs runs (r, s) outermost and channels innermost, so a k-tile is one
 // (r, s) and BK consecutive channels: the gather address of a row is computed once per tile and
 // channels-last inputs are read as contiguous 16-byte vectors (when channels % 8 == 0).
@@ -167,6 +168,8 @@ struct WgradGemm : Taps {
   int P, Q, PQ;
   int K, C, H, W, HW;
   int G, splits, tiles_per_split;
+  // a counter per output tile (the stream's tickets) when split and the tiles fit them, else null
+  unsigned* tickets;
 };
 
 WgradGemm wgrad_gemm(const ConvGeom& g) {
@@ -457,6 +460,37 @@ struct WgradSimtTiles : ConvSimtSmem<T, BM, BN, BK, TM, TN> {
   }
 };
 
+// Note [wgrad split-K in one launch]: the weight gradient's reduction (N P Q, 25,088 for conv2 of
+// the MNIST CNN at batch 128) is split over blocks that write fp32 (fp64) partial tiles, and
+// gemm::sum_splits added them in a second launch: a launch (about 4.8 us on an H200 in the time
+// model) for a few microseconds of adds at these sizes. As in the GEMMs' split-K (Note [split-K] in
+// kernels/gemm/gemm_common.cuh), each block takes its tile's ticket once its partials are written,
+// and the tile's last block adds the tile's partials in split order and stores them: the same
+// additions in the same order as sum_splits, so the same bits. A capture on a stream that has no
+// tickets yet, or more tiles than a stream has tickets, keeps the second launch.
+template <int BM, int BN, class Acc, class Store>
+__device__ __forceinline__ void finish_wgrad_tile(const WgradGemm& p, const Acc* ws, int g, int m0, int n0,
+                                                  Store&& store) {
+  if (p.tickets == nullptr) return;
+  EMBER_SHARED(int, last);
+  __threadfence();  // this thread's partials reach every block before its block takes the ticket
+  __syncthreads();
+  unsigned* ticket = p.tickets + (static_cast<int64_t>(g) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == static_cast<unsigned>(p.splits - 1) ? 1 : 0;
+  __syncthreads();
+  if (last == 0) return;
+  __threadfence();
+  const int64_t nout = static_cast<int64_t>(p.G) * p.Kg * p.ncol;
+  const int rows = min(BM, p.Kg - m0), cols = min(BN, p.ncol - n0);
+  for (int i = static_cast<int>(threadIdx.x); i < rows * cols; i += static_cast<int>(blockDim.x)) {
+    const int o = (g * p.Kg + m0 + i / cols) * p.ncol + n0 + i % cols;
+    Acc v = 0;
+    for (int sp = 0; sp < p.splits; ++sp) v += ws[sp * nout + o];
+    store(o, v);
+  }
+  if (threadIdx.x == 0) *ticket = 0u;
+}
+
 template <class T, int BM, int BN, int BK, int TM, int TN, bool CL>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     wgrad_simt_kernel(const T* __restrict__ gy, const T* __restrict__ x, T* __restrict__ dw, acc_t<T>* __restrict__ ws,
@@ -480,6 +514,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN))
     if (p.splits == 1) dw[o] = v;
     else ws[static_cast<int64_t>(sp) * nout + o] = v;
   });
+  if (p.splits > 1) finish_wgrad_tile<BM, BN>(p, ws, g, m0, n0, [&](int o, acc_t<T> v) { dw[o] = static_cast<T>(v); });
 }
 
 // ======================= tensor-core (mma.sync) kernels =======================
@@ -790,6 +825,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * 32)
     if (p.splits == 1) dw[o] = float_to_bits<BF16>(v);
     else ws[static_cast<int64_t>(sp) * nout + o] = v;
   });
+  if (p.splits > 1)
+    finish_wgrad_tile<BM, BN>(p, ws, g, m0, n0, [&](int o, float v) { dw[o] = float_to_bits<BF16>(v); });
 }
 
 // ======================= launchers =======================
@@ -844,6 +881,14 @@ void choose_splits(WgradGemm& p, int64_t mn_blocks, int bk, int sms) {
   p.splits = std::max(1, ceil_div(total, p.tiles_per_split));
 }
 
+// The output tiles' tickets for a split grid (Note [wgrad split-K in one launch]); null keeps the
+// second launch.
+unsigned* wgrad_tickets(const WgradGemm& p, dim3 grid, const Tensor& w, cudaStream_t st) {
+  const int64_t tiles = int64_t{grid.x} * grid.y * p.G;
+  if (p.splits == 1 || tiles > static_cast<int64_t>(cuda::kStreamTickets)) return nullptr;
+  return cuda::stream_tickets(w.device().index, st);
+}
+
 template <class T, int BM, int BN, int BK, int TM, int TN, bool CL>
 void launch_wgrad_simt(const ConvArgs& a, WgradGemm p) {
   using Acc = acc_t<T>;
@@ -856,9 +901,11 @@ void launch_wgrad_simt(const ConvArgs& a, WgradGemm p) {
   if (p.splits > 1)
     ws = empty({static_cast<int64_t>(p.splits) * nout}, TensorOptions().dtype(dtype_v<Acc>).device(a.w.device()));
   dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
+  p.tickets = wgrad_tickets(p, grid, a.w, st);
   cuda::launch(wgrad_simt_kernel<T, BM, BN, BK, TM, TN, CL>, grid, (BM / TM) * (BN / TN), 0, st, cp<T>(a.y), cp<T>(a.x),
                mp<T>(a.w), p.splits > 1 ? mp<Acc>(ws) : nullptr, p);
-  if (p.splits > 1) gemm::sum_splits(dtype_v<T>, mp<Acc>(ws), p.splits, nout, mp<T>(a.w), st, a.w.device().index);
+  if (p.splits > 1 && p.tickets == nullptr)
+    gemm::sum_splits(dtype_v<T>, mp<Acc>(ws), p.splits, nout, mp<T>(a.w), st, a.w.device().index);
 }
 
 template <class T>
@@ -940,9 +987,10 @@ void launch_wgrad_mma(const ConvArgs& a, WgradGemm p) {
   if (p.splits > 1)
     ws = empty({static_cast<int64_t>(p.splits) * nout}, TensorOptions().dtype(DType::f32).device(a.w.device()));
   dim3 grid(ceil_div(p.ncol, BN), ceil_div(p.Kg, BM), p.G * p.splits);
+  p.tickets = wgrad_tickets(p, grid, a.w, st);
   cuda::launch(wgrad_mma_kernel<BF16, BM, BN, WM, WN, CL>, grid, (BM / WM) * (BN / WN) * 32, 0, st, cp<uint16_t>(a.y),
                cp<uint16_t>(a.x), mp<uint16_t>(a.w), p.splits > 1 ? mp<float>(ws) : nullptr, p);
-  if (p.splits > 1)
+  if (p.splits > 1 && p.tickets == nullptr)
     gemm::sum_splits(BF16 ? DType::bf16 : DType::f16, mp<float>(ws), p.splits, nout, a.w.data_ptr(), st,
                      a.w.device().index);
 }
