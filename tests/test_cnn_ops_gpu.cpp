@@ -217,6 +217,45 @@ TEST_CASE("cuda batch_norm: each direction is one launch, bit for bit its two ke
 #endif
 
 #if EMBER_WITH_CUDA
+// Eval's forward is one launch (Note [batch norm in one launch]): y, mean and invstd as the CPU
+// computes them from the running statistics, which stay untouched, in both layouts and 2-D; with a
+// batch of nothing the kernel still writes the statistics.
+TEST_CASE("cuda batch_norm: eval's forward is one launch", "[gpu][bn]") {
+  manual_seed(24);
+  const Variant* v = nullptr;
+  for (const Variant& c : op_info(OpId::batch_norm).variants)
+    if (c.device == DeviceType::cuda && !(c.flags & kVendor)) v = v ? v : &c;
+  REQUIRE(v != nullptr);
+  const BatchNormAttrs a{0, 0.1, 1e-5};
+  for (DType dt : {DType::f32, DType::bf16, DType::f64})
+    for (const auto& [shape, cl] : std::vector<std::pair<Shape, bool>>{
+             {{8, 6, 10, 10}, false}, {{8, 6, 10, 10}, true}, {{64, 12}, false}, {{0, 6, 4, 4}, false}}) {
+      INFO(dt << " " << shape << (cl ? " channels-last" : ""));
+      const DType sd = dt == DType::f64 ? DType::f64 : DType::f32;  // the statistics' dtype
+      const TensorOptions o = TensorOptions(dt).device(kCUDA), so = TensorOptions(sd).device(kCUDA);
+      const Tensor x = contiguous_as(uniform(shape, -2, 2, o), cl);
+      const Tensor w = uniform({shape[1]}, 0.5, 1.5, so), b = uniform({shape[1]}, -0.5, 0.5, so);
+      const Tensor rm = uniform({shape[1]}, -0.1, 0.1, so), rv = uniform({shape[1]}, 0.5, 1.5, so);
+      const std::vector<Tensor> in{x, w, b, rm, rv};
+      const Tensor rm0 = rm.cpu(), rv0 = rv.cpu();
+      const std::vector<Tensor> got = call_variant(*v, OpId::batch_norm, in, a);
+      CHECK(test::kernels_launched_by([&] { call_variant(*v, OpId::batch_norm, in, a); }) == 1);
+      std::vector<Tensor> cin;
+      for (const Tensor& t : in) cin.push_back(t.cpu());
+      const std::vector<Tensor> want = call(OpId::batch_norm, cin, a);
+      REQUIRE(got.size() == want.size());
+      const Tol tol = dt == DType::f64 ? Tol{1e-12, 1e-12} : dt == DType::f32 ? Tol{1e-5, 1e-5} : Tol{1e-2, 1e-2};
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("output " << i);
+        CHECK(testing::compare(got[i].contiguous().cpu(), want[i].contiguous(), tol) == "");
+      }
+      CHECK(testing::compare(rm.cpu(), rm0, Tol{0, 0}) == "");
+      CHECK(testing::compare(rv.cpu(), rv0, Tol{0, 0}) == "");
+    }
+}
+#endif
+
+#if EMBER_WITH_CUDA
 // The direct weight gradient sums its image splits in its own launch where the stream has tickets
 // (Note [conv weight gradient in one launch]): one kernel, the same dW and db bit for bit as the
 // two kernels a capture on a stream without tickets yet still runs, and the tickets back at 0 for

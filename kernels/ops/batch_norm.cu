@@ -11,7 +11,8 @@
 //     2. normalise: every block first merges its channel's partials in split order (all blocks get
 //        the same bits), block 0 of the channel writes mean / invstd and updates the running stats
 //        (momentum, unbiased variance); then y = (x - mean) invstd w + b over the block's share
-//   forward, eval: statistics from the running buffers (one tiny kernel), then the same apply
+//   forward, eval: one elementwise launch, each element's affine from the running buffers, its
+//     first threads writing mean / invstd
 //   backward: 1. partial (sum g, sum g (x - mean)) per block; 2. merge, dweight / dbias from block
 //     0, dx = w invstd (g - sum g / M - xhat dweight / M) (training) or w invstd g (eval)
 // Statistics and parameters run in f32 (f64 for f64 inputs); f16/bf16 parameters and running stats
@@ -36,8 +37,10 @@
 // mnist_train's fast model. Each phase is ~4 blocks an SM (bn_dims); every statistics block has
 // started before any normalise block draws its place, so those that start early wait on their SMs
 // for blocks already running. The counters are the stream's tickets; a capture on a stream
-// without them yet, and eval (whose statistics are the running ones), keep two kernels.
+// without them yet keeps two kernels. Eval's statistics are the running ones, so it needs no
+// phases: one elementwise kernel reads them per element and also writes mean / invstd.
 // Napkin math: docs/perf.md ("Napkin math behind the kernels").
+#include <algorithm>
 #include <optional>
 
 #include "core/cuda/device_guard.h"
@@ -405,21 +408,34 @@ __global__ void apply_columnar(const T* __restrict__ x, T* __restrict__ y, BnDim
 
 // eval: statistics from the running buffers
 template <class S>
-__global__ void eval_stats_kernel(const S* rm, const S* rv, S* save_mean, S* save_invstd, int C, double eps) {
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+__device__ __forceinline__ void eval_stats_at(int64_t first, int64_t stride, const S* rm, const S* rv, S* save_mean,
+                                              S* save_invstd, int C, double eps) {
+  for (int64_t c = first; c < C; c += stride) {
     save_mean[c] = rm[c];
     save_invstd[c] = rsqrt_s(rv[c] + static_cast<S>(eps));
   }
 }
+template <class S>
+__global__ void eval_stats_kernel(const S* rm, const S* rv, S* save_mean, S* save_invstd, int C, double eps) {
+  eval_stats_at<S>(blockIdx.x * blockDim.x + threadIdx.x, int64_t{gridDim.x} * blockDim.x, rm, rv, save_mean,
+                   save_invstd, C, eps);
+}
 
-// eval: y = (x - mean) invstd w + b elementwise; channel = (i / L) % C (planar) or i % C (columnar)
+// eval in one launch: y = (x - mean) invstd w + b elementwise, channel = (i / L) % C (planar) or
+// i % C (columnar), mean and invstd read from the running buffers and computed per element as
+// eval_stats_at writes them (the same expression, so the same bits), which the first C threads
+// of the grid also do.
 template <class T, class S>
-__global__ void eval_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, int C, int L, bool columnar,
-                                  const S* mean, const S* invstd, const S* w, const S* b) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+__global__ void eval_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n, int C, int L, bool columnar,
+                            const S* rm, const S* rv, const S* w, const S* b, S* save_mean, S* save_invstd,
+                            double eps) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x,
+                stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  eval_stats_at<S>(first, stride, rm, rv, save_mean, save_invstd, C, eps);
+  for (int64_t i = first; i < n; i += stride) {
     const int c = columnar ? static_cast<int>(i % C) : static_cast<int>((i / L) % C);
-    const Affine<S> k{mean[c], invstd[c] * (w != nullptr ? w[c] : S(1)), b != nullptr ? b[c] : S(0)};
+    const S invstd = rsqrt_s(rv[c] + static_cast<S>(eps));
+    const Affine<S> k{rm[c], invstd * (w != nullptr ? w[c] : S(1)), b != nullptr ? b[c] : S(0)};
     y[i] = static_cast<T>(k.apply(static_cast<S>(x[i])));
   }
 }
@@ -836,14 +852,10 @@ void forward_impl(const KernelCall& c, const Tensor& x, const BnGeom& g, const B
   }
   if (!training) {
     Tensor rm = as_stats(rm_in, sd), rv = as_stats(rv_in, sd);
-    cuda::launch(eval_stats_kernel<S>, cuda::grid_for(g.C, 256, dev.index), 256, 0, st, cp<S>(rm), cp<S>(rv),
-                 mp<S>(save_mean), mp<S>(save_invstd), static_cast<int>(g.C), a.eps);
     const int64_t n = x.numel();
-    if (n > 0) {
-      cuda::launch(eval_apply_kernel<T, S>, cuda::grid_for(n, 256, dev.index), 256, 0, st, cp<T>(x), mp<T>(y), n,
-                   static_cast<int>(g.C), static_cast<int>(g.L), g.channels_last, cp<S>(save_mean), cp<S>(save_invstd),
-                   cp<S>(w), cp<S>(b));
-    }
+    cuda::launch(eval_kernel<T, S>, cuda::grid_for(std::max<int64_t>(n, g.C), 256, dev.index), 256, 0, st, cp<T>(x),
+                 mp<T>(y), n, static_cast<int>(g.C), static_cast<int>(g.L), g.channels_last, cp<S>(rm), cp<S>(rv),
+                 cp<S>(w), cp<S>(b), mp<S>(save_mean), mp<S>(save_invstd), a.eps);
     return;
   }
   if (x.numel() == 0) {  // statistics of nothing; running stats untouched, the batch counted
