@@ -4,6 +4,7 @@
 // graph capture, during which nothing may be timed).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <thread>
 #include <tuple>
@@ -359,24 +360,76 @@ TEST_CASE("cuda linear: a relu layer's backward is two kernels at the MLP's shap
 #endif
 
 #if EMBER_WITH_CUDA
-// Where the outer-product kernels refuse (the CNN's f32 3136-wide layer at batch 256), both
-// backward ops would compute dz; the vjp computes it once, so the fused relu layer's backward
-// launches what linear without relu and a separate relu_backward launch. Captured, never run.
-TEST_CASE("cuda linear: a relu layer's backward where outer refuses computes dz once", "[gpu][gemm]") {
-  const TensorOptions o = TensorOptions(DType::f32).device(kCUDA);
-  Tensor x = empty({256, 3136}, o).requires_grad_(true), w = empty({128, 3136}, o).requires_grad_(true);
-  Tensor b = empty({128}, o).requires_grad_(true), g = empty({256, 128}, o);
-  REQUIRE_FALSE(cuda_linear_backward_masks_on_load(g, 3136));
-  auto launches = [&](bool fused) {
-    const size_t n = test::kernels_launched_by([&] {
-      Tensor y = fused ? linear(x, w, b, Activation::relu) : relu(linear(x, w, b));
-      y.backward(g);
-    });
-    for (Tensor* t : {&x, &w, &b}) t->reset_grad();
-    return n;
-  };
-  // forward and backward: the unfused model's relu is one kernel more, its backward no fewer
-  CHECK(launches(true) + 1 == launches(false));
+// Where the outer-product kernels refuse (the CNN's 3136-wide layer from batch 256 in f32, 512 in
+// bf16): in f32 the SIMT GEMM's fused form takes both ops (Note [fused simt backward]), so the relu
+// layer's backward is two launches, as at the MLP's shapes. In bf16 both backward ops would compute
+// dz; the vjp computes it once, so the fused relu layer's backward launches what linear without
+// relu and a separate relu_backward launch. Captured, never run.
+TEST_CASE("cuda linear: a relu layer's backward where outer refuses", "[gpu][gemm]") {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    INFO(dt);
+    const TensorOptions o = TensorOptions(dt).device(kCUDA);
+    const int64_t rows = dt == DType::f32 ? 256 : 512;
+    Tensor x = empty({rows, 3136}, o).requires_grad_(true), w = empty({128, 3136}, o).requires_grad_(true);
+    Tensor b = empty({128}, o).requires_grad_(true), g = empty({rows, 128}, o);
+    CHECK(cuda_linear_backward_masks_on_load(g, 3136) == (dt == DType::f32));
+    auto launches = [&](bool fused, bool backward_only) {
+      Tensor y;
+      if (backward_only) y = fused ? linear(x, w, b, Activation::relu) : relu(linear(x, w, b));
+      const size_t n = test::kernels_launched_by([&] {
+        if (!backward_only) y = fused ? linear(x, w, b, Activation::relu) : relu(linear(x, w, b));
+        y.backward(g);
+      });
+      for (Tensor* t : {&x, &w, &b}) t->reset_grad();
+      return n;
+    };
+    if (dt == DType::f32) CHECK(launches(true, true) == 2);
+    // forward and backward: the unfused model's relu is one kernel more, its backward no fewer
+    else CHECK(launches(true, false) + 1 == launches(false, false));
+  }
+}
+
+// The SIMT GEMM's fused backward (Note [fused simt backward]) against the CPU's reference: the
+// mask (a NaN in y masks too) on A read K-major (dx) and M-major (dW), the bias gradient from the
+// row-sum blocks, sizes off every tile and vector (odd out_f: scalar loads); one launch each,
+// the same bits on a second call, and the weight op without the mask (act none).
+TEST_CASE("cuda linear: the SIMT GEMM's fused backward, where outer refuses", "[gpu][gemm]") {
+  manual_seed(12);
+  const Variant* in_simt = find_variant(OpId::linear_backward_input, DeviceType::cuda, "simt");
+  const Variant* w_simt = find_variant(OpId::linear_backward_weight, DeviceType::cuda, "simt");
+  const Variant* in_cpu = find_variant(OpId::linear_backward_input, DeviceType::cpu, "cpu");
+  const Variant* w_cpu = find_variant(OpId::linear_backward_weight, DeviceType::cpu, "cpu");
+  REQUIRE((in_simt && w_simt && in_cpu && w_cpu));
+  const DType dt = DType::f32;
+  for (auto [rows, in_f, out_f] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1100, 20, 1040}, {1030, 9, 1027}})
+    for (int64_t act : {1, 0}) {
+      INFO("[" << rows << "," << in_f << "] -> " << out_f << " " << dt << (act ? " relu" : ""));
+      // K > kOuterMaxK in both GEMMs: outer refuses, so simt is each op's default
+      REQUIRE(gemm::outer_refusal({.dtype = dt, .M = rows, .N = in_f, .K = out_f, .b_rs = in_f, .b_cs = 1}));
+      REQUIRE(gemm::outer_refusal({.dtype = dt, .M = out_f, .N = in_f, .K = rows, .b_rs = in_f, .b_cs = 1}));
+      Tensor y64 = uniform({rows, out_f}, -1, 1, TensorOptions(DType::f64));
+      static_cast<double*>(y64.data_ptr())[3 * out_f + 5] = NAN;  // masks as relu_backward does
+      Tensor g = uniform({rows, out_f}, -1, 1).to(dt), y = y64.to(dt);
+      Tensor x = uniform({rows, in_f}, -1, 1).to(dt), w = uniform({out_f, in_f}, -1, 1).to(dt);
+      const Attrs a = LinearAttrs{act};
+      const std::vector<Tensor> dev_dx{g.cuda(), y.cuda(), w.cuda()}, dev_dw{g.cuda(), y.cuda(), x.cuda()};
+      const Tensor want_dx = call_variant(*in_cpu, OpId::linear_backward_input, {g, y, w}, a)[0];
+      const std::vector<Tensor> want_dw = call_variant(*w_cpu, OpId::linear_backward_weight, {g, y, x}, a);
+      const Tensor dx = call_variant(*in_simt, OpId::linear_backward_input, dev_dx, a)[0];
+      const std::vector<Tensor> dw = call_variant(*w_simt, OpId::linear_backward_weight, dev_dw, a);
+      // a K-long sum of products of [-1, 1] values: a tolerance for its length
+      const Tol tol{1e-4, 2e-3};
+      CHECK(testing::compare(dx.cpu(), want_dx, tol) == "");
+      CHECK(testing::compare(dw[0].cpu(), want_dw[0], tol) == "");
+      CHECK(testing::compare(dw[1].cpu(), want_dw[1], tol) == "");
+      CHECK(test::kernels_launched_by([&] { call_variant(*in_simt, OpId::linear_backward_input, dev_dx, a); }) == 1);
+      CHECK(test::kernels_launched_by([&] { call_variant(*w_simt, OpId::linear_backward_weight, dev_dw, a); }) == 1);
+      const std::vector<Tensor> again = call_variant(*w_simt, OpId::linear_backward_weight, dev_dw, a);
+      for (size_t i = 0; i < 2; ++i) {
+        const Tensor p = dw[i].cpu(), q = again[i].cpu();
+        CHECK(std::memcmp(p.data_ptr(), q.data_ptr(), p.nbytes()) == 0);
+      }
+    }
 }
 #endif
 

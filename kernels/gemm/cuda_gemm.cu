@@ -82,6 +82,8 @@ Args make_args(const Problem& p, int vec_bytes) {
   a.kt_per_split = int64_t{1} << 40;  // one range holding every k tile
   a.ws = nullptr;
   a.tickets = nullptr;
+  a.a_mask = nullptr;
+  a.row_sum = nullptr;
   return a;
 }
 

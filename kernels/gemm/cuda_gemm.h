@@ -5,7 +5,8 @@
 //
 // Kernels (napkin math: docs/perf.md, "Napkin math behind the kernels"):
 //   run_naive   v1: one thread per output, any strides, acc_t accumulation (the oracle)
-//   run_simt    v2: f32/f64 SIMT, shared-memory tiles, register blocking (gemm_simt.cu)
+//   run_simt    v2: f32/f64 SIMT, shared-memory tiles, register blocking (gemm_simt.cu);
+//               run_simt_fused (f32) also applies a relu mask to A and sums A's rows, as outer's
 //   run_small   the tiny and skinny layers in one launch: 4 x 4 output tiles, K across the block's
 //               256 threads, a fixed in-block reduction (gemm_small.cu, Note [small GEMM])
 //   run_outer   the short reductions of a small layer's backward (dz^T x, dz W) in one launch: a
@@ -112,6 +113,11 @@ struct OuterFusion {
   void* row_sum = nullptr;
 };
 void run_outer_fused(const Problem& p, const OuterFusion& fuse);
+// The same fusion in the SIMT GEMM (f32), for the layers outer refuses (Note [fused simt backward]
+// in gemm_simt.cu): one batch, B row-major, M, N, K within int32 (simt_fused_refusal: nullptr when
+// taken). The row sums run in blocks of their own beside the GEMM's, same launch.
+const char* simt_fused_refusal(const Problem& p);
+void run_simt_fused(const Problem& p, const OuterFusion& fuse);
 bool mma_supported(int device);  // compute capability >= 8.0
 // v4: each operand K-major or MN-major with a pitch of a multiple of 16 bytes, one batch
 // (wgmma_refusal says why a problem is not taken: "" when it is). WgmmaConfig: tiles of 128 x bn

@@ -42,6 +42,10 @@ struct Args {
   int64_t kt_per_split;
   void* ws;
   unsigned* tickets;
+  // A relu layer's backward fused into simt (run_simt_fused, OuterFusion in cuda_gemm.h): A read
+  // as 0 where a_mask (A's strides) is not > 0, and A's row sums after the mask into row_sum.
+  const void* a_mask;
+  void* row_sum;
 };
 
 // Element offsets of A and B for flat batch index z.

@@ -46,8 +46,9 @@ constexpr int kSimtThreads = 256;
 
 // The operand iterator of the SIMT GEMM (Note [gemm main loop]): each thread moves one 16-byte
 // vector of A and one of B per k tile, staged through registers; tiles are stored k-major
-// (As[k][m], Bs[k][n]) so a k step reads contiguous rows.
-template <class T, bool A_K, bool B_K>
+// (As[k][m], Bs[k][n]) so a k step reads contiguous rows. kMask: A's vector is zeroed where the
+// mask's vector beside it is not > 0 (Note [fused simt backward]).
+template <class T, bool A_K, bool B_K, bool kMask = false>
 struct SimtTiles : RegisterStaged {
   using Cfg = SimtCfg<T>;
   static constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, TM = Cfg::TM, TN = Cfg::TN;
@@ -66,6 +67,7 @@ struct SimtTiles : RegisterStaged {
   bool a_vec, b_vec;   // 16-byte vector loads (Args::a_vec, b_vec)
   const T* A;
   const T* B;
+  const T* Amask = nullptr;  // kMask: A's mask, at A's offsets
   int M, N, K, m0, n0;
   int ty, tx;    // the thread's row and column group of the 16x16 thread grid
   int a_x, a_k;  // A_K: row a_x, k a_k..a_k+VEC; else k a_k, rows a_x..a_x+VEC
@@ -108,27 +110,43 @@ struct SimtTiles : RegisterStaged {
   __device__ __forceinline__ T& a_at(int buf, int k, int m) { return As[buf][k][m / VEC].v[m % VEC]; }
   __device__ __forceinline__ T& b_at(int buf, int k, int n) { return Bs[buf][k][n / VEC].v[n % VEC]; }
 
-  __device__ __forceinline__ void fetch(int t, int) {
-    const int k0 = t * BK;
+  // The thread's vector of A (or of the mask, at A's offsets from `base`) in k tile k0 / BK.
+  __device__ __forceinline__ V load_a(const T* base, int k0) const {
+    V r;
+    const int gm = m0 + a_x, gk = k0 + a_k;
     if constexpr (A_K) {  // A[m, k] at A + m * a_rs + k
-      const int gm = m0 + a_x, gk = k0 + a_k;
-      const T* src = A + static_cast<int64_t>(gm) * a_ld + gk;
+      const T* src = base + static_cast<int64_t>(gm) * a_ld + gk;
       if (a_vec) {
-        if (gm < M && gk < K) ra = *reinterpret_cast<const V*>(src);
-        else ra = V{};
+        if (gm < M && gk < K) r = *reinterpret_cast<const V*>(src);
+        else r = V{};
       } else {
         EMBER_UNROLL
-        for (int i = 0; i < VEC; ++i) ra.v[i] = (gm < M && gk + i < K) ? src[i] : T(0);
+        for (int i = 0; i < VEC; ++i) r.v[i] = (gm < M && gk + i < K) ? src[i] : T(0);
       }
     } else {  // A[m, k] at A + m + k * a_cs
-      const int gm = m0 + a_x, gk = k0 + a_k;
-      const T* src = A + static_cast<int64_t>(gk) * a_ld + gm;
+      const T* src = base + static_cast<int64_t>(gk) * a_ld + gm;
       if (a_vec) {
-        if (gk < K && gm < M) ra = *reinterpret_cast<const V*>(src);
-        else ra = V{};
+        if (gk < K && gm < M) r = *reinterpret_cast<const V*>(src);
+        else r = V{};
       } else {
         EMBER_UNROLL
-        for (int i = 0; i < VEC; ++i) ra.v[i] = (gk < K && gm + i < M) ? src[i] : T(0);
+        for (int i = 0; i < VEC; ++i) r.v[i] = (gk < K && gm + i < M) ? src[i] : T(0);
+      }
+    }
+    return r;
+  }
+
+  __device__ __forceinline__ void fetch(int t, int) {
+    const int k0 = t * BK;
+    ra = load_a(A, k0);
+    if constexpr (kMask) {
+      // relu_backward's rule: y > 0 keeps g, anything else (NaN included) gives exactly 0 (no
+      // mask: the row sums alone)
+      if (Amask != nullptr) {
+        const V m = load_a(Amask, k0);
+        EMBER_UNROLL
+        for (int i = 0; i < VEC; ++i)
+          if (!(m.v[i] > T(0))) ra.v[i] = T(0);
       }
     }
     if constexpr (B_K) {  // B[k, n] at B + k + n * b_cs
@@ -247,9 +265,44 @@ __device__ __forceinline__ void simt_store_tile(const Args& p, int64_t z, int m0
   });
 }
 
-template <class T, bool A_K, bool B_K>
+// Note [fused simt backward]: a relu layer's backward where the outer-product kernel refuses (the
+// CNN's 3136-wide layer from batch 256; Note [fused linear backward] in kernels/ops/linear.cu) ran
+// four launches: relu_backward (dz), dz W, dz^T x, and the sum of dz's rows for the bias. Here it
+// is two, one for each GEMM, with outer's fusion: each thread loads the mask's vector (the layer's
+// output y, at A's offsets) beside its vector of A and zeroes A where the mask is not > 0, so dz is
+// never written; and for dW the bias gradient, the sums of A = dz^T's rows, comes from blocks of
+// its own appended to the grid (kRowSumRows rows of A each: a warp's lanes take consecutive rows,
+// coalesced when A is dz^T; its 8 warps take every 8th k and add their sums in warp order, so the
+// result does not depend on timing). They share the GEMM's launch, not its loads: beside a GEMM of
+// 2 M N K FLOPs, M K more reads. Only f32 with B row-major (both GEMMs of the backward) is
+// instantiated: f64 (gradchecks, never training) at the 128-register cap spilled with the mask.
+constexpr int kRowSumRows = 32;
+
+template <class T>
+__device__ __forceinline__ void simt_row_sums(const Args& p, int64_t blk) {
+  using Acc = acc_t<T>;
+  constexpr int KG = kSimtThreads / kRowSumRows;  // the runs of k: one a warp
+  EMBER_SHARED(Acc[KG][kRowSumRows], part);
+  const int r = static_cast<int>(threadIdx.x) % kRowSumRows, kg = static_cast<int>(threadIdx.x) / kRowSumRows;
+  const int64_t m = blk * kRowSumRows + r;
+  const T* A = static_cast<const T*>(p.a);
+  const T* mask = static_cast<const T*>(p.a_mask);
+  Acc sum = 0;
+  for (int64_t k = kg; m < p.M && k < p.K; k += KG) {
+    const int64_t at = m * p.a_rs + k * p.a_cs;
+    // relu_backward's rule, as the tiles' loads apply it
+    if (mask == nullptr || mask[at] > T(0)) sum += static_cast<Acc>(A[at]);
+  }
+  part[kg][r] = sum;
+  __syncthreads();
+  if (kg != 0 || m >= p.M) return;
+  for (int j = 1; j < KG; ++j) sum += part[j][r];
+  static_cast<T*>(p.row_sum)[m] = static_cast<T>(sum);
+}
+
+template <class T, bool A_K, bool B_K, bool kFused = false>
 __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
-  using Tiles = SimtTiles<T, A_K, B_K>;
+  using Tiles = SimtTiles<T, A_K, B_K, kFused>;
   constexpr int BM = Tiles::BM, BN = Tiles::BN, BK = Tiles::BK, TM = Tiles::TM, TN = Tiles::TN;
 
   // Note [simt tile padding]: a k-contiguous operand arrives as one vector along k per thread and
@@ -266,8 +319,14 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   EMBER_SHARED(typename Tiles::ATile, As_raw);
   EMBER_SHARED(typename Tiles::BTile, Bs_raw);
 
-  const int M = static_cast<int>(p.M), N = static_cast<int>(p.N), K = static_cast<int>(p.K);
+  const int K = static_cast<int>(p.K);
   const int64_t tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
+  if constexpr (kFused) {
+    if (blockIdx.x >= tiles_m * tiles_n) {  // a row-sum block (Note [fused simt backward])
+      if (blockIdx.y == 0 && p.row_sum != nullptr) simt_row_sums<T>(p, blockIdx.x - tiles_m * tiles_n);
+      return;
+    }
+  }
   int64_t tmi, tni;
   tile_coords(blockIdx.x, tiles_m, tiles_n, tmi, tni);
   const int m0 = static_cast<int>(tmi) * BM, n0 = static_cast<int>(tni) * BN;
@@ -282,6 +341,7 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
     Tiles tiles(As_raw, Bs_raw, p, threadIdx.x, m0, n0);
     tiles.A = static_cast<const T*>(p.a) + ao;
     tiles.B = static_cast<const T*>(p.b) + bo;
+    if constexpr (kFused) tiles.Amask = p.a_mask != nullptr ? static_cast<const T*>(p.a_mask) + ao : nullptr;
     const int ty = tiles.ty, tx = tiles.tx;
 
     T acc[TM][TN];
@@ -297,35 +357,49 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   }
 }
 
-template <class T, bool A_K, bool B_K>
+template <class T, bool A_K, bool B_K, bool kFused = false>
 void launch_simt(const Args& args, int splits, cudaStream_t stream) {
   using Cfg = SimtCfg<T>;
   const int64_t tiles = ((args.M + Cfg::BM - 1) / Cfg::BM) * ((args.N + Cfg::BN - 1) / Cfg::BN);
-  EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm simt: too many tiles (", tiles, ")");
-  dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
-  cuda::launch(simt_kernel<T, A_K, B_K>, grid, kSimtThreads, 0, stream, args);
+  // the row sums' blocks after the tiles' (Note [fused simt backward])
+  const int64_t sums = args.row_sum != nullptr ? (args.M + kRowSumRows - 1) / kRowSumRows : 0;
+  EMBER_CHECK(tiles + sums < (int64_t{1} << 31), "gemm simt: too many tiles (", tiles, ")");
+  dim3 grid(static_cast<unsigned>(tiles + sums), static_cast<unsigned>(splits), grid_z(args.batch));
+  cuda::launch(simt_kernel<T, A_K, B_K, kFused>, grid, kSimtThreads, 0, stream, args);
 }
 
 template <class T>
-void dispatch_simt(const Problem& p, cudaStream_t stream) {
+void dispatch_simt(const Problem& p, cudaStream_t stream, const OuterFusion* fuse = nullptr) {
   using Cfg = SimtCfg<T>;
   Args args = make_args(p, 16);
+  if (fuse != nullptr) {
+    args.a_mask = fuse->a_mask;
+    args.row_sum = fuse->row_sum;
+  }
   const int64_t tiles = ((p.M + Cfg::BM - 1) / Cfg::BM) * ((p.N + Cfg::BN - 1) / Cfg::BN) * args.batch;
   const int64_t ktiles = (p.K + Cfg::BK - 1) / Cfg::BK;
   Tensor ws;
   int splits = choose_splits(tiles, ktiles, 16, p.device.index);  // >= 128 k per split
   if (splits > 1) splits = plan_splits(args, p, ktiles, splits, sizeof(T), tiles, ws, stream);
   const bool ak = p.a_kmajor(), bk = p.b_kmajor();
-  if (ak && bk) launch_simt<T, true, true>(args, splits, stream);
-  else if (ak) launch_simt<T, true, false>(args, splits, stream);
-  else if (bk) launch_simt<T, false, true>(args, splits, stream);
-  else launch_simt<T, false, false>(args, splits, stream);
+  if constexpr (std::is_same_v<T, float>) {  // the fused form: f32, B row-major (simt_fused_refusal)
+    if (fuse != nullptr && ak) launch_simt<T, true, false, true>(args, splits, stream);
+    else if (fuse != nullptr) launch_simt<T, false, false, true>(args, splits, stream);
+  }
+  if (fuse == nullptr) {
+    if (ak && bk) launch_simt<T, true, true>(args, splits, stream);
+    else if (ak) launch_simt<T, true, false>(args, splits, stream);
+    else if (bk) launch_simt<T, false, true>(args, splits, stream);
+    else launch_simt<T, false, false>(args, splits, stream);
+  }
   if (splits > 1) finish_splits(args, p, splits, stream);
 }
 
 }  // namespace dev
 
-void run_simt(const Problem& p) {
+namespace {
+
+void run_simt_with(const Problem& p, const OuterFusion* fuse) {
   if (p.M == 0 || p.N == 0 || p.batch() == 0) return;
   constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
   EMBER_CHECK(p.M <= kIntMax && p.N <= kIntMax && p.K <= kIntMax, "gemm simt: M, N, K must fit in int32, got ", p.M,
@@ -334,9 +408,30 @@ void run_simt(const Problem& p) {
               "gemm simt: each operand needs a unit stride (prepare with Layout::unit_stride)");
   cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
-  if (p.dtype == DType::f32) dev::dispatch_simt<float>(p, stream);
-  else if (p.dtype == DType::f64) dev::dispatch_simt<double>(p, stream);
+  if (p.dtype == DType::f32) dev::dispatch_simt<float>(p, stream, fuse);
+  else if (p.dtype == DType::f64) dev::dispatch_simt<double>(p, stream, fuse);
   else EMBER_FAIL("gemm simt: dtype ", p.dtype, " is not supported (f32, f64)");
+}
+
+}  // namespace
+
+void run_simt(const Problem& p) { run_simt_with(p, nullptr); }
+
+const char* simt_fused_refusal(const Problem& p) {
+  constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
+  if (p.dtype != DType::f32) return "not f32";
+  if (p.batch() != 1) return "batched";
+  if (p.b_kmajor()) return "B is not row-major";
+  if (p.M > kIntMax || p.N > kIntMax || p.K > kIntMax) return "M, N or K past int32";
+  return nullptr;
+}
+
+void run_simt_fused(const Problem& p, const OuterFusion& fuse) {
+  const char* why = simt_fused_refusal(p);
+  EMBER_CHECK(why == nullptr, "gemm simt fused: the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N,
+              "] is not taken: ", why ? why : "");
+  EMBER_CHECK(fuse.row_sum == nullptr || p.N > 0, "gemm simt fused: row sums need at least one column of C");
+  run_simt_with(p, &fuse);
 }
 
 }  // namespace ember::gemm

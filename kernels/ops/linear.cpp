@@ -153,8 +153,9 @@ std::vector<Tensor> linear_vjp(const BackwardCtx& ctx) {
     act = Activation::none;
   }
   // Both gradients of a relu layer: dz once, unless both ops apply the mask as they load g (CUDA's
-  // outer-product kernels, which never write dz; Note [fused linear backward] in linear.cu). The
-  // CPU's kernels and CUDA's composite compute dz themselves, so each op would pass over g again.
+  // outer-product kernels and, in f32, the SIMT GEMM's fused form, which never write dz; Note
+  // [fused linear backward] in linear.cu). The CPU's kernels and CUDA's composite compute dz
+  // themselves, so each op would pass over g again.
   // (A --backends or autotune choice other than outer is not foreseen here: it costs that pass.)
   const bool weight_grads = ctx.needs_grad(1) || (ctx.needs_grad(2) && b.defined());
   if (act == Activation::relu && ctx.needs_grad(0) && weight_grads && !linear_masks_on_load(g, w.shape()[1])) {

@@ -21,6 +21,8 @@
 // The backward ops (linear.cpp says what they compute; Note [fused linear backward] below):
 //   outer     the mask and, for the weight, the bias gradient fused into the outer-product GEMM
 //             (gemm_small.cu): one launch each; registered first, the default where it is taken
+//   simt      f32: the same fusion in the SIMT GEMM (gemm_simt.cu, Note [fused simt
+//             backward]), one launch each, the default where outer refuses
 //   composite relu_backward, matmul and sum (their own defaults), for every other shape
 //   cublas    (kVendor) relu_backward, cuBLAS's GEMM and sum: what PyTorch's eager backward runs
 #include "kernels/functional.h"
@@ -147,7 +149,8 @@ struct LinearWgmma {
 //     anyway: the bias gradient, in k order (deterministic), written by one thread per row.
 // Where the outer-product kernel refuses (a reduction longer than kOuterMaxK, B's re-reads past
 // their bound even at 16 rows a thread: the CNN's 3136-wide layer's dW from batch 256, the
-// 784-wide one's past batch 512) the composite variant runs the four ops as before.
+// 784-wide one's past batch 512) f32 takes the same fusion in the SIMT GEMM (Note [fused simt
+// backward] in gemm_simt.cu), and the other dtypes the composite variant's four ops.
 
 // The outer-product problem of each op, from the inputs alone (pointers and outputs left unset).
 gemm::Problem outer_problem(DType dt, int64_t M, int64_t N, int64_t K, int64_t b_rs) {
@@ -168,6 +171,20 @@ bool input_outer_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f) {
 bool weight_outer_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f) {
   return in_f > 0 && gemm::outer_refusal(outer_problem(dt, out_f, in_f, rows, in_f)) == nullptr;
 }
+bool input_simt_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f) {
+  return gemm::simt_fused_refusal(outer_problem(dt, rows, in_f, out_f, in_f)) == nullptr;
+}
+bool weight_simt_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f) {
+  return in_f > 0 && gemm::simt_fused_refusal(outer_problem(dt, out_f, in_f, rows, in_f)) == nullptr;
+}
+bool input_simt_ok(const KernelCall& c) {
+  const Tensor &g = c.in[0], &w = c.in[2];
+  return input_simt_takes(g.dtype(), linear_rows(g), w.shape()[1], w.shape()[0]);
+}
+bool weight_simt_ok(const KernelCall& c) {
+  const Tensor &g = c.in[0], &x = c.in[2];
+  return weight_simt_takes(g.dtype(), linear_rows(g), x.shape().back(), g.shape().back());
+}
 bool input_outer_ok(const KernelCall& c) {
   const Tensor &g = c.in[0], &w = c.in[2];
   return input_outer_takes(g.dtype(), linear_rows(g), w.shape()[1], w.shape()[0]);
@@ -177,7 +194,8 @@ bool weight_outer_ok(const KernelCall& c) {
   return weight_outer_takes(g.dtype(), linear_rows(g), x.shape().back(), g.shape().back());
 }
 
-void input_outer(const KernelCall& c) {
+// run: gemm::run_outer_fused or gemm::run_simt_fused
+void input_fused(const KernelCall& c, void (*run)(const gemm::Problem&, const gemm::OuterFusion&)) {
   const Tensor &g = c.in[0], &y = c.in[1], &w = c.in[2];
   const int64_t rows = linear_rows(g);
   gemm::Prepared pr =
@@ -185,10 +203,10 @@ void input_outer(const KernelCall& c) {
   EMBER_CHECK(pr.p.a == g.data_ptr(), "linear_backward_input: the mask needs g read in place");
   gemm::OuterFusion f;
   if (linear_masks(c)) f.a_mask = y.data_ptr();  // y has g's shape and (contiguous) strides
-  gemm::run_outer_fused(pr.p, f);
+  run(pr.p, f);
 }
 
-void weight_outer(const KernelCall& c) {
+void weight_fused(const KernelCall& c, void (*run)(const gemm::Problem&, const gemm::OuterFusion&)) {
   const Tensor &g = c.in[0], &y = c.in[1], &x = c.in[2];
   const int64_t rows = linear_rows(g), out_f = g.shape().back();
   Tensor gt = g.view({rows, out_f}).t();  // A = dz^T, read in place
@@ -197,8 +215,13 @@ void weight_outer(const KernelCall& c) {
   gemm::OuterFusion f;
   if (linear_masks(c)) f.a_mask = y.data_ptr();
   f.row_sum = c.out[1].data_ptr();
-  gemm::run_outer_fused(pr.p, f);
+  run(pr.p, f);
 }
+
+void input_outer(const KernelCall& c) { input_fused(c, gemm::run_outer_fused); }
+void weight_outer(const KernelCall& c) { weight_fused(c, gemm::run_outer_fused); }
+void input_simt(const KernelCall& c) { input_fused(c, gemm::run_simt_fused); }
+void weight_simt(const KernelCall& c) { weight_fused(c, gemm::run_simt_fused); }
 
 void input_cublas(const KernelCall& c) {
   const Tensor& w = c.in[2];
@@ -219,7 +242,9 @@ void weight_cublas(const KernelCall& c) {
 
 bool cuda_linear_backward_masks_on_load(const Tensor& g, int64_t in_f) {
   const int64_t rows = linear_rows(g), out_f = g.shape().back();
-  return input_outer_takes(g.dtype(), rows, in_f, out_f) && weight_outer_takes(g.dtype(), rows, in_f, out_f);
+  const DType dt = g.dtype();
+  return (input_outer_takes(dt, rows, in_f, out_f) || input_simt_takes(dt, rows, in_f, out_f)) &&
+         (weight_outer_takes(dt, rows, in_f, out_f) || weight_simt_takes(dt, rows, in_f, out_f));
 }
 
 void register_cuda_linear_backward_input(OpInfo& info) {
@@ -229,6 +254,12 @@ void register_cuda_linear_backward_input(OpInfo& info) {
                     .dtypes = kFloatTypes,
                     .supports = input_outer_ok,
                     .note = "one launch: the relu mask applied to g as the outer-product GEMM loads it"});
+  info.add_variant({.name = "simt",
+                    .device = DeviceType::cuda,
+                    .fn = input_simt,
+                    .dtypes = {DType::f32},
+                    .supports = input_simt_ok,
+                    .note = "one launch: the relu mask applied to g as the SIMT GEMM loads it"});
   info.add_variant({.name = "composite",
                     .device = DeviceType::cuda,
                     .fn = linear_backward_input_composite,
@@ -249,6 +280,12 @@ void register_cuda_linear_backward_weight(OpInfo& info) {
                     .dtypes = kFloatTypes,
                     .supports = weight_outer_ok,
                     .note = "one launch: the mask on dz^T and the bias gradient from the same loads"});
+  info.add_variant({.name = "simt",
+                    .device = DeviceType::cuda,
+                    .fn = weight_simt,
+                    .dtypes = {DType::f32},
+                    .supports = weight_simt_ok,
+                    .note = "one launch: the mask as the SIMT GEMM loads dz^T, the bias gradient in blocks beside it"});
   info.add_variant({.name = "composite",
                     .device = DeviceType::cuda,
                     .fn = linear_backward_weight_composite,
