@@ -1,6 +1,8 @@
 // One launch in two phases, for work whose second part needs every block of the first part done
 // (a grid-wide dependency) without a second kernel or a cooperative launch (Note [two-phase
-// launch]). The counters are a stream's tickets (cuda::stream_tickets, core/cuda/runtime.h).
+// launch]); and the simpler last-block form, where whichever block of a group finishes last does
+// the group's final step (last_block_to_arrive). The counters are a stream's tickets
+// (cuda::stream_tickets, core/cuda/runtime.h).
 #pragma once
 
 #include "core/cuda/kernel.cuh"
@@ -73,6 +75,22 @@ __device__ __forceinline__ void end_phase_block(const TwoPhaseGrid& g, const Pha
     g.tickets[1] = 0u;
     g.tickets[2] = 0u;
   }
+}
+
+// The last-block form (Note [stream tickets]): every thread of a 1-D block calls this once its
+// part of a group's work is written; it returns true in the one block of the group's `count` that
+// takes the ticket's last count, which then sees every other block's writes. That block does the
+// group's final step and puts *ticket back to 0 (split-K's tiles: Note [split-K] in
+// kernels/gemm/gemm_common.cuh; the conv weight gradient's: Note [wgrad split-K in one launch]).
+__device__ __forceinline__ bool last_block_to_arrive(unsigned* ticket, unsigned count) {
+  EMBER_SHARED(int, last);
+  __threadfence();  // this thread's writes reach every block before its block takes the ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == count - 1 ? 1 : 0;
+  __syncthreads();
+  if (last == 0) return false;
+  __threadfence();
+  return true;
 }
 
 }  // namespace ember::cuda

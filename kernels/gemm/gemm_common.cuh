@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/half.h"
 #include "kernels/common/aligned_vec.cuh"
+#include "kernels/common/block_phases.cuh"  // last_block_to_arrive
 #include "kernels/gemm/cuda_gemm.h"
 #include "kernels/ops/unary.h"
 
@@ -143,14 +144,8 @@ __device__ __forceinline__ void finish_split_tile(const Args& p, int64_t z, int 
     __syncthreads();
     return;
   }
-  EMBER_SHARED(int, last);
-  __threadfence();  // this thread's partials reach every block before its block takes the ticket
-  __syncthreads();
   unsigned* ticket = p.tickets + z * gridDim.x + blockIdx.x;
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.y - 1 ? 1 : 0;
-  __syncthreads();
-  if (last == 0) return;
-  __threadfence();
+  if (!cuda::last_block_to_arrive(ticket, gridDim.y)) return;
   using Acc = acc_t<T>;
   const Acc* ws = static_cast<const Acc*>(p.ws);
   const int64_t total = p.batch * p.M * p.N;

@@ -409,8 +409,8 @@ void run_simt_with(const Problem& p, const OuterFusion* fuse) {
   cuda::DeviceGuard guard(p.device.index);
   cudaStream_t stream = cuda::stream_for(p.device);
   if (p.dtype == DType::f32) dev::dispatch_simt<float>(p, stream, fuse);
-  else if (p.dtype == DType::f64) dev::dispatch_simt<double>(p, stream, fuse);
-  else EMBER_FAIL("gemm simt: dtype ", p.dtype, " is not supported (f32, f64)");
+  else if (p.dtype == DType::f64 && fuse == nullptr) dev::dispatch_simt<double>(p, stream);
+  else EMBER_FAIL("gemm simt: dtype ", p.dtype, " is not supported (f32, f64; the fused form f32)");
 }
 
 }  // namespace

@@ -44,6 +44,7 @@
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
+#include "kernels/common/block_phases.cuh"  // last_block_to_arrive
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
 #include "kernels/common/ptx.cuh"
@@ -472,14 +473,8 @@ template <int BM, int BN, class Acc, class Store>
 __device__ __forceinline__ void finish_wgrad_tile(const WgradGemm& p, const Acc* ws, int g, int m0, int n0,
                                                   Store&& store) {
   if (p.tickets == nullptr) return;
-  EMBER_SHARED(int, last);
-  __threadfence();  // this thread's partials reach every block before its block takes the ticket
-  __syncthreads();
   unsigned* ticket = p.tickets + (static_cast<int64_t>(g) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == static_cast<unsigned>(p.splits - 1) ? 1 : 0;
-  __syncthreads();
-  if (last == 0) return;
-  __threadfence();
+  if (!cuda::last_block_to_arrive(ticket, static_cast<unsigned>(p.splits))) return;
   const int64_t nout = static_cast<int64_t>(p.G) * p.Kg * p.ncol;
   const int rows = min(BM, p.Kg - m0), cols = min(BN, p.ncol - n0);
   for (int i = static_cast<int>(threadIdx.x); i < rows * cols; i += static_cast<int>(blockDim.x)) {
