@@ -33,6 +33,12 @@ Tol variant_tol(const OpSample& s, DType t, const Variant& v) {
   return sample_tol(s, t);
 }
 
+const Variant* find_variant(OpId op, DeviceType d, const std::string& name) {
+  for (const Variant& v : op_info(op).variants)
+    if (v.device == d && v.name == name) return &v;
+  return nullptr;
+}
+
 std::string compare(const Tensor& got_in, const Tensor& want_in, Tol tol, const Tensor& scale) {
   if (got_in.shape() != want_in.shape() || got_in.dtype() != want_in.dtype())
     return str("got ", got_in.describe(), ", want ", want_in.describe());

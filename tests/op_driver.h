@@ -39,6 +39,9 @@ Tol sample_tol(const OpSample& s, DType t);
 // of atol + rtol * |want[i]|.
 std::string compare(const Tensor& got, const Tensor& want, Tol tol, const Tensor& scale = Tensor());
 
+// The variant of `op` named `name` on device `d`, or nullptr.
+const Variant* find_variant(OpId op, DeviceType d, const std::string& name);
+
 // A copy of t on `device` with the same shape, strides and offset (so non-contiguous layouts
 // reach the kernels as they are).
 Tensor to_device_same_layout(const Tensor& t, Device device);

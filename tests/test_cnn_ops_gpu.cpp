@@ -222,9 +222,7 @@ TEST_CASE("cuda batch_norm: each direction is one launch, bit for bit its two ke
 // batch of nothing the kernel still writes the statistics.
 TEST_CASE("cuda batch_norm: eval's forward is one launch", "[gpu][bn]") {
   manual_seed(24);
-  const Variant* v = nullptr;
-  for (const Variant& c : op_info(OpId::batch_norm).variants)
-    if (c.device == DeviceType::cuda && !(c.flags & kVendor)) v = v ? v : &c;
+  const Variant* v = testing::find_variant(OpId::batch_norm, DeviceType::cuda, "cuda");
   REQUIRE(v != nullptr);
   const BatchNormAttrs a{0, 0.1, 1e-5};
   for (DType dt : {DType::f32, DType::bf16, DType::f64})
@@ -262,9 +260,7 @@ TEST_CASE("cuda batch_norm: eval's forward is one launch", "[gpu][bn]") {
 // the next call; 3x3 and 5x5, with and without the bias gradient.
 TEST_CASE("cuda conv2d: the direct weight gradient is one launch, bit for bit its two", "[gpu][conv]") {
   manual_seed(22);
-  const Variant* v = nullptr;
-  for (const Variant& c : op_info(OpId::conv2d_backward_weight).variants)
-    if (c.device == DeviceType::cuda && c.name == "direct") v = &c;
+  const Variant* v = testing::find_variant(OpId::conv2d_backward_weight, DeviceType::cuda, "direct");
   REQUIRE(v != nullptr);
   for (DType dt : {DType::f32, DType::bf16})
     for (int64_t ks : {3, 5})
@@ -303,9 +299,7 @@ TEST_CASE("cuda conv2d: the direct weight gradient is one launch, bit for bit it
 TEST_CASE("cuda conv2d: the igemm weight gradient is one launch, bit for bit its two", "[gpu][conv]") {
   manual_seed(23);
   for (const char* name : {"igemm_simt", "igemm_mma"}) {
-    const Variant* v = nullptr;
-    for (const Variant& c : op_info(OpId::conv2d_backward_weight).variants)
-      if (c.device == DeviceType::cuda && c.name == name) v = &c;
+    const Variant* v = testing::find_variant(OpId::conv2d_backward_weight, DeviceType::cuda, name);
     REQUIRE(v != nullptr);
     const std::vector<DType> dtypes = std::string(name) == "igemm_simt" ? std::vector<DType>{DType::f32, DType::f64}
                                                                         : std::vector<DType>{DType::bf16};

@@ -32,11 +32,7 @@ using namespace ember;
 
 namespace {
 
-const Variant* find_variant(OpId op, DeviceType d, const std::string& name) {
-  for (const Variant& v : op_info(op).variants)
-    if (v.device == d && v.name == name) return &v;
-  return nullptr;
-}
+using testing::find_variant;
 
 // Every CUDA variant of matmul that accepts (a, b) against the CPU reference (but the TF32 ones,
 // which read f32 with 10 mantissa bits: the parity samples bound them, Note [TF32 parity]).
