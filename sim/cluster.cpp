@@ -21,7 +21,9 @@
 // modelled: the ordering mbarriers give to ordinary loads and stores (as within a block, they order
 // the async proxy's copies, not generic accesses), and .relaxed arrivals (treated as release).
 // The efficiency counters count each block's own accesses: a multicast copy as a store into the
-// issuer's shared memory only, accesses of another block's shared memory not at all.
+// issuer's shared memory only, accesses of another block's shared memory not at all. A completed
+// barrier.cluster counts as a barrier in each block that has threads left (a serial step in the
+// time model, as a __syncthreads is).
 #include <string>
 
 #include "sim/cluster_api.h"
@@ -51,6 +53,7 @@ void complete_if_all_arrived(Cluster& c) {
   for (int r = 0; r < c.size; ++r) {
     Block& b = *c.blocks[r];
     b.epoch = epoch;
+    if (b.counting && b.exited < b.nthreads) counters_barrier(b);  // a serial step of each live block
     for (int i = 0; i < b.nthreads; ++i) {
       Thread& t = b.threads[i];
       if (t.state == ThreadState::at_cluster && t.cluster_phase == phase) t.state = ThreadState::runnable;

@@ -17,9 +17,9 @@
 //                 (min(resident blocks, blocks / SMs) per SM), not of the theoretical occupancy.
 //   latency     = sum over the call's kernels of launches x waves x (wave + steps x step), where
 //                 waves = ceil(blocks per launch / (resident blocks per SM x SMs)) (resident blocks
-//                 from the ptxas resource table; one when unknown) and steps = the __syncthreads a
-//                 block passes plus the phases its mbarriers complete (the simulator's counts per
-//                 block). A tiled kernel's main-loop step is a global load's round trip plus a
+//                 from the ptxas resource table; one when unknown) and steps = the __syncthreads (and
+//                 cluster barriers) a block passes plus the phases its mbarriers complete (the
+//                 simulator's counts per block). A tiled kernel's main-loop step is a global load's round trip plus a
 //                 barrier (a warp-specialised one's: a stage's "full" and "empty" phases), and a
 //                 block does its steps one after another, so a grid of one wave of 40-step blocks
 //                 takes 40 steps whatever its FLOPs.
