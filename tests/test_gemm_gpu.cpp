@@ -241,10 +241,66 @@ TEST_CASE("cuda gemm: split-K sums its partials within the launch, bit for bit a
 }
 #endif
 
+#if EMBER_WITH_CUDA
+// mma_cluster splits K over the blocks of a thread-block cluster and adds the partials through
+// distributed shared memory (Note [cluster split-K] in gemm_mma.cu): 8 and 3 splits, ragged tiles
+// in M, N and K, every operand layout, batches, each epilogue; one launch, the same bits twice.
+TEST_CASE("cuda gemm: mma_cluster splits K over a cluster, every layout, ragged edges", "[gpu][gemm]") {
+  if (!gemm::mma_cluster_supported(0)) {
+    SUCCEED("not sm_90: no clusters");
+    return;
+  }
+  manual_seed(17);
+  const Variant* v = find_variant(OpId::matmul, DeviceType::cuda, "mma_cluster");
+  const Variant* lin = find_variant(OpId::linear, DeviceType::cuda, "mma_cluster");
+  const Variant* mm_cpu = find_variant(OpId::matmul, DeviceType::cpu, "cpu");
+  const Variant* lin_cpu = find_variant(OpId::linear, DeviceType::cpu, "cpu");
+  REQUIRE((v && lin && mm_cpu && lin_cpu));
+  for (DType dt : {DType::f16, DType::bf16}) {
+    // 2 x 2 tiles of 64, 16 k tiles: 8 splits of 2; 3 batches of 2 x 1 tiles, 6 k tiles: 3 of 2
+    for (auto [batch, M, K, N] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{{1, 100, 1000, 72}, {3, 70, 330, 40}}) {
+      const Shape sa = batch == 1 ? Shape{M, K} : Shape{batch, M, K};
+      const Shape sb = batch == 1 ? Shape{K, N} : Shape{batch, K, N};
+      Tensor a = uniform(sa, -1, 1).to(dt), b = uniform(sb, -1, 1).to(dt);
+      Tensor at = uniform(batch == 1 ? Shape{K, M} : Shape{batch, K, M}, -1, 1).to(dt).transpose(-1, -2);
+      Tensor bt = uniform(batch == 1 ? Shape{N, K} : Shape{batch, N, K}, -1, 1).to(dt).transpose(-1, -2);
+      for (auto [x, y, what] :
+           std::vector<std::tuple<Tensor, Tensor, const char*>>{{a, b, "row-major x row-major"},
+                                                                {at, b, "transposed x row-major"},
+                                                                {a, bt, "row-major x transposed"},
+                                                                {at, bt, "transposed x transposed"}}) {
+        INFO(dt << " batch " << batch << " [" << M << "," << K << "] x [" << K << "," << N << "] " << what);
+        Tensor want = call_variant(*mm_cpu, OpId::matmul, {x, y})[0];
+        std::vector<Tensor> in{testing::to_device_same_layout(x, kCUDA), testing::to_device_same_layout(y, kCUDA)};
+        Tensor got = call_variant(*v, OpId::matmul, in)[0];
+        CHECK(testing::compare(got.cpu(), want, gemm_tol(dt)) == "");
+        CHECK(test::kernels_launched_by([&] { call_variant(*v, OpId::matmul, in); }) == 1);
+        Tensor again = call_variant(*v, OpId::matmul, in)[0];
+        CHECK(std::memcmp(again.cpu().data_ptr(), got.cpu().data_ptr(), got.nbytes()) == 0);
+      }
+    }
+    // the epilogue after the cluster's sum: bias, then gelu or relu, on ragged tiles
+    for (int64_t act : {static_cast<int64_t>(Activation::gelu), static_cast<int64_t>(Activation::relu)}) {
+      INFO(dt << " linear [100,1000] -> 72, activation " << act);
+      Tensor x = uniform({100, 1000}, -1, 1).to(dt), w = uniform({72, 1000}, -0.1, 0.1).to(dt);
+      Tensor bias = uniform({72}, -1, 1).to(dt);
+      const Attrs attrs = LinearAttrs{act};
+      Tensor want = call_variant(*lin_cpu, OpId::linear, {x, w, bias}, attrs)[0];
+      Tensor got = call_variant(*lin, OpId::linear, {x.cuda(), w.cuda(), bias.cuda()}, attrs)[0];
+      CHECK(testing::compare(got.cpu(), want, gemm_tol(dt)) == "");
+    }
+  }
+}
+#endif
+
 // The Hopper GEMM's library variants are simulator-only (kSimOnly, Note [simulator-only
 // candidates] in kernels/autotune.cpp): never the default, but autotune candidates once their
-// output agrees with the default's on the call. Here they are made the fastest, so one wins.
-double simulator_only_fastest(const Variant& v) { return (v.flags & kSimOnly) ? 0.001 : 1.0; }
+// output agrees with the default's on the call. Here they are made the fastest, so one wins (the
+// other simulator-only variant, mma_cluster, is checked too, and timed as slow as the rest).
+double simulator_only_fastest(const Variant& v) {
+  return (v.flags & kSimOnly) && std::string(v.name).rfind("wgmma", 0) == 0 ? 0.001 : 1.0;
+}
 
 TEST_CASE("cuda autotune: the Hopper GEMM is a candidate once it agrees with the default", "[gpu][autotune][wgmma]") {
   if (!gemm::wgmma_supported(0)) {
@@ -275,7 +331,7 @@ TEST_CASE("cuda autotune: the Hopper GEMM is a candidate once it agrees with the
   Tensor y = linear(xc, wc, bc, Activation::relu);
   autotune::set_timer_for_testing(nullptr);
   set_backend(OpId::linear, "default");
-  CHECK(autotune::stats().sim_only_checks == 2);  // wgmma_128x128 and wgmma_128x256
+  CHECK(autotune::stats().sim_only_checks == 3);  // mma_cluster, wgmma_128x128 and wgmma_128x256
   CHECK(autotune::stats().sim_only_rejected == 0);
   auto es = autotune::entries();
   REQUIRE(es.size() == 1);

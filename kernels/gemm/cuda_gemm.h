@@ -13,6 +13,8 @@
 //               thread per column of C, 4 rows, K in order (gemm_small.cu, Note [outer-product
 //               GEMM]); run_outer_fused also applies a relu mask to A and sums A's rows
 //   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)
+//   run_mma_cluster  the same warps on 64x64 tiles for the MNIST layers at batch 128-512: K split
+//               over a thread-block cluster, summed in distributed shared memory (Note [cluster split-K])
 //   run_wgmma   v4: f16/bf16 (and f32 as TF32 when asked) on Hopper (sm_90a), TMA + mbarrier ring
 //               + wgmma, warp-specialised, persistent (gemm_wgmma_sm90a.cu, Note [warp-specialised GEMM])
 //   run_cublas, run_cublaslt: the vendor libraries (gemm_vendor.cu)
@@ -83,6 +85,9 @@ Prepared prepare_linear(const Tensor& x, const Tensor& w, const Tensor& bias, co
 void run_naive(const Problem& p);
 void run_simt(const Problem& p);  // f32, f64; needs Layout::unit_stride
 void run_mma(const Problem& p);   // f16, bf16 on sm_80+; needs Layout::unit_stride
+// f16, bf16 on sm_90: 64x64 tiles, K split over a thread-block cluster, the partials added
+// through distributed shared memory (gemm_mma.cu, Note [cluster split-K]); Layout::unit_stride
+void run_mma_cluster(const Problem& p);
 // The small-problem GEMM (every float dtype): both operands K-major, one batch, and A's and B's
 // re-reads (each 4-row tile of A is read once per 4 columns of C, and each 4 columns of B once per
 // 4 rows) at most kSmallMaxRereadBytes. small_refusal says why a problem is not taken (nullptr when
@@ -118,7 +123,8 @@ void run_outer_fused(const Problem& p, const OuterFusion& fuse);
 // taken). The row sums run in blocks of their own beside the GEMM's, same launch.
 const char* simt_fused_refusal(const Problem& p);
 void run_simt_fused(const Problem& p, const OuterFusion& fuse);
-bool mma_supported(int device);  // compute capability >= 8.0
+bool mma_supported(int device);          // compute capability >= 8.0
+bool mma_cluster_supported(int device);  // compute capability >= 9.0 (clusters)
 // v4: each operand K-major or MN-major with a pitch of a multiple of 16 bytes, one batch
 // (wgmma_refusal says why a problem is not taken: "" when it is). WgmmaConfig: tiles of 128 x bn
 // (128 or 256); at most max_blocks resident blocks (0: one per SM); the epilogue stores through

@@ -111,10 +111,13 @@ requires SimtOperands<Tiles, T, TM, TN> __device__ __forceinline__ void simt_gem
 }
 
 // Tensor cores: f32 accumulators of an MT x NT8 grid of m16n8 tiles per warp, K16 k16 steps per
-// k tile; BF16 picks the mma's input type (else f16).
-template <int K16, bool BF16, class Tiles, int MT, int NT8>
+// k tile; BF16 picks the mma's input type (else f16). With G groups of warps, the warps of `group`
+// take k16 steps [group K16 / G, (group + 1) K16 / G) of each k tile: each group sums its share of
+// K, and the caller adds the groups' sums.
+template <int K16, bool BF16, int G = 1, class Tiles, int MT, int NT8>
 requires MmaOperands<Tiles, MT, NT8> __device__ __forceinline__ void mma_gemm(Tiles& tiles, int t_begin, int t_end,
-                                                                              float (&acc)[MT][NT8][4]) {
+                                                                              float (&acc)[MT][NT8][4], int group = 0) {
+  static_assert(K16 % G == 0, "mma_gemm: the groups split the k16 steps evenly");
   EMBER_UNROLL
   for (int i = 0; i < MT; ++i) {
     EMBER_UNROLL
@@ -125,7 +128,8 @@ requires MmaOperands<Tiles, MT, NT8> __device__ __forceinline__ void mma_gemm(Ti
   }
   mainloop(tiles, t_begin, t_end, [&](int stage) {
     EMBER_UNROLL
-    for (int ks = 0; ks < K16; ++ks) {
+    for (int j = 0; j < K16 / G; ++j) {
+      const int ks = group * (K16 / G) + j;
       uint32_t a[MT][4], b[NT8][2];
       tiles.fragments(stage, ks, a, b);
       EMBER_UNROLL

@@ -10,6 +10,9 @@
 //             `small` refuses ([128..512, 784] -> 128)
 //   simt      f32/f64 on the CUDA cores (gemm_simt.cu)
 //   mma_sync  f16/bf16 tensor cores, sm_80+ (gemm_mma.cu)
+//   mma_cluster  (kSimOnly) f16/bf16 on sm_90: 64x64 tiles, K split over a thread-block cluster
+//             and summed in distributed shared memory (Note [cluster split-K] in gemm_mma.cu), for
+//             [128..512, 784 or 3136] -> 128; run only in the simulator so far: an autotune candidate
 //   wgmma_128x128, wgmma_128x256  (kSimOnly) f16/bf16 on Hopper with x and W contiguous: TMA, an
 //             mbarrier ring, wgmma, warp-specialised and persistent (gemm_wgmma_sm90a.cu); run
 //             only in the simulator so far, so an autotune candidate and never a default
@@ -72,6 +75,7 @@ bool small_ok(const KernelCall& c) {
   return gemm::small_refusal(p) == nullptr;
 }
 bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
+bool mma_cluster_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_cluster_supported(c.in[0].device().index); }
 
 bool no_gelu(const KernelCall& c) { return act_of(c) != static_cast<int>(Activation::gelu); }
 
@@ -124,6 +128,7 @@ void linear_rows_fused(const KernelCall& c) {
 void linear_small(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_small); }
 void linear_simt(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_simt); }
 void linear_mma_sync(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_mma); }
+void linear_mma_cluster(const KernelCall& c) { linear_cuda(c, Layout::unit_stride, gemm::run_mma_cluster); }
 void linear_cublas(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublas); }
 void linear_cublaslt(const KernelCall& c) { linear_cuda(c, Layout::vendor, gemm::run_cublaslt); }
 
@@ -324,6 +329,13 @@ void register_cuda_linear(OpInfo& info) {
                     .dtypes = DTypeSet{DType::f16, DType::bf16},
                     .supports = mma_ok,
                     .note = "tensor cores (mma.sync) with the epilogue fused"});
+  info.add_variant({.name = "mma_cluster",
+                    .device = DeviceType::cuda,
+                    .fn = linear_mma_cluster,
+                    .dtypes = DTypeSet{DType::f16, DType::bf16},
+                    .flags = kSimOnly,
+                    .supports = mma_cluster_ok,
+                    .note = "mma.sync on 64x64 tiles, K split over a cluster, summed in distributed shared memory"});
   add_wgmma_variants<LinearWgmma>(info, wgmma_ok);
   info.add_variant({.name = "cublas",
                     .device = DeviceType::cuda,

@@ -10,6 +10,9 @@
 //             thread, double-buffered shared memory, 16-byte loads where aligned (gemm_simt.cu)
 //   mma_sync  f16/bf16 tensor cores (sm_80+): mma.sync m16n8k16, ldmatrix from swizzled shared
 //             memory, 3-stage cp.async pipeline, 128x128x64 tiles (gemm_mma.cu)
+//   mma_cluster  (kSimOnly) f16/bf16 on sm_90: mma_sync's warps on 64x64 tiles, K split over a
+//             thread-block cluster, the partials summed in distributed shared memory (gemm_mma.cu,
+//             Note [cluster split-K]); run only in the simulator so far: an autotune candidate
 //   wgmma_128x128, wgmma_128x256  (kSimOnly) f16/bf16 on Hopper: TMA, an mbarrier ring, wgmma,
 //             warp-specialised and persistent (gemm_wgmma_sm90a.cu) for one 2-d product read in
 //             place; run only in the simulator so far, so an autotune candidate and never a
@@ -64,6 +67,7 @@ bool outer_ok(const KernelCall& c) {
   return gemm::outer_refusal(p) == nullptr;
 }
 bool mma_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_supported(c.in[0].device().index); }
+bool mma_cluster_ok(const KernelCall& c) { return sizes_fit(c) && gemm::mma_cluster_supported(c.in[0].device().index); }
 
 bool lt_ok(const KernelCall& c) {
   const Tensor &a = c.in[0], &b = c.in[1];
@@ -73,6 +77,7 @@ bool lt_ok(const KernelCall& c) {
 void matmul_outer(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_outer); }
 void matmul_simt(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_simt); }
 void matmul_mma_sync(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_mma); }
+void matmul_mma_cluster(const KernelCall& c) { matmul_cuda(c, Layout::unit_stride, gemm::run_mma_cluster); }
 void matmul_cublas(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublas); }
 void matmul_cublaslt(const KernelCall& c) { matmul_cuda(c, Layout::vendor, gemm::run_cublaslt); }
 
@@ -105,6 +110,13 @@ void register_cuda_matmul(OpInfo& info) {
                     .dtypes = DTypeSet{DType::f16, DType::bf16},
                     .supports = mma_ok,
                     .note = "tensor cores: mma.sync m16n8k16, ldmatrix, 3-stage cp.async, 128x128x64 tiles"});
+  info.add_variant({.name = "mma_cluster",
+                    .device = DeviceType::cuda,
+                    .fn = matmul_mma_cluster,
+                    .dtypes = DTypeSet{DType::f16, DType::bf16},
+                    .flags = kSimOnly,
+                    .supports = mma_cluster_ok,
+                    .note = "mma.sync on 64x64 tiles, K split over a cluster, summed in distributed shared memory"});
   add_wgmma_variants<MatmulWgmma>(info, wgmma_ok);
   info.add_variant({.name = "cublas",
                     .device = DeviceType::cuda,
