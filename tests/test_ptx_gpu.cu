@@ -1,6 +1,7 @@
 // The PTX wrappers of kernels/common/ptx.cuh against the fragment layouts the PTX ISA documents,
 // position by position: every lane's registers after ldmatrix (x1, x2, x4, with and without .trans)
-// and mma.sync.m16n8k16 (f16 and bf16), and cp.async with its zero fill and group waits. The
+// and mma.sync.m16n8k16 (f16 and bf16), cp.async with its zero fill and group waits, and set.gt on
+// pairs of halves. The
 // expected values are computed here from the documented layouts with plain scalar code, so the same
 // test checks the simulator's implementation (-DEMBER_CUDA_SIM=ON) and, on a GPU, the hardware.
 #include <catch2/catch.hpp>
@@ -79,6 +80,16 @@ __global__ void cp_async_kernel(const uint4* src, uint4* out) {
   ptx::cp_async_wait<0>();
   __syncthreads();
   out[64 + i] = second[i];
+}
+
+// set.gt against 0 on pairs of halves: word i holds bit patterns 2i and 2i + 1 (every one of the
+// 65536 across the words).
+__global__ void gt_zero_kernel(uint32_t* out, bool bf16) {
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < 32768;
+       i += static_cast<int>(gridDim.x * blockDim.x)) {
+    const uint32_t x = static_cast<uint32_t>(2 * i) | (static_cast<uint32_t>(2 * i + 1) << 16);
+    out[i] = ptx::gt_zero_mask_x2(x, bf16);
+  }
 }
 
 template <class T>
@@ -173,4 +184,27 @@ TEST_CASE("ptx: cp.async copies, zero-fills and lands by the group wait", "[gpu]
       CHECK(o[i * 4 + w] == (i % 3 == 2 ? 0u : src[i * 4 + w]));
       CHECK(o[256 + i * 4 + w] == src[i * 4 + w]);
     }
+}
+
+TEST_CASE("ptx: set.gt on pairs of f16 and bf16 against 0, every bit pattern", "[gpu][ptx]") {
+  for (bool bf16 : {false, true}) {
+    INFO((bf16 ? "bf16" : "f16"));
+    Tensor out = device_buffer(32768 * 4);
+    cuda::launch(gt_zero_kernel, 64, 256, 0, cuda::stream_for(out), static_cast<uint32_t*>(out.data_ptr()), bf16);
+    std::vector<uint32_t> r = to_host<uint32_t>(out);
+    int kept = 0;
+    for (uint32_t v = 0; v < 65536; ++v) {
+      const uint16_t bits = static_cast<uint16_t>(v);
+      // relu_backward's rule: keep where y > 0 (NaN, -0, +0 and negatives are not)
+      const bool want =
+          bf16 ? static_cast<float>(BFloat16::from_bits(bits)) > 0.f : static_cast<float>(Half::from_bits(bits)) > 0.f;
+      const uint32_t got = (r[v / 2] >> (16 * (v % 2))) & 0xffffu;
+      kept += want;
+      if (got != (want ? 0xffffu : 0u)) {
+        INFO("bits 0x" << std::hex << v);
+        CHECK(got == (want ? 0xffffu : 0u));
+      }
+    }
+    CHECK(kept == (bf16 ? 0x7f80 : 0x7c00));  // the positive finite values and +inf
+  }
 }

@@ -1,9 +1,9 @@
 // The PTX instructions ember's kernels use that have no CUDA C++ spelling: tensor-core mma.sync,
-// ldmatrix and cp.async. Every kernel uses these wrappers and no inline `asm` of its own, so the
-// SIMT simulator (-DEMBER_CUDA_SIM=ON) can run each instruction with the semantics the PTX ISA
-// documents: mma.sync and ldmatrix as warp collectives over the documented fragment layouts,
-// cp.async as a copy that lands when its group is waited for. tests/test_ptx_gpu.cu checks every
-// fragment position against a scalar reference.
+// ldmatrix, cp.async, and set.gt on pairs of halves. Every kernel uses these wrappers and no inline
+// `asm` of its own, so the SIMT simulator (-DEMBER_CUDA_SIM=ON) can run each instruction with the
+// semantics the PTX ISA documents: mma.sync and ldmatrix as warp collectives over the documented
+// fragment layouts, cp.async as a copy that lands when its group is waited for.
+// tests/test_ptx_gpu.cu checks every fragment position against a scalar reference.
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16" and "ldmatrix"), lane = 4 g + t:
 //   A (16x16, row-major) a[0] = (g, 2t..2t+1)  a[1] = (g+8, 2t..2t+1)  a[2] = (g, 2t+8..2t+9)  a[3] = (g+8, 2t+8..2t+9)
@@ -128,5 +128,25 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
 }
 
 #endif
+
+// 0xffff in each 16-bit half of the result whose element of x (two f16, or two bf16 with bf16 set)
+// is > 0, else 0 (a NaN is not > 0): relu_backward's rule on a pair of fragment elements (Note
+// [fused mma backward] in kernels/gemm/gemm_mma.cu). One set.gt.u32.{f16x2,bf16x2} on sm_90.
+__device__ __forceinline__ uint32_t gt_zero_mask_x2(uint32_t x, bool bf16) {
+#if !EMBER_CUDA_SIM && EMBER_DEVICE_ARCH >= 900
+  uint32_t r;
+  if (bf16) asm("set.gt.u32.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(x), "r"(0u));
+  else asm("set.gt.u32.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(x), "r"(0u));
+  return r;
+#else
+  // the same in integer steps (the simulator; bf16x2 compares need sm_90): an element is > 0 when
+  // its sign bit is clear and its bits are 1 (the least subnormal) to +inf's, NaNs being above
+  const uint32_t inf = bf16 ? 0x7f80u : 0x7c00u;
+  uint32_t r = 0;
+  for (int h = 0; h < 2; ++h)
+    if (((x >> (16 * h)) & 0xffffu) - 1u < inf) r |= 0xffffu << (16 * h);
+  return r;
+#endif
+}
 
 }  // namespace ember::ptx
