@@ -413,10 +413,9 @@ TEST_CASE("cuda linear: a relu layer's backward is two kernels at the MLP's shap
 
 #if EMBER_WITH_CUDA
 // Where the outer-product kernels refuse (the CNN's 3136-wide layer from batch 256 in f32, 512 in
-// bf16): in f32 the SIMT GEMM's fused form takes both ops (Note [fused simt backward]), so the relu
-// layer's backward is two launches, as at the MLP's shapes. In bf16 both backward ops would compute
-// dz; the vjp computes it once, so the fused relu layer's backward launches what linear without
-// relu and a separate relu_backward launch. Captured, never run.
+// bf16) the fused forms take both ops: the SIMT GEMM's in f32 (Note [fused simt backward]), the
+// tensor cores' in bf16 (Note [fused mma backward]), so the relu layer's backward is two launches,
+// as at the MLP's shapes. Captured, never run.
 TEST_CASE("cuda linear: a relu layer's backward where outer refuses", "[gpu][gemm]") {
   for (DType dt : {DType::f32, DType::bf16}) {
     INFO(dt);
@@ -424,64 +423,63 @@ TEST_CASE("cuda linear: a relu layer's backward where outer refuses", "[gpu][gem
     const int64_t rows = dt == DType::f32 ? 256 : 512;
     Tensor x = empty({rows, 3136}, o).requires_grad_(true), w = empty({128, 3136}, o).requires_grad_(true);
     Tensor b = empty({128}, o).requires_grad_(true), g = empty({rows, 128}, o);
-    CHECK(cuda_linear_backward_masks_on_load(g, 3136) == (dt == DType::f32));
-    auto launches = [&](bool fused, bool backward_only) {
-      Tensor y;
-      if (backward_only) y = fused ? linear(x, w, b, Activation::relu) : relu(linear(x, w, b));
-      const size_t n = test::kernels_launched_by([&] {
-        if (!backward_only) y = fused ? linear(x, w, b, Activation::relu) : relu(linear(x, w, b));
-        y.backward(g);
-      });
-      for (Tensor* t : {&x, &w, &b}) t->reset_grad();
-      return n;
-    };
-    if (dt == DType::f32) CHECK(launches(true, true) == 2);
-    // forward and backward: the unfused model's relu is one kernel more, its backward no fewer
-    else CHECK(launches(true, false) + 1 == launches(false, false));
+    REQUIRE(gemm::outer_refusal({.dtype = dt, .M = 128, .N = 3136, .K = rows, .b_rs = 3136, .b_cs = 1}));
+    CHECK(cuda_linear_backward_masks_on_load(g, 3136));
+    Tensor y = linear(x, w, b, Activation::relu);
+    CHECK(test::kernels_launched_by([&] { y.backward(g); }) == 2);
+    for (Tensor* t : {&x, &w, &b}) t->reset_grad();
   }
 }
 
-// The SIMT GEMM's fused backward (Note [fused simt backward]) against the CPU's reference: the
-// mask (a NaN in y masks too) on A read K-major (dx) and M-major (dW), the bias gradient from the
-// row-sum blocks, sizes off every tile and vector (odd out_f: scalar loads); one launch each,
-// the same bits on a second call, and the weight op without the mask (act none).
-TEST_CASE("cuda linear: the SIMT GEMM's fused backward, where outer refuses", "[gpu][gemm]") {
+// The fused backward GEMMs where outer refuses, the SIMT GEMM's in f32 (Note [fused simt backward])
+// and the tensor cores' in f16 and bf16 (Note [fused mma backward]), against the CPU's reference:
+// the mask (a NaN in y masks too) on A read K-major (dx) and M-major (dW), the bias gradient from
+// the row-sum blocks, sizes off every tile and vector (odd out_f: scalar loads), split-K (the first
+// two shapes) and none (the third); one launch each, the same bits on a second call, and the
+// weight op without the mask (act none).
+TEST_CASE("cuda linear: the fused backward GEMMs, where outer refuses", "[gpu][gemm]") {
   manual_seed(12);
-  const Variant* in_simt = find_variant(OpId::linear_backward_input, DeviceType::cuda, "simt");
-  const Variant* w_simt = find_variant(OpId::linear_backward_weight, DeviceType::cuda, "simt");
   const Variant* in_cpu = find_variant(OpId::linear_backward_input, DeviceType::cpu, "cpu");
   const Variant* w_cpu = find_variant(OpId::linear_backward_weight, DeviceType::cpu, "cpu");
-  REQUIRE((in_simt && w_simt && in_cpu && w_cpu));
-  const DType dt = DType::f32;
-  for (auto [rows, in_f, out_f] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1100, 20, 1040}, {1030, 9, 1027}})
-    for (int64_t act : {1, 0}) {
-      INFO("[" << rows << "," << in_f << "] -> " << out_f << " " << dt << (act ? " relu" : ""));
-      // K > kOuterMaxK in both GEMMs: outer refuses, so simt is each op's default
-      REQUIRE(gemm::outer_refusal({.dtype = dt, .M = rows, .N = in_f, .K = out_f, .b_rs = in_f, .b_cs = 1}));
-      REQUIRE(gemm::outer_refusal({.dtype = dt, .M = out_f, .N = in_f, .K = rows, .b_rs = in_f, .b_cs = 1}));
-      Tensor y64 = uniform({rows, out_f}, -1, 1, TensorOptions(DType::f64));
-      static_cast<double*>(y64.data_ptr())[3 * out_f + 5] = NAN;  // masks as relu_backward does
-      Tensor g = uniform({rows, out_f}, -1, 1).to(dt), y = y64.to(dt);
-      Tensor x = uniform({rows, in_f}, -1, 1).to(dt), w = uniform({out_f, in_f}, -1, 1).to(dt);
-      const Attrs a = LinearAttrs{act};
-      const std::vector<Tensor> dev_dx{g.cuda(), y.cuda(), w.cuda()}, dev_dw{g.cuda(), y.cuda(), x.cuda()};
-      const Tensor want_dx = call_variant(*in_cpu, OpId::linear_backward_input, {g, y, w}, a)[0];
-      const std::vector<Tensor> want_dw = call_variant(*w_cpu, OpId::linear_backward_weight, {g, y, x}, a);
-      const Tensor dx = call_variant(*in_simt, OpId::linear_backward_input, dev_dx, a)[0];
-      const std::vector<Tensor> dw = call_variant(*w_simt, OpId::linear_backward_weight, dev_dw, a);
-      // a K-long sum of products of [-1, 1] values: a tolerance for its length
-      const Tol tol{1e-4, 2e-3};
-      CHECK(testing::compare(dx.cpu(), want_dx, tol) == "");
-      CHECK(testing::compare(dw[0].cpu(), want_dw[0], tol) == "");
-      CHECK(testing::compare(dw[1].cpu(), want_dw[1], tol) == "");
-      CHECK(test::kernels_launched_by([&] { call_variant(*in_simt, OpId::linear_backward_input, dev_dx, a); }) == 1);
-      CHECK(test::kernels_launched_by([&] { call_variant(*w_simt, OpId::linear_backward_weight, dev_dw, a); }) == 1);
-      const std::vector<Tensor> again = call_variant(*w_simt, OpId::linear_backward_weight, dev_dw, a);
-      for (size_t i = 0; i < 2; ++i) {
-        const Tensor p = dw[i].cpu(), q = again[i].cpu();
-        CHECK(std::memcmp(p.data_ptr(), q.data_ptr(), p.nbytes()) == 0);
+  REQUIRE((in_cpu && w_cpu));
+  for (auto [name, dt] :
+       std::vector<std::pair<const char*, DType>>{{"simt", DType::f32}, {"mma", DType::f16}, {"mma", DType::bf16}}) {
+    const Variant* in_v = find_variant(OpId::linear_backward_input, DeviceType::cuda, name);
+    const Variant* w_v = find_variant(OpId::linear_backward_weight, DeviceType::cuda, name);
+    REQUIRE((in_v && w_v));
+    for (auto [rows, in_f, out_f] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1100, 20, 1040}, {1030, 9, 1027}, {200, 1500, 130}})
+      for (int64_t act : {1, 0}) {
+        INFO(name << " [" << rows << "," << in_f << "] -> " << out_f << " " << dt << (act ? " relu" : ""));
+        if (rows > 1024) {  // K > kOuterMaxK in both GEMMs: outer refuses, so this is each op's default
+          REQUIRE(gemm::outer_refusal({.dtype = dt, .M = rows, .N = in_f, .K = out_f, .b_rs = in_f, .b_cs = 1}));
+          REQUIRE(gemm::outer_refusal({.dtype = dt, .M = out_f, .N = in_f, .K = rows, .b_rs = in_f, .b_cs = 1}));
+        }
+        Tensor y64 = uniform({rows, out_f}, -1, 1, TensorOptions(DType::f64));
+        static_cast<double*>(y64.data_ptr())[3 * out_f + 5] = NAN;  // masks as relu_backward does
+        Tensor g = uniform({rows, out_f}, -1, 1).to(dt), y = y64.to(dt);
+        Tensor x = uniform({rows, in_f}, -1, 1).to(dt), w = uniform({out_f, in_f}, -1, 1).to(dt);
+        const Attrs a = LinearAttrs{act};
+        const std::vector<Tensor> dev_dx{g.cuda(), y.cuda(), w.cuda()}, dev_dw{g.cuda(), y.cuda(), x.cuda()};
+        const Tensor want_dx = call_variant(*in_cpu, OpId::linear_backward_input, {g, y, w}, a)[0];
+        const std::vector<Tensor> want_dw = call_variant(*w_cpu, OpId::linear_backward_weight, {g, y, x}, a);
+        const Tensor dx = call_variant(*in_v, OpId::linear_backward_input, dev_dx, a)[0];
+        const std::vector<Tensor> dw = call_variant(*w_v, OpId::linear_backward_weight, dev_dw, a);
+        // a K-long sum of products of [-1, 1] values: a tolerance for its length (f16, bf16: a
+        // rounding or two of the f32 sum apart)
+        const Tol tol = dt == DType::f32 ? Tol{1e-4, 2e-3} : dt == DType::f16 ? Tol{2e-3, 2e-3} : Tol{1e-2, 1e-2};
+        CHECK(testing::compare(dx.cpu(), want_dx, tol) == "");
+        CHECK(testing::compare(dw[0].cpu(), want_dw[0], tol) == "");
+        CHECK(testing::compare(dw[1].cpu(), want_dw[1], tol) == "");
+        CHECK(test::kernels_launched_by([&] { call_variant(*in_v, OpId::linear_backward_input, dev_dx, a); }) == 1);
+        CHECK(test::kernels_launched_by([&] { call_variant(*w_v, OpId::linear_backward_weight, dev_dw, a); }) == 1);
+        const std::vector<Tensor> again = call_variant(*w_v, OpId::linear_backward_weight, dev_dw, a);
+        for (size_t i = 0; i < 2; ++i) {
+          const Tensor p = dw[i].cpu(), q = again[i].cpu();
+          CHECK(std::memcmp(p.data_ptr(), q.data_ptr(), p.nbytes()) == 0);
+        }
       }
-    }
+  }
 }
 #endif
 

@@ -87,6 +87,20 @@ Args make_args(const Problem& p, int vec_bytes) {
   return a;
 }
 
+const char* fused_shape_refusal(const Problem& p) {
+  constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
+  if (p.batch() != 1) return "batched";
+  if (p.b_kmajor()) return "B is not row-major";
+  if (p.M > kIntMax || p.N > kIntMax || p.K > kIntMax) return "M, N or K past int32";
+  return nullptr;
+}
+
+void check_fused_call(const Problem& p, const OuterFusion& fuse, const char* why, const char* name) {
+  EMBER_CHECK(why == nullptr, "gemm ", name, ": the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N,
+              "] is not taken: ", why ? why : "");
+  EMBER_CHECK(fuse.row_sum == nullptr || p.N > 0, "gemm ", name, ": row sums need at least one column of C");
+}
+
 int choose_splits(int64_t tiles, int64_t ktiles, int64_t min_kt, int device) {
   const int64_t sms = cuda::sm_count(device);
   if (tiles * 2 > sms || ktiles < 2 * min_kt) return 1;

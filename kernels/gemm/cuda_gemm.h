@@ -12,7 +12,8 @@
 //   run_outer   the short reductions of a small layer's backward (dz^T x, dz W) in one launch: a
 //               thread per column of C, 4 rows, K in order (gemm_small.cu, Note [outer-product
 //               GEMM]); run_outer_fused also applies a relu mask to A and sums A's rows
-//   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu)
+//   run_mma     v3: f16/bf16 tensor cores, mma.sync m16n8k16 + ldmatrix + cp.async (gemm_mma.cu);
+//               run_mma_fused (64x64 tiles) also applies a relu mask to A and sums A's rows
 //   run_mma_cluster  the same warps on 64x64 tiles for the MNIST layers at batch 128-512: K split
 //               over a thread-block cluster, summed in distributed shared memory (Note [cluster split-K])
 //   run_wgmma   v4: f16/bf16 (and f32 as TF32 when asked) on Hopper (sm_90a), TMA + mbarrier ring
@@ -123,6 +124,11 @@ void run_outer_fused(const Problem& p, const OuterFusion& fuse);
 // taken). The row sums run in blocks of their own beside the GEMM's, same launch.
 const char* simt_fused_refusal(const Problem& p);
 void run_simt_fused(const Problem& p, const OuterFusion& fuse);
+// The same fusion on the tensor cores (f16, bf16 on sm_80+; Note [fused mma backward] in
+// gemm_mma.cu): 64x64 tiles, the mask copied beside A into each stage and applied to A's
+// fragments; one batch, B row-major, M, N, K within int32 (mma_fused_refusal: nullptr when taken).
+const char* mma_fused_refusal(const Problem& p);
+void run_mma_fused(const Problem& p, const OuterFusion& fuse);
 bool mma_supported(int device);          // compute capability >= 8.0
 bool mma_cluster_supported(int device);  // compute capability >= 9.0 (clusters)
 // v4: each operand K-major or MN-major with a pitch of a multiple of 16 bytes, one batch

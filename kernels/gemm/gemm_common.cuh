@@ -43,8 +43,9 @@ struct Args {
   int64_t kt_per_split;
   void* ws;
   unsigned* tickets;
-  // A relu layer's backward fused into simt (run_simt_fused, OuterFusion in cuda_gemm.h): A read
-  // as 0 where a_mask (A's strides) is not > 0, and A's row sums after the mask into row_sum.
+  // A relu layer's backward fused into simt or mma (run_simt_fused, run_mma_fused, OuterFusion in
+  // cuda_gemm.h): A read as 0 where a_mask (A's strides) is not > 0, and A's row sums after the
+  // mask into row_sum.
   const void* a_mask;
   void* row_sum;
 };
@@ -164,6 +165,35 @@ __device__ __forceinline__ void finish_split_tile(const Args& p, int64_t z, int 
   if (threadIdx.x == 0) *ticket = 0u;
 }
 
+// The bias gradient of a fused relu backward (Note [fused simt backward] in gemm_simt.cu, Note
+// [fused mma backward] in gemm_mma.cu): blocks appended to the GEMM's grid, each summing
+// kRowSumRows rows of A over k after the mask, into row_sum. A warp's lanes take consecutive rows
+// (coalesced when A is dz^T, m-contiguous); the block's warps take every (Threads / 32)-th k and
+// add their sums in warp order, so the result does not depend on timing.
+constexpr int kRowSumRows = 32;
+
+template <class T, int Threads>
+__device__ __forceinline__ void row_sums_block(const Args& p, int64_t blk) {
+  using Acc = acc_t<T>;
+  constexpr int KG = Threads / kRowSumRows;  // the runs of k: one a warp
+  EMBER_SHARED(Acc[KG][kRowSumRows], part);
+  const int r = static_cast<int>(threadIdx.x) % kRowSumRows, kg = static_cast<int>(threadIdx.x) / kRowSumRows;
+  const int64_t m = blk * kRowSumRows + r;
+  const T* A = static_cast<const T*>(p.a);
+  const T* mask = static_cast<const T*>(p.a_mask);
+  Acc sum = 0;
+  for (int64_t k = kg; m < p.M && k < p.K; k += KG) {
+    const int64_t at = m * p.a_rs + k * p.a_cs;
+    // relu_backward's rule, as the tiles' loads apply it
+    if (mask == nullptr || mask[at] > T(0)) sum += static_cast<Acc>(A[at]);
+  }
+  part[kg][r] = sum;
+  __syncthreads();
+  if (kg != 0 || m >= p.M) return;
+  for (int j = 1; j < KG; ++j) sum += part[j][r];
+  static_cast<T*>(p.row_sum)[m] = static_cast<T>(sum);
+}
+
 // Grouped tile order: consecutive blocks walk down a group of 8 tile rows before moving right,
 // so the tiles of A and B that run at the same time overlap and stay in L2.
 __device__ __forceinline__ void tile_coords(int64_t pid, int64_t tiles_m, int64_t tiles_n, int64_t& tm, int64_t& tn) {
@@ -181,6 +211,12 @@ __host__ __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return
 
 template <class T, int N>
 using Vec = ::ember::detail::AlignedVec<T, N>;  // one N-element vector access (kernels/common/aligned_vec.cuh)
+
+// Host: what the fused relu backward GEMMs (run_simt_fused, run_mma_fused) ask of a problem beyond
+// its dtype: one batch, B row-major, M, N, K within int32 (nullptr when taken, else why not); and
+// the check their run_* make, `name` naming the kernel in the message.
+const char* fused_shape_refusal(const Problem& p);
+void check_fused_call(const Problem& p, const OuterFusion& fuse, const char* why, const char* name);
 
 // Host: kernel arguments from a problem; `vec_bytes` is the vector width the kernel loads.
 // (No split: kt_per_split covers every k tile, ws is null.)

@@ -25,6 +25,9 @@
 // mma_cluster (run_mma_cluster, sm_90): the same iterator and warps on 64x64 tiles, K split over a
 // thread-block cluster whose blocks add their partials through distributed shared memory (Note
 // [cluster split-K]), for the layers too small to fill the GPU with 128x128 tiles.
+// mma_fused_kernel (run_mma_fused): the same iterator on 64x64 tiles with a relu mask applied to
+// A's fragments and the bias gradient's row sums beside it, a relu layer's backward in one launch
+// per GEMM (Note [fused mma backward]).
 // Limits: mma.sync cannot feed Hopper's tensor cores at full rate (wgmma's asynchronous,
 // shared-memory-sourced operands can), so this kernel stays below cuBLAS's sm_90 kernels (wgmma +
 // TMA); shared-memory and global bandwidth are not the limit. Closing the gap needs v4 (wgmma +
@@ -33,6 +36,7 @@
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <type_traits>
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
@@ -78,13 +82,17 @@ __device__ __forceinline__ void load_chunk(unsigned char* dst, const uint16_t* s
 // The operand iterator of the tensor-core GEMM (Note [gemm main loop]): cp.async straight into
 // swizzled shared stages; ldmatrix (k contiguous) or ldmatrix.trans (m or n contiguous) fragments.
 // A block tile of BM x BN (64 or 128 each) in 2 x 2 warps, each warp BM/2 x BN/2; 64 k per stage;
-// Threads (128 or 256: two groups of 2 x 2 warps, mma_gemm's G) share the copies.
-template <bool A_K, bool B_K, int BM = kMmaBM, int BN = kMmaBN, int Stages = kMmaStages, int Threads = kMmaThreads>
+// Threads (128 or 256: two groups of 2 x 2 warps, mma_gemm's G) share the copies. MaskT (Half or
+// BFloat16; void: none): a relu mask at A's offsets (Mask, when set) rides in each stage beside A
+// and zeroes A's fragments where it is not > 0 (Note [fused mma backward]).
+template <bool A_K, bool B_K, int BM = kMmaBM, int BN = kMmaBN, int Stages = kMmaStages, int Threads = kMmaThreads,
+          class MaskT = void>
 struct MmaTiles {
   static_assert((BM == 64 || BM == 128) && (BN == 64 || BN == 128), "MmaTiles: 64 or 128 rows and columns");
+  static constexpr bool kMasked = !std::is_void_v<MaskT>;
   static constexpr int kStages = Stages;
   static constexpr int kATileBytes = BM * kMmaBK * 2, kBTileBytes = BN * kMmaBK * 2;
-  static constexpr int kStageBytes = kATileBytes + kBTileBytes;  // A then B
+  static constexpr int kStageBytes = kATileBytes * (kMasked ? 2 : 1) + kBTileBytes;  // A, B, then the mask
   static constexpr int kSmem = kStages * kStageBytes;
   static constexpr int kMT = BM / 32, kNT8 = BN / 16;  // a warp's m16 and n8 tiles
   unsigned char* smem;
@@ -92,7 +100,8 @@ struct MmaTiles {
   const uint16_t* A;
   const uint16_t* B;
   int M, N, K, m0, n0;
-  int tid, lane, wm, wn;  // wm, wn: the warp's sub-tile
+  int tid, lane, wm, wn;           // wm, wn: the warp's sub-tile
+  const uint16_t* Mask = nullptr;  // kMasked: A's mask, at A's offsets (null: none)
 
   // Requests tile kt of A and B into `stage` (BM x 8 and BN x 8 chunks, 16 bytes each).
   __device__ __forceinline__ void fetch(int kt, int stage) {
@@ -105,14 +114,23 @@ struct MmaTiles {
     for (int i = 0; i < (kAChunks > kBChunks ? kAChunks : kBChunks); ++i) {
       const int c = tid + i * Threads;
       if (i < kAChunks) {
+        int dst, start, extent;
+        int64_t src;
+        bool row_ok;
         if constexpr (A_K) {  // [BM m][64 k]: A[m, k] at A + m * a_rs + k
           const int r = c >> 3, ch = c & 7;
           const int gm = m0 + r, gk = k0 + ch * 8;
-          load_chunk(sa + swz(r, ch, 128), A + static_cast<int64_t>(gm) * p.a_rs + gk, A, gm < M, gk, K, p.a_vec);
+          dst = swz(r, ch, 128), src = static_cast<int64_t>(gm) * p.a_rs + gk;
+          row_ok = gm < M, start = gk, extent = K;
         } else {  // [64 k][BM m]: A[m, k] at A + m + k * a_cs
           const int r = c >> kAShift, ch = c & ((1 << kAShift) - 1);
           const int gk = k0 + r, gm = m0 + ch * 8;
-          load_chunk(sa + swz(r, ch, BM * 2), A + static_cast<int64_t>(gk) * p.a_cs + gm, A, gk < K, gm, M, p.a_vec);
+          dst = swz(r, ch, BM * 2), src = static_cast<int64_t>(gk) * p.a_cs + gm;
+          row_ok = gk < K, start = gm, extent = M;
+        }
+        load_chunk(sa + dst, A + src, A, row_ok, start, extent, p.a_vec);
+        if constexpr (kMasked) {
+          if (Mask != nullptr) load_chunk(sb + kBTileBytes + dst, Mask + src, Mask, row_ok, start, extent, p.a_vec);
         }
       }
       if (i < kBChunks) {
@@ -139,12 +157,24 @@ struct MmaTiles {
     EMBER_UNROLL
     for (int mt = 0; mt < kMT; ++mt) {
       const int mb = wm + mt * 16;
+      int at;
       if constexpr (A_K) {  // matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
         const int r = mb + lr + (li & 1) * 8, ch = ks * 2 + (li >> 1);
-        ptx::ldmatrix_x4(af[mt], sa + swz(r, ch, 128));
+        at = swz(r, ch, 128);
+        ptx::ldmatrix_x4(af[mt], sa + at);
       } else {  // the same four, stored [k][m]: transposed on the way out
         const int r = ks * 16 + lr + (li >> 1) * 8, ch = (mb >> 3) + (li & 1);
-        ptx::ldmatrix_x4_trans(af[mt], sa + swz(r, ch, BM * 2));
+        at = swz(r, ch, BM * 2);
+        ptx::ldmatrix_x4_trans(af[mt], sa + at);
+      }
+      if constexpr (kMasked) {
+        if (Mask != nullptr) {  // the mask's tile has A's layout: the same load gives its elements in A's places
+          uint32_t mk[4];
+          if constexpr (A_K) ptx::ldmatrix_x4(mk, sb + kBTileBytes + at);
+          else ptx::ldmatrix_x4_trans(mk, sb + kBTileBytes + at);
+          EMBER_UNROLL
+          for (int e = 0; e < 4; ++e) af[mt][e] &= ptx::gt_zero_mask_x2(mk[e], std::is_same_v<MaskT, BFloat16>);
+        }
       }
     }
     EMBER_UNROLL
@@ -189,6 +219,21 @@ __device__ __forceinline__ void for_each_acc_pair(const float (&acc)[MT][NT8][4]
   }
 }
 
+// Split-K (Note [split-K]): the warp's sub-tile at (m0, n0) of batch z as raw f32 partial sums, in
+// the workspace of this block's split; the tile's last block adds them (finish_split_tile).
+template <int MT, int NT8>
+__device__ __forceinline__ void store_split_partials(const float (&acc)[MT][NT8][4], const Args& p, int64_t z, int m0,
+                                                     int n0, int g, int t4) {
+  const int M = static_cast<int>(p.M), N = static_cast<int>(p.N);
+  float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
+  for_each_acc_pair(
+      acc, m0, n0, g, t4, M, N, [&](int gm) { return W + static_cast<int64_t>(gm) * N; },
+      [&](float* wrow, int gn, float v0, float v1) {
+        if (gn < N) wrow[gn] = v0;
+        if (gn + 1 < N) wrow[gn + 1] = v1;
+      });
+}
+
 template <class T, bool A_K, bool B_K>
 __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
 #if EMBER_DEVICE_ARCH >= 800
@@ -215,13 +260,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) mma_kernel(Args p) {
 
     const int g = lane >> 2, t4 = lane & 3;
     if (p.ws != nullptr) {  // split-K: raw f32 partial sums, reduced by the tile's last block
-      float* W = static_cast<float*>(p.ws) + (static_cast<int64_t>(blockIdx.y) * p.batch + z) * p.M * p.N;
-      for_each_acc_pair(
-          acc, m0 + wm, n0 + wn, g, t4, M, N, [&](int gm) { return W + static_cast<int64_t>(gm) * N; },
-          [&](float* wrow, int gn, float v0, float v1) {
-            if (gn < N) wrow[gn] = v0;
-            if (gn + 1 < N) wrow[gn + 1] = v1;
-          });
+      store_split_partials(acc, p, z, m0 + wm, n0 + wn, g, t4);
       finish_split_tile<T, kMmaBM, kMmaBN>(p, z, m0, n0);
       continue;
     }
@@ -334,15 +373,93 @@ __global__ void __launch_bounds__(kClusterThreads) mma_cluster_kernel(Args p) {
 #endif
 }
 
+// Note [fused mma backward]: a relu layer's backward in f16/bf16 where the outer-product kernel
+// refuses (the CNN's 3136-wide layer's dW from batch 512, the MLP's 784-wide one's past it; Note
+// [fused linear backward] in kernels/ops/linear.cu) was four launches: relu_backward (dz), dz W,
+// dz^T x and the sum of dz's rows. Here it is two, one GEMM each, as the SIMT GEMM does in f32 (Note
+// [fused simt backward] in gemm_simt.cu):
+// - The mask (the layer's output y, at A's offsets) is copied by cp.async into each stage beside
+//   A, in A's swizzled layout, so the ldmatrix that reads a fragment of A reads the mask's
+//   elements for the same places from the mask's tile; a set.gt per register pair
+//   (ptx::gt_zero_mask_x2) zeroes A where y is not > 0 (NaN included). dz is never written, and
+//   the mma sees exactly relu_backward's dz.
+// - The bias gradient, the sums of A = dz^T's rows, comes from blocks appended to the grid
+//   (row_sums_block in gemm_common.cuh), in the same launch.
+// Tiles of 64x64 with 4 warps of 32x32: 32 accumulators a thread and, a k16 step, 2 more
+// ldmatrix and 8 set.gt + AND beside 8 mma (mma_sync's 128x128 tile, at 243-248 registers, has no
+// room for the mask's fragments); 3 stages of 24 KiB, 3 blocks an SM; split-K in the launch (Note
+// [split-K]) where the tiles fill less than half the GPU. One batch, B row-major: the two GEMMs of
+// the backward (mma_fused_refusal).
+constexpr int kFusedBM = 64, kFusedBN = 64, kFusedStages = 3;
+template <class T, bool A_K>
+using FusedTiles = MmaTiles<A_K, false, kFusedBM, kFusedBN, kFusedStages, kMmaThreads, T>;
+
+template <class T, bool A_K>
+__global__ void __launch_bounds__(kMmaThreads) mma_fused_kernel(Args p) {
+#if EMBER_DEVICE_ARCH >= 800
+  const int64_t tiles_m = (p.M + kFusedBM - 1) / kFusedBM, tiles_n = (p.N + kFusedBN - 1) / kFusedBN;
+  if (blockIdx.x >= tiles_m * tiles_n) {  // a row-sum block
+    if (blockIdx.y == 0 && p.row_sum != nullptr) row_sums_block<T, kMmaThreads>(p, blockIdx.x - tiles_m * tiles_n);
+    return;
+  }
+  EMBER_DYNAMIC_SHARED(unsigned char, smem);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int M = static_cast<int>(p.M), N = static_cast<int>(p.N), K = static_cast<int>(p.K);
+  int64_t tmi, tni;
+  tile_coords(blockIdx.x, tiles_m, tiles_n, tmi, tni);
+  const int m0 = static_cast<int>(tmi) * kFusedBM, n0 = static_cast<int>(tni) * kFusedBN;
+  const int wm = (warp >> 1) * (kFusedBM / 2), wn = (warp & 1) * (kFusedBN / 2);
+  const int ktiles = (K + kMmaBK - 1) / kMmaBK;
+  const int kt_begin = static_cast<int>(min64(ktiles, blockIdx.y * p.kt_per_split));
+  const int kt_end = static_cast<int>(min64(ktiles, kt_begin + p.kt_per_split));
+  const auto* A = static_cast<const uint16_t*>(p.a);
+  const auto* B = static_cast<const uint16_t*>(p.b);
+  const auto* mask = static_cast<const uint16_t*>(p.a_mask);
+  FusedTiles<T, A_K> tiles{smem, p, A, B, M, N, K, m0, n0, tid, lane, wm, wn, mask};
+  float acc[kFusedBM / 32][kFusedBN / 16][4];
+  mma_gemm<kMmaBK / 16, std::is_same_v<T, BFloat16>>(tiles, kt_begin, kt_end, acc);
+  const int g = lane >> 2, t4 = lane & 3;
+  if (p.ws != nullptr) {
+    store_split_partials(acc, p, 0, m0 + wm, n0 + wn, g, t4);
+    finish_split_tile<T, kFusedBM, kFusedBN>(p, 0, m0, n0);
+    return;
+  }
+  T* C = static_cast<T*>(p.c);
+  for_each_acc_pair(
+      acc, m0 + wm, n0 + wn, g, t4, M, N, [&](int gm) { return C + static_cast<int64_t>(gm) * p.c_rs; },
+      [&](T* crow, int gn, float v0, float v1) { store_half_pair<-1>(p, crow, gn, N, v0, v1); });
+#else
+  __trap();  // never launched: run_mma_fused checks the device is sm_80+
+#endif
+}
+
+// Allows Kernel `bytes` of dynamic shared memory (past the default 48 KiB), once per device.
+template <auto Kernel>
+void allow_smem_once(int bytes, int device, const char* name) {
+  static std::array<std::once_flag, 64> once;
+  EMBER_CHECK(device >= 0 && device < 64, "gemm ", name, ": bad device ", device);
+  std::call_once(once[static_cast<size_t>(device)], [bytes] {
+    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel),
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  });
+}
+
+// Calls f(A_K, B_K) with std::bool_constant arguments for the problem's operand layouts.
+template <class F>
+void with_layouts(const Problem& p, const F& f) {
+  const bool ak = p.a_kmajor(), bk = p.b_kmajor();
+  using Y = std::true_type;
+  using N = std::false_type;
+  if (ak && bk) f(Y{}, Y{});
+  else if (ak) f(Y{}, N{});
+  else if (bk) f(N{}, Y{});
+  else f(N{}, N{});
+}
+
 template <class T, bool A_K, bool B_K>
 void launch_mma_cluster(const Args& args, int splits, int device, cudaStream_t stream) {
-  constexpr int kSmem = ClusterTiles<A_K, B_K>::kSmem;  // 64 KiB: must be allowed once per device
-  static std::array<std::once_flag, 64> once;
-  EMBER_CHECK(device >= 0 && device < 64, "gemm mma_cluster: bad device ", device);
-  std::call_once(once[static_cast<size_t>(device)], [] {
-    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&mma_cluster_kernel<T, A_K, B_K>),
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  });
+  constexpr int kSmem = ClusterTiles<A_K, B_K>::kSmem;  // 64 KiB
+  allow_smem_once<&mma_cluster_kernel<T, A_K, B_K>>(kSmem, device, "mma_cluster");
   const int64_t tiles = ((args.M + kClusterBM - 1) / kClusterBM) * ((args.N + kClusterBN - 1) / kClusterBN);
   EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm mma_cluster: too many tiles (", tiles, ")");
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
@@ -360,23 +477,14 @@ void dispatch_mma_cluster(const Problem& p, cudaStream_t stream) {
     args.kt_per_split = (ktiles + splits - 1) / splits;
     splits = static_cast<int>((ktiles + args.kt_per_split - 1) / args.kt_per_split);  // none without k tiles
   }
-  const bool ak = p.a_kmajor(), bk = p.b_kmajor();
-  const int d = p.device.index;
-  if (ak && bk) launch_mma_cluster<T, true, true>(args, splits, d, stream);
-  else if (ak) launch_mma_cluster<T, true, false>(args, splits, d, stream);
-  else if (bk) launch_mma_cluster<T, false, true>(args, splits, d, stream);
-  else launch_mma_cluster<T, false, false>(args, splits, d, stream);
+  with_layouts(p, [&](auto ak, auto bk) {
+    launch_mma_cluster<T, decltype(ak)::value, decltype(bk)::value>(args, splits, p.device.index, stream);
+  });
 }
 
 template <class T, bool A_K, bool B_K>
 void launch_mma(const Args& args, int splits, int device, cudaStream_t stream) {
-  // the 96 KiB of dynamic shared memory must be allowed once per device
-  static std::array<std::once_flag, 64> once;
-  EMBER_CHECK(device >= 0 && device < 64, "gemm mma_sync: bad device ", device);
-  std::call_once(once[static_cast<size_t>(device)], [] {
-    EMBER_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(&mma_kernel<T, A_K, B_K>),
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kMmaSmem));
-  });
+  allow_smem_once<&mma_kernel<T, A_K, B_K>>(kMmaSmem, device, "mma_sync");  // 96 KiB
   const int64_t tiles = ((args.M + kMmaBM - 1) / kMmaBM) * ((args.N + kMmaBN - 1) / kMmaBN);
   EMBER_CHECK(tiles < (int64_t{1} << 31), "gemm mma_sync: too many tiles (", tiles, ")");
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(splits), grid_z(args.batch));
@@ -391,12 +499,38 @@ void dispatch_mma(const Problem& p, cudaStream_t stream) {
   Tensor ws;
   int splits = choose_splits(tiles, ktiles, 2, p.device.index);  // >= 128 k per split
   if (splits > 1) splits = plan_splits(args, p, ktiles, splits, 4, tiles, ws, stream);
-  const bool ak = p.a_kmajor(), bk = p.b_kmajor();
-  const int d = p.device.index;
-  if (ak && bk) launch_mma<T, true, true>(args, splits, d, stream);
-  else if (ak) launch_mma<T, true, false>(args, splits, d, stream);
-  else if (bk) launch_mma<T, false, true>(args, splits, d, stream);
-  else launch_mma<T, false, false>(args, splits, d, stream);
+  with_layouts(p, [&](auto ak, auto bk) {
+    launch_mma<T, decltype(ak)::value, decltype(bk)::value>(args, splits, p.device.index, stream);
+  });
+  if (splits > 1) finish_splits(args, p, splits, stream);
+}
+
+template <class T, bool A_K>
+void launch_mma_fused(const Args& args, int splits, int device, cudaStream_t stream) {
+  constexpr int kSmem = FusedTiles<T, A_K>::kSmem;  // 72 KiB
+  allow_smem_once<&mma_fused_kernel<T, A_K>>(kSmem, device, "mma fused");
+  const int64_t tiles = ((args.M + kFusedBM - 1) / kFusedBM) * ((args.N + kFusedBN - 1) / kFusedBN);
+  // the row sums' blocks after the tiles' (Note [fused mma backward])
+  const int64_t sums = args.row_sum != nullptr ? (args.M + kRowSumRows - 1) / kRowSumRows : 0;
+  EMBER_CHECK(tiles + sums < (int64_t{1} << 31), "gemm mma fused: too many tiles (", tiles, ")");
+  dim3 grid(static_cast<unsigned>(tiles + sums), static_cast<unsigned>(splits), 1);
+  cuda::launch(mma_fused_kernel<T, A_K>, grid, kMmaThreads, kSmem, stream, args);
+}
+
+template <class T>
+void dispatch_mma_fused(const Problem& p, const OuterFusion& fuse, cudaStream_t stream) {
+  Args args = make_args(p, 16);
+  args.a_mask = fuse.a_mask;
+  args.row_sum = fuse.row_sum;
+  // the mask's chunks load as A's: 16-byte copies only where both are aligned (same strides)
+  if (reinterpret_cast<uintptr_t>(fuse.a_mask) % 16 != 0) args.a_vec = false;
+  const int64_t tiles = ((p.M + kFusedBM - 1) / kFusedBM) * ((p.N + kFusedBN - 1) / kFusedBN);
+  const int64_t ktiles = (p.K + kMmaBK - 1) / kMmaBK;
+  Tensor ws;
+  int splits = choose_splits(tiles, ktiles, 2, p.device.index);  // >= 128 k per split
+  if (splits > 1) splits = plan_splits(args, p, ktiles, splits, 4, tiles, ws, stream);
+  if (p.a_kmajor()) launch_mma_fused<T, true>(args, splits, p.device.index, stream);
+  else launch_mma_fused<T, false>(args, splits, p.device.index, stream);
   if (splits > 1) finish_splits(args, p, splits, stream);
 }
 
@@ -429,6 +563,21 @@ void run_mma(const Problem& p) {
   cudaStream_t stream = cuda::stream_for(p.device);
   if (p.dtype == DType::f16) dev::dispatch_mma<Half>(p, stream);
   else dev::dispatch_mma<BFloat16>(p, stream);
+}
+
+const char* mma_fused_refusal(const Problem& p) {
+  return p.dtype != DType::f16 && p.dtype != DType::bf16 ? "not f16 or bf16" : dev::fused_shape_refusal(p);
+}
+
+void run_mma_fused(const Problem& p, const OuterFusion& fuse) {
+  dev::check_fused_call(p, fuse, mma_fused_refusal(p), "mma fused");
+  if (p.M == 0 || p.N == 0) return;
+  check_mma_problem(p, "mma fused");
+  EMBER_CHECK(mma_supported(p.device.index), "gemm mma fused: needs a GPU of compute capability 8.0 or newer");
+  cuda::DeviceGuard guard(p.device.index);
+  cudaStream_t stream = cuda::stream_for(p.device);
+  if (p.dtype == DType::f16) dev::dispatch_mma_fused<Half>(p, fuse, stream);
+  else dev::dispatch_mma_fused<BFloat16>(p, fuse, stream);
 }
 
 void run_mma_cluster(const Problem& p) {

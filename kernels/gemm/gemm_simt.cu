@@ -271,35 +271,10 @@ __device__ __forceinline__ void simt_store_tile(const Args& p, int64_t z, int m0
 // is two, one for each GEMM, with outer's fusion: each thread loads the mask's vector (the layer's
 // output y, at A's offsets) beside its vector of A and zeroes A where the mask is not > 0, so dz is
 // never written; and for dW the bias gradient, the sums of A = dz^T's rows, comes from blocks of
-// its own appended to the grid (kRowSumRows rows of A each: a warp's lanes take consecutive rows,
-// coalesced when A is dz^T; its 8 warps take every 8th k and add their sums in warp order, so the
-// result does not depend on timing). They share the GEMM's launch, not its loads: beside a GEMM of
-// 2 M N K FLOPs, M K more reads. Only f32 with B row-major (both GEMMs of the backward) is
-// instantiated: f64 (gradchecks, never training) at the 128-register cap spilled with the mask.
-constexpr int kRowSumRows = 32;
-
-template <class T>
-__device__ __forceinline__ void simt_row_sums(const Args& p, int64_t blk) {
-  using Acc = acc_t<T>;
-  constexpr int KG = kSimtThreads / kRowSumRows;  // the runs of k: one a warp
-  EMBER_SHARED(Acc[KG][kRowSumRows], part);
-  const int r = static_cast<int>(threadIdx.x) % kRowSumRows, kg = static_cast<int>(threadIdx.x) / kRowSumRows;
-  const int64_t m = blk * kRowSumRows + r;
-  const T* A = static_cast<const T*>(p.a);
-  const T* mask = static_cast<const T*>(p.a_mask);
-  Acc sum = 0;
-  for (int64_t k = kg; m < p.M && k < p.K; k += KG) {
-    const int64_t at = m * p.a_rs + k * p.a_cs;
-    // relu_backward's rule, as the tiles' loads apply it
-    if (mask == nullptr || mask[at] > T(0)) sum += static_cast<Acc>(A[at]);
-  }
-  part[kg][r] = sum;
-  __syncthreads();
-  if (kg != 0 || m >= p.M) return;
-  for (int j = 1; j < KG; ++j) sum += part[j][r];
-  static_cast<T*>(p.row_sum)[m] = static_cast<T>(sum);
-}
-
+// its own appended to the grid (row_sums_block in gemm_common.cuh). They share the GEMM's launch,
+// not its loads: beside a GEMM of 2 M N K FLOPs, M K more reads. Only f32 with B row-major (both
+// GEMMs of the backward) is instantiated: f64 (gradchecks, never training) at the 128-register cap
+// spilled with the mask.
 template <class T, bool A_K, bool B_K, bool kFused = false>
 __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   using Tiles = SimtTiles<T, A_K, B_K, kFused>;
@@ -323,7 +298,7 @@ __global__ void __launch_bounds__(kSimtThreads, 2) simt_kernel(Args p) {
   const int64_t tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN;
   if constexpr (kFused) {
     if (blockIdx.x >= tiles_m * tiles_n) {  // a row-sum block (Note [fused simt backward])
-      if (blockIdx.y == 0 && p.row_sum != nullptr) simt_row_sums<T>(p, blockIdx.x - tiles_m * tiles_n);
+      if (blockIdx.y == 0 && p.row_sum != nullptr) row_sums_block<T, kSimtThreads>(p, blockIdx.x - tiles_m * tiles_n);
       return;
     }
   }
@@ -418,19 +393,11 @@ void run_simt_with(const Problem& p, const OuterFusion* fuse) {
 void run_simt(const Problem& p) { run_simt_with(p, nullptr); }
 
 const char* simt_fused_refusal(const Problem& p) {
-  constexpr int64_t kIntMax = (int64_t{1} << 31) - 1;
-  if (p.dtype != DType::f32) return "not f32";
-  if (p.batch() != 1) return "batched";
-  if (p.b_kmajor()) return "B is not row-major";
-  if (p.M > kIntMax || p.N > kIntMax || p.K > kIntMax) return "M, N or K past int32";
-  return nullptr;
+  return p.dtype != DType::f32 ? "not f32" : dev::fused_shape_refusal(p);
 }
 
 void run_simt_fused(const Problem& p, const OuterFusion& fuse) {
-  const char* why = simt_fused_refusal(p);
-  EMBER_CHECK(why == nullptr, "gemm simt fused: the problem [", p.M, ", ", p.K, "] x [", p.K, ", ", p.N,
-              "] is not taken: ", why ? why : "");
-  EMBER_CHECK(fuse.row_sum == nullptr || p.N > 0, "gemm simt fused: row sums need at least one column of C");
+  dev::check_fused_call(p, fuse, simt_fused_refusal(p), "simt fused");
   run_simt_with(p, &fuse);
 }
 

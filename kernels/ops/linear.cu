@@ -26,6 +26,8 @@
 //             (gemm_small.cu): one launch each; registered first, the default where it is taken
 //   simt      f32: the same fusion in the SIMT GEMM (gemm_simt.cu, Note [fused simt
 //             backward]), one launch each, the default where outer refuses
+//   mma       f16/bf16: the same fusion on the tensor cores (gemm_mma.cu, Note [fused mma
+//             backward]), one launch each, the default where outer refuses
 //   composite relu_backward, matmul and sum (their own defaults), for every other shape
 //   cublas    (kVendor) relu_backward, cuBLAS's GEMM and sum: what PyTorch's eager backward runs
 #include "kernels/functional.h"
@@ -155,7 +157,8 @@ struct LinearWgmma {
 // Where the outer-product kernel refuses (a reduction longer than kOuterMaxK, B's re-reads past
 // their bound even at 16 rows a thread: the CNN's 3136-wide layer's dW from batch 256, the
 // 784-wide one's past batch 512) f32 takes the same fusion in the SIMT GEMM (Note [fused simt
-// backward] in gemm_simt.cu), and the other dtypes the composite variant's four ops.
+// backward] in gemm_simt.cu), f16 and bf16 in the tensor-core GEMM (Note [fused mma backward] in
+// gemm_mma.cu), and f64 the composite variant's four ops.
 
 // The outer-product problem of each op, from the inputs alone (pointers and outputs left unset).
 gemm::Problem outer_problem(DType dt, int64_t M, int64_t N, int64_t K, int64_t b_rs) {
@@ -182,6 +185,22 @@ bool input_simt_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f) {
 bool weight_simt_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f) {
   return in_f > 0 && gemm::simt_fused_refusal(outer_problem(dt, out_f, in_f, rows, in_f)) == nullptr;
 }
+// f16/bf16 (Note [fused mma backward] in gemm_mma.cu): the tensor cores of the device
+bool input_mma_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f, int device) {
+  return gemm::mma_fused_refusal(outer_problem(dt, rows, in_f, out_f, in_f)) == nullptr && gemm::mma_supported(device);
+}
+bool weight_mma_takes(DType dt, int64_t rows, int64_t in_f, int64_t out_f, int device) {
+  return in_f > 0 && gemm::mma_fused_refusal(outer_problem(dt, out_f, in_f, rows, in_f)) == nullptr &&
+         gemm::mma_supported(device);
+}
+bool input_mma_ok(const KernelCall& c) {
+  const Tensor &g = c.in[0], &w = c.in[2];
+  return input_mma_takes(g.dtype(), linear_rows(g), w.shape()[1], w.shape()[0], g.device().index);
+}
+bool weight_mma_ok(const KernelCall& c) {
+  const Tensor &g = c.in[0], &x = c.in[2];
+  return weight_mma_takes(g.dtype(), linear_rows(g), x.shape().back(), g.shape().back(), g.device().index);
+}
 bool input_simt_ok(const KernelCall& c) {
   const Tensor &g = c.in[0], &w = c.in[2];
   return input_simt_takes(g.dtype(), linear_rows(g), w.shape()[1], w.shape()[0]);
@@ -199,7 +218,7 @@ bool weight_outer_ok(const KernelCall& c) {
   return weight_outer_takes(g.dtype(), linear_rows(g), x.shape().back(), g.shape().back());
 }
 
-// run: gemm::run_outer_fused or gemm::run_simt_fused
+// run: gemm::run_outer_fused, gemm::run_simt_fused or gemm::run_mma_fused
 void input_fused(const KernelCall& c, void (*run)(const gemm::Problem&, const gemm::OuterFusion&)) {
   const Tensor &g = c.in[0], &y = c.in[1], &w = c.in[2];
   const int64_t rows = linear_rows(g);
@@ -227,6 +246,8 @@ void input_outer(const KernelCall& c) { input_fused(c, gemm::run_outer_fused); }
 void weight_outer(const KernelCall& c) { weight_fused(c, gemm::run_outer_fused); }
 void input_simt(const KernelCall& c) { input_fused(c, gemm::run_simt_fused); }
 void weight_simt(const KernelCall& c) { weight_fused(c, gemm::run_simt_fused); }
+void input_mma(const KernelCall& c) { input_fused(c, gemm::run_mma_fused); }
+void weight_mma(const KernelCall& c) { weight_fused(c, gemm::run_mma_fused); }
 
 void input_cublas(const KernelCall& c) {
   const Tensor& w = c.in[2];
@@ -248,8 +269,11 @@ void weight_cublas(const KernelCall& c) {
 bool cuda_linear_backward_masks_on_load(const Tensor& g, int64_t in_f) {
   const int64_t rows = linear_rows(g), out_f = g.shape().back();
   const DType dt = g.dtype();
-  return (input_outer_takes(dt, rows, in_f, out_f) || input_simt_takes(dt, rows, in_f, out_f)) &&
-         (weight_outer_takes(dt, rows, in_f, out_f) || weight_simt_takes(dt, rows, in_f, out_f));
+  const int d = g.device().index;
+  return (input_outer_takes(dt, rows, in_f, out_f) || input_simt_takes(dt, rows, in_f, out_f) ||
+          input_mma_takes(dt, rows, in_f, out_f, d)) &&
+         (weight_outer_takes(dt, rows, in_f, out_f) || weight_simt_takes(dt, rows, in_f, out_f) ||
+          weight_mma_takes(dt, rows, in_f, out_f, d));
 }
 
 void register_cuda_linear_backward_input(OpInfo& info) {
@@ -265,6 +289,12 @@ void register_cuda_linear_backward_input(OpInfo& info) {
                     .dtypes = {DType::f32},
                     .supports = input_simt_ok,
                     .note = "one launch: the relu mask applied to g as the SIMT GEMM loads it"});
+  info.add_variant({.name = "mma",
+                    .device = DeviceType::cuda,
+                    .fn = input_mma,
+                    .dtypes = DTypeSet{DType::f16, DType::bf16},
+                    .supports = input_mma_ok,
+                    .note = "one launch: the relu mask applied to g's tensor-core fragments"});
   info.add_variant({.name = "composite",
                     .device = DeviceType::cuda,
                     .fn = linear_backward_input_composite,
@@ -291,6 +321,13 @@ void register_cuda_linear_backward_weight(OpInfo& info) {
                     .dtypes = {DType::f32},
                     .supports = weight_simt_ok,
                     .note = "one launch: the mask as the SIMT GEMM loads dz^T, the bias gradient in blocks beside it"});
+  info.add_variant(
+      {.name = "mma",
+       .device = DeviceType::cuda,
+       .fn = weight_mma,
+       .dtypes = DTypeSet{DType::f16, DType::bf16},
+       .supports = weight_mma_ok,
+       .note = "one launch: the mask on dz^T's tensor-core fragments, the bias gradient in blocks beside it"});
   info.add_variant({.name = "composite",
                     .device = DeviceType::cuda,
                     .fn = linear_backward_weight_composite,
