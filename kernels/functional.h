@@ -80,6 +80,8 @@ Tensor where(const Tensor& cond, const Tensor& a, double b);
 
 // ---- conversion and copies ----
 Tensor cast(const Tensor& x, DType dtype);
+// Each of xs (contiguous, floating) cast to dtype in one launch (kernels/ops/copy.h).
+std::vector<Tensor> cast_many(const std::vector<Tensor>& xs, DType dtype);
 // Copies src into dst (broadcast, dtype conversion, any device pair); no autograd.
 void copy_(Tensor& dst, const Tensor& src, bool non_blocking = false);
 

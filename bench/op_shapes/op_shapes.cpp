@@ -8,6 +8,7 @@ namespace ember {
 // its <op>_shapes.cpp definition instead of the line here.
 std::vector<BenchCase> benches_where() { return {}; }
 std::vector<BenchCase> benches_cast() { return {}; }
+std::vector<BenchCase> benches_cast_many() { return {}; }
 std::vector<BenchCase> benches_copy() { return {}; }
 std::vector<BenchCase> benches_arange() { return {}; }
 std::vector<BenchCase> benches_view() { return {}; }

@@ -38,6 +38,53 @@ std::vector<Tensor> cast_vjp(const BackwardCtx& ctx) {
   return {g.dtype() == src ? g : cast(g, src)};
 }
 
+// ---- cast_many ----
+
+std::vector<TensorSpec> infer_cast_many(std::span<const Tensor> in, const Attrs& a) {
+  EMBER_CHECK(!in.empty(), "cast_many: expects at least one input");
+  const auto t = static_cast<DType>(a.get<CastManyAttrs>().dtype);
+  EMBER_CHECK(is_floating(t), "cast_many: converts to floating dtypes only, got ", t);
+  std::vector<TensorSpec> out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    EMBER_CHECK(is_floating(in[i].dtype()), "cast_many: input ", i, " is ", in[i].describe(), ", not floating");
+    out.push_back({in[i].shape(), t});
+  }
+  return out;
+}
+
+void cast_many_cpu(const KernelCall& c) {
+  for (size_t i = 0; i < c.in.size(); ++i) convert_cpu(c.out[i], c.in[i]);
+}
+
+// Each gradient back to its input's dtype: one cast_many per dtype the inputs had (autocast's
+// calls have one), none for a gradient that is undefined, unwanted or already in that dtype.
+std::vector<Tensor> cast_many_vjp(const BackwardCtx& ctx) {
+  const size_t n = ctx.input_meta.size();
+  std::vector<Tensor> grads(n);
+  std::vector<bool> done(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (done[i]) continue;
+    const DType to = ctx.input_meta[i].dtype;
+    std::vector<size_t> idx;
+    std::vector<Tensor> gs;
+    for (size_t j = i; j < n; ++j) {
+      if (done[j] || ctx.input_meta[j].dtype != to) continue;
+      done[j] = true;
+      if (!ctx.needs_grad(j) || j >= ctx.grads.size() || !ctx.grads[j].defined()) continue;
+      if (ctx.grads[j].dtype() == to) {
+        grads[j] = ctx.grads[j];
+        continue;
+      }
+      idx.push_back(j);
+      gs.push_back(ctx.grads[j]);
+    }
+    if (gs.empty()) continue;
+    std::vector<Tensor> r = gs.size() == 1 ? std::vector<Tensor>{cast(gs[0], to)} : cast_many(gs, to);
+    for (size_t k = 0; k < idx.size(); ++k) grads[idx[k]] = std::move(r[k]);
+  }
+  return grads;
+}
+
 Cost elementwise_io_cost(const KernelCall& c) {
   double bytes = 0;
   for (const Tensor& t : c.in) bytes += static_cast<double>(t.nbytes());
@@ -77,6 +124,15 @@ void define_op_cast(OpInfo& info) {
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = cast_cpu, .note = "generic CPU elementwise loop"});
 }
 
+void define_op_cast_many(OpInfo& info) {
+  info.doc = "several tensors' dtype conversions in one launch (autocast's casts of an op's inputs)";
+  info.infer = infer_cast_many;
+  info.backward = cast_many_vjp;
+  info.cost = elementwise_io_cost;
+  info.add_variant(
+      {.name = "cpu", .device = DeviceType::cpu, .fn = cast_many_cpu, .note = "cast's CPU loop, tensor by tensor"});
+}
+
 void define_op_copy(OpInfo& info) {
   info.doc = "strided copy with dtype conversion, across devices";
   info.infer = infer_copy;
@@ -86,6 +142,10 @@ void define_op_copy(OpInfo& info) {
 }
 
 Tensor cast(const Tensor& x, DType dtype) { return call1(OpId::cast, {x}, CastAttrs{static_cast<int64_t>(dtype), 0}); }
+
+std::vector<Tensor> cast_many(const std::vector<Tensor>& xs, DType dtype) {
+  return call(OpId::cast_many, xs, CastManyAttrs{static_cast<int64_t>(dtype)});
+}
 
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;

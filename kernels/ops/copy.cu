@@ -11,6 +11,7 @@
 #include "core/cuda/device_guard.h"
 #include "core/runtime.h"
 #include "kernels/common/cuda_loops.cuh"
+#include "kernels/common/multi_tensor.cuh"
 #include "kernels/ops/copy.h"
 #include "kernels/registry.h"
 
@@ -29,6 +30,41 @@ void convert_cuda(const Tensor& dst, const Tensor& src) {
 }
 
 void cast_cuda(const KernelCall& c) { convert_cuda(c.out[0], c.in[0]); }
+
+// cast_many: one block per chunk of one tensor (kernels/common/multi_tensor.cuh); ptr[0] the
+// source, ptr[1] the destination, both contiguous.
+template <class Out, class In>
+__global__ void __launch_bounds__(mt::kThreads) cast_many_kernel(const __grid_constant__ mt::Table<2> tab) {
+  const mt::BlockWork w = mt::block_work(tab);
+  const In* src = static_cast<const In*>(tab.ptr[0][w.t]);
+  Out* dst = static_cast<Out*>(tab.ptr[1][w.t]);
+  for (int64_t i = w.begin + threadIdx.x; i < w.end; i += blockDim.x) dst[i] = convert<Out, In>(src[i]);
+}
+
+// One launch per source dtype (autocast's calls have one) and per kMaxTensors tensors.
+void cast_many_cuda(const KernelCall& c) {
+  cuda::DeviceGuard guard(c.in[0].device().index);
+  cudaStream_t stream = cuda::stream_for(c.in[0]);
+  std::vector<bool> done(c.in.size(), false);
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    if (done[i]) continue;
+    const DType from = c.in[i].dtype();
+    std::vector<mt::Entry<2>> entries;
+    for (size_t j = i; j < c.in.size(); ++j) {
+      if (done[j] || c.in[j].dtype() != from) continue;
+      done[j] = true;
+      entries.push_back({{c.in[j].data_ptr(), c.out[j].data_ptr()}, c.in[j].numel()});
+    }
+    EMBER_DISPATCH_FLOAT(c.out[0].dtype(), "cast_many", [&] {
+      using Out = scalar_t;
+      EMBER_DISPATCH_FLOAT(from, "cast_many", [&] {
+        mt::for_each_table<2>(entries, [&](const mt::Table<2>& tab, int nblocks, int64_t) {
+          cuda::launch(cast_many_kernel<Out, scalar_t>, nblocks, mt::kThreads, 0, stream, tab);
+        });
+      });
+    });
+  }
+}
 
 void copy_cuda(const KernelCall& c) {
   const Tensor& dst = c.in[0];
@@ -86,6 +122,13 @@ void copy_cuda(const KernelCall& c) {
 void register_cuda_cast(OpInfo& info) {
   info.add_variant(
       {.name = "cuda", .device = DeviceType::cuda, .fn = cast_cuda, .note = "generic vectorized elementwise kernel"});
+}
+
+void register_cuda_cast_many(OpInfo& info) {
+  info.add_variant({.name = "cuda",
+                    .device = DeviceType::cuda,
+                    .fn = cast_many_cuda,
+                    .note = "multi-tensor: one launch per source dtype, the table in the kernel arguments"});
 }
 
 void register_cuda_copy(OpInfo& info) {

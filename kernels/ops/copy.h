@@ -2,6 +2,12 @@
 //
 //   cast(x, dtype) -> y      y = x converted elementwise; y keeps x's shape (and dense layout).
 //                            Backward: dy converted back to x's dtype.
+//   cast_many(x0, x1, ..., dtype) -> y0, y1, ...
+//                            each xi (contiguous, floating) converted as cast does, all in one
+//                            multi-tensor launch: autocast's casts of an op's inputs (Note
+//                            [autocast casts in one launch] in kernels/autocast_policy.cpp).
+//                            Backward: the dyi converted back to their xi's dtypes, one launch
+//                            per distinct dtype.
 //   copy(dst, src)           dst[...] = src broadcast to dst's shape, converting the dtype; dst may
 //                            be any strided view. The one op whose operands may sit on different
 //                            devices: host<->device and device<->device copies need both sides
@@ -21,6 +27,9 @@ namespace ember {
 struct CastAttrs {
   int64_t dtype = 0;       // DType
   int64_t contiguous = 0;  // 1: the result is contiguous (contiguous()); 0: keeps x's dense layout
+};
+struct CastManyAttrs {
+  int64_t dtype = 0;  // DType of every output
 };
 struct CopyAttrs {
   int64_t non_blocking = 0;

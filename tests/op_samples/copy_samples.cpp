@@ -37,6 +37,35 @@ std::vector<OpSample> samples_cast() {
   return out;
 }
 
+std::vector<OpSample> samples_cast_many() {
+  std::vector<OpSample> out;
+  auto mk = [&](std::string name, std::vector<Tensor> inputs, DType to) {
+    OpSample s;
+    s.name = std::move(name);
+    s.inputs = std::move(inputs);
+    s.attrs = CastManyAttrs{static_cast<int64_t>(to)};
+    s.gradcheck = to == DType::f64;  // into a lower precision, central differences drown in rounding
+    out.push_back(std::move(s));
+    return &out.back();
+  };
+  uint64_t seed = 200;
+  auto u = [&](Shape shape) { return samples::uniform(std::move(shape), -3, 3, ++seed); };
+  mk("three tensors to f64 (copies)", {u({5, 7}), u({7}), u({3, 1, 4})}, DType::f64);
+  // autocast's calls: a layer's weight and bias, or a stack's six parameters
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    mk(std::string("weight [128,64] and bias [128] to ") + std::string(dtype_name(t)), {u({128, 64}), u({128})}, t);
+  mk("six parameters to bf16", {u({32, 20}), u({32}), u({16, 32}), u({16}), u({10, 16}), u({10})}, DType::bf16);
+  mk("an empty tensor among others", {u({0, 4}), u({3}), u({2, 0})}, DType::f32);
+  mk("a transposed input", {samples::uniform({5, 6}, -1, 1, 99).transpose(0, 1), u({4})}, DType::f64);
+  std::vector<Tensor> many;  // past one kernel table (mt::kMaxTensors)
+  for (int i = 0; i < 40; ++i) many.push_back(u({i % 5 + 1, 3}));
+  mk("40 tensors to f32", many, DType::f32);
+  // two source dtypes: one launch each
+  OpSample* mixed = mk("inputs of two dtypes to f32", {u({9, 4}), u({4}), u({7})}, DType::f32);
+  mixed->keep_dtype = {1};
+  return out;
+}
+
 std::vector<OpSample> samples_copy() {
   std::vector<OpSample> out;
   auto mk = [&](const char* name, Tensor dst, Tensor src) {
