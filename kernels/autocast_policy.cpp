@@ -1,6 +1,8 @@
 // Applies an op's autocast policy to its inputs (called by the op runner; see core/autocast.h).
 #include "kernels/autocast_policy.h"
 
+#include <algorithm>
+
 #include "core/autocast.h"
 #include "core/autocast_cache.h"
 #include "core/autograd/node.h"
@@ -11,29 +13,79 @@ namespace ember::autocast {
 
 namespace {
 
-// Weights (leaves that require grad) are cast once per outermost scope and reused.
-Tensor cached_cast(const Tensor& t, DType dtype) {
-  bool cacheable = t.is_leaf() && t.requires_grad();
-  CastCache& cache = thread_cache();
-  if (cacheable) {
-    if (Tensor hit = cache.find(t, dtype); hit.defined()) {
-      ++thread_cache_stats().hits;
-      return hit;
+// Note [autocast casts in one launch]: an op under autocast had each floating input cast in a
+// launch of its own: mnist_train's MLP, one mlp op, ran seven cast kernels (x and six parameters)
+// before its one forward kernel, and six more (the casts' backward) after its backward kernel. The
+// casts an op still needs now run as cast_many (kernels/ops/copy.h), one launch for its weights
+// and one for its other inputs:
+// - Weights (leaves that require grad) are cast once per outermost scope and the result cached
+//   for every later use in the scope. Their cast is recorded for autograd even under no_grad: made
+//   in an evaluation pass without history, the cached cast would silently give the weight no
+//   gradient in a later training pass of the same scope.
+// - The other inputs apart: one node for all would make every output require grad, and an op
+//   handed a data tensor that requires grad computes an input gradient nobody wants.
+// A non-contiguous input (a channels-last weight, a transposed view) keeps cast's own launch,
+// which keeps its layout. The backward turns the weights' gradients back in one launch as well;
+// the values are cast's, bit for bit.
+bool is_weight(const Tensor& t) { return t.is_leaf() && t.requires_grad(); }
+
+// ts cast to dtype: cast_many for the contiguous ones (one launch), cast for the others.
+std::vector<Tensor> cast_all(const std::vector<Tensor>& ts, DType dtype) {
+  std::vector<Tensor> out(ts.size()), batch;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].is_contiguous()) {
+      batch.push_back(ts[i]);
+      at.push_back(i);
+    } else {
+      out[i] = cast(ts[i], dtype);
     }
   }
-  Tensor r;
-  if (cacheable) {
-    // The cached cast is served to every later use in the scope, with grad mode on or off. Made
-    // under no_grad (an evaluation pass) it would carry no autograd history, and a later training
-    // pass in the same scope would silently give the weight no gradient: record it always.
-    autograd::EnableGradGuard with_grad;
-    r = cast(t, dtype);
-  } else {
-    r = cast(t, dtype);
+  if (batch.size() == 1) out[at[0]] = cast(batch[0], dtype);
+  if (batch.size() > 1) {
+    std::vector<Tensor> r = cast_many(batch, dtype);
+    for (size_t k = 0; k < at.size(); ++k) out[at[k]] = std::move(r[k]);
   }
-  ++thread_cache_stats().casts;
-  if (cacheable) cache.insert(t, dtype, r);
-  return r;
+  return out;
+}
+
+void lower_inputs(std::vector<Tensor>& inputs, DType low) {
+  auto lowers = [&](const Tensor& t) {
+    return t.defined() && is_floating(t.dtype()) && t.dtype() != low && t.dtype() != DType::f64;
+  };
+  CastCache& cache = thread_cache();
+  CacheStats& stats = thread_cache_stats();
+  std::vector<Tensor> fresh, others;  // weights the cache lacks (each once), the other inputs
+  std::vector<size_t> other_at;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!lowers(t)) continue;
+    if (!is_weight(t)) {
+      others.push_back(t);
+      other_at.push_back(i);
+    } else if (!cache.find(t, low).defined() &&
+               std::none_of(fresh.begin(), fresh.end(), [&](const Tensor& f) { return f.impl() == t.impl(); })) {
+      fresh.push_back(t);
+    }
+  }
+  if (!fresh.empty()) {
+    autograd::EnableGradGuard with_grad;  // recorded always (the Note)
+    std::vector<Tensor> cast = cast_all(fresh, low);
+    for (size_t k = 0; k < fresh.size(); ++k) cache.insert(fresh[k], low, cast[k]);
+  }
+  std::vector<const TensorImpl*> counted;  // the fresh weights whose first use counts as their cast
+  for (Tensor& t : inputs) {
+    if (!lowers(t) || !is_weight(t)) continue;
+    const bool first = std::any_of(fresh.begin(), fresh.end(), [&](const Tensor& f) { return f.impl() == t.impl(); }) &&
+                       std::find(counted.begin(), counted.end(), t.impl()) == counted.end();
+    if (first) counted.push_back(t.impl());
+    ++(first ? stats.casts : stats.hits);
+    t = cache.find(t, low);
+  }
+  if (others.empty()) return;
+  std::vector<Tensor> cast = cast_all(others, low);
+  for (size_t k = 0; k < others.size(); ++k) inputs[other_at[k]] = std::move(cast[k]);
+  stats.casts += others.size();
 }
 
 }  // namespace
@@ -41,13 +93,7 @@ Tensor cached_cast(const Tensor& t, DType dtype) {
 void apply_policy(AutocastPolicy policy, DeviceType device, std::vector<Tensor>& inputs) {
   switch (policy) {
     case AutocastPolicy::none: return;
-    case AutocastPolicy::lower: {
-      DType low = lower_dtype(device);
-      for (Tensor& t : inputs)
-        if (t.defined() && is_floating(t.dtype()) && t.dtype() != low && t.dtype() != DType::f64)
-          t = cached_cast(t, low);
-      return;
-    }
+    case AutocastPolicy::lower: lower_inputs(inputs, lower_dtype(device)); return;
     case AutocastPolicy::fp32: {
       for (Tensor& t : inputs)
         if (t.defined() && is_reduced_float(t.dtype())) t = cast(t, DType::f32);

@@ -1,9 +1,9 @@
 // Mixed precision on a GPU: f16 and bf16 autocast linear and conv against the CPU on the same
 // rounded inputs (the documented per-dtype tolerances) and against f32 (a looser, stated bound),
-// f32 parameter gradients under autocast, the GradScaler recipe on CUDA against an unscaled run
-// that skips the bad iteration, the whole AMP step (autocast forward, scaled backward, step,
-// update) captured in a CUDA graph and replayed with an inf batch skipped, and no host sync in a
-// scaler step.
+// f32 parameter gradients under autocast, an op's casts in one launch each way, the GradScaler
+// recipe on CUDA against an unscaled run that skips the bad iteration, the whole AMP step
+// (autocast forward, scaled backward, step, update) captured in a CUDA graph and replayed with an
+// inf batch skipped, and no host sync in a scaler step.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -17,9 +17,12 @@
 #include "core/rng.h"
 #include "core/runtime.h"
 #include "kernels/functional.h"
+#include "kernels/ops/mlp.h"
+#include "kernels/registry.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "tests/amp_test_util.h"
+#include "tests/launch_count_util.h"
 #include "tests/op_driver.h"
 
 using namespace ember;
@@ -68,6 +71,74 @@ TEST_CASE("cuda autocast linear: f16 and bf16 outputs against the CPU and agains
       CHECK(linear(x, w, b).dtype() == DType::f32);
     }
   }
+}
+
+// Under autocast (Note [autocast casts in one launch] in kernels/autocast_policy.cpp) an mlp op (x
+// and six f32 parameters) casts its parameters in one launch and x in another, and the backward
+// turns the six bf16 gradients back to f32 in one; the values and gradients are those of each
+// input cast on its own, bit for bit.
+TEST_CASE("cuda autocast: an op's weights cast in one launch, their gradients back in one", "[gpu][amp]") {
+  manual_seed(62);
+  const std::vector<int64_t> widths{48, 32, 16, 10};
+  std::vector<Tensor> params;  // w0, b0, w1, b1, w2, b2, f32 on the device
+  for (size_t l = 0; l + 1 < widths.size(); ++l) {
+    params.push_back(uniform({widths[l + 1], widths[l]}, -0.2, 0.2).cuda().requires_grad_(true));
+    params.push_back(uniform({widths[l + 1]}, -0.2, 0.2).cuda().requires_grad_(true));
+  }
+  Tensor x = uniform({8, widths[0]}, -1, 1).cuda(), g = uniform({8, widths.back()}, -1, 1).cuda();
+  const MlpAttrs attrs{3, 3};  // three layers, relu after the first two
+  auto mlp_of = [&](const std::vector<Tensor>& ps, const Tensor& in) {
+    std::vector<Tensor> inputs{in};
+    inputs.insert(inputs.end(), ps.begin(), ps.end());
+    return call(OpId::mlp, inputs, attrs)[0];  // y (the others: what the backward reads)
+  };
+  // each input cast on its own, outside autocast: the reference
+  std::vector<Tensor> low;
+  for (const Tensor& p : params) low.push_back(cast(p, DType::bf16));
+  Tensor want = mlp_of(low, cast(x, DType::bf16));
+  want.backward(g.to(DType::bf16));
+  std::vector<Tensor> want_grads;
+  for (Tensor& p : params) {
+    want_grads.push_back(p.grad().cpu());
+    p.reset_grad();
+  }
+  size_t forward_launches = 0, backward_launches = 0;
+  Tensor y;
+  {
+    amp::autocast ac(DeviceType::cuda, DType::bf16);
+    forward_launches = test::kernels_launched_by([&] { mlp_of(params, x); });
+    y = mlp_of(params, x);
+  }
+  backward_launches = test::kernels_launched_by([&] { y.backward(g.to(DType::bf16)); });  // never run
+  for (Tensor& p : params) p.reset_grad();
+  {
+    amp::autocast ac(DeviceType::cuda, DType::bf16);
+    y = mlp_of(params, x);
+  }
+  y.backward(g.to(DType::bf16));
+  CHECK(forward_launches == 3);  // the parameters' casts, x's, the mlp kernel
+  const Tensor p_cpu = y.cpu(), q_cpu = want.cpu();
+  REQUIRE(y.dtype() == DType::bf16);
+  CHECK(std::memcmp(p_cpu.data_ptr(), q_cpu.data_ptr(), p_cpu.nbytes()) == 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    INFO("parameter " << i);
+    REQUIRE(params[i].grad().dtype() == DType::f32);
+    const Tensor got = params[i].grad().cpu();
+    CHECK(std::memcmp(got.data_ptr(), want_grads[i].data_ptr(), got.nbytes()) == 0);
+  }
+  // the same backward with each cast on its own: six launches back to f32 where autocast has one
+  for (Tensor& p : params) p.reset_grad();  // (accumulating into a gradient would add launches)
+  std::vector<Tensor> low2;
+  for (const Tensor& p : params) low2.push_back(cast(p, DType::bf16));
+  Tensor r = mlp_of(low2, cast(x, DType::bf16));
+  const size_t separate = test::kernels_launched_by([&] { r.backward(g.to(DType::bf16)); });
+  // and with bf16 leaves, no cast at all: the mlp's own backward
+  std::vector<Tensor> leaves;
+  for (const Tensor& p : params) leaves.push_back(cast(p, DType::bf16).detach().requires_grad_(true));
+  Tensor q = mlp_of(leaves, cast(x, DType::bf16));
+  const size_t none = test::kernels_launched_by([&] { q.backward(g.to(DType::bf16)); });
+  CHECK(backward_launches == none + 1);
+  CHECK(separate == none + 6);
 }
 
 TEST_CASE("cuda autocast conv2d: f16 and bf16 outputs against the CPU and against f32", "[gpu][amp]") {
