@@ -17,13 +17,14 @@ namespace {
 // launch of its own: mnist_train's MLP, one mlp op, ran seven cast kernels (x and six parameters)
 // before its one forward kernel, and six more (the casts' backward) after its backward kernel. The
 // casts an op still needs now run as cast_many (kernels/ops/copy.h), one launch for its weights
-// and one for its other inputs:
+// and one for its other inputs (as a rule one tensor, x):
 // - Weights (leaves that require grad) are cast once per outermost scope and the result cached
 //   for every later use in the scope. Their cast is recorded for autograd even under no_grad: made
 //   in an evaluation pass without history, the cached cast would silently give the weight no
 //   gradient in a later training pass of the same scope.
-// - The other inputs apart: one node for all would make every output require grad, and an op
-//   handed a data tensor that requires grad computes an input gradient nobody wants.
+// - The other inputs apart, and among them those that require grad apart from those that do not:
+//   one node for all would make every output require grad, and an op handed a data tensor that
+//   requires grad computes an input gradient nobody wants.
 // A non-contiguous input (a channels-last weight, a transposed view) keeps cast's own launch,
 // which keeps its layout. The backward turns the weights' gradients back in one launch as well;
 // the values are cast's, bit for bit.
@@ -82,10 +83,20 @@ void lower_inputs(std::vector<Tensor>& inputs, DType low) {
     ++(first ? stats.casts : stats.hits);
     t = cache.find(t, low);
   }
-  if (others.empty()) return;
-  std::vector<Tensor> cast = cast_all(others, low);
-  for (size_t k = 0; k < others.size(); ++k) inputs[other_at[k]] = std::move(cast[k]);
-  stats.casts += others.size();
+  // those that require grad apart from those that do not, for the same reason
+  for (bool grad : {true, false}) {
+    std::vector<Tensor> group;
+    std::vector<size_t> at;
+    for (size_t k = 0; k < others.size(); ++k)
+      if (others[k].requires_grad() == grad) {
+        group.push_back(others[k]);
+        at.push_back(other_at[k]);
+      }
+    if (group.empty()) continue;
+    std::vector<Tensor> cast = cast_all(group, low);
+    for (size_t k = 0; k < group.size(); ++k) inputs[at[k]] = std::move(cast[k]);
+    stats.casts += group.size();
+  }
 }
 
 }  // namespace
