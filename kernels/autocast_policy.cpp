@@ -74,15 +74,14 @@ void lower_inputs(std::vector<Tensor>& inputs, DType low) {
     std::vector<Tensor> cast = cast_all(fresh, low);
     for (size_t k = 0; k < fresh.size(); ++k) cache.insert(fresh[k], low, cast[k]);
   }
-  std::vector<const TensorImpl*> counted;  // the fresh weights whose first use counts as their cast
+  size_t uses = 0;  // each fresh weight's first use counts as its cast, every other use as a hit
   for (Tensor& t : inputs) {
     if (!lowers(t) || !is_weight(t)) continue;
-    const bool first = std::any_of(fresh.begin(), fresh.end(), [&](const Tensor& f) { return f.impl() == t.impl(); }) &&
-                       std::find(counted.begin(), counted.end(), t.impl()) == counted.end();
-    if (first) counted.push_back(t.impl());
-    ++(first ? stats.casts : stats.hits);
+    ++uses;
     t = cache.find(t, low);
   }
+  stats.casts += fresh.size();
+  stats.hits += uses - fresh.size();
   // those that require grad apart from those that do not, for the same reason
   for (bool grad : {true, false}) {
     std::vector<Tensor> group;

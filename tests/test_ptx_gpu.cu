@@ -1,9 +1,9 @@
 // The PTX wrappers of kernels/common/ptx.cuh against the fragment layouts the PTX ISA documents,
 // position by position: every lane's registers after ldmatrix (x1, x2, x4, with and without .trans)
 // and mma.sync.m16n8k16 (f16 and bf16), cp.async with its zero fill and group waits, and set.gt on
-// pairs of halves. The
-// expected values are computed here from the documented layouts with plain scalar code, so the same
-// test checks the simulator's implementation (-DEMBER_CUDA_SIM=ON) and, on a GPU, the hardware.
+// pairs of halves. The expected values are computed here from the documented layouts with plain
+// scalar code, so the same test checks the simulator's implementation (-DEMBER_CUDA_SIM=ON) and,
+// on a GPU, the hardware.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
