@@ -233,3 +233,18 @@ TEST_CASE("gpu loader: early exit and destruction with copies in flight", "[gpu]
     cuda::device_synchronize(0);
   });
 }
+
+// mnist_train --amp normalises straight to autocast's dtype (apps/mnist_train/trainer.cpp): on the
+// device too that must be the f32 values cast, bit for bit, and the CPU's.
+TEST_CASE("gpu normalize_u8: to f16 and bf16 equals f32 then a cast, and the CPU", "[gpu][data][normalize]") {
+  Tensor host = empty({2, 3, 256}, TensorOptions(DType::u8));  // every byte in every channel
+  for (int64_t i = 0; i < host.numel(); ++i) host.data<uint8_t>()[i] = static_cast<uint8_t>(i % 256);
+  const Tensor dev = host.to(kCUDA);
+  const std::vector<double> mean = {0.2860, 0.5, 0.1307}, sd = {0.3530, 0.25, 0.3081};
+  for (DType low : {DType::f16, DType::bf16}) {
+    INFO(dtype_name(low));
+    const std::vector<float> direct = normalize_u8(dev, mean, sd, low).cpu().to(DType::f32).to_vector<float>();
+    CHECK(direct == normalize_u8(dev, mean, sd, DType::f32).to(low).cpu().to(DType::f32).to_vector<float>());
+    CHECK(direct == normalize_u8(host, mean, sd, low).to(DType::f32).to_vector<float>());
+  }
+}

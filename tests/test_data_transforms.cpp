@@ -151,3 +151,17 @@ TEST_CASE("normalize_u8: ToTensor + Normalize values and errors", "[data][normal
   CHECK_THROWS_WITH(normalize_u8(img, {0, 1}, {1}), Catch::Contains("the same number"));
   CHECK_THROWS_WITH(normalize_u8(img, {0.5}, {0.5}, DType::i32), Catch::Contains("must be floating"));
 }
+
+// mnist_train normalises straight to --amp's dtype (apps/mnist_train/trainer.cpp): that must equal
+// normalising to f32 and casting, which autocast did before, for every byte and channel.
+TEST_CASE("normalize_u8: to f16 and bf16 equals f32 then a cast, every byte", "[data][normalize]") {
+  Tensor x = empty({2, 3, 256}, TensorOptions(DType::u8));  // every byte in every channel
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<uint8_t>()[i] = static_cast<uint8_t>(i % 256);
+  const std::vector<double> mean = {0.2860, 0.5, 0.1307}, sd = {0.3530, 0.25, 0.3081};
+  for (DType low : {DType::f16, DType::bf16}) {
+    INFO(dtype_name(low));
+    Tensor direct = normalize_u8(x, mean, sd, low);
+    Tensor cast_after = normalize_u8(x, mean, sd, DType::f32).to(low);
+    CHECK(direct.to(DType::f32).to_vector<float>() == cast_after.to(DType::f32).to_vector<float>());
+  }
+}

@@ -8,6 +8,8 @@
 //         Batch norm lets it take a high one-cycle learning rate; global pooling keeps the head at
 //         128*K + K parameters whatever the image size; ~93k parameters in all, ~92% on
 //         Fashion-MNIST in three epochs.
+// Each model's first op (after the Flatten view) is a linear or a conv, which autocast lowers to
+// its dtype: so with --amp the trainer normalises the images straight to that dtype (trainer.cpp).
 #pragma once
 
 #include <cstdint>

@@ -62,6 +62,12 @@ class StridedSampler final : public data::Sampler {
 
 DType amp_dtype(AmpMode a) { return a == AmpMode::fp16 ? DType::f16 : a == AmpMode::bf16 ? DType::bf16 : DType::f32; }
 
+// The dtype the images are normalised to (normalize_u8, on the device after the uint8 copy): with
+// --amp, autocast's own. Every model's first op lowers its input to that dtype anyway (models.h),
+// and normalize_u8 rounds its f32 result once, as cast would: the same values, without a cast
+// launch per step and with half the bytes written and read.
+DType input_dtype(AmpMode a) { return amp_dtype(a); }
+
 }  // namespace
 
 // ---- construction ----
@@ -234,7 +240,7 @@ std::unique_ptr<data::DataLoader> Trainer::make_loader(std::shared_ptr<data::InM
       .device(device_)
       .seed(o_.seed)
       .normalize(inputs_.mean, inputs_.std)
-      .dtype(DType::f32);
+      .dtype(input_dtype(o_.amp));
   if (train && o_.augment)
     lo.transform(std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
         std::make_shared<data::RandomCrop>(splits_.shape.height, splits_.shape.width, 2),
@@ -363,7 +369,7 @@ Tensor Trainer::resident_pass(const data::InMemoryDataset& ds) {
   Tensor counts = zeros({k * k}, TensorOptions(DType::i64).device(device_));
   for (int64_t i = 0; i < n; i += batch) {
     const int64_t b = std::min(batch, n - i);
-    Tensor x = normalize_u8(ds.images().narrow(0, i, b), inputs_.mean, inputs_.std, DType::f32);
+    Tensor x = normalize_u8(ds.images().narrow(0, i, b), inputs_.mean, inputs_.std, input_dtype(o_.amp));
     counts = count_batch(counts, x, ds.labels().narrow(0, i, b));
   }
   return counts;
@@ -638,7 +644,7 @@ void Trainer::warm_evaluation_shapes() {
   const InputShape& s = splits_.shape;
   const int64_t k = s.classes;
   for (int64_t b : batches) {
-    Tensor x = zeros({b, s.channels, s.height, s.width}, TensorOptions(DType::f32).device(device_));
+    Tensor x = zeros({b, s.channels, s.height, s.width}, TensorOptions(input_dtype(o_.amp)).device(device_));
     Tensor y = zeros({b}, TensorOptions(DType::i64).device(device_));
     (void)count_batch(zeros({k * k}, TensorOptions(DType::i64).device(device_)), x, y);
   }
