@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "amp/autocast.h"
 #include "core/autograd/node.h"
 #include "core/rng.h"
 #include "core/runtime.h"
@@ -99,6 +100,44 @@ inline std::vector<Tensor> opt_state(const optim::Optimizer& opt, const std::vec
   for (const Tensor& p : ps)
     for (const auto& [name, t] : opt.state(p)) out.push_back(t);
   return out;
+}
+
+// cross_entropy_with_grad under autocast with logits in `low` (Note [the loss reads the logits as
+// they are] in kernels/ops/loss.cpp): an f32 loss and dx in `low`, with the values of the f32 op on
+// the same logits (dx rounded once), for the announced gradient and for any other, in every
+// reduction, with class weights, label smoothing and an ignored target. n x c logits on `dev`.
+inline void check_loss_on_low_logits(Device dev, DType low, int64_t n, int64_t c) {
+  runtime::AllowSyncScope allow;
+  const TensorOptions on = TensorOptions().device(dev);
+  std::vector<int64_t> tv(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) tv[static_cast<size_t>(i)] = i == 1 ? -100 : (i * 7 + 3) % c;
+  const Tensor t = tensor_i64(tv, {n}).to(dev);
+  const Tensor logits = uniform({n, c}, -3, 3, on).to(low);
+  auto bits = [](const Tensor& x) { return x.to(DType::f32).cpu().to_vector<float>(); };
+  for (Reduction r : {Reduction::mean, Reduction::sum, Reduction::none}) {
+    INFO(dtype_name(low) << " [" << n << ", " << c << "], reduction " << static_cast<int>(r));
+    CrossEntropyOptions o;
+    o.weight = uniform({c}, 0.5, 2, on);
+    o.label_smoothing = 0.1;
+    o.reduction = r;
+    const Tensor g = r == Reduction::none ? full({n}, 0.75, on) : full({}, 0.75, on);
+    Tensor xr = logits.to(DType::f32).requires_grad_(true), want = cross_entropy_with_grad(xr, t, g, o);
+    want.backward(g);
+    const std::vector<float> want_dx = bits(xr.grad().to(low));
+    for (bool announced : {true, false}) {
+      INFO((announced ? "backward(the announced gradient)" : "backward(another tensor)"));
+      Tensor x = logits.clone().requires_grad_(true), loss;
+      {
+        amp::autocast ac(dev.type, low);
+        loss = cross_entropy_with_grad(x, t, g, o);
+      }
+      CHECK(loss.dtype() == DType::f32);
+      CHECK(bits(loss) == bits(want));
+      loss.backward(announced ? g : g.clone());
+      CHECK(x.grad().dtype() == low);
+      CHECK(bits(x.grad()) == want_dx);
+    }
+  }
 }
 
 }  // namespace ember::amp_testing

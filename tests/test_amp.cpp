@@ -794,6 +794,13 @@ TEST_CASE("autocast: parameter gradients and optimizer state stay f32", "[amp][a
     }
 }
 
+TEST_CASE("autocast: cross_entropy_with_grad reads bf16 logits as they are, the f32 loss's values",
+          "[amp][autocast][loss]") {
+  manual_seed(53);
+  check_loss_on_low_logits(kCPU, DType::bf16, 64, 10);
+  check_loss_on_low_logits(kCPU, DType::bf16, 7, 130);
+}
+
 TEST_CASE("GradScaler with bf16 autocast is harmless: same training as without it", "[amp][scaler][autocast]") {
   manual_seed(47);
   TwoLayer plain, scaled;

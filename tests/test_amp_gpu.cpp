@@ -141,6 +141,41 @@ TEST_CASE("cuda autocast: an op's weights cast in one launch, their gradients ba
   CHECK(separate == none + 6);
 }
 
+TEST_CASE("cuda autocast: cross_entropy_with_grad reads f16/bf16 logits as they are, in the f32 op's launches",
+          "[gpu][amp][loss]") {
+  manual_seed(63);
+  const Device gpu(DeviceType::cuda, 0);
+  for (DType low : {DType::f16, DType::bf16}) {
+    check_loss_on_low_logits(gpu, low, 64, 10);    // the one-block kernel
+    check_loss_on_low_logits(gpu, low, 512, 10);   // its largest batch at 10 classes
+    check_loss_on_low_logits(gpu, low, 1000, 10);  // the row kernels, on a converted copy
+    check_loss_on_low_logits(gpu, low, 64, 200);
+  }
+  // mnist_train's loss: the logits' cast before it and dx's after it are gone, so the loss and its
+  // backward launch what they launch in f32
+  Tensor t = tensor_i64(std::vector<int64_t>(128, 3), {128}).cuda(), g = ones({}, TensorOptions().device(gpu));
+  Tensor xf = uniform({128, 10}, -3, 3).cuda().requires_grad_(true);
+  Tensor xb = xf.detach().to(DType::bf16).requires_grad_(true);
+  auto step = [&](const Tensor& x, bool amp) {
+    Tensor loss;
+    {
+      amp::autocast ac(DeviceType::cuda, DType::bf16, amp);
+      loss = cross_entropy_with_grad(x, t, g);
+    }
+    loss.backward(g);
+  };
+  step(xf, false);  // warm-up
+  step(xb, true);
+  xf.reset_grad();
+  xb.reset_grad();
+  const size_t f32 = test::kernels_launched_by([&] { step(xf, false); });
+  xf.reset_grad();
+  const size_t bf16 = test::kernels_launched_by([&] { step(xb, true); });
+  xb.reset_grad();
+  CHECK(f32 == 1);  // the loss and dx in one kernel; the leaf takes dx as its gradient
+  CHECK(bf16 == f32);
+}
+
 TEST_CASE("cuda autocast conv2d: f16 and bf16 outputs against the CPU and against f32", "[gpu][amp]") {
   manual_seed(67);
   const int64_t C = 16;

@@ -3,8 +3,10 @@
 // are in loss.h. The CPU references are in loss_cpu.cpp, the CUDA kernels in loss.cu.
 #include "kernels/ops/loss.h"
 
+#include <array>
 #include <cmath>
 
+#include "core/autocast.h"
 #include "core/autograd/node.h"
 #include "kernels/functional.h"
 #include "kernels/ops/dtype_promotion.h"
@@ -90,10 +92,24 @@ std::vector<TensorSpec> infer_class_loss(std::span<const Tensor> in, const Attrs
 std::vector<TensorSpec> infer_cross_entropy_with_grad(std::span<const Tensor> in, const Attrs& a) {
   const char* op = "cross_entropy_with_grad";
   EMBER_CHECK(in.size() == 4, op, ": expects (input, target, weight, grad)");
-  std::vector<TensorSpec> out = infer_class_loss_of<true>(op, in.first(3), a);
-  const Tensor &x = in[0], &g = in[3];
-  EMBER_CHECK(g.defined() && g.shape() == out[0].shape && g.dtype() == x.dtype() && g.device() == x.device(), op,
-              ": grad (the gradient the loss's backward will get) must be ", x.dtype(), out[0].shape, " on ",
+  const Tensor &x = in[0], &w = in[2], &g = in[3];
+  const bool f32_loss = a.get<LossAttrs>().f32_loss != 0;
+  DType loss_dtype = x.dtype();
+  std::vector<TensorSpec> out;
+  if (f32_loss) {  // Note [the loss reads the logits as they are]
+    EMBER_CHECK(is_reduced_float(x.dtype()), op, ": f32_loss takes f16 or bf16 logits, got ", x.describe());
+    const std::array<Tensor, 3> as_f32{x, in[1], Tensor()};  // the weight is checked below, as f32
+    out = infer_class_loss_of<true>(op, as_f32, a);
+    const int64_t C = class_loss_geometry(op, x, in[1], Tensor()).C;
+    if (w.defined())
+      EMBER_CHECK(w.dim() == 1 && w.shape()[0] == C && w.dtype() == DType::f32, op,
+                  ": with f32_loss the weight must be f32 [", C, "], got ", w.describe());
+    loss_dtype = out[0].dtype = DType::f32;
+  } else {
+    out = infer_class_loss_of<true>(op, in.first(3), a);
+  }
+  EMBER_CHECK(g.defined() && g.shape() == out[0].shape && g.dtype() == loss_dtype && g.device() == x.device(), op,
+              ": grad (the gradient the loss's backward will get) must be ", loss_dtype, out[0].shape, " on ",
               x.device(), " for reduction ", reduction_name(a.get<LossAttrs>().reduction), ", got ",
               g.defined() ? g.describe() : std::string("undefined"));
   out.push_back({x.shape(), x.dtype(), {}});
@@ -157,17 +173,25 @@ std::vector<Tensor> cross_entropy_vjp(const BackwardCtx& ctx) {
 
 // The forward computed dx for the gradient `grad` (input 3); when that very tensor arrives (the
 // backward() the caller announced), dx is the answer. The AccumulateGrad of a leaf copies it, since
-// this node still holds it.
+// this node still holds it. Any other gradient gets cross_entropy_backward, with f32_loss on the
+// logits converted to f32 and dx rounded back to their dtype (as the loss computed it).
 std::vector<Tensor> cross_entropy_with_grad_vjp(const BackwardCtx& ctx) {
   Tensor dx;
   if (ctx.needs_grad(0)) {
-    const Tensor g = ctx.grad(0), &announced = ctx.inputs[3];
+    const Tensor g = ctx.grad(0), &announced = ctx.inputs[3], &x = ctx.inputs[0];
     const bool same = g.defined() && g.data_ptr() == announced.data_ptr() && g.dtype() == announced.dtype() &&
                       g.shape() == announced.shape() && g.strides() == announced.strides() &&
                       g.device() == announced.device();
-    dx = same ? ctx.outputs[2]
-              : call1(OpId::cross_entropy_backward, {g, ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[1]},
-                      *ctx.attrs);
+    LossAttrs la = ctx.attr<LossAttrs>();
+    const bool f32_loss = la.f32_loss != 0;
+    la.f32_loss = 0;
+    if (same) {
+      dx = ctx.outputs[2];
+    } else {
+      dx = call1(OpId::cross_entropy_backward,
+                 {g, f32_loss ? to_dtype(x, DType::f32) : x, ctx.inputs[1], ctx.inputs[2], ctx.outputs[1]}, la);
+      if (f32_loss) dx = to_dtype(dx, x.dtype());
+    }
   }
   return {dx, Tensor(), Tensor(), Tensor()};  // none for targets, class weights or the announced grad
 }
@@ -265,6 +289,28 @@ Cost mse_cost(const KernelCall& c) {
 
 }  // namespace
 
+// Note [the loss reads the logits as they are]: under autocast the losses run in f32 (their fp32
+// policy), so a step in bf16 cast its logits to f32 before the loss and the logits' gradient back
+// after it: two launches of the dozen or so in mnist_train's MLP step (one mlp op each way). With
+// f32_loss, which cross_entropy_with_grad sets under autocast for f16/bf16 logits, the op takes the
+// logits as they are. On CUDA the one-block kernel of the MNIST-sized batches converts each logit
+// as it loads it and rounds dx as it stores it; the CPU and the larger batches run the op's f32
+// kernels on a converted copy (cross_entropy_with_grad_in_f32). The values are the f32 op's on the
+// same logits (exact in f32), dx rounded once, as by the cast after it; the class weights stay f32
+// (under the policy they went through the logits' dtype and back). f64 or f32 logits, and an
+// f16/bf16 gradient arriving in the backward, take the usual ways.
+void cross_entropy_with_grad_in_f32(const KernelCall& c, KernelFn f32_kernel) {
+  autograd::NoGradGuard ng;
+  LossAttrs la = c.attr<LossAttrs>();
+  la.f32_loss = 0;
+  const Attrs attrs = la;
+  const Tensor& x = c.in[0];
+  const std::array<Tensor, 4> in{to_dtype(x, DType::f32), c.in[1], c.in[2], c.in[3]};
+  std::array<Tensor, 3> out{c.out[0], c.out[1], empty(x.shape(), TensorOptions(DType::f32).device(x.device()))};
+  f32_kernel(KernelCall{c.op, in, out, attrs});
+  c.out[2].copy_(out[2]);
+}
+
 namespace {
 
 // Every loss op and gradient: its CPU kernel is in loss_cpu.cpp, its CUDA ones in loss.cu. The
@@ -344,6 +390,14 @@ Tensor cross_entropy_with_grad(const Tensor& logits, const Tensor& target, const
   if (!autograd::grad_mode_enabled() || !logits.requires_grad()) return cross_entropy(logits, target, o);
   LossAttrs a = loss_attrs("cross_entropy_with_grad", o);
   Tensor x = promote_to_float(logits);
+  if (autocast::is_enabled(x.device().type) && is_reduced_float(x.dtype())) {
+    // what the fp32 policy would hand the op, but x (Note [the loss reads the logits as they are])
+    a.f32_loss = 1;
+    const Tensor w = o.weight.defined() ? to_dtype(o.weight, DType::f32) : Tensor();
+    const Tensor g = is_reduced_float(grad.dtype()) ? to_dtype(grad, DType::f32) : grad;
+    autocast::Suspend as_given;
+    return call(OpId::cross_entropy_with_grad, {x, target, w, g}, a)[0];
+  }
   return call(OpId::cross_entropy_with_grad, {x, target, class_weight(o.weight, x), grad}, a)[0];
 }
 

@@ -32,6 +32,7 @@
 // Bad targets set the device error word (Note [device errors]); the row gives NaN in the forward and
 // zeros in the backward, and the next synchronisation throws naming the op.
 #include <array>
+#include <type_traits>
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
@@ -134,19 +135,21 @@ __device__ __forceinline__ int classify(I tv, int64_t C, int64_t ignore_index, i
 
 // Stats: (max, Σ exp(x - max), x_t, Σ w_c (x_c - x0), Σ w_c); x0 = the row's first logit (a
 // shift that keeps the smoothing sum accurate when all logits are large and close together).
-template <class T, class I>
+// L: the dtype of the loss and the class weights, the logits' own but for f32_loss (f32; loss.h).
+template <class T, class I, class L = T>
 struct CrossEntropyForward : rows::Policy<T, 1, 5, false> {
   using Base = rows::Policy<T, 1, 5, false>;
   using Base::kIn, Base::in;
   using typename Base::Acc, typename Base::Stats;
   using Row = ClassRow<T, Acc, I>;
+  using Loss = L;
 
   const I* target;
-  const T* weight;  // nullptr: all ones
+  const L* weight;  // nullptr: all ones
   int64_t C, ignore_index;
   Acc eps;
   int mode;     // 0: loss_out[r] = l_n (reduction none); 1: ws[2r], ws[2r + 1] = (l_n, w_n)
-  T* loss_out;  // mode 0
+  L* loss_out;  // mode 0
   Acc* tw_out;  // mode 0: zeroed by row 0
   double* ws;   // mode 1
   int* err;
@@ -196,7 +199,7 @@ struct CrossEntropyForward : rows::Policy<T, 1, 5, false> {
     Acc l, w;
     row_loss(s, rw, l, w);
     if (mode == 0) {
-      loss_out[r] = static_cast<T>(l);
+      loss_out[r] = static_cast<L>(l);
       if (r == 0) tw_out[0] = Acc(0);
     } else {
       ws[2 * r] = static_cast<double>(l);
@@ -229,7 +232,7 @@ __device__ __forceinline__ void for_each_block_row(const P& p, int64_t rows, int
 // the loss and W.
 template <class P, int K>
 __device__ __forceinline__ void ce_small_loss(const P& p, int64_t rows, int C, int log2g, Reduction reduction,
-                                              typename P::T* __restrict__ out, typename P::Acc* __restrict__ tw) {
+                                              typename P::Loss* __restrict__ out, typename P::Acc* __restrict__ tw) {
   using Acc = typename P::Acc;
   double lsum = 0, wsum = 0;
   for_each_block_row<P, K>(p, rows, C, log2g,
@@ -243,14 +246,14 @@ __device__ __forceinline__ void ce_small_loss(const P& p, int64_t rows, int C, i
                            });
   block_sum2(lsum, wsum);
   if (threadIdx.x == 0) {
-    out[0] = static_cast<typename P::T>(reduction == Reduction::mean ? lsum / wsum : lsum);  // W = 0: NaN
+    out[0] = static_cast<typename P::Loss>(reduction == Reduction::mean ? lsum / wsum : lsum);  // W = 0: NaN
     tw[0] = static_cast<Acc>(wsum);
   }
 }
 
 template <class P, int K>
 __global__ void __launch_bounds__(1024)
-    ce_small_kernel(P p, int64_t rows, int C, int log2g, Reduction reduction, typename P::T* __restrict__ out,
+    ce_small_kernel(P p, int64_t rows, int C, int log2g, Reduction reduction, typename P::Loss* __restrict__ out,
                     typename P::Acc* __restrict__ tw) {
   ce_small_loss<P, K>(p, rows, C, log2g, reduction, out, tw);
 }
@@ -261,8 +264,8 @@ __global__ void __launch_bounds__(1024)
 // kernel's row mapping (regs<K>, G lanes per row), so dx equals cross_entropy_backward's bit for bit.
 template <class P, class B, int K>
 __global__ void __launch_bounds__(1024)
-    ce_small_grad_kernel(P p, B b, int64_t rows, int C, int log2g, Reduction reduction, typename P::T* __restrict__ out,
-                         typename P::Acc* __restrict__ tw) {
+    ce_small_grad_kernel(P p, B b, int64_t rows, int C, int log2g, Reduction reduction,
+                         typename P::Loss* __restrict__ out, typename P::Acc* __restrict__ tw) {
   ce_small_loss<P, K>(p, rows, C, log2g, reduction, out, tw);
   __syncthreads();  // thread 0's W (and the loss) are visible to the block
   const int G = 1 << log2g;
@@ -290,22 +293,22 @@ int ce_small_log2g(int64_t C) {
 }
 
 template <class P, int K>
-void launch_ce_small(const P& p, int64_t rows, int64_t C, Reduction reduction, typename P::T* out, typename P::Acc* tw,
-                     cudaStream_t stream) {
+void launch_ce_small(const P& p, int64_t rows, int64_t C, Reduction reduction, typename P::Loss* out,
+                     typename P::Acc* tw, cudaStream_t stream) {
   cuda::launch(ce_small_kernel<P, K>, 1, 1024, 0, stream, p, rows, static_cast<int>(C), ce_small_log2g<K>(C), reduction,
                out, tw);
 }
 
 // The forward's policy for logits x, targets t, class weights w (undefined: none); `op` names the
 // op in the device error a bad target raises.
-template <class T, class I>
-CrossEntropyForward<T, I> forward_policy(OpId op, const Tensor& x, const Tensor& t, const Tensor& w,
-                                         const LossAttrs& la) {
-  using Acc = typename CrossEntropyForward<T, I>::Acc;
-  CrossEntropyForward<T, I> p{};
+template <class T, class I, class L = T>
+CrossEntropyForward<T, I, L> forward_policy(OpId op, const Tensor& x, const Tensor& t, const Tensor& w,
+                                            const LossAttrs& la) {
+  using Acc = typename CrossEntropyForward<T, I, L>::Acc;
+  CrossEntropyForward<T, I, L> p{};
   p.in[0] = static_cast<const T*>(x.data_ptr());
   p.target = static_cast<const I*>(t.data_ptr());
-  p.weight = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
+  p.weight = w.defined() ? static_cast<const L*>(w.data_ptr()) : nullptr;
   p.C = class_rows(x).C;
   p.ignore_index = la.ignore_index;
   p.eps = static_cast<Acc>(la.label_smoothing);
@@ -371,7 +374,8 @@ void cross_entropy_cuda(const KernelCall& c, rows::Plan plan, bool force_rows) {
 // ---- cross_entropy: backward policy ----
 
 // Stats: (max, Σ exp(x - max), Σ w_c); after finish (max, log s, A).
-template <class T, class I>
+// L: the dtype of the gradient g and the class weights (as the forward's).
+template <class T, class I, class L = T>
 struct CrossEntropyBackward : rows::Policy<T, 1, 3, true> {
   using Base = rows::Policy<T, 1, 3, true>;
   using Base::kIn;
@@ -379,8 +383,8 @@ struct CrossEntropyBackward : rows::Policy<T, 1, 3, true> {
   using Row = ClassRow<T, Acc, I>;
 
   const I* target;
-  const T* weight;
-  const T* grad;
+  const L* weight;
+  const L* grad;
   int64_t grad_stride;  // 1 for reduction none (g has the target's shape), 0 for a scalar g
   const Acc* total_weight;
   Reduction reduction;
@@ -424,17 +428,17 @@ struct CrossEntropyBackward : rows::Policy<T, 1, 3, true> {
 
 // The backward's policy: dx = (p A - B) s from the gradient g and the forward's total_weight `tw`
 // (a device pointer: the one-block kernel of cross_entropy_with_grad writes it just before).
-template <class T, class I>
-CrossEntropyBackward<T, I> backward_policy(OpId op, const Tensor& g, const Tensor& x, const Tensor& t, const Tensor& w,
-                                           const typename CrossEntropyBackward<T, I>::Acc* tw, const Tensor& dx,
-                                           const LossAttrs& la) {
-  using Acc = typename CrossEntropyBackward<T, I>::Acc;
-  CrossEntropyBackward<T, I> p{};
+template <class T, class I, class L = T>
+CrossEntropyBackward<T, I, L> backward_policy(OpId op, const Tensor& g, const Tensor& x, const Tensor& t,
+                                              const Tensor& w, const typename CrossEntropyBackward<T, I, L>::Acc* tw,
+                                              const Tensor& dx, const LossAttrs& la) {
+  using Acc = typename CrossEntropyBackward<T, I, L>::Acc;
+  CrossEntropyBackward<T, I, L> p{};
   p.in[0] = static_cast<const T*>(x.data_ptr());
   p.out = static_cast<T*>(dx.data_ptr());
   p.target = static_cast<const I*>(t.data_ptr());
-  p.weight = w.defined() ? static_cast<const T*>(w.data_ptr()) : nullptr;
-  p.grad = static_cast<const T*>(g.data_ptr());
+  p.weight = w.defined() ? static_cast<const L*>(w.data_ptr()) : nullptr;
+  p.grad = static_cast<const L*>(g.data_ptr());
   p.grad_stride = la.reduction == Reduction::none ? 1 : 0;
   p.total_weight = tw;
   p.reduction = la.reduction;
@@ -467,20 +471,21 @@ void cross_entropy_backward_cuda(const KernelCall& c, rows::Plan plan) {
 void cross_entropy_fused(const KernelCall& c) { cross_entropy_cuda(c, rows::Plan::automatic, false); }
 void cross_entropy_backward_fused(const KernelCall& c) { cross_entropy_backward_cuda(c, rows::Plan::automatic); }
 
-// The one launch of cross_entropy_with_grad_fused for logits of type T and targets of type I.
-template <class T, class I>
+// The one launch of cross_entropy_with_grad_fused for logits of type T, targets of type I, and the
+// loss, class weights and g of type L.
+template <class T, class I, class L = T>
 void launch_ce_small_grad(const KernelCall& c, const RowGeometry& geo) {
   const Tensor &x = c.in[0], &t = c.in[1], &w = c.in[2], &g = c.in[3];
   const LossAttrs& la = c.attr<LossAttrs>();
   cuda::DeviceGuard guard(x.device().index);
   cudaStream_t stream = cuda::stream_for(x);
-  using P = CrossEntropyForward<T, I>;
-  using B = CrossEntropyBackward<T, I>;
+  using P = CrossEntropyForward<T, I, L>;
+  using B = CrossEntropyBackward<T, I, L>;
   using Acc = typename P::Acc;
   Acc* tw = static_cast<Acc*>(c.out[1].data_ptr());
-  const P p = forward_policy<T, I>(c.op, x, t, w, la);
-  const B b = backward_policy<T, I>(c.op, g, x, t, w, tw, c.out[2], la);
-  T* out = static_cast<T*>(c.out[0].data_ptr());
+  const P p = forward_policy<T, I, L>(c.op, x, t, w, la);
+  const B b = backward_policy<T, I, L>(c.op, g, x, t, w, tw, c.out[2], la);
+  L* out = static_cast<L*>(c.out[0].data_ptr());
   const int C = static_cast<int>(geo.C);
   if (geo.C <= 32)
     cuda::launch(ce_small_grad_kernel<P, B, 1>, 1, 1024, 0, stream, p, b, geo.rows(), C, ce_small_log2g<1>(C),
@@ -499,8 +504,14 @@ void cross_entropy_with_grad_fused(const KernelCall& c) {
   const LossAttrs& la = c.attr<LossAttrs>();
   const RowGeometry geo = class_rows(x);
   if (la.reduction != Reduction::none && x.dtype() != DType::f64 && geo.rows() > 0 && small_batch(geo)) {
+    // f32_loss (Note [the loss reads the logits as they are] in loss.cpp): an f32 loss, weights
+    // and g beside f16/bf16 logits and dx
     auto with_targets = [&]<class T>() {
-      EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_with_grad", [&] { launch_ce_small_grad<T, index_t>(c, geo); });
+      EMBER_DISPATCH_INDEX(t.dtype(), "cross_entropy_with_grad", [&] {
+        if constexpr (std::is_same_v<T, float>) launch_ce_small_grad<T, index_t>(c, geo);
+        else if (la.f32_loss) launch_ce_small_grad<T, index_t, float>(c, geo);
+        else launch_ce_small_grad<T, index_t>(c, geo);
+      });
     };
     switch (x.dtype()) {
       case DType::f32: with_targets.template operator()<float>(); break;
@@ -510,6 +521,7 @@ void cross_entropy_with_grad_fused(const KernelCall& c) {
     }
     return;
   }
+  if (la.f32_loss) return cross_entropy_with_grad_in_f32(c, cross_entropy_with_grad_fused);
   std::array<Tensor, 2> fwd_out{c.out[0], c.out[1]};
   cross_entropy_cuda(KernelCall{c.op, c.in.first(3), fwd_out, c.attrs}, rows::Plan::automatic, false);
   const std::array<Tensor, 5> bwd_in{g, x, t, w, c.out[1]};

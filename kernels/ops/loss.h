@@ -28,6 +28,11 @@
 //   (the loss used again, a different seed) gets cross_entropy_backward, so the op is exact for
 //   every use. On CUDA the MNIST-sized batches (the forward's one-block path) take one launch for
 //   the loss and dx together, where cross_entropy and its backward take two.
+//   f32_loss (set by the functional under autocast, for f16/bf16 logits): x stays in its dtype, w
+//   and g are f32, the loss and total_weight are f32 and dx has x's dtype. The values are those of
+//   the f32 op on x converted (exactly) to f32, with dx rounded to x's dtype once: what autocast's
+//   fp32 policy gave with a cast of the logits before and of dx after, without those two launches
+//   (Note [the loss reads the logits as they are] in loss.cpp).
 //
 // nll_loss(lp, t; w, reduction, ignore_index) -> (loss, total_weight): l_n = -w_{t_n} lp_{n,t_n},
 //   the same shapes, reductions and W (label_smoothing must be 0).
@@ -50,6 +55,7 @@ struct LossAttrs {
   Reduction reduction = Reduction::mean;
   int64_t ignore_index = -100;
   double label_smoothing = 0;
+  int64_t f32_loss = 0;  // cross_entropy_with_grad only: f16/bf16 logits, f32 loss (see above)
 };
 
 // The dtype total_weight has for logits of dtype t (the accumulation dtype).
@@ -61,6 +67,11 @@ const char* reduction_name(Reduction r);
 // logits [N, C, d...] / [C] and targets [N, d...] / [] -> the row geometry (A = N, C, B = Π d),
 // after checking the dtypes, the target shape and the class weights w (`op` names the op).
 RowGeometry class_loss_geometry(const char* op, const Tensor& x, const Tensor& t, const Tensor& w);
+
+struct KernelCall;
+// cross_entropy_with_grad with f32_loss by a kernel of the op in f32 (`f32_kernel`): the logits
+// converted to f32, dx computed in f32 and rounded into the f16/bf16 output (loss.cpp).
+void cross_entropy_with_grad_in_f32(const KernelCall& c, void (*f32_kernel)(const KernelCall&));
 
 struct OpInfo;
 // The CPU variants (loss_cpu.cpp), registered by define_op_* (loss.cpp).

@@ -259,6 +259,7 @@ void mse_loss_backward_cpu(const KernelCall& c) {
 // The specification of cross_entropy_with_grad: the forward, then the backward for the announced
 // gradient with the forward's total_weight.
 void cross_entropy_with_grad_cpu(const KernelCall& c) {
+  if (c.attr<LossAttrs>().f32_loss) return cross_entropy_with_grad_in_f32(c, cross_entropy_with_grad_cpu);
   std::array<Tensor, 2> fwd_out{c.out[0], c.out[1]};
   cross_entropy_cpu(KernelCall{OpId::cross_entropy, c.in.first(3), fwd_out, c.attrs});
   const std::array<Tensor, 5> bwd_in{c.in[3], c.in[0], c.in[1], c.in[2], c.out[1]};
