@@ -37,7 +37,7 @@ Scope::Scope(DeviceType device, DType dtype, bool enabled)
 Scope::~Scope() {
   t_state.enabled[static_cast<size_t>(device_)] = prev_enabled_;
   t_state.dtype[static_cast<size_t>(device_)] = prev_dtype_;
-  if (--t_state.depth == 0) t_state.cache.clear();
+  if (--t_state.depth == 0) t_state.cache.end_scope();
 }
 
 Suspend::Suspend() {

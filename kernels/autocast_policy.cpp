@@ -30,6 +30,11 @@ namespace {
 // the values are cast's, bit for bit.
 bool is_weight(const Tensor& t) { return t.is_leaf() && t.requires_grad(); }
 
+// Whether the lower policy casts t to `low`.
+bool lowers(const Tensor& t, DType low) {
+  return t.defined() && is_floating(t.dtype()) && t.dtype() != low && t.dtype() != DType::f64;
+}
+
 // ts cast to dtype: cast_many for the contiguous ones (one launch), cast for the others.
 std::vector<Tensor> cast_all(const std::vector<Tensor>& ts, DType dtype) {
   std::vector<Tensor> out(ts.size()), batch;
@@ -50,17 +55,97 @@ std::vector<Tensor> cast_all(const std::vector<Tensor>& ts, DType dtype) {
   return out;
 }
 
+// Note [autocast's cast plan]: with an op's weights cast in one launch, a model of several layers
+// still cast its weights in a launch per layer, every step (the CNN: four forward). But a training
+// loop's steps use the same weights in the same order, so the cache keeps, past each outermost
+// scope, the list of the weights it cast, and the next scope's first op with a weight to cast casts
+// every weight of that list on its device in one launch (cast_many, without history), ahead of use.
+// Each op then takes its weights' casts from there and records them for autograd as their cast
+// would have (CastAheadBackward: one node per op, as before, so the gradients still go back to f32
+// in one launch per op, as each op's backward ends, which data parallel's hooks rely on). A weight
+// written in place (or given other storage) since the cast ahead is cast again at its op; one the
+// plan lists but the scope does not use costs its share of the launch and nothing else, and drops
+// out of the next plan. The values are a cast's, bit for bit.
+struct CastAheadBackward final : autograd::Node {
+  std::vector<DType> to;  // each weight's dtype
+
+  std::string name() const override { return "CastAheadBackward"; }
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    std::vector<Tensor> out(next_edges.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].defined() || i >= grads.size() || !grads[i].defined() || !next_edges[i].valid()) continue;
+      std::vector<Tensor> group;  // the gradients going back to to[i]: one launch
+      std::vector<size_t> at;
+      for (size_t j = i; j < out.size() && j < grads.size(); ++j)
+        if (to[j] == to[i] && grads[j].defined() && next_edges[j].valid()) {
+          group.push_back(grads[j]);
+          at.push_back(j);
+        }
+      std::vector<Tensor> cast = cast_all(group, to[i]);
+      for (size_t k = 0; k < at.size(); ++k) out[at[k]] = std::move(cast[k]);
+    }
+    return out;
+  }
+};
+
+// The first op of a scope with weights to cast on `device`: the plan's weights there, in one launch.
+void cast_plan_ahead(CastCache& cache, Device device, DType low) {
+  if (!cache.take_plan_turn(device, low)) return;
+  std::vector<Tensor> srcs;
+  for (const CastCache::Planned& p : cache.plan()) {
+    std::shared_ptr<TensorImpl> impl = p.src.lock();
+    if (p.dtype != low || !impl) continue;
+    Tensor t(std::move(impl));
+    if (!is_weight(t) || !lowers(t, low) || !t.is_contiguous() || t.device() != device ||
+        cache.find(t, low).defined() ||
+        std::any_of(srcs.begin(), srcs.end(), [&](const Tensor& s) { return s.impl() == t.impl(); }))
+      continue;
+    srcs.push_back(std::move(t));
+  }
+  if (srcs.empty()) return;
+  std::vector<Tensor> cast;
+  {
+    autograd::NoGradGuard no_history;  // recorded per op, at its use
+    cast = cast_all(srcs, low);
+  }
+  for (size_t k = 0; k < srcs.size(); ++k)
+    cache.put_ahead(srcs[k], low, {cast[k], srcs[k].impl_ptr(), srcs[k].version(), srcs[k].data_ptr()});
+}
+
+// fresh's casts to `low`: from the casts ahead where they hold, recorded as one cast, else cast now.
+std::vector<Tensor> cast_weights(CastCache& cache, const std::vector<Tensor>& fresh, DType low) {
+  cast_plan_ahead(cache, fresh[0].device(), low);
+  std::vector<Tensor> out(fresh.size()), now;
+  std::vector<size_t> now_at;
+  auto node = std::make_shared<CastAheadBackward>();
+  std::vector<Tensor> ahead;
+  for (size_t k = 0; k < fresh.size(); ++k) {
+    out[k] = cache.take_ahead(fresh[k], low);
+    if (out[k].defined()) {
+      node->next_edges.push_back(autograd::gradient_edge(fresh[k]));
+      node->to.push_back(fresh[k].dtype());
+      ahead.push_back(out[k]);
+    } else {
+      now.push_back(fresh[k]);
+      now_at.push_back(k);
+    }
+  }
+  if (!ahead.empty()) autograd::set_history(node, ahead);
+  if (!now.empty()) {
+    std::vector<Tensor> cast = cast_all(now, low);
+    for (size_t k = 0; k < now.size(); ++k) out[now_at[k]] = std::move(cast[k]);
+  }
+  return out;
+}
+
 void lower_inputs(std::vector<Tensor>& inputs, DType low) {
-  auto lowers = [&](const Tensor& t) {
-    return t.defined() && is_floating(t.dtype()) && t.dtype() != low && t.dtype() != DType::f64;
-  };
   CastCache& cache = thread_cache();
   CacheStats& stats = thread_cache_stats();
   std::vector<Tensor> fresh, others;  // weights the cache lacks (each once), the other inputs
   std::vector<size_t> other_at;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    if (!lowers(t)) continue;
+    if (!lowers(t, low)) continue;
     if (!is_weight(t)) {
       others.push_back(t);
       other_at.push_back(i);
@@ -71,12 +156,12 @@ void lower_inputs(std::vector<Tensor>& inputs, DType low) {
   }
   if (!fresh.empty()) {
     autograd::EnableGradGuard with_grad;  // recorded always (the Note)
-    std::vector<Tensor> cast = cast_all(fresh, low);
+    std::vector<Tensor> cast = cast_weights(cache, fresh, low);
     for (size_t k = 0; k < fresh.size(); ++k) cache.insert(fresh[k], low, cast[k]);
   }
   size_t uses = 0;  // each fresh weight's first use counts as its cast, every other use as a hit
   for (Tensor& t : inputs) {
-    if (!lowers(t) || !is_weight(t)) continue;
+    if (!lowers(t, low) || !is_weight(t)) continue;
     ++uses;
     t = cache.find(t, low);
   }

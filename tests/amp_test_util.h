@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "core/rng.h"
 #include "core/runtime.h"
 #include "kernels/functional.h"
+#include "kernels/registry.h"
 #include "nn/nn.h"
 #include "optim/optim.h"
 #include "tests/op_driver.h"
@@ -138,6 +140,75 @@ inline void check_loss_on_low_logits(Device dev, DType low, int64_t n, int64_t c
       CHECK(bits(x.grad()) == want_dx);
     }
   }
+}
+
+// Autocast's cast plan (Note [autocast's cast plan] in kernels/autocast_policy.cpp) on `dev`, with
+// three Linear layers: the second scope casts all six weights in one cast_many, with the first
+// scope's values and gradients bit for bit; a weight written in place after the casts ahead is cast
+// again at its op; a planned weight the scope does not use gets no gradient and leaves the plan.
+inline void check_cast_plan(Device dev) {
+  runtime::AllowSyncScope allow;
+  nn::Linear l1(8, 16), l2(16, 16), l3(16, 4);
+  for (nn::Linear* l : {&l1, &l2, &l3}) (*l)->to(dev);
+  std::vector<Tensor> params;
+  for (nn::Linear* l : {&l1, &l2, &l3})
+    for (const Tensor& p : (*l)->parameters()) params.push_back(p);
+  const Tensor x = uniform({5, 8}, -1, 1).to(DType::bf16).to(dev);  // needs no cast
+  auto cast_many_runs = [] {
+    uint64_t n = 0;
+    for (const Variant& v : op_info(OpId::cast_many).variants) n += variant_runs(v, DType::f32);
+    return n;
+  };
+  struct Step {
+    std::vector<float> y;
+    std::vector<std::vector<float>> grads;  // empty: no gradient
+    uint64_t cast_many = 0;                 // cast_many launches in the forward
+  };
+  // A forward in a scope (l3 optional; `between` runs after l1), then the f32 sum's backward.
+  auto step = [&](
+                  bool use_l3, const std::function<void()>& between = [] {}) {
+    for (Tensor& p : params) p.reset_grad();
+    Step s;
+    Tensor y;
+    {
+      amp::autocast ac(dev.type, DType::bf16);
+      const uint64_t before = cast_many_runs();
+      Tensor h = relu(l1(x));
+      between();
+      h = relu(l2(h));
+      y = use_l3 ? l3(h) : h;
+      s.cast_many = cast_many_runs() - before;
+    }
+    sum(y.to(DType::f32)).backward();
+    s.y = y.to(DType::f32).cpu().to_vector<float>();
+    for (const Tensor& p : params)
+      s.grads.push_back(p.grad().defined() ? p.grad().cpu().to_vector<float>() : std::vector<float>{});
+    return s;
+  };
+  const Step first = step(true);
+  CHECK(first.cast_many == 3);  // each layer's weight and bias
+  const Step planned = step(true);
+  CHECK(planned.cast_many == 1);  // all six, ahead
+  CHECK(planned.y == first.y);
+  CHECK(planned.grads == first.grads);
+  // l3's weight halved after this scope cast it ahead: its op casts it again
+  const Step written = step(true, [&] {
+    autograd::NoGradGuard ng;
+    l3->weight.mul_(0.5);
+  });
+  const Step after = step(true);  // cast ahead from the halved weight
+  CHECK(after.cast_many == 1);
+  CHECK(written.y == after.y);
+  CHECK(written.grads == after.grads);
+  CHECK(written.y != planned.y);
+  // a scope without l3: no gradient for it, and it leaves the plan
+  const Step without = step(false);
+  CHECK(without.grads[4].empty());
+  CHECK(without.grads[5].empty());
+  const Step back = step(true);
+  CHECK(back.cast_many == 2);  // l1's and l2's ahead, l3's at its op
+  CHECK(back.y == after.y);
+  CHECK(back.grads == after.grads);
 }
 
 }  // namespace ember::amp_testing

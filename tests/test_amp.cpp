@@ -801,6 +801,12 @@ TEST_CASE("autocast: cross_entropy_with_grad reads bf16 logits as they are, the 
   check_loss_on_low_logits(kCPU, DType::bf16, 7, 130);
 }
 
+TEST_CASE("autocast cast plan: a scope casts the last scope's weights ahead in one launch, same bits",
+          "[amp][autocast]") {
+  manual_seed(71);
+  check_cast_plan(kCPU);
+}
+
 TEST_CASE("GradScaler with bf16 autocast is harmless: same training as without it", "[amp][scaler][autocast]") {
   manual_seed(47);
   TwoLayer plain, scaled;

@@ -176,6 +176,12 @@ TEST_CASE("cuda autocast: cross_entropy_with_grad reads f16/bf16 logits as they 
   CHECK(bf16 == f32);
 }
 
+TEST_CASE("cuda autocast cast plan: a scope casts the last scope's weights ahead in one launch, same bits",
+          "[gpu][amp]") {
+  manual_seed(72);
+  check_cast_plan(Device(DeviceType::cuda, 0));
+}
+
 TEST_CASE("cuda autocast conv2d: f16 and bf16 outputs against the CPU and against f32", "[gpu][amp]") {
   manual_seed(67);
   const int64_t C = 16;
