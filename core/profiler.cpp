@@ -290,19 +290,24 @@ std::string TraceProfiler::top_ops_table(size_t n) {
     total_cpu += s.cpu_us;
     total_gpu += s.gpu_us;
   }
+  // the name column as wide as the longest name shown ("cross_entropy_with_grad (backward)"), so
+  // the numbers stay in their columns
+  int w = 32;
+  for (size_t i = 0; i < stats.size() && i < n; ++i) w = std::max(w, static_cast<int>(stats[i].name.size()));
+  w = std::min(w, 200);
   std::ostringstream os;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-32s %8s %12s %7s %12s %7s\n", "op", "calls", "gpu us", "gpu %", "cpu us",
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s %8s %12s %7s %12s %7s\n", w, "op", "calls", "gpu us", "gpu %", "cpu us",
                 "cpu %");
   os << line;
   for (size_t i = 0; i < stats.size() && i < n; ++i) {
     const OpStats& s = stats[i];
-    std::snprintf(line, sizeof line, "%-32s %8lld %12.1f %6.1f%% %12.1f %6.1f%%\n", s.name.c_str(),
+    std::snprintf(line, sizeof line, "%-*.*s %8lld %12.1f %6.1f%% %12.1f %6.1f%%\n", w, w, s.name.c_str(),
                   static_cast<long long>(s.calls), s.gpu_us, total_gpu > 0 ? 100.0 * s.gpu_us / total_gpu : 0.0,
                   s.cpu_us, total_cpu > 0 ? 100.0 * s.cpu_us / total_cpu : 0.0);
     os << line;
   }
-  std::snprintf(line, sizeof line, "%-32s %8s %12.1f %7s %12.1f\n", "total (top-level ops)", "", total_gpu, "",
+  std::snprintf(line, sizeof line, "%-*s %8s %12.1f %7s %12.1f\n", w, "total (top-level ops)", "", total_gpu, "",
                 total_cpu);
   os << line;
   return os.str();

@@ -143,6 +143,7 @@ TEST_CASE("the profiler writes a Chrome trace with the ops that ran", "[logging]
   Tensor w = randn({16, 32}).requires_grad_();
   Tensor loss = mean(relu(linear(x, w)));
   loss.backward();
+  { profiler::Range longer("a range named past the table's 32 columns", "", kCPU); }
   prof.stop();
   Tensor after = relu(x);  // not recorded
   std::string path = (dir / "trace.json").string();
@@ -167,6 +168,13 @@ TEST_CASE("the profiler writes a Chrome trace with the ops that ran", "[logging]
   std::string table = prof.top_ops_table();
   CHECK(table.find("linear") != std::string::npos);
   CHECK(table.find("relu") != std::string::npos);
+  CHECK(table.find("a range named past the table's 32 columns") != std::string::npos);
+  // the header and every op's row end in the same column, however long the names (the last line,
+  // the total, has no percentage)
+  std::vector<size_t> widths;
+  for (size_t at = 0, nl; (nl = table.find('\n', at)) != std::string::npos; at = nl + 1) widths.push_back(nl - at);
+  REQUIRE(widths.size() >= 3);
+  for (size_t i = 1; i + 1 < widths.size(); ++i) CHECK(widths[i] == widths[0]);
   fs::remove_all(dir);
 }
 
