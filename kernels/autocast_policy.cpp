@@ -67,24 +67,17 @@ std::vector<Tensor> cast_all(const std::vector<Tensor>& ts, DType dtype) {
 // plan lists but the scope does not use costs its share of the launch and nothing else, and drops
 // out of the next plan. The values are a cast's, bit for bit.
 struct CastAheadBackward final : autograd::Node {
-  std::vector<DType> to;  // each weight's dtype
+  std::vector<autograd::OutputMeta> weights;  // each weight's shape, dtype and device
 
   std::string name() const override { return "CastAheadBackward"; }
+  // cast_many's own backward: each gradient back to its weight's dtype, one launch per dtype
   std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
-    std::vector<Tensor> out(next_edges.size());
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (out[i].defined() || i >= grads.size() || !grads[i].defined() || !next_edges[i].valid()) continue;
-      std::vector<Tensor> group;  // the gradients going back to to[i]: one launch
-      std::vector<size_t> at;
-      for (size_t j = i; j < out.size() && j < grads.size(); ++j)
-        if (to[j] == to[i] && grads[j].defined() && next_edges[j].valid()) {
-          group.push_back(grads[j]);
-          at.push_back(j);
-        }
-      std::vector<Tensor> cast = cast_all(group, to[i]);
-      for (size_t k = 0; k < at.size(); ++k) out[at[k]] = std::move(cast[k]);
-    }
-    return out;
+    BackwardCtx ctx;
+    ctx.grads = std::move(grads);
+    ctx.input_meta = weights;
+    ctx.output_meta = outputs;
+    for (const autograd::Edge& e : next_edges) ctx.needs.push_back(e.valid());
+    return op_info(OpId::cast_many).backward(ctx);
   }
 };
 
@@ -117,20 +110,21 @@ std::vector<Tensor> cast_weights(CastCache& cache, const std::vector<Tensor>& fr
   cast_plan_ahead(cache, fresh[0].device(), low);
   std::vector<Tensor> out(fresh.size()), now;
   std::vector<size_t> now_at;
-  auto node = std::make_shared<CastAheadBackward>();
+  std::shared_ptr<CastAheadBackward> node;  // made only where a cast ahead is used
   std::vector<Tensor> ahead;
   for (size_t k = 0; k < fresh.size(); ++k) {
     out[k] = cache.take_ahead(fresh[k], low);
     if (out[k].defined()) {
+      if (!node) node = std::make_shared<CastAheadBackward>();
       node->next_edges.push_back(autograd::gradient_edge(fresh[k]));
-      node->to.push_back(fresh[k].dtype());
+      node->weights.push_back({fresh[k].shape(), fresh[k].dtype(), fresh[k].device()});
       ahead.push_back(out[k]);
     } else {
       now.push_back(fresh[k]);
       now_at.push_back(k);
     }
   }
-  if (!ahead.empty()) autograd::set_history(node, ahead);
+  if (node) autograd::set_history(node, ahead);
   if (!now.empty()) {
     std::vector<Tensor> cast = cast_all(now, low);
     for (size_t k = 0; k < now.size(); ++k) out[now_at[k]] = std::move(cast[k]);
