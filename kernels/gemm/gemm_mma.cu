@@ -70,12 +70,10 @@ __device__ __forceinline__ void load_chunk(unsigned char* dst, const uint16_t* s
     uint16_t v[8];
     EMBER_UNROLL
     for (int i = 0; i < 8; ++i) v[i] = (row_ok && start + i < extent) ? src[i] : uint16_t(0);
-    uint4 packed;
-    packed.x = v[0] | (uint32_t(v[1]) << 16);
-    packed.y = v[2] | (uint32_t(v[3]) << 16);
-    packed.z = v[4] | (uint32_t(v[5]) << 16);
-    packed.w = v[6] | (uint32_t(v[7]) << 16);
-    *reinterpret_cast<uint4*>(dst) = packed;
+    Vec<uint32_t, 4> packed;  // one 16-byte store, as cp.async's (Note [whole vector accesses])
+    EMBER_UNROLL
+    for (int i = 0; i < 4; ++i) packed.v[i] = v[2 * i] | (uint32_t(v[2 * i + 1]) << 16);
+    *reinterpret_cast<Vec<uint32_t, 4>*>(dst) = packed;
   }
 }
 

@@ -201,7 +201,10 @@ template <int kAct, class T>
 __device__ __forceinline__ void put_pair(const Args& p, void* dst, int gn, int N, float v0, float v1) {
   if constexpr (std::is_same_v<T, float>) {
     bias_act_pair<kAct, float>(p, gn, N, v0, v1);
-    *static_cast<float2*>(dst) = make_float2(v0, v1);
+    Vec<float, 2> o;  // one 8-byte store (Note [whole vector accesses])
+    o.v[0] = v0;
+    o.v[1] = v1;
+    *static_cast<Vec<float, 2>*>(dst) = o;
   } else {
     *static_cast<uint32_t*>(dst) = epilogue_half_pair<kAct, T>(p, gn, N, v0, v1);
   }
@@ -215,10 +218,10 @@ __device__ __forceinline__ void store_pair(const Args& p, T* crow, int gn, int N
     if (p.c_pair && gn + 1 < N) {
       put_pair<kAct, T>(p, crow + gn, gn, N, v0, v1);
     } else {
-      float2 o;
+      Vec<float, 2> o;
       put_pair<kAct, T>(p, &o, gn, N, v0, v1);
-      if (gn < N) crow[gn] = o.x;
-      if (gn + 1 < N) crow[gn + 1] = o.y;
+      if (gn < N) crow[gn] = o.v[0];
+      if (gn + 1 < N) crow[gn + 1] = o.v[1];
     }
   } else {
     store_half_pair<kAct>(p, crow, gn, N, v0, v1);

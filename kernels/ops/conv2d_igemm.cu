@@ -44,6 +44,7 @@
 
 #include "core/cuda/device_guard.h"
 #include "core/cuda/kernel.cuh"
+#include "kernels/common/aligned_vec.cuh"
 #include "kernels/common/block_phases.cuh"  // last_block_to_arrive
 #include "kernels/common/current_stream.cuh"
 #include "kernels/common/grid_size.cuh"
@@ -551,12 +552,19 @@ __device__ __forceinline__ unsigned pack2(uint16_t lo, uint16_t hi) {
   return static_cast<unsigned>(lo) | (static_cast<unsigned>(hi) << 16);
 }
 
+// 8 halves as one 16-byte access (Note [whole vector accesses] in kernels/common/aligned_vec.cuh).
+using Chunk16 = detail::AlignedVec<unsigned, 4>;
+
 // Stores a run of RUN halves (RUN % 8 == 0) at a 16-byte aligned shared address.
 template <int RUN>
 __device__ __forceinline__ void store_run(uint16_t* dst, const unsigned (&w)[RUN / 2]) {
   EMBER_UNROLL
-  for (int v = 0; v < RUN / 8; ++v)
-    reinterpret_cast<uint4*>(dst)[v] = make_uint4(w[4 * v], w[4 * v + 1], w[4 * v + 2], w[4 * v + 3]);
+  for (int v = 0; v < RUN / 8; ++v) {
+    Chunk16 q;
+    EMBER_UNROLL
+    for (int i = 0; i < 4; ++i) q.v[i] = w[4 * v + i];
+    reinterpret_cast<Chunk16*>(dst)[v] = q;
+  }
 }
 
 // What the tensor-core iterators share: padded [row][k] tiles, the warp tiles of WM x WN outputs
@@ -660,12 +668,10 @@ struct DataMmaTiles : ConvMmaSmem<BM, BN, WM, WN> {
         EMBER_UNROLL
         for (int v = 0; v < A_RUN / 8; ++v) {
           const int c = cb + 8 * v;
-          uint4 q = make_uint4(0, 0, 0, 0);
-          if (off >= 0 && c < p.red) q = *reinterpret_cast<const uint4*>(src + off + g * p.red + c);
-          a_w[4 * v] = q.x;
-          a_w[4 * v + 1] = q.y;
-          a_w[4 * v + 2] = q.z;
-          a_w[4 * v + 3] = q.w;
+          Chunk16 q{};
+          if (off >= 0 && c < p.red) q = *reinterpret_cast<const Chunk16*>(src + off + g * p.red + c);
+          EMBER_UNROLL
+          for (int i = 0; i < 4; ++i) a_w[4 * v + i] = q.v[i];
         }
       } else {
         EMBER_UNROLL
@@ -688,13 +694,11 @@ struct DataMmaTiles : ConvMmaSmem<BM, BN, WM, WN> {
       EMBER_UNROLL
       for (int v = 0; v < B_RUN / 8; ++v) {
         const int c = cb + 8 * v;
-        uint4 q = make_uint4(0, 0, 0, 0);
+        Chunk16 q{};
         if (colg < p.ncol && c < p.red)
-          q = *reinterpret_cast<const uint4*>(wt + weight_index<DGRAD, CL>(p, g, c, colg, rs));
-        b_w[4 * v] = q.x;
-        b_w[4 * v + 1] = q.y;
-        b_w[4 * v + 2] = q.z;
-        b_w[4 * v + 3] = q.w;
+          q = *reinterpret_cast<const Chunk16*>(wt + weight_index<DGRAD, CL>(p, g, c, colg, rs));
+        EMBER_UNROLL
+        for (int i = 0; i < 4; ++i) b_w[4 * v + i] = q.v[i];
       }
     } else {
       EMBER_UNROLL
