@@ -58,6 +58,9 @@ except ImportError:  # pragma: no cover - the script's one requirement
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 SIZE = {"f32": 4, "f16": 2, "bf16": 2, "i64": 8}
+# The numels of mnist_train's CNN parameters (apps/mnist_train/models.cpp): conv1, conv2, fc1, fc2
+# weights and biases (bench/op_shapes/fill_shapes.cpp has the same list).
+MNIST_CNN_GRADS = (288, 32, 18432, 64, 401408, 128, 1280, 10)
 
 
 class Timer:
@@ -313,7 +316,15 @@ def elementwise_cases():
     yield "sum", "[2^26] all f32", "f32", lambda: a.sum(), nbytes(a) + 4, 0
 
 
-GROUPS = (rooflines, gemm_cases, linear_backward_cases, conv_cases, conv_pool_cases, pool_cases, batch_norm_cases, softmax_cases, elementwise_cases)
+def zero_grad_cases():
+    # zero_many: Optimizer.zero_grad(set_to_none=False) of the MNIST CNN's gradients, PyTorch's
+    # foreach zero_ (bench/op_shapes/fill_shapes.cpp)
+    grads = [rand([n], "f32") for n in MNIST_CNN_GRADS]
+    yield ("zero_many", "the MNIST CNN's 8 gradients f32", "f32", lambda: torch._foreach_zero_(grads),
+           nbytes(*grads), 0)
+
+
+GROUPS = (rooflines, gemm_cases, linear_backward_cases, conv_cases, conv_pool_cases, pool_cases, batch_norm_cases, softmax_cases, elementwise_cases, zero_grad_cases)
 
 
 def main():

@@ -84,6 +84,9 @@ Tensor cast(const Tensor& x, DType dtype);
 std::vector<Tensor> cast_many(const std::vector<Tensor>& xs, DType dtype);
 // Copies src into dst (broadcast, dtype conversion, any device pair); no autograd.
 void copy_(Tensor& dst, const Tensor& src, bool non_blocking = false);
+// Zeroes every tensor in place: one zero_many call per device (one multi-tensor launch on CUDA for
+// up to 32 tensors); a tensor that is not dense is zeroed on its own (kernels/ops/fill.h). No autograd.
+void zero_many_(const std::vector<Tensor>& tensors);
 
 // ---- reductions (dims may be negative; an empty dims list reduces everything) ----
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);

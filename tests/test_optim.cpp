@@ -9,6 +9,7 @@
 #include "core/autograd/node.h"
 #include "core/rng.h"
 #include "kernels/functional.h"
+#include "kernels/registry.h"
 #include "nn/linear.h"
 #include "optim/optim.h"
 #include "tests/clip_step_check.h"
@@ -226,6 +227,23 @@ TEST_CASE("optim parameter groups take their own lr and weight decay, params wit
   CHECK_THROWS_WITH(optim::SGD({a}, optim::SGDOptions(-1)), Catch::Contains("invalid learning rate"));
   CHECK_THROWS_WITH(optim::SGD({a}, optim::SGDOptions(0.1).nesterov(true)), Catch::Contains("Nesterov"));
   CHECK_THROWS_WITH(optim::Adam({a}, optim::AdamOptions(0.1).betas({1.0, 0.9})), Catch::Contains("beta1"));
+}
+
+TEST_CASE("zero_many_ clears dense tensors in one call, strided views on their own, and names what it refuses",
+          "[optim]") {
+  Tensor a = full({3, 4}, 2.0, DType::f64), b = full({5}, -1.0, DType::i64), big = full({6, 6}, 5.0, DType::f32);
+  Tensor strided = big.slice(1, 0, 6, 2);  // every other column: not dense
+  zero_many_({a, b, strided, a});          // a twice: zeroed once
+  CHECK(a.to_vector<double>() == std::vector<double>(12, 0.0));
+  CHECK(b.to_vector<double>() == std::vector<double>(5, 0.0));
+  CHECK(strided.to_vector<double>() == std::vector<double>(18, 0.0));
+  CHECK(sum(big).item() == 5.0 * 18);  // the other columns kept
+  zero_many_({});                      // nothing to do
+  Tensor view = big.slice(1, 0, 6, 2);
+  CHECK_THROWS_WITH(call_into(OpId::zero_many, {a, view}, {a, view}),
+                    Catch::Contains("zero_many: tensor 1 is") && Catch::Contains("must be dense"));
+  CHECK_THROWS_WITH(call_into(OpId::zero_many, {a, Tensor()}, {a, Tensor()}),
+                    Catch::Contains("zero_many: tensor 1 is undefined"));
 }
 
 TEST_CASE("optim momentum buffers start at the first step the param has a grad", "[optim]") {

@@ -1,6 +1,9 @@
 #include "kernels/ops/fill.h"
 
 #include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
 
 #include "core/parallel.h"
 #include "kernels/common/cpu_loops.h"
@@ -22,6 +25,33 @@ void fill_cpu(const KernelCall& c) {
   ElementwiseLayout L = make_layout({&t});
   EMBER_DISPATCH_ALL(t.dtype(), "fill",
                      [&] { cpu_map<scalar_t>(L, {&t}, FillFn<scalar_t>{convert<scalar_t, double>(v)}); });
+}
+
+// Each tensor dense, all on one device; each output is its input.
+std::vector<TensorSpec> infer_zero_many(std::span<const Tensor> in, const Attrs&) {
+  std::vector<TensorSpec> out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const Tensor& t = in[i];
+    EMBER_CHECK(t.defined(), "zero_many: tensor ", i, " is undefined");
+    // the kernels clear each tensor's bytes as one flat range, which any dense layout is
+    EMBER_CHECK(t.is_non_overlapping_and_dense(), "zero_many: tensor ", i, " is ", t.describe(),
+                "; it must be dense (contiguous or a permutation of it, such as channels-last)");
+    EMBER_CHECK(t.device() == in[0].device(), "zero_many: tensor ", i, " is on ", t.device(), ", tensor 0 on ",
+                in[0].device(), "; one call zeroes the tensors of one device");
+    out.push_back({t.shape(), t.dtype(), t.strides(), static_cast<int>(i)});
+  }
+  return out;
+}
+
+void zero_many_cpu(const KernelCall& c) {
+  for (const Tensor& t : c.out)
+    if (t.numel() > 0) std::memset(t.data_ptr(), 0, t.nbytes());
+}
+
+Cost zero_many_cost(const KernelCall& c) {
+  double b = 0;
+  for (const Tensor& t : c.out) b += static_cast<double>(t.nbytes());
+  return {b, 0};
 }
 
 std::vector<TensorSpec> infer_arange(std::span<const Tensor> in, const Attrs& a) {
@@ -52,6 +82,15 @@ void define_op_fill(OpInfo& info) {
   info.add_variant({.name = "cpu", .device = DeviceType::cpu, .fn = fill_cpu, .note = "generic CPU elementwise loop"});
 }
 
+void define_op_zero_many(OpInfo& info) {
+  info.doc = "zero several dense tensors in place (one multi-tensor launch on CUDA)";
+  info.infer = infer_zero_many;
+  info.cost = zero_many_cost;
+  info.contiguous_inputs = false;  // dense layouts reach the kernels as they are (infer_zero_many)
+  info.add_variant(
+      {.name = "cpu", .device = DeviceType::cpu, .fn = zero_many_cpu, .note = "memset of each tensor's bytes"});
+}
+
 void define_op_arange(OpInfo& info) {
   info.doc = "start + i * step (in place)";
   info.infer = infer_arange;
@@ -72,6 +111,23 @@ Tensor zeros_like(const Tensor& t) { return empty_like(t).fill_(0.0); }
 Tensor ones_like(const Tensor& t) { return empty_like(t).fill_(1.0); }
 Tensor full_like(const Tensor& t, double v) { return empty_like(t).fill_(v); }
 Tensor scalar_tensor(double value, const TensorOptions& o) { return full({}, value, o); }
+
+void zero_many_(const std::vector<Tensor>& tensors) {
+  // one call per device; a tensor that is not dense (a strided view) is zeroed on its own
+  std::map<std::pair<int, int>, std::vector<Tensor>> by_device;
+  std::set<const void*> seen;  // a tensor listed twice (a tied parameter's gradient) is zeroed once
+  for (const Tensor& t : tensors) {
+    EMBER_CHECK(t.defined(), "zero_many_: an undefined tensor");
+    if (!seen.insert(t.impl()).second) continue;
+    if (!t.is_non_overlapping_and_dense()) {
+      Tensor view = t;
+      view.zero_();
+      continue;
+    }
+    by_device[{static_cast<int>(t.device().type), t.device().index}].push_back(t);
+  }
+  for (auto& [device, ts] : by_device) call_into(OpId::zero_many, ts, ts);
+}
 
 Tensor arange(double end, const TensorOptions& o) { return arange(0, end, 1, o); }
 

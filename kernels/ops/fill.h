@@ -1,6 +1,10 @@
-// fill and arange: write values into an existing tensor (in place, no autograd).
+// fill, zero_many and arange: write values into existing tensors (in place, no autograd).
 //
 //   fill(self, value)         every element = value (converted to self's dtype)
+//   zero_many(t0, t1, ...)    every element of every tensor = 0 (all bits clear: +0 in every dtype);
+//                             each tensor dense (contiguous or a permutation of it), all on one
+//                             device; one multi-tensor launch on CUDA. Optimizer::zero_grad(false)
+//                             zeroes the gradients with it, as PyTorch's foreach zero_ does.
 //   arange(self, start, step) element i (row-major) = start + i * step; self contiguous
 #pragma once
 
