@@ -6,6 +6,8 @@
 // clip_by_total_norm on every sample and dtype is in the generic test_ops_gpu.cpp.)
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "core/cuda/graph.h"
 #include "core/cuda/runtime.h"
 #include "core/rng.h"
@@ -263,6 +265,39 @@ TEST_CASE("cuda clipping folded into the step: clip_grad_norm_ then step bit for
   CHECK(folded == 3);
   CHECK(separate == folded + 1);
 #endif
+}
+
+TEST_CASE("cuda zero_grad(false) zeroes every gradient in one launch per 32, in place", "[gpu][optim]") {
+  std::vector<Tensor> p = make_params(kCUDA, 5);  // 40 tensors, every fourth empty, one of 4.2M elements
+  set_grads(p, 9);
+  std::vector<const void*> storage;
+  for (const Tensor& t : p) storage.push_back(t.grad().data_ptr());
+  optim::SGD opt(p, optim::SGDOptions(0.1));
+#if EMBER_WITH_CUDA  // (a CPU-only build skips every GPU test anyway)
+  // 30 non-empty gradients: one table; as PyTorch's foreach zero_, not a fill per parameter
+  CHECK(test::kernels_launched_by([&] { opt.zero_grad(/*set_to_none=*/false); }) == 1);
+  std::vector<Tensor> more = make_params(kCUDA, 6, false);  // 40 non-empty: two tables
+  set_grads(more, 10);
+  optim::SGD opt_more(more, optim::SGDOptions(0.1));
+  CHECK(test::kernels_launched_by([&] { opt_more.zero_grad(false); }) == 2);
+#endif
+  opt.zero_grad(false);
+  for (size_t i = 0; i < p.size(); ++i) {
+    INFO("gradient " << i);
+    REQUIRE(p[i].grad().defined());
+    CHECK(p[i].grad().data_ptr() == storage[i]);  // kept, as set_to_none = false promises
+    CHECK(sum(abs(p[i].grad())).item() == 0);
+  }
+  // a view whose base is not 16-byte aligned (bytes 2..62 of 64), a channels-last one, and bf16:
+  // exactly their bytes are cleared
+  Tensor base = full({32}, 3.0, TensorOptions(DType::bf16).device(kCUDA));
+  Tensor cl = uniform({4, 5, 5, 3}, 1, 2, TensorOptions().device(kCUDA)).permute({0, 3, 1, 2});
+  zero_many_({base.slice(0, 1, 31), cl});
+  std::vector<float> b = base.to_vector<float>();
+  CHECK(b.front() == 3.0f);
+  CHECK(b.back() == 3.0f);
+  CHECK(std::count(b.begin(), b.end(), 0.0f) == 30);
+  CHECK(sum(abs(cl)).item() == 0);
 }
 
 TEST_CASE("cuda activation checkpointing lowers the peak device memory, same gradients", "[gpu][checkpoint]") {
