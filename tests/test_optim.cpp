@@ -233,7 +233,7 @@ TEST_CASE("zero_many_ clears dense tensors in one call, strided views on their o
           "[optim]") {
   Tensor a = full({3, 4}, 2.0, DType::f64), b = full({5}, -1.0, DType::i64), big = full({6, 6}, 5.0, DType::f32);
   Tensor strided = big.slice(1, 0, 6, 2);  // every other column: not dense
-  zero_many_({a, b, strided, a});          // a twice: zeroed once
+  zero_many_({a, b, strided, a});          // a twice: cleared twice, harmlessly
   CHECK(a.to_vector<double>() == std::vector<double>(12, 0.0));
   CHECK(b.to_vector<double>() == std::vector<double>(5, 0.0));
   CHECK(strided.to_vector<double>() == std::vector<double>(18, 0.0));

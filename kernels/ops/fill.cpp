@@ -1,9 +1,8 @@
 #include "kernels/ops/fill.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
-#include <set>
 
 #include "core/parallel.h"
 #include "kernels/common/cpu_loops.h"
@@ -113,20 +112,22 @@ Tensor full_like(const Tensor& t, double v) { return empty_like(t).fill_(v); }
 Tensor scalar_tensor(double value, const TensorOptions& o) { return full({}, value, o); }
 
 void zero_many_(const std::vector<Tensor>& tensors) {
-  // one call per device; a tensor that is not dense (a strided view) is zeroed on its own
-  std::map<std::pair<int, int>, std::vector<Tensor>> by_device;
-  std::set<const void*> seen;  // a tensor listed twice (a tied parameter's gradient) is zeroed once
+  // one call per device (as a rule there is one); a tensor that is not dense (a strided view) is
+  // zeroed on its own
+  std::vector<std::vector<Tensor>> by_device;
   for (const Tensor& t : tensors) {
     EMBER_CHECK(t.defined(), "zero_many_: an undefined tensor");
-    if (!seen.insert(t.impl()).second) continue;
     if (!t.is_non_overlapping_and_dense()) {
       Tensor view = t;
       view.zero_();
       continue;
     }
-    by_device[{static_cast<int>(t.device().type), t.device().index}].push_back(t);
+    auto same = std::find_if(by_device.begin(), by_device.end(),
+                             [&](const std::vector<Tensor>& g) { return g[0].device() == t.device(); });
+    if (same == by_device.end()) by_device.push_back({t});
+    else same->push_back(t);
   }
-  for (auto& [device, ts] : by_device) call_into(OpId::zero_many, ts, ts);
+  for (const std::vector<Tensor>& ts : by_device) call_into(OpId::zero_many, ts, ts);
 }
 
 Tensor arange(double end, const TensorOptions& o) { return arange(0, end, 1, o); }
